@@ -1,0 +1,561 @@
+/*
+ * base.c: errors, the swappable allocator, byte strings, whole-file I/O,
+ * UTF-8 validation and SHA-256. See base.h for the contracts.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *
+di_errname(int code)
+{
+    switch (code) {
+    case DI_OK:
+        return "DI_OK";
+#define DI_ERROR_NAME_(name, c, msg)                                                               \
+    case c:                                                                                        \
+        return "DI_E" #name;
+        DI_ERROR_LIST(DI_ERROR_NAME_)
+#undef DI_ERROR_NAME_
+    }
+    return "DI_EUNKNOWN";
+}
+
+const char *
+di_strerror(int code)
+{
+    switch (code) {
+    case DI_OK:
+        return "success";
+#define DI_ERROR_MSG_(name, c, msg)                                                                \
+    case c:                                                                                        \
+        return msg;
+        DI_ERROR_LIST(DI_ERROR_MSG_)
+#undef DI_ERROR_MSG_
+    }
+    return "unknown error";
+}
+
+void
+di_error_clear(di_error *err)
+{
+    if (err == NULL)
+        return;
+    err->code = 0;
+    err->line = 0;
+    err->column = 0;
+    err->msg[0] = '\0';
+}
+
+int
+di_error_setv(di_error *err, int code, const char *fmt, va_list ap)
+{
+    if (err == NULL)
+        return code;
+    err->code = code;
+    err->line = 0;
+    err->column = 0;
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    return code;
+}
+
+int
+di_error_set(di_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    di_error_setv(err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int
+di_error_at(di_error *err, int code, uint32_t line, uint32_t column, const char *fmt, ...)
+{
+    va_list ap;
+    char tmp[sizeof err->msg];
+    if (err == NULL)
+        return code;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    err->code = code;
+    err->line = line;
+    err->column = column;
+    snprintf(err->msg, sizeof err->msg, "%u:%u: %s", line, column, tmp);
+    return code;
+}
+
+void
+di_error_prefix(di_error *err, const char *fmt, ...)
+{
+    char pre[256], tmp[sizeof err->msg];
+    va_list ap;
+    if (err == NULL)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    snprintf(tmp, sizeof tmp, "%s: %s", pre, err->msg);
+    memcpy(err->msg, tmp, sizeof tmp);
+}
+
+/*
+ * Fault injection: when fail_countdown reaches zero the allocation fails.
+ * A negative value disables it. It is an atomic so that threaded callers stay
+ * well-defined; only tests set it.
+ */
+static _Atomic long fail_countdown = -1;
+
+void
+di_alloc_fail_after(long n)
+{
+    atomic_store(&fail_countdown, n);
+}
+
+static int
+alloc_should_fail(void)
+{
+    long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    if (n < 0)
+        return 0;
+    return atomic_fetch_sub(&fail_countdown, 1) == 0;
+}
+
+void *
+di_malloc(size_t size)
+{
+    if (alloc_should_fail())
+        return NULL;
+    return malloc(size ? size : 1);
+}
+
+void *
+di_calloc(size_t count, size_t size)
+{
+    if (alloc_should_fail())
+        return NULL;
+    return calloc(count ? count : 1, size ? size : 1);
+}
+
+void *
+di_realloc(void *ptr, size_t size)
+{
+    if (alloc_should_fail())
+        return NULL;
+    return realloc(ptr, size ? size : 1);
+}
+
+void
+di_free(void *ptr)
+{
+    free(ptr);
+}
+
+_Noreturn void
+di_oom(void)
+{
+    fputs("distir: out of memory\n", stderr);
+    abort();
+}
+
+void *
+di_xmalloc(size_t size)
+{
+    void *p = malloc(size ? size : 1);
+    if (p == NULL)
+        di_oom();
+    return p;
+}
+
+void *
+di_xcalloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (p == NULL)
+        di_oom();
+    return p;
+}
+
+void *
+di_xrealloc(void *ptr, size_t size)
+{
+    void *p = realloc(ptr, size ? size : 1);
+    if (p == NULL)
+        di_oom();
+    return p;
+}
+
+char *
+di_xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = di_xmalloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+void
+di_buf_init(di_buf *b)
+{
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+}
+
+void
+di_buf_fini(di_buf *b)
+{
+    free(b->data);
+    di_buf_init(b);
+}
+
+void
+di_buf_reset(di_buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
+static void
+buf_reserve(di_buf *b, size_t extra)
+{
+    size_t need = b->len + extra + 1;
+    if (need < b->len)
+        di_oom();
+    DI_GROW(&b->data, &b->cap, need);
+}
+
+void
+di_buf_put(di_buf *b, const void *data, size_t len)
+{
+    buf_reserve(b, len);
+    if (len)
+        memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+}
+
+void
+di_buf_puts(di_buf *b, const char *s)
+{
+    di_buf_put(b, s, strlen(s));
+}
+
+void
+di_buf_putc(di_buf *b, char c)
+{
+    buf_reserve(b, 1);
+    b->data[b->len++] = c;
+    b->data[b->len] = '\0';
+}
+
+void
+di_buf_printf(di_buf *b, const char *fmt, ...)
+{
+    va_list ap, aq;
+    int n;
+    va_start(ap, fmt);
+    va_copy(aq, ap);
+    n = vsnprintf(NULL, 0, fmt, aq);
+    va_end(aq);
+    if (n < 0) {
+        va_end(ap);
+        return;
+    }
+    buf_reserve(b, (size_t)n);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+    va_end(ap);
+}
+
+void
+di_buf_json_str(di_buf *b, const char *s)
+{
+    di_buf_putc(b, '"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        switch (c) {
+        case '"':
+            di_buf_puts(b, "\\\"");
+            break;
+        case '\\':
+            di_buf_puts(b, "\\\\");
+            break;
+        case '\n':
+            di_buf_puts(b, "\\n");
+            break;
+        case '\t':
+            di_buf_puts(b, "\\t");
+            break;
+        case '\r':
+            di_buf_puts(b, "\\r");
+            break;
+        default:
+            if (c < 0x20)
+                di_buf_printf(b, "\\u%04x", c);
+            else
+                di_buf_putc(b, (char)c);
+        }
+    }
+    di_buf_putc(b, '"');
+}
+
+void
+di_buf_double(di_buf *b, double v)
+{
+    char tmp[40];
+    if (isnan(v)) {
+        di_buf_puts(b, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        di_buf_puts(b, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    /* The shortest %.*g that reads back bit-identical. */
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v)
+            break;
+    }
+    /* Keep a float recognisable as one: "1" becomes "1.0". */
+    if (strpbrk(tmp, ".eE") == NULL)
+        strcat(tmp, ".0");
+    di_buf_puts(b, tmp);
+}
+
+char *
+di_buf_take(di_buf *b, size_t *len)
+{
+    char *p;
+    if (b->data == NULL)
+        di_buf_put(b, "", 0);
+    p = b->data;
+    if (len)
+        *len = b->len;
+    di_buf_init(b);
+    return p;
+}
+
+int
+di_read_file(const char *path, size_t max, uint8_t **data, size_t *len, di_error *err)
+{
+    FILE *f;
+    uint8_t *p = NULL;
+    size_t n = 0, cap = 0;
+    *data = NULL;
+    *len = 0;
+    f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (f == NULL)
+        return di_error_set(err, DI_EIO, "cannot open '%s': %s", path, strerror(errno));
+    for (;;) {
+        size_t got;
+        DI_GROW(&p, &cap, n + 65536);
+        got = fread(p + n, 1, cap - n, f);
+        n += got;
+        if (n > max) {
+            if (f != stdin)
+                fclose(f);
+            free(p);
+            return di_error_set(err, DI_ETOOBIG, "'%s' is larger than the limit of %zu bytes",
+                                path, max);
+        }
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        int e = errno;
+        if (f != stdin)
+            fclose(f);
+        free(p);
+        return di_error_set(err, DI_EIO, "cannot read '%s': %s", path, strerror(e));
+    }
+    if (f != stdin)
+        fclose(f);
+    *data = p;
+    *len = n;
+    return 0;
+}
+
+int
+di_write_file(const char *path, const void *data, size_t len, di_error *err)
+{
+    char tmp[4096];
+    int fd;
+    const uint8_t *p = data;
+    size_t off = 0;
+    if (strcmp(path, "-") == 0) {
+        if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
+            return di_error_set(err, DI_EIO, "cannot write standard output: %s", strerror(errno));
+        return 0;
+    }
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return di_error_set(err, DI_EINVAL, "path too long: '%s'", path);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return di_error_set(err, DI_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+    while (off < len) {
+        ssize_t w = write(fd, p + off, len - off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return di_error_set(err, DI_EIO, "cannot write '%s': %s", path, strerror(e));
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return di_error_set(err, DI_EIO, "cannot write '%s': %s", path, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return di_error_set(err, DI_EIO, "cannot rename '%s' to '%s': %s", tmp, path,
+                            strerror(e));
+    }
+    return 0;
+}
+
+int
+di_utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    while (p < end) {
+        unsigned c = *p++;
+        unsigned need, min, cp;
+        if (c < 0x80)
+            continue;
+        if (c >= 0xc2 && c <= 0xdf) {
+            need = 1;
+            min = 0x80;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            need = 2;
+            min = 0x800;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            need = 3;
+            min = 0x10000;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if ((size_t)(end - p) < need)
+            return 0;
+        for (unsigned i = 0; i < need; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        p += need;
+    }
+    return 1;
+}
+
+void
+di_sha256_init(di_sha256 *s)
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
+        di_oom();
+    s->ctx = ctx;
+}
+
+void
+di_sha256_update(di_sha256 *s, const void *data, size_t len)
+{
+    if (EVP_DigestUpdate(s->ctx, data, len) != 1)
+        di_oom();
+}
+
+void
+di_sha256_u64(di_sha256 *s, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    di_sha256_update(s, b, sizeof b);
+}
+
+void
+di_sha256_final(di_sha256 *s, di_hash *out)
+{
+    unsigned int n = 0;
+    if (EVP_DigestFinal_ex(s->ctx, out->b, &n) != 1 || n != sizeof out->b)
+        di_oom();
+    EVP_MD_CTX_free(s->ctx);
+    s->ctx = NULL;
+}
+
+void
+di_sha256_once(const void *data, size_t len, di_hash *out)
+{
+    di_sha256 s;
+    di_sha256_init(&s);
+    di_sha256_update(&s, data, len);
+    di_sha256_final(&s, out);
+}
+
+void
+di_hash_hex(const di_hash *h, char out[65])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = hex[h->b[i] >> 4];
+        out[2 * i + 1] = hex[h->b[i] & 15];
+    }
+    out[64] = '\0';
+}
+
+static int
+hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int
+di_hash_from_hex(const char *hex, di_hash *out)
+{
+    if (strlen(hex) != 64)
+        return DI_EINVAL;
+    for (int i = 0; i < 32; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return DI_EINVAL;
+        out->b[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+int
+di_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return -1;
+    *out = a * b;
+    return 0;
+}

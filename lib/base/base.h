@@ -1,0 +1,157 @@
+/*
+ * base.h: the small foundation every other part of distir stands on.
+ *
+ * Error codes come from one X-macro list (DI_ERROR_LIST) that generates the
+ * enum, the names and the messages, in the manner of libuv's UV_ERRNO_MAP.
+ * A function that can fail returns 0 or a negative code and fills a
+ * caller-owned di_error with a message that says what failed and where.
+ *
+ * All heap memory goes through di_malloc/di_realloc/di_free so that tests can
+ * make the Nth allocation fail (di_alloc_fail_after) and check that every
+ * error path cleans up; out-of-memory in code that cannot report it aborts.
+ *
+ * Growable arrays are plain (pointer, count, capacity) triples grown with
+ * DI_GROW; strings are built in a di_buf.
+ */
+#ifndef DISTIR_BASE_H
+#define DISTIR_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DISTIR_VERSION "0.1.0"
+
+/* X(name, code, message): every code is negative and appears once. */
+#define DI_ERROR_LIST(X)                                                       \
+    X(NOMEM, -1, "out of memory")                                              \
+    X(INVAL, -2, "invalid argument")                                           \
+    X(PARSE, -3, "syntax error")                                               \
+    X(VERIFY, -4, "invalid module")                                            \
+    X(DECODE, -5, "malformed message")                                         \
+    X(TOODEEP, -6, "message nested too deeply")                                \
+    X(TOOBIG, -7, "input exceeds a limit")                                     \
+    X(IO, -8, "input/output error")                                            \
+    X(UNSUPPORTED, -9, "unsupported")                                          \
+    X(NOTFOUND, -10, "not found")                                              \
+    X(STRATEGY, -11, "impossible strategy")                                    \
+    X(COST, -12, "cannot price operation")                                     \
+    X(CANCELLED, -13, "cancelled")                                             \
+    X(EXISTS, -14, "already exists")                                           \
+    X(INTERNAL, -15, "internal error")
+
+enum di_errcode {
+    DI_OK = 0,
+#define DI_ERROR_ENUM_(name, code, msg) DI_E##name = code,
+    DI_ERROR_LIST(DI_ERROR_ENUM_)
+#undef DI_ERROR_ENUM_
+};
+
+/* The constant name of a code ("DI_EPARSE") and its generic message. */
+const char *di_errname(int code);
+const char *di_strerror(int code);
+
+/*
+ * An error report. line and column are 1-based positions in text input, 0
+ * when the input was not text. msg always holds a terminated string.
+ */
+typedef struct di_error {
+    int code;
+    uint32_t line;
+    uint32_t column;
+    char msg[1024];
+} di_error;
+
+void di_error_clear(di_error *err);
+/* Sets code and a formatted message; returns code. err may be NULL. */
+int di_error_set(di_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int di_error_setv(di_error *err, int code, const char *fmt, va_list ap);
+/* As di_error_set, with a text position. */
+int di_error_at(di_error *err, int code, uint32_t line, uint32_t column, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Prefixes the existing message with a formatted context: "ctx: msg". */
+void di_error_prefix(di_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * Allocation. di_malloc and di_realloc return NULL on failure (which tests can
+ * force); di_xmalloc/di_xrealloc/di_xcalloc abort on failure and are for code
+ * that has no error path of its own.
+ */
+void *di_malloc(size_t size);
+void *di_calloc(size_t count, size_t size);
+void *di_realloc(void *ptr, size_t size);
+void di_free(void *ptr);
+void *di_xmalloc(size_t size);
+void *di_xcalloc(size_t count, size_t size);
+void *di_xrealloc(void *ptr, size_t size);
+char *di_xstrdup(const char *s);
+_Noreturn void di_oom(void);
+/* Makes the allocation after the next n succeed-calls fail (n < 0: never). Tests only. */
+void di_alloc_fail_after(long n);
+
+/*
+ * Grows the array *pp (element size sizeof(**pp)) so that it holds at least
+ * need elements, doubling its capacity *capp. Aborts on out-of-memory.
+ */
+#define DI_GROW(pp, capp, need)                                                                    \
+    do {                                                                                           \
+        if ((size_t)(need) > (size_t)*(capp)) {                                                    \
+            size_t di_grow_cap_ = *(capp) ? (size_t)*(capp) : 8;                                   \
+            while (di_grow_cap_ < (size_t)(need))                                                  \
+                di_grow_cap_ *= 2;                                                                 \
+            *(pp) = di_xrealloc(*(pp), di_grow_cap_ * sizeof(**(pp)));                             \
+            *(capp) = di_grow_cap_;                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* A growable byte string, always terminated. */
+typedef struct di_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+} di_buf;
+
+void di_buf_init(di_buf *b);
+void di_buf_fini(di_buf *b);
+void di_buf_reset(di_buf *b);
+void di_buf_put(di_buf *b, const void *data, size_t len);
+void di_buf_puts(di_buf *b, const char *s);
+void di_buf_putc(di_buf *b, char c);
+void di_buf_printf(di_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s as a JSON string literal with quotes and escapes. */
+void di_buf_json_str(di_buf *b, const char *s);
+/* Appends a double in the shortest form that reads back to the same bits. */
+void di_buf_double(di_buf *b, double v);
+/* Transfers ownership of the data to the caller (free with di_free). */
+char *di_buf_take(di_buf *b, size_t *len);
+
+/* Reads a whole file; the caller frees *data with di_free. Limit: max bytes. */
+int di_read_file(const char *path, size_t max, uint8_t **data, size_t *len, di_error *err);
+/* Writes a whole file atomically (temporary file, fsync, rename). */
+int di_write_file(const char *path, const void *data, size_t len, di_error *err);
+
+/* True if s[0..len) is valid UTF-8 (no overlongs, no surrogates). */
+int di_utf8_valid(const char *s, size_t len);
+
+/* SHA-256 (OpenSSL libcrypto). */
+typedef struct di_sha256 {
+    void *ctx;
+} di_sha256;
+typedef struct di_hash {
+    uint8_t b[32];
+} di_hash;
+
+void di_sha256_init(di_sha256 *s);
+void di_sha256_update(di_sha256 *s, const void *data, size_t len);
+void di_sha256_u64(di_sha256 *s, uint64_t v);
+void di_sha256_final(di_sha256 *s, di_hash *out);
+void di_sha256_once(const void *data, size_t len, di_hash *out);
+/* Writes 64 lowercase hex digits plus a terminator into out[65]. */
+void di_hash_hex(const di_hash *h, char out[65]);
+int di_hash_from_hex(const char *hex, di_hash *out);
+
+/* Checked size arithmetic: returns 0 and stores the product, or -1 on overflow. */
+int di_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
+
+#endif
