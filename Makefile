@@ -76,8 +76,6 @@ SRV_SRCS := $(sort $(wildcard server/*.c))
 SRV_OBJS := $(SRV_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/gen/grpc/health/v1/health.pb-c.o
 CLI_SRCS := $(sort $(wildcard client/*.c))
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
-# Server pieces the CLI reuses as a gRPC client (no loop, no pool).
-CLI_SHARED := $(filter $(B)/obj/server/rpcclient.o $(B)/obj/server/status.o,$(SRV_OBJS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
@@ -130,24 +128,33 @@ $(SRVA): $(filter-out $(B)/obj/server/main.o,$(SRV_OBJS))
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/distir: $(CLI_OBJS) $(SRVA) $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(SRVA) $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
+$(B)/distir: $(CLI_OBJS) $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
 
 $(B)/distird: $(B)/obj/server/main.o $(SRVA) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_SRV) $(LIBS_LIB)
 
-$(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJS) $(SRVA) $(LIBA)
+# Library tests link the library only; tests/test_server*.c also link the daemon's objects.
+$(B)/tests/test_server%: $(B)/obj/tests/test_server%.o $(TEST_SUPPORT_OBJS) $(SRVA) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_SUPPORT_OBJS) $(SRVA) $(LIBA) $(LIBS_TEST) $(LIBS_SRV) $(LIBS_LIB)
+
+$(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJS) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_SUPPORT_OBJS) $(LIBA) $(LIBS_TEST) $(LIBS_LIB)
 
 # Every build compiles each fuzz target with a replay main that runs its corpus.
 $(B)/fuzz/%: $(B)/obj/fuzz/%.o $(B)/obj/fuzz/replay.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_LIB)
 
-$(B)/bench/%: $(B)/obj/bench/%.o $(SRVA) $(LIBA)
+$(B)/bench/bench_server%: $(B)/obj/bench/bench_server%.o $(SRVA) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(SRVA) $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
+
+$(B)/bench/%: $(B)/obj/bench/%.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(LIBA) $(LIBS_LIB)
 
 # ---- run ----
 test: all

@@ -1,0 +1,119 @@
+/*
+ * sim.h: the simulator. Given a local-view module and a hardware model it
+ * predicts the step time and each device's busy time and live memory over the
+ * step, without running anything (DESIGN.md section 5).
+ *
+ * Each device has a compute stream and send/receive communication streams;
+ * an op starts when its inputs are on its device and its stream is free, a
+ * collective when all its participants are ready. Ties break by op sequence
+ * number, so results are bit-identical run to run and independent of threads.
+ */
+#ifndef DISTIR_SIM_SIM_H
+#define DISTIR_SIM_SIM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "ir/ir.h"
+#include "sim/hw.h"
+
+#define SIM_VERSION "distir-sim-1"
+
+/* Memory classes; the order is the proto enum MemoryClass. */
+#define SIM_MEMCLASS_LIST(X)                                                                       \
+    X(WEIGHTS, "weights")                                                                          \
+    X(GRADIENTS, "gradients")                                                                      \
+    X(OPTIMIZER, "optimizer_state")                                                                \
+    X(ACTIVATIONS, "activations")                                                                  \
+    X(STASHED, "stashed_weights")                                                                  \
+    X(COMM, "communication_buffers")                                                               \
+    X(WORKSPACE, "workspace")
+
+typedef enum sim_memclass {
+#define SIM_MEMCLASS_ENUM_(e, name) SIM_MEM_##e,
+    SIM_MEMCLASS_LIST(SIM_MEMCLASS_ENUM_)
+#undef SIM_MEMCLASS_ENUM_
+        SIM_NMEMCLASS
+} sim_memclass;
+
+const char *sim_memclass_name(int c);
+
+typedef struct sim_options {
+    int no_overlap;                 /* serialize compute and communication per device */
+    int want_timeline;              /* record the live-memory timeline */
+    uint32_t timeline_max_points;   /* per device; 0 = unlimited */
+    const atomic_int *cancel;       /* if non-NULL and set, the run stops with DI_ECANCELLED */
+    const char *trace_path;         /* unused by sim_run; see sim_trace_write */
+} sim_options;
+
+void sim_options_default(sim_options *o);
+
+typedef struct sim_mempoint {
+    double time;                    /* seconds */
+    uint64_t bytes;
+    uint64_t by_class[SIM_NMEMCLASS];
+} sim_mempoint;
+
+typedef struct sim_device_result {
+    int32_t id;
+    double busy_s;          /* time any stream is active */
+    double compute_s;       /* compute stream active */
+    double comm_s;          /* communication streams active */
+    double exposed_comm_s;  /* communication active while compute is idle */
+    double idle_s;          /* step time - busy */
+    uint64_t peak_memory_bytes;
+    double peak_time_s;
+    uint64_t peak_by_class[SIM_NMEMCLASS];
+    uint64_t capacity_bytes;
+    int oom;
+    uint64_t oom_by_bytes;
+    double flops;
+    uint32_t ntimeline;
+    sim_mempoint *timeline;
+} sim_device_result;
+
+typedef struct sim_result {
+    double step_time_s;
+    uint32_t ndevice;
+    sim_device_result *devices; /* ascending id */
+    uint64_t peak_memory_bytes; /* max over devices */
+    double flops;               /* total over devices */
+    double mfu;                 /* flops / (step_time * sum of device peaks) */
+    double bubble_fraction;     /* pipeline bubble: 1 - mean compute / step time */
+    uint64_t ops;               /* ops simulated (pmap bodies counted per device) */
+} sim_result;
+
+/* One scheduled op, for the trace. */
+typedef struct sim_event {
+    ir_id op;
+    int32_t device;
+    uint8_t stream;   /* 0 compute, 1 send, 2 receive */
+    double start, end;
+} sim_event;
+
+/*
+ * Simulates the entry function of m on hw. On success *out holds a result the
+ * caller frees with sim_result_free. When events is non-NULL, every scheduled
+ * op is recorded there (the caller frees *events with di_free).
+ */
+int sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_result **out,
+            sim_event **events, uint32_t *nevent, di_error *err);
+void sim_result_free(sim_result *r);
+
+/* The result as one JSON object (the `distir simulate --json` form). Caller frees. */
+char *sim_result_to_json(const sim_result *r);
+/* A human-readable table. Caller frees. */
+char *sim_result_to_table(const sim_result *r);
+
+/* Protobuf form (distir.v1.SimResult). */
+struct _Distir__V1__SimResult;
+/* Packs the result; caller frees *data with di_free. */
+int sim_result_pack(const sim_result *r, uint8_t **data, size_t *len);
+int sim_result_unpack(const uint8_t *data, size_t len, sim_result **out, di_error *err);
+
+/* Writes a Chrome trace-event JSON file (one process per device, a thread per stream). */
+int sim_trace_write(const char *path, const ir_module *m, const sim_result *r,
+                    const sim_event *events, uint32_t nevent, di_error *err);
+
+#endif
