@@ -29,7 +29,8 @@ WARN := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-
 	-Wvla -Wformat=2 -Wno-format-nonliteral -Wno-format-truncation
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -MMD -MP -Ilib -I$(B)/gen $(WARN)
 
-ifeq ($(MODE),asan)
+# Any MODE starting with "asan" (asan, asan-foo) is a sanitizer build.
+ifneq ($(filter asan%,$(MODE)),)
 OPTFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 LDSAN := -fsanitize=address,undefined
 else ifeq ($(MODE),debug)
