@@ -1,0 +1,53 @@
+/*
+ * cli.h: shared pieces of the distir command-line client. The CLI is a table
+ * of subcommands (client/commands.h); each lives in client/cmd_NAME.c and
+ * defines `int cmd_NAME(int argc, char **argv)` returning an exit code:
+ * 0 ok, 1 failure or regression, 2 usage error. Messages follow git's style:
+ * lowercase, what failed first, the subject quoted, no full stop.
+ */
+#ifndef DISTIR_CLI_H
+#define DISTIR_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+#define CLI_OK 0
+#define CLI_FAIL 1
+#define CLI_USAGE 2
+
+/* The command functions, one per line of commands.h. */
+#define CLI_CMD_DECL_(name, summary) int cmd_##name(int argc, char **argv);
+#include "commands.h"
+CLI_COMMANDS(CLI_CMD_DECL_)
+#undef CLI_CMD_DECL_
+
+/* Prints "distir: " + message to stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints a usage line for a command to stderr and returns CLI_USAGE. */
+int cli_usage(const char *usage);
+
+/* Module file formats, detected by content. */
+typedef enum cli_format {
+    CLI_FORMAT_UNKNOWN = 0,
+    CLI_FORMAT_TEXT,  /* IR text (.dir) */
+    CLI_FORMAT_PB,    /* distir.v1.Module protobuf (.pb) */
+    CLI_FORMAT_ONNX,  /* ONNX ModelProto */
+} cli_format;
+
+cli_format cli_detect_format(const uint8_t *data, size_t len);
+/* The format implied by an output file name (.dir, .pb), or UNKNOWN. */
+cli_format cli_format_from_path(const char *path);
+
+/*
+ * Reads a module in any supported format (path "-" is standard input).
+ * On error prints every problem and returns non-zero; the caller frees *out.
+ */
+int cli_load_module(const char *path, ir_module **out);
+
+/* Option parsing helpers: match "--name VALUE" or "--name=VALUE". */
+int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
+int cli_flag(const char *arg, const char *name);
+
+#endif

@@ -1,0 +1,185 @@
+/*
+ * main.c: the distir command-line client: dispatches to the subcommand
+ * table in commands.h and holds the helpers every command shares (error
+ * output, module loading by content, option matching).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ir/pb.h"
+#include "onnx/onnx.h"
+
+/* Commands not built yet: a weak default each file may override. */
+#define CLI_CMD_WEAK_(name, summary)                                                               \
+    __attribute__((weak)) int cmd_##name(int argc, char **argv)                                    \
+    {                                                                                              \
+        (void)argc;                                                                                \
+        (void)argv;                                                                                \
+        cli_error("'%s' is not available in this build", #name);                                   \
+        return CLI_FAIL;                                                                           \
+    }
+CLI_COMMANDS(CLI_CMD_WEAK_)
+#undef CLI_CMD_WEAK_
+
+static const struct {
+    const char *name;
+    const char *summary;
+    int (*fn)(int, char **);
+} commands[] = {
+#define CLI_CMD_ROW_(name, summary) {#name, summary, cmd_##name},
+    CLI_COMMANDS(CLI_CMD_ROW_)
+#undef CLI_CMD_ROW_
+};
+
+void
+cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("distir: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int
+cli_usage(const char *usage)
+{
+    fprintf(stderr, "usage: distir %s\n", usage);
+    return CLI_USAGE;
+}
+
+int
+cli_flag(const char *arg, const char *name)
+{
+    return strcmp(arg, name) == 0;
+}
+
+int
+cli_opt(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        cli_error("option '%s' needs a value", name);
+        *value = NULL;
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+cli_format
+cli_detect_format(const uint8_t *data, size_t len)
+{
+    size_t i = 0;
+    /* Text: optional whitespace and comments, then "func", "dist." or "//". */
+    while (i < len && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r'))
+        i++;
+    if (i < len && (data[i] == '/' || data[i] == 'f' || data[i] == 'd' || data[i] == '#'))
+        return CLI_FORMAT_TEXT;
+    if (len == 0)
+        return CLI_FORMAT_UNKNOWN;
+    /*
+     * Binary: a distir.v1.Module starts with field 1 or 2 (types/values,
+     * length-delimited: 0x0a or 0x12). An ONNX ModelProto starts with
+     * ir_version (field 1, varint: 0x08).
+     */
+    if (data[0] == 0x08)
+        return CLI_FORMAT_ONNX;
+    if (data[0] == 0x0a || data[0] == 0x12 || data[0] == 0x1a || data[0] == 0x22)
+        return CLI_FORMAT_PB;
+    return CLI_FORMAT_UNKNOWN;
+}
+
+cli_format
+cli_format_from_path(const char *path)
+{
+    size_t n = strlen(path);
+    if (n >= 4 && strcmp(path + n - 4, ".dir") == 0)
+        return CLI_FORMAT_TEXT;
+    if (n >= 3 && strcmp(path + n - 3, ".pb") == 0)
+        return CLI_FORMAT_PB;
+    if (n >= 5 && strcmp(path + n - 5, ".onnx") == 0)
+        return CLI_FORMAT_ONNX;
+    return CLI_FORMAT_UNKNOWN;
+}
+
+int
+cli_load_module(const char *path, ir_module **out)
+{
+    uint8_t *data;
+    size_t len;
+    di_error err;
+    ir_limits lim;
+    int rc;
+    *out = NULL;
+    ir_limits_default(&lim);
+    if (di_read_file(path, (size_t)lim.max_bytes, &data, &len, &err) != 0) {
+        cli_error("%s", err.msg);
+        return -1;
+    }
+    di_error_clear(&err);
+    switch (cli_detect_format(data, len)) {
+    case CLI_FORMAT_TEXT:
+        rc = ir_parse((const char *)data, len, out, &err);
+        break;
+    case CLI_FORMAT_PB:
+        rc = ir_decode(data, len, &lim, out, &err);
+        break;
+    case CLI_FORMAT_ONNX:
+        rc = onnx_import(data, len, 0, out, &err);
+        break;
+    default:
+        rc = di_error_set(&err, DI_EDECODE, "not a module (IR text, protobuf or ONNX)");
+    }
+    di_free(data);
+    if (rc != 0) {
+        cli_error("cannot load '%s': %s", path, err.msg);
+        return rc;
+    }
+    return 0;
+}
+
+static void
+usage_all(FILE *f)
+{
+    fprintf(f, "usage: distir COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nModules may be IR text, protobuf or ONNX (detected by content).\n"
+               "Exit codes: 0 ok, 1 failure or regression, 2 usage error.\n");
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage_all(stderr);
+        return CLI_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage_all(stdout);
+        return CLI_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("distir %s\n", DISTIR_VERSION);
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    cli_error("'%s' is not a distir command; see 'distir --help'", argv[1]);
+    return CLI_USAGE;
+}
