@@ -1,0 +1,19 @@
+/*
+ * rpc.h: the CLI's gRPC client for distird (unary calls over gRPC core).
+ * Each call opens a channel to `server` ("127.0.0.1:7878"), makes one call
+ * with the given deadline, and closes it. On a non-OK status the error's
+ * message is "STATUS_NAME: details" and the code is mapped to a DI_E* code.
+ */
+#ifndef DISTIR_CLIENT_RPC_H
+#define DISTIR_CLIENT_RPC_H
+
+#include "base/base.h"
+#include "distir.pb-c.h"
+
+int rpc_simulate(const char *server, const Distir__V1__SimulateRequest *req, int timeout_ms,
+                 Distir__V1__SimulateReply **reply, di_error *err);
+int rpc_server_info(const char *server, int timeout_ms, Distir__V1__ServerInfoReply **reply,
+                    di_error *err);
+/* Free replies with protobuf_c_message_free_unpacked(&reply->base, NULL). */
+
+#endif
