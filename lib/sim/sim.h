@@ -107,12 +107,12 @@ char *sim_result_to_json(const sim_result *r);
 char *sim_result_to_table(const sim_result *r);
 
 /* Protobuf form (distir.v1.SimResult). */
-struct _Distir__V1__SimResult;
+struct Distir__V1__SimResult;
 /* A heap message tree; free with sim_result_proto_free. */
-struct _Distir__V1__SimResult *sim_result_to_proto(const sim_result *r);
-void sim_result_proto_free(struct _Distir__V1__SimResult *p);
+struct Distir__V1__SimResult *sim_result_to_proto(const sim_result *r);
+void sim_result_proto_free(struct Distir__V1__SimResult *p);
 /* Validates and converts; the caller frees *out. */
-int sim_result_from_proto(const struct _Distir__V1__SimResult *p, sim_result **out,
+int sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out,
                           di_error *err);
 /* Packs the result; caller frees *data with di_free. */
 int sim_result_pack(const sim_result *r, uint8_t **data, size_t *len);

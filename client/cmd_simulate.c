@@ -1,0 +1,255 @@
+/*
+ * cmd_simulate.c: `distir simulate FILE [--hw PRESET|FILE] [--json] [--trace OUT]
+ * [--no-overlap] [--server ADDR] [--op-times CSV] [--collective-table OP:N:CSV]`.
+ *
+ * Without --server the library runs in-process; with it the daemon does the
+ * work. The printed result is the same either way except for the cache
+ * fields the daemon adds ("cache" and "cache_key" in the JSON).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "distir.pb-c.h"
+#include "ir/pb.h"
+#include "rpc.h"
+#include "sim/sim.h"
+#include "strategy_flags.h"
+
+static const char usage[] =
+    "simulate FILE [--hw PRESET|FILE.json] [--json] [--trace OUT.json] [--no-overlap]\n"
+    "                [--server ADDR] [--timeout-ms N] [--op-times CSV]\n"
+    "                [--collective-table all_reduce:N:CSV] [strategy flags]";
+
+static int
+collective_kind(const char *name)
+{
+    int k = ir_opkind_from_name(name, strlen(name));
+    if (k == IR_OP_NONE) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "dist.%s", name);
+        k = ir_opkind_from_name(buf, strlen(buf));
+    }
+    return k;
+}
+
+/* "all_reduce:8:path.csv" (intra-node table) or "all_reduce:8:inter:path.csv". */
+static int
+load_table(hw_model *hw, const char *spec)
+{
+    char kind[64];
+    unsigned group = 0;
+    int n = 0, inter = 0, k;
+    const char *path;
+    di_error err;
+    if (sscanf(spec, "%63[^:]:%u:%n", kind, &group, &n) != 2 || n == 0) {
+        cli_error("bad --collective-table '%s': expected OP:GROUP:CSV", spec);
+        return CLI_USAGE;
+    }
+    path = spec + n;
+    if (strncmp(path, "inter:", 6) == 0) {
+        inter = 1;
+        path += 6;
+    }
+    k = collective_kind(kind);
+    if (k == IR_OP_NONE) {
+        cli_error("unknown collective '%s' in --collective-table", kind);
+        return CLI_USAGE;
+    }
+    if (hw_load_collective_csv(hw, k, group, inter, path, &err) != 0) {
+        cli_error("%s", err.msg);
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+static void
+print_result(const sim_result *r, int json, const char *cache, const char *key)
+{
+    char *s;
+    if (json) {
+        s = sim_result_to_json(r);
+        if (cache)
+            printf("{\"cache\":\"%s\",\"cache_key\":\"%s\",%s\n", cache, key, s + 1);
+        else
+            printf("%s\n", s);
+    } else {
+        s = sim_result_to_table(r);
+        if (cache)
+            printf("cache            %s (key %s)\n", cache, key);
+        fputs(s, stdout);
+    }
+    di_free(s);
+}
+
+static int
+simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
+                const Distir__V1__Strategy *strategy, const sim_options *o, int timeout_ms,
+                int json)
+{
+    Distir__V1__SimulateRequest req = DISTIR__V1__SIMULATE_REQUEST__INIT;
+    Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
+    Distir__V1__SimOptions opts = DISTIR__V1__SIM_OPTIONS__INIT;
+    Distir__V1__Hardware hwp;
+    Distir__V1__SimulateReply *reply = NULL;
+    sim_result *r = NULL;
+    di_error err;
+    int rc, own_hw = 0;
+
+    req.module = ir_to_proto(m);
+    if (hw->ntable == 0 && hw->nop_time == 0 && hwname && !strstr(hwname, ".json")) {
+        ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
+        ref.preset = (char *)hwname;
+    } else {
+        hw_to_proto(hw, &hwp);
+        own_hw = 1;
+        ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_HARDWARE;
+        ref.hardware = &hwp;
+    }
+    req.hardware = &ref;
+    req.strategy = (Distir__V1__Strategy *)strategy;
+    opts.no_overlap = o->no_overlap;
+    opts.want_timeline = o->want_timeline;
+    opts.timeline_max_points = o->timeline_max_points;
+    req.options = &opts;
+    rc = rpc_simulate(server, &req, timeout_ms, &reply, &err);
+    ir_proto_free(req.module);
+    if (own_hw)
+        hw_proto_fini(&hwp);
+    if (rc != 0) {
+        cli_error("simulate on '%s' failed: %s", server, err.msg);
+        return CLI_FAIL;
+    }
+    if (reply->result == NULL || sim_result_from_proto(reply->result, &r, &err) != 0) {
+        cli_error("bad reply from '%s': %s", server,
+                  reply->result ? err.msg : "no result in reply");
+        protobuf_c_message_free_unpacked(&reply->base, NULL);
+        return CLI_FAIL;
+    }
+    print_result(r, json, reply->cache == DISTIR__V1__CACHE_STATUS__CACHE_HIT ? "hit" : "miss",
+                 reply->cache_key);
+    sim_result_free(r);
+    protobuf_c_message_free_unpacked(&reply->base, NULL);
+    return CLI_OK;
+}
+
+int
+cmd_simulate(int argc, char **argv)
+{
+    const char *file = NULL, *hwname = "a100-dgx", *trace = NULL, *server = NULL, *v;
+    const char *optimes = NULL;
+    const char *tables[16];
+    int ntable = 0, json = 0, timeout_ms = 60000, rc;
+    sim_options o;
+    hw_model *hw = NULL;
+    ir_module *m = NULL;
+    di_error err;
+    Distir__V1__Strategy strategy = DISTIR__V1__STRATEGY__INIT;
+
+    sim_options_default(&o);
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cli_flag(argv[i], "--json")) {
+            json = 1;
+        } else if (cli_flag(argv[i], "--no-overlap")) {
+            o.no_overlap = 1;
+        } else if ((r = cli_opt(argc, argv, &i, "--hw", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            hwname = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--trace", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            trace = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--server", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            server = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--timeout-ms", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            timeout_ms = atoi(v);
+        } else if ((r = cli_opt(argc, argv, &i, "--op-times", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            optimes = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--collective-table", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            if (ntable == (int)(sizeof tables / sizeof tables[0])) {
+                cli_error("too many --collective-table options");
+                return CLI_USAGE;
+            }
+            tables[ntable++] = v;
+        } else if ((r = cli_strategy_flag(argc, argv, &i, &strategy)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            cli_error("unknown option '%s'", argv[i]);
+            return cli_usage(usage);
+        } else if (file == NULL) {
+            file = argv[i];
+        } else {
+            return cli_usage(usage);
+        }
+    }
+    if (file == NULL)
+        return cli_usage(usage);
+    if (trace && server) {
+        cli_error("--trace runs the simulation in-process: drop --server");
+        return CLI_USAGE;
+    }
+    if (hw_load(hwname, &hw, &err) != 0) {
+        cli_error("%s", err.msg);
+        return CLI_FAIL;
+    }
+    for (int t = 0; t < ntable; t++)
+        if ((rc = load_table(hw, tables[t])) != CLI_OK) {
+            hw_free(hw);
+            return rc;
+        }
+    if (optimes && hw_load_op_times(hw, optimes, &err) != 0) {
+        cli_error("%s", err.msg);
+        hw_free(hw);
+        return CLI_FAIL;
+    }
+    if (cli_load_module(file, &m) != 0) {
+        hw_free(hw);
+        return CLI_FAIL;
+    }
+    if (ir_verify(m, &err) != 0) {
+        cli_error("'%s' is not a valid module: %s", file, err.msg);
+        ir_module_free(m);
+        hw_free(hw);
+        return CLI_FAIL;
+    }
+    if (server) {
+        rc = simulate_remote(server, m, hwname, hw, &strategy, &o, timeout_ms, json);
+    } else {
+        sim_result *r = NULL;
+        sim_event *ev = NULL;
+        uint32_t nev = 0;
+        ir_module *dm = NULL;
+        rc = CLI_OK;
+        if (cli_apply_strategy(m, &strategy, hw, &dm) != 0) {
+            rc = CLI_FAIL;
+        } else if (sim_run(dm ? dm : m, hw, &o, &r, trace ? &ev : NULL, trace ? &nev : NULL,
+                           &err) != 0) {
+            cli_error("cannot simulate '%s': %s", file, err.msg);
+            rc = CLI_FAIL;
+        } else {
+            if (trace && sim_trace_write(trace, dm ? dm : m, r, ev, nev, &err) != 0) {
+                cli_error("%s", err.msg);
+                rc = CLI_FAIL;
+            }
+            print_result(r, json, NULL, NULL);
+        }
+        di_free(ev);
+        sim_result_free(r);
+        ir_module_free(dm);
+    }
+    ir_module_free(m);
+    hw_free(hw);
+    return rc;
+}

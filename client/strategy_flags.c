@@ -1,0 +1,130 @@
+/*
+ * strategy_flags.c: parsing of the strategy flags into a distir.v1.Strategy
+ * and the hand-off to the transforms.
+ */
+#include "strategy_flags.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int
+parse_uint(const char *flag, const char *v, uint32_t max, uint32_t *out)
+{
+    char *end;
+    unsigned long x = strtoul(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || x > max || (v[0] == '-')) {
+        cli_error("option '%s' needs an integer from 0 to %u, got '%s'", flag, max, v);
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 1;
+}
+
+int
+cli_strategy_flag(int argc, char **argv, int *i, Distir__V1__Strategy *s)
+{
+    static const struct {
+        const char *flag;
+        size_t off;
+        uint32_t max;
+    } degrees[] = {
+        {"--dp", offsetof(Distir__V1__Strategy, dp), 1u << 20},
+        {"--tp", offsetof(Distir__V1__Strategy, tp), 1u << 20},
+        {"--pp", offsetof(Distir__V1__Strategy, pp), 1u << 20},
+        {"--microbatches", offsetof(Distir__V1__Strategy, microbatches), 1u << 20},
+        {"--virtual-stages", offsetof(Distir__V1__Strategy, virtual_stages), 1024},
+        {"--zero", offsetof(Distir__V1__Strategy, zero), 3},
+    };
+    const char *v;
+    int r;
+    if (cli_flag(argv[*i], "--sequence-parallel")) {
+        s->sequence_parallel = 1;
+        return 1;
+    }
+    if (cli_flag(argv[*i], "--overlap-grad-reduce")) {
+        s->overlap_grad_reduce = 1;
+        return 1;
+    }
+    for (size_t k = 0; k < sizeof degrees / sizeof degrees[0]; k++) {
+        r = cli_opt(argc, argv, i, degrees[k].flag, &v);
+        if (r < 0)
+            return -1;
+        if (r > 0)
+            return parse_uint(degrees[k].flag, v, degrees[k].max,
+                              (uint32_t *)((char *)s + degrees[k].off));
+    }
+    if ((r = cli_opt(argc, argv, i, "--schedule", &v)) != 0) {
+        if (r < 0)
+            return -1;
+        if (strcmp(v, "gpipe") == 0) {
+            s->schedule = DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE;
+        } else if (strcmp(v, "1f1b") == 0) {
+            s->schedule = DISTIR__V1__SCHEDULE__SCHEDULE_1F1B;
+        } else if (strncmp(v, "interleaved", 11) == 0) {
+            s->schedule = DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED;
+            if (v[11] == ':' && parse_uint("--schedule interleaved:V", v + 12, 1024,
+                                           &s->virtual_stages) < 0)
+                return -1;
+        } else {
+            cli_error("unknown schedule '%s' (gpipe, 1f1b, interleaved:V)", v);
+            return -1;
+        }
+        return 1;
+    }
+    if ((r = cli_opt(argc, argv, i, "--recompute", &v)) != 0) {
+        if (r < 0)
+            return -1;
+        if (strcmp(v, "none") == 0)
+            s->recompute = DISTIR__V1__RECOMPUTE__RECOMPUTE_NONE;
+        else if (strcmp(v, "selective") == 0)
+            s->recompute = DISTIR__V1__RECOMPUTE__RECOMPUTE_SELECTIVE;
+        else if (strcmp(v, "full") == 0)
+            s->recompute = DISTIR__V1__RECOMPUTE__RECOMPUTE_FULL;
+        else {
+            cli_error("unknown recompute mode '%s' (none, selective, full)", v);
+            return -1;
+        }
+        return 1;
+    }
+    if ((r = cli_opt(argc, argv, i, "--stash", &v)) != 0) {
+        if (r < 0)
+            return -1;
+        if (strcmp(v, "none") == 0)
+            s->stash = DISTIR__V1__STASH__STASH_NONE;
+        else if (strcmp(v, "pipedream") == 0)
+            s->stash = DISTIR__V1__STASH__STASH_PIPEDREAM;
+        else if (strcmp(v, "2bw") == 0)
+            s->stash = DISTIR__V1__STASH__STASH_2BW;
+        else {
+            cli_error("unknown stash mode '%s' (none, pipedream, 2bw)", v);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+int
+cli_strategy_is_trivial(const Distir__V1__Strategy *s)
+{
+    return s->dp <= 1 && s->tp <= 1 && s->pp <= 1 && s->microbatches <= 1 &&
+           s->schedule == 0 && s->virtual_stages <= 1 && s->recompute == 0 && s->stash == 0 &&
+           s->zero == 0 && !s->sequence_parallel && !s->overlap_grad_reduce &&
+           s->n_device_order == 0;
+}
+
+int
+cli_apply_strategy(const ir_module *m, const Distir__V1__Strategy *s, const hw_model *hw,
+                   ir_module **out)
+{
+    (void)m;
+    (void)hw;
+    *out = NULL;
+    if (cli_strategy_is_trivial(s))
+        return 0;
+    cli_error("strategy transforms are not available yet: simulate an already distributed "
+              "module, or drop the strategy flags");
+    return -1;
+}

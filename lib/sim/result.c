@@ -1,0 +1,368 @@
+/*
+ * result.c: the forms of a simulation result: the JSON object of
+ * `distir simulate --json`, the human-readable table, the protobuf message
+ * distir.v1.SimResult (the daemon's wire and cache form), and the Chrome
+ * trace-event file for Perfetto and chrome://tracing.
+ *
+ * Doubles are written in the shortest form that reads back bit-identical,
+ * so JSON from the daemon and from an in-process run compare byte for byte.
+ */
+#include "sim/sim.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/pb.h"
+#include "distir.pb-c.h"
+
+static void
+json_key(di_buf *b, const char *key)
+{
+    di_buf_json_str(b, key);
+    di_buf_putc(b, ':');
+}
+
+static void
+json_double(di_buf *b, const char *key, double v)
+{
+    json_key(b, key);
+    di_buf_double(b, v);
+}
+
+static void
+json_u64(di_buf *b, const char *key, uint64_t v)
+{
+    json_key(b, key);
+    di_buf_printf(b, "%" PRIu64, v);
+}
+
+char *
+sim_result_to_json(const sim_result *r)
+{
+    di_buf b;
+    di_buf_init(&b);
+    di_buf_putc(&b, '{');
+    json_double(&b, "step_time_s", r->step_time_s);
+    di_buf_putc(&b, ',');
+    json_u64(&b, "peak_memory_bytes", r->peak_memory_bytes);
+    di_buf_putc(&b, ',');
+    json_double(&b, "flops", r->flops);
+    di_buf_putc(&b, ',');
+    json_double(&b, "mfu", r->mfu);
+    di_buf_putc(&b, ',');
+    json_double(&b, "bubble_fraction", r->bubble_fraction);
+    di_buf_putc(&b, ',');
+    json_u64(&b, "ops", r->ops);
+    di_buf_putc(&b, ',');
+    json_key(&b, "simulator_version");
+    di_buf_json_str(&b, SIM_VERSION);
+    di_buf_puts(&b, ",\"devices\":[");
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        const sim_device_result *d = &r->devices[i];
+        if (i)
+            di_buf_putc(&b, ',');
+        di_buf_printf(&b, "{\"id\":%d,", d->id);
+        json_double(&b, "busy_s", d->busy_s);
+        di_buf_putc(&b, ',');
+        json_double(&b, "compute_s", d->compute_s);
+        di_buf_putc(&b, ',');
+        json_double(&b, "comm_s", d->comm_s);
+        di_buf_putc(&b, ',');
+        json_double(&b, "exposed_comm_s", d->exposed_comm_s);
+        di_buf_putc(&b, ',');
+        json_double(&b, "idle_s", d->idle_s);
+        di_buf_putc(&b, ',');
+        json_double(&b, "flops", d->flops);
+        di_buf_putc(&b, ',');
+        json_u64(&b, "peak_memory_bytes", d->peak_memory_bytes);
+        di_buf_putc(&b, ',');
+        json_double(&b, "peak_time_s", d->peak_time_s);
+        di_buf_putc(&b, ',');
+        json_u64(&b, "capacity_bytes", d->capacity_bytes);
+        di_buf_printf(&b, ",\"oom\":%s,", d->oom ? "true" : "false");
+        json_u64(&b, "oom_by_bytes", d->oom_by_bytes);
+        di_buf_puts(&b, ",\"peak_by_class\":{");
+        for (int c = 0; c < SIM_NMEMCLASS; c++) {
+            if (c)
+                di_buf_putc(&b, ',');
+            json_u64(&b, sim_memclass_name(c), d->peak_by_class[c]);
+        }
+        di_buf_puts(&b, "},\"timeline\":[");
+        for (uint32_t t = 0; t < d->ntimeline; t++) {
+            const sim_mempoint *p = &d->timeline[t];
+            if (t)
+                di_buf_putc(&b, ',');
+            di_buf_putc(&b, '[');
+            di_buf_double(&b, p->time);
+            di_buf_printf(&b, ",%" PRIu64 "]", p->bytes);
+        }
+        di_buf_puts(&b, "]}");
+    }
+    di_buf_puts(&b, "]}");
+    return di_buf_take(&b, NULL);
+}
+
+static void
+human_bytes(char *out, size_t n, uint64_t v)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double x = (double)v;
+    int u = 0;
+    while (x >= 1024 && u < 5) {
+        x /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(out, n, "%" PRIu64 " B", v);
+    else
+        snprintf(out, n, "%.2f %s", x, units[u]);
+}
+
+static void
+human_time(char *out, size_t n, double s)
+{
+    if (s >= 1)
+        snprintf(out, n, "%.4f s", s);
+    else if (s >= 1e-3)
+        snprintf(out, n, "%.4f ms", s * 1e3);
+    else
+        snprintf(out, n, "%.3f us", s * 1e6);
+}
+
+char *
+sim_result_to_table(const sim_result *r)
+{
+    di_buf b;
+    char t1[32], t2[32], t3[32], t4[32], t5[32], m1[32], m2[32];
+    di_buf_init(&b);
+    human_time(t1, sizeof t1, r->step_time_s);
+    human_bytes(m1, sizeof m1, r->peak_memory_bytes);
+    di_buf_printf(&b, "step time        %s\n", t1);
+    di_buf_printf(&b, "peak memory      %s (max over devices)\n", m1);
+    di_buf_printf(&b, "FLOPs            %.6g\n", r->flops);
+    di_buf_printf(&b, "MFU              %.2f%%\n", r->mfu * 100);
+    di_buf_printf(&b, "bubble           %.2f%%\n", r->bubble_fraction * 100);
+    di_buf_printf(&b, "ops simulated    %" PRIu64 "\n\n", r->ops);
+    di_buf_printf(&b, "%6s %12s %12s %12s %12s %12s %12s %12s %4s\n", "device", "busy",
+                  "compute", "comm", "exposed", "idle", "peak mem", "capacity", "oom");
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        const sim_device_result *d = &r->devices[i];
+        human_time(t1, sizeof t1, d->busy_s);
+        human_time(t2, sizeof t2, d->compute_s);
+        human_time(t3, sizeof t3, d->comm_s);
+        human_time(t4, sizeof t4, d->exposed_comm_s);
+        human_time(t5, sizeof t5, d->idle_s);
+        human_bytes(m1, sizeof m1, d->peak_memory_bytes);
+        human_bytes(m2, sizeof m2, d->capacity_bytes);
+        di_buf_printf(&b, "%6d %12s %12s %12s %12s %12s %12s %12s %4s\n", d->id, t1, t2, t3, t4,
+                      t5, m1, m2, d->oom ? "YES" : "no");
+    }
+    return di_buf_take(&b, NULL);
+}
+
+/* ---- protobuf ---- */
+
+struct Distir__V1__SimResult *
+sim_result_to_proto(const sim_result *r)
+{
+    Distir__V1__SimResult *p = di_xcalloc(1, sizeof *p);
+    distir__v1__sim_result__init(p);
+    p->step_time_s = r->step_time_s;
+    p->peak_memory_bytes = r->peak_memory_bytes;
+    p->flops = r->flops;
+    p->mfu = r->mfu;
+    p->bubble_fraction = r->bubble_fraction;
+    p->ops = r->ops;
+    p->simulator_version = di_xstrdup(SIM_VERSION);
+    p->n_devices = r->ndevice;
+    p->devices = di_xcalloc(r->ndevice ? r->ndevice : 1, sizeof *p->devices);
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        const sim_device_result *d = &r->devices[i];
+        Distir__V1__DeviceResult *q = di_xcalloc(1, sizeof *q);
+        distir__v1__device_result__init(q);
+        q->id = d->id;
+        q->busy_s = d->busy_s;
+        q->compute_s = d->compute_s;
+        q->comm_s = d->comm_s;
+        q->exposed_comm_s = d->exposed_comm_s;
+        q->idle_s = d->idle_s;
+        q->peak_memory_bytes = d->peak_memory_bytes;
+        q->peak_time_s = d->peak_time_s;
+        q->oom = d->oom;
+        q->oom_by_bytes = d->oom_by_bytes;
+        q->flops = d->flops;
+        q->capacity_bytes = d->capacity_bytes;
+        q->n_peak_by_class = SIM_NMEMCLASS;
+        q->peak_by_class = di_xmalloc(SIM_NMEMCLASS * sizeof *q->peak_by_class);
+        memcpy(q->peak_by_class, d->peak_by_class, sizeof d->peak_by_class);
+        q->n_timeline = d->ntimeline;
+        q->timeline = di_xcalloc(d->ntimeline ? d->ntimeline : 1, sizeof *q->timeline);
+        for (uint32_t t = 0; t < d->ntimeline; t++) {
+            Distir__V1__MemoryPoint *mp = di_xcalloc(1, sizeof *mp);
+            distir__v1__memory_point__init(mp);
+            mp->time = d->timeline[t].time;
+            mp->bytes = d->timeline[t].bytes;
+            mp->n_by_class = SIM_NMEMCLASS;
+            mp->by_class = di_xmalloc(SIM_NMEMCLASS * sizeof *mp->by_class);
+            memcpy(mp->by_class, d->timeline[t].by_class, sizeof d->timeline[t].by_class);
+            q->timeline[t] = mp;
+        }
+        p->devices[i] = q;
+    }
+    return p;
+}
+
+void
+sim_result_proto_free(struct Distir__V1__SimResult *p)
+{
+    if (p == NULL)
+        return;
+    for (size_t i = 0; i < p->n_devices; i++) {
+        Distir__V1__DeviceResult *q = p->devices[i];
+        for (size_t t = 0; t < q->n_timeline; t++) {
+            free(q->timeline[t]->by_class);
+            free(q->timeline[t]);
+        }
+        free(q->timeline);
+        free(q->peak_by_class);
+        free(q);
+    }
+    free(p->devices);
+    free(p->simulator_version);
+    free(p);
+}
+
+int
+sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, di_error *err)
+{
+    sim_result *r;
+    *out = NULL;
+    if (p->n_devices > (1u << 20))
+        return di_error_set(err, DI_EDECODE, "result has %zu devices (limit %u)", p->n_devices,
+                            1u << 20);
+    r = di_xcalloc(1, sizeof *r);
+    r->step_time_s = p->step_time_s;
+    r->peak_memory_bytes = p->peak_memory_bytes;
+    r->flops = p->flops;
+    r->mfu = p->mfu;
+    r->bubble_fraction = p->bubble_fraction;
+    r->ops = p->ops;
+    r->ndevice = (uint32_t)p->n_devices;
+    r->devices = di_xcalloc(r->ndevice ? r->ndevice : 1, sizeof *r->devices);
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        const Distir__V1__DeviceResult *q = p->devices[i];
+        sim_device_result *d = &r->devices[i];
+        d->id = q->id;
+        d->busy_s = q->busy_s;
+        d->compute_s = q->compute_s;
+        d->comm_s = q->comm_s;
+        d->exposed_comm_s = q->exposed_comm_s;
+        d->idle_s = q->idle_s;
+        d->peak_memory_bytes = q->peak_memory_bytes;
+        d->peak_time_s = q->peak_time_s;
+        d->oom = q->oom;
+        d->oom_by_bytes = q->oom_by_bytes;
+        d->flops = q->flops;
+        d->capacity_bytes = q->capacity_bytes;
+        for (size_t c = 0; c < q->n_peak_by_class && c < SIM_NMEMCLASS; c++)
+            d->peak_by_class[c] = q->peak_by_class[c];
+        d->ntimeline = (uint32_t)q->n_timeline;
+        d->timeline = di_xcalloc(d->ntimeline ? d->ntimeline : 1, sizeof *d->timeline);
+        for (uint32_t t = 0; t < d->ntimeline; t++) {
+            d->timeline[t].time = q->timeline[t]->time;
+            d->timeline[t].bytes = q->timeline[t]->bytes;
+            for (size_t c = 0; c < q->timeline[t]->n_by_class && c < SIM_NMEMCLASS; c++)
+                d->timeline[t].by_class[c] = q->timeline[t]->by_class[c];
+        }
+    }
+    *out = r;
+    return 0;
+}
+
+int
+sim_result_pack(const sim_result *r, uint8_t **data, size_t *len)
+{
+    Distir__V1__SimResult *p = sim_result_to_proto(r);
+    size_t n = distir__v1__sim_result__get_packed_size(p);
+    *data = di_xmalloc(n ? n : 1);
+    *len = distir__v1__sim_result__pack(p, *data);
+    sim_result_proto_free(p);
+    return 0;
+}
+
+int
+sim_result_unpack(const uint8_t *data, size_t len, sim_result **out, di_error *err)
+{
+    ProtobufCMessage *msg;
+    int rc;
+    *out = NULL;
+    rc = pb_unpack_checked(&distir__v1__sim_result__descriptor, data, len, 16, &msg, err);
+    if (rc)
+        return rc;
+    rc = sim_result_from_proto((const Distir__V1__SimResult *)msg, out, err);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return rc;
+}
+
+/* ---- trace ---- */
+
+static const char *const stream_names[] = {"compute", "send", "recv"};
+
+int
+sim_trace_write(const char *path, const ir_module *m, const sim_result *r,
+                const sim_event *events, uint32_t nevent, di_error *err)
+{
+    di_buf b;
+    int rc, first = 1;
+    di_buf_init(&b);
+    di_buf_puts(&b, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+    /* Names: one process per device, one thread per stream. */
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        int32_t d = r->devices[i].id;
+        di_buf_printf(&b,
+                      "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,"
+                      "\"args\":{\"name\":\"device %d\"}}",
+                      first ? "" : ",\n", d, d);
+        first = 0;
+        for (int st = 0; st < 3; st++)
+            di_buf_printf(&b,
+                          ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
+                          "\"args\":{\"name\":\"%s\"}}",
+                          d, st, stream_names[st]);
+    }
+    for (uint32_t i = 0; i < nevent; i++) {
+        const sim_event *e = &events[i];
+        const ir_op *op = &m->ops[e->op];
+        const char *res = op->noutput && m->values[op->outputs].name
+                              ? ir_str_get(m, m->values[op->outputs].name)
+                              : "";
+        di_buf_printf(&b, "%s{\"ph\":\"X\",\"name\":", first ? "" : ",\n");
+        first = 0;
+        di_buf_json_str(&b, ir_op_name(m, e->op));
+        di_buf_printf(&b, ",\"cat\":\"%s\",\"pid\":%d,\"tid\":%u,\"ts\":", stream_names[e->stream],
+                      e->device, e->stream);
+        di_buf_double(&b, e->start * 1e6);
+        di_buf_puts(&b, ",\"dur\":");
+        di_buf_double(&b, (e->end - e->start) * 1e6);
+        di_buf_printf(&b, ",\"args\":{\"op\":%u,\"result\":", e->op);
+        di_buf_json_str(&b, res);
+        di_buf_puts(&b, "}}");
+    }
+    /* A counter track of live memory per device. */
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        const sim_device_result *d = &r->devices[i];
+        for (uint32_t t = 0; t < d->ntimeline; t++) {
+            di_buf_printf(&b, "%s{\"ph\":\"C\",\"name\":\"memory\",\"pid\":%d,\"ts\":",
+                          first ? "" : ",\n", d->id);
+            first = 0;
+            di_buf_double(&b, d->timeline[t].time * 1e6);
+            di_buf_printf(&b, ",\"args\":{\"bytes\":%" PRIu64 "}}", d->timeline[t].bytes);
+        }
+    }
+    di_buf_puts(&b, "\n]}\n");
+    rc = di_write_file(path, b.data, b.len, err);
+    di_buf_fini(&b);
+    return rc;
+}

@@ -1,0 +1,1523 @@
+/*
+ * sim.c: the event simulator. It walks the entry function in program order
+ * (list scheduling, as CUDA streams execute work in issue order) and gives
+ * every op a start and end time on the streams of the devices it runs on:
+ *
+ *   - a compute op starts when its inputs are ready on its device and the
+ *     device's compute stream is free;
+ *   - a send occupies the sender's send stream and the receiver's receive
+ *     stream (so two sends from one device serialize: link contention);
+ *   - a collective starts when every participant is ready and its send and
+ *     receive streams are free, and occupies both on every participant;
+ *   - with no_overlap every device has a single stream for everything, as
+ *     in the original DistIR simulator.
+ *
+ * Ties cannot arise in the order of processing (program order is total), and
+ * every time is a pure function of earlier ones, so results are
+ * bit-identical run to run and independent of threads.
+ *
+ * Values live as "instances", one per location: a tensor on a device has
+ * one, a tuple one per element, a distributed tensor one per mesh device, and
+ * a value inside a pmap body one per pmap device (bodies run in lockstep, so
+ * a collective inside a body sees every participant's arrival). Views and
+ * plumbing (Reshape, tuple_get, pmap arguments and results, optimizer
+ * updates, which run in place) alias the instance they come from; memory is
+ * accounted per owning instance: allocated when its producer starts, freed
+ * when the last consumer of any alias ends, never freed for function inputs
+ * and returned values.
+ */
+#include "sim/sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STREAM_COMPUTE 0
+#define STREAM_SEND 1
+#define STREAM_RECV 2
+
+#define INST_PERSISTENT 1u
+
+#define LOC_DEVVAR (-2) /* location is the device of the current pmap instance */
+
+typedef struct sim_inst {
+    double ready;     /* seconds: when the value is available */
+    double last_use;  /* seconds: end of the last consumer */
+    double alloc;     /* seconds: producer start */
+    uint64_t bytes;
+    int32_t dev;      /* dense device index */
+    uint32_t owner;   /* instance owning the storage (itself if not an alias) */
+    uint8_t cls;      /* sim_memclass */
+    uint8_t flags;
+} sim_inst;
+
+typedef struct interval {
+    double start, end;
+} interval;
+
+typedef struct ivec {
+    interval *v;
+    uint32_t n, cap;
+} ivec;
+
+typedef struct memev {
+    double time;
+    int64_t delta; /* bytes: positive alloc, negative free */
+    uint32_t seq;  /* tie-break: order of creation */
+    uint8_t cls;
+} memev;
+
+typedef struct sim_dev {
+    double free[3];   /* seconds: when each stream is next free */
+    ivec busy[3];     /* intervals per stream */
+    double flops;
+    memev *ev;
+    uint32_t nev, cev;
+} sim_dev;
+
+/* Where the locations of a type live: device (or LOC_DEVVAR) and bytes. */
+typedef struct tloc {
+    int32_t dev;
+    uint64_t bytes;
+} tloc;
+
+typedef struct sim {
+    const ir_module *m;
+    const hw_model *hw;
+    const sim_options *opt;
+    di_error *err;
+
+    uint32_t ndev;     /* devices of the hardware model */
+    sim_dev *devs;     /* indexed by device id */
+    int32_t *used;     /* device ids used, in ascending order at the end */
+
+    uint32_t *tloc_off; /* per type: offset into tlocs, or UINT32_MAX if not computed */
+    uint32_t *tloc_n;
+    tloc *tlocs;
+    uint32_t ntloc, ctloc;
+
+    uint32_t *vbase;   /* per value: first instance */
+    uint32_t *vrep;    /* per value: replication (pmap instances), 1 at top level */
+    sim_inst *inst;
+    uint32_t ninst, cinst;
+
+    uint8_t *vclass;   /* per value: sim_memclass */
+    uint64_t nops;
+    uint32_t memseq;
+
+    sim_event *events;
+    uint32_t nevent, cevent;
+    int want_events;
+} sim;
+
+const char *
+sim_memclass_name(int c)
+{
+    static const char *const names[] = {
+#define SIM_MEMCLASS_NAME_(e, name) name,
+        SIM_MEMCLASS_LIST(SIM_MEMCLASS_NAME_)
+#undef SIM_MEMCLASS_NAME_
+    };
+    return (c >= 0 && c < SIM_NMEMCLASS) ? names[c] : "unknown";
+}
+
+void
+sim_options_default(sim_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->want_timeline = 1;
+    o->timeline_max_points = 4096;
+}
+
+static void
+ivec_push(ivec *v, double start, double end)
+{
+    if (end <= start)
+        return;
+    if (v->n && v->v[v->n - 1].end >= start && v->v[v->n - 1].start <= start) {
+        /* Merge with the previous interval (streams are in order). */
+        if (end > v->v[v->n - 1].end)
+            v->v[v->n - 1].end = end;
+        return;
+    }
+    DI_GROW(&v->v, &v->cap, v->n + 1);
+    v->v[v->n].start = start;
+    v->v[v->n].end = end;
+    v->n++;
+}
+
+static int
+cancelled(const sim *s)
+{
+    return s->opt->cancel && atomic_load_explicit(s->opt->cancel, memory_order_relaxed);
+}
+
+/* ---- type locations ---- */
+
+static int
+dev_check(sim *s, int64_t dev)
+{
+    if (dev < 0 || dev >= (int64_t)s->ndev)
+        return di_error_set(s->err, DI_EINVAL,
+                            "the module uses device %lld but hardware '%s' has %u devices "
+                            "(0..%u)",
+                            (long long)dev, s->hw->name, s->ndev, s->ndev - 1);
+    return 0;
+}
+
+/* Local bytes of a distributed tensor on one mesh device (splits divide dims). */
+static uint64_t
+dtensor_local_bytes(const ir_module *m, const ir_type *t)
+{
+    const ir_mesh *mesh = &m->meshes[t->mesh];
+    int64_t dims[IR_MAX_RANK];
+    uint64_t n = 1;
+    memcpy(dims, m->ints + t->dims, t->rank * sizeof *dims);
+    for (uint32_t a = 0; a < mesh->rank; a++) {
+        int64_t p = m->ints[t->placements + a];
+        if (IR_PLACE_IS_SPLIT(p) && p < t->rank && m->ints[mesh->shape + a] > 0)
+            dims[p] /= m->ints[mesh->shape + a];
+    }
+    for (uint32_t i = 0; i < t->rank; i++)
+        if (di_mul_u64(n, (uint64_t)dims[i], &n) != 0)
+            return UINT64_MAX;
+    if (di_mul_u64(n, ir_dtype_size((ir_dtype)t->dtype), &n) != 0)
+        return UINT64_MAX;
+    return n;
+}
+
+static int
+tloc_add(sim *s, ir_id type)
+{
+    const ir_module *m = s->m;
+    const ir_type *t = &m->types[type];
+    if (t->kind == IR_TYPE_TUPLE) {
+        for (uint32_t i = 0; i < t->nelem; i++) {
+            int rc = tloc_add(s, m->refs[t->elems + i]);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    if (t->mesh) {
+        const ir_mesh *mesh = &m->meshes[t->mesh];
+        uint64_t b = dtensor_local_bytes(m, t);
+        DI_GROW(&s->tlocs, &s->ctloc, s->ntloc + mesh->ndevice);
+        for (uint32_t i = 0; i < mesh->ndevice; i++) {
+            int64_t d = m->ints[mesh->devices + i];
+            int rc = dev_check(s, d);
+            if (rc)
+                return rc;
+            s->tlocs[s->ntloc].dev = (int32_t)d;
+            s->tlocs[s->ntloc].bytes = b;
+            s->ntloc++;
+        }
+        return 0;
+    }
+    DI_GROW(&s->tlocs, &s->ctloc, s->ntloc + 1);
+    if (t->devvar) {
+        s->tlocs[s->ntloc].dev = LOC_DEVVAR;
+    } else {
+        /* A tensor with no device lives on device 0 (a sequential module). */
+        int32_t d = t->device >= 0 ? t->device : 0;
+        int rc = dev_check(s, d);
+        if (rc)
+            return rc;
+        s->tlocs[s->ntloc].dev = d;
+    }
+    s->tlocs[s->ntloc].bytes = ir_type_bytes(m, type);
+    s->ntloc++;
+    return 0;
+}
+
+/* The locations of a type (computed once per type). */
+static int
+type_locs(sim *s, ir_id type, const tloc **out, uint32_t *n)
+{
+    if (s->tloc_off[type] == UINT32_MAX) {
+        uint32_t start = s->ntloc;
+        int rc = tloc_add(s, type);
+        if (rc)
+            return rc;
+        s->tloc_off[type] = start;
+        s->tloc_n[type] = s->ntloc - start;
+    }
+    *out = s->tlocs + s->tloc_off[type];
+    *n = s->tloc_n[type];
+    return 0;
+}
+
+/* ---- instances ---- */
+
+static uint32_t
+inst_new(sim *s, uint32_t count)
+{
+    uint32_t first = s->ninst;
+    DI_GROW(&s->inst, &s->cinst, s->ninst + count);
+    memset(s->inst + first, 0, count * sizeof *s->inst);
+    for (uint32_t i = 0; i < count; i++)
+        s->inst[first + i].owner = first + i;
+    s->ninst += count;
+    return first;
+}
+
+/*
+ * Creates the instances of value v for a context of `rep` pmap instances on
+ * devices devs[0..rep) (devs NULL at top level). Instances are laid out
+ * [k][location]. They are allocations owned by themselves until aliased.
+ */
+static int
+value_instances(sim *s, ir_id v, uint32_t rep, const int32_t *devs)
+{
+    const tloc *locs;
+    uint32_t n, first;
+    int rc = type_locs(s, s->m->values[v].type, &locs, &n);
+    if (rc)
+        return rc;
+    /* type_locs may have grown tlocs: locs stays valid until the next call. */
+    first = inst_new(s, rep * n);
+    s->vbase[v] = first;
+    s->vrep[v] = rep;
+    for (uint32_t k = 0; k < rep; k++)
+        for (uint32_t j = 0; j < n; j++) {
+            sim_inst *in = &s->inst[first + k * n + j];
+            int32_t d = locs[j].dev;
+            if (d == LOC_DEVVAR)
+                d = devs ? devs[k] : 0;
+            in->dev = d;
+            in->bytes = locs[j].bytes;
+            in->cls = s->vclass[v];
+        }
+    return 0;
+}
+
+static inline uint32_t
+vnloc(const sim *s, ir_id v)
+{
+    return s->tloc_n[s->m->values[v].type];
+}
+
+static inline sim_inst *
+vinst(sim *s, ir_id v, uint32_t k, uint32_t j)
+{
+    return &s->inst[s->vbase[v] + k * vnloc(s, v) + j];
+}
+
+/* Makes instance a an alias of b's storage. */
+static void
+inst_alias(sim *s, uint32_t a, uint32_t b)
+{
+    s->inst[a].owner = s->inst[b].owner;
+    s->inst[a].ready = s->inst[b].ready;
+    s->inst[a].dev = s->inst[b].dev;
+}
+
+static void
+inst_use(sim_inst *in, double end)
+{
+    if (end > in->last_use)
+        in->last_use = end;
+}
+
+static void
+inst_produce(sim_inst *in, double start, double end)
+{
+    in->alloc = start;
+    in->ready = end;
+    in->last_use = end;
+}
+
+static void
+record_event(sim *s, ir_id op, int32_t dev, int stream, double start, double end)
+{
+    if (!s->want_events)
+        return;
+    DI_GROW(&s->events, &s->cevent, s->nevent + 1);
+    s->events[s->nevent].op = op;
+    s->events[s->nevent].device = dev;
+    s->events[s->nevent].stream = (uint8_t)stream;
+    s->events[s->nevent].start = start;
+    s->events[s->nevent].end = end;
+    s->nevent++;
+}
+
+/* ---- the cost model ---- */
+
+static int
+is_gemm(int kind)
+{
+    return kind == IR_OP_MATMUL || kind == IR_OP_GEMM || kind == IR_OP_MATMULGRAD;
+}
+
+/*
+ * Roofline: max(flops / (peak(dtype) * efficiency), bytes / (bandwidth *
+ * elementwise_efficiency)) + launch. GEMMs reach max_efficiency *
+ * f / (f + half_flops) of peak, other ops max_efficiency. A measured time
+ * for the op's signature replaces the formula.
+ */
+static int
+compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
+{
+    const ir_module *m = s->m;
+    const hw_device *d = hw_device_spec(s->hw, (uint32_t)dev);
+    const ir_op *o = &m->ops[op];
+    ir_cost c;
+    double peak, eff, tc, tm;
+    ir_dtype dt = IR_F32;
+
+    if (s->hw->nop_time) {
+        char sig[512];
+        double meas;
+        hw_op_signature(m, op, sig, sizeof sig);
+        meas = hw_op_time_lookup(s->hw, sig);
+        if (meas >= 0) {
+            ir_op_cost(m, op, &c);
+            *t = meas;
+            *flops = c.flops / scale;
+            return 0;
+        }
+    }
+    if (o->kind == IR_OP_OPAQUE) {
+        char sig[512];
+        hw_op_signature(m, op, sig, sizeof sig);
+        return di_error_set(s->err, DI_ECOST,
+                            "op %u '%s' has no cost model: supply a measured time for "
+                            "signature '%s' in an op-time calibration file",
+                            op, ir_op_name(m, op), sig);
+    }
+    ir_op_cost(m, op, &c);
+    if (o->noutput) {
+        const ir_type *ty = &m->types[m->values[o->outputs].type];
+        if (ty->kind == IR_TYPE_TENSOR)
+            dt = (ir_dtype)ty->dtype;
+    }
+    if (o->ninput && !ir_dtype_is_float(dt)) {
+        const ir_type *ty = &m->types[m->values[m->refs[o->inputs]].type];
+        if (ty->kind == IR_TYPE_TENSOR)
+            dt = (ir_dtype)ty->dtype;
+    }
+    peak = d->flops[dt];
+    if (!(peak > 0) && ir_dtype_is_float(dt))
+        peak = d->flops[IR_F32];
+    if (!(peak > 0)) {
+        /* Integer work: use the f32 rate (index arithmetic runs on CUDA cores). */
+        peak = d->flops[IR_F32];
+    }
+    if (c.flops > 0 && !(peak > 0))
+        return di_error_set(s->err, DI_ECOST, "op %u '%s': device %d (%s) has no %s peak rate",
+                            op, ir_op_name(m, op), dev, d->kind, ir_dtype_name(dt));
+    c.flops /= scale;
+    c.bytes_read /= scale;
+    c.bytes_write /= scale;
+    eff = d->max_efficiency > 0 ? d->max_efficiency : 1.0;
+    if (is_gemm(o->kind) && d->half_flops > 0)
+        eff *= c.flops / (c.flops + d->half_flops);
+    tc = c.flops > 0 ? c.flops / (peak * eff) : 0;
+    tm = 0;
+    if (c.bytes_read + c.bytes_write > 0) {
+        double ew = d->elementwise_efficiency > 0 ? d->elementwise_efficiency : 1.0;
+        if (!(d->memory_bandwidth > 0))
+            return di_error_set(s->err, DI_ECOST, "device %d (%s) has no memory bandwidth", dev,
+                                d->kind);
+        tm = (c.bytes_read + c.bytes_write) / (d->memory_bandwidth * ew);
+    }
+    *t = (tc > tm ? tc : tm) + d->launch_overhead;
+    *flops = c.flops;
+    return 0;
+}
+
+/* The link class of a group: slowest link and whether it spans nodes. */
+typedef struct group_info {
+    uint32_t n;         /* devices */
+    uint32_t nodes;     /* distinct nodes */
+    uint32_t per_node;  /* most devices on one node */
+    hw_link intra, inter;
+} group_info;
+
+static void
+group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g)
+{
+    const hw_model *hw = s->hw;
+    g->n = n;
+    g->nodes = 0;
+    g->per_node = 0;
+    g->intra = hw->intra_node;
+    g->inter = hw->inter_node;
+    /* Devices are few per group; count nodes with a small quadratic scan over distinct nodes. */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t node = hw_node_of(hw, (uint32_t)devs[i]), cnt = 0;
+        int seen = 0;
+        for (uint32_t j = 0; j < i; j++)
+            if (hw_node_of(hw, (uint32_t)devs[j]) == node) {
+                seen = 1;
+                break;
+            }
+        if (seen)
+            continue;
+        g->nodes++;
+        for (uint32_t j = i; j < n; j++)
+            if (hw_node_of(hw, (uint32_t)devs[j]) == node)
+                cnt++;
+        if (cnt > g->per_node)
+            g->per_node = cnt;
+    }
+    if (hw->devices_per_node <= 1) {
+        /* One device per node (distir-classic): every link is the inter-node one. */
+        g->intra = hw->inter_node;
+    }
+}
+
+/* Ring costs. steps and the traffic factor depend on the collective. */
+static double
+ring_time(double bytes_factor, double bytes, uint32_t steps, const hw_link *l, double step_lat)
+{
+    return bytes_factor * bytes / l->bandwidth + steps * (l->latency + step_lat);
+}
+
+static double
+log2ceil(uint32_t n)
+{
+    double r = 0;
+    uint32_t p = 1;
+    while (p < n) {
+        p *= 2;
+        r += 1;
+    }
+    return r;
+}
+
+/*
+ * Time of a collective of `kind` over group g with payload `bytes` (per
+ * participant, as ir_cost.bytes_comm). alpha = link latency + the preset's
+ * per-step latency. Formulas (n devices, S bytes, B bandwidth):
+ *   all_reduce ring: 2(n-1)/n S/B + 2(n-1) alpha
+ *   all_reduce tree: 2 S/B + 2 ceil(log2 n) alpha
+ *   all_gather, reduce_scatter, all_to_all ring: (n-1)/n S/B + (n-1) alpha
+ *   broadcast (pipelined ring): S/B + (n-1) alpha; scatter/gather: (n-1)/n S/B + (n-1) alpha
+ *   hierarchical (spanning nodes, g per node, N nodes): intra reduce-scatter,
+ *   inter-node ring on S/g, intra all-gather (all_reduce); the analogous
+ *   split for the others.
+ */
+static double
+collective_time(const sim *s, int kind, const group_info *g, double bytes)
+{
+    const hw_model *hw = s->hw;
+    double sl = hw->collective_step_latency;
+    uint32_t n = g->n;
+    int spans = g->nodes > 1;
+    const hw_link *flat = spans ? &g->inter : &g->intra;
+    double ring, tree, hier = INFINITY, t;
+    double table;
+
+    if (n <= 1)
+        return 0;
+    table = hw_table_time(hw, kind, n, spans, bytes);
+    if (table >= 0)
+        return table;
+
+    switch (kind) {
+    case IR_OP_ALLREDUCE:
+        ring = ring_time(2.0 * (n - 1) / n, bytes, 2 * (n - 1), flat, sl);
+        tree = 2.0 * bytes / flat->bandwidth + 2 * log2ceil(n) * (flat->latency + sl);
+        if (spans && g->per_node > 1) {
+            uint32_t gp = g->per_node, N = g->nodes;
+            hier = ring_time((double)(gp - 1) / gp, bytes, gp - 1, &g->intra, sl) +
+                   ring_time(2.0 * (N - 1) / N, bytes / gp, 2 * (N - 1), &g->inter, sl) +
+                   ring_time((double)(gp - 1) / gp, bytes, gp - 1, &g->intra, sl);
+        }
+        break;
+    case IR_OP_ALLGATHER:
+    case IR_OP_REDUCESCATTER:
+    case IR_OP_ALLTOALL:
+    case IR_OP_SCATTER:
+    case IR_OP_GATHERTO:
+        ring = ring_time((double)(n - 1) / n, bytes, n - 1, flat, sl);
+        tree = ring;
+        if (spans && g->per_node > 1 && kind != IR_OP_ALLTOALL) {
+            uint32_t gp = g->per_node, N = g->nodes;
+            hier = ring_time((double)(gp - 1) / gp, bytes / N, gp - 1, &g->intra, sl) +
+                   ring_time((double)(N - 1) / N, bytes, N - 1, &g->inter, sl);
+        }
+        break;
+    case IR_OP_BROADCAST:
+        ring = bytes / flat->bandwidth + (n - 1) * (flat->latency + sl);
+        tree = log2ceil(n) * (bytes / flat->bandwidth + flat->latency + sl);
+        break;
+    default:
+        ring = ring_time((double)(n - 1) / n, bytes, n - 1, flat, sl);
+        tree = ring;
+    }
+    switch (hw->algorithm) {
+    case HW_ALGO_RING:
+    case HW_ALGO_SLOWEST_LINK:
+        t = ring;
+        break;
+    case HW_ALGO_TREE:
+        t = tree;
+        break;
+    case HW_ALGO_HIERARCHICAL:
+        t = spans && isfinite(hier) ? hier : ring;
+        break;
+    default:
+        t = ring;
+        if (tree < t)
+            t = tree;
+        if (hier < t)
+            t = hier;
+    }
+    return t;
+}
+
+/* ---- scheduling helpers ---- */
+
+static void
+occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end)
+{
+    sim_dev *d = &s->devs[dev];
+    if (s->opt->no_overlap) {
+        d->free[0] = d->free[1] = d->free[2] = end;
+    } else {
+        d->free[stream] = end;
+    }
+    ivec_push(&d->busy[stream], start, end);
+    record_event(s, op, dev, stream, start, end);
+}
+
+static double
+stream_free(const sim *s, int32_t dev, int stream)
+{
+    return s->devs[dev].free[stream];
+}
+
+/* ---- memory classes ---- */
+
+/* The value a view/plumbing/communication value comes from (0 if none). */
+static void
+mark_chain(sim *s, ir_id v, uint8_t cls, uint32_t depth)
+{
+    const ir_module *m = s->m;
+    while (v && depth++ < 1u << 20) {
+        const ir_value *val = &m->values[v];
+        if (s->vclass[v] == cls)
+            return;
+        if (s->vclass[v] != SIM_MEM_ACTIVATIONS && s->vclass[v] != SIM_MEM_COMM)
+            return; /* already classified otherwise: keep the first */
+        s->vclass[v] = cls;
+        if (val->def == 0) {
+            /* A pmap body argument comes from the pmap's input. */
+            const ir_region *r = &m->regions[val->region];
+            if (r->parent == 0)
+                return;
+            if (val->index >= m->ops[r->parent].ninput)
+                return;
+            v = m->refs[m->ops[r->parent].inputs + val->index];
+            continue;
+        }
+        const ir_op *o = &m->ops[val->def];
+        const ir_opinfo *info = ir_opkind_info(o->kind);
+        if (o->kind == IR_OP_PMAP) {
+            const ir_region *b = &m->regions[o->body];
+            if (val->index < b->nresult)
+                v = b->results[val->index];
+            else
+                return;
+        } else if (o->kind == IR_OP_TUPLE) {
+            for (uint32_t i = 1; i < o->ninput; i++)
+                mark_chain(s, m->refs[o->inputs + i], cls, depth);
+            v = o->ninput ? m->refs[o->inputs] : 0;
+        } else if ((info->flags & (IR_OPF_COMM | IR_OPF_FREE)) && o->ninput) {
+            v = m->refs[o->inputs];
+        } else if (info->flags & IR_OPF_OPTIM) {
+            v = val->index < o->ninput ? m->refs[o->inputs + (val->index ? val->index + 1 : 0)]
+                                       : 0;
+        } else {
+            return;
+        }
+    }
+}
+
+static void
+classify(sim *s)
+{
+    const ir_module *m = s->m;
+    for (ir_id v = 1; v < m->nvalue; v++) {
+        const ir_value *val = &m->values[v];
+        uint8_t c = SIM_MEM_ACTIVATIONS;
+        if (val->def && (ir_opkind_info(m->ops[val->def].kind)->flags & IR_OPF_COMM))
+            c = SIM_MEM_COMM;
+        s->vclass[v] = c;
+    }
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        if (!(ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM))
+            continue;
+        /* SGD(w, dw) and Adam(w, dw, m, v): w weights, dw gradients, m and v state. */
+        if (o->ninput > 0)
+            mark_chain(s, m->refs[o->inputs], SIM_MEM_WEIGHTS, 0);
+        if (o->ninput > 1)
+            mark_chain(s, m->refs[o->inputs + 1], SIM_MEM_GRADIENTS, 0);
+        for (uint32_t i = 2; i < o->ninput; i++)
+            mark_chain(s, m->refs[o->inputs + i], SIM_MEM_OPTIMIZER, 0);
+        for (uint32_t i = 0; i < o->noutput; i++)
+            s->vclass[o->outputs + i] = i == 0 ? SIM_MEM_WEIGHTS : SIM_MEM_OPTIMIZER;
+    }
+}
+
+/* ---- ops ---- */
+
+typedef struct ctx {
+    uint32_t rep;        /* pmap instances (1 at top level) */
+    const int32_t *devs; /* device of each instance, NULL at top level */
+} ctx;
+
+static int sim_region(sim *s, ir_id region, const ctx *c);
+
+/* Creates instances for every result of op in context c. */
+static int
+op_results(sim *s, ir_id op, const ctx *c)
+{
+    const ir_op *o = &s->m->ops[op];
+    for (uint32_t i = 0; i < o->noutput; i++) {
+        int rc = value_instances(s, o->outputs + i, c->rep, c->devs);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Instance of input value v at location j (or the single one) for pmap instance k. */
+static sim_inst *
+input_at(sim *s, ir_id v, uint32_t k, uint32_t j)
+{
+    uint32_t n = vnloc(s, v);
+    uint32_t kk = s->vrep[v] > 1 ? k : 0;
+    if (j >= n)
+        j = n ? n - 1 : 0;
+    return vinst(s, v, kk, j);
+}
+
+/* Free ops: views and plumbing alias their source, cost nothing. */
+static int
+sim_free_op(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    int rc = op_results(s, op, c);
+    if (rc)
+        return rc;
+    for (uint32_t k = 0; k < c->rep; k++) {
+        if (o->kind == IR_OP_TUPLE) {
+            uint32_t j = 0;
+            ir_id out = o->outputs;
+            for (uint32_t i = 0; i < o->ninput; i++) {
+                ir_id in = m->refs[o->inputs + i];
+                for (uint32_t l = 0; l < vnloc(s, in); l++, j++)
+                    inst_alias(s, s->vbase[out] + k * vnloc(s, out) + j,
+                               (uint32_t)(input_at(s, in, k, l) - s->inst));
+            }
+        } else if (o->kind == IR_OP_TUPLEGET) {
+            ir_id in = m->refs[o->inputs], out = o->outputs;
+            const ir_type *tt = &m->types[m->values[in].type];
+            int64_t idx = ir_op_int(m, op, "index", 0);
+            uint32_t j0 = 0;
+            for (int64_t e = 0; e < idx && (uint64_t)e < tt->nelem; e++) {
+                const tloc *locs;
+                uint32_t nl;
+                rc = type_locs(s, m->refs[tt->elems + e], &locs, &nl);
+                if (rc)
+                    return rc;
+                j0 += nl;
+            }
+            for (uint32_t l = 0; l < vnloc(s, out); l++)
+                inst_alias(s, s->vbase[out] + k * vnloc(s, out) + l,
+                           (uint32_t)(input_at(s, in, k, j0 + l) - s->inst));
+        } else if (o->kind == IR_OP_CONSTANT || o->ninput == 0) {
+            for (uint32_t i = 0; i < o->noutput; i++)
+                for (uint32_t l = 0; l < vnloc(s, o->outputs + i); l++) {
+                    sim_inst *in = vinst(s, o->outputs + i, k, l);
+                    in->flags |= INST_PERSISTENT;
+                    in->cls = SIM_MEM_WEIGHTS;
+                }
+        } else {
+            ir_id in = m->refs[o->inputs];
+            for (uint32_t i = 0; i < o->noutput; i++)
+                for (uint32_t l = 0; l < vnloc(s, o->outputs + i); l++)
+                    inst_alias(s, s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + l,
+                               (uint32_t)(input_at(s, in, k, l) - s->inst));
+        }
+    }
+    return 0;
+}
+
+/* Product of mesh axis sizes along which a dtensor op's work is divided. */
+static double
+dtensor_scale(const sim *s, ir_id op)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    ir_id mesh = 0;
+    double scale = 1;
+    uint32_t rank;
+    for (uint32_t i = 0; i < o->ninput + o->noutput && !mesh; i++) {
+        ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
+        mesh = m->types[m->values[v].type].mesh;
+    }
+    if (!mesh)
+        return 1;
+    rank = m->meshes[mesh].rank;
+    for (uint32_t a = 0; a < rank; a++) {
+        int divided = 0;
+        for (uint32_t i = 0; i < o->ninput + o->noutput; i++) {
+            ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
+            const ir_type *t = &m->types[m->values[v].type];
+            if (t->mesh == mesh && m->ints[t->placements + a] != IR_PLACE_R)
+                divided = 1;
+        }
+        if (divided)
+            scale *= (double)m->ints[m->meshes[mesh].shape + a];
+    }
+    return scale;
+}
+
+static int
+sim_compute_op(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
+    uint32_t nloc;
+    double scale = dtensor_scale(s, op);
+    int rc = op_results(s, op, c);
+    if (rc)
+        return rc;
+    nloc = o->noutput ? vnloc(s, o->outputs) : 1;
+    for (uint32_t k = 0; k < c->rep; k++) {
+        for (uint32_t j = 0; j < nloc; j++) {
+            int32_t dev;
+            double start, t = 0, fl = 0, end;
+            if (o->noutput)
+                dev = vinst(s, o->outputs, k, j)->dev;
+            else if (o->ninput)
+                dev = input_at(s, m->refs[o->inputs], k, j)->dev;
+            else
+                dev = c->devs ? c->devs[k] : 0;
+            start = stream_free(s, dev, STREAM_COMPUTE);
+            for (uint32_t i = 0; i < o->ninput; i++) {
+                sim_inst *in = input_at(s, m->refs[o->inputs + i], k, j);
+                if (in->ready > start)
+                    start = in->ready;
+            }
+            rc = compute_time(s, op, dev, scale, &t, &fl);
+            if (rc)
+                return rc;
+            end = start + t;
+            occupy(s, op, dev, STREAM_COMPUTE, start, end);
+            s->devs[dev].flops += fl;
+            s->nops++;
+            for (uint32_t i = 0; i < o->ninput; i++)
+                inst_use(input_at(s, m->refs[o->inputs + i], k, j), end);
+            for (uint32_t i = 0; i < o->noutput; i++) {
+                uint32_t idx = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + j;
+                if (optim && i < o->ninput) {
+                    /* Optimizer updates run in place: w' is w's storage. */
+                    uint32_t src = (uint32_t)(input_at(s, m->refs[o->inputs + (i ? i + 1 : 0)],
+                                                        k, j) -
+                                              s->inst);
+                    inst_alias(s, idx, src);
+                    s->inst[idx].ready = end;
+                } else {
+                    inst_produce(&s->inst[idx], start, end);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* Group membership of a mesh-form collective: devices sharing coordinates off mesh_axes. */
+static int
+mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint32_t *n)
+{
+    const ir_module *m = s->m;
+    const ir_mesh *ms = &m->meshes[mesh];
+    const int64_t *shape = m->ints + ms->shape, *devices = m->ints + ms->devices;
+    uint32_t naxes, rank = ms->rank;
+    const int64_t *axes = ir_op_ints(m, op, "mesh_axes", &naxes);
+    int64_t coord[IR_MAX_RANK], c2[IR_MAX_RANK];
+    uint32_t pos = UINT32_MAX, cnt = 0;
+    uint8_t inaxes[IR_MAX_RANK] = {0};
+    if (rank > IR_MAX_RANK)
+        return di_error_set(s->err, DI_EINVAL, "mesh rank %u too large", rank);
+    for (uint32_t i = 0; i < ms->ndevice; i++)
+        if (devices[i] == dev) {
+            pos = i;
+            break;
+        }
+    if (pos == UINT32_MAX)
+        return di_error_set(s->err, DI_EINVAL,
+                            "op %u '%s': device %d is not in mesh '%s'", op,
+                            ir_op_name(m, op), dev, ir_str_get(m, ms->name));
+    if (axes == NULL) {
+        /* No mesh_axes: every axis. */
+        for (uint32_t a = 0; a < rank; a++)
+            inaxes[a] = 1;
+    } else {
+        for (uint32_t a = 0; a < naxes; a++)
+            if (axes[a] >= 0 && axes[a] < (int64_t)rank)
+                inaxes[axes[a]] = 1;
+    }
+    for (int a = (int)rank - 1, p = (int)pos; a >= 0; a--) {
+        coord[a] = p % shape[a];
+        p /= (int)shape[a];
+    }
+    for (uint32_t i = 0; i < ms->ndevice; i++) {
+        int same = 1;
+        for (int a = (int)rank - 1, p = (int)i; a >= 0; a--) {
+            c2[a] = p % shape[a];
+            p /= (int)shape[a];
+        }
+        for (uint32_t a = 0; a < rank; a++)
+            if (!inaxes[a] && c2[a] != coord[a])
+                same = 0;
+        if (same)
+            group[cnt++] = (int32_t)devices[i];
+    }
+    *n = cnt;
+    return 0;
+}
+
+/* Runs one collective group: every member starts together and occupies both comm streams. */
+static void
+run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, double ready, double t,
+          double *out_start, double *out_end)
+{
+    double start = ready;
+    for (uint32_t i = 0; i < n; i++) {
+        if (stream_free(s, devs[i], STREAM_SEND) > start)
+            start = stream_free(s, devs[i], STREAM_SEND);
+        if (stream_free(s, devs[i], STREAM_RECV) > start)
+            start = stream_free(s, devs[i], STREAM_RECV);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        occupy(s, op, devs[i], STREAM_SEND, start, start + t);
+        occupy(s, op, devs[i], STREAM_RECV, start, start + t);
+    }
+    *out_start = start;
+    *out_end = start + t;
+}
+
+static int
+sim_send(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    ir_cost cost;
+    int rc = op_results(s, op, c);
+    if (rc)
+        return rc;
+    ir_op_cost(m, op, &cost);
+    for (uint32_t k = 0; k < c->rep; k++) {
+        sim_inst *in = input_at(s, m->refs[o->inputs], k, 0);
+        sim_inst *out = vinst(s, o->outputs, k, 0);
+        int32_t src = in->dev, dst = out->dev;
+        double start = in->ready, t, end;
+        const hw_link *l;
+        if (src == dst) {
+            start = in->ready;
+            t = 0;
+        } else {
+            l = hw_link_between(s->hw, (uint32_t)src, (uint32_t)dst);
+            t = l->latency + cost.bytes_comm / l->bandwidth;
+        }
+        if (stream_free(s, src, STREAM_SEND) > start)
+            start = stream_free(s, src, STREAM_SEND);
+        if (stream_free(s, dst, STREAM_RECV) > start)
+            start = stream_free(s, dst, STREAM_RECV);
+        end = start + t;
+        occupy(s, op, src, STREAM_SEND, start, end);
+        occupy(s, op, dst, STREAM_RECV, start, end);
+        s->nops++;
+        inst_use(in, end);
+        inst_produce(out, start, end);
+    }
+    return 0;
+}
+
+/* Collects distinct devices into set (keeping first-seen order). */
+static void
+set_add(int32_t *set, uint32_t *n, int32_t d)
+{
+    for (uint32_t i = 0; i < *n; i++)
+        if (set[i] == d)
+            return;
+    set[(*n)++] = d;
+}
+
+static int
+sim_collective(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    const ir_attr *meshattr = ir_op_attr(m, op, "mesh");
+    ir_id in = m->refs[o->inputs], out = o->outputs;
+    uint32_t nin = vnloc(s, in), nout;
+    ir_cost cost;
+    int rc = op_results(s, op, c);
+    int32_t *group;
+    uint32_t cap;
+    if (rc)
+        return rc;
+    nout = vnloc(s, out);
+    ir_op_cost(m, op, &cost);
+    cap = nin + nout + 1;
+    if (meshattr && meshattr->s < m->nmesh && m->meshes[meshattr->s].ndevice + 1 > cap)
+        cap = m->meshes[meshattr->s].ndevice + 1;
+    group = di_xmalloc(cap * sizeof *group);
+
+    if (meshattr) {
+        /*
+         * Mesh form: per location (a per-device tensor in a pmap body, or
+         * each mesh device of a distributed tensor), the group is the set of
+         * devices that share coordinates off mesh_axes. Groups are formed
+         * over every (instance, location) pair, each group run once.
+         */
+        uint32_t total = c->rep * nin;
+        uint8_t *done = di_xcalloc(total ? total : 1, 1);
+        for (uint32_t idx = 0; idx < total; idx++) {
+            uint32_t n = 0;
+            double ready = 0, start, end, t;
+            group_info g;
+            if (done[idx])
+                continue;
+            sim_inst *first = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? idx : idx % nin)];
+            rc = mesh_group(s, op, meshattr->s, first->dev, group, &n);
+            if (rc) {
+                free(done);
+                free(group);
+                return rc;
+            }
+            /* Members are the (instance, location) pairs on the group's devices. */
+            for (uint32_t q = idx; q < total; q++) {
+                sim_inst *x = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)];
+                for (uint32_t g2 = 0; g2 < n; g2++)
+                    if (x->dev == group[g2] && !done[q]) {
+                        done[q] = 2;
+                        if (x->ready > ready)
+                            ready = x->ready;
+                    }
+            }
+            group_describe(s, group, n, &g);
+            t = collective_time(s, o->kind, &g, cost.bytes_comm);
+            run_group(s, op, group, n, ready, t, &start, &end);
+            s->nops += n;
+            for (uint32_t q = idx; q < total; q++) {
+                if (done[q] != 2)
+                    continue;
+                done[q] = 1;
+                inst_use(&s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)], end);
+                if (q < c->rep * nout) {
+                    uint32_t oi = s->vbase[out] + q;
+                    inst_produce(&s->inst[oi], start, end);
+                }
+            }
+        }
+        free(done);
+        free(group);
+        return 0;
+    }
+
+    /* Tuple form: the group is every device holding an input or output location. */
+    for (uint32_t k = 0; k < c->rep; k++) {
+        uint32_t n = 0;
+        double ready = 0, start, end, t;
+        group_info g;
+        for (uint32_t j = 0; j < nin; j++) {
+            sim_inst *x = input_at(s, in, k, j);
+            set_add(group, &n, x->dev);
+            if (x->ready > ready)
+                ready = x->ready;
+        }
+        for (uint32_t j = 0; j < nout; j++)
+            set_add(group, &n, vinst(s, out, k, j)->dev);
+        group_describe(s, group, n, &g);
+        t = collective_time(s, o->kind, &g, cost.bytes_comm);
+        run_group(s, op, group, n, ready, t, &start, &end);
+        s->nops += n;
+        for (uint32_t j = 0; j < nin; j++)
+            inst_use(input_at(s, in, k, j), end);
+        for (uint32_t j = 0; j < nout; j++)
+            inst_produce(vinst(s, out, k, j), start, end);
+    }
+    free(group);
+    return 0;
+}
+
+static int
+sim_pmap(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    const ir_region *body;
+    uint32_t n = 0, ndev;
+    const int64_t *devlist;
+    int32_t *devs;
+    ctx bc;
+    int rc;
+    if (c->rep > 1)
+        return di_error_set(s->err, DI_EUNSUPPORTED,
+                            "op %u 'dist.pmap': a pmap nested inside a pmap body cannot be "
+                            "simulated yet",
+                            op);
+    if (o->body == 0 || o->body >= m->nregion)
+        return di_error_set(s->err, DI_EINVAL, "op %u 'dist.pmap' has no body", op);
+    devlist = ir_op_ints(m, op, "devices", &ndev);
+    if (devlist == NULL) {
+        const ir_attr *ma = ir_op_attr(m, op, "mesh");
+        if (ma == NULL || ma->s == 0 || ma->s >= m->nmesh)
+            return di_error_set(s->err, DI_EINVAL, "op %u 'dist.pmap' has neither devices nor mesh",
+                                op);
+        devlist = m->ints + m->meshes[ma->s].devices;
+        ndev = m->meshes[ma->s].ndevice;
+    }
+    devs = di_xmalloc((ndev ? ndev : 1) * sizeof *devs);
+    for (uint32_t k = 0; k < ndev; k++) {
+        rc = dev_check(s, devlist[k]);
+        if (rc) {
+            free(devs);
+            return rc;
+        }
+        devs[n++] = (int32_t)devlist[k];
+    }
+    body = &m->regions[o->body];
+    bc.rep = n;
+    bc.devs = devs;
+    /* Body arguments alias element k of each input (or its one instance). */
+    for (uint32_t a = 0; a < body->narg && a < o->ninput; a++) {
+        ir_id arg = body->args[a], in = m->refs[o->inputs + a];
+        uint32_t nl;
+        rc = value_instances(s, arg, n, devs);
+        if (rc) {
+            free(devs);
+            return rc;
+        }
+        nl = vnloc(s, arg);
+        for (uint32_t k = 0; k < n; k++)
+            for (uint32_t l = 0; l < nl; l++) {
+                uint32_t src_j = vnloc(s, in) == n * nl ? k * nl + l : l;
+                inst_alias(s, s->vbase[arg] + k * nl + l,
+                           (uint32_t)(input_at(s, in, 0, src_j) - s->inst));
+            }
+    }
+    rc = sim_region(s, o->body, &bc);
+    if (rc == 0) {
+        /* Result i element k aliases body result i of instance k. */
+        rc = op_results(s, op, c);
+        for (uint32_t i = 0; rc == 0 && i < o->noutput && i < body->nresult; i++) {
+            ir_id res = body->results[i], out = o->outputs + i;
+            uint32_t nl = vnloc(s, res);
+            for (uint32_t k = 0; k < n; k++)
+                for (uint32_t l = 0; l < nl; l++) {
+                    uint32_t oj = k * nl + l;
+                    if (oj >= vnloc(s, out))
+                        continue;
+                    inst_alias(s, s->vbase[out] + oj,
+                               (uint32_t)(vinst(s, res, s->vrep[res] > 1 ? k : 0, l) - s->inst));
+                }
+        }
+    }
+    free(devs);
+    return rc;
+}
+
+static int
+sim_op(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    uint32_t flags;
+    if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND)
+        return di_error_set(s->err, DI_EINVAL, "op %u has an invalid kind", op);
+    flags = ir_opkind_info(o->kind)->flags;
+    if (o->kind == IR_OP_PMAP)
+        return sim_pmap(s, op, c);
+    if (o->kind == IR_OP_RETURN)
+        return di_error_set(s->err, DI_EINVAL, "op %u: dist.return stored as an op", op);
+    if (flags & IR_OPF_FREE)
+        return sim_free_op(s, op, c);
+    if (o->kind == IR_OP_SEND)
+        return sim_send(s, op, c);
+    if (flags & IR_OPF_COMM) {
+        if (o->ninput != 1 || o->noutput != 1)
+            return di_error_set(s->err, DI_EINVAL, "op %u '%s' must have one input and result",
+                                op, ir_op_name(m, op));
+        return sim_collective(s, op, c);
+    }
+    return sim_compute_op(s, op, c);
+}
+
+static int
+sim_region(sim *s, ir_id region, const ctx *c)
+{
+    const ir_region *r = &s->m->regions[region];
+    for (uint32_t i = 0; i < r->nop; i++) {
+        int rc;
+        if ((i & 1023) == 0 && cancelled(s))
+            return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
+        rc = sim_op(s, r->ops[i], c);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- results ---- */
+
+static int
+interval_cmp(const void *a, const void *b)
+{
+    const interval *x = a, *y = b;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* Union of intervals (sorted in place); returns the total length. */
+static double
+union_len(interval *v, uint32_t n, interval **merged, uint32_t *nmerged)
+{
+    double total = 0;
+    uint32_t w = 0;
+    qsort(v, n, sizeof *v, interval_cmp);
+    for (uint32_t i = 0; i < n; i++) {
+        if (w && v[i].start <= v[w - 1].end) {
+            if (v[i].end > v[w - 1].end)
+                v[w - 1].end = v[i].end;
+        } else {
+            v[w++] = v[i];
+        }
+    }
+    for (uint32_t i = 0; i < w; i++)
+        total += v[i].end - v[i].start;
+    if (merged) {
+        *merged = v;
+        *nmerged = w;
+    }
+    return total;
+}
+
+/* Length of a minus b, both sorted disjoint lists. */
+static double
+minus_len(const interval *a, uint32_t na, const interval *b, uint32_t nb)
+{
+    double total = 0;
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < na; i++) {
+        double cur = a[i].start, end = a[i].end;
+        while (j < nb && b[j].end <= cur)
+            j++;
+        for (uint32_t q = j; q < nb && b[q].start < end; q++) {
+            if (b[q].start > cur)
+                total += b[q].start - cur;
+            if (b[q].end > cur)
+                cur = b[q].end;
+            if (cur >= end)
+                break;
+        }
+        if (cur < end)
+            total += end - cur;
+    }
+    return total;
+}
+
+static int
+memev_cmp(const void *a, const void *b)
+{
+    const memev *x = a, *y = b;
+    if (x->time != y->time)
+        return x->time < y->time ? -1 : 1;
+    /* Frees before allocations at the same instant, then creation order. */
+    if ((x->delta < 0) != (y->delta < 0))
+        return x->delta < 0 ? -1 : 1;
+    return x->seq < y->seq ? -1 : (x->seq > y->seq);
+}
+
+static void
+memev_push(sim *s, int32_t dev, double t, int64_t delta, uint8_t cls)
+{
+    sim_dev *d = &s->devs[dev];
+    DI_GROW(&d->ev, &d->cev, d->nev + 1);
+    d->ev[d->nev].time = t;
+    d->ev[d->nev].delta = delta;
+    d->ev[d->nev].cls = cls;
+    d->ev[d->nev].seq = s->memseq++;
+    d->nev++;
+}
+
+static void
+build_memory(sim *s, double step)
+{
+    /* Propagate last use and persistence from aliases to owners. */
+    for (uint32_t i = 0; i < s->ninst; i++) {
+        sim_inst *in = &s->inst[i];
+        if (in->owner != i) {
+            sim_inst *ow = &s->inst[in->owner];
+            if (in->last_use > ow->last_use)
+                ow->last_use = in->last_use;
+            ow->flags |= in->flags & INST_PERSISTENT;
+        }
+    }
+    for (uint32_t i = 0; i < s->ninst; i++) {
+        sim_inst *in = &s->inst[i];
+        if (in->owner != i || in->bytes == 0)
+            continue;
+        memev_push(s, in->dev, in->alloc, (int64_t)in->bytes, in->cls);
+        if (!(in->flags & INST_PERSISTENT)) {
+            double t = in->last_use > in->ready ? in->last_use : in->ready;
+            memev_push(s, in->dev, t > step ? step : t, -(int64_t)in->bytes, in->cls);
+        }
+    }
+}
+
+static void
+device_memory(sim *s, int32_t dev, sim_device_result *r)
+{
+    sim_dev *d = &s->devs[dev];
+    int64_t live = 0, cls[SIM_NMEMCLASS] = {0};
+    uint32_t npoint = 0, cap = 0;
+    sim_mempoint *pts = NULL;
+    qsort(d->ev, d->nev, sizeof *d->ev, memev_cmp);
+    r->peak_memory_bytes = 0;
+    r->peak_time_s = 0;
+    for (uint32_t i = 0; i < d->nev; i++) {
+        live += d->ev[i].delta;
+        cls[d->ev[i].cls] += d->ev[i].delta;
+        if (i + 1 < d->nev && d->ev[i + 1].time == d->ev[i].time)
+            continue; /* settle every event of one instant first */
+        if (live > (int64_t)r->peak_memory_bytes) {
+            r->peak_memory_bytes = (uint64_t)live;
+            r->peak_time_s = d->ev[i].time;
+            for (int c = 0; c < SIM_NMEMCLASS; c++)
+                r->peak_by_class[c] = cls[c] > 0 ? (uint64_t)cls[c] : 0;
+        }
+        if (s->opt->want_timeline) {
+            DI_GROW(&pts, &cap, npoint + 1);
+            pts[npoint].time = d->ev[i].time;
+            pts[npoint].bytes = live > 0 ? (uint64_t)live : 0;
+            for (int c = 0; c < SIM_NMEMCLASS; c++)
+                pts[npoint].by_class[c] = cls[c] > 0 ? (uint64_t)cls[c] : 0;
+            npoint++;
+        }
+    }
+    /* Thin the timeline to at most max points, keeping each bucket's highest point. */
+    if (s->opt->timeline_max_points && npoint > s->opt->timeline_max_points) {
+        uint32_t maxp = s->opt->timeline_max_points, w = 0;
+        uint64_t per = (npoint + maxp - 1) / maxp;
+        for (uint32_t i = 0; i < npoint; i += (uint32_t)per) {
+            uint32_t best = i;
+            for (uint32_t q = i; q < npoint && q < i + per; q++)
+                if (pts[q].bytes > pts[best].bytes)
+                    best = q;
+            pts[w++] = pts[best];
+        }
+        npoint = w;
+    }
+    r->timeline = pts;
+    r->ntimeline = npoint;
+    r->capacity_bytes = (uint64_t)hw_device_spec(s->hw, (uint32_t)dev)->memory_bytes;
+    r->oom = r->capacity_bytes && r->peak_memory_bytes > r->capacity_bytes;
+    r->oom_by_bytes = r->oom ? r->peak_memory_bytes - r->capacity_bytes : 0;
+}
+
+static int
+build_result(sim *s, sim_result **out)
+{
+    sim_result *r = di_xcalloc(1, sizeof *r);
+    double step = 0, peak_sum = 0;
+    uint32_t n = 0;
+    for (uint32_t d = 0; d < s->ndev; d++)
+        for (int st = 0; st < 3; st++)
+            if (s->devs[d].free[st] > step)
+                step = s->devs[d].free[st];
+    build_memory(s, step);
+    for (uint32_t d = 0; d < s->ndev; d++) {
+        sim_dev *dv = &s->devs[d];
+        if (dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->nev)
+            n++;
+    }
+    r->devices = di_xcalloc(n ? n : 1, sizeof *r->devices);
+    r->ndevice = 0;
+    for (uint32_t d = 0; d < s->ndev; d++) {
+        sim_dev *dv = &s->devs[d];
+        sim_device_result *dr;
+        interval *all, *comm, *mc, *mall;
+        uint32_t nc, nall, nmc, nmall;
+        double compute;
+        if (!(dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->nev))
+            continue;
+        dr = &r->devices[r->ndevice++];
+        dr->id = (int32_t)d;
+        compute = union_len(dv->busy[0].v, dv->busy[0].n, NULL, NULL);
+        nc = dv->busy[1].n + dv->busy[2].n;
+        comm = di_xmalloc((nc ? nc : 1) * sizeof *comm);
+        if (dv->busy[1].n)
+            memcpy(comm, dv->busy[1].v, dv->busy[1].n * sizeof *comm);
+        if (dv->busy[2].n)
+            memcpy(comm + dv->busy[1].n, dv->busy[2].v, dv->busy[2].n * sizeof *comm);
+        dr->comm_s = union_len(comm, nc, &mc, &nmc);
+        dr->compute_s = compute;
+        dr->exposed_comm_s = minus_len(mc, nmc, dv->busy[0].v, dv->busy[0].n);
+        nall = nmc + dv->busy[0].n;
+        all = di_xmalloc((nall ? nall : 1) * sizeof *all);
+        if (nmc)
+            memcpy(all, mc, nmc * sizeof *all);
+        if (dv->busy[0].n)
+            memcpy(all + nmc, dv->busy[0].v, dv->busy[0].n * sizeof *all);
+        dr->busy_s = union_len(all, nall, &mall, &nmall);
+        dr->idle_s = step - dr->busy_s;
+        if (dr->idle_s < 0)
+            dr->idle_s = 0;
+        dr->flops = dv->flops;
+        free(comm);
+        free(all);
+        device_memory(s, (int32_t)d, dr);
+        r->flops += dv->flops;
+        if (dr->peak_memory_bytes > r->peak_memory_bytes)
+            r->peak_memory_bytes = dr->peak_memory_bytes;
+        {
+            const hw_device *spec = hw_device_spec(s->hw, d);
+            double best = 0;
+            for (int t = 1; t < IR_NDTYPE; t++)
+                if (spec->flops[t] > best && ir_dtype_is_float((ir_dtype)t))
+                    best = spec->flops[t];
+            peak_sum += best;
+        }
+    }
+    r->step_time_s = step;
+    r->ops = s->nops;
+    r->mfu = (step > 0 && peak_sum > 0) ? r->flops / (step * peak_sum) : 0;
+    if (step > 0 && r->ndevice) {
+        double mean = 0;
+        for (uint32_t i = 0; i < r->ndevice; i++)
+            mean += r->devices[i].compute_s;
+        mean /= r->ndevice;
+        r->bubble_fraction = 1.0 - mean / step;
+        if (r->bubble_fraction < 0)
+            r->bubble_fraction = 0;
+    }
+    *out = r;
+    return 0;
+}
+
+static void
+sim_fini(sim *s)
+{
+    if (s->devs)
+        for (uint32_t d = 0; d < s->ndev; d++) {
+            for (int st = 0; st < 3; st++)
+                free(s->devs[d].busy[st].v);
+            free(s->devs[d].ev);
+        }
+    free(s->devs);
+    free(s->used);
+    free(s->tloc_off);
+    free(s->tloc_n);
+    free(s->tlocs);
+    free(s->vbase);
+    free(s->vrep);
+    free(s->inst);
+    free(s->vclass);
+    free(s->events);
+}
+
+int
+sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_result **out,
+        sim_event **events, uint32_t *nevent, di_error *err)
+{
+    sim s;
+    sim_options dflt;
+    ir_id entry;
+    const ir_region *r;
+    ctx top = {1, NULL};
+    int rc;
+
+    *out = NULL;
+    if (events) {
+        *events = NULL;
+        *nevent = 0;
+    }
+    if (opt == NULL) {
+        sim_options_default(&dflt);
+        opt = &dflt;
+    }
+    entry = ir_module_entry(m);
+    if (entry == 0)
+        return di_error_set(err, DI_EINVAL, "the module has no function to simulate");
+    if (hw->ndevice == 0)
+        return di_error_set(err, DI_EINVAL, "hardware '%s' has no devices", hw->name);
+    memset(&s, 0, sizeof s);
+    s.m = m;
+    s.hw = hw;
+    s.opt = opt;
+    s.err = err;
+    s.ndev = hw->ndevice;
+    s.want_events = events != NULL;
+    s.devs = di_xcalloc(s.ndev, sizeof *s.devs);
+    s.tloc_off = di_xmalloc(m->ntype * sizeof *s.tloc_off);
+    memset(s.tloc_off, 0xff, m->ntype * sizeof *s.tloc_off);
+    s.tloc_n = di_xcalloc(m->ntype, sizeof *s.tloc_n);
+    s.vbase = di_xcalloc(m->nvalue, sizeof *s.vbase);
+    s.vrep = di_xcalloc(m->nvalue, sizeof *s.vrep);
+    s.vclass = di_xcalloc(m->nvalue, 1);
+    inst_new(&s, 1); /* instance 0 is reserved */
+    classify(&s);
+
+    r = &m->regions[entry];
+    for (uint32_t a = 0; a < r->narg; a++) {
+        ir_id v = r->args[a];
+        rc = value_instances(&s, v, 1, NULL);
+        if (rc)
+            goto fail;
+        for (uint32_t l = 0; l < vnloc(&s, v); l++) {
+            sim_inst *in = vinst(&s, v, 0, l);
+            in->flags |= INST_PERSISTENT;
+            if (in->cls == SIM_MEM_COMM)
+                in->cls = SIM_MEM_ACTIVATIONS;
+        }
+    }
+    rc = sim_region(&s, entry, &top);
+    if (rc)
+        goto fail;
+    r = &m->regions[entry];
+    for (uint32_t i = 0; i < r->nresult; i++) {
+        ir_id v = r->results[i];
+        for (uint32_t k = 0; k < s.vrep[v]; k++)
+            for (uint32_t l = 0; l < vnloc(&s, v); l++)
+                vinst(&s, v, k, l)->flags |= INST_PERSISTENT;
+    }
+    rc = build_result(&s, out);
+    if (rc)
+        goto fail;
+    if (events) {
+        *events = s.events;
+        *nevent = s.nevent;
+        s.events = NULL;
+    }
+    sim_fini(&s);
+    return 0;
+fail:
+    sim_fini(&s);
+    return rc ? rc : DI_EINTERNAL;
+}
+
+void
+sim_result_free(sim_result *r)
+{
+    if (r == NULL)
+        return;
+    for (uint32_t i = 0; i < r->ndevice; i++)
+        free(r->devices[i].timeline);
+    free(r->devices);
+    free(r);
+}
