@@ -1,0 +1,198 @@
+/*
+ * cmd_module.c: the commands that read one module and show it: `print`,
+ * `verify`, `hash` and `convert`.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ir/pb.h"
+
+/* Loads the single FILE argument of a command that takes no options but those given. */
+static int
+one_file(int argc, char **argv, const char *usage, const char **file)
+{
+    *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' && argv[i][1] != '\0')
+            return cli_usage(usage);
+        if (*file)
+            return cli_usage(usage);
+        *file = argv[i];
+    }
+    if (*file == NULL)
+        return cli_usage(usage);
+    return CLI_OK;
+}
+
+static void
+print_stats(const ir_module *m, int json)
+{
+    uint64_t ops = 0, params = 0;
+    double flops = 0;
+    ir_id entry = ir_module_entry(m);
+    for (ir_id op = 1; op < m->nop; op++) {
+        ir_cost c;
+        if (m->ops[op].kind == IR_OP_NONE)
+            continue;
+        ops++;
+        ir_op_cost(m, op, &c);
+        flops += c.flops;
+    }
+    /* Parameters: the elements of entry arguments updated by an optimizer. */
+    if (entry) {
+        const ir_region *r = &m->regions[entry];
+        for (uint32_t a = 0; a < r->narg; a++) {
+            ir_id v = r->args[a];
+            for (ir_id op = 1; op < m->nop; op++) {
+                const ir_op *o = &m->ops[op];
+                if ((ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) && o->ninput &&
+                    m->refs[o->inputs] == v) {
+                    params += (uint64_t)ir_type_numel(m, m->values[v].type);
+                    break;
+                }
+            }
+        }
+    }
+    if (json)
+        printf("{\"ops\":%llu,\"values\":%u,\"parameters\":%llu,\"flops\":%.17g}\n",
+               (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params, flops);
+    else
+        printf("ops         %llu\nvalues      %u\nparameters  %llu\nflops       %.6g\n",
+               (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params, flops);
+}
+
+int
+cmd_print(int argc, char **argv)
+{
+    static const char usage[] = "print FILE [--stats [--json]]";
+    const char *file = NULL;
+    int stats = 0, json = 0;
+    ir_module *m;
+    for (int i = 1; i < argc; i++) {
+        if (cli_flag(argv[i], "--stats"))
+            stats = 1;
+        else if (cli_flag(argv[i], "--json"))
+            json = 1;
+        else if ((argv[i][0] == '-' && argv[i][1] != '\0') || file)
+            return cli_usage(usage);
+        else
+            file = argv[i];
+    }
+    if (file == NULL || (json && !stats))
+        return cli_usage(usage);
+    if (cli_load_module(file, &m) != 0)
+        return CLI_FAIL;
+    if (stats) {
+        print_stats(m, json);
+    } else {
+        size_t len;
+        char *text = ir_print(m, &len);
+        fwrite(text, 1, len, stdout);
+        di_free(text);
+    }
+    ir_module_free(m);
+    return CLI_OK;
+}
+
+static void
+report(void *ctx, const di_error *e)
+{
+    const char *file = ctx;
+    fprintf(stderr, "%s: %s\n", file, e->msg);
+}
+
+int
+cmd_verify(int argc, char **argv)
+{
+    const char *file;
+    ir_module *m;
+    int rc = one_file(argc, argv, "verify FILE", &file), n;
+    if (rc != CLI_OK)
+        return rc;
+    if (cli_load_module(file, &m) != 0)
+        return CLI_FAIL;
+    n = ir_verify_all(m, report, (void *)file, 0);
+    ir_module_free(m);
+    if (n > 0) {
+        fprintf(stderr, "%s: %d problem%s\n", file, n, n == 1 ? "" : "s");
+        return CLI_FAIL;
+    }
+    printf("%s: ok\n", file);
+    return CLI_OK;
+}
+
+int
+cmd_hash(int argc, char **argv)
+{
+    const char *file;
+    ir_module *m;
+    di_hash h;
+    char hex[65];
+    int rc = one_file(argc, argv, "hash FILE", &file);
+    if (rc != CLI_OK)
+        return rc;
+    if (cli_load_module(file, &m) != 0)
+        return CLI_FAIL;
+    ir_hash(m, &h);
+    di_hash_hex(&h, hex);
+    printf("%s\n", hex);
+    ir_module_free(m);
+    return CLI_OK;
+}
+
+int
+cmd_convert(int argc, char **argv)
+{
+    static const char usage[] = "convert FILE -o OUT.{dir,pb} [--to text|pb]";
+    const char *file = NULL, *outpath = NULL, *to = NULL, *v;
+    cli_format fmt;
+    ir_module *m;
+    di_error err;
+    uint8_t *data;
+    size_t len;
+    int rc;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = cli_opt(argc, argv, &i, "-o", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            outpath = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--to", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            to = v;
+        } else if ((argv[i][0] == '-' && argv[i][1] != '\0') || file) {
+            return cli_usage(usage);
+        } else {
+            file = argv[i];
+        }
+    }
+    if (file == NULL || outpath == NULL)
+        return cli_usage(usage);
+    if (to)
+        fmt = strcmp(to, "text") == 0 ? CLI_FORMAT_TEXT
+              : strcmp(to, "pb") == 0 ? CLI_FORMAT_PB
+                                      : CLI_FORMAT_UNKNOWN;
+    else
+        fmt = cli_format_from_path(outpath);
+    if (fmt != CLI_FORMAT_TEXT && fmt != CLI_FORMAT_PB) {
+        cli_error("cannot tell the output format of '%s': name it .dir or .pb, or use --to",
+                  outpath);
+        return CLI_USAGE;
+    }
+    if (cli_load_module(file, &m) != 0)
+        return CLI_FAIL;
+    if (fmt == CLI_FORMAT_TEXT)
+        data = (uint8_t *)ir_print(m, &len);
+    else
+        ir_encode(m, &data, &len);
+    rc = di_write_file(outpath, data, len, &err);
+    di_free(data);
+    ir_module_free(m);
+    if (rc != 0) {
+        cli_error("%s", err.msg);
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
