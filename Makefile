@@ -70,11 +70,19 @@ $(B)/gen/grpc/health/v1/health.pb-c.c $(B)/gen/grpc/health/v1/health.pb-c.h: | $
 	@mkdir -p $(B)/gen
 	$(PROTOC_C) -I$(HEALTH_PROTO_ROOT) --c_out=$(B)/gen grpc/health/v1/health.proto
 
+# The cache schema, embedded into distird as the C string cache_schema_sql.
+$(B)/gen/schema_sql.c: schema.sql | $(B)/deps.stamp
+	@mkdir -p $(B)/gen
+	@{ echo '/* generated from schema.sql */'; echo 'const char cache_schema_sql[] = {'; \
+	  od -An -v -tx1 schema.sql | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '0};'; } >$@.tmp
+	@mv $@.tmp $@
+
 # ---- sources ----
 LIB_SRCS := $(sort $(wildcard lib/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/gen/distir.pb-c.o $(B)/obj/gen/onnx/onnx-ml.pb-c.o
 SRV_SRCS := $(sort $(wildcard server/*.c))
-SRV_OBJS := $(SRV_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/gen/grpc/health/v1/health.pb-c.o
+SRV_OBJS := $(SRV_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/gen/grpc/health/v1/health.pb-c.o \
+	$(B)/obj/gen/schema_sql.o
 CLI_SRCS := $(sort $(wildcard client/*.c))
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))

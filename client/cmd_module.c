@@ -42,17 +42,16 @@ print_stats(const ir_module *m, int json)
     /* Parameters: the elements of entry arguments updated by an optimizer. */
     if (entry) {
         const ir_region *r = &m->regions[entry];
-        for (uint32_t a = 0; a < r->narg; a++) {
-            ir_id v = r->args[a];
-            for (ir_id op = 1; op < m->nop; op++) {
-                const ir_op *o = &m->ops[op];
-                if ((ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) && o->ninput &&
-                    m->refs[o->inputs] == v) {
-                    params += (uint64_t)ir_type_numel(m, m->values[v].type);
-                    break;
-                }
-            }
+        uint8_t *updated = di_xcalloc(m->nvalue, 1);
+        for (ir_id op = 1; op < m->nop; op++) {
+            const ir_op *o = &m->ops[op];
+            if ((ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) && o->ninput)
+                updated[m->refs[o->inputs]] = 1;
         }
+        for (uint32_t a = 0; a < r->narg; a++)
+            if (updated[r->args[a]])
+                params += (uint64_t)ir_type_numel(m, m->values[r->args[a]].type);
+        di_free(updated);
     }
     if (json)
         printf("{\"ops\":%llu,\"values\":%u,\"parameters\":%llu,\"flops\":%.17g}\n",
