@@ -1,0 +1,42 @@
+-- schema.sql: the distird result cache (SQLite 3). It is embedded into the
+-- daemon at build time (the Makefile turns it into the C string
+-- cache_schema_sql) and applied by server/cache.c.
+--
+-- Migrations: each "-- version N" line starts the statements that take a
+-- database from version N-1 to version N. On open, distird runs every
+-- section above the file's PRAGMA user_version inside one BEGIN IMMEDIATE
+-- transaction and then sets user_version to the last N. Sections are never
+-- edited once released; a change is a new section. A database whose
+-- user_version is newer than this file is refused.
+--
+-- The cache maps a key (SHA-256 over the canonical hashes of module,
+-- hardware, strategy, options and the simulator version; see
+-- server/key.c) to the packed distir.v1.SimResult, with a few columns
+-- copied out of the result so that they can be queried and indexed.
+-- Results are deterministic, so a row never changes once written; only
+-- hits and last_hit are updated.
+
+-- version 1
+CREATE TABLE results (
+    id INTEGER PRIMARY KEY,
+    key BLOB NOT NULL UNIQUE CHECK (typeof(key) = 'blob' AND length(key) = 32),
+    result BLOB NOT NULL,                   -- packed distir.v1.SimResult
+    simulator_version TEXT NOT NULL,
+    step_time_s REAL NOT NULL,              -- seconds
+    peak_memory_bytes INTEGER NOT NULL,     -- bytes, max over devices
+    created REAL NOT NULL,                  -- Unix time, seconds
+    last_hit REAL,                          -- Unix time, seconds; NULL until the first hit
+    hits INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX results_step_time ON results (step_time_s);
+CREATE INDEX results_peak_memory ON results (peak_memory_bytes);
+
+-- version 2
+-- Least-recently-used order for eviction, and a small table of facts about
+-- the database itself.
+CREATE INDEX results_last_hit ON results (last_hit);
+CREATE TABLE meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+INSERT INTO meta (name, value) VALUES ('created', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));

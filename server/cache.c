@@ -1,0 +1,476 @@
+/*
+ * cache.c: the result cache on SQLite. See cache.h for the threading rules
+ * and schema.sql for the tables and the migration scheme.
+ *
+ * Hits are frequent and cheap, so they are not written one by one: the
+ * writer collects them in memory (cache_note_hit) and cache_flush, called by
+ * the daemon from a timer and at shutdown, applies them in one transaction,
+ * one UPDATE per distinct key.
+ */
+#include "cache.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum {
+    ST_GET,
+    ST_PUT,
+    ST_HIT,
+    ST_HITS,
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    NSTMT
+};
+
+static const char *const stmt_sql[NSTMT] = {
+    [ST_GET] = "SELECT result FROM results WHERE key = ?1",
+    [ST_PUT] = "INSERT INTO results (key, result, simulator_version, step_time_s, "
+               "peak_memory_bytes, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+               "ON CONFLICT (key) DO NOTHING",
+    [ST_HIT] = "UPDATE results SET hits = hits + ?2, "
+               "last_hit = max(coalesce(last_hit, 0), ?3) WHERE key = ?1",
+    [ST_HITS] = "SELECT hits FROM results WHERE key = ?1",
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+};
+
+typedef struct cache_hit {
+    di_hash key;
+    double time; /* Unix seconds */
+} cache_hit;
+
+struct cache {
+    sqlite3 *db;
+    int readonly;
+    sqlite3_stmt *st[NSTMT];
+    sqlite3_stmt *active; /* the statement whose row cache_get lent out */
+    uint64_t count;
+    cache_hit *hits;      /* pending hits */
+    size_t nhit, chit;
+};
+
+static double
+now_unix(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int
+db_error(cache *c, di_error *err, int code, const char *what)
+{
+    return di_error_set(err, code, "cache: %s: %s", what,
+                        c->db ? sqlite3_errmsg(c->db) : "no database");
+}
+
+static void
+release_active(cache *c)
+{
+    if (c->active != NULL) {
+        sqlite3_reset(c->active);
+        c->active = NULL;
+    }
+}
+
+int
+cache_schema_latest(const char *schema)
+{
+    int latest = 0;
+    const char *p = schema;
+    while ((p = strstr(p, "-- version ")) != NULL) {
+        if (p == schema || p[-1] == '\n') {
+            int v = atoi(p + 11);
+            if (v > latest)
+                latest = v;
+        }
+        p += 11;
+    }
+    return latest;
+}
+
+static int
+pragma_int(sqlite3 *db, const char *sql, int *out)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *out = sqlite3_column_int(st, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/*
+ * Runs every "-- version N" section with N > the current user_version, in
+ * order, in one transaction, then sets user_version.
+ */
+static int
+migrate(cache *c, const char *schema, di_error *err)
+{
+    int current = 0, latest = cache_schema_latest(schema);
+    char *msg = NULL;
+    if (sqlite3_exec(c->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        return db_error(c, err, DI_EIO, "cannot start the schema migration");
+    if (pragma_int(c->db, "PRAGMA user_version", &current) != SQLITE_OK) {
+        sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+        return db_error(c, err, DI_EIO, "cannot read the schema version");
+    }
+    if (current > latest) {
+        sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+        return di_error_set(err, DI_EUNSUPPORTED,
+                            "cache: database schema version %d is newer than this build's (%d)",
+                            current, latest);
+    }
+    for (int v = current + 1; v <= latest; v++) {
+        /* Find the section "-- version v" and cut it at the next marker. */
+        char marker[32];
+        const char *start = NULL, *p = schema;
+        snprintf(marker, sizeof marker, "-- version %d", v);
+        while ((p = strstr(p, marker)) != NULL) {
+            char after = p[strlen(marker)];
+            if ((p == schema || p[-1] == '\n') && (after == '\n' || after == '\0' || after == '\r')) {
+                start = p;
+                break;
+            }
+            p++;
+        }
+        if (start == NULL)
+            continue; /* versions need not be contiguous */
+        const char *end = start + strlen(marker);
+        const char *next = strstr(end, "\n-- version ");
+        size_t n = next ? (size_t)(next - end) : strlen(end);
+        char *section = strndup(end, n);
+        if (section == NULL)
+            di_oom();
+        int rc = sqlite3_exec(c->db, section, NULL, NULL, &msg);
+        free(section);
+        if (rc != SQLITE_OK) {
+            di_error_set(err, DI_EIO, "cache: schema version %d failed: %s", v,
+                         msg ? msg : sqlite3_errstr(rc));
+            sqlite3_free(msg);
+            sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+            return DI_EIO;
+        }
+    }
+    if (latest > current) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", latest);
+        if (sqlite3_exec(c->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+            sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+            return db_error(c, err, DI_EIO, "cannot set the schema version");
+        }
+    }
+    if (sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+        return db_error(c, err, DI_EIO, "cannot commit the schema migration");
+    }
+    return 0;
+}
+
+int
+cache_open_schema(const char *path, int flags, const char *schema, cache **out, di_error *err)
+{
+    cache *c = di_xcalloc(1, sizeof *c);
+    int oflags = SQLITE_OPEN_NOMUTEX;
+    int rc, version = 0;
+    *out = NULL;
+    c->readonly = (flags & CACHE_READONLY) != 0;
+    oflags |= c->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    rc = sqlite3_open_v2(path, &c->db, oflags, NULL);
+    if (rc != SQLITE_OK) {
+        di_error_set(err, DI_EIO, "cache: cannot open '%s': %s", path,
+                     c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
+        cache_close(c);
+        return DI_EIO;
+    }
+    sqlite3_busy_timeout(c->db, 5000);
+    sqlite3_extended_result_codes(c->db, 1);
+    if (!c->readonly) {
+        char *msg = NULL;
+        rc = sqlite3_exec(c->db,
+                          "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
+                          "PRAGMA journal_size_limit = 67108864;",
+                          NULL, NULL, &msg);
+        if (rc != SQLITE_OK) {
+            di_error_set(err, DI_EIO, "cache: '%s' is not usable as a database: %s", path,
+                         msg ? msg : sqlite3_errstr(rc));
+            sqlite3_free(msg);
+            cache_close(c);
+            return DI_EIO;
+        }
+        rc = migrate(c, schema, err);
+        if (rc != 0) {
+            di_error_prefix(err, "'%s'", path);
+            cache_close(c);
+            return rc;
+        }
+    }
+    if (pragma_int(c->db, "PRAGMA user_version", &version) != SQLITE_OK) {
+        db_error(c, err, DI_EIO, "cannot read the schema version");
+        di_error_prefix(err, "'%s'", path);
+        cache_close(c);
+        return DI_EIO;
+    }
+    if (version != cache_schema_latest(schema)) {
+        di_error_set(err, version > cache_schema_latest(schema) ? DI_EUNSUPPORTED : DI_EIO,
+                     "cache: '%s' has schema version %d, this build needs %d", path, version,
+                     cache_schema_latest(schema));
+        cache_close(c);
+        return err ? err->code : DI_EIO;
+    }
+    for (int i = 0; i < NSTMT; i++) {
+        if (c->readonly && i != ST_GET && i != ST_HITS)
+            continue;
+        rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i],
+                                NULL);
+        if (rc != SQLITE_OK) {
+            db_error(c, err, DI_EIO, "cannot prepare a statement");
+            cache_close(c);
+            return DI_EIO;
+        }
+    }
+    {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(c->db, "SELECT count(*) FROM results", -1, &st, NULL) ==
+            SQLITE_OK) {
+            if (sqlite3_step(st) == SQLITE_ROW)
+                c->count = (uint64_t)sqlite3_column_int64(st, 0);
+            sqlite3_finalize(st);
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+int
+cache_open(const char *path, int flags, cache **out, di_error *err)
+{
+    return cache_open_schema(path, flags, cache_schema_sql, out, err);
+}
+
+void
+cache_close(cache *c)
+{
+    if (c == NULL)
+        return;
+    release_active(c);
+    if (c->db != NULL && !c->readonly) {
+        cache_flush(c, NULL);
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    }
+    for (int i = 0; i < NSTMT; i++)
+        sqlite3_finalize(c->st[i]);
+    if (c->db != NULL)
+        sqlite3_close(c->db);
+    free(c->hits);
+    di_free(c);
+}
+
+int
+cache_schema_version(cache *c)
+{
+    int v = -1;
+    release_active(c);
+    pragma_int(c->db, "PRAGMA user_version", &v);
+    return v;
+}
+
+int
+cache_get(cache *c, const di_hash *key, const uint8_t **data, size_t *len, di_error *err)
+{
+    sqlite3_stmt *st = c->st[ST_GET];
+    int rc;
+    release_active(c);
+    sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const void *p = sqlite3_column_blob(st, 0);
+        *len = (size_t)sqlite3_column_bytes(st, 0);
+        *data = p != NULL ? p : (const uint8_t *)"";
+        c->active = st;
+        return 0;
+    }
+    sqlite3_reset(st);
+    if (rc == SQLITE_DONE)
+        return DI_ENOTFOUND;
+    return db_error(c, err, DI_EIO, "lookup failed");
+}
+
+static int
+exec_stmt(cache *c, int which)
+{
+    int rc = sqlite3_step(c->st[which]);
+    sqlite3_reset(c->st[which]);
+    return rc;
+}
+
+int
+cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
+          const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
+          di_error *err)
+{
+    sqlite3_stmt *st = c->st[ST_PUT];
+    int rc;
+    if (c->readonly)
+        return di_error_set(err, DI_EINVAL, "cache: put on a read-only connection");
+    release_active(c);
+    if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
+        return db_error(c, err, DI_EIO, "cannot begin a write");
+    sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 2, len ? data : (const uint8_t *)"", len, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, simulator_version, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 4, step_time_s);
+    sqlite3_bind_int64(st, 5, peak_memory_bytes > INT64_MAX ? INT64_MAX
+                                                            : (sqlite3_int64)peak_memory_bytes);
+    sqlite3_bind_double(st, 6, now_unix());
+    rc = sqlite3_step(st);
+    sqlite3_clear_bindings(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        db_error(c, err, DI_EIO, "cannot store a result");
+        exec_stmt(c, ST_ROLLBACK);
+        return DI_EIO;
+    }
+    int added = sqlite3_changes(c->db);
+    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
+        db_error(c, err, DI_EIO, "cannot commit a result");
+        exec_stmt(c, ST_ROLLBACK);
+        return DI_EIO;
+    }
+    c->count += (uint64_t)added;
+    return 0;
+}
+
+void
+cache_note_hit(cache *c, const di_hash *key)
+{
+    if (c->readonly)
+        return;
+    DI_GROW(&c->hits, &c->chit, c->nhit + 1);
+    c->hits[c->nhit].key = *key;
+    c->hits[c->nhit].time = now_unix();
+    c->nhit++;
+}
+
+static int
+hit_cmp(const void *a, const void *b)
+{
+    return memcmp(((const cache_hit *)a)->key.b, ((const cache_hit *)b)->key.b, 32);
+}
+
+int
+cache_flush(cache *c, di_error *err)
+{
+    sqlite3_stmt *st = c->st[ST_HIT];
+    if (c->readonly || c->nhit == 0)
+        return 0;
+    release_active(c);
+    qsort(c->hits, c->nhit, sizeof c->hits[0], hit_cmp);
+    if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
+        return db_error(c, err, DI_EIO, "cannot begin writing hits");
+    for (size_t i = 0; i < c->nhit;) {
+        size_t j = i;
+        double last = 0;
+        while (j < c->nhit && memcmp(c->hits[j].key.b, c->hits[i].key.b, 32) == 0) {
+            if (c->hits[j].time > last)
+                last = c->hits[j].time;
+            j++;
+        }
+        sqlite3_bind_blob(st, 1, c->hits[i].key.b, 32, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)(j - i));
+        sqlite3_bind_double(st, 3, last);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            db_error(c, err, DI_EIO, "cannot record hits");
+            exec_stmt(c, ST_ROLLBACK);
+            return DI_EIO;
+        }
+        i = j;
+    }
+    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
+        db_error(c, err, DI_EIO, "cannot commit hits");
+        exec_stmt(c, ST_ROLLBACK);
+        return DI_EIO;
+    }
+    c->nhit = 0;
+    return 0;
+}
+
+int
+cache_checkpoint(cache *c, di_error *err)
+{
+    if (c->readonly)
+        return 0;
+    release_active(c);
+    int rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+        return db_error(c, err, DI_EIO, "checkpoint failed");
+    return 0;
+}
+
+uint64_t
+cache_count(cache *c)
+{
+    return c->count;
+}
+
+int64_t
+cache_hits(cache *c, const di_hash *key)
+{
+    sqlite3_stmt *st = c->st[ST_HITS];
+    int64_t n = -1;
+    release_active(c);
+    sqlite3_bind_blob(st, 1, key->b, 32, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    if (n >= 0)
+        for (size_t i = 0; i < c->nhit; i++)
+            if (memcmp(c->hits[i].key.b, key->b, 32) == 0)
+                n++;
+    return n;
+}
+
+int
+cache_check(cache *c, di_error *err)
+{
+    sqlite3_stmt *st;
+    di_buf report;
+    int ok = 0, rows = 0;
+    release_active(c);
+    if (sqlite3_prepare_v2(c->db, "PRAGMA integrity_check(8)", -1, &st, NULL) != SQLITE_OK)
+        return db_error(c, err, DI_EIO, "cannot run the integrity check");
+    di_buf_init(&report);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *line = (const char *)sqlite3_column_text(st, 0);
+        if (rows++ == 0 && line != NULL && strcmp(line, "ok") == 0)
+            ok = 1;
+        if (rows > 1)
+            di_buf_puts(&report, "; ");
+        di_buf_puts(&report, line ? line : "?");
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        di_buf_fini(&report);
+        return db_error(c, err, DI_EIO, "integrity check failed");
+    }
+    if (!ok || rows != 1) {
+        di_error_set(err, DI_EIO, "cache: integrity check: %s", report.data ? report.data : "");
+        di_buf_fini(&report);
+        return DI_EIO;
+    }
+    di_buf_fini(&report);
+    return 0;
+}

@@ -1,0 +1,73 @@
+/*
+ * cache.h: the SQLite result cache (schema.sql). One connection per thread:
+ * the event loop owns the only writer (it also answers cache hits through
+ * it); each worker opens its own read-only connection. WAL journal,
+ * synchronous=NORMAL, a busy timeout on every connection, BEGIN IMMEDIATE
+ * for every write transaction (GRPC_NOTES.md section 9).
+ *
+ * A cache handle is not thread-safe: use it only on the thread that opened it.
+ */
+#ifndef DISTIRD_CACHE_H
+#define DISTIRD_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+/* The schema text (schema.sql), generated at build time. */
+extern const char cache_schema_sql[];
+
+typedef struct cache cache;
+
+#define CACHE_READONLY 0x1  /* a worker's connection: no migrations, no writes */
+
+/*
+ * Opens (creating when writable) the database at path and brings its schema
+ * up to date. Fails with DI_EIO when the file is not a database, and with
+ * DI_EUNSUPPORTED when its schema version is newer than this build's.
+ * Free with cache_close.
+ */
+int cache_open(const char *path, int flags, cache **out, di_error *err);
+/* As cache_open with another schema text (tests of migrations). */
+int cache_open_schema(const char *path, int flags, const char *schema, cache **out,
+                      di_error *err);
+/*
+ * Writes pending hit counts, checkpoints the WAL into the database (writer
+ * only) and closes. cache_close(NULL) does nothing.
+ */
+void cache_close(cache *c);
+
+/* The highest "-- version N" in a schema text; 0 if none. */
+int cache_schema_latest(const char *schema);
+/* The database's PRAGMA user_version. */
+int cache_schema_version(cache *c);
+
+/*
+ * Looks key up. Returns 0 and points *data at the stored packed SimResult,
+ * valid until the next call on this handle; DI_ENOTFOUND when absent; or
+ * another code with err set.
+ */
+int cache_get(cache *c, const di_hash *key, const uint8_t **data, size_t *len, di_error *err);
+/*
+ * Stores a result (writer only) in its own BEGIN IMMEDIATE transaction. An
+ * existing row for key is kept (results are deterministic).
+ */
+int cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
+              const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
+              di_error *err);
+/* Records a hit in memory; cache_flush (or close) writes hits and last_hit. */
+void cache_note_hit(cache *c, const di_hash *key);
+int cache_flush(cache *c, di_error *err);
+/* A passive WAL checkpoint (writer only). */
+int cache_checkpoint(cache *c, di_error *err);
+
+/* Rows in the results table (kept current by cache_put on this handle). */
+uint64_t cache_count(cache *c);
+/* Stored hit count of key (including unflushed ones), or -1 when absent. */
+int64_t cache_hits(cache *c, const di_hash *key);
+
+/* PRAGMA integrity_check: 0 when it says "ok", DI_EIO with its first lines otherwise. */
+int cache_check(cache *c, di_error *err);
+
+#endif

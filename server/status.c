@@ -1,0 +1,69 @@
+/*
+ * status.c: DI_E* -> gRPC status codes, the only place this mapping lives.
+ * Input problems (syntax, decoding, verification, impossible strategies) are
+ * the client's to fix: INVALID_ARGUMENT. Exceeded limits: RESOURCE_EXHAUSTED.
+ * What the build cannot do yet: UNIMPLEMENTED. Our own failures: INTERNAL.
+ */
+#include "status.h"
+
+#include "base/base.h"
+
+grpc_status_code
+srv_status_from_code(int di_code)
+{
+    switch (di_code) {
+    case DI_OK:
+        return GRPC_STATUS_OK;
+    case DI_EINVAL:
+    case DI_EPARSE:
+    case DI_EVERIFY:
+    case DI_EDECODE:
+    case DI_ETOODEEP:
+    case DI_ESTRATEGY:
+    case DI_ECOST:
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    case DI_ETOOBIG:
+    case DI_ENOMEM:
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case DI_EUNSUPPORTED:
+        return GRPC_STATUS_UNIMPLEMENTED;
+    case DI_ENOTFOUND:
+        return GRPC_STATUS_NOT_FOUND;
+    case DI_ECANCELLED:
+        return GRPC_STATUS_CANCELLED;
+    case DI_EEXISTS:
+        return GRPC_STATUS_ALREADY_EXISTS;
+    case DI_EIO:
+        return GRPC_STATUS_UNAVAILABLE;
+    case DI_EINTERNAL:
+    default:
+        return GRPC_STATUS_INTERNAL;
+    }
+}
+
+const char *
+srv_status_name(grpc_status_code s)
+{
+    static const char *const names[] = {
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    };
+    if ((unsigned)s < sizeof names / sizeof names[0])
+        return names[s];
+    return "UNKNOWN_STATUS";
+}
