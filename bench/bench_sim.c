@@ -1,0 +1,166 @@
+/*
+ * bench_sim.c: simulator speed and memory for modules of 10^3 .. 10^6 ops.
+ *
+ * The module is a training-like mix on 8 devices of one a100-dgx node:
+ * per device a chain of MatMul, Add and Gelu ops, a send to the next device
+ * every 16 ops and a tuple all-reduce over the 8 devices every 256 ops.
+ * Each size runs in a child process so that its peak RSS (VmHWM) is its own.
+ * Targets (issue 3): under 100 ns per op and under 200 bytes per op for the
+ * 1,000,000-op module, with cost growing linearly.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ir/ir.h"
+#include "sim/hw.h"
+#include "sim/sim.h"
+
+static double
+now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static long
+vm_kib(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0) {
+            v = strtol(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+static ir_module *
+build(uint32_t nops)
+{
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    int64_t dims[2] = {1024, 1024};
+    ir_id ty[8], cur[8], tup;
+    uint32_t made = 0;
+    for (int d = 0; d < 8; d++) {
+        ty[d] = ir_type_tensor(m, IR_BF16, 2, dims, d);
+        cur[d] = ir_region_add_arg(m, f, ty[d], NULL);
+    }
+    tup = ir_type_tuple(m, 8, ty);
+    while (made < nops) {
+        for (int d = 0; d < 8 && made < nops; d++, made++) {
+            ir_id in[2] = {cur[d], cur[d]};
+            int kind = made % 3 == 0 ? IR_OP_MATMUL : made % 3 == 1 ? IR_OP_ADD : IR_OP_GELU;
+            ir_id op;
+            if (made % 256 == 255) {
+                ir_id t = ir_op_output(m, ir_op_add(m, f, IR_OP_TUPLE, 8, cur, 1, &tup, NULL), 0);
+                op = ir_op_add(m, f, IR_OP_ALLREDUCE, 1, &t, 1, &tup, NULL);
+                for (int e = 0; e < 8; e++) {
+                    ir_id g = ir_op_add(m, f, IR_OP_TUPLEGET, 1, (ir_id[]){ir_op_output(m, op, 0)},
+                                        1, &ty[e], NULL);
+                    ir_op_set_int(m, g, "index", e);
+                    cur[e] = ir_op_output(m, g, 0);
+                }
+                made += 9;
+                continue;
+            }
+            if (made % 16 == 15) {
+                int to = (d + 1) % 8;
+                op = ir_op_add(m, f, IR_OP_SEND, 1, &cur[d], 1, &ty[to], NULL);
+                ir_op_set_int(m, op, "device", to);
+                in[0] = cur[to];
+                in[1] = ir_op_output(m, op, 0);
+                op = ir_op_add(m, f, IR_OP_ADD, 2, in, 1, &ty[to], NULL);
+                cur[to] = ir_op_output(m, op, 0);
+                made++;
+                continue;
+            }
+            op = ir_op_add(m, f, kind, kind == IR_OP_GELU ? 1 : 2, in, 1, &ty[d], NULL);
+            cur[d] = ir_op_output(m, op, 0);
+        }
+    }
+    for (int d = 0; d < 8; d++)
+        ir_region_add_result(m, f, cur[d]);
+    return m;
+}
+
+static int
+one(uint32_t nops, hw_model *hw)
+{
+    long base, after_build, peak;
+    double t0, best = 1e30;
+    ir_module *m;
+    size_t modbytes;
+    sim_options o;
+    di_error err;
+    int reps = nops >= 1000000 ? 3 : nops >= 100000 ? 5 : 20;
+
+    base = vm_kib("VmHWM:");
+    m = build(nops);
+    modbytes = ir_module_bytes(m);
+    after_build = vm_kib("VmHWM:");
+    sim_options_default(&o);
+    for (int r = 0; r < reps; r++) {
+        sim_result *res;
+        double t;
+        t0 = now();
+        if (sim_run(m, hw, &o, &res, NULL, NULL, &err) != 0) {
+            fprintf(stderr, "bench_sim: %s\n", err.msg);
+            return 1;
+        }
+        t = now() - t0;
+        if (t < best)
+            best = t;
+        sim_result_free(res);
+    }
+    peak = vm_kib("VmHWM:");
+    printf("%9u ops  %8.1f ns/op  %12.0f ops/s  module %6.1f B/op  simulation %6.1f B/op  "
+           "total %6.1f B/op\n",
+           m->nop - 1, best / (m->nop - 1) * 1e9, (m->nop - 1) / best,
+           (double)modbytes / (m->nop - 1), (double)(peak - after_build) * 1024 / (m->nop - 1),
+           (double)(peak - base) * 1024 / (m->nop - 1));
+    fflush(stdout);
+    ir_module_free(m);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    static const uint32_t sizes[] = {1000, 10000, 100000, 1000000};
+    hw_model *hw;
+    di_error err;
+    (void)argc;
+    (void)argv;
+    if (hw_preset("a100-dgx:1", &hw, &err) != 0) {
+        fprintf(stderr, "bench_sim: %s\n", err.msg);
+        return 1;
+    }
+    printf("bench_sim: simulator speed and memory (targets: < 100 ns/op and < 200 B/op "
+           "at 10^6 ops; linear growth)\n");
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        pid_t pid = fork();
+        int status;
+        if (pid == 0)
+            _exit(one(sizes[i], hw));
+        if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0) {
+            hw_free(hw);
+            return 1;
+        }
+    }
+    hw_free(hw);
+    return 0;
+}

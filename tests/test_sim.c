@@ -1,0 +1,674 @@
+/*
+ * test_sim.c: the simulator against numbers derived by hand. Every test
+ * builds its module with the module API and a hardware model with round
+ * figures, so the expected times in the comments are easy to check.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ir/ir.h"
+#include "sim/hw.h"
+#include "sim/sim.h"
+
+/*
+ * Hardware for the tests: `nodes` nodes of `per_node` devices; 1 TFLOP/s for
+ * every float dtype, 100 GB/s memory, 10 us launch, perfect efficiency;
+ * intra-node links 100 GB/s with 1 us latency, inter-node 10 GB/s with 5 us.
+ * No per-step collective latency, ring algorithm.
+ */
+static hw_model *
+test_hw(uint32_t nodes, uint32_t per_node)
+{
+    hw_model *hw = di_xcalloc(1, sizeof *hw);
+    snprintf(hw->name, sizeof hw->name, "test");
+    hw->num_nodes = nodes;
+    hw->devices_per_node = per_node;
+    hw->ndevice = nodes * per_node;
+    snprintf(hw->device.kind, sizeof hw->device.kind, "testgpu");
+    for (int t = 1; t < IR_NDTYPE; t++)
+        hw->device.flops[t] = 1e12;
+    hw->device.memory_bytes = 1e9;
+    hw->device.memory_bandwidth = 1e11;
+    hw->device.launch_overhead = 1e-5;
+    hw->device.max_efficiency = 1.0;
+    hw->device.half_flops = 0;
+    hw->device.elementwise_efficiency = 1.0;
+    hw->intra_node.bandwidth = 1e11;
+    hw->intra_node.latency = 1e-6;
+    hw->inter_node.bandwidth = 1e10;
+    hw->inter_node.latency = 5e-6;
+    hw->algorithm = HW_ALGO_RING;
+    hw->collective_step_latency = 0;
+    return hw;
+}
+
+static ir_id
+t2(ir_module *m, int64_t a, int64_t b, int32_t dev)
+{
+    int64_t d[2] = {a, b};
+    return ir_type_tensor(m, IR_F32, 2, d, dev);
+}
+
+static ir_id
+op1(ir_module *m, ir_id f, int kind, uint32_t nin, const ir_id *in, ir_id type, const char *name)
+{
+    const char *names[1] = {name};
+    ir_id op = ir_op_add(m, f, kind, nin, in, 1, &type, names);
+    return ir_op_output(m, op, 0);
+}
+
+static sim_result *
+run(const ir_module *m, const hw_model *hw, int no_overlap)
+{
+    sim_options o;
+    sim_result *r = NULL;
+    di_error err;
+    int rc;
+    sim_options_default(&o);
+    o.no_overlap = no_overlap;
+    rc = sim_run(m, hw, &o, &r, NULL, NULL, &err);
+    if (rc != 0)
+        fail_msg("sim_run failed: %s", err.msg);
+    return r;
+}
+
+static const sim_device_result *
+dev_result(const sim_result *r, int32_t id)
+{
+    for (uint32_t i = 0; i < r->ndevice; i++)
+        if (r->devices[i].id == id)
+            return &r->devices[i];
+    fail_msg("device %d not in result", id);
+    return NULL;
+}
+
+#define assert_close(a, b) assert_true(fabs((a) - (b)) <= 1e-12 + 1e-9 * fabs(b))
+
+/* One MatMul [64,128] x [128,256] on device 0. */
+static void
+test_roofline(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 2);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id a = ir_region_add_arg(m, f, t2(m, 64, 128, 0), "a");
+    ir_id b = ir_region_add_arg(m, f, t2(m, 128, 256, 0), "b");
+    ir_id in[2] = {a, b};
+    ir_id y = op1(m, f, IR_OP_MATMUL, 2, in, t2(m, 64, 256, 0), "y");
+    sim_result *r;
+    ir_region_add_result(m, f, y);
+    r = run(m, hw, 0);
+    /*
+     * flops = 2 * 64 * 128 * 256 = 4,194,304 -> 4.194304 us at 1 TFLOP/s;
+     * bytes = (64*128 + 128*256 + 64*256) * 4 = 229,376 -> 2.29376 us at
+     * 100 GB/s; compute-bound, plus 10 us launch = 14.194304 us.
+     */
+    assert_close(r->step_time_s, 4.194304e-6 + 1e-5);
+    assert_close(r->flops, 4194304.0);
+    assert_close(dev_result(r, 0)->compute_s, 4.194304e-6 + 1e-5);
+    assert_close(dev_result(r, 0)->exposed_comm_s, 0);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* A memory-bound op: Relu over 1M floats = 8 MB moved -> 80 us + 10 us launch. */
+static void
+test_roofline_memory_bound(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id x = ir_region_add_arg(m, f, t2(m, 1024, 1024, 0), "x");
+    ir_id y = op1(m, f, IR_OP_RELU, 1, &x, t2(m, 1024, 1024, 0), "y");
+    sim_result *r;
+    ir_region_add_result(m, f, y);
+    r = run(m, hw, 0);
+    assert_close(r->step_time_s, 8388608.0 / 1e11 + 1e-5);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* A send of 1 MB: alpha + bytes / bandwidth on the link between the ends. */
+static void
+test_send_links(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 2);
+    for (int inter = 0; inter < 2; inter++) {
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        int32_t dst = inter ? 2 : 1; /* device 2 is on node 1 */
+        ir_id x = ir_region_add_arg(m, f, t2(m, 512, 512, 0), "x");
+        ir_id y = op1(m, f, IR_OP_SEND, 1, &x, t2(m, 512, 512, dst), "y");
+        ir_op_set_int(m, m->values[y].def, "device", dst);
+        ir_region_add_result(m, f, y);
+        sim_result *r = run(m, hw, 0);
+        /* 512*512*4 = 1,048,576 B: intra 1 us + 10.48576 us; inter 5 us + 104.8576 us. */
+        double expect = inter ? 5e-6 + 1048576.0 / 1e10 : 1e-6 + 1048576.0 / 1e11;
+        assert_close(r->step_time_s, expect);
+        assert_close(dev_result(r, 0)->comm_s, expect);
+        assert_close(dev_result(r, dst)->comm_s, expect);
+        /* The receiver holds the 1 MiB buffer at the end (it is returned). */
+        assert_int_equal(dev_result(r, dst)->peak_memory_bytes, 1048576);
+        sim_result_free(r);
+        ir_module_free(m);
+    }
+    hw_free(hw);
+}
+
+/* Ring all-reduce of S bytes on n devices: 2(n-1)/n S/bw + 2(n-1) alpha. */
+static void
+test_ring_allreduce(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 4);
+    /* Intra-node: devices 0..3 of node 0; inter-node: devices 0 and 4..6 (spans nodes). */
+    const int32_t groups[2][4] = {{0, 1, 2, 3}, {0, 4, 5, 6}};
+    for (int g = 0; g < 2; g++) {
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        ir_id elems[4], tup, x, y;
+        for (int i = 0; i < 4; i++)
+            elems[i] = t2(m, 256, 1024, groups[g][i]);
+        tup = ir_type_tuple(m, 4, elems);
+        x = ir_region_add_arg(m, f, tup, "xs");
+        y = op1(m, f, IR_OP_ALLREDUCE, 1, &x, tup, "ys");
+        ir_region_add_result(m, f, y);
+        sim_result *r = run(m, hw, 0);
+        /*
+         * S = 256*1024*4 = 1 MiB, n = 4: 2*3/4 * S / bw + 6 * alpha.
+         * Intra: bw 1e11, alpha 1 us. Spanning nodes with the ring
+         * algorithm: the slowest link, bw 1e10, alpha 5 us.
+         */
+        double S = 1048576.0, bw = g ? 1e10 : 1e11, alpha = g ? 5e-6 : 1e-6;
+        double expect = 2.0 * 3 / 4 * S / bw + 6 * alpha;
+        assert_close(r->step_time_s, expect);
+        for (int i = 0; i < 4; i++)
+            assert_close(dev_result(r, groups[g][i])->comm_s, expect);
+        sim_result_free(r);
+        ir_module_free(m);
+    }
+    hw_free(hw);
+}
+
+/* A compute op and an independent send on one device overlap; with no_overlap they add. */
+static void
+test_overlap(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 2);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id a = ir_region_add_arg(m, f, t2(m, 1024, 1024, 0), "a");
+    ir_id x = ir_region_add_arg(m, f, t2(m, 512, 512, 0), "x");
+    ir_id y = op1(m, f, IR_OP_RELU, 1, &a, t2(m, 1024, 1024, 0), "y");
+    ir_id z = op1(m, f, IR_OP_SEND, 1, &x, t2(m, 512, 512, 1), "z");
+    ir_op_set_int(m, m->values[z].def, "device", 1);
+    ir_region_add_result(m, f, y);
+    ir_region_add_result(m, f, z);
+    /* Relu: 8,388,608 B / 1e11 + 10 us = 93.88608 us; send: 1 us + 10.48576 us. */
+    double relu = 8388608.0 / 1e11 + 1e-5, send = 1e-6 + 1048576.0 / 1e11;
+    sim_result *r = run(m, hw, 0);
+    assert_close(r->step_time_s, relu);
+    assert_close(dev_result(r, 0)->exposed_comm_s, 0);
+    sim_result_free(r);
+    r = run(m, hw, 1);
+    assert_close(r->step_time_s, relu + send);
+    assert_close(dev_result(r, 0)->exposed_comm_s, send);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* Two sends from one device share its link: the second waits for the first. */
+static void
+test_link_contention(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 3);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id x = ir_region_add_arg(m, f, t2(m, 512, 512, 0), "x");
+    ir_id y1 = op1(m, f, IR_OP_SEND, 1, &x, t2(m, 512, 512, 1), "y1");
+    ir_id y2 = op1(m, f, IR_OP_SEND, 1, &x, t2(m, 512, 512, 2), "y2");
+    ir_op_set_int(m, m->values[y1].def, "device", 1);
+    ir_op_set_int(m, m->values[y2].def, "device", 2);
+    ir_region_add_result(m, f, y1);
+    ir_region_add_result(m, f, y2);
+    sim_result *r = run(m, hw, 0);
+    double one = 1e-6 + 1048576.0 / 1e11;
+    assert_close(r->step_time_s, 2 * one);
+    assert_close(dev_result(r, 0)->comm_s, 2 * one);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/*
+ * Peak memory of a chain x -> a -> b -> c (Relu each) on [256,256] f32
+ * (256 KiB each): x is resident; a lives until b ends, b until c ends, c is
+ * returned. While b runs: x + a + b = 768 KiB; while c runs: x + b + c =
+ * 768 KiB (a is freed when b ends, before c starts). Peak = 786,432 B; at the
+ * end x and c remain: 524,288 B.
+ */
+static void
+test_memory_chain(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id t = t2(m, 256, 256, 0);
+    ir_id x = ir_region_add_arg(m, f, t, "x");
+    ir_id a = op1(m, f, IR_OP_RELU, 1, &x, t, "a");
+    ir_id b = op1(m, f, IR_OP_RELU, 1, &a, t, "b");
+    ir_id c = op1(m, f, IR_OP_RELU, 1, &b, t, "c");
+    ir_region_add_result(m, f, c);
+    sim_result *r = run(m, hw, 0);
+    const sim_device_result *d = dev_result(r, 0);
+    assert_int_equal(d->peak_memory_bytes, 786432);
+    assert_int_equal(d->peak_by_class[SIM_MEM_ACTIVATIONS], 786432);
+    assert_true(d->ntimeline > 0);
+    assert_int_equal(d->timeline[d->ntimeline - 1].bytes, 524288);
+    assert_false(d->oom);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* Out of memory is flagged with the excess; the simulation still completes. */
+static void
+test_oom(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    hw->device.memory_bytes = 600000;
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id t = t2(m, 256, 256, 0);
+    ir_id x = ir_region_add_arg(m, f, t, "x");
+    ir_id a = op1(m, f, IR_OP_RELU, 1, &x, t, "a");
+    ir_id b = op1(m, f, IR_OP_RELU, 1, &a, t, "b");
+    ir_region_add_result(m, f, b);
+    sim_result *r = run(m, hw, 0);
+    const sim_device_result *d = dev_result(r, 0);
+    /* Peak: x + a + b = 786,432 B > 600,000 B capacity by 186,432 B. */
+    assert_int_equal(d->peak_memory_bytes, 786432);
+    assert_true(d->oom);
+    assert_int_equal(d->oom_by_bytes, 186432);
+    assert_true(r->step_time_s > 0);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* SGD updates in place: w' adds no memory; dw is a gradient; w is a weight. */
+static void
+test_memory_classes(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id t = t2(m, 256, 256, 0);
+    ir_id w = ir_region_add_arg(m, f, t, "w");
+    ir_id x = ir_region_add_arg(m, f, t, "x");
+    ir_id in[2] = {x, w};
+    ir_id dw = op1(m, f, IR_OP_MUL, 2, in, t, "dw");
+    ir_id in2[2] = {w, dw};
+    ir_id w1 = op1(m, f, IR_OP_SGD, 2, in2, t, "w1");
+    ir_region_add_result(m, f, w1);
+    sim_result *r = run(m, hw, 0);
+    const sim_device_result *d = dev_result(r, 0);
+    /* w (weights) + x (data) + dw (gradient) = 3 * 256 KiB; w1 aliases w. */
+    assert_int_equal(d->peak_memory_bytes, 3 * 262144);
+    assert_int_equal(d->peak_by_class[SIM_MEM_WEIGHTS], 262144);
+    assert_int_equal(d->peak_by_class[SIM_MEM_GRADIENTS], 262144);
+    assert_int_equal(d->timeline[d->ntimeline - 1].bytes, 2 * 262144);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* An op the cost model cannot price is an error naming it, never a silent zero. */
+static void
+test_opaque_needs_profile(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id x = ir_region_add_arg(m, f, t2(m, 4, 4, 0), "x");
+    ir_id y = op1(m, f, IR_OP_OPAQUE, 1, &x, t2(m, 4, 4, 0), "y");
+    ir_op_set_string(m, m->values[y].def, "op_type", "FancyConv");
+    m->ops[m->values[y].def].opaque = ir_str(m, "FancyConv");
+    ir_region_add_result(m, f, y);
+    sim_result *r = NULL;
+    di_error err;
+    assert_int_equal(sim_run(m, hw, NULL, &r, NULL, NULL, &err), DI_ECOST);
+    assert_non_null(strstr(err.msg, "FancyConv"));
+    assert_null(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* A device the hardware does not have is an error. */
+static void
+test_device_out_of_range(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 2);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id x = ir_region_add_arg(m, f, t2(m, 4, 4, 5), "x");
+    ir_id y = op1(m, f, IR_OP_RELU, 1, &x, t2(m, 4, 4, 5), "y");
+    ir_region_add_result(m, f, y);
+    sim_result *r = NULL;
+    di_error err;
+    assert_int_equal(sim_run(m, hw, NULL, &r, NULL, NULL, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "device 5"));
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/*
+ * Data parallel over a pmap: scatter x [8,4] from device 0 to devices 1, 2;
+ * each computes Relu on [4,4] in the body; the results are all-reduced.
+ */
+static ir_module *
+pmap_module(void)
+{
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id d = ir_str(m, "d");
+    int64_t dims[2] = {4, 4};
+    ir_id e1 = t2(m, 4, 4, 1), e2 = t2(m, 4, 4, 2), el[2] = {e1, e2};
+    ir_id tup = ir_type_tuple(m, 2, el);
+    ir_id x = ir_region_add_arg(m, f, t2(m, 8, 4, 0), "x");
+    ir_id xs = op1(m, f, IR_OP_SCATTER, 1, &x, tup, "xs");
+    int64_t devs[2] = {1, 2};
+    ir_id opx = m->values[xs].def;
+    ir_op_set_int(m, opx, "dim", 0);
+    ir_op_set_ints(m, opx, "devices", 2, devs);
+    ir_id body = ir_body_new(m);
+    ir_id tv = ir_type_tensor_var(m, IR_F32, 2, dims, d);
+    ir_id pm = ir_op_add(m, f, IR_OP_PMAP, 1, &xs, 1, &tup, (const char *[]){"ys"});
+    m->ops[pm].body = body;
+    m->regions[body].parent = pm;
+    ir_op_set_string(m, pm, "device_var", "d");
+    ir_op_set_ints(m, pm, "devices", 2, devs);
+    ir_id xi = ir_region_add_arg(m, body, tv, "xi");
+    ir_id yi = op1(m, body, IR_OP_RELU, 1, &xi, tv, "yi");
+    ir_region_add_result(m, body, yi);
+    ir_id ys = ir_op_output(m, pm, 0);
+    ir_id zs = op1(m, f, IR_OP_ALLREDUCE, 1, &ys, tup, "zs");
+    ir_region_add_result(m, f, zs);
+    return m;
+}
+
+static void
+test_pmap(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 4);
+    ir_module *m = pmap_module();
+    sim_result *r = run(m, hw, 0);
+    /*
+     * scatter of 128 B over {0,1,2}: (n-1)/n S/bw + (n-1) alpha
+     *   = 2/3 * 128 / 1e11 + 2 us;
+     * Relu [4,4]: 128 B / 1e11 + 10 us on each of devices 1 and 2 (in parallel);
+     * all-reduce of 64 B over {1,2}: 2*1/2 * 64 / 1e11 + 2 * 1 us.
+     */
+    double scatter = 2.0 / 3 * 128 / 1e11 + 2e-6;
+    double relu = 128.0 / 1e11 + 1e-5;
+    double ar = 64.0 / 1e11 + 2e-6;
+    assert_close(r->step_time_s, scatter + relu + ar);
+    assert_close(dev_result(r, 1)->compute_s, relu);
+    assert_close(dev_result(r, 2)->compute_s, relu);
+    /* 1 scatter x 3 participants + 2 relus + 1 all-reduce x 2 participants. */
+    assert_int_equal(r->ops, 7);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+static void
+test_deterministic(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 4);
+    ir_module *m = pmap_module();
+    sim_result *first = run(m, hw, 0);
+    char *a = sim_result_to_json(first);
+    for (int i = 0; i < 100; i++) {
+        sim_result *r = run(m, hw, 0);
+        char *b = sim_result_to_json(r);
+        assert_string_equal(a, b);
+        assert_memory_equal(&first->step_time_s, &r->step_time_s, sizeof(double));
+        di_free(b);
+        sim_result_free(r);
+    }
+    di_free(a);
+    sim_result_free(first);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* The trace is valid JSON with one complete event per op and stream. */
+static void
+test_trace(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 4);
+    ir_module *m = pmap_module();
+    sim_options o;
+    sim_result *r;
+    sim_event *ev;
+    uint32_t nev;
+    di_error err;
+    char path[] = "/tmp/distir-trace-XXXXXX";
+    int fd = mkstemp(path);
+    json_t *root, *events;
+    json_error_t jerr;
+    size_t nx = 0, i;
+    json_t *e;
+    assert_true(fd >= 0);
+    close(fd);
+    sim_options_default(&o);
+    assert_int_equal(sim_run(m, hw, &o, &r, &ev, &nev, &err), 0);
+    assert_int_equal(sim_trace_write(path, m, r, ev, nev, &err), 0);
+    root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    events = json_object_get(root, "traceEvents");
+    assert_true(json_is_array(events));
+    json_array_foreach(events, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X") == 0)
+            nx++;
+    }
+    /*
+     * Events per op and stream: scatter on 3 devices x 2 streams = 6, two
+     * Relus = 2, all-reduce on 2 devices x 2 streams = 4.
+     */
+    assert_int_equal(nx, 12);
+    assert_int_equal(nx, nev);
+    json_decref(root);
+    unlink(path);
+    di_free(ev);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/*
+ * Random valid modules: chains and joins of Relu/Add/MatMul on random
+ * devices with sends between them. Invariants: step >= every device's busy
+ * time; memory never negative and back to the resident set (inputs and
+ * returned values) at the end; every op scheduled exactly once.
+ */
+static void
+test_random_invariants(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 2);
+    unsigned seed = 12345;
+    for (int iter = 0; iter < 200; iter++) {
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        ir_id vals[64];
+        uint32_t nv = 0, nop = 0;
+        uint64_t resident[4] = {0};
+        int64_t n = 8 << (rand_r(&seed) % 4);
+        for (int i = 0; i < 3; i++) {
+            int32_t dev = (int32_t)(rand_r(&seed) % 4);
+            vals[nv++] = ir_region_add_arg(m, f, t2(m, n, n, dev), NULL);
+            resident[dev] += (uint64_t)(n * n * 4);
+        }
+        int nops = 5 + (int)(rand_r(&seed) % 40);
+        for (int i = 0; i < nops && nv < 64; i++) {
+            ir_id a = vals[rand_r(&seed) % nv], b = vals[rand_r(&seed) % nv];
+            int32_t da = m->types[m->values[a].type].device;
+            int32_t db = m->types[m->values[b].type].device;
+            int what = (int)(rand_r(&seed) % 4);
+            ir_id in[2] = {a, b};
+            if (what == 0) {
+                vals[nv++] = op1(m, f, IR_OP_RELU, 1, &a, t2(m, n, n, da), NULL);
+            } else if (what == 1 || da != db) {
+                int32_t to = (da + 1 + (int32_t)(rand_r(&seed) % 3)) % 4;
+                ir_id y = op1(m, f, IR_OP_SEND, 1, &a, t2(m, n, n, to), NULL);
+                ir_op_set_int(m, m->values[y].def, "device", to);
+                vals[nv++] = y;
+            } else {
+                vals[nv++] = op1(m, f, what == 2 ? IR_OP_ADD : IR_OP_MATMUL, 2, in,
+                                 t2(m, n, n, da), NULL);
+            }
+            nop++;
+        }
+        ir_id last = vals[nv - 1];
+        ir_region_add_result(m, f, last);
+        resident[m->types[m->values[last].type].device] += (uint64_t)(n * n * 4);
+        sim_options o;
+        sim_result *r;
+        sim_event *ev;
+        uint32_t nev;
+        di_error err;
+        sim_options_default(&o);
+        o.timeline_max_points = 0;
+        assert_int_equal(sim_run(m, hw, &o, &r, &ev, &nev, &err), 0);
+        /* Each compute op is one event; each send two (sender and receiver). */
+        uint32_t expect = 0;
+        for (ir_id op = 1; op < m->nop; op++)
+            expect += m->ops[op].kind == IR_OP_SEND ? 2 : 1;
+        assert_int_equal(nev, expect);
+        uint8_t *seen = di_xcalloc(m->nop, 1);
+        for (uint32_t e = 0; e < nev; e++)
+            if (ev[e].stream != 2)
+                seen[ev[e].op]++;
+        for (ir_id op = 1; op < m->nop; op++)
+            assert_int_equal(seen[op], 1);
+        di_free(seen);
+        for (uint32_t i = 0; i < r->ndevice; i++) {
+            const sim_device_result *d = &r->devices[i];
+            assert_true(r->step_time_s + 1e-15 >= d->busy_s);
+            assert_true(d->busy_s + 1e-15 >= d->compute_s);
+            for (uint32_t t = 0; t < d->ntimeline; t++)
+                assert_true(d->timeline[t].bytes <= d->peak_memory_bytes);
+            if (d->ntimeline)
+                assert_int_equal(d->timeline[d->ntimeline - 1].bytes, resident[d->id]);
+        }
+        di_free(ev);
+        sim_result_free(r);
+        ir_module_free(m);
+    }
+    hw_free(hw);
+}
+
+/* A cancelled run stops with DI_ECANCELLED. */
+static void
+test_cancel(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id t = t2(m, 4, 4, 0);
+    ir_id x = ir_region_add_arg(m, f, t, "x");
+    for (int i = 0; i < 5000; i++)
+        x = op1(m, f, IR_OP_RELU, 1, &x, t, NULL);
+    ir_region_add_result(m, f, x);
+    atomic_int flag = 1;
+    sim_options o;
+    sim_result *r = NULL;
+    di_error err;
+    sim_options_default(&o);
+    o.cancel = &flag;
+    assert_int_equal(sim_run(m, hw, &o, &r, NULL, NULL, &err), DI_ECANCELLED);
+    assert_null(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/* Results survive the protobuf form bit for bit. */
+static void
+test_result_proto(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 4);
+    ir_module *m = pmap_module();
+    sim_result *r = run(m, hw, 0), *back = NULL;
+    uint8_t *data;
+    size_t len;
+    di_error err;
+    char *a, *b;
+    assert_int_equal(sim_result_pack(r, &data, &len), 0);
+    assert_int_equal(sim_result_unpack(data, len, &back, &err), 0);
+    a = sim_result_to_json(r);
+    b = sim_result_to_json(back);
+    assert_string_equal(a, b);
+    di_free(a);
+    di_free(b);
+    di_free(data);
+    sim_result_free(back);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roofline),
+        cmocka_unit_test(test_roofline_memory_bound),
+        cmocka_unit_test(test_send_links),
+        cmocka_unit_test(test_ring_allreduce),
+        cmocka_unit_test(test_overlap),
+        cmocka_unit_test(test_link_contention),
+        cmocka_unit_test(test_memory_chain),
+        cmocka_unit_test(test_oom),
+        cmocka_unit_test(test_memory_classes),
+        cmocka_unit_test(test_opaque_needs_profile),
+        cmocka_unit_test(test_device_out_of_range),
+        cmocka_unit_test(test_pmap),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_trace),
+        cmocka_unit_test(test_random_invariants),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_result_proto),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
