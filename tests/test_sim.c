@@ -92,7 +92,7 @@ dev_result(const sim_result *r, int32_t id)
     return NULL;
 }
 
-#define assert_close(a, b) assert_true(fabs((a) - (b)) <= 1e-12 + 1e-9 * fabs(b))
+#define assert_close(a, b) assert_true(fabs((double)(a) - (double)(b)) <= 1e-12 + 1e-9 * fabs((double)(b)))
 
 /* One MatMul [64,128] x [128,256] on device 0. */
 static void
