@@ -102,7 +102,14 @@ typedef struct ir_value {
     ir_id def;   /* defining op, 0 for a region argument */
     uint32_t index; /* result index in def, or argument index in region */
     ir_id region;   /* region in which the value is defined */
+    uint32_t init;  /* index into inits[] of the value's data (an initializer), 0 if none */
 } ir_value;
+
+/* Data attached to a value (an ONNX initializer): raw little-endian bytes in data[]. */
+typedef struct ir_init {
+    size_t off;
+    size_t len;
+} ir_init;
 
 /* Attribute kinds. Lists are stored in ints[] or floats[]. */
 typedef enum ir_attr_kind {
@@ -196,6 +203,8 @@ typedef struct ir_module {
     uint32_t nfloat, cfloat;
     uint8_t *data;
     size_t ndata, cdata;
+    ir_init *inits;
+    uint32_t ninit, cinit;
 
     ir_loc *oplocs;  /* parallel to ops when the module came from text, else NULL */
     ir_loc *valuelocs; /* parallel to values, likewise */
@@ -268,6 +277,14 @@ ir_mesh_devices(const ir_module *m, ir_id mesh)
 {
     return m->ints + m->meshes[mesh].devices;
 }
+
+/*
+ * Initializer data of a value (usually a function argument: a weight with
+ * its values). The bytes are copied; len must equal the type's byte size.
+ */
+void ir_value_set_init(ir_module *m, ir_id v, const void *bytes, size_t len);
+/* The value's data and its length, or NULL when it has none. */
+const uint8_t *ir_value_init(const ir_module *m, ir_id v, size_t *len);
 
 /* Regions. */
 ir_id ir_func_new(ir_module *m, const char *name);

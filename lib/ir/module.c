@@ -105,6 +105,9 @@ ir_module_new(void)
     DI_GROW(&m->floats, &m->cfloat, 1);
     m->floats[0] = 0;
     m->nfloat = 1;
+    DI_GROW(&m->inits, &m->cinit, 1);
+    memset(&m->inits[0], 0, sizeof m->inits[0]);
+    m->ninit = 1;
     return m;
 }
 
@@ -131,6 +134,7 @@ ir_module_free(ir_module *m)
     free(m->ints);
     free(m->floats);
     free(m->data);
+    free(m->inits);
     free(m->oplocs);
     free(m->valuelocs);
     free(m);
@@ -170,6 +174,7 @@ ir_module_clone(const ir_module *m)
     CLONE_(ints, nint, cint);
     CLONE_(floats, nfloat, cfloat);
     CLONE_(data, ndata, cdata);
+    CLONE_(inits, ninit, cinit);
 #undef CLONE_
     c->oplocs = m->oplocs ? dup_array(m->oplocs, m->cop, sizeof *m->oplocs) : NULL;
     c->valuelocs = m->valuelocs ? dup_array(m->valuelocs, m->cvalue, sizeof *m->valuelocs) : NULL;
@@ -192,7 +197,7 @@ ir_module_bytes(const ir_module *m)
     n += (size_t)m->cop * sizeof(ir_op) + (size_t)m->cregion * sizeof(ir_region);
     n += (size_t)m->cmesh * sizeof(ir_mesh) + (size_t)m->cattr * sizeof(ir_attr);
     n += (size_t)m->cref * sizeof(ir_id) + (size_t)m->cint * sizeof(int64_t);
-    n += (size_t)m->cfloat * sizeof(double) + m->cdata;
+    n += (size_t)m->cfloat * sizeof(double) + m->cdata + (size_t)m->cinit * sizeof(ir_init);
     for (uint32_t r = 1; r < m->nregion; r++)
         n += ((size_t)m->regions[r].cop + m->regions[r].carg + m->regions[r].cresult) *
              sizeof(ir_id);
@@ -605,7 +610,39 @@ value_new(ir_module *m, ir_id type, const char *name, ir_id def, uint32_t index,
     m->values[id].def = def;
     m->values[id].index = index;
     m->values[id].region = region;
+    m->values[id].init = 0;
     return id;
+}
+
+void
+ir_value_set_init(ir_module *m, ir_id v, const void *bytes, size_t len)
+{
+    ir_init *in;
+    if (m->values[v].init == 0) {
+        DI_GROW(&m->inits, &m->cinit, m->ninit + 1);
+        m->values[v].init = m->ninit++;
+    }
+    if (m->ndata + len < m->ndata)
+        di_oom();
+    DI_GROW(&m->data, &m->cdata, m->ndata + len);
+    in = &m->inits[m->values[v].init];
+    in->off = m->ndata;
+    in->len = len;
+    if (len)
+        memcpy(m->data + in->off, bytes, len);
+    m->ndata += len;
+}
+
+const uint8_t *
+ir_value_init(const ir_module *m, ir_id v, size_t *len)
+{
+    uint32_t i = m->values[v].init;
+    if (i == 0 || i >= m->ninit) {
+        *len = 0;
+        return NULL;
+    }
+    *len = m->inits[i].len;
+    return m->data + m->inits[i].off;
 }
 
 ir_id
