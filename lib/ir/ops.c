@@ -1,276 +1,2342 @@
 /*
- * ops.c: the op table's functions: shape inference (infer_*) and FLOP/byte
+ * ops.c: the op table's functions: shape inference (infer_*), FLOP and byte
  * counts (cost_*), and name lookup including DistIR's aliases.
+ *
+ * Shape inference reads the types of an op's inputs (and, for a few ops, the
+ * declared types of its results) and writes the result type ids; it interns
+ * new types, which may move every array of the module, so the helpers here
+ * copy what they read into a local `tensor` before building anything. Every
+ * error is DI_EVERIFY with a message that starts with the op kind (and the
+ * op's first result name when it has one) and names the offending input.
+ *
+ * Placement rules (docs/ops.md): a compute op's tensor inputs live in one
+ * place (a device, the device variable of the enclosing pmap, or a mesh) and
+ * its results live there too; on a mesh the results are replicated (sharding
+ * propagation refines them later). An unplaced scalar is a constant that may
+ * join tensors anywhere. Communication ops have a tuple form (one tensor per
+ * device, DistIR) and a mesh form (mesh + mesh_axes, MLIR's mesh dialect).
+ *
+ * Costs count FLOPs per execution and bytes read and written in device
+ * memory; for communication ops, bytes are per participant.
  */
 #include "ir/ir.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* ---- error messages ---- */
+
+/* "MatMul %y" when the first result is named, else "MatMul 'node'" or "MatMul". */
+static void
+op_label(const ir_module *m, ir_id op, char *buf, size_t n)
+{
+    const ir_op *o = &m->ops[op];
+    ir_id name = 0;
+    if (o->noutput > 0 && o->outputs > 0 && o->outputs < m->nvalue)
+        name = m->values[o->outputs].name;
+    if (name)
+        snprintf(buf, n, "%s %%%s", ir_op_name(m, op), ir_str_get(m, name));
+    else if (o->name)
+        snprintf(buf, n, "%s '%s'", ir_op_name(m, op), ir_str_get(m, o->name));
+    else
+        snprintf(buf, n, "%s", ir_op_name(m, op));
+}
+
+static int fail(const ir_module *m, ir_id op, di_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Sets DI_EVERIFY with "<op label>: <message>"; returns DI_EVERIFY. */
+static int
+fail(const ir_module *m, ir_id op, di_error *err, const char *fmt, ...)
+{
+    char label[200], msg[800];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    op_label(m, op, label, sizeof label);
+    return di_error_set(err, DI_EVERIFY, "%s: %s", label, msg);
+}
+
+/* A buffer big enough for any shape "[d0,d1,...]" of rank <= IR_MAX_RANK. */
+typedef struct sbuf {
+    char s[IR_MAX_RANK * 22 + 8];
+} sbuf;
+
+static const char *
+shape_str(sbuf *b, uint32_t rank, const int64_t *dims)
+{
+    size_t len = 0;
+    b->s[len++] = '[';
+    for (uint32_t i = 0; i < rank && i < IR_MAX_RANK; i++)
+        len += (size_t)snprintf(b->s + len, sizeof b->s - len, "%s%lld", i ? "," : "",
+                                (long long)dims[i]);
+    snprintf(b->s + len, sizeof b->s - len, "]");
+    return b->s;
+}
+
+/* ---- reading types ---- */
+
+/* Where a tensor lives: nowhere, a device, a device variable, or a mesh. */
+typedef struct site {
+    int32_t device; /* device id or IR_DEVICE_NONE */
+    ir_id devvar;   /* string id or 0 */
+    ir_id mesh;     /* mesh id or 0 */
+} site;
+
+/* A copy of a tensor type, safe to keep while new types are interned. */
+typedef struct tensor {
+    ir_id type;
+    ir_dtype dtype;
+    uint32_t rank;
+    int64_t dims[IR_MAX_RANK];
+    site at;
+    uint32_t nplace; /* mesh rank when at.mesh != 0 */
+    int64_t placements[IR_MAX_RANK];
+} tensor;
+
+static int
+site_unplaced(const site *s)
+{
+    return s->device == IR_DEVICE_NONE && s->devvar == 0 && s->mesh == 0;
+}
+
+static int
+site_equal(const site *a, const site *b)
+{
+    return a->device == b->device && a->devvar == b->devvar && a->mesh == b->mesh;
+}
+
+typedef struct pbuf {
+    char s[160];
+} pbuf;
+
+static const char *
+site_str(const ir_module *m, const site *s, pbuf *b)
+{
+    if (s->mesh)
+        snprintf(b->s, sizeof b->s, "mesh @%s", ir_str_get(m, m->meshes[s->mesh].name));
+    else if (s->devvar)
+        snprintf(b->s, sizeof b->s, "device variable %s", ir_str_get(m, s->devvar));
+    else if (s->device != IR_DEVICE_NONE)
+        snprintf(b->s, sizeof b->s, "device %d", (int)s->device);
+    else
+        snprintf(b->s, sizeof b->s, "no device");
+    return b->s;
+}
+
+static const char *
+place_str(int64_t p, pbuf *b)
+{
+    if (p == IR_PLACE_R)
+        snprintf(b->s, sizeof b->s, "R");
+    else if (p == IR_PLACE_PSUM)
+        snprintf(b->s, sizeof b->s, "P(sum)");
+    else if (p == IR_PLACE_PMAX)
+        snprintf(b->s, sizeof b->s, "P(max)");
+    else
+        snprintf(b->s, sizeof b->s, "S[%lld]", (long long)p);
+    return b->s;
+}
+
+/* "f32[3,5] on device 0" or "a tuple of 4". */
+typedef struct tbuf {
+    char s[IR_MAX_RANK * 22 + 200];
+} tbuf;
+
+static const char *
+type_str(const ir_module *m, ir_id ty, tbuf *b)
+{
+    const ir_type *t;
+    sbuf sb;
+    pbuf pb;
+    site s;
+    if (ty == 0 || ty >= m->ntype) {
+        snprintf(b->s, sizeof b->s, "no type");
+        return b->s;
+    }
+    t = &m->types[ty];
+    if (t->kind == IR_TYPE_TUPLE) {
+        snprintf(b->s, sizeof b->s, "a tuple of %u", t->nelem);
+        return b->s;
+    }
+    s.device = t->device;
+    s.devvar = t->devvar;
+    s.mesh = t->mesh < m->nmesh ? t->mesh : 0;
+    snprintf(b->s, sizeof b->s, "%s%s on %s", ir_dtype_name((ir_dtype)t->dtype),
+             shape_str(&sb, t->rank, m->ints + t->dims), site_str(m, &s, &pb));
+    return b->s;
+}
+
+/*
+ * Copies tensor type ty into *t, checking it is well formed. what and i name
+ * it in errors ("input 1", "input 0 element 3", "body result 2").
+ */
+static int
+load_type(const ir_module *m, ir_id op, ir_id ty, const char *what, int64_t i, tensor *t,
+          di_error *err)
+{
+    const ir_type *tp;
+    memset(t, 0, sizeof *t);
+    if (ty == 0 || ty >= m->ntype)
+        return fail(m, op, err, "%s %lld has no type", what, (long long)i);
+    tp = &m->types[ty];
+    if (tp->kind == IR_TYPE_TUPLE)
+        return fail(m, op, err,
+                    "%s %lld is a tuple of %u, expected a tensor (take an element with "
+                    "dist.tuple_get, or map the op over devices with dist.pmap)",
+                    what, (long long)i, tp->nelem);
+    if (tp->kind != IR_TYPE_TENSOR)
+        return fail(m, op, err, "%s %lld has no type", what, (long long)i);
+    if (tp->dtype == IR_DTYPE_NONE || tp->dtype >= IR_NDTYPE)
+        return fail(m, op, err, "%s %lld has an invalid dtype", what, (long long)i);
+    if (tp->rank > IR_MAX_RANK)
+        return fail(m, op, err, "%s %lld has rank %u, more than %d", what, (long long)i, tp->rank,
+                    IR_MAX_RANK);
+    t->type = ty;
+    t->dtype = (ir_dtype)tp->dtype;
+    t->rank = tp->rank;
+    for (uint32_t d = 0; d < t->rank; d++) {
+        t->dims[d] = m->ints[tp->dims + d];
+        if (t->dims[d] < 0)
+            return fail(m, op, err, "%s %lld has a negative dimension (%lld at %u)", what,
+                        (long long)i, (long long)t->dims[d], d);
+    }
+    t->at.device = tp->device;
+    t->at.devvar = tp->devvar;
+    t->at.mesh = tp->mesh;
+    if (tp->mesh) {
+        if (tp->mesh >= m->nmesh)
+            return fail(m, op, err, "%s %lld names mesh %u, which does not exist", what,
+                        (long long)i, tp->mesh);
+        t->nplace = m->meshes[tp->mesh].rank;
+        if (t->nplace > IR_MAX_RANK)
+            return fail(m, op, err, "%s %lld: mesh rank %u exceeds %d", what, (long long)i,
+                        t->nplace, IR_MAX_RANK);
+        for (uint32_t a = 0; a < t->nplace; a++) {
+            int64_t p = m->ints[tp->placements + a];
+            t->placements[a] = p;
+            if (p != IR_PLACE_R && p != IR_PLACE_PSUM && p != IR_PLACE_PMAX &&
+                !(p >= 0 && p < (int64_t)t->rank))
+                return fail(m, op, err, "%s %lld has an invalid placement %lld on mesh axis %u",
+                            what, (long long)i, (long long)p, a);
+        }
+    }
+    return 0;
+}
+
+static int
+load_input(const ir_module *m, ir_id op, uint32_t i, tensor *t, di_error *err)
+{
+    return load_type(m, op, m->values[ir_op_input(m, op, i)].type, "input", i, t, err);
+}
+
+/* Loads inputs 0..n-1 into t[]. */
+static int
+load_inputs(const ir_module *m, ir_id op, uint32_t n, tensor *t, di_error *err)
+{
+    int rc;
+    for (uint32_t i = 0; i < n; i++)
+        if ((rc = load_input(m, op, i, &t[i], err)) != 0)
+            return rc;
+    return 0;
+}
+
+/* An unplaced scalar is a constant usable anywhere. */
+static int
+is_floating(const tensor *t)
+{
+    return t->rank == 0 && site_unplaced(&t->at);
+}
+
+/*
+ * Folds tensor t (input index i) into the running common site *acc of the
+ * inputs seen so far (*acc_index is the input that fixed it, or -1 while all
+ * inputs seen float).
+ */
+static int
+merge_site(const ir_module *m, ir_id op, site *acc, int64_t *acc_index, const tensor *t,
+           uint32_t i, di_error *err)
+{
+    pbuf a, b;
+    if (is_floating(t))
+        return 0;
+    if (*acc_index < 0) {
+        *acc = t->at;
+        *acc_index = i;
+        return 0;
+    }
+    if (site_equal(acc, &t->at))
+        return 0;
+    if (acc->device != IR_DEVICE_NONE && t->at.device != IR_DEVICE_NONE)
+        return fail(m, op, err,
+                    "inputs on different devices (%d and %d): insert a dist.send to move input "
+                    "%u to device %d",
+                    (int)acc->device, (int)t->at.device, i, (int)acc->device);
+    return fail(m, op, err, "inputs in different places: input %lld on %s, input %u on %s",
+                (long long)*acc_index, site_str(m, acc, &a), i, site_str(m, &t->at, &b));
+}
+
+/* The site shared by t[0..n). */
+static int
+common_site(const ir_module *m, ir_id op, const tensor *t, uint32_t n, site *out, di_error *err)
+{
+    int64_t idx = -1;
+    int rc;
+    out->device = IR_DEVICE_NONE;
+    out->devvar = 0;
+    out->mesh = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if ((rc = merge_site(m, op, out, &idx, &t[i], i, err)) != 0)
+            return rc;
+    return 0;
+}
+
+/* A compute result at site s: on a mesh it is replicated on every axis. */
+static ir_id
+result_type(ir_module *m, const site *s, ir_dtype dt, uint32_t rank, const int64_t *dims)
+{
+    if (s->mesh) {
+        int64_t r[IR_MAX_RANK];
+        uint32_t n = m->meshes[s->mesh].rank;
+        for (uint32_t a = 0; a < n && a < IR_MAX_RANK; a++)
+            r[a] = IR_PLACE_R;
+        return ir_type_dtensor(m, dt, rank, dims, s->mesh, r);
+    }
+    if (s->devvar)
+        return ir_type_tensor_var(m, dt, rank, dims, s->devvar);
+    return ir_type_tensor(m, dt, rank, dims, s->device);
+}
+
+/* ---- small checks ---- */
+
+/* a * b for non-negative a, b; -1 on overflow. */
+static int
+mul_dim(int64_t a, int64_t b, int64_t *out)
+{
+    if (a != 0 && b > INT64_MAX / a)
+        return -1;
+    *out = a * b;
+    return 0;
+}
+
+/* The element count of a shape, or -1 when it overflows int64. */
+static int64_t
+numel_checked(uint32_t rank, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (uint32_t i = 0; i < rank; i++)
+        if (mul_dim(n, dims[i], &n) != 0)
+            return -1;
+    return n;
+}
+
+static int
+dims_equal(const tensor *a, const tensor *b)
+{
+    return a->rank == b->rank && (a->rank == 0 || memcmp(a->dims, b->dims,
+                                                         a->rank * sizeof a->dims[0]) == 0);
+}
+
+static int
+check_same_dtype(const ir_module *m, ir_id op, const tensor *a, uint32_t ia, const tensor *b,
+                 uint32_t ib, di_error *err)
+{
+    if (a->dtype == b->dtype)
+        return 0;
+    return fail(m, op, err, "input %u has dtype %s, expected %s (the dtype of input %u)", ib,
+                ir_dtype_name(b->dtype), ir_dtype_name(a->dtype), ia);
+}
+
+static int
+check_same_shape(const ir_module *m, ir_id op, const tensor *a, uint32_t ia, const tensor *b,
+                 uint32_t ib, di_error *err)
+{
+    sbuf x, y;
+    if (dims_equal(a, b))
+        return 0;
+    return fail(m, op, err, "input %u has shape %s, expected %s (the shape of input %u)", ib,
+                shape_str(&x, b->rank, b->dims), shape_str(&y, a->rank, a->dims), ia);
+}
+
+static int
+check_float(const ir_module *m, ir_id op, const tensor *t, uint32_t i, di_error *err)
+{
+    if (ir_dtype_is_float(t->dtype))
+        return 0;
+    return fail(m, op, err, "input %u has dtype %s, expected a floating-point dtype", i,
+                ir_dtype_name(t->dtype));
+}
+
+static int
+check_index_dtype(const ir_module *m, ir_id op, const tensor *t, uint32_t i, di_error *err)
+{
+    if (t->dtype == IR_I32 || t->dtype == IR_I64)
+        return 0;
+    return fail(m, op, err, "input %u has dtype %s, expected i32 or i64 indices", i,
+                ir_dtype_name(t->dtype));
+}
+
+/* Normalizes axis into [0, rank) (ONNX: negative counts from the end). */
+static int
+norm_axis(const ir_module *m, ir_id op, const char *attr, int64_t axis, uint32_t rank,
+          uint32_t *out, di_error *err)
+{
+    *out = 0;
+    if (axis < -(int64_t)rank || axis >= (int64_t)rank)
+        return fail(m, op, err, "%s %lld is out of range for rank %u (allowed %lld..%lld)", attr,
+                    (long long)axis, rank, -(long long)rank, (long long)rank - 1);
+    *out = (uint32_t)(axis < 0 ? axis + (int64_t)rank : axis);
+    return 0;
+}
+
+/* Reads a required int attribute. */
+static int
+attr_int_req(const ir_module *m, ir_id op, const char *key, int64_t *v, di_error *err)
+{
+    const ir_attr *a = ir_op_attr(m, op, key);
+    *v = 0;
+    if (a == NULL || a->kind != IR_ATTR_INT)
+        return fail(m, op, err, "missing int attribute %s", key);
+    *v = a->i;
+    return 0;
+}
+
+/*
+ * Copies an optional ints attribute into v[0..max); *n = -1 when absent.
+ * Longer lists are an error.
+ */
+static int
+attr_ints(const ir_module *m, ir_id op, const char *key, int64_t *v, uint32_t max, int64_t *n,
+          di_error *err)
+{
+    const ir_attr *a = ir_op_attr(m, op, key);
+    if (a == NULL) {
+        *n = -1;
+        return 0;
+    }
+    if (a->kind != IR_ATTR_INTS)
+        return fail(m, op, err, "attribute %s must be a list of ints", key);
+    if (a->n > max)
+        return fail(m, op, err, "attribute %s has %u entries, at most %u allowed", key, a->n, max);
+    if (a->n)
+        memcpy(v, m->ints + a->off, a->n * sizeof *v);
+    *n = a->n;
+    return 0;
+}
+
+/*
+ * Normalizes a list of axes against rank, rejecting repeats; sets mask[axis]
+ * for each.
+ */
+static int
+norm_axes(const ir_module *m, ir_id op, const char *attr, const int64_t *axes, uint32_t n,
+          uint32_t rank, uint8_t *mask, di_error *err)
+{
+    int rc;
+    memset(mask, 0, IR_MAX_RANK);
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t a = 0;
+        if ((rc = norm_axis(m, op, attr, axes[j], rank, &a, err)) != 0)
+            return rc;
+        if (mask[a])
+            return fail(m, op, err, "%s names axis %u twice", attr, a);
+        mask[a] = 1;
+    }
+    return 0;
+}
+
+/*
+ * numpy broadcasting of shapes a and b into out (rank *rout). Returns -1 with
+ * *bad set to the offending output dimension when they are incompatible.
+ */
+static int
+broadcast_dims(uint32_t ra, const int64_t *a, uint32_t rb, const int64_t *b, uint32_t *rout,
+               int64_t *out, uint32_t *bad)
+{
+    uint32_t r = ra > rb ? ra : rb;
+    for (uint32_t i = 0; i < r; i++) {
+        /* i counts from the right. */
+        int64_t da = i < ra ? a[ra - 1 - i] : 1;
+        int64_t db = i < rb ? b[rb - 1 - i] : 1;
+        int64_t d;
+        if (da == db || db == 1)
+            d = da;
+        else if (da == 1)
+            d = db;
+        else {
+            *bad = r - 1 - i;
+            return -1;
+        }
+        out[r - 1 - i] = d;
+    }
+    *rout = r;
+    return 0;
+}
+
+/* ---- compute ops: elementwise ---- */
 
 static int
 infer_broadcast(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    tensor in[2];
+    site s;
+    int64_t dims[IR_MAX_RANK];
+    uint32_t rank, bad;
+    sbuf x, y;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[0], 0, &in[1], 1, err)) != 0)
+        return rc;
+    if (broadcast_dims(in[0].rank, in[0].dims, in[1].rank, in[1].dims, &rank, dims, &bad) != 0)
+        return fail(m, op, err,
+                    "input 1 has shape %s, which does not broadcast with input 0's shape %s "
+                    "(result dimension %u)",
+                    shape_str(&x, in[1].rank, in[1].dims), shape_str(&y, in[0].rank, in[0].dims),
+                    bad);
+    out[0] = result_type(m, &s, in[0].dtype, rank, dims);
+    return 0;
+}
+
+static int
+infer_where(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[3];
+    site s;
+    int64_t d1[IR_MAX_RANK], d2[IR_MAX_RANK];
+    uint32_t r1, r2, bad;
+    sbuf x, y;
+    int rc;
+    if ((rc = load_inputs(m, op, 3, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 3, &s, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[1], 1, &in[2], 2, err)) != 0)
+        return rc;
+    if (in[0].dtype != IR_BOOL)
+        return fail(m, op, err, "input 0 (the condition) has dtype %s, expected i1",
+                    ir_dtype_name(in[0].dtype));
+    if (broadcast_dims(in[0].rank, in[0].dims, in[1].rank, in[1].dims, &r1, d1, &bad) != 0)
+        return fail(m, op, err, "input 1 has shape %s, which does not broadcast with input 0's "
+                    "shape %s", shape_str(&x, in[1].rank, in[1].dims),
+                    shape_str(&y, in[0].rank, in[0].dims));
+    if (broadcast_dims(r1, d1, in[2].rank, in[2].dims, &r2, d2, &bad) != 0)
+        return fail(m, op, err, "input 2 has shape %s, which does not broadcast with %s (inputs "
+                    "0 and 1 broadcast)", shape_str(&x, in[2].rank, in[2].dims),
+                    shape_str(&y, r1, d1));
+    out[0] = result_type(m, &s, in[1].dtype, r2, d2);
+    return 0;
+}
+
+/* Unary ops typed like their input: Sqrt, Relu, Gelu, Tanh, Sigmoid, Identity, Softmax. */
+static int
+infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    int kind = m->ops[op].kind;
+    tensor x;
+    site s;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0)
+        return rc;
+    if (kind != IR_OP_RELU && kind != IR_OP_IDENTITY && (rc = check_float(m, op, &x, 0, err)) != 0)
+        return rc;
+    if (kind == IR_OP_SOFTMAX) {
+        uint32_t axis;
+        if (x.rank == 0)
+            return fail(m, op, err, "input 0 is a scalar; softmax needs rank >= 1");
+        if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", -1), x.rank, &axis, err)) != 0)
+            return rc;
+    }
+    out[0] = result_type(m, &s, x.dtype, x.rank, x.dims);
+    return 0;
+}
+
+/* ONNX TensorProto.DataType numbers. */
+static ir_dtype
+dtype_from_onnx(int64_t to)
+{
+    switch (to) {
+    case 1:
+        return IR_F32;
+    case 10:
+        return IR_F16;
+    case 16:
+        return IR_BF16;
+    case 11:
+        return IR_F64;
+    case 7:
+        return IR_I64;
+    case 6:
+        return IR_I32;
+    case 3:
+        return IR_I8;
+    case 9:
+        return IR_BOOL;
+    default:
+        return IR_DTYPE_NONE;
+    }
 }
 
 static int
 infer_cast(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_concat(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_constant(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    tensor x;
+    site s;
+    int64_t to;
+    ir_dtype dt;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = attr_int_req(m, op, "to", &to, err)) != 0)
+        return rc;
+    if ((dt = dtype_from_onnx(to)) == IR_DTYPE_NONE)
+        return fail(m, op, err,
+                    "to = %lld is not a supported ONNX data type (1 f32, 10 f16, 16 bf16, "
+                    "11 f64, 7 i64, 6 i32, 3 i8, 9 bool)",
+                    (long long)to);
+    out[0] = result_type(m, &s, dt, x.rank, x.dims);
+    return 0;
 }
 
 static int
 infer_dropout(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    tensor x;
+    site s;
+    double ratio = ir_op_float(m, op, "ratio", 0.5);
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = check_float(m, op, &x, 0, err)) != 0)
+        return rc;
+    if (!(ratio >= 0.0 && ratio < 1.0))
+        return fail(m, op, err, "ratio %g is outside [0, 1)", ratio);
+    out[0] = result_type(m, &s, x.dtype, x.rank, x.dims);
+    if (m->ops[op].noutput > 1)
+        out[1] = result_type(m, &s, IR_BOOL, x.rank, x.dims);
+    return 0;
 }
 
-static int
-infer_first_input(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
+/* ---- compute ops: linear algebra ---- */
 
+/*
+ * numpy matmul of a (input 0) and b (input 1): writes the result shape, and
+ * the sizes the cost needs. Rank-1 operands get a 1 prepended (a) or
+ * appended (b) that is removed from the result.
+ */
 static int
-infer_gather(ir_module *m, ir_id op, ir_id *out, di_error *err)
+matmul_shape(const ir_module *m, ir_id op, const tensor *a, const tensor *b, uint32_t *rank,
+             int64_t *dims, di_error *err)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_gathergrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_gemm(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_grad_like_x(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_layernorm(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_loss(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    sbuf x, y;
+    int64_t ka, kb, bd[IR_MAX_RANK];
+    uint32_t rba, rbb, rbatch, bad, r = 0;
+    if (a->rank == 0)
+        return fail(m, op, err, "input 0 is a scalar; matmul needs rank >= 1");
+    if (b->rank == 0)
+        return fail(m, op, err, "input 1 is a scalar; matmul needs rank >= 1");
+    ka = a->dims[a->rank - 1];
+    kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
+    if (ka != kb) {
+        const char *expect = b->rank == 1 ? "[%lld]" : b->rank == 2 ? "[%lld,*]" : "[...,%lld,*]";
+        char e[64];
+        snprintf(e, sizeof e, expect, (long long)ka);
+        return fail(m, op, err,
+                    "input 1 has shape %s, expected %s (inner dimensions differ: input 0 has "
+                    "shape %s)",
+                    shape_str(&x, b->rank, b->dims), e, shape_str(&y, a->rank, a->dims));
+    }
+    rba = a->rank > 2 ? a->rank - 2 : 0;
+    rbb = b->rank > 2 ? b->rank - 2 : 0;
+    if (broadcast_dims(rba, a->dims, rbb, b->dims, &rbatch, bd, &bad) != 0)
+        return fail(m, op, err,
+                    "batch dimensions of input 0 %s and input 1 %s do not broadcast",
+                    shape_str(&x, a->rank, a->dims), shape_str(&y, b->rank, b->dims));
+    for (uint32_t i = 0; i < rbatch; i++)
+        dims[r++] = bd[i];
+    if (a->rank > 1)
+        dims[r++] = a->dims[a->rank - 2];
+    if (b->rank > 1)
+        dims[r++] = b->dims[b->rank - 1];
+    *rank = r;
+    return 0;
 }
 
 static int
 infer_matmul(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    tensor in[2];
+    site s;
+    int64_t dims[IR_MAX_RANK];
+    uint32_t rank;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[0], 0, &in[1], 1, err)) != 0 ||
+        (rc = matmul_shape(m, op, &in[0], &in[1], &rank, dims, err)) != 0)
+        return rc;
+    out[0] = result_type(m, &s, in[0].dtype, rank, dims);
+    return 0;
+}
+
+static int
+infer_gemm(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[3];
+    uint32_t n = m->ops[op].ninput;
+    int ta = ir_op_int(m, op, "transA", 0) != 0, tb = ir_op_int(m, op, "transB", 0) != 0;
+    int64_t mm, k, kb, nn, dims[2];
+    site s;
+    sbuf x, y;
+    int rc;
+    if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
+        (rc = common_site(m, op, in, n, &s, err)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < 2; i++)
+        if (in[i].rank != 2)
+            return fail(m, op, err, "input %u has shape %s, expected rank 2", i,
+                        shape_str(&x, in[i].rank, in[i].dims));
+    for (uint32_t i = 1; i < n; i++)
+        if ((rc = check_same_dtype(m, op, &in[0], 0, &in[i], i, err)) != 0)
+            return rc;
+    mm = ta ? in[0].dims[1] : in[0].dims[0];
+    k = ta ? in[0].dims[0] : in[0].dims[1];
+    kb = tb ? in[1].dims[1] : in[1].dims[0];
+    nn = tb ? in[1].dims[0] : in[1].dims[1];
+    if (k != kb)
+        return fail(m, op, err,
+                    "input 1 has shape %s, expected %s%lld%s (inner dimensions differ; transA=%d "
+                    "transB=%d)",
+                    shape_str(&x, 2, in[1].dims), tb ? "[*," : "[", (long long)k,
+                    tb ? "]" : ",*]", ta, tb);
+    dims[0] = mm;
+    dims[1] = nn;
+    if (n == 3) {
+        /* C broadcasts unidirectionally to [M, N]. */
+        if (in[2].rank > 2)
+            return fail(m, op, err, "input 2 has shape %s, which does not broadcast to %s",
+                        shape_str(&x, in[2].rank, in[2].dims), shape_str(&y, 2, dims));
+        for (uint32_t i = 0; i < in[2].rank; i++) {
+            int64_t c = in[2].dims[in[2].rank - 1 - i];
+            if (c != 1 && c != dims[1 - i])
+                return fail(m, op, err, "input 2 has shape %s, which does not broadcast to %s",
+                            shape_str(&x, in[2].rank, in[2].dims), shape_str(&y, 2, dims));
+        }
+    }
+    out[0] = result_type(m, &s, in[0].dtype, 2, dims);
+    return 0;
 }
 
 static int
 infer_matmulgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    tensor in[3];
+    site s;
+    int64_t dims[IR_MAX_RANK];
+    uint32_t rank;
+    sbuf x, y;
+    int rc;
+    if ((rc = load_inputs(m, op, 3, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 3, &s, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[0], 0, &in[1], 1, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[0], 0, &in[2], 2, err)) != 0 ||
+        (rc = matmul_shape(m, op, &in[0], &in[1], &rank, dims, err)) != 0)
+        return rc;
+    if (rank != in[2].rank || (rank && memcmp(dims, in[2].dims, rank * sizeof dims[0]) != 0))
+        return fail(m, op, err, "input 2 (dy) has shape %s, expected %s (the shape of matmul of "
+                    "inputs 0 and 1)", shape_str(&x, in[2].rank, in[2].dims),
+                    shape_str(&y, rank, dims));
+    out[0] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
+    out[1] = result_type(m, &s, in[1].dtype, in[1].rank, in[1].dims);
+    return 0;
+}
+
+/* ---- compute ops: normalization ---- */
+
+/* Checks that scale (input i) has shape x.dims[axis:]. */
+static int
+check_norm_shape(const ir_module *m, ir_id op, const tensor *x, uint32_t axis, const tensor *t,
+                 uint32_t i, const char *what, di_error *err)
+{
+    sbuf a, b;
+    uint32_t r = x->rank - axis;
+    if (t->rank == r && (r == 0 || memcmp(t->dims, x->dims + axis, r * sizeof t->dims[0]) == 0))
+        return 0;
+    return fail(m, op, err, "input %u (%s) has shape %s, expected %s (the normalized dimensions)",
+                i, what, shape_str(&a, t->rank, t->dims), shape_str(&b, r, x->dims + axis));
+}
+
+/* The shape of mean and inv_std_dev: x.dims[:axis] + [1] * (rank - axis). */
+static void
+stat_dims(const tensor *x, uint32_t axis, int64_t *dims)
+{
+    for (uint32_t i = 0; i < x->rank; i++)
+        dims[i] = i < axis ? x->dims[i] : 1;
+}
+
+static int
+infer_layernorm(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[3];
+    uint32_t n = m->ops[op].ninput, axis;
+    int64_t sd[IR_MAX_RANK];
+    double eps = ir_op_float(m, op, "epsilon", 1e-5);
+    site s;
+    int rc;
+    if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
+        (rc = common_site(m, op, in, n, &s, err)) != 0 ||
+        (rc = check_float(m, op, &in[0], 0, err)) != 0)
+        return rc;
+    if (in[0].rank == 0)
+        return fail(m, op, err, "input 0 is a scalar; layer normalization needs rank >= 1");
+    if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", -1), in[0].rank, &axis, err)) != 0)
+        return rc;
+    if (!(eps >= 0.0))
+        return fail(m, op, err, "epsilon %g must be >= 0", eps);
+    for (uint32_t i = 1; i < n; i++)
+        if ((rc = check_same_dtype(m, op, &in[0], 0, &in[i], i, err)) != 0 ||
+            (rc = check_norm_shape(m, op, &in[0], axis, &in[i], i, i == 1 ? "scale" : "bias",
+                                   err)) != 0)
+            return rc;
+    out[0] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
+    stat_dims(&in[0], axis, sd);
+    for (uint32_t i = 1; i < m->ops[op].noutput; i++)
+        out[i] = result_type(m, &s, in[0].dtype, in[0].rank, sd);
+    return 0;
+}
+
+/* LayerNormalizationGrad(dy, x, scale, [mean, inv_std_dev]) -> (dx, [dscale], [dbias]). */
+static int
+infer_layernormgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[5];
+    uint32_t n = m->ops[op].ninput, axis;
+    int64_t sd[IR_MAX_RANK];
+    site s;
+    sbuf a, b;
+    int rc;
+    if (n == 4)
+        return fail(m, op, err, "takes mean and inv_std_dev together (3 or 5 inputs), got 4");
+    if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
+        (rc = common_site(m, op, in, n, &s, err)) != 0 ||
+        (rc = check_float(m, op, &in[1], 1, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[1], 1, &in[0], 0, err)) != 0 ||
+        (rc = check_same_shape(m, op, &in[1], 1, &in[0], 0, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[1], 1, &in[2], 2, err)) != 0)
+        return rc;
+    if (in[1].rank == 0)
+        return fail(m, op, err, "input 1 is a scalar; layer normalization needs rank >= 1");
+    if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", -1), in[1].rank, &axis, err)) != 0)
+        return rc;
+    if ((rc = check_norm_shape(m, op, &in[1], axis, &in[2], 2, "scale", err)) != 0)
+        return rc;
+    stat_dims(&in[1], axis, sd);
+    for (uint32_t i = 3; i < n; i++)
+        if (in[i].rank != in[1].rank ||
+            memcmp(in[i].dims, sd, in[1].rank * sizeof sd[0]) != 0)
+            return fail(m, op, err, "input %u (%s) has shape %s, expected %s", i,
+                        i == 3 ? "mean" : "inv_std_dev", shape_str(&a, in[i].rank, in[i].dims),
+                        shape_str(&b, in[1].rank, sd));
+    out[0] = result_type(m, &s, in[1].dtype, in[1].rank, in[1].dims);
+    for (uint32_t i = 1; i < m->ops[op].noutput; i++)
+        out[i] = result_type(m, &s, in[2].dtype, in[2].rank, in[2].dims);
+    return 0;
+}
+
+/* ---- compute ops: shapes and data movement ---- */
+
+static int
+infer_reshape(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t shape[IR_MAX_RANK], dims[IR_MAX_RANK], n, known = 1, total;
+    int64_t infer_at = -1;
+    sbuf a, b;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = attr_ints(m, op, "shape", shape, IR_MAX_RANK, &n, err)) != 0)
+        return rc;
+    if (n < 0)
+        return fail(m, op, err, "missing ints attribute shape");
+    if ((total = numel_checked(x.rank, x.dims)) < 0)
+        return fail(m, op, err, "input 0 has too many elements");
+    for (uint32_t i = 0; i < (uint32_t)n; i++) {
+        int64_t d = shape[i];
+        if (d == 0) {
+            if (i >= x.rank)
+                return fail(m, op, err, "shape[%u] is 0 (copy the input's dimension) but input 0 "
+                            "has rank %u", i, x.rank);
+            d = x.dims[i];
+        } else if (d == -1) {
+            if (infer_at >= 0)
+                return fail(m, op, err, "shape %s has more than one -1",
+                            shape_str(&a, (uint32_t)n, shape));
+            infer_at = i;
+            continue;
+        } else if (d < -1) {
+            return fail(m, op, err, "shape[%u] is %lld; only -1 (infer) and 0 (copy) may be "
+                        "negative or zero", i, (long long)d);
+        }
+        dims[i] = d;
+        if (mul_dim(known, d, &known) != 0)
+            return fail(m, op, err, "shape %s has too many elements",
+                        shape_str(&a, (uint32_t)n, shape));
+    }
+    if (infer_at >= 0) {
+        if (known == 0 || total % known != 0)
+            return fail(m, op, err, "cannot infer the -1 in shape %s from input 0's shape %s "
+                        "(%lld elements)", shape_str(&a, (uint32_t)n, shape),
+                        shape_str(&b, x.rank, x.dims), (long long)total);
+        dims[infer_at] = total / known;
+    } else if (known != total) {
+        return fail(m, op, err, "shape %s has %lld elements, input 0 has shape %s with %lld",
+                    shape_str(&a, (uint32_t)n, dims), (long long)known,
+                    shape_str(&b, x.rank, x.dims), (long long)total);
+    }
+    out[0] = result_type(m, &s, x.dtype, (uint32_t)n, dims);
+    return 0;
+}
+
+static int
+infer_transpose(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t perm[IR_MAX_RANK], dims[IR_MAX_RANK], n;
+    uint8_t seen[IR_MAX_RANK];
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = attr_ints(m, op, "perm", perm, IR_MAX_RANK, &n, err)) != 0)
+        return rc;
+    if (n < 0) {
+        n = x.rank;
+        for (uint32_t i = 0; i < x.rank; i++)
+            perm[i] = x.rank - 1 - i;
+    }
+    if ((uint32_t)n != x.rank)
+        return fail(m, op, err, "perm has %lld entries, input 0 has rank %u", (long long)n,
+                    x.rank);
+    memset(seen, 0, sizeof seen);
+    for (uint32_t i = 0; i < x.rank; i++) {
+        if (perm[i] < 0 || perm[i] >= (int64_t)x.rank || seen[perm[i]])
+            return fail(m, op, err, "perm is not a permutation of 0..%u (entry %u is %lld)",
+                        x.rank - 1, i, (long long)perm[i]);
+        seen[perm[i]] = 1;
+        dims[i] = x.dims[perm[i]];
+    }
+    out[0] = result_type(m, &s, x.dtype, x.rank, dims);
+    return 0;
+}
+
+static int
+infer_concat(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor first, t;
+    site s;
+    int64_t idx = -1, axis_attr;
+    uint32_t axis;
+    sbuf a, b;
+    int rc;
+    s.device = IR_DEVICE_NONE;
+    s.devvar = 0;
+    s.mesh = 0;
+    if ((rc = attr_int_req(m, op, "axis", &axis_attr, err)) != 0 ||
+        (rc = load_input(m, op, 0, &first, err)) != 0 ||
+        (rc = merge_site(m, op, &s, &idx, &first, 0, err)) != 0)
+        return rc;
+    if (first.rank == 0)
+        return fail(m, op, err, "input 0 is a scalar; concat needs rank >= 1");
+    if ((rc = norm_axis(m, op, "axis", axis_attr, first.rank, &axis, err)) != 0)
+        return rc;
+    for (uint32_t i = 1; i < m->ops[op].ninput; i++) {
+        if ((rc = load_input(m, op, i, &t, err)) != 0 ||
+            (rc = merge_site(m, op, &s, &idx, &t, i, err)) != 0 ||
+            (rc = check_same_dtype(m, op, &first, 0, &t, i, err)) != 0)
+            return rc;
+        for (uint32_t d = 0; d < first.rank; d++)
+            if (t.rank != first.rank || (d != axis && t.dims[d] != first.dims[d]))
+                return fail(m, op, err, "input %u has shape %s, which differs from input 0's "
+                            "shape %s outside axis %u", i, shape_str(&a, t.rank, t.dims),
+                            shape_str(&b, first.rank, first.dims), axis);
+        if (first.dims[axis] > INT64_MAX - t.dims[axis])
+            return fail(m, op, err, "the concatenated dimension overflows");
+        first.dims[axis] += t.dims[axis];
+    }
+    out[0] = result_type(m, &s, first.dtype, first.rank, first.dims);
+    return 0;
+}
+
+static int
+infer_split(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    uint32_t nout = m->ops[op].noutput, axis;
+    int64_t *sizes, n, sum = 0;
+    const ir_attr *sa;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0)
+        return rc;
+    if (x.rank == 0)
+        return fail(m, op, err, "input 0 is a scalar; split needs rank >= 1");
+    if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", 0), x.rank, &axis, err)) != 0)
+        return rc;
+    sizes = di_malloc(nout * sizeof *sizes);
+    if (sizes == NULL)
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    sa = ir_op_attr(m, op, "split");
+    if (sa != NULL) {
+        if (sa->kind != IR_ATTR_INTS || sa->n != nout) {
+            di_free(sizes);
+            return fail(m, op, err, "split must list one size per result (%u)", nout);
+        }
+        for (uint32_t i = 0; i < nout; i++) {
+            sizes[i] = m->ints[sa->off + i];
+            if (sizes[i] < 0 || sum > INT64_MAX - sizes[i]) {
+                di_free(sizes);
+                return fail(m, op, err, "split[%u] = %lld is invalid", i, (long long)sizes[i]);
+            }
+            sum += sizes[i];
+        }
+        if (sum != x.dims[axis]) {
+            di_free(sizes);
+            return fail(m, op, err, "split sizes add up to %lld, but axis %u of input 0 has "
+                        "size %lld", (long long)sum, axis, (long long)x.dims[axis]);
+        }
+    } else {
+        n = nout;
+        if (x.dims[axis] % n != 0) {
+            di_free(sizes);
+            return fail(m, op, err, "axis %u of input 0 has size %lld, which does not split "
+                        "evenly into %u parts", axis, (long long)x.dims[axis], nout);
+        }
+        for (uint32_t i = 0; i < nout; i++)
+            sizes[i] = x.dims[axis] / n;
+    }
+    for (uint32_t i = 0; i < nout; i++) {
+        x.dims[axis] = sizes[i];
+        out[i] = result_type(m, &s, x.dtype, x.rank, x.dims);
+    }
+    di_free(sizes);
+    return 0;
+}
+
+static int64_t
+clamp64(int64_t v, int64_t lo, int64_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* ceil(a / b) for a >= 0, b > 0, without overflow. */
+static int64_t
+ceil_div_u(uint64_t a, uint64_t b)
+{
+    return (int64_t)(a / b + (a % b != 0));
+}
+
+static int
+infer_slice(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t starts[IR_MAX_RANK], ends[IR_MAX_RANK], axes[IR_MAX_RANK], steps[IR_MAX_RANK];
+    int64_t ns, ne, na, nst;
+    uint8_t mask[IR_MAX_RANK];
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = attr_ints(m, op, "starts", starts, IR_MAX_RANK, &ns, err)) != 0 ||
+        (rc = attr_ints(m, op, "ends", ends, IR_MAX_RANK, &ne, err)) != 0 ||
+        (rc = attr_ints(m, op, "axes", axes, IR_MAX_RANK, &na, err)) != 0 ||
+        (rc = attr_ints(m, op, "steps", steps, IR_MAX_RANK, &nst, err)) != 0)
+        return rc;
+    if (ns < 0 || ne < 0)
+        return fail(m, op, err, "needs ints attributes starts and ends");
+    if (ne != ns || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
+        return fail(m, op, err, "starts, ends, axes and steps must have the same length");
+    if (na < 0)
+        for (int64_t j = 0; j < ns; j++)
+            axes[j] = j;
+    if (nst < 0)
+        for (int64_t j = 0; j < ns; j++)
+            steps[j] = 1;
+    if ((rc = norm_axes(m, op, "axes", axes, (uint32_t)ns, x.rank, mask, err)) != 0)
+        return rc;
+    for (uint32_t j = 0; j < (uint32_t)ns; j++) {
+        uint32_t a = (uint32_t)(axes[j] < 0 ? axes[j] + x.rank : axes[j]);
+        int64_t d = x.dims[a], st = steps[j], b = starts[j], e = ends[j], len;
+        if (st == 0)
+            return fail(m, op, err, "steps[%u] is 0", j);
+        if (b < 0)
+            b += d;
+        if (e < 0)
+            e += d;
+        if (st > 0) {
+            b = clamp64(b, 0, d);
+            e = clamp64(e, 0, d);
+            len = e > b ? ceil_div_u((uint64_t)(e - b), (uint64_t)st) : 0;
+        } else {
+            b = clamp64(b, 0, d - 1);
+            e = clamp64(e, -1, d - 1);
+            len = (d > 0 && b > e) ? ceil_div_u((uint64_t)(b - e), (uint64_t)0 - (uint64_t)st)
+                                   : 0;
+        }
+        x.dims[a] = len;
+    }
+    out[0] = result_type(m, &s, x.dtype, x.rank, x.dims);
+    return 0;
+}
+
+/* Gather(data, indices){axis}: data.dims[:axis] + indices.dims + data.dims[axis+1:]. */
+static int
+infer_gather(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int64_t dims[IR_MAX_RANK];
+    uint32_t axis, r = 0;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_index_dtype(m, op, &in[1], 1, err)) != 0)
+        return rc;
+    if (in[0].rank == 0)
+        return fail(m, op, err, "input 0 is a scalar; gather needs rank >= 1");
+    if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", 0), in[0].rank, &axis, err)) != 0)
+        return rc;
+    if (in[0].rank - 1 + in[1].rank > IR_MAX_RANK)
+        return fail(m, op, err, "the result would have rank %u, more than %d",
+                    in[0].rank - 1 + in[1].rank, IR_MAX_RANK);
+    for (uint32_t i = 0; i < axis; i++)
+        dims[r++] = in[0].dims[i];
+    for (uint32_t i = 0; i < in[1].rank; i++)
+        dims[r++] = in[1].dims[i];
+    for (uint32_t i = axis + 1; i < in[0].rank; i++)
+        dims[r++] = in[0].dims[i];
+    out[0] = result_type(m, &s, in[0].dtype, r, dims);
+    return 0;
+}
+
+static int
+infer_unsqueeze(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t axes[IR_MAX_RANK], n, dims[IR_MAX_RANK];
+    uint8_t mask[IR_MAX_RANK];
+    uint32_t r, k = 0;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = attr_ints(m, op, "axes", axes, IR_MAX_RANK, &n, err)) != 0)
+        return rc;
+    if (n < 0)
+        return fail(m, op, err, "missing ints attribute axes");
+    if (x.rank + (uint32_t)n > IR_MAX_RANK)
+        return fail(m, op, err, "the result would have rank %u, more than %d",
+                    x.rank + (uint32_t)n, IR_MAX_RANK);
+    r = x.rank + (uint32_t)n;
+    if ((rc = norm_axes(m, op, "axes", axes, (uint32_t)n, r, mask, err)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < r; i++)
+        dims[i] = mask[i] ? 1 : x.dims[k++];
+    out[0] = result_type(m, &s, x.dtype, r, dims);
+    return 0;
+}
+
+static int
+infer_squeeze(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t axes[IR_MAX_RANK], n, dims[IR_MAX_RANK];
+    uint8_t mask[IR_MAX_RANK];
+    uint32_t r = 0;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = attr_ints(m, op, "axes", axes, IR_MAX_RANK, &n, err)) != 0)
+        return rc;
+    if (n < 0) {
+        for (uint32_t i = 0; i < x.rank; i++)
+            mask[i] = x.dims[i] == 1;
+    } else {
+        if ((rc = norm_axes(m, op, "axes", axes, (uint32_t)n, x.rank, mask, err)) != 0)
+            return rc;
+        for (uint32_t i = 0; i < x.rank; i++)
+            if (mask[i] && x.dims[i] != 1)
+                return fail(m, op, err, "axis %u of input 0 has size %lld, not 1", i,
+                            (long long)x.dims[i]);
+    }
+    for (uint32_t i = 0; i < x.rank; i++)
+        if (!mask[i])
+            dims[r++] = x.dims[i];
+    out[0] = result_type(m, &s, x.dtype, r, dims);
+    return 0;
+}
+
+static int
+infer_reduce(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t axes[IR_MAX_RANK], n, dims[IR_MAX_RANK];
+    uint8_t mask[IR_MAX_RANK];
+    int keep = ir_op_int(m, op, "keepdims", 1) != 0;
+    uint32_t r = 0;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = attr_ints(m, op, "axes", axes, IR_MAX_RANK, &n, err)) != 0)
+        return rc;
+    if (n <= 0)
+        memset(mask, 1, sizeof mask);
+    else if ((rc = norm_axes(m, op, "axes", axes, (uint32_t)n, x.rank, mask, err)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < x.rank; i++) {
+        if (!mask[i])
+            dims[r++] = x.dims[i];
+        else if (keep)
+            dims[r++] = 1;
+    }
+    out[0] = result_type(m, &s, x.dtype, r, dims);
+    return 0;
+}
+
+static int
+infer_constant(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    const ir_attr *v = ir_op_attr(m, op, "value");
+    const ir_attr *dev = ir_op_attr(m, op, "device");
+    tensor t;
+    uint64_t bytes;
+    tbuf tb;
+    int rc;
+    if (v == NULL || v->kind != IR_ATTR_TENSOR)
+        return fail(m, op, err, "missing tensor attribute value");
+    if (v->i <= 0 || (uint64_t)v->i >= m->ntype)
+        return fail(m, op, err, "value has no valid type");
+    if ((rc = load_type(m, op, (ir_id)v->i, "value", 0, &t, err)) != 0)
+        return rc;
+    bytes = ir_type_bytes(m, t.type);
+    if (v->n != 0 && v->n != bytes)
+        return fail(m, op, err, "value holds %u bytes, but its type %s needs %llu", v->n,
+                    type_str(m, t.type, &tb), (unsigned long long)bytes);
+    if (dev == NULL) {
+        out[0] = t.type;
+        return 0;
+    }
+    if (dev->kind != IR_ATTR_INT || dev->i < 0 || dev->i > INT32_MAX)
+        return fail(m, op, err, "device must be a device id >= 0");
+    if (t.at.mesh)
+        return fail(m, op, err, "value is a distributed tensor; it cannot also name a device");
+    out[0] = ir_type_with_device(m, t.type, (int32_t)dev->i, 0);
+    return 0;
+}
+
+/* ---- losses and their gradients ---- */
+
+static int
+infer_loss(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_float(m, op, &in[0], 0, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[0], 0, &in[1], 1, err)) != 0 ||
+        (rc = check_same_shape(m, op, &in[0], 0, &in[1], 1, err)) != 0)
+        return rc;
+    out[0] = result_type(m, &s, in[0].dtype, 0, NULL);
+    return 0;
+}
+
+/* The SoftmaxCrossEntropyLoss reduction: 0 mean, 1 sum, 2 none; -1 invalid. */
+static int
+sce_reduction(const ir_module *m, ir_id op)
+{
+    const char *r = ir_op_string(m, op, "reduction", "mean");
+    return strcmp(r, "mean") == 0 ? 0 : strcmp(r, "sum") == 0 ? 1 : strcmp(r, "none") == 0 ? 2
+                                                                                           : -1;
+}
+
+/* Checks logits (input il) [N, C, d...] against labels (input ib) [N, d...]. */
+static int
+check_sce_labels(const ir_module *m, ir_id op, const tensor *lg, uint32_t il, const tensor *lb,
+                 uint32_t ib, di_error *err)
+{
+    sbuf a, b, c;
+    int64_t want[IR_MAX_RANK];
+    int rc;
+    if ((rc = check_float(m, op, lg, il, err)) != 0 ||
+        (rc = check_index_dtype(m, op, lb, ib, err)) != 0)
+        return rc;
+    if (lg->rank < 2)
+        return fail(m, op, err, "input %u has shape %s, expected [N,C,...]", il,
+                    shape_str(&a, lg->rank, lg->dims));
+    want[0] = lg->dims[0];
+    for (uint32_t i = 2; i < lg->rank; i++)
+        want[i - 1] = lg->dims[i];
+    if (lb->rank != lg->rank - 1 || memcmp(lb->dims, want, lb->rank * sizeof want[0]) != 0)
+        return fail(m, op, err, "input %u (labels) has shape %s, expected %s for logits %s", ib,
+                    shape_str(&a, lb->rank, lb->dims), shape_str(&b, lg->rank - 1, want),
+                    shape_str(&c, lg->rank, lg->dims));
+    return 0;
+}
+
+static int
+infer_sceloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int red = sce_reduction(m, op), rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_sce_labels(m, op, &in[0], 0, &in[1], 1, err)) != 0)
+        return rc;
+    if (red < 0)
+        return fail(m, op, err, "reduction must be mean, sum or none");
+    if (red == 2)
+        out[0] = result_type(m, &s, in[0].dtype, in[1].rank, in[1].dims);
+    else
+        out[0] = result_type(m, &s, in[0].dtype, 0, NULL);
+    if (m->ops[op].noutput > 1)
+        out[1] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
+    return 0;
+}
+
+/* Checks that input i holds one element (a loss gradient seed). */
+static int
+check_scalar_like(const ir_module *m, ir_id op, const tensor *t, uint32_t i, di_error *err)
+{
+    sbuf a;
+    if (numel_checked(t->rank, t->dims) == 1)
+        return 0;
+    return fail(m, op, err, "input %u has shape %s, expected a scalar", i,
+                shape_str(&a, t->rank, t->dims));
+}
+
+static int
+infer_scelossgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[3];
+    site s;
+    sbuf a, b;
+    int red = sce_reduction(m, op), rc;
+    if ((rc = load_inputs(m, op, 3, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 3, &s, err)) != 0 ||
+        (rc = check_sce_labels(m, op, &in[1], 1, &in[2], 2, err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[1], 1, &in[0], 0, err)) != 0)
+        return rc;
+    if (red < 0)
+        return fail(m, op, err, "reduction must be mean, sum or none");
+    if (red == 2) {
+        if (!dims_equal(&in[0], &in[2]))
+            return fail(m, op, err, "input 0 has shape %s, expected %s (the labels' shape, "
+                        "reduction none)", shape_str(&a, in[0].rank, in[0].dims),
+                        shape_str(&b, in[2].rank, in[2].dims));
+    } else if ((rc = check_scalar_like(m, op, &in[0], 0, err)) != 0) {
+        return rc;
+    }
+    out[0] = result_type(m, &s, in[1].dtype, in[1].rank, in[1].dims);
+    return 0;
+}
+
+/* Gradients typed like input 0: ReluGrad(x, dy), ..., DropoutGrad(dy, mask), MSELossGrad. */
+static int
+infer_grad_like_x(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[3];
+    uint32_t n = m->ops[op].ninput, axis;
+    int kind = m->ops[op].kind;
+    site s;
+    int rc;
+    if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
+        (rc = common_site(m, op, in, n, &s, err)) != 0 ||
+        (rc = check_same_shape(m, op, &in[0], 0, &in[1], 1, err)) != 0)
+        return rc;
+    if (kind == IR_OP_DROPOUTGRAD) {
+        if (in[1].dtype != IR_BOOL && in[1].dtype != in[0].dtype)
+            return fail(m, op, err, "input 1 (mask) has dtype %s, expected i1 or %s",
+                        ir_dtype_name(in[1].dtype), ir_dtype_name(in[0].dtype));
+    } else if ((rc = check_same_dtype(m, op, &in[0], 0, &in[1], 1, err)) != 0) {
+        return rc;
+    }
+    if (kind == IR_OP_SOFTMAXGRAD) {
+        if (in[0].rank == 0)
+            return fail(m, op, err, "input 0 is a scalar; softmax needs rank >= 1");
+        if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", -1), in[0].rank, &axis,
+                            err)) != 0)
+            return rc;
+    }
+    if (kind == IR_OP_MSELOSSGRAD && n == 3 && (rc = check_scalar_like(m, op, &in[2], 2, err)) != 0)
+        return rc;
+    out[0] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
+    return 0;
+}
+
+/* GatherGrad(indices, dy){shape, axis}: the gradient of Gather's data input. */
+static int
+infer_gathergrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int64_t shape[IR_MAX_RANK], n, want[IR_MAX_RANK];
+    uint32_t axis, r = 0;
+    sbuf a, b, c;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_index_dtype(m, op, &in[0], 0, err)) != 0 ||
+        (rc = attr_ints(m, op, "shape", shape, IR_MAX_RANK, &n, err)) != 0)
+        return rc;
+    if (n <= 0)
+        return fail(m, op, err, "needs ints attribute shape (the gathered data's shape)");
+    for (uint32_t i = 0; i < (uint32_t)n; i++)
+        if (shape[i] < 0)
+            return fail(m, op, err, "shape[%u] is negative", i);
+    if (numel_checked((uint32_t)n, shape) < 0)
+        return fail(m, op, err, "shape has too many elements");
+    if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", 0), (uint32_t)n, &axis, err)) != 0)
+        return rc;
+    if ((uint32_t)n - 1 + in[0].rank > IR_MAX_RANK)
+        return fail(m, op, err, "input 1 cannot match: rank would exceed %d", IR_MAX_RANK);
+    for (uint32_t i = 0; i < axis; i++)
+        want[r++] = shape[i];
+    for (uint32_t i = 0; i < in[0].rank; i++)
+        want[r++] = in[0].dims[i];
+    for (uint32_t i = axis + 1; i < (uint32_t)n; i++)
+        want[r++] = shape[i];
+    if (in[1].rank != r || memcmp(in[1].dims, want, r * sizeof want[0]) != 0)
+        return fail(m, op, err, "input 1 (dy) has shape %s, expected %s (gather of shape %s)",
+                    shape_str(&a, in[1].rank, in[1].dims), shape_str(&b, r, want),
+                    shape_str(&c, (uint32_t)n, shape));
+    out[0] = result_type(m, &s, in[1].dtype, (uint32_t)n, shape);
+    return 0;
+}
+
+/* ReduceSumTo(x){shape}: sums x over the dimensions that broadcasting from shape added. */
+static int
+infer_reshape_reduce(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t shape[IR_MAX_RANK], n;
+    sbuf a, b;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = attr_ints(m, op, "shape", shape, IR_MAX_RANK, &n, err)) != 0)
+        return rc;
+    if (n < 0)
+        return fail(m, op, err, "missing ints attribute shape");
+    if ((uint32_t)n > x.rank)
+        goto bad;
+    for (uint32_t i = 0; i < (uint32_t)n; i++) {
+        int64_t want = shape[n - 1 - i], have = x.dims[x.rank - 1 - i];
+        if (want < 0 || (want != 1 && want != have))
+            goto bad;
+    }
+    out[0] = result_type(m, &s, x.dtype, (uint32_t)n, shape);
+    return 0;
+bad:
+    return fail(m, op, err, "input 0 has shape %s, which does not broadcast from shape %s",
+                shape_str(&a, x.rank, x.dims), shape_str(&b, (uint32_t)n, shape));
+}
+
+/* ---- optimizers ---- */
+
+static int
+infer_first_input(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_float(m, op, &in[0], 0, err)) != 0 ||
+        (rc = check_float(m, op, &in[1], 1, err)) != 0 ||
+        (rc = check_same_shape(m, op, &in[0], 0, &in[1], 1, err)) != 0)
+        return rc;
+    out[0] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
+    return 0;
+}
+
+static int
+infer_adam(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[4];
+    site s;
+    int rc;
+    if ((rc = load_inputs(m, op, 4, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 4, &s, err)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < 4; i++)
+        if ((rc = check_float(m, op, &in[i], i, err)) != 0 ||
+            (rc = check_same_shape(m, op, &in[0], 0, &in[i], i, err)) != 0)
+            return rc;
+    out[0] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
+    out[1] = result_type(m, &s, in[2].dtype, in[2].rank, in[2].dims);
+    out[2] = result_type(m, &s, in[3].dtype, in[3].rank, in[3].dims);
+    return 0;
+}
+
+/* ---- communication ---- */
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * Checks that the device ids ids[0..n) are distinct (what names the list in
+ * errors). Sorts a copy, so it stays fast for thousands of devices.
+ */
+static int
+check_distinct(const ir_module *m, ir_id op, const int64_t *ids, uint32_t n, const char *what,
+               di_error *err)
+{
+    int64_t *sorted = di_malloc((n ? n : 1) * sizeof *sorted);
+    int64_t dup = 0;
+    int found = 0;
+    if (sorted == NULL)
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    if (n)
+        memcpy(sorted, ids, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_i64);
+    for (uint32_t i = 1; i < n && !found; i++)
+        if (sorted[i] == sorted[i - 1]) {
+            dup = sorted[i];
+            found = 1;
+        }
+    di_free(sorted);
+    if (found)
+        return fail(m, op, err, "%s names device %lld twice", what, (long long)dup);
+    return 0;
+}
+
+/*
+ * Checks a device list: non-empty, ids in [0, INT32_MAX], distinct. The
+ * caller frees *out (a copy) with di_free.
+ */
+static int
+load_devices(const ir_module *m, ir_id op, const char *key, int64_t **out, uint32_t *n,
+             di_error *err)
+{
+    const ir_attr *a = ir_op_attr(m, op, key);
+    int64_t *d;
+    int rc;
+    *out = NULL;
+    *n = 0;
+    if (a == NULL || a->kind != IR_ATTR_INTS || a->n == 0)
+        return fail(m, op, err, "needs a non-empty ints attribute %s", key);
+    d = di_malloc(a->n * sizeof *d);
+    if (d == NULL)
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    memcpy(d, m->ints + a->off, a->n * sizeof *d);
+    for (uint32_t i = 0; i < a->n; i++)
+        if (d[i] < 0 || d[i] > INT32_MAX) {
+            rc = fail(m, op, err, "%s[%u] = %lld is not a device id", key, i, (long long)d[i]);
+            di_free(d);
+            return rc;
+        }
+    if ((rc = check_distinct(m, op, d, a->n, key, err)) != 0) {
+        di_free(d);
+        return rc;
+    }
+    *out = d;
+    *n = a->n;
+    return 0;
+}
+
+/* The device group of a mesh-form collective. */
+typedef struct group {
+    ir_id mesh;
+    uint32_t naxis;
+    int64_t axes[IR_MAX_RANK];
+    int64_t n; /* devices per group */
+} group;
+
+/*
+ * Reads mesh and mesh_axes. Returns 0 with g->mesh = 0 for the tuple form.
+ * mesh_axes defaults to every axis of the mesh.
+ */
+static int
+load_group(const ir_module *m, ir_id op, group *g, di_error *err)
+{
+    const ir_attr *ma = ir_op_attr(m, op, "mesh");
+    const ir_attr *ax = ir_op_attr(m, op, "mesh_axes");
+    const ir_attr *root = ir_op_attr(m, op, "root");
+    uint32_t mrank;
+    const int64_t *shape;
+    uint8_t seen[IR_MAX_RANK];
+    memset(g, 0, sizeof *g);
+    if (ma == NULL) {
+        if (ax != NULL)
+            return fail(m, op, err, "mesh_axes needs a mesh");
+        if (root != NULL)
+            return fail(m, op, err, "root is for the mesh form (give mesh and mesh_axes)");
+        return 0;
+    }
+    if (ma->kind != IR_ATTR_MESH || ma->s == 0 || ma->s >= m->nmesh)
+        return fail(m, op, err, "mesh does not name a mesh of the module");
+    if (ir_op_attr(m, op, "devices") != NULL)
+        return fail(m, op, err, "give devices or mesh, not both");
+    g->mesh = ma->s;
+    mrank = m->meshes[g->mesh].rank;
+    if (mrank > IR_MAX_RANK)
+        return fail(m, op, err, "mesh rank %u exceeds %d", mrank, IR_MAX_RANK);
+    shape = ir_mesh_shape(m, g->mesh);
+    if (ax == NULL) {
+        g->naxis = mrank;
+        for (uint32_t a = 0; a < mrank; a++)
+            g->axes[a] = a;
+    } else {
+        if (ax->kind != IR_ATTR_INTS || ax->n > mrank)
+            return fail(m, op, err, "mesh_axes must list distinct axes of the %u-d mesh", mrank);
+        g->naxis = ax->n;
+        memcpy(g->axes, m->ints + ax->off, ax->n * sizeof g->axes[0]);
+    }
+    memset(seen, 0, sizeof seen);
+    g->n = 1;
+    for (uint32_t j = 0; j < g->naxis; j++) {
+        int64_t a = g->axes[j];
+        if (a < 0 || a >= (int64_t)mrank)
+            return fail(m, op, err, "mesh_axes[%u] = %lld is not an axis of mesh @%s (rank %u)", j,
+                        (long long)a, ir_str_get(m, m->meshes[g->mesh].name), mrank);
+        if (seen[a])
+            return fail(m, op, err, "mesh_axes names axis %lld twice", (long long)a);
+        seen[a] = 1;
+        if (shape[a] < 1 || mul_dim(g->n, shape[a], &g->n) != 0)
+            return fail(m, op, err, "mesh @%s has an invalid size on axis %lld",
+                        ir_str_get(m, m->meshes[g->mesh].name), (long long)a);
+    }
+    if (root != NULL) {
+        if (root->kind != IR_ATTR_INTS || root->n != g->naxis)
+            return fail(m, op, err, "root must give one coordinate per mesh axis in mesh_axes");
+        for (uint32_t j = 0; j < g->naxis; j++) {
+            int64_t c = m->ints[root->off + j];
+            if (c < 0 || c >= shape[g->axes[j]])
+                return fail(m, op, err, "root[%u] = %lld is outside mesh axis %lld", j,
+                            (long long)c, (long long)g->axes[j]);
+        }
+    }
+    return 0;
+}
+
+/* The reduction attribute: "sum" (default), "max" or "mean". */
+static int
+load_reduction(const ir_module *m, ir_id op, const char **red, di_error *err)
+{
+    *red = ir_op_string(m, op, "reduction", NULL);
+    if (*red == NULL)
+        return 0;
+    if (strcmp(*red, "sum") != 0 && strcmp(*red, "max") != 0 && strcmp(*red, "mean") != 0)
+        return fail(m, op, err, "reduction \"%s\" is not sum, max or mean", *red);
+    return 0;
+}
+
+/* dims[d] / n, which must divide. */
+static int
+div_dim(const ir_module *m, ir_id op, const tensor *t, uint32_t d, int64_t n, const char *what,
+        int64_t *dims, di_error *err)
+{
+    sbuf a;
+    if (n <= 0 || t->dims[d] % n != 0)
+        return fail(m, op, err, "%s has shape %s: dimension %u (size %lld) does not divide into "
+                    "%lld parts", what, shape_str(&a, t->rank, t->dims), d,
+                    (long long)t->dims[d], (long long)n);
+    dims[d] = t->dims[d] / n;
+    return 0;
+}
+
+static int
+mul_dim_at(const ir_module *m, ir_id op, const tensor *t, uint32_t d, int64_t n, int64_t *dims,
+           di_error *err)
+{
+    if (mul_dim(t->dims[d], n, &dims[d]) != 0)
+        return fail(m, op, err, "dimension %u overflows when multiplied by %lld", d, (long long)n);
+    return 0;
+}
+
+/* The dims attributes of a collective, normalized against rank. */
+typedef struct comm_dims {
+    uint32_t dim, split_dim, concat_dim;
+} comm_dims;
+
+static int
+load_comm_dims(const ir_module *m, ir_id op, uint32_t rank, comm_dims *cd, di_error *err)
+{
+    int kind = m->ops[op].kind;
+    int64_t v;
+    int rc;
+    memset(cd, 0, sizeof *cd);
+    if (kind == IR_OP_ALLTOALL) {
+        if ((rc = attr_int_req(m, op, "split_dim", &v, err)) != 0 ||
+            (rc = norm_axis(m, op, "split_dim", v, rank, &cd->split_dim, err)) != 0 ||
+            (rc = attr_int_req(m, op, "concat_dim", &v, err)) != 0 ||
+            (rc = norm_axis(m, op, "concat_dim", v, rank, &cd->concat_dim, err)) != 0)
+            return rc;
+    } else if (kind == IR_OP_SCATTER || kind == IR_OP_GATHERTO || kind == IR_OP_ALLGATHER ||
+               kind == IR_OP_REDUCESCATTER) {
+        if ((rc = attr_int_req(m, op, "dim", &v, err)) != 0 ||
+            (rc = norm_axis(m, op, "dim", v, rank, &cd->dim, err)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/*
+ * The per-device result shape of collective kind over a group of n devices,
+ * from the per-device input t (mesh form on a device tensor, and each
+ * element of the tuple form).
+ */
+static int
+local_comm_dims(const ir_module *m, ir_id op, const tensor *t, const comm_dims *cd, int64_t n,
+                const char *what, int64_t *dims, di_error *err)
+{
+    int rc = 0;
+    memcpy(dims, t->dims, t->rank * sizeof dims[0]);
+    switch (m->ops[op].kind) {
+    case IR_OP_ALLGATHER:
+    case IR_OP_GATHERTO:
+        rc = mul_dim_at(m, op, t, cd->dim, n, dims, err);
+        break;
+    case IR_OP_REDUCESCATTER:
+    case IR_OP_SCATTER:
+        rc = div_dim(m, op, t, cd->dim, n, what, dims, err);
+        break;
+    case IR_OP_ALLTOALL:
+        if ((rc = div_dim(m, op, t, cd->split_dim, n, what, dims, err)) != 0)
+            return rc;
+        if (cd->concat_dim == cd->split_dim)
+            dims[cd->concat_dim] = t->dims[cd->concat_dim];
+        else
+            rc = mul_dim_at(m, op, t, cd->concat_dim, n, dims, err);
+        break;
+    default:
+        break;
+    }
+    return rc;
+}
+
+/*
+ * The mesh form on a distributed tensor: the global shape stays, the
+ * placements on the group's axes change.
+ */
+static int
+comm_dtensor(ir_module *m, ir_id op, const group *g, const tensor *t, const comm_dims *cd,
+             const char *red, ir_id *out, di_error *err)
+{
+    int kind = m->ops[op].kind;
+    int64_t place[IR_MAX_RANK], want = 0, become = IR_PLACE_R;
+    const char *want_s = "";
+    pbuf pa, pb;
+    sbuf sa;
+    memcpy(place, t->placements, t->nplace * sizeof place[0]);
+    if (t->at.mesh != g->mesh)
+        return fail(m, op, err, "input 0 lives on mesh @%s, but the op names mesh @%s",
+                    ir_str_get(m, m->meshes[t->at.mesh].name),
+                    ir_str_get(m, m->meshes[g->mesh].name));
+    for (uint32_t j = 0; j < g->naxis; j++) {
+        uint32_t a = (uint32_t)g->axes[j];
+        int64_t p = place[a];
+        int ok;
+        switch (kind) {
+        case IR_OP_ALLREDUCE:
+        case IR_OP_REDUCESCATTER:
+            if (red == NULL)
+                ok = p == IR_PLACE_PSUM || p == IR_PLACE_PMAX;
+            else if (strcmp(red, "max") == 0)
+                ok = p == IR_PLACE_PMAX;
+            else
+                ok = p == IR_PLACE_PSUM;
+            want_s = red == NULL ? "P(sum) or P(max)" : strcmp(red, "max") == 0 ? "P(max)"
+                                                                                 : "P(sum)";
+            become = kind == IR_OP_ALLREDUCE ? IR_PLACE_R : (int64_t)cd->dim;
+            break;
+        case IR_OP_ALLGATHER:
+        case IR_OP_GATHERTO:
+            want = cd->dim;
+            ok = p == want;
+            become = IR_PLACE_R;
+            break;
+        case IR_OP_ALLTOALL:
+            /* The local concat_dim grows and split_dim shrinks: S[concat] -> S[split]. */
+            want = cd->concat_dim;
+            ok = p == want;
+            become = cd->split_dim;
+            break;
+        case IR_OP_SCATTER:
+            want = IR_PLACE_R;
+            ok = p == want;
+            become = cd->dim;
+            break;
+        default: /* broadcast */
+            want = IR_PLACE_R;
+            ok = p == want;
+            become = IR_PLACE_R;
+            break;
+        }
+        if (!ok)
+            return fail(m, op, err, "input 0 has placement %s on mesh axis %u, expected %s",
+                        place_str(p, &pa), a,
+                        *want_s ? want_s : place_str(want, &pb));
+        place[a] = become;
+    }
+    /* New splits must divide the global dimension by the product of their axes. */
+    for (uint32_t d = 0; d < t->rank; d++) {
+        int64_t parts = 1;
+        for (uint32_t a = 0; a < t->nplace; a++)
+            if (place[a] == (int64_t)d && mul_dim(parts, ir_mesh_shape(m, g->mesh)[a], &parts) != 0)
+                parts = 0;
+        if (parts <= 0 || t->dims[d] % parts != 0)
+            return fail(m, op, err, "input 0 has shape %s: dimension %u does not divide over "
+                        "the %lld devices that would split it", shape_str(&sa, t->rank, t->dims),
+                        d, (long long)parts);
+    }
+    out[0] = ir_type_dtensor(m, t->dtype, t->rank, t->dims, g->mesh, place);
+    return 0;
+}
+
+/* The mesh form: a distributed tensor or the per-device tensor of a pmap body. */
+static int
+comm_mesh(ir_module *m, ir_id op, const group *g, ir_id *out, di_error *err)
+{
+    tensor t;
+    comm_dims cd;
+    const char *red = NULL;
+    int64_t dims[IR_MAX_RANK];
+    int rc;
+    if ((rc = load_input(m, op, 0, &t, err)) != 0 ||
+        (rc = load_reduction(m, op, &red, err)) != 0)
+        return rc;
+    if (t.rank == 0 && m->ops[op].kind != IR_OP_ALLREDUCE && m->ops[op].kind != IR_OP_BROADCAST)
+        return fail(m, op, err, "input 0 is a scalar; this collective needs rank >= 1");
+    if ((rc = load_comm_dims(m, op, t.rank, &cd, err)) != 0)
+        return rc;
+    if (t.at.mesh)
+        return comm_dtensor(m, op, g, &t, &cd, red, out, err);
+    if ((rc = local_comm_dims(m, op, &t, &cd, g->n, "input 0", dims, err)) != 0)
+        return rc;
+    out[0] = ir_type_with_dims(m, t.type, t.rank, dims);
+    return 0;
+}
+
+/* Checks that input 0 is a tensor outside any mesh or device variable. */
+static int
+load_source(const ir_module *m, ir_id op, tensor *t, int need_device, di_error *err)
+{
+    pbuf b;
+    int rc;
+    if ((rc = load_input(m, op, 0, t, err)) != 0)
+        return rc;
+    if (t->at.mesh || t->at.devvar || (need_device && t->at.device == IR_DEVICE_NONE))
+        return fail(m, op, err, "input 0 lives on %s, expected a concrete device%s",
+                    site_str(m, &t->at, &b), need_device ? "" : " (or none)");
+    return 0;
+}
+
+/*
+ * Reads the tuple form's input: a tuple of n >= 1 tensors on distinct
+ * concrete devices. Each element is checked against element 0: same dtype
+ * and rank, and same shape except along dimension except_dim (-1: none;
+ * -2: the shapes are not compared).
+ * *first receives element 0.
+ */
+static int
+load_tuple_input(const ir_module *m, ir_id op, int64_t except_dim, tensor *first, uint32_t *n,
+                 di_error *err)
+{
+    ir_id ty = m->values[ir_op_input(m, op, 0)].type;
+    int64_t *devs;
+    tensor t;
+    tbuf tb;
+    sbuf a, b;
+    pbuf pb;
+    int rc = 0;
+    if (ty == 0 || ty >= m->ntype || m->types[ty].kind != IR_TYPE_TUPLE)
+        return fail(m, op, err, "input 0 is %s; the tuple form takes a tuple with one tensor per "
+                    "device (or give mesh and mesh_axes)", type_str(m, ty, &tb));
+    *n = m->types[ty].nelem;
+    if (*n == 0)
+        return fail(m, op, err, "input 0 is an empty tuple");
+    devs = di_malloc(*n * sizeof *devs);
+    if (devs == NULL)
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    for (uint32_t k = 0; k < *n && rc == 0; k++) {
+        tensor *e = k == 0 ? first : &t;
+        int same = 1;
+        ir_id et = m->refs[m->types[ty].elems + k];
+        if ((rc = load_type(m, op, et, "input 0 element", k, e, err)) != 0)
+            break;
+        if (e->at.device == IR_DEVICE_NONE || e->at.devvar || e->at.mesh) {
+            rc = fail(m, op, err, "input 0 element %u lives on %s, expected a device", k,
+                      site_str(m, &e->at, &pb));
+            break;
+        }
+        devs[k] = e->at.device;
+        if (k == 0)
+            continue;
+        if (t.dtype != first->dtype) {
+            rc = fail(m, op, err, "input 0 element %u has dtype %s, element 0 has %s", k,
+                      ir_dtype_name(t.dtype), ir_dtype_name(first->dtype));
+            break;
+        }
+        if (t.rank != first->rank)
+            same = 0;
+        for (uint32_t d = 0; same && except_dim != -2 && d < first->rank; d++)
+            if ((int64_t)d != except_dim && t.dims[d] != first->dims[d])
+                same = 0;
+        if (!same)
+            rc = fail(m, op, err, "input 0 element %u has shape %s, element 0 has %s%s", k,
+                      shape_str(&a, t.rank, t.dims), shape_str(&b, first->rank, first->dims),
+                      except_dim >= 0 ? " (they may differ only along dim)" : "");
+    }
+    if (rc == 0)
+        rc = check_distinct(m, op, devs, *n, "input 0", err);
+    di_free(devs);
+    return rc;
+}
+
+/* The tuple form of all_reduce, all_gather, reduce_scatter, all_to_all. */
+static int
+comm_tuple(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor first;
+    comm_dims cd;
+    const char *red = NULL;
+    int64_t dims[IR_MAX_RANK];
+    uint32_t n;
+    ir_id ty, *elems;
+    int rc;
+    if ((rc = load_reduction(m, op, &red, err)) != 0 ||
+        (rc = load_tuple_input(m, op, -1, &first, &n, err)) != 0)
+        return rc;
+    if (first.rank == 0 && m->ops[op].kind != IR_OP_ALLREDUCE)
+        return fail(m, op, err, "input 0 holds scalars; this collective needs rank >= 1");
+    if ((rc = load_comm_dims(m, op, first.rank, &cd, err)) != 0 ||
+        (rc = local_comm_dims(m, op, &first, &cd, n, "input 0 element 0", dims, err)) != 0)
+        return rc;
+    elems = di_malloc(n * sizeof *elems);
+    if (elems == NULL)
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    ty = m->values[ir_op_input(m, op, 0)].type;
+    for (uint32_t k = 0; k < n; k++)
+        elems[k] = ir_type_with_dims(m, m->refs[m->types[ty].elems + k], first.rank, dims);
+    out[0] = ir_type_tuple(m, n, elems);
+    di_free(elems);
+    return 0;
+}
+
+static int
+infer_allreduce(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    group g;
+    int rc = load_group(m, op, &g, err);
+    if (rc != 0)
+        return rc;
+    return g.mesh ? comm_mesh(m, op, &g, out, err) : comm_tuple(m, op, out, err);
+}
+
+static int
+infer_allgather(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    return infer_allreduce(m, op, out, err);
+}
+
+static int
+infer_reducescatter(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    return infer_allreduce(m, op, out, err);
+}
+
+static int
+infer_alltoall(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    return infer_allreduce(m, op, out, err);
+}
+
+static int
+infer_send(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    int64_t d;
+    int rc;
+    if ((rc = load_source(m, op, &x, 1, err)) != 0 ||
+        (rc = attr_int_req(m, op, "device", &d, err)) != 0)
+        return rc;
+    if (d < 0 || d > INT32_MAX)
+        return fail(m, op, err, "device %lld is not a device id", (long long)d);
+    if (d == x.at.device)
+        return fail(m, op, err, "input 0 already lives on device %lld", (long long)d);
+    out[0] = ir_type_with_device(m, x.type, (int32_t)d, 0);
+    return 0;
+}
+
+/* Tuple-form broadcast and scatter: from one tensor to a tuple over devices. */
+static int
+infer_broadcast_tuple(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    group g;
+    tensor x;
+    comm_dims cd;
+    int64_t *devs, dims[IR_MAX_RANK];
+    uint32_t n;
+    ir_id *elems, shaped;
+    int rc;
+    if ((rc = load_group(m, op, &g, err)) != 0)
+        return rc;
+    if (g.mesh)
+        return comm_mesh(m, op, &g, out, err);
+    if ((rc = load_source(m, op, &x, 0, err)) != 0)
+        return rc;
+    if (m->ops[op].kind == IR_OP_SCATTER && x.rank == 0)
+        return fail(m, op, err, "input 0 is a scalar; scatter needs rank >= 1");
+    if ((rc = load_comm_dims(m, op, x.rank, &cd, err)) != 0 ||
+        (rc = load_devices(m, op, "devices", &devs, &n, err)) != 0)
+        return rc;
+    if ((rc = local_comm_dims(m, op, &x, &cd, n, "input 0", dims, err)) != 0) {
+        di_free(devs);
+        return rc;
+    }
+    elems = di_malloc(n * sizeof *elems);
+    if (elems == NULL) {
+        di_free(devs);
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    }
+    shaped = ir_type_with_dims(m, x.type, x.rank, dims);
+    for (uint32_t k = 0; k < n; k++)
+        elems[k] = ir_type_with_device(m, shaped, (int32_t)devs[k], 0);
+    out[0] = ir_type_tuple(m, n, elems);
+    di_free(elems);
+    di_free(devs);
+    return 0;
+}
+
+static int
+infer_scatter(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    return infer_broadcast_tuple(m, op, out, err);
+}
+
+/* Tuple-form gather: concatenates a tuple's elements on one device. */
+static int
+infer_gather_tuple(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    group g;
+    tensor first, t;
+    int64_t dim_attr, dev;
+    uint32_t n, dim;
+    ir_id ty;
+    int rc;
+    if ((rc = load_group(m, op, &g, err)) != 0)
+        return rc;
+    if (g.mesh)
+        return comm_mesh(m, op, &g, out, err);
+    if (ir_op_attr(m, op, "device") == NULL)
+        return fail(m, op, err, "the tuple form needs an int attribute device (the destination)");
+    if ((rc = attr_int_req(m, op, "device", &dev, err)) != 0 ||
+        (rc = attr_int_req(m, op, "dim", &dim_attr, err)) != 0)
+        return rc;
+    if (dev < 0 || dev > INT32_MAX)
+        return fail(m, op, err, "device %lld is not a device id", (long long)dev);
+    /* Element 0 fixes the rank that dim is normalized against; then check them all. */
+    if ((rc = load_tuple_input(m, op, -2, &first, &n, err)) != 0)
+        return rc;
+    if (first.rank == 0)
+        return fail(m, op, err, "input 0 holds scalars; gather needs rank >= 1");
+    if ((rc = norm_axis(m, op, "dim", dim_attr, first.rank, &dim, err)) != 0 ||
+        (rc = load_tuple_input(m, op, dim, &first, &n, err)) != 0)
+        return rc;
+    ty = m->values[ir_op_input(m, op, 0)].type;
+    for (uint32_t k = 1; k < n; k++) {
+        if ((rc = load_type(m, op, m->refs[m->types[ty].elems + k], "input 0 element", k, &t,
+                            err)) != 0)
+            return rc;
+        if (first.dims[dim] > INT64_MAX - t.dims[dim])
+            return fail(m, op, err, "the gathered dimension overflows");
+        first.dims[dim] += t.dims[dim];
+    }
+    out[0] = ir_type_tensor(m, first.dtype, first.rank, first.dims, (int32_t)dev);
+    return 0;
+}
+
+/* ---- structure ---- */
+
+static int
+infer_tuple(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    uint32_t n = m->ops[op].ninput;
+    ir_id *elems = di_malloc((n ? n : 1) * sizeof *elems);
+    if (elems == NULL)
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < n; i++) {
+        elems[i] = m->values[ir_op_input(m, op, i)].type;
+        if (elems[i] == 0 || elems[i] >= m->ntype) {
+            di_free(elems);
+            return fail(m, op, err, "input %u has no type", i);
+        }
+    }
+    out[0] = ir_type_tuple(m, n, elems);
+    di_free(elems);
+    return 0;
+}
+
+static int
+infer_tupleget(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    ir_id ty = m->values[ir_op_input(m, op, 0)].type;
+    int64_t index;
+    tbuf tb;
+    int rc;
+    if ((rc = attr_int_req(m, op, "index", &index, err)) != 0)
+        return rc;
+    if (ty == 0 || ty >= m->ntype || m->types[ty].kind != IR_TYPE_TUPLE)
+        return fail(m, op, err, "input 0 is %s, expected a tuple", type_str(m, ty, &tb));
+    if (index < 0 || index >= (int64_t)m->types[ty].nelem)
+        return fail(m, op, err, "index %lld is out of range for a tuple of %u", (long long)index,
+                    m->types[ty].nelem);
+    out[0] = m->refs[m->types[ty].elems + index];
+    return 0;
+}
+
+/* Local shard dims of a distributed tensor: each dimension divided by the axes splitting it. */
+static int
+shard_dims(const ir_module *m, ir_id op, const tensor *t, const char *what, uint32_t i,
+           int64_t *dims, di_error *err)
+{
+    const int64_t *shape = ir_mesh_shape(m, t->at.mesh);
+    sbuf a;
+    memcpy(dims, t->dims, t->rank * sizeof dims[0]);
+    for (uint32_t ax = 0; ax < t->nplace; ax++) {
+        int64_t p = t->placements[ax];
+        if (!IR_PLACE_IS_SPLIT(p))
+            continue;
+        if (shape[ax] < 1 || dims[p] % shape[ax] != 0)
+            return fail(m, op, err, "%s %u has shape %s, split over mesh axis %u (size %lld): "
+                        "dimension %lld does not divide", what, i,
+                        shape_str(&a, t->rank, t->dims), ax, (long long)shape[ax],
+                        (long long)p);
+        dims[p] /= shape[ax];
+    }
+    return 0;
+}
+
+static int
+pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_error *err)
+{
+    int64_t *devs;
+    uint32_t n;
+    ir_id *elems;
+    tensor t;
+    tbuf ta, tb;
+    pbuf pb;
+    int rc;
+    if ((rc = load_devices(m, op, "devices", &devs, &n, err)) != 0)
+        return rc;
+    elems = di_malloc(n * sizeof *elems);
+    if (elems == NULL) {
+        di_free(devs);
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < m->ops[op].ninput && rc == 0; i++) {
+        ir_id ty = m->values[ir_op_input(m, op, i)].type;
+        ir_id argty = m->values[m->regions[body].args[i]].type;
+        if (ty == 0 || ty >= m->ntype || m->types[ty].kind != IR_TYPE_TUPLE ||
+            m->types[ty].nelem != n) {
+            rc = fail(m, op, err, "input %u is %s, expected a tuple of %u tensors (one per "
+                      "device)", i, type_str(m, ty, &ta), n);
+            break;
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            ir_id et = m->refs[m->types[ty].elems + k], local;
+            if ((rc = load_type(m, op, et, "input element", i, &t, err)) != 0)
+                break;
+            if (t.at.mesh || t.at.devvar || t.at.device != devs[k]) {
+                rc = fail(m, op, err, "input %u element %u lives on %s, expected device %lld "
+                          "(devices[%u])", i, k, site_str(m, &t.at, &pb), (long long)devs[k], k);
+                break;
+            }
+            local = ir_type_with_device(m, et, IR_DEVICE_NONE, devvar);
+            if (local != argty) {
+                rc = fail(m, op, err, "body argument %u has type %s, expected %s (input %u "
+                          "element %u)", i, type_str(m, argty, &ta), type_str(m, local, &tb), i,
+                          k);
+                break;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < m->ops[op].noutput && rc == 0; i++) {
+        ir_id rty = m->values[m->regions[body].results[i]].type;
+        if ((rc = load_type(m, op, rty, "body result", i, &t, err)) != 0)
+            break;
+        if (t.at.devvar != devvar || t.at.mesh) {
+            rc = fail(m, op, err, "body result %u lives on %s, expected device variable %s", i,
+                      site_str(m, &t.at, &pb), ir_str_get(m, devvar));
+            break;
+        }
+        for (uint32_t k = 0; k < n; k++)
+            elems[k] = ir_type_with_device(m, rty, (int32_t)devs[k], 0);
+        out[i] = ir_type_tuple(m, n, elems);
+    }
+    di_free(elems);
+    di_free(devs);
+    return rc;
+}
+
+static int
+pmap_mesh(ir_module *m, ir_id op, ir_id devvar, ir_id mesh, ir_id body, ir_id *out, di_error *err)
+{
+    tensor t;
+    int64_t dims[IR_MAX_RANK];
+    tbuf ta, tb, tc;
+    pbuf pb;
+    int rc;
+    if (mesh == 0 || mesh >= m->nmesh)
+        return fail(m, op, err, "mesh does not name a mesh of the module");
+    for (uint32_t i = 0; i < m->ops[op].ninput; i++) {
+        ir_id argty = m->values[m->regions[body].args[i]].type, local;
+        if ((rc = load_input(m, op, i, &t, err)) != 0)
+            return rc;
+        if (t.at.mesh != mesh)
+            return fail(m, op, err, "input %u lives on %s, expected mesh @%s", i,
+                        site_str(m, &t.at, &pb), ir_str_get(m, m->meshes[mesh].name));
+        if ((rc = shard_dims(m, op, &t, "input", i, dims, err)) != 0)
+            return rc;
+        local = ir_type_tensor_var(m, t.dtype, t.rank, dims, devvar);
+        if (local != argty)
+            return fail(m, op, err, "body argument %u has type %s, expected %s (the local shard "
+                        "of input %u)", i, type_str(m, argty, &ta), type_str(m, local, &tb), i);
+    }
+    for (uint32_t i = 0; i < m->ops[op].noutput; i++) {
+        ir_id decl = m->values[ir_op_output(m, op, i)].type, local;
+        ir_id rty = m->values[m->regions[body].results[i]].type;
+        if (decl == 0)
+            return fail(m, op, err, "result %u needs a declared type: a dist.pmap over a mesh "
+                        "cannot infer the placements of its results", i);
+        if ((rc = load_type(m, op, decl, "result", i, &t, err)) != 0)
+            return rc;
+        if (t.at.mesh != mesh)
+            return fail(m, op, err, "result %u is declared on %s, expected mesh @%s", i,
+                        site_str(m, &t.at, &pb), ir_str_get(m, m->meshes[mesh].name));
+        if ((rc = shard_dims(m, op, &t, "result", i, dims, err)) != 0)
+            return rc;
+        local = ir_type_tensor_var(m, t.dtype, t.rank, dims, devvar);
+        if (local != rty)
+            return fail(m, op, err, "result %u is declared %s, whose local shard is %s, but the "
+                        "body returns %s", i, type_str(m, decl, &ta), type_str(m, local, &tb),
+                        type_str(m, rty, &tc));
+        out[i] = decl;
+    }
+    return 0;
+}
+
+static int
+infer_pmap(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    const ir_attr *dv = ir_op_attr(m, op, "device_var");
+    const ir_attr *ma = ir_op_attr(m, op, "mesh");
+    const ir_attr *devs = ir_op_attr(m, op, "devices");
+    ir_id body = m->ops[op].body;
+    if (dv == NULL || dv->kind != IR_ATTR_STRING || dv->s == 0 || m->chars[dv->s] == '\0')
+        return fail(m, op, err, "needs a string attribute device_var");
+    if ((ma != NULL) == (devs != NULL))
+        return fail(m, op, err, "needs exactly one of the attributes devices and mesh");
+    if (body == 0 || body >= m->nregion)
+        return fail(m, op, err, "has no body");
+    if (m->regions[body].narg != m->ops[op].ninput)
+        return fail(m, op, err, "body has %u arguments for %u inputs", m->regions[body].narg,
+                    m->ops[op].ninput);
+    if (m->regions[body].nresult != m->ops[op].noutput)
+        return fail(m, op, err, "body returns %u values for %u results", m->regions[body].nresult,
+                    m->ops[op].noutput);
+    if (ma != NULL)
+        return pmap_mesh(m, op, dv->s, ma->kind == IR_ATTR_MESH ? ma->s : 0, body, out, err);
+    return pmap_devices(m, op, dv->s, body, out, err);
 }
 
 static int
 infer_none(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    return fail(m, op, err, "is never stored as an op (a region's results hold the returned "
+                "values)");
 }
 
 static int
 infer_opaque(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    for (uint32_t i = 0; i < m->ops[op].noutput; i++) {
+        out[i] = m->values[ir_op_output(m, op, i)].type;
+        if (out[i] == 0)
+            return fail(m, op, err, "result %u of an opaque op needs a declared type", i);
+    }
+    return 0;
 }
 
-static int
-infer_reduce(ir_module *m, ir_id op, ir_id *out, di_error *err)
+/* ---- costs ---- */
+
+static double
+value_bytes(const ir_module *m, ir_id v)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    ir_id t = m->values[v].type;
+    return t && t < m->ntype ? (double)ir_type_bytes(m, t) : 0.0;
 }
 
-static int
-infer_reshape(ir_module *m, ir_id op, ir_id *out, di_error *err)
+static double
+value_numel(const ir_module *m, ir_id v)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    ir_id t = m->values[v].type;
+    if (t == 0 || t >= m->ntype || m->types[t].kind != IR_TYPE_TENSOR)
+        return 0.0;
+    return (double)ir_type_numel(m, t);
 }
 
-static int
-infer_reshape_reduce(ir_module *m, ir_id op, ir_id *out, di_error *err)
+static double
+input_bytes(const ir_module *m, ir_id op, uint32_t i)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    return i < m->ops[op].ninput ? value_bytes(m, ir_op_input(m, op, i)) : 0.0;
 }
 
-static int
-infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
+static double
+input_numel(const ir_module *m, ir_id op, uint32_t i)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    return i < m->ops[op].ninput ? value_numel(m, ir_op_input(m, op, i)) : 0.0;
 }
 
-static int
-infer_send(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_slice(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_split(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_squeeze(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_transpose(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_tuple(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_tupleget(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_unsqueeze(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
-static int
-infer_where(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-
+/* Zeroes c and fills bytes_read (all inputs) and bytes_write (all results). */
 static void
-cost_comm(const ir_module *m, ir_id op, ir_cost *c)
+cost_base(const ir_module *m, ir_id op, ir_cost *c)
 {
-    (void)m;
-    (void)op;
     memset(c, 0, sizeof *c);
+    for (uint32_t i = 0; i < m->ops[op].ninput; i++)
+        c->bytes_read += input_bytes(m, op, i);
+    for (uint32_t i = 0; i < m->ops[op].noutput; i++)
+        c->bytes_write += value_bytes(m, ir_op_output(m, op, i));
 }
 
-static void
-cost_copy(const ir_module *m, ir_id op, ir_cost *c)
+/* The largest element count among the op's inputs and results. */
+static double
+max_numel(const ir_module *m, ir_id op)
 {
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
-}
-
-static void
-cost_elemwise(const ir_module *m, ir_id op, ir_cost *c)
-{
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
-}
-
-static void
-cost_gelu(const ir_module *m, ir_id op, ir_cost *c)
-{
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
-}
-
-static void
-cost_gemm(const ir_module *m, ir_id op, ir_cost *c)
-{
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
-}
-
-static void
-cost_layernorm(const ir_module *m, ir_id op, ir_cost *c)
-{
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
-}
-
-static void
-cost_matmul(const ir_module *m, ir_id op, ir_cost *c)
-{
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
-}
-
-static void
-cost_matmulgrad(const ir_module *m, ir_id op, ir_cost *c)
-{
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
+    double n = 0.0, v;
+    for (uint32_t i = 0; i < m->ops[op].ninput; i++)
+        if ((v = input_numel(m, op, i)) > n)
+            n = v;
+    for (uint32_t i = 0; i < m->ops[op].noutput; i++)
+        if ((v = value_numel(m, ir_op_output(m, op, i))) > n)
+            n = v;
+    return n;
 }
 
 static void
@@ -284,121 +2350,252 @@ cost_none(const ir_module *m, ir_id op, ir_cost *c)
 static void
 cost_opaque(const ir_module *m, ir_id op, ir_cost *c)
 {
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
+    cost_none(m, op, c);
+}
+
+/* FLOPs per element of elementwise ops (docs/ops.md). */
+static double
+elemwise_flops(int kind)
+{
+    switch (kind) {
+    case IR_OP_SGD:
+        return 2;
+    case IR_OP_MSELOSS:
+    case IR_OP_MSELOSSGRAD:
+    case IR_OP_TANHGRAD:
+    case IR_OP_SIGMOIDGRAD:
+        return 3;
+    default:
+        return 1;
+    }
 }
 
 static void
-cost_reduce(const ir_module *m, ir_id op, ir_cost *c)
+cost_elemwise(const ir_module *m, ir_id op, ir_cost *c)
 {
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
-}
-
-static void
-cost_softmax(const ir_module *m, ir_id op, ir_cost *c)
-{
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
+    cost_base(m, op, c);
+    c->flops = elemwise_flops(m->ops[op].kind) * max_numel(m, op);
 }
 
 static void
 cost_transcend(const ir_module *m, ir_id op, ir_cost *c)
 {
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
+    cost_base(m, op, c);
+    c->flops = 4 * max_numel(m, op);
 }
 
-static int
-infer_adam(ir_module *m, ir_id op, ir_id *out, di_error *err)
+static void
+cost_gelu(const ir_module *m, ir_id op, ir_cost *c)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    cost_base(m, op, c);
+    c->flops = 8 * max_numel(m, op);
 }
-static int
-infer_allgather(ir_module *m, ir_id op, ir_id *out, di_error *err)
+
+static void
+cost_softmax(const ir_module *m, ir_id op, ir_cost *c)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    cost_base(m, op, c);
+    c->flops = 5 * max_numel(m, op);
 }
-static int
-infer_allreduce(ir_module *m, ir_id op, ir_id *out, di_error *err)
+
+static void
+cost_layernorm(const ir_module *m, ir_id op, ir_cost *c)
 {
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
+    cost_base(m, op, c);
+    c->flops = (m->ops[op].kind == IR_OP_LAYERNORMGRAD ? 16 : 8) * max_numel(m, op);
 }
-static int
-infer_alltoall(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-static int
-infer_broadcast_tuple(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-static int
-infer_gather_tuple(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-static int
-infer_layernormgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-static int
-infer_pmap(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-static int
-infer_reducescatter(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-static int
-infer_scatter(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-static int
-infer_sceloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
-static int
-infer_scelossgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    (void)out;
-    return di_error_set(err, DI_EUNSUPPORTED, "%s: shape inference not implemented", ir_op_name(m, op));
-}
+
 static void
 cost_adam(const ir_module *m, ir_id op, ir_cost *c)
 {
-    (void)m;
-    (void)op;
-    memset(c, 0, sizeof *c);
+    cost_base(m, op, c);
+    c->flops = 12 * input_numel(m, op, 0);
 }
+
+static void
+cost_reduce(const ir_module *m, ir_id op, ir_cost *c)
+{
+    cost_base(m, op, c);
+    c->flops = input_numel(m, op, 0);
+    if (m->ops[op].kind == IR_OP_REDUCEMEAN && m->ops[op].noutput > 0)
+        c->flops += value_numel(m, ir_op_output(m, op, 0));
+}
+
+/* Data movement: no FLOPs, except GatherGrad's scatter-add (one per dy element). */
+static void
+cost_copy(const ir_module *m, ir_id op, ir_cost *c)
+{
+    int kind = m->ops[op].kind;
+    cost_base(m, op, c);
+    if (kind == IR_OP_SLICE) {
+        /* Only the slice is read. */
+        c->bytes_read = c->bytes_write;
+    } else if (kind == IR_OP_GATHER) {
+        /* The indices and the gathered rows, not the whole table. */
+        c->bytes_read = input_bytes(m, op, 1) + c->bytes_write;
+    } else if (kind == IR_OP_GATHERGRAD) {
+        c->flops = input_numel(m, op, 1);
+    }
+}
+
+/*
+ * Sizes of matmul(a, b) for pricing: batch (product of broadcast batch
+ * dims), M, N, K. Zero when the types are not valid matmul operands.
+ */
+static void
+matmul_sizes(const ir_module *m, ir_id op, double *batch, double *mm, double *nn, double *kk)
+{
+    ir_id ta, tb;
+    const int64_t *a, *b;
+    uint32_t ra, rb, rba, rbb, r;
+    *batch = *mm = *nn = *kk = 0.0;
+    if (m->ops[op].ninput < 2)
+        return;
+    ta = m->values[ir_op_input(m, op, 0)].type;
+    tb = m->values[ir_op_input(m, op, 1)].type;
+    if (ta == 0 || tb == 0 || ta >= m->ntype || tb >= m->ntype ||
+        m->types[ta].kind != IR_TYPE_TENSOR || m->types[tb].kind != IR_TYPE_TENSOR)
+        return;
+    ra = m->types[ta].rank;
+    rb = m->types[tb].rank;
+    if (ra == 0 || rb == 0 || ra > IR_MAX_RANK || rb > IR_MAX_RANK)
+        return;
+    a = ir_type_dims(m, ta);
+    b = ir_type_dims(m, tb);
+    *kk = (double)a[ra - 1];
+    *mm = ra > 1 ? (double)a[ra - 2] : 1.0;
+    *nn = rb > 1 ? (double)b[rb - 1] : 1.0;
+    *batch = 1.0;
+    rba = ra > 2 ? ra - 2 : 0;
+    rbb = rb > 2 ? rb - 2 : 0;
+    r = rba > rbb ? rba : rbb;
+    for (uint32_t i = 0; i < r; i++) {
+        double da = i < rba ? (double)a[rba - 1 - i] : 1.0;
+        double db = i < rbb ? (double)b[rbb - 1 - i] : 1.0;
+        *batch *= da > db ? da : db;
+    }
+}
+
+static void
+cost_matmul(const ir_module *m, ir_id op, ir_cost *c)
+{
+    double batch, mm, nn, kk;
+    cost_base(m, op, c);
+    matmul_sizes(m, op, &batch, &mm, &nn, &kk);
+    c->flops = 2.0 * batch * mm * nn * kk;
+}
+
+static void
+cost_matmulgrad(const ir_module *m, ir_id op, ir_cost *c)
+{
+    double batch, mm, nn, kk;
+    cost_base(m, op, c);
+    matmul_sizes(m, op, &batch, &mm, &nn, &kk);
+    c->flops = 4.0 * batch * mm * nn * kk;
+}
+
+static void
+cost_gemm(const ir_module *m, ir_id op, ir_cost *c)
+{
+    ir_id ta;
+    double mn, k;
+    int trans = ir_op_int(m, op, "transA", 0) != 0;
+    cost_base(m, op, c);
+    if (m->ops[op].ninput < 2 || m->ops[op].noutput < 1)
+        return;
+    ta = m->values[ir_op_input(m, op, 0)].type;
+    if (ta == 0 || ta >= m->ntype || m->types[ta].kind != IR_TYPE_TENSOR || m->types[ta].rank != 2)
+        return;
+    k = (double)ir_type_dims(m, ta)[trans ? 0 : 1];
+    mn = value_numel(m, ir_op_output(m, op, 0));
+    c->flops = 2.0 * mn * k + (m->ops[op].ninput > 2 ? 2.0 * mn : 0.0);
+}
+
+/*
+ * Bytes one participant holds of a communicated value: a tuple's largest
+ * element, a distributed tensor's local shard, or the tensor itself.
+ */
+static double
+local_bytes(const ir_module *m, ir_id ty)
+{
+    const ir_type *t;
+    double best = 0.0, b;
+    if (ty == 0 || ty >= m->ntype)
+        return 0.0;
+    t = &m->types[ty];
+    if (t->kind == IR_TYPE_TUPLE) {
+        for (uint32_t k = 0; k < t->nelem; k++)
+            if ((b = local_bytes(m, m->refs[t->elems + k])) > best)
+                best = b;
+        return best;
+    }
+    b = (double)ir_type_bytes(m, ty);
+    if (t->mesh && t->mesh < m->nmesh && m->meshes[t->mesh].rank <= IR_MAX_RANK) {
+        const int64_t *shape = ir_mesh_shape(m, t->mesh);
+        for (uint32_t a = 0; a < m->meshes[t->mesh].rank; a++)
+            if (IR_PLACE_IS_SPLIT(m->ints[t->placements + a]) && shape[a] > 0)
+                b /= (double)shape[a];
+    }
+    return b;
+}
+
+static void
+cost_comm(const ir_module *m, ir_id op, ir_cost *c)
+{
+    double in, res;
+    memset(c, 0, sizeof *c);
+    if (m->ops[op].ninput < 1 || m->ops[op].noutput < 1)
+        return;
+    in = local_bytes(m, m->values[ir_op_input(m, op, 0)].type);
+    res = local_bytes(m, m->values[ir_op_output(m, op, 0)].type);
+    c->bytes_read = in;
+    c->bytes_write = res;
+    switch (m->ops[op].kind) {
+    case IR_OP_GATHERTO:
+    case IR_OP_ALLGATHER:
+        c->bytes_comm = res;
+        break;
+    default: /* send, broadcast, scatter, all_reduce, reduce_scatter, all_to_all */
+        c->bytes_comm = in;
+        break;
+    }
+}
+
+/* ---- the table ---- */
 
 const ir_opinfo ir_opinfos[IR_NOPKIND] = {
     [IR_OP_NONE] = {"none", 0, 0, 0, 0, 0, "", NULL, NULL},
-#define IR_OP_ROW_(e, name, a, b, c, d, fl, at, inf, cost) \
+#define IR_OP_ROW_(e, name, a, b, c, d, fl, at, inf, cost)                                         \
     [IR_OP_##e] = {name, a, b, c, d, fl, at, infer_##inf, cost_##cost},
     IR_OP_LIST(IR_OP_ROW_)
 #undef IR_OP_ROW_
+};
+
+/* DistIR's and common spellings of op names. */
+static const struct {
+    const char *alias;
+    int kind;
+} aliases[] = {
+    {"Send", IR_OP_SEND},
+    {"Scatter", IR_OP_SCATTER},
+    {"MPIScatterToTupleType", IR_OP_SCATTER},
+    {"Broadcast", IR_OP_BROADCAST},
+    {"MPIBroadcastToTupleType", IR_OP_BROADCAST},
+    {"MPIGatherFromTupleType", IR_OP_GATHERTO},
+    {"AllReduce", IR_OP_ALLREDUCE},
+    {"Allreduce", IR_OP_ALLREDUCE},
+    {"MPIAllreduce", IR_OP_ALLREDUCE},
+    {"MPIAllreduceFromTupleType", IR_OP_ALLREDUCE},
+    {"AllGather", IR_OP_ALLGATHER},
+    {"Allgather", IR_OP_ALLGATHER},
+    {"MPIAllgather", IR_OP_ALLGATHER},
+    {"MPIAllgatherFromTupleType", IR_OP_ALLGATHER},
+    {"ReduceScatter", IR_OP_REDUCESCATTER},
+    {"MPIReduceScatter", IR_OP_REDUCESCATTER},
+    {"AllToAll", IR_OP_ALLTOALL},
+    {"MPIAllToAll", IR_OP_ALLTOALL},
+    {"Pmap", IR_OP_PMAP},
+    {"LayerNorm", IR_OP_LAYERNORM},
 };
 
 int
@@ -407,6 +2604,9 @@ ir_opkind_from_name(const char *s, size_t len)
     for (int k = 1; k < IR_NOPKIND; k++)
         if (strlen(ir_opinfos[k].name) == len && memcmp(ir_opinfos[k].name, s, len) == 0)
             return k;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strlen(aliases[i].alias) == len && memcmp(aliases[i].alias, s, len) == 0)
+            return aliases[i].kind;
     return IR_OP_NONE;
 }
 
@@ -415,17 +2615,44 @@ ir_op_name(const ir_module *m, ir_id op)
 {
     if (m->ops[op].kind == IR_OP_OPAQUE && m->ops[op].opaque)
         return ir_str_get(m, m->ops[op].opaque);
+    if (m->ops[op].kind >= IR_NOPKIND)
+        return "none";
     return ir_opkind_name(m->ops[op].kind);
 }
 
 int
 ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    return ir_opinfos[m->ops[op].kind].infer(m, op, out, err);
+    const ir_op *o;
+    const ir_opinfo *info;
+    if (op == 0 || op >= m->nop)
+        return di_error_set(err, DI_EINVAL, "op %u does not exist", op);
+    o = &m->ops[op];
+    if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND)
+        return di_error_set(err, DI_EVERIFY, "op %u has an invalid kind %u", op, o->kind);
+    info = &ir_opinfos[o->kind];
+    if (o->ninput < (uint32_t)info->min_in ||
+        (info->max_in >= 0 && o->ninput > (uint32_t)info->max_in))
+        return fail(m, op, err, "has %u inputs, expected %d..%d", o->ninput, info->min_in,
+                    info->max_in);
+    if (o->noutput < (uint32_t)info->min_out ||
+        (info->max_out >= 0 && o->noutput > (uint32_t)info->max_out))
+        return fail(m, op, err, "has %u results, expected %d..%d", o->noutput, info->min_out,
+                    info->max_out);
+    for (uint32_t i = 0; i < o->ninput; i++) {
+        ir_id v = ir_op_input(m, op, i);
+        if (v == 0 || v >= m->nvalue)
+            return fail(m, op, err, "input %u is not a value", i);
+    }
+    return info->infer(m, op, out, err);
 }
 
 void
 ir_op_cost(const ir_module *m, ir_id op, ir_cost *c)
 {
+    memset(c, 0, sizeof *c);
+    if (op == 0 || op >= m->nop || m->ops[op].kind == IR_OP_NONE ||
+        m->ops[op].kind >= IR_NOPKIND || (ir_opinfos[m->ops[op].kind].flags & IR_OPF_FREE))
+        return;
     ir_opinfos[m->ops[op].kind].cost(m, op, c);
 }

@@ -41,8 +41,8 @@
     X(SUB, "Sub", 2, 2, 1, 1, IR_OPF_ELEMWISE, "", broadcast, elemwise)                            \
     X(MUL, "Mul", 2, 2, 1, 1, IR_OPF_ELEMWISE, "", broadcast, elemwise)                            \
     X(DIV, "Div", 2, 2, 1, 1, IR_OPF_ELEMWISE, "", broadcast, elemwise)                            \
-    X(POW, "Pow", 2, 2, 1, 1, IR_OPF_ELEMWISE, "", broadcast, elemwise)                            \
-    X(SQRT, "Sqrt", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, elemwise)                               \
+    X(POW, "Pow", 2, 2, 1, 1, IR_OPF_ELEMWISE, "", broadcast, transcend)                           \
+    X(SQRT, "Sqrt", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                              \
     X(RELU, "Relu", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, elemwise)                               \
     X(GELU, "Gelu", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, gelu)                                   \
     X(TANH, "Tanh", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                              \
@@ -64,11 +64,11 @@
     X(SQUEEZE, "Squeeze", 1, 1, 1, 1, IR_OPF_FREE, "axes:I?", squeeze, none)                       \
     X(REDUCEMEAN, "ReduceMean", 1, 1, 1, 1, 0, "axes:I? keepdims:i?", reduce, reduce)              \
     X(REDUCESUM, "ReduceSum", 1, 1, 1, 1, 0, "axes:I? keepdims:i?", reduce, reduce)                \
-    X(CONSTANT, "Constant", 0, 0, 1, 1, IR_OPF_FREE, "value:t", constant, none)                    \
+    X(CONSTANT, "Constant", 0, 0, 1, 1, IR_OPF_FREE, "device:i? value:t", constant, none)          \
     /* losses */                                                                                  \
     X(MSELOSS, "MSELoss", 2, 2, 1, 1, IR_OPF_LOSS, "", loss, elemwise)                             \
-    X(SCELOSS, "SoftmaxCrossEntropyLoss", 2, 2, 1, 2, IR_OPF_LOSS, "ignore_index:i?", sceloss,     \
-      softmax)                                                                                     \
+    X(SCELOSS, "SoftmaxCrossEntropyLoss", 2, 2, 1, 2, IR_OPF_LOSS,                                 \
+      "ignore_index:i? reduction:s?", sceloss, softmax)                                            \
     /* gradients */                                                                               \
     X(MATMULGRAD, "MatMulGrad", 3, 3, 2, 2, IR_OPF_GRAD, "", matmulgrad, matmulgrad)               \
     X(RELUGRAD, "ReluGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "", grad_like_x, elemwise)  \
@@ -81,8 +81,8 @@
       layernormgrad, layernorm)                                                                    \
     X(DROPOUTGRAD, "DropoutGrad", 2, 2, 1, 1, IR_OPF_GRAD, "ratio:f?", grad_like_x, elemwise)      \
     X(MSELOSSGRAD, "MSELossGrad", 3, 3, 1, 1, IR_OPF_GRAD, "", grad_like_x, elemwise)              \
-    X(SCELOSSGRAD, "SoftmaxCrossEntropyLossGrad", 3, 3, 1, 1, IR_OPF_GRAD, "ignore_index:i?",      \
-      scelossgrad, softmax)                                                                        \
+    X(SCELOSSGRAD, "SoftmaxCrossEntropyLossGrad", 3, 3, 1, 1, IR_OPF_GRAD,                         \
+      "ignore_index:i? reduction:s?", scelossgrad, softmax)                                        \
     X(GATHERGRAD, "GatherGrad", 2, 2, 1, 1, IR_OPF_GRAD, "axis:i? shape:I", gathergrad, copy)      \
     X(REDUCESUMTO, "ReduceSumTo", 1, 1, 1, 1, IR_OPF_GRAD, "shape:I", reshape_reduce, reduce)      \
     /* optimizers */                                                                              \
