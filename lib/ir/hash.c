@@ -1,0 +1,688 @@
+/*
+ * hash.c: the canonical hash of a module (DESIGN.md section 3), the key of
+ * every cache entry. Two modules hash the same when they differ only in
+ * names of values, ops, meshes and pmap device variables, in the ids the
+ * arrays happen to give things, or in the order of independent ops; any
+ * change to a shape, dtype, attribute key or value, device, placement, mesh
+ * content, op kind, edge (which value feeds which input slot), function name
+ * or the set of ops (dead ones included) changes it.
+ *
+ * The encoding is a tree of SHA-256 digests built bottom-up, each over a
+ * tagged, length-prefixed serialization (integers as 8 little-endian bytes):
+ *
+ *   type    ("tensor", dtype, rank, dims, device, device variable as the
+ *            nesting level of the pmap body that binds it (not its name),
+ *            mesh content or none, placements) or ("tuple", n, elements)
+ *   mesh    ("mesh", rank, shape, ndevice, devices); its name is not hashed
+ *   value   a use of a value is ("arg", nesting level, position, type) for a
+ *            region argument and ("res", digest of the defining op, result
+ *            index) for an op result
+ *   op      ("op", kind, opaque op type, attributes sorted by key with their
+ *            values (a mesh by content, a tensor by type and bytes, pmap's
+ *            device_var by its role only), inputs in slot order, the body's
+ *            digest for a pmap, result types)
+ *   region  ("region", nesting level, argument types in order, results in
+ *            order, the SORTED multiset of the digests of all its ops), so dead
+ *            ops count and the order of ops does not
+ *   module  ("distir-module", version, the sorted multiset of mesh digests,
+ *            the entry function (ir_module_entry) as ("func", name, region),
+ *            then the other functions' digests sorted)
+ *
+ * Function names are hashed: they are the module's API (the entry is found
+ * by name, and calls by name may come later). Value names, op names, mesh
+ * names and device variable names are not. Ops that no region lists are
+ * arena garbage and are ignored, as the verifier ignores them.
+ *
+ * Each op is hashed once (one SHA-256 per op), each type once per
+ * binding context; the only superlinear step is sorting each region's op
+ * digests. Pmap bodies are walked with an explicit stack. The hash never
+ * reads outside the module's arrays even for a module that fails the
+ * verifier (whose hash is then well defined but meaningless).
+ *
+ * Changing anything here changes every hash: it is a cache-format change
+ * (bump HASH_VERSION and the known-answer test in tests/test_hash.c).
+ */
+#include "ir/ir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HASH_VERSION 1
+
+/* One region being hashed. */
+typedef struct hframe {
+    ir_id region;
+    ir_id pmap;      /* the op whose body this is; 0 for a function */
+    uint32_t next;   /* position of the next op */
+    uint32_t level;  /* nesting level: 0 for a function */
+    ir_id bound;     /* string id of the device variable this body binds, or 0 */
+    uint32_t saved;  /* its binding outside this body */
+} hframe;
+
+/* Type memo states. */
+enum {
+    TD_NONE = 0,
+    TD_FREE = 1, /* valid in every context */
+    TD_ENV = 2,  /* depends on device-variable bindings: valid in region tenv[t] only */
+};
+
+typedef struct hasher {
+    const ir_module *m;
+    di_hash *odig; /* per op */
+    uint8_t *odone;
+    di_hash *tdig; /* per type */
+    uint8_t *tstate;
+    ir_id *tenv;
+    di_hash *mdig; /* per mesh */
+    di_hash *rdig; /* per region */
+    uint8_t *rdone;
+    uint8_t *visited; /* per region */
+    uint32_t *bind;   /* per string id: level of the innermost body binding it, 0 none */
+    hframe *stack;
+    uint32_t nstack, cstack;
+    ir_id *tstack;
+    uint32_t ntstack, ctstack;
+    di_hash *scratch; /* op digests of one region, for sorting */
+    uint32_t cscratch;
+    di_hash bad; /* stands for anything that is out of range */
+} hasher;
+
+/* ---- serialization ---- */
+
+static void
+put_u64(di_sha256 *s, uint64_t v)
+{
+    di_sha256_u64(s, v);
+}
+
+static void
+put_i64(di_sha256 *s, int64_t v)
+{
+    di_sha256_u64(s, (uint64_t)v);
+}
+
+static void
+put_bytes(di_sha256 *s, const void *p, size_t n)
+{
+    di_sha256_u64(s, (uint64_t)n);
+    if (n)
+        di_sha256_update(s, p, n);
+}
+
+static void
+put_str(di_sha256 *s, const char *str)
+{
+    put_bytes(s, str, strlen(str));
+}
+
+static void
+put_digest(di_sha256 *s, const di_hash *h)
+{
+    di_sha256_update(s, h->b, sizeof h->b);
+}
+
+/* A double by its bits, with every NaN the same. */
+static void
+put_double(di_sha256 *s, double v)
+{
+    uint64_t bits;
+    if (isnan(v))
+        bits = 0x7ff8000000000000ull;
+    else
+        memcpy(&bits, &v, sizeof bits);
+    put_u64(s, bits);
+}
+
+static const char *
+str_at(const ir_module *m, ir_id s)
+{
+    return (s != 0 && s < m->nchar) ? m->chars + s : "";
+}
+
+/* ---- meshes and types ---- */
+
+static void
+hash_mesh(const ir_module *m, ir_id id, di_hash *out)
+{
+    const ir_mesh *me = &m->meshes[id];
+    di_sha256 s;
+    di_sha256_init(&s);
+    put_str(&s, "mesh");
+    if (me->rank > IR_MAX_RANK || (uint64_t)me->shape + me->rank > m->nint ||
+        (uint64_t)me->devices + me->ndevice > m->nint) {
+        put_str(&s, "malformed");
+    } else {
+        put_u64(&s, me->rank);
+        for (uint32_t a = 0; a < me->rank; a++)
+            put_i64(&s, m->ints[me->shape + a]);
+        put_u64(&s, me->ndevice);
+        for (uint32_t d = 0; d < me->ndevice; d++)
+            put_i64(&s, m->ints[me->devices + d]);
+    }
+    di_sha256_final(&s, out);
+}
+
+static const di_hash *
+mesh_digest(const hasher *h, ir_id mesh)
+{
+    return (mesh != 0 && mesh < h->m->nmesh) ? &h->mdig[mesh] : &h->bad;
+}
+
+static int
+type_ready(const hasher *h, ir_id t, ir_id region)
+{
+    return h->tstate[t] == TD_FREE || (h->tstate[t] == TD_ENV && h->tenv[t] == region);
+}
+
+/* Hashes type x whose tuple elements, if any, are ready. */
+static void
+hash_type_node(hasher *h, ir_id x, ir_id region)
+{
+    const ir_module *m = h->m;
+    const ir_type *ty = &m->types[x];
+    int env = 0;
+    di_sha256 s;
+    di_sha256_init(&s);
+    if (ty->kind == IR_TYPE_TUPLE) {
+        put_str(&s, "tuple");
+        if ((uint64_t)ty->elems + ty->nelem > m->nref) {
+            put_str(&s, "malformed");
+        } else {
+            put_u64(&s, ty->nelem);
+            for (uint32_t i = 0; i < ty->nelem; i++) {
+                ir_id e = m->refs[ty->elems + i];
+                if (e == 0 || e >= x) {
+                    put_digest(&s, &h->bad);
+                } else {
+                    put_digest(&s, &h->tdig[e]);
+                    env |= h->tstate[e] == TD_ENV;
+                }
+            }
+        }
+    } else if (ty->kind == IR_TYPE_TENSOR) {
+        put_str(&s, "tensor");
+        put_u64(&s, ty->dtype);
+        if (ty->rank > IR_MAX_RANK || (uint64_t)ty->dims + ty->rank > m->nint) {
+            put_str(&s, "malformed");
+        } else {
+            put_u64(&s, ty->rank);
+            for (uint32_t d = 0; d < ty->rank; d++)
+                put_i64(&s, m->ints[ty->dims + d]);
+        }
+        put_i64(&s, ty->device);
+        if (ty->devvar == 0) {
+            put_u64(&s, 0);
+        } else if (ty->devvar < m->nchar && h->bind[ty->devvar] != 0) {
+            put_u64(&s, 1);
+            put_u64(&s, h->bind[ty->devvar]);
+            env = 1;
+        } else {
+            /* Unbound (the verifier rejects it): fall back to the name. */
+            put_u64(&s, 2);
+            put_str(&s, str_at(m, ty->devvar));
+            env = 1;
+        }
+        if (ty->mesh == 0) {
+            put_u64(&s, 0);
+        } else {
+            put_u64(&s, 1);
+            put_digest(&s, mesh_digest(h, ty->mesh));
+            if (ty->mesh < m->nmesh && m->meshes[ty->mesh].rank <= IR_MAX_RANK &&
+                (uint64_t)ty->placements + m->meshes[ty->mesh].rank <= m->nint) {
+                uint32_t rank = m->meshes[ty->mesh].rank;
+                put_u64(&s, rank);
+                for (uint32_t a = 0; a < rank; a++)
+                    put_i64(&s, m->ints[ty->placements + a]);
+            } else {
+                put_str(&s, "malformed");
+            }
+        }
+    } else {
+        put_str(&s, "badtype");
+        put_u64(&s, ty->kind);
+    }
+    di_sha256_final(&s, &h->tdig[x]);
+    h->tstate[x] = env ? TD_ENV : TD_FREE;
+    h->tenv[x] = region;
+}
+
+/*
+ * The digest of type t in region (whose device-variable bindings are live).
+ * Tuples are walked with an explicit stack; elements must be earlier types,
+ * anything else hashes as `bad`, so the walk ends on any input.
+ */
+static const di_hash *
+type_digest(hasher *h, ir_id t, ir_id region)
+{
+    const ir_module *m = h->m;
+    if (t == 0 || t >= m->ntype)
+        return &h->bad;
+    if (type_ready(h, t, region))
+        return &h->tdig[t];
+    h->ntstack = 0;
+    DI_GROW(&h->tstack, &h->ctstack, 1);
+    h->tstack[h->ntstack++] = t;
+    while (h->ntstack > 0) {
+        ir_id x = h->tstack[h->ntstack - 1];
+        const ir_type *ty = &m->types[x];
+        int pushed = 0;
+        if (type_ready(h, x, region)) {
+            h->ntstack--;
+            continue;
+        }
+        if (ty->kind == IR_TYPE_TUPLE && (uint64_t)ty->elems + ty->nelem <= m->nref) {
+            for (uint32_t i = 0; i < ty->nelem; i++) {
+                ir_id e = m->refs[ty->elems + i];
+                if (e != 0 && e < x && !type_ready(h, e, region)) {
+                    DI_GROW(&h->tstack, &h->ctstack, h->ntstack + 1);
+                    h->tstack[h->ntstack++] = e;
+                    pushed = 1;
+                }
+            }
+        }
+        if (pushed)
+            continue;
+        hash_type_node(h, x, region);
+        h->ntstack--;
+    }
+    return &h->tdig[t];
+}
+
+/* ---- values, ops, regions ---- */
+
+/* A use of value v in a region at the given level. */
+static void
+put_value(hasher *h, di_sha256 *s, ir_id v, const hframe *f)
+{
+    const ir_module *m = h->m;
+    const ir_value *val;
+    if (v == 0 || v >= m->nvalue) {
+        put_str(s, "badvalue");
+        return;
+    }
+    val = &m->values[v];
+    if (val->def == 0) {
+        put_str(s, "arg");
+        put_u64(s, f->level);
+        put_u64(s, val->index);
+        put_digest(s, type_digest(h, val->type, f->region));
+    } else {
+        put_str(s, "res");
+        if (val->def < m->nop && h->odone[val->def])
+            put_digest(s, &h->odig[val->def]);
+        else
+            put_digest(s, &h->bad);
+        put_u64(s, val->index);
+    }
+}
+
+static int
+cmp_attr_key(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void
+put_attr(hasher *h, di_sha256 *s, const ir_op *o, const ir_attr *a, const hframe *f)
+{
+    const ir_module *m = h->m;
+    const char *key = str_at(m, a->key);
+    put_str(s, key);
+    put_u64(s, a->kind);
+    switch (a->kind) {
+    case IR_ATTR_INT:
+        put_i64(s, a->i);
+        break;
+    case IR_ATTR_FLOAT:
+        put_double(s, a->f);
+        break;
+    case IR_ATTR_STRING:
+        /* A pmap's device variable is a name: only its role (bound by the body) counts. */
+        if (o->kind == IR_OP_PMAP && strcmp(key, "device_var") == 0)
+            put_str(s, "bound");
+        else
+            put_str(s, a->s < m->nchar ? m->chars + a->s : "");
+        break;
+    case IR_ATTR_INTS:
+        if ((uint64_t)a->off + a->n > m->nint) {
+            put_str(s, "malformed");
+            break;
+        }
+        put_u64(s, a->n);
+        for (uint32_t i = 0; i < a->n; i++)
+            put_i64(s, m->ints[a->off + i]);
+        break;
+    case IR_ATTR_FLOATS:
+        if ((uint64_t)a->off + a->n > m->nfloat) {
+            put_str(s, "malformed");
+            break;
+        }
+        put_u64(s, a->n);
+        for (uint32_t i = 0; i < a->n; i++)
+            put_double(s, m->floats[a->off + i]);
+        break;
+    case IR_ATTR_MESH:
+        put_digest(s, mesh_digest(h, a->s));
+        break;
+    case IR_ATTR_TENSOR:
+        put_digest(s, (a->i > 0 && a->i < (int64_t)m->ntype)
+                          ? type_digest(h, (ir_id)a->i, f->region)
+                          : &h->bad);
+        if ((uint64_t)a->off + a->n > m->ndata)
+            put_str(s, "malformed");
+        else
+            put_bytes(s, m->data + a->off, a->n);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Attributes in key order (they are kept sorted; a module that is not gets sorted here). */
+static void
+put_attrs(hasher *h, di_sha256 *s, const ir_op *o, const hframe *f)
+{
+    const ir_module *m = h->m;
+    const ir_attr *a;
+    int sorted = 1;
+    if (o->nattr == 0 || (uint64_t)o->attrs + o->nattr > m->nattr) {
+        put_u64(s, 0);
+        if (o->nattr != 0)
+            put_str(s, "malformed");
+        return;
+    }
+    a = &m->attrs[o->attrs];
+    put_u64(s, o->nattr);
+    for (uint32_t i = 1; i < o->nattr && sorted; i++)
+        sorted = strcmp(str_at(m, a[i - 1].key), str_at(m, a[i].key)) <= 0;
+    if (sorted) {
+        for (uint32_t i = 0; i < o->nattr; i++)
+            put_attr(h, s, o, &a[i], f);
+        return;
+    }
+    {
+        /* Pairs of (key, attribute) sorted by key; the key comes first so qsort can compare. */
+        struct keyed {
+            const char *key;
+            const ir_attr *attr;
+        } *k = di_xmalloc(o->nattr * sizeof *k);
+        for (uint32_t i = 0; i < o->nattr; i++) {
+            k[i].key = str_at(m, a[i].key);
+            k[i].attr = &a[i];
+        }
+        qsort(k, o->nattr, sizeof *k, cmp_attr_key);
+        for (uint32_t i = 0; i < o->nattr; i++)
+            put_attr(h, s, o, k[i].attr, f);
+        free(k);
+    }
+}
+
+static void
+hash_op(hasher *h, ir_id op, const hframe *f)
+{
+    const ir_module *m = h->m;
+    const ir_op *o = &m->ops[op];
+    di_sha256 s;
+    di_sha256_init(&s);
+    put_str(&s, "op");
+    put_u64(&s, o->kind);
+    if (o->kind == IR_OP_OPAQUE) {
+        const char *t = str_at(m, o->opaque);
+        if (*t == '\0' && o->nattr != 0 && (uint64_t)o->attrs + o->nattr <= m->nattr)
+            for (uint32_t i = 0; i < o->nattr; i++)
+                if (m->attrs[o->attrs + i].kind == IR_ATTR_STRING &&
+                    strcmp(str_at(m, m->attrs[o->attrs + i].key), "op_type") == 0)
+                    t = str_at(m, m->attrs[o->attrs + i].s);
+        put_str(&s, t);
+    }
+    put_attrs(h, &s, o, f);
+    if ((uint64_t)o->inputs + o->ninput > m->nref) {
+        put_str(&s, "malformed");
+    } else {
+        put_u64(&s, o->ninput);
+        for (uint32_t i = 0; i < o->ninput; i++)
+            put_value(h, &s, m->refs[o->inputs + i], f);
+    }
+    if (o->body != 0)
+        put_digest(&s, (o->body < m->nregion && h->rdone[o->body] &&
+                        m->regions[o->body].parent == op)
+                           ? &h->rdig[o->body]
+                           : &h->bad);
+    if (o->noutput != 0 && (o->outputs == 0 || (uint64_t)o->outputs + o->noutput > m->nvalue)) {
+        put_str(&s, "malformed");
+    } else {
+        put_u64(&s, o->noutput);
+        for (uint32_t i = 0; i < o->noutput; i++)
+            put_digest(&s, type_digest(h, m->values[o->outputs + i].type, f->region));
+    }
+    di_sha256_final(&s, &h->odig[op]);
+    h->odone[op] = 1;
+}
+
+static int
+cmp_digest(const void *a, const void *b)
+{
+    return memcmp(a, b, sizeof(di_hash));
+}
+
+/* Finishes the region on top of the stack: its digest, then the pending pmap op's. */
+static void
+leave_region(hasher *h)
+{
+    const ir_module *m = h->m;
+    hframe f = h->stack[h->nstack - 1];
+    const ir_region *reg = &m->regions[f.region];
+    di_sha256 s;
+
+    di_sha256_init(&s);
+    put_str(&s, "region");
+    put_u64(&s, f.level);
+    put_u64(&s, reg->narg);
+    for (uint32_t i = 0; i < reg->narg; i++) {
+        ir_id v = reg->args[i];
+        put_digest(&s, (v != 0 && v < m->nvalue) ? type_digest(h, m->values[v].type, f.region)
+                                                 : &h->bad);
+    }
+    put_u64(&s, reg->nresult);
+    for (uint32_t i = 0; i < reg->nresult; i++)
+        put_value(h, &s, reg->results[i], &f);
+    DI_GROW(&h->scratch, &h->cscratch, reg->nop + 1);
+    for (uint32_t i = 0; i < reg->nop; i++) {
+        ir_id op = reg->ops[i];
+        h->scratch[i] = (op != 0 && op < m->nop && h->odone[op]) ? h->odig[op] : h->bad;
+    }
+    qsort(h->scratch, reg->nop, sizeof *h->scratch, cmp_digest);
+    put_u64(&s, reg->nop);
+    for (uint32_t i = 0; i < reg->nop; i++)
+        put_digest(&s, &h->scratch[i]);
+    di_sha256_final(&s, &h->rdig[f.region]);
+    h->rdone[f.region] = 1;
+
+    if (f.bound != 0)
+        h->bind[f.bound] = f.saved;
+    h->nstack--;
+    if (f.pmap != 0)
+        hash_op(h, f.pmap, &h->stack[h->nstack - 1]);
+}
+
+static int
+lists_ok(const ir_region *reg)
+{
+    return !(reg->nop != 0 && reg->ops == NULL) && !(reg->narg != 0 && reg->args == NULL) &&
+           !(reg->nresult != 0 && reg->results == NULL);
+}
+
+static void
+enter_region(hasher *h, ir_id r, ir_id pmap, uint32_t level)
+{
+    const ir_module *m = h->m;
+    hframe *f;
+    DI_GROW(&h->stack, &h->cstack, h->nstack + 1);
+    f = &h->stack[h->nstack++];
+    memset(f, 0, sizeof *f);
+    f->region = r;
+    f->pmap = pmap;
+    f->level = level;
+    h->visited[r] = 1;
+    if (pmap != 0) {
+        const ir_op *o = &m->ops[pmap];
+        if (o->nattr != 0 && (uint64_t)o->attrs + o->nattr <= m->nattr) {
+            for (uint32_t i = 0; i < o->nattr; i++) {
+                const ir_attr *a = &m->attrs[o->attrs + i];
+                if (a->kind == IR_ATTR_STRING && a->s != 0 && a->s < m->nchar &&
+                    strcmp(str_at(m, a->key), "device_var") == 0) {
+                    f->bound = a->s;
+                    f->saved = h->bind[a->s];
+                    h->bind[a->s] = level;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/* Hashes a function's region and, depth first, the pmap bodies inside it. */
+static void
+hash_function(hasher *h, ir_id r)
+{
+    const ir_module *m = h->m;
+    enter_region(h, r, 0, 0);
+    while (h->nstack > 0) {
+        hframe *f = &h->stack[h->nstack - 1];
+        const ir_region *reg = &m->regions[f->region];
+        ir_id op, b;
+        if (f->next >= reg->nop) {
+            leave_region(h);
+            continue;
+        }
+        op = reg->ops[f->next++];
+        if (op == 0 || op >= m->nop)
+            continue;
+        b = m->ops[op].body;
+        if (m->ops[op].kind == IR_OP_PMAP && b != 0 && b < m->nregion &&
+            m->regions[b].parent == op && !h->visited[b] && lists_ok(&m->regions[b])) {
+            enter_region(h, b, op, f->level + 1); /* the op is hashed when its body is done */
+            continue;
+        }
+        hash_op(h, op, f);
+    }
+}
+
+static int
+arrays_ok(const ir_module *m)
+{
+    return m->chars != NULL && m->nchar >= 1 && m->chars[m->nchar - 1] == '\0' &&
+           m->types != NULL && m->ntype >= 1 && m->values != NULL && m->nvalue >= 1 &&
+           m->ops != NULL && m->nop >= 1 && m->regions != NULL && m->nregion >= 1 &&
+           m->meshes != NULL && m->nmesh >= 1 && m->attrs != NULL && m->nattr >= 1 &&
+           m->refs != NULL && m->nref >= 1 && m->ints != NULL && m->nint >= 1 &&
+           (m->nfloat == 0 || m->floats != NULL) && (m->ndata == 0 || m->data != NULL);
+}
+
+/* ir_module_entry's choice ("main", else the first named function), reading names safely. */
+static ir_id
+entry_function(const ir_module *m)
+{
+    ir_id first = 0;
+    for (ir_id r = 1; r < m->nregion; r++) {
+        const char *name = str_at(m, m->regions[r].name);
+        if (m->regions[r].parent != 0 || m->regions[r].name == 0 || m->regions[r].name >= m->nchar)
+            continue;
+        if (strcmp(name, "main") == 0)
+            return r;
+        if (first == 0)
+            first = r;
+    }
+    return first;
+}
+
+static void
+hash_function_digest(const hasher *h, ir_id r, di_hash *out)
+{
+    di_sha256 s;
+    di_sha256_init(&s);
+    put_str(&s, "func");
+    put_str(&s, str_at(h->m, h->m->regions[r].name));
+    put_digest(&s, &h->rdig[r]);
+    di_sha256_final(&s, out);
+}
+
+void
+ir_hash(const ir_module *m, di_hash *out)
+{
+    hasher h;
+    di_sha256 s;
+    ir_id entry;
+    di_hash *list;
+    uint32_t n = 0;
+
+    if (m == NULL || !arrays_ok(m)) {
+        di_sha256_once("distir-module-malformed", 23, out);
+        return;
+    }
+    memset(&h, 0, sizeof h);
+    h.m = m;
+    h.odig = di_xcalloc(m->nop, sizeof *h.odig);
+    h.odone = di_xcalloc(m->nop, 1);
+    h.tdig = di_xcalloc(m->ntype, sizeof *h.tdig);
+    h.tstate = di_xcalloc(m->ntype, 1);
+    h.tenv = di_xcalloc(m->ntype, sizeof *h.tenv);
+    h.mdig = di_xcalloc(m->nmesh, sizeof *h.mdig);
+    h.rdig = di_xcalloc(m->nregion, sizeof *h.rdig);
+    h.rdone = di_xcalloc(m->nregion, 1);
+    h.visited = di_xcalloc(m->nregion, 1);
+    h.bind = di_xcalloc(m->nchar, sizeof *h.bind);
+    di_sha256_once("distir-bad", 10, &h.bad);
+    for (ir_id i = 1; i < m->nmesh; i++)
+        hash_mesh(m, i, &h.mdig[i]);
+
+    for (ir_id r = 1; r < m->nregion; r++)
+        if (m->regions[r].parent == 0 && lists_ok(&m->regions[r]))
+            hash_function(&h, r);
+
+    list = di_xmalloc(((size_t)m->nmesh + m->nregion) * sizeof *list);
+    di_sha256_init(&s);
+    put_str(&s, "distir-module");
+    put_u64(&s, HASH_VERSION);
+    for (ir_id i = 1; i < m->nmesh; i++)
+        list[n++] = h.mdig[i];
+    qsort(list, n, sizeof *list, cmp_digest);
+    put_u64(&s, n);
+    for (uint32_t i = 0; i < n; i++)
+        put_digest(&s, &list[i]);
+
+    entry = entry_function(m);
+    if (entry != 0 && h.rdone[entry]) {
+        di_hash fd;
+        put_u64(&s, 1);
+        hash_function_digest(&h, entry, &fd);
+        put_digest(&s, &fd);
+    } else {
+        put_u64(&s, 0);
+    }
+    n = 0;
+    for (ir_id r = 1; r < m->nregion; r++)
+        if (r != entry && m->regions[r].parent == 0 && h.rdone[r])
+            hash_function_digest(&h, r, &list[n++]);
+    qsort(list, n, sizeof *list, cmp_digest);
+    put_u64(&s, n);
+    for (uint32_t i = 0; i < n; i++)
+        put_digest(&s, &list[i]);
+    di_sha256_final(&s, out);
+
+    free(list);
+    free(h.odig);
+    free(h.odone);
+    free(h.tdig);
+    free(h.tstate);
+    free(h.tenv);
+    free(h.mdig);
+    free(h.rdig);
+    free(h.rdone);
+    free(h.visited);
+    free(h.bind);
+    free(h.stack);
+    free(h.tstack);
+    free(h.scratch);
+}
