@@ -394,59 +394,64 @@ hw_set_overrides(hw_model *hw, uint32_t n, const uint32_t *ids, const hw_device 
 
 /* ---- presets ---- */
 
-#define GB 1e9                        /* vendor bandwidths are decimal */
-#define GIB 1073741824.0              /* HBM capacities are binary */
-#define TFLOPS 1e12
-#define US 1e-6
-
 /*
  * One row per preset. Every figure is derived in docs/hardware.md; keep the
- * two in step. Bandwidths are per direction and per GPU.
+ * two in step. Bandwidths are bytes/s per direction and per GPU, written as
+ * decimal literals so that each figure is exactly the documented number;
+ * capacities are binary (GiB) because HBM is.
  */
+#define GIB 1073741824.0
+
 typedef struct preset {
     const char *name;
     const char *kind;
     uint32_t devices_per_node; /* 0: the count parameter is devices, one per node */
     uint32_t default_count;    /* nodes (or devices when devices_per_node == 0) */
     double f32, f16, bf16, f64, i8, tf32; /* FLOP/s */
-    double memory_bytes, memory_bandwidth, launch_overhead;
+    double memory_bytes;       /* bytes */
+    double memory_bandwidth;   /* bytes/s */
+    double launch_overhead;    /* seconds */
     double max_efficiency, half_flops, elementwise_efficiency;
-    double intra_bw, intra_lat, inter_bw, inter_lat;
+    double intra_bw, intra_lat; /* bytes/s, seconds */
+    double inter_bw, inter_lat; /* bytes/s, seconds */
     hw_algo algorithm;
-    double step_latency;
+    double step_latency;       /* seconds */
 } preset;
 
 static const preset presets[] = {
+    /* DGX-1: NVLink 2 300 GB/s bidirectional; 4 x 100 Gb/s EDR per node over 8 GPUs. */
     {"v100-dgx1", "V100-SXM2-32GB", 8, 1,
-     15.7 * TFLOPS, 125 * TFLOPS, 0, 0, 0, 0,
-     32 * GIB, 900 * GB, 4 * US,
+     15.7e12, 125e12, 0, 0, 0, 0,
+     32 * GIB, 900e9, 4e-6,
      0.8, 2e8, 0.8,
-     150 * GB, 3 * US, 400e9 / 8 / 8, 5 * US,
-     HW_ALGO_AUTO, 3 * US},
+     150e9, 3e-6, 6.25e9, 5e-6,
+     HW_ALGO_AUTO, 3e-6},
+    /* DGX A100: NVSwitch 300 GB/s per direction; one 200 Gb/s HDR port per GPU. */
     {"a100-dgx", "A100-SXM4-80GB", 8, 1,
-     19.5 * TFLOPS, 312 * TFLOPS, 312 * TFLOPS, 0, 0, 156 * TFLOPS,
-     80 * GIB, 2039 * GB, 4 * US,
+     19.5e12, 312e12, 312e12, 0, 0, 156e12,
+     80 * GIB, 2039e9, 4e-6,
      0.8, 5e8, 0.8,
-     300 * GB, 3 * US, 200e9 / 8, 5 * US,
-     HW_ALGO_AUTO, 3 * US},
+     300e9, 3e-6, 25e9, 5e-6,
+     HW_ALGO_AUTO, 3e-6},
     {"a100-40g-dgx", "A100-SXM4-40GB", 8, 1,
-     19.5 * TFLOPS, 312 * TFLOPS, 312 * TFLOPS, 0, 0, 156 * TFLOPS,
-     40 * GIB, 1555 * GB, 4 * US,
+     19.5e12, 312e12, 312e12, 0, 0, 156e12,
+     40 * GIB, 1555e9, 4e-6,
      0.8, 5e8, 0.8,
-     300 * GB, 3 * US, 200e9 / 8, 5 * US,
-     HW_ALGO_AUTO, 3 * US},
+     300e9, 3e-6, 25e9, 5e-6,
+     HW_ALGO_AUTO, 3e-6},
+    /* DGX H100: NVSwitch 450 GB/s per direction; one 400 Gb/s NDR port per GPU. */
     {"h100-dgx", "H100-SXM5-80GB", 8, 1,
-     67 * TFLOPS, 989 * TFLOPS, 989 * TFLOPS, 0, 1979 * TFLOPS, 495 * TFLOPS,
-     80 * GIB, 3350 * GB, 4 * US,
+     67e12, 989e12, 989e12, 0, 1979e12, 495e12,
+     80 * GIB, 3350e9, 4e-6,
      0.8, 1.6e9, 0.8,
-     450 * GB, 3 * US, 400e9 / 8, 5 * US,
-     HW_ALGO_AUTO, 3 * US},
+     450e9, 3e-6, 50e9, 5e-6,
+     HW_ALGO_AUTO, 3e-6},
     {"h200-dgx", "H200-SXM-141GB", 8, 1,
-     67 * TFLOPS, 989 * TFLOPS, 989 * TFLOPS, 0, 1979 * TFLOPS, 495 * TFLOPS,
-     141 * GIB, 4800 * GB, 4 * US,
+     67e12, 989e12, 989e12, 0, 1979e12, 495e12,
+     141 * GIB, 4800e9, 4e-6,
      0.8, 1.6e9, 0.8,
-     450 * GB, 3 * US, 400e9 / 8, 5 * US,
-     HW_ALGO_AUTO, 3 * US},
+     450e9, 3e-6, 50e9, 5e-6,
+     HW_ALGO_AUTO, 3e-6},
     /*
      * The original DistIR simulator: one roofline for every float dtype, no
      * efficiency curve, 25 Gbit/s between every pair of devices, no
@@ -454,9 +459,9 @@ static const preset presets[] = {
      */
     {"distir-classic", "distir-classic", 0, 8,
      1.4e13, 1.4e13, 1.4e13, 1.4e13, 0, 0,
-     16 * GIB, 9e11, 10 * US,
+     16 * GIB, 9e11, 1e-5,
      1.0, 0, 1.0,
-     25e9 / 8, 0, 25e9 / 8, 0,
+     3.125e9, 0, 3.125e9, 0,
      HW_ALGO_RING, 0},
 };
 #define NPRESET (sizeof presets / sizeof presets[0])

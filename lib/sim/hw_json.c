@@ -668,6 +668,20 @@ put_key(di_buf *b, int indent, const char *key)
     di_buf_puts(b, ": ");
 }
 
+/*
+ * A number in the shortest form that reads back to the same bits, or, for a
+ * count such as memory_bytes (85899345920 rather than 8.589934592e+10), as
+ * an integer when it is a whole number below 1e15. Both read back exactly.
+ */
+static void
+put_number(di_buf *b, double v, int count)
+{
+    if (count && v >= 0 && v < 1e15 && v == floor(v))
+        di_buf_printf(b, "%.0f", v);
+    else
+        di_buf_double(b, v);
+}
+
 static void
 put_device(di_buf *b, int indent, const hw_device *d)
 {
@@ -685,7 +699,7 @@ put_device(di_buf *b, int indent, const hw_device *d)
 #define HW_PUT_(name, rule)                                                                        \
     di_buf_puts(b, ",\n");                                                                         \
     put_key(b, indent + 2, #name);                                                                 \
-    di_buf_double(b, d->name);
+    put_number(b, d->name, strcmp(#name, "memory_bytes") == 0);
     HW_DEVICE_FIGURES(HW_PUT_)
 #undef HW_PUT_
     di_buf_putc(b, '\n');
