@@ -151,8 +151,10 @@ main(int argc, char **argv)
     printf("bench_sim: simulator speed and memory (targets: < 100 ns/op and < 200 B/op "
            "at 10^6 ops; linear growth)\n");
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        pid_t pid = fork();
+        pid_t pid;
         int status;
+        fflush(stdout);
+        pid = fork();
         if (pid == 0)
             _exit(one(sizes[i], hw));
         if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||

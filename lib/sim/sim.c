@@ -60,19 +60,23 @@ typedef struct ivec {
     uint32_t n, cap;
 } ivec;
 
+/*
+ * A memory event, sortable as one integer: key = (time bits << 1) | is_alloc.
+ * Non-negative doubles order like their bit patterns, and frees sort before
+ * allocations at the same instant; a stable sort keeps creation order
+ * (instance order) among equal keys, so the order is fully deterministic.
+ */
 typedef struct memev {
-    double time;
-    int64_t delta; /* bytes: positive alloc, negative free */
-    uint32_t seq;  /* tie-break: order of creation */
-    uint8_t cls;
+    uint64_t key;
+    uint64_t val; /* bytes << 3 | memory class: the scan never touches the instances */
 } memev;
 
 typedef struct sim_dev {
     double free[3];   /* seconds: when each stream is next free */
     ivec busy[3];     /* intervals per stream */
     double flops;
-    memev *ev;
-    uint32_t nev, cev;
+    uint32_t nev;     /* memory events (counted at the end) */
+    uint32_t evoff;   /* offset of this device's events in the shared array */
 } sim_dev;
 
 /* Where the locations of a type live: device (or LOC_DEVVAR) and bytes. */
@@ -103,7 +107,7 @@ typedef struct sim {
 
     uint8_t *vclass;   /* per value: sim_memclass */
     uint64_t nops;
-    uint32_t memseq;
+    memev *ev;         /* every device's memory events, grouped by device */
 
     sim_event *events;
     uint32_t nevent, cevent;
@@ -1172,39 +1176,38 @@ sim_region(sim *s, ir_id region, const ctx *c)
 
 /* ---- results ---- */
 
-static int
-interval_cmp(const void *a, const void *b)
+/*
+ * Union of two sorted lists of disjoint intervals (each stream's list is
+ * sorted and merged as it is built, since streams execute in order).
+ * Writes the union into out (capacity na + nb) and returns its length.
+ */
+static uint32_t
+union2(const interval *a, uint32_t na, const interval *b, uint32_t nb, interval *out)
 {
-    const interval *x = a, *y = b;
-    if (x->start != y->start)
-        return x->start < y->start ? -1 : 1;
-    if (x->end != y->end)
-        return x->end < y->end ? -1 : 1;
-    return 0;
-}
-
-/* Union of intervals (sorted in place); returns the total length. */
-static double
-union_len(interval *v, uint32_t n, interval **merged, uint32_t *nmerged)
-{
-    double total = 0;
-    uint32_t w = 0;
-    qsort(v, n, sizeof *v, interval_cmp);
-    for (uint32_t i = 0; i < n; i++) {
-        if (w && v[i].start <= v[w - 1].end) {
-            if (v[i].end > v[w - 1].end)
-                v[w - 1].end = v[i].end;
+    uint32_t i = 0, j = 0, w = 0;
+    while (i < na || j < nb) {
+        interval x;
+        if (j >= nb || (i < na && a[i].start <= b[j].start))
+            x = a[i++];
+        else
+            x = b[j++];
+        if (w && x.start <= out[w - 1].end) {
+            if (x.end > out[w - 1].end)
+                out[w - 1].end = x.end;
         } else {
-            v[w++] = v[i];
+            out[w++] = x;
         }
     }
-    for (uint32_t i = 0; i < w; i++)
-        total += v[i].end - v[i].start;
-    if (merged) {
-        *merged = v;
-        *nmerged = w;
-    }
-    return total;
+    return w;
+}
+
+static double
+total_len(const interval *v, uint32_t n)
+{
+    double t = 0;
+    for (uint32_t i = 0; i < n; i++)
+        t += v[i].end - v[i].start;
+    return t;
 }
 
 /* Length of a minus b, both sorted disjoint lists. */
@@ -1231,35 +1234,63 @@ minus_len(const interval *a, uint32_t na, const interval *b, uint32_t nb)
     return total;
 }
 
-static int
-memev_cmp(const void *a, const void *b)
+static uint64_t
+time_key(double t, int is_alloc)
 {
-    const memev *x = a, *y = b;
-    if (x->time != y->time)
-        return x->time < y->time ? -1 : 1;
-    /* Frees before allocations at the same instant, then creation order. */
-    if ((x->delta < 0) != (y->delta < 0))
-        return x->delta < 0 ? -1 : 1;
-    return x->seq < y->seq ? -1 : (x->seq > y->seq);
+    uint64_t bits;
+    t += 0.0; /* no negative zero */
+    memcpy(&bits, &t, sizeof bits);
+    return bits << 1 | (uint64_t)(is_alloc != 0);
 }
 
+/*
+ * Stable LSD radix sort of n events by key, 11 bits per pass; passes whose
+ * digit is the same for every event are skipped (times share their high
+ * bits). tmp has room for n events.
+ */
 static void
-memev_push(sim *s, int32_t dev, double t, int64_t delta, uint8_t cls)
+radix_sort(memev *v, memev *tmp, uint32_t n)
 {
-    sim_dev *d = &s->devs[dev];
-    DI_GROW(&d->ev, &d->cev, d->nev + 1);
-    d->ev[d->nev].time = t;
-    d->ev[d->nev].delta = delta;
-    d->ev[d->nev].cls = cls;
-    d->ev[d->nev].seq = s->memseq++;
-    d->nev++;
+    enum { BITS = 11, NB = 1 << BITS };
+    uint32_t count[NB];
+    memev *src = v, *dst = tmp;
+    for (int shift = 0; shift < 64; shift += BITS) {
+        uint32_t sum = 0;
+        int single = 0;
+        memset(count, 0, sizeof count);
+        for (uint32_t i = 0; i < n; i++)
+            count[(src[i].key >> shift) & (NB - 1)]++;
+        for (uint32_t d = 0; d < NB; d++) {
+            if (count[d] == n)
+                single = 1;
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        if (single)
+            continue;
+        for (uint32_t i = 0; i < n; i++)
+            dst[count[(src[i].key >> shift) & (NB - 1)]++] = src[i];
+        memev *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != v)
+        memcpy(v, src, n * sizeof *v);
 }
 
+/*
+ * Builds every device's memory events from the instances: an owner is
+ * allocated when its producer starts and freed when the last consumer of
+ * any of its aliases ends (never, if it or an alias is persistent).
+ */
 static void
 build_memory(sim *s, double step)
 {
+    uint32_t total = 0;
+    memev *tmp;
     /* Propagate last use and persistence from aliases to owners. */
-    for (uint32_t i = 0; i < s->ninst; i++) {
+    for (uint32_t i = 1; i < s->ninst; i++) {
         sim_inst *in = &s->inst[i];
         if (in->owner != i) {
             sim_inst *ow = &s->inst[in->owner];
@@ -1268,60 +1299,112 @@ build_memory(sim *s, double step)
             ow->flags |= in->flags & INST_PERSISTENT;
         }
     }
-    for (uint32_t i = 0; i < s->ninst; i++) {
+    for (uint32_t i = 1; i < s->ninst; i++) {
         sim_inst *in = &s->inst[i];
         if (in->owner != i || in->bytes == 0)
             continue;
-        memev_push(s, in->dev, in->alloc, (int64_t)in->bytes, in->cls);
+        s->devs[in->dev].nev += (in->flags & INST_PERSISTENT) ? 1 : 2;
+    }
+    for (uint32_t d = 0; d < s->ndev; d++) {
+        s->devs[d].evoff = total;
+        total += s->devs[d].nev;
+        s->devs[d].nev = 0;
+    }
+    s->ev = di_xmalloc((total ? total : 1) * sizeof *s->ev);
+    for (uint32_t i = 1; i < s->ninst; i++) {
+        sim_inst *in = &s->inst[i];
+        sim_dev *d;
+        if (in->owner != i || in->bytes == 0)
+            continue;
+        d = &s->devs[in->dev];
+        s->ev[d->evoff + d->nev].key = time_key(in->alloc, 1);
+        s->ev[d->evoff + d->nev++].val = in->bytes << 3 | in->cls;
         if (!(in->flags & INST_PERSISTENT)) {
             double t = in->last_use > in->ready ? in->last_use : in->ready;
-            memev_push(s, in->dev, t > step ? step : t, -(int64_t)in->bytes, in->cls);
+            s->ev[d->evoff + d->nev].key = time_key(t > step ? step : t, 0);
+            s->ev[d->evoff + d->nev++].val = in->bytes << 3 | in->cls;
         }
     }
+    tmp = di_xmalloc((total ? total : 1) * sizeof *tmp);
+    for (uint32_t d = 0; d < s->ndev; d++)
+        radix_sort(s->ev + s->devs[d].evoff, tmp, s->devs[d].nev);
+    free(tmp);
 }
 
+static double
+key_time(uint64_t key)
+{
+    double t;
+    uint64_t bits = key >> 1;
+    memcpy(&t, &bits, sizeof t);
+    return t;
+}
+
+/*
+ * Scans a device's sorted events: the peak, its time and composition, and
+ * the timeline. With a point limit the timeline keeps, per bucket of
+ * consecutive instants, the highest point, and always the final state (the
+ * resident set); the buckets are sized in a first counting pass so that the
+ * full timeline is never materialized.
+ */
 static void
 device_memory(sim *s, int32_t dev, sim_device_result *r)
 {
     sim_dev *d = &s->devs[dev];
+    const memev *ev = s->ev + d->evoff;
     int64_t live = 0, cls[SIM_NMEMCLASS] = {0};
-    uint32_t npoint = 0, cap = 0;
-    sim_mempoint *pts = NULL;
-    qsort(d->ev, d->nev, sizeof *d->ev, memev_cmp);
+    uint32_t ninstant = 0, npoint = 0, per = 1, inbucket = 0, maxp;
+    sim_mempoint *pts = NULL, best;
+    int have_best = 0;
     r->peak_memory_bytes = 0;
     r->peak_time_s = 0;
+    for (uint32_t i = 0; i < d->nev; i++)
+        if (i + 1 == d->nev || (ev[i + 1].key >> 1) != (ev[i].key >> 1))
+            ninstant++;
+    maxp = s->opt->timeline_max_points;
+    if (s->opt->want_timeline) {
+        if (maxp && ninstant > maxp)
+            per = (ninstant + maxp - 1) / maxp;
+        pts = di_xmalloc(((ninstant + per - 1) / per + 2) * sizeof *pts);
+    }
+    memset(&best, 0, sizeof best);
     for (uint32_t i = 0; i < d->nev; i++) {
-        live += d->ev[i].delta;
-        cls[d->ev[i].cls] += d->ev[i].delta;
-        if (i + 1 < d->nev && d->ev[i + 1].time == d->ev[i].time)
+        uint64_t bytes = ev[i].val >> 3;
+        int c = (int)(ev[i].val & 7);
+        int64_t delta = (ev[i].key & 1) ? (int64_t)bytes : -(int64_t)bytes;
+        live += delta;
+        cls[c] += delta;
+        if (i + 1 < d->nev && (ev[i + 1].key >> 1) == (ev[i].key >> 1))
             continue; /* settle every event of one instant first */
         if (live > (int64_t)r->peak_memory_bytes) {
             r->peak_memory_bytes = (uint64_t)live;
-            r->peak_time_s = d->ev[i].time;
-            for (int c = 0; c < SIM_NMEMCLASS; c++)
-                r->peak_by_class[c] = cls[c] > 0 ? (uint64_t)cls[c] : 0;
+            r->peak_time_s = key_time(ev[i].key);
+            for (int k = 0; k < SIM_NMEMCLASS; k++)
+                r->peak_by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
         }
-        if (s->opt->want_timeline) {
-            DI_GROW(&pts, &cap, npoint + 1);
-            pts[npoint].time = d->ev[i].time;
-            pts[npoint].bytes = live > 0 ? (uint64_t)live : 0;
-            for (int c = 0; c < SIM_NMEMCLASS; c++)
-                pts[npoint].by_class[c] = cls[c] > 0 ? (uint64_t)cls[c] : 0;
-            npoint++;
+        if (pts) {
+            uint64_t b = live > 0 ? (uint64_t)live : 0;
+            if (!have_best || b > best.bytes) {
+                best.time = key_time(ev[i].key);
+                best.bytes = b;
+                for (int k = 0; k < SIM_NMEMCLASS; k++)
+                    best.by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
+                have_best = 1;
+            }
+            if (++inbucket == per || i + 1 == d->nev) {
+                pts[npoint++] = best;
+                inbucket = 0;
+                have_best = 0;
+            }
         }
     }
-    /* Thin the timeline to at most max points, keeping each bucket's highest point. */
-    if (s->opt->timeline_max_points && npoint > s->opt->timeline_max_points) {
-        uint32_t maxp = s->opt->timeline_max_points, w = 0;
-        uint64_t per = (npoint + maxp - 1) / maxp;
-        for (uint32_t i = 0; i < npoint; i += (uint32_t)per) {
-            uint32_t best = i;
-            for (uint32_t q = i; q < npoint && q < i + per; q++)
-                if (pts[q].bytes > pts[best].bytes)
-                    best = q;
-            pts[w++] = pts[best];
-        }
-        npoint = w;
+    if (pts && npoint && d->nev) {
+        /* The last point is the final state. */
+        sim_mempoint *last = &pts[npoint - 1];
+        last->time = key_time(ev[d->nev - 1].key);
+        last->bytes = live > 0 ? (uint64_t)live : 0;
+        for (int k = 0; k < SIM_NMEMCLASS; k++)
+            last->by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
     }
     r->timeline = pts;
     r->ntimeline = npoint;
@@ -1351,30 +1434,22 @@ build_result(sim *s, sim_result **out)
     for (uint32_t d = 0; d < s->ndev; d++) {
         sim_dev *dv = &s->devs[d];
         sim_device_result *dr;
-        interval *all, *comm, *mc, *mall;
-        uint32_t nc, nall, nmc, nmall;
-        double compute;
+        interval *all, *comm;
+        uint32_t nc, nall, nmc;
         if (!(dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->nev))
             continue;
         dr = &r->devices[r->ndevice++];
         dr->id = (int32_t)d;
-        compute = union_len(dv->busy[0].v, dv->busy[0].n, NULL, NULL);
         nc = dv->busy[1].n + dv->busy[2].n;
         comm = di_xmalloc((nc ? nc : 1) * sizeof *comm);
-        if (dv->busy[1].n)
-            memcpy(comm, dv->busy[1].v, dv->busy[1].n * sizeof *comm);
-        if (dv->busy[2].n)
-            memcpy(comm + dv->busy[1].n, dv->busy[2].v, dv->busy[2].n * sizeof *comm);
-        dr->comm_s = union_len(comm, nc, &mc, &nmc);
-        dr->compute_s = compute;
-        dr->exposed_comm_s = minus_len(mc, nmc, dv->busy[0].v, dv->busy[0].n);
+        nmc = union2(dv->busy[1].v, dv->busy[1].n, dv->busy[2].v, dv->busy[2].n, comm);
+        dr->comm_s = total_len(comm, nmc);
+        dr->compute_s = total_len(dv->busy[0].v, dv->busy[0].n);
+        dr->exposed_comm_s = minus_len(comm, nmc, dv->busy[0].v, dv->busy[0].n);
         nall = nmc + dv->busy[0].n;
         all = di_xmalloc((nall ? nall : 1) * sizeof *all);
-        if (nmc)
-            memcpy(all, mc, nmc * sizeof *all);
-        if (dv->busy[0].n)
-            memcpy(all + nmc, dv->busy[0].v, dv->busy[0].n * sizeof *all);
-        dr->busy_s = union_len(all, nall, &mall, &nmall);
+        nall = union2(comm, nmc, dv->busy[0].v, dv->busy[0].n, all);
+        dr->busy_s = total_len(all, nall);
         dr->idle_s = step - dr->busy_s;
         if (dr->idle_s < 0)
             dr->idle_s = 0;
@@ -1417,8 +1492,8 @@ sim_fini(sim *s)
         for (uint32_t d = 0; d < s->ndev; d++) {
             for (int st = 0; st < 3; st++)
                 free(s->devs[d].busy[st].v);
-            free(s->devs[d].ev);
         }
+    free(s->ev);
     free(s->devs);
     free(s->used);
     free(s->tloc_off);
