@@ -94,6 +94,7 @@ typedef struct ir_type {
     uint32_t placements; /* offset into ints[]: one per mesh axis (IR_PLACE_* or split dim) */
     uint32_t nelem;     /* tuples: element count */
     uint32_t elems;     /* tuples: offset into refs[] of element type ids */
+    int64_t numel;      /* tensors: product of dims (saturating at INT64_MAX), cached */
 } ir_type;
 
 typedef struct ir_value {

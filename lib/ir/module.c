@@ -425,6 +425,22 @@ type_intern(ir_module *m, ir_type t, const int64_t *dims, const int64_t *place,
     return id;
 }
 
+/* Product of dims, saturating at INT64_MAX; 0 if a dim is negative. */
+static int64_t
+dims_numel(const int64_t *dims, uint32_t rank)
+{
+    int64_t n = 1;
+    for (uint32_t i = 0; i < rank; i++) {
+        int64_t d = dims[i];
+        if (d < 0)
+            return 0;
+        if (d != 0 && n > INT64_MAX / d)
+            return INT64_MAX;
+        n *= d;
+    }
+    return n;
+}
+
 static ir_id
 tensor_type(ir_module *m, ir_dtype dt, uint32_t rank, const int64_t *dims, int32_t device,
             ir_id devvar, ir_id mesh, const int64_t *placements)
@@ -439,6 +455,7 @@ tensor_type(ir_module *m, ir_dtype dt, uint32_t rank, const int64_t *dims, int32
     t.device = device;
     t.devvar = devvar;
     t.mesh = mesh;
+    t.numel = dims_numel(dims, rank);
     return type_intern(m, t, dims, placements, NULL);
 }
 
@@ -498,17 +515,7 @@ ir_type_with_dims(ir_module *m, ir_id type, uint32_t rank, const int64_t *dims)
 int64_t
 ir_type_numel(const ir_module *m, ir_id t)
 {
-    const ir_type *ty = &m->types[t];
-    int64_t n = 1;
-    for (uint32_t i = 0; i < ty->rank; i++) {
-        int64_t d = m->ints[ty->dims + i];
-        if (d < 0)
-            return 0;
-        if (d != 0 && n > INT64_MAX / d)
-            return INT64_MAX;
-        n *= d;
-    }
-    return n;
+    return m->types[t].kind == IR_TYPE_TENSOR ? m->types[t].numel : 0;
 }
 
 uint64_t
