@@ -31,9 +31,8 @@ hw_list(void)
         printf("%-15s %u x %u %s, %.4g TFLOP/s f16, %.4g TFLOP/s f32, %.4g GiB at %.4g GB/s, "
                "intra-node %.4g GB/s, inter-node %.4g GB/s per device\n",
                names[i], hw->num_nodes, hw->devices_per_node, d->kind, f16 / 1e12,
-               d->flops[IR_F32] / 1e12, d->memory_bytes / 1073741824.0,
-               d->memory_bandwidth / 1e9, hw->intra_node.bandwidth / 1e9,
-               hw->inter_node.bandwidth / 1e9);
+               d->flops[IR_F32] / 1e12, d->memory_bytes / 1073741824.0, d->memory_bandwidth / 1e9,
+               hw->intra_node.bandwidth / 1e9, hw->inter_node.bandwidth / 1e9);
         hw_free(hw);
     }
     printf("append :N for N nodes of 8 (distir-classic:N: N devices, one per node)\n");
@@ -47,7 +46,8 @@ hw_show(const char *what, int hash_only)
     di_error err;
     di_error_clear(&err);
     if (hw_load(what, &hw, &err) != 0) {
-        cli_error("cannot load hardware '%s': %s", what, err.msg);
+        /* The message names the file or the preset already. */
+        cli_error("%s", err.msg);
         return CLI_FAIL;
     }
     if (hash_only) {

@@ -5,9 +5,10 @@
  * op times are found by signature; the hash sees every figure and no label.
  * Run from the repository root (the vTrain data is at ../shared/data/...).
  */
-#include <setjmp.h>
+/* cmocka needs these four first, in this order. */
 #include <stdarg.h>
 #include <stddef.h>
+#include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
@@ -315,7 +316,7 @@ test_json_errors(void **state)
         const char *msg;
     } cases[] = {
         /* malformed JSON */
-        {"{", "malformed JSON at line 1"},
+        {"{", "1:1: malformed JSON: "},
         {"", "malformed JSON"},
         {"{\"num_nodes\": 1, \"num_nodes\": 2}", "duplicate object key"},
         {"[1, 2]", "hardware: expected a JSON object, got an array"},
@@ -938,7 +939,8 @@ test_proto(void **state)
         p.num_nodes = 2;
         p.intra_node->bandwidth = -5;
         assert_int_equal(hw_from_proto(&p, &bad, &err), DI_EINVAL);
-        assert_non_null(strstr(err.msg, "intra_node.bandwidth: expected a positive number, got -5"));
+        assert_non_null(
+            strstr(err.msg, "intra_node.bandwidth: expected a positive number, got -5"));
         p.intra_node->bandwidth = 1e11;
         p.overrides[0]->spec->max_efficiency = 2;
         assert_int_equal(hw_from_proto(&p, &bad, &err), DI_EINVAL);
@@ -974,24 +976,15 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_preset_names),
-        cmocka_unit_test(test_preset_v100),
-        cmocka_unit_test(test_preset_a100),
-        cmocka_unit_test(test_preset_hopper),
-        cmocka_unit_test(test_preset_classic),
-        cmocka_unit_test(test_preset_errors),
-        cmocka_unit_test(test_json_round_trip),
-        cmocka_unit_test(test_json_minimal),
-        cmocka_unit_test(test_json_errors),
-        cmocka_unit_test(test_json_override),
-        cmocka_unit_test(test_set_overrides),
-        cmocka_unit_test(test_hash),
-        cmocka_unit_test(test_vtrain_tables),
-        cmocka_unit_test(test_table_interpolation),
-        cmocka_unit_test(test_csv_errors),
-        cmocka_unit_test(test_op_signature),
-        cmocka_unit_test(test_op_times),
-        cmocka_unit_test(test_load),
+        cmocka_unit_test(test_preset_names),    cmocka_unit_test(test_preset_v100),
+        cmocka_unit_test(test_preset_a100),     cmocka_unit_test(test_preset_hopper),
+        cmocka_unit_test(test_preset_classic),  cmocka_unit_test(test_preset_errors),
+        cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_minimal),
+        cmocka_unit_test(test_json_errors),     cmocka_unit_test(test_json_override),
+        cmocka_unit_test(test_set_overrides),   cmocka_unit_test(test_hash),
+        cmocka_unit_test(test_vtrain_tables),   cmocka_unit_test(test_table_interpolation),
+        cmocka_unit_test(test_csv_errors),      cmocka_unit_test(test_op_signature),
+        cmocka_unit_test(test_op_times),        cmocka_unit_test(test_load),
         cmocka_unit_test(test_proto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -179,8 +179,7 @@ validate_device(const hw_device *d, const char *path, di_error *err)
         snprintf(field, sizeof field, "flops.%s", ir_dtype_name((ir_dtype)t));
         if (!flops_dtype_allowed(t)) {
             if (d->flops[t] != 0)
-                return di_error_set(err, DI_EINVAL, "%s%s: not supported (must be 0)", path,
-                                    field);
+                return di_error_set(err, DI_EINVAL, "%s%s: not supported (must be 0)", path, field);
             continue;
         }
         if (check_figure(d->flops[t], HW_RULE_NONNEG, path, field, err) != 0)
@@ -227,8 +226,8 @@ validate_table(const hw_coll_table *t, uint32_t i, di_error *err)
 {
     if (t->kind <= IR_OP_NONE || t->kind >= IR_NOPKIND ||
         !(ir_opkind_info(t->kind)->flags & IR_OPF_COMM))
-        return di_error_set(err, DI_EINVAL, "calibration.collectives[%u].op: not a communication op",
-                            i);
+        return di_error_set(err, DI_EINVAL,
+                            "calibration.collectives[%u].op: not a communication op", i);
     if (t->group < 1 || t->group > HW_MAX_DEVICES)
         return di_error_set(err, DI_EINVAL,
                             "calibration.collectives[%u].group: expected 1 to %u, got %u", i,
@@ -279,8 +278,8 @@ hw_validate(const hw_model *hw, di_error *err)
     if ((rc = validate_device(&hw->device, "device.", err)) != 0)
         return rc;
     if (hw->noverride > hw->ndevice)
-        return di_error_set(err, DI_EINVAL, "overrides: %u overrides for %u devices",
-                            hw->noverride, hw->ndevice);
+        return di_error_set(err, DI_EINVAL, "overrides: %u overrides for %u devices", hw->noverride,
+                            hw->ndevice);
     for (uint32_t i = 0; i < hw->noverride; i++) {
         char path[64];
         uint32_t id = hw->override_ids[i];
@@ -405,19 +404,20 @@ hw_set_overrides(hw_model *hw, uint32_t n, const uint32_t *ids, const hw_device 
 typedef struct preset {
     const char *name;
     const char *kind;
-    uint32_t devices_per_node; /* 0: the count parameter is devices, one per node */
-    uint32_t default_count;    /* nodes (or devices when devices_per_node == 0) */
+    uint32_t devices_per_node;            /* 0: the count parameter is devices, one per node */
+    uint32_t default_count;               /* nodes (or devices when devices_per_node == 0) */
     double f32, f16, bf16, f64, i8, tf32; /* FLOP/s */
-    double memory_bytes;       /* bytes */
-    double memory_bandwidth;   /* bytes/s */
-    double launch_overhead;    /* seconds */
+    double memory_bytes;                  /* bytes */
+    double memory_bandwidth;              /* bytes/s */
+    double launch_overhead;               /* seconds */
     double max_efficiency, half_flops, elementwise_efficiency;
     double intra_bw, intra_lat; /* bytes/s, seconds */
     double inter_bw, inter_lat; /* bytes/s, seconds */
     hw_algo algorithm;
-    double step_latency;       /* seconds */
+    double step_latency; /* seconds */
 } preset;
 
+/* clang-format off */
 static const preset presets[] = {
     /* DGX-1: NVLink 2 300 GB/s bidirectional; 4 x 100 Gb/s EDR per node over 8 GPUs. */
     {"v100-dgx1", "V100-SXM2-32GB", 8, 1,
@@ -464,6 +464,7 @@ static const preset presets[] = {
      3.125e9, 0, 3.125e9, 0,
      HW_ALGO_RING, 0},
 };
+/* clang-format on */
 #define NPRESET (sizeof presets / sizeof presets[0])
 
 static const char *const preset_name_list[NPRESET + 1] = {
@@ -521,8 +522,9 @@ hw_preset(const char *name, hw_model **out, di_error *err)
     max = HW_MAX_DEVICES / per_node;
     count = p->default_count;
     if (colon && parse_count(colon + 1, max, &count) != 0)
-        return di_error_set(err, DI_EINVAL, "hardware preset '%s': expected %s:N with N from 1 to %u",
-                            name, p->name, max);
+        return di_error_set(err, DI_EINVAL,
+                            "hardware preset '%s': expected %s:N with N from 1 to %u", name,
+                            p->name, max);
     if (strlen(name) >= sizeof hw->name)
         return di_error_set(err, DI_EINVAL, "hardware preset '%s': name too long", name);
     hw = hw_new();

@@ -8,6 +8,8 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -49,8 +51,8 @@ hw_add_table(hw_model *hw, int kind, uint32_t group, int inter_node, uint32_t np
         return di_error_set(err, DI_EINVAL, "collective table: op kind %d is not communication",
                             kind);
     if (group < 1 || group > HW_MAX_DEVICES)
-        return di_error_set(err, DI_EINVAL, "collective table: group %u is not from 1 to %u",
-                            group, HW_MAX_DEVICES);
+        return di_error_set(err, DI_EINVAL, "collective table: group %u is not from 1 to %u", group,
+                            HW_MAX_DEVICES);
     if (npoint < 1 || npoint > HW_MAX_POINTS)
         return di_error_set(err, DI_EINVAL, "collective table: %u points (expected 1 to %u)",
                             npoint, HW_MAX_POINTS);
@@ -65,7 +67,8 @@ hw_add_table(hw_model *hw, int kind, uint32_t group, int inter_node, uint32_t np
         pts[i].bytes = bytes[i];
         pts[i].seconds = seconds[i];
     }
-    /* Sorting by (bytes, seconds) makes the average of repeated sizes independent of input order. */
+    /* Sorting by (bytes, seconds) makes the average of repeated sizes independent of input order.
+     */
     qsort(pts, npoint, sizeof *pts, point_cmp);
     t.kind = kind;
     t.group = group;
@@ -87,9 +90,9 @@ hw_add_table(hw_model *hw, int kind, uint32_t group, int inter_node, uint32_t np
     /* Insert in (kind, group, inter_node) order, replacing an equal key. */
     for (at = 0; at < hw->ntable; at++) {
         const hw_coll_table *o = &hw->tables[at];
-        if (o->kind > kind || (o->kind == kind && (o->group > group ||
-                                                   (o->group == group &&
-                                                    o->inter_node >= t.inter_node))))
+        if (o->kind > kind ||
+            (o->kind == kind &&
+             (o->group > group || (o->group == group && o->inter_node >= t.inter_node))))
             break;
     }
     if (at < hw->ntable && hw->tables[at].kind == kind && hw->tables[at].group == group &&
@@ -211,6 +214,24 @@ read_regular(const char *path, uint8_t **data, size_t *len, di_error *err)
     return di_read_file(path, CSV_MAX_BYTES, data, len, err);
 }
 
+/* An error at a line of a calibration file: "path:LINE: message", with err->line set. */
+static int csv_error(di_error *err, int code, const char *path, uint32_t line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int
+csv_error(di_error *err, int code, const char *path, uint32_t line, const char *fmt, ...)
+{
+    char tmp[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    di_error_set(err, code, "%s:%u: %s", path, line, tmp);
+    if (err)
+        err->line = line;
+    return code;
+}
+
 /* One line of a buffer at a time: [*pos, end of line) without the newline or a trailing CR. */
 static int
 next_line(const char *buf, size_t len, size_t *pos, const char **line, size_t *n)
@@ -327,12 +348,11 @@ hw_load_collective_csv(hw_model *hw, int kind, uint32_t group, int inter_node, c
         if (parse_row(line, n, &b, &s, &why) != 0) {
             if (lineno == 1)
                 continue; /* the header */
-            rc = di_error_at(err, DI_EPARSE, lineno, 0, "%s:%u: %s", path, lineno, why);
+            rc = csv_error(err, DI_EPARSE, path, lineno, "%s", why);
             goto done;
         }
         if (npoint >= HW_MAX_POINTS) {
-            rc = di_error_at(err, DI_ETOOBIG, lineno, 0, "%s:%u: more than %u rows", path, lineno,
-                             HW_MAX_POINTS);
+            rc = csv_error(err, DI_ETOOBIG, path, lineno, "more than %u rows", HW_MAX_POINTS);
             goto done;
         }
         DI_GROW(&bytes, &capb, npoint + 1);
@@ -460,26 +480,21 @@ hw_load_op_times(hw_model *hw, const char *path, di_error *err)
                 break;
             }
         if (comma == NULL || comma == line) {
-            rc = di_error_at(err, DI_EPARSE, lineno, 0, "%s:%u: expected \"signature,seconds\"",
-                             path, lineno);
+            rc = csv_error(err, DI_EPARSE, path, lineno, "expected \"signature,seconds\"");
             goto done;
         }
         sn = (size_t)(comma - line);
         if (parse_number(comma + 1, n - sn - 1, &s) != 0 || s < 0) {
-            rc = di_error_at(err, DI_EPARSE, lineno, 0, "%s:%u: seconds is not a number >= 0",
-                             path, lineno);
+            rc = csv_error(err, DI_EPARSE, path, lineno, "seconds is not a number >= 0");
             goto done;
         }
-        if (sn >= HW_SIGNATURE_MAX || memchr(line, '\0', sn) != NULL ||
-            !di_utf8_valid(line, sn)) {
-            rc = di_error_at(err, DI_EPARSE, lineno, 0,
-                             "%s:%u: signature is not UTF-8 text shorter than %d bytes", path,
-                             lineno, HW_SIGNATURE_MAX);
+        if (sn >= HW_SIGNATURE_MAX || memchr(line, '\0', sn) != NULL || !di_utf8_valid(line, sn)) {
+            rc = csv_error(err, DI_EPARSE, path, lineno,
+                           "signature is not UTF-8 text shorter than %d bytes", HW_SIGNATURE_MAX);
             goto done;
         }
         if (hw->nop_time + ne >= HW_MAX_OP_TIMES) {
-            rc = di_error_at(err, DI_ETOOBIG, lineno, 0, "%s:%u: more than %u op times", path,
-                             lineno, HW_MAX_OP_TIMES);
+            rc = csv_error(err, DI_ETOOBIG, path, lineno, "more than %u op times", HW_MAX_OP_TIMES);
             goto done;
         }
         DI_GROW(&e, &cap, ne + 1);

@@ -73,7 +73,7 @@ check_keys(const json_t *obj, const char *path, const char *const *allowed, di_e
 {
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
+    json_object_foreach ((json_t *)obj, key, v) {
         size_t i;
         di_buf b;
         for (i = 0; allowed[i]; i++)
@@ -134,7 +134,7 @@ get_number(const json_t *obj, const char *path, const char *key, int rule, int r
     if (!json_is_number(v))
         return type_error(err, field, rule_text(rule), v);
     x = json_number_value(v);
-    ok = isfinite(x) && (rule == HW_RULE_POSITIVE   ? x > 0
+    ok = isfinite(x) && (rule == HW_RULE_POSITIVE ? x > 0
                          : rule == HW_RULE_NONNEG ? x >= 0
                                                   : x > 0 && x <= 1);
     if (!ok)
@@ -462,7 +462,7 @@ parse_op_times_inline(const json_t *v, hw_model *hw, di_error *err)
     if (n == 0)
         return 0;
     t = di_xcalloc(n, sizeof *t);
-    json_object_foreach((json_t *)v, key, val) {
+    json_object_foreach ((json_t *)v, key, val) {
         char field[96];
         snprintf(field, sizeof field, "calibration.op_times[\"%.40s%s\"]", key,
                  strlen(key) > 40 ? "..." : "");
@@ -537,8 +537,8 @@ static int
 parse_model(const json_t *root, const char *base_dir, hw_model *hw, di_error *err)
 {
     static const char *const keys[] = {
-        "name",      "comment",    "num_nodes", "devices_per_node",        "device",
-        "overrides", "intra_node", "inter_node", "algorithm", "collective_step_latency",
+        "name",        "comment",    "num_nodes",  "devices_per_node", "device",
+        "overrides",   "intra_node", "inter_node", "algorithm",        "collective_step_latency",
         "calibration", NULL,
     };
     json_t *v;
@@ -556,10 +556,9 @@ parse_model(const json_t *root, const char *base_dir, hw_model *hw, di_error *er
                        err)) != 0)
         return rc;
     if ((uint64_t)hw->num_nodes * hw->devices_per_node > HW_MAX_DEVICES)
-        return di_error_set(err, DI_ETOOBIG,
-                            "num_nodes * devices_per_node: %llu devices exceed the limit of %u",
-                            (unsigned long long)hw->num_nodes * hw->devices_per_node,
-                            HW_MAX_DEVICES);
+        return di_error_set(
+            err, DI_ETOOBIG, "num_nodes * devices_per_node: %llu devices exceed the limit of %u",
+            (unsigned long long)hw->num_nodes * hw->devices_per_node, HW_MAX_DEVICES);
     hw->ndevice = hw->num_nodes * hw->devices_per_node;
     /* Defaults of optional device figures: the plain roofline. */
     hw->device.max_efficiency = 1;
@@ -607,8 +606,7 @@ from_json(const char *text, size_t len, const char *base_dir, hw_model **out, di
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL)
         return di_error_at(err, DI_EPARSE, (uint32_t)(jerr.line > 0 ? jerr.line : 0),
-                           (uint32_t)(jerr.column > 0 ? jerr.column : 0),
-                           "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column,
+                           (uint32_t)(jerr.column > 0 ? jerr.column : 0), "malformed JSON: %s",
                            jerr.text);
     hw = hw_new();
     rc = parse_model(root, base_dir, hw, err);
@@ -652,8 +650,12 @@ hw_load(const char *name_or_path, hw_model **out, di_error *err)
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - name_or_path), name_or_path);
     rc = from_json((const char *)data, len, dir, out, err);
     di_free(data);
-    if (rc != 0)
-        di_error_prefix(err, "%s", name_or_path);
+    if (rc != 0 && err) {
+        /* "FILE:LINE:COLUMN: malformed JSON: ..." or "FILE: device.kind: ..." */
+        char tmp[sizeof err->msg];
+        snprintf(tmp, sizeof tmp, "%s:%s%s", name_or_path, err->line ? "" : " ", err->msg);
+        memcpy(err->msg, tmp, sizeof tmp);
+    }
     return rc;
 }
 
