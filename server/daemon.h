@@ -1,0 +1,163 @@
+/*
+ * daemon.h: distird's shared state and the pieces of its event loop.
+ *
+ *   main thread   the libuv loop: owns every srv_call, the in-flight table,
+ *                 the SQLite writer, signals, timers and the metrics endpoint;
+ *                 it alone calls grpc_call_start_batch
+ *   CQ thread     only grpc_completion_queue_next; each (tag, ok) is an
+ *                 srv_event pushed onto the inbox
+ *   workers       the pool (pool.h) runs srv_jobs on immutable inputs; a
+ *                 finished job pushes its own srv_event onto the inbox
+ *
+ * The inbox is an intrusive list under a mutex plus uv_async_send, which
+ * coalesces wake-ups, so the loop drains the whole list each time. An
+ * srv_event is embedded in the object it belongs to (one per kind of
+ * outstanding operation), so pushing never allocates.
+ *
+ * daemon.c holds start-up, the inbox, signals and shutdown; grpc_front.c the
+ * calls and methods; metrics.c the Prometheus endpoint.
+ */
+#ifndef DISTIRD_DAEMON_H
+#define DISTIRD_DAEMON_H
+
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "base/base.h"
+#include "cache.h"
+#include "config.h"
+#include "input.h"
+#include "pool.h"
+
+typedef enum srv_event_kind {
+    SRV_EV_CALL_NEW = 1,   /* a requested call arrived (or the request failed) */
+    SRV_EV_CALL_CLOSE,     /* RECV_CLOSE_ON_SERVER completed */
+    SRV_EV_CALL_SEND,      /* a send batch completed */
+    SRV_EV_JOB,            /* a worker finished a job */
+    SRV_EV_SHUTDOWN,       /* grpc_server_shutdown_and_notify completed */
+    SRV_EV_CQ_DONE,        /* the CQ thread saw GRPC_QUEUE_SHUTDOWN and exits */
+} srv_event_kind;
+
+typedef struct srv_event srv_event;
+struct srv_event {
+    srv_event *next;
+    uint8_t kind;  /* srv_event_kind */
+    uint8_t ok;    /* the completion's success flag */
+};
+
+/* Methods; the registered ones first, in the order of srv_method_paths. */
+typedef enum srv_method {
+    SRV_M_SIMULATE = 0,
+    SRV_M_BATCH,
+    SRV_M_GET_RESULT,
+    SRV_M_SERVER_INFO,
+    SRV_M_HEALTH,
+    SRV_NREGISTERED,
+    SRV_M_UNKNOWN = SRV_NREGISTERED,
+    SRV_NMETHOD
+} srv_method;
+
+extern const char *const srv_method_paths[SRV_NREGISTERED];
+extern const char *const srv_method_names[SRV_NMETHOD];
+
+#define SRV_NSTATUS 17 /* gRPC status codes 0..16 */
+
+/* Counters for ServerInfo and /metrics; loop thread only. */
+typedef struct srv_metrics {
+    uint64_t requests[SRV_NMETHOD];
+    uint64_t responses[SRV_NMETHOD][SRV_NSTATUS];
+    double latency_sum_s[SRV_NMETHOD];     /* seconds, call accepted -> status sent */
+    uint64_t cache_hits;
+    uint64_t cache_misses;
+    uint64_t coalesced;                    /* misses that joined an identical job */
+    uint64_t jobs_started;
+    uint64_t jobs_done;
+    uint64_t jobs_failed;
+    uint64_t jobs_cancelled;
+    double job_seconds_sum;                /* seconds of worker time */
+    uint64_t stream_messages;
+} srv_metrics;
+
+typedef struct srv_job srv_job;
+typedef struct srv_call srv_call;
+typedef struct srv_http srv_http;
+
+typedef struct srv_daemon {
+    srv_config *cfg;
+    srv_limits limits;
+    uv_loop_t *loop;
+
+    /* The inbox (any thread pushes, the loop drains). */
+    uv_async_t wake;
+    pthread_mutex_t inbox_lock;
+    srv_event *inbox_head, *inbox_tail;
+
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    uv_thread_t cq_thread;
+    void *registered[SRV_NREGISTERED];
+    int port;                       /* the bound port */
+    int grpc_started;               /* grpc_server_start was called */
+    char listen_addr[256];          /* host:port actually bound */
+
+    pool *pool;
+    unsigned nworkers;
+    cache *cache;                   /* the writer: loop thread only */
+    srv_hwcache *hwcache;
+
+    /* In-flight simulations by cache key (open hashing, power of 2). */
+    srv_job **flights;
+    uint32_t nflight_bucket, nflight;
+
+    /* Lifetime. */
+    srv_event shutdown_ev, cq_done_ev;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t flush_timer, grace_timer, health_timer;
+    int serving;                    /* health: 1 SERVING, 0 NOT_SERVING */
+    int shutting_down;              /* a signal arrived */
+    int shutdown_called;            /* grpc_server_shutdown_and_notify was called */
+    int shutdown_acked;             /* its tag came back */
+    int cq_shutdown_called;
+    int cancelled_all;
+    int exit_code;
+    unsigned live_calls;            /* accepted calls not yet freed */
+    unsigned posted_requests;       /* request tags outstanding */
+    unsigned jobs_outstanding;      /* submitted jobs not yet back */
+    srv_call *calls;                /* live calls, for shutdown */
+    uint64_t start_ns;              /* uv_hrtime at start */
+
+    srv_metrics m;
+    srv_http *http;
+} srv_daemon;
+
+/* ---- daemon.c ---- */
+/* Pushes an event to the loop; any thread. */
+void srv_inbox_push(srv_daemon *d, srv_event *ev);
+/* Starts everything from cfg; 0 or an error. Then srv_daemon_run. */
+int srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err);
+/* Runs the loop until shutdown completes; returns the exit code. */
+int srv_daemon_run(srv_daemon *d);
+/* Starts a graceful shutdown (what SIGTERM does). */
+void srv_daemon_shutdown(srv_daemon *d);
+/* Called by the front when a call or job is released during shutdown. */
+void srv_daemon_check_drained(srv_daemon *d);
+
+/* ---- grpc_front.c ---- */
+int srv_front_start(srv_daemon *d, di_error *err);
+void srv_front_event(srv_daemon *d, srv_event *ev);
+/* Cancels every in-flight job (after the grace period). */
+void srv_front_cancel_jobs(srv_daemon *d);
+/* Worker-side hooks for the pool. */
+int srv_worker_init(pool_worker *w, void *ctx, di_error *err);
+void srv_worker_fini(pool_worker *w, void *ctx);
+
+/* ---- metrics.c ---- */
+int srv_http_start(srv_daemon *d, const char *addr, di_error *err);
+void srv_http_stop(srv_daemon *d);
+/* The Prometheus text exposition of d's counters. */
+void srv_metrics_render(srv_daemon *d, di_buf *out);
+
+#endif

@@ -1,0 +1,1162 @@
+/*
+ * grpc_front.c: distird's calls and methods, as state machines driven by
+ * srv_events on the loop thread (daemon.h has the thread model).
+ *
+ * A call context (srv_call) is created when a request for a call is posted,
+ * and counts its references: the posted request, the RECV_CLOSE_ON_SERVER
+ * batch, a send batch in flight, each job it waits on, a decode job. It is
+ * freed, and its grpc_call unreffed, when the count reaches zero, so a tag
+ * never outlives its memory (GRPC_NOTES.md 7.7).
+ *
+ * Replies go out one send batch at a time: a queue of encoded messages, the
+ * status last; unary methods send initial metadata, message and status in
+ * one batch. SimulateBatch keeps a window of candidates in progress and
+ * starts more only as sends complete, so flow control pushes back all the
+ * way to the workers.
+ *
+ * Simulations are deduplicated by cache key: the in-flight table maps a key
+ * to the running job, and later identical requests wait on it. A job whose
+ * waiters have all gone (cancelled, deadline) gets its cancel flag set and
+ * the simulator stops.
+ */
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/pb.h"
+#include "daemon.h"
+#include "distir.pb-c.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "log.h"
+#include "reply.h"
+#include "sim/sim.h"
+#include "status.h"
+#include "strategy.h"
+
+const char *const srv_method_paths[SRV_NREGISTERED] = {
+    "/distir.v1.CostModel/Simulate",   "/distir.v1.CostModel/SimulateBatch",
+    "/distir.v1.CostModel/GetResult",  "/distir.v1.CostModel/ServerInfo",
+    "/grpc.health.v1.Health/Check",
+};
+
+const char *const srv_method_names[SRV_NMETHOD] = {
+    "Simulate", "SimulateBatch", "GetResult", "ServerInfo", "HealthCheck", "unknown",
+};
+
+/* Requests kept posted per method, so that calls never wait for a request. */
+#define REQUESTS_PER_METHOD 8
+
+typedef struct srv_reply srv_reply;
+struct srv_reply {
+    srv_reply *next;
+    grpc_byte_buffer *bb;
+};
+
+/* A call (or batch candidate) waiting for a job. */
+typedef struct srv_waiter srv_waiter;
+struct srv_waiter {
+    srv_waiter *next;      /* in job->waiters */
+    srv_waiter *call_next; /* in call->waits */
+    srv_call *call;
+    srv_job *job;
+    uint32_t index;        /* candidate index */
+    int detached;          /* the call went away */
+};
+
+enum { JOB_SIMULATE, JOB_DECODE };
+
+struct srv_job {
+    pool_job pj;
+    srv_event ev;
+    srv_daemon *d;
+    int kind;
+    atomic_int cancel;       /* set by the loop, polled by the worker */
+    int64_t test_delay_ms;
+
+    /* JOB_SIMULATE: immutable inputs. */
+    srv_input *input;
+    srv_strategy strategy;
+    srv_simopts opts;
+    di_hash key;
+    char key_hex[65];
+    /* JOB_SIMULATE: loop-thread state. */
+    srv_job *hnext;          /* in-flight table chain */
+    int in_table;
+    srv_waiter *waiters;
+    unsigned nlive;          /* waiters not detached */
+
+    /* JOB_DECODE */
+    srv_call *call;
+    int req_kind;
+    grpc_slice bytes;
+    srv_limits limits;
+    srv_request req;
+    int hit;                 /* the worker found the result in the cache */
+
+    /* Results, written by the worker before the hand-off. */
+    int rc;
+    di_error err;
+    uint8_t *result;         /* packed SimResult (di_free) */
+    size_t result_len;
+    double step_time_s;
+    uint64_t peak_memory_bytes;
+    double run_s;            /* seconds on the worker */
+};
+
+struct srv_call {
+    srv_daemon *d;
+    int method;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_call_details details; /* unregistered methods */
+    grpc_byte_buffer *payload;
+    srv_event ev_new, ev_close, ev_send;
+    int refs;
+    int recv_cancelled;       /* RECV_CLOSE_ON_SERVER's output */
+    unsigned accepted : 1;
+    unsigned dead : 1;        /* cancelled, expired or failed: send nothing more */
+    unsigned md_sent : 1;
+    unsigned sending : 1;
+    unsigned status_pending : 1;
+    unsigned status_sent : 1;
+    grpc_status_code status;
+    char *status_msg;
+    grpc_byte_buffer *inflight;
+    srv_reply *rq_head, *rq_tail;
+    uint32_t nrq;
+    srv_waiter *waits;
+    srv_job *decode;
+    srv_request req;
+    uint32_t next, npending, ndone;
+    uint64_t t0_ns;
+    srv_call *live_next, *live_prev;
+};
+
+static void call_pump(srv_call *c);
+static void call_advance(srv_call *c);
+static void flight_remove(srv_daemon *d, srv_job *job);
+
+static uint64_t
+now_ns(void)
+{
+    return uv_hrtime();
+}
+
+/* ---------------------------------------------------------------- call lifetime */
+
+static srv_call *
+call_new(srv_daemon *d, int method)
+{
+    srv_call *c = di_xcalloc(1, sizeof *c);
+    c->d = d;
+    c->method = method;
+    c->refs = 1; /* the posted request */
+    c->ev_new.kind = SRV_EV_CALL_NEW;
+    c->ev_close.kind = SRV_EV_CALL_CLOSE;
+    c->ev_send.kind = SRV_EV_CALL_SEND;
+    grpc_metadata_array_init(&c->md);
+    if (method == SRV_M_UNKNOWN)
+        grpc_call_details_init(&c->details);
+    return c;
+}
+
+static void
+call_free(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    if (c->call != NULL)
+        grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->method == SRV_M_UNKNOWN)
+        grpc_call_details_destroy(&c->details);
+    if (c->payload != NULL)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->inflight != NULL)
+        grpc_byte_buffer_destroy(c->inflight);
+    while (c->rq_head != NULL) {
+        srv_reply *r = c->rq_head;
+        c->rq_head = r->next;
+        grpc_byte_buffer_destroy(r->bb);
+        di_free(r);
+    }
+    srv_request_fini(&c->req);
+    free(c->status_msg);
+    if (c->accepted) {
+        if (c->live_prev != NULL)
+            c->live_prev->live_next = c->live_next;
+        else
+            d->calls = c->live_next;
+        if (c->live_next != NULL)
+            c->live_next->live_prev = c->live_prev;
+        d->live_calls--;
+    }
+    di_free(c);
+    srv_daemon_check_drained(d);
+}
+
+static void
+call_unref(srv_call *c)
+{
+    if (--c->refs == 0)
+        call_free(c);
+}
+
+static void
+post_request(srv_daemon *d, int method)
+{
+    srv_call *c = call_new(d, method);
+    grpc_call_error e;
+    if (method == SRV_M_UNKNOWN)
+        e = grpc_server_request_call(d->server, &c->call, &c->details, &c->md, d->cq, d->cq,
+                                     &c->ev_new);
+    else
+        e = grpc_server_request_registered_call(d->server, d->registered[method], &c->call,
+                                                &c->deadline, &c->md, &c->payload, d->cq, d->cq,
+                                                &c->ev_new);
+    if (e != GRPC_CALL_OK) {
+        srv_log(SRV_LOG_ERROR, "request_call_failed", "method=%s error=%s",
+                srv_method_names[method], grpc_call_error_to_string(e));
+        call_free(c);
+        return;
+    }
+    d->posted_requests++;
+}
+
+/* ---------------------------------------------------------------- sending */
+
+static void
+call_enqueue(srv_call *c, grpc_byte_buffer *bb)
+{
+    if (c->dead) {
+        grpc_byte_buffer_destroy(bb);
+        return;
+    }
+    srv_reply *r = di_xmalloc(sizeof *r);
+    r->next = NULL;
+    r->bb = bb;
+    if (c->rq_tail != NULL)
+        c->rq_tail->next = r;
+    else
+        c->rq_head = r;
+    c->rq_tail = r;
+    c->nrq++;
+}
+
+/* Sets the status to send once the queued messages are out. The first status wins. */
+static void
+call_finish(srv_call *c, grpc_status_code status, const char *msg)
+{
+    if (c->status_pending || c->status_sent)
+        return;
+    c->status = status;
+    c->status_msg = strdup(msg != NULL ? msg : "");
+    if (c->status_msg == NULL)
+        di_oom();
+    c->status_pending = 1;
+}
+
+static void
+call_fail(srv_call *c, int code, const char *msg)
+{
+    call_finish(c, srv_status_from_code(code), msg);
+}
+
+/* The call is gone: stop its work, drop its replies, send nothing more. */
+static void
+call_kill(srv_call *c, const char *why)
+{
+    srv_daemon *d = c->d;
+    if (c->dead)
+        return;
+    c->dead = 1;
+    if (!c->status_sent)
+        srv_log(SRV_LOG_INFO, "call_cancelled", "method=%s reason=%s after_ms=%.1f",
+                srv_method_names[c->method], why, (double)(now_ns() - c->t0_ns) / 1e6);
+    for (srv_waiter *w = c->waits; w != NULL; w = w->call_next) {
+        if (w->detached)
+            continue;
+        w->detached = 1;
+        srv_job *job = w->job;
+        if (--job->nlive == 0) {
+            atomic_store(&job->cancel, 1);
+            /* Unlink it so that a new identical request starts afresh. */
+            if (job->in_table)
+                flight_remove(d, job);
+        }
+    }
+    if (c->decode != NULL)
+        atomic_store(&c->decode->cancel, 1);
+    while (c->rq_head != NULL) {
+        srv_reply *r = c->rq_head;
+        c->rq_head = r->next;
+        grpc_byte_buffer_destroy(r->bb);
+        di_free(r);
+    }
+    c->rq_tail = NULL;
+    c->nrq = 0;
+}
+
+static void
+call_pump(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    grpc_op ops[3];
+    size_t n = 0;
+    grpc_byte_buffer *bb = NULL;
+    grpc_slice details;
+    int with_status = 0;
+    if (c->dead || c->sending || c->status_sent)
+        return;
+    if (c->rq_head == NULL && !c->status_pending)
+        return;
+    memset(ops, 0, sizeof ops);
+    if (!c->md_sent) {
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].data.send_initial_metadata.count = 0;
+        n++;
+    }
+    if (c->rq_head != NULL) {
+        srv_reply *r = c->rq_head;
+        c->rq_head = r->next;
+        if (c->rq_head == NULL)
+            c->rq_tail = NULL;
+        c->nrq--;
+        bb = r->bb;
+        di_free(r);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = bb;
+        n++;
+    }
+    if (c->rq_head == NULL && c->status_pending) {
+        details = grpc_slice_from_copied_string(c->status_msg);
+        ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+        ops[n].data.send_status_from_server.status = c->status;
+        ops[n].data.send_status_from_server.status_details = &details;
+        ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+        n++;
+        with_status = 1;
+    }
+    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->ev_send, NULL);
+    if (with_status)
+        grpc_slice_unref(details);
+    if (e != GRPC_CALL_OK) {
+        srv_log(SRV_LOG_ERROR, "start_batch_failed", "method=%s error=%s",
+                srv_method_names[c->method], grpc_call_error_to_string(e));
+        if (bb != NULL)
+            grpc_byte_buffer_destroy(bb);
+        call_kill(c, "send_failed");
+        return;
+    }
+    c->md_sent = 1;
+    c->sending = 1;
+    c->inflight = bb;
+    c->refs++;
+    if (bb != NULL && c->method == SRV_M_BATCH)
+        d->m.stream_messages++;
+    if (with_status) {
+        double s = (double)(now_ns() - c->t0_ns) / 1e9;
+        c->status_pending = 0;
+        c->status_sent = 1;
+        d->m.responses[c->method][(unsigned)c->status < SRV_NSTATUS ? c->status : 2]++;
+        d->m.latency_sum_s[c->method] += s;
+        if (c->status != GRPC_STATUS_OK) {
+            char q[1200];
+            srv_log(SRV_LOG_INFO, "call_failed", "method=%s status=%s ms=%.3f message=%s",
+                    srv_method_names[c->method], srv_status_name(c->status), s * 1e3,
+                    srv_log_quote(c->status_msg, q, sizeof q));
+        } else if (srv_log_enabled(SRV_LOG_DEBUG)) {
+            srv_log(SRV_LOG_DEBUG, "call_done", "method=%s status=OK ms=%.3f",
+                    srv_method_names[c->method], s * 1e3);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+static void
+job_free(srv_job *job)
+{
+    srv_input_unref(job->input);
+    srv_strategy_fini(&job->strategy);
+    di_free(job->result);
+    di_free(job);
+}
+
+static void
+sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Worker: the testing delay, polling the cancel flag every millisecond. */
+static int
+job_test_delay(srv_job *job)
+{
+    for (int64_t i = 0; i < job->test_delay_ms; i++) {
+        if (atomic_load(&job->cancel))
+            return DI_ECANCELLED;
+        sleep_ms(1);
+    }
+    return 0;
+}
+
+static void
+job_run_simulate(srv_job *job)
+{
+    const ir_module *mod;
+    ir_module *owned = NULL;
+    sim_options opt;
+    sim_result *res = NULL;
+    int rc;
+    if (atomic_load(&job->cancel)) {
+        job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
+        return;
+    }
+    rc = srv_strategy_apply(job->input->module, &job->strategy, &mod, &owned, &job->err);
+    if (rc != 0) {
+        job->rc = rc;
+        return;
+    }
+    if (job_test_delay(job) != 0) {
+        ir_module_free(owned);
+        job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled");
+        return;
+    }
+    sim_options_default(&opt);
+    opt.no_overlap = job->opts.no_overlap;
+    opt.want_timeline = job->opts.want_timeline;
+    opt.timeline_max_points = job->opts.timeline_max_points;
+    opt.cancel = &job->cancel;
+    rc = sim_run(mod, job->input->hw, &opt, &res, NULL, NULL, &job->err);
+    ir_module_free(owned);
+    if (rc != 0) {
+        if (job->err.code == 0)
+            di_error_set(&job->err, rc, "%s", di_strerror(rc));
+        job->rc = rc;
+        return;
+    }
+    job->step_time_s = res->step_time_s;
+    job->peak_memory_bytes = res->peak_memory_bytes;
+    rc = sim_result_pack(res, &job->result, &job->result_len);
+    sim_result_free(res);
+    if (rc != 0) {
+        job->rc = di_error_set(&job->err, rc, "cannot encode the result");
+        return;
+    }
+    job->rc = 0;
+}
+
+static void
+job_run_decode(srv_job *job, pool_worker *w)
+{
+    if (atomic_load(&job->cancel)) {
+        job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
+        return;
+    }
+    job->rc = srv_request_decode(job->req_kind, GRPC_SLICE_START_PTR(job->bytes),
+                                 GRPC_SLICE_LENGTH(job->bytes), &job->limits, NULL, &job->req,
+                                 &job->err);
+    /* A unary request found in the cache through this worker's own connection. */
+    if (job->rc == 0 && job->req_kind == SRV_REQ_SIMULATE && job->req.cands[0].rc == 0 &&
+        w->local != NULL) {
+        const uint8_t *data;
+        size_t len;
+        srv_input *in = job->req.input;
+        srv_cache_key(&in->module_hash, &in->hw_hash, &job->req.cands[0].strategy,
+                      &job->req.opts, SIM_VERSION, &job->key);
+        if (cache_get(w->local, &job->key, &data, &len, NULL) == 0) {
+            job->result = di_xmalloc(len ? len : 1);
+            memcpy(job->result, data, len);
+            job->result_len = len;
+            job->hit = 1;
+            di_hash_hex(&job->key, job->key_hex);
+        }
+    }
+}
+
+static void
+job_run(pool_job *pj, pool_worker *w)
+{
+    srv_job *job = (srv_job *)pj;
+    uint64_t t0 = now_ns();
+    di_error_clear(&job->err);
+    if (job->kind == JOB_DECODE)
+        job_run_decode(job, w);
+    else
+        job_run_simulate(job);
+    job->run_s = (double)(now_ns() - t0) / 1e9;
+}
+
+static void
+job_done(pool_job *pj)
+{
+    srv_job *job = (srv_job *)pj;
+    srv_inbox_push(job->d, &job->ev);
+}
+
+static srv_job *
+job_new(srv_daemon *d, int kind)
+{
+    srv_job *job = di_xcalloc(1, sizeof *job);
+    job->pj.run = job_run;
+    job->pj.done = job_done;
+    job->ev.kind = SRV_EV_JOB;
+    job->d = d;
+    job->kind = kind;
+    atomic_init(&job->cancel, 0);
+    job->test_delay_ms = d->cfg->test_delay_ms;
+    return job;
+}
+
+static void
+job_submit(srv_daemon *d, srv_job *job)
+{
+    d->jobs_outstanding++;
+    if (job->kind == JOB_SIMULATE)
+        d->m.jobs_started++;
+    pool_submit(d->pool, &job->pj);
+}
+
+/* ---------------------------------------------------------------- in-flight table */
+
+static uint32_t
+flight_bucket(const srv_daemon *d, const di_hash *key)
+{
+    uint32_t h = (uint32_t)key->b[0] | (uint32_t)key->b[1] << 8 | (uint32_t)key->b[2] << 16 |
+                 (uint32_t)key->b[3] << 24;
+    return h & (d->nflight_bucket - 1);
+}
+
+static srv_job *
+flight_find(srv_daemon *d, const di_hash *key)
+{
+    for (srv_job *j = d->flights[flight_bucket(d, key)]; j != NULL; j = j->hnext)
+        if (memcmp(j->key.b, key->b, 32) == 0)
+            return j;
+    return NULL;
+}
+
+static void
+flight_insert(srv_daemon *d, srv_job *job)
+{
+    if (d->nflight + 1 > d->nflight_bucket) {
+        uint32_t nb = d->nflight_bucket * 2;
+        srv_job **nt = di_xcalloc(nb, sizeof *nt);
+        uint32_t ob = d->nflight_bucket;
+        srv_job **old = d->flights;
+        d->flights = nt;
+        d->nflight_bucket = nb;
+        for (uint32_t i = 0; i < ob; i++) {
+            for (srv_job *j = old[i], *next; j != NULL; j = next) {
+                next = j->hnext;
+                uint32_t b = flight_bucket(d, &j->key);
+                j->hnext = nt[b];
+                nt[b] = j;
+            }
+        }
+        di_free(old);
+    }
+    uint32_t b = flight_bucket(d, &job->key);
+    job->hnext = d->flights[b];
+    d->flights[b] = job;
+    job->in_table = 1;
+    d->nflight++;
+}
+
+static void
+flight_remove(srv_daemon *d, srv_job *job)
+{
+    srv_job **pp = &d->flights[flight_bucket(d, &job->key)];
+    while (*pp != NULL && *pp != job)
+        pp = &(*pp)->hnext;
+    if (*pp == job) {
+        *pp = job->hnext;
+        d->nflight--;
+    }
+    job->in_table = 0;
+}
+
+void
+srv_front_cancel_jobs(srv_daemon *d)
+{
+    for (uint32_t i = 0; i < d->nflight_bucket; i++)
+        for (srv_job *j = d->flights[i]; j != NULL; j = j->hnext)
+            atomic_store(&j->cancel, 1);
+    for (srv_call *c = d->calls; c != NULL; c = c->live_next)
+        if (c->decode != NULL)
+            atomic_store(&c->decode->cancel, 1);
+}
+
+/* ---------------------------------------------------------------- candidates */
+
+static int
+call_is_unary(const srv_call *c)
+{
+    return c->method != SRV_M_BATCH;
+}
+
+static void
+deliver_result(srv_call *c, uint32_t index, const uint8_t *result, size_t len, int cache_status,
+               const char *key_hex)
+{
+    c->ndone++;
+    call_enqueue(c, srv_reply_simulate(result, len, cache_status, key_hex, index, NULL, 0));
+}
+
+static void
+deliver_error(srv_call *c, uint32_t index, int code, const char *msg, const char *key_hex)
+{
+    c->ndone++;
+    if (call_is_unary(c)) {
+        call_fail(c, code, msg);
+        return;
+    }
+    call_enqueue(c, srv_reply_simulate(NULL, 0, DISTIR__V1__CACHE_STATUS__CACHE_NONE, key_hex,
+                                       index, msg, (int)srv_status_from_code(code)));
+}
+
+static void
+waiter_add(srv_job *job, srv_call *c, uint32_t index)
+{
+    srv_waiter *w = di_xcalloc(1, sizeof *w);
+    w->call = c;
+    w->job = job;
+    w->index = index;
+    w->next = job->waiters;
+    job->waiters = w;
+    w->call_next = c->waits;
+    c->waits = w;
+    job->nlive++;
+    c->npending++;
+    c->refs++;
+}
+
+static void
+start_candidate(srv_call *c, uint32_t i)
+{
+    srv_daemon *d = c->d;
+    srv_candidate *cand = &c->req.cands[i];
+    srv_input *in = c->req.input;
+    di_hash key;
+    char hex[65];
+    const uint8_t *data;
+    size_t len;
+    di_error err;
+    if (cand->rc != 0) {
+        deliver_error(c, i, cand->rc, cand->error, NULL);
+        return;
+    }
+    srv_cache_key(&in->module_hash, &in->hw_hash, &cand->strategy, &c->req.opts, SIM_VERSION,
+                  &key);
+    di_hash_hex(&key, hex);
+    di_error_clear(&err);
+    int rc = cache_get(d->cache, &key, &data, &len, &err);
+    if (rc == 0) {
+        d->m.cache_hits++;
+        cache_note_hit(d->cache, &key);
+        deliver_result(c, i, data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT, hex);
+        return;
+    }
+    if (rc != DI_ENOTFOUND)
+        srv_log(SRV_LOG_WARN, "cache_lookup_failed", "key=%s error=\"%s\"", hex, err.msg);
+    d->m.cache_misses++;
+    srv_job *job = flight_find(d, &key);
+    if (job != NULL) {
+        d->m.coalesced++;
+    } else {
+        unsigned queued = pool_queued(d->pool);
+        if (queued >= (unsigned)d->cfg->max_queue) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "simulation queue is full (%u jobs waiting, --max-queue %lld)",
+                     queued, (long long)d->cfg->max_queue);
+            deliver_error(c, i, DI_ETOOBIG, msg, hex);
+            return;
+        }
+        job = job_new(d, JOB_SIMULATE);
+        job->input = in;
+        srv_input_ref(in);
+        srv_strategy_copy(&job->strategy, &cand->strategy);
+        job->opts = c->req.opts;
+        job->key = key;
+        memcpy(job->key_hex, hex, sizeof hex);
+        flight_insert(d, job);
+        job_submit(d, job);
+    }
+    waiter_add(job, c, i);
+}
+
+/* Starts candidates within the window, finishes when all are done, sends. */
+static void
+call_advance(srv_call *c)
+{
+    if (!c->dead && (c->method == SRV_M_SIMULATE || c->method == SRV_M_BATCH) &&
+        c->req.input != NULL) {
+        uint32_t window = call_is_unary(c) ? 1 : 2 * c->d->nworkers + 2;
+        while (!c->dead && !c->status_pending && c->next < c->req.ncand &&
+               c->npending < window && c->nrq < window)
+            start_candidate(c, c->next++);
+        if (c->ndone == c->req.ncand)
+            call_finish(c, GRPC_STATUS_OK, NULL);
+    }
+    call_pump(c);
+}
+
+static void
+job_finished_simulate(srv_daemon *d, srv_job *job)
+{
+    if (job->in_table)
+        flight_remove(d, job);
+    d->m.job_seconds_sum += job->run_s;
+    if (job->rc == 0) {
+        di_error err;
+        d->m.jobs_done++;
+        di_error_clear(&err);
+        if (cache_put(d->cache, &job->key, job->result, job->result_len, SIM_VERSION,
+                      job->step_time_s, job->peak_memory_bytes, &err) != 0)
+            srv_log(SRV_LOG_ERROR, "cache_store_failed", "key=%s error=\"%s\"", job->key_hex,
+                    err.msg);
+        if (srv_log_enabled(SRV_LOG_DEBUG))
+            srv_log(SRV_LOG_DEBUG, "job_done", "key=%s run_ms=%.3f step_time_s=%.9g",
+                    job->key_hex, job->run_s * 1e3, job->step_time_s);
+    } else if (job->rc == DI_ECANCELLED) {
+        d->m.jobs_cancelled++;
+        srv_log(SRV_LOG_INFO, "job_cancelled", "key=%s run_ms=%.3f", job->key_hex,
+                job->run_s * 1e3);
+    } else {
+        char q[1200];
+        d->m.jobs_failed++;
+        srv_log(SRV_LOG_INFO, "job_failed", "key=%s code=%s message=%s", job->key_hex,
+                di_errname(job->rc), srv_log_quote(job->err.msg, q, sizeof q));
+    }
+    while (job->waiters != NULL) {
+        srv_waiter *w = job->waiters;
+        srv_call *c = w->call;
+        job->waiters = w->next;
+        for (srv_waiter **pp = &c->waits; *pp != NULL; pp = &(*pp)->call_next) {
+            if (*pp == w) {
+                *pp = w->call_next;
+                break;
+            }
+        }
+        c->npending--;
+        if (!w->detached && !c->dead) {
+            if (job->rc == 0)
+                deliver_result(c, w->index, job->result, job->result_len,
+                               DISTIR__V1__CACHE_STATUS__CACHE_MISS, job->key_hex);
+            else
+                deliver_error(c, w->index, job->rc, job->err.msg, job->key_hex);
+            call_advance(c);
+        }
+        di_free(w);
+        call_unref(c);
+    }
+    job_free(job);
+}
+
+/* ---------------------------------------------------------------- methods */
+
+static void
+begin_candidates(srv_call *c)
+{
+    c->next = c->npending = c->ndone = 0;
+    call_advance(c);
+}
+
+static void
+job_finished_decode(srv_daemon *d, srv_job *job)
+{
+    srv_call *c = job->call;
+    c->decode = NULL;
+    grpc_slice_unref(job->bytes);
+    if (c->dead) {
+        srv_request_fini(&job->req);
+    } else if (job->rc != 0) {
+        call_fail(c, job->rc, job->err.msg);
+        call_pump(c);
+    } else {
+        c->req = job->req;
+        if (job->hit) {
+            d->m.cache_hits++;
+            cache_note_hit(d->cache, &job->key);
+            c->next = 1;
+            deliver_result(c, 0, job->result, job->result_len,
+                           DISTIR__V1__CACHE_STATUS__CACHE_HIT, job->key_hex);
+            call_advance(c);
+        } else {
+            begin_candidates(c);
+        }
+    }
+    call_unref(c);
+    di_free(job->result);
+    di_free(job);
+}
+
+static void
+method_simulate(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    grpc_slice s;
+    di_error err;
+    int kind = c->method == SRV_M_BATCH ? SRV_REQ_BATCH : SRV_REQ_SIMULATE;
+    if (srv_buffer_read(c->payload, &s) != 0) {
+        call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request: cannot read the message");
+        call_pump(c);
+        return;
+    }
+    grpc_byte_buffer_destroy(c->payload);
+    c->payload = NULL;
+    if (c->method == SRV_M_BATCH && pool_queued(d->pool) >= (unsigned)d->cfg->max_queue) {
+        grpc_slice_unref(s);
+        call_fail(c, DI_ETOOBIG, "simulation queue is full (--max-queue)");
+        call_pump(c);
+        return;
+    }
+    if (GRPC_SLICE_LENGTH(s) > (size_t)d->cfg->inline_decode_kb * 1024) {
+        srv_job *job = job_new(d, JOB_DECODE);
+        job->call = c;
+        job->req_kind = kind;
+        job->bytes = s;
+        job->limits = d->limits;
+        c->decode = job;
+        c->refs++;
+        job_submit(d, job);
+        return;
+    }
+    di_error_clear(&err);
+    int rc = srv_request_decode(kind, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &d->limits,
+                                d->hwcache, &c->req, &err);
+    grpc_slice_unref(s);
+    if (rc != 0) {
+        call_fail(c, rc, err.msg);
+        call_pump(c);
+        return;
+    }
+    begin_candidates(c);
+}
+
+/* Unpacks a small control message (GetResult, Health) with the depth check. */
+static ProtobufCMessage *
+unpack_small(srv_call *c, const ProtobufCMessageDescriptor *desc)
+{
+    grpc_slice s;
+    ProtobufCMessage *msg = NULL;
+    di_error err;
+    if (srv_buffer_read(c->payload, &s) != 0) {
+        call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request: cannot read the message");
+        return NULL;
+    }
+    di_error_clear(&err);
+    int rc = pb_unpack_checked(desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), 8, &msg,
+                               &err);
+    grpc_slice_unref(s);
+    if (rc != 0) {
+        di_error_prefix(&err, "request");
+        call_fail(c, rc, err.msg);
+        return NULL;
+    }
+    return msg;
+}
+
+static void
+method_get_result(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    Distir__V1__GetResultRequest *req =
+        (void *)unpack_small(c, &distir__v1__get_result_request__descriptor);
+    di_hash key;
+    const uint8_t *data;
+    size_t len;
+    di_error err;
+    char msg[200];
+    if (req == NULL)
+        goto out;
+    if (di_hash_from_hex(req->cache_key, &key) != 0) {
+        call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
+                    "cache_key: expected 64 hexadecimal digits");
+        goto out;
+    }
+    di_error_clear(&err);
+    int rc = cache_get(d->cache, &key, &data, &len, &err);
+    if (rc == DI_ENOTFOUND) {
+        snprintf(msg, sizeof msg, "no cached result for key %.64s", req->cache_key);
+        call_finish(c, GRPC_STATUS_NOT_FOUND, msg);
+    } else if (rc != 0) {
+        call_fail(c, DI_EINTERNAL, err.msg);
+    } else {
+        char hex[65];
+        di_hash_hex(&key, hex);
+        call_enqueue(c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT, hex, 0,
+                                           NULL, 0));
+        call_finish(c, GRPC_STATUS_OK, NULL);
+    }
+out:
+    if (req != NULL)
+        protobuf_c_message_free_unpacked(&req->base, NULL);
+    call_pump(c);
+}
+
+static void
+method_server_info(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    Distir__V1__ServerInfoReply r = DISTIR__V1__SERVER_INFO_REPLY__INIT;
+    uint64_t requests = 0;
+    for (int i = 0; i < SRV_NMETHOD; i++)
+        requests += d->m.requests[i];
+    r.version = (char *)DISTIR_VERSION;
+    r.simulator_version = (char *)SIM_VERSION;
+    r.uptime_s = (double)(now_ns() - d->start_ns) / 1e9;
+    r.workers = d->nworkers;
+    r.queue_depth = pool_queued(d->pool);
+    r.cache_entries = cache_count(d->cache);
+    r.cache_hits = d->m.cache_hits;
+    r.cache_misses = d->m.cache_misses;
+    r.cache_hit_rate = d->m.cache_hits + d->m.cache_misses
+                           ? (double)d->m.cache_hits / (double)(d->m.cache_hits + d->m.cache_misses)
+                           : 0.0;
+    r.requests = requests;
+    r.database = d->cfg->db;
+    call_enqueue(c, srv_reply_pack(&r.base));
+    call_finish(c, GRPC_STATUS_OK, NULL);
+    call_pump(c);
+}
+
+static void
+method_health(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    Grpc__Health__V1__HealthCheckRequest *req =
+        (void *)unpack_small(c, &grpc__health__v1__health_check_request__descriptor);
+    if (req != NULL) {
+        const char *svc = req->service ? req->service : "";
+        if (svc[0] == '\0' || strcmp(svc, "distir.v1.CostModel") == 0) {
+            Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+            r.status = d->serving
+                           ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                           : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+            call_enqueue(c, srv_reply_pack(&r.base));
+            call_finish(c, GRPC_STATUS_OK, NULL);
+        } else {
+            char msg[300];
+            snprintf(msg, sizeof msg, "unknown service '%.200s'", svc);
+            call_finish(c, GRPC_STATUS_NOT_FOUND, msg);
+        }
+        protobuf_c_message_free_unpacked(&req->base, NULL);
+    }
+    call_pump(c);
+}
+
+static void
+method_unknown(srv_call *c)
+{
+    char *m = grpc_slice_to_c_string(c->details.method);
+    char msg[300];
+    snprintf(msg, sizeof msg, "method '%.250s' is not implemented", m);
+    gpr_free(m);
+    call_finish(c, GRPC_STATUS_UNIMPLEMENTED, msg);
+    call_pump(c);
+}
+
+static void
+call_dispatch(srv_call *c)
+{
+    if (c->method != SRV_M_UNKNOWN && c->payload == NULL) {
+        call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request has no message");
+        call_pump(c);
+        return;
+    }
+    switch (c->method) {
+    case SRV_M_SIMULATE:
+    case SRV_M_BATCH:
+        method_simulate(c);
+        break;
+    case SRV_M_GET_RESULT:
+        method_get_result(c);
+        break;
+    case SRV_M_SERVER_INFO:
+        method_server_info(c);
+        break;
+    case SRV_M_HEALTH:
+        method_health(c);
+        break;
+    default:
+        method_unknown(c);
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- events */
+
+static void
+on_call_new(srv_daemon *d, srv_call *c, int ok)
+{
+    grpc_op op;
+    d->posted_requests--;
+    if (!ok) {
+        /* The server is shutting down: the request was never matched. */
+        call_unref(c);
+        return;
+    }
+    c->accepted = 1;
+    c->t0_ns = now_ns();
+    c->live_next = d->calls;
+    if (d->calls != NULL)
+        d->calls->live_prev = c;
+    d->calls = c;
+    d->live_calls++;
+    d->m.requests[c->method]++;
+    if (!d->shutting_down)
+        post_request(d, c->method);
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->recv_cancelled;
+    grpc_call_error e = grpc_call_start_batch(c->call, &op, 1, &c->ev_close, NULL);
+    if (e != GRPC_CALL_OK) {
+        srv_log(SRV_LOG_ERROR, "start_batch_failed", "method=%s op=recv_close error=%s",
+                srv_method_names[c->method], grpc_call_error_to_string(e));
+        call_kill(c, "recv_close_failed");
+    } else {
+        c->refs++;
+    }
+    if (!c->dead)
+        call_dispatch(c);
+    call_unref(c);
+}
+
+static int
+deadline_passed(const srv_call *c)
+{
+    gpr_timespec dl = c->method == SRV_M_UNKNOWN ? c->details.deadline : c->deadline;
+    if (dl.clock_type == GPR_TIMESPAN)
+        return 0;
+    return gpr_time_cmp(gpr_now(dl.clock_type), dl) >= 0;
+}
+
+void
+srv_front_event(srv_daemon *d, srv_event *ev)
+{
+    switch (ev->kind) {
+    case SRV_EV_CALL_NEW: {
+        srv_call *c = (srv_call *)((char *)ev - offsetof(srv_call, ev_new));
+        on_call_new(d, c, ev->ok);
+        break;
+    }
+    case SRV_EV_CALL_CLOSE: {
+        srv_call *c = (srv_call *)((char *)ev - offsetof(srv_call, ev_close));
+        if (c->recv_cancelled || !ev->ok)
+            call_kill(c, deadline_passed(c) ? "deadline" : "cancelled");
+        call_unref(c);
+        break;
+    }
+    case SRV_EV_CALL_SEND: {
+        srv_call *c = (srv_call *)((char *)ev - offsetof(srv_call, ev_send));
+        c->sending = 0;
+        if (c->inflight != NULL) {
+            grpc_byte_buffer_destroy(c->inflight);
+            c->inflight = NULL;
+        }
+        if (!ev->ok)
+            call_kill(c, "send_failed");
+        else
+            call_advance(c);
+        call_unref(c);
+        break;
+    }
+    case SRV_EV_JOB: {
+        srv_job *job = (srv_job *)((char *)ev - offsetof(srv_job, ev));
+        d->jobs_outstanding--;
+        if (job->kind == JOB_DECODE)
+            job_finished_decode(d, job);
+        else
+            job_finished_simulate(d, job);
+        srv_daemon_check_drained(d);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- workers */
+
+int
+srv_worker_init(pool_worker *w, void *ctx, di_error *err)
+{
+    srv_daemon *d = ctx;
+    cache *c;
+    int rc = cache_open(d->cfg->db, CACHE_READONLY, &c, err);
+    if (rc != 0)
+        return rc;
+    w->local = c;
+    return 0;
+}
+
+void
+srv_worker_fini(pool_worker *w, void *ctx)
+{
+    (void)ctx;
+    cache_close(w->local);
+    w->local = NULL;
+}
+
+/* ---------------------------------------------------------------- start */
+
+int
+srv_front_start(srv_daemon *d, di_error *err)
+{
+    grpc_arg args[3];
+    grpc_channel_args cargs;
+    grpc_server_credentials *creds;
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)(d->cfg->max_message_mb * 1024 * 1024 > INT32_MAX
+                                      ? INT32_MAX
+                                      : d->cfg->max_message_mb * 1024 * 1024);
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+    args[2].value.integer = 0;
+    cargs.num_args = 3;
+    cargs.args = args;
+    d->nflight_bucket = 64;
+    d->flights = di_xcalloc(d->nflight_bucket, sizeof *d->flights);
+    d->server = grpc_server_create(&cargs, NULL);
+    d->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(d->server, d->cq, NULL);
+    for (int m = 0; m < SRV_NREGISTERED; m++) {
+        d->registered[m] = grpc_server_register_method(d->server, srv_method_paths[m], NULL,
+                                                       GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        if (d->registered[m] == NULL)
+            return di_error_set(err, DI_EINTERNAL, "cannot register %s", srv_method_paths[m]);
+    }
+    creds = grpc_insecure_server_credentials_create();
+    d->port = grpc_server_add_http2_port(d->server, d->cfg->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (d->port == 0)
+        return di_error_set(err, DI_EIO, "cannot listen on '%s'", d->cfg->listen);
+    /* The address with the real port (host:0 asks for any free port). */
+    if (strncmp(d->cfg->listen, "unix:", 5) == 0) {
+        snprintf(d->listen_addr, sizeof d->listen_addr, "%s", d->cfg->listen);
+    } else {
+        const char *colon = strrchr(d->cfg->listen, ':');
+        int hostlen = colon ? (int)(colon - d->cfg->listen) : (int)strlen(d->cfg->listen);
+        snprintf(d->listen_addr, sizeof d->listen_addr, "%.*s:%d", hostlen, d->cfg->listen,
+                 d->port);
+    }
+    grpc_server_start(d->server);
+    d->grpc_started = 1;
+    for (int m = 0; m < SRV_NMETHOD; m++)
+        for (int i = 0; i < REQUESTS_PER_METHOD; i++)
+            post_request(d, m);
+    return 0;
+}

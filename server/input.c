@@ -1,0 +1,249 @@
+/*
+ * input.c: the request pipeline of input.h. Counting ops and values on the
+ * unpacked message before conversion keeps an over-limit module from being
+ * built at all; the depth pre-check has already bounded the recursion here.
+ */
+#include "input.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/pb.h"
+#include "distir.pb-c.h"
+#include "ir/pb.h"
+#include "sim/hw.h"
+
+#define HWCACHE_MAX 64
+
+typedef struct hwcache_entry {
+    char *name;
+    hw_model *hw;
+    di_hash hash;
+} hwcache_entry;
+
+struct srv_hwcache {
+    hwcache_entry e[HWCACHE_MAX];
+    unsigned n;
+};
+
+srv_hwcache *
+srv_hwcache_new(void)
+{
+    return di_xcalloc(1, sizeof(srv_hwcache));
+}
+
+void
+srv_hwcache_free(srv_hwcache *hc)
+{
+    if (hc == NULL)
+        return;
+    for (unsigned i = 0; i < hc->n; i++) {
+        di_free(hc->e[i].name);
+        hw_free(hc->e[i].hw);
+    }
+    di_free(hc);
+}
+
+void
+srv_input_ref(srv_input *in)
+{
+    in->refs++;
+}
+
+void
+srv_input_unref(srv_input *in)
+{
+    if (in == NULL || --in->refs > 0)
+        return;
+    ir_module_free(in->module);
+    hw_free(in->hw_owned);
+    di_free(in);
+}
+
+void
+srv_request_fini(srv_request *r)
+{
+    for (uint32_t i = 0; i < r->ncand; i++) {
+        srv_strategy_fini(&r->cands[i].strategy);
+        di_free(r->cands[i].error);
+    }
+    di_free(r->cands);
+    srv_input_unref(r->input);
+    memset(r, 0, sizeof *r);
+}
+
+/* Counts ops in a region and its bodies; stops counting past max. */
+static uint64_t
+count_ops(const Distir__V1__Region *r, uint64_t n, uint64_t max)
+{
+    if (r == NULL)
+        return n;
+    for (size_t i = 0; i < r->n_ops && n <= max; i++) {
+        n++;
+        n = count_ops(r->ops[i]->body, n, max);
+    }
+    return n;
+}
+
+static int
+resolve_hw(const Distir__V1__HardwareRef *ref, srv_hwcache *hc, srv_input *in, di_error *err)
+{
+    int rc;
+    if (ref == NULL || ref->spec_case == DISTIR__V1__HARDWARE_REF__SPEC__NOT_SET)
+        return di_error_set(err, DI_EINVAL, "request has no hardware (preset or description)");
+    if (ref->spec_case == DISTIR__V1__HARDWARE_REF__SPEC_PRESET) {
+        const char *name = ref->preset;
+        snprintf(in->hw_name, sizeof in->hw_name, "%s", name);
+        if (hc != NULL) {
+            for (unsigned i = 0; i < hc->n; i++) {
+                if (strcmp(hc->e[i].name, name) == 0) {
+                    in->hw = hc->e[i].hw;
+                    in->hw_hash = hc->e[i].hash;
+                    return 0;
+                }
+            }
+        }
+        hw_model *hw;
+        rc = hw_preset(name, &hw, err);
+        if (rc != 0) {
+            di_error_prefix(err, "hardware");
+            return rc;
+        }
+        di_hash h;
+        hw_hash(hw, &h);
+        if (hc != NULL && hc->n < HWCACHE_MAX) {
+            hc->e[hc->n].name = di_xstrdup(name);
+            hc->e[hc->n].hw = hw;
+            hc->e[hc->n].hash = h;
+            hc->n++;
+            in->hw = hw;
+        } else {
+            in->hw = in->hw_owned = hw;
+        }
+        in->hw_hash = h;
+        return 0;
+    }
+    rc = hw_from_proto(ref->hardware, &in->hw_owned, err);
+    if (rc != 0) {
+        di_error_prefix(err, "hardware");
+        return rc;
+    }
+    in->hw = in->hw_owned;
+    hw_hash(in->hw, &in->hw_hash);
+    snprintf(in->hw_name, sizeof in->hw_name, "%s", in->hw->name[0] ? in->hw->name : "custom");
+    return 0;
+}
+
+static int
+decode_module(const Distir__V1__Module *pm, const srv_limits *lim, srv_input *in, di_error *err)
+{
+    uint64_t nop = 0;
+    int rc;
+    if (pm == NULL)
+        return di_error_set(err, DI_EINVAL, "request has no module");
+    for (size_t i = 0; i < pm->n_functions && nop <= lim->ir.max_ops; i++)
+        nop = count_ops(pm->functions[i]->body, nop, lim->ir.max_ops);
+    if (nop > lim->ir.max_ops)
+        return di_error_set(err, DI_ETOOBIG, "module: more than %u ops (limit --max-ops)",
+                            lim->ir.max_ops);
+    if (pm->n_values > lim->ir.max_values)
+        return di_error_set(err, DI_ETOOBIG, "module: %zu values exceed the limit of %u",
+                            pm->n_values, lim->ir.max_values);
+    rc = ir_from_proto(pm, &lim->ir, &in->module, err);
+    if (rc != 0) {
+        di_error_prefix(err, "module");
+        return rc;
+    }
+    if (in->module->nop > lim->ir.max_ops)
+        return di_error_set(err, DI_ETOOBIG, "module: %u ops exceed the limit of %u",
+                            in->module->nop, lim->ir.max_ops);
+    rc = ir_verify(in->module, err);
+    if (rc != 0) {
+        if (err != NULL && err->code == 0)
+            err->code = rc;
+        di_error_prefix(err, "module");
+        return rc;
+    }
+    ir_hash(in->module, &in->module_hash);
+    return 0;
+}
+
+static void
+candidate_init(srv_candidate *c, const Distir__V1__Strategy *s)
+{
+    di_error e;
+    di_error_clear(&e);
+    c->rc = srv_strategy_normalize(s, &c->strategy, &e);
+    if (c->rc != 0)
+        c->error = di_xstrdup(e.msg);
+}
+
+int
+srv_request_decode(int kind, const uint8_t *data, size_t len, const srv_limits *lim,
+                   srv_hwcache *hc, srv_request *out, di_error *err)
+{
+    const ProtobufCMessageDescriptor *desc =
+        kind == SRV_REQ_BATCH ? &distir__v1__simulate_batch_request__descriptor
+                              : &distir__v1__simulate_request__descriptor;
+    ProtobufCMessage *msg = NULL;
+    const Distir__V1__Module *pm;
+    const Distir__V1__HardwareRef *href;
+    const Distir__V1__SimOptions *popts;
+    int rc;
+    memset(out, 0, sizeof *out);
+    /* The request and module wrappers add two levels above the module's own. */
+    rc = pb_unpack_checked(desc, data, len, (int)lim->ir.max_depth + 2, &msg, err);
+    if (rc != 0) {
+        if (err != NULL && err->code == 0)
+            err->code = rc;
+        di_error_prefix(err, "request");
+        return rc;
+    }
+    if (kind == SRV_REQ_BATCH) {
+        const Distir__V1__SimulateBatchRequest *b = (const void *)msg;
+        pm = b->module;
+        href = b->hardware;
+        popts = b->options;
+        if (b->n_strategies == 0) {
+            rc = di_error_set(err, DI_EINVAL, "batch has no strategies");
+            goto fail;
+        }
+        if (b->n_strategies > lim->max_batch) {
+            rc = di_error_set(err, DI_ETOOBIG, "batch has %zu strategies, the limit is %u",
+                              b->n_strategies, lim->max_batch);
+            goto fail;
+        }
+    } else {
+        const Distir__V1__SimulateRequest *s = (const void *)msg;
+        pm = s->module;
+        href = s->hardware;
+        popts = s->options;
+    }
+    out->input = di_xcalloc(1, sizeof *out->input);
+    out->input->refs = 1;
+    rc = decode_module(pm, lim, out->input, err);
+    if (rc != 0)
+        goto fail;
+    rc = resolve_hw(href, hc, out->input, err);
+    if (rc != 0)
+        goto fail;
+    srv_simopts_normalize(popts, &out->opts);
+    if (kind == SRV_REQ_BATCH) {
+        const Distir__V1__SimulateBatchRequest *b = (const void *)msg;
+        out->ncand = (uint32_t)b->n_strategies;
+        out->cands = di_xcalloc(out->ncand, sizeof *out->cands);
+        for (uint32_t i = 0; i < out->ncand; i++)
+            candidate_init(&out->cands[i], b->strategies[i]);
+    } else {
+        const Distir__V1__SimulateRequest *s = (const void *)msg;
+        out->ncand = 1;
+        out->cands = di_xcalloc(1, sizeof *out->cands);
+        candidate_init(&out->cands[0], s->strategy);
+    }
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return 0;
+fail:
+    protobuf_c_message_free_unpacked(msg, NULL);
+    srv_request_fini(out);
+    return rc;
+}

@@ -1,0 +1,131 @@
+/*
+ * key.c: canonical strategies and options, and the cache key (key.h). The
+ * encoding fed to SHA-256 is a fixed sequence of 64-bit little-endian
+ * integers (di_sha256_u64) with counts before lists and lengths before
+ * strings, so no two different canonical requests share an encoding.
+ * Changing it changes every key: bump the domain string when you do.
+ */
+#include "key.h"
+
+#include <string.h>
+
+#define KEY_DOMAIN "distir.cache.v1"
+
+int
+srv_strategy_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->dp = out->tp = out->pp = out->microbatches = out->virtual_stages = 1;
+    out->schedule = DISTIR__V1__SCHEDULE__SCHEDULE_DEFAULT;
+    out->recompute = DISTIR__V1__RECOMPUTE__RECOMPUTE_NONE;
+    out->stash = DISTIR__V1__STASH__STASH_NONE;
+    if (p == NULL)
+        return 0;
+    if (p->zero > 3)
+        return di_error_set(err, DI_ESTRATEGY, "strategy: zero stage %u is not 0..3", p->zero);
+    if ((unsigned)p->schedule > DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED)
+        return di_error_set(err, DI_ESTRATEGY, "strategy: unknown schedule %d", (int)p->schedule);
+    if ((unsigned)p->recompute > DISTIR__V1__RECOMPUTE__RECOMPUTE_FULL)
+        return di_error_set(err, DI_ESTRATEGY, "strategy: unknown recompute %d",
+                            (int)p->recompute);
+    if ((unsigned)p->stash > DISTIR__V1__STASH__STASH_2BW)
+        return di_error_set(err, DI_ESTRATEGY, "strategy: unknown stash %d", (int)p->stash);
+    out->dp = p->dp ? p->dp : 1;
+    out->tp = p->tp ? p->tp : 1;
+    out->pp = p->pp ? p->pp : 1;
+    out->microbatches = p->microbatches ? p->microbatches : out->pp;
+    if (out->pp > 1) {
+        out->schedule = p->schedule == DISTIR__V1__SCHEDULE__SCHEDULE_DEFAULT
+                            ? DISTIR__V1__SCHEDULE__SCHEDULE_1F1B
+                            : (uint32_t)p->schedule;
+        if (out->schedule == DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED)
+            out->virtual_stages = p->virtual_stages ? p->virtual_stages : 1;
+    } else if (p->schedule != DISTIR__V1__SCHEDULE__SCHEDULE_DEFAULT) {
+        /* A schedule orders pipeline stages; with one stage it has no effect. */
+        out->schedule = DISTIR__V1__SCHEDULE__SCHEDULE_DEFAULT;
+    }
+    out->recompute = (uint32_t)p->recompute;
+    out->stash = (uint32_t)p->stash;
+    out->zero = p->zero;
+    out->sequence_parallel = p->sequence_parallel != 0;
+    out->overlap_grad_reduce = p->overlap_grad_reduce != 0;
+    if (p->n_device_order > 0) {
+        if (p->n_device_order > (1u << 24))
+            return di_error_set(err, DI_ETOOBIG, "strategy: device_order has %zu entries",
+                                p->n_device_order);
+        out->ndevice_order = (uint32_t)p->n_device_order;
+        out->device_order = di_xmalloc(p->n_device_order * sizeof *out->device_order);
+        memcpy(out->device_order, p->device_order, p->n_device_order * sizeof(uint32_t));
+    }
+    return 0;
+}
+
+void
+srv_strategy_fini(srv_strategy *s)
+{
+    di_free(s->device_order);
+    s->device_order = NULL;
+    s->ndevice_order = 0;
+}
+
+void
+srv_strategy_copy(srv_strategy *dst, const srv_strategy *src)
+{
+    *dst = *src;
+    if (src->ndevice_order > 0) {
+        dst->device_order = di_xmalloc(src->ndevice_order * sizeof *dst->device_order);
+        memcpy(dst->device_order, src->device_order,
+               src->ndevice_order * sizeof *dst->device_order);
+    }
+}
+
+int
+srv_strategy_is_trivial(const srv_strategy *s)
+{
+    return s->dp == 1 && s->tp == 1 && s->pp == 1 && s->microbatches == 1 &&
+           s->virtual_stages == 1 && s->recompute == DISTIR__V1__RECOMPUTE__RECOMPUTE_NONE &&
+           s->stash == DISTIR__V1__STASH__STASH_NONE && s->zero == 0 && !s->sequence_parallel &&
+           !s->overlap_grad_reduce && s->ndevice_order == 0;
+}
+
+void
+srv_simopts_normalize(const Distir__V1__SimOptions *p, srv_simopts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (p == NULL)
+        return;
+    out->no_overlap = p->no_overlap != 0;
+    out->want_timeline = p->want_timeline != 0;
+    out->timeline_max_points = out->want_timeline ? p->timeline_max_points : 0;
+}
+
+void
+srv_cache_key(const di_hash *module, const di_hash *hw, const srv_strategy *s,
+              const srv_simopts *o, const char *sim_version, di_hash *out)
+{
+    di_sha256 h;
+    di_sha256_init(&h);
+    di_sha256_update(&h, KEY_DOMAIN, sizeof KEY_DOMAIN); /* with its NUL */
+    di_sha256_update(&h, module->b, sizeof module->b);
+    di_sha256_update(&h, hw->b, sizeof hw->b);
+    di_sha256_u64(&h, s->dp);
+    di_sha256_u64(&h, s->tp);
+    di_sha256_u64(&h, s->pp);
+    di_sha256_u64(&h, s->microbatches);
+    di_sha256_u64(&h, s->schedule);
+    di_sha256_u64(&h, s->virtual_stages);
+    di_sha256_u64(&h, s->recompute);
+    di_sha256_u64(&h, s->stash);
+    di_sha256_u64(&h, s->zero);
+    di_sha256_u64(&h, (uint64_t)s->sequence_parallel);
+    di_sha256_u64(&h, (uint64_t)s->overlap_grad_reduce);
+    di_sha256_u64(&h, s->ndevice_order);
+    for (uint32_t i = 0; i < s->ndevice_order; i++)
+        di_sha256_u64(&h, s->device_order[i]);
+    di_sha256_u64(&h, (uint64_t)o->no_overlap);
+    di_sha256_u64(&h, (uint64_t)o->want_timeline);
+    di_sha256_u64(&h, o->timeline_max_points);
+    di_sha256_u64(&h, strlen(sim_version));
+    di_sha256_update(&h, sim_version, strlen(sim_version));
+    di_sha256_final(&h, out);
+}
