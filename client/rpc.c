@@ -1,0 +1,209 @@
+/*
+ * rpc.c: the CLI's gRPC core client for distird (rpc.h). Every call is one
+ * batch of six ops (send initial metadata, send message, close from client,
+ * receive initial metadata, receive message, receive status) on its own
+ * channel and completion queue, torn down before returning, with
+ * grpc_init/grpc_shutdown around it so the CLI holds no gRPC state between
+ * calls. Replies are untrusted bytes like any other: they go through the
+ * depth-checked unpack.
+ */
+#include "rpc.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <string.h>
+
+#include "base/pb.h"
+
+#define RPC_MAX_REPLY_BYTES (1 << 30) /* results with memory timelines can be large */
+#define RPC_REPLY_DEPTH 16
+
+static const char *
+status_name(grpc_status_code s)
+{
+    static const char *const names[] = {
+        "OK",           "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",    "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",       "DATA_LOSS",
+        "UNAUTHENTICATED",
+    };
+    if ((unsigned)s < sizeof names / sizeof names[0])
+        return names[s];
+    return "UNKNOWN_STATUS";
+}
+
+/* The reverse of the daemon's mapping (server/status.c), for exit paths. */
+static int
+code_from_status(grpc_status_code s)
+{
+    switch (s) {
+    case GRPC_STATUS_OK:
+        return 0;
+    case GRPC_STATUS_INVALID_ARGUMENT:
+    case GRPC_STATUS_FAILED_PRECONDITION:
+    case GRPC_STATUS_OUT_OF_RANGE:
+        return DI_EINVAL;
+    case GRPC_STATUS_RESOURCE_EXHAUSTED:
+        return DI_ETOOBIG;
+    case GRPC_STATUS_UNIMPLEMENTED:
+        return DI_EUNSUPPORTED;
+    case GRPC_STATUS_NOT_FOUND:
+        return DI_ENOTFOUND;
+    case GRPC_STATUS_ALREADY_EXISTS:
+        return DI_EEXISTS;
+    case GRPC_STATUS_CANCELLED:
+    case GRPC_STATUS_DEADLINE_EXCEEDED:
+        return DI_ECANCELLED;
+    case GRPC_STATUS_UNAVAILABLE:
+        return DI_EIO;
+    default:
+        return DI_EINTERNAL;
+    }
+}
+
+static int
+rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
+          const ProtobufCMessageDescriptor *reply_desc, int timeout_ms, ProtobufCMessage **reply,
+          di_error *err)
+{
+    grpc_arg args[2];
+    grpc_channel_args cargs = {2, args};
+    grpc_channel_credentials *creds;
+    grpc_channel *ch;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md_initial, md_trailing;
+    grpc_byte_buffer *send_bb, *recv_bb = NULL;
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    const char *error_string = NULL;
+    grpc_op ops[6];
+    grpc_call_error e;
+    int rc = 0;
+    int tag;
+
+    *reply = NULL;
+    grpc_init();
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = RPC_MAX_REPLY_BYTES;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    creds = grpc_insecure_credentials_create();
+    ch = grpc_channel_create(server, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    cq = grpc_completion_queue_create_for_next(NULL);
+    deadline = timeout_ms > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                             gpr_time_from_millis(timeout_ms, GPR_TIMESPAN))
+                              : gpr_inf_future(GPR_CLOCK_REALTIME);
+    call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                    grpc_slice_from_static_string(method), NULL, deadline, NULL);
+
+    {
+        size_t n = protobuf_c_message_get_packed_size(req);
+        grpc_slice s = grpc_slice_malloc(n);
+        protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(s));
+        send_bb = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+    }
+    grpc_metadata_array_init(&md_initial);
+    grpc_metadata_array_init(&md_trailing);
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = 0;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_initial;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &recv_bb;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &md_trailing;
+    ops[5].data.recv_status_on_client.status = &status;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    ops[5].data.recv_status_on_client.error_string = &error_string;
+    e = grpc_call_start_batch(call, ops, 6, &tag, NULL);
+    if (e != GRPC_CALL_OK) {
+        rc = di_error_set(err, DI_EINTERNAL, "cannot start the call: %s",
+                          grpc_call_error_to_string(e));
+    } else {
+        for (;;) {
+            grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                                       NULL);
+            if (ev.type == GRPC_OP_COMPLETE && ev.tag == &tag)
+                break;
+        }
+        if (status != GRPC_STATUS_OK) {
+            char *d = grpc_slice_to_c_string(details);
+            rc = di_error_set(err, code_from_status(status), "%s: %s", status_name(status),
+                              d[0] ? d : (error_string ? error_string : "no details"));
+            gpr_free(d);
+        } else if (recv_bb == NULL) {
+            rc = di_error_set(err, DI_EDECODE, "the server sent no reply message");
+        } else {
+            grpc_byte_buffer_reader r;
+            if (!grpc_byte_buffer_reader_init(&r, recv_bb)) {
+                rc = di_error_set(err, DI_EDECODE, "cannot read the reply");
+            } else {
+                grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+                grpc_byte_buffer_reader_destroy(&r);
+                rc = pb_unpack_checked(reply_desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
+                                       RPC_REPLY_DEPTH, reply, err);
+                if (rc != 0)
+                    di_error_prefix(err, "bad reply");
+                grpc_slice_unref(s);
+            }
+        }
+    }
+
+    grpc_byte_buffer_destroy(send_bb);
+    if (recv_bb != NULL)
+        grpc_byte_buffer_destroy(recv_bb);
+    grpc_metadata_array_destroy(&md_initial);
+    grpc_metadata_array_destroy(&md_trailing);
+    grpc_slice_unref(details);
+    gpr_free((void *)error_string);
+    grpc_call_unref(call);
+    grpc_completion_queue_shutdown(cq);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+    }
+    grpc_completion_queue_destroy(cq);
+    grpc_channel_destroy(ch);
+    grpc_shutdown();
+    return rc;
+}
+
+int
+rpc_simulate(const char *server, const Distir__V1__SimulateRequest *req, int timeout_ms,
+             Distir__V1__SimulateReply **reply, di_error *err)
+{
+    ProtobufCMessage *m;
+    int rc = rpc_unary(server, "/distir.v1.CostModel/Simulate", &req->base,
+                       &distir__v1__simulate_reply__descriptor, timeout_ms, &m, err);
+    *reply = rc == 0 ? (Distir__V1__SimulateReply *)m : NULL;
+    return rc;
+}
+
+int
+rpc_server_info(const char *server, int timeout_ms, Distir__V1__ServerInfoReply **reply,
+                di_error *err)
+{
+    Distir__V1__ServerInfoRequest req = DISTIR__V1__SERVER_INFO_REQUEST__INIT;
+    ProtobufCMessage *m;
+    int rc = rpc_unary(server, "/distir.v1.CostModel/ServerInfo", &req.base,
+                       &distir__v1__server_info_reply__descriptor, timeout_ms, &m, err);
+    *reply = rc == 0 ? (Distir__V1__ServerInfoReply *)m : NULL;
+    return rc;
+}
