@@ -705,8 +705,9 @@ parse_placements(parser *p, ir_id mesh, uint32_t rank, int64_t *place)
             return -1;
     }
     if (np != want)
-        return fail(p, open, "mesh '@%s' has %u axes but %u placements were given",
-                    ir_str_get(p->m, p->m->meshes[mesh].name), want, np);
+        return fail(p, open, "mesh '@%s' has %u ax%s but %u placement%s given",
+                    ir_str_get(p->m, p->m->meshes[mesh].name), want, want == 1 ? "is" : "es", np,
+                    np == 1 ? " was" : "s were");
     return 0;
 }
 
@@ -950,21 +951,43 @@ parse_use(parser *p, ir_id *out)
     return 0;
 }
 
-/* Checks n types written (ids[tbase..]) against the values' types (ids[vbase..]). */
+/* Fails at off when value v does not have type t; sig names a function signature. */
 static int
-check_types(parser *p, uint32_t vbase, uint32_t tbase, uint32_t n, size_t at)
+check_type(parser *p, ir_id v, ir_id t, size_t off, const char *sig)
 {
     ir_module *m = p->m;
-    for (uint32_t i = 0; i < n; i++) {
-        ir_id v = p->ids[vbase + i], t = p->ids[tbase + i];
-        if (m->values[v].type != t) {
-            char a[200], b[200];
-            type_text(m, m->values[v].type, a, sizeof a);
-            type_text(m, t, b, sizeof b);
-            return fail(p, at, "'%%%.64s' has type %s, not %s", ir_str_get(m, m->values[v].name),
-                        a, b);
-        }
-    }
+    char a[200], b[200];
+    if (m->values[v].type == t)
+        return 0;
+    type_text(m, m->values[v].type, a, sizeof a);
+    type_text(m, t, b, sizeof b);
+    if (sig)
+        return fail(p, off, "'%%%.64s' has type %s, but the signature of '@%.64s' declares %s",
+                    ir_str_get(m, m->values[v].name), a, sig, b);
+    return fail(p, off, "'%%%.64s' has type %s, not %s", ir_str_get(m, m->values[v].name), a, b);
+}
+
+/*
+ * Reads types separated by ',' for the nval values at ids[vbase..], checking
+ * each against its value's type where it is written; stores the count in *n.
+ */
+static int
+parse_types_of(parser *p, uint32_t vbase, uint32_t nval, const char *what, uint32_t *n)
+{
+    *n = 0;
+    do {
+        ir_id t;
+        size_t at;
+        skip_ws(p);
+        at = p->pos;
+        if (parse_type(p, &t, 0) != 0)
+            return -1;
+        if (*n == nval)
+            return fail(p, at, "more types than %s (%u)", what, nval);
+        if (check_type(p, p->ids[vbase + *n], t, at, NULL) != 0)
+            return -1;
+        (*n)++;
+    } while (accept(p, ','));
     return 0;
 }
 
@@ -1292,7 +1315,7 @@ static int
 parse_op(parser *p, int *ended)
 {
     ir_module *m = p->m;
-    uint32_t gbase = p->ngroups, ibase = p->nids, abase = p->nattrs, nin, nres = 0, tbase, rbase;
+    uint32_t gbase = p->ngroups, ibase = p->nids, abase = p->nattrs, nin, nres = 0, ntype, rbase;
     ir_id region = p->regions[p->depth], body = 0, opname = 0, op;
     size_t opoff, nameoff, typeoff;
     ir_loc oploc;
@@ -1362,16 +1385,17 @@ parse_op(parser *p, int *ended)
 
     if (expect(p, ':', "before the operation's type") != 0)
         return -1;
+    if (expect(p, '(', "to open the operand types") != 0)
+        return -1;
+    ntype = 0;
+    if (peek(p) != ')' && parse_types_of(p, ibase, nin, "operands", &ntype) != 0)
+        return -1;
     skip_ws(p);
     typeoff = p->pos;
-    tbase = p->nids;
-    if (parse_type_list(p, "to open the operand types") != 0)
+    if (expect(p, ')', "after the operand types") != 0)
         return -1;
-    if (p->nids - tbase != nin)
-        return fail(p, typeoff, "%u operands but %u operand types", nin, p->nids - tbase);
-    if (check_types(p, ibase, tbase, nin, typeoff) != 0)
-        return -1;
-    p->nids = tbase;
+    if (ntype != nin)
+        return fail(p, typeoff, "%u operands but %u operand types", nin, ntype);
     if (!accept_arrow(p))
         return expected(p, "'->' after the operand types");
     skip_ws(p);
@@ -1382,7 +1406,8 @@ parse_op(parser *p, int *ended)
     if (kind == IR_OP_RETURN && p->nids != rbase)
         return fail(p, typeoff, "'dist.return' has no results: its type ends in '-> ()'");
     if (p->ngroups > gbase && nres != p->nids - rbase)
-        return fail(p, typeoff, "%u result names but %u result types", nres, p->nids - rbase);
+        return fail(p, typeoff, "%u result name%s but %u result type%s", nres,
+                    nres == 1 ? "" : "s", p->nids - rbase, p->nids - rbase == 1 ? "" : "s");
     nres = p->nids - rbase;
 
     if (accept_word(p, "loc")) {
@@ -1515,7 +1540,7 @@ parse_func(parser *p)
     ir_module *m = p->m;
     ir_id name, r, old;
     size_t at, retoff;
-    uint32_t sbase, nsig, vbase, tbase, nret = 0;
+    uint32_t sbase, nsig, vbase, nret = 0;
 
     skip_ws(p);
     at = p->pos;
@@ -1541,6 +1566,7 @@ parse_func(parser *p)
 
     for (;;) {
         int ended, c = peek(p);
+        retoff = p->pos;
         if (accept_word(p, "return") || accept_word(p, "func.return"))
             break;
         if (c == '}')
@@ -1549,39 +1575,35 @@ parse_func(parser *p)
             return -1;
     }
 
-    /* return [%a, %b : t1, t2] */
+    /* return [%a, %b : t1, t2]; the offsets of the values go to lints. */
     skip_ws(p);
-    retoff = p->pos;
     vbase = p->nids;
+    p->nlints = 0;
     if (cur(p) == '%') {
+        uint32_t ntype;
         do {
             ir_id v;
+            skip_ws(p);
+            DI_GROW(&p->lints, &p->clints, p->nlints + 1);
+            p->lints[p->nlints++] = (int64_t)p->pos;
             if (parse_use(p, &v) != 0)
                 return -1;
             push_id(p, v);
         } while (accept(p, ','));
         nret = p->nids - vbase;
-        if (expect(p, ':', "before the returned types") != 0)
+        if (expect(p, ':', "before the returned types") != 0 ||
+            parse_types_of(p, vbase, nret, "returned values", &ntype) != 0)
             return -1;
-        skip_ws(p);
-        at = p->pos;
-        tbase = p->nids;
-        do {
-            ir_id t;
-            if (parse_type(p, &t, 0) != 0)
-                return -1;
-            push_id(p, t);
-        } while (accept(p, ','));
-        if (p->nids - tbase != nret)
-            return fail(p, at, "%u returned values but %u types", nret, p->nids - tbase);
-        if (check_types(p, vbase, tbase, nret, at) != 0)
-            return -1;
+        if (ntype != nret)
+            return fail(p, p->pos, "%u returned values but %u types", nret, ntype);
     }
     if (nret != nsig)
         return fail(p, retoff, "function '@%.64s' returns %u values but its signature declares %u",
                     ir_str_get(m, name), nret, nsig);
-    if (check_types(p, vbase, sbase, nret, retoff) != 0)
-        return -1;
+    for (uint32_t i = 0; i < nret; i++)
+        if (check_type(p, p->ids[vbase + i], p->ids[sbase + i], (size_t)p->lints[i],
+                       ir_str_get(m, name)) != 0)
+            return -1;
     for (uint32_t i = 0; i < nret; i++)
         ir_region_add_result(m, r, p->ids[vbase + i]);
     p->nids = sbase;
