@@ -20,8 +20,9 @@
  *   op      ("op", kind, opaque op type, attributes sorted by key with their
  *            values (a mesh by content, a tensor by type and bytes, pmap's
  *            device_var by its role only), inputs in slot order, the body's
- *            digest for a pmap, result types)
- *   region  ("region", nesting level, argument types in order, results in
+ *            digest for a pmap, result types and initializers)
+ *   region  ("region", nesting level, argument types (and initializer
+ *            bytes, ONNX weights, when an argument has them) in order, results in
  *            order, the SORTED multiset of the digests of all its ops), so dead
  *            ops count and the order of ops does not
  *   module  ("distir-module", version, the sorted multiset of mesh digests,
@@ -90,41 +91,95 @@ typedef struct hasher {
 
 /* ---- serialization ---- */
 
+/*
+ * The input of one digest. Small encodings collect in `local` and are hashed
+ * with one call (OpenSSL's per-context cost dominates otherwise); once one
+ * outgrows it (tensor constants, weights) it streams. Either way the digest
+ * is SHA-256 of the same bytes.
+ */
+typedef struct enc {
+    size_t n;
+    int streaming;
+    di_sha256 s;
+    uint8_t local[1024];
+} enc;
+
 static void
-put_u64(di_sha256 *s, uint64_t v)
+enc_init(enc *e)
 {
-    di_sha256_u64(s, v);
+    e->n = 0;
+    e->streaming = 0;
 }
 
 static void
-put_i64(di_sha256 *s, int64_t v)
+enc_put(enc *e, const void *p, size_t n)
 {
-    di_sha256_u64(s, (uint64_t)v);
+    if (e->n + n > sizeof e->local) {
+        if (!e->streaming) {
+            di_sha256_init(&e->s);
+            e->streaming = 1;
+        }
+        di_sha256_update(&e->s, e->local, e->n);
+        e->n = 0;
+        if (n > sizeof e->local) {
+            di_sha256_update(&e->s, p, n);
+            return;
+        }
+    }
+    memcpy(e->local + e->n, p, n);
+    e->n += n;
 }
 
 static void
-put_bytes(di_sha256 *s, const void *p, size_t n)
+enc_final(enc *e, di_hash *out)
 {
-    di_sha256_u64(s, (uint64_t)n);
+    if (!e->streaming) {
+        di_sha256_once(e->local, e->n, out);
+        return;
+    }
+    di_sha256_update(&e->s, e->local, e->n);
+    di_sha256_final(&e->s, out);
+}
+
+/* Integers are 8 little-endian bytes. */
+static void
+put_u64(enc *s, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    enc_put(s, b, sizeof b);
+}
+
+static void
+put_i64(enc *s, int64_t v)
+{
+    put_u64(s, (uint64_t)v);
+}
+
+static void
+put_bytes(enc *s, const void *p, size_t n)
+{
+    put_u64(s, (uint64_t)n);
     if (n)
-        di_sha256_update(s, p, n);
+        enc_put(s, p, n);
 }
 
 static void
-put_str(di_sha256 *s, const char *str)
+put_str(enc *s, const char *str)
 {
     put_bytes(s, str, strlen(str));
 }
 
 static void
-put_digest(di_sha256 *s, const di_hash *h)
+put_digest(enc *s, const di_hash *h)
 {
-    di_sha256_update(s, h->b, sizeof h->b);
+    enc_put(s, h->b, sizeof h->b);
 }
 
 /* A double by its bits, with every NaN the same. */
 static void
-put_double(di_sha256 *s, double v)
+put_double(enc *s, double v)
 {
     uint64_t bits;
     if (isnan(v))
@@ -146,8 +201,8 @@ static void
 hash_mesh(const ir_module *m, ir_id id, di_hash *out)
 {
     const ir_mesh *me = &m->meshes[id];
-    di_sha256 s;
-    di_sha256_init(&s);
+    enc s;
+    enc_init(&s);
     put_str(&s, "mesh");
     if (me->rank > IR_MAX_RANK || (uint64_t)me->shape + me->rank > m->nint ||
         (uint64_t)me->devices + me->ndevice > m->nint) {
@@ -160,7 +215,7 @@ hash_mesh(const ir_module *m, ir_id id, di_hash *out)
         for (uint32_t d = 0; d < me->ndevice; d++)
             put_i64(&s, m->ints[me->devices + d]);
     }
-    di_sha256_final(&s, out);
+    enc_final(&s, out);
 }
 
 static const di_hash *
@@ -182,8 +237,8 @@ hash_type_node(hasher *h, ir_id x, ir_id region)
     const ir_module *m = h->m;
     const ir_type *ty = &m->types[x];
     int env = 0;
-    di_sha256 s;
-    di_sha256_init(&s);
+    enc s;
+    enc_init(&s);
     if (ty->kind == IR_TYPE_TUPLE) {
         put_str(&s, "tuple");
         if ((uint64_t)ty->elems + ty->nelem > m->nref) {
@@ -242,7 +297,7 @@ hash_type_node(hasher *h, ir_id x, ir_id region)
         put_str(&s, "badtype");
         put_u64(&s, ty->kind);
     }
-    di_sha256_final(&s, &h->tdig[x]);
+    enc_final(&s, &h->tdig[x]);
     h->tstate[x] = env ? TD_ENV : TD_FREE;
     h->tenv[x] = region;
 }
@@ -293,7 +348,7 @@ type_digest(hasher *h, ir_id t, ir_id region)
 
 /* A use of value v in a region at the given level. */
 static void
-put_value(hasher *h, di_sha256 *s, ir_id v, const hframe *f)
+put_value(hasher *h, enc *s, ir_id v, const hframe *f)
 {
     const ir_module *m = h->m;
     const ir_value *val;
@@ -317,6 +372,23 @@ put_value(hasher *h, di_sha256 *s, ir_id v, const hframe *f)
     }
 }
 
+/* A value's initializer data (ONNX weights): absent, or its bytes. */
+static void
+put_init(const hasher *h, enc *s, ir_id v)
+{
+    const ir_module *m = h->m;
+    uint32_t i;
+    if (v == 0 || v >= m->nvalue || (i = m->values[v].init) == 0) {
+        put_u64(s, 0);
+        return;
+    }
+    put_u64(s, 1);
+    if (i >= m->ninit || m->inits[i].off > m->ndata || m->inits[i].len > m->ndata - m->inits[i].off)
+        put_str(s, "malformed");
+    else
+        put_bytes(s, m->data + m->inits[i].off, m->inits[i].len);
+}
+
 static int
 cmp_attr_key(const void *a, const void *b)
 {
@@ -324,7 +396,7 @@ cmp_attr_key(const void *a, const void *b)
 }
 
 static void
-put_attr(hasher *h, di_sha256 *s, const ir_op *o, const ir_attr *a, const hframe *f)
+put_attr(hasher *h, enc *s, const ir_op *o, const ir_attr *a, const hframe *f)
 {
     const ir_module *m = h->m;
     const char *key = str_at(m, a->key);
@@ -381,7 +453,7 @@ put_attr(hasher *h, di_sha256 *s, const ir_op *o, const ir_attr *a, const hframe
 
 /* Attributes in key order (they are kept sorted; a module that is not gets sorted here). */
 static void
-put_attrs(hasher *h, di_sha256 *s, const ir_op *o, const hframe *f)
+put_attrs(hasher *h, enc *s, const ir_op *o, const hframe *f)
 {
     const ir_module *m = h->m;
     const ir_attr *a;
@@ -423,8 +495,8 @@ hash_op(hasher *h, ir_id op, const hframe *f)
 {
     const ir_module *m = h->m;
     const ir_op *o = &m->ops[op];
-    di_sha256 s;
-    di_sha256_init(&s);
+    enc s;
+    enc_init(&s);
     put_str(&s, "op");
     put_u64(&s, o->kind);
     if (o->kind == IR_OP_OPAQUE) {
@@ -453,10 +525,12 @@ hash_op(hasher *h, ir_id op, const hframe *f)
         put_str(&s, "malformed");
     } else {
         put_u64(&s, o->noutput);
-        for (uint32_t i = 0; i < o->noutput; i++)
+        for (uint32_t i = 0; i < o->noutput; i++) {
             put_digest(&s, type_digest(h, m->values[o->outputs + i].type, f->region));
+            put_init(h, &s, o->outputs + i);
+        }
     }
-    di_sha256_final(&s, &h->odig[op]);
+    enc_final(&s, &h->odig[op]);
     h->odone[op] = 1;
 }
 
@@ -466,6 +540,72 @@ cmp_digest(const void *a, const void *b)
     return memcmp(a, b, sizeof(di_hash));
 }
 
+/* The first 8 bytes of a digest as a big-endian number: sorting by it sorts by memcmp. */
+static uint64_t
+digest_prefix(const di_hash *d)
+{
+    uint64_t k = 0;
+    for (int i = 0; i < 8; i++)
+        k = (k << 8) | d->b[i];
+    return k;
+}
+
+typedef struct keyed_digest {
+    uint64_t key;
+    uint32_t index;
+} keyed_digest;
+
+/*
+ * Sorts n digests into memcmp order. Large arrays go through an LSD radix
+ * sort of their 64-bit prefixes (qsort's comparisons cost more than the
+ * hashing), then runs of equal prefixes are put in full order.
+ */
+static void
+sort_digests(di_hash *d, uint32_t n)
+{
+    keyed_digest *a, *b;
+    di_hash *out;
+    if (n < 256) {
+        qsort(d, n, sizeof *d, cmp_digest);
+        return;
+    }
+    a = di_xmalloc(n * sizeof *a);
+    b = di_xmalloc(n * sizeof *b);
+    out = di_xmalloc(n * sizeof *out);
+    for (uint32_t i = 0; i < n; i++) {
+        a[i].key = digest_prefix(&d[i]);
+        a[i].index = i;
+    }
+    for (int shift = 0; shift < 64; shift += 8) {
+        uint32_t count[257];
+        keyed_digest *t;
+        memset(count, 0, sizeof count);
+        for (uint32_t i = 0; i < n; i++)
+            count[((a[i].key >> shift) & 0xff) + 1]++;
+        for (int k = 0; k < 256; k++)
+            count[k + 1] += count[k];
+        for (uint32_t i = 0; i < n; i++)
+            b[count[(a[i].key >> shift) & 0xff]++] = a[i];
+        t = a;
+        a = b;
+        b = t;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = d[a[i].index];
+    for (uint32_t i = 0; i < n;) {
+        uint32_t j = i + 1;
+        while (j < n && a[j].key == a[i].key)
+            j++;
+        if (j - i > 1)
+            qsort(out + i, j - i, sizeof *out, cmp_digest);
+        i = j;
+    }
+    memcpy(d, out, n * sizeof *d);
+    free(a);
+    free(b);
+    free(out);
+}
+
 /* Finishes the region on top of the stack: its digest, then the pending pmap op's. */
 static void
 leave_region(hasher *h)
@@ -473,9 +613,9 @@ leave_region(hasher *h)
     const ir_module *m = h->m;
     hframe f = h->stack[h->nstack - 1];
     const ir_region *reg = &m->regions[f.region];
-    di_sha256 s;
+    enc s;
 
-    di_sha256_init(&s);
+    enc_init(&s);
     put_str(&s, "region");
     put_u64(&s, f.level);
     put_u64(&s, reg->narg);
@@ -483,6 +623,7 @@ leave_region(hasher *h)
         ir_id v = reg->args[i];
         put_digest(&s, (v != 0 && v < m->nvalue) ? type_digest(h, m->values[v].type, f.region)
                                                  : &h->bad);
+        put_init(h, &s, v);
     }
     put_u64(&s, reg->nresult);
     for (uint32_t i = 0; i < reg->nresult; i++)
@@ -492,11 +633,11 @@ leave_region(hasher *h)
         ir_id op = reg->ops[i];
         h->scratch[i] = (op != 0 && op < m->nop && h->odone[op]) ? h->odig[op] : h->bad;
     }
-    qsort(h->scratch, reg->nop, sizeof *h->scratch, cmp_digest);
+    sort_digests(h->scratch, reg->nop);
     put_u64(&s, reg->nop);
     for (uint32_t i = 0; i < reg->nop; i++)
         put_digest(&s, &h->scratch[i]);
-    di_sha256_final(&s, &h->rdig[f.region]);
+    enc_final(&s, &h->rdig[f.region]);
     h->rdone[f.region] = 1;
 
     if (f.bound != 0)
@@ -577,7 +718,8 @@ arrays_ok(const ir_module *m)
            m->ops != NULL && m->nop >= 1 && m->regions != NULL && m->nregion >= 1 &&
            m->meshes != NULL && m->nmesh >= 1 && m->attrs != NULL && m->nattr >= 1 &&
            m->refs != NULL && m->nref >= 1 && m->ints != NULL && m->nint >= 1 &&
-           (m->nfloat == 0 || m->floats != NULL) && (m->ndata == 0 || m->data != NULL);
+           (m->nfloat == 0 || m->floats != NULL) && (m->ndata == 0 || m->data != NULL) &&
+           (m->ninit == 0 || m->inits != NULL);
 }
 
 /* ir_module_entry's choice ("main", else the first named function), reading names safely. */
@@ -600,19 +742,19 @@ entry_function(const ir_module *m)
 static void
 hash_function_digest(const hasher *h, ir_id r, di_hash *out)
 {
-    di_sha256 s;
-    di_sha256_init(&s);
+    enc s;
+    enc_init(&s);
     put_str(&s, "func");
     put_str(&s, str_at(h->m, h->m->regions[r].name));
     put_digest(&s, &h->rdig[r]);
-    di_sha256_final(&s, out);
+    enc_final(&s, out);
 }
 
 void
 ir_hash(const ir_module *m, di_hash *out)
 {
     hasher h;
-    di_sha256 s;
+    enc s;
     ir_id entry;
     di_hash *list;
     uint32_t n = 0;
@@ -642,7 +784,7 @@ ir_hash(const ir_module *m, di_hash *out)
             hash_function(&h, r);
 
     list = di_xmalloc(((size_t)m->nmesh + m->nregion) * sizeof *list);
-    di_sha256_init(&s);
+    enc_init(&s);
     put_str(&s, "distir-module");
     put_u64(&s, HASH_VERSION);
     for (ir_id i = 1; i < m->nmesh; i++)
@@ -669,7 +811,7 @@ ir_hash(const ir_module *m, di_hash *out)
     put_u64(&s, n);
     for (uint32_t i = 0; i < n; i++)
         put_digest(&s, &list[i]);
-    di_sha256_final(&s, out);
+    enc_final(&s, out);
 
     free(list);
     free(h.odig);

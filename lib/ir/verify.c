@@ -98,6 +98,7 @@ typedef struct verifier {
     ir_id *out; /* inferred result types */
     uint32_t cout;
 
+    char vn[128]; /* scratch for value labels in messages */
     schema schemas[IR_NOPKIND];
 } verifier;
 
@@ -133,6 +134,14 @@ value_label(const ir_module *m, ir_id v, char *buf, size_t n)
         snprintf(buf, n, "%%%s", m->chars + m->values[v].name);
     else
         snprintf(buf, n, "#%u", v);
+}
+
+/* The label of v in vf's scratch buffer, for one message at a time. */
+static const char *
+vname(verifier *vf, ir_id v)
+{
+    value_label(vf->m, v, vf->vn, sizeof vf->vn);
+    return vf->vn;
 }
 
 /* A bounded string appender for messages. */
@@ -663,40 +672,69 @@ unbound_devvar(verifier *vf, ir_id t)
     return 0;
 }
 
-/*
- * Checks the type of value v (an argument or a result), described as `what`
- * ("result 0") in messages about op. Returns 1 if it is valid here.
- */
+/* check_value_type's slow path, which explains the problem. */
 static int
-check_value_type(verifier *vf, ir_id op, ir_id v, const char *what)
+check_value_type_slow(verifier *vf, ir_id op, ir_id v, const char *what)
 {
     const ir_module *m = vf->m;
-    char vn[128], why[512];
+    char why[512];
     ir_id t = m->values[v].type, var;
     uint8_t st;
-    value_label(m, v, vn, sizeof vn);
     if (t == 0) {
-        report(vf, op, v, "%s (%s) has no type", what, vn);
+        report(vf, op, v, "%s (%s) has no type", what, vname(vf, v));
         return 0;
     }
     if (t >= vf->ntype0) {
-        report(vf, op, v, "%s (%s) has type id %u, out of range", what, vn, t);
+        report(vf, op, v, "%s (%s) has type id %u, out of range", what, vname(vf, v), t);
         return 0;
     }
     st = type_state(vf, t);
     if (st & TYPE_BAD) {
         type_reason(vf, t, why, sizeof why);
-        report(vf, op, v, "%s (%s) has an invalid type: %s", what, vn, why);
+        report(vf, op, v, "%s (%s) has an invalid type: %s", what, vname(vf, v), why);
         return 0;
+    }
+    if (m->values[v].init != 0) {
+        uint32_t i = m->values[v].init;
+        if (i >= m->ninit || m->inits[i].off > m->ndata ||
+            m->inits[i].len > m->ndata - m->inits[i].off) {
+            report(vf, op, v, "%s (%s): initializer %u out of range", what, vname(vf, v), i);
+            return 0;
+        }
+        if (m->types[t].kind != IR_TYPE_TENSOR || m->inits[i].len != ir_type_bytes(m, t)) {
+            char tt[256];
+            report(vf, op, v,
+                   "%s (%s) has %zu bytes of initializer data but its type %s needs %llu", what,
+                   vname(vf, v), m->inits[i].len, type_text(m, t, tt, sizeof tt),
+                   (unsigned long long)ir_type_bytes(m, t));
+            return 0;
+        }
     }
     if ((st & TYPE_DEVVAR) && (var = unbound_devvar(vf, t)) != 0) {
         char tt[256];
         report(vf, op, v,
                "%s (%s) has type %s on device variable %%%s, which no enclosing dist.pmap binds",
-               what, vn, type_text(m, t, tt, sizeof tt), str_at(m, var));
+               what, vname(vf, v), type_text(m, t, tt, sizeof tt), str_at(m, var));
         return 0;
     }
     return 1;
+}
+
+/*
+ * Checks the type of value v (an argument or a result), described as "word
+ * index" ("result 0") in messages about op. Returns 1 if it is valid here.
+ * Messages are only formatted when there is a problem.
+ */
+static int
+check_value_type(verifier *vf, ir_id op, ir_id v, const char *word, uint32_t index)
+{
+    const ir_module *m = vf->m;
+    ir_id t = m->values[v].type;
+    char what[64];
+    if (t != 0 && t < vf->ntype0 && m->values[v].init == 0 && type_state(vf, t) == TYPE_OK)
+        return 1;
+    snprintf(what, sizeof what, "%s %u", word, index);
+    return check_value_type_slow(vf, op, v, what);
 }
 
 /* Is v's type already known to be valid? (Inputs were checked when they were defined.) */
@@ -904,7 +942,8 @@ check_attr_value(verifier *vf, ir_id op, const ir_attr *a, const char *key)
             report(vf, op, 0, "attribute '%s' has a tuple type", key);
         } else if ((uint64_t)a->off + a->n > m->ndata) {
             report(vf, op, 0, "attribute '%s': data out of range", key);
-        } else if (a->n != ir_type_bytes(m, (ir_id)a->i)) {
+        } else if (a->n != 0 && a->n != ir_type_bytes(m, (ir_id)a->i)) {
+            /* No bytes at all is a constant known only by its type. */
             char tt[256];
             report(vf, op, 0, "attribute '%s' holds %u bytes but its type %s needs %llu", key,
                    a->n, type_text(m, (ir_id)a->i, tt, sizeof tt),
@@ -969,7 +1008,7 @@ check_attrs(verifier *vf, ir_id op)
 
 /* Checks that the tensors of a tuple-typed value sit on distinct devices. */
 static void
-check_tuple_devices(verifier *vf, ir_id op, ir_id v, const char *what)
+check_tuple_devices(verifier *vf, ir_id op, ir_id v, const char *word, uint32_t index)
 {
     const ir_module *m = vf->m;
     const ir_type *ty = &m->types[m->values[v].type];
@@ -997,9 +1036,8 @@ check_tuple_devices(verifier *vf, ir_id op, ir_id v, const char *what)
     }
     (void)nset;
     if (dup >= 0) {
-        char vn[128];
-        value_label(m, v, vn, sizeof vn);
-        report(vf, op, v, "%s (%s) has two elements on device %lld", what, vn, (long long)dup);
+        report(vf, op, v, "%s %u (%s) has two elements on device %lld", word, index, vname(vf, v),
+               (long long)dup);
     }
 }
 
@@ -1014,7 +1052,6 @@ check_devices(verifier *vf, ir_id op)
     const ir_attr *dev = find_attr_kind(m, op, "device", IR_ATTR_INT);
     const ir_attr *axes = find_attr_kind(m, op, "mesh_axes", IR_ATTR_INTS);
     const ir_attr *mesh = find_attr_kind(m, op, "mesh", IR_ATTR_MESH);
-    char vn[128], what[64];
     int devs_ok = 0;
 
     if (devs != NULL) {
@@ -1080,9 +1117,8 @@ check_devices(verifier *vf, ir_id op)
                 continue;
             ty = &m->types[m->values[v].type];
             if (ty->kind == IR_TYPE_TUPLE && ty->nelem != ndev) {
-                value_label(m, v, vn, sizeof vn);
                 report(vf, op, v, "input %u (%s) is a tuple of %u but the pmap runs on %u devices",
-                       i, vn, ty->nelem, ndev);
+                       i, vname(vf, v), ty->nelem, ndev);
             }
         }
     }
@@ -1090,15 +1126,13 @@ check_devices(verifier *vf, ir_id op)
         for (uint32_t i = 0; i < o->ninput; i++) {
             ir_id v = m->refs[o->inputs + i];
             if (v != 0 && v < m->nvalue && value_type_ok(vf, v)) {
-                snprintf(what, sizeof what, "input %u", i);
-                check_tuple_devices(vf, op, v, what);
+                check_tuple_devices(vf, op, v, "input", i);
             }
         }
         for (uint32_t i = 0; i < o->noutput; i++) {
             ir_id v = o->outputs + i;
             if (value_type_ok(vf, v)) {
-                snprintf(what, sizeof what, "result %u", i);
-                check_tuple_devices(vf, op, v, what);
+                check_tuple_devices(vf, op, v, "result", i);
             }
         }
     }
@@ -1164,7 +1198,6 @@ check_op(verifier *vf, ir_id r, ir_id op)
     const ir_op *o = &m->ops[op];
     const ir_opinfo *info;
     int before = vf->count, inputs_ok = 1;
-    char vn[128], what[64];
 
     if (!kind_ok(o->kind)) {
         report(vf, op, 0, "unknown op kind %u", o->kind);
@@ -1211,15 +1244,14 @@ check_op(verifier *vf, ir_id r, ir_id op)
             continue;
         }
         val = &m->values[v];
-        value_label(m, v, vn, sizeof vn);
         if (val->region != r) {
             report(vf, op, v,
                    "input %u (%s) is defined in region %u, not in this op's region %u (values "
                    "are arguments of the region or results of earlier ops in it)",
-                   i, vn, val->region, r);
+                   i, vname(vf, v), val->region, r);
             inputs_ok = 0;
         } else if (!vf->defined[v]) {
-            report(vf, op, v, "input %u (%s) is used before it is defined", i, vn);
+            report(vf, op, v, "input %u (%s) is used before it is defined", i, vname(vf, v));
             inputs_ok = 0;
         } else if (!value_type_ok(vf, v)) {
             inputs_ok = 0; /* reported where it was defined */
@@ -1228,9 +1260,8 @@ check_op(verifier *vf, ir_id r, ir_id op)
     for (uint32_t i = 0; i < o->noutput; i++) {
         ir_id v = o->outputs + i;
         const ir_value *val = &m->values[v];
-        value_label(m, v, vn, sizeof vn);
         if (vf->defined[v]) {
-            report(vf, op, v, "result %u (%s) is defined twice", i, vn);
+            report(vf, op, v, "result %u (%s) is defined twice", i, vname(vf, v));
             continue;
         }
         vf->defined[v] = 1;
@@ -1238,11 +1269,10 @@ check_op(verifier *vf, ir_id r, ir_id op)
             report(vf, op, v,
                    "result %u (%s) records op %u, result %u, region %u; expected op %u, "
                    "result %u, region %u",
-                   i, vn, val->def, val->index, val->region, op, i, r);
+                   i, vname(vf, v), val->def, val->index, val->region, op, i, r);
             continue;
         }
-        snprintf(what, sizeof what, "result %u", i);
-        check_value_type(vf, op, v, what);
+        check_value_type(vf, op, v, "result", i);
     }
     check_devices(vf, op);
 
@@ -1270,7 +1300,7 @@ check_op(verifier *vf, ir_id r, ir_id op)
         }
         return;
     }
-    if (vf->count == before && inputs_ok && o->kind != IR_OP_OPAQUE)
+    if (vf->count == before && inputs_ok)
         check_infer(vf, op);
 }
 
@@ -1282,7 +1312,6 @@ enter_region(verifier *vf, ir_id r, ir_id pmap, int errors)
     const ir_module *m = vf->m;
     const ir_region *reg = &m->regions[r];
     frame *f;
-    char vn[128], what[64];
     const char *argword = pmap ? "body argument" : "argument";
 
     DI_GROW(&vf->stack, &vf->cstack, vf->nstack + 1);
@@ -1307,9 +1336,8 @@ enter_region(verifier *vf, ir_id r, ir_id pmap, int errors)
             report(vf, pmap, 0, "%s %u: value id %u does not exist", argword, i, v);
             continue;
         }
-        value_label(m, v, vn, sizeof vn);
         if (vf->defined[v]) {
-            report(vf, pmap, v, "%s %u (%s) is defined twice", argword, i, vn);
+            report(vf, pmap, v, "%s %u (%s) is defined twice", argword, i, vname(vf, v));
             continue;
         }
         vf->defined[v] = 1;
@@ -1318,11 +1346,10 @@ enter_region(verifier *vf, ir_id r, ir_id pmap, int errors)
             report(vf, pmap, v,
                    "%s %u (%s) records op %u, index %u, region %u; expected an argument of "
                    "region %u at %u",
-                   argword, i, vn, val->def, val->index, val->region, r, i);
+                   argword, i, vname(vf, v), val->def, val->index, val->region, r, i);
             continue;
         }
-        snprintf(what, sizeof what, "%s %u", argword, i);
-        check_value_type(vf, pmap, v, what);
+        check_value_type(vf, pmap, v, argword, i);
     }
 }
 
@@ -1334,7 +1361,6 @@ leave_region(verifier *vf)
     frame f = vf->stack[vf->nstack - 1];
     const ir_region *reg = &m->regions[f.region];
     const char *word = f.pmap ? "body result" : "result";
-    char vn[128];
 
     for (uint32_t i = 0; i < reg->nresult; i++) {
         ir_id v = reg->results[i];
@@ -1342,10 +1368,9 @@ leave_region(verifier *vf)
             report(vf, f.pmap, 0, "%s %u: value id %u does not exist", word, i, v);
             continue;
         }
-        value_label(m, v, vn, sizeof vn);
         if (m->values[v].region != f.region || !vf->defined[v])
             report(vf, f.pmap, v, "%s %u is %s, which is not defined in this region", word, i,
-                   vn);
+                   vname(vf, v));
     }
     if (f.bound != 0)
         vf->bind[f.bound] = f.saved;
@@ -1387,7 +1412,7 @@ arrays_ok(const ir_module *m)
            m->regions != NULL && m->nregion >= 1 && m->meshes != NULL && m->nmesh >= 1 &&
            m->attrs != NULL && m->nattr >= 1 && m->refs != NULL && m->nref >= 1 &&
            m->ints != NULL && m->nint >= 1 && (m->nfloat == 0 || m->floats != NULL) &&
-           (m->ndata == 0 || m->data != NULL);
+           (m->ndata == 0 || m->data != NULL) && (m->ninit == 0 || m->inits != NULL);
 }
 
 static void
