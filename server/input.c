@@ -106,6 +106,12 @@ resolve_hw(const Distir__V1__HardwareRef *ref, srv_hwcache *hc, srv_input *in, d
         hw_model *hw;
         rc = hw_preset(name, &hw, err);
         if (rc != 0) {
+            /* A preset the request names but nobody has is a bad argument, not a lookup. */
+            if (rc == DI_ENOTFOUND) {
+                rc = DI_EINVAL;
+                if (err != NULL)
+                    err->code = rc;
+            }
             di_error_prefix(err, "hardware");
             return rc;
         }

@@ -1,0 +1,598 @@
+/*
+ * test_server_core.c: the daemon's pure parts, without sockets: canonical
+ * strategies and the cache key (server/key.c), the hand-encoded
+ * SimulateReply (server/reply.c, checked by decoding it with protobuf-c),
+ * the worker pool (server/pool.c), and the request pipeline
+ * (server/input.c) on good, malformed, too deep, invalid and over-limit
+ * requests, each with the status its error maps to.
+ */
+/* cmocka needs these four first, in this order. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../server/input.h"
+#include "../server/key.h"
+#include "../server/pool.h"
+#include "../server/reply.h"
+#include "../server/status.h"
+#include "../server/strategy.h"
+#include "distir.pb-c.h"
+#include "ir/pb.h"
+#include "sim/sim.h"
+
+/* tests/ir/seed001_mlp.dir: a two-layer MLP with its backward pass on device 0. */
+static const char mlp_text[] =
+    "func @mlp(%wA: !dist.tensor<4x6xf32, 0>, %wB: !dist.tensor<6x2xf32, 0>, "
+    "%x: !dist.tensor<8x4xf32, 0>, %z: !dist.tensor<8x2xf32, 0>) -> (!dist.tensor<8x2xf32, 0>, "
+    "!dist.tensor<f32, 0>) {\n"
+    "  %a = \"MatMul\"(%x, %wA) : (!dist.tensor<8x4xf32, 0>, !dist.tensor<4x6xf32, 0>) -> "
+    "!dist.tensor<8x6xf32, 0>\n"
+    "  %y = \"MatMul\"(%a, %wB) : (!dist.tensor<8x6xf32, 0>, !dist.tensor<6x2xf32, 0>) -> "
+    "!dist.tensor<8x2xf32, 0>\n"
+    "  %l = \"MSELoss\"(%y, %z) : (!dist.tensor<8x2xf32, 0>, !dist.tensor<8x2xf32, 0>) -> "
+    "!dist.tensor<f32, 0>\n"
+    "  return %y, %l : !dist.tensor<8x2xf32, 0>, !dist.tensor<f32, 0>\n"
+    "}\n";
+
+/* ---------------------------------------------------------------- key */
+
+static di_hash
+key_for(const Distir__V1__Strategy *s, const Distir__V1__SimOptions *o, const char *version)
+{
+    di_hash m, h, k;
+    srv_strategy st;
+    srv_simopts so;
+    di_sha256_once("module", 6, &m);
+    di_sha256_once("hardware", 8, &h);
+    assert_int_equal(srv_strategy_normalize(s, &st, NULL), 0);
+    srv_simopts_normalize(o, &so);
+    srv_cache_key(&m, &h, &st, &so, version, &k);
+    srv_strategy_fini(&st);
+    return k;
+}
+
+static void
+test_key_normalization(void **state)
+{
+    Distir__V1__Strategy a = DISTIR__V1__STRATEGY__INIT, b = DISTIR__V1__STRATEGY__INIT;
+    Distir__V1__SimOptions o1 = DISTIR__V1__SIM_OPTIONS__INIT, o2 = DISTIR__V1__SIM_OPTIONS__INIT;
+    (void)state;
+    di_hash none = key_for(NULL, NULL, SIM_VERSION);
+    /* Absent, all-zero and explicit 1s are the same request. */
+    di_hash zero = key_for(&a, &o1, SIM_VERSION);
+    assert_memory_equal(none.b, zero.b, 32);
+    b.dp = 1;
+    b.tp = 1;
+    b.pp = 1;
+    b.microbatches = 1;
+    b.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE; /* no effect with one stage */
+    di_hash ones = key_for(&b, NULL, SIM_VERSION);
+    assert_memory_equal(none.b, ones.b, 32);
+    /* microbatches 0 means pp; the default schedule with pp > 1 is 1F1B. */
+    a.pp = 4;
+    b.pp = 4;
+    b.microbatches = 4;
+    b.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_1F1B;
+    di_hash ka = key_for(&a, NULL, SIM_VERSION), kb = key_for(&b, NULL, SIM_VERSION);
+    assert_memory_equal(ka.b, kb.b, 32);
+    b.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE;
+    kb = key_for(&b, NULL, SIM_VERSION);
+    assert_memory_not_equal(ka.b, kb.b, 32);
+    /* Each field that changes the result changes the key. */
+    Distir__V1__Strategy c = DISTIR__V1__STRATEGY__INIT;
+    c.dp = 2;
+    di_hash kc = key_for(&c, NULL, SIM_VERSION);
+    assert_memory_not_equal(none.b, kc.b, 32);
+    c.dp = 0;
+    c.zero = 1;
+    kc = key_for(&c, NULL, SIM_VERSION);
+    assert_memory_not_equal(none.b, kc.b, 32);
+    /* timeline_max_points matters only with a timeline. */
+    o1.timeline_max_points = 100;
+    di_hash k1 = key_for(NULL, &o1, SIM_VERSION);
+    assert_memory_equal(none.b, k1.b, 32);
+    o1.want_timeline = 1;
+    o2.want_timeline = 1;
+    k1 = key_for(NULL, &o1, SIM_VERSION);
+    di_hash k2 = key_for(NULL, &o2, SIM_VERSION);
+    assert_memory_not_equal(k1.b, k2.b, 32);
+    assert_memory_not_equal(none.b, k2.b, 32);
+    o2.no_overlap = 1;
+    di_hash k3 = key_for(NULL, &o2, SIM_VERSION);
+    assert_memory_not_equal(k2.b, k3.b, 32);
+    /* A new simulator version invalidates every key. */
+    di_hash kv = key_for(NULL, NULL, "distir-sim-999");
+    assert_memory_not_equal(none.b, kv.b, 32);
+}
+
+static void
+test_strategy_checks(void **state)
+{
+    Distir__V1__Strategy s = DISTIR__V1__STRATEGY__INIT;
+    srv_strategy st;
+    di_error err;
+    (void)state;
+    s.zero = 4;
+    di_error_clear(&err);
+    assert_int_equal(srv_strategy_normalize(&s, &st, &err), DI_ESTRATEGY);
+    assert_non_null(strstr(err.msg, "zero"));
+    s.zero = 0;
+    s.tp = 2;
+    s.n_device_order = 2;
+    uint32_t order[2] = {1, 0};
+    s.device_order = order;
+    assert_int_equal(srv_strategy_normalize(&s, &st, &err), 0);
+    assert_false(srv_strategy_is_trivial(&st));
+    srv_strategy copy;
+    srv_strategy_copy(&copy, &st);
+    assert_int_equal(copy.ndevice_order, 2);
+    assert_int_equal(copy.device_order[0], 1);
+    assert_ptr_not_equal(copy.device_order, st.device_order);
+    /* Until lib/xform lands, a real strategy is UNIMPLEMENTED, in one place. */
+    ir_module *m = ir_module_new();
+    const ir_module *out;
+    ir_module *owned;
+    di_error_clear(&err);
+    int rc = srv_strategy_apply(m, &st, &out, &owned, &err);
+    assert_int_equal(rc, DI_EUNSUPPORTED);
+    assert_int_equal(srv_status_from_code(rc), GRPC_STATUS_UNIMPLEMENTED);
+    assert_string_equal(err.msg, "strategy transforms are not available yet");
+    srv_strategy_fini(&st);
+    srv_strategy_fini(&copy);
+    assert_int_equal(srv_strategy_normalize(NULL, &st, NULL), 0);
+    assert_true(srv_strategy_is_trivial(&st));
+    assert_int_equal(srv_strategy_apply(m, &st, &out, &owned, NULL), 0);
+    assert_ptr_equal(out, m);
+    assert_null(owned);
+    ir_module_free(m);
+}
+
+/* ---------------------------------------------------------------- reply */
+
+static Distir__V1__SimulateReply *
+decode_reply(grpc_byte_buffer *bb)
+{
+    grpc_slice s;
+    assert_int_equal(srv_buffer_read(bb, &s), 0);
+    Distir__V1__SimulateReply *r = distir__v1__simulate_reply__unpack(
+        NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    grpc_slice_unref(s);
+    grpc_byte_buffer_destroy(bb);
+    assert_non_null(r);
+    return r;
+}
+
+static void
+test_reply_encoding(void **state)
+{
+    (void)state;
+    /* A SimResult of some size, packed the way workers and the cache hold it. */
+    Distir__V1__SimResult res = DISTIR__V1__SIM_RESULT__INIT;
+    res.step_time_s = 1.25;
+    res.peak_memory_bytes = 123456789012ull;
+    res.ops = 300;
+    res.simulator_version = (char *)SIM_VERSION;
+    size_t n = distir__v1__sim_result__get_packed_size(&res);
+    uint8_t *packed = malloc(n);
+    distir__v1__sim_result__pack(&res, packed);
+    char key[65];
+    memset(key, 'a', 64);
+    key[64] = '\0';
+
+    Distir__V1__SimulateReply *r =
+        decode_reply(srv_reply_simulate(packed, n, DISTIR__V1__CACHE_STATUS__CACHE_HIT, key, 0,
+                                        NULL, 0));
+    assert_non_null(r->result);
+    assert_true(r->result->step_time_s == 1.25);
+    assert_int_equal(r->result->peak_memory_bytes, 123456789012ull);
+    assert_int_equal(r->result->ops, 300);
+    assert_string_equal(r->result->simulator_version, SIM_VERSION);
+    assert_int_equal(r->cache, DISTIR__V1__CACHE_STATUS__CACHE_HIT);
+    assert_string_equal(r->cache_key, key);
+    assert_int_equal(r->index, 0);
+    assert_int_equal(r->error_code, 0);
+    /* The encoding is the canonical one: protobuf-c packs the same bytes. */
+    {
+        size_t m = distir__v1__simulate_reply__get_packed_size(r);
+        uint8_t *again = malloc(m);
+        distir__v1__simulate_reply__pack(r, again);
+        grpc_slice s;
+        grpc_byte_buffer *bb = srv_reply_simulate(packed, n, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
+                                                  key, 0, NULL, 0);
+        assert_int_equal(srv_buffer_read(bb, &s), 0);
+        assert_int_equal(GRPC_SLICE_LENGTH(s), m);
+        assert_memory_equal(GRPC_SLICE_START_PTR(s), again, m);
+        grpc_slice_unref(s);
+        grpc_byte_buffer_destroy(bb);
+        free(again);
+    }
+    distir__v1__simulate_reply__free_unpacked(r, NULL);
+
+    /* A batch error entry: no result, an index beyond one varint byte, a code. */
+    r = decode_reply(srv_reply_simulate(NULL, 0, 0, NULL, 300, "strategy: no", 12));
+    assert_null(r->result);
+    assert_int_equal(r->index, 300);
+    assert_string_equal(r->error, "strategy: no");
+    assert_int_equal(r->error_code, 12);
+    assert_int_equal(r->cache, DISTIR__V1__CACHE_STATUS__CACHE_NONE);
+    distir__v1__simulate_reply__free_unpacked(r, NULL);
+
+    /* A result longer than 127 bytes needs a two-byte length. */
+    uint8_t *big = calloc(1, 20000);
+    Distir__V1__SimResult res2 = DISTIR__V1__SIM_RESULT__INIT;
+    res2.simulator_version = (char *)"x";
+    char *ver = malloc(19000);
+    memset(ver, 'v', 18999);
+    ver[18999] = '\0';
+    res2.simulator_version = ver;
+    size_t n2 = distir__v1__sim_result__pack(&res2, big);
+    r = decode_reply(srv_reply_simulate(big, n2, DISTIR__V1__CACHE_STATUS__CACHE_MISS, key, 1,
+                                        NULL, 0));
+    assert_int_equal(strlen(r->result->simulator_version), 18999);
+    assert_int_equal(r->index, 1);
+    distir__v1__simulate_reply__free_unpacked(r, NULL);
+    free(ver);
+    free(big);
+    free(packed);
+}
+
+/* ---------------------------------------------------------------- pool */
+
+typedef struct count_job {
+    pool_job pj;
+    atomic_int *ran;
+    atomic_int *done;
+    unsigned worker;
+    char stack_probe_ok;
+} count_job;
+
+static atomic_int inits, finis;
+
+static int
+count_init(pool_worker *w, void *ctx, di_error *err)
+{
+    (void)ctx;
+    (void)err;
+    w->local = (void *)(uintptr_t)(w->index + 100);
+    atomic_fetch_add(&inits, 1);
+    return 0;
+}
+
+static void
+count_fini(pool_worker *w, void *ctx)
+{
+    (void)ctx;
+    assert_int_equal((uintptr_t)w->local, w->index + 100);
+    atomic_fetch_add(&finis, 1);
+}
+
+static void
+count_run(pool_job *pj, pool_worker *w)
+{
+    count_job *j = (count_job *)pj;
+    pthread_attr_t attr;
+    size_t stack = 0;
+    j->worker = w->index;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        pthread_attr_getstacksize(&attr, &stack);
+        pthread_attr_destroy(&attr);
+    }
+    j->stack_probe_ok = stack >= (8u << 20);
+    atomic_fetch_add(j->ran, 1);
+}
+
+static void
+count_done(pool_job *pj)
+{
+    count_job *j = (count_job *)pj;
+    atomic_fetch_add(j->done, 1);
+}
+
+static void
+test_pool(void **state)
+{
+    pool *p;
+    pool_config cfg = {3, 8u << 20, count_init, count_fini, NULL};
+    atomic_int ran = 0, done = 0;
+    count_job jobs[200];
+    (void)state;
+    atomic_store(&inits, 0);
+    atomic_store(&finis, 0);
+    assert_int_equal(pool_new(&cfg, &p, NULL), 0);
+    assert_int_equal(atomic_load(&inits), 3);
+    assert_int_equal(pool_size(p), 3);
+    for (int i = 0; i < 200; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].pj.run = count_run;
+        jobs[i].pj.done = count_done;
+        jobs[i].ran = &ran;
+        jobs[i].done = &done;
+        pool_submit(p, &jobs[i].pj);
+    }
+    /* pool_free finishes every queued job before the threads exit. */
+    pool_free(p);
+    assert_int_equal(atomic_load(&ran), 200);
+    assert_int_equal(atomic_load(&done), 200);
+    assert_int_equal(atomic_load(&finis), 3);
+    for (int i = 0; i < 200; i++) {
+        assert_true(jobs[i].worker < 3);
+        assert_true(jobs[i].stack_probe_ok);
+    }
+}
+
+static int
+failing_init(pool_worker *w, void *ctx, di_error *err)
+{
+    (void)ctx;
+    if (w->index == 1)
+        return di_error_set(err, DI_EIO, "worker %u cannot open its database", w->index);
+    return 0;
+}
+
+static void
+test_pool_init_failure(void **state)
+{
+    pool *p = (pool *)1;
+    pool_config cfg = {2, 1u << 20, failing_init, NULL, NULL};
+    di_error err;
+    (void)state;
+    di_error_clear(&err);
+    assert_int_equal(pool_new(&cfg, &p, &err), DI_EIO);
+    assert_null(p);
+    assert_non_null(strstr(err.msg, "worker 1"));
+    cfg.nthreads = 0;
+    assert_int_equal(pool_new(&cfg, &p, &err), DI_EINVAL);
+}
+
+/* ---------------------------------------------------------------- input */
+
+static ir_module *
+mlp(void)
+{
+    ir_module *m = NULL;
+    di_error err;
+    di_error_clear(&err);
+    if (ir_parse(mlp_text, strlen(mlp_text), &m, &err) != 0)
+        fail_msg("parse: %s", err.msg);
+    return m;
+}
+
+/* Packs a SimulateRequest for m on a preset; the caller frees the bytes. */
+static uint8_t *
+request_bytes(Distir__V1__Module *pm, const char *preset, size_t *len)
+{
+    Distir__V1__SimulateRequest req = DISTIR__V1__SIMULATE_REQUEST__INIT;
+    Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
+    req.module = pm;
+    if (preset != NULL) {
+        ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
+        ref.preset = (char *)preset;
+        req.hardware = &ref;
+    }
+    *len = distir__v1__simulate_request__get_packed_size(&req);
+    uint8_t *b = malloc(*len + 1);
+    distir__v1__simulate_request__pack(&req, b);
+    return b;
+}
+
+static void
+limits(srv_limits *l)
+{
+    ir_limits_default(&l->ir);
+    l->max_batch = 16;
+}
+
+static int
+decode(int kind, const uint8_t *b, size_t len, const srv_limits *l, srv_request *r, di_error *err)
+{
+    di_error_clear(err);
+    return srv_request_decode(kind, b, len, l, NULL, r, err);
+}
+
+static void
+test_input_good(void **state)
+{
+    srv_limits l;
+    srv_request r;
+    di_error err;
+    size_t len;
+    (void)state;
+    limits(&l);
+    ir_module *m = mlp();
+    Distir__V1__Module *pm = ir_to_proto(m);
+    uint8_t *b = request_bytes(pm, "a100-dgx", &len);
+    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), 0);
+    assert_non_null(r.input);
+    assert_int_equal(r.ncand, 1);
+    assert_int_equal(r.cands[0].rc, 0);
+    assert_true(srv_strategy_is_trivial(&r.cands[0].strategy));
+    assert_int_equal(r.input->module->nop, m->nop);
+    di_hash h;
+    ir_hash(m, &h);
+    assert_memory_equal(h.b, r.input->module_hash.b, 32);
+    assert_non_null(r.input->hw);
+    assert_string_equal(r.input->hw_name, "a100-dgx");
+    /* Simulating the decoded input gives the in-process result bit for bit. */
+    sim_options o;
+    sim_result *a, *c;
+    uint8_t *pa, *pc;
+    size_t na, nc;
+    sim_options_default(&o);
+    assert_int_equal(sim_run(r.input->module, r.input->hw, &o, &a, NULL, NULL, &err), 0);
+    assert_int_equal(sim_run(m, r.input->hw, &o, &c, NULL, NULL, &err), 0);
+    assert_int_equal(sim_result_pack(a, &pa, &na), 0);
+    assert_int_equal(sim_result_pack(c, &pc, &nc), 0);
+    assert_int_equal(na, nc);
+    assert_memory_equal(pa, pc, na);
+    di_free(pa);
+    di_free(pc);
+    sim_result_free(a);
+    sim_result_free(c);
+    srv_request_fini(&r);
+    free(b);
+
+    /* A batch: per-candidate strategy errors do not fail the request. */
+    Distir__V1__SimulateBatchRequest breq = DISTIR__V1__SIMULATE_BATCH_REQUEST__INIT;
+    Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
+    Distir__V1__Strategy s0 = DISTIR__V1__STRATEGY__INIT, s1 = DISTIR__V1__STRATEGY__INIT;
+    Distir__V1__Strategy *ss[2] = {&s0, &s1};
+    s1.zero = 9;
+    ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
+    ref.preset = (char *)"h100-dgx";
+    breq.module = pm;
+    breq.hardware = &ref;
+    breq.n_strategies = 2;
+    breq.strategies = ss;
+    len = distir__v1__simulate_batch_request__get_packed_size(&breq);
+    b = malloc(len);
+    distir__v1__simulate_batch_request__pack(&breq, b);
+    assert_int_equal(decode(SRV_REQ_BATCH, b, len, &l, &r, &err), 0);
+    assert_int_equal(r.ncand, 2);
+    assert_int_equal(r.cands[0].rc, 0);
+    assert_int_equal(r.cands[1].rc, DI_ESTRATEGY);
+    assert_non_null(strstr(r.cands[1].error, "zero"));
+    srv_request_fini(&r);
+    /* Over the batch limit: RESOURCE_EXHAUSTED. */
+    l.max_batch = 1;
+    assert_int_equal(decode(SRV_REQ_BATCH, b, len, &l, &r, &err), DI_ETOOBIG);
+    assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "limit"));
+    free(b);
+    ir_proto_free(pm);
+    ir_module_free(m);
+}
+
+static void
+test_input_errors(void **state)
+{
+    srv_limits l;
+    srv_request r;
+    di_error err;
+    size_t len;
+    (void)state;
+    limits(&l);
+    ir_module *m = mlp();
+    Distir__V1__Module *pm = ir_to_proto(m);
+
+    /* Malformed bytes. */
+    const uint8_t junk[] = {0x0a, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
+    assert_int_not_equal(decode(SRV_REQ_SIMULATE, junk, sizeof junk, &l, &r, &err), 0);
+    assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "request"));
+    assert_null(r.input);
+
+    /* No hardware. */
+    uint8_t *b = request_bytes(pm, NULL, &len);
+    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "hardware"));
+    free(b);
+    /* An unknown preset. */
+    b = request_bytes(pm, "no-such-gpu", &len);
+    assert_int_not_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), 0);
+    assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "hardware"));
+    free(b);
+    /* No module. */
+    b = request_bytes(NULL, "a100-dgx", &len);
+    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "no module"));
+    free(b);
+
+    /* Over the op limit: RESOURCE_EXHAUSTED before the module is built. */
+    b = request_bytes(pm, "a100-dgx", &len);
+    l.ir.max_ops = 2;
+    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), DI_ETOOBIG);
+    assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "ops"));
+    limits(&l);
+    l.ir.max_values = 3;
+    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), DI_ETOOBIG);
+    assert_non_null(strstr(err.msg, "values"));
+    limits(&l);
+    free(b);
+
+    /* An invalid module: MatMul with one input. */
+    Distir__V1__Region *body = pm->functions[0]->body;
+    size_t saved = body->ops[0]->n_inputs;
+    body->ops[0]->n_inputs = 1;
+    b = request_bytes(pm, "a100-dgx", &len);
+    body->ops[0]->n_inputs = saved;
+    assert_int_not_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), 0);
+    assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "module"));
+    assert_non_null(strstr(err.msg, "MatMul"));
+    free(b);
+    ir_proto_free(pm);
+    ir_module_free(m);
+}
+
+/* Appends a length-delimited field to out. */
+static size_t
+wrap(uint8_t *out, uint8_t tag, const uint8_t *inner, size_t n)
+{
+    size_t k = 0;
+    out[k++] = tag;
+    size_t v = n;
+    while (v >= 0x80) {
+        out[k++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[k++] = (uint8_t)v;
+    memmove(out + k, inner, n);
+    return k + n;
+}
+
+static void
+test_input_too_deep(void **state)
+{
+    srv_limits l;
+    srv_request r;
+    di_error err;
+    (void)state;
+    limits(&l);
+    /* Region{ops: Op{body: Region{ops: ...}}} nested 1000 times, inside a function and a module. */
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *a = calloc(1, cap), *b = calloc(1, cap);
+    for (int i = 0; i < 1000; i++) {
+        n = wrap(b, 0x2a, a, n); /* Op.body = 5 */
+        n = wrap(a, 0x12, b, n); /* Region.ops = 2 */
+    }
+    n = wrap(b, 0x12, a, n); /* Function.body = 2 */
+    n = wrap(a, 0x22, b, n); /* Module.functions = 4 */
+    n = wrap(b, 0x0a, a, n); /* SimulateRequest.module = 1 */
+    assert_int_equal(decode(SRV_REQ_SIMULATE, b, n, &l, &r, &err), DI_ETOODEEP);
+    assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "deep"));
+    free(a);
+    free(b);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_normalization),
+        cmocka_unit_test(test_strategy_checks),
+        cmocka_unit_test(test_reply_encoding),
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool_init_failure),
+        cmocka_unit_test(test_input_good),
+        cmocka_unit_test(test_input_errors),
+        cmocka_unit_test(test_input_too_deep),
+    };
+    grpc_init();
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    grpc_shutdown_blocking();
+    return rc;
+}
