@@ -844,7 +844,8 @@ test_placement_rules(void **state)
                "inputs in different places: input 0 on no device, input 1 on device 0");
     EXPECT_ERR(m, mkop(m, f, IR_OP_ADD, NIDS(v, d0), 1),
                "input 0 on device variable d, input 1 on device 0");
-    EXPECT_ERR(m, mkop(m, f, IR_OP_ADD, NIDS(dt, d0), 1), "input 0 on mesh @m, input 1 on device 0");
+    EXPECT_ERR(m, mkop(m, f, IR_OP_ADD, NIDS(dt, d0), 1),
+               "input 0 on mesh @m, input 1 on device 0");
     ir_module_free(m);
 }
 

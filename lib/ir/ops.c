@@ -2631,6 +2631,9 @@ ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err)
     if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND)
         return di_error_set(err, DI_EVERIFY, "op %u has an invalid kind %u", op, o->kind);
     info = &ir_opinfos[o->kind];
+    if ((uint64_t)o->inputs + o->ninput > m->nref ||
+        (o->noutput > 0 && (uint64_t)o->outputs + o->noutput > m->nvalue))
+        return di_error_set(err, DI_EVERIFY, "op %u has operands out of range", op);
     if (o->ninput < (uint32_t)info->min_in ||
         (info->max_in >= 0 && o->ninput > (uint32_t)info->max_in))
         return fail(m, op, err, "has %u inputs, expected %d..%d", o->ninput, info->min_in,
@@ -2650,9 +2653,18 @@ ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err)
 void
 ir_op_cost(const ir_module *m, ir_id op, ir_cost *c)
 {
+    const ir_op *o;
     memset(c, 0, sizeof *c);
-    if (op == 0 || op >= m->nop || m->ops[op].kind == IR_OP_NONE ||
-        m->ops[op].kind >= IR_NOPKIND || (ir_opinfos[m->ops[op].kind].flags & IR_OPF_FREE))
+    if (op == 0 || op >= m->nop)
         return;
+    o = &m->ops[op];
+    if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND || (ir_opinfos[o->kind].flags & IR_OPF_FREE))
+        return;
+    if ((uint64_t)o->inputs + o->ninput > m->nref ||
+        (o->noutput > 0 && (uint64_t)o->outputs + o->noutput > m->nvalue))
+        return;
+    for (uint32_t i = 0; i < o->ninput; i++)
+        if (ir_op_input(m, op, i) >= m->nvalue)
+            return;
     ir_opinfos[m->ops[op].kind].cost(m, op, c);
 }
