@@ -1,0 +1,117 @@
+#!/bin/sh
+# test_daemon.sh: distird through the C client (distir simulate --server,
+# distir info). Checks: a remote simulation equals the in-process one bit for
+# bit (JSON without the cache fields); the second identical call is a cache
+# hit with the same key; the cache survives a restart; requests decoded on a
+# worker (--inline-decode-kb 0) give the same answers; a module over
+# --max-ops is RESOURCE_EXHAUSTED; a 50 ms deadline on a slow job ends
+# DEADLINE_EXCEEDED and the worker stops early; SIGTERM with a call in
+# flight lets it finish, exits 0 and leaves the database intact.
+. tests/integration/lib.sh
+
+MLP=tests/ir/seed001_mlp.dir
+MLP_DP=tests/ir/seed001_mlp_dp.dir
+T="timeout 60"
+
+$T "$DISTIR" simulate $MLP --hw a100-dgx --json >"$TMP/inproc.json" || fail "in-process simulate"
+$T "$DISTIR" simulate $MLP_DP --hw a100-dgx:2 --json >"$TMP/inproc_dp.json" ||
+    fail "in-process simulate (dp)"
+
+start_daemon main || { fail "daemon start"; finish; }
+echo "# daemon at $ADDR"
+
+$T "$DISTIR" simulate $MLP --hw a100-dgx --server "$ADDR" --json >"$TMP/r1.json"
+check "remote simulate succeeds" [ $? -eq 0 ]
+check "first call is a cache miss" grep -q '^{"cache":"miss","cache_key":"[0-9a-f]\{64\}"' "$TMP/r1.json"
+strip_cache "$TMP/r1.json" >"$TMP/r1.stripped"
+check "remote result equals the in-process result bit for bit" cmp -s "$TMP/r1.stripped" "$TMP/inproc.json"
+
+$T "$DISTIR" simulate $MLP --hw a100-dgx --server "$ADDR" --json >"$TMP/r2.json"
+check "second call is a cache hit" grep -q '^{"cache":"hit"' "$TMP/r2.json"
+key1=$(sed -n 's/.*"cache_key":"\([0-9a-f]*\)".*/\1/p' "$TMP/r1.json")
+key2=$(sed -n 's/.*"cache_key":"\([0-9a-f]*\)".*/\1/p' "$TMP/r2.json")
+check "hit and miss share the cache key" test -n "$key1" -a "$key1" = "$key2"
+strip_cache "$TMP/r2.json" >"$TMP/r2.stripped"
+check "cache hit equals the in-process result bit for bit" cmp -s "$TMP/r2.stripped" "$TMP/inproc.json"
+
+$T "$DISTIR" simulate $MLP_DP --hw a100-dgx:2 --server "$ADDR" --json >"$TMP/dp.json"
+strip_cache "$TMP/dp.json" >"$TMP/dp.stripped"
+check "a second model (two devices) round-trips bit for bit" cmp -s "$TMP/dp.stripped" "$TMP/inproc_dp.json"
+check "other hardware is another key" [ "$(sed -n 's/.*"cache_key":"\([0-9a-f]*\)".*/\1/p' "$TMP/dp.json")" != "$key1" ]
+
+$T "$DISTIR" info --server "$ADDR" --json >"$TMP/info.json"
+check "info reports 2 cache entries" grep -q '"cache_entries":2' "$TMP/info.json"
+check "info reports 1 hit and 2 misses" grep -q '"cache_hits":1,"cache_misses":2' "$TMP/info.json"
+$T "$DISTIR" info --server "$ADDR" >"$TMP/info.txt"
+check "info prints the simulator version" grep -q '^simulator_version  distir-sim-' "$TMP/info.txt"
+
+stop_daemon
+check "SIGTERM: distird exits 0" [ $? -eq 0 ]
+check "database integrity_check is ok" integrity_ok "$TMP/main.db"
+check "no WAL left after a clean close" [ ! -s "$TMP/main.db-wal" ]
+
+# Restart on the same database: the cache survived.
+start_daemon main || { fail "daemon restart"; finish; }
+$T "$DISTIR" simulate $MLP --hw a100-dgx --server "$ADDR" --json >"$TMP/r3.json"
+check "after a restart the call is a cache hit" grep -q "^{\"cache\":\"hit\",\"cache_key\":\"$key1\"" "$TMP/r3.json"
+strip_cache "$TMP/r3.json" >"$TMP/r3.stripped"
+check "restored result equals the in-process result" cmp -s "$TMP/r3.stripped" "$TMP/inproc.json"
+stop_daemon
+check "second run exits 0" [ $? -eq 0 ]
+
+# Every request decoded on a worker: hits through the worker's own connection.
+start_daemon main --inline-decode-kb 0 || { fail "daemon start (worker decode)"; finish; }
+$T "$DISTIR" simulate $MLP --hw a100-dgx --server "$ADDR" --json >"$TMP/w1.json"
+check "worker-decoded request hits the cache" grep -q "^{\"cache\":\"hit\",\"cache_key\":\"$key1\"" "$TMP/w1.json"
+$T "$DISTIR" simulate $MLP --hw h100-dgx --server "$ADDR" --json >"$TMP/w2.json"
+check "worker-decoded new request is a miss" grep -q '^{"cache":"miss"' "$TMP/w2.json"
+$T "$DISTIR" simulate $MLP --hw h100-dgx --json >"$TMP/w2.inproc"
+strip_cache "$TMP/w2.json" >"$TMP/w2.stripped"
+check "worker-decoded result equals the in-process result" cmp -s "$TMP/w2.stripped" "$TMP/w2.inproc"
+stop_daemon
+check "worker-decode run exits 0" [ $? -eq 0 ]
+
+# Limits: a module over --max-ops.
+start_daemon small --max-ops 3 || { fail "daemon start (max-ops)"; finish; }
+$T "$DISTIR" simulate $MLP --hw a100-dgx --server "$ADDR" --json >"$TMP/big.json" 2>"$TMP/big.err"
+rc=$?
+check "over-limit module fails (exit 1)" [ $rc -eq 1 ]
+check "over-limit module is RESOURCE_EXHAUSTED with a message" grep -q 'RESOURCE_EXHAUSTED: module: .*ops' "$TMP/big.err"
+stop_daemon
+check "max-ops daemon exits 0" [ $? -eq 0 ]
+
+# Deadlines: every job first sleeps 5 s (polling its cancel flag).
+start_daemon slow --test-delay-ms 5000 || { fail "daemon start (slow)"; finish; }
+t0=$(date +%s%N)
+$T "$DISTIR" simulate $MLP --hw a100-dgx --server "$ADDR" --timeout-ms 50 >"$TMP/dl.out" 2>"$TMP/dl.err"
+rc=$?
+t1=$(date +%s%N)
+check "50 ms deadline: the call fails" [ $rc -eq 1 ]
+check "50 ms deadline: status DEADLINE_EXCEEDED" grep -q 'DEADLINE_EXCEEDED' "$TMP/dl.err"
+check "50 ms deadline: the client returns within 2 s" [ $(((t1 - t0) / 1000000)) -lt 2000 ]
+i=0
+while ! grep -q 'event=job_cancelled' "$TMP/slow.log" && [ $i -lt 40 ]; do sleep 0.05; i=$((i + 1)); done
+check "the worker job was cancelled" grep -q 'event=job_cancelled' "$TMP/slow.log"
+ms=$(sed -n 's/.*event=job_cancelled .*run_ms=\([0-9]*\).*/\1/p' "$TMP/slow.log" | head -n 1)
+check "the worker stopped long before its 5 s delay (ran ${ms:-?} ms)" test "${ms:-99999}" -lt 1500
+check "the cancelled call was logged as a deadline" grep -q 'event=call_cancelled method=Simulate reason=deadline' "$TMP/slow.log"
+stop_daemon
+check "slow daemon exits 0" [ $? -eq 0 ]
+
+# SIGTERM while a call is in flight: it drains, then exits 0.
+start_daemon drain --test-delay-ms 700 || { fail "daemon start (drain)"; finish; }
+$T "$DISTIR" simulate $MLP --hw a100-dgx --server "$ADDR" --json >"$TMP/d.json" 2>"$TMP/d.err" &
+cpid=$!
+sleep 0.3
+stop_daemon
+rc=$?
+wait $cpid
+crc=$?
+check "SIGTERM with a call in flight: distird exits 0" [ $rc -eq 0 ]
+check "the in-flight call exits 0" [ $crc -eq 0 ]
+check "the in-flight call still got its result" grep -q '^{"cache":"miss"' "$TMP/d.json"
+check "the drained result was stored" [ "$(sqlite3 "$TMP/drain.db" 'SELECT count(*) FROM results')" = 1 ]
+check "database intact after the drain" integrity_ok "$TMP/drain.db"
+check "log shows the shutdown sequence" grep -q 'event=drained' "$TMP/drain.log"
+
+finish
