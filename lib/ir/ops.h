@@ -47,6 +47,7 @@
     X(GELU, "Gelu", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, gelu)                                   \
     X(TANH, "Tanh", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                              \
     X(SIGMOID, "Sigmoid", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                        \
+    X(ERF, "Erf", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                                \
     X(IDENTITY, "Identity", 1, 1, 1, 1, IR_OPF_FREE, "", same, none)                               \
     X(CAST, "Cast", 1, 1, 1, 1, IR_OPF_ELEMWISE, "to:i", cast, elemwise)                           \
     X(DROPOUT, "Dropout", 1, 1, 1, 2, 0, "ratio:f? seed:i?", dropout, elemwise)                    \
