@@ -214,7 +214,7 @@ read_regular(const char *path, uint8_t **data, size_t *len, di_error *err)
     return di_read_file(path, CSV_MAX_BYTES, data, len, err);
 }
 
-/* An error at a line of a calibration file: "path:LINE: message", with err->line set. */
+/* An error at a line of a calibration file: "path:LINE: message". */
 static int csv_error(di_error *err, int code, const char *path, uint32_t line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
@@ -226,10 +226,8 @@ csv_error(di_error *err, int code, const char *path, uint32_t line, const char *
     va_start(ap, fmt);
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    di_error_set(err, code, "%s:%u: %s", path, line, tmp);
-    if (err)
-        err->line = line;
-    return code;
+    /* err->line stays 0: the position is in another file than any JSON that named this one. */
+    return di_error_set(err, code, "%s:%u: %s", path, line, tmp);
 }
 
 /* One line of a buffer at a time: [*pos, end of line) without the newline or a trailing CR. */

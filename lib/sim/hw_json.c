@@ -737,7 +737,7 @@ put_calibration(di_buf *b, const hw_model *hw)
                           t->inter_node ? "true" : "false");
             for (uint32_t j = 0; j < t->npoint; j++) {
                 di_buf_puts(b, "        [");
-                di_buf_double(b, t->bytes[j]);
+                put_number(b, t->bytes[j], 1);
                 di_buf_puts(b, ", ");
                 di_buf_double(b, t->seconds[j]);
                 di_buf_puts(b, j + 1 < t->npoint ? "],\n" : "]\n");
