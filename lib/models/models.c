@@ -1,0 +1,332 @@
+/*
+ * models.c: the op builder shared by the generators, the GPT presets, the
+ * parameter formulas, and the MLP generator (models.h). The GPT generator is
+ * in gpt.c.
+ *
+ * The builder adds an op, lets the caller set its attributes, then types it
+ * with ir_op_infer (so a generator bug is a shape-inference message, never a
+ * silently ill-typed module) and tags it with the dist.* attributes from the
+ * builder's current state. Errors are sticky: after the first one every call
+ * returns 0 and adds nothing, so a generator checks b->rc once at the end.
+ */
+#include "models/models.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the builder ---- */
+
+void
+models_builder_init(models_builder *b, ir_module *m, const char *func, di_error *err)
+{
+    memset(b, 0, sizeof *b);
+    b->m = m;
+    b->func = ir_func_new(m, func);
+    b->device = 0;
+    b->annotate = 1;
+    b->layer = -1;
+    b->seq = -1;
+    b->err = err;
+}
+
+ir_id
+models_arg(models_builder *b, const char *name, ir_dtype dt, uint32_t rank, const int64_t *dims)
+{
+    if (b->rc != 0)
+        return 0;
+    return ir_region_add_arg(b->m, b->func, ir_type_tensor(b->m, dt, rank, dims, b->device),
+                             name);
+}
+
+ir_id
+models_begin(models_builder *b, int kind, uint32_t nin, const ir_id *in, uint32_t nout,
+             const char *name)
+{
+    const char *names[8];
+    if (b->rc != 0)
+        return 0;
+    for (uint32_t i = 0; i < nin; i++)
+        if (in[i] == 0) {
+            b->rc = di_error_set(b->err, DI_EINTERNAL, "model: %s input %u is missing",
+                                 ir_opkind_name(kind), i);
+            return 0;
+        }
+    for (uint32_t i = 0; i < nout && i < 8; i++)
+        names[i] = name;
+    return ir_op_add(b->m, b->func, kind, nin, in, nout, NULL, nout <= 8 ? names : NULL);
+}
+
+ir_id
+models_end(models_builder *b, ir_id op)
+{
+    ir_module *m = b->m;
+    ir_id types[8];
+    int64_t seq = b->seq;
+    int rc;
+    b->seq = -1;
+    if (op == 0 || b->rc != 0)
+        return 0;
+    if (m->ops[op].noutput > 8) {
+        b->rc = di_error_set(b->err, DI_EINTERNAL, "model: too many results");
+        return 0;
+    }
+    if ((rc = ir_op_infer(m, op, types, b->err)) != 0) {
+        di_error_prefix(b->err, "model");
+        b->rc = rc;
+        return 0;
+    }
+    for (uint32_t i = 0; i < m->ops[op].noutput; i++)
+        m->values[m->ops[op].outputs + i].type = types[i];
+    if (b->annotate) {
+        ir_op_set_int(m, op, "dist.layer", b->layer);
+        ir_op_set_string(m, op, "dist.phase", "forward");
+        if (b->part)
+            ir_op_set_string(m, op, "dist.part", b->part);
+        if (b->tp)
+            ir_op_set_string(m, op, "dist.tp", b->tp);
+        if (seq >= 0)
+            ir_op_set_int(m, op, "dist.seq", seq);
+    }
+    return m->ops[op].noutput ? m->ops[op].outputs : 0;
+}
+
+ir_id
+models_op(models_builder *b, int kind, uint32_t nin, const ir_id *in, const char *name)
+{
+    return models_end(b, models_begin(b, kind, nin, in, 1, name));
+}
+
+ir_id
+models_scalar(models_builder *b, ir_dtype dt, double v)
+{
+    uint8_t bytes[8];
+    uint32_t n = xform_scalar_bytes(dt, v, bytes);
+    ir_id op = models_begin(b, IR_OP_CONSTANT, 0, NULL, 1, "c");
+    if (op)
+        ir_op_set_tensor(b->m, op, "value", ir_type_tensor(b->m, dt, 0, NULL, IR_DEVICE_NONE),
+                         bytes, n);
+    return models_end(b, op);
+}
+
+/* ---- defaults, presets and formulas ---- */
+
+void
+models_train_init(models_train *t)
+{
+    memset(t, 0, sizeof *t);
+    t->optimizer = XFORM_OPTIM_SGD;
+    t->lr = 0.01;
+    t->annotate = 1;
+}
+
+void
+models_mlp_init(models_mlp *c)
+{
+    memset(c, 0, sizeof *c);
+    c->layers = 2;
+    c->hidden = 16;
+    c->batch = 8;
+    c->dtype = IR_F32;
+    c->act = MODELS_ACT_RELU;
+    c->loss = MODELS_LOSS_SCE;
+    models_train_init(&c->train);
+}
+
+/*
+ * The GPT-3 family from Brown et al. 2020, Table 2.1, and Megatron-LM's 1T
+ * model (Narayanan et al. 2021, Table 1). Two table entries are
+ * inconsistent with d_head: 1.3B lists 24 heads with d_head 128 and
+ * d_model 2048 (2048/128 = 16 heads, as every reimplementation uses), and
+ * 13B lists d_model 5140 with 40 heads of 128 (5140 is not divisible by 40;
+ * 40 x 128 = 5120). We keep d_head and d_model x heads consistent:
+ * 1.3B = 16 heads, 13B = d_model 5120 (docs/models.md).
+ */
+static const struct {
+    const char *name;
+    uint32_t layers;
+    int64_t hidden, heads;
+} gpt_presets[] = {
+    {"gpt3-125m", 12, 768, 12},   {"gpt3-350m", 24, 1024, 16},  {"gpt3-760m", 24, 1536, 16},
+    {"gpt3-1.3b", 24, 2048, 16},  {"gpt3-2.7b", 32, 2560, 32},  {"gpt3-6.7b", 32, 4096, 32},
+    {"gpt3-13b", 40, 5120, 40},   {"gpt3-175b", 96, 12288, 96}, {"gpt-1t", 128, 25600, 160},
+};
+#define NGPT_PRESETS (sizeof gpt_presets / sizeof gpt_presets[0])
+
+void
+models_gpt_init(models_gpt *c)
+{
+    memset(c, 0, sizeof *c);
+    c->layers = 12;
+    c->hidden = 768;
+    c->heads = 12;
+    c->seq = 2048;
+    c->vocab = 51200;
+    c->batch = 1;
+    c->dtype = IR_F32;
+    c->dropout = 0.1;
+    models_train_init(&c->train);
+}
+
+const char *
+models_gpt_preset_name(uint32_t i)
+{
+    return i < NGPT_PRESETS ? gpt_presets[i].name : NULL;
+}
+
+int
+models_gpt_preset(const char *name, models_gpt *c, di_error *err)
+{
+    char list[512];
+    size_t len = 0;
+    for (uint32_t i = 0; i < NGPT_PRESETS; i++)
+        if (strcmp(gpt_presets[i].name, name) == 0) {
+            c->layers = gpt_presets[i].layers;
+            c->hidden = gpt_presets[i].hidden;
+            c->heads = gpt_presets[i].heads;
+            c->seq = 2048;
+            c->vocab = 51200;
+            return 0;
+        }
+    list[0] = '\0';
+    for (uint32_t i = 0; i < NGPT_PRESETS && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "",
+                                gpt_presets[i].name);
+    return di_error_set(err, DI_ENOTFOUND, "unknown GPT preset '%s' (known: %s)", name, list);
+}
+
+uint64_t
+models_mlp_parameters(const models_mlp *c)
+{
+    uint64_t n = 0;
+    int64_t in = c->input ? c->input : c->hidden;
+    int64_t classes = c->classes ? c->classes : c->hidden;
+    for (uint32_t i = 0; i < c->layers; i++) {
+        int64_t out = i + 1 == c->layers ? classes : c->hidden;
+        n += (uint64_t)in * (uint64_t)out + (uint64_t)out;
+        in = out;
+    }
+    return n;
+}
+
+uint64_t
+models_gpt_parameters(const models_gpt *c)
+{
+    uint64_t l = c->layers, h = (uint64_t)c->hidden;
+    uint64_t n = 12 * l * h * h + 13 * l * h + ((uint64_t)c->vocab + (uint64_t)c->seq) * h;
+    return c->final_ln_params ? n + 2 * h : n;
+}
+
+/* ---- training step ---- */
+
+int
+models_train_step(models_builder *b, ir_id loss, const models_train *t)
+{
+    xform_autodiff_opts o;
+    if (b->rc != 0)
+        return b->rc;
+    if (t->forward_only) {
+        ir_region_add_result(b->m, b->func, loss);
+        return 0;
+    }
+    xform_autodiff_opts_init(&o);
+    o.optimizer = t->optimizer;
+    o.lr = t->lr;
+    return xform_autodiff(b->m, b->func, loss, &o, b->err);
+}
+
+/* ---- the MLP ---- */
+
+static int
+check_dim(const char *what, int64_t v, di_error *err)
+{
+    if (v <= 0 || v > ((int64_t)1 << 40))
+        return di_error_set(err, DI_EINVAL, "model: %s must be between 1 and 2^40, got %lld",
+                            what, (long long)v);
+    return 0;
+}
+
+int
+models_mlp_build(const models_mlp *c, ir_module **out, di_error *err)
+{
+    models_builder b;
+    ir_module *m;
+    int64_t in = c->input ? c->input : c->hidden;
+    int64_t classes = c->classes ? c->classes : c->hidden, dims[2];
+    ir_id x, target, h, *w, loss;
+    char name[64];
+    int rc;
+    *out = NULL;
+    if ((rc = check_dim("--hidden", c->hidden, err)) != 0 ||
+        (rc = check_dim("--batch", c->batch, err)) != 0 ||
+        (rc = check_dim("--input", in, err)) != 0 ||
+        (rc = check_dim("--classes", classes, err)) != 0)
+        return rc;
+    if (c->layers < 1 || c->layers > 100000)
+        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and 100000");
+    if (!ir_dtype_is_float(c->dtype))
+        return di_error_set(err, DI_EINVAL, "model: --dtype must be floating-point, got %s",
+                            ir_dtype_name(c->dtype));
+    m = ir_module_new();
+    models_builder_init(&b, m, "mlp", err);
+    b.annotate = c->train.annotate;
+    dims[0] = c->batch;
+    dims[1] = in;
+    x = models_arg(&b, "x", c->dtype, 2, dims);
+    if (c->loss == MODELS_LOSS_MSE) {
+        dims[1] = classes;
+        target = models_arg(&b, "targets", c->dtype, 2, dims);
+    } else {
+        target = models_arg(&b, "labels", IR_I64, 1, dims);
+    }
+    w = di_xmalloc(2 * c->layers * sizeof *w);
+    for (uint32_t i = 0; i < c->layers; i++) {
+        int64_t o = i + 1 == c->layers ? classes : c->hidden;
+        dims[0] = in;
+        dims[1] = o;
+        snprintf(name, sizeof name, "l%u.w", i);
+        w[2 * i] = models_arg(&b, name, c->dtype, 2, dims);
+        snprintf(name, sizeof name, "l%u.b", i);
+        w[2 * i + 1] = models_arg(&b, name, c->dtype, 1, &o);
+        in = o;
+    }
+    h = x;
+    b.part = "block";
+    for (uint32_t i = 0; i < c->layers; i++) {
+        int last = i + 1 == c->layers;
+        /* Megatron pairs: even layers column-parallel, the following odd layer row-parallel. */
+        const char *tp = (i % 2 == 0) ? (i + 1 < c->layers ? "column" : "none") : "row";
+        ir_id in2[2];
+        b.layer = i;
+        b.tp = tp;
+        in2[0] = h;
+        in2[1] = w[2 * i];
+        snprintf(name, sizeof name, "l%u.mm", i);
+        h = models_op(&b, IR_OP_MATMUL, 2, in2, name);
+        /* A row-parallel layer adds its bias after the reduction: replicated. */
+        b.tp = i % 2 == 0 ? tp : "none";
+        in2[0] = h;
+        in2[1] = w[2 * i + 1];
+        snprintf(name, sizeof name, "l%u.out", i);
+        h = models_op(&b, IR_OP_ADD, 2, in2, name);
+        if (!last) {
+            snprintf(name, sizeof name, "l%u.act", i);
+            h = models_op(&b, c->act == MODELS_ACT_GELU ? IR_OP_GELU : IR_OP_RELU, 1, &h, name);
+        }
+    }
+    di_free(w);
+    b.layer = -1;
+    b.part = "head";
+    b.tp = "none";
+    {
+        ir_id in2[2] = {h, target};
+        loss = models_op(&b, c->loss == MODELS_LOSS_MSE ? IR_OP_MSELOSS : IR_OP_SCELOSS, 2, in2,
+                         "loss");
+    }
+    rc = models_train_step(&b, loss, &c->train);
+    if (rc != 0) {
+        ir_module_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}

@@ -1,0 +1,149 @@
+/*
+ * models.h: the built-in model generators (issue 5, DESIGN.md section 6).
+ *
+ * Each generator produces one full training step as IR in the local view,
+ * every tensor on device 0: the forward pass, the loss, the backward pass
+ * (lib/xform/autodiff) and the optimizer step. Nothing is allocated per
+ * weight element: weights are function arguments with types only, so
+ * gpt3-175b is generated in milliseconds.
+ *
+ * docs/models.md documents the conventions the strategy transforms rely on:
+ * argument names and roles ("tokens", "labels", "l3.mlp.w1", ...), batch in
+ * dimension 0 of every activation, reshapes that copy or infer dimension 0,
+ * and the discardable "dist." attributes on every op: dist.layer (int),
+ * dist.part ("embed", "block", "head"), dist.phase ("forward", "backward",
+ * "optimizer"), dist.tp ("column", "row", "heads", "vocab", "none") and
+ * dist.seq (the sequence dimension, on ops that sequence parallelism splits).
+ *
+ * The GPT parameter count equals Megatron-LM's formula
+ * 12 l h^2 (1 + 13/(12 h) + (V + s)/(12 l h)) exactly: the final layer norm
+ * has no learnable scale or bias (elementwise_affine=False) unless
+ * final_ln_params is set, which adds 2h.
+ */
+#ifndef DISTIR_MODELS_H
+#define DISTIR_MODELS_H
+
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "xform/autodiff.h"
+
+typedef enum models_act {
+    MODELS_ACT_RELU = 0,
+    MODELS_ACT_GELU,
+} models_act;
+
+typedef enum models_loss {
+    MODELS_LOSS_SCE = 0, /* softmax cross-entropy against integer labels */
+    MODELS_LOSS_MSE,     /* mean squared error against float targets */
+} models_loss;
+
+/* What follows the forward pass; shared by every generator. */
+typedef struct models_train {
+    int forward_only;      /* 1: forward pass and loss only */
+    xform_optim optimizer; /* SGD (default), Adam, or none (the gradients are the results) */
+    double lr;             /* learning rate */
+    int annotate;          /* 1 (default): add the dist.* attributes */
+} models_train;
+
+/*
+ * MLP: layers Linear layers (MatMul + bias Add), an activation after each
+ * but the last: input -> hidden -> ... -> hidden -> classes.
+ */
+typedef struct models_mlp {
+    uint32_t layers;
+    int64_t hidden;
+    int64_t batch;
+    int64_t input;   /* features; 0: hidden */
+    int64_t classes; /* outputs; 0: hidden */
+    ir_dtype dtype;
+    models_act act;
+    models_loss loss;
+    models_train train;
+} models_mlp;
+
+/* GPT-2/3-style decoder-only transformer with a tied embedding. */
+typedef struct models_gpt {
+    uint32_t layers;
+    int64_t hidden;
+    int64_t heads;
+    int64_t seq;
+    int64_t vocab;
+    int64_t batch;
+    ir_dtype dtype;
+    double dropout;      /* ratio of every Dropout; 0: no Dropout ops */
+    int final_ln_params; /* 1: the final layer norm has a learnable scale and bias (+2h) */
+    models_train train;
+} models_gpt;
+
+/* Defaults: SGD, lr 0.01, annotated. */
+void models_train_init(models_train *t);
+/* Defaults: 2 layers, hidden 16, batch 8, ReLU, softmax cross-entropy, f32. */
+void models_mlp_init(models_mlp *c);
+/* Defaults: gpt3-125m's shape (12 layers, 768, 12 heads), seq 2048, vocab 51200, batch 1, f32,
+ * dropout 0.1. */
+void models_gpt_init(models_gpt *c);
+
+/*
+ * Sets layers, hidden and heads of a named preset and resets seq to 2048 and
+ * vocab to 51200 (callers apply overrides afterwards). Returns 0 or
+ * DI_ENOTFOUND with a message listing the presets.
+ */
+int models_gpt_preset(const char *name, models_gpt *c, di_error *err);
+/* The i-th preset name, NULL past the end. */
+const char *models_gpt_preset_name(uint32_t i);
+
+/* Parameter counts by formula (for the GPT: 12lh^2 + 13lh + (V+s)h [+ 2h]). */
+uint64_t models_mlp_parameters(const models_mlp *c);
+uint64_t models_gpt_parameters(const models_gpt *c);
+
+/*
+ * Generate a module with one function ("mlp" or "gpt"). Returns 0 and a new
+ * module the caller frees with ir_module_free, or DI_EINVAL naming the
+ * offending size (hidden not divisible by heads, a zero dimension, an
+ * element count that overflows), or an error from autodiff.
+ */
+int models_mlp_build(const models_mlp *c, ir_module **out, di_error *err);
+int models_gpt_build(const models_gpt *c, ir_module **out, di_error *err);
+
+/* ---- building blocks: a small typed op builder, used by the generators and tests ---- */
+
+typedef struct models_builder {
+    ir_module *m;
+    ir_id func;
+    int32_t device;    /* where arguments and constants live (0) */
+    int annotate;      /* add dist.* attributes */
+    int64_t layer;     /* dist.layer of the next ops */
+    const char *part;  /* dist.part of the next ops, or NULL */
+    const char *tp;    /* dist.tp of the next ops, or NULL */
+    int64_t seq;       /* dist.seq of the next op only when >= 0 (reset to -1 after it) */
+    int rc;            /* the first error; later calls do nothing and return 0 */
+    di_error *err;
+} models_builder;
+
+/* Starts a new function named func in m. */
+void models_builder_init(models_builder *b, ir_module *m, const char *func, di_error *err);
+/* Adds a function argument on b->device. */
+ir_id models_arg(models_builder *b, const char *name, ir_dtype dt, uint32_t rank,
+                 const int64_t *dims);
+/*
+ * Adds an op with untyped results all named name; set attributes with
+ * ir_op_set_* (op 0 is skipped by models_end), then call models_end, which
+ * infers the result types, adds the dist.* attributes and returns the first
+ * result (0 on error, kept in b->rc).
+ */
+ir_id models_begin(models_builder *b, int kind, uint32_t nin, const ir_id *in, uint32_t nout,
+                   const char *name);
+ir_id models_end(models_builder *b, ir_id op);
+/* An op with one result and no attributes. */
+ir_id models_op(models_builder *b, int kind, uint32_t nin, const ir_id *in, const char *name);
+/* An unplaced rank-0 constant (it joins tensors on any device). */
+ir_id models_scalar(models_builder *b, ir_dtype dt, double v);
+/*
+ * Finishes a forward function whose loss is `loss`: with t->forward_only the
+ * loss becomes its only result; otherwise autodiff appends the backward pass
+ * and the optimizer step (results: new weights, [Adam moments,] loss).
+ */
+int models_train_step(models_builder *b, ir_id loss, const models_train *t);
+
+#endif
