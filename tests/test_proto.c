@@ -325,8 +325,8 @@ build_mesh(void)
     ir_op_set_float(m, g, "alpha", 0.5);
     ir_op_set_int(m, g, "transA", INT64_MIN);
 
-    op = ir_op_add(m, f, IR_OP_OPAQUE, 2, (ir_id[]){x, ir_op_output(m, g, 0)}, 2,
-                   (ir_id[]){ta, tc}, NULL);
+    op = ir_op_add(m, f, IR_OP_OPAQUE, 2, (ir_id[]){x, ir_op_output(m, g, 0)}, 2, (ir_id[]){ta, tc},
+                   NULL);
     ir_op_set_string(m, op, "z_note", "");
     ir_op_set_floats(m, op, "coeffs", 3, coeffs);
     ir_op_set_ints(m, op, "axes", 0, NULL);
@@ -835,13 +835,12 @@ test_too_deep_raw(void **state)
     expect_error(p, (size_t)(end - p), NULL, DI_ETOODEEP,
                  "nested deeper than 64 levels at functions[0].body.ops[0].body.ops[0].body");
     di_error_clear(&err);
-    assert_int_equal(pb_check_depth(&distir__v1__module__descriptor, p, (size_t)(end - p), 64,
-                                    &err),
-                     DI_ETOODEEP);
+    assert_int_equal(
+        pb_check_depth(&distir__v1__module__descriptor, p, (size_t)(end - p), 64, &err),
+        DI_ETOODEEP);
     /* With a limit above the nesting, the walk does not overflow the stack either. */
-    assert_int_equal(pb_check_depth(&distir__v1__module__descriptor, p, (size_t)(end - p), 30000,
-                                    &err),
-                     0);
+    assert_int_equal(
+        pb_check_depth(&distir__v1__module__descriptor, p, (size_t)(end - p), 30000, &err), 0);
     free(mem);
 }
 
@@ -1146,16 +1145,34 @@ test_wire_errors(void **state)
         {"group start", {0x0b}, 1, DI_EDECODE, "groups (wire type 3, field 1)"},
         {"group end", {0x0c}, 1, DI_EDECODE, "groups (wire type 4, field 1)"},
         {"wire type 6", {0x0e}, 1, DI_EDECODE, "invalid wire type 6"},
-        {"wire type 7 nested", {0x0a, 0x01, 0x1f}, 3, DI_EDECODE, "invalid wire type 7 (field 3) at byte 2 in types[0]"},
+        {"wire type 7 nested",
+         {0x0a, 0x01, 0x1f},
+         3,
+         DI_EDECODE,
+         "invalid wire type 7 (field 3) at byte 2 in types[0]"},
         {"field 0", {0x02, 0x00}, 2, DI_EDECODE, "invalid field number 0"},
         {"truncated tag", {0x8a}, 1, DI_EDECODE, "malformed field tag"},
         {"overlong varint",
          {0x0a, 0x0c, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
-         14, DI_EDECODE, "overlong varint"},
-        {"length past end", {0x0a, 0x05, 0x18, 0x01}, 4, DI_EDECODE, "length 5 of field 1 runs past the end (2 bytes left) at byte 0"},
-        {"wrong wire type", {0x0d, 0, 0, 0, 0}, 5, DI_EDECODE, "field 'types' has wire type 5, expected 2"},
+         14,
+         DI_EDECODE,
+         "overlong varint"},
+        {"length past end",
+         {0x0a, 0x05, 0x18, 0x01},
+         4,
+         DI_EDECODE,
+         "length 5 of field 1 runs past the end (2 bytes left) at byte 0"},
+        {"wrong wire type",
+         {0x0d, 0, 0, 0, 0},
+         5,
+         DI_EDECODE,
+         "field 'types' has wire type 5, expected 2"},
         {"truncated fixed64", {0x79, 0, 0}, 3, DI_EDECODE, "field 15 needs 8 bytes, 2 left"},
-        {"bad packed varint", {0x0a, 0x03, 0x1a, 0x01, 0x80}, 5, DI_EDECODE, "malformed varint in packed field 'dims'"},
+        {"bad packed varint",
+         {0x0a, 0x03, 0x1a, 0x01, 0x80},
+         5,
+         DI_EDECODE,
+         "malformed varint in packed field 'dims'"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -199,8 +199,7 @@ wire_path(const wire_walk *w, pb_path *p)
 }
 
 /* Sets a DI_EDECODE error "what at byte N in PATH". */
-static int
-wire_error(const wire_walk *w, di_error *err, size_t pos, const char *fmt, ...)
+static int wire_error(const wire_walk *w, di_error *err, size_t pos, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 static int

@@ -53,8 +53,7 @@ typedef struct tree_block {
 } tree_block;
 
 #define TREE_BLOCK_HEAD                                                                            \
-    ((sizeof(tree_block) + alignof(max_align_t) - 1) / alignof(max_align_t) *                      \
-     alignof(max_align_t))
+    ((sizeof(tree_block) + alignof(max_align_t) - 1) / alignof(max_align_t) * alignof(max_align_t))
 #define TREE_BLOCK_SIZE ((size_t)64 << 10)
 
 /* The module message comes first, so that ir_proto_free finds the tree from it. */
@@ -160,7 +159,8 @@ encode_attr(tree *t, const ir_attr *a)
         distir__v1__tensor_data__init(pa->tensor);
         pa->tensor->type = (uint32_t)a->i;
         pa->tensor->data.len = a->n;
-        pa->tensor->data.data = tree_copy(t, m->data + a->off, a->n);
+        if (a->n)
+            pa->tensor->data.data = tree_copy(t, m->data + a->off, a->n);
         break;
     default:
         /* Not representable; the decoder rejects an attribute without a value. */
@@ -285,8 +285,7 @@ ir_to_proto(const ir_module *m)
             pmesh->n_shape = mesh->rank;
             pmesh->shape = tree_copy(t, m->ints + mesh->shape, mesh->rank * sizeof(int64_t));
             pmesh->n_devices = mesh->ndevice;
-            pmesh->devices =
-                tree_copy(t, m->ints + mesh->devices, mesh->ndevice * sizeof(int64_t));
+            pmesh->devices = tree_copy(t, m->ints + mesh->devices, mesh->ndevice * sizeof(int64_t));
         }
         pm->meshes[i] = pmesh;
     }
@@ -406,8 +405,7 @@ typedef struct dec {
     size_t nflat, cflat;
 } dec;
 
-static void
-dec_region_where(const dec *d, uint32_t r, where *w);
+static void dec_region_where(const dec *d, uint32_t r, where *w);
 
 static void
 dec_op_where(const dec *d, uint32_t a, where *w)
@@ -558,7 +556,8 @@ assign_ids(dec *d)
         uint32_t id = d->nop_with_id ? d->op_msg[a]->id : a;
         if (id == 0 || id > d->nop) {
             free(seen);
-            return di_error_set(d->err, DI_EDECODE, "%s.id: op id %u out of range (module has %u ops)",
+            return di_error_set(d->err, DI_EDECODE,
+                                "%s.id: op id %u out of range (module has %u ops)",
                                 op_where(d, a, &w), id, d->nop);
         }
         if (seen[id]) {
@@ -669,8 +668,8 @@ decode_tensor_type(dec *d, uint32_t i, const Distir__V1__Type *pt)
                             pt->n_dims, maxrank);
     for (size_t k = 0; k < pt->n_dims; k++)
         if (pt->dims[k] < 0)
-            return di_error_set(d->err, DI_EDECODE, "types[%u].dims[%zu]: negative size %lld", i,
-                                k, (long long)pt->dims[k]);
+            return di_error_set(d->err, DI_EDECODE, "types[%u].dims[%zu]: negative size %lld", i, k,
+                                (long long)pt->dims[k]);
     if (pt->device < IR_DEVICE_NONE)
         return di_error_set(d->err, DI_EDECODE,
                             "types[%u].device: %d is neither a device id nor -1 (none)", i,
@@ -709,8 +708,8 @@ decode_tensor_type(dec *d, uint32_t i, const Distir__V1__Type *pt)
         (rc = dec_str(d, pt->devvar, &devvar)) != 0)
         return rc;
     if (pt->mesh)
-        d->tmap[i] = ir_type_dtensor(m, dt, (uint32_t)pt->n_dims, pt->dims, pt->mesh,
-                                     pt->placements);
+        d->tmap[i] =
+            ir_type_dtensor(m, dt, (uint32_t)pt->n_dims, pt->dims, pt->mesh, pt->placements);
     else if (devvar)
         d->tmap[i] = ir_type_tensor_var(m, dt, (uint32_t)pt->n_dims, pt->dims, devvar);
     else
@@ -795,8 +794,8 @@ check_use(dec *d, uint32_t v, const char *place, const char *field, size_t k)
 {
     if (v >= d->nvalue)
         return di_error_set(d->err, DI_EDECODE,
-                            "%s.%s[%zu]: value index %u out of range (module has %u values)",
-                            place, field, k, v, d->nvalue);
+                            "%s.%s[%zu]: value index %u out of range (module has %u values)", place,
+                            field, k, v, d->nvalue);
     return 0;
 }
 
@@ -919,8 +918,8 @@ decode_attr(dec *d, const Distir__V1__Attr *pa, const char *place, size_t k, ir_
         t = d->tmap[pt->type];
         if (m->types[t].kind != IR_TYPE_TENSOR)
             return di_error_set(d->err, DI_EDECODE,
-                                "%s.attrs[%zu].tensor.type: type %u is not a tensor type", place,
-                                k, pt->type);
+                                "%s.attrs[%zu].tensor.type: type %u is not a tensor type", place, k,
+                                pt->type);
         bytes = ir_type_bytes(m, t);
         if (pt->data.len != 0 && pt->data.len != bytes)
             return di_error_set(d->err, DI_EDECODE,
@@ -937,8 +936,8 @@ decode_attr(dec *d, const Distir__V1__Attr *pa, const char *place, size_t k, ir_
     default:
         break;
     }
-    return di_error_set(d->err, DI_EDECODE, "%s.attrs[%zu]: attribute '%.64s' has no value",
-                        place, k, pa->key);
+    return di_error_set(d->err, DI_EDECODE, "%s.attrs[%zu]: attribute '%.64s' has no value", place,
+                        k, pa->key);
 }
 
 /* An attribute's key and its index in the message, sorted by key as ir_op_put_attr keeps them. */
@@ -1159,8 +1158,8 @@ static int
 table_size(dec *d, size_t n, const char *what, uint32_t *out)
 {
     if (n > (uint64_t)d->lim.max_values + 1 || n >= POOL_MAX)
-        return di_error_set(d->err, DI_ETOOBIG, "%s: %zu entries exceed the limit of %u", what,
-                            n, d->lim.max_values);
+        return di_error_set(d->err, DI_ETOOBIG, "%s: %zu entries exceed the limit of %u", what, n,
+                            d->lim.max_values);
     *out = n ? (uint32_t)n : 1;
     return 0;
 }
@@ -1194,8 +1193,7 @@ decode_module(dec *d)
         return rc;
 
     /* Pass 2: tables, then regions and ops at their indexes. */
-    if ((rc = decode_meshes(d)) != 0 || (rc = decode_types(d)) != 0 ||
-        (rc = decode_values(d)) != 0)
+    if ((rc = decode_meshes(d)) != 0 || (rc = decode_types(d)) != 0 || (rc = decode_values(d)) != 0)
         return rc;
     DI_GROW(&m->ops, &m->cop, d->nop + 1);
     memset(m->ops, 0, (d->nop + 1) * sizeof *m->ops);
