@@ -152,7 +152,9 @@ int hw_add_op_time(hw_model *hw, const char *signature, double seconds, di_error
 int hw_preset(const char *name, hw_model **out, di_error *err);
 /* The preset names, NULL-terminated (without ":N"). */
 const char *const *hw_preset_names(void);
+/* A deep copy (tables and op times included); the caller frees it with hw_free. */
 hw_model *hw_clone(const hw_model *hw);
+/* Frees a model and everything it owns; hw_free(NULL) does nothing. */
 void hw_free(hw_model *hw);
 
 /* The spec of device id (an override or the default). */
