@@ -20,25 +20,27 @@
  *   op      ("op", kind, opaque op type, attributes sorted by key with their
  *            values (a mesh by content, a tensor by type and bytes, pmap's
  *            device_var by its role only), inputs in slot order, the body's
- *            digest for a pmap, result types and initializers)
- *   region  ("region", nesting level, argument types (and initializer
- *            bytes, ONNX weights, when an argument has them) in order, results in
- *            order, the SORTED multiset of the digests of all its ops), so dead
- *            ops count and the order of ops does not
+ *            digest for a pmap, result types and initializer bytes)
+ *   region  ("region", nesting level, argument types and initializer bytes
+ *            (ONNX weights) in order, results in order, the SORTED multiset
+ *            of the digests of all its ops), so dead ops count and the order
+ *            of ops does not
  *   module  ("distir-module", version, the sorted multiset of mesh digests,
  *            the entry function (ir_module_entry) as ("func", name, region),
  *            then the other functions' digests sorted)
  *
+ * Op kinds and dtypes are hashed by name and attribute kinds by their schema
+ * letter, never by enum number, so adding an op to ops.h changes no hash.
  * Function names are hashed: they are the module's API (the entry is found
  * by name, and calls by name may come later). Value names, op names, mesh
  * names and device variable names are not. Ops that no region lists are
  * arena garbage and are ignored, as the verifier ignores them.
  *
- * Each op is hashed once (one SHA-256 per op), each type once per
- * binding context; the only superlinear step is sorting each region's op
- * digests. Pmap bodies are walked with an explicit stack. The hash never
- * reads outside the module's arrays even for a module that fails the
- * verifier (whose hash is then well defined but meaningless).
+ * Each op is hashed once (one SHA-256 per op) and each type once per
+ * binding context; each region's op digests are sorted with a radix sort.
+ * Pmap bodies are walked with an explicit stack. The hash never reads
+ * outside the module's arrays, even for a module that fails the verifier
+ * (whose hash is then well defined but meaningless).
  *
  * Changing anything here changes every hash: it is a cache-format change
  * (bump HASH_VERSION and the known-answer test in tests/test_hash.c).
@@ -195,6 +197,43 @@ str_at(const ir_module *m, ir_id s)
     return (s != 0 && s < m->nchar) ? m->chars + s : "";
 }
 
+/*
+ * Enums are hashed by name, not number, so that adding an op or a dtype to
+ * its table does not change the hash of every module.
+ */
+static void
+put_opkind(enc *s, int kind)
+{
+    if (kind > IR_OP_NONE && kind < IR_NOPKIND) {
+        put_str(s, ir_opkind_name(kind));
+    } else {
+        put_str(s, "?op");
+        put_u64(s, (uint64_t)kind);
+    }
+}
+
+static void
+put_dtype(enc *s, unsigned dtype)
+{
+    if (dtype > IR_DTYPE_NONE && dtype < IR_NDTYPE) {
+        put_str(s, ir_dtype_name((ir_dtype)dtype));
+    } else {
+        put_str(s, "?dtype");
+        put_u64(s, dtype);
+    }
+}
+
+/* Attribute kinds by the letters of the op table's schemas. */
+static void
+put_attr_kind(enc *s, uint32_t kind)
+{
+    static const char letters[] = "?ifsIFmt";
+    char c[2] = {kind < sizeof letters - 1 ? letters[kind] : '?', '\0'};
+    put_str(s, c);
+    if (c[0] == '?')
+        put_u64(s, kind);
+}
+
 /* ---- meshes and types ---- */
 
 static void
@@ -257,7 +296,7 @@ hash_type_node(hasher *h, ir_id x, ir_id region)
         }
     } else if (ty->kind == IR_TYPE_TENSOR) {
         put_str(&s, "tensor");
-        put_u64(&s, ty->dtype);
+        put_dtype(&s, ty->dtype);
         if (ty->rank > IR_MAX_RANK || (uint64_t)ty->dims + ty->rank > m->nint) {
             put_str(&s, "malformed");
         } else {
@@ -401,7 +440,7 @@ put_attr(hasher *h, enc *s, const ir_op *o, const ir_attr *a, const hframe *f)
     const ir_module *m = h->m;
     const char *key = str_at(m, a->key);
     put_str(s, key);
-    put_u64(s, a->kind);
+    put_attr_kind(s, a->kind);
     switch (a->kind) {
     case IR_ATTR_INT:
         put_i64(s, a->i);
@@ -498,7 +537,7 @@ hash_op(hasher *h, ir_id op, const hframe *f)
     enc s;
     enc_init(&s);
     put_str(&s, "op");
-    put_u64(&s, o->kind);
+    put_opkind(&s, o->kind);
     if (o->kind == IR_OP_OPAQUE) {
         const char *t = str_at(m, o->opaque);
         if (*t == '\0' && o->nattr != 0 && (uint64_t)o->attrs + o->nattr <= m->nattr)
