@@ -464,7 +464,8 @@ read_name(parser *p, int suffix, const char *what)
     if (c == '"') {
         if (read_string(p) != 0)
             return -1;
-        if (p->sbuf.len == 0)
+        /* Symbols may be "" (ir_func_new accepts it); values may not. */
+        if (p->sbuf.len == 0 && suffix)
             return fail(p, at, "empty %s name", what);
         return 0;
     }
@@ -1772,6 +1773,7 @@ ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
     p.m->oplocs = di_xcalloc(p.m->cop, sizeof *p.m->oplocs);
     p.m->valuelocs = di_xcalloc(p.m->cvalue, sizeof *p.m->valuelocs);
     di_buf_init(&p.sbuf);
+    DI_GROW(&p.ids, &p.cids, 64); /* never NULL: ids + base is always a valid pointer */
     rc = parse_top(&p);
     symmap_fini(&p.values);
     symmap_fini(&p.funcs);

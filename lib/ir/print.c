@@ -338,7 +338,8 @@ name_value(printer *pr, ir_id v, int pass)
         return;
     if (pass == 1) {
         ir_id name = m->values[v].name;
-        pr->vnum[v] = (name && claim(pr, name)) ? NAME_OWN : NAME_NEED;
+        /* An empty name cannot be written: such a value gets a number. */
+        pr->vnum[v] = (name && m->chars[name] && claim(pr, name)) ? NAME_OWN : NAME_NEED;
         return;
     }
     if (pr->vnum[v] != NAME_NEED)
@@ -393,7 +394,7 @@ put_value(printer *pr, ir_id v)
     }
     n = pr->vnum[v];
     di_buf_putc(b, '%');
-    if (n == NAME_OWN || (n == NAME_NONE && m->values[v].name)) {
+    if (n == NAME_OWN || (n == NAME_NONE && m->values[v].name && m->chars[m->values[v].name])) {
         const char *name = ir_str_get(m, m->values[v].name);
         if (is_suffix_id(name))
             put_lit(b, name);
