@@ -155,6 +155,9 @@ causal_mask(gpt_gen *g, const char *prefix)
     char name[64];
     int64_t col[2] = {g->c->seq, 1};
     ir_id row, diff, mask;
+    const char *tp = b->tp;
+    /* The mask is the same for every head: not split by tensor parallelism. */
+    b->tp = "none";
     snprintf(name, sizeof name, "%s.mask", prefix);
     row = reshape(b, g->idx, 2, col, name);
     diff = op2(b, IR_OP_SUB, g->idx, row, name);
@@ -166,6 +169,7 @@ causal_mask(gpt_gen *g, const char *prefix)
             ir_op_set_int(b->m, op, "to", xform_onnx_dtype(g->dt));
         mask = models_end(b, op);
     }
+    b->tp = tp;
     return mask;
 }
 

@@ -231,6 +231,7 @@ models_train_step(models_builder *b, ir_id loss, const models_train *t)
     xform_autodiff_opts_init(&o);
     o.optimizer = t->optimizer;
     o.lr = t->lr;
+    o.annotate = t->annotate;
     return xform_autodiff(b->m, b->func, loss, &o, b->err);
 }
 

@@ -166,6 +166,7 @@ xform_autodiff_opts_init(xform_autodiff_opts *o)
     o->beta1 = 0.9;
     o->beta2 = 0.999;
     o->epsilon = 1e-8;
+    o->annotate = 1;
 }
 
 int
@@ -209,6 +210,7 @@ typedef struct ad {
     ir_id *first_use;  /* per forward value: its first consumer op, 0 none */
     ir_id src;         /* the forward op whose dist.* attributes new ops copy, 0 none */
     const char *phase; /* dist.phase of new ops */
+    int optimizer_phase; /* update ops take no dist.seq: a weight has no sequence dimension */
     struct {
         ir_dtype dtype;
         double v;
@@ -348,16 +350,17 @@ finish(ad *a, ir_id op)
         m->values[m->ops[op].outputs + i].type = tp[i];
     if (tp != types)
         di_free(tp);
-    if (a->src) {
+    if (a->src && a->o->annotate) {
         ir_id src = a->src;
         for (uint32_t i = 0; i < m->ops[src].nattr; i++) {
             ir_attr at = m->attrs[m->ops[src].attrs + i];
             const char *key = ir_str_get(m, at.key);
-            if (strncmp(key, "dist.", 5) == 0 && strcmp(key, "dist.phase") != 0)
+            if (strncmp(key, "dist.", 5) == 0 && strcmp(key, "dist.phase") != 0 &&
+                !(a->optimizer_phase && strcmp(key, "dist.seq") == 0))
                 ir_op_put_attr(m, op, &at);
         }
     }
-    if (a->phase)
+    if (a->phase && a->o->annotate)
         ir_op_set_string(m, op, "dist.phase", a->phase);
     return m->ops[op].outputs;
 }
@@ -734,9 +737,11 @@ rule_gather(ad *a, ir_id op, const ir_id *dy)
 }
 
 /*
- * Reshape back to x's shape. When the forward shape copied or inferred
- * dimension 0 (the batch, docs/models.md), the inverse infers it too, so a
- * data-parallel transform can change the batch without rewriting reshapes.
+ * Reshape back to x's shape, as flexibly as the forward reshape: a dimension
+ * the forward shape copied (0) is copied back, and the first other dimension
+ * is inferred (-1). So a data-parallel transform can change the batch and a
+ * tensor-parallel one the head count without rewriting either reshape
+ * (docs/models.md).
  */
 static void
 rule_reshape(ad *a, ir_id op, const ir_id *dy)
@@ -745,10 +750,20 @@ rule_reshape(ad *a, ir_id op, const ir_id *dy)
     shape s;
     uint32_t n = 0;
     const int64_t *fwd = ir_op_ints(a->m, op, "shape", &n);
+    int64_t numel = 1;
+    int inferred = 0;
     ir_id g;
     value_shape(a->m, IN(0), &s);
-    if (n > 0 && s.rank > 0 && (fwd[0] == 0 || fwd[0] == -1))
-        s.dims[0] = -1;
+    for (uint32_t i = 0; i < s.rank; i++)
+        numel *= s.dims[i];
+    for (uint32_t i = 0; i < s.rank && numel > 0; i++) {
+        if (i < n && fwd[i] == 0)
+            s.dims[i] = 0;
+        else if (!inferred) {
+            s.dims[i] = -1;
+            inferred = 1;
+        }
+    }
     g = begin(a, IR_OP_RESHAPE, 1, dy, 1, gname(a, IN(0), nb, sizeof nb));
     set_ints(a, g, "shape", s.rank, s.dims);
     accum(a, IN(0), finish(a, g));
@@ -1247,6 +1262,7 @@ optimize(ad *a, ir_id loss)
             weights[nw++] = v;
     }
     a->phase = "optimizer";
+    a->optimizer_phase = 1;
     if (o->optimizer == XFORM_OPTIM_ADAM) {
         ir_id *mom = di_xmalloc(2 * nw * sizeof *mom);
         for (uint32_t i = 0; i < nw; i++)

@@ -50,9 +50,11 @@ typedef struct xform_autodiff_opts {
     /* When non-NULL, exactly these arguments are trained (each must exist and be floating). */
     const char *const *trainable;
     uint32_t ntrainable;
+    int annotate; /* 1 (default): add dist.phase and copy the forward op's dist.* attributes */
 } xform_autodiff_opts;
 
-/* Defaults: SGD with lr 0.01; Adam betas 0.9/0.999, epsilon 1e-8; default data names. */
+/* Defaults: SGD with lr 0.01; Adam betas 0.9/0.999, epsilon 1e-8; default data names;
+ * annotated. */
 void xform_autodiff_opts_init(xform_autodiff_opts *o);
 
 /*
