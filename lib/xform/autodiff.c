@@ -21,12 +21,13 @@
  * liveness (and the simulator's activation memory) matches what a framework
  * keeps: Mul by a constant keeps only the constant, Softmax keeps its output.
  *
- * Argument order of the gradient ops (docs/models.md, "Gradient ops"):
- * ReluGrad(x, dy), GeluGrad(x, dy), TanhGrad(y, dy), SigmoidGrad(y, dy),
- * SoftmaxGrad(y, dy), DropoutGrad(dy, mask), LayerNormalizationGrad(dy, x,
- * scale[, mean, inv_std_dev]), MatMulGrad(a, b, dy), GatherGrad(indices, dy),
- * MSELossGrad(x, target, dloss), SoftmaxCrossEntropyLossGrad(dloss, logits,
- * labels), as in seed 001 and ops.c; y is the forward op's output.
+ * Argument order of the gradient ops, as in seed 001, ops.c and the
+ * executor's kernels (lib/exec/kernels.c): ReluGrad, GeluGrad, TanhGrad and
+ * SigmoidGrad (x, dy) with x the forward input; SoftmaxGrad(y, dy) with y the
+ * softmax output; DropoutGrad(dy, mask); LayerNormalizationGrad(dy, x,
+ * scale[, mean, inv_std_dev]); MatMulGrad(a, b, dy); GatherGrad(indices, dy);
+ * MSELossGrad(x, target, dloss); SoftmaxCrossEntropyLossGrad(dloss, logits,
+ * labels).
  */
 #include "xform/autodiff.h"
 
@@ -560,22 +561,41 @@ rule_sqrt(ad *a, ir_id op, const ir_id *dy)
     accum(a, IN(0), emit2(a, IR_OP_DIV, mul_const(a, dy[0], 0.5, nb), OUT(0), nb));
 }
 
-/* ReluGrad(x, dy), GeluGrad(x, dy). */
+/* ReluGrad(x, dy), GeluGrad(x, dy), TanhGrad(x, dy), SigmoidGrad(x, dy). */
 static void
-rule_act_x(ad *a, ir_id op, const ir_id *dy)
+rule_act(ad *a, ir_id op, const ir_id *dy)
 {
     char nb[256];
-    int kind = a->m->ops[op].kind == IR_OP_RELU ? IR_OP_RELUGRAD : IR_OP_GELUGRAD;
+    int kind;
+    switch (a->m->ops[op].kind) {
+    case IR_OP_RELU:
+        kind = IR_OP_RELUGRAD;
+        break;
+    case IR_OP_GELU:
+        kind = IR_OP_GELUGRAD;
+        break;
+    case IR_OP_TANH:
+        kind = IR_OP_TANHGRAD;
+        break;
+    default:
+        kind = IR_OP_SIGMOIDGRAD;
+        break;
+    }
     accum(a, IN(0), emit2(a, kind, IN(0), dy[0], gname(a, IN(0), nb, sizeof nb)));
 }
 
-/* TanhGrad(y, dy), SigmoidGrad(y, dy): the derivative from the output. */
+/* d erf(x) = 2/sqrt(pi) exp(-x^2) dx; without an Exp op, exp(-x^2) = Pow(e, -x^2). */
 static void
-rule_act_y(ad *a, ir_id op, const ir_id *dy)
+rule_erf(ad *a, ir_id op, const ir_id *dy)
 {
     char nb[256];
-    int kind = a->m->ops[op].kind == IR_OP_TANH ? IR_OP_TANHGRAD : IR_OP_SIGMOIDGRAD;
-    accum(a, IN(0), emit2(a, kind, OUT(0), dy[0], gname(a, IN(0), nb, sizeof nb)));
+    ir_id x = IN(0), t;
+    ir_dtype dt = value_dtype(a->m, x);
+    gname(a, x, nb, sizeof nb);
+    t = mul_const(a, emit2(a, IR_OP_MUL, x, x, nb), -1.0, nb);
+    t = emit2(a, IR_OP_POW, constant(a, dt, 2.718281828459045235, -1), t, nb);
+    t = mul_const(a, t, 1.128379167095512574, nb); /* 2 / sqrt(pi) */
+    accum(a, x, emit2(a, IR_OP_MUL, dy[0], t, nb));
 }
 
 static void
@@ -1071,10 +1091,11 @@ static const struct {
     [IR_OP_DIV] = {rule_div, NULL},
     [IR_OP_POW] = {rule_pow, check_pow},
     [IR_OP_SQRT] = {rule_sqrt, NULL},
-    [IR_OP_RELU] = {rule_act_x, NULL},
-    [IR_OP_GELU] = {rule_act_x, NULL},
-    [IR_OP_TANH] = {rule_act_y, NULL},
-    [IR_OP_SIGMOID] = {rule_act_y, NULL},
+    [IR_OP_RELU] = {rule_act, NULL},
+    [IR_OP_GELU] = {rule_act, NULL},
+    [IR_OP_TANH] = {rule_act, NULL},
+    [IR_OP_SIGMOID] = {rule_act, NULL},
+    [IR_OP_ERF] = {rule_erf, NULL},
     [IR_OP_IDENTITY] = {rule_identity, NULL},
     [IR_OP_CAST] = {rule_cast, NULL},
     [IR_OP_DROPOUT] = {rule_dropout, check_dropout},
