@@ -49,7 +49,7 @@ start_daemon() {
     ADDR=
     i=0
     while [ $i -lt 200 ]; do
-        ADDR=$(sed -n 's/^distird listening on //p' "$TMP/$name.out")
+        ADDR=$(sed -n 's/^distird listening on //p' "$TMP/$name.out" 2>/dev/null)
         [ -n "$ADDR" ] && return 0
         kill -0 "$PID" 2>/dev/null || break
         sleep 0.05
