@@ -653,45 +653,89 @@ k_where(const kctx *k, const ex_tensor *c, const ex_tensor *x, const ex_tensor *
 /* ---- matrix multiplication ---- */
 
 /*
- * C[M,N] += A[M,K] @ B[K,N], all row-major and contiguous, blocked so that
- * a block of B stays in cache while four rows of A stream through it.
+ * C[M,N] += A[M,K] @ B[K,N], all row-major and contiguous. Blocked as in
+ * the classic GEMM design: a KB x NB block of B is packed into panels of 8
+ * columns (contiguous in k), and a micro-kernel keeps a 4 x 8 block of C in
+ * vector registers (GCC/Clang vector extensions, 4 floats wide, which every
+ * x86-64 and AArch64 target has) while it streams four rows of A through a
+ * panel. A 1024 x 1024 product takes a few tens of milliseconds.
  */
+typedef float vf4 __attribute__((vector_size(16)));
+
+enum { MM_KB = 256, MM_NB = 256, MM_MR = 4, MM_NR = 8 };
+
+static void
+mm_micro(const float *A, int64_t lda, const float *Bp, int64_t kb, float *C, int64_t ldc,
+         int64_t rows, int64_t cols)
+{
+    /* Eight named accumulators so that they stay in registers. */
+    vf4 c00 = {0, 0, 0, 0}, c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+        c31 = c00;
+    const float *a0 = A, *a1 = A + (rows > 1 ? lda : 0), *a2 = A + (rows > 2 ? 2 * lda : 0),
+                *a3 = A + (rows > 3 ? 3 * lda : 0);
+    float out[MM_MR][MM_NR];
+    for (int64_t kk = 0; kk < kb; kk++) {
+        vf4 b0, b1, x;
+        memcpy(&b0, Bp + kk * MM_NR, sizeof b0);
+        memcpy(&b1, Bp + kk * MM_NR + 4, sizeof b1);
+        x = (vf4){a0[kk], a0[kk], a0[kk], a0[kk]};
+        c00 += x * b0;
+        c01 += x * b1;
+        x = (vf4){a1[kk], a1[kk], a1[kk], a1[kk]};
+        c10 += x * b0;
+        c11 += x * b1;
+        x = (vf4){a2[kk], a2[kk], a2[kk], a2[kk]};
+        c20 += x * b0;
+        c21 += x * b1;
+        x = (vf4){a3[kk], a3[kk], a3[kk], a3[kk]};
+        c30 += x * b0;
+        c31 += x * b1;
+    }
+    memcpy(&out[0][0], &c00, sizeof c00);
+    memcpy(&out[0][4], &c01, sizeof c01);
+    memcpy(&out[1][0], &c10, sizeof c10);
+    memcpy(&out[1][4], &c11, sizeof c11);
+    memcpy(&out[2][0], &c20, sizeof c20);
+    memcpy(&out[2][4], &c21, sizeof c21);
+    memcpy(&out[3][0], &c30, sizeof c30);
+    memcpy(&out[3][4], &c31, sizeof c31);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            C[r * ldc + c] += out[r][c];
+}
+
 static void
 mm_f32(const float *restrict A, const float *restrict B, float *restrict C, int64_t M, int64_t K,
        int64_t N)
 {
-    enum { KB = 256, NB = 512 };
-    for (int64_t k0 = 0; k0 < K; k0 += KB) {
-        int64_t k1 = k0 + KB < K ? k0 + KB : K;
-        for (int64_t j0 = 0; j0 < N; j0 += NB) {
-            int64_t j1 = j0 + NB < N ? j0 + NB : N, nj = j1 - j0;
-            int64_t i = 0;
-            for (; i + 4 <= M; i += 4) {
-                float *c0 = C + i * N + j0, *c1 = c0 + N, *c2 = c1 + N, *c3 = c2 + N;
-                for (int64_t kk = k0; kk < k1; kk++) {
-                    const float *b = B + kk * N + j0;
-                    float a0 = A[i * K + kk], a1 = A[(i + 1) * K + kk];
-                    float a2 = A[(i + 2) * K + kk], a3 = A[(i + 3) * K + kk];
-                    for (int64_t j = 0; j < nj; j++) {
-                        float bj = b[j];
-                        c0[j] += a0 * bj;
-                        c1[j] += a1 * bj;
-                        c2[j] += a2 * bj;
-                        c3[j] += a3 * bj;
-                    }
+    float *Bp = di_xmalloc((size_t)MM_KB * MM_NB * sizeof *Bp);
+    for (int64_t k0 = 0; k0 < K; k0 += MM_KB) {
+        int64_t kb = k0 + MM_KB < K ? MM_KB : K - k0;
+        for (int64_t j0 = 0; j0 < N; j0 += MM_NB) {
+            int64_t nb = j0 + MM_NB < N ? MM_NB : N - j0;
+            int64_t npanel = (nb + MM_NR - 1) / MM_NR;
+            /* Pack B[k0:k0+kb, j0:j0+nb] into panels of 8 columns, zero-padded. */
+            for (int64_t p = 0; p < npanel; p++) {
+                float *dst = Bp + p * kb * MM_NR;
+                int64_t c0 = j0 + p * MM_NR, cols = nb - p * MM_NR < MM_NR ? nb - p * MM_NR
+                                                                           : MM_NR;
+                for (int64_t kk = 0; kk < kb; kk++) {
+                    const float *src = B + (k0 + kk) * N + c0;
+                    for (int64_t c = 0; c < MM_NR; c++)
+                        dst[kk * MM_NR + c] = c < cols ? src[c] : 0.0f;
                 }
             }
-            for (; i < M; i++) {
-                float *c0 = C + i * N + j0;
-                for (int64_t kk = k0; kk < k1; kk++) {
-                    const float *b = B + kk * N + j0;
-                    float a0 = A[i * K + kk];
-                    for (int64_t j = 0; j < nj; j++)
-                        c0[j] += a0 * b[j];
+            for (int64_t i = 0; i < M; i += MM_MR) {
+                int64_t rows = M - i < MM_MR ? M - i : MM_MR;
+                for (int64_t p = 0; p < npanel; p++) {
+                    int64_t cols = nb - p * MM_NR < MM_NR ? nb - p * MM_NR : MM_NR;
+                    mm_micro(A + i * K + k0, K, Bp + p * kb * MM_NR, kb,
+                             C + i * N + j0 + p * MM_NR, N, rows, cols);
                 }
             }
         }
     }
+    di_free(Bp);
 }
 
 static void
