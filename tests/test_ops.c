@@ -499,6 +499,10 @@ test_concat_split(void **state)
     op = mkop(m, f, IR_OP_SPLIT, NIDS(x), 2);
     ir_op_set_ints(m, op, "split", DIMS(1, 2));
     EXPECT_ERR(m, op, "split sizes add up to 3, but axis 0 of input 0 has size 6");
+    /* A negative size (once read after its buffer was freed). */
+    op = mkop(m, f, IR_OP_SPLIT, NIDS(x), 2);
+    ir_op_set_ints(m, op, "split", DIMS(-1, 7));
+    EXPECT_ERR(m, op, "split[0] = -1 is invalid");
     ir_module_free(m);
 }
 

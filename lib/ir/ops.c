@@ -997,11 +997,12 @@ infer_split(ir_module *m, ir_id op, ir_id *out, di_error *err)
             return fail(m, op, err, "split must list one size per result (%u)", nout);
         }
         for (uint32_t i = 0; i < nout; i++) {
-            sizes[i] = m->ints[sa->off + i];
-            if (sizes[i] < 0 || sum > INT64_MAX - sizes[i]) {
+            int64_t size = m->ints[sa->off + i];
+            if (size < 0 || sum > INT64_MAX - size) {
                 di_free(sizes);
-                return fail(m, op, err, "split[%u] = %lld is invalid", i, (long long)sizes[i]);
+                return fail(m, op, err, "split[%u] = %lld is invalid", i, (long long)size);
             }
+            sizes[i] = size;
             sum += sizes[i];
         }
         if (sum != x.dims[axis]) {
@@ -2462,6 +2463,12 @@ matmul_sizes(const ir_module *m, ir_id op, double *batch, double *mm, double *nn
         return;
     a = ir_type_dims(m, ta);
     b = ir_type_dims(m, tb);
+    for (uint32_t i = 0; i < ra; i++)
+        if (a[i] < 0)
+            return;
+    for (uint32_t i = 0; i < rb; i++)
+        if (b[i] < 0)
+            return;
     *kk = (double)a[ra - 1];
     *mm = ra > 1 ? (double)a[ra - 2] : 1.0;
     *nn = rb > 1 ? (double)b[rb - 1] : 1.0;
@@ -2508,6 +2515,8 @@ cost_gemm(const ir_module *m, ir_id op, ir_cost *c)
         return;
     k = (double)ir_type_dims(m, ta)[trans ? 0 : 1];
     mn = value_numel(m, ir_op_output(m, op, 0));
+    if (k < 0)
+        return;
     c->flops = 2.0 * mn * k + (m->ops[op].ninput > 2 ? 2.0 * mn : 0.0);
 }
 
