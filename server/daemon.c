@@ -74,6 +74,8 @@ daemon_finish(srv_daemon *d)
     d->hwcache = NULL;
     di_free(d->flights);
     d->flights = NULL;
+    di_free(d->memo);
+    d->memo = NULL;
     srv_http_stop(d);
     close_handle((uv_handle_t *)&d->wake);
     close_handle((uv_handle_t *)&d->sig_term);
@@ -366,6 +368,7 @@ fail_grpc:
         d->cq = NULL;
     }
     di_free(d->flights);
+    di_free(d->memo);
     grpc_shutdown_blocking();
     pool_free(d->pool);
     d->pool = NULL;

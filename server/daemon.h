@@ -79,6 +79,7 @@ typedef struct srv_metrics {
     uint64_t jobs_cancelled;
     double job_seconds_sum;                /* seconds of worker time */
     uint64_t stream_messages;
+    uint64_t memo_hits;                    /* hits answered without decoding the request */
 } srv_metrics;
 
 typedef struct srv_job srv_job;
@@ -107,6 +108,19 @@ typedef struct srv_daemon {
     unsigned nworkers;
     cache *cache;                   /* the writer: loop thread only */
     srv_hwcache *hwcache;
+
+    /*
+     * Request memo: SHA-256 of a Simulate request's bytes -> its cache key,
+     * direct-mapped (a colliding entry is overwritten). The same bytes under
+     * the same limits always decode to the same key, so a repeated request
+     * is answered from the cache without decoding, verifying or hashing it.
+     */
+    struct srv_memo_entry {
+        di_hash digest;
+        di_hash key;
+        int valid;
+    } *memo;
+    uint32_t nmemo;                 /* entries, a power of 2 */
 
     /* In-flight simulations by cache key (open hashing, power of 2). */
     srv_job **flights;

@@ -133,6 +133,8 @@ struct srv_call {
     srv_waiter *waits;
     srv_job *decode;
     srv_request req;
+    di_hash digest;           /* SHA-256 of the request bytes (memo), if has_digest */
+    int has_digest;
     uint32_t next, npending, ndone;
     uint64_t t0_ns;
     srv_call *live_next, *live_prev;
@@ -638,6 +640,45 @@ waiter_add(srv_job *job, srv_call *c, uint32_t index)
     c->refs++;
 }
 
+/* ---------------------------------------------------------------- request memo */
+
+#define MEMO_ENTRIES 16384
+#define MEMO_DOMAIN "distir.request.v1"
+
+static void
+memo_digest(const uint8_t *data, size_t len, di_hash *out)
+{
+    di_sha256 h;
+    di_sha256_init(&h);
+    di_sha256_update(&h, MEMO_DOMAIN, sizeof MEMO_DOMAIN);
+    di_sha256_update(&h, data, len);
+    di_sha256_final(&h, out);
+}
+
+static struct srv_memo_entry *
+memo_slot(srv_daemon *d, const di_hash *digest)
+{
+    uint32_t i = (uint32_t)digest->b[0] | (uint32_t)digest->b[1] << 8 |
+                 (uint32_t)digest->b[2] << 16 | (uint32_t)digest->b[3] << 24;
+    return &d->memo[i & (d->nmemo - 1)];
+}
+
+static const di_hash *
+memo_find(srv_daemon *d, const di_hash *digest)
+{
+    struct srv_memo_entry *e = memo_slot(d, digest);
+    return e->valid && memcmp(e->digest.b, digest->b, 32) == 0 ? &e->key : NULL;
+}
+
+static void
+memo_insert(srv_daemon *d, const di_hash *digest, const di_hash *key)
+{
+    struct srv_memo_entry *e = memo_slot(d, digest);
+    e->digest = *digest;
+    e->key = *key;
+    e->valid = 1;
+}
+
 static void
 start_candidate(srv_call *c, uint32_t i)
 {
@@ -656,6 +697,8 @@ start_candidate(srv_call *c, uint32_t i)
     srv_cache_key(&in->module_hash, &in->hw_hash, &cand->strategy, &c->req.opts, SIM_VERSION,
                   &key);
     di_hash_hex(&key, hex);
+    if (c->has_digest)
+        memo_insert(d, &c->digest, &key);
     di_error_clear(&err);
     int rc = cache_get(d->cache, &key, &data, &len, &err);
     if (rc == 0) {
@@ -817,6 +860,29 @@ method_simulate(srv_call *c)
         call_fail(c, DI_ETOOBIG, "simulation queue is full (--max-queue)");
         call_pump(c);
         return;
+    }
+    if (c->method == SRV_M_SIMULATE &&
+        GRPC_SLICE_LENGTH(s) <= (size_t)d->cfg->inline_decode_kb * 1024) {
+        /* Seen these exact bytes before? Then the key is known: try the cache first. */
+        const di_hash *key;
+        const uint8_t *data;
+        size_t len;
+        memo_digest(GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &c->digest);
+        c->has_digest = 1;
+        key = memo_find(d, &c->digest);
+        if (key != NULL && cache_get(d->cache, key, &data, &len, NULL) == 0) {
+            char hex[65];
+            di_hash_hex(key, hex);
+            grpc_slice_unref(s);
+            d->m.cache_hits++;
+            d->m.memo_hits++;
+            cache_note_hit(d->cache, key);
+            call_enqueue(c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT, hex,
+                                               0, NULL, 0));
+            call_finish(c, GRPC_STATUS_OK, NULL);
+            call_pump(c);
+            return;
+        }
     }
     if (GRPC_SLICE_LENGTH(s) > (size_t)d->cfg->inline_decode_kb * 1024) {
         srv_job *job = job_new(d, JOB_DECODE);
@@ -1128,6 +1194,8 @@ srv_front_start(srv_daemon *d, di_error *err)
     args[2].value.integer = 0;
     cargs.num_args = 3;
     cargs.args = args;
+    d->nmemo = MEMO_ENTRIES;
+    d->memo = di_xcalloc(d->nmemo, sizeof *d->memo);
     d->nflight_bucket = 64;
     d->flights = di_xcalloc(d->nflight_bucket, sizeof *d->flights);
     d->server = grpc_server_create(&cargs, NULL);

@@ -288,6 +288,9 @@ srv_metrics_render(srv_daemon *d, di_buf *b)
             (double)m->cache_hits);
     counter(b, "distird_cache_misses_total", "Simulations not found in the cache.", "counter",
             (double)m->cache_misses);
+    counter(b, "distird_cache_memo_hits_total",
+            "Hits found by the request-bytes memo, without decoding the request.", "counter",
+            (double)m->memo_hits);
     counter(b, "distird_cache_coalesced_total",
             "Misses that waited for an identical simulation already running.", "counter",
             (double)m->coalesced);

@@ -165,7 +165,7 @@ def main():
         check=True, capture_output=True).stdout)
 
     # ---------------------------------------------------------------- basics
-    d = Daemon("main", "--workers", "2")
+    d = Daemon("main", "--workers", "2", "--metrics-listen", "127.0.0.1:0")
     check("health Check answers SERVING", d.health() == 1)
     check("health Check for distir.v1.CostModel is SERVING", d.health("distir.v1.CostModel") == 1)
     c, _ = code_of(lambda: d.health("no.such.Service"))
@@ -186,10 +186,15 @@ def main():
     check("Simulate: hit has the same key", r2.cache_key == r1.cache_key)
     check("Simulate: hit result is byte-identical to the fresh one",
           r2.result.SerializeToString() == r1.result.SerializeToString())
+    check("Simulate: the repeated request was answered by the request memo",
+          d.metric("distird_cache_memo_hits_total") == 1.0)
     explicit = pb.Strategy(dp=1, tp=1, pp=1, microbatches=1)
     r3 = d.unary("Simulate", request(mlp, strategy=explicit), pb.SimulateReply)
     check("Simulate: explicit dp=tp=pp=1 normalizes to the same key (hit)",
           r3.cache == pb.CACHE_HIT and r3.cache_key == r1.cache_key)
+    check("Simulate: ... found by decoding (other bytes), not by the memo",
+          d.metric("distird_cache_memo_hits_total") == 1.0 and
+          d.metric("distird_cache_hits_total") == 2.0)
     c, msg = code_of(lambda: d.unary("Simulate", request(mlp, strategy=pb.Strategy(dp=2)),
                                      pb.SimulateReply))
     check("Simulate: a real strategy is UNIMPLEMENTED for now",
