@@ -2270,8 +2270,7 @@ static int
 infer_none(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     (void)out;
-    return fail(m, op, err, "is never stored as an op (a region's results hold the returned "
-                "values)");
+    return fail(m, op, err, "cannot be an op: a region's results hold the values it returns");
 }
 
 static int
@@ -2629,11 +2628,25 @@ ir_op_name(const ir_module *m, ir_id op)
     return ir_opkind_name(m->ops[op].kind);
 }
 
+/* "2", "2 to 3" or "at least 1". */
+static const char *
+arity_str(int lo, int hi, pbuf *b)
+{
+    if (hi < 0)
+        snprintf(b->s, sizeof b->s, "at least %d", lo);
+    else if (lo == hi)
+        snprintf(b->s, sizeof b->s, "%d", lo);
+    else
+        snprintf(b->s, sizeof b->s, "%d to %d", lo, hi);
+    return b->s;
+}
+
 int
 ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     const ir_op *o;
     const ir_opinfo *info;
+    pbuf ab;
     if (op == 0 || op >= m->nop)
         return di_error_set(err, DI_EINVAL, "op %u does not exist", op);
     o = &m->ops[op];
@@ -2645,12 +2658,12 @@ ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err)
         return di_error_set(err, DI_EVERIFY, "op %u has operands out of range", op);
     if (o->ninput < (uint32_t)info->min_in ||
         (info->max_in >= 0 && o->ninput > (uint32_t)info->max_in))
-        return fail(m, op, err, "has %u inputs, expected %d..%d", o->ninput, info->min_in,
-                    info->max_in);
+        return fail(m, op, err, "takes %s inputs, not %u",
+                    arity_str(info->min_in, info->max_in, &ab), o->ninput);
     if (o->noutput < (uint32_t)info->min_out ||
         (info->max_out >= 0 && o->noutput > (uint32_t)info->max_out))
-        return fail(m, op, err, "has %u results, expected %d..%d", o->noutput, info->min_out,
-                    info->max_out);
+        return fail(m, op, err, "has %s results, not %u",
+                    arity_str(info->min_out, info->max_out, &ab), o->noutput);
     for (uint32_t i = 0; i < o->ninput; i++) {
         ir_id v = ir_op_input(m, op, i);
         if (v == 0 || v >= m->nvalue)
