@@ -1326,11 +1326,29 @@ optimize(ad *a, ir_id loss)
         nnew += 3 * nw;
         di_free(mom);
     } else {
+        /* Per value added by the pass: already named as some weight's gradient. */
+        uint8_t *claimed = di_xcalloc(m->nvalue - a->nvalue0 + 4 * nw + 1, 1);
         for (uint32_t i = 0; i < nw; i++) {
             ir_id w = weights[i], g = a->grad[w], op;
             a->src = a->first_use[w];
             if (o->optimizer == XFORM_OPTIM_NONE) {
-                newres[nnew++] = g ? g : zeros_like(a, w);
+                /*
+                 * Name each gradient result "<weight>.grad" (distir run writes results by
+                 * name): rename a value the pass made for this weight alone, else give it an
+                 * Identity of that name.
+                 */
+                derived_name(m, w, ".grad", nb, sizeof nb);
+                if (g == 0)
+                    g = zeros_like(a, w);
+                if (g >= a->nvalue0 && !claimed[g - a->nvalue0]) {
+                    m->values[g].name = ir_str(m, nb);
+                } else if (g != 0) {
+                    ir_id id = begin(a, IR_OP_IDENTITY, 1, &g, 1, nb);
+                    g = finish(a, id);
+                }
+                if (g >= a->nvalue0)
+                    claimed[g - a->nvalue0] = 1;
+                newres[nnew++] = g;
                 continue;
             }
             if (g == 0) {
@@ -1342,6 +1360,7 @@ optimize(ad *a, ir_id loss)
             set_float(a, op, "lr", o->lr);
             newres[nnew++] = finish(a, op);
         }
+        di_free(claimed);
     }
     if (a->rc == 0) {
         r = &m->regions[a->func];
