@@ -577,7 +577,8 @@ test_types(void **state)
     t = t2(m, 2, 3, 0);
     ir_region_add_arg(m, f, t, "x");
     m->types[t].rank = IR_MAX_RANK + 1;
-    expect_error(m, "rank 17 exceeds 16");
+    expect_error(m, "type 1 is malformed: its lists are out of range");
+    expect_among(m, "argument 0 (%x) has an invalid type: rank 17 exceeds 16");
     m->types[t].rank = 2;
     m->types[t].dtype = 77;
     expect_error(m, "unknown dtype 77");
@@ -624,7 +625,8 @@ test_types(void **state)
                         "it");
         m->values[x].type = ok;
         m->types[ok].mesh = 9;
-        expect_error(m, "mesh 9 does not exist");
+        expect_error(m, "type 1 is malformed: its lists are out of range");
+        expect_among(m, "argument 0 (%x) has an invalid type: mesh 9 does not exist");
     }
     ir_module_free(m);
 
@@ -1030,6 +1032,79 @@ test_hostile(void **state)
     }
 }
 
+/* Overwrites one random 32-bit word of a struct that holds no pointers. */
+static void
+scribble(void *base, size_t size, uint32_t count)
+{
+    uint32_t word, value = rnd() % 3 == 0 ? rnd() : rnd() % 64;
+    uint8_t *p;
+    if (count <= 1)
+        return;
+    p = (uint8_t *)base + (size_t)(1 + rnd() % (count - 1)) * size;
+    word = rnd() % (uint32_t)(size / 4);
+    memcpy(p + 4 * word, &value, 4);
+}
+
+/*
+ * Scribbles on every kind of id, count and offset a decoder could get wrong
+ * (types, values, ops, region names and parents, meshes, attributes, refs,
+ * ints); the verifier must report and the hash must finish, without reading
+ * outside the module.
+ */
+static void
+test_hostile_fields(void **state)
+{
+    (void)state;
+    rng_state = 777;
+    for (int iter = 0; iter < 4000; iter++) {
+        ir_module *m = ir_module_new();
+        di_hash h;
+        int n = 1 + (int)(rnd() % 3);
+        if (iter % 3 == 0)
+            build_dp(m, NULL);
+        else if (iter % 3 == 1)
+            build_mlp(m, "mlp", 0, NULL);
+        else
+            build_mesh(m, NULL);
+        for (int k = 0; k < n; k++) {
+            switch (rnd() % 8) {
+            case 0:
+                scribble(m->types, sizeof *m->types, m->ntype);
+                break;
+            case 1:
+                scribble(m->values, sizeof *m->values, m->nvalue);
+                break;
+            case 2:
+                scribble(m->ops, sizeof *m->ops, m->nop);
+                break;
+            case 3:
+                scribble(m->meshes, sizeof *m->meshes, m->nmesh);
+                break;
+            case 4:
+                scribble(m->attrs, sizeof *m->attrs, m->nattr);
+                break;
+            case 5:
+                scribble(m->refs, sizeof *m->refs, m->nref);
+                break;
+            case 6:
+                scribble(m->ints, sizeof *m->ints, m->nint);
+                break;
+            default: {
+                ir_region *r = &m->regions[1 + rnd() % (m->nregion - 1)];
+                if (rnd() % 2)
+                    r->name = rnd() % 3 == 0 ? rnd() : rnd() % 64;
+                else
+                    r->parent = rnd() % (m->nop + 2);
+                break;
+            }
+            }
+        }
+        assert_true(ir_verify_all(m, note_diag, NULL, 0) >= 0);
+        ir_hash(m, &h);
+        ir_module_free(m);
+    }
+}
+
 static double
 now(void)
 {
@@ -1086,6 +1161,7 @@ main(void)
         cmocka_unit_test(test_verify_all),
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_hostile_fields),
         cmocka_unit_test(test_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

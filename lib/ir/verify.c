@@ -78,6 +78,7 @@ typedef struct verifier {
     di_error *first; /* ir_verify's error, or NULL */
     ir_id func;      /* function being checked, for messages */
     uint32_t ntype0; /* types that existed before inference added any */
+    int no_infer;    /* some type's lists are out of range: interning could read them */
 
     uint8_t *defined; /* per value */
     ir_id *listed;    /* per op: the region whose list holds it */
@@ -731,6 +732,10 @@ check_value_type(verifier *vf, ir_id op, ir_id v, const char *word, uint32_t ind
     const ir_module *m = vf->m;
     ir_id t = m->values[v].type;
     char what[64];
+    if (m->values[v].name >= m->nchar) {
+        report(vf, op, v, "%s %u: name id %u out of range", word, index, m->values[v].name);
+        return 0;
+    }
     if (t != 0 && t < vf->ntype0 && m->values[v].init == 0 && type_state(vf, t) == TYPE_OK)
         return 1;
     snprintf(what, sizeof what, "%s %u", word, index);
@@ -850,6 +855,39 @@ check_meshes(verifier *vf)
     free(names);
 }
 
+/*
+ * Shape inference interns types, and interning compares a new type with
+ * existing ones and rehashes them all when its table grows, reading each
+ * type's lists. So before any inference runs, every type in the module (used
+ * or not) must have its lists in range, and the intern table only valid ids.
+ */
+static void
+check_type_lists(verifier *vf)
+{
+    const ir_module *m = vf->m;
+    for (ir_id t = 1; t < m->ntype && !vf->stop; t++) {
+        const ir_type *ty = &m->types[t];
+        int ok;
+        if (ty->kind == IR_TYPE_TENSOR)
+            ok = (uint64_t)ty->dims + ty->rank <= m->nint &&
+                 (ty->mesh == 0 ||
+                  (ty->mesh < m->nmesh &&
+                   (uint64_t)ty->placements + m->meshes[ty->mesh].rank <= m->nint));
+        else
+            ok = (uint64_t)ty->elems + ty->nelem <= m->nref;
+        if (!ok) {
+            report(vf, 0, 0, "type %u is malformed: its lists are out of range", t);
+            vf->no_infer = 1;
+        }
+    }
+    if (m->typetab != NULL)
+        for (uint32_t i = 0; i < m->ctypetab && !vf->no_infer; i++)
+            if (m->typetab[i] >= m->ntype) {
+                report(vf, 0, 0, "the type intern table holds type id %u", m->typetab[i]);
+                vf->no_infer = 1;
+            }
+}
+
 static int
 region_lists_ok(const ir_region *reg)
 {
@@ -930,6 +968,9 @@ check_attr_value(verifier *vf, ir_id op, const ir_attr *a, const char *key)
         if (a->s == 0 || a->s >= m->nmesh)
             report(vf, op, 0, "attribute '%s' refers to mesh %u but the module has %u meshes", key,
                    a->s, m->nmesh - 1);
+        else if (!vf->mesh_ok[a->s]) /* shape inference must never see a bad mesh */
+            report(vf, op, 0, "attribute '%s' refers to the invalid mesh @%s", key,
+                   str_at(m, m->meshes[a->s].name));
         break;
     case IR_ATTR_TENSOR: {
         char why[512];
@@ -1223,6 +1264,8 @@ check_op(verifier *vf, ir_id r, ir_id op)
     info = &ir_opinfos[o->kind];
     if (o->opaque >= m->nchar)
         report(vf, op, 0, "opaque op type id %u out of range", o->opaque);
+    if (o->name >= m->nchar)
+        report(vf, op, 0, "op name id %u out of range", o->name);
     if (!(info->flags & IR_OPF_REGION) && o->body != 0)
         report(vf, op, 0, "op has a body region but only dist.pmap may");
     if (o->ninput < (uint32_t)info->min_in ||
@@ -1300,7 +1343,7 @@ check_op(verifier *vf, ir_id r, ir_id op)
         }
         return;
     }
-    if (vf->count == before && inputs_ok)
+    if (vf->count == before && inputs_ok && !vf->no_infer)
         check_infer(vf, op);
 }
 
@@ -1375,7 +1418,7 @@ leave_region(verifier *vf)
     if (f.bound != 0)
         vf->bind[f.bound] = f.saved;
     vf->nstack--;
-    if (f.pmap != 0 && f.errors >= 0 && f.errors == vf->count)
+    if (f.pmap != 0 && f.errors >= 0 && f.errors == vf->count && !vf->no_infer)
         check_infer(vf, f.pmap);
 }
 
@@ -1471,6 +1514,7 @@ verify_run(ir_module *m, ir_diag_fn fn, void *ctx, int limit, di_error *first)
     }
     parse_schemas(vf);
     check_meshes(vf);
+    check_type_lists(vf);
     check_regions(vf);
     for (ir_id r = 1; r < m->nregion && !vf->stop; r++) {
         const ir_region *reg = &m->regions[r];
