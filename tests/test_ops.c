@@ -1018,6 +1018,10 @@ test_tuple_collectives(void **state)
     op = mkop(m, f, IR_OP_ALLGATHER, NIDS(t), 1);
     ir_op_set_int(m, op, "dim", 2);
     EXPECT_ERR(m, op, "dim 2 is out of range for rank 2");
+    op = mkop(m, f, IR_OP_BROADCAST, NIDS(x), 1);
+    ir_op_set_ints(m, op, "devices", DIMS(1));
+    ir_op_set_ints(m, op, "root", DIMS(0));
+    EXPECT_ERR(m, op, "root is for the mesh form");
     assert_int_equal(ir_opkind_from_name("MPIAllreduceFromTupleType", 25), IR_OP_ALLREDUCE);
     assert_int_equal(ir_opkind_from_name("Allgather", 9), IR_OP_ALLGATHER);
     assert_int_equal(ir_opkind_from_name("MPIReduceScatter", 16), IR_OP_REDUCESCATTER);
@@ -1155,6 +1159,8 @@ test_mesh_collectives_dtensor(void **state)
                                            (int64_t[]){0, IR_PLACE_PSUM}));
     ir_id split1 = arg(m, f, ir_type_dtensor(m, IR_F32, DIMS(8, 16), mesh,
                                              (int64_t[]){1, IR_PLACE_R}));
+    ir_id repl6 = arg(m, f, ir_type_dtensor(m, IR_F32, DIMS(6, 16), mesh,
+                                            (int64_t[]){IR_PLACE_R, IR_PLACE_R}));
     ir_id op;
     ir_cost c;
     (void)state;
@@ -1209,6 +1215,28 @@ test_mesh_collectives_dtensor(void **state)
     ir_op_set_int(m, op, "concat_dim", 1);
     EXPECT_RESULT(m, op, ir_type_dtensor(m, IR_F32, DIMS(8, 16), mesh,
                                          (int64_t[]){0, IR_PLACE_R}));
+    /* scatter R -> S[dim], gather S[dim] -> R, broadcast keeps R (named axes only). */
+    op = mkop(m, f, IR_OP_SCATTER, NIDS(split1), 1);
+    ir_op_set_mesh(m, op, "mesh", mesh);
+    ir_op_set_ints(m, op, "mesh_axes", DIMS(1));
+    ir_op_set_int(m, op, "dim", 0);
+    EXPECT_RESULT(m, op, ir_type_dtensor(m, IR_F32, DIMS(8, 16), mesh, (int64_t[]){1, 0}));
+    op = mkop(m, f, IR_OP_GATHERTO, NIDS(split1), 1);
+    ir_op_set_mesh(m, op, "mesh", mesh);
+    ir_op_set_ints(m, op, "mesh_axes", DIMS(0));
+    ir_op_set_int(m, op, "dim", 1);
+    EXPECT_RESULT(m, op, ir_type_dtensor(m, IR_F32, DIMS(8, 16), mesh,
+                                         (int64_t[]){IR_PLACE_R, IR_PLACE_R}));
+    op = mkop(m, f, IR_OP_BROADCAST, NIDS(split1), 1);
+    ir_op_set_mesh(m, op, "mesh", mesh);
+    ir_op_set_ints(m, op, "mesh_axes", DIMS(0));
+    EXPECT_ERR(m, op, "input 0 has placement S[1] on mesh axis 0, expected R");
+    /* A new split must divide: dim 0 of size 6 over axis 1's 4 devices does not. */
+    op = mkop(m, f, IR_OP_SCATTER, NIDS(repl6), 1);
+    ir_op_set_mesh(m, op, "mesh", mesh);
+    ir_op_set_ints(m, op, "mesh_axes", DIMS(1));
+    ir_op_set_int(m, op, "dim", 0);
+    EXPECT_ERR(m, op, "dimension 0 does not divide over the 4 devices");
     /* The wrong mesh, a repeated axis, an axis out of range. */
     op = mkop(m, f, IR_OP_ALLREDUCE, NIDS(psum), 1);
     ir_op_set_mesh(m, op, "mesh", mesh2);
