@@ -227,6 +227,39 @@ test_gpt3_175b(void **state)
     ir_module_free(m);
 }
 
+/*
+ * FLOPs per step (the costs of the op table summed, as `distir print --stats`)
+ * against Megatron-LM's count without recomputation (Narayanan et al. 2021,
+ * section 5.1, with 72 for 96: the forward pass once): the matmuls of a layer
+ * are 24 b s h^2 + 4 b s^2 h forward and twice that backward, the logits
+ * 2 b s h V forward, so 72 b s l h^2 (1 + s/(6h) + V/(12 l h)). Elementwise
+ * ops add a little on top: within 1%.
+ */
+static void
+test_gpt_flops(void **state)
+{
+    models_gpt c;
+    ir_module *m;
+    di_error err;
+    double flops = 0, b, s, l, h, V, want;
+    (void)state;
+    models_gpt_init(&c);
+    assert_int_equal(models_gpt_preset("gpt3-175b", &c, &err), 0);
+    c.batch = 4;
+    assert_int_equal(models_gpt_build(&c, &m, &err), 0);
+    for (ir_id op = 1; op < m->nop; op++) {
+        ir_cost cost;
+        ir_op_cost(m, op, &cost);
+        flops += cost.flops;
+    }
+    b = 4, s = 2048, l = 96, h = 12288, V = 51200;
+    want = 72 * b * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    printf("gpt3-175b batch 4: %.5g FLOPs per step, Megatron's formula %.5g (%+.3f%%)\n", flops,
+           want, 100 * (flops / want - 1));
+    assert_true(flops >= want && flops < 1.01 * want);
+    ir_module_free(m);
+}
+
 static void
 test_unknown_preset(void **state)
 {
@@ -560,6 +593,7 @@ main(void)
         cmocka_unit_test(test_gpt_final_ln_params),
         cmocka_unit_test(test_presets),
         cmocka_unit_test(test_gpt3_175b),
+        cmocka_unit_test(test_gpt_flops),
         cmocka_unit_test(test_unknown_preset),
         cmocka_unit_test(test_bad_shapes),
         cmocka_unit_test(test_linear_in_layers),

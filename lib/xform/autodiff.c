@@ -944,7 +944,8 @@ rule_slice(ad *a, ir_id op, const ir_id *dy)
         ir_id parts[3];
         uint32_t np = 0;
         for (int side = 0; side < 2; side++) {
-            int64_t lo = side == 0 ? 0 : sa[k].end, hi = side == 0 ? sa[k].start : x.dims[sa[k].axis];
+            int64_t lo = side == 0 ? 0 : sa[k].end;
+            int64_t hi = side == 0 ? sa[k].start : x.dims[sa[k].axis];
             int64_t st[IR_MAX_RANK], en[IR_MAX_RANK], ax[IR_MAX_RANK];
             ir_id z;
             if (hi <= lo) {
