@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "ir/pb.h"
 
 /* ---- a small deterministic generator ---- */
 
@@ -474,6 +475,52 @@ same_value(const dag *g, ref a, ref b)
     return 1;
 }
 
+/* Printing and parsing, and encoding and decoding, keep the hash. */
+static void
+test_round_trips(void **state)
+{
+    ir_limits lim;
+    (void)state;
+    ir_limits_default(&lim);
+    rng_state = 4;
+    for (int n = 0; n < NMODULES; n++) {
+        dag g;
+        options o;
+        built b;
+        di_hash h0, h1, h2;
+        ir_module *t = NULL, *p = NULL;
+        di_error err;
+        char *text;
+        size_t len;
+        uint8_t *bytes;
+        gen_dag(&g, n % 2);
+        memset(&o, 0, sizeof o);
+        random_order(&g, o.order);
+        o.names = (int)rnd(3);
+        build(&g, &o, &b);
+        ir_hash(b.m, &h0);
+
+        text = ir_print(b.m, &len);
+        if (ir_parse(text, len, &t, &err) != 0)
+            fail_msg("module %d: parse(print(m)): %s\n%s", n, err.msg, text);
+        ir_hash(t, &h1);
+        if (!same(&h0, &h1))
+            fail_msg("module %d: parse(print(m)) hashes differently:\n%s", n, text);
+
+        assert_int_equal(ir_encode(b.m, &bytes, &len), 0);
+        if (ir_decode(bytes, len, &lim, &p, &err) != 0)
+            fail_msg("module %d: decode(encode(m)): %s", n, err.msg);
+        ir_hash(p, &h2);
+        assert_true(same(&h0, &h2));
+
+        di_free(text);
+        di_free(bytes);
+        ir_module_free(t);
+        ir_module_free(p);
+        ir_module_free(b.m);
+    }
+}
+
 /* Picks a target for mutation mu in g, or returns 0 when it does not apply. */
 static int
 choose_target(const dag *g, mutation mu, int *target)
@@ -787,6 +834,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rename),       cmocka_unit_test(test_reorder),
+        cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_mutations),    cmocka_unit_test(test_pmap_devvar),
         cmocka_unit_test(test_functions),    cmocka_unit_test(test_data),
         cmocka_unit_test(test_known_answer),

@@ -199,7 +199,7 @@ print_type(const ir_module *m, ir_id t, sbuf *b, int depth)
         sb_printf(b, "<type %u of kind %u>", t, ty->kind);
         return;
     }
-    sb_printf(b, "!dist.tensor<");
+    sb_printf(b, ty->mesh != 0 ? "!dist.dtensor<" : "!dist.tensor<");
     if (ty->rank <= IR_MAX_RANK && (uint64_t)ty->dims + ty->rank <= m->nint)
         for (uint32_t i = 0; i < ty->rank; i++)
             sb_printf(b, "%lldx", (long long)m->ints[ty->dims + i]);
@@ -208,7 +208,7 @@ print_type(const ir_module *m, ir_id t, sbuf *b, int depth)
     sb_printf(b, "%s", ir_dtype_name((ir_dtype)ty->dtype));
     if (ty->mesh != 0 && ty->mesh < m->nmesh) {
         const ir_mesh *me = &m->meshes[ty->mesh];
-        sb_printf(b, ", @%s[", str_at(m, me->name));
+        sb_printf(b, ", @%s, [", str_at(m, me->name));
         if (me->rank <= IR_MAX_RANK && (uint64_t)ty->placements + me->rank <= m->nint) {
             for (uint32_t a = 0; a < me->rank; a++) {
                 int64_t p = m->ints[ty->placements + a];
@@ -221,16 +221,16 @@ print_type(const ir_module *m, ir_id t, sbuf *b, int depth)
                 else if (p == IR_PLACE_PMAX)
                     sb_printf(b, "P(max)");
                 else if (p >= 0)
-                    sb_printf(b, "S(%lld)", (long long)p);
+                    sb_printf(b, "S[%lld]", (long long)p);
                 else
                     sb_printf(b, "?%lld", (long long)p);
             }
         }
         sb_printf(b, "]");
     } else if (ty->mesh != 0) {
-        sb_printf(b, ", <mesh %u>", ty->mesh);
+        sb_printf(b, ", @<mesh %u>, []", ty->mesh);
     } else if (ty->devvar != 0) {
-        sb_printf(b, ", %%%s", str_at(m, ty->devvar));
+        sb_printf(b, ", %s", str_at(m, ty->devvar));
     } else if (ty->device != IR_DEVICE_NONE) {
         sb_printf(b, ", %d", ty->device);
     }
@@ -714,7 +714,7 @@ check_value_type_slow(verifier *vf, ir_id op, ir_id v, const char *what)
     if ((st & TYPE_DEVVAR) && (var = unbound_devvar(vf, t)) != 0) {
         char tt[256];
         report(vf, op, v,
-               "%s (%s) has type %s on device variable %%%s, which no enclosing dist.pmap binds",
+               "%s (%s) has type %s on device variable %s, which no enclosing dist.pmap binds",
                what, vname(vf, v), type_text(m, t, tt, sizeof tt), str_at(m, var));
         return 0;
     }
