@@ -12,11 +12,11 @@
  * build() with options that choose the op order, the names and one mutation,
  * so that two builds differ in exactly what a test means them to.
  */
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,9 +221,9 @@ typedef enum mutation {
     NMUT
 } mutation;
 
-static const char *const mutation_names[NMUT] = {
-    "none", "dim", "dtype", "attr", "attr-key", "device", "swap", "edge", "kind", "dead",
-    "placement", "mesh"};
+static const char *const mutation_names[NMUT] = {"none",     "dim",    "dtype",     "attr",
+                                                 "attr-key", "device", "swap",      "edge",
+                                                 "kind",     "dead",   "placement", "mesh"};
 
 typedef struct options {
     int order[MAXNODE]; /* a topological order of the nodes */
@@ -332,10 +332,9 @@ build(const dag *g, const options *o, built *b)
             ir_op_set_int(m, op, "axis",
                           o->mut == MUT_ATTR && i == o->target ? 1 - nd->attr : nd->attr);
         if (nd->kind == IR_OP_DROPOUT && !(o->mut == MUT_ATTR_KEY && i == o->target))
-            ir_op_set_float(m, op, "ratio",
-                            (double)(o->mut == MUT_ATTR && i == o->target ? nd->attr + 1
-                                                                          : nd->attr) /
-                                10.0);
+            ir_op_set_float(
+                m, op, "ratio",
+                (double)(o->mut == MUT_ATTR && i == o->target ? nd->attr + 1 : nd->attr) / 10.0);
         if (nd->kind == IR_OP_TRANSPOSE) {
             int64_t perm[2] = {1, 0};
             ir_op_set_ints(m, op, "perm", 2, perm);
@@ -640,8 +639,8 @@ test_mutations(void **state)
                 hash_of(&g, &p, &h, 1);
             }
             if (same(&base, &h))
-                fail_msg("module %d: mutation %s (target %d) kept the hash", n,
-                         mutation_names[mu], p.target);
+                fail_msg("module %d: mutation %s (target %d) kept the hash", n, mutation_names[mu],
+                         p.target);
             applied[mu]++;
         }
     }
@@ -833,11 +832,10 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rename),       cmocka_unit_test(test_reorder),
-        cmocka_unit_test(test_round_trips),
-        cmocka_unit_test(test_mutations),    cmocka_unit_test(test_pmap_devvar),
-        cmocka_unit_test(test_functions),    cmocka_unit_test(test_data),
-        cmocka_unit_test(test_known_answer),
+        cmocka_unit_test(test_rename),      cmocka_unit_test(test_reorder),
+        cmocka_unit_test(test_round_trips), cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_pmap_devvar), cmocka_unit_test(test_functions),
+        cmocka_unit_test(test_data),        cmocka_unit_test(test_known_answer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,11 +7,11 @@
  * corrupted at random never crashes the verifier or the hash; and a large
  * module verifies in linear time.
  */
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,8 +156,8 @@ build_dp(ir_module *m, ir_id *pmap_op)
     wBi = ir_region_add_arg(m, body, t2var(m, H, C, dvar), "wBi");
     ai = out0(m, op2(m, body, IR_OP_MATMUL, xi, wAi, t2var(m, B / 2, H, dvar), "ai"));
     yi = out0(m, op2(m, body, IR_OP_MATMUL, ai, wBi, t2var(m, B / 2, C, dvar), "yi"));
-    li = out0(m, op2(m, body, IR_OP_MSELOSS, yi, zi,
-                     ir_type_tensor_var(m, IR_F32, 0, NULL, dvar), "li"));
+    li = out0(
+        m, op2(m, body, IR_OP_MSELOSS, yi, zi, ir_type_tensor_var(m, IR_F32, 0, NULL, dvar), "li"));
     {
         ir_id in3[3] = {yi, zi, li}, ty = t2var(m, B / 2, C, dvar);
         const char *n[] = {"dyi"};
@@ -895,10 +895,10 @@ test_verify_all(void **state)
     f = ir_func_new(m, "main");
     t = t2(m, 4, 4, 0);
     x = ir_region_add_arg(m, f, t, "x");
-    op1(m, f, IR_OP_CAST, x, t, "c");         /* missing 'to' */
-    op = op1(m, f, IR_OP_RELU, x, t, "r");    /* unknown attribute */
+    op1(m, f, IR_OP_CAST, x, t, "c");      /* missing 'to' */
+    op = op1(m, f, IR_OP_RELU, x, t, "r"); /* unknown attribute */
     ir_op_set_int(m, op, "alpha", 1);
-    op2(m, f, IR_OP_ADD, x, 4242, t, "s");    /* bad id */
+    op2(m, f, IR_OP_ADD, x, 4242, t, "s"); /* bad id */
     memset(&d, 0, sizeof d);
     assert_int_equal(ir_verify_all(m, collect, &d, 0), 3);
     assert_int_equal(d.n, 3);
@@ -1152,8 +1152,8 @@ test_large(void **state)
     v = ir_region_add_arg(m, f, t, "x");
     w = ir_region_add_arg(m, f, t, "w");
     for (int i = 0; i < N; i++)
-        v = out0(m, ir_op_add(m, f, i % 2 ? IR_OP_RELU : IR_OP_ADD, i % 2 ? 1 : 2,
-                              (ir_id[]){v, w}, 1, &t, NULL));
+        v = out0(m, ir_op_add(m, f, i % 2 ? IR_OP_RELU : IR_OP_ADD, i % 2 ? 1 : 2, (ir_id[]){v, w},
+                              1, &t, NULL));
     ir_region_add_result(m, f, v);
     t0 = now();
     assert_int_equal(ir_verify(m, &err), 0);

@@ -56,11 +56,11 @@
 /* One region being hashed. */
 typedef struct hframe {
     ir_id region;
-    ir_id pmap;      /* the op whose body this is; 0 for a function */
-    uint32_t next;   /* position of the next op */
-    uint32_t level;  /* nesting level: 0 for a function */
-    ir_id bound;     /* string id of the device variable this body binds, or 0 */
-    uint32_t saved;  /* its binding outside this body */
+    ir_id pmap;     /* the op whose body this is; 0 for a function */
+    uint32_t next;  /* position of the next op */
+    uint32_t level; /* nesting level: 0 for a function */
+    ir_id bound;    /* string id of the device variable this body binds, or 0 */
+    uint32_t saved; /* its binding outside this body */
 } hframe;
 
 /* Type memo states. */
@@ -556,10 +556,10 @@ hash_op(hasher *h, ir_id op, const hframe *f)
             put_value(h, &s, m->refs[o->inputs + i], f);
     }
     if (o->body != 0)
-        put_digest(&s, (o->body < m->nregion && h->rdone[o->body] &&
-                        m->regions[o->body].parent == op)
-                           ? &h->rdig[o->body]
-                           : &h->bad);
+        put_digest(&s,
+                   (o->body < m->nregion && h->rdone[o->body] && m->regions[o->body].parent == op)
+                       ? &h->rdig[o->body]
+                       : &h->bad);
     if (o->noutput != 0 && (o->outputs == 0 || (uint64_t)o->outputs + o->noutput > m->nvalue)) {
         put_str(&s, "malformed");
     } else {

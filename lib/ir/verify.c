@@ -785,7 +785,7 @@ devices_distinct(verifier *vf, const int64_t *ids, uint32_t n, int64_t *dup)
     }
     for (uint32_t j = 0; j < i; j++) {
         uint32_t d = (uint32_t)ids[j];
-        vf->devbits[d >> 3] &= (uint8_t)~(1u << (d & 7));
+        vf->devbits[d >> 3] &= (uint8_t) ~(1u << (d & 7));
     }
     return ok;
 }
@@ -869,10 +869,10 @@ check_type_lists(verifier *vf)
         const ir_type *ty = &m->types[t];
         int ok;
         if (ty->kind == IR_TYPE_TENSOR)
-            ok = (uint64_t)ty->dims + ty->rank <= m->nint &&
-                 (ty->mesh == 0 ||
-                  (ty->mesh < m->nmesh &&
-                   (uint64_t)ty->placements + m->meshes[ty->mesh].rank <= m->nint));
+            ok =
+                (uint64_t)ty->dims + ty->rank <= m->nint &&
+                (ty->mesh == 0 || (ty->mesh < m->nmesh &&
+                                   (uint64_t)ty->placements + m->meshes[ty->mesh].rank <= m->nint));
         else
             ok = (uint64_t)ty->elems + ty->nelem <= m->nref;
         if (!ok) {
@@ -916,8 +916,8 @@ check_regions(verifier *vf)
                 report(vf, 0, 0, "region %u: its parent op %u does not exist", r, reg->parent);
             else if (m->ops[reg->parent].body != r)
                 report(vf, reg->parent, 0,
-                       "region %u names this op as its parent, but the op's body is region %u",
-                       r, m->ops[reg->parent].body);
+                       "region %u names this op as its parent, but the op's body is region %u", r,
+                       m->ops[reg->parent].body);
         } else if (reg->name == 0 || reg->name >= m->nchar || m->chars[reg->name] == '\0') {
             report(vf, 0, 0, "region %u is a top-level function with no name", r);
         } else {
@@ -986,8 +986,8 @@ check_attr_value(verifier *vf, ir_id op, const ir_attr *a, const char *key)
         } else if (a->n != 0 && a->n != ir_type_bytes(m, (ir_id)a->i)) {
             /* No bytes at all is a constant known only by its type. */
             char tt[256];
-            report(vf, op, 0, "attribute '%s' holds %u bytes but its type %s needs %llu", key,
-                   a->n, type_text(m, (ir_id)a->i, tt, sizeof tt),
+            report(vf, op, 0, "attribute '%s' holds %u bytes but its type %s needs %llu", key, a->n,
+                   type_text(m, (ir_id)a->i, tt, sizeof tt),
                    (unsigned long long)ir_type_bytes(m, (ir_id)a->i));
         }
         break;
@@ -1188,9 +1188,8 @@ same_but_placements(const ir_module *m, ir_id a, ir_id b)
 {
     const ir_type *x = &m->types[a], *y = &m->types[b];
     if (x->kind != IR_TYPE_TENSOR || y->kind != IR_TYPE_TENSOR || x->mesh == 0 ||
-        x->mesh != y->mesh || x->dtype != y->dtype || x->rank != y->rank ||
-        x->rank > IR_MAX_RANK || (uint64_t)x->dims + x->rank > m->nint ||
-        (uint64_t)y->dims + y->rank > m->nint)
+        x->mesh != y->mesh || x->dtype != y->dtype || x->rank != y->rank || x->rank > IR_MAX_RANK ||
+        (uint64_t)x->dims + x->rank > m->nint || (uint64_t)y->dims + y->rank > m->nint)
         return 0;
     return x->rank == 0 ||
            memcmp(m->ints + x->dims, m->ints + y->dims, x->rank * sizeof(int64_t)) == 0;
@@ -1245,8 +1244,9 @@ check_op(verifier *vf, ir_id r, ir_id op)
         return;
     }
     if (o->kind == IR_OP_RETURN) {
-        report(vf, op, 0, "dist.return is stored as an op; a region's results list holds the "
-                          "values it returns");
+        report(vf, op, 0,
+               "dist.return is stored as an op; a region's results list holds the "
+               "values it returns");
         return;
     }
     if ((uint64_t)o->inputs + o->ninput > m->nref) {
@@ -1335,8 +1335,8 @@ check_op(verifier *vf, ir_id r, ir_id op)
                 report(vf, op, 0, "body has %u arguments but the op has %u inputs", body->narg,
                        o->ninput);
             if (body->nresult != o->noutput)
-                report(vf, op, 0, "body returns %u values but the op has %u results",
-                       body->nresult, o->noutput);
+                report(vf, op, 0, "body returns %u values but the op has %u results", body->nresult,
+                       o->noutput);
             /* The rest, shape inference included, happens when the body is done. */
             enter_region(vf, b, op, inputs_ok ? before : -1);
             return;
