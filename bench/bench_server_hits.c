@@ -57,7 +57,7 @@ static double run_seconds = 2.0;
 
 typedef struct client {
     pthread_t thread;
-    double *lat_us;  /* one per call, microseconds */
+    double *lat_us; /* one per call, microseconds */
     size_t n, cap;
     long errors;
     int hit_checked; /* the first reply was a cache hit */
@@ -81,8 +81,8 @@ call_once(grpc_channel *ch, grpc_completion_queue *cq, Distir__V1__SimulateReply
     grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&request_slice, 1), *recv = NULL;
     grpc_status_code status = GRPC_STATUS_UNKNOWN;
     grpc_slice details = grpc_empty_slice();
-    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                         gpr_time_from_millis(10000, GPR_TIMESPAN));
+    gpr_timespec deadline =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(10000, GPR_TIMESPAN));
     grpc_call *call = grpc_channel_create_call(
         ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
         grpc_slice_from_static_string("/distir.v1.CostModel/Simulate"), NULL, deadline, NULL);
@@ -104,8 +104,8 @@ call_once(grpc_channel *ch, grpc_completion_queue *cq, Distir__V1__SimulateReply
     ops[5].data.recv_status_on_client.status_details = &details;
     if (grpc_call_start_batch(call, ops, 6, &tag, NULL) == GRPC_CALL_OK) {
         for (;;) {
-            grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                                       NULL);
+            grpc_event ev =
+                grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             if (ev.type == GRPC_OP_COMPLETE && ev.tag == &tag)
                 break;
         }

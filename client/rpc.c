@@ -26,10 +26,22 @@ static const char *
 status_name(grpc_status_code s)
 {
     static const char *const names[] = {
-        "OK",           "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",    "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",
-        "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",       "DATA_LOSS",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
         "UNAUTHENTICATED",
     };
     if ((unsigned)s < sizeof names / sizeof names[0])
@@ -137,8 +149,8 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
                           grpc_call_error_to_string(e));
     } else {
         for (;;) {
-            grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                                       NULL);
+            grpc_event ev =
+                grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             if (ev.type == GRPC_OP_COMPLETE && ev.tag == &tag)
                 break;
         }

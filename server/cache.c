@@ -15,16 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-enum {
-    ST_GET,
-    ST_PUT,
-    ST_HIT,
-    ST_HITS,
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
-    NSTMT
-};
+enum { ST_GET, ST_PUT, ST_HIT, ST_HITS, ST_BEGIN, ST_COMMIT, ST_ROLLBACK, NSTMT };
 
 static const char *const stmt_sql[NSTMT] = {
     [ST_GET] = "SELECT result FROM results WHERE key = ?1",
@@ -50,7 +41,7 @@ struct cache {
     sqlite3_stmt *st[NSTMT];
     sqlite3_stmt *active; /* the statement whose row cache_get lent out */
     uint64_t count;
-    cache_hit *hits;      /* pending hits */
+    cache_hit *hits; /* pending hits */
     size_t nhit, chit;
 };
 
@@ -138,7 +129,8 @@ migrate(cache *c, const char *schema, di_error *err)
         snprintf(marker, sizeof marker, "-- version %d", v);
         while ((p = strstr(p, marker)) != NULL) {
             char after = p[strlen(marker)];
-            if ((p == schema || p[-1] == '\n') && (after == '\n' || after == '\0' || after == '\r')) {
+            if ((p == schema || p[-1] == '\n') &&
+                (after == '\n' || after == '\0' || after == '\r')) {
                 start = p;
                 break;
             }
@@ -231,8 +223,7 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
     for (int i = 0; i < NSTMT; i++) {
         if (c->readonly && i != ST_GET && i != ST_HITS)
             continue;
-        rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i],
-                                NULL);
+        rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
         if (rc != SQLITE_OK) {
             db_error(c, err, DI_EIO, "cannot prepare a statement");
             cache_close(c);
@@ -241,8 +232,7 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
     }
     {
         sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(c->db, "SELECT count(*) FROM results", -1, &st, NULL) ==
-            SQLITE_OK) {
+        if (sqlite3_prepare_v2(c->db, "SELECT count(*) FROM results", -1, &st, NULL) == SQLITE_OK) {
             if (sqlite3_step(st) == SQLITE_ROW)
                 c->count = (uint64_t)sqlite3_column_int64(st, 0);
             sqlite3_finalize(st);
@@ -330,8 +320,8 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
     sqlite3_bind_blob64(st, 2, len ? data : (const uint8_t *)"", len, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, simulator_version, -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 4, step_time_s);
-    sqlite3_bind_int64(st, 5, peak_memory_bytes > INT64_MAX ? INT64_MAX
-                                                            : (sqlite3_int64)peak_memory_bytes);
+    sqlite3_bind_int64(
+        st, 5, peak_memory_bytes > INT64_MAX ? INT64_MAX : (sqlite3_int64)peak_memory_bytes);
     sqlite3_bind_double(st, 6, now_unix());
     rc = sqlite3_step(st);
     sqlite3_clear_bindings(st);

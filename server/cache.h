@@ -20,7 +20,7 @@ extern const char cache_schema_sql[];
 
 typedef struct cache cache;
 
-#define CACHE_READONLY 0x1  /* a worker's connection: no migrations, no writes */
+#define CACHE_READONLY 0x1 /* a worker's connection: no migrations, no writes */
 
 /*
  * Opens (creating when writable) the database at path and brings its schema
@@ -30,8 +30,7 @@ typedef struct cache cache;
  */
 int cache_open(const char *path, int flags, cache **out, di_error *err);
 /* As cache_open with another schema text (tests of migrations). */
-int cache_open_schema(const char *path, int flags, const char *schema, cache **out,
-                      di_error *err);
+int cache_open_schema(const char *path, int flags, const char *schema, cache **out, di_error *err);
 /*
  * Writes pending hit counts, checkpoints the WAL into the database (writer
  * only) and closes. cache_close(NULL) does nothing.

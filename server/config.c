@@ -16,6 +16,7 @@
 typedef struct config_desc {
     const char *name;
     srv_config_type type;
+    const char *meta; /* the value's name in --help */
     size_t offset;
     const char *dflt;
     int64_t min, max;
@@ -23,8 +24,8 @@ typedef struct config_desc {
 } config_desc;
 
 static const config_desc config_table[] = {
-#define SRV_CONFIG_DESC_(name, field, type, dflt, min, max, help)                                  \
-    {name, SRV_CONFIG_##type, offsetof(srv_config, field), dflt, min, max, help},
+#define SRV_CONFIG_DESC_(name, field, type, meta, dflt, min, max, help)                            \
+    {name, SRV_CONFIG_##type, meta, offsetof(srv_config, field), dflt, min, max, help},
     SRV_CONFIG_LIST(SRV_CONFIG_DESC_)
 #undef SRV_CONFIG_DESC_
 };
@@ -71,9 +72,8 @@ config_apply(srv_config *c, const config_desc *d, const char *value, di_error *e
             return di_error_set(err, DI_EINVAL, "setting '%s': '%s' is not an integer", d->name,
                                 value);
         if (v < d->min || v > d->max)
-            return di_error_set(err, DI_EINVAL,
-                                "setting '%s': %lld is out of range [%lld, %lld]", d->name, v,
-                                (long long)d->min, (long long)d->max);
+            return di_error_set(err, DI_EINVAL, "setting '%s': %lld is out of range [%lld, %lld]",
+                                d->name, v, (long long)d->min, (long long)d->max);
         *(int64_t *)(void *)p = v;
         return 0;
     }
@@ -281,14 +281,12 @@ srv_config_usage(FILE *f)
                "distird serves the distir cost model over gRPC (service distir.v1.CostModel)\n"
                "with a SQLite result cache. Options (also valid as \"NAME VALUE\" lines in the\n"
                "config file; flags override the file):\n\n");
-    fprintf(f, "  --%-18s %s\n  %-20s   (default: none)\n", "config FILE",
-            "read settings from FILE", "");
+    fprintf(f, "  --%-22s %s\n", "config FILE", "read settings from FILE (default: none)");
     for (size_t i = 0; i < NCONFIG; i++) {
         const config_desc *d = &config_table[i];
         char flag[64];
-        snprintf(flag, sizeof flag, "%s %s", d->name,
-                 d->type == SRV_CONFIG_INT ? "N" : d->type == SRV_CONFIG_LEVEL ? "LEVEL" : "VALUE");
-        fprintf(f, "  --%-18s %s\n  %-20s   (default: %s)\n", flag, d->help, "",
+        snprintf(flag, sizeof flag, "%s %s", d->name, d->meta);
+        fprintf(f, "  --%-22s %s\n  %-24s (default: %s)\n", flag, d->help, "",
                 d->dflt[0] ? d->dflt : "\"\"");
     }
     fprintf(f, "\nSignals: SIGTERM/SIGINT drain and exit, SIGHUP reopens the log file.\n");

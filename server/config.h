@@ -20,37 +20,43 @@ typedef enum srv_config_type {
     SRV_CONFIG_LEVEL, /* a log level name, stored as int */
 } srv_config_type;
 
-/* X(name, field, type, default, min, max, help). min/max apply to ints. */
+/* X(name, field, type, metavar, default, min, max, help). min/max apply to ints. */
 #define SRV_CONFIG_LIST(X)                                                                         \
-    X("listen", listen, STRING, "127.0.0.1:7878", 0, 0,                                            \
-      "gRPC address host:port (port 0 picks a free one; unix:PATH for a socket)")                 \
-    X("db", db, STRING, "./distird.db", 0, 0, "SQLite cache database file")                        \
-    X("workers", workers, INT, "0", 0, 1024, "simulation worker threads (0: one per core)")        \
-    X("worker-stack-mb", worker_stack_mb, INT, "16", 1, 1024, "stack size of each worker thread") \
-    X("max-message-mb", max_message_mb, INT, "64", 1, 2047, "largest request message accepted")   \
-    X("max-ops", max_ops, INT, "1048576", 1, 1073741824, "most ops in a module")                   \
-    X("max-values", max_values, INT, "4194304", 1, 1073741824, "most values in a module")          \
-    X("max-depth", max_depth, INT, "64", 4, 4096, "deepest protobuf nesting in a module")          \
-    X("max-batch", max_batch, INT, "4096", 1, 1048576, "most strategies in one SimulateBatch")     \
-    X("max-queue", max_queue, INT, "1024", 1, 1048576, "most simulation jobs waiting for a worker") \
-    X("grace-ms", grace_ms, INT, "10000", 0, 3600000,                                              \
+    X("listen", listen, STRING, "ADDR", "127.0.0.1:7878", 0, 0,                                    \
+      "gRPC address host:port (port 0 picks a free one; unix:PATH for a socket)")                  \
+    X("db", db, STRING, "PATH", "./distird.db", 0, 0, "SQLite cache database file")                \
+    X("workers", workers, INT, "N", "0", 0, 1024, "simulation worker threads (0: one per core)")   \
+    X("worker-stack-mb", worker_stack_mb, INT, "MIB", "16", 1, 1024,                               \
+      "stack size of each worker thread")                                                          \
+    X("max-message-mb", max_message_mb, INT, "MIB", "64", 1, 2047,                                 \
+      "largest request message accepted")                                                          \
+    X("max-ops", max_ops, INT, "N", "1048576", 1, 1073741824, "most ops in a module")              \
+    X("max-values", max_values, INT, "N", "4194304", 1, 1073741824, "most values in a module")     \
+    X("max-depth", max_depth, INT, "N", "64", 4, 4096, "deepest protobuf nesting in a module")     \
+    X("max-batch", max_batch, INT, "N", "4096", 1, 1048576,                                        \
+      "most strategies in one SimulateBatch")                                                      \
+    X("max-queue", max_queue, INT, "N", "1024", 1, 1048576,                                        \
+      "most simulation jobs waiting for a worker")                                                 \
+    X("grace-ms", grace_ms, INT, "MS", "10000", 0, 3600000,                                        \
       "on SIGTERM, time in-flight calls get to finish before they are cancelled")                  \
-    X("health-delay-ms", health_delay_ms, INT, "0", 0, 600000,                                     \
+    X("health-delay-ms", health_delay_ms, INT, "MS", "0", 0, 600000,                               \
       "on SIGTERM, time health reports NOT_SERVING before new calls are refused")                  \
-    X("inline-decode-kb", inline_decode_kb, INT, "1024", 0, 2097152,                               \
+    X("inline-decode-kb", inline_decode_kb, INT, "KIB", "1024", 0, 2097152,                        \
       "requests up to this size are decoded on the event loop, larger ones by a worker")           \
-    X("log-level", log_level, LEVEL, "info", 0, 0, "debug, info, warn or error")                  \
-    X("log-file", log_file, STRING, "", 0, 0, "log file (empty: standard error; SIGHUP reopens)") \
-    X("metrics-listen", metrics_listen, STRING, "", 0, 0,                                          \
+    X("log-level", log_level, LEVEL, "LEVEL", "info", 0, 0, "debug, info, warn or error")          \
+    X("log-file", log_file, STRING, "PATH", "", 0, 0,                                              \
+      "log file (empty: standard error; SIGHUP reopens)")                                          \
+    X("metrics-listen", metrics_listen, STRING, "ADDR", "", 0, 0,                                  \
       "host:port of the Prometheus /metrics endpoint (empty: off)")                                \
-    X("test-delay-ms", test_delay_ms, INT, "0", 0, 3600000,                                        \
+    X("test-delay-ms", test_delay_ms, INT, "MS", "0", 0, 3600000,                                  \
       "testing only: every simulation job first waits this long, polling its cancel flag")
 
 typedef struct srv_config {
 #define SRV_CONFIG_FIELD_STRING(field) char *field;
 #define SRV_CONFIG_FIELD_INT(field) int64_t field;
 #define SRV_CONFIG_FIELD_LEVEL(field) int64_t field;
-#define SRV_CONFIG_FIELD_(name, field, type, dflt, min, max, help) SRV_CONFIG_FIELD_##type(field)
+#define SRV_CONFIG_FIELD_(name, field, type, meta, dflt, min, max, help)                           \
+    SRV_CONFIG_FIELD_##type(field)
     SRV_CONFIG_LIST(SRV_CONFIG_FIELD_)
 #undef SRV_CONFIG_FIELD_
     char *config; /* the --config file, if any (flag only) */

@@ -107,8 +107,8 @@ on_wake(uv_async_t *h)
             switch (ev->kind) {
             case SRV_EV_SHUTDOWN:
                 d->shutdown_acked = 1;
-                srv_log(SRV_LOG_INFO, "grpc_shutdown_done", "live_calls=%u jobs=%u",
-                        d->live_calls, d->jobs_outstanding);
+                srv_log(SRV_LOG_INFO, "grpc_shutdown_done", "live_calls=%u jobs=%u", d->live_calls,
+                        d->jobs_outstanding);
                 srv_daemon_check_drained(d);
                 break;
             case SRV_EV_CQ_DONE:
@@ -159,8 +159,8 @@ cancel_everything(srv_daemon *d, const char *why)
     if (d->cancelled_all || d->cq_shutdown_called)
         return;
     d->cancelled_all = 1;
-    srv_log(SRV_LOG_WARN, "cancelling_calls", "reason=%s live_calls=%u jobs=%u", why,
-            d->live_calls, d->jobs_outstanding);
+    srv_log(SRV_LOG_WARN, "cancelling_calls", "reason=%s live_calls=%u jobs=%u", why, d->live_calls,
+            d->jobs_outstanding);
     grpc_server_cancel_all_calls(d->server);
     srv_front_cancel_jobs(d);
 }

@@ -33,19 +33,19 @@
 #include "pool.h"
 
 typedef enum srv_event_kind {
-    SRV_EV_CALL_NEW = 1,   /* a requested call arrived (or the request failed) */
-    SRV_EV_CALL_CLOSE,     /* RECV_CLOSE_ON_SERVER completed */
-    SRV_EV_CALL_SEND,      /* a send batch completed */
-    SRV_EV_JOB,            /* a worker finished a job */
-    SRV_EV_SHUTDOWN,       /* grpc_server_shutdown_and_notify completed */
-    SRV_EV_CQ_DONE,        /* the CQ thread saw GRPC_QUEUE_SHUTDOWN and exits */
+    SRV_EV_CALL_NEW = 1, /* a requested call arrived (or the request failed) */
+    SRV_EV_CALL_CLOSE,   /* RECV_CLOSE_ON_SERVER completed */
+    SRV_EV_CALL_SEND,    /* a send batch completed */
+    SRV_EV_JOB,          /* a worker finished a job */
+    SRV_EV_SHUTDOWN,     /* grpc_server_shutdown_and_notify completed */
+    SRV_EV_CQ_DONE,      /* the CQ thread saw GRPC_QUEUE_SHUTDOWN and exits */
 } srv_event_kind;
 
 typedef struct srv_event srv_event;
 struct srv_event {
     srv_event *next;
-    uint8_t kind;  /* srv_event_kind */
-    uint8_t ok;    /* the completion's success flag */
+    uint8_t kind; /* srv_event_kind */
+    uint8_t ok;   /* the completion's success flag */
 };
 
 /* Methods; the registered ones first, in the order of srv_method_paths. */
@@ -69,17 +69,17 @@ extern const char *const srv_method_names[SRV_NMETHOD];
 typedef struct srv_metrics {
     uint64_t requests[SRV_NMETHOD];
     uint64_t responses[SRV_NMETHOD][SRV_NSTATUS];
-    double latency_sum_s[SRV_NMETHOD];     /* seconds, call accepted -> status sent */
+    double latency_sum_s[SRV_NMETHOD]; /* seconds, call accepted -> status sent */
     uint64_t cache_hits;
     uint64_t cache_misses;
-    uint64_t coalesced;                    /* misses that joined an identical job */
+    uint64_t coalesced; /* misses that joined an identical job */
     uint64_t jobs_started;
     uint64_t jobs_done;
     uint64_t jobs_failed;
     uint64_t jobs_cancelled;
-    double job_seconds_sum;                /* seconds of worker time */
+    double job_seconds_sum; /* seconds of worker time */
     uint64_t stream_messages;
-    uint64_t memo_hits;                    /* hits answered without decoding the request */
+    uint64_t memo_hits; /* hits answered without decoding the request */
 } srv_metrics;
 
 typedef struct srv_job srv_job;
@@ -100,13 +100,13 @@ typedef struct srv_daemon {
     grpc_completion_queue *cq;
     uv_thread_t cq_thread;
     void *registered[SRV_NREGISTERED];
-    int port;                       /* the bound port */
-    int grpc_started;               /* grpc_server_start was called */
-    char listen_addr[256];          /* host:port actually bound */
+    int port;              /* the bound port */
+    int grpc_started;      /* grpc_server_start was called */
+    char listen_addr[256]; /* host:port actually bound */
 
     pool *pool;
     unsigned nworkers;
-    cache *cache;                   /* the writer: loop thread only */
+    cache *cache; /* the writer: loop thread only */
     srv_hwcache *hwcache;
 
     /*
@@ -119,8 +119,8 @@ typedef struct srv_daemon {
         di_hash digest;
         di_hash key;
         int valid;
-    } *memo;
-    uint32_t nmemo;                 /* entries, a power of 2 */
+    } * memo;
+    uint32_t nmemo; /* entries, a power of 2 */
 
     /* In-flight simulations by cache key (open hashing, power of 2). */
     srv_job **flights;
@@ -130,18 +130,18 @@ typedef struct srv_daemon {
     srv_event shutdown_ev, cq_done_ev;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t flush_timer, grace_timer, health_timer;
-    int serving;                    /* health: 1 SERVING, 0 NOT_SERVING */
-    int shutting_down;              /* a signal arrived */
-    int shutdown_called;            /* grpc_server_shutdown_and_notify was called */
-    int shutdown_acked;             /* its tag came back */
+    int serving;         /* health: 1 SERVING, 0 NOT_SERVING */
+    int shutting_down;   /* a signal arrived */
+    int shutdown_called; /* grpc_server_shutdown_and_notify was called */
+    int shutdown_acked;  /* its tag came back */
     int cq_shutdown_called;
     int cancelled_all;
     int exit_code;
-    unsigned live_calls;            /* accepted calls not yet freed */
-    unsigned posted_requests;       /* request tags outstanding */
-    unsigned jobs_outstanding;      /* submitted jobs not yet back */
-    srv_call *calls;                /* live calls, for shutdown */
-    uint64_t start_ns;              /* uv_hrtime at start */
+    unsigned live_calls;       /* accepted calls not yet freed */
+    unsigned posted_requests;  /* request tags outstanding */
+    unsigned jobs_outstanding; /* submitted jobs not yet back */
+    srv_call *calls;           /* live calls, for shutdown */
+    uint64_t start_ns;         /* uv_hrtime at start */
 
     srv_metrics m;
     srv_http *http;

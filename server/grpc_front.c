@@ -39,8 +39,8 @@
 #include "strategy.h"
 
 const char *const srv_method_paths[SRV_NREGISTERED] = {
-    "/distir.v1.CostModel/Simulate",   "/distir.v1.CostModel/SimulateBatch",
-    "/distir.v1.CostModel/GetResult",  "/distir.v1.CostModel/ServerInfo",
+    "/distir.v1.CostModel/Simulate",  "/distir.v1.CostModel/SimulateBatch",
+    "/distir.v1.CostModel/GetResult", "/distir.v1.CostModel/ServerInfo",
     "/grpc.health.v1.Health/Check",
 };
 
@@ -64,8 +64,8 @@ struct srv_waiter {
     srv_waiter *call_next; /* in call->waits */
     srv_call *call;
     srv_job *job;
-    uint32_t index;        /* candidate index */
-    int detached;          /* the call went away */
+    uint32_t index; /* candidate index */
+    int detached;   /* the call went away */
 };
 
 enum { JOB_SIMULATE, JOB_DECODE };
@@ -75,7 +75,7 @@ struct srv_job {
     srv_event ev;
     srv_daemon *d;
     int kind;
-    atomic_int cancel;       /* set by the loop, polled by the worker */
+    atomic_int cancel; /* set by the loop, polled by the worker */
     int64_t test_delay_ms;
 
     /* JOB_SIMULATE: immutable inputs. */
@@ -85,10 +85,10 @@ struct srv_job {
     di_hash key;
     char key_hex[65];
     /* JOB_SIMULATE: loop-thread state. */
-    srv_job *hnext;          /* in-flight table chain */
+    srv_job *hnext; /* in-flight table chain */
     int in_table;
     srv_waiter *waiters;
-    unsigned nlive;          /* waiters not detached */
+    unsigned nlive; /* waiters not detached */
 
     /* JOB_DECODE */
     srv_call *call;
@@ -96,16 +96,16 @@ struct srv_job {
     grpc_slice bytes;
     srv_limits limits;
     srv_request req;
-    int hit;                 /* the worker found the result in the cache */
+    int hit; /* the worker found the result in the cache */
 
     /* Results, written by the worker before the hand-off. */
     int rc;
     di_error err;
-    uint8_t *result;         /* packed SimResult (di_free) */
+    uint8_t *result; /* packed SimResult (di_free) */
     size_t result_len;
     double step_time_s;
     uint64_t peak_memory_bytes;
-    double run_s;            /* seconds on the worker */
+    double run_s; /* seconds on the worker */
 };
 
 struct srv_call {
@@ -118,9 +118,9 @@ struct srv_call {
     grpc_byte_buffer *payload;
     srv_event ev_new, ev_close, ev_send;
     int refs;
-    int recv_cancelled;       /* RECV_CLOSE_ON_SERVER's output */
+    int recv_cancelled; /* RECV_CLOSE_ON_SERVER's output */
     unsigned accepted : 1;
-    unsigned dead : 1;        /* cancelled, expired or failed: send nothing more */
+    unsigned dead : 1; /* cancelled, expired or failed: send nothing more */
     unsigned md_sent : 1;
     unsigned sending : 1;
     unsigned status_pending : 1;
@@ -133,7 +133,7 @@ struct srv_call {
     srv_waiter *waits;
     srv_job *decode;
     srv_request req;
-    di_hash digest;           /* SHA-256 of the request bytes (memo), if has_digest */
+    di_hash digest; /* SHA-256 of the request bytes (memo), if has_digest */
     int has_digest;
     uint32_t next, npending, ndone;
     uint64_t t0_ns;
@@ -462,17 +462,17 @@ job_run_decode(srv_job *job, pool_worker *w)
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
         return;
     }
-    job->rc = srv_request_decode(job->req_kind, GRPC_SLICE_START_PTR(job->bytes),
-                                 GRPC_SLICE_LENGTH(job->bytes), &job->limits, NULL, &job->req,
-                                 &job->err);
+    job->rc =
+        srv_request_decode(job->req_kind, GRPC_SLICE_START_PTR(job->bytes),
+                           GRPC_SLICE_LENGTH(job->bytes), &job->limits, NULL, &job->req, &job->err);
     /* A unary request found in the cache through this worker's own connection. */
     if (job->rc == 0 && job->req_kind == SRV_REQ_SIMULATE && job->req.cands[0].rc == 0 &&
         w->local != NULL) {
         const uint8_t *data;
         size_t len;
         srv_input *in = job->req.input;
-        srv_cache_key(&in->module_hash, &in->hw_hash, &job->req.cands[0].strategy,
-                      &job->req.opts, SIM_VERSION, &job->key);
+        srv_cache_key(&in->module_hash, &in->hw_hash, &job->req.cands[0].strategy, &job->req.opts,
+                      SIM_VERSION, &job->key);
         if (cache_get(w->local, &job->key, &data, &len, NULL) == 0) {
             job->result = di_xmalloc(len ? len : 1);
             memcpy(job->result, data, len);
@@ -694,8 +694,7 @@ start_candidate(srv_call *c, uint32_t i)
         deliver_error(c, i, cand->rc, cand->error, NULL);
         return;
     }
-    srv_cache_key(&in->module_hash, &in->hw_hash, &cand->strategy, &c->req.opts, SIM_VERSION,
-                  &key);
+    srv_cache_key(&in->module_hash, &in->hw_hash, &cand->strategy, &c->req.opts, SIM_VERSION, &key);
     di_hash_hex(&key, hex);
     if (c->has_digest)
         memo_insert(d, &c->digest, &key);
@@ -717,8 +716,9 @@ start_candidate(srv_call *c, uint32_t i)
         unsigned queued = pool_queued(d->pool);
         if (queued >= (unsigned)d->cfg->max_queue) {
             char msg[160];
-            snprintf(msg, sizeof msg, "simulation queue is full (%u jobs waiting, --max-queue %lld)",
-                     queued, (long long)d->cfg->max_queue);
+            snprintf(msg, sizeof msg,
+                     "simulation queue is full (%u jobs waiting, --max-queue %lld)", queued,
+                     (long long)d->cfg->max_queue);
             deliver_error(c, i, DI_ETOOBIG, msg, hex);
             return;
         }
@@ -742,8 +742,8 @@ call_advance(srv_call *c)
     if (!c->dead && (c->method == SRV_M_SIMULATE || c->method == SRV_M_BATCH) &&
         c->req.input != NULL) {
         uint32_t window = call_is_unary(c) ? 1 : 2 * c->d->nworkers + 2;
-        while (!c->dead && !c->status_pending && c->next < c->req.ncand &&
-               c->npending < window && c->nrq < window)
+        while (!c->dead && !c->status_pending && c->next < c->req.ncand && c->npending < window &&
+               c->nrq < window)
             start_candidate(c, c->next++);
         if (c->ndone == c->req.ncand)
             call_finish(c, GRPC_STATUS_OK, NULL);
@@ -766,8 +766,8 @@ job_finished_simulate(srv_daemon *d, srv_job *job)
             srv_log(SRV_LOG_ERROR, "cache_store_failed", "key=%s error=\"%s\"", job->key_hex,
                     err.msg);
         if (srv_log_enabled(SRV_LOG_DEBUG))
-            srv_log(SRV_LOG_DEBUG, "job_done", "key=%s run_ms=%.3f step_time_s=%.9g",
-                    job->key_hex, job->run_s * 1e3, job->step_time_s);
+            srv_log(SRV_LOG_DEBUG, "job_done", "key=%s run_ms=%.3f step_time_s=%.9g", job->key_hex,
+                    job->run_s * 1e3, job->step_time_s);
     } else if (job->rc == DI_ECANCELLED) {
         d->m.jobs_cancelled++;
         srv_log(SRV_LOG_INFO, "job_cancelled", "key=%s run_ms=%.3f", job->key_hex,
@@ -829,8 +829,8 @@ job_finished_decode(srv_daemon *d, srv_job *job)
             d->m.cache_hits++;
             cache_note_hit(d->cache, &job->key);
             c->next = 1;
-            deliver_result(c, 0, job->result, job->result_len,
-                           DISTIR__V1__CACHE_STATUS__CACHE_HIT, job->key_hex);
+            deliver_result(c, 0, job->result, job->result_len, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
+                           job->key_hex);
             call_advance(c);
         } else {
             begin_candidates(c);
@@ -919,8 +919,7 @@ unpack_small(srv_call *c, const ProtobufCMessageDescriptor *desc)
         return NULL;
     }
     di_error_clear(&err);
-    int rc = pb_unpack_checked(desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), 8, &msg,
-                               &err);
+    int rc = pb_unpack_checked(desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), 8, &msg, &err);
     grpc_slice_unref(s);
     if (rc != 0) {
         di_error_prefix(&err, "request");
@@ -944,8 +943,7 @@ method_get_result(srv_call *c)
     if (req == NULL)
         goto out;
     if (di_hash_from_hex(req->cache_key, &key) != 0) {
-        call_finish(c, GRPC_STATUS_INVALID_ARGUMENT,
-                    "cache_key: expected 64 hexadecimal digits");
+        call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "cache_key: expected 64 hexadecimal digits");
         goto out;
     }
     di_error_clear(&err);
@@ -958,8 +956,8 @@ method_get_result(srv_call *c)
     } else {
         char hex[65];
         di_hash_hex(&key, hex);
-        call_enqueue(c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT, hex, 0,
-                                           NULL, 0));
+        call_enqueue(
+            c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT, hex, 0, NULL, 0));
         call_finish(c, GRPC_STATUS_OK, NULL);
     }
 out:
@@ -1202,8 +1200,8 @@ srv_front_start(srv_daemon *d, di_error *err)
     d->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(d->server, d->cq, NULL);
     for (int m = 0; m < SRV_NREGISTERED; m++) {
-        d->registered[m] = grpc_server_register_method(d->server, srv_method_paths[m], NULL,
-                                                       GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        d->registered[m] = grpc_server_register_method(
+            d->server, srv_method_paths[m], NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
         if (d->registered[m] == NULL)
             return di_error_set(err, DI_EINTERNAL, "cannot register %s", srv_method_paths[m]);
     }

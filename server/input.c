@@ -188,9 +188,9 @@ int
 srv_request_decode(int kind, const uint8_t *data, size_t len, const srv_limits *lim,
                    srv_hwcache *hc, srv_request *out, di_error *err)
 {
-    const ProtobufCMessageDescriptor *desc =
-        kind == SRV_REQ_BATCH ? &distir__v1__simulate_batch_request__descriptor
-                              : &distir__v1__simulate_request__descriptor;
+    const ProtobufCMessageDescriptor *desc = kind == SRV_REQ_BATCH
+                                                 ? &distir__v1__simulate_batch_request__descriptor
+                                                 : &distir__v1__simulate_request__descriptor;
     ProtobufCMessage *msg = NULL;
     const Distir__V1__Module *pm;
     const Distir__V1__HardwareRef *href;

@@ -28,25 +28,25 @@
 
 /* The module and hardware of a request, shared read-only by its jobs. */
 typedef struct srv_input {
-    int refs;                 /* owner references; loop thread only after hand-off */
-    ir_module *module;        /* verified; never modified once shared */
-    const hw_model *hw;       /* hw_owned, or a preset owned by srv_hwcache */
+    int refs;           /* owner references; loop thread only after hand-off */
+    ir_module *module;  /* verified; never modified once shared */
+    const hw_model *hw; /* hw_owned, or a preset owned by srv_hwcache */
     hw_model *hw_owned;
     di_hash module_hash;
     di_hash hw_hash;
-    char hw_name[64];         /* the preset name or the model's name, for logs */
+    char hw_name[64]; /* the preset name or the model's name, for logs */
 } srv_input;
 
 /* One candidate: a strategy, or the reason it was rejected. */
 typedef struct srv_candidate {
     srv_strategy strategy;
-    int rc;                   /* 0, or the DI_E* code of a rejected strategy */
-    char *error;              /* rc != 0: message (heap) */
+    int rc;      /* 0, or the DI_E* code of a rejected strategy */
+    char *error; /* rc != 0: message (heap) */
 } srv_candidate;
 
 typedef struct srv_limits {
-    ir_limits ir;             /* max_ops, max_values, max_depth, ... */
-    uint32_t max_batch;       /* strategies per SimulateBatch */
+    ir_limits ir;       /* max_ops, max_values, max_depth, ... */
+    uint32_t max_batch; /* strategies per SimulateBatch */
 } srv_limits;
 
 /*
@@ -61,7 +61,7 @@ typedef struct srv_request {
     srv_input *input;
     srv_simopts opts;
     uint32_t ncand;
-    srv_candidate *cands;     /* ncand entries; Simulate has exactly one */
+    srv_candidate *cands; /* ncand entries; Simulate has exactly one */
 } srv_request;
 
 #define SRV_REQ_SIMULATE 0

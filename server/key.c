@@ -26,8 +26,7 @@ srv_strategy_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_erro
     if ((unsigned)p->schedule > DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED)
         return di_error_set(err, DI_ESTRATEGY, "strategy: unknown schedule %d", (int)p->schedule);
     if ((unsigned)p->recompute > DISTIR__V1__RECOMPUTE__RECOMPUTE_FULL)
-        return di_error_set(err, DI_ESTRATEGY, "strategy: unknown recompute %d",
-                            (int)p->recompute);
+        return di_error_set(err, DI_ESTRATEGY, "strategy: unknown recompute %d", (int)p->recompute);
     if ((unsigned)p->stash > DISTIR__V1__STASH__STASH_2BW)
         return di_error_set(err, DI_ESTRATEGY, "strategy: unknown stash %d", (int)p->stash);
     out->dp = p->dp ? p->dp : 1;
@@ -100,8 +99,8 @@ srv_simopts_normalize(const Distir__V1__SimOptions *p, srv_simopts *out)
 }
 
 void
-srv_cache_key(const di_hash *module, const di_hash *hw, const srv_strategy *s,
-              const srv_simopts *o, const char *sim_version, di_hash *out)
+srv_cache_key(const di_hash *module, const di_hash *hw, const srv_strategy *s, const srv_simopts *o,
+              const char *sim_version, di_hash *out)
 {
     di_sha256 h;
     di_sha256_init(&h);

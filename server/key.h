@@ -18,17 +18,17 @@
 
 /* A strategy with every default filled in (proto Strategy). */
 typedef struct srv_strategy {
-    uint32_t dp, tp, pp;          /* >= 1 */
-    uint32_t microbatches;        /* >= 1 */
-    uint32_t schedule;            /* Distir__V1__Schedule; DEFAULT only when pp == 1 */
-    uint32_t virtual_stages;      /* >= 1; > 1 only for interleaved */
-    uint32_t recompute;           /* Distir__V1__Recompute */
-    uint32_t stash;               /* Distir__V1__Stash */
-    uint32_t zero;                /* 0..3 */
+    uint32_t dp, tp, pp;     /* >= 1 */
+    uint32_t microbatches;   /* >= 1 */
+    uint32_t schedule;       /* Distir__V1__Schedule; DEFAULT only when pp == 1 */
+    uint32_t virtual_stages; /* >= 1; > 1 only for interleaved */
+    uint32_t recompute;      /* Distir__V1__Recompute */
+    uint32_t stash;          /* Distir__V1__Stash */
+    uint32_t zero;           /* 0..3 */
     int sequence_parallel;
     int overlap_grad_reduce;
     uint32_t ndevice_order;
-    uint32_t *device_order;       /* owned; NULL when empty */
+    uint32_t *device_order; /* owned; NULL when empty */
 } srv_strategy;
 
 /* The options that affect a result (proto SimOptions). */

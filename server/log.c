@@ -15,8 +15,8 @@
 #include <time.h>
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static FILE *log_file;      /* NULL: stderr */
-static char *log_path;      /* NULL: stderr */
+static FILE *log_file; /* NULL: stderr */
+static char *log_path; /* NULL: stderr */
 static int log_level = SRV_LOG_INFO;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};

@@ -303,8 +303,7 @@ srv_metrics_render(srv_daemon *d, di_buf *b)
     counter(b, "distird_workers", "Worker threads.", "gauge", (double)d->nworkers);
     di_buf_puts(b, "# HELP distird_jobs_total Simulation jobs finished, by result.\n"
                    "# TYPE distird_jobs_total counter\n");
-    di_buf_printf(b, "distird_jobs_total{result=\"ok\"} %llu\n",
-                  (unsigned long long)m->jobs_done);
+    di_buf_printf(b, "distird_jobs_total{result=\"ok\"} %llu\n", (unsigned long long)m->jobs_done);
     di_buf_printf(b, "distird_jobs_total{result=\"failed\"} %llu\n",
                   (unsigned long long)m->jobs_failed);
     di_buf_printf(b, "distird_jobs_total{result=\"cancelled\"} %llu\n",

@@ -20,15 +20,15 @@ typedef struct pool_thread {
 struct pool {
     pool_config cfg;
     pthread_mutex_t lock;
-    pthread_cond_t wake;     /* jobs queued or stopping */
-    pthread_cond_t ready;    /* a thread finished thread_init */
+    pthread_cond_t wake;  /* jobs queued or stopping */
+    pthread_cond_t ready; /* a thread finished thread_init */
     pool_job *head, *tail;
     int stopping;
-    unsigned ninit;          /* threads past thread_init */
+    unsigned ninit; /* threads past thread_init */
     atomic_uint queued;
     atomic_uint running;
     pool_thread *threads;
-    unsigned nthread;        /* threads created */
+    unsigned nthread; /* threads created */
 };
 
 static void *

@@ -23,8 +23,8 @@ typedef struct pool_job pool_job;
 
 struct pool_worker {
     pool *pool;
-    unsigned index;  /* 0 .. nthreads-1 */
-    void *local;     /* set by thread_init, for the worker's own use */
+    unsigned index; /* 0 .. nthreads-1 */
+    void *local;    /* set by thread_init, for the worker's own use */
 };
 
 struct pool_job {
@@ -34,8 +34,8 @@ struct pool_job {
 };
 
 typedef struct pool_config {
-    unsigned nthreads;         /* >= 1 */
-    size_t stack_bytes;        /* stack of each thread, bytes */
+    unsigned nthreads;  /* >= 1 */
+    size_t stack_bytes; /* stack of each thread, bytes */
     /* Called on each worker as it starts; non-zero fails pool_new. */
     int (*thread_init)(pool_worker *w, void *ctx, di_error *err);
     void (*thread_fini)(pool_worker *w, void *ctx);

@@ -76,8 +76,8 @@ put_ok(cache *c, int i, const char *value)
     di_hash k = key_of(i);
     di_error err;
     di_error_clear(&err);
-    if (cache_put(c, &k, (const uint8_t *)value, strlen(value), "sim-test", 0.5 + i, 1000u + (unsigned)i,
-                  &err) != 0)
+    if (cache_put(c, &k, (const uint8_t *)value, strlen(value), "sim-test", 0.5 + i,
+                  1000u + (unsigned)i, &err) != 0)
         fail_msg("cache_put: %s", err.msg);
 }
 
@@ -275,8 +275,9 @@ test_migration(void **state)
     sqlite3 *db;
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema WHERE name IN "
-                                            "('meta', 'results_last_hit')",
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT count(*) FROM sqlite_schema WHERE name IN "
+                                        "('meta', 'results_last_hit')",
                                         -1, &st, NULL),
                      SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
@@ -323,7 +324,8 @@ test_failed_migration_rolls_back(void **state)
     sqlite3 *db;
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'extra'",
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT count(*) FROM sqlite_schema WHERE name = 'extra'",
                                         -1, &st, NULL),
                      SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
@@ -362,9 +364,10 @@ test_integrity(void **state)
     /* Damage an index page behind SQLite's back: the check must notice. */
     sqlite3 *db;
     assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA writable_schema = ON; "
-                                      "UPDATE sqlite_schema SET sql = replace(sql, 'step_time_s',"
-                                      " 'peak_memory_bytes') WHERE name = 'results_step_time';",
+    assert_int_equal(sqlite3_exec(db,
+                                  "PRAGMA writable_schema = ON; "
+                                  "UPDATE sqlite_schema SET sql = replace(sql, 'step_time_s',"
+                                  " 'peak_memory_bytes') WHERE name = 'results_step_time';",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     sqlite3_close(db);

@@ -52,9 +52,9 @@ test_flags(void **state)
 {
     srv_config c;
     di_error err;
-    const char *argv[] = {"distird",     "--listen",      "127.0.0.1:0", "--db=/tmp/x.db",
-                          "--workers",   "3",             "--max-ops=10", "--log-level",
-                          "debug",       "--max_queue",   "5"};
+    const char *argv[] = {"distird", "--listen",     "127.0.0.1:0", "--db=/tmp/x.db", "--workers",
+                          "3",       "--max-ops=10", "--log-level", "debug",          "--max_queue",
+                          "5"};
     (void)state;
     assert_int_equal(parse(&c, &err, 11, argv), 0);
     assert_string_equal(c.listen, "127.0.0.1:0");
@@ -228,7 +228,8 @@ test_status_mapping(void **state)
     assert_int_equal(srv_status_from_code(DI_EINTERNAL), GRPC_STATUS_INTERNAL);
     assert_int_equal(srv_status_from_code(-999), GRPC_STATUS_INTERNAL);
     /* Every library code maps to something other than OK. */
-#define CHECK_CODE_(name, code, msg) assert_int_not_equal(srv_status_from_code(code), GRPC_STATUS_OK);
+#define CHECK_CODE_(name, code, msg)                                                               \
+    assert_int_not_equal(srv_status_from_code(code), GRPC_STATUS_OK);
     DI_ERROR_LIST(CHECK_CODE_)
 #undef CHECK_CODE_
     assert_string_equal(srv_status_name(GRPC_STATUS_RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
@@ -240,10 +241,10 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),     cmocka_unit_test(test_flags),
-        cmocka_unit_test(test_flag_errors),  cmocka_unit_test(test_help_version),
-        cmocka_unit_test(test_file),         cmocka_unit_test(test_file_errors),
-        cmocka_unit_test(test_log_helpers),  cmocka_unit_test(test_status_mapping),
+        cmocka_unit_test(test_defaults),    cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_flag_errors), cmocka_unit_test(test_help_version),
+        cmocka_unit_test(test_file),        cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_log_helpers), cmocka_unit_test(test_status_mapping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

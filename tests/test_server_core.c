@@ -165,8 +165,8 @@ decode_reply(grpc_byte_buffer *bb)
 {
     grpc_slice s;
     assert_int_equal(srv_buffer_read(bb, &s), 0);
-    Distir__V1__SimulateReply *r = distir__v1__simulate_reply__unpack(
-        NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    Distir__V1__SimulateReply *r =
+        distir__v1__simulate_reply__unpack(NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
     grpc_slice_unref(s);
     grpc_byte_buffer_destroy(bb);
     assert_non_null(r);
@@ -190,9 +190,8 @@ test_reply_encoding(void **state)
     memset(key, 'a', 64);
     key[64] = '\0';
 
-    Distir__V1__SimulateReply *r =
-        decode_reply(srv_reply_simulate(packed, n, DISTIR__V1__CACHE_STATUS__CACHE_HIT, key, 0,
-                                        NULL, 0));
+    Distir__V1__SimulateReply *r = decode_reply(
+        srv_reply_simulate(packed, n, DISTIR__V1__CACHE_STATUS__CACHE_HIT, key, 0, NULL, 0));
     assert_non_null(r->result);
     assert_true(r->result->step_time_s == 1.25);
     assert_int_equal(r->result->peak_memory_bytes, 123456789012ull);
@@ -208,8 +207,8 @@ test_reply_encoding(void **state)
         uint8_t *again = malloc(m);
         distir__v1__simulate_reply__pack(r, again);
         grpc_slice s;
-        grpc_byte_buffer *bb = srv_reply_simulate(packed, n, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
-                                                  key, 0, NULL, 0);
+        grpc_byte_buffer *bb =
+            srv_reply_simulate(packed, n, DISTIR__V1__CACHE_STATUS__CACHE_HIT, key, 0, NULL, 0);
         assert_int_equal(srv_buffer_read(bb, &s), 0);
         assert_int_equal(GRPC_SLICE_LENGTH(s), m);
         assert_memory_equal(GRPC_SLICE_START_PTR(s), again, m);
@@ -237,8 +236,8 @@ test_reply_encoding(void **state)
     ver[18999] = '\0';
     res2.simulator_version = ver;
     size_t n2 = distir__v1__sim_result__pack(&res2, big);
-    r = decode_reply(srv_reply_simulate(big, n2, DISTIR__V1__CACHE_STATUS__CACHE_MISS, key, 1,
-                                        NULL, 0));
+    r = decode_reply(
+        srv_reply_simulate(big, n2, DISTIR__V1__CACHE_STATUS__CACHE_MISS, key, 1, NULL, 0));
     assert_int_equal(strlen(r->result->simulator_version), 18999);
     assert_int_equal(r->index, 1);
     distir__v1__simulate_reply__free_unpacked(r, NULL);
@@ -582,14 +581,10 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_key_normalization),
-        cmocka_unit_test(test_strategy_checks),
-        cmocka_unit_test(test_reply_encoding),
-        cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_pool_init_failure),
-        cmocka_unit_test(test_input_good),
-        cmocka_unit_test(test_input_errors),
-        cmocka_unit_test(test_input_too_deep),
+        cmocka_unit_test(test_key_normalization), cmocka_unit_test(test_strategy_checks),
+        cmocka_unit_test(test_reply_encoding),    cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool_init_failure), cmocka_unit_test(test_input_good),
+        cmocka_unit_test(test_input_errors),      cmocka_unit_test(test_input_too_deep),
     };
     grpc_init();
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
