@@ -12,11 +12,14 @@
  * build() with options that choose the op order, the names and one mutation,
  * so that two builds differ in exactly what a test means them to.
  */
-#include <cmocka.h>
-#include <setjmp.h>
+/* cmocka needs these first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
+#include <setjmp.h>
 #include <stdint.h>
+#include <cmocka.h>
+/* clang-format on */
 
 #include <stdio.h>
 #include <stdlib.h>

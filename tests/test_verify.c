@@ -7,11 +7,14 @@
  * corrupted at random never crashes the verifier or the hash; and a large
  * module verifies in linear time.
  */
-#include <cmocka.h>
-#include <setjmp.h>
+/* cmocka needs these first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
+#include <setjmp.h>
 #include <stdint.h>
+#include <cmocka.h>
+/* clang-format on */
 
 #include <stdio.h>
 #include <stdlib.h>

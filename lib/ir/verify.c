@@ -1053,7 +1053,7 @@ check_tuple_devices(verifier *vf, ir_id op, ir_id v, const char *word, uint32_t 
 {
     const ir_module *m = vf->m;
     const ir_type *ty = &m->types[m->values[v].type];
-    uint32_t nset = 0, i;
+    uint32_t i;
     int64_t dup = -1;
     if (ty->kind != IR_TYPE_TUPLE)
         return;
@@ -1068,14 +1068,12 @@ check_tuple_devices(verifier *vf, ir_id op, ir_id v, const char *word, uint32_t 
             break;
         }
         vf->devbits[d >> 3] |= (uint8_t)(1u << (d & 7));
-        nset++;
     }
     for (uint32_t j = 0; j < i; j++) {
         const ir_type *e = &m->types[m->refs[ty->elems + j]];
         if (e->kind == IR_TYPE_TENSOR && e->device != IR_DEVICE_NONE)
             vf->devbits[(uint32_t)e->device >> 3] &= (uint8_t) ~(1u << ((uint32_t)e->device & 7));
     }
-    (void)nset;
     if (dup >= 0) {
         report(vf, op, v, "%s %u (%s) has two elements on device %lld", word, index, vname(vf, v),
                (long long)dup);
