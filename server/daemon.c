@@ -328,7 +328,7 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
         di_buf_init(&dump);
         srv_config_dump(cfg, &dump);
         srv_log(SRV_LOG_INFO, "started",
-                "version=%s simulator=%s addr=%s workers=%u cache_entries=%llu pid=%ld %s",
+                "version=%s simulator=%s bound=%s threads=%u cache_entries=%llu pid=%ld %s",
                 DISTIR_VERSION, SIM_VERSION, d->listen_addr, d->nworkers,
                 (unsigned long long)cache_count(d->cache), (long)getpid(),
                 dump.data ? dump.data : "");

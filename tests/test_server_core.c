@@ -577,6 +577,74 @@ test_input_too_deep(void **state)
     free(b);
 }
 
+/*
+ * Random damage to a valid request: flipped bytes, truncations, insertions.
+ * Whatever the bytes, decoding returns (no crash, no hang under ASan) with
+ * either a request or an error that maps to a client status and has a message.
+ */
+static void
+test_input_mutations(void **state)
+{
+    srv_limits l;
+    di_error err;
+    size_t len;
+    unsigned seed = 12345, ok = 0, bad = 0;
+    (void)state;
+    limits(&l);
+    ir_module *m = mlp();
+    Distir__V1__Module *pm = ir_to_proto(m);
+    uint8_t *good = request_bytes(pm, "a100-dgx", &len);
+    uint8_t *b = malloc(len + 64);
+    for (int iter = 0; iter < 3000; iter++) {
+        size_t n = len;
+        memcpy(b, good, len);
+        int edits = 1 + (int)(rand_r(&seed) % 4);
+        for (int e = 0; e < edits; e++) {
+            unsigned r = (unsigned)rand_r(&seed);
+            size_t at = (size_t)rand_r(&seed) % n;
+            switch (r % 4) {
+            case 0:
+                b[at] ^= (uint8_t)(1u << (r >> 8) % 8);
+                break;
+            case 1:
+                b[at] = (uint8_t)(r >> 8);
+                break;
+            case 2:
+                n = at + 1;
+                break;
+            default:
+                if (n < len + 60) {
+                    memmove(b + at + 1, b + at, n - at);
+                    b[at] = (uint8_t)(r >> 8);
+                    n++;
+                }
+                break;
+            }
+        }
+        srv_request r;
+        int rc = decode(SRV_REQ_SIMULATE, b, n, &l, &r, &err);
+        if (rc == 0) {
+            assert_non_null(r.input);
+            assert_int_equal(r.ncand, 1);
+            srv_request_fini(&r);
+            ok++;
+        } else {
+            grpc_status_code st = srv_status_from_code(rc);
+            assert_true(st == GRPC_STATUS_INVALID_ARGUMENT ||
+                        st == GRPC_STATUS_RESOURCE_EXHAUSTED);
+            assert_true(err.msg[0] != '\0');
+            assert_null(r.input);
+            bad++;
+        }
+    }
+    assert_true(bad > 0);
+    print_message("mutations: %u decoded, %u rejected\n", ok, bad);
+    free(b);
+    free(good);
+    ir_proto_free(pm);
+    ir_module_free(m);
+}
+
 int
 main(void)
 {
@@ -585,6 +653,7 @@ main(void)
         cmocka_unit_test(test_reply_encoding),    cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_init_failure), cmocka_unit_test(test_input_good),
         cmocka_unit_test(test_input_errors),      cmocka_unit_test(test_input_too_deep),
+        cmocka_unit_test(test_input_mutations),
     };
     grpc_init();
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,7 +11,7 @@ Checks, each printed as "ok - ..." or "FAIL - ...":
   in completion order, errors per candidate), health Check SERVING and
   NOT_SERVING during shutdown, UNIMPLEMENTED for unknown methods,
   INVALID_ARGUMENT for garbage bytes, a too-deep message and an invalid
-  module, RESOURCE_EXHAUSTED over --max-ops and over --max-message-mb,
+  module, RESOURCE_EXHAUSTED over --max-ops, --max-message-mb and --max-queue,
   DEADLINE_EXCEEDED with a 50 ms deadline while the worker stops, identical
   concurrent requests computed once, and SIGTERM during a batch: the stream
   completes, distird exits 0, PRAGMA integrity_check is ok.
@@ -282,6 +282,22 @@ def main():
     check("a message over --max-message-mb is RESOURCE_EXHAUSTED",
           c == grpc.StatusCode.RESOURCE_EXHAUSTED, (c, msg))
     check("limits daemon exits 0", small.stop() == 0)
+
+    # A full queue: one worker busy, one job waiting, the next is refused.
+    q = Daemon("queue", "--workers", "1", "--max-queue", "1", "--test-delay-ms", "2000")
+    f1 = q.channel.unary_unary(SVC + "Simulate", request_serializer=lambda m: m.SerializeToString(),
+                               response_deserializer=pb.SimulateReply.FromString)
+    futures = [f1.future(request(mlp, preset="a100-dgx"), timeout=10)]
+    time.sleep(0.2)
+    futures.append(f1.future(request(mlp, preset="h100-dgx"), timeout=10))
+    time.sleep(0.2)
+    c, msg = code_of(lambda: q.unary("Simulate", request(mlp, preset="v100-dgx1"),
+                                     pb.SimulateReply))
+    check("a full job queue (--max-queue) is RESOURCE_EXHAUSTED with a message",
+          c == grpc.StatusCode.RESOURCE_EXHAUSTED and "queue is full" in msg, (c, msg))
+    for f in futures:
+        f.cancel()
+    check("queue daemon exits 0 (cancelled jobs stop)", q.stop() == 0)
 
     # ---------------------------------------------------------------- slow jobs
     slow = Daemon("slow", "--workers", "2", "--test-delay-ms", "1000", "--grace-ms", "10000",

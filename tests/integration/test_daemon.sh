@@ -6,7 +6,8 @@
 # worker (--inline-decode-kb 0) give the same answers; a module over
 # --max-ops is RESOURCE_EXHAUSTED; a 50 ms deadline on a slow job ends
 # DEADLINE_EXCEEDED and the worker stops early; SIGTERM with a call in
-# flight lets it finish, exits 0 and leaves the database intact.
+# flight lets it finish, exits 0 and leaves the database intact; SIGHUP
+# reopens the log file.
 . tests/integration/lib.sh
 
 MLP=tests/ir/seed001_mlp.dir
@@ -44,6 +45,15 @@ check "info reports 2 cache entries" grep -q '"cache_entries":2' "$TMP/info.json
 check "info reports 1 hit and 2 misses" grep -q '"cache_hits":1,"cache_misses":2' "$TMP/info.json"
 $T "$DISTIR" info --server "$ADDR" >"$TMP/info.txt"
 check "info prints the simulator version" grep -q '^simulator_version  distir-sim-' "$TMP/info.txt"
+
+# SIGHUP reopens the log (logrotate moves the file away first).
+mv "$TMP/main.log" "$TMP/main.log.1"
+kill -HUP "$PID"
+$T "$DISTIR" info --server "$ADDR" >/dev/null
+i=0
+while [ ! -s "$TMP/main.log" ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i + 1)); done
+check "SIGHUP reopens the log file" grep -q 'event=log_reopened' "$TMP/main.log"
+check "SIGHUP does not stop the daemon" kill -0 "$PID"
 
 stop_daemon
 check "SIGTERM: distird exits 0" [ $? -eq 0 ]
