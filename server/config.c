@@ -130,6 +130,15 @@ is_space(char ch)
     return ch == ' ' || ch == '\t' || ch == '\r';
 }
 
+static int
+srv_config_line_error(di_error *err, const char *origin, uint32_t line, const char *what)
+{
+    di_error_set(err, DI_EINVAL, "%s:%u: %s", origin, line, what);
+    if (err != NULL)
+        err->line = line;
+    return DI_EINVAL;
+}
+
 int
 srv_config_load_text(srv_config *c, const char *text, const char *origin, di_error *err)
 {
@@ -158,17 +167,32 @@ srv_config_load_text(srv_config *c, const char *text, const char *origin, di_err
                 v++;
         }
         vend = end;
-        while (vend > v && is_space(vend[-1]))
-            vend--;
-        /* A value may be double-quoted to keep spaces or an empty string. */
-        if (vend - v >= 2 && *v == '"' && vend[-1] == '"') {
+        if (v < end && *v == '"') {
+            /* A double-quoted value keeps spaces and '#'; a comment may follow it. */
+            const char *q = memchr(v + 1, '"', (size_t)(end - v - 1));
+            if (q == NULL)
+                return srv_config_line_error(err, origin, line, "unterminated quote");
             v++;
-            vend--;
+            vend = q;
+        } else {
+            /* '#' after a space starts a comment. */
+            for (const char *h = v; h < end; h++) {
+                if (*h == '#' && (h == v || is_space(h[-1]))) {
+                    vend = h;
+                    break;
+                }
+            }
+            while (vend > v && is_space(vend[-1]))
+                vend--;
         }
         const config_desc *d = config_find(k, (size_t)(kend - k));
-        if (d == NULL)
-            return di_error_at(err, DI_EINVAL, line, 1, "%s:%u: unknown setting '%.*s'", origin,
-                               line, (int)(kend - k), k);
+        if (d == NULL) {
+            di_error_set(err, DI_EINVAL, "%s:%u: unknown setting '%.*s'", origin, line,
+                         (int)(kend - k), k);
+            if (err != NULL)
+                err->line = line;
+            return DI_EINVAL;
+        }
         char *value = strndup(v, (size_t)(vend - v));
         if (value == NULL)
             di_oom();

@@ -184,11 +184,20 @@ test_file_errors(void **state)
     assert_int_equal(srv_config_load_text(&c, "workers 2\n\nbogus 1\n", "x.conf", &err), DI_EINVAL);
     assert_int_equal(err.line, 3);
     assert_non_null(strstr(err.msg, "x.conf:3"));
+    assert_int_equal(strncmp(err.msg, "x.conf:3: unknown setting 'bogus'", 33), 0);
     assert_non_null(strstr(err.msg, "bogus"));
     di_error_clear(&err);
     assert_int_equal(srv_config_load_text(&c, "# ok\nmax-depth 2\n", "y.conf", &err), DI_EINVAL);
     assert_non_null(strstr(err.msg, "y.conf:2"));
     assert_non_null(strstr(err.msg, "max-depth"));
+    /* Comments after values; '#' inside quotes is part of the value. */
+    assert_int_equal(srv_config_load_text(&c, "workers 3   # per core\nlog-file \"/tmp/a#b\" # x\n",
+                                          "w.conf", &err),
+                     0);
+    assert_int_equal(c.workers, 3);
+    assert_string_equal(c.log_file, "/tmp/a#b");
+    assert_int_equal(srv_config_load_text(&c, "db \"/tmp/x\n", "q.conf", &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "q.conf:1: unterminated quote"));
     /* An empty string is a value too. */
     assert_int_equal(srv_config_load_text(&c, "log-file \"\"\n", "z.conf", &err), 0);
     assert_string_equal(c.log_file, "");
