@@ -1024,7 +1024,11 @@ check_attrs(verifier *vf, ir_id op)
             if (sc->e[j].len == len && memcmp(sc->e[j].name, key, len) == 0)
                 break;
         if (j == sc->n) {
-            if (o->kind == IR_OP_OPAQUE)
+            /*
+             * Keys with a dialect prefix ("dist.layer") are discardable
+             * annotations, as in MLIR: checked for well-formed values only.
+             */
+            if (o->kind == IR_OP_OPAQUE || memchr(key, '.', len) != NULL)
                 check_attr_value(vf, op, a, key);
             else
                 report(vf, op, 0, "unknown attribute '%s'", key);
