@@ -219,15 +219,18 @@ tloc_add(sim *s, ir_id type)
         return 0;
     }
     DI_GROW(&s->tlocs, &s->ctloc, s->ntloc + 1);
-    if (t->devvar) {
+    if (t->devvar || t->device < 0) {
+        /*
+         * The pmap instance's device; a tensor placed nowhere (a constant
+         * scalar) lives where it is used: on the instance's device inside a
+         * body, on device 0 at top level (a sequential module).
+         */
         s->tlocs[s->ntloc].dev = LOC_DEVVAR;
     } else {
-        /* A tensor with no device lives on device 0 (a sequential module). */
-        int32_t d = t->device >= 0 ? t->device : 0;
-        int rc = dev_check(s, d);
+        int rc = dev_check(s, t->device);
         if (rc)
             return rc;
-        s->tlocs[s->ntloc].dev = d;
+        s->tlocs[s->ntloc].dev = t->device;
     }
     s->tlocs[s->ntloc].bytes = ir_type_bytes(m, type);
     s->ntloc++;
