@@ -1076,7 +1076,9 @@ on_call_new(srv_daemon *d, srv_call *c, int ok)
     d->calls = c;
     d->live_calls++;
     d->m.requests[c->method]++;
-    if (!d->shutting_down)
+    /* Keep a request posted until the listeners close (calls are still served while health
+     * says NOT_SERVING during --health-delay-ms). */
+    if (!d->shutdown_called)
         post_request(d, c->method);
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;

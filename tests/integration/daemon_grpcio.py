@@ -350,6 +350,14 @@ def main():
     except grpc.RpcError as e:
         hs = e.code()
     check("during shutdown health reports NOT_SERVING", hs == 2, hs)
+    served = 0
+    for _ in range(12):  # more than the requests kept posted per method
+        try:
+            slow.unary("ServerInfo", pb.ServerInfoRequest(), pb.ServerInfoReply, timeout=2)
+            served += 1
+        except grpc.RpcError:
+            pass
+    check("during the health delay calls are still served", served == 12, served)
     rest = list(stream)
     indices = sorted([first.index] + [m.index for m in rest])
     check("SIGTERM during a batch: every candidate still arrives", indices == [0, 1, 2], indices)
