@@ -1210,6 +1210,42 @@ test_alloc_cap(void **state)
     free(buf);
 }
 
+/* A chain of MLP layers with unnamed values, whose unpacked form is about 9 times its size. */
+static void
+test_large_module(void **state)
+{
+    ir_module *m = ir_module_new(), *d;
+    ir_id f = ir_func_new(m, "main");
+    int64_t xd[2] = {1024, 4096}, wd[2] = {4096, 4096}, bd[1] = {4096};
+    ir_id tx = ir_type_tensor(m, IR_F32, 2, xd, 0), tw = ir_type_tensor(m, IR_F32, 2, wd, 0);
+    ir_id tb = ir_type_tensor(m, IR_F32, 1, bd, 0);
+    ir_id x = ir_region_add_arg(m, f, tx, "x");
+    uint8_t *buf;
+    size_t len;
+    di_error err;
+    (void)state;
+    for (int i = 0; i < 20000; i++) {
+        ir_id w = ir_region_add_arg(m, f, tw, NULL), b = ir_region_add_arg(m, f, tb, NULL);
+        ir_id op = ir_op_add(m, f, IR_OP_MATMUL, 2, (ir_id[]){x, w}, 1, &tx, NULL);
+        op = ir_op_add(m, f, IR_OP_ADD, 2, (ir_id[]){ir_op_output(m, op, 0), b}, 1, &tx, NULL);
+        op = ir_op_add(m, f, IR_OP_GELU, 1, (ir_id[]){ir_op_output(m, op, 0)}, 1, &tx, NULL);
+        op = ir_op_add(m, f, IR_OP_SOFTMAX, 1, (ir_id[]){ir_op_output(m, op, 0)}, 1, &tx, NULL);
+        ir_op_set_int(m, op, "axis", -1);
+        x = ir_op_output(m, op, 0);
+    }
+    ir_op_add(m, f, IR_OP_RETURN, 1, &x, 0, NULL, NULL);
+    ir_region_add_result(m, f, x);
+    assert_int_equal(ir_encode(m, &buf, &len), 0);
+    assert_true(len > (size_t)2 << 20);
+    di_error_clear(&err);
+    if (ir_decode(buf, len, NULL, &d, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_null(module_diff(m, d));
+    ir_module_free(d);
+    di_free(buf);
+    ir_module_free(m);
+}
+
 /* Allocation failures inside unpack come back as DI_ENOMEM and leak nothing. */
 static void
 test_alloc_failures(void **state)
@@ -1286,8 +1322,11 @@ main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_wire_errors),
         cmocka_unit_test(test_alloc_cap),
+        cmocka_unit_test(test_large_module),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_validate_paths),
     };
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -481,10 +481,13 @@ walk_region(dec *d, const Distir__V1__Region *pr, uint32_t parent, uint32_t func
     if (d->nreg + 1 >= POOL_MAX)
         return di_error_set(d->err, DI_ETOOBIG, "module has more than %u regions", POOL_MAX);
     r = ++d->nreg;
-    DI_GROW(&d->reg_msg, &d->creg, r + 1);
-    d->reg_parent = di_xrealloc(d->reg_parent, d->creg * sizeof *d->reg_parent);
-    d->reg_func = di_xrealloc(d->reg_func, d->creg * sizeof *d->reg_func);
-    d->reg_first = di_xrealloc(d->reg_first, d->creg * sizeof *d->reg_first);
+    if (r + 1 > d->creg) {
+        /* Grow the parallel arrays together. */
+        DI_GROW(&d->reg_msg, &d->creg, r + 1);
+        d->reg_parent = di_xrealloc(d->reg_parent, d->creg * sizeof *d->reg_parent);
+        d->reg_func = di_xrealloc(d->reg_func, d->creg * sizeof *d->reg_func);
+        d->reg_first = di_xrealloc(d->reg_first, d->creg * sizeof *d->reg_first);
+    }
     d->reg_msg[r] = pr;
     d->reg_parent[r] = parent;
     d->reg_func[r] = func;
@@ -506,10 +509,12 @@ walk_region(dec *d, const Distir__V1__Region *pr, uint32_t parent, uint32_t func
             return di_error_set(d->err, DI_ETOOBIG, "module has more than %u ops (the limit)",
                                 d->lim.max_ops);
         a = ++d->nop;
-        DI_GROW(&d->op_msg, &d->cop, a + 1);
-        d->op_reg = di_xrealloc(d->op_reg, d->cop * sizeof *d->op_reg);
-        d->op_pos = di_xrealloc(d->op_pos, d->cop * sizeof *d->op_pos);
-        d->op_body = di_xrealloc(d->op_body, d->cop * sizeof *d->op_body);
+        if (a + 1 > d->cop) {
+            DI_GROW(&d->op_msg, &d->cop, a + 1);
+            d->op_reg = di_xrealloc(d->op_reg, d->cop * sizeof *d->op_reg);
+            d->op_pos = di_xrealloc(d->op_pos, d->cop * sizeof *d->op_pos);
+            d->op_body = di_xrealloc(d->op_body, d->cop * sizeof *d->op_body);
+        }
         d->op_msg[a] = po;
         d->op_reg[a] = r;
         d->op_pos[a] = (uint32_t)k;
