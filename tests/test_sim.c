@@ -648,6 +648,108 @@ test_result_proto(void **state)
     hw_free(hw);
 }
 
+/*
+ * An SPMD module over a 2x4 mesh of devices 0..7: the batch is scattered,
+ * each device runs MatMul, Relu and a mesh-form all-reduce over mesh axis 1
+ * (groups of 4) in a pmap body, and the results are all-reduced over all 8.
+ * With `tail`, device 0's result is then sent to device 8 alone, which
+ * breaks the symmetry of devices 0..7 after the fact.
+ */
+static ir_module *
+spmd_module(int tail)
+{
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id d = ir_str(m, "d");
+    int64_t shape[2] = {2, 4}, devs[8], dims[2] = {16, 64}, wd[2] = {64, 64};
+    ir_id el[8], tup, xs, pm, body, mesh;
+    for (int i = 0; i < 8; i++) {
+        devs[i] = i;
+        el[i] = t2(m, 16, 64, i);
+    }
+    mesh = ir_mesh_add(m, "m", 2, shape, devs);
+    tup = ir_type_tuple(m, 8, el);
+    ir_id wel[8];
+    for (int i = 0; i < 8; i++)
+        wel[i] = t2(m, 64, 64, i);
+    ir_id wtup = ir_type_tuple(m, 8, wel);
+    xs = ir_region_add_arg(m, f, tup, "xs");
+    ir_id ws = ir_region_add_arg(m, f, wtup, "ws");
+    body = ir_body_new(m);
+    ir_id in2[2] = {xs, ws};
+    pm = ir_op_add(m, f, IR_OP_PMAP, 2, in2, 1, &tup, (const char *[]){"ys"});
+    m->ops[pm].body = body;
+    m->regions[body].parent = pm;
+    ir_op_set_string(m, pm, "device_var", "d");
+    ir_op_set_ints(m, pm, "devices", 8, devs);
+    ir_id tv = ir_type_tensor_var(m, IR_F32, 2, dims, d);
+    ir_id wv = ir_type_tensor_var(m, IR_F32, 2, wd, d);
+    ir_id xi = ir_region_add_arg(m, body, tv, "xi");
+    ir_id wi = ir_region_add_arg(m, body, wv, "wi");
+    ir_id mm[2] = {xi, wi};
+    ir_id a = op1(m, body, IR_OP_MATMUL, 2, mm, tv, "a");
+    ir_id b = op1(m, body, IR_OP_RELU, 1, &a, tv, "b");
+    ir_id c = op1(m, body, IR_OP_ALLREDUCE, 1, &b, tv, "c");
+    ir_op_set_mesh(m, m->values[c].def, "mesh", mesh);
+    ir_op_set_ints(m, m->values[c].def, "mesh_axes", 1, (int64_t[]){1});
+    ir_region_add_result(m, body, c);
+    ir_id ys = ir_op_output(m, pm, 0);
+    ir_id zs = op1(m, f, IR_OP_ALLREDUCE, 1, &ys, tup, "zs");
+    ir_region_add_result(m, f, zs);
+    if (tail) {
+        ir_id g = op1(m, f, IR_OP_TUPLEGET, 1, &zs, el[0], "z0");
+        ir_op_set_int(m, m->values[g].def, "index", 0);
+        ir_id snd = op1(m, f, IR_OP_SEND, 1, &g, t2(m, 16, 64, 8), "z8");
+        ir_op_set_int(m, m->values[snd].def, "device", 8);
+        ir_region_add_result(m, f, snd);
+    }
+    return m;
+}
+
+/* Symmetric simulation (one representative) gives exactly the per-device result. */
+static void
+test_symmetry(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 8);
+    for (int tail = 0; tail < 2; tail++) {
+        for (int which = 0; which < 2; which++) {
+            ir_module *m = which ? spmd_module(tail) : pmap_module();
+            sim_options o;
+            sim_result *a, *b;
+            di_error err;
+            char *ja, *jb;
+            sim_options_default(&o);
+            assert_int_equal(sim_run(m, hw, &o, &a, NULL, NULL, &err), 0);
+            o.no_symmetry = 1;
+            assert_int_equal(sim_run(m, hw, &o, &b, NULL, NULL, &err), 0);
+            ja = sim_result_to_json(a);
+            jb = sim_result_to_json(b);
+            assert_string_equal(ja, jb);
+            if (which) {
+                /*
+                 * MatMul [16,64]x[64,64]: 131,072 FLOPs -> 0.131072 us, bytes
+                 * (1024+4096+1024)*4 = 24,576 -> 0.24576 us: memory-bound,
+                 * + 10 us launch; Relu: 8,192 B -> 0.08192 us + 10 us;
+                 * all-reduce of 4 KiB over 4 (intra-node): 2*3/4*4096/1e11 +
+                 * 6 us; then over all 8: 2*7/8*4096/1e11 + 14 us.
+                 */
+                double expect = 0.24576e-6 + 1e-5 + 0.08192e-6 + 1e-5 +
+                                (1.5 * 4096 / 1e11 + 6e-6) + (1.75 * 4096 / 1e11 + 14e-6);
+                if (!tail)
+                    assert_close(a->step_time_s, expect);
+                assert_int_equal(a->ndevice, tail ? 9 : 8);
+            }
+            di_free(ja);
+            di_free(jb);
+            sim_result_free(a);
+            sim_result_free(b);
+            ir_module_free(m);
+        }
+    }
+    hw_free(hw);
+}
+
 int
 main(void)
 {
@@ -669,6 +771,7 @@ main(void)
         cmocka_unit_test(test_random_invariants),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_result_proto),
+        cmocka_unit_test(test_symmetry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

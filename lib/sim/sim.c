@@ -75,6 +75,9 @@ typedef struct sim_dev {
     double free[3];   /* seconds: when each stream is next free */
     ivec busy[3];     /* intervals per stream */
     double flops;
+    uint64_t hist;    /* hash of everything that happened on the device, for symmetry */
+    int32_t rep;      /* the device whose simulation stands for this one (itself if none) */
+    uint32_t class_n; /* devices that this one stands for, itself included */
     uint32_t nev;     /* memory events (counted at the end) */
     uint32_t evoff;   /* offset of this device's events in the shared array */
 } sim_dev;
@@ -112,6 +115,8 @@ typedef struct sim {
     sim_event *events;
     uint32_t nevent, cevent;
     int want_events;
+    int symmetric;     /* simulate symmetric pmaps once (see sim_pmap) */
+    int broken;        /* a device standing for others was used on its own: rerun */
 } sim;
 
 const char *
@@ -577,10 +582,36 @@ collective_time(const sim *s, int kind, const group_info *g, double bytes)
 
 /* ---- scheduling helpers ---- */
 
+static uint64_t
+mix64(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0x7fb5d329728ea185ull;
+    return h ^ (h >> 27);
+}
+
+static uint64_t
+dbits(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, sizeof b);
+    return b;
+}
+
+/*
+ * Occupies a stream. sym is set when the device is the representative of a
+ * symmetric group running that group's common work; any other use of a
+ * device that stands for others (or is stood for) breaks the symmetry.
+ */
 static void
-occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end)
+occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int sym)
 {
     sim_dev *d = &s->devs[dev];
+    if (!sym && (d->rep != dev || d->class_n > 1))
+        s->broken = 1;
+    d->hist = mix64(mix64(mix64(d->hist, (uint64_t)op << 2 | (uint64_t)stream), dbits(start)),
+                    dbits(end));
     if (s->opt->no_overlap) {
         d->free[0] = d->free[1] = d->free[2] = end;
     } else {
@@ -673,8 +704,9 @@ classify(sim *s)
 /* ---- ops ---- */
 
 typedef struct ctx {
-    uint32_t rep;        /* pmap instances (1 at top level) */
+    uint32_t rep;        /* pmap instances simulated (1 at top level) */
     const int32_t *devs; /* device of each instance, NULL at top level */
+    uint32_t sym;        /* instances each simulated instance stands for (1: none) */
 } ctx;
 
 static int sim_region(sim *s, ir_id region, const ctx *c);
@@ -818,9 +850,9 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
             if (rc)
                 return rc;
             end = start + t;
-            occupy(s, op, dev, STREAM_COMPUTE, start, end);
+            occupy(s, op, dev, STREAM_COMPUTE, start, end, c->sym > 1);
             s->devs[dev].flops += fl;
-            s->nops++;
+            s->nops += c->sym;
             for (uint32_t i = 0; i < o->ninput; i++)
                 inst_use(input_at(s, m->refs[o->inputs + i], k, j), end);
             for (uint32_t i = 0; i < o->noutput; i++) {
@@ -896,7 +928,7 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint32_t *
 /* Runs one collective group: every member starts together and occupies both comm streams. */
 static void
 run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, double ready, double t,
-          double *out_start, double *out_end)
+          double *out_start, double *out_end, int sym)
 {
     double start = ready;
     for (uint32_t i = 0; i < n; i++) {
@@ -906,8 +938,8 @@ run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, double ready, doubl
             start = stream_free(s, devs[i], STREAM_RECV);
     }
     for (uint32_t i = 0; i < n; i++) {
-        occupy(s, op, devs[i], STREAM_SEND, start, start + t);
-        occupy(s, op, devs[i], STREAM_RECV, start, start + t);
+        occupy(s, op, devs[i], STREAM_SEND, start, start + t, sym);
+        occupy(s, op, devs[i], STREAM_RECV, start, start + t, sym);
     }
     *out_start = start;
     *out_end = start + t;
@@ -941,8 +973,8 @@ sim_send(sim *s, ir_id op, const ctx *c)
         if (stream_free(s, dst, STREAM_RECV) > start)
             start = stream_free(s, dst, STREAM_RECV);
         end = start + t;
-        occupy(s, op, src, STREAM_SEND, start, end);
-        occupy(s, op, dst, STREAM_RECV, start, end);
+        occupy(s, op, src, STREAM_SEND, start, end, 0);
+        occupy(s, op, dst, STREAM_RECV, start, end, 0);
         s->nops++;
         inst_use(in, end);
         inst_produce(out, start, end);
@@ -958,6 +990,31 @@ set_add(int32_t *set, uint32_t *n, int32_t d)
         if (set[i] == d)
             return;
     set[(*n)++] = d;
+}
+
+/*
+ * Is a top-level tuple collective symmetric: its devices are exactly one
+ * class of devices that stand for each other, every input element is ready
+ * at the same time, and input and output have one element per device?
+ */
+static int
+tuple_symmetric(sim *s, ir_id in, ir_id out, const int32_t *group, uint32_t n)
+{
+    int32_t r;
+    double ready;
+    if (!s->symmetric || n < 2 || vnloc(s, in) != n || vnloc(s, out) != n)
+        return 0;
+    r = s->devs[group[0]].rep;
+    if (s->devs[r].class_n != n)
+        return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (s->devs[group[i]].rep != r)
+            return 0;
+    ready = vinst(s, in, 0, 0)->ready;
+    for (uint32_t j = 1; j < n; j++)
+        if (vinst(s, in, 0, j)->ready != ready)
+            return 0;
+    return 1;
 }
 
 static int
@@ -1015,8 +1072,21 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             }
             group_describe(s, group, n, &g);
             t = collective_time(s, o->kind, &g, cost.bytes_comm);
-            run_group(s, op, group, n, ready, t, &start, &end);
-            s->nops += n;
+            if (c->sym > 1) {
+                /*
+                 * The representative of a symmetric pmap: every member of its
+                 * group stands in its class and runs the same collective.
+                 */
+                int32_t r = first->dev;
+                for (uint32_t g2 = 0; g2 < n; g2++)
+                    if (s->devs[group[g2]].rep != r)
+                        s->broken = 1;
+                run_group(s, op, &r, 1, ready, t, &start, &end, 1);
+                s->nops += c->sym;
+            } else {
+                run_group(s, op, group, n, ready, t, &start, &end, 0);
+                s->nops += n;
+            }
             for (uint32_t q = idx; q < total; q++) {
                 if (done[q] != 2)
                     continue;
@@ -1048,7 +1118,28 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             set_add(group, &n, vinst(s, out, k, j)->dev);
         group_describe(s, group, n, &g);
         t = collective_time(s, o->kind, &g, cost.bytes_comm);
-        run_group(s, op, group, n, ready, t, &start, &end);
+        if (c->rep == 1 && c->devs == NULL && tuple_symmetric(s, in, out, group, n)) {
+            /*
+             * The group is exactly one symmetric class and every element is
+             * ready at once: run it on the representative; every output
+             * element shares the representative's.
+             */
+            int32_t r = s->devs[group[0]].rep;
+            uint32_t jr = UINT32_MAX;
+            run_group(s, op, &r, 1, ready, t, &start, &end, 1);
+            s->nops += n;
+            for (uint32_t j = 0; j < nin; j++)
+                inst_use(input_at(s, in, k, j), end);
+            for (uint32_t j = 0; j < nout && jr == UINT32_MAX; j++)
+                if (vinst(s, out, k, j)->dev == r)
+                    jr = j;
+            inst_produce(vinst(s, out, k, jr), start, end);
+            for (uint32_t j = 0; j < nout; j++)
+                if (j != jr)
+                    inst_alias(s, s->vbase[out] + j, s->vbase[out] + jr);
+            continue;
+        }
+        run_group(s, op, group, n, ready, t, &start, &end, 0);
         s->nops += n;
         for (uint32_t j = 0; j < nin; j++)
             inst_use(input_at(s, in, k, j), end);
@@ -1057,6 +1148,66 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     }
     free(group);
     return 0;
+}
+
+/*
+ * Symmetry. The instances of a pmap are symmetric when its devices have
+ * identical histories (same hash of everything that ran on them, same stream
+ * clocks) and every input element is ready at the same time: then every
+ * instance would be simulated to the same times, and one stands for all.
+ * The devices become a class whose representative alone is simulated from
+ * then on; a later pmap or collective over exactly that class stays
+ * symmetric. Any other use of a class member breaks the symmetry, and
+ * sim_run simulates the module again without it, so results never depend on
+ * whether symmetry applied (only the time to compute them does).
+ */
+static int
+pmap_symmetric(sim *s, ir_id op, const int32_t *devs, uint32_t n, uint32_t *p)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    const sim_dev *d0 = &s->devs[devs[0]];
+    int32_t r = d0->rep;
+    if (!s->symmetric || n < 2)
+        return 0;
+    /* Inputs: element k of every per-instance input ready at one time. */
+    for (uint32_t a = 0; a < o->ninput; a++) {
+        ir_id in = m->refs[o->inputs + a];
+        uint32_t nl = vnloc(s, in) / n;
+        if (vnloc(s, in) != n * nl)
+            continue;
+        for (uint32_t l = 0; l < nl; l++)
+            for (uint32_t k = 1; k < n; k++)
+                if (vinst(s, in, 0, k * nl + l)->ready != vinst(s, in, 0, l)->ready)
+                    return 0;
+    }
+    if (d0->class_n > 1 || r != devs[0]) {
+        /* An existing class: exactly these devices. */
+        if (s->devs[r].class_n != n)
+            return 0;
+        for (uint32_t k = 0; k < n; k++) {
+            if (s->devs[devs[k]].rep != r)
+                return 0;
+            if (devs[k] == r)
+                *p = k;
+        }
+        return 1;
+    }
+    /* Devices on their own: distinct, with identical histories. */
+    for (uint32_t k = 1; k < n; k++) {
+        const sim_dev *d = &s->devs[devs[k]];
+        if (d->rep != devs[k] || d->class_n != 1 || d->hist != d0->hist ||
+            memcmp(d->free, d0->free, sizeof d->free) != 0)
+            return 0;
+        for (uint32_t q = 0; q < k; q++)
+            if (devs[q] == devs[k])
+                return 0;
+    }
+    for (uint32_t k = 0; k < n; k++)
+        s->devs[devs[k]].rep = devs[0];
+    s->devs[devs[0]].class_n = n;
+    *p = 0;
+    return 1;
 }
 
 static int
@@ -1070,7 +1221,8 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
     int32_t *devs;
     ctx bc;
     int rc;
-    if (c->rep > 1)
+    uint32_t p = 0; /* the instance that is simulated when the pmap is symmetric */
+    if (c->devs != NULL)
         return di_error_set(s->err, DI_EUNSUPPORTED,
                             "op %u 'dist.pmap': a pmap nested inside a pmap body cannot be "
                             "simulated yet",
@@ -1098,19 +1250,26 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
     body = &m->regions[o->body];
     bc.rep = n;
     bc.devs = devs;
+    bc.sym = 1;
+    if (pmap_symmetric(s, op, devs, n, &p)) {
+        bc.rep = 1;
+        bc.devs = devs + p;
+        bc.sym = n;
+    }
     /* Body arguments alias element k of each input (or its one instance). */
     for (uint32_t a = 0; a < body->narg && a < o->ninput; a++) {
         ir_id arg = body->args[a], in = m->refs[o->inputs + a];
         uint32_t nl;
-        rc = value_instances(s, arg, n, devs);
+        rc = value_instances(s, arg, bc.rep, bc.devs);
         if (rc) {
             free(devs);
             return rc;
         }
         nl = vnloc(s, arg);
-        for (uint32_t k = 0; k < n; k++)
+        for (uint32_t k = 0; k < bc.rep; k++)
             for (uint32_t l = 0; l < nl; l++) {
-                uint32_t src_j = vnloc(s, in) == n * nl ? k * nl + l : l;
+                uint32_t kk = bc.sym > 1 ? p : k;
+                uint32_t src_j = vnloc(s, in) == n * nl ? kk * nl + l : l;
                 inst_alias(s, s->vbase[arg] + k * nl + l,
                            (uint32_t)(input_at(s, in, 0, src_j) - s->inst));
             }
@@ -1128,7 +1287,9 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
                     if (oj >= vnloc(s, out))
                         continue;
                     inst_alias(s, s->vbase[out] + oj,
-                               (uint32_t)(vinst(s, res, s->vrep[res] > 1 ? k : 0, l) - s->inst));
+                               (uint32_t)(vinst(s, res, s->vrep[res] > 1 && bc.sym == 1 ? k : 0,
+                                                l) -
+                                          s->inst));
                 }
         }
     }
@@ -1173,6 +1334,8 @@ sim_region(sim *s, ir_id region, const ctx *c)
         rc = sim_op(s, r->ops[i], c);
         if (rc)
             return rc;
+        if (s->broken)
+            return DI_EINTERNAL; /* sim_run starts again without symmetry */
     }
     return 0;
 }
@@ -1416,62 +1579,95 @@ device_memory(sim *s, int32_t dev, sim_device_result *r)
     r->oom_by_bytes = r->oom ? r->peak_memory_bytes - r->capacity_bytes : 0;
 }
 
+/* The result of one device from its streams and memory events. */
+static void
+device_result(sim *s, int32_t d, double step, sim_device_result *dr)
+{
+    sim_dev *dv = &s->devs[d];
+    interval *all, *comm;
+    uint32_t nc, nall, nmc;
+    dr->id = d;
+    nc = dv->busy[1].n + dv->busy[2].n;
+    comm = di_xmalloc((nc ? nc : 1) * sizeof *comm);
+    nmc = union2(dv->busy[1].v, dv->busy[1].n, dv->busy[2].v, dv->busy[2].n, comm);
+    dr->comm_s = total_len(comm, nmc);
+    dr->compute_s = total_len(dv->busy[0].v, dv->busy[0].n);
+    dr->exposed_comm_s = minus_len(comm, nmc, dv->busy[0].v, dv->busy[0].n);
+    nall = nmc + dv->busy[0].n;
+    all = di_xmalloc((nall ? nall : 1) * sizeof *all);
+    nall = union2(comm, nmc, dv->busy[0].v, dv->busy[0].n, all);
+    dr->busy_s = total_len(all, nall);
+    dr->idle_s = step - dr->busy_s;
+    if (dr->idle_s < 0)
+        dr->idle_s = 0;
+    dr->flops = dv->flops;
+    free(comm);
+    free(all);
+    device_memory(s, d, dr);
+}
+
+static int
+device_active(const sim *s, int32_t d)
+{
+    const sim_dev *dv = &s->devs[d];
+    return dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->nev;
+}
+
+/*
+ * Assembles the result: every device that did anything, in ascending id. A
+ * device that a symmetric representative stood for gets a copy of the
+ * representative's numbers under its own id.
+ */
 static int
 build_result(sim *s, sim_result **out)
 {
     sim_result *r = di_xcalloc(1, sizeof *r);
     double step = 0, peak_sum = 0;
+    sim_device_result *per = di_xcalloc(s->ndev, sizeof *per);
+    uint8_t *have = di_xcalloc(s->ndev, 1);
     uint32_t n = 0;
     for (uint32_t d = 0; d < s->ndev; d++)
         for (int st = 0; st < 3; st++)
             if (s->devs[d].free[st] > step)
                 step = s->devs[d].free[st];
     build_memory(s, step);
+    for (uint32_t d = 0; d < s->ndev; d++)
+        if (s->devs[d].rep == (int32_t)d && device_active(s, (int32_t)d)) {
+            device_result(s, (int32_t)d, step, &per[d]);
+            have[d] = 1;
+        }
     for (uint32_t d = 0; d < s->ndev; d++) {
-        sim_dev *dv = &s->devs[d];
-        if (dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->nev)
-            n++;
-    }
-    r->devices = di_xcalloc(n ? n : 1, sizeof *r->devices);
-    r->ndevice = 0;
-    for (uint32_t d = 0; d < s->ndev; d++) {
-        sim_dev *dv = &s->devs[d];
-        sim_device_result *dr;
-        interval *all, *comm;
-        uint32_t nc, nall, nmc;
-        if (!(dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->nev))
-            continue;
-        dr = &r->devices[r->ndevice++];
-        dr->id = (int32_t)d;
-        nc = dv->busy[1].n + dv->busy[2].n;
-        comm = di_xmalloc((nc ? nc : 1) * sizeof *comm);
-        nmc = union2(dv->busy[1].v, dv->busy[1].n, dv->busy[2].v, dv->busy[2].n, comm);
-        dr->comm_s = total_len(comm, nmc);
-        dr->compute_s = total_len(dv->busy[0].v, dv->busy[0].n);
-        dr->exposed_comm_s = minus_len(comm, nmc, dv->busy[0].v, dv->busy[0].n);
-        nall = nmc + dv->busy[0].n;
-        all = di_xmalloc((nall ? nall : 1) * sizeof *all);
-        nall = union2(comm, nmc, dv->busy[0].v, dv->busy[0].n, all);
-        dr->busy_s = total_len(all, nall);
-        dr->idle_s = step - dr->busy_s;
-        if (dr->idle_s < 0)
-            dr->idle_s = 0;
-        dr->flops = dv->flops;
-        free(comm);
-        free(all);
-        device_memory(s, (int32_t)d, dr);
-        r->flops += dv->flops;
-        if (dr->peak_memory_bytes > r->peak_memory_bytes)
-            r->peak_memory_bytes = dr->peak_memory_bytes;
-        {
-            const hw_device *spec = hw_device_spec(s->hw, d);
-            double best = 0;
-            for (int t = 1; t < IR_NDTYPE; t++)
-                if (spec->flops[t] > best && ir_dtype_is_float((ir_dtype)t))
-                    best = spec->flops[t];
-            peak_sum += best;
+        int32_t rp = s->devs[d].rep;
+        if (rp != (int32_t)d && have[rp]) {
+            per[d] = per[rp];
+            per[d].id = (int32_t)d;
+            per[d].timeline = di_xmalloc((per[rp].ntimeline ? per[rp].ntimeline : 1) *
+                                         sizeof *per[d].timeline);
+            memcpy(per[d].timeline, per[rp].timeline,
+                   per[rp].ntimeline * sizeof *per[d].timeline);
+            have[d] = 2;
         }
     }
+    for (uint32_t d = 0; d < s->ndev; d++)
+        n += have[d] != 0;
+    r->devices = di_xcalloc(n ? n : 1, sizeof *r->devices);
+    for (uint32_t d = 0; d < s->ndev; d++) {
+        const hw_device *spec;
+        double best = 0;
+        if (!have[d])
+            continue;
+        r->devices[r->ndevice++] = per[d];
+        r->flops += per[d].flops;
+        if (per[d].peak_memory_bytes > r->peak_memory_bytes)
+            r->peak_memory_bytes = per[d].peak_memory_bytes;
+        spec = hw_device_spec(s->hw, d);
+        for (int t = 1; t < IR_NDTYPE; t++)
+            if (spec->flops[t] > best && ir_dtype_is_float((ir_dtype)t))
+                best = spec->flops[t];
+        peak_sum += best;
+    }
+    free(per);
+    free(have);
     r->step_time_s = step;
     r->ops = s->nops;
     r->mfu = (step > 0 && peak_sum > 0) ? r->flops / (step * peak_sum) : 0;
@@ -1509,39 +1705,30 @@ sim_fini(sim *s)
     free(s->events);
 }
 
-int
-sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_result **out,
-        sim_event **events, uint32_t *nevent, di_error *err)
+/* One simulation; with symmetric set it may stop with s->broken (see pmap_symmetric). */
+static int
+sim_once(sim *sp, const ir_module *m, const hw_model *hw, const sim_options *opt, int symmetric,
+         int want_events, sim_result **out, di_error *err)
 {
     sim s;
-    sim_options dflt;
-    ir_id entry;
+    ir_id entry = ir_module_entry(m);
     const ir_region *r;
-    ctx top = {1, NULL};
+    ctx top = {1, NULL, 1};
     int rc;
 
-    *out = NULL;
-    if (events) {
-        *events = NULL;
-        *nevent = 0;
-    }
-    if (opt == NULL) {
-        sim_options_default(&dflt);
-        opt = &dflt;
-    }
-    entry = ir_module_entry(m);
-    if (entry == 0)
-        return di_error_set(err, DI_EINVAL, "the module has no function to simulate");
-    if (hw->ndevice == 0)
-        return di_error_set(err, DI_EINVAL, "hardware '%s' has no devices", hw->name);
     memset(&s, 0, sizeof s);
     s.m = m;
     s.hw = hw;
     s.opt = opt;
     s.err = err;
     s.ndev = hw->ndevice;
-    s.want_events = events != NULL;
+    s.want_events = want_events;
+    s.symmetric = symmetric;
     s.devs = di_xcalloc(s.ndev, sizeof *s.devs);
+    for (uint32_t d = 0; d < s.ndev; d++) {
+        s.devs[d].rep = (int32_t)d;
+        s.devs[d].class_n = 1;
+    }
     s.tloc_off = di_xmalloc(m->ntype * sizeof *s.tloc_off);
     memset(s.tloc_off, 0xff, m->ntype * sizeof *s.tloc_off);
     s.tloc_n = di_xcalloc(m->ntype, sizeof *s.tloc_n);
@@ -1556,17 +1743,19 @@ sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_resu
         ir_id v = r->args[a];
         rc = value_instances(&s, v, 1, NULL);
         if (rc)
-            goto fail;
+            goto done;
         for (uint32_t l = 0; l < vnloc(&s, v); l++) {
             sim_inst *in = vinst(&s, v, 0, l);
             in->flags |= INST_PERSISTENT;
             if (in->cls == SIM_MEM_COMM)
                 in->cls = SIM_MEM_ACTIVATIONS;
+            /* What a device holds from the start is part of its history. */
+            s.devs[in->dev].hist = mix64(s.devs[in->dev].hist, in->bytes << 3 | in->cls);
         }
     }
     rc = sim_region(&s, entry, &top);
     if (rc)
-        goto fail;
+        goto done;
     r = &m->regions[entry];
     for (uint32_t i = 0; i < r->nresult; i++) {
         ir_id v = r->results[i];
@@ -1575,18 +1764,52 @@ sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_resu
                 vinst(&s, v, k, l)->flags |= INST_PERSISTENT;
     }
     rc = build_result(&s, out);
-    if (rc)
-        goto fail;
+done:
+    *sp = s;
+    return rc;
+}
+
+int
+sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_result **out,
+        sim_event **events, uint32_t *nevent, di_error *err)
+{
+    sim s;
+    sim_options dflt;
+    int rc, symmetric;
+
+    *out = NULL;
     if (events) {
+        *events = NULL;
+        *nevent = 0;
+    }
+    if (opt == NULL) {
+        sim_options_default(&dflt);
+        opt = &dflt;
+    }
+    if (ir_module_entry(m) == 0)
+        return di_error_set(err, DI_EINVAL, "the module has no function to simulate");
+    if (hw->ndevice == 0)
+        return di_error_set(err, DI_EINVAL, "hardware '%s' has no devices", hw->name);
+    /* A trace shows every device's own events, so it is made without symmetry. */
+    symmetric = !opt->no_symmetry && events == NULL;
+    rc = sim_once(&s, m, hw, opt, symmetric, events != NULL, out, err);
+    if (s.broken) {
+        sim_result_free(*out);
+        *out = NULL;
+        sim_fini(&s);
+        rc = sim_once(&s, m, hw, opt, 0, events != NULL, out, err);
+    }
+    if (rc == 0 && events) {
         *events = s.events;
         *nevent = s.nevent;
         s.events = NULL;
     }
     sim_fini(&s);
-    return 0;
-fail:
-    sim_fini(&s);
-    return rc ? rc : DI_EINTERNAL;
+    if (rc != 0) {
+        sim_result_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void

@@ -41,6 +41,7 @@ const char *sim_memclass_name(int c);
 
 typedef struct sim_options {
     int no_overlap;                 /* serialize compute and communication per device */
+    int no_symmetry;                /* simulate every pmap instance (same results, slower) */
     int want_timeline;              /* record the live-memory timeline */
     uint32_t timeline_max_points;   /* per device; 0 = unlimited */
     const atomic_int *cancel;       /* if non-NULL and set, the run stops with DI_ECANCELLED */
