@@ -224,7 +224,14 @@ onnx_tensor_decode(const uint8_t *data, size_t len, ex_tensor *t, char **name, d
                                 err)) != 0)
         return rc;
     tp = (const Onnx__TensorProto *)msg;
-    rc = onnx_tensor_from_proto(tp, "the tensor", t, err);
+    if (tp->data_type == 4 && tp->has_raw_data) {
+        /* UINT16 data is bfloat16 bit patterns (NumPy has no bfloat16; ONNX's tests store it so). */
+        Onnx__TensorProto copy = *tp;
+        copy.data_type = 16;
+        rc = onnx_tensor_from_proto(&copy, "the tensor", t, err);
+    } else {
+        rc = onnx_tensor_from_proto(tp, "the tensor", t, err);
+    }
     if (rc == 0 && name)
         *name = di_xstrdup(tp->name ? tp->name : "");
     protobuf_c_message_free_unpacked(msg, NULL);
@@ -1090,6 +1097,20 @@ import_graph(imp *I)
         }
         if (v->defined)
             return onnx_fail(I, DI_EDECODE, "graph input '%s' is listed twice", vi->name);
+        {
+            /* An input the caller fixed to a value is a constant, not an argument. */
+            int bound = 0;
+            for (uint32_t k = 0; k < I->opt.nconst && !bound; k++)
+                if (strcmp(I->opt.const_names[k], vi->name) == 0) {
+                    if ((rc = ex_tensor_copy(&v->cst, &I->opt.const_values[k])) != 0)
+                        return onnx_fail(I, rc, "out of memory");
+                    set_type(v, v->cst.dtype, v->cst.rank, v->cst.dims);
+                    v->defined = 1;
+                    bound = 1;
+                }
+            if (bound)
+                continue;
+        }
         snprintf(what, sizeof what, "graph input '%s'", vi->name);
         if ((rc = read_type(I, vi->type, what, &dt, &rank, dims)) != 0)
             return rc;

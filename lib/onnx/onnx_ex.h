@@ -18,6 +18,9 @@ typedef struct onnx_options {
     const char *const *dim_names;
     const int64_t *dim_values;
     int32_t device;       /* the device every value lives on (default 0) */
+    uint32_t nconst;      /* graph inputs to treat as constants with these values */
+    const char *const *const_names;
+    const ex_tensor *const_values;
 } onnx_options;
 
 /* Defaults: not strict, unknown dimensions 1, device 0. */

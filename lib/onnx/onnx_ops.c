@@ -110,18 +110,34 @@ binary(imp *I, const Onnx__NodeProto *n, emit *e, int kind)
         return rc;
     if (da == IR_BOOL)
         return onnx_fail(I, DI_EUNSUPPORTED, "arithmetic on booleans is not supported");
-    if (da != db && !(kind == IR_OP_POW && ir_dtype_is_float(da)))
+    if (da != db && !(kind == IR_OP_POW && (ir_dtype_is_float(da) || ir_dtype_is_float(db))))
         return onnx_fail(I, DI_EUNSUPPORTED, "inputs of dtypes %s and %s: distir's %s takes one "
                          "dtype", ir_dtype_name(da), ir_dtype_name(db), ir_opkind_name(kind));
     if ((rc = inputs(I, e, n, 2, in)) != 0)
         return rc;
     if (da != db) {
-        /* Pow(float, int): the exponent cast to the base's dtype gives the same numbers. */
-        op = onnx_op(e, IR_OP_CAST, 1, &in[1], 1);
-        ir_op_set_int(e->m, op, "to", onnx_dtype_code(da));
+        /*
+         * Pow with mixed dtypes computes in the floating-point one: Pow(float, int) casts
+         * the exponent to the base's dtype; Pow(int, float) casts the base to the
+         * exponent's dtype and the result back to the base's (as NumPy does).
+         */
+        uint32_t which = ir_dtype_is_float(da) ? 1 : 0;
+        ir_dtype ft = which == 1 ? da : db;
+        op = onnx_op(e, IR_OP_CAST, 1, &in[which], 1);
+        ir_op_set_int(e->m, op, "to", onnx_dtype_code(ft));
         if ((rc = onnx_infer(I, e, op)) != 0)
             return rc;
-        in[1] = ir_op_output(e->m, op, 0);
+        in[which] = ir_op_output(e->m, op, 0);
+        if (which == 0) {
+            ir_id p;
+            op = onnx_op(e, kind, 2, in, 1);
+            if ((rc = onnx_infer(I, e, op)) != 0)
+                return rc;
+            p = ir_op_output(e->m, op, 0);
+            op = onnx_op(e, IR_OP_CAST, 1, &p, 1);
+            ir_op_set_int(e->m, op, "to", onnx_dtype_code(da));
+            return emit_done(I, e, op, 1);
+        }
     }
     op = onnx_op(e, kind, 2, in, 1);
     return emit_done(I, e, op, 1);
