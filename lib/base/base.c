@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <threads.h>
 #include <unistd.h>
 
 const char *
@@ -470,11 +471,27 @@ di_utf8_valid(const char *s, size_t len)
     return 1;
 }
 
+/*
+ * OpenSSL 3 looks the implementation up on every EVP_DigestInit_ex with
+ * EVP_sha256(); fetching it once halves the cost of short digests (the
+ * canonical hash makes one per op). call_once keeps this thread-safe.
+ */
+static EVP_MD *sha256_md;
+static once_flag sha256_once = ONCE_FLAG_INIT;
+
+static void
+sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void
 di_sha256_init(di_sha256 *s)
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
+    call_once(&sha256_once, sha256_fetch);
+    if (ctx == NULL ||
+        EVP_DigestInit_ex(ctx, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1)
         di_oom();
     s->ctx = ctx;
 }
