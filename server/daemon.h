@@ -79,7 +79,8 @@ typedef struct srv_metrics {
     uint64_t jobs_cancelled;
     double job_seconds_sum; /* seconds of worker time */
     uint64_t stream_messages;
-    uint64_t memo_hits; /* hits answered without decoding the request */
+    uint64_t memo_hits;       /* hits answered without decoding the request */
+    uint64_t calls_cancelled; /* deadline, client cancel or lost connection */
 } srv_metrics;
 
 typedef struct srv_job srv_job;

@@ -277,9 +277,11 @@ call_kill(srv_call *c, const char *why)
     if (c->dead)
         return;
     c->dead = 1;
-    if (!c->status_sent)
+    if (!c->status_sent) {
+        d->m.calls_cancelled++;
         srv_log(SRV_LOG_INFO, "call_cancelled", "method=%s reason=%s after_ms=%.1f",
                 srv_method_names[c->method], why, (double)(now_ns() - c->t0_ns) / 1e6);
+    }
     for (srv_waiter *w = c->waits; w != NULL; w = w->call_next) {
         if (w->detached)
             continue;

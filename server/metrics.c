@@ -312,6 +312,9 @@ srv_metrics_render(srv_daemon *d, di_buf *b)
             m->job_seconds_sum);
     counter(b, "distird_stream_messages_total", "SimulateBatch messages sent.", "counter",
             (double)m->stream_messages);
+    counter(b, "distird_calls_cancelled_total",
+            "Calls that ended before their status was sent (deadline, cancel, disconnect).",
+            "counter", (double)m->calls_cancelled);
     counter(b, "distird_live_calls", "Calls in progress.", "gauge", (double)d->live_calls);
     counter(b, "distird_serving", "1 while health reports SERVING.", "gauge", (double)d->serving);
     counter(b, "distird_uptime_seconds", "Seconds since start.", "gauge",
