@@ -926,6 +926,16 @@ test_proto(void **state)
         assert_int_equal(hw_set_overrides(hw, 2, ids, specs, &err), 0);
     }
     proto_round_trip(hw);
+    /* Calibration travels too: the hash covers tables and op times. */
+    {
+        const double bytes[3] = {1048576, 2097152, 4194304}, secs[3] = {4.4e-5, 5.3e-5, 7.1e-5};
+        hw_model *plain = hw_clone(hw);
+        assert_int_equal(hw_add_table(hw, IR_OP_ALLREDUCE, 8, 0, 3, bytes, secs, &err), 0);
+        assert_int_equal(hw_add_op_time(hw, "MatMul(f32[64,128],f32[128,256])", 1e-5, &err), 0);
+        assert_false(hash_equal(hw, plain));
+        proto_round_trip(hw);
+        hw_free(plain);
+    }
 
     /* Invalid messages are refused with the field named. */
     {

@@ -726,6 +726,37 @@ hw_from_proto(const Distir__V1__Hardware *p, hw_model **out, di_error *err)
     hw->inter_node.latency = p->inter_node->latency;
     hw->algorithm = (hw_algo)p->algorithm;
     hw->collective_step_latency = p->collective_step_latency;
+    if (p->n_tables > HW_MAX_TABLES || p->n_op_times > HW_MAX_OP_TIMES) {
+        rc = di_error_set(err, DI_EINVAL, "calibration: %zu tables and %zu op times (limits %u, %u)",
+                          p->n_tables, p->n_op_times, HW_MAX_TABLES, HW_MAX_OP_TIMES);
+        goto fail;
+    }
+    for (size_t i = 0; i < p->n_tables; i++) {
+        const Distir__V1__CollectiveTable *t = p->tables[i];
+        int kind = ir_opkind_from_name(t->op, strlen(t->op));
+        if (kind == IR_OP_NONE || !(ir_opkind_info(kind)->flags & IR_OPF_COLLECTIVE)) {
+            rc = di_error_set(err, DI_EINVAL, "tables[%zu].op: '%s' is not a collective", i,
+                              t->op);
+            goto fail;
+        }
+        if (t->n_bytes != t->n_seconds || t->n_bytes > HW_MAX_POINTS) {
+            rc = di_error_set(err, DI_EINVAL,
+                              "tables[%zu]: %zu sizes and %zu times (equal counts, at most %u)",
+                              i, t->n_bytes, t->n_seconds, HW_MAX_POINTS);
+            goto fail;
+        }
+        if ((rc = hw_add_table(hw, kind, t->group, t->inter_node, (uint32_t)t->n_bytes, t->bytes,
+                               t->seconds, err)) != 0) {
+            di_error_prefix(err, "tables[%zu]", i);
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < p->n_op_times; i++)
+        if ((rc = hw_add_op_time(hw, p->op_times[i]->signature, p->op_times[i]->seconds, err)) !=
+            0) {
+            di_error_prefix(err, "op_times[%zu]", i);
+            goto fail;
+        }
     if ((rc = hw_validate(hw, err)) != 0)
         goto fail;
     di_free(ids);
@@ -790,6 +821,33 @@ hw_to_proto(const hw_model *hw, Distir__V1__Hardware *p)
     p->inter_node = link_to_proto(&hw->inter_node);
     p->algorithm = (Distir__V1__CollectiveAlgo)hw->algorithm;
     p->collective_step_latency = hw->collective_step_latency;
+    p->n_tables = hw->ntable;
+    if (hw->ntable) {
+        p->tables = di_xmalloc(hw->ntable * sizeof *p->tables);
+        for (uint32_t i = 0; i < hw->ntable; i++) {
+            const hw_coll_table *t = &hw->tables[i];
+            Distir__V1__CollectiveTable *q = di_xmalloc(sizeof *q);
+            distir__v1__collective_table__init(q);
+            q->op = (char *)ir_opkind_name(t->kind);
+            q->group = t->group;
+            q->inter_node = t->inter_node;
+            q->n_bytes = q->n_seconds = t->npoint;
+            q->bytes = t->bytes;
+            q->seconds = t->seconds;
+            p->tables[i] = q;
+        }
+    }
+    p->n_op_times = hw->nop_time;
+    if (hw->nop_time) {
+        p->op_times = di_xmalloc(hw->nop_time * sizeof *p->op_times);
+        for (uint32_t i = 0; i < hw->nop_time; i++) {
+            Distir__V1__OpTime *q = di_xmalloc(sizeof *q);
+            distir__v1__op_time__init(q);
+            q->signature = hw->op_times[i].signature;
+            q->seconds = hw->op_times[i].seconds;
+            p->op_times[i] = q;
+        }
+    }
 }
 
 void
@@ -803,5 +861,11 @@ hw_proto_fini(Distir__V1__Hardware *p)
     di_free(p->overrides);
     di_free(p->intra_node);
     di_free(p->inter_node);
+    for (size_t i = 0; i < p->n_tables; i++)
+        di_free(p->tables[i]);
+    di_free(p->tables);
+    for (size_t i = 0; i < p->n_op_times; i++)
+        di_free(p->op_times[i]);
+    di_free(p->op_times);
     distir__v1__hardware__init(p);
 }

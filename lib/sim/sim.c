@@ -378,7 +378,7 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
     ir_dtype dt = IR_F32;
 
     if (s->hw->nop_time) {
-        char sig[512];
+        char sig[HW_SIGNATURE_MAX];
         double meas;
         hw_op_signature(m, op, sig, sizeof sig);
         meas = hw_op_time_lookup(s->hw, sig);
@@ -390,7 +390,7 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
         }
     }
     if (o->kind == IR_OP_OPAQUE) {
-        char sig[512];
+        char sig[HW_SIGNATURE_MAX];
         hw_op_signature(m, op, sig, sizeof sig);
         return di_error_set(s->err, DI_ECOST,
                             "op %u '%s' has no cost model: supply a measured time for "
@@ -698,6 +698,21 @@ classify(sim *s)
             mark_chain(s, m->refs[o->inputs + i], SIM_MEM_OPTIMIZER, 0);
         for (uint32_t i = 0; i < o->noutput; i++)
             s->vclass[o->outputs + i] = i == 0 ? SIM_MEM_WEIGHTS : SIM_MEM_OPTIMIZER;
+    }
+    /* An explicit "dist.mem" annotation (e.g. "stashed" on a weight copy) wins. */
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        const char *cls;
+        if (o->nattr == 0 || (cls = ir_op_string(m, op, "dist.mem", NULL)) == NULL)
+            continue;
+        for (int c = 0; c < SIM_NMEMCLASS; c++) {
+            const char *name = sim_memclass_name(c);
+            size_t n = strlen(cls);
+            /* The full name or its first word ("stashed", "optimizer", "communication"). */
+            if (strcmp(cls, name) == 0 || (strncmp(cls, name, n) == 0 && name[n] == '_'))
+                for (uint32_t i = 0; i < o->noutput; i++)
+                    s->vclass[o->outputs + i] = (uint8_t)c;
+        }
     }
 }
 
