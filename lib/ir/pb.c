@@ -16,12 +16,20 @@
  * pre-check and pb_validate (UTF-8, enums), ir_from_proto walks the region
  * tree once to number ops and regions (bounding their count and nesting),
  * then rebuilds the module, checking every index before it is used. Types,
- * strings and meshes go through the module.c API, so interning stays
+ * strings, meshes and regions go through the module.c API, so interning stays
  * consistent: types are interned in table order, which reproduces the
  * encoder's ids (duplicates in a hostile message simply map to the same id).
- * Values, ops and regions are placed at the indexes the message gives them.
- * Errors name the place: "functions[0].body.ops[3].inputs[1]: value index 99
- * out of range (module has 12 values)".
+ * Values and ops are written at the indexes the message gives them rather
+ * than with ir_op_add, which numbers values in the order of its calls (the
+ * parser, for one, adds a pmap after the ops of its body); each op's
+ * attributes are sorted once and appended, giving the table ir_op_put_attr
+ * would give without its linear cost per insert. Errors name the place:
+ * "functions[0].body.ops[3].inputs[1]: value index 99 out of range (module
+ * has 12 values)".
+ *
+ * A module round-trips when everything in its tables is reachable from a
+ * function: an op left out of every region, or a body no op owns, is not
+ * written, and the values it defines then fail to decode.
  */
 #include "ir/pb.h"
 
@@ -309,6 +317,7 @@ ir_to_proto(const ir_module *m)
     return pm;
 }
 
+/* Frees a tree made by ir_to_proto (and only such a tree: its arena sits behind the module). */
 void
 ir_proto_free(Distir__V1__Module *pm)
 {
