@@ -72,10 +72,7 @@ daemon_finish(srv_daemon *d)
     d->cache = NULL;
     srv_hwcache_free(d->hwcache);
     d->hwcache = NULL;
-    di_free(d->flights);
-    d->flights = NULL;
-    di_free(d->memo);
-    d->memo = NULL;
+    srv_front_fini(d);
     srv_http_stop(d);
     close_handle((uv_handle_t *)&d->wake);
     close_handle((uv_handle_t *)&d->sig_term);
@@ -367,8 +364,7 @@ fail_grpc:
         d->server = NULL;
         d->cq = NULL;
     }
-    di_free(d->flights);
-    di_free(d->memo);
+    srv_front_fini(d);
     grpc_shutdown_blocking();
     pool_free(d->pool);
     d->pool = NULL;

@@ -115,13 +115,18 @@ typedef struct srv_daemon {
      * direct-mapped (a colliding entry is overwritten). The same bytes under
      * the same limits always decode to the same key, so a repeated request
      * is answered from the cache without decoding, verifying or hashing it.
+     * An entry may also keep the encoded HIT reply (results never change once
+     * stored), so that the answer needs no database read and no copy.
      */
     struct srv_memo_entry {
         di_hash digest;
         di_hash key;
         int valid;
-    } * memo;
-    uint32_t nmemo; /* entries, a power of 2 */
+        int has_reply;
+        grpc_slice reply; /* the whole SimulateReply, when has_reply */
+    } *memo;
+    uint32_t nmemo;    /* entries, a power of 2 */
+    size_t memo_bytes; /* bytes held by memo replies */
 
     /* In-flight simulations by cache key (open hashing, power of 2). */
     srv_job **flights;
@@ -165,6 +170,8 @@ int srv_front_start(srv_daemon *d, di_error *err);
 void srv_front_event(srv_daemon *d, srv_event *ev);
 /* Cancels every in-flight job (after the grace period). */
 void srv_front_cancel_jobs(srv_daemon *d);
+/* Frees the front's tables (after the server and the pool are gone). */
+void srv_front_fini(srv_daemon *d);
 /* Worker-side hooks for the pool. */
 int srv_worker_init(pool_worker *w, void *ctx, di_error *err);
 void srv_worker_fini(pool_worker *w, void *ctx);

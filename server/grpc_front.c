@@ -646,6 +646,8 @@ waiter_add(srv_job *job, srv_call *c, uint32_t index)
 
 #define MEMO_ENTRIES 16384
 #define MEMO_DOMAIN "distir.request.v1"
+#define MEMO_REPLY_MAX (256u << 10)   /* bytes: larger replies are read from SQLite */
+#define MEMO_REPLY_TOTAL (64u << 20)  /* bytes kept in memo replies in all */
 
 static void
 memo_digest(const uint8_t *data, size_t len, di_hash *out)
@@ -665,20 +667,59 @@ memo_slot(srv_daemon *d, const di_hash *digest)
     return &d->memo[i & (d->nmemo - 1)];
 }
 
-static const di_hash *
+static struct srv_memo_entry *
 memo_find(srv_daemon *d, const di_hash *digest)
 {
     struct srv_memo_entry *e = memo_slot(d, digest);
-    return e->valid && memcmp(e->digest.b, digest->b, 32) == 0 ? &e->key : NULL;
+    return e->valid && memcmp(e->digest.b, digest->b, 32) == 0 ? e : NULL;
+}
+
+static void
+memo_drop_reply(srv_daemon *d, struct srv_memo_entry *e)
+{
+    if (e->has_reply) {
+        d->memo_bytes -= GRPC_SLICE_LENGTH(e->reply);
+        grpc_slice_unref(e->reply);
+        e->has_reply = 0;
+    }
 }
 
 static void
 memo_insert(srv_daemon *d, const di_hash *digest, const di_hash *key)
 {
     struct srv_memo_entry *e = memo_slot(d, digest);
+    if (e->valid && memcmp(e->digest.b, digest->b, 32) == 0)
+        return;
+    memo_drop_reply(d, e);
     e->digest = *digest;
     e->key = *key;
     e->valid = 1;
+}
+
+/* Keeps a reply in the entry, within the size limits; takes over the reference. */
+static void
+memo_keep_reply(srv_daemon *d, struct srv_memo_entry *e, grpc_slice reply)
+{
+    size_t n = GRPC_SLICE_LENGTH(reply);
+    if (n > MEMO_REPLY_MAX || d->memo_bytes + n > MEMO_REPLY_TOTAL) {
+        grpc_slice_unref(reply);
+        return;
+    }
+    memo_drop_reply(d, e);
+    e->reply = reply;
+    e->has_reply = 1;
+    d->memo_bytes += n;
+}
+
+void
+srv_front_fini(srv_daemon *d)
+{
+    for (uint32_t i = 0; i < d->nmemo; i++)
+        memo_drop_reply(d, &d->memo[i]);
+    di_free(d->memo);
+    d->memo = NULL;
+    di_free(d->flights);
+    d->flights = NULL;
 }
 
 static void
@@ -866,21 +907,36 @@ method_simulate(srv_call *c)
     if (c->method == SRV_M_SIMULATE &&
         GRPC_SLICE_LENGTH(s) <= (size_t)d->cfg->inline_decode_kb * 1024) {
         /* Seen these exact bytes before? Then the key is known: try the cache first. */
-        const di_hash *key;
+        struct srv_memo_entry *e;
         const uint8_t *data;
         size_t len;
         memo_digest(GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &c->digest);
         c->has_digest = 1;
-        key = memo_find(d, &c->digest);
-        if (key != NULL && cache_get(d->cache, key, &data, &len, NULL) == 0) {
+        e = memo_find(d, &c->digest);
+        if (e != NULL && !e->has_reply && cache_get(d->cache, &e->key, &data, &len, NULL) == 0) {
             char hex[65];
-            di_hash_hex(key, hex);
+            di_hash_hex(&e->key, hex);
+            memo_keep_reply(d, e,
+                            srv_reply_simulate_slice(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
+                                                     hex, 0, NULL, 0));
+            if (!e->has_reply) { /* too big to keep: send it from the database row */
+                grpc_slice_unref(s);
+                d->m.cache_hits++;
+                d->m.memo_hits++;
+                cache_note_hit(d->cache, &e->key);
+                call_enqueue(c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
+                                                   hex, 0, NULL, 0));
+                call_finish(c, GRPC_STATUS_OK, NULL);
+                call_pump(c);
+                return;
+            }
+        }
+        if (e != NULL && e->has_reply) {
             grpc_slice_unref(s);
             d->m.cache_hits++;
             d->m.memo_hits++;
-            cache_note_hit(d->cache, key);
-            call_enqueue(c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT, hex,
-                                               0, NULL, 0));
+            cache_note_hit(d->cache, &e->key);
+            call_enqueue(c, srv_reply_from_slice(e->reply));
             call_finish(c, GRPC_STATUS_OK, NULL);
             call_pump(c);
             return;

@@ -43,9 +43,9 @@ put_bytes(uint8_t *p, uint8_t tag, const void *data, size_t len)
     return p + len;
 }
 
-grpc_byte_buffer *
-srv_reply_simulate(const uint8_t *result, size_t result_len, int cache_status,
-                   const char *cache_key, uint32_t index, const char *error, int error_code)
+grpc_slice
+srv_reply_simulate_slice(const uint8_t *result, size_t result_len, int cache_status,
+                         const char *cache_key, uint32_t index, const char *error, int error_code)
 {
     size_t keylen = cache_key ? strlen(cache_key) : 0;
     size_t errlen = error ? strlen(error) : 0;
@@ -82,9 +82,24 @@ srv_reply_simulate(const uint8_t *result, size_t result_len, int cache_status,
         *p++ = 0x30;
         p = put_varint(p, (uint64_t)(int64_t)error_code);
     }
+    return s;
+}
+
+grpc_byte_buffer *
+srv_reply_simulate(const uint8_t *result, size_t result_len, int cache_status,
+                   const char *cache_key, uint32_t index, const char *error, int error_code)
+{
+    grpc_slice s = srv_reply_simulate_slice(result, result_len, cache_status, cache_key, index,
+                                            error, error_code);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
     grpc_slice_unref(s);
     return bb;
+}
+
+grpc_byte_buffer *
+srv_reply_from_slice(grpc_slice s)
+{
+    return grpc_raw_byte_buffer_create(&s, 1); /* adds its own reference */
 }
 
 grpc_byte_buffer *

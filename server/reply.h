@@ -22,6 +22,12 @@
 grpc_byte_buffer *srv_reply_simulate(const uint8_t *result, size_t result_len, int cache_status,
                                      const char *cache_key, uint32_t index, const char *error,
                                      int error_code);
+/* The same reply as one slice (the caller unrefs it), to keep and send many times. */
+grpc_slice srv_reply_simulate_slice(const uint8_t *result, size_t result_len, int cache_status,
+                                    const char *cache_key, uint32_t index, const char *error,
+                                    int error_code);
+/* A byte buffer holding a new reference to s (no copy). */
+grpc_byte_buffer *srv_reply_from_slice(grpc_slice s);
 /* Packs any message into a new byte buffer. */
 grpc_byte_buffer *srv_reply_pack(const ProtobufCMessage *msg);
 
