@@ -215,6 +215,7 @@ def main():
     breq = pb.SimulateBatchRequest(module=mlp, hardware=pb.HardwareRef(preset="a100-dgx"))
     breq.strategies.extend([pb.Strategy(), pb.Strategy(dp=2), pb.Strategy(zero=9),
                             pb.Strategy(pp=1)])
+    breq_all = breq
     stream = d.stream("SimulateBatch", breq, pb.SimulateReply)
     got = {m.index: m for m in stream}
     check("SimulateBatch: one message per candidate", sorted(got) == [0, 1, 2, 3], sorted(got))
@@ -282,6 +283,32 @@ def main():
     check("a message over --max-message-mb is RESOURCE_EXHAUSTED",
           c == grpc.StatusCode.RESOURCE_EXHAUSTED, (c, msg))
     check("limits daemon exits 0", small.stop() == 0)
+
+    # Every request decoded on a worker (--inline-decode-kb 0): same answers.
+    w = Daemon("offload", "--inline-decode-kb", "0", "--max-values", "40")
+    wr1 = w.unary("Simulate", request(mlp), pb.SimulateReply)
+    wr2 = w.unary("Simulate", request(mlp), pb.SimulateReply)
+    check("worker-decoded Simulate: miss then hit, same bytes as the loop-decoded result",
+          wr1.cache == pb.CACHE_MISS and wr2.cache == pb.CACHE_HIT and
+          wr2.result.SerializeToString() == r1.result.SerializeToString())
+    got = {m.index: m for m in w.stream("SimulateBatch", breq_all, pb.SimulateReply)}
+    check("worker-decoded SimulateBatch: every candidate answered",
+          sorted(got) == [0, 1, 2, 3] and got[0].cache == pb.CACHE_HIT and
+          got[1].error_code == grpc.StatusCode.UNIMPLEMENTED.value[0], sorted(got))
+    c, msg = code_of(lambda: w.unary("Simulate", request(bad), pb.SimulateReply))
+    check("worker-decoded invalid module is INVALID_ARGUMENT",
+          c == grpc.StatusCode.INVALID_ARGUMENT and "MatMul" in msg, (c, msg))
+    c, msg = code_of(lambda: w.unary("Simulate", bomb, pb.SimulateReply))
+    check("worker-decoded too-deep message is INVALID_ARGUMENT",
+          c == grpc.StatusCode.INVALID_ARGUMENT and "deep" in msg, (c, msg))
+    big = pb.Module()
+    big.CopyFrom(mlp)
+    for i in range(40):
+        big.values.add(name="pad%d" % i, type=1)
+    c, msg = code_of(lambda: w.unary("Simulate", request(big), pb.SimulateReply))
+    check("worker-decoded module over --max-values is RESOURCE_EXHAUSTED",
+          c == grpc.StatusCode.RESOURCE_EXHAUSTED and "values" in msg, (c, msg))
+    check("offload daemon exits 0", w.stop() == 0)
 
     # A full queue: one worker busy, one job waiting, the next is refused.
     q = Daemon("queue", "--workers", "1", "--max-queue", "1", "--test-delay-ms", "2000")
