@@ -221,13 +221,12 @@ on_signal(uv_signal_t *h, int signum)
 static void
 on_flush(uv_timer_t *t)
 {
-    static unsigned ticks;
     srv_daemon *d = t->data;
     di_error err;
     di_error_clear(&err);
     if (cache_flush(d->cache, &err) != 0)
         srv_log(SRV_LOG_WARN, "cache_flush_failed", "error=\"%s\"", err.msg);
-    if (++ticks % CHECKPOINT_EVERY == 0 && cache_checkpoint(d->cache, &err) != 0)
+    if (++d->flushes % CHECKPOINT_EVERY == 0 && cache_checkpoint(d->cache, &err) != 0)
         srv_log(SRV_LOG_WARN, "checkpoint_failed", "error=\"%s\"", err.msg);
 }
 

@@ -136,6 +136,7 @@ typedef struct srv_daemon {
     srv_event shutdown_ev, cq_done_ev;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t flush_timer, grace_timer, health_timer;
+    unsigned flushes; /* flush timer ticks (a checkpoint every CHECKPOINT_EVERY) */
     int serving;         /* health: 1 SERVING, 0 NOT_SERVING */
     int shutting_down;   /* a signal arrived */
     int shutdown_called; /* grpc_server_shutdown_and_notify was called */
