@@ -943,6 +943,12 @@ method_simulate(srv_call *c)
         }
     }
     if (GRPC_SLICE_LENGTH(s) > (size_t)d->cfg->inline_decode_kb * 1024) {
+        if (pool_queued(d->pool) >= (unsigned)d->cfg->max_queue) {
+            grpc_slice_unref(s);
+            call_fail(c, DI_ETOOBIG, "simulation queue is full (--max-queue)");
+            call_pump(c);
+            return;
+        }
         srv_job *job = job_new(d, JOB_DECODE);
         job->call = c;
         job->req_kind = kind;
