@@ -423,7 +423,8 @@ job_run_simulate(srv_job *job)
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
         return;
     }
-    rc = srv_strategy_apply(job->input->module, &job->strategy, &mod, &owned, &job->err);
+    rc = srv_strategy_apply(job->input->module, &job->strategy, job->input->hw, &mod, &owned,
+                            &job->err);
     if (rc != 0) {
         job->rc = rc;
         return;

@@ -6,9 +6,10 @@
 #include "strategy.h"
 
 int
-srv_strategy_apply(const ir_module *m, const srv_strategy *s, const ir_module **out,
-                   ir_module **owned, di_error *err)
+srv_strategy_apply(const ir_module *m, const srv_strategy *s, const hw_model *hw,
+                   const ir_module **out, ir_module **owned, di_error *err)
 {
+    (void)hw; /* the transforms will check the device count against it */
     *owned = NULL;
     *out = NULL;
     if (srv_strategy_is_trivial(s)) {

@@ -144,7 +144,7 @@ test_strategy_checks(void **state)
     const ir_module *out;
     ir_module *owned;
     di_error_clear(&err);
-    int rc = srv_strategy_apply(m, &st, &out, &owned, &err);
+    int rc = srv_strategy_apply(m, &st, NULL, &out, &owned, &err);
     assert_int_equal(rc, DI_EUNSUPPORTED);
     assert_int_equal(srv_status_from_code(rc), GRPC_STATUS_UNIMPLEMENTED);
     assert_string_equal(err.msg, "strategy transforms are not available yet");
@@ -152,7 +152,7 @@ test_strategy_checks(void **state)
     srv_strategy_fini(&copy);
     assert_int_equal(srv_strategy_normalize(NULL, &st, NULL), 0);
     assert_true(srv_strategy_is_trivial(&st));
-    assert_int_equal(srv_strategy_apply(m, &st, &out, &owned, NULL), 0);
+    assert_int_equal(srv_strategy_apply(m, &st, NULL, &out, &owned, NULL), 0);
     assert_ptr_equal(out, m);
     assert_null(owned);
     ir_module_free(m);
