@@ -17,6 +17,7 @@
  * A second SIGTERM skips the rest of the grace period.
  */
 #include <grpc/grpc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 #include <signal.h>
 #include <stdio.h>
@@ -230,6 +231,18 @@ on_flush(uv_timer_t *t)
         srv_log(SRV_LOG_WARN, "checkpoint_failed", "error=\"%s\"", err.msg);
 }
 
+/* gRPC's own messages, as key=value lines like ours (any gRPC thread). */
+static void
+grpc_log_to_srv(gpr_log_func_args *args)
+{
+    char q[1200];
+    int level = args->severity == GPR_LOG_SEVERITY_ERROR  ? SRV_LOG_ERROR
+                : args->severity == GPR_LOG_SEVERITY_INFO ? SRV_LOG_INFO
+                                                          : SRV_LOG_DEBUG;
+    srv_log(level, "grpc", "file=%s line=%d message=%s", args->file, args->line,
+            srv_log_quote(args->message, q, sizeof q));
+}
+
 static unsigned
 count_cores(void)
 {
@@ -290,6 +303,7 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
     if (rc != 0)
         goto fail_cache;
 
+    gpr_set_log_function(grpc_log_to_srv);
     grpc_init();
     rc = srv_front_start(d, err);
     if (rc != 0)
