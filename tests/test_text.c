@@ -571,6 +571,9 @@ static const error_case error_cases[] = {
     {"func @f(%a: !dist.tensor<4xf32, 0>) {\n  %b = \"Relu\"(%a) : (" T4 ") -> " T4
      " loc(7)\n  return\n}\n",
      "2:76: expected a string, found '7'"},
+    {"dist.mesh @a = <[1024, 1024]>\ndist.mesh @b = <[1024, 1024]>\n"
+     "dist.mesh @c = <[1024, 1024]>\ndist.mesh @d = <[1024, 1024]>\ndist.mesh @e = <[2]>\n",
+     "5:17: the meshes hold more than 4194304 devices in all"},
     {"", NULL},
 };
 
@@ -637,6 +640,58 @@ test_nesting_limits(void **state)
             free(copy);
         }
     }
+}
+
+/* Many attributes in shuffled order come out sorted; a repeated key is found wherever it is. */
+static void
+test_many_attributes(void **state)
+{
+    enum { N = 5000 };
+    di_buf b;
+    ir_module *m;
+    ir_id op;
+    di_error err;
+    uint32_t order[N];
+    (void)state;
+    for (uint32_t i = 0; i < N; i++)
+        order[i] = i;
+    srand(7);
+    for (uint32_t i = N - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)rand() % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    di_buf_init(&b);
+    di_buf_puts(&b, "func @f() {\n  \"dist.opaque\"() {op_type = \"X\"");
+    for (uint32_t i = 0; i < N; i++)
+        di_buf_printf(&b, ", k%05u = %u", order[i], order[i]);
+    di_buf_puts(&b, "} : () -> ()\n  return\n}\n");
+    m = parse_ok(b.data, b.len);
+    op = first_func_op(m, 0);
+    assert_int_equal(m->ops[op].nattr, N + 1);
+    for (uint32_t i = 0; i < N; i++)
+        assert_int_equal(m->attrs[m->ops[op].attrs + i].i, i);
+    assert_string_equal(ir_str_get(m, m->attrs[m->ops[op].attrs + N].key), "op_type");
+    check_roundtrip(m, 1);
+    ir_module_free(m);
+
+    /* The same list with one key repeated: reported at its second appearance. */
+    di_buf_reset(&b);
+    di_buf_puts(&b, "func @f() {\n  \"dist.opaque\"() {op_type = \"X\"");
+    for (uint32_t i = 0; i < N; i++)
+        di_buf_printf(&b, ", k%05u = %u", order[i] == 4321 ? 17 : order[i], order[i]);
+    di_buf_puts(&b, "} : () -> ()\n  return\n}\n");
+    m = NULL;
+    assert_int_equal(ir_parse(b.data, b.len, &m, &err), DI_EPARSE);
+    assert_non_null(strstr(err.msg, ": duplicate attribute 'k00017'"));
+    {
+        /* The column is that of the later of the two k00017 keys. */
+        const char *first = strstr(b.data, "k00017"), *second = strstr(first + 1, "k00017");
+        char want[64];
+        snprintf(want, sizeof want, "2:%u:", (unsigned)(second - strchr(b.data, '\n')));
+        assert_true(strncmp(err.msg, want, strlen(want)) == 0);
+    }
+    di_buf_fini(&b);
 }
 
 /* ---- modules built in code ---- */
@@ -800,6 +855,7 @@ main(void)
         cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_nesting_limits),
+        cmocka_unit_test(test_many_attributes),
         cmocka_unit_test(test_built_module),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_large_chain),

@@ -31,6 +31,8 @@
 #define PARSE_MAX_TUPLE (1u << 20)        /* elements of one tuple type */
 #define PARSE_MAX_GROUP (1u << 16)        /* results of one %name:N group */
 #define PARSE_MAX_MESH (1u << 20)         /* devices of one mesh */
+#define PARSE_MAX_MESH_TOTAL (1u << 22)   /* devices of all meshes: a short line must not
+                                             make megabytes of device ids */
 #define PARSE_MAX_DIM ((uint64_t)1 << 62) /* exclusive bound of a dimension */
 #define PARSE_MAX_NUMBER 400              /* characters of one numeric literal */
 
@@ -153,6 +155,7 @@ typedef struct parser {
     symmap values; /* per function: value name -> value id (0 while being defined) */
     symmap funcs;  /* function name -> region */
     symmap meshes; /* mesh name -> mesh id */
+    uint64_t mesh_devices; /* devices in the meshes so far */
 
     int depth;                          /* region nesting: 0 in a function body */
     ir_id regions[PARSE_MAX_DEPTH + 1]; /* the enclosing regions, [0] the function */
@@ -166,6 +169,8 @@ typedef struct parser {
     uint32_t ngroups, cgroups;
     ir_attr *attrs;
     uint32_t nattrs, cattrs;
+    size_t *attroff; /* parallel to attrs: text offset of each key */
+    uint32_t cattroff;
     int64_t *lints;
     uint32_t nlints, clints;
     double *lfloats;
@@ -994,10 +999,13 @@ parse_types_of(parser *p, uint32_t vbase, uint32_t nval, const char *what, uint3
 
 /* ---- attributes ---- */
 
+/* Pushes an attribute and the text offset of its key. */
 static void
-push_attr(parser *p, const ir_attr *a)
+push_attr(parser *p, const ir_attr *a, size_t off)
 {
     DI_GROW(&p->attrs, &p->cattrs, p->nattrs + 1);
+    DI_GROW(&p->attroff, &p->cattroff, p->nattrs + 1);
+    p->attroff[p->nattrs] = off;
     p->attrs[p->nattrs++] = *a;
 }
 
@@ -1193,6 +1201,48 @@ parse_attr_value(parser *p, ir_attr *a)
     return expected(p, "an attribute value");
 }
 
+/*
+ * Sorts attrs[base..] by key with a stable merge sort (qsort takes no
+ * context, and a library used by many threads keeps no mutable globals),
+ * then reports a repeated key at its second appearance. O(n log n), so an
+ * op with a million attributes costs no more than a million ops.
+ */
+static int
+sort_attrs(parser *p, uint32_t base)
+{
+    const ir_module *m = p->m;
+    uint32_t n = p->nattrs - base, dup = UINT32_MAX;
+    ir_attr *a = p->attrs + base, *ta;
+    size_t *off = p->attroff + base, *to;
+    if (n < 2)
+        return 0;
+    ta = di_xmalloc(n * sizeof *ta);
+    to = di_xmalloc(n * sizeof *to);
+    for (uint32_t width = 1; width < n; width = width > n / 2 ? n : width * 2) {
+        for (uint32_t lo = 0; lo < n;) {
+            uint32_t mid = n - lo > width ? lo + width : n;
+            uint32_t hi = n - mid > width ? mid + width : n, i = lo, j = mid;
+            for (uint32_t k = lo; k < hi; k++) {
+                int left = j >= hi || (i < mid && strcmp(ir_str_get(m, a[i].key),
+                                                         ir_str_get(m, a[j].key)) <= 0);
+                ta[k] = left ? a[i] : a[j];
+                to[k] = left ? off[i++] : off[j++];
+            }
+            lo = hi;
+        }
+        memcpy(a, ta, n * sizeof *a);
+        memcpy(off, to, n * sizeof *off);
+    }
+    free(ta);
+    free(to);
+    for (uint32_t i = 1; i < n; i++)
+        if (a[i].key == a[i - 1].key && (dup == UINT32_MAX || off[i] < off[dup]))
+            dup = i;
+    if (dup != UINT32_MAX)
+        return fail(p, off[dup], "duplicate attribute '%.64s'", ir_str_get(m, a[dup].key));
+    return 0;
+}
+
 /* `{key = value, ...}`: pushes the attributes onto attrs (above base). */
 static int
 parse_attr_dict(parser *p, uint32_t base)
@@ -1219,14 +1269,13 @@ parse_attr_dict(parser *p, uint32_t base)
             return expected(p, "an attribute name");
         }
         a.key = ir_strn(p->m, p->sbuf.data, p->sbuf.len);
-        for (uint32_t i = base; i < p->nattrs; i++)
-            if (p->attrs[i].key == a.key)
-                return fail(p, at, "duplicate attribute '%.64s'", ir_str_get(p->m, a.key));
         if (expect(p, '=', "after the attribute name") != 0 || parse_attr_value(p, &a) != 0)
             return -1;
-        push_attr(p, &a);
+        push_attr(p, &a, at);
     } while (accept(p, ','));
-    return expect(p, '}', "after the attributes");
+    if (expect(p, '}', "after the attributes") != 0)
+        return -1;
+    return sort_attrs(p, base);
 }
 
 /* ---- ops and regions ---- */
@@ -1448,8 +1497,18 @@ parse_op(parser *p, int *ended)
         m->ops[op].body = body;
         m->regions[body].parent = op;
     }
-    for (uint32_t i = abase; i < p->nattrs; i++)
-        ir_op_put_attr(m, op, &p->attrs[i]);
+    /*
+     * The attributes are sorted and distinct, and the op is new: append them
+     * as its list directly (ir_op_put_attr would cost O(n) per attribute).
+     */
+    if (p->nattrs > abase) {
+        uint32_t k = p->nattrs - abase;
+        DI_GROW(&m->attrs, &m->cattr, (size_t)m->nattr + k);
+        memcpy(m->attrs + m->nattr, p->attrs + abase, k * sizeof *m->attrs);
+        m->ops[op].attrs = m->nattr;
+        m->ops[op].nattr = k;
+        m->nattr += k;
+    }
     if (kind == IR_OP_OPAQUE) {
         const ir_attr *a = ir_op_attr(m, op, "op_type");
         if (a && a->kind == IR_ATTR_STRING)
@@ -1674,6 +1733,9 @@ parse_mesh(parser *p)
         ndev *= v;
         if (ndev > PARSE_MAX_MESH)
             return fail(p, open, "mesh with more than %u devices", PARSE_MAX_MESH);
+        if (p->mesh_devices + ndev > PARSE_MAX_MESH_TOTAL)
+            return fail(p, open, "the meshes hold more than %u devices in all",
+                        PARSE_MAX_MESH_TOTAL);
         shape[rank++] = (int64_t)v;
     } while (accept(p, ','));
     if (expect(p, ']', "to close the mesh shape") != 0)
@@ -1714,6 +1776,7 @@ parse_mesh(parser *p)
     }
     if (expect(p, '>', "to close the mesh") != 0)
         return -1;
+    p->mesh_devices += ndev;
     mesh = ir_mesh_add(m, ir_str_get(m, name), rank, shape, devices);
     symmap_put(&p->meshes, name, mesh);
     return 0;
@@ -1782,6 +1845,7 @@ ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
     free(p.ids);
     free(p.groups);
     free(p.attrs);
+    free(p.attroff);
     free(p.lints);
     free(p.lfloats);
     if (rc != 0) {
