@@ -13,6 +13,7 @@
 # new tests/test_*.c becomes a test binary, a new fuzz/fuzz_*.c a fuzz target.
 
 MODE ?= release
+.DEFAULT_GOAL := all
 B := build/$(MODE)
 CC ?= cc
 ifeq ($(CC),cc)
