@@ -162,7 +162,8 @@ region_eq(eqctx *c, ir_id ra, ir_id rb)
         for (uint32_t k = 0; k < p->noutput; k++)
             if (!value_eq(c, p->outputs + k, q->outputs + k))
                 return 0;
-        if (p->body && (c->b->regions[q->body].parent != y->ops[i] || !region_eq(c, p->body, q->body)))
+        if (p->body &&
+            (c->b->regions[q->body].parent != y->ops[i] || !region_eq(c, p->body, q->body)))
             return 0;
     }
     for (uint32_t i = 0; i < x->nresult; i++)
@@ -563,7 +564,8 @@ static const error_case error_cases[] = {
      "3:3: a region must end with \"dist.return\""},
     {HEAD "  \"dist.return\"(%a) : (" T4 ") -> ()\n}\n",
      "2:3: 'dist.return' outside a region; a function ends with 'return'"},
-    {HEAD "  %b = \"Relu\"(%a) : (" T4 ") -> " T4 "\n}\n", "3:1: function '@f' must end with 'return'"},
+    {HEAD "  %b = \"Relu\"(%a) : (" T4 ") -> " T4 "\n}\n",
+     "3:1: function '@f' must end with 'return'"},
     {"func @f() {\n  return\n}\ngarbage\n", "4:1: expected 'func' or 'dist.mesh', found 'garbage'"},
     {"dist.mesh @m = <[2], devices = [3, 3]>\n", "1:32: device 3 appears twice in mesh '@m'"},
     {"func @f(%a: tuple<" T4 ", !dist.tensor<4xf32, -1>>) {\n  return\n}\n",

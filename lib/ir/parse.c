@@ -31,8 +31,8 @@
 #define PARSE_MAX_TUPLE (1u << 20)        /* elements of one tuple type */
 #define PARSE_MAX_GROUP (1u << 16)        /* results of one %name:N group */
 #define PARSE_MAX_MESH (1u << 20)         /* devices of one mesh */
-#define PARSE_MAX_MESH_TOTAL (1u << 22)   /* devices of all meshes: a short line must not
-                                             make megabytes of device ids */
+#define PARSE_MAX_MESH_TOTAL (1u << 22)   /* devices of all meshes: no short line may
+                                             allocate megabytes of device ids */
 #define PARSE_MAX_DIM ((uint64_t)1 << 62) /* exclusive bound of a dimension */
 #define PARSE_MAX_NUMBER 400              /* characters of one numeric literal */
 
@@ -630,7 +630,8 @@ parse_shape(parser *p, uint32_t *rank, int64_t *dims, ir_dtype *dt)
             p->pos++;
         } else if (c >= 0 && is_alpha(c)) {
             size_t e = at;
-            while (e < p->n && (is_alpha((unsigned char)p->s[e]) || is_digit((unsigned char)p->s[e])))
+            while (e < p->n &&
+                   (is_alpha((unsigned char)p->s[e]) || is_digit((unsigned char)p->s[e])))
                 e++;
             *dt = ir_dtype_from_name(p->s + at, e - at);
             if (*dt == IR_DTYPE_NONE)
@@ -1395,7 +1396,8 @@ parse_op(parser *p, int *ended)
         return fail(p, nameoff, "unknown operation '%.64s'", p->sbuf.data);
     if (kind == IR_OP_RETURN) {
         if (p->depth == 0)
-            return fail(p, nameoff, "'dist.return' outside a region; a function ends with 'return'");
+            return fail(p, nameoff,
+                        "'dist.return' outside a region; a function ends with 'return'");
         if (p->ngroups > gbase)
             return fail(p, opoff, "'dist.return' has no results");
     }
