@@ -1,0 +1,182 @@
+/*
+ * layout.c: sequential tensors to distributed ones and back (xform_exec.h).
+ *
+ * A piece (xform.h) is a tuple over the dp x tp devices of a group, device k
+ * at mesh coordinates (k / tp, k % tp). Along each tensor dimension the
+ * axes that split it do so microbatch-outermost, then tensor, then data, so
+ * a device's block index along a dimension is the mixed-radix number of its
+ * coordinates on those axes in that order. Replicated axes hold copies;
+ * partial sums are summed when gathering (and given to coordinate 0, zeros
+ * elsewhere, when sharding, though no argument is ever a partial sum).
+ */
+#include "xform/xform_exec.h"
+
+#include <string.h>
+
+static const int significance[XFORM_NAXIS] = {XFORM_AXIS_MB, XFORM_AXIS_TP, XFORM_AXIS_DP};
+
+/* The coordinates of device k of a piece on the three axes. */
+static void
+coords(const xform_layout *l, const xform_piece *p, uint32_t k, uint32_t *co)
+{
+    co[XFORM_AXIS_MB] = p->microbatch;
+    co[XFORM_AXIS_DP] = k / l->size[XFORM_AXIS_TP];
+    co[XFORM_AXIS_TP] = k % l->size[XFORM_AXIS_TP];
+}
+
+/* Block counts and this device's block index along each dimension. */
+static void
+blocks(const xform_layout *l, const xform_piece *p, const uint32_t *co, uint32_t rank,
+       int64_t *nblk, int64_t *idx)
+{
+    for (uint32_t d = 0; d < rank; d++) {
+        nblk[d] = 1;
+        idx[d] = 0;
+        for (int s = 0; s < XFORM_NAXIS; s++) {
+            int a = significance[s];
+            if (p->place[a] == (int8_t)d) {
+                idx[d] = idx[d] * l->size[a] + co[a];
+                nblk[d] *= l->size[a];
+            }
+        }
+    }
+}
+
+/* Copies (or adds) the block of `big` at offsets with `small`'s shape, either direction. */
+static void
+block_copy(ex_tensor *big, ex_tensor *small, const int64_t *off, int to_big, int add)
+{
+    uint32_t r = small->rank;
+    int64_t pos[IR_MAX_RANK] = {0};
+    for (size_t i = 0; i < small->numel; i++) {
+        size_t bi = 0;
+        for (uint32_t d = 0; d < r; d++)
+            bi = bi * (size_t)big->dims[d] + (size_t)(off[d] + pos[d]);
+        if (to_big)
+            ex_set(big, bi, add ? ex_get(big, bi) + ex_get(small, i) : ex_get(small, i));
+        else
+            ex_set(small, i, ex_get(big, bi));
+        for (int d = (int)r - 1; d >= 0; d--) {
+            if (++pos[d] < small->dims[d])
+                break;
+            pos[d] = 0;
+        }
+    }
+}
+
+static uint32_t
+ngdev(const xform_layout *l)
+{
+    return l->size[XFORM_AXIS_DP] * l->size[XFORM_AXIS_TP];
+}
+
+int
+xform_shard_args(const xform_layout *l, const ex_tensor *args, uint32_t nargs, ex_tensor **out,
+                 uint32_t *nout, di_error *err)
+{
+    uint32_t n = ngdev(l), total = l->nargs * n, w = 0;
+    ex_tensor *o = di_calloc(total ? total : 1, sizeof *o);
+    *out = NULL;
+    *nout = 0;
+    if (o == NULL)
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < l->nargs; i++) {
+        const xform_piece *p = &l->args[i];
+        const ex_tensor *src;
+        if (p->index >= nargs) {
+            for (uint32_t j = 0; j < w; j++)
+                ex_tensor_fini(&o[j]);
+            di_free(o);
+            return di_error_set(err, DI_EINVAL, "argument %u is missing", p->index);
+        }
+        src = &args[p->index];
+        for (uint32_t k = 0; k < n; k++, w++) {
+            uint32_t co[XFORM_NAXIS];
+            int64_t nblk[IR_MAX_RANK], idx[IR_MAX_RANK], dims[IR_MAX_RANK], off[IR_MAX_RANK];
+            int zero = 0, rc;
+            coords(l, p, k, co);
+            blocks(l, p, co, src->rank, nblk, idx);
+            for (int a = 0; a < XFORM_NAXIS; a++)
+                if (p->place[a] == XFORM_PLACE_P && co[a] != 0)
+                    zero = 1;
+            for (uint32_t d = 0; d < src->rank; d++) {
+                dims[d] = src->dims[d] / nblk[d];
+                off[d] = idx[d] * dims[d];
+            }
+            rc = ex_tensor_init(&o[w], src->dtype, src->rank, dims);
+            if (rc != 0) {
+                for (uint32_t j = 0; j < w; j++)
+                    ex_tensor_fini(&o[j]);
+                di_free(o);
+                return di_error_set(err, rc, "cannot allocate an argument block");
+            }
+            o[w].device = l->devices[p->stage * n + k];
+            if (!zero)
+                block_copy((ex_tensor *)src, &o[w], off, 0, 0);
+        }
+    }
+    *out = o;
+    *nout = w;
+    return 0;
+}
+
+int
+xform_gather_results(const xform_layout *l, const ex_tensor *res, uint32_t nres, ex_tensor **out,
+                     uint32_t *nout, di_error *err)
+{
+    uint32_t n = ngdev(l), nseq = 0;
+    ex_tensor *o;
+    *out = NULL;
+    *nout = 0;
+    if ((uint64_t)l->nresults * n != nres)
+        return di_error_set(err, DI_EINVAL, "%u result tensors for a layout of %u pieces x %u",
+                            nres, l->nresults, n);
+    for (uint32_t i = 0; i < l->nresults; i++)
+        if (l->results[i].index + 1 > nseq)
+            nseq = l->results[i].index + 1;
+    o = di_calloc(nseq ? nseq : 1, sizeof *o);
+    if (o == NULL)
+        return di_error_set(err, DI_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < l->nresults; i++) {
+        const xform_piece *p = &l->results[i];
+        const ex_tensor *first = &res[(size_t)i * n];
+        ex_tensor *dst = &o[p->index];
+        if (dst->data == NULL) {
+            /* The global shape: the local one times the splits. */
+            uint32_t co[XFORM_NAXIS] = {0, 0, 0};
+            int64_t nblk[IR_MAX_RANK], idx[IR_MAX_RANK], dims[IR_MAX_RANK];
+            int rc;
+            blocks(l, p, co, first->rank, nblk, idx);
+            for (uint32_t d = 0; d < first->rank; d++)
+                dims[d] = first->dims[d] * nblk[d];
+            if ((rc = ex_tensor_init(dst, first->dtype, first->rank, dims)) != 0) {
+                for (uint32_t j = 0; j < nseq; j++)
+                    ex_tensor_fini(&o[j]);
+                di_free(o);
+                return di_error_set(err, rc, "cannot allocate a result");
+            }
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            const ex_tensor *t = &res[(size_t)i * n + k];
+            uint32_t co[XFORM_NAXIS];
+            int64_t nblk[IR_MAX_RANK], idx[IR_MAX_RANK], off[IR_MAX_RANK];
+            int skip = 0, add = 0;
+            coords(l, p, k, co);
+            for (int a = 1; a < XFORM_NAXIS; a++) {
+                if (p->place[a] == XFORM_PLACE_R && co[a] != 0)
+                    skip = 1;
+                if (p->place[a] == XFORM_PLACE_P)
+                    add = 1;
+            }
+            if (skip)
+                continue;
+            blocks(l, p, co, t->rank, nblk, idx);
+            for (uint32_t d = 0; d < t->rank; d++)
+                off[d] = idx[d] * t->dims[d];
+            block_copy(dst, (ex_tensor *)t, off, 1, add);
+        }
+    }
+    *out = o;
+    *nout = nseq;
+    return 0;
+}

@@ -1,0 +1,497 @@
+/*
+ * lower.c: lowering from the global view to the local view (DESIGN.md
+ * section 4). It builds the body of a dist.pmap over one stage's devices:
+ * the per-device program of a list of source ops, with the placements that
+ * propagation (shard.c) decided.
+ *
+ * Each source value bound in the body has a local value and a placement.
+ * Emitting a source op converts every input to the placement the op needs
+ * with mesh-form collectives on the stage mesh [dp, tp] (per-device tensors
+ * on the device variable, seed 004's groups):
+ *
+ *   P(sum) -> R      all_reduce
+ *   P(sum) -> S[d]   reduce_scatter (dim d)
+ *   S[d] -> R        all_gather (dim d)
+ *   S[d] -> S[e]     all_to_all (split e, concat d)
+ *   R -> S[d]        scatter from in-group coordinate 0 (every member holds
+ *                    the same value, so this is a slice; it is priced as a
+ *                    scatter because the op set has no communication-free
+ *                    slice yet; the models never need it)
+ *
+ * then clones the op with local shapes: attributes that spell a shape
+ * (Reshape, GatherGrad and ReduceSumTo "shape") are rewritten to the local
+ * result shape, Constants become per-device constants, and a mean over a
+ * split dimension (a loss, or the seed of its gradient) is scaled by 1/n so
+ * that the partial results sum to the sequential value. Result types come
+ * from ir_op_infer and are checked against the propagated local shapes.
+ */
+#include "xform/xform_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "xform/autodiff.h"
+
+void
+xf_op_label(const ir_module *m, ir_id op, char *buf, size_t n)
+{
+    const ir_op *o = &m->ops[op];
+    if (o->noutput && m->values[o->outputs].name)
+        snprintf(buf, n, "%s %%%s", ir_op_name(m, op), ir_str_get(m, m->values[o->outputs].name));
+    else if (o->name)
+        snprintf(buf, n, "%s '%s'", ir_op_name(m, op), ir_str_get(m, o->name));
+    else
+        snprintf(buf, n, "%s (op %u)", ir_op_name(m, op), op);
+}
+
+void
+xf_copy_attrs(ir_module *dst, ir_id dop, const ir_module *src, ir_id sop, const char *skip1,
+              const char *skip2)
+{
+    const ir_op *o = &src->ops[sop];
+    for (uint32_t j = 0; j < o->nattr; j++) {
+        const ir_attr *a = &src->attrs[o->attrs + j];
+        const char *key = ir_str_get(src, a->key);
+        if ((skip1 && strcmp(key, skip1) == 0) || (skip2 && strcmp(key, skip2) == 0))
+            continue;
+        switch (a->kind) {
+        case IR_ATTR_INT:
+            ir_op_set_int(dst, dop, key, a->i);
+            break;
+        case IR_ATTR_FLOAT:
+            ir_op_set_float(dst, dop, key, a->f);
+            break;
+        case IR_ATTR_STRING:
+            ir_op_set_string(dst, dop, key, ir_str_get(src, a->s));
+            break;
+        case IR_ATTR_INTS:
+            ir_op_set_ints(dst, dop, key, a->n, src->ints + a->off);
+            break;
+        case IR_ATTR_FLOATS:
+            ir_op_set_floats(dst, dop, key, a->n, src->floats + a->off);
+            break;
+        case IR_ATTR_TENSOR: {
+            const ir_type *t = &src->types[a->i];
+            ir_id ty = ir_type_tensor(dst, (ir_dtype)t->dtype, t->rank, ir_type_dims(src, (ir_id)a->i),
+                                      t->device);
+            ir_op_set_tensor(dst, dop, key, ty, src->data + a->off, a->n);
+            break;
+        }
+        default:
+            break; /* meshes: a sequential source has none */
+        }
+    }
+}
+
+/* ---- tables ---- */
+
+void
+xf_body_tables_init(xf_body *b, xf_ctx *c, ir_module *out)
+{
+    uint32_t n = c->m->nvalue ? c->m->nvalue : 1;
+    memset(b, 0, sizeof *b);
+    b->c = c;
+    b->out = out;
+    b->envgen = di_xcalloc(n, sizeof *b->envgen);
+    b->env = di_xcalloc(n, sizeof *b->env);
+    b->convhead = di_xcalloc(n, sizeof *b->convhead);
+    b->convgen = di_xcalloc(n, sizeof *b->convgen);
+    b->devvar = ir_str(out, "d");
+}
+
+void
+xf_body_tables_fini(xf_body *b)
+{
+    di_free(b->envgen);
+    di_free(b->env);
+    di_free(b->convhead);
+    di_free(b->convgen);
+    di_free(b->conv);
+    memset(b, 0, sizeof *b);
+}
+
+void
+xf_body_begin(xf_body *b, ir_id mesh)
+{
+    b->region = ir_body_new(b->out);
+    b->mesh = mesh;
+    b->gen++;
+    b->nconv = 0;
+    b->step = 0;
+}
+
+ir_id
+xf_local_type(xf_body *b, ir_id v, const xf_place *pl, int32_t device)
+{
+    const ir_module *m = b->c->m;
+    const ir_type *t = &m->types[m->values[v].type];
+    int64_t dims[IR_MAX_RANK];
+    if (t->kind != IR_TYPE_TENSOR || xf_local_dims(b->c, v, pl, dims) != 0)
+        return 0;
+    if (device >= 0)
+        return ir_type_tensor(b->out, (ir_dtype)t->dtype, t->rank, dims, device);
+    return ir_type_tensor_var(b->out, (ir_dtype)t->dtype, t->rank, dims, b->devvar);
+}
+
+void
+xf_body_bind(xf_body *b, ir_id v, ir_id lv, const xf_place *pl)
+{
+    b->envgen[v] = b->gen;
+    b->env[v].v = lv;
+    b->env[v].pl = *pl;
+}
+
+/* Sets an output value's name to the source value's name plus suffix. */
+static void
+name_value(xf_body *b, ir_id lv, ir_id src, const char *suffix)
+{
+    const char *n = ir_str_get(b->c->m, b->c->m->values[src].name);
+    char buf[256];
+    if (*n == '\0')
+        return;
+    if (suffix && *suffix) {
+        snprintf(buf, sizeof buf, "%s%s", n, suffix);
+        b->out->values[lv].name = ir_str(b->out, buf);
+    } else {
+        b->out->values[lv].name = ir_str(b->out, n);
+    }
+}
+
+ir_id
+xf_body_arg(xf_body *b, ir_id v, const xf_place *pl, const char *suffix)
+{
+    ir_id ty = xf_local_type(b, v, pl, -1);
+    ir_id a = ir_region_add_arg(b->out, b->region, ty, NULL);
+    name_value(b, a, v, suffix);
+    xf_body_bind(b, v, a, pl);
+    return a;
+}
+
+int
+xf_body_get(xf_body *b, ir_id v, xf_local *out)
+{
+    xf_ctx *c = b->c;
+    if (b->envgen[v] != b->gen) {
+        ir_id def = c->m->values[v].def;
+        int rc;
+        if (!(c->vflags[v] & XF_V_CONST) || def == 0)
+            return di_error_set(c->err, DI_EINTERNAL, "value %%%s is not available in this body",
+                                ir_str_get(c->m, c->m->values[v].name));
+        if ((rc = xf_body_emit(b, def)) != 0)
+            return rc;
+    }
+    *out = b->env[v];
+    return 0;
+}
+
+/* ---- collectives ---- */
+
+static int
+infer_one(xf_body *b, ir_id op)
+{
+    ir_id types[IR_MAX_RANK + 8];
+    di_error e;
+    ir_op *o = &b->out->ops[op];
+    if (o->noutput > sizeof types / sizeof types[0])
+        return di_error_set(b->c->err, DI_EINTERNAL, "too many results");
+    di_error_clear(&e);
+    if (ir_op_infer(b->out, op, types, &e) != 0)
+        return di_error_set(b->c->err, DI_EINTERNAL, "lowering produced an invalid op: %s",
+                            e.msg);
+    o = &b->out->ops[op];
+    for (uint32_t i = 0; i < o->noutput; i++)
+        b->out->values[o->outputs + i].type = types[i];
+    return 0;
+}
+
+/* Emits a mesh-form collective of kind on mesh axis `axis` of the body's mesh. */
+static int
+collective(xf_body *b, int kind, ir_id in, int axis, int64_t dim, int64_t dim2, ir_id *out)
+{
+    ir_id op = ir_op_add(b->out, b->region, kind, 1, &in, 1, NULL, NULL);
+    int64_t ax = axis == XF_DP ? 0 : 1, root = 0;
+    int rc;
+    switch (kind) {
+    case IR_OP_ALLGATHER:
+    case IR_OP_REDUCESCATTER:
+    case IR_OP_SCATTER:
+        ir_op_set_int(b->out, op, "dim", dim);
+        break;
+    case IR_OP_ALLTOALL:
+        ir_op_set_int(b->out, op, "concat_dim", dim2);
+        ir_op_set_int(b->out, op, "split_dim", dim);
+        break;
+    default:
+        break;
+    }
+    ir_op_set_mesh(b->out, op, "mesh", b->mesh);
+    ir_op_set_ints(b->out, op, "mesh_axes", 1, &ax);
+    if (kind == IR_OP_SCATTER)
+        ir_op_set_ints(b->out, op, "root", 1, &root);
+    if ((rc = infer_one(b, op)) != 0)
+        return rc;
+    *out = ir_op_output(b->out, op, 0);
+    return 0;
+}
+
+static const char *const axis_name[XF_NAXIS] = {"microbatch", "data", "tensor"};
+
+static void
+place_str(const xf_place *p, char *buf, size_t n)
+{
+    size_t w = 0;
+    for (int a = 0; a < XF_NAXIS && w < n; a++) {
+        int8_t x = p->a[a];
+        if (x == XF_R)
+            w += (size_t)snprintf(buf + w, n - w, "%sR", a ? ", " : "[");
+        else if (x == XF_P)
+            w += (size_t)snprintf(buf + w, n - w, "%sP", a ? ", " : "[");
+        else
+            w += (size_t)snprintf(buf + w, n - w, "%sS[%d]", a ? ", " : "[", x);
+    }
+    if (w < n)
+        snprintf(buf + w, n - w, "]");
+}
+
+static int
+unsupported(xf_body *b, ir_id src, const xf_place *from, const xf_place *to, const char *why)
+{
+    char f[64], t[64];
+    place_str(from, f, sizeof f);
+    place_str(to, t, sizeof t);
+    return di_error_set(b->c->err, DI_EUNSUPPORTED, "resharding %%%s from %s to %s: %s",
+                        ir_str_get(b->c->m, b->c->m->values[src].name), f, t, why);
+}
+
+int
+xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, xf_local *out)
+{
+    xf_local cur = *in;
+    xf_place want = *to;
+    int rc;
+    static const int gather_order[2] = {XF_DP, XF_TP}, split_order[2] = {XF_TP, XF_DP};
+
+    if (b->step) {
+        if (want.a[XF_MB] == XF_P)
+            want.a[XF_MB] = XF_R;
+        if (cur.pl.a[XF_MB] == XF_P)
+            cur.pl.a[XF_MB] = XF_R;
+    }
+    if (xf_place_eq(&cur.pl, &want)) {
+        *out = cur;
+        return 0;
+    }
+    if (cur.pl.a[XF_MB] != want.a[XF_MB])
+        return unsupported(b, src, &in->pl, to,
+                           "an op needs the whole batch or every microbatch at once, which "
+                           "microbatching cannot give it");
+    /* A conversion made before in this body. */
+    if (b->convgen[src] == b->gen) {
+        for (uint32_t i = b->convhead[src]; i; i = b->conv[i - 1].next)
+            if (xf_place_eq(&b->conv[i - 1].pl, &want) && b->conv[i - 1].v) {
+                out->v = b->conv[i - 1].v;
+                out->pl = want;
+                return 0;
+            }
+    }
+    /* 1. gathers and all-to-alls, innermost axis first. */
+    for (int i = 0; i < 2; i++) {
+        int a = gather_order[i];
+        int8_t p = cur.pl.a[a], q = want.a[a];
+        if (!XF_IS_S(p) || p == q)
+            continue;
+        if (a == XF_TP && cur.pl.a[XF_DP] == p)
+            return unsupported(b, src, &in->pl, to,
+                               "the dimension is also split on the data axis");
+        if (XF_IS_S(q)) {
+            if (a == XF_TP && cur.pl.a[XF_DP] == q)
+                return unsupported(b, src, &in->pl, to,
+                                   "the dimension is also split on the data axis");
+            if ((rc = collective(b, IR_OP_ALLTOALL, cur.v, a, q, p, &cur.v)) != 0)
+                return rc;
+            name_value(b, cur.v, src, ".a2a");
+            cur.pl.a[a] = q;
+        } else {
+            if ((rc = collective(b, IR_OP_ALLGATHER, cur.v, a, p, 0, &cur.v)) != 0)
+                return rc;
+            name_value(b, cur.v, src, ".ag");
+            cur.pl.a[a] = XF_R;
+        }
+    }
+    /* 2. reductions to replicated. */
+    for (int i = 0; i < 2; i++) {
+        int a = gather_order[i];
+        if (cur.pl.a[a] == XF_P && want.a[a] == XF_R) {
+            if ((rc = collective(b, IR_OP_ALLREDUCE, cur.v, a, 0, 0, &cur.v)) != 0)
+                return rc;
+            name_value(b, cur.v, src, ".ar");
+            cur.pl.a[a] = XF_R;
+        }
+    }
+    /* 3. splits, outermost axis first. */
+    for (int i = 0; i < 2; i++) {
+        int a = split_order[i];
+        int8_t p = cur.pl.a[a], q = want.a[a];
+        if (!XF_IS_S(q) || p == q)
+            continue;
+        if (a == XF_TP && cur.pl.a[XF_DP] == q)
+            return unsupported(b, src, &in->pl, to,
+                               "the dimension is already split on the data axis");
+        if (p == XF_P) {
+            if ((rc = collective(b, IR_OP_REDUCESCATTER, cur.v, a, q, 0, &cur.v)) != 0)
+                return rc;
+            name_value(b, cur.v, src, ".rs");
+        } else {
+            if ((rc = collective(b, IR_OP_SCATTER, cur.v, a, q, 0, &cur.v)) != 0)
+                return rc;
+            name_value(b, cur.v, src, ".slice");
+        }
+        cur.pl.a[a] = q;
+    }
+    if (!xf_place_eq(&cur.pl, &want)) {
+        for (int a = 0; a < XF_NAXIS; a++)
+            if (want.a[a] == XF_P && cur.pl.a[a] != XF_P)
+                return unsupported(b, src, &in->pl, to,
+                                   "a partial sum cannot be made from a complete value");
+        return unsupported(b, src, &in->pl, to, axis_name[0]);
+    }
+    /* Remember it. */
+    DI_GROW(&b->conv, &b->cconv, b->nconv + 1);
+    b->conv[b->nconv].src = src;
+    b->conv[b->nconv].pl = want;
+    b->conv[b->nconv].v = cur.v;
+    b->conv[b->nconv].next = b->convgen[src] == b->gen ? b->convhead[src] : 0;
+    b->nconv++;
+    b->convhead[src] = b->nconv;
+    b->convgen[src] = b->gen;
+    *out = cur;
+    return 0;
+}
+
+/* ---- ops ---- */
+
+/* An unplaced scalar constant of dtype dt. */
+static ir_id
+scalar_const(xf_body *b, ir_dtype dt, double v)
+{
+    uint8_t bytes[8];
+    uint32_t n = xform_scalar_bytes(dt, v, bytes);
+    ir_id ty = ir_type_tensor(b->out, dt, 0, NULL, IR_DEVICE_NONE);
+    ir_id op = ir_op_add(b->out, b->region, IR_OP_CONSTANT, 0, NULL, 1, &ty, NULL);
+    ir_op_set_tensor(b->out, op, "value", ty, bytes, n);
+    return ir_op_output(b->out, op, 0);
+}
+
+/* x * scale (x local, any placement). */
+static int
+scaled(xf_body *b, ir_id x, double scale, ir_id *out)
+{
+    const ir_type *t = &b->out->types[b->out->values[x].type];
+    ir_id in[2], op;
+    int rc;
+    in[0] = x;
+    in[1] = scalar_const(b, (ir_dtype)t->dtype, scale);
+    op = ir_op_add(b->out, b->region, IR_OP_MUL, 2, in, 1, NULL, NULL);
+    if ((rc = infer_one(b, op)) != 0)
+        return rc;
+    *out = ir_op_output(b->out, op, 0);
+    return 0;
+}
+
+static xf_place
+normalized(const xf_body *b, const xf_place *p)
+{
+    xf_place q = *p;
+    if (b->step && q.a[XF_MB] == XF_P)
+        q.a[XF_MB] = XF_R;
+    return q;
+}
+
+int
+xf_body_emit(xf_body *b, ir_id op)
+{
+    xf_ctx *c = b->c;
+    const ir_module *m = c->m;
+    const ir_op *o = &m->ops[op];
+    const xf_opinfo *oi = &c->op[op];
+    ir_id lin[64], nop;
+    int rc;
+    if (o->ninput > 64)
+        return di_error_set(c->err, DI_EUNSUPPORTED, "an op with %u inputs", o->ninput);
+    for (uint32_t k = 0; k < o->ninput; k++) {
+        ir_id v = m->refs[o->inputs + k];
+        xf_local l, cv;
+        xf_place want = c->req[o->inputs + k];
+        if ((rc = xf_body_get(b, v, &l)) != 0)
+            return rc;
+        if ((rc = xf_body_convert(b, v, &l, &want, &cv)) != 0) {
+            char lab[160];
+            xf_op_label(m, op, lab, sizeof lab);
+            di_error_prefix(c->err, "%s, input %u", lab, k);
+            return rc;
+        }
+        lin[k] = cv.v;
+        if (oi->scale_at == XF_SCALE_IN && oi->scale_in == k && oi->scale != 1.0 &&
+            (rc = scaled(b, lin[k], oi->scale, &lin[k])) != 0)
+            return rc;
+    }
+    nop = ir_op_add(b->out, b->region, o->kind, o->ninput, lin, o->noutput, NULL, NULL);
+    b->out->ops[nop].name = o->name ? ir_str(b->out, ir_str_get(m, o->name)) : 0;
+    if (o->kind == IR_OP_CONSTANT) {
+        const ir_attr *va = ir_op_attr(m, op, "value");
+        xf_place r = {{XF_R, XF_R, XF_R}};
+        ir_id ty;
+        xf_copy_attrs(b->out, nop, m, op, "value", "device");
+        if (va == NULL || va->kind != IR_ATTR_TENSOR)
+            return di_error_set(c->err, DI_EINTERNAL, "Constant without a value");
+        if (m->types[m->values[o->outputs].type].rank == 0)
+            ty = ir_type_tensor(b->out, (ir_dtype)m->types[m->values[o->outputs].type].dtype, 0,
+                                NULL, IR_DEVICE_NONE);
+        else
+            ty = xf_local_type(b, o->outputs, &r, -1);
+        ir_op_set_tensor(b->out, nop, "value", ty, m->data + va->off, va->n);
+    } else {
+        xf_copy_attrs(b->out, nop, m, op, NULL, NULL);
+        if (o->kind == IR_OP_RESHAPE || o->kind == IR_OP_GATHERGRAD ||
+            o->kind == IR_OP_REDUCESUMTO) {
+            int64_t dims[IR_MAX_RANK];
+            xf_place p = c->place[o->outputs];
+            if (xf_local_dims(c, o->outputs, &p, dims) != 0)
+                return di_error_set(c->err, DI_EINTERNAL, "no local shape");
+            ir_op_set_ints(b->out, nop, "shape", m->types[m->values[o->outputs].type].rank, dims);
+        }
+    }
+    if ((rc = infer_one(b, nop)) != 0) {
+        char lab[160];
+        xf_op_label(m, op, lab, sizeof lab);
+        di_error_prefix(c->err, "%s", lab);
+        return rc;
+    }
+    for (uint32_t k = 0; k < o->noutput; k++) {
+        ir_id sv = o->outputs + k, lv = ir_op_output(b->out, nop, k);
+        xf_place p = normalized(b, &c->place[sv]);
+        const ir_type *lt = &b->out->types[b->out->values[lv].type];
+        int64_t dims[IR_MAX_RANK];
+        if (o->kind != IR_OP_CONSTANT &&
+            (xf_local_dims(c, sv, &c->place[sv], dims) != 0 ||
+             memcmp(dims, ir_type_dims(b->out, b->out->values[lv].type),
+                    lt->rank * sizeof *dims) != 0)) {
+            char lab[160];
+            xf_op_label(m, op, lab, sizeof lab);
+            return di_error_set(c->err, DI_EINTERNAL,
+                                "%s: result %u has a local shape other than propagation's", lab,
+                                k);
+        }
+        name_value(b, lv, sv, NULL);
+        xf_body_bind(b, sv, lv, &p);
+    }
+    if (oi->scale_at == XF_SCALE_OUT && oi->scale != 1.0 && o->noutput) {
+        ir_id sv = o->outputs, lv;
+        xf_place p = normalized(b, &c->place[sv]);
+        if ((rc = scaled(b, b->env[sv].v, oi->scale, &lv)) != 0)
+            return rc;
+        name_value(b, lv, sv, ".scaled");
+        xf_body_bind(b, sv, lv, &p);
+    }
+    return 0;
+}

@@ -1,0 +1,1355 @@
+/*
+ * pipeline.c: pipeline parallelism and the assembly of the distributed
+ * module (xform_apply).
+ *
+ * The source step is cut into programs:
+ *   - F[k], B[k]: the forward and backward ops of model stage k (contiguous
+ *     layers balanced by FLOPs; the embedding joins the first stage, the head
+ *     and the loss the last), run once per microbatch as a dist.pmap over
+ *     the devices of group k mod pp ("chunks");
+ *   - S[g]: the ops that run once per step on group g, after the last
+ *     microbatch: the optimizer, and backward ops that only combine
+ *     gradient contributions (an Add of two partial sums across
+ *     microbatches, such as the tied embedding's two gradients).
+ * Constants are cloned into every body that uses them. With recomputation a
+ * backward chunk also recomputes forward ops of its stage: all of them (full:
+ * only the stage's inputs are kept) or the attention scores, softmax and its
+ * dropout (selective).
+ *
+ * Chunks are emitted in the schedule's order (schedule.c). A value crosses
+ * to another device group as one dist.send per device (tuple_get, send,
+ * tuple), right after the chunk that makes it. A gradient contribution
+ * (a partial sum on the microbatch axis, see dp.c) is accumulated across
+ * microbatches inside the chunk with an Add; the data-parallel reduction of
+ * the accumulated gradient follows in S[g], or in the last microbatch's
+ * backward chunk with overlap_grad_reduce, or, with ZeRO-2, as a
+ * reduce-scatter in every chunk before the accumulation. Weight stashing
+ * copies the stage's weights in the forward chunk (a Cast marked
+ * dist.mem = "stashed": per microbatch for PipeDream, once for 2BW) and the
+ * backward chunk uses the copy.
+ *
+ * Arguments of the distributed module are tuples over a group's devices:
+ * each weight once per group that uses it, each batch-data argument once
+ * per group and microbatch; the layout records them.
+ */
+#include "xform/xform_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xform/autodiff.h"
+
+enum { PROG_F = 0, PROG_B = 1, PROG_S = 2 };
+enum { REG_ARG = 1, REG_VAL, REG_ACC, REG_STASH, REG_GATHERED, REG_STEP };
+
+typedef struct idlist {
+    ir_id *v;
+    uint32_t n, cap;
+} idlist;
+
+static void
+idl_push(idlist *l, ir_id x)
+{
+    DI_GROW(&l->v, &l->cap, l->n + 1);
+    l->v[l->n++] = x;
+}
+
+typedef struct prog {
+    uint8_t kind;
+    uint32_t stage; /* model stage (F, B) or group (S) */
+    uint32_t group;
+    idlist ops;     /* source ops in order */
+    idlist in;      /* external inputs (source values) */
+    idlist out;     /* values other programs need (per instance) */
+    idlist leaf;    /* gradient contributions accumulated across microbatches */
+    idlist stash;   /* weights stashed (F) or read from the stash (B) */
+    idlist res;     /* indices of the function's results output here */
+} prog;
+
+typedef struct reg_ent {
+    uint32_t kind, v, mb, g;
+    ir_id tv;
+    xf_place pl;
+} reg_ent;
+
+/* A use of a value by another group: after which instance to send and at what level. */
+typedef struct need {
+    uint32_t g;      /* destination group */
+    uint8_t step;    /* needed by a once-per-step program (send the last instance) */
+    uint32_t next;   /* 1 + index of the next need of the same value, 0 none */
+} need;
+
+typedef struct pl {
+    xf_ctx *c;
+    ir_module *out;
+    ir_id func;
+    ir_id *mesh;      /* per group */
+    int32_t *devs;    /* per group: dp*tp device ids */
+    uint32_t ngdev;   /* dp * tp */
+    prog *prog;       /* F[0..K), B[0..K), S[0..pp) */
+    uint32_t nprog;
+    int32_t *home;    /* per source op: the program that defines it, -1 none */
+    uint32_t *mark;   /* per source value: scratch generation marks */
+    uint32_t markgen;
+    need *needs;
+    uint32_t nneed, cneed;
+    uint32_t *needhead; /* per source value */
+    uint8_t *isleaf;    /* per source value */
+    uint8_t *isout;     /* per source value: in its home program's outputs */
+    /* registry */
+    reg_ent *reg;
+    uint32_t creg, nreg;
+    xf_body body;
+    xform_layout *lay;
+    uint32_t cargs, cres;
+    ir_id *tmp;        /* ngdev scratch ids */
+    int64_t *tmpdev;   /* ngdev scratch device ids */
+} pl;
+
+/* ---- registry ---- */
+
+static uint64_t
+reg_hash(uint32_t kind, uint32_t v, uint32_t mb, uint32_t g)
+{
+    uint64_t h = ((uint64_t)v << 32 | mb) * 0x9E3779B97F4A7C15ull;
+    h ^= ((uint64_t)g << 8 | kind) * 0xC2B2AE3D27D4EB4Full;
+    return h ^ (h >> 29);
+}
+
+static reg_ent *
+reg_find(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g)
+{
+    uint64_t h;
+    if (P->creg == 0)
+        return NULL;
+    h = reg_hash(kind, v, mb, g);
+    for (uint32_t i = (uint32_t)h & (P->creg - 1);; i = (i + 1) & (P->creg - 1)) {
+        reg_ent *e = &P->reg[i];
+        if (e->kind == 0)
+            return NULL;
+        if (e->kind == kind && e->v == v && e->mb == mb && e->g == g)
+            return e;
+    }
+}
+
+static void
+reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id tv, const xf_place *p)
+{
+    reg_ent *e;
+    if ((P->nreg + 1) * 2 > P->creg) {
+        uint32_t oc = P->creg, nc = oc ? oc * 2 : 1024;
+        reg_ent *old = P->reg;
+        P->reg = di_xcalloc(nc, sizeof *P->reg);
+        P->creg = nc;
+        P->nreg = 0;
+        for (uint32_t i = 0; i < oc; i++)
+            if (old[i].kind)
+                reg_put(P, old[i].kind, old[i].v, old[i].mb, old[i].g, old[i].tv, &old[i].pl);
+        di_free(old);
+    }
+    e = reg_find(P, kind, v, mb, g);
+    if (e == NULL) {
+        uint64_t h = reg_hash(kind, v, mb, g);
+        uint32_t i = (uint32_t)h & (P->creg - 1);
+        while (P->reg[i].kind)
+            i = (i + 1) & (P->creg - 1);
+        e = &P->reg[i];
+        e->kind = kind;
+        e->v = v;
+        e->mb = mb;
+        e->g = g;
+        P->nreg++;
+    }
+    e->tv = tv;
+    e->pl = *p;
+}
+
+/* ---- stages ---- */
+
+static double
+op_flops(const ir_module *m, ir_id op)
+{
+    ir_cost c;
+    ir_op_cost(m, op, &c);
+    return c.flops > 0 ? c.flops : 0;
+}
+
+/*
+ * Partitions the layers into K contiguous groups minimizing the largest
+ * group's FLOPs (embedding counted with the first layer, head with the
+ * last); ties go to the most even layer counts.
+ */
+static int
+balance(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    uint32_t L = c->nlayer, K = c->K;
+    double *cost = di_xcalloc(L + 1, sizeof *cost), *pre;
+    double *best;
+    double *sq;
+    uint32_t *cut;
+    c->layer_stage = di_xcalloc(L ? L : 1, sizeof *c->layer_stage);
+    if (L == 0 || K <= 1) {
+        di_free(cost);
+        return 0;
+    }
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const char *part = xf_op_str(m, op, "dist.part");
+        double f;
+        uint32_t idx = 0;
+        if (c->vflags[m->ops[op].noutput ? m->ops[op].outputs : 0] & XF_V_CONST)
+            continue;
+        f = op_flops(m, op);
+        if (part && strcmp(part, "embed") == 0) {
+            idx = 0;
+        } else if (part && strcmp(part, "head") == 0) {
+            idx = L - 1;
+        } else if (c->op[op].layer >= 0) {
+            for (idx = 0; idx < L && c->layers[idx] != c->op[op].layer; idx++)
+                ;
+            if (idx == L)
+                idx = 0;
+        } else {
+            continue;
+        }
+        cost[idx] += f;
+    }
+    pre = di_xcalloc(L + 1, sizeof *pre);
+    for (uint32_t i = 0; i < L; i++)
+        pre[i + 1] = pre[i] + cost[i];
+    /* best[k][j]: the first j layers in k groups; sq: sum of squared counts (tie-break). */
+    best = di_xmalloc((size_t)(K + 1) * (L + 1) * sizeof *best);
+    sq = di_xmalloc((size_t)(K + 1) * (L + 1) * sizeof *sq);
+    cut = di_xcalloc((size_t)(K + 1) * (L + 1), sizeof *cut);
+#define AT(a, k, j) a[(size_t)(k) * (L + 1) + (j)]
+    for (uint32_t k = 0; k <= K; k++)
+        for (uint32_t j = 0; j <= L; j++) {
+            AT(best, k, j) = INFINITY;
+            AT(sq, k, j) = INFINITY;
+        }
+    AT(best, 0, 0) = 0;
+    AT(sq, 0, 0) = 0;
+    for (uint32_t k = 1; k <= K; k++)
+        for (uint32_t j = k; j <= L; j++)
+            for (uint32_t i = k - 1; i < j; i++) {
+                double b = AT(best, k - 1, i), s = pre[j] - pre[i];
+                double v = b > s ? b : s, q = AT(sq, k - 1, i) + (double)(j - i) * (j - i);
+                double cur = AT(best, k, j);
+                if (v < cur * (1 - 1e-12) ||
+                    (v <= cur * (1 + 1e-12) && q < AT(sq, k, j))) {
+                    AT(best, k, j) = v;
+                    AT(sq, k, j) = q;
+                    AT(cut, k, j) = i;
+                }
+            }
+    {
+        uint32_t j = L;
+        for (uint32_t k = K; k >= 1; k--) {
+            uint32_t i = AT(cut, k, j);
+            for (uint32_t l = i; l < j; l++)
+                c->layer_stage[l] = (int32_t)(k - 1);
+            j = i;
+        }
+    }
+#undef AT
+    di_free(cost);
+    di_free(pre);
+    di_free(best);
+    di_free(sq);
+    di_free(cut);
+    return 0;
+}
+
+static int32_t
+layer_index(const xf_ctx *c, int32_t layer)
+{
+    uint32_t lo = 0, hi = c->nlayer;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (c->layers[mid] < layer)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->nlayer && c->layers[lo] == layer ? (int32_t)lo : -1;
+}
+
+/* Model stage of every non-constant op. */
+static int
+assign_stages(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    int rc = balance(c);
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        xf_opinfo *oi = &c->op[op];
+        const char *part;
+        if (o->noutput && (c->vflags[o->outputs] & XF_V_CONST))
+            continue;
+        if (c->K <= 1) {
+            oi->stage = 0;
+            continue;
+        }
+        part = xf_op_str(m, op, "dist.part");
+        if (part && strcmp(part, "embed") == 0) {
+            oi->stage = 0;
+        } else if (part && strcmp(part, "head") == 0) {
+            oi->stage = (int32_t)c->K - 1;
+        } else if (oi->layer >= 0) {
+            int32_t li = layer_index(c, oi->layer);
+            oi->stage = li >= 0 ? c->layer_stage[li] : 0;
+        } else {
+            /* Unannotated: the latest stage among the inputs' producers. */
+            int32_t s = 0;
+            for (uint32_t k = 0; k < o->ninput; k++) {
+                ir_id d = m->values[m->refs[o->inputs + k]].def;
+                if (d && c->op[d].stage > s)
+                    s = c->op[d].stage;
+            }
+            oi->stage = s;
+        }
+    }
+    return 0;
+}
+
+/* Marks the attention-score ops that selective recomputation recomputes. */
+static void
+mark_selective(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i], cur;
+        if (m->ops[op].kind != IR_OP_SOFTMAX || c->op[op].phase != XF_PH_FORWARD ||
+            c->op[op].tp != XF_TP_HEADS)
+            continue;
+        c->op[op].recompute = 1;
+        /* Back through the score arithmetic to the Q K^T MatMul. */
+        cur = op;
+        while (cur) {
+            ir_id in = m->refs[m->ops[cur].inputs], d = m->values[in].def;
+            int k;
+            if (d == 0 || c->op[d].phase != XF_PH_FORWARD || c->op[d].tp != XF_TP_HEADS ||
+                (c->vflags[in] & XF_V_CONST))
+                break;
+            k = m->ops[d].kind;
+            if (k != IR_OP_MATMUL && k != IR_OP_ADD && k != IR_OP_MUL && k != IR_OP_SUB &&
+                k != IR_OP_DIV)
+                break;
+            c->op[d].recompute = 1;
+            cur = k == IR_OP_MATMUL ? 0 : d;
+        }
+        /* Forward to the dropout of the probabilities. */
+        for (uint32_t j = i + 1; j < fr->nop; j++) {
+            ir_id u = fr->ops[j];
+            if (m->ops[u].kind == IR_OP_DROPOUT && m->refs[m->ops[u].inputs] == m->ops[op].outputs)
+                c->op[u].recompute = 1;
+        }
+    }
+}
+
+/* ---- programs ---- */
+
+static prog *
+prog_of(pl *P, int kind, uint32_t stage)
+{
+    if (kind == PROG_S)
+        return &P->prog[2 * P->c->K + stage];
+    return &P->prog[kind * P->c->K + stage];
+}
+
+static void
+add_need(pl *P, ir_id v, uint32_t g, int step)
+{
+    for (uint32_t i = P->needhead[v]; i; i = P->needs[i - 1].next)
+        if (P->needs[i - 1].g == g && P->needs[i - 1].step == step)
+            return;
+    DI_GROW(&P->needs, &P->cneed, P->nneed + 1);
+    P->needs[P->nneed].g = g;
+    P->needs[P->nneed].step = (uint8_t)step;
+    P->needs[P->nneed].next = P->needhead[v];
+    P->nneed++;
+    P->needhead[v] = P->nneed;
+}
+
+static int
+build_programs(pl *P)
+{
+    xf_ctx *c = P->c;
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    uint32_t K = c->K, nprog = 2 * K + c->pp;
+    uint32_t *pmark = di_xcalloc(m->nop ? m->nop : 1, sizeof *pmark); /* program id + 1 */
+    P->prog = di_xcalloc(nprog, sizeof *P->prog);
+    P->nprog = nprog;
+    for (uint32_t k = 0; k < K; k++) {
+        prog_of(P, PROG_F, k)->kind = PROG_F;
+        prog_of(P, PROG_F, k)->stage = k;
+        prog_of(P, PROG_F, k)->group = k % c->pp;
+        prog_of(P, PROG_B, k)->kind = PROG_B;
+        prog_of(P, PROG_B, k)->stage = k;
+        prog_of(P, PROG_B, k)->group = k % c->pp;
+    }
+    for (uint32_t g = 0; g < c->pp; g++) {
+        prog_of(P, PROG_S, g)->kind = PROG_S;
+        prog_of(P, PROG_S, g)->stage = g;
+        prog_of(P, PROG_S, g)->group = g;
+    }
+    P->home = di_xmalloc((m->nop ? m->nop : 1) * sizeof *P->home);
+    for (uint32_t i = 0; i < m->nop; i++)
+        P->home[i] = -1;
+
+    /* Deferred backward ops: every non-constant input is a partial sum over microbatches. */
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        int all = o->ninput > 0, any = 0;
+        if (c->op[op].phase != XF_PH_BACKWARD || c->n[XF_MB] <= 1)
+            continue;
+        if (o->noutput && (c->vflags[o->outputs] & XF_V_CONST))
+            continue;
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = m->refs[o->inputs + k];
+            if (c->vflags[v] & XF_V_CONST)
+                continue;
+            any = 1;
+            if (c->place[v].a[XF_MB] != XF_P)
+                all = 0;
+        }
+        if (all && any)
+            c->op[op].phase = XF_PH_STEP;
+    }
+
+    /* Home programs and op lists. */
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        const xf_opinfo *oi = &c->op[op];
+        prog *p;
+        if (o->noutput && (c->vflags[o->outputs] & XF_V_CONST))
+            continue;
+        if (o->noutput == 0)
+            continue;
+        if (oi->phase == XF_PH_STEP)
+            p = prog_of(P, PROG_S, (uint32_t)oi->stage % c->pp);
+        else if (oi->phase == XF_PH_BACKWARD)
+            p = prog_of(P, PROG_B, (uint32_t)oi->stage);
+        else
+            p = prog_of(P, PROG_F, (uint32_t)oi->stage);
+        P->home[op] = (int32_t)(p - P->prog);
+        idl_push(&p->ops, op);
+    }
+
+    /* Recomputation: the backward chunk also runs forward ops of its stage. */
+    if (c->s.recompute != XFORM_RECOMPUTE_NONE) {
+        if (c->s.recompute == XFORM_RECOMPUTE_SELECTIVE)
+            mark_selective(c);
+        for (uint32_t k = 0; k < K; k++) {
+            prog *b = prog_of(P, PROG_B, k), *f = prog_of(P, PROG_F, k);
+            uint32_t fid = (uint32_t)(f - P->prog) + 1;
+            uint8_t *needed = di_xcalloc(m->nop ? m->nop : 1, 1);
+            idlist ops = {0};
+            /* Walk backward: forward ops of this stage whose results the chunk needs. */
+            for (uint32_t j = b->ops.n; j-- > 0;) {
+                const ir_op *o = &m->ops[b->ops.v[j]];
+                for (uint32_t q = 0; q < o->ninput; q++) {
+                    ir_id d = m->values[m->refs[o->inputs + q]].def;
+                    if (d && P->home[d] + 1 == (int32_t)fid &&
+                        (c->s.recompute == XFORM_RECOMPUTE_FULL || c->op[d].recompute))
+                        needed[d] = 1;
+                }
+            }
+            for (uint32_t j = f->ops.n; j-- > 0;) {
+                ir_id op = f->ops.v[j];
+                const ir_op *o = &m->ops[op];
+                if (!needed[op])
+                    continue;
+                for (uint32_t q = 0; q < o->ninput; q++) {
+                    ir_id d = m->values[m->refs[o->inputs + q]].def;
+                    if (d && P->home[d] + 1 == (int32_t)fid &&
+                        (c->s.recompute == XFORM_RECOMPUTE_FULL || c->op[d].recompute))
+                        needed[d] = 1;
+                }
+            }
+            for (uint32_t j = 0; j < f->ops.n; j++)
+                if (needed[f->ops.v[j]])
+                    idl_push(&ops, f->ops.v[j]);
+            for (uint32_t j = 0; j < b->ops.n; j++)
+                idl_push(&ops, b->ops.v[j]);
+            di_free(b->ops.v);
+            b->ops = ops;
+            di_free(needed);
+        }
+    }
+
+    /* External inputs of every program. */
+    for (uint32_t pi = 0; pi < nprog; pi++) {
+        prog *p = &P->prog[pi];
+        P->markgen++;
+        for (uint32_t j = 0; j < p->ops.n; j++)
+            pmark[p->ops.v[j]] = pi + 1;
+        for (uint32_t j = 0; j < p->ops.n; j++) {
+            const ir_op *o = &m->ops[p->ops.v[j]];
+            for (uint32_t q = 0; q < o->ninput; q++) {
+                ir_id v = m->refs[o->inputs + q], d = m->values[v].def;
+                if (c->vflags[v] & XF_V_CONST)
+                    continue;
+                if (d && pmark[d] == pi + 1)
+                    continue;
+                if (P->mark[v] == P->markgen)
+                    continue;
+                P->mark[v] = P->markgen;
+                idl_push(&p->in, v);
+            }
+        }
+    }
+
+    /* Outputs, leaves and the groups that need each value. */
+    for (uint32_t pi = 0; pi < nprog; pi++) {
+        prog *p = &P->prog[pi];
+        for (uint32_t j = 0; j < p->in.n; j++) {
+            ir_id v = p->in.v[j], d = m->values[v].def;
+            prog *h;
+            if (d == 0)
+                continue; /* an argument */
+            if (P->home[d] < 0)
+                return di_error_set(c->err, DI_EINTERNAL, "value without a home program");
+            h = &P->prog[P->home[d]];
+            if (h->kind == PROG_S && p->kind != PROG_S) {
+                di_free(pmark);
+                return di_error_set(c->err, DI_EUNSUPPORTED,
+                                    "%%%s is computed once per step but used per microbatch",
+                                    ir_str_get(m, m->values[v].name));
+            }
+            if (p->kind == PROG_S && h->kind != PROG_S && c->place[v].a[XF_MB] == XF_P) {
+                if (!P->isleaf[v]) {
+                    P->isleaf[v] = 1;
+                    idl_push(&h->leaf, v);
+                }
+            } else if (!P->isout[v]) {
+                P->isout[v] = 1;
+                idl_push(&h->out, v);
+            }
+            if (p->group != h->group)
+                add_need(P, v, p->group, p->kind == PROG_S);
+        }
+    }
+    /* Results. */
+    for (uint32_t r = 0; r < fr->nresult; r++) {
+        ir_id v = fr->results[r], d = m->values[v].def;
+        prog *h;
+        if (d == 0 || (c->vflags[v] & XF_V_CONST))
+            continue; /* arguments and constants: handled by the assembly */
+        h = &P->prog[P->home[d]];
+        if (h->kind != PROG_S && c->place[v].a[XF_MB] == XF_P) {
+            prog *s = prog_of(P, PROG_S, h->group);
+            if (!P->isleaf[v]) {
+                P->isleaf[v] = 1;
+                idl_push(&h->leaf, v);
+            }
+            idl_push(&s->res, r);
+            /* The step program reads the accumulated value. */
+            {
+                int found = 0;
+                for (uint32_t q = 0; q < s->in.n && !found; q++)
+                    found = s->in.v[q] == v;
+                if (!found)
+                    idl_push(&s->in, v);
+            }
+        } else {
+            idl_push(&h->res, r);
+        }
+    }
+    /* Stashing: the backward chunk's weights come from the forward chunk's copies. */
+    if (c->s.stash != XFORM_STASH_NONE) {
+        for (uint32_t k = 0; k < K; k++) {
+            prog *b = prog_of(P, PROG_B, k), *f = prog_of(P, PROG_F, k);
+            for (uint32_t j = 0; j < b->in.n; j++) {
+                ir_id v = b->in.v[j];
+                int found = 0;
+                if (!(c->vflags[v] & XF_V_WEIGHT))
+                    continue;
+                idl_push(&b->stash, v);
+                idl_push(&f->stash, v);
+                for (uint32_t q = 0; q < f->in.n && !found; q++)
+                    found = f->in.v[q] == v;
+                if (!found)
+                    idl_push(&f->in, v);
+            }
+        }
+    }
+    di_free(pmark);
+    return 0;
+}
+
+/* ---- emission helpers ---- */
+
+static void
+layout_arg(pl *P, uint32_t index, uint32_t mb, uint32_t g, const xf_place *p)
+{
+    xform_layout *l = P->lay;
+    DI_GROW(&l->args, &P->cargs, l->nargs + 1);
+    l->args[l->nargs].index = index;
+    l->args[l->nargs].microbatch = mb;
+    l->args[l->nargs].stage = g;
+    memcpy(l->args[l->nargs].place, p->a, sizeof p->a);
+    l->nargs++;
+}
+
+static void
+layout_result(pl *P, uint32_t index, uint32_t mb, uint32_t g, const xf_place *p, ir_id tv)
+{
+    xform_layout *l = P->lay;
+    DI_GROW(&l->results, &P->cres, l->nresults + 1);
+    l->results[l->nresults].index = index;
+    l->results[l->nresults].microbatch = mb;
+    l->results[l->nresults].stage = g;
+    memcpy(l->results[l->nresults].place, p->a, sizeof p->a);
+    l->nresults++;
+    ir_region_add_result(P->out, P->func, tv);
+}
+
+/* The tuple type of source value v with placement pl on group g. */
+static ir_id
+tuple_type(pl *P, ir_id v, const xf_place *p, uint32_t g)
+{
+    ir_id *elems = P->tmp;
+    for (uint32_t k = 0; k < P->ngdev; k++)
+        elems[k] = xf_local_type(&P->body, v, p, P->devs[g * P->ngdev + k]);
+    return ir_type_tuple(P->out, P->ngdev, elems);
+}
+
+static int
+infer_top(pl *P, ir_id op)
+{
+    ir_id types[8], *tp = types;
+    di_error e;
+    uint32_t n = P->out->ops[op].noutput;
+    int rc = 0;
+    if (n > 8)
+        tp = di_xmalloc(n * sizeof *tp);
+    di_error_clear(&e);
+    if (ir_op_infer(P->out, op, tp, &e) != 0) {
+        rc = di_error_set(P->c->err, DI_EINTERNAL, "the pipeline assembly made an invalid op: %s",
+                          e.msg);
+    } else {
+        for (uint32_t i = 0; i < n; i++)
+            P->out->values[P->out->ops[op].outputs + i].type = tp[i];
+    }
+    if (tp != types)
+        di_free(tp);
+    return rc;
+}
+
+/* Sends tuple tv (group g) to group g2, device k to device k; returns the new tuple. */
+static int
+send_tuple(pl *P, ir_id tv, uint32_t g, uint32_t g2, ir_id *out)
+{
+    ir_id *elems = P->tmp, op;
+    int rc = 0;
+    for (uint32_t k = 0; k < P->ngdev && rc == 0; k++) {
+        ir_id get = ir_op_add(P->out, P->func, IR_OP_TUPLEGET, 1, &tv, 1, NULL, NULL), x, snd;
+        ir_op_set_int(P->out, get, "index", k);
+        if ((rc = infer_top(P, get)) != 0)
+            break;
+        x = ir_op_output(P->out, get, 0);
+        snd = ir_op_add(P->out, P->func, IR_OP_SEND, 1, &x, 1, NULL, NULL);
+        ir_op_set_int(P->out, snd, "device", P->devs[g2 * P->ngdev + k]);
+        if ((rc = infer_top(P, snd)) != 0)
+            break;
+        elems[k] = ir_op_output(P->out, snd, 0);
+    }
+    (void)g;
+    if (rc == 0) {
+        op = ir_op_add(P->out, P->func, IR_OP_TUPLE, P->ngdev, elems, 1, NULL, NULL);
+        rc = infer_top(P, op);
+        *out = ir_op_output(P->out, op, 0);
+    }
+    return rc;
+}
+
+/* Sends registry entry e to every group that needs its value at this level. */
+static int
+send_needs(pl *P, const reg_ent *e0, int step)
+{
+    reg_ent e = *e0;
+    for (uint32_t i = P->needhead[e.v]; i; i = P->needs[i - 1].next) {
+        const need *n = &P->needs[i - 1];
+        ir_id tv;
+        int rc;
+        if (n->step != step || n->g == e.g || reg_find(P, e.kind, e.v, e.mb, n->g))
+            continue;
+        if ((rc = send_tuple(P, e.tv, e.g, n->g, &tv)) != 0)
+            return rc;
+        reg_put(P, e.kind, e.v, e.mb, n->g, tv, &e.pl);
+    }
+    return 0;
+}
+
+/* The registry entry holding input v of program p for microbatch mb on its group. */
+static const reg_ent *
+resolve(pl *P, const prog *p, ir_id v, uint32_t mb)
+{
+    xf_ctx *c = P->c;
+    const ir_module *m = c->m;
+    uint32_t g = p->group, last = c->n[XF_MB] - 1;
+    ir_id d = m->values[v].def;
+    if (d == 0) {
+        if (c->vflags[v] & XF_V_DATA)
+            return reg_find(P, REG_ARG, v, mb, g);
+        if (p->kind == PROG_B && c->s.stash != XFORM_STASH_NONE) {
+            for (uint32_t j = 0; j < p->stash.n; j++)
+                if (p->stash.v[j] == v)
+                    return reg_find(P, REG_STASH, v,
+                                    c->s.stash == XFORM_STASH_2BW ? 0 : mb, g);
+        }
+        if (p->kind != PROG_S) {
+            const reg_ent *e = reg_find(P, REG_GATHERED, v, 0, g);
+            if (e)
+                return e;
+        }
+        return reg_find(P, REG_ARG, v, 0, g);
+    }
+    if (P->prog[P->home[d]].kind == PROG_S)
+        return reg_find(P, REG_STEP, v, 0, g);
+    if (p->kind == PROG_S)
+        return P->isleaf[v] ? reg_find(P, REG_ACC, v, last, g) : reg_find(P, REG_VAL, v, last, g);
+    return reg_find(P, REG_VAL, v, mb, g);
+}
+
+/* Creates a pmap over group g from the finished body; returns the op. */
+static int
+make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id *op)
+{
+    ir_id body = P->body.region;
+    ir_id o = ir_op_add(P->out, P->func, IR_OP_PMAP, nin, inputs,
+                        P->out->regions[body].nresult, NULL, NULL);
+    int64_t *dl = P->tmpdev;
+    int rc;
+    P->out->ops[o].body = body;
+    P->out->regions[body].parent = o;
+    ir_op_set_string(P->out, o, "device_var", "d");
+    for (uint32_t k = 0; k < P->ngdev; k++)
+        dl[k] = P->devs[g * P->ngdev + k];
+    ir_op_set_ints(P->out, o, "devices", P->ngdev, dl);
+    rc = infer_top(P, o);
+    *op = o;
+    return rc;
+}
+
+/* Target placement on the data axis of a leaf for its first once-per-step consumer. */
+static int8_t
+leaf_target(pl *P, ir_id v)
+{
+    xf_ctx *c = P->c;
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        if (c->op[op].phase != XF_PH_STEP)
+            continue;
+        for (uint32_t k = 0; k < o->ninput; k++)
+            if (m->refs[o->inputs + k] == v)
+                return c->req[o->inputs + k].a[XF_DP];
+    }
+    return XF_P; /* a result: reduced in the step program */
+}
+
+/* ---- chunks ---- */
+
+static int
+emit_chunk(pl *P, prog *p, uint32_t mb)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_module *m = c->m;
+    uint32_t g = p->group, last = c->n[XF_MB] - 1, nin = 0;
+    ir_id *inputs, pm;
+    xf_place *opl;
+    uint32_t nres = 0;
+    int rc;
+    inputs = di_xmalloc((p->in.n + p->leaf.n + 1) * sizeof *inputs);
+    opl = di_xmalloc((p->out.n + p->leaf.n + p->stash.n + p->res.n + 1) * sizeof *opl);
+    xf_body_begin(b, P->mesh[g]);
+    b->step = p->kind == PROG_S;
+    for (uint32_t j = 0; j < p->in.n; j++) {
+        ir_id v = p->in.v[j];
+        const reg_ent *e = resolve(P, p, v, mb);
+        if (e == NULL) {
+            di_free(inputs);
+            di_free(opl);
+            return di_error_set(c->err, DI_EINTERNAL,
+                                "%%%s is not available on group %u for microbatch %u",
+                                ir_str_get(m, m->values[v].name), g, mb);
+        }
+        inputs[nin++] = e->tv;
+        xf_body_arg(b, v, &e->pl, NULL);
+    }
+    /* Accumulators of earlier microbatches. */
+    {
+        ir_id *acc_in = di_xmalloc((p->leaf.n + 1) * sizeof *acc_in);
+        xf_place *acc_pl = di_xmalloc((p->leaf.n + 1) * sizeof *acc_pl);
+        for (uint32_t j = 0; j < p->leaf.n && mb > 0; j++) {
+            const reg_ent *e = reg_find(P, REG_ACC, p->leaf.v[j], mb - 1, g);
+            ir_id ty;
+            if (e == NULL) {
+                di_free(acc_in);
+                di_free(acc_pl);
+                di_free(inputs);
+                di_free(opl);
+                return di_error_set(c->err, DI_EINTERNAL, "missing accumulator");
+            }
+            inputs[nin++] = e->tv;
+            ty = xf_local_type(b, p->leaf.v[j], &e->pl, -1);
+            acc_in[j] = ir_region_add_arg(P->out, b->region, ty, NULL);
+            acc_pl[j] = e->pl;
+        }
+        /* The program's ops. */
+        for (uint32_t j = 0; j < p->ops.n; j++) {
+            if ((rc = xf_body_emit(b, p->ops.v[j])) != 0) {
+                di_free(acc_in);
+                di_free(acc_pl);
+                di_free(inputs);
+                di_free(opl);
+                return rc;
+            }
+        }
+        /* Results of the body: outputs, accumulators, stash copies, function results. */
+        for (uint32_t j = 0; j < p->out.n; j++) {
+            xf_local l;
+            if ((rc = xf_body_get(b, p->out.v[j], &l)) != 0)
+                goto fail_acc;
+            ir_region_add_result(P->out, b->region, l.v);
+            opl[nres++] = l.pl;
+        }
+        for (uint32_t j = 0; j < p->leaf.n; j++) {
+            ir_id v = p->leaf.v[j];
+            xf_local l;
+            int8_t tgt = leaf_target(P, v);
+            if ((rc = xf_body_get(b, v, &l)) != 0)
+                goto fail_acc;
+            if (c->s.zero == 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
+                xf_place want = l.pl;
+                want.a[XF_DP] = tgt;
+                if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
+                    goto fail_acc;
+            }
+            if (mb > 0) {
+                ir_id in2[2], op;
+                xf_local prev;
+                prev.v = acc_in[j];
+                prev.pl = acc_pl[j];
+                if (!xf_place_eq(&prev.pl, &l.pl)) {
+                    xf_place want = l.pl;
+                    want.a[XF_MB] = prev.pl.a[XF_MB];
+                    if (!xf_place_eq(&prev.pl, &want)) {
+                        rc = di_error_set(c->err, DI_EINTERNAL, "accumulator placement");
+                        goto fail_acc;
+                    }
+                }
+                in2[0] = prev.v;
+                in2[1] = l.v;
+                op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, NULL, NULL);
+                ir_op_set_string(P->out, op, "dist.phase", "backward");
+                if ((rc = infer_top(P, op)) != 0)
+                    goto fail_acc;
+                l.v = ir_op_output(P->out, op, 0);
+                {
+                    char nm[256];
+                    snprintf(nm, sizeof nm, "%s.acc", ir_str_get(m, m->values[v].name));
+                    P->out->values[l.v].name = ir_str(P->out, nm);
+                }
+            }
+            if (mb == last) {
+                l.pl.a[XF_MB] = XF_R;
+                if (c->s.overlap_grad_reduce && c->s.zero != 2 && tgt != XF_P &&
+                    l.pl.a[XF_DP] != tgt) {
+                    xf_place want = l.pl;
+                    want.a[XF_DP] = tgt;
+                    b->step = 1; /* the microbatch sum is complete */
+                    rc = xf_body_convert(b, v, &l, &want, &l);
+                    b->step = 0;
+                    if (rc != 0)
+                        goto fail_acc;
+                }
+            }
+            ir_region_add_result(P->out, b->region, l.v);
+            opl[nres++] = l.pl;
+        }
+        if (p->kind == PROG_F && (c->s.stash == XFORM_STASH_PIPEDREAM ||
+                                  (c->s.stash == XFORM_STASH_2BW && mb == 0))) {
+            for (uint32_t j = 0; j < p->stash.n; j++) {
+                ir_id v = p->stash.v[j], op;
+                xf_local l;
+                if ((rc = xf_body_get(b, v, &l)) != 0)
+                    goto fail_acc;
+                op = ir_op_add(P->out, b->region, IR_OP_CAST, 1, &l.v, 1, NULL, NULL);
+                ir_op_set_int(P->out, op, "to",
+                              xform_onnx_dtype((ir_dtype)m->types[m->values[v].type].dtype));
+                ir_op_set_string(P->out, op, "dist.mem", "stashed");
+                if ((rc = infer_top(P, op)) != 0)
+                    goto fail_acc;
+                {
+                    char nm[256];
+                    snprintf(nm, sizeof nm, "%s.stash", ir_str_get(m, m->values[v].name));
+                    P->out->values[ir_op_output(P->out, op, 0)].name = ir_str(P->out, nm);
+                }
+                ir_region_add_result(P->out, b->region, ir_op_output(P->out, op, 0));
+                opl[nres++] = l.pl;
+            }
+        }
+        for (uint32_t j = 0; j < p->res.n; j++) {
+            uint32_t r = p->res.v[j];
+            ir_id v = m->regions[c->func].results[r];
+            xf_local l;
+            xf_place want = c->rreq[r];
+            if (p->kind != PROG_S && want.a[XF_MB] == XF_R && c->n[XF_MB] > 1 && mb != last)
+                continue; /* a per-step result: from the last microbatch */
+            if ((rc = xf_body_get(b, v, &l)) != 0)
+                goto fail_acc;
+            if (p->kind == PROG_S)
+                want.a[XF_MB] = XF_R;
+            if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
+                goto fail_acc;
+            ir_region_add_result(P->out, b->region, l.v);
+            opl[nres++] = l.pl;
+        }
+        if ((rc = make_pmap(P, g, inputs, nin, &pm)) != 0)
+            goto fail_acc;
+        di_free(acc_in);
+        di_free(acc_pl);
+        goto emitted;
+    fail_acc:
+        di_free(acc_in);
+        di_free(acc_pl);
+        di_free(inputs);
+        di_free(opl);
+        return rc;
+    }
+emitted:
+    /* Register the results and send them where they are needed. */
+    {
+        uint32_t k = 0;
+        for (uint32_t j = 0; j < p->out.n; j++, k++) {
+            ir_id v = p->out.v[j];
+            uint32_t kind = p->kind == PROG_S ? REG_STEP : REG_VAL;
+            uint32_t key_mb = p->kind == PROG_S ? 0 : mb;
+            reg_put(P, kind, v, key_mb, g, ir_op_output(P->out, pm, k), &opl[k]);
+            if ((rc = send_needs(P, reg_find(P, kind, v, key_mb, g), 0)) != 0)
+                goto done;
+            if (p->kind == PROG_S || mb == last) {
+                if ((rc = send_needs(P, reg_find(P, kind, v, key_mb, g), 1)) != 0)
+                    goto done;
+            }
+        }
+        for (uint32_t j = 0; j < p->leaf.n; j++, k++) {
+            ir_id v = p->leaf.v[j];
+            reg_put(P, REG_ACC, v, mb, g, ir_op_output(P->out, pm, k), &opl[k]);
+            if (mb == last && (rc = send_needs(P, reg_find(P, REG_ACC, v, mb, g), 1)) != 0)
+                goto done;
+        }
+        if (p->kind == PROG_F && (c->s.stash == XFORM_STASH_PIPEDREAM ||
+                                  (c->s.stash == XFORM_STASH_2BW && mb == 0))) {
+            for (uint32_t j = 0; j < p->stash.n; j++, k++)
+                reg_put(P, REG_STASH, p->stash.v[j], mb, g, ir_op_output(P->out, pm, k), &opl[k]);
+        }
+        for (uint32_t j = 0; j < p->res.n; j++) {
+            uint32_t r = p->res.v[j];
+            int per_mb = p->kind != PROG_S && c->rreq[r].a[XF_MB] != XF_R && c->n[XF_MB] > 1;
+            if (p->kind != PROG_S && !per_mb && c->n[XF_MB] > 1 && mb != last)
+                continue;
+            layout_result(P, r, per_mb ? mb : 0, g, &opl[k], ir_op_output(P->out, pm, k));
+            k++;
+        }
+    }
+    rc = 0;
+done:
+    di_free(inputs);
+    di_free(opl);
+    return rc;
+}
+
+/* ZeRO-1/2: one pmap per group gathering the sharded weights the chunks use. */
+static int
+emit_gathers(pl *P, uint32_t g)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    idlist ws = {0};
+    ir_id *inputs, pm;
+    xf_place *pls;
+    int rc = 0;
+    P->markgen++;
+    for (uint32_t pi = 0; pi < 2 * c->K; pi++) {
+        const prog *p = &P->prog[pi];
+        if (p->group != g)
+            continue;
+        for (uint32_t j = 0; j < p->in.n; j++) {
+            ir_id v = p->in.v[j];
+            if (!(c->vflags[v] & XF_V_WEIGHT) || c->place[v].a[XF_DP] == XF_R ||
+                P->mark[v] == P->markgen)
+                continue;
+            P->mark[v] = P->markgen;
+            idl_push(&ws, v);
+        }
+    }
+    if (ws.n == 0)
+        return 0;
+    inputs = di_xmalloc(ws.n * sizeof *inputs);
+    pls = di_xmalloc(ws.n * sizeof *pls);
+    xf_body_begin(b, P->mesh[g]);
+    for (uint32_t j = 0; j < ws.n && rc == 0; j++) {
+        ir_id v = ws.v[j];
+        const reg_ent *e = reg_find(P, REG_ARG, v, 0, g);
+        xf_local l, o;
+        xf_place want;
+        ir_id a;
+        if (e == NULL) {
+            rc = di_error_set(c->err, DI_EINTERNAL, "weight not given to group %u", g);
+            break;
+        }
+        inputs[j] = e->tv;
+        a = xf_body_arg(b, v, &e->pl, NULL);
+        l.v = a;
+        l.pl = e->pl;
+        want = e->pl;
+        want.a[XF_DP] = XF_R;
+        if ((rc = xf_body_convert(b, v, &l, &want, &o)) != 0)
+            break;
+        if (P->out->values[o.v].def)
+            ir_op_set_string(P->out, P->out->values[o.v].def, "dist.mem", "weights");
+        ir_region_add_result(P->out, b->region, o.v);
+        pls[j] = o.pl;
+    }
+    if (rc == 0 && (rc = make_pmap(P, g, inputs, ws.n, &pm)) == 0)
+        for (uint32_t j = 0; j < ws.n; j++)
+            reg_put(P, REG_GATHERED, ws.v[j], 0, g, ir_op_output(P->out, pm, j), &pls[j]);
+    di_free(inputs);
+    di_free(pls);
+    di_free(ws.v);
+    return rc;
+}
+
+/* ---- arguments ---- */
+
+static int
+emit_args(pl *P)
+{
+    xf_ctx *c = P->c;
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    uint8_t *needg = di_xcalloc((size_t)fr->narg * c->pp + 1, 1);
+    for (uint32_t pi = 0; pi < P->nprog; pi++) {
+        const prog *p = &P->prog[pi];
+        for (uint32_t j = 0; j < p->in.n; j++) {
+            ir_id v = p->in.v[j];
+            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_ARG))
+                needg[(size_t)m->values[v].index * c->pp + p->group] = 1;
+        }
+    }
+    for (uint32_t r = 0; r < fr->nresult; r++) {
+        ir_id v = fr->results[r];
+        if (m->values[v].def == 0) {
+            int any = 0;
+            for (uint32_t g = 0; g < c->pp; g++)
+                any |= needg[(size_t)m->values[v].index * c->pp + g];
+            if (!any)
+                needg[(size_t)m->values[v].index * c->pp] = 1;
+        }
+    }
+    for (uint32_t a = 0; a < fr->narg; a++) {
+        ir_id v = fr->args[a];
+        int data = (c->vflags[v] & XF_V_DATA) != 0;
+        for (uint32_t g = 0; g < c->pp; g++) {
+            if (!needg[(size_t)a * c->pp + g])
+                continue;
+            for (uint32_t mb = 0; mb < (data ? c->n[XF_MB] : 1); mb++) {
+                ir_id ty = tuple_type(P, v, &c->place[v], g), av;
+                char nm[256];
+                if (data && c->n[XF_MB] > 1)
+                    snprintf(nm, sizeof nm, "%s.mb%u", ir_str_get(m, m->values[v].name), mb);
+                else
+                    snprintf(nm, sizeof nm, "%s", ir_str_get(m, m->values[v].name));
+                if (c->pp > 1) {
+                    size_t len = strlen(nm);
+                    snprintf(nm + len, sizeof nm - len, ".g%u", g);
+                }
+                av = ir_region_add_arg(P->out, P->func, ty, nm);
+                reg_put(P, REG_ARG, v, mb, g, av, &c->place[v]);
+                layout_arg(P, a, mb, g, &c->place[v]);
+            }
+        }
+    }
+    di_free(needg);
+    return 0;
+}
+
+/* Results that are arguments or constants, in the step program of group 0 or from the args. */
+static int
+emit_plain_results(pl *P)
+{
+    xf_ctx *c = P->c;
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    for (uint32_t r = 0; r < fr->nresult; r++) {
+        ir_id v = fr->results[r];
+        if (m->values[v].def == 0) {
+            for (uint32_t g = 0; g < c->pp; g++) {
+                const reg_ent *e = reg_find(P, REG_ARG, v, 0, g);
+                if (e) {
+                    layout_result(P, r, 0, g, &e->pl, e->tv);
+                    break;
+                }
+            }
+        } else if (c->vflags[v] & XF_V_CONST) {
+            /* A constant result: a pmap on group 0 that makes it. */
+            xf_body *b = &P->body;
+            xf_local l;
+            ir_id pm;
+            int rc;
+            xf_body_begin(b, P->mesh[0]);
+            if ((rc = xf_body_get(b, v, &l)) != 0)
+                return rc;
+            ir_region_add_result(P->out, b->region, l.v);
+            if ((rc = make_pmap(P, 0, NULL, 0, &pm)) != 0)
+                return rc;
+            layout_result(P, r, 0, 0, &l.pl, ir_op_output(P->out, pm, 0));
+        }
+    }
+    return 0;
+}
+
+/* The layout's result pieces in function-result order (chunks emit them as they go). */
+static void
+sort_results(pl *P)
+{
+    xform_layout *l = P->lay;
+    ir_region *fr = &P->out->regions[P->func];
+    uint32_t n = l->nresults;
+    uint32_t *idx = di_xmalloc((n ? n : 1) * sizeof *idx);
+    xform_piece *pc = di_xmalloc((n ? n : 1) * sizeof *pc);
+    ir_id *rv = di_xmalloc((n ? n : 1) * sizeof *rv);
+    /* Stable counting by (index, microbatch): insertion sort is fine for results. */
+    for (uint32_t i = 0; i < n; i++)
+        idx[i] = i;
+    for (uint32_t i = 1; i < n; i++) {
+        uint32_t x = idx[i], j = i;
+        while (j > 0 && (l->results[idx[j - 1]].index > l->results[x].index ||
+                         (l->results[idx[j - 1]].index == l->results[x].index &&
+                          l->results[idx[j - 1]].microbatch > l->results[x].microbatch))) {
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        idx[j] = x;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        pc[i] = l->results[idx[i]];
+        rv[i] = fr->results[idx[i]];
+    }
+    memcpy(l->results, pc, n * sizeof *pc);
+    memcpy(fr->results, rv, n * sizeof *rv);
+    di_free(idx);
+    di_free(pc);
+    di_free(rv);
+}
+
+int
+xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
+{
+    pl P;
+    const ir_module *m = c->m;
+    xf_event *ev = NULL;
+    uint32_t nev = 0;
+    int rc;
+    memset(&P, 0, sizeof P);
+    P.c = c;
+    P.out = ir_module_new();
+    P.ngdev = c->n[XF_DP] * c->n[XF_TP];
+    P.lay = di_xcalloc(1, sizeof *P.lay);
+    P.lay->size[XF_MB] = c->n[XF_MB];
+    P.lay->size[XF_DP] = c->n[XF_DP];
+    P.lay->size[XF_TP] = c->n[XF_TP];
+    P.lay->ngroup = c->pp;
+    P.mark = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.mark);
+    P.needhead = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.needhead);
+    P.isleaf = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    P.isout = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    P.devs = di_xmalloc((size_t)c->pp * P.ngdev * sizeof *P.devs);
+    P.tmp = di_xmalloc(P.ngdev * sizeof *P.tmp);
+    P.tmpdev = di_xmalloc(P.ngdev * sizeof *P.tmpdev);
+    P.mesh = di_xmalloc(c->pp * sizeof *P.mesh);
+    for (uint32_t g = 0; g < c->pp; g++) {
+        int64_t shape[2] = {c->n[XF_DP], c->n[XF_TP]};
+        int64_t *ids = di_xmalloc(P.ngdev * sizeof *ids);
+        char name[32];
+        for (uint32_t d = 0; d < c->n[XF_DP]; d++)
+            for (uint32_t t = 0; t < c->n[XF_TP]; t++) {
+                int32_t dev = xf_device(c, g, d, t);
+                P.devs[g * P.ngdev + d * c->n[XF_TP] + t] = dev;
+                ids[d * c->n[XF_TP] + t] = dev;
+            }
+        snprintf(name, sizeof name, "stage%u", g);
+        P.mesh[g] = ir_mesh_add(P.out, name, 2, shape, ids);
+        di_free(ids);
+    }
+    P.lay->devices = di_xmalloc((size_t)c->pp * P.ngdev * sizeof *P.lay->devices);
+    memcpy(P.lay->devices, P.devs, (size_t)c->pp * P.ngdev * sizeof *P.devs);
+    P.func = ir_func_new(P.out, ir_str_get(m, m->regions[c->func].name));
+    xf_body_tables_init(&P.body, c, P.out);
+
+    if ((rc = assign_stages(c)) != 0 || (rc = build_programs(&P)) != 0 ||
+        (rc = emit_args(&P)) != 0 || (rc = xf_schedule(c, &ev, &nev)) != 0)
+        goto fail;
+    if (c->s.zero == 1 || c->s.zero == 2)
+        for (uint32_t g = 0; g < c->pp; g++)
+            if ((rc = emit_gathers(&P, g)) != 0)
+                goto fail;
+    for (uint32_t i = 0; i < nev; i++) {
+        prog *p = prog_of(&P, ev[i].kind == XF_EV_F ? PROG_F : PROG_B, ev[i].stage);
+        if (p->ops.n == 0 && p->leaf.n == 0 && p->out.n == 0 && p->res.n == 0 &&
+            p->stash.n == 0)
+            continue;
+        if ((rc = emit_chunk(&P, p, ev[i].mb)) != 0)
+            goto fail;
+    }
+    /* Once-per-step programs, each after the step programs it reads from. */
+    {
+        uint8_t *done = di_xcalloc(c->pp, 1);
+        uint32_t left = c->pp;
+        while (left > 0 && rc == 0) {
+            uint32_t progress = 0;
+            for (uint32_t g = 0; g < c->pp && rc == 0; g++) {
+                prog *p = prog_of(&P, PROG_S, g);
+                int ready = 1;
+                if (done[g])
+                    continue;
+                for (uint32_t j = 0; j < p->in.n && ready; j++)
+                    ready = resolve(&P, p, p->in.v[j], c->n[XF_MB] - 1) != NULL;
+                if (!ready)
+                    continue;
+                if (p->ops.n || p->res.n || p->out.n)
+                    rc = emit_chunk(&P, p, c->n[XF_MB] - 1);
+                done[g] = 1;
+                left--;
+                progress++;
+            }
+            if (progress == 0 && rc == 0)
+                rc = di_error_set(c->err, DI_EINTERNAL,
+                                  "the once-per-step programs depend on each other in a cycle");
+        }
+        di_free(done);
+        if (rc)
+            goto fail;
+    }
+    if ((rc = emit_plain_results(&P)) != 0)
+        goto fail;
+    sort_results(&P);
+    di_free(ev);
+    xf_body_tables_fini(&P.body);
+    for (uint32_t i = 0; i < P.nprog; i++) {
+        prog *p = &P.prog[i];
+        di_free(p->ops.v);
+        di_free(p->in.v);
+        di_free(p->out.v);
+        di_free(p->leaf.v);
+        di_free(p->stash.v);
+        di_free(p->res.v);
+    }
+    di_free(P.prog);
+    di_free(P.home);
+    di_free(P.mark);
+    di_free(P.needs);
+    di_free(P.needhead);
+    di_free(P.isleaf);
+    di_free(P.isout);
+    di_free(P.reg);
+    di_free(P.devs);
+    di_free(P.mesh);
+    di_free(P.tmp);
+    di_free(P.tmpdev);
+    *outp = P.out;
+    if (layp)
+        *layp = P.lay;
+    else
+        xform_layout_free(P.lay);
+    return 0;
+fail:
+    di_free(ev);
+    xf_body_tables_fini(&P.body);
+    if (P.prog)
+        for (uint32_t i = 0; i < P.nprog; i++) {
+            prog *p = &P.prog[i];
+            di_free(p->ops.v);
+            di_free(p->in.v);
+            di_free(p->out.v);
+            di_free(p->leaf.v);
+            di_free(p->stash.v);
+            di_free(p->res.v);
+        }
+    di_free(P.prog);
+    di_free(P.home);
+    di_free(P.mark);
+    di_free(P.needs);
+    di_free(P.needhead);
+    di_free(P.isleaf);
+    di_free(P.isout);
+    di_free(P.reg);
+    di_free(P.devs);
+    di_free(P.mesh);
+    di_free(P.tmp);
+    di_free(P.tmpdev);
+    xform_layout_free(P.lay);
+    ir_module_free(P.out);
+    return rc;
+}
+
+/* ---- the public entry points ---- */
+
+void
+xform_layout_free(xform_layout *l)
+{
+    if (l == NULL)
+        return;
+    di_free(l->devices);
+    di_free(l->args);
+    di_free(l->results);
+    di_free(l);
+}
+
+int
+xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw,
+                   ir_module **out, xform_layout **layout, di_error *err)
+{
+    xf_ctx c;
+    int rc;
+    *out = NULL;
+    if (layout)
+        *layout = NULL;
+    if ((rc = xf_ctx_init(&c, m, s, hw, err)) != 0)
+        return rc;
+    c.place = di_xmalloc((c.m->nvalue ? c.m->nvalue : 1) * sizeof *c.place);
+    memset(c.place, XF_R, (c.m->nvalue ? c.m->nvalue : 1) * sizeof *c.place);
+    if ((rc = xf_annotate_tp(&c)) != 0 || (rc = xf_annotate_dp(&c)) != 0 ||
+        (rc = xf_propagate(&c)) != 0 || (rc = xf_pipeline_build(&c, out, layout)) != 0) {
+        xf_ctx_fini(&c);
+        return rc;
+    }
+    xf_ctx_fini(&c);
+    return 0;
+}
+
+int
+xform_apply(const ir_module *m, const xform_strategy *s, const hw_model *hw, ir_module **out,
+            di_error *err)
+{
+    return xform_apply_layout(m, s, hw, out, NULL, err);
+}

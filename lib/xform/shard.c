@@ -1,0 +1,915 @@
+/*
+ * shard.c: sharding propagation over a sequential training step on the
+ * extended mesh [microbatch, dp, tp] (DESIGN.md section 4).
+ *
+ * Every op kind has one rule (the table `rules` below) that describes the
+ * op as factors, in the manner of GSPMD and Shardy: each dimension of each
+ * operand maps to a factor of the op's iteration space or to none (a
+ * broadcast dimension, or one the op cannot split). Splitting a factor on a
+ * mesh axis splits every operand dimension that maps to it; an output that
+ * lacks the factor becomes a partial sum (P) when the op sums over it
+ * (MatMul's K, MatMulGrad's batch for the weight gradient, ReduceSumTo), a
+ * partial sum scaled by 1/n when it is the mean of a loss, and the factor
+ * cannot be split at all otherwise (a softmax axis, a layer norm's
+ * normalized dimensions, a concatenation axis, a vocabulary).
+ *
+ * Propagation visits ops in order and decides, per mesh axis independently,
+ * one factor to split (or none):
+ *   - a partial-sum input passes through only ops that are linear in it and
+ *     cheap to run on partials (Add of two partials, views, ReduceSumTo,
+ *     Concat, Split, Mul by a non-partial): Add(P, P) = P, but Relu(P) or
+ *     Add(P, R) needs the reduction first;
+ *   - on the microbatch and data axes the op follows the split of its batch
+ *     data inputs (so weight gradients come out as partial sums: the
+ *     data-parallel gradient reduction and the microbatch accumulation);
+ *   - on the tensor axis a sequence-parallel hint (dist.seq) comes first,
+ *     then the split of a weight (Megatron's column and row layouts), then a
+ *     split of an activation unless following it would create a partial sum.
+ * The inputs' required placements and the outputs' placements follow from
+ * the chosen factor; where an input's placement differs from what the op
+ * needs, lowering inserts the resharding collective.
+ */
+#include "xform/xform_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define XF_MAXF 40
+#define XF_MAXO 16
+
+enum { F_FREE = 0, F_SUM, F_MEAN, F_MEANG, F_WHOLE };
+enum { LIN_NONE = 0, LIN_ALL, LIN_FIRST, LIN_ONE };
+
+typedef struct rule {
+    uint32_t nf;
+    uint8_t kind[XF_MAXF];
+    uint8_t explicit_kind[XF_MAXF];
+    uint32_t nin, nout;
+    uint8_t rank[XF_MAXO];
+    const int64_t *dims[XF_MAXO];
+    int8_t map[XF_MAXO][IR_MAX_RANK];
+    uint8_t sums;    /* a factor missing from an output is summed over */
+    uint8_t lin;     /* LIN_*: partial sums that pass through */
+    int8_t scale_in; /* for F_MEANG: the input that takes the scale */
+} rule;
+
+typedef int (*rule_fn)(const ir_module *m, ir_id op, rule *r);
+
+static int
+newf(rule *r, int kind)
+{
+    if (r->nf >= XF_MAXF)
+        return -1;
+    r->kind[r->nf] = (uint8_t)kind;
+    r->explicit_kind[r->nf] = kind != F_FREE;
+    return (int)r->nf++;
+}
+
+static void
+setf(rule *r, int f, int kind)
+{
+    if (f >= 0) {
+        r->kind[f] = (uint8_t)kind;
+        r->explicit_kind[f] = 1;
+    }
+}
+
+/* ---- builders ---- */
+
+/* Elementwise with numpy broadcasting: one factor per dimension of result 0. */
+static int
+r_elemwise(const ir_module *m, ir_id op, rule *r)
+{
+    uint32_t ro = r->rank[r->nin];
+    int f[IR_MAX_RANK];
+    (void)m;
+    (void)op;
+    for (uint32_t d = 0; d < ro; d++)
+        f[d] = r->dims[r->nin][d] > 1 ? newf(r, F_FREE) : -1;
+    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+        uint32_t rk = r->rank[k];
+        if (rk > ro)
+            return -1;
+        for (uint32_t d = 0; d < rk; d++) {
+            uint32_t od = d + ro - rk;
+            r->map[k][d] = (int8_t)(r->dims[k][d] == r->dims[r->nin][od] ? f[od] : -1);
+        }
+    }
+    return 0;
+}
+
+/* The factors of a (possibly batched) matmul a[.., M, K] x b[.., K, N] -> y[.., M, N]. */
+static int
+matmul_factors(rule *r, uint32_t ia, uint32_t ib, uint32_t iy, int8_t *ma, int8_t *mb, int8_t *my)
+{
+    uint32_t ra = r->rank[ia], rb = r->rank[ib], ry = r->rank[iy];
+    uint32_t nbatch;
+    int fm = -1, fn = -1, fk;
+    if (ra == 0 || rb == 0)
+        return -1;
+    if (ry < (uint32_t)(ra > 1) + (uint32_t)(rb > 1))
+        return -1;
+    nbatch = ry - (uint32_t)(ra > 1) - (uint32_t)(rb > 1);
+    for (uint32_t d = 0; d < nbatch; d++)
+        my[d] = (int8_t)(r->dims[iy][d] > 1 ? newf(r, F_FREE) : -1);
+    if (ra > 1)
+        fm = newf(r, F_FREE), my[nbatch] = (int8_t)fm;
+    if (rb > 1)
+        fn = newf(r, F_FREE), my[ry - 1] = (int8_t)fn;
+    fk = newf(r, F_FREE);
+    if (fk < 0)
+        return -1;
+    if (ra == 1) {
+        ma[0] = (int8_t)fk;
+    } else {
+        uint32_t ab = ra - 2;
+        ma[ra - 2] = (int8_t)fm;
+        ma[ra - 1] = (int8_t)fk;
+        for (uint32_t d = 0; d < ab; d++) {
+            int64_t yd = d + nbatch >= ab ? (int64_t)(d + nbatch - ab) : -1;
+            ma[d] = (int8_t)(yd >= 0 && r->dims[ia][d] == r->dims[iy][yd] ? my[yd] : -1);
+        }
+    }
+    if (rb == 1) {
+        mb[0] = (int8_t)fk;
+    } else {
+        uint32_t bb = rb - 2;
+        mb[rb - 2] = (int8_t)fk;
+        mb[rb - 1] = (int8_t)fn;
+        for (uint32_t d = 0; d < bb; d++) {
+            int64_t yd = d + nbatch >= bb ? (int64_t)(d + nbatch - bb) : -1;
+            mb[d] = (int8_t)(yd >= 0 && r->dims[ib][d] == r->dims[iy][yd] ? my[yd] : -1);
+        }
+    }
+    return 0;
+}
+
+static int
+r_matmul(const ir_module *m, ir_id op, rule *r)
+{
+    (void)m;
+    (void)op;
+    r->sums = 1;
+    return matmul_factors(r, 0, 1, 2, r->map[0], r->map[1], r->map[2]);
+}
+
+/* MatMulGrad(a, b, dy) -> (da, db): the matmul's factors; each output sums what it lacks. */
+static int
+r_matmulgrad(const ir_module *m, ir_id op, rule *r)
+{
+    (void)m;
+    (void)op;
+    r->sums = 1;
+    if (matmul_factors(r, 0, 1, 2, r->map[0], r->map[1], r->map[2]) != 0)
+        return -1;
+    memcpy(r->map[3], r->map[0], sizeof r->map[0]);
+    memcpy(r->map[4], r->map[1], sizeof r->map[1]);
+    return 0;
+}
+
+static int
+r_gemm(const ir_module *m, ir_id op, rule *r)
+{
+    int ta = ir_op_int(m, op, "transA", 0) != 0, tb = ir_op_int(m, op, "transB", 0) != 0;
+    int fm, fn, fk;
+    uint32_t iy = r->nin;
+    if (r->rank[0] != 2 || r->rank[1] != 2 || r->rank[iy] != 2)
+        return -1;
+    r->sums = 1;
+    fm = newf(r, F_FREE);
+    fn = newf(r, F_FREE);
+    fk = newf(r, F_FREE);
+    r->map[0][ta ? 1 : 0] = (int8_t)fm;
+    r->map[0][ta ? 0 : 1] = (int8_t)fk;
+    r->map[1][tb ? 1 : 0] = (int8_t)fk;
+    r->map[1][tb ? 0 : 1] = (int8_t)fn;
+    r->map[iy][0] = (int8_t)fm;
+    r->map[iy][1] = (int8_t)fn;
+    if (r->nin == 3) {
+        uint32_t rc = r->rank[2];
+        int f2[2] = {fm, fn};
+        for (uint32_t d = 0; d < rc; d++)
+            r->map[2][d] = (int8_t)(r->dims[2][d] == r->dims[iy][d + 2 - rc] ? f2[d + 2 - rc] : -1);
+        r->lin = LIN_NONE;
+    }
+    return 0;
+}
+
+/* Same shape everywhere; one axis (attribute "axis", default -1 or 0) cannot split. */
+static int
+identity_axis(const ir_module *m, ir_id op, rule *r, int64_t dflt)
+{
+    int64_t axis;
+    uint32_t ro = r->rank[r->nin];
+    if (r_elemwise(m, op, r) != 0)
+        return -1;
+    axis = ir_op_int(m, op, "axis", dflt);
+    if (axis < 0)
+        axis += ro;
+    if (axis >= 0 && (uint32_t)axis < ro && r->map[r->nin][axis] >= 0)
+        setf(r, r->map[r->nin][axis], F_WHOLE);
+    return 0;
+}
+
+static int
+r_softmax(const ir_module *m, ir_id op, rule *r)
+{
+    return identity_axis(m, op, r, -1);
+}
+
+static int
+r_concat_split(const ir_module *m, ir_id op, rule *r)
+{
+    /* Concat and Split: every operand has the rank of the result; the axis stays whole. */
+    uint32_t ro = r->rank[r->nin];
+    int f[IR_MAX_RANK];
+    int64_t axis = ir_op_int(m, op, "axis", 0);
+    if (axis < 0)
+        axis += ro;
+    for (uint32_t d = 0; d < ro; d++)
+        f[d] = (int64_t)d == axis ? -1 : newf(r, F_FREE);
+    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+        if (r->rank[k] != ro)
+            return -1;
+        for (uint32_t d = 0; d < ro; d++)
+            r->map[k][d] = (int8_t)f[d];
+    }
+    return 0;
+}
+
+static int
+r_slice(const ir_module *m, ir_id op, rule *r)
+{
+    uint32_t n, ro = r->rank[1];
+    const int64_t *axes = ir_op_ints(m, op, "axes", &n);
+    const int64_t *starts = ir_op_ints(m, op, "starts", &n);
+    if (r_elemwise(m, op, r) != 0)
+        return -1;
+    if (axes == NULL) {
+        for (uint32_t d = 0; d < n && d < ro; d++)
+            if (r->map[1][d] >= 0)
+                setf(r, r->map[1][d], F_WHOLE);
+        return 0;
+    }
+    (void)starts;
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + ro : axes[i];
+        if (a >= 0 && (uint32_t)a < ro && r->map[1][a] >= 0)
+            setf(r, r->map[1][a], F_WHOLE);
+    }
+    /* A sliced dimension differs in size: r_elemwise left it unmapped on the input. */
+    return 0;
+}
+
+static int
+r_layernorm(const ir_module *m, ir_id op, rule *r)
+{
+    /* LayerNormalization(x, scale[, bias]) -> y[, mean, inv_std_dev]. */
+    uint32_t rx = r->rank[0];
+    int64_t axis = ir_op_int(m, op, "axis", -1);
+    int f[IR_MAX_RANK];
+    if (axis < 0)
+        axis += rx;
+    if (axis < 0 || (uint32_t)axis > rx)
+        return -1;
+    for (uint32_t d = 0; d < rx; d++)
+        f[d] = newf(r, (int64_t)d >= axis ? F_WHOLE : F_FREE);
+    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+        uint32_t rk = r->rank[k];
+        int is_param = k > 0 && k < r->nin;
+        int is_stat = k > r->nin;
+        for (uint32_t d = 0; d < rk; d++) {
+            if (is_param)
+                r->map[k][d] = (int8_t)(d + axis < rx ? f[d + axis] : -1);
+            else if (is_stat)
+                r->map[k][d] = (int8_t)((int64_t)d < axis ? f[d] : -1);
+            else
+                r->map[k][d] = (int8_t)(d < rx ? f[d] : -1);
+        }
+    }
+    return 0;
+}
+
+static int
+r_layernormgrad(const ir_module *m, ir_id op, rule *r)
+{
+    /* (dy, x, scale[, mean, inv_std_dev]) -> dx[, dscale, dbias]. */
+    uint32_t rx = r->rank[1];
+    int64_t axis = ir_op_int(m, op, "axis", -1);
+    int f[IR_MAX_RANK];
+    if (axis < 0)
+        axis += rx;
+    if (axis < 0 || (uint32_t)axis > rx)
+        return -1;
+    r->sums = 1;
+    for (uint32_t d = 0; d < rx; d++)
+        f[d] = newf(r, (int64_t)d >= axis ? F_WHOLE : F_FREE);
+    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+        uint32_t rk = r->rank[k];
+        int is_param = k == 2 || k > r->nin;
+        int is_stat = k == 3 || k == 4;
+        if (k >= r->nin)
+            is_stat = 0;
+        for (uint32_t d = 0; d < rk; d++) {
+            if (is_stat)
+                r->map[k][d] = (int8_t)((int64_t)d < axis ? f[d] : -1);
+            else if (is_param)
+                r->map[k][d] = (int8_t)(d + axis < rx ? f[d + axis] : -1);
+            else
+                r->map[k][d] = (int8_t)(d < rx ? f[d] : -1);
+        }
+    }
+    return 0;
+}
+
+/* Reshape: dimensions grouped into blocks of equal products; a block's leading dims share. */
+static int
+r_reshape(const ir_module *m, ir_id op, rule *r)
+{
+    const int64_t *a = r->dims[0], *b = r->dims[1];
+    uint32_t ra = r->rank[0], rb = r->rank[1], i = 0, j = 0;
+    (void)m;
+    (void)op;
+    while (i < ra || j < rb) {
+        int64_t pa, pb;
+        uint32_t i0, j0;
+        while (i < ra && a[i] == 1)
+            i++;
+        while (j < rb && b[j] == 1)
+            j++;
+        if (i >= ra || j >= rb)
+            break;
+        i0 = i;
+        j0 = j;
+        pa = a[i++];
+        pb = b[j++];
+        while (pa != pb) {
+            if (pa < pb) {
+                if (i >= ra)
+                    return -1;
+                pa *= a[i++];
+            } else {
+                if (j >= rb)
+                    return -1;
+                pb *= b[j++];
+            }
+        }
+        {
+            int f = newf(r, F_FREE);
+            if (f < 0)
+                return -1;
+            r->map[0][i0] = (int8_t)f;
+            r->map[1][j0] = (int8_t)f;
+        }
+    }
+    return 0;
+}
+
+static int
+r_transpose(const ir_module *m, ir_id op, rule *r)
+{
+    uint32_t n, ro = r->rank[1];
+    const int64_t *perm = ir_op_ints(m, op, "perm", &n);
+    for (uint32_t d = 0; d < ro; d++) {
+        int64_t src = perm ? (d < n ? perm[d] : -1) : (int64_t)(ro - 1 - d);
+        int f;
+        if (src < 0 || (uint32_t)src >= r->rank[0])
+            return -1;
+        f = newf(r, F_FREE);
+        r->map[1][d] = (int8_t)f;
+        r->map[0][src] = (int8_t)f;
+    }
+    return 0;
+}
+
+/* Unsqueeze/Squeeze: the dimensions that are not inserted or removed map in order. */
+static int
+r_squeeze_like(const ir_module *m, ir_id op, rule *r)
+{
+    uint32_t ri = r->rank[0], ro = r->rank[1], i = 0, j = 0;
+    (void)m;
+    (void)op;
+    while (i < ri && j < ro) {
+        if (r->dims[0][i] == r->dims[1][j] && r->dims[0][i] != 1) {
+            int f = newf(r, F_FREE);
+            r->map[0][i++] = (int8_t)f;
+            r->map[1][j++] = (int8_t)f;
+        } else if (r->dims[0][i] == 1) {
+            i++;
+        } else if (r->dims[1][j] == 1) {
+            j++;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+r_gather(const ir_module *m, ir_id op, rule *r)
+{
+    /* Gather(data, idx): out = data[:axis] + idx + data[axis+1:]. */
+    uint32_t rd = r->rank[0], ri = r->rank[1], ro = r->rank[2];
+    int64_t axis = ir_op_int(m, op, "axis", 0);
+    if (axis < 0)
+        axis += rd;
+    if (axis < 0 || (uint32_t)axis >= rd || ro != rd - 1 + ri)
+        return -1;
+    for (uint32_t d = 0; d < ro; d++) {
+        int f = newf(r, F_FREE);
+        r->map[2][d] = (int8_t)f;
+        if ((int64_t)d < axis)
+            r->map[0][d] = (int8_t)f;
+        else if (d < axis + ri)
+            r->map[1][d - axis] = (int8_t)f;
+        else
+            r->map[0][d - ri + 1] = (int8_t)f;
+    }
+    r->map[0][axis] = (int8_t)newf(r, F_WHOLE);
+    return 0;
+}
+
+static int
+r_gathergrad(const ir_module *m, ir_id op, rule *r)
+{
+    /* GatherGrad(idx, dy) -> [shape]: dy = shape[:axis] + idx + shape[axis+1:]. */
+    uint32_t ri = r->rank[0], rdy = r->rank[1], ro = r->rank[2];
+    int64_t axis = ir_op_int(m, op, "axis", 0);
+    if (axis < 0)
+        axis += ro;
+    if (axis < 0 || (uint32_t)axis >= ro || rdy != ro - 1 + ri)
+        return -1;
+    r->sums = 1;
+    for (uint32_t d = 0; d < ri; d++) {
+        int f = newf(r, F_FREE);
+        r->map[0][d] = (int8_t)f;
+        r->map[1][axis + d] = (int8_t)f;
+    }
+    for (uint32_t d = 0; d < ro; d++) {
+        int f = newf(r, (int64_t)d == axis ? F_WHOLE : F_FREE);
+        r->map[2][d] = (int8_t)f;
+        if ((int64_t)d < axis)
+            r->map[1][d] = (int8_t)f;
+        else if ((int64_t)d > axis)
+            r->map[1][d - 1 + ri] = (int8_t)f;
+    }
+    return 0;
+}
+
+static int
+r_reducesumto(const ir_module *m, ir_id op, rule *r)
+{
+    uint32_t ri = r->rank[0], ro = r->rank[1];
+    (void)m;
+    (void)op;
+    if (ro > ri)
+        return -1;
+    r->sums = 1;
+    for (uint32_t d = 0; d < ri; d++) {
+        int f = r->dims[0][d] > 1 ? newf(r, F_FREE) : -1;
+        r->map[0][d] = (int8_t)f;
+        if (d >= ri - ro && r->dims[1][d - (ri - ro)] == r->dims[0][d])
+            r->map[1][d - (ri - ro)] = (int8_t)f;
+    }
+    return 0;
+}
+
+static int
+r_reduce(const ir_module *m, ir_id op, rule *r)
+{
+    uint32_t n, ri = r->rank[0], j = 0;
+    const int64_t *axes = ir_op_ints(m, op, "axes", &n);
+    int keep = ir_op_int(m, op, "keepdims", 1) != 0;
+    int mean = m->ops[op].kind == IR_OP_REDUCEMEAN;
+    r->sums = 1;
+    for (uint32_t d = 0; d < ri; d++) {
+        int reduced = axes == NULL || n == 0;
+        for (uint32_t k = 0; k < n && axes; k++)
+            if ((axes[k] < 0 ? axes[k] + ri : axes[k]) == d)
+                reduced = 1;
+        if (reduced) {
+            r->map[0][d] = (int8_t)newf(r, mean ? F_MEAN : F_SUM);
+            if (keep)
+                j++;
+        } else {
+            int f = newf(r, F_FREE);
+            r->map[0][d] = (int8_t)f;
+            if (j < r->rank[1])
+                r->map[1][j++] = (int8_t)f;
+        }
+    }
+    return 0;
+}
+
+static int
+r_mseloss(const ir_module *m, ir_id op, rule *r)
+{
+    (void)m;
+    (void)op;
+    for (uint32_t d = 0; d < r->rank[0]; d++) {
+        int f = newf(r, F_MEAN);
+        r->map[0][d] = (int8_t)f;
+        if (d < r->rank[1])
+            r->map[1][d] = (int8_t)f;
+    }
+    return 0;
+}
+
+static int
+r_mselossgrad(const ir_module *m, ir_id op, rule *r)
+{
+    (void)m;
+    (void)op;
+    for (uint32_t d = 0; d < r->rank[0]; d++) {
+        int f = newf(r, F_MEANG);
+        r->map[0][d] = (int8_t)f;
+        if (d < r->rank[1])
+            r->map[1][d] = (int8_t)f;
+        if (d < r->rank[3])
+            r->map[3][d] = (int8_t)f;
+    }
+    r->scale_in = 2;
+    return 0;
+}
+
+static const char *
+sce_reduction(const ir_module *m, ir_id op)
+{
+    return ir_op_string(m, op, "reduction", "mean");
+}
+
+static int
+r_sceloss(const ir_module *m, ir_id op, rule *r)
+{
+    /* (logits [N, C, d...], labels [N, d...]) -> loss[, log_prob]. */
+    const char *red = sce_reduction(m, op);
+    int kind = strcmp(red, "mean") == 0 ? F_MEAN : strcmp(red, "sum") == 0 ? F_SUM : F_FREE;
+    uint32_t rl = r->rank[0];
+    if (rl < 2 || r->rank[1] != rl - 1)
+        return -1;
+    for (uint32_t d = 0; d < rl; d++) {
+        int f = newf(r, d == 1 ? F_WHOLE : kind);
+        r->map[0][d] = (int8_t)f;
+        if (d != 1) {
+            uint32_t ld = d == 0 ? 0 : d - 1;
+            r->map[1][ld] = (int8_t)f;
+            if (kind == F_FREE && ld < r->rank[2])
+                r->map[2][ld] = (int8_t)f;
+        }
+        if (r->nout > 1)
+            r->map[3][d] = (int8_t)f;
+    }
+    return 0;
+}
+
+static int
+r_scelossgrad(const ir_module *m, ir_id op, rule *r)
+{
+    /* (dloss, logits [N, C, d...], labels [N, d...]) -> dlogits. */
+    const char *red = sce_reduction(m, op);
+    int none = strcmp(red, "none") == 0, mean = strcmp(red, "mean") == 0;
+    uint32_t rl = r->rank[1];
+    if (rl < 2 || r->rank[2] != rl - 1)
+        return -1;
+    for (uint32_t d = 0; d < rl; d++) {
+        int f = newf(r, d == 1 ? F_WHOLE : mean ? F_MEANG : F_FREE);
+        r->map[1][d] = (int8_t)f;
+        r->map[3][d] = (int8_t)f;
+        if (d != 1) {
+            uint32_t ld = d == 0 ? 0 : d - 1;
+            r->map[2][ld] = (int8_t)f;
+            if (none && ld < r->rank[0])
+                r->map[0][ld] = (int8_t)f;
+        }
+    }
+    r->scale_in = 0;
+    return 0;
+}
+
+static int
+r_replicated(const ir_module *m, ir_id op, rule *r)
+{
+    (void)m;
+    (void)op;
+    (void)r;
+    return 0;
+}
+
+/* The rule table: one builder and one partial-sum pattern per op kind. */
+typedef struct rule_entry {
+    rule_fn fn;
+    uint8_t lin;
+} rule_entry;
+
+static const rule_entry rules[IR_NOPKIND] = {
+    [IR_OP_MATMUL] = {r_matmul, LIN_NONE},
+    [IR_OP_GEMM] = {r_gemm, LIN_NONE},
+    [IR_OP_ADD] = {r_elemwise, LIN_ALL},
+    [IR_OP_SUB] = {r_elemwise, LIN_ALL},
+    [IR_OP_MUL] = {r_elemwise, LIN_ONE},
+    [IR_OP_DIV] = {r_elemwise, LIN_FIRST},
+    [IR_OP_POW] = {r_elemwise, LIN_NONE},
+    [IR_OP_SQRT] = {r_elemwise, LIN_NONE},
+    [IR_OP_RELU] = {r_elemwise, LIN_NONE},
+    [IR_OP_GELU] = {r_elemwise, LIN_NONE},
+    [IR_OP_TANH] = {r_elemwise, LIN_NONE},
+    [IR_OP_SIGMOID] = {r_elemwise, LIN_NONE},
+    [IR_OP_ERF] = {r_elemwise, LIN_NONE},
+    [IR_OP_IDENTITY] = {r_elemwise, LIN_FIRST},
+    [IR_OP_CAST] = {r_elemwise, LIN_NONE},
+    [IR_OP_DROPOUT] = {r_elemwise, LIN_NONE},
+    [IR_OP_SOFTMAX] = {r_softmax, LIN_NONE},
+    [IR_OP_LAYERNORM] = {r_layernorm, LIN_NONE},
+    [IR_OP_WHERE] = {r_elemwise, LIN_NONE},
+    [IR_OP_RESHAPE] = {r_reshape, LIN_FIRST},
+    [IR_OP_TRANSPOSE] = {r_transpose, LIN_FIRST},
+    [IR_OP_CONCAT] = {r_concat_split, LIN_ALL},
+    [IR_OP_SPLIT] = {r_concat_split, LIN_FIRST},
+    [IR_OP_SLICE] = {r_slice, LIN_FIRST},
+    [IR_OP_GATHER] = {r_gather, LIN_NONE},
+    [IR_OP_UNSQUEEZE] = {r_squeeze_like, LIN_FIRST},
+    [IR_OP_SQUEEZE] = {r_squeeze_like, LIN_FIRST},
+    [IR_OP_REDUCEMEAN] = {r_reduce, LIN_FIRST},
+    [IR_OP_REDUCESUM] = {r_reduce, LIN_FIRST},
+    [IR_OP_CONSTANT] = {r_replicated, LIN_NONE},
+    [IR_OP_MSELOSS] = {r_mseloss, LIN_NONE},
+    [IR_OP_SCELOSS] = {r_sceloss, LIN_NONE},
+    [IR_OP_MATMULGRAD] = {r_matmulgrad, LIN_NONE},
+    [IR_OP_RELUGRAD] = {r_elemwise, LIN_NONE},
+    [IR_OP_GELUGRAD] = {r_elemwise, LIN_NONE},
+    [IR_OP_TANHGRAD] = {r_elemwise, LIN_NONE},
+    [IR_OP_SIGMOIDGRAD] = {r_elemwise, LIN_NONE},
+    [IR_OP_SOFTMAXGRAD] = {r_softmax, LIN_NONE},
+    [IR_OP_LAYERNORMGRAD] = {r_layernormgrad, LIN_NONE},
+    [IR_OP_DROPOUTGRAD] = {r_elemwise, LIN_NONE},
+    [IR_OP_MSELOSSGRAD] = {r_mselossgrad, LIN_NONE},
+    [IR_OP_SCELOSSGRAD] = {r_scelossgrad, LIN_NONE},
+    [IR_OP_GATHERGRAD] = {r_gathergrad, LIN_NONE},
+    [IR_OP_REDUCESUMTO] = {r_reducesumto, LIN_FIRST},
+    [IR_OP_SGD] = {r_elemwise, LIN_NONE},
+    [IR_OP_ADAM] = {r_elemwise, LIN_NONE},
+};
+
+/* Fills r for op; an op without a rule (or whose shapes the rule rejects) gets "replicate all". */
+static void
+rule_build(const ir_module *m, ir_id op, rule *r)
+{
+    const ir_op *o = &m->ops[op];
+    const rule_entry *e = o->kind < IR_NOPKIND ? &rules[o->kind] : NULL;
+    int ok = 0;
+    memset(r, 0, sizeof *r);
+    r->scale_in = -1;
+    memset(r->map, -1, sizeof r->map);
+    r->nin = o->ninput;
+    r->nout = o->noutput;
+    if (e && e->fn && r->nin + r->nout <= XF_MAXO && r->nout > 0) {
+        ok = 1;
+        for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+            ir_id v = k < r->nin ? m->refs[o->inputs + k] : o->outputs + (k - r->nin);
+            const ir_type *t = &m->types[m->values[v].type];
+            if (t->kind != IR_TYPE_TENSOR) {
+                ok = 0;
+                break;
+            }
+            r->rank[k] = (uint8_t)t->rank;
+            r->dims[k] = ir_type_dims(m, m->values[v].type);
+        }
+        if (ok) {
+            r->lin = e->lin;
+            if (e->fn(m, op, r) != 0)
+                ok = 0;
+        }
+    }
+    if (o->kind == IR_OP_CAST && ok) {
+        /* Cast is linear only between floating types. */
+        const ir_type *ti = &m->types[m->values[m->refs[o->inputs]].type];
+        const ir_type *to = &m->types[m->values[o->outputs].type];
+        if (ir_dtype_is_float((ir_dtype)ti->dtype) && ir_dtype_is_float((ir_dtype)to->dtype))
+            r->lin = LIN_FIRST;
+    }
+    if (!ok) {
+        uint32_t nin = r->nin, nout = r->nout;
+        memset(r, 0, sizeof *r);
+        memset(r->map, -1, sizeof r->map);
+        r->scale_in = -1;
+        r->nin = nin < XF_MAXO ? nin : XF_MAXO;
+        r->nout = nout;
+        return;
+    }
+    /* A factor missing from an output is summed there, or cannot split. */
+    for (uint32_t f = 0; f < r->nf; f++) {
+        if (r->explicit_kind[f])
+            continue;
+        for (uint32_t k = r->nin; k < r->nin + r->nout; k++) {
+            int has = 0;
+            for (uint32_t d = 0; d < r->rank[k]; d++)
+                if (r->map[k][d] == (int8_t)f)
+                    has = 1;
+            if (!has)
+                r->kind[f] = r->sums ? F_SUM : F_WHOLE;
+        }
+    }
+}
+
+/* ---- propagation ---- */
+
+/* The dimension of operand k that factor f maps to, or -1. */
+static int
+dim_of(const rule *r, uint32_t k, int f)
+{
+    for (uint32_t d = 0; d < r->rank[k]; d++)
+        if (r->map[k][d] == f)
+            return (int)d;
+    return -1;
+}
+
+/* True when factor f can split on an axis of size n. */
+static int
+factor_ok(const rule *r, int f, uint32_t n)
+{
+    if (f < 0 || r->kind[f] == F_WHOLE)
+        return 0;
+    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+        int d = dim_of(r, k, f);
+        if (d >= 0 && r->dims[k][d] % n != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* The operand value of op (input or output k). */
+static ir_id
+operand(const ir_module *m, ir_id op, uint32_t k, uint32_t nin)
+{
+    return k < nin ? m->refs[m->ops[op].inputs + k] : m->ops[op].outputs + (k - nin);
+}
+
+/* Picks the factor for axis a (or -1). */
+static int
+choose(const xf_ctx *c, ir_id op, const rule *r, int a)
+{
+    const ir_module *m = c->m;
+    uint32_t n = c->n[a];
+    int pass;
+    if (a == XF_TP && c->s.sequence_parallel && c->op[op].seq >= 0) {
+        /* The sequence dimension of the first activation operand. */
+        for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+            ir_id v = operand(m, op, k, r->nin);
+            int f;
+            if (!(c->vflags[v] & XF_V_BATCH) || r->rank[k] <= (uint32_t)c->op[op].seq)
+                continue;
+            f = r->map[k][c->op[op].seq];
+            if (factor_ok(r, f, n))
+                return f;
+            break;
+        }
+    }
+    for (pass = 0; pass < 2; pass++) {
+        for (uint32_t k = 0; k < r->nin; k++) {
+            ir_id v = m->refs[m->ops[op].inputs + k];
+            int8_t p = c->place[v].a[a];
+            int batch = (c->vflags[v] & XF_V_BATCH) != 0, f;
+            if (!XF_IS_S(p) || p >= (int)r->rank[k])
+                continue;
+            /* Batch axes follow activations first; the tensor axis weights first. */
+            if (a == XF_TP ? batch != pass : batch == pass)
+                continue;
+            f = r->map[k][p];
+            if (!factor_ok(r, f, n))
+                continue;
+            if (a == XF_TP && batch && (r->kind[f] == F_SUM || r->kind[f] == F_MEAN))
+                continue;
+            return f;
+        }
+    }
+    return -1;
+}
+
+/* True when the partial-sum inputs on axis a can pass through op unreduced. */
+static int
+passes(const xf_ctx *c, ir_id op, const rule *r, int a)
+{
+    const ir_module *m = c->m;
+    uint32_t np = 0, nother_r = 0;
+    int first_p = 0;
+    if (r->lin == LIN_NONE)
+        return 0;
+    for (uint32_t k = 0; k < r->nin; k++) {
+        int8_t p = c->place[m->refs[m->ops[op].inputs + k]].a[a];
+        if (p == XF_P) {
+            np++;
+            if (k == 0)
+                first_p = 1;
+        } else if (p == XF_R) {
+            nother_r++;
+        }
+    }
+    if (np == 0 || np + nother_r != r->nin)
+        return 0;
+    switch (r->lin) {
+    case LIN_ALL:
+        return np == r->nin;
+    case LIN_FIRST:
+        return np == 1 && first_p;
+    case LIN_ONE:
+        return np == 1;
+    default:
+        return 0;
+    }
+}
+
+int
+xf_local_dims(const xf_ctx *c, ir_id value, const xf_place *p, int64_t *dims)
+{
+    const ir_module *m = c->m;
+    const ir_type *t = &m->types[m->values[value].type];
+    memcpy(dims, ir_type_dims(m, m->values[value].type), t->rank * sizeof *dims);
+    for (int a = 0; a < XF_NAXIS; a++) {
+        int8_t s = p->a[a];
+        if (!XF_IS_S(s))
+            continue;
+        if ((uint32_t)s >= t->rank || dims[s] % c->n[a] != 0)
+            return -1;
+        dims[s] /= c->n[a];
+    }
+    return 0;
+}
+
+int
+xf_propagate(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    rule r;
+    c->req = di_xcalloc(m->nref ? m->nref : 1, sizeof *c->req);
+    c->rreq = di_xcalloc(fr->nresult ? fr->nresult : 1, sizeof *c->rreq);
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        xf_opinfo *oi = &c->op[op];
+        rule_build(m, op, &r);
+        for (uint32_t k = 0; k < o->ninput; k++)
+            memset(c->req[o->inputs + k].a, XF_R, XF_NAXIS);
+        for (uint32_t k = 0; k < o->noutput; k++)
+            memset(c->place[o->outputs + k].a, XF_R, XF_NAXIS);
+        for (int a = 0; a < XF_NAXIS; a++) {
+            int f;
+            if (c->n[a] <= 1)
+                continue;
+            if (passes(c, op, &r, a)) {
+                for (uint32_t k = 0; k < o->ninput; k++)
+                    c->req[o->inputs + k].a[a] = c->place[m->refs[o->inputs + k]].a[a];
+                for (uint32_t k = 0; k < o->noutput; k++)
+                    c->place[o->outputs + k].a[a] = XF_P;
+                continue;
+            }
+            f = choose(c, op, &r, a);
+            if (f < 0)
+                continue;
+            for (uint32_t k = 0; k < o->ninput && k < XF_MAXO; k++) {
+                int d = dim_of(&r, k, f);
+                c->req[o->inputs + k].a[a] = (int8_t)(d >= 0 ? d : XF_R);
+            }
+            for (uint32_t k = 0; k < o->noutput; k++) {
+                int d = dim_of(&r, r.nin + k, f);
+                if (d >= 0)
+                    c->place[o->outputs + k].a[a] = (int8_t)d;
+                else if (r.kind[f] == F_SUM || r.kind[f] == F_MEAN)
+                    c->place[o->outputs + k].a[a] = XF_P;
+            }
+            if (r.kind[f] == F_MEAN) {
+                oi->scale /= c->n[a];
+                oi->scale_at = XF_SCALE_OUT;
+            } else if (r.kind[f] == F_MEANG && r.scale_in >= 0) {
+                oi->scale /= c->n[a];
+                oi->scale_at = XF_SCALE_IN;
+                oi->scale_in = (uint8_t)r.scale_in;
+            }
+        }
+        /* Every operand's local shape must exist. */
+        for (uint32_t k = 0; k < o->ninput + o->noutput; k++) {
+            ir_id v = k < o->ninput ? m->refs[o->inputs + k] : o->outputs + (k - o->ninput);
+            const xf_place *p = k < o->ninput ? &c->req[o->inputs + k] : &c->place[v];
+            int64_t dims[IR_MAX_RANK];
+            if (m->types[m->values[v].type].kind != IR_TYPE_TENSOR)
+                continue;
+            if (xf_local_dims(c, v, p, dims) != 0) {
+                char lab[160];
+                xf_op_label(m, op, lab, sizeof lab);
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "%s: the strategy splits a dimension of %s %u that the "
+                                    "degrees do not divide",
+                                    lab, k < o->ninput ? "input" : "result",
+                                    k < o->ninput ? k : k - o->ninput);
+            }
+        }
+    }
+    for (uint32_t i = 0; i < fr->nresult; i++) {
+        xf_place p = c->place[fr->results[i]];
+        for (int a = 0; a < XF_NAXIS; a++)
+            if (p.a[a] == XF_P)
+                p.a[a] = XF_R;
+        c->rreq[i] = p;
+    }
+    return 0;
+}

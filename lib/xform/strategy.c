@@ -1,0 +1,472 @@
+/*
+ * strategy.c: strategies as data (proto Strategy <-> xform_strategy), the
+ * analysis of a sequential training step that every transform shares, and
+ * validation (xform_validate).
+ *
+ * The analysis finds the batch-data arguments (autodiff's data names, and
+ * any integer argument) and the weights (the other floating-point
+ * arguments), each op's phase (forward, backward, once-per-step) and layer
+ * from the dist.* annotations of docs/models.md (inferred when absent:
+ * optimizer ops run once per step, gradient ops and everything downstream of
+ * them are backward), and which values are computed from constants only.
+ * Validation then checks every divisibility the strategy needs and names
+ * the constraint that fails.
+ */
+#include "xform/xform_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distir.pb-c.h"
+#include "xform/autodiff.h"
+
+void
+xform_strategy_init(xform_strategy *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dp = s->tp = s->pp = 1;
+    s->microbatches = 1;
+    s->virtual_stages = 1;
+}
+
+int
+xform_strategy_from_proto(const Distir__V1__Strategy *p, xform_strategy *s, di_error *err)
+{
+    xform_strategy_init(s);
+    if (p == NULL)
+        return 0;
+    if (p->zero > 3)
+        return di_error_set(err, DI_ESTRATEGY, "zero=%u is not a ZeRO stage (0 to 3)", p->zero);
+    if ((unsigned)p->schedule > 3u || (unsigned)p->recompute > 2u || (unsigned)p->stash > 2u)
+        return di_error_set(err, DI_ESTRATEGY, "unknown schedule, recompute or stash value");
+    s->dp = p->dp ? p->dp : 1;
+    s->tp = p->tp ? p->tp : 1;
+    s->pp = p->pp ? p->pp : 1;
+    s->microbatches = p->microbatches;
+    s->schedule = (xform_schedule)p->schedule;
+    s->virtual_stages = p->virtual_stages ? p->virtual_stages : 1;
+    s->recompute = (xform_recompute)p->recompute;
+    s->stash = (xform_stash)p->stash;
+    s->zero = p->zero;
+    s->sequence_parallel = p->sequence_parallel != 0;
+    s->overlap_grad_reduce = p->overlap_grad_reduce != 0;
+    s->ndevice_order = (uint32_t)p->n_device_order;
+    s->device_order = p->device_order;
+    return 0;
+}
+
+int
+xform_strategy_is_trivial(const xform_strategy *s)
+{
+    return s->dp <= 1 && s->tp <= 1 && s->pp <= 1 && s->microbatches <= 1 &&
+           s->schedule == XFORM_SCHEDULE_DEFAULT && s->virtual_stages <= 1 &&
+           s->recompute == XFORM_RECOMPUTE_NONE && s->stash == XFORM_STASH_NONE &&
+           s->zero == 0 && !s->sequence_parallel && !s->overlap_grad_reduce &&
+           s->ndevice_order == 0;
+}
+
+void
+xform_strategy_format(const xform_strategy *s, char *buf, size_t size)
+{
+    static const char *const sched[] = {"default", "gpipe", "1f1b", "interleaved"};
+    static const char *const rec[] = {"none", "selective", "full"};
+    static const char *const stash[] = {"none", "pipedream", "2bw"};
+    snprintf(buf, size, "dp=%u tp=%u pp=%u m=%u schedule=%s%s%.0u recompute=%s stash=%s zero=%u%s%s",
+             s->dp, s->tp, s->pp, s->microbatches, sched[s->schedule & 3],
+             s->schedule == XFORM_SCHEDULE_INTERLEAVED ? ":" : "",
+             s->schedule == XFORM_SCHEDULE_INTERLEAVED ? s->virtual_stages : 0u,
+             rec[s->recompute % 3], stash[s->stash % 3], s->zero,
+             s->sequence_parallel ? " sp" : "", s->overlap_grad_reduce ? " overlap" : "");
+}
+
+/* ---- analysis ---- */
+
+const char *
+xf_op_str(const ir_module *m, ir_id op, const char *key)
+{
+    const ir_attr *a = ir_op_attr(m, op, key);
+    if (a == NULL || a->kind != IR_ATTR_STRING)
+        return NULL;
+    return ir_str_get(m, a->s);
+}
+
+int32_t
+xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t t)
+{
+    uint32_t r = (group * c->n[XF_DP] + d) * c->n[XF_TP] + t;
+    if (c->s.ndevice_order)
+        return (int32_t)c->s.device_order[r];
+    return (int32_t)r;
+}
+
+/* True when the entry function computes only a forward pass (no gradient or optimizer op). */
+static int
+forward_only(const ir_module *m, ir_id f)
+{
+    const ir_region *r = &m->regions[f];
+    for (uint32_t i = 0; i < r->nop; i++) {
+        uint32_t fl = ir_opkind_info(m->ops[r->ops[i]].kind)->flags;
+        if (fl & (IR_OPF_GRAD | IR_OPF_OPTIM))
+            return 0;
+    }
+    return 1;
+}
+
+static int
+cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int
+analyze(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *r = &m->regions[c->func];
+    int32_t *ls;
+    uint32_t nl = 0;
+
+    c->vflags = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    c->op = di_xcalloc(m->nop ? m->nop : 1, sizeof *c->op);
+    c->batch = -1;
+    for (uint32_t a = 0; a < r->narg; a++) {
+        ir_id v = r->args[a];
+        const ir_type *t = &m->types[m->values[v].type];
+        const char *name = ir_str_get(m, m->values[v].name);
+        uint8_t fl = XF_V_ARG;
+        if (t->kind != IR_TYPE_TENSOR)
+            return di_error_set(c->err, DI_EUNSUPPORTED,
+                                "argument %%%s is a tuple: the transforms take a sequential "
+                                "module (every tensor on one device)",
+                                name);
+        if (t->mesh || t->devvar)
+            return di_error_set(c->err, DI_EUNSUPPORTED,
+                                "argument %%%s is already distributed: the transforms take a "
+                                "sequential module",
+                                name);
+        if (xform_autodiff_is_data_name(NULL, name) || !ir_dtype_is_float((ir_dtype)t->dtype)) {
+            fl |= XF_V_DATA | XF_V_BATCH;
+            if (t->rank == 0)
+                return di_error_set(c->err, DI_EUNSUPPORTED,
+                                    "data argument %%%s is a scalar: batch data needs a batch "
+                                    "dimension 0",
+                                    name);
+            if (c->batch < 0)
+                c->batch = ir_type_dims(m, m->values[v].type)[0];
+            else if (c->batch != ir_type_dims(m, m->values[v].type)[0])
+                return di_error_set(c->err, DI_EUNSUPPORTED,
+                                    "data arguments disagree on the batch (dimension 0): %lld "
+                                    "and %lld of %%%s",
+                                    (long long)c->batch,
+                                    (long long)ir_type_dims(m, m->values[v].type)[0], name);
+        } else {
+            fl |= XF_V_WEIGHT;
+        }
+        c->vflags[v] = fl;
+    }
+
+    ls = di_xmalloc((r->nop + 1) * sizeof *ls);
+    for (uint32_t i = 0; i < r->nop; i++) {
+        ir_id op = r->ops[i];
+        const ir_op *o = &m->ops[op];
+        xf_opinfo *oi = &c->op[op];
+        uint32_t fl = ir_opkind_info(o->kind)->flags;
+        const char *ph = xf_op_str(m, op, "dist.phase"), *tp = xf_op_str(m, op, "dist.tp");
+        const ir_attr *la = ir_op_attr(m, op, "dist.layer");
+        const ir_attr *sa = ir_op_attr(m, op, "dist.seq");
+        uint8_t vin = XF_V_CONST, batch = 0;
+        int backward_input = 0;
+        if (o->body)
+            return di_error_set(c->err, DI_EUNSUPPORTED,
+                                "the module already has a dist.pmap: the transforms take a "
+                                "sequential module");
+        if (fl & IR_OPF_COMM)
+            return di_error_set(c->err, DI_EUNSUPPORTED,
+                                "the module already communicates (%s): the transforms take a "
+                                "sequential module",
+                                ir_op_name(m, op));
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = m->refs[o->inputs + k];
+            uint8_t f = c->vflags[v];
+            if (!(f & XF_V_CONST))
+                vin = 0;
+            batch |= f & XF_V_BATCH;
+            if (m->values[v].def && c->op[m->values[v].def].phase == XF_PH_BACKWARD &&
+                !(f & XF_V_CONST))
+                backward_input = 1;
+        }
+        for (uint32_t k = 0; k < o->noutput; k++)
+            c->vflags[o->outputs + k] = vin | batch;
+        oi->layer = la && la->kind == IR_ATTR_INT ? (int32_t)la->i : INT32_MIN;
+        oi->seq = sa && sa->kind == IR_ATTR_INT && sa->i >= 0 && sa->i < 16 ? (int8_t)sa->i : -1;
+        oi->tp = XF_TP_NONE;
+        if (tp && strcmp(tp, "column") == 0)
+            oi->tp = XF_TP_COLUMN;
+        else if (tp && strcmp(tp, "row") == 0)
+            oi->tp = XF_TP_ROW;
+        else if (tp && strcmp(tp, "heads") == 0)
+            oi->tp = XF_TP_HEADS;
+        else if (tp && strcmp(tp, "vocab") == 0)
+            oi->tp = XF_TP_VOCAB;
+        if (fl & IR_OPF_OPTIM)
+            oi->phase = XF_PH_STEP;
+        else if (ph && strcmp(ph, "optimizer") == 0)
+            oi->phase = XF_PH_STEP;
+        else if (ph && strcmp(ph, "backward") == 0)
+            oi->phase = XF_PH_BACKWARD;
+        else if (ph && strcmp(ph, "forward") == 0)
+            oi->phase = XF_PH_FORWARD;
+        else
+            oi->phase = (fl & IR_OPF_GRAD) || backward_input ? XF_PH_BACKWARD : XF_PH_FORWARD;
+        oi->stage = -1;
+        oi->scale = 1.0;
+        if (oi->layer >= 0)
+            ls[nl++] = oi->layer;
+    }
+    qsort(ls, nl, sizeof *ls, cmp_i32);
+    c->nlayer = 0;
+    for (uint32_t i = 0; i < nl; i++)
+        if (c->nlayer == 0 || ls[c->nlayer - 1] != ls[i])
+            ls[c->nlayer++] = ls[i];
+    c->layers = ls;
+    return 0;
+}
+
+/* ---- validation ---- */
+
+/* The first op of kind/tp in the function, or 0. */
+static ir_id
+find_op(const xf_ctx *c, int kind, int tp, uint32_t out_rank)
+{
+    const ir_module *m = c->m;
+    const ir_region *r = &m->regions[c->func];
+    for (uint32_t i = 0; i < r->nop; i++) {
+        ir_id op = r->ops[i];
+        if (m->ops[op].kind != kind || c->op[op].tp != tp || c->op[op].phase != XF_PH_FORWARD)
+            continue;
+        if (out_rank && m->types[m->values[m->ops[op].outputs].type].rank != out_rank)
+            continue;
+        return op;
+    }
+    return 0;
+}
+
+static int
+validate(xf_ctx *c, const hw_model *hw)
+{
+    const ir_module *m = c->m;
+    const xform_strategy *s = &c->s;
+    uint64_t ndev = (uint64_t)s->dp * s->tp * s->pp;
+    ir_id op;
+
+    if (s->zero > 3)
+        return di_error_set(c->err, DI_ESTRATEGY, "zero=%u is not a ZeRO stage (0 to 3)",
+                            s->zero);
+    if (s->dp > (1u << 20) || s->tp > (1u << 20) || s->pp > (1u << 20) || ndev > (1u << 20))
+        return di_error_set(c->err, DI_ESTRATEGY, "dp*tp*pp = %llu devices is too many",
+                            (unsigned long long)ndev);
+    if (hw && ndev > hw->ndevice)
+        return di_error_set(c->err, DI_ESTRATEGY, "dp*tp*pp = %llu exceeds the %u devices of %s",
+                            (unsigned long long)ndev, hw->ndevice, hw->name);
+    if (s->ndevice_order) {
+        uint8_t *seen;
+        if (s->ndevice_order != ndev)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "the device order lists %u devices, but dp*tp*pp = %llu",
+                                s->ndevice_order, (unsigned long long)ndev);
+        seen = di_xcalloc(1u << 20, 1);
+        for (uint32_t i = 0; i < s->ndevice_order; i++) {
+            uint32_t d = s->device_order[i];
+            if (d >= (1u << 20) || (hw && d >= hw->ndevice) || seen[d]) {
+                di_free(seen);
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "device order entry %u (device %u) is %s", i, d,
+                                    d < (1u << 20) && seen[d] ? "listed twice"
+                                                             : "not a device of the hardware");
+            }
+            seen[d] = 1;
+        }
+        di_free(seen);
+    }
+    if (s->schedule == XFORM_SCHEDULE_INTERLEAVED && s->pp > 1 && s->virtual_stages > 1 &&
+        s->microbatches % s->pp != 0)
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "the interleaved schedule needs the microbatches (%u) to be a "
+                            "multiple of pp=%u",
+                            s->microbatches, s->pp);
+    if (s->microbatches > (1u << 16))
+        return di_error_set(c->err, DI_ESTRATEGY, "microbatches=%u is too many (at most 65536)",
+                            s->microbatches);
+
+    /* Batch. */
+    if (c->batch < 0 && (s->dp > 1 || s->microbatches > 1))
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "the module has no batch-data argument (tokens, labels, x, ...) to "
+                            "split over dp=%u x microbatches=%u",
+                            s->dp, s->microbatches);
+    if (c->batch >= 0 && c->batch % s->dp != 0)
+        return di_error_set(c->err, DI_ESTRATEGY, "dp=%u does not divide the batch %lld", s->dp,
+                            (long long)c->batch);
+    if (c->batch >= 0 && c->batch % ((int64_t)s->dp * s->microbatches) != 0)
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "dp x microbatches = %u x %u = %llu does not divide the batch %lld",
+                            s->dp, s->microbatches,
+                            (unsigned long long)s->dp * s->microbatches, (long long)c->batch);
+
+    /* Tensor parallelism: hidden size, heads, sequence. */
+    if (s->tp > 1) {
+        ir_id heads = find_op(c, IR_OP_RESHAPE, XF_TP_HEADS, 4);
+        ir_id col = find_op(c, IR_OP_MATMUL, XF_TP_COLUMN, 0);
+        if (col == 0 && find_op(c, IR_OP_MATMUL, XF_TP_ROW, 0) == 0)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "tp=%u needs dist.tp annotations (column- and row-parallel "
+                                "MatMuls) and the module has none",
+                                s->tp);
+        if (col) {
+            const int64_t *wd = ir_type_dims(m, m->values[ir_op_input(m, col, 1)].type);
+            int64_t hidden = heads ? wd[0] : wd[1];
+            if (hidden % s->tp != 0)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "tp=%u does not divide the hidden size %lld", s->tp,
+                                    (long long)hidden);
+        }
+        if (heads) {
+            int64_t a = ir_type_dims(m, m->values[m->ops[heads].outputs].type)[2];
+            if (a % s->tp != 0)
+                return di_error_set(c->err, DI_ESTRATEGY, "tp=%u does not divide the %lld heads",
+                                    s->tp, (long long)a);
+        }
+        if (s->sequence_parallel) {
+            const ir_region *r = &m->regions[c->func];
+            for (uint32_t i = 0; i < r->nop; i++) {
+                ir_id o = r->ops[i];
+                const ir_type *t;
+                if (c->op[o].seq < 0 || m->ops[o].noutput == 0)
+                    continue;
+                t = &m->types[m->values[m->ops[o].outputs].type];
+                if (t->rank > (uint32_t)c->op[o].seq &&
+                    ir_type_dims(m, m->values[m->ops[o].outputs].type)[c->op[o].seq] % s->tp)
+                    return di_error_set(
+                        c->err, DI_ESTRATEGY, "tp=%u does not divide the sequence length %lld",
+                        s->tp,
+                        (long long)ir_type_dims(m, m->values[m->ops[o].outputs].type)[c->op[o].seq]);
+            }
+        }
+    }
+
+    /* Pipeline: layers. */
+    if (c->K > 1) {
+        if (c->nlayer == 0)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "pp=%u needs dist.layer annotations and the module has none",
+                                s->pp);
+        if (c->nlayer % c->K != 0) {
+            if (c->V > 1)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "pp x virtual stages = %u x %u = %u does not divide the %u "
+                                    "layers",
+                                    c->pp, c->V, c->K, c->nlayer);
+            return di_error_set(c->err, DI_ESTRATEGY, "pp=%u does not divide the %u layers",
+                                s->pp, c->nlayer);
+        }
+    }
+    (void)op;
+    return 0;
+}
+
+int
+xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_model *hw,
+            di_error *err)
+{
+    ir_id f;
+    int rc;
+    memset(c, 0, sizeof *c);
+    c->err = err;
+    c->s = *s;
+    if (c->s.dp == 0)
+        c->s.dp = 1;
+    if (c->s.tp == 0)
+        c->s.tp = 1;
+    if (c->s.pp == 0)
+        c->s.pp = 1;
+    if (c->s.virtual_stages == 0)
+        c->s.virtual_stages = 1;
+    if (c->s.microbatches == 0)
+        c->s.microbatches = c->s.pp;
+    if (c->s.schedule == XFORM_SCHEDULE_DEFAULT)
+        c->s.schedule = XFORM_SCHEDULE_1F1B;
+    if (c->s.schedule != XFORM_SCHEDULE_INTERLEAVED)
+        c->s.virtual_stages = 1;
+    if (c->s.virtual_stages > 1024)
+        return di_error_set(err, DI_ESTRATEGY, "virtual_stages=%u is too many (at most 1024)",
+                            c->s.virtual_stages);
+    c->n[XF_MB] = c->s.microbatches;
+    c->n[XF_DP] = c->s.dp;
+    c->n[XF_TP] = c->s.tp;
+    c->pp = c->s.pp;
+    c->V = c->pp > 1 ? c->s.virtual_stages : 1;
+    c->K = c->pp * c->V;
+
+    f = ir_module_entry(m);
+    if (f == 0)
+        return di_error_set(err, DI_EINVAL, "the module has no function to transform");
+    c->m = m;
+    c->func = f;
+    if (forward_only(m, f)) {
+        const ir_region *r = &m->regions[f];
+        ir_id loss;
+        const ir_type *t;
+        if (r->nresult != 1)
+            return di_error_set(err, DI_EUNSUPPORTED,
+                                "a forward-only module must return one scalar loss (it returns "
+                                "%u values)",
+                                r->nresult);
+        loss = r->results[0];
+        t = &m->types[m->values[loss].type];
+        if (t->kind != IR_TYPE_TENSOR || ir_type_numel(m, m->values[loss].type) != 1 ||
+            !ir_dtype_is_float((ir_dtype)t->dtype))
+            return di_error_set(err, DI_EUNSUPPORTED,
+                                "a forward-only module must return one scalar floating-point "
+                                "loss");
+        c->owned = ir_module_clone(m);
+        rc = xform_autodiff(c->owned, f, loss, NULL, err);
+        if (rc != 0) {
+            di_error_prefix(err, "before the strategy: ");
+            xf_ctx_fini(c);
+            return rc;
+        }
+        c->m = c->owned;
+    }
+    if ((rc = analyze(c)) != 0 || (rc = validate(c, hw)) != 0) {
+        xf_ctx_fini(c);
+        return rc;
+    }
+    return 0;
+}
+
+void
+xf_ctx_fini(xf_ctx *c)
+{
+    di_free(c->vflags);
+    di_free(c->op);
+    di_free(c->layers);
+    di_free(c->layer_stage);
+    di_free(c->place);
+    di_free(c->req);
+    di_free(c->rreq);
+    ir_module_free(c->owned);
+    memset(c, 0, sizeof *c);
+}
+
+int
+xform_validate(const ir_module *m, const xform_strategy *s, const hw_model *hw, di_error *err)
+{
+    xf_ctx c;
+    int rc = xf_ctx_init(&c, m, s, hw, err);
+    if (rc != 0)
+        return rc;
+    xf_ctx_fini(&c);
+    return 0;
+}

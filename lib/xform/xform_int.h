@@ -1,0 +1,192 @@
+/*
+ * xform_int.h: what the files of lib/xform share (not a public API).
+ *
+ * One xf_ctx holds a whole transform: the sequential source module, the
+ * normalized strategy, the analysis of the source (which arguments are batch
+ * data and which weights, each op's phase, layer and pipeline stage), the
+ * placements that sharding propagation decides (shard.c) on the extended
+ * mesh [microbatch, dp, tp], and the output module that lowering (lower.c)
+ * and the pipeline assembly (pipeline.c) build.
+ *
+ * A placement is one int8 per axis: XF_R (replicated), XF_P (partial sum) or
+ * the split tensor dimension (>= 0). The microbatch axis is a loop in time:
+ * a split there is a microbatch's slice, a partial sum there is a
+ * contribution that accumulates across microbatches.
+ */
+#ifndef DISTIR_XFORM_INT_H
+#define DISTIR_XFORM_INT_H
+
+#include <stdint.h>
+
+#include "xform/xform.h"
+
+#define XF_MB XFORM_AXIS_MB
+#define XF_DP XFORM_AXIS_DP
+#define XF_TP XFORM_AXIS_TP
+#define XF_NAXIS XFORM_NAXIS
+#define XF_R XFORM_PLACE_R
+#define XF_P XFORM_PLACE_P
+#define XF_IS_S(p) ((p) >= 0)
+
+typedef struct xf_place {
+    int8_t a[XF_NAXIS];
+} xf_place;
+
+/* Value flags. */
+#define XF_V_ARG 0x01    /* a function argument */
+#define XF_V_DATA 0x02   /* a batch-data argument (tokens, labels, x, ...) */
+#define XF_V_WEIGHT 0x04 /* a floating-point argument that is not data */
+#define XF_V_BATCH 0x08  /* depends on batch data */
+#define XF_V_CONST 0x10  /* computed from constants only (cloned wherever used) */
+
+/* Op phases. XF_PH_STEP: runs once per step after the last microbatch. */
+#define XF_PH_FORWARD 0
+#define XF_PH_BACKWARD 1
+#define XF_PH_STEP 2
+
+/* Where a mean-reduction scale applies (shard.c decides, lower.c emits). */
+#define XF_SCALE_NONE 0
+#define XF_SCALE_OUT 1 /* multiply result 0 */
+#define XF_SCALE_IN 2  /* multiply input scale_in */
+
+typedef struct xf_opinfo {
+    uint8_t phase;      /* XF_PH_* */
+    uint8_t recompute;  /* selective recomputation recomputes it in the backward chunk */
+    uint8_t scale_at;   /* XF_SCALE_* */
+    uint8_t scale_in;
+    int8_t seq;         /* dist.seq, or -1 */
+    int8_t tp;          /* XF_TP_* from dist.tp */
+    int32_t layer;      /* dist.layer, or INT32_MIN when absent */
+    int32_t stage;      /* model stage (pipeline chunk index), -1 for constants */
+    double scale;       /* the factor (1 / product of the splits of the mean's dimensions) */
+} xf_opinfo;
+
+#define XF_TP_NONE 0
+#define XF_TP_COLUMN 1
+#define XF_TP_ROW 2
+#define XF_TP_HEADS 3
+#define XF_TP_VOCAB 4
+
+typedef struct xf_ctx {
+    const ir_module *m; /* the sequential source */
+    ir_module *owned;   /* the differentiated copy of a forward-only input, or NULL */
+    ir_id func;
+    xform_strategy s;   /* normalized: degrees >= 1, schedule resolved */
+    uint32_t n[XF_NAXIS]; /* microbatches, dp, tp */
+    uint32_t pp, V, K;  /* pipeline groups, virtual stages, model stages (pp * V) */
+    di_error *err;
+
+    /* analysis (strategy.c) */
+    uint8_t *vflags;    /* per value */
+    xf_opinfo *op;      /* per op */
+    int64_t batch;      /* dimension 0 of the data arguments */
+    uint32_t nlayer;    /* distinct dist.layer values >= 0 */
+    int32_t *layers;    /* sorted */
+    int32_t *layer_stage; /* per index into layers: model stage */
+
+    /* propagation (shard.c) */
+    xf_place *place;    /* per value */
+    xf_place *req;      /* per refs[] index: what the op needs of that input */
+    xf_place *rreq;     /* per result of the function */
+} xf_ctx;
+
+/* strategy.c */
+int xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_model *hw,
+                di_error *err);
+void xf_ctx_fini(xf_ctx *c);
+/* Device id of rank (stage, d, t). */
+int32_t xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t t);
+/* Value of a source op's discardable string attribute, or NULL. */
+const char *xf_op_str(const ir_module *m, ir_id op, const char *key);
+
+/* dp.c, tp.c: initial placements of the arguments. */
+int xf_annotate_dp(xf_ctx *c);
+int xf_annotate_tp(xf_ctx *c);
+
+/* shard.c */
+int xf_propagate(xf_ctx *c);
+/* Local dims of a source value's type under placement p (-1: a split does not divide). */
+int xf_local_dims(const xf_ctx *c, ir_id value, const xf_place *p, int64_t *dims);
+/* True when two placements are equal. */
+static inline int
+xf_place_eq(const xf_place *a, const xf_place *b)
+{
+    return a->a[0] == b->a[0] && a->a[1] == b->a[1] && a->a[2] == b->a[2];
+}
+
+/* ---- lowering (lower.c) ---- */
+
+/* A source value's local copy inside the body being built. */
+typedef struct xf_local {
+    ir_id v;      /* value id in the output module */
+    xf_place pl;  /* its placement */
+} xf_local;
+
+typedef struct xf_body {
+    xf_ctx *c;
+    int step;         /* a once-per-step body: microbatch partial sums are already summed */
+    ir_module *out;
+    ir_id region;     /* the body region */
+    ir_id mesh;       /* the stage mesh [dp, tp] */
+    ir_id devvar;     /* string id "d" */
+    uint32_t gen;     /* generation of env entries that belong to this body */
+    uint32_t *envgen; /* per source value */
+    xf_local *env;    /* per source value */
+    /* conversions made in this body: (source value, placement) -> local value */
+    struct xf_conv *conv;
+    uint32_t nconv, cconv;
+    uint32_t *convhead; /* per source value: 1 + index of its last conversion (this gen) */
+    uint32_t *convgen;
+} xf_body;
+
+typedef struct xf_conv {
+    ir_id src;
+    xf_place pl;
+    ir_id v;
+    uint32_t next; /* 1 + index of the previous conversion of the same value, 0 none */
+} xf_conv;
+
+/* Allocates the per-value tables for c (once per transform). */
+void xf_body_tables_init(xf_body *b, xf_ctx *c, ir_module *out);
+void xf_body_tables_fini(xf_body *b);
+/* Starts a new body region on mesh (clears the environment). */
+void xf_body_begin(xf_body *b, ir_id mesh);
+/* Adds a body argument holding source value v with placement pl; returns its id. */
+ir_id xf_body_arg(xf_body *b, ir_id v, const xf_place *pl, const char *suffix);
+/* Binds source value v to local value lv with placement pl. */
+void xf_body_bind(xf_body *b, ir_id v, ir_id lv, const xf_place *pl);
+/* The local value of source value v (emitting constants on demand); 0 if unbound. */
+int xf_body_get(xf_body *b, ir_id v, xf_local *out);
+/* Emits source op `op` with its inputs converted to the placements it needs. */
+int xf_body_emit(xf_body *b, ir_id op);
+/* Converts a local value to placement `to` (emitting collectives); the result in *out. */
+int xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to,
+                    xf_local *out);
+/* Local type of source value v under placement pl on the device variable (or device). */
+ir_id xf_local_type(xf_body *b, ir_id v, const xf_place *pl, int32_t device);
+/* Copies op attributes (discardable ones included) from src op to dst op, except `skip`. */
+void xf_copy_attrs(ir_module *dst, ir_id dop, const ir_module *src, ir_id sop, const char *skip1,
+                   const char *skip2);
+/* A string for messages: "MatMul %name". */
+void xf_op_label(const ir_module *m, ir_id op, char *buf, size_t n);
+
+/* ---- pipeline and schedule ---- */
+
+#define XF_EV_F 0
+#define XF_EV_B 1
+typedef struct xf_event {
+    uint8_t kind;  /* XF_EV_F, XF_EV_B */
+    uint32_t stage; /* model stage */
+    uint32_t mb;
+} xf_event;
+
+/*
+ * The global order of the chunks: each device group's sequence follows the
+ * schedule; the groups' sequences are merged in dependency order. *ev holds
+ * 2 * K * m events (the caller frees it with di_free).
+ */
+int xf_schedule(const xf_ctx *c, xf_event **ev, uint32_t *nev);
+
+int xf_pipeline_build(xf_ctx *c, ir_module **out, xform_layout **layout);
+
+#endif
