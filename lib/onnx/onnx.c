@@ -765,7 +765,7 @@ onnx_attr_string(imp *I, const Onnx__NodeProto *n, const char *name, char *buf, 
         return 0;
     if (a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING && a->has_type)
         return onnx_fail(I, DI_EDECODE, "attribute '%s' must be a string", name);
-    if (a->s.len >= cap || memchr(a->s.data, 0, a->s.len) != NULL)
+    if (a->s.len >= cap || (a->s.len && memchr(a->s.data, 0, a->s.len) != NULL))
         return onnx_fail(I, DI_EUNSUPPORTED, "attribute '%s' is too long", name);
     if (a->s.len)
         memcpy(buf, a->s.data, a->s.len);
