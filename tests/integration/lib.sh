@@ -43,6 +43,9 @@ check() {
 start_daemon() {
     name=$1
     shift
+    # The background shell truncates the file only when it gets to run:
+    # remove it first so that an earlier run's address is never read.
+    rm -f "$TMP/$name.out"
     "$DISTIRD" --listen 127.0.0.1:0 --db "$TMP/$name.db" --log-file "$TMP/$name.log" "$@" \
         >"$TMP/$name.out" 2>"$TMP/$name.err" &
     PID=$!
