@@ -1,0 +1,551 @@
+/*
+ * test_xform.c: the strategy API (proto round trip, trivial strategies,
+ * formatting), validation messages that name the failing constraint, the
+ * seed 001 golden test (the tuple-form data-parallel transform of
+ * tests/ir/seed001_mlp.dir is tests/ir/seed001_mlp_dp.dir up to names, by
+ * ir_hash), the general form's golden file (tests/ir/dp_mlp_general.dir),
+ * and structural properties of xform_apply's output: it verifies, it is
+ * deterministic, a forward-only module is differentiated first, the
+ * collectives Megatron's layout needs appear (one all-reduce per
+ * column/row pair forward and backward), sequence parallelism swaps them for
+ * reduce-scatter and all-gather, ZeRO uses reduce-scatter and all-gather,
+ * stashed copies carry dist.mem = "stashed", and a sequential-only input is
+ * required.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distir.pb-c.h"
+#include "exec/exec.h"
+#include "ir/ir.h"
+#include "models/models.h"
+#include "sim/hw.h"
+#include "xform/xform.h"
+#include "xform/xform_exec.h"
+
+static ir_module *
+load(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+    ir_module *m = NULL;
+    di_error err;
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+        fail_msg("cannot read %s", path);
+    fclose(f);
+    if (ir_parse(buf, (size_t)n, &m, &err) != 0)
+        fail_msg("%s: %s", path, err.msg);
+    free(buf);
+    return m;
+}
+
+static void
+hash_hex(const ir_module *m, char out[65])
+{
+    di_hash h;
+    ir_hash(m, &h);
+    di_hash_hex(&h, out);
+}
+
+static ir_module *
+mlp(uint32_t layers, int64_t hidden, int64_t batch)
+{
+    models_mlp c;
+    ir_module *m = NULL;
+    di_error err;
+    models_mlp_init(&c);
+    c.layers = layers;
+    c.hidden = hidden;
+    c.batch = batch;
+    if (models_mlp_build(&c, &m, &err) != 0)
+        fail_msg("mlp: %s", err.msg);
+    return m;
+}
+
+static ir_module *
+gpt(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch)
+{
+    models_gpt c;
+    ir_module *m = NULL;
+    di_error err;
+    models_gpt_init(&c);
+    c.layers = layers;
+    c.hidden = hidden;
+    c.heads = heads;
+    c.seq = seq;
+    c.vocab = 13;
+    c.batch = batch;
+    c.dropout = 0;
+    if (models_gpt_build(&c, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    return m;
+}
+
+static ir_module *
+apply_ok(const ir_module *m, const xform_strategy *s)
+{
+    ir_module *out = NULL;
+    di_error err;
+    di_error_clear(&err);
+    if (xform_apply(m, s, NULL, &out, &err) != 0)
+        fail_msg("xform_apply: %s", err.msg);
+    if (ir_verify(out, &err) != 0)
+        fail_msg("verify: %s", err.msg);
+    return out;
+}
+
+/* Counts ops of kind in the module (bodies included); attr/value filter optional. */
+static uint32_t
+count_ops(const ir_module *m, int kind, const char *attr, const char *value)
+{
+    uint32_t n = 0;
+    for (ir_id op = 1; op < m->nop; op++) {
+        const char *v;
+        if (m->ops[op].kind != kind)
+            continue;
+        if (attr) {
+            const ir_attr *a = ir_op_attr(m, op, attr);
+            if (a == NULL)
+                continue;
+            if (value) {
+                v = a->kind == IR_ATTR_STRING ? ir_str_get(m, a->s) : "";
+                if (strcmp(v, value) != 0)
+                    continue;
+            }
+        }
+        n++;
+    }
+    return n;
+}
+
+/* ---- strategies ---- */
+
+static void
+test_strategy_proto(void **state)
+{
+    Distir__V1__Strategy p = DISTIR__V1__STRATEGY__INIT;
+    uint32_t order[4] = {3, 2, 1, 0};
+    xform_strategy s;
+    di_error err;
+    char buf[256];
+    (void)state;
+    assert_int_equal(xform_strategy_from_proto(&p, &s, &err), 0);
+    assert_true(xform_strategy_is_trivial(&s));
+    assert_int_equal(s.dp, 1);
+    p.dp = 2;
+    p.tp = 2;
+    p.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED;
+    p.virtual_stages = 2;
+    p.recompute = DISTIR__V1__RECOMPUTE__RECOMPUTE_SELECTIVE;
+    p.stash = DISTIR__V1__STASH__STASH_2BW;
+    p.zero = 2;
+    p.sequence_parallel = 1;
+    p.n_device_order = 4;
+    p.device_order = order;
+    assert_int_equal(xform_strategy_from_proto(&p, &s, &err), 0);
+    assert_false(xform_strategy_is_trivial(&s));
+    assert_int_equal(s.schedule, XFORM_SCHEDULE_INTERLEAVED);
+    assert_int_equal(s.virtual_stages, 2);
+    assert_int_equal(s.recompute, XFORM_RECOMPUTE_SELECTIVE);
+    assert_int_equal(s.stash, XFORM_STASH_2BW);
+    assert_int_equal(s.zero, 2);
+    assert_true(s.sequence_parallel);
+    assert_int_equal(s.ndevice_order, 4);
+    assert_int_equal(s.device_order[0], 3);
+    xform_strategy_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "dp=2 tp=2"));
+    assert_non_null(strstr(buf, "interleaved:2"));
+    assert_non_null(strstr(buf, "zero=2"));
+    p.zero = 4;
+    assert_int_equal(xform_strategy_from_proto(&p, &s, &err), DI_ESTRATEGY);
+    assert_non_null(strstr(err.msg, "zero=4"));
+}
+
+/* Expects xform_validate to fail with DI_ESTRATEGY and a message containing want. */
+static void
+expect_reject(const ir_module *m, const xform_strategy *s, const hw_model *hw, const char *want)
+{
+    di_error err;
+    di_error_clear(&err);
+    assert_int_equal(xform_validate(m, s, hw, &err), DI_ESTRATEGY);
+    if (strstr(err.msg, want) == NULL)
+        fail_msg("message '%s' does not contain '%s'", err.msg, want);
+}
+
+static void
+test_validate_messages(void **state)
+{
+    ir_module *g = gpt(2, 768, 12, 16, 6), *g16 = gpt(24, 1024, 16, 16, 6);
+    ir_module *g5 = gpt(2, 1024, 16, 16, 8);
+    xform_strategy s;
+    hw_model *hw = NULL;
+    di_error err;
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx:2", &hw, &err), 0);
+
+    xform_strategy_init(&s);
+    assert_int_equal(xform_validate(g16, &s, hw, &err), 0);
+
+    s.tp = 3;
+    expect_reject(g16, &s, NULL, "tp=3 does not divide the hidden size 1024");
+    xform_strategy_init(&s);
+    s.dp = 4;
+    s.tp = 4;
+    s.pp = 2;
+    expect_reject(g16, &s, hw, "dp*tp*pp = 32 exceeds the 16 devices of a100-dgx:2");
+    xform_strategy_init(&s);
+    s.pp = 5;
+    expect_reject(g16, &s, NULL, "pp=5 does not divide the 24 layers");
+    xform_strategy_init(&s);
+    s.dp = 4;
+    expect_reject(g16, &s, NULL, "dp=4 does not divide the batch 6");
+    xform_strategy_init(&s);
+    s.tp = 8;
+    expect_reject(g, &s, NULL, "tp=8 does not divide the 12 heads");
+    xform_strategy_init(&s);
+    s.dp = 2;
+    s.microbatches = 2;
+    expect_reject(g16, &s, NULL, "dp x microbatches = 2 x 2 = 4 does not divide the batch 6");
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.schedule = XFORM_SCHEDULE_INTERLEAVED;
+    s.virtual_stages = 5;
+    s.microbatches = 2;
+    expect_reject(g16, &s, NULL, "pp x virtual stages = 2 x 5 = 10 does not divide the 24 layers");
+    s.virtual_stages = 2;
+    s.microbatches = 3;
+    expect_reject(g16, &s, NULL, "microbatches (3) to be a multiple of pp=2");
+    xform_strategy_init(&s);
+    s.tp = 2;
+    s.sequence_parallel = 1;
+    {
+        ir_module *odd = gpt(2, 32, 4, 5, 2);
+        expect_reject(odd, &s, NULL, "tp=2 does not divide the sequence length 5");
+        ir_module_free(odd);
+    }
+    xform_strategy_init(&s);
+    s.pp = 3;
+    expect_reject(g5, &s, NULL, "pp=3 does not divide the 2 layers");
+    xform_strategy_init(&s);
+    s.dp = 2;
+    s.ndevice_order = 1;
+    {
+        uint32_t order[1] = {0};
+        s.device_order = order;
+        expect_reject(g16, &s, NULL, "the device order lists 1 devices, but dp*tp*pp = 2");
+    }
+    hw_free(hw);
+    ir_module_free(g);
+    ir_module_free(g16);
+    ir_module_free(g5);
+}
+
+/* ---- golden: seed 001 ---- */
+
+static void
+test_golden_seed001(void **state)
+{
+    ir_module *m = load("tests/ir/seed001_mlp.dir"), *want = load("tests/ir/seed001_mlp_dp.dir");
+    ir_module *got = NULL;
+    int32_t devs[2] = {1, 2};
+    char a[65], b[65];
+    di_error err;
+    (void)state;
+    if (xform_data_parallel_tuple(m, 2, devs, 0, &got, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(ir_verify(got, &err), 0);
+    hash_hex(got, a);
+    hash_hex(want, b);
+    if (strcmp(a, b) != 0) {
+        size_t n;
+        char *t = ir_print(got, &n);
+        fprintf(stderr, "%s", t);
+        di_free(t);
+        fail_msg("the data-parallel seed 001 MLP differs from tests/ir/seed001_mlp_dp.dir");
+    }
+    ir_module_free(got);
+    ir_module_free(m);
+    ir_module_free(want);
+}
+
+static double
+max_rel(const ex_tensor *a, const ex_tensor *b, uint32_t n)
+{
+    double worst = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (a[i].numel != b[i].numel)
+            return INFINITY;
+        for (size_t j = 0; j < a[i].numel; j++) {
+            double x = ex_get(&a[i], j), y = ex_get(&b[i], j);
+            double e = fabs(x - y) / (1e-6 + fabs(x));
+            if (e > worst)
+                worst = e;
+        }
+    }
+    return worst;
+}
+
+static void
+free_tensors(ex_tensor *t, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        ex_tensor_fini(&t[i]);
+    di_free(t);
+}
+
+/*
+ * Seed 001 averages the loss but sums the gradients, which is not the
+ * sequential update when the loss is a mean over the batch (each replica's
+ * gradient is already a mean over its share); grad_mean = 1 averages them
+ * and matches the sequential executor.
+ */
+static void
+test_seed001_numerics(void **state)
+{
+    ir_module *m = load("tests/ir/seed001_mlp.dir"), *dm = NULL, *ds = NULL;
+    int32_t devs[2] = {1, 2};
+    ex_tensor *args, *r1, *r2, *r3;
+    uint32_t na, n1, n2, n3;
+    di_error err;
+    (void)state;
+    assert_int_equal(xform_data_parallel_tuple(m, 2, devs, 1, &dm, &err), 0);
+    assert_int_equal(xform_data_parallel_tuple(m, 2, devs, 0, &ds, &err), 0);
+    assert_int_equal(ex_random_args(m, 11, 2, &args, &na, &err), 0);
+    assert_int_equal(ex_run(m, args, na, &r1, &n1, &err), 0);
+    assert_int_equal(ex_run(dm, args, na, &r2, &n2, &err), 0);
+    assert_int_equal(ex_run(ds, args, na, &r3, &n3, &err), 0);
+    assert_int_equal(n1, n2);
+    assert_true(max_rel(r1, r2, n1) < 1e-5);
+    assert_true(max_rel(r1, r3, 2) > 1e-4); /* seed 001's summed gradients */
+    assert_true(max_rel(r1 + 2, r3 + 2, 2) < 1e-5); /* y and the loss agree */
+    free_tensors(args, na);
+    free_tensors(r1, n1);
+    free_tensors(r2, n2);
+    free_tensors(r3, n3);
+    ir_module_free(m);
+    ir_module_free(dm);
+    ir_module_free(ds);
+}
+
+/*
+ * The general form of the same transform (xform_apply, dp=2): one pmap per
+ * chunk over a [2, 1] mesh, mesh-form all-reduces of the gradients in the
+ * optimizer's pmap; tests/ir/dp_mlp_general.dir holds it.
+ */
+static void
+test_golden_general(void **state)
+{
+    ir_module *m = load("tests/ir/seed001_mlp.dir"), *want = load("tests/ir/dp_mlp_general.dir");
+    ir_module *got;
+    xform_strategy s;
+    char a[65], b[65];
+    (void)state;
+    xform_strategy_init(&s);
+    s.dp = 2;
+    got = apply_ok(m, &s);
+    hash_hex(got, a);
+    hash_hex(want, b);
+    if (strcmp(a, b) != 0) {
+        size_t n;
+        char *t = ir_print(got, &n);
+        fprintf(stderr, "%s", t);
+        di_free(t);
+        fail_msg("xform_apply(seed001, dp=2) differs from tests/ir/dp_mlp_general.dir");
+    }
+    ir_module_free(got);
+    ir_module_free(m);
+    ir_module_free(want);
+}
+
+/* ---- structure ---- */
+
+static void
+test_deterministic(void **state)
+{
+    ir_module *m = gpt(2, 16, 4, 4, 4), *a, *b;
+    xform_strategy s;
+    char *ta, *tb;
+    size_t la, lb;
+    (void)state;
+    xform_strategy_init(&s);
+    s.dp = 2;
+    s.tp = 2;
+    s.pp = 2;
+    s.microbatches = 2;
+    a = apply_ok(m, &s);
+    b = apply_ok(m, &s);
+    ta = ir_print(a, &la);
+    tb = ir_print(b, &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(ta, tb, la);
+    di_free(ta);
+    di_free(tb);
+    ir_module_free(a);
+    ir_module_free(b);
+    ir_module_free(m);
+}
+
+static void
+test_forward_only(void **state)
+{
+    models_mlp c;
+    ir_module *m = NULL, *out;
+    xform_strategy s;
+    di_error err;
+    (void)state;
+    models_mlp_init(&c);
+    c.train.forward_only = 1;
+    assert_int_equal(models_mlp_build(&c, &m, &err), 0);
+    xform_strategy_init(&s);
+    s.dp = 2;
+    out = apply_ok(m, &s);
+    assert_true(count_ops(out, IR_OP_SGD, NULL, NULL) > 0);
+    assert_true(count_ops(out, IR_OP_MATMULGRAD, NULL, NULL) > 0);
+    ir_module_free(out);
+    ir_module_free(m);
+}
+
+/*
+ * Megatron's tensor parallelism: per transformer layer one all-reduce after
+ * each row-parallel MatMul forward and one after each column-parallel
+ * MatMul's input gradient backward: 4 per layer. With sequence parallelism
+ * they become reduce-scatters (forward and backward) and all-gathers.
+ */
+static void
+test_tp_collectives(void **state)
+{
+    ir_module *m = gpt(3, 16, 4, 4, 2), *out;
+    xform_strategy s;
+    (void)state;
+    xform_strategy_init(&s);
+    s.tp = 2;
+    out = apply_ok(m, &s);
+    assert_int_equal(count_ops(out, IR_OP_ALLREDUCE, NULL, NULL), 4 * 3);
+    assert_int_equal(count_ops(out, IR_OP_ALLGATHER, NULL, NULL), 0);
+    ir_module_free(out);
+    s.sequence_parallel = 1;
+    out = apply_ok(m, &s);
+    /* Per layer: 2 forward + 2 backward reduce-scatters. */
+    assert_int_equal(count_ops(out, IR_OP_REDUCESCATTER, NULL, NULL), 4 * 3);
+    /* Per layer: 2 forward all-gathers, 4 backward (the inputs again and the row gradients). */
+    assert_true(count_ops(out, IR_OP_ALLGATHER, NULL, NULL) >= 6 * 3);
+    ir_module_free(out);
+    ir_module_free(m);
+}
+
+static void
+test_zero_and_stash(void **state)
+{
+    ir_module *m = mlp(4, 8, 8), *out;
+    xform_strategy s;
+    (void)state;
+    xform_strategy_init(&s);
+    s.dp = 2;
+    out = apply_ok(m, &s);
+    assert_int_equal(count_ops(out, IR_OP_ALLREDUCE, NULL, NULL), 8 + 1); /* gradients, loss */
+    ir_module_free(out);
+    s.zero = 1;
+    out = apply_ok(m, &s);
+    assert_int_equal(count_ops(out, IR_OP_REDUCESCATTER, NULL, NULL), 8);
+    assert_int_equal(count_ops(out, IR_OP_ALLGATHER, "dist.mem", "weights"), 8);
+    ir_module_free(out);
+    s.zero = 3;
+    out = apply_ok(m, &s);
+    assert_int_equal(count_ops(out, IR_OP_REDUCESCATTER, NULL, NULL), 8);
+    /* Gathered before each use: 8 in the forward pass, 4 weight matrices in the backward. */
+    assert_int_equal(count_ops(out, IR_OP_ALLGATHER, NULL, NULL), 8 + 4);
+    ir_module_free(out);
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.microbatches = 4;
+    s.stash = XFORM_STASH_PIPEDREAM;
+    out = apply_ok(m, &s);
+    /* One copy of each stage's backward weights per microbatch: 4 matrices x 4. */
+    assert_int_equal(count_ops(out, IR_OP_CAST, "dist.mem", "stashed"), 4 * 4);
+    ir_module_free(out);
+    s.stash = XFORM_STASH_2BW;
+    out = apply_ok(m, &s);
+    assert_int_equal(count_ops(out, IR_OP_CAST, "dist.mem", "stashed"), 4);
+    ir_module_free(out);
+    ir_module_free(m);
+}
+
+static void
+test_rejects_distributed_input(void **state)
+{
+    ir_module *m = load("tests/ir/seed001_mlp_dp.dir"), *out = NULL;
+    xform_strategy s;
+    di_error err;
+    (void)state;
+    xform_strategy_init(&s);
+    s.dp = 2;
+    assert_int_equal(xform_apply(m, &s, NULL, &out, &err), DI_EUNSUPPORTED);
+    assert_null(out);
+    ir_module_free(m);
+}
+
+/* Every device of the layout is a device of the mesh, tensor ranks innermost. */
+static void
+test_device_layout(void **state)
+{
+    ir_module *m = mlp(4, 8, 8), *out = NULL;
+    xform_strategy s;
+    xform_layout *l = NULL;
+    uint32_t order[8] = {7, 6, 5, 4, 3, 2, 1, 0};
+    di_error err;
+    (void)state;
+    xform_strategy_init(&s);
+    s.dp = 2;
+    s.tp = 2;
+    s.pp = 2;
+    s.microbatches = 2;
+    assert_int_equal(xform_apply_layout(m, &s, NULL, &out, &l, &err), 0);
+    assert_int_equal(l->ngroup, 2);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(l->devices[i], i);
+    assert_int_equal(out->nmesh - 1, 2);
+    xform_layout_free(l);
+    ir_module_free(out);
+    s.ndevice_order = 8;
+    s.device_order = order;
+    assert_int_equal(xform_apply_layout(m, &s, NULL, &out, &l, &err), 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(l->devices[i], 7 - i);
+    xform_layout_free(l);
+    ir_module_free(out);
+    ir_module_free(m);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strategy_proto),
+        cmocka_unit_test(test_validate_messages),
+        cmocka_unit_test(test_golden_seed001),
+        cmocka_unit_test(test_seed001_numerics),
+        cmocka_unit_test(test_golden_general),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_forward_only),
+        cmocka_unit_test(test_tp_collectives),
+        cmocka_unit_test(test_zero_and_stash),
+        cmocka_unit_test(test_rejects_distributed_input),
+        cmocka_unit_test(test_device_layout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
