@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <threads.h>
 #include <unistd.h>
@@ -575,4 +576,60 @@ di_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
         return -1;
     *out = a * b;
     return 0;
+}
+
+#define SIP_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIP_ROUND(v0, v1, v2, v3)                                                                  \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = SIP_ROTL(v1, 13);                                                                     \
+        v1 ^= v0;                                                                                  \
+        v0 = SIP_ROTL(v0, 32);                                                                     \
+        v2 += v3;                                                                                  \
+        v3 = SIP_ROTL(v3, 16);                                                                     \
+        v3 ^= v2;                                                                                  \
+        v0 += v3;                                                                                  \
+        v3 = SIP_ROTL(v3, 21);                                                                     \
+        v3 ^= v0;                                                                                  \
+        v2 += v1;                                                                                  \
+        v1 = SIP_ROTL(v1, 17);                                                                     \
+        v1 ^= v2;                                                                                  \
+        v2 = SIP_ROTL(v2, 32);                                                                     \
+    } while (0)
+
+uint64_t
+di_siphash(const void *p, size_t n, uint64_t k0, uint64_t k1)
+{
+    const uint8_t *in = p;
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
+    uint64_t b = (uint64_t)n << 56, m;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        m = 0;
+        for (int j = 7; j >= 0; j--)
+            m = m << 8 | in[i + (size_t)j];
+        v3 ^= m;
+        SIP_ROUND(v0, v1, v2, v3);
+        v0 ^= m;
+    }
+    for (int j = (int)(n - i) - 1; j >= 0; j--)
+        b |= (uint64_t)in[i + (size_t)j] << (8 * j);
+    v3 ^= b;
+    SIP_ROUND(v0, v1, v2, v3);
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIP_ROUND(v0, v1, v2, v3);
+    SIP_ROUND(v0, v1, v2, v3);
+    SIP_ROUND(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+void
+di_hash_key(uint64_t key[2])
+{
+    if (getrandom(key, 2 * sizeof key[0], GRND_NONBLOCK) != (ssize_t)(2 * sizeof key[0])) {
+        key[0] = 0x0123456789abcdefull;
+        key[1] = 0xfedcba9876543210ull;
+    }
 }

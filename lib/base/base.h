@@ -151,6 +151,15 @@ void di_sha256_once(const void *data, size_t len, di_hash *out);
 void di_hash_hex(const di_hash *h, char out[65]);
 int di_hash_from_hex(const char *hex, di_hash *out);
 
+/*
+ * SipHash-1-3 of p[0..n) under the 128-bit key (k0, k1): a keyed hash for
+ * in-memory tables that hostile input must not be able to flood. Never part
+ * of a persistent or canonical hash.
+ */
+uint64_t di_siphash(const void *p, size_t n, uint64_t k0, uint64_t k1);
+/* 16 random bytes for hash keys (getrandom; a fixed key if it is unavailable). */
+void di_hash_key(uint64_t key[2]);
+
 /* Checked size arithmetic: returns 0 and stores the product, or -1 on overflow. */
 int di_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
 

@@ -207,6 +207,7 @@ typedef struct ir_module {
     ir_init *inits;
     uint32_t ninit, cinit;
 
+    uint64_t hashkey[2]; /* key of the intern tables' hash (random per module) */
     ir_loc *oplocs;  /* parallel to ops when the module came from text, else NULL */
     ir_loc *valuelocs; /* parallel to values, likewise */
 } ir_module;

@@ -58,22 +58,23 @@ ir_limits_default(ir_limits *l)
     l->max_rank = IR_MAX_RANK;
 }
 
-/* FNV-1a, for the intern tables only (never part of a persistent hash). */
+/*
+ * The intern tables' hash: SipHash keyed per module (m->hashkey), chained
+ * over pieces, so that a hostile module cannot make every name or type land
+ * in one slot. Table layout never affects ids (they are assigned in
+ * insertion order), so results stay deterministic.
+ */
 static uint32_t
-fnv(const void *p, size_t n, uint32_t h)
+keyed(const ir_module *m, const void *p, size_t n, uint32_t h)
 {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 16777619u;
-    }
-    return h;
+    return (uint32_t)di_siphash(p, n, m->hashkey[0] ^ h, m->hashkey[1]);
 }
 
 ir_module *
 ir_module_new(void)
 {
     ir_module *m = di_xcalloc(1, sizeof *m);
+    di_hash_key(m->hashkey);
     /* Reserve entry 0 everywhere; chars[0] is the empty string's terminator. */
     DI_GROW(&m->chars, &m->cchar, 1);
     m->chars[0] = '\0';
@@ -214,7 +215,7 @@ static void
 strtab_insert(ir_module *m, ir_id s)
 {
     uint32_t mask = m->cstrtab - 1;
-    uint32_t h = fnv(m->chars + s, strlen(m->chars + s), 2166136261u) & mask;
+    uint32_t h = keyed(m, m->chars + s, strlen(m->chars + s), 0) & mask;
     while (m->strtab[h])
         h = (h + 1) & mask;
     m->strtab[h] = s;
@@ -240,7 +241,7 @@ ir_str_find(const ir_module *m, const char *s, size_t len)
     if (m->cstrtab == 0)
         return 0;
     mask = m->cstrtab - 1;
-    h = fnv(s, len, 2166136261u) & mask;
+    h = keyed(m, s, len, 0) & mask;
     while (m->strtab[h]) {
         const char *t = m->chars + m->strtab[h];
         if (strncmp(t, s, len) == 0 && t[len] == '\0')
@@ -317,19 +318,27 @@ push_refs(ir_module *m, uint32_t n, const ir_id *v)
 static uint32_t
 type_hash(const ir_module *m, const ir_type *t)
 {
-    uint32_t h = 2166136261u;
-    h = fnv(&t->kind, 1, h);
-    h = fnv(&t->dtype, 1, h);
-    h = fnv(&t->rank, sizeof t->rank, h);
-    h = fnv(&t->device, sizeof t->device, h);
-    h = fnv(&t->devvar, sizeof t->devvar, h);
-    h = fnv(&t->mesh, sizeof t->mesh, h);
+    struct {
+        uint8_t kind, dtype;
+        uint16_t rank;
+        int32_t device;
+        ir_id devvar, mesh;
+    } head;
+    uint32_t h;
+    memset(&head, 0, sizeof head);
+    head.kind = t->kind;
+    head.dtype = t->dtype;
+    head.rank = t->rank;
+    head.device = t->device;
+    head.devvar = t->devvar;
+    head.mesh = t->mesh;
+    h = keyed(m, &head, sizeof head, 0);
     if (t->kind == IR_TYPE_TENSOR) {
-        h = fnv(m->ints + t->dims, t->rank * sizeof(int64_t), h);
+        h = keyed(m, m->ints + t->dims, t->rank * sizeof(int64_t), h);
         if (t->mesh)
-            h = fnv(m->ints + t->placements, m->meshes[t->mesh].rank * sizeof(int64_t), h);
+            h = keyed(m, m->ints + t->placements, m->meshes[t->mesh].rank * sizeof(int64_t), h);
     } else {
-        h = fnv(m->refs + t->elems, t->nelem * sizeof(ir_id), h);
+        h = keyed(m, m->refs + t->elems, t->nelem * sizeof(ir_id), h);
     }
     return h;
 }
