@@ -1049,11 +1049,18 @@ ex_random_args(const ir_module *m, uint64_t seed, int64_t bound, ex_tensor **arg
     return 0;
 }
 
-/* Counts uses of every value by ops and region results of region r. */
+/*
+ * Counts uses of every value by the ops of region r and of the bodies
+ * nested in it. Only the entry function frees values early (when their
+ * count drops to 0 after a top-level op), so a value a body reads from an
+ * enclosing region keeps a count that never reaches 0 and lives to the end.
+ */
 static void
-count_uses(const ir_module *m, ir_id r, uint32_t *uses)
+count_uses(const ir_module *m, ir_id r, uint32_t *uses, int depth)
 {
     const ir_region *reg = &m->regions[r];
+    if (depth > 64)
+        return;
     for (uint32_t i = 0; i < reg->nop; i++) {
         const ir_op *o = &m->ops[reg->ops[i]];
         for (uint32_t j = 0; j < o->ninput; j++) {
@@ -1061,11 +1068,23 @@ count_uses(const ir_module *m, ir_id r, uint32_t *uses)
             if (v < m->nvalue)
                 uses[v]++;
         }
+        if (o->body && o->body < m->nregion) {
+            const ir_region *b = &m->regions[o->body];
+            count_uses(m, o->body, uses, depth + 1);
+            for (uint32_t k = 0; k < b->nresult; k++)
+                if (b->results[k] < m->nvalue)
+                    uses[b->results[k]]++;
+        }
     }
-    /* Results are never freed early: they are copied out at the end. */
-    for (uint32_t i = 0; i < reg->nresult; i++)
-        if (reg->results[i] < m->nvalue)
-            uses[reg->results[i]] = 0;
+}
+
+/* Results are never freed early: they are copied out at the end. */
+static void
+keep_results(const ir_module *m, ir_id f, uint32_t *uses)
+{
+    for (uint32_t i = 0; i < m->regions[f].nresult; i++)
+        if (m->regions[f].results[i] < m->nvalue)
+            uses[m->regions[f].results[i]] = 0;
 }
 
 int
@@ -1096,7 +1115,8 @@ ex_run(const ir_module *m, const ex_tensor *args, uint32_t nargs, ex_tensor **re
         di_free(x.uses);
         return di_error_set(err, DI_ENOMEM, "out of memory");
     }
-    count_uses(m, f, x.uses);
+    count_uses(m, f, x.uses, 0);
+    keep_results(m, f, x.uses);
     /* Bind the arguments. */
     for (uint32_t i = 0; i < m->regions[f].narg && rc == 0; i++) {
         ir_id v = m->regions[f].args[i], ty = m->values[v].type;
