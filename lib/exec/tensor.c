@@ -334,17 +334,22 @@ ex_tensor_from_bytes(ex_tensor *t, ir_dtype dt, uint32_t rank, const int64_t *di
         return di_error_set(err, DI_EINVAL, "invalid dtype");
     if (rank > IR_MAX_RANK)
         return di_error_set(err, DI_EINVAL, "rank %u exceeds %d", rank, IR_MAX_RANK);
+    /* The size check comes first: a shape must not make us allocate what the data lacks. */
+    es = ir_dtype_size(dt);
+    {
+        int64_t n = ex_shape_numel(rank, dims);
+        if (n < 0 || di_mul_u64((uint64_t)n, es, &need) != 0)
+            return di_error_set(err, DI_ETOOBIG, "a %s tensor of shape %s is too large",
+                                ir_dtype_name(dt), ex_shape_str(sb, sizeof sb, rank, dims));
+        if (need != len)
+            return di_error_set(err, DI_EINVAL,
+                                "%zu bytes of data for a %s tensor of shape %s, which needs %llu",
+                                len, ir_dtype_name(dt), ex_shape_str(sb, sizeof sb, rank, dims),
+                                (unsigned long long)need);
+    }
     if ((rc = ex_tensor_init(t, dt, rank, dims)) != 0)
         return di_error_set(err, rc, "cannot allocate a %s tensor of shape %s", ir_dtype_name(dt),
                             ex_shape_str(sb, sizeof sb, rank, dims));
-    es = ir_dtype_size(dt);
-    if (di_mul_u64(t->numel, es, &need) != 0 || need != len) {
-        ex_tensor_fini(t);
-        return di_error_set(err, DI_EINVAL,
-                            "%zu bytes of data for a %s tensor of shape %s, which needs %llu",
-                            len, ir_dtype_name(dt), ex_shape_str(sb, sizeof sb, rank, dims),
-                            (unsigned long long)need);
-    }
     for (size_t i = 0; i < t->numel; i++) {
         uint64_t v = load_le(p + i * es, es);
         switch (dt) {

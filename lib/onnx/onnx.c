@@ -443,18 +443,19 @@ resolve_missing(imp *I, const char *name)
             ex_tensor ones;
             uint8_t *bytes;
             size_t nb;
-            ir_id ty;
-            if (ex_tensor_init(&ones, x->dtype, x->rank, x->dims) != 0)
-                return NULL;
-            for (size_t i = 0; i < ones.numel; i++)
-                ex_set(&ones, i, 1.0);
-            ty = ir_type_tensor(I->m, x->dtype, x->rank, x->dims, I->opt.device);
+            ir_id ty = ir_type_tensor(I->m, x->dtype, x->rank, x->dims, I->opt.device);
             v->value = ir_region_add_arg(I->m, I->f, ty, name);
-            if (ex_tensor_to_bytes(&ones, &bytes, &nb) == 0) {
-                ir_value_set_init(I->m, v->value, bytes, nb);
-                di_free(bytes);
+            /* The seed of ones as its data (unless absurdly large: then no data). */
+            if (ex_shape_numel(x->rank, x->dims) <= ONNX_FOLD_MAX &&
+                ex_tensor_init(&ones, x->dtype, x->rank, x->dims) == 0) {
+                for (size_t i = 0; i < ones.numel; i++)
+                    ex_set(&ones, i, 1.0);
+                if (ex_tensor_to_bytes(&ones, &bytes, &nb) == 0) {
+                    ir_value_set_init(I->m, v->value, bytes, nb);
+                    di_free(bytes);
+                }
+                ex_tensor_fini(&ones);
             }
-            ex_tensor_fini(&ones);
             set_type(v, x->dtype, x->rank, x->dims);
             v->defined = 1;
             return v;
