@@ -1,0 +1,313 @@
+/*
+ * test_xform_equiv.c: every strategy transform preserves numerics. For a
+ * small MLP and a small GPT (dropout 0: the executor's dropout mask depends
+ * on an element's index within the local tensor, so a split changes it),
+ * every (dp, tp, pp) in {1, 2, 4}^3 that divides the model, and every row of
+ * the variant table (schedules, recomputation, ZeRO stages, stashing,
+ * sequence parallelism, overlapped gradient reduction, Adam), the
+ * distributed executor's loss and updated weights (and Adam moments) equal
+ * the sequential executor's within 1e-5 relative.
+ *
+ * The arguments go through xform_shard_args and the results through
+ * xform_gather_results (the layouts), so the test also checks those. The
+ * relative error of an element is |a - b| / (|a| + 1e-4 max|tensor|): a
+ * different summation order (all-reduce, accumulation across microbatches)
+ * perturbs elements near zero by about 1e-7 of the tensor's scale.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/exec.h"
+#include "ir/ir.h"
+#include "models/models.h"
+#include "xform/xform.h"
+#include "xform/xform_exec.h"
+
+#define TOL 1e-5
+
+typedef struct variant {
+    const char *name;
+    xform_schedule schedule;
+    uint32_t virtual_stages;
+    xform_recompute recompute;
+    xform_stash stash;
+    uint32_t zero;
+    int sp;
+    int overlap;
+    int adam;
+    int max_mb; /* 1: no microbatches */
+} variant;
+
+static const variant variants[] = {
+    {"1f1b", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0, 0, 0, 4},
+    {"single microbatch", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0,
+     0, 0, 1},
+    {"gpipe", XFORM_SCHEDULE_GPIPE, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0, 0, 0, 4},
+    {"interleaved:2", XFORM_SCHEDULE_INTERLEAVED, 2, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0,
+     0, 0, 4},
+    {"recompute selective", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_SELECTIVE, XFORM_STASH_NONE,
+     0, 0, 0, 0, 2},
+    {"recompute full", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_FULL, XFORM_STASH_NONE, 0, 0, 0, 0,
+     2},
+    {"zero 1 adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 1, 0, 0, 1, 2},
+    {"zero 2", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 2, 0, 0, 0, 2},
+    {"zero 3 adam", XFORM_SCHEDULE_GPIPE, 1, XFORM_RECOMPUTE_FULL, XFORM_STASH_NONE, 3, 0, 0, 1,
+     2},
+    {"stash pipedream", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_PIPEDREAM, 0, 0,
+     0, 0, 4},
+    {"stash 2bw zero 1", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_2BW, 1, 0, 0,
+     0, 2},
+    {"sequence parallel", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_SELECTIVE, XFORM_STASH_NONE, 0,
+     1, 0, 0, 2},
+    {"overlap grad reduce", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0,
+     1, 0, 4},
+    {"overlap zero 2 sp adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 2,
+     1, 1, 1, 2},
+};
+
+typedef struct model_case {
+    const char *name;
+    int gpt;
+    int adam;
+    ir_module *m;
+    ex_tensor *args, *res;
+    uint32_t nargs, nres;
+    int64_t batch;
+    uint32_t layers;
+    int64_t heads; /* tensor-parallel divisibility */
+} model_case;
+
+static ir_module *
+build(int gpt, int adam)
+{
+    ir_module *m = NULL;
+    di_error err;
+    int rc;
+    if (gpt) {
+        models_gpt c;
+        models_gpt_init(&c);
+        c.layers = 4;
+        c.hidden = 16;
+        c.heads = 4;
+        c.seq = 4;
+        c.vocab = 11;
+        c.batch = 8;
+        c.dropout = 0;
+        c.train.optimizer = adam ? XFORM_OPTIM_ADAM : XFORM_OPTIM_SGD;
+        rc = models_gpt_build(&c, &m, &err);
+    } else {
+        models_mlp c;
+        models_mlp_init(&c);
+        c.layers = 4;
+        c.hidden = 8;
+        c.input = 6;
+        c.classes = 4;
+        c.batch = 16;
+        c.train.optimizer = adam ? XFORM_OPTIM_ADAM : XFORM_OPTIM_SGD;
+        rc = models_mlp_build(&c, &m, &err);
+    }
+    if (rc != 0)
+        fail_msg("build: %s", err.msg);
+    return m;
+}
+
+static void
+case_init(model_case *mc, int gpt, int adam)
+{
+    di_error err;
+    const ir_region *fr;
+    memset(mc, 0, sizeof *mc);
+    mc->gpt = gpt;
+    mc->adam = adam;
+    mc->m = build(gpt, adam);
+    mc->batch = gpt ? 8 : 16;
+    mc->layers = 4;
+    mc->heads = 4;
+    if (ex_random_args(mc->m, 1234, gpt ? 11 : 4, &mc->args, &mc->nargs, &err) != 0)
+        fail_msg("args: %s", err.msg);
+    /* Adam's second moments must not be negative. */
+    fr = &mc->m->regions[ir_module_entry(mc->m)];
+    for (uint32_t a = 0; a < fr->narg; a++) {
+        const char *n = ir_str_get(mc->m, mc->m->values[fr->args[a]].name);
+        size_t len = strlen(n);
+        if (len > 7 && strcmp(n + len - 7, ".adam_v") == 0)
+            for (size_t i = 0; i < mc->args[a].numel; i++)
+                ex_set(&mc->args[a], i, fabs(ex_get(&mc->args[a], i)) + 0.1);
+    }
+    if (ex_run(mc->m, mc->args, mc->nargs, &mc->res, &mc->nres, &err) != 0)
+        fail_msg("sequential: %s", err.msg);
+}
+
+static void
+free_tensors(ex_tensor *t, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        ex_tensor_fini(&t[i]);
+    di_free(t);
+}
+
+static void
+case_fini(model_case *mc)
+{
+    free_tensors(mc->args, mc->nargs);
+    free_tensors(mc->res, mc->nres);
+    ir_module_free(mc->m);
+}
+
+/* Worst relative error over every result; INFINITY on a shape mismatch or NaN. */
+static double
+compare(const ex_tensor *want, const ex_tensor *got, uint32_t n, uint32_t *where)
+{
+    double worst = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double scale = 0;
+        if (want[i].numel != got[i].numel) {
+            *where = i;
+            return INFINITY;
+        }
+        for (size_t j = 0; j < want[i].numel; j++)
+            if (fabs(ex_get(&want[i], j)) > scale)
+                scale = fabs(ex_get(&want[i], j));
+        for (size_t j = 0; j < want[i].numel; j++) {
+            double a = ex_get(&want[i], j), b = ex_get(&got[i], j);
+            double e = fabs(a - b) / (fabs(a) + 1e-4 * scale + 1e-30);
+            if (isnan(a) || isnan(b))
+                e = INFINITY;
+            if (e > worst) {
+                worst = e;
+                *where = i;
+            }
+        }
+    }
+    return worst;
+}
+
+/* The largest microbatch count <= max that divides the batch share. */
+static uint32_t
+pick_mb(int64_t share, uint32_t max, uint32_t multiple_of)
+{
+    for (uint32_t m = max; m >= 1; m--)
+        if (share % m == 0 && m % multiple_of == 0)
+            return m;
+    return 0;
+}
+
+static uint32_t nrun, nskip;
+
+static void
+run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
+{
+    xform_strategy s;
+    ir_module *dm = NULL;
+    xform_layout *lay = NULL;
+    ex_tensor *dargs, *dres, *got;
+    uint32_t nd, ndr, ng, where = 0;
+    di_error err;
+    char desc[256];
+    double e;
+    xform_strategy_init(&s);
+    s.dp = dp;
+    s.tp = tp;
+    s.pp = pp;
+    s.schedule = v->schedule;
+    s.virtual_stages = v->virtual_stages;
+    s.recompute = v->recompute;
+    s.stash = v->stash;
+    s.zero = v->zero;
+    s.sequence_parallel = v->sp;
+    s.overlap_grad_reduce = v->overlap;
+    if (v->sp && (!mc->gpt || tp == 1)) {
+        nskip++;
+        return;
+    }
+    if (v->schedule == XFORM_SCHEDULE_INTERLEAVED && (pp == 1 || mc->layers % (pp * 2) != 0)) {
+        nskip++;
+        return;
+    }
+    s.microbatches = pick_mb(mc->batch / dp, (uint32_t)v->max_mb,
+                             v->schedule == XFORM_SCHEDULE_INTERLEAVED ? pp : 1);
+    if (s.microbatches == 0) {
+        nskip++;
+        return;
+    }
+    xform_strategy_format(&s, desc, sizeof desc);
+    di_error_clear(&err);
+    if (xform_apply_layout(mc->m, &s, NULL, &dm, &lay, &err) != 0)
+        fail_msg("%s %s (%s): apply: %s", mc->name, desc, v->name, err.msg);
+    if (ir_verify(dm, &err) != 0)
+        fail_msg("%s %s (%s): verify: %s", mc->name, desc, v->name, err.msg);
+    if (xform_shard_args(lay, mc->args, mc->nargs, &dargs, &nd, &err) != 0)
+        fail_msg("%s %s: shard: %s", mc->name, desc, err.msg);
+    if (ex_run(dm, dargs, nd, &dres, &ndr, &err) != 0)
+        fail_msg("%s %s (%s): distributed executor: %s", mc->name, desc, v->name, err.msg);
+    if (xform_gather_results(lay, dres, ndr, &got, &ng, &err) != 0)
+        fail_msg("%s %s: gather: %s", mc->name, desc, err.msg);
+    assert_int_equal(ng, mc->nres);
+    e = compare(mc->res, got, ng, &where);
+    if (!(e <= TOL))
+        fail_msg("%s %s (%s): result %u differs from the sequential one by %g relative",
+                 mc->name, desc, v->name, where, e);
+    nrun++;
+    free_tensors(dargs, nd);
+    free_tensors(dres, ndr);
+    free_tensors(got, ng);
+    xform_layout_free(lay);
+    ir_module_free(dm);
+}
+
+static void
+grid(int gpt)
+{
+    static const uint32_t deg[3] = {1, 2, 4};
+    model_case sgd, adam;
+    case_init(&sgd, gpt, 0);
+    case_init(&adam, gpt, 1);
+    sgd.name = adam.name = gpt ? "gpt" : "mlp";
+    nrun = nskip = 0;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 3; c++) {
+                uint32_t dp = deg[a], tp = deg[b], pp = deg[c];
+                if (sgd.batch % dp != 0 || sgd.heads % tp != 0 || sgd.layers % pp != 0)
+                    continue;
+                for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++)
+                    run_one(variants[k].adam ? &adam : &sgd, dp, tp, pp, &variants[k]);
+            }
+    fprintf(stderr, "%s: %u strategies equal the sequential step, %u not applicable\n",
+            sgd.name, nrun, nskip);
+    assert_true(nrun > 200);
+    case_fini(&sgd);
+    case_fini(&adam);
+}
+
+static void
+test_mlp_grid(void **state)
+{
+    (void)state;
+    grid(0);
+}
+
+static void
+test_gpt_grid(void **state)
+{
+    (void)state;
+    grid(1);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mlp_grid),
+        cmocka_unit_test(test_gpt_grid),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
