@@ -49,10 +49,12 @@ onnx_fail(imp *I, int code, const char *fmt, ...)
     va_end(ap);
     if (I->node != NULL) {
         const char *name = I->node->name && *I->node->name ? I->node->name : "";
+        const char *type = I->node->op_type ? I->node->op_type : "";
         if (*name)
-            return di_error_set(I->err, code, "node '%s' (%s): %s", name, I->node->op_type, msg);
-        return di_error_set(I->err, code, "node %s (unnamed, output '%s'): %s", I->node->op_type,
-                            I->node->n_output ? I->node->output[0] : "", msg);
+            return di_error_set(I->err, code, "node '%s' (%s): %s", name, type, msg);
+        return di_error_set(I->err, code, "node %s (unnamed, output '%s'): %s", type,
+                            I->node->n_output && I->node->output[0] ? I->node->output[0] : "",
+                            msg);
     }
     return di_error_set(I->err, code, "%s", msg);
 }
