@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "xform/xform.h"
 
 static int
 parse_uint(const char *flag, const char *v, uint32_t max, uint32_t *out)
@@ -119,12 +120,15 @@ int
 cli_apply_strategy(const ir_module *m, const Distir__V1__Strategy *s, const hw_model *hw,
                    ir_module **out)
 {
-    (void)m;
-    (void)hw;
+    xform_strategy xs;
+    di_error err;
     *out = NULL;
     if (cli_strategy_is_trivial(s))
         return 0;
-    cli_error("strategy transforms are not available yet: simulate an already distributed "
-              "module, or drop the strategy flags");
-    return -1;
+    if (xform_strategy_from_proto(s, &xs, &err) != 0 ||
+        xform_apply(m, &xs, hw, out, &err) != 0) {
+        cli_error("cannot apply the strategy: %s", err.msg);
+        return -1;
+    }
+    return 0;
 }
