@@ -96,6 +96,7 @@ xf_body_tables_init(xf_body *b, xf_ctx *c, ir_module *out)
     b->env = di_xcalloc(n, sizeof *b->env);
     b->convhead = di_xcalloc(n, sizeof *b->convhead);
     b->convgen = di_xcalloc(n, sizeof *b->convgen);
+    b->lazygen = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *b->lazygen);
     b->devvar = ir_str(out, "d");
 }
 
@@ -106,6 +107,7 @@ xf_body_tables_fini(xf_body *b)
     di_free(b->env);
     di_free(b->convhead);
     di_free(b->convgen);
+    di_free(b->lazygen);
     di_free(b->conv);
     memset(b, 0, sizeof *b);
 }
@@ -174,6 +176,13 @@ xf_body_get(xf_body *b, ir_id v, xf_local *out)
     if (b->envgen[v] != b->gen) {
         ir_id def = c->m->values[v].def;
         int rc;
+        if (def && b->lazygen[def] == b->gen) {
+            b->lazygen[def] = 0;
+            if ((rc = xf_body_emit(b, def)) != 0)
+                return rc;
+            *out = b->env[v];
+            return 0;
+        }
         if (!(c->vflags[v] & XF_V_CONST) || def == 0)
             return di_error_set(c->err, DI_EINTERNAL, "value %%%s is not available in this body",
                                 ir_str_get(c->m, c->m->values[v].name));

@@ -66,6 +66,7 @@ typedef struct prog {
     idlist leaf;    /* gradient contributions accumulated across microbatches */
     idlist stash;   /* weights stashed (F) or read from the stash (B) */
     idlist res;     /* indices of the function's results output here */
+    idlist lazy;    /* ops (also in ops) emitted only when a later op needs them */
 } prog;
 
 typedef struct reg_ent {
@@ -479,9 +480,17 @@ build_programs(pl *P)
                         needed[d] = 1;
                 }
             }
+            /*
+             * Full recomputation runs the stage's forward first; selective
+             * recomputation emits each op right before its first use
+             * (lazily, emit_chunk), so one layer's scores live at a time.
+             */
             for (uint32_t j = 0; j < f->ops.n; j++)
-                if (needed[f->ops.v[j]])
+                if (needed[f->ops.v[j]]) {
                     idl_push(&ops, f->ops.v[j]);
+                    if (c->s.recompute == XFORM_RECOMPUTE_SELECTIVE)
+                        idl_push(&b->lazy, f->ops.v[j]);
+                }
             for (uint32_t j = 0; j < b->ops.n; j++)
                 idl_push(&ops, b->ops.v[j]);
             di_free(b->ops.v);
@@ -814,7 +823,11 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
             acc_pl[j] = e->pl;
         }
         /* The program's ops. */
+        for (uint32_t j = 0; j < p->lazy.n; j++)
+            b->lazygen[p->lazy.v[j]] = b->gen;
         for (uint32_t j = 0; j < p->ops.n; j++) {
+            if (b->lazygen[p->ops.v[j]] == b->gen)
+                continue;
             if ((rc = xf_body_emit(b, p->ops.v[j])) != 0) {
                 di_free(acc_in);
                 di_free(acc_pl);
@@ -837,7 +850,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
             int8_t tgt = leaf_target(P, v);
             if ((rc = xf_body_get(b, v, &l)) != 0)
                 goto fail_acc;
-            if (c->s.zero == 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
+            if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
                 xf_place want = l.pl;
                 want.a[XF_DP] = tgt;
                 if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
@@ -871,7 +884,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
             }
             if (mb == last) {
                 l.pl.a[XF_MB] = XF_R;
-                if (c->s.overlap_grad_reduce && c->s.zero != 2 && tgt != XF_P &&
+                if (c->s.overlap_grad_reduce && c->s.zero < 2 && tgt != XF_P &&
                     l.pl.a[XF_DP] != tgt) {
                     xf_place want = l.pl;
                     want.a[XF_DP] = tgt;
@@ -1263,6 +1276,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
         di_free(p->leaf.v);
         di_free(p->stash.v);
         di_free(p->res.v);
+        di_free(p->lazy.v);
     }
     di_free(P.prog);
     di_free(P.home);
@@ -1294,6 +1308,7 @@ fail:
             di_free(p->leaf.v);
             di_free(p->stash.v);
             di_free(p->res.v);
+            di_free(p->lazy.v);
         }
     di_free(P.prog);
     di_free(P.home);

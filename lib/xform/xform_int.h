@@ -137,6 +137,7 @@ typedef struct xf_body {
     uint32_t nconv, cconv;
     uint32_t *convhead; /* per source value: 1 + index of its last conversion (this gen) */
     uint32_t *convgen;
+    uint32_t *lazygen;  /* per source op: emitted on demand in this body (recomputation) */
 } xf_body;
 
 typedef struct xf_conv {
