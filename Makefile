@@ -29,6 +29,9 @@ PACKAGES := build-essential pkg-config clang libclang-rt-14-dev \
 
 WARN := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 	-Wvla -Wformat=2 -Wno-format-nonliteral -Wno-format-truncation
+ifneq ($(findstring clang,$(CC)),)
+WARN += -Wno-unknown-warning-option
+endif
 BASEFLAGS := -std=c11 -D_GNU_SOURCE -MMD -MP -Ilib -I$(B)/gen $(WARN)
 
 # Any MODE starting with "asan" (asan, asan-foo) is a sanitizer build.
