@@ -44,6 +44,8 @@ xf_op_label(const ir_module *m, ir_id op, char *buf, size_t n)
         snprintf(buf, n, "%s (op %u)", ir_op_name(m, op), op);
 }
 
+static void xf_copy_attrs_one(ir_module *dst, ir_id dop, const ir_module *src, const ir_attr *a);
+
 void
 xf_copy_attrs(ir_module *dst, ir_id dop, const ir_module *src, ir_id sop, const char *skip1,
               const char *skip2)
@@ -54,31 +56,81 @@ xf_copy_attrs(ir_module *dst, ir_id dop, const ir_module *src, ir_id sop, const 
         const char *key = ir_str_get(src, a->key);
         if ((skip1 && strcmp(key, skip1) == 0) || (skip2 && strcmp(key, skip2) == 0))
             continue;
+        xf_copy_attrs_one(dst, dop, src, a);
+    }
+}
+
+/* Copies one attribute of src into op dop of dst. */
+static void
+xf_copy_attrs_one(ir_module *dst, ir_id dop, const ir_module *src, const ir_attr *a)
+{
+    const char *key = ir_str_get(src, a->key);
+    switch (a->kind) {
+    case IR_ATTR_INT:
+        ir_op_set_int(dst, dop, key, a->i);
+        break;
+    case IR_ATTR_FLOAT:
+        ir_op_set_float(dst, dop, key, a->f);
+        break;
+    case IR_ATTR_STRING:
+        ir_op_set_string(dst, dop, key, ir_str_get(src, a->s));
+        break;
+    case IR_ATTR_INTS:
+        ir_op_set_ints(dst, dop, key, a->n, src->ints + a->off);
+        break;
+    case IR_ATTR_FLOATS:
+        ir_op_set_floats(dst, dop, key, a->n, src->floats + a->off);
+        break;
+    case IR_ATTR_TENSOR: {
+        const ir_type *t = &src->types[a->i];
+        ir_id ty = ir_type_tensor(dst, (ir_dtype)t->dtype, t->rank, ir_type_dims(src, (ir_id)a->i),
+                                  t->device);
+        ir_op_set_tensor(dst, dop, key, ty, src->data + a->off, a->n);
+        break;
+    }
+    default:
+        break; /* meshes: a sequential source has none */
+    }
+}
+
+ir_id
+xf_str(xf_body *b, ir_id s)
+{
+    const ir_module *m = b->c->m;
+    if (s == 0 || s >= m->nchar)
+        return 0;
+    if (b->smap[s] == 0)
+        b->smap[s] = ir_str(b->out, m->chars + s);
+    return b->smap[s];
+}
+
+/* Copies attributes with keys and strings mapped through the string cache. */
+static void
+copy_attrs_fast(xf_body *b, ir_id dop, ir_id sop, int skip_shape)
+{
+    const ir_module *src = b->c->m;
+    const ir_op *o = &src->ops[sop];
+    for (uint32_t j = 0; j < o->nattr; j++) {
+        const ir_attr *a = &src->attrs[o->attrs + j];
+        ir_attr na;
         switch (a->kind) {
         case IR_ATTR_INT:
-            ir_op_set_int(dst, dop, key, a->i);
-            break;
         case IR_ATTR_FLOAT:
-            ir_op_set_float(dst, dop, key, a->f);
-            break;
         case IR_ATTR_STRING:
-            ir_op_set_string(dst, dop, key, ir_str_get(src, a->s));
+            na = *a;
+            na.key = xf_str(b, a->key);
+            if (a->kind == IR_ATTR_STRING)
+                na.s = xf_str(b, a->s);
+            ir_op_put_attr(b->out, dop, &na);
             break;
         case IR_ATTR_INTS:
-            ir_op_set_ints(dst, dop, key, a->n, src->ints + a->off);
+            if (skip_shape && strcmp(ir_str_get(src, a->key), "shape") == 0)
+                break;
+            ir_op_set_ints(b->out, dop, ir_str_get(src, a->key), a->n, src->ints + a->off);
             break;
-        case IR_ATTR_FLOATS:
-            ir_op_set_floats(dst, dop, key, a->n, src->floats + a->off);
-            break;
-        case IR_ATTR_TENSOR: {
-            const ir_type *t = &src->types[a->i];
-            ir_id ty = ir_type_tensor(dst, (ir_dtype)t->dtype, t->rank, ir_type_dims(src, (ir_id)a->i),
-                                      t->device);
-            ir_op_set_tensor(dst, dop, key, ty, src->data + a->off, a->n);
-            break;
-        }
         default:
-            break; /* meshes: a sequential source has none */
+            xf_copy_attrs_one(b->out, dop, src, a);
+            break;
         }
     }
 }
@@ -97,6 +149,8 @@ xf_body_tables_init(xf_body *b, xf_ctx *c, ir_module *out)
     b->convhead = di_xcalloc(n, sizeof *b->convhead);
     b->convgen = di_xcalloc(n, sizeof *b->convgen);
     b->lazygen = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *b->lazygen);
+    b->smap = di_xcalloc(c->m->nchar ? c->m->nchar : 1, sizeof *b->smap);
+    b->tcache = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *b->tcache);
     b->devvar = ir_str(out, "d");
 }
 
@@ -108,6 +162,9 @@ xf_body_tables_fini(xf_body *b)
     di_free(b->convhead);
     di_free(b->convgen);
     di_free(b->lazygen);
+    di_free(b->smap);
+    di_free(b->tcache);
+    di_free(b->tpool);
     di_free(b->conv);
     memset(b, 0, sizeof *b);
 }
@@ -147,7 +204,8 @@ xf_body_bind(xf_body *b, ir_id v, ir_id lv, const xf_place *pl)
 static void
 name_value(xf_body *b, ir_id lv, ir_id src, const char *suffix)
 {
-    const char *n = ir_str_get(b->c->m, b->c->m->values[src].name);
+    ir_id sn = b->c->m->values[src].name;
+    const char *n = ir_str_get(b->c->m, sn);
     char buf[256];
     if (*n == '\0')
         return;
@@ -155,7 +213,7 @@ name_value(xf_body *b, ir_id lv, ir_id src, const char *suffix)
         snprintf(buf, sizeof buf, "%s%s", n, suffix);
         b->out->values[lv].name = ir_str(b->out, buf);
     } else {
-        b->out->values[lv].name = ir_str(b->out, n);
+        b->out->values[lv].name = xf_str(b, sn);
     }
 }
 
@@ -165,6 +223,15 @@ xf_body_arg(xf_body *b, ir_id v, const xf_place *pl, const char *suffix)
     ir_id ty = xf_local_type(b, v, pl, -1);
     ir_id a = ir_region_add_arg(b->out, b->region, ty, NULL);
     name_value(b, a, v, suffix);
+    xf_body_bind(b, v, a, pl);
+    return a;
+}
+
+ir_id
+xf_body_arg_typed(xf_body *b, ir_id v, ir_id ty, const xf_place *pl)
+{
+    ir_id a = ir_region_add_arg(b->out, b->region, ty, NULL);
+    name_value(b, a, v, NULL);
     xf_body_bind(b, v, a, pl);
     return a;
 }
@@ -424,7 +491,7 @@ xf_body_emit(xf_body *b, ir_id op)
     const ir_op *o = &m->ops[op];
     const xf_opinfo *oi = &c->op[op];
     ir_id lin[64], nop;
-    int rc;
+    int rc, hit = 0;
     if (o->ninput > 64)
         return di_error_set(c->err, DI_EUNSUPPORTED, "an op with %u inputs", o->ninput);
     for (uint32_t k = 0; k < o->ninput; k++) {
@@ -445,7 +512,7 @@ xf_body_emit(xf_body *b, ir_id op)
             return rc;
     }
     nop = ir_op_add(b->out, b->region, o->kind, o->ninput, lin, o->noutput, NULL, NULL);
-    b->out->ops[nop].name = o->name ? ir_str(b->out, ir_str_get(m, o->name)) : 0;
+    b->out->ops[nop].name = o->name ? xf_str(b, o->name) : 0;
     if (o->kind == IR_OP_CONSTANT) {
         const ir_attr *va = ir_op_attr(m, op, "value");
         xf_place r = {{XF_R, XF_R, XF_R}};
@@ -459,38 +526,61 @@ xf_body_emit(xf_body *b, ir_id op)
         else
             ty = xf_local_type(b, o->outputs, &r, -1);
         ir_op_set_tensor(b->out, nop, "value", ty, m->data + va->off, va->n);
+        b->out->values[ir_op_output(b->out, nop, 0)].type = ty;
+        hit = 1;
     } else {
-        xf_copy_attrs(b->out, nop, m, op, NULL, NULL);
-        if (o->kind == IR_OP_RESHAPE || o->kind == IR_OP_GATHERGRAD ||
-            o->kind == IR_OP_REDUCESUMTO) {
+        int shaped = o->kind == IR_OP_RESHAPE || o->kind == IR_OP_GATHERGRAD ||
+                     o->kind == IR_OP_REDUCESUMTO;
+        copy_attrs_fast(b, nop, op, shaped);
+        if (shaped) {
             int64_t dims[IR_MAX_RANK];
             xf_place p = c->place[o->outputs];
             if (xf_local_dims(c, o->outputs, &p, dims) != 0)
                 return di_error_set(c->err, DI_EINTERNAL, "no local shape");
             ir_op_set_ints(b->out, nop, "shape", m->types[m->values[o->outputs].type].rank, dims);
         }
+        /* The same source op with the same input types as last time: the same result types. */
+        if (b->tcache[op]) {
+            const ir_id *t = b->tpool + b->tcache[op] - 1;
+            hit = 1;
+            for (uint32_t k = 0; k < o->ninput && hit; k++)
+                hit = t[k] == b->out->values[lin[k]].type;
+            for (uint32_t k = 0; k < o->noutput && hit; k++)
+                b->out->values[ir_op_output(b->out, nop, k)].type = t[o->ninput + k];
+        }
     }
-    if ((rc = infer_one(b, nop)) != 0) {
-        char lab[160];
-        xf_op_label(m, op, lab, sizeof lab);
-        di_error_prefix(c->err, "%s", lab);
-        return rc;
+    if (!hit) {
+        if ((rc = infer_one(b, nop)) != 0) {
+            char lab[160];
+            xf_op_label(m, op, lab, sizeof lab);
+            di_error_prefix(c->err, "%s", lab);
+            return rc;
+        }
+        for (uint32_t k = 0; k < o->noutput; k++) {
+            ir_id sv = o->outputs + k, lv = ir_op_output(b->out, nop, k);
+            const ir_type *lt = &b->out->types[b->out->values[lv].type];
+            int64_t dims[IR_MAX_RANK];
+            if (xf_local_dims(c, sv, &c->place[sv], dims) != 0 ||
+                memcmp(dims, ir_type_dims(b->out, b->out->values[lv].type),
+                       lt->rank * sizeof *dims) != 0) {
+                char lab[160];
+                xf_op_label(m, op, lab, sizeof lab);
+                return di_error_set(c->err, DI_EINTERNAL,
+                                    "%s: result %u has a local shape other than propagation's",
+                                    lab, k);
+            }
+        }
+        /* Remember the types (entries are never reused: one per emission with new types). */
+        DI_GROW(&b->tpool, &b->ctpool, b->ntpool + o->ninput + o->noutput);
+        b->tcache[op] = b->ntpool + 1;
+        for (uint32_t k = 0; k < o->ninput; k++)
+            b->tpool[b->ntpool++] = b->out->values[lin[k]].type;
+        for (uint32_t k = 0; k < o->noutput; k++)
+            b->tpool[b->ntpool++] = b->out->values[ir_op_output(b->out, nop, k)].type;
     }
     for (uint32_t k = 0; k < o->noutput; k++) {
         ir_id sv = o->outputs + k, lv = ir_op_output(b->out, nop, k);
         xf_place p = normalized(b, &c->place[sv]);
-        const ir_type *lt = &b->out->types[b->out->values[lv].type];
-        int64_t dims[IR_MAX_RANK];
-        if (o->kind != IR_OP_CONSTANT &&
-            (xf_local_dims(c, sv, &c->place[sv], dims) != 0 ||
-             memcmp(dims, ir_type_dims(b->out, b->out->values[lv].type),
-                    lt->rank * sizeof *dims) != 0)) {
-            char lab[160];
-            xf_op_label(m, op, lab, sizeof lab);
-            return di_error_set(c->err, DI_EINTERNAL,
-                                "%s: result %u has a local shape other than propagation's", lab,
-                                k);
-        }
         name_value(b, lv, sv, NULL);
         xf_body_bind(b, sv, lv, &p);
     }

@@ -67,13 +67,21 @@ typedef struct prog {
     idlist stash;   /* weights stashed (F) or read from the stash (B) */
     idlist res;     /* indices of the function's results output here */
     idlist lazy;    /* ops (also in ops) emitted only when a later op needs them */
+    struct reg_ent *argc; /* per input: its entry when it is the same for every microbatch */
 } prog;
 
 typedef struct reg_ent {
     uint32_t kind, v, mb, g;
-    ir_id tv;
+    ir_id tv;     /* the top-level tuple */
+    ir_id lt;     /* its per-device type on the device variable */
     xf_place pl;
 } reg_ent;
+
+/* (per-device type, group) -> the tuple type over the group's devices. */
+typedef struct tt_ent {
+    ir_id lt, tt;
+    uint32_t g;
+} tt_ent;
 
 /* A use of a value by another group: after which instance to send and at what level. */
 typedef struct need {
@@ -99,6 +107,7 @@ typedef struct pl {
     uint32_t *needhead; /* per source value */
     uint8_t *isleaf;    /* per source value */
     uint8_t *isout;     /* per source value: in its home program's outputs */
+    int8_t *leaftgt;    /* per source value: see leaf_targets */
     /* registry */
     reg_ent *reg;
     uint32_t creg, nreg;
@@ -106,17 +115,29 @@ typedef struct pl {
     xform_layout *lay;
     uint32_t cargs, cres;
     ir_id *tmp;        /* ngdev scratch ids */
+    tt_ent *tt;        /* open-addressing cache of group tuple types */
+    ir_id k_index, k_device; /* interned attribute keys */
+    uint32_t ctt, ntt;
     int64_t *tmpdev;   /* ngdev scratch device ids */
 } pl;
 
 /* ---- registry ---- */
 
+/* splitmix64's finalizer over the packed key. */
+static uint64_t
+mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
 static uint64_t
 reg_hash(uint32_t kind, uint32_t v, uint32_t mb, uint32_t g)
 {
-    uint64_t h = ((uint64_t)v << 32 | mb) * 0x9E3779B97F4A7C15ull;
-    h ^= ((uint64_t)g << 8 | kind) * 0xC2B2AE3D27D4EB4Full;
-    return h ^ (h >> 29);
+    return mix64(((uint64_t)v << 32 | mb) ^ mix64((uint64_t)g << 8 | kind));
 }
 
 static reg_ent *
@@ -136,7 +157,8 @@ reg_find(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g)
 }
 
 static void
-reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id tv, const xf_place *p)
+reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id tv, ir_id lt,
+        const xf_place *p)
 {
     reg_ent *e;
     if ((P->nreg + 1) * 2 > P->creg) {
@@ -147,7 +169,8 @@ reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id tv, con
         P->nreg = 0;
         for (uint32_t i = 0; i < oc; i++)
             if (old[i].kind)
-                reg_put(P, old[i].kind, old[i].v, old[i].mb, old[i].g, old[i].tv, &old[i].pl);
+                reg_put(P, old[i].kind, old[i].v, old[i].mb, old[i].g, old[i].tv, old[i].lt,
+                        &old[i].pl);
         di_free(old);
     }
     e = reg_find(P, kind, v, mb, g);
@@ -164,6 +187,7 @@ reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id tv, con
         P->nreg++;
     }
     e->tv = tv;
+    e->lt = lt;
     e->pl = *p;
 }
 
@@ -626,63 +650,75 @@ layout_result(pl *P, uint32_t index, uint32_t mb, uint32_t g, const xf_place *p,
     ir_region_add_result(P->out, P->func, tv);
 }
 
-/* The tuple type of source value v with placement pl on group g. */
+/* The tuple over group g's devices of per-device type lt (on the device variable). */
 static ir_id
-tuple_type(pl *P, ir_id v, const xf_place *p, uint32_t g)
+group_tuple(pl *P, ir_id lt, uint32_t g)
 {
-    ir_id *elems = P->tmp;
+    uint32_t i;
+    ir_id *elems = P->tmp, tt;
+    if ((P->ntt + 1) * 2 > P->ctt) {
+        uint32_t oc = P->ctt, nc = oc ? oc * 2 : 256;
+        tt_ent *old = P->tt;
+        P->tt = di_xcalloc(nc, sizeof *P->tt);
+        P->ctt = nc;
+        for (uint32_t j = 0; j < oc; j++) {
+            if (old[j].lt == 0)
+                continue;
+            i = (uint32_t)(reg_hash(0, old[j].lt, 0, old[j].g) & (nc - 1));
+            while (P->tt[i].lt)
+                i = (i + 1) & (nc - 1);
+            P->tt[i] = old[j];
+        }
+        di_free(old);
+    }
+    i = (uint32_t)(reg_hash(0, lt, 0, g) & (P->ctt - 1));
+    for (; P->tt[i].lt; i = (i + 1) & (P->ctt - 1))
+        if (P->tt[i].lt == lt && P->tt[i].g == g)
+            return P->tt[i].tt;
     for (uint32_t k = 0; k < P->ngdev; k++)
-        elems[k] = xf_local_type(&P->body, v, p, P->devs[g * P->ngdev + k]);
-    return ir_type_tuple(P->out, P->ngdev, elems);
+        elems[k] = ir_type_with_device(P->out, lt, P->devs[g * P->ngdev + k], 0);
+    tt = ir_type_tuple(P->out, P->ngdev, elems);
+    P->tt[i].lt = lt;
+    P->tt[i].g = g;
+    P->tt[i].tt = tt;
+    P->ntt++;
+    return tt;
 }
 
-static int
-infer_top(pl *P, ir_id op)
+/* Adds integer attribute key (an interned string id) = v to op. */
+static void
+int_attr(ir_module *o, ir_id op, ir_id key, int64_t v)
 {
-    ir_id types[8], *tp = types;
-    di_error e;
-    uint32_t n = P->out->ops[op].noutput;
-    int rc = 0;
-    if (n > 8)
-        tp = di_xmalloc(n * sizeof *tp);
-    di_error_clear(&e);
-    if (ir_op_infer(P->out, op, tp, &e) != 0) {
-        rc = di_error_set(P->c->err, DI_EINTERNAL, "the pipeline assembly made an invalid op: %s",
-                          e.msg);
-    } else {
-        for (uint32_t i = 0; i < n; i++)
-            P->out->values[P->out->ops[op].outputs + i].type = tp[i];
-    }
-    if (tp != types)
-        di_free(tp);
-    return rc;
+    ir_attr a;
+    memset(&a, 0, sizeof a);
+    a.key = key;
+    a.kind = IR_ATTR_INT;
+    a.i = v;
+    ir_op_put_attr(o, op, &a);
 }
 
-/* Sends tuple tv (group g) to group g2, device k to device k; returns the new tuple. */
-static int
-send_tuple(pl *P, ir_id tv, uint32_t g, uint32_t g2, ir_id *out)
+/*
+ * Sends tuple tv of per-device type lt to group g2, device k to device k,
+ * as tuple_get, send and tuple ops; returns the new tuple. Types are set
+ * from the group tuple types, not inferred.
+ */
+static ir_id
+send_tuple(pl *P, ir_id tv, ir_id lt, uint32_t g2)
 {
-    ir_id *elems = P->tmp, op;
-    int rc = 0;
-    for (uint32_t k = 0; k < P->ngdev && rc == 0; k++) {
-        ir_id get = ir_op_add(P->out, P->func, IR_OP_TUPLEGET, 1, &tv, 1, NULL, NULL), x, snd;
-        ir_op_set_int(P->out, get, "index", k);
-        if ((rc = infer_top(P, get)) != 0)
-            break;
-        x = ir_op_output(P->out, get, 0);
-        snd = ir_op_add(P->out, P->func, IR_OP_SEND, 1, &x, 1, NULL, NULL);
-        ir_op_set_int(P->out, snd, "device", P->devs[g2 * P->ngdev + k]);
-        if ((rc = infer_top(P, snd)) != 0)
-            break;
-        elems[k] = ir_op_output(P->out, snd, 0);
+    ir_module *o = P->out;
+    ir_id *elems = P->tmp, op, src = o->values[tv].type, dst = group_tuple(P, lt, g2);
+    for (uint32_t k = 0; k < P->ngdev; k++) {
+        /* Copies: ir_op_add may move refs[]. */
+        ir_id ts = o->refs[o->types[src].elems + k], td = o->refs[o->types[dst].elems + k];
+        ir_id get = ir_op_add(o, P->func, IR_OP_TUPLEGET, 1, &tv, 1, &ts, NULL);
+        ir_id x = ir_op_output(o, get, 0), snd;
+        int_attr(o, get, P->k_index, k);
+        snd = ir_op_add(o, P->func, IR_OP_SEND, 1, &x, 1, &td, NULL);
+        int_attr(o, snd, P->k_device, P->devs[g2 * P->ngdev + k]);
+        elems[k] = ir_op_output(o, snd, 0);
     }
-    (void)g;
-    if (rc == 0) {
-        op = ir_op_add(P->out, P->func, IR_OP_TUPLE, P->ngdev, elems, 1, NULL, NULL);
-        rc = infer_top(P, op);
-        *out = ir_op_output(P->out, op, 0);
-    }
-    return rc;
+    op = ir_op_add(o, P->func, IR_OP_TUPLE, P->ngdev, elems, 1, &dst, NULL);
+    return ir_op_output(o, op, 0);
 }
 
 /* Sends registry entry e to every group that needs its value at this level. */
@@ -693,12 +729,10 @@ send_needs(pl *P, const reg_ent *e0, int step)
     for (uint32_t i = P->needhead[e.v]; i; i = P->needs[i - 1].next) {
         const need *n = &P->needs[i - 1];
         ir_id tv;
-        int rc;
         if (n->step != step || n->g == e.g || reg_find(P, e.kind, e.v, e.mb, n->g))
             continue;
-        if ((rc = send_tuple(P, e.tv, e.g, n->g, &tv)) != 0)
-            return rc;
-        reg_put(P, e.kind, e.v, e.mb, n->g, tv, &e.pl);
+        tv = send_tuple(P, e.tv, e.lt, n->g);
+        reg_put(P, e.kind, e.v, e.mb, n->g, tv, e.lt, &e.pl);
     }
     return 0;
 }
@@ -734,6 +768,14 @@ resolve(pl *P, const prog *p, ir_id v, uint32_t mb)
     return reg_find(P, REG_VAL, v, mb, g);
 }
 
+/* The per-device type of result k of pmap op pm (its body's result). */
+static ir_id
+result_lt(pl *P, ir_id pm, uint32_t k)
+{
+    const ir_region *b = &P->out->regions[P->out->ops[pm].body];
+    return P->out->values[b->results[k]].type;
+}
+
 /* Creates a pmap over group g from the finished body; returns the op. */
 static int
 make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id *op)
@@ -749,28 +791,42 @@ make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id *op)
     for (uint32_t k = 0; k < P->ngdev; k++)
         dl[k] = P->devs[g * P->ngdev + k];
     ir_op_set_ints(P->out, o, "devices", P->ngdev, dl);
-    rc = infer_top(P, o);
+    rc = 0;
+    for (uint32_t i = 0; i < P->out->regions[body].nresult && rc == 0; i++) {
+        ir_id lt = P->out->values[P->out->regions[body].results[i]].type;
+        if (P->out->types[lt].devvar == 0) {
+            rc = di_error_set(P->c->err, DI_EINTERNAL, "a pmap body result not on the device "
+                              "variable");
+            break;
+        }
+        P->out->values[ir_op_output(P->out, o, i)].type = group_tuple(P, lt, g);
+    }
     *op = o;
     return rc;
 }
 
-/* Target placement on the data axis of a leaf for its first once-per-step consumer. */
-static int8_t
-leaf_target(pl *P, ir_id v)
+/*
+ * For every leaf (a gradient contribution accumulated across microbatches):
+ * the placement on the data axis its first once-per-step consumer needs, or
+ * P when that consumer keeps it partial (an Add of two contributions) or it
+ * is a function result (reduced in the step program).
+ */
+static void
+leaf_targets(pl *P)
 {
     xf_ctx *c = P->c;
     const ir_module *m = c->m;
     const ir_region *fr = &m->regions[c->func];
-    for (uint32_t i = 0; i < fr->nop; i++) {
+    P->leaftgt = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *P->leaftgt);
+    memset(P->leaftgt, XF_P, (m->nvalue ? m->nvalue : 1) * sizeof *P->leaftgt);
+    for (uint32_t i = fr->nop; i-- > 0;) {
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
         if (c->op[op].phase != XF_PH_STEP)
             continue;
         for (uint32_t k = 0; k < o->ninput; k++)
-            if (m->refs[o->inputs + k] == v)
-                return c->req[o->inputs + k].a[XF_DP];
+            P->leaftgt[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_DP];
     }
-    return XF_P; /* a result: reduced in the step program */
 }
 
 /* ---- chunks ---- */
@@ -790,9 +846,14 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
     opl = di_xmalloc((p->out.n + p->leaf.n + p->stash.n + p->res.n + 1) * sizeof *opl);
     xf_body_begin(b, P->mesh[g]);
     b->step = p->kind == PROG_S;
+    if (p->argc == NULL)
+        p->argc = di_xcalloc(p->in.n + 1, sizeof *p->argc);
     for (uint32_t j = 0; j < p->in.n; j++) {
         ir_id v = p->in.v[j];
-        const reg_ent *e = resolve(P, p, v, mb);
+        const reg_ent *e = p->argc[j].kind ? &p->argc[j] : resolve(P, p, v, mb);
+        if (e && !p->argc[j].kind && m->values[v].def == 0 && !(c->vflags[v] & XF_V_DATA) &&
+            !(p->kind == PROG_B && c->s.stash == XFORM_STASH_PIPEDREAM))
+            p->argc[j] = *e; /* a weight: the same tuple for every microbatch */
         if (e == NULL) {
             di_free(inputs);
             di_free(opl);
@@ -801,7 +862,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
                                 ir_str_get(m, m->values[v].name), g, mb);
         }
         inputs[nin++] = e->tv;
-        xf_body_arg(b, v, &e->pl, NULL);
+        xf_body_arg_typed(b, v, e->lt, &e->pl);
     }
     /* Accumulators of earlier microbatches. */
     {
@@ -818,7 +879,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
                 return di_error_set(c->err, DI_EINTERNAL, "missing accumulator");
             }
             inputs[nin++] = e->tv;
-            ty = xf_local_type(b, p->leaf.v[j], &e->pl, -1);
+            ty = e->lt;
             acc_in[j] = ir_region_add_arg(P->out, b->region, ty, NULL);
             acc_pl[j] = e->pl;
         }
@@ -847,7 +908,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
         for (uint32_t j = 0; j < p->leaf.n; j++) {
             ir_id v = p->leaf.v[j];
             xf_local l;
-            int8_t tgt = leaf_target(P, v);
+            int8_t tgt = P->leaftgt[v];
             if ((rc = xf_body_get(b, v, &l)) != 0)
                 goto fail_acc;
             if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
@@ -857,7 +918,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
                     goto fail_acc;
             }
             if (mb > 0) {
-                ir_id in2[2], op;
+                ir_id in2[2], op, ty;
                 xf_local prev;
                 prev.v = acc_in[j];
                 prev.pl = acc_pl[j];
@@ -871,10 +932,9 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
                 }
                 in2[0] = prev.v;
                 in2[1] = l.v;
-                op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, NULL, NULL);
+                ty = P->out->values[l.v].type;
+                op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, &ty, NULL);
                 ir_op_set_string(P->out, op, "dist.phase", "backward");
-                if ((rc = infer_top(P, op)) != 0)
-                    goto fail_acc;
                 l.v = ir_op_output(P->out, op, 0);
                 {
                     char nm[256];
@@ -905,12 +965,11 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
                 xf_local l;
                 if ((rc = xf_body_get(b, v, &l)) != 0)
                     goto fail_acc;
-                op = ir_op_add(P->out, b->region, IR_OP_CAST, 1, &l.v, 1, NULL, NULL);
+                ir_id ty = P->out->values[l.v].type;
+                op = ir_op_add(P->out, b->region, IR_OP_CAST, 1, &l.v, 1, &ty, NULL);
                 ir_op_set_int(P->out, op, "to",
                               xform_onnx_dtype((ir_dtype)m->types[m->values[v].type].dtype));
                 ir_op_set_string(P->out, op, "dist.mem", "stashed");
-                if ((rc = infer_top(P, op)) != 0)
-                    goto fail_acc;
                 {
                     char nm[256];
                     snprintf(nm, sizeof nm, "%s.stash", ir_str_get(m, m->values[v].name));
@@ -956,7 +1015,8 @@ emitted:
             ir_id v = p->out.v[j];
             uint32_t kind = p->kind == PROG_S ? REG_STEP : REG_VAL;
             uint32_t key_mb = p->kind == PROG_S ? 0 : mb;
-            reg_put(P, kind, v, key_mb, g, ir_op_output(P->out, pm, k), &opl[k]);
+            reg_put(P, kind, v, key_mb, g, ir_op_output(P->out, pm, k), result_lt(P, pm, k),
+                    &opl[k]);
             if ((rc = send_needs(P, reg_find(P, kind, v, key_mb, g), 0)) != 0)
                 goto done;
             if (p->kind == PROG_S || mb == last) {
@@ -966,14 +1026,16 @@ emitted:
         }
         for (uint32_t j = 0; j < p->leaf.n; j++, k++) {
             ir_id v = p->leaf.v[j];
-            reg_put(P, REG_ACC, v, mb, g, ir_op_output(P->out, pm, k), &opl[k]);
+            reg_put(P, REG_ACC, v, mb, g, ir_op_output(P->out, pm, k), result_lt(P, pm, k),
+                    &opl[k]);
             if (mb == last && (rc = send_needs(P, reg_find(P, REG_ACC, v, mb, g), 1)) != 0)
                 goto done;
         }
         if (p->kind == PROG_F && (c->s.stash == XFORM_STASH_PIPEDREAM ||
                                   (c->s.stash == XFORM_STASH_2BW && mb == 0))) {
             for (uint32_t j = 0; j < p->stash.n; j++, k++)
-                reg_put(P, REG_STASH, p->stash.v[j], mb, g, ir_op_output(P->out, pm, k), &opl[k]);
+                reg_put(P, REG_STASH, p->stash.v[j], mb, g, ir_op_output(P->out, pm, k),
+                        result_lt(P, pm, k), &opl[k]);
         }
         for (uint32_t j = 0; j < p->res.n; j++) {
             uint32_t r = p->res.v[j];
@@ -1045,7 +1107,8 @@ emit_gathers(pl *P, uint32_t g)
     }
     if (rc == 0 && (rc = make_pmap(P, g, inputs, ws.n, &pm)) == 0)
         for (uint32_t j = 0; j < ws.n; j++)
-            reg_put(P, REG_GATHERED, ws.v[j], 0, g, ir_op_output(P->out, pm, j), &pls[j]);
+            reg_put(P, REG_GATHERED, ws.v[j], 0, g, ir_op_output(P->out, pm, j),
+                    result_lt(P, pm, j), &pls[j]);
     di_free(inputs);
     di_free(pls);
     di_free(ws.v);
@@ -1086,7 +1149,8 @@ emit_args(pl *P)
             if (!needg[(size_t)a * c->pp + g])
                 continue;
             for (uint32_t mb = 0; mb < (data ? c->n[XF_MB] : 1); mb++) {
-                ir_id ty = tuple_type(P, v, &c->place[v], g), av;
+                ir_id lt = xf_local_type(&P->body, v, &c->place[v], -1);
+                ir_id ty = group_tuple(P, lt, g), av;
                 char nm[256];
                 if (data && c->n[XF_MB] > 1)
                     snprintf(nm, sizeof nm, "%s.mb%u", ir_str_get(m, m->values[v].name), mb);
@@ -1097,7 +1161,7 @@ emit_args(pl *P)
                     snprintf(nm + len, sizeof nm - len, ".g%u", g);
                 }
                 av = ir_region_add_arg(P->out, P->func, ty, nm);
-                reg_put(P, REG_ARG, v, mb, g, av, &c->place[v]);
+                reg_put(P, REG_ARG, v, mb, g, av, lt, &c->place[v]);
                 layout_arg(P, a, mb, g, &c->place[v]);
             }
         }
@@ -1218,10 +1282,13 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     memcpy(P.lay->devices, P.devs, (size_t)c->pp * P.ngdev * sizeof *P.devs);
     P.func = ir_func_new(P.out, ir_str_get(m, m->regions[c->func].name));
     xf_body_tables_init(&P.body, c, P.out);
+    P.k_index = ir_str(P.out, "index");
+    P.k_device = ir_str(P.out, "device");
 
     if ((rc = assign_stages(c)) != 0 || (rc = build_programs(&P)) != 0 ||
         (rc = emit_args(&P)) != 0 || (rc = xf_schedule(c, &ev, &nev)) != 0)
         goto fail;
+    leaf_targets(&P);
     if (c->s.zero == 1 || c->s.zero == 2)
         for (uint32_t g = 0; g < c->pp; g++)
             if ((rc = emit_gathers(&P, g)) != 0)
@@ -1277,6 +1344,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
         di_free(p->stash.v);
         di_free(p->res.v);
         di_free(p->lazy.v);
+        di_free(p->argc);
     }
     di_free(P.prog);
     di_free(P.home);
@@ -1285,11 +1353,13 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     di_free(P.needhead);
     di_free(P.isleaf);
     di_free(P.isout);
+    di_free(P.leaftgt);
     di_free(P.reg);
     di_free(P.devs);
     di_free(P.mesh);
     di_free(P.tmp);
     di_free(P.tmpdev);
+    di_free(P.tt);
     *outp = P.out;
     if (layp)
         *layp = P.lay;
@@ -1309,6 +1379,7 @@ fail:
             di_free(p->stash.v);
             di_free(p->res.v);
             di_free(p->lazy.v);
+            di_free(p->argc);
         }
     di_free(P.prog);
     di_free(P.home);
@@ -1317,11 +1388,13 @@ fail:
     di_free(P.needhead);
     di_free(P.isleaf);
     di_free(P.isout);
+    di_free(P.leaftgt);
     di_free(P.reg);
     di_free(P.devs);
     di_free(P.mesh);
     di_free(P.tmp);
     di_free(P.tmpdev);
+    di_free(P.tt);
     xform_layout_free(P.lay);
     ir_module_free(P.out);
     return rc;

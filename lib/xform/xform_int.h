@@ -138,6 +138,11 @@ typedef struct xf_body {
     uint32_t *convhead; /* per source value: 1 + index of its last conversion (this gen) */
     uint32_t *convgen;
     uint32_t *lazygen;  /* per source op: emitted on demand in this body (recomputation) */
+    ir_id *smap;        /* per source string id: the output module's id (0: not yet) */
+    /* per source op: the input and result types of its last emission (skips inference) */
+    uint32_t *tcache;   /* offset + 1 into tpool, 0 none */
+    ir_id *tpool;
+    uint32_t ntpool, ctpool;
 } xf_body;
 
 typedef struct xf_conv {
@@ -154,6 +159,8 @@ void xf_body_tables_fini(xf_body *b);
 void xf_body_begin(xf_body *b, ir_id mesh);
 /* Adds a body argument holding source value v with placement pl; returns its id. */
 ir_id xf_body_arg(xf_body *b, ir_id v, const xf_place *pl, const char *suffix);
+/* As xf_body_arg with the local type given. */
+ir_id xf_body_arg_typed(xf_body *b, ir_id v, ir_id ty, const xf_place *pl);
 /* Binds source value v to local value lv with placement pl. */
 void xf_body_bind(xf_body *b, ir_id v, ir_id lv, const xf_place *pl);
 /* The local value of source value v (emitting constants on demand); 0 if unbound. */
@@ -168,6 +175,8 @@ ir_id xf_local_type(xf_body *b, ir_id v, const xf_place *pl, int32_t device);
 /* Copies op attributes (discardable ones included) from src op to dst op, except `skip`. */
 void xf_copy_attrs(ir_module *dst, ir_id dop, const ir_module *src, ir_id sop, const char *skip1,
                    const char *skip2);
+/* The output module's id of source string s (interned once per transform). */
+ir_id xf_str(xf_body *b, ir_id s);
 /* A string for messages: "MatMul %name". */
 void xf_op_label(const ir_module *m, ir_id op, char *buf, size_t n);
 
