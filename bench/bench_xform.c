@@ -1,0 +1,148 @@
+/*
+ * bench_xform.c: strategy transform speed (issue 6).
+ *
+ * 1. Microseconds per produced op of xform_apply for a few GPT-3 strategies
+ *    (target: under 1 us; the original DistIR transform costs 40-50 us).
+ * 2. gpt3-175b (bf16, batch 512) with dp 8, tp 8, pp 16, 64 microbatches,
+ *    1F1B: transformed and simulated on 128 a100-dgx nodes (target: under
+ *    100 ms on one core for both together). The distributed module holds a
+ *    pmap body per chunk (16 stages x 64 microbatches x 2) and a send per
+ *    device pair for every activation crossing a stage, so its size grows
+ *    with microbatches and devices per stage; the figure shows where the
+ *    time goes. `bench_xform quick` runs the 175b case with 8 microbatches.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ir/ir.h"
+#include "models/models.h"
+#include "sim/hw.h"
+#include "sim/sim.h"
+#include "xform/xform.h"
+
+static double
+now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static ir_module *
+gpt(const char *preset, int64_t batch)
+{
+    models_gpt c;
+    ir_module *m = NULL;
+    di_error err;
+    models_gpt_init(&c);
+    if (models_gpt_preset(preset, &c, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    c.batch = batch;
+    c.dtype = IR_BF16;
+    if (models_gpt_build(&c, &m, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    return m;
+}
+
+/* Transforms m under s (best of three); returns the module of the last run. */
+static ir_module *
+transform(const ir_module *m, const xform_strategy *s, double *sec)
+{
+    ir_module *out = NULL;
+    di_error err;
+    *sec = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now(), t;
+        ir_module_free(out);
+        if (xform_apply(m, s, NULL, &out, &err) != 0) {
+            fprintf(stderr, "xform_apply: %s\n", err.msg);
+            exit(1);
+        }
+        t = now() - t0;
+        if (t < *sec)
+            *sec = t;
+    }
+    return out;
+}
+
+static void
+per_op(const char *preset, int64_t batch, uint32_t dp, uint32_t tp, uint32_t pp, uint32_t m,
+       xform_recompute rec, uint32_t zero)
+{
+    ir_module *src = gpt(preset, batch), *out;
+    xform_strategy s;
+    char buf[256];
+    double sec;
+    xform_strategy_init(&s);
+    s.dp = dp;
+    s.tp = tp;
+    s.pp = pp;
+    s.microbatches = m;
+    s.recompute = rec;
+    s.zero = zero;
+    out = transform(src, &s, &sec);
+    xform_strategy_format(&s, buf, sizeof buf);
+    printf("%-10s %-62s %9u ops %9.1f ms %6.3f us/op\n", preset, buf, out->nop - 1, sec * 1e3,
+           sec * 1e6 / (out->nop - 1));
+    ir_module_free(out);
+    ir_module_free(src);
+}
+
+int
+main(int argc, char **argv)
+{
+    int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    uint32_t mb = quick ? 8 : 64;
+    ir_module *src, *out;
+    xform_strategy s;
+    hw_model *hw = NULL;
+    sim_result *r = NULL;
+    sim_options o;
+    di_error err;
+    double tx, t0, tsim;
+
+    printf("== xform_apply: microseconds per produced op (target < 1 us)\n");
+    per_op("gpt3-1.3b", 64, 2, 2, 2, 8, XFORM_RECOMPUTE_NONE, 0);
+    per_op("gpt3-13b", 64, 4, 4, 4, 16, XFORM_RECOMPUTE_SELECTIVE, 1);
+    per_op("gpt3-175b", 512, 8, 8, 16, mb, XFORM_RECOMPUTE_NONE, 0);
+
+    printf("== gpt3-175b dp 8, tp 8, pp 16, %u microbatches, 1F1B: transform + simulate "
+           "(target < 100 ms)\n",
+           mb);
+    src = gpt("gpt3-175b", 512);
+    xform_strategy_init(&s);
+    s.dp = 8;
+    s.tp = 8;
+    s.pp = 16;
+    s.microbatches = mb;
+    s.schedule = XFORM_SCHEDULE_1F1B;
+    out = transform(src, &s, &tx);
+    if (hw_preset("a100-dgx:128", &hw, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    sim_options_default(&o);
+    t0 = now();
+    if (sim_run(out, hw, &o, &r, NULL, NULL, &err) != 0) {
+        fprintf(stderr, "sim_run: %s\n", err.msg);
+        return 1;
+    }
+    tsim = now() - t0;
+    printf("transform %.1f ms (%u ops, %.3f us/op), simulate %.1f ms, total %.1f ms; "
+           "predicted step %.3f s, bubble %.1f%%, peak memory %.1f GiB\n",
+           tx * 1e3, out->nop - 1, tx * 1e6 / (out->nop - 1), tsim * 1e3, (tx + tsim) * 1e3,
+           r->step_time_s, 100 * r->bubble_fraction,
+           (double)r->peak_memory_bytes / (1024.0 * 1024 * 1024));
+    sim_result_free(r);
+    hw_free(hw);
+    ir_module_free(out);
+    ir_module_free(src);
+    return 0;
+}
