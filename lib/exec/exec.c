@@ -783,7 +783,7 @@ free_region_values(exec *x, ir_id r, int depth)
     }
 }
 
-/* Runs a pmap for outer lane `ol` of the enclosing region; stores its results into res[i] lane ol. */
+/* Runs a pmap for outer lane `ol` of the enclosing region; results go to lane ol of res[i]. */
 static int
 run_pmap_lane(exec *x, ir_id op, uint32_t ol, slot *res)
 {

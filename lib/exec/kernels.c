@@ -990,7 +990,8 @@ k_gemm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *out)
             ok = cd == 1 || cd == dims[1 - i];
         }
         if (!ok)
-            return kfail(k, DI_EINVAL, "input 2 has shape %s, which does not broadcast to [%lld,%lld]",
+            return kfail(k, DI_EINVAL,
+                         "input 2 has shape %s, which does not broadcast to [%lld,%lld]",
                          shp(&x, c), (long long)M, (long long)N);
     }
     if ((rc = kalloc(k, out, a->dtype, 2, dims)) != 0)
@@ -1768,7 +1769,8 @@ k_gather(const kctx *k, const ex_tensor *data, const ex_tensor *ind, ex_tensor *
     for (int64_t o = 0; o < outer; o++)
         for (size_t j = 0; j < ind->numel; j++) {
             int64_t v = index_at(ind, j, dim);
-            memcpy((uint8_t *)out->data + (size_t)((o * (int64_t)ind->numel + (int64_t)j) * inner) * es,
+            size_t dst = (size_t)((o * (int64_t)ind->numel + (int64_t)j) * inner);
+            memcpy((uint8_t *)out->data + dst * es,
                    (const uint8_t *)data->data + (size_t)((o * dim + v) * inner) * es,
                    (size_t)inner * es);
         }

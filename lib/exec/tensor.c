@@ -531,7 +531,8 @@ ex_concat(const ex_tensor *const *parts, uint32_t n, uint32_t dim, ex_tensor *ou
         if (!ok)
             return di_error_set(err, DI_EINVAL,
                                 "cannot concatenate %s %s with %s %s along dimension %u",
-                                ir_dtype_name(p->dtype), ex_shape_str(a, sizeof a, p->rank, p->dims),
+                                ir_dtype_name(p->dtype),
+                                ex_shape_str(a, sizeof a, p->rank, p->dims),
                                 ir_dtype_name(parts[0]->dtype),
                                 ex_shape_str(b, sizeof b, parts[0]->rank, parts[0]->dims), dim);
         dims[dim] += p->dims[dim];

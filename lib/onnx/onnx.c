@@ -133,7 +133,8 @@ onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, ex_tensor 
     size_t have;
     int rc;
     memset(t, 0, sizeof *t);
-    if ((tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
+    if ((tp->has_data_location &&
+         tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
         tp->n_external_data > 0) {
         const char *file = "?";
         for (size_t i = 0; i < tp->n_external_data; i++)
@@ -227,7 +228,7 @@ onnx_tensor_decode(const uint8_t *data, size_t len, ex_tensor *t, char **name, d
         return rc;
     tp = (const Onnx__TensorProto *)msg;
     if (tp->data_type == 4 && tp->has_raw_data) {
-        /* UINT16 data is bfloat16 bit patterns (NumPy has no bfloat16; ONNX's tests store it so). */
+        /* UINT16 data is bfloat16 bit patterns (NumPy has no bfloat16; ONNX's tests do so). */
         Onnx__TensorProto copy = *tp;
         copy.data_type = 16;
         rc = onnx_tensor_from_proto(&copy, "the tensor", t, err);
