@@ -563,6 +563,49 @@ test_round_trip_empty(void **state)
     ir_module_free(m);
 }
 
+/* Initializer data travels with its value; a wrong size is refused. */
+static void
+test_round_trip_init(void **state)
+{
+    ir_module *m = ir_module_new(), *d;
+    int64_t dims[2] = {2, 3};
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    ir_id f = ir_func_new(m, "main");
+    ir_id t = ir_type_tensor(m, IR_F32, 2, dims, 0);
+    ir_id a = ir_region_add_arg(m, f, t, "w");
+    ir_id y = ir_op_output(m, ir_op_add(m, f, IR_OP_RELU, 1, &a, 1, &t, NULL), 0);
+    uint8_t *buf;
+    size_t len, ilen;
+    const uint8_t *got;
+    di_error err;
+    (void)state;
+    ir_region_add_result(m, f, y);
+    ir_value_set_init(m, a, w, sizeof w);
+    assert_round_trip(m);
+    assert_int_equal(ir_encode(m, &buf, &len), 0);
+    assert_int_equal(ir_decode(buf, len, NULL, &d, &err), 0);
+    got = ir_value_init(d, a, &ilen);
+    assert_non_null(got);
+    assert_int_equal(ilen, sizeof w);
+    assert_memory_equal(got, w, sizeof w);
+    assert_null(ir_value_init(d, y, &ilen));
+    ir_module_free(d);
+    di_free(buf);
+    /* 20 bytes for a 24-byte tensor. */
+    {
+        Distir__V1__Module *pm = ir_to_proto(m);
+        pm->values[a]->init.len = 20;
+        len = distir__v1__module__get_packed_size(pm);
+        buf = di_xmalloc(len);
+        distir__v1__module__pack(pm, buf);
+        ir_proto_free(pm);
+        assert_int_equal(ir_decode(buf, len, NULL, &d, &err), DI_EDECODE);
+        assert_non_null(strstr(err.msg, "values[1].init"));
+        di_free(buf);
+    }
+    ir_module_free(m);
+}
+
 static void
 test_round_trip_basic(void **state)
 {
@@ -1305,6 +1348,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_empty),
         cmocka_unit_test(test_round_trip_basic),
+        cmocka_unit_test(test_round_trip_init),
         cmocka_unit_test(test_round_trip_pmap),
         cmocka_unit_test(test_round_trip_mesh),
         cmocka_unit_test(test_round_trip_random),

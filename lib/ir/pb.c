@@ -276,8 +276,15 @@ ir_to_proto(const ir_module *m)
         Distir__V1__Value *pv = tree_alloc(t, sizeof *pv);
         distir__v1__value__init(pv);
         if (i > 0) {
+            const uint8_t *init;
+            size_t ilen;
             pv->name = tree_str(t, ir_str_get(m, m->values[i].name));
             pv->type = m->values[i].type;
+            if ((init = ir_value_init(m, i, &ilen)) != NULL) {
+                pv->has_init = 1;
+                pv->init.len = ilen;
+                pv->init.data = ilen ? tree_copy(t, init, ilen) : NULL;
+            }
         }
         pm->values[i] = pv;
     }
@@ -798,6 +805,17 @@ decode_values(dec *d)
         m->values[i].type = d->tmap[pv->type];
         if ((rc = dec_str(d, pv->name, &m->values[i].name)) != 0)
             return rc;
+        if (pv->has_init) {
+            const ir_type *ty = &m->types[m->values[i].type];
+            uint64_t want = ir_type_bytes(m, m->values[i].type);
+            if (ty->kind != IR_TYPE_TENSOR || pv->init.len != want)
+                return di_error_set(d->err, DI_EDECODE,
+                                    "values[%u].init: %zu bytes of data for a value of %llu bytes",
+                                    i, pv->init.len, (unsigned long long)want);
+            ir_value_set_init(m, i, pv->init.data, pv->init.len);
+        } else if (pv->init.len) {
+            return di_error_set(d->err, DI_EDECODE, "values[%u].init: data without has_init", i);
+        }
     }
     return 0;
 }
