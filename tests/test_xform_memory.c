@@ -45,7 +45,9 @@
  *    the test allows 2% relative plus 0.002 (0.2% of the ideal time, which
  *    matters for the smallest bubbles).
  *
- * 3. Memory invariants: with pp stages, full recomputation lowers the
+ * 3. Memory invariants: weight stashing shows as stashed weights (one
+ *    copy per in-flight microbatch for PipeDream, one for 2BW); with pp
+ *    stages, full recomputation lowers the
  *    activation peak of every stage; ZeRO-k divides the bytes of optimizer
  *    state (k >= 1), gradients (k >= 2) and parameters (k = 3) per device by
  *    dp. Optimizer state divides exactly. Gradients: without ZeRO the peak
@@ -378,6 +380,56 @@ test_zero_divides(void **state)
     ir_module_free(m);
 }
 
+/*
+ * Weight stashing shows in the memory model as stashed weights: PipeDream
+ * keeps one copy of a stage's backward weights per in-flight microbatch
+ * (1F1B: p - i on stage i), 2BW one copy per stage. MLP of 4 layers of
+ * 64 x 64 f32 weights on 2 stages: a stage's backward weights are its two
+ * matrices, 32 KiB.
+ */
+static void
+test_stash_memory(void **state)
+{
+    models_mlp c;
+    ir_module *m = NULL;
+    hw_model *hw = preset("a100-dgx");
+    xform_strategy s;
+    const uint64_t copy = 2 * 64 * 64 * 4;
+    di_error err;
+    (void)state;
+    models_mlp_init(&c);
+    c.layers = 4;
+    c.hidden = 64;
+    c.batch = 64;
+    assert_int_equal(models_mlp_build(&c, &m, &err), 0);
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.microbatches = 4;
+    for (int k = 0; k < 3; k++) {
+        sim_result *r;
+        s.stash = (xform_stash)k;
+        r = simulate(m, &s, hw);
+        for (uint32_t d = 0; d < 2; d++) {
+            uint64_t mx = 0;
+            const sim_device_result *dr = &r->devices[d];
+            for (uint32_t i = 0; i < dr->ntimeline; i++)
+                if (dr->timeline[i].by_class[SIM_MEM_STASHED] > mx)
+                    mx = dr->timeline[i].by_class[SIM_MEM_STASHED];
+            fprintf(stderr, "stash %s stage %u: %llu stashed bytes\n",
+                    k == 0 ? "none" : k == 1 ? "pipedream" : "2bw", d, (unsigned long long)mx);
+            if (k == XFORM_STASH_NONE)
+                assert_int_equal(mx, 0);
+            else if (k == XFORM_STASH_PIPEDREAM)
+                assert_int_equal(mx, copy * (2 - d));
+            else
+                assert_int_equal(mx, copy);
+        }
+        sim_result_free(r);
+    }
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 int
 main(void)
 {
@@ -390,6 +442,7 @@ main(void)
         cmocka_unit_test(test_bubble_interleaved),
         cmocka_unit_test(test_full_recompute_every_stage),
         cmocka_unit_test(test_zero_divides),
+        cmocka_unit_test(test_stash_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
