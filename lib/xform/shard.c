@@ -240,18 +240,18 @@ r_concat_split(const ir_module *m, ir_id op, rule *r)
 static int
 r_slice(const ir_module *m, ir_id op, rule *r)
 {
-    uint32_t n, ro = r->rank[1];
+    uint32_t n, nstart, ro = r->rank[1];
     const int64_t *axes = ir_op_ints(m, op, "axes", &n);
-    const int64_t *starts = ir_op_ints(m, op, "starts", &n);
+    (void)ir_op_ints(m, op, "starts", &nstart);
     if (r_elemwise(m, op, r) != 0)
         return -1;
     if (axes == NULL) {
-        for (uint32_t d = 0; d < n && d < ro; d++)
+        /* Without axes the slice covers dimensions 0 .. len(starts) - 1. */
+        for (uint32_t d = 0; d < nstart && d < ro; d++)
             if (r->map[1][d] >= 0)
                 setf(r, r->map[1][d], F_WHOLE);
         return 0;
     }
-    (void)starts;
     for (uint32_t i = 0; i < n; i++) {
         int64_t a = axes[i] < 0 ? axes[i] + ro : axes[i];
         if (a >= 0 && (uint32_t)a < ro && r->map[1][a] >= 0)
