@@ -12,9 +12,9 @@
  *     gradient contributions (an Add of two partial sums across
  *     microbatches, such as the tied embedding's two gradients).
  * Constants are cloned into every body that uses them. With recomputation a
- * backward chunk also recomputes forward ops of its stage: all of them (full:
- * only the stage's inputs are kept) or the attention scores, softmax and its
- * dropout (selective).
+ * backward chunk also recomputes forward ops of its stage (recompute.c): all
+ * of them (full: only the stage's inputs are kept) or the attention scores,
+ * softmax and its dropout (selective).
  *
  * Chunks are emitted in the schedule's order (schedule.c). A value crosses
  * to another device group as one dist.send per device (tuple_get, send,
@@ -345,42 +345,6 @@ assign_stages(xf_ctx *c)
     return 0;
 }
 
-/* Marks the attention-score ops that selective recomputation recomputes. */
-static void
-mark_selective(xf_ctx *c)
-{
-    const ir_module *m = c->m;
-    const ir_region *fr = &m->regions[c->func];
-    for (uint32_t i = 0; i < fr->nop; i++) {
-        ir_id op = fr->ops[i], cur;
-        if (m->ops[op].kind != IR_OP_SOFTMAX || c->op[op].phase != XF_PH_FORWARD ||
-            c->op[op].tp != XF_TP_HEADS)
-            continue;
-        c->op[op].recompute = 1;
-        /* Back through the score arithmetic to the Q K^T MatMul. */
-        cur = op;
-        while (cur) {
-            ir_id in = m->refs[m->ops[cur].inputs], d = m->values[in].def;
-            int k;
-            if (d == 0 || c->op[d].phase != XF_PH_FORWARD || c->op[d].tp != XF_TP_HEADS ||
-                (c->vflags[in] & XF_V_CONST))
-                break;
-            k = m->ops[d].kind;
-            if (k != IR_OP_MATMUL && k != IR_OP_ADD && k != IR_OP_MUL && k != IR_OP_SUB &&
-                k != IR_OP_DIV)
-                break;
-            c->op[d].recompute = 1;
-            cur = k == IR_OP_MATMUL ? 0 : d;
-        }
-        /* Forward to the dropout of the probabilities. */
-        for (uint32_t j = i + 1; j < fr->nop; j++) {
-            ir_id u = fr->ops[j];
-            if (m->ops[u].kind == IR_OP_DROPOUT && m->refs[m->ops[u].inputs] == m->ops[op].outputs)
-                c->op[u].recompute = 1;
-        }
-    }
-}
-
 /* ---- programs ---- */
 
 static prog *
@@ -473,53 +437,31 @@ build_programs(pl *P)
         idl_push(&p->ops, op);
     }
 
-    /* Recomputation: the backward chunk also runs forward ops of its stage. */
+    /* Recomputation (recompute.c): the backward chunk also runs forward ops of its stage. */
     if (c->s.recompute != XFORM_RECOMPUTE_NONE) {
         if (c->s.recompute == XFORM_RECOMPUTE_SELECTIVE)
-            mark_selective(c);
+            xf_recompute_mark(c);
         for (uint32_t k = 0; k < K; k++) {
             prog *b = prog_of(P, PROG_B, k), *f = prog_of(P, PROG_F, k);
-            uint32_t fid = (uint32_t)(f - P->prog) + 1;
-            uint8_t *needed = di_xcalloc(m->nop ? m->nop : 1, 1);
+            ir_id *re = di_xmalloc((f->ops.n + 1) * sizeof *re);
+            uint32_t nre = xf_recompute_ops(c, f->ops.v, f->ops.n, b->ops.v, b->ops.n, P->home,
+                                            (int32_t)(f - P->prog), re);
             idlist ops = {0};
-            /* Walk backward: forward ops of this stage whose results the chunk needs. */
-            for (uint32_t j = b->ops.n; j-- > 0;) {
-                const ir_op *o = &m->ops[b->ops.v[j]];
-                for (uint32_t q = 0; q < o->ninput; q++) {
-                    ir_id d = m->values[m->refs[o->inputs + q]].def;
-                    if (d && P->home[d] + 1 == (int32_t)fid &&
-                        (c->s.recompute == XFORM_RECOMPUTE_FULL || c->op[d].recompute))
-                        needed[d] = 1;
-                }
-            }
-            for (uint32_t j = f->ops.n; j-- > 0;) {
-                ir_id op = f->ops.v[j];
-                const ir_op *o = &m->ops[op];
-                if (!needed[op])
-                    continue;
-                for (uint32_t q = 0; q < o->ninput; q++) {
-                    ir_id d = m->values[m->refs[o->inputs + q]].def;
-                    if (d && P->home[d] + 1 == (int32_t)fid &&
-                        (c->s.recompute == XFORM_RECOMPUTE_FULL || c->op[d].recompute))
-                        needed[d] = 1;
-                }
-            }
             /*
              * Full recomputation runs the stage's forward first; selective
              * recomputation emits each op right before its first use
              * (lazily, emit_chunk), so one layer's scores live at a time.
              */
-            for (uint32_t j = 0; j < f->ops.n; j++)
-                if (needed[f->ops.v[j]]) {
-                    idl_push(&ops, f->ops.v[j]);
-                    if (c->s.recompute == XFORM_RECOMPUTE_SELECTIVE)
-                        idl_push(&b->lazy, f->ops.v[j]);
-                }
+            for (uint32_t j = 0; j < nre; j++) {
+                idl_push(&ops, re[j]);
+                if (c->s.recompute == XFORM_RECOMPUTE_SELECTIVE)
+                    idl_push(&b->lazy, re[j]);
+            }
             for (uint32_t j = 0; j < b->ops.n; j++)
                 idl_push(&ops, b->ops.v[j]);
             di_free(b->ops.v);
             b->ops = ops;
-            di_free(needed);
+            di_free(re);
         }
     }
 

@@ -180,6 +180,18 @@ ir_id xf_str(xf_body *b, ir_id s);
 /* A string for messages: "MatMul %name". */
 void xf_op_label(const ir_module *m, ir_id op, char *buf, size_t n);
 
+/* ---- recomputation (recompute.c) ---- */
+
+/* Selective recomputation: flags the attention-score ops (xf_opinfo.recompute). */
+void xf_recompute_mark(xf_ctx *c);
+/*
+ * The forward ops (of fops[0..nf), in order) that a backward chunk running
+ * bops[0..nb) recomputes under the strategy's mode; home[op] == fhome marks
+ * the forward program's ops. Writes them to out (room for nf); returns the count.
+ */
+uint32_t xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *bops,
+                          uint32_t nb, const int32_t *home, int32_t fhome, ir_id *out);
+
 /* ---- pipeline and schedule ---- */
 
 #define XF_EV_F 0

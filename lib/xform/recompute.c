@@ -1,0 +1,87 @@
+/*
+ * recompute.c: activation recomputation (Chen et al. 2016; Korthikanti et
+ * al. 2022), as the choice of forward ops a backward chunk runs again.
+ *
+ *   - full: every forward op of the stage whose result the backward chunk
+ *     needs, transitively; only the stage's inputs are kept between the
+ *     forward and backward chunks (pipeline.c emits them first, before the
+ *     backward ops, and the forward chunk no longer outputs them);
+ *   - selective: only the attention core that costs 5as^2b bytes per layer
+ *     and little compute: Q K^T, its scale and mask, the softmax and the
+ *     dropout of the probabilities. Their inputs (Q, K^T, the mask, which
+ *     is a constant) stay saved; pipeline.c emits each recomputed op right
+ *     before its first use, so one layer's scores are live at a time.
+ */
+#include "xform/xform_int.h"
+
+#include <string.h>
+
+void
+xf_recompute_mark(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i], cur;
+        if (m->ops[op].kind != IR_OP_SOFTMAX || c->op[op].phase != XF_PH_FORWARD ||
+            c->op[op].tp != XF_TP_HEADS)
+            continue;
+        c->op[op].recompute = 1;
+        /* Back through the score arithmetic to the Q K^T MatMul. */
+        cur = op;
+        while (cur) {
+            ir_id in = m->refs[m->ops[cur].inputs], d = m->values[in].def;
+            int k;
+            if (d == 0 || c->op[d].phase != XF_PH_FORWARD || c->op[d].tp != XF_TP_HEADS ||
+                (c->vflags[in] & XF_V_CONST))
+                break;
+            k = m->ops[d].kind;
+            if (k != IR_OP_MATMUL && k != IR_OP_ADD && k != IR_OP_MUL && k != IR_OP_SUB &&
+                k != IR_OP_DIV)
+                break;
+            c->op[d].recompute = 1;
+            cur = k == IR_OP_MATMUL ? 0 : d;
+        }
+        /* Forward to the dropout of the probabilities. */
+        for (uint32_t j = i + 1; j < fr->nop; j++) {
+            ir_id u = fr->ops[j];
+            if (m->ops[u].kind == IR_OP_DROPOUT && m->refs[m->ops[u].inputs] == m->ops[op].outputs)
+                c->op[u].recompute = 1;
+        }
+    }
+}
+
+
+/* Marks forward op d of program fhome as needed when the mode recomputes it. */
+static void
+need_inputs(const xf_ctx *c, const ir_op *o, const int32_t *home, int32_t fhome,
+            uint8_t *needed)
+{
+    const ir_module *m = c->m;
+    for (uint32_t q = 0; q < o->ninput; q++) {
+        ir_id d = m->values[m->refs[o->inputs + q]].def;
+        if (d && home[d] == fhome &&
+            (c->s.recompute == XFORM_RECOMPUTE_FULL || c->op[d].recompute))
+            needed[d] = 1;
+    }
+}
+
+uint32_t
+xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *bops, uint32_t nb,
+                 const int32_t *home, int32_t fhome, ir_id *out)
+{
+    const ir_module *m = c->m;
+    uint8_t *needed = di_xcalloc(m->nop ? m->nop : 1, 1);
+    uint32_t n = 0;
+    for (uint32_t j = nb; j-- > 0;)
+        need_inputs(c, &m->ops[bops[j]], home, fhome, needed);
+    /* Backward through the forward program: what the needed ops need. */
+    for (uint32_t j = nf; j-- > 0;)
+        if (needed[fops[j]])
+            need_inputs(c, &m->ops[fops[j]], home, fhome, needed);
+    for (uint32_t j = 0; j < nf; j++)
+        if (needed[fops[j]])
+            out[n++] = fops[j];
+    di_free(needed);
+    return n;
+}
