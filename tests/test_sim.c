@@ -652,8 +652,9 @@ test_result_proto(void **state)
  * An SPMD module over a 2x4 mesh of devices 0..7: the batch is scattered,
  * each device runs MatMul, Relu and a mesh-form all-reduce over mesh axis 1
  * (groups of 4) in a pmap body, and the results are all-reduced over all 8.
- * With `tail`, device 0's result is then sent to device 8 alone, which
- * breaks the symmetry of devices 0..7 after the fact.
+ * The results then cross to devices 8..15 with one element-wise send and a
+ * second pmap runs there. With `tail`, device 0's result is also sent to
+ * device 9 alone, which breaks the symmetry of both groups after the fact.
  */
 static ir_module *
 spmd_module(int tail)
@@ -696,11 +697,31 @@ spmd_module(int tail)
     ir_id ys = ir_op_output(m, pm, 0);
     ir_id zs = op1(m, f, IR_OP_ALLREDUCE, 1, &ys, tup, "zs");
     ir_region_add_result(m, f, zs);
+    /* A stage boundary: every element to its counterpart on node 1 (devices 8..15). */
+    ir_id el2[8];
+    int64_t devs2[8];
+    for (int i = 0; i < 8; i++) {
+        devs2[i] = 8 + i;
+        el2[i] = t2(m, 16, 64, 8 + i);
+    }
+    ir_id tup2 = ir_type_tuple(m, 8, el2);
+    ir_id moved = op1(m, f, IR_OP_SEND, 1, &zs, tup2, "moved");
+    ir_op_set_ints(m, m->values[moved].def, "devices", 8, devs2);
+    ir_id body2 = ir_body_new(m);
+    ir_id pm2 = ir_op_add(m, f, IR_OP_PMAP, 1, &moved, 1, &tup2, (const char *[]){"vs"});
+    m->ops[pm2].body = body2;
+    m->regions[body2].parent = pm2;
+    ir_op_set_string(m, pm2, "device_var", "d");
+    ir_op_set_ints(m, pm2, "devices", 8, devs2);
+    ir_id ui = ir_region_add_arg(m, body2, tv, "ui");
+    ir_id vi = op1(m, body2, IR_OP_RELU, 1, &ui, tv, "vi");
+    ir_region_add_result(m, body2, vi);
+    ir_region_add_result(m, f, ir_op_output(m, pm2, 0));
     if (tail) {
         ir_id g = op1(m, f, IR_OP_TUPLEGET, 1, &zs, el[0], "z0");
         ir_op_set_int(m, m->values[g].def, "index", 0);
-        ir_id snd = op1(m, f, IR_OP_SEND, 1, &g, t2(m, 16, 64, 8), "z8");
-        ir_op_set_int(m, m->values[snd].def, "device", 8);
+        ir_id snd = op1(m, f, IR_OP_SEND, 1, &g, t2(m, 16, 64, 9), "z9");
+        ir_op_set_int(m, m->values[snd].def, "device", 9);
         ir_region_add_result(m, f, snd);
     }
     return m;
@@ -734,11 +755,16 @@ test_symmetry(void **state)
                  * all-reduce of 4 KiB over 4 (intra-node): 2*3/4*4096/1e11 +
                  * 6 us; then over all 8: 2*7/8*4096/1e11 + 14 us.
                  */
+                /*
+                 * Then the 4 KiB elements cross to node 1 in parallel pairs:
+                 * 5 us + 4096 / 1e10; and a Relu there: 8,192 B / 1e11 + 10 us.
+                 */
                 double expect = 0.24576e-6 + 1e-5 + 0.08192e-6 + 1e-5 +
-                                (1.5 * 4096 / 1e11 + 6e-6) + (1.75 * 4096 / 1e11 + 14e-6);
+                                (1.5 * 4096 / 1e11 + 6e-6) + (1.75 * 4096 / 1e11 + 14e-6) +
+                                (5e-6 + 4096 / 1e10) + (0.08192e-6 + 1e-5);
                 if (!tail)
                     assert_close(a->step_time_s, expect);
-                assert_int_equal(a->ndevice, tail ? 9 : 8);
+                assert_int_equal(a->ndevice, 16);
             }
             di_free(ja);
             di_free(jb);

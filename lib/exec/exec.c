@@ -513,9 +513,10 @@ run_comm(exec *x, ir_id op, const lanes *ln)
             }
             switch (kind) {
             case IR_OP_SEND:
-                rc = ex_tensor_copy(dst, elems[0]);
-                if (rc)
-                    rc = xfail(x, op, rc, "cannot allocate the result");
+                /* A tensor, or a tuple sent element by element. */
+                for (uint32_t k = 0; k < nleaf_out && rc == 0; k++)
+                    if ((rc = ex_tensor_copy(&dst[k], elems[k < n ? k : 0])) != 0)
+                        rc = xfail(x, op, rc, "cannot allocate the result");
                 break;
             case IR_OP_BROADCAST:
             case IR_OP_SCATTER:

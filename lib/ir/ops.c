@@ -1967,12 +1967,51 @@ infer_alltoall(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return infer_allreduce(m, op, out, err);
 }
 
+/*
+ * dist.send: a tensor on one device to another (`device`), or, given a
+ * tuple, every element to its own destination (`devices`, one per element):
+ * the point-to-point transfers of a pipeline stage boundary as one op.
+ */
 static int
 infer_send(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     tensor x;
     int64_t d;
     int rc;
+    ir_id ty = m->ops[op].ninput ? m->values[ir_op_input(m, op, 0)].type : 0;
+    if (ty && ty < m->ntype && m->types[ty].kind == IR_TYPE_TUPLE) {
+        const ir_type *tt = &m->types[ty];
+        uint32_t n;
+        const int64_t *devs = ir_op_ints(m, op, "devices", &n);
+        ir_id *elems;
+        if (ir_op_attr(m, op, "device") != NULL)
+            return fail(m, op, err, "a tuple is sent with `devices` (one per element), not `device`");
+        if (devs == NULL || n != tt->nelem)
+            return fail(m, op, err, "input 0 is a tuple of %u tensors: `devices` needs %u entries",
+                        tt->nelem, tt->nelem);
+        elems = di_malloc((n ? n : 1) * sizeof *elems);
+        if (elems == NULL)
+            return di_error_set(err, DI_ENOMEM, "out of memory");
+        for (uint32_t i = 0; i < n; i++) {
+            ir_id et = m->refs[tt->elems + i];
+            const ir_type *e = &m->types[et];
+            if (e->kind != IR_TYPE_TENSOR || e->mesh || e->devvar || e->device < 0) {
+                di_free(elems);
+                return fail(m, op, err, "element %u of input 0 is not a tensor on a device", i);
+            }
+            if (devs[i] < 0 || devs[i] > INT32_MAX || devs[i] == e->device) {
+                di_free(elems);
+                return fail(m, op, err, "devices[%u] = %lld: not another device than element %u's",
+                            i, (long long)devs[i], i);
+            }
+            elems[i] = ir_type_with_device(m, et, (int32_t)devs[i], 0);
+        }
+        out[0] = ir_type_tuple(m, n, elems);
+        di_free(elems);
+        return 0;
+    }
+    if (ir_op_attr(m, op, "devices") != NULL)
+        return fail(m, op, err, "`devices` is for sending a tuple; a tensor takes `device`");
     if ((rc = load_source(m, op, &x, 1, err)) != 0 ||
         (rc = attr_int_req(m, op, "device", &d, err)) != 0)
         return rc;

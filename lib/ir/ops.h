@@ -91,7 +91,7 @@
     X(ADAM, "AdamOptimizer", 4, 4, 3, 3, IR_OPF_OPTIM,                                             \
       "lr:f? beta1:f? beta2:f? epsilon:f? step:i?", adam, adam)                                    \
     /* communication (DistIR local view and MLIR mesh forms) */                                   \
-    X(SEND, "dist.send", 1, 1, 1, 1, IR_OPF_COMM, "device:i", send, comm)                          \
+    X(SEND, "dist.send", 1, 1, 1, 1, IR_OPF_COMM, "device:i? devices:I?", send, comm)                          \
     X(BROADCAST, "dist.broadcast", 1, 1, 1, 1, IR_OPF_COMM | IR_OPF_COLLECTIVE,                    \
       "devices:I? mesh:m? mesh_axes:I? root:I?", broadcast_tuple, comm)                            \
     X(SCATTER, "dist.scatter", 1, 1, 1, 1, IR_OPF_COMM | IR_OPF_COLLECTIVE,                        \

@@ -960,40 +960,139 @@ run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, double ready, doubl
     *out_end = start + t;
 }
 
+/*
+ * Can the devices devs[0..n) act as one symmetric class: either exactly an
+ * existing class, or devices on their own with identical histories (which
+ * form_class then joins)? *rep receives the representative.
+ */
+static int
+class_of(const sim *s, const int32_t *devs, uint32_t n, int32_t *rep)
+{
+    const sim_dev *d0 = &s->devs[devs[0]];
+    int32_t r = d0->rep;
+    if (d0->class_n > 1 || r != devs[0]) {
+        if (s->devs[r].class_n != n)
+            return 0;
+        for (uint32_t k = 0; k < n; k++)
+            if (s->devs[devs[k]].rep != r)
+                return 0;
+        *rep = r;
+        return 1;
+    }
+    for (uint32_t k = 1; k < n; k++) {
+        const sim_dev *d = &s->devs[devs[k]];
+        if (d->rep != devs[k] || d->class_n != 1 || d->hist != d0->hist ||
+            memcmp(d->free, d0->free, sizeof d->free) != 0)
+            return 0;
+        for (uint32_t q = 0; q < k; q++)
+            if (devs[q] == devs[k])
+                return 0;
+    }
+    *rep = devs[0];
+    return 1;
+}
+
+static void
+form_class(sim *s, const int32_t *devs, uint32_t n, int32_t rep)
+{
+    for (uint32_t k = 0; k < n; k++)
+        s->devs[devs[k]].rep = rep;
+    s->devs[rep].class_n = n;
+}
+
+/*
+ * dist.send: one transfer, or (a tuple) one per element. The element-wise
+ * form is symmetric when the senders form one class, the receivers another,
+ * every element is ready at once and every pair uses the same kind of link:
+ * then one transfer between the representatives stands for all.
+ */
 static int
 sim_send(sim *s, ir_id op, const ctx *c)
 {
     const ir_module *m = s->m;
     const ir_op *o = &m->ops[op];
+    ir_id in = m->refs[o->inputs], out = o->outputs;
+    uint32_t n;
     ir_cost cost;
     int rc = op_results(s, op, c);
     if (rc)
         return rc;
     ir_op_cost(m, op, &cost);
-    for (uint32_t k = 0; k < c->rep; k++) {
-        sim_inst *in = input_at(s, m->refs[o->inputs], k, 0);
-        sim_inst *out = vinst(s, o->outputs, k, 0);
-        int32_t src = in->dev, dst = out->dev;
-        double start = in->ready, t, end;
-        const hw_link *l;
-        if (src == dst) {
-            start = in->ready;
-            t = 0;
-        } else {
-            l = hw_link_between(s->hw, (uint32_t)src, (uint32_t)dst);
-            t = l->latency + cost.bytes_comm / l->bandwidth;
+    n = vnloc(s, out);
+    if (vnloc(s, in) != n)
+        return di_error_set(s->err, DI_EINVAL, "op %u 'dist.send': %u inputs for %u results", op,
+                            vnloc(s, in), n);
+    if (c->rep == 1 && c->devs == NULL && n > 1 && s->symmetric) {
+        int32_t *src = di_xmalloc(2 * n * sizeof *src), *dst = src + n, rs, rd;
+        int sym = 1;
+        const hw_link *l0 = NULL;
+        for (uint32_t j = 0; j < n; j++) {
+            src[j] = vinst(s, in, 0, j)->dev;
+            dst[j] = vinst(s, out, 0, j)->dev;
+            if (vinst(s, in, 0, j)->ready != vinst(s, in, 0, 0)->ready || src[j] == dst[j])
+                sym = 0;
+            else if (j == 0)
+                l0 = hw_link_between(s->hw, (uint32_t)src[0], (uint32_t)dst[0]);
+            else if (memcmp(hw_link_between(s->hw, (uint32_t)src[j], (uint32_t)dst[j]), l0,
+                            sizeof *l0) != 0)
+                sym = 0;
         }
-        if (stream_free(s, src, STREAM_SEND) > start)
-            start = stream_free(s, src, STREAM_SEND);
-        if (stream_free(s, dst, STREAM_RECV) > start)
-            start = stream_free(s, dst, STREAM_RECV);
-        end = start + t;
-        occupy(s, op, src, STREAM_SEND, start, end, 0);
-        occupy(s, op, dst, STREAM_RECV, start, end, 0);
-        s->nops++;
-        inst_use(in, end);
-        inst_produce(out, start, end);
+        if (sym && class_of(s, src, n, &rs) && class_of(s, dst, n, &rd) && rs != rd) {
+            uint32_t js = 0, jd = 0;
+            sim_inst *x, *y;
+            double start, end;
+            form_class(s, src, n, rs);
+            form_class(s, dst, n, rd);
+            for (uint32_t j = 0; j < n; j++) {
+                if (src[j] == rs)
+                    js = j;
+                if (dst[j] == rd)
+                    jd = j;
+            }
+            x = vinst(s, in, 0, js);
+            start = x->ready;
+            if (stream_free(s, rs, STREAM_SEND) > start)
+                start = stream_free(s, rs, STREAM_SEND);
+            if (stream_free(s, rd, STREAM_RECV) > start)
+                start = stream_free(s, rd, STREAM_RECV);
+            /* The same arithmetic as one pair below, so the results are bit-identical. */
+            end = start + (l0->latency + cost.bytes_comm / l0->bandwidth);
+            occupy(s, op, rs, STREAM_SEND, start, end, 1);
+            occupy(s, op, rd, STREAM_RECV, start, end, 1);
+            s->nops += n;
+            for (uint32_t j = 0; j < n; j++)
+                inst_use(vinst(s, in, 0, j), end);
+            y = vinst(s, out, 0, jd);
+            inst_produce(y, start, end);
+            for (uint32_t j = 0; j < n; j++)
+                if (j != jd)
+                    inst_alias(s, s->vbase[out] + j, s->vbase[out] + jd);
+            free(src);
+            return 0;
+        }
+        free(src);
     }
+    for (uint32_t k = 0; k < c->rep; k++)
+        for (uint32_t j = 0; j < n; j++) {
+            sim_inst *x = input_at(s, in, k, j);
+            sim_inst *y = vinst(s, out, k, j);
+            int32_t from = x->dev, to = y->dev;
+            double start = x->ready, t = 0, end;
+            if (from != to) {
+                const hw_link *l = hw_link_between(s->hw, (uint32_t)from, (uint32_t)to);
+                t = l->latency + cost.bytes_comm / l->bandwidth;
+            }
+            if (stream_free(s, from, STREAM_SEND) > start)
+                start = stream_free(s, from, STREAM_SEND);
+            if (stream_free(s, to, STREAM_RECV) > start)
+                start = stream_free(s, to, STREAM_RECV);
+            end = start + t;
+            occupy(s, op, from, STREAM_SEND, start, end, 0);
+            occupy(s, op, to, STREAM_RECV, start, end, 0);
+            s->nops++;
+            inst_use(x, end);
+            inst_produce(y, start, end);
+        }
     return 0;
 }
 
@@ -1176,13 +1275,15 @@ sim_collective(sim *s, ir_id op, const ctx *c)
  * sim_run simulates the module again without it, so results never depend on
  * whether symmetry applied (only the time to compute them does).
  */
+static int class_of(const sim *s, const int32_t *devs, uint32_t n, int32_t *rep);
+static void form_class(sim *s, const int32_t *devs, uint32_t n, int32_t rep);
+
 static int
 pmap_symmetric(sim *s, ir_id op, const int32_t *devs, uint32_t n, uint32_t *p)
 {
     const ir_module *m = s->m;
     const ir_op *o = &m->ops[op];
-    const sim_dev *d0 = &s->devs[devs[0]];
-    int32_t r = d0->rep;
+    int32_t r;
     if (!s->symmetric || n < 2)
         return 0;
     /* Inputs: element k of every per-instance input ready at one time. */
@@ -1196,32 +1297,12 @@ pmap_symmetric(sim *s, ir_id op, const int32_t *devs, uint32_t n, uint32_t *p)
                 if (vinst(s, in, 0, k * nl + l)->ready != vinst(s, in, 0, l)->ready)
                     return 0;
     }
-    if (d0->class_n > 1 || r != devs[0]) {
-        /* An existing class: exactly these devices. */
-        if (s->devs[r].class_n != n)
-            return 0;
-        for (uint32_t k = 0; k < n; k++) {
-            if (s->devs[devs[k]].rep != r)
-                return 0;
-            if (devs[k] == r)
-                *p = k;
-        }
-        return 1;
-    }
-    /* Devices on their own: distinct, with identical histories. */
-    for (uint32_t k = 1; k < n; k++) {
-        const sim_dev *d = &s->devs[devs[k]];
-        if (d->rep != devs[k] || d->class_n != 1 || d->hist != d0->hist ||
-            memcmp(d->free, d0->free, sizeof d->free) != 0)
-            return 0;
-        for (uint32_t q = 0; q < k; q++)
-            if (devs[q] == devs[k])
-                return 0;
-    }
+    if (!class_of(s, devs, n, &r))
+        return 0;
+    form_class(s, devs, n, r);
     for (uint32_t k = 0; k < n; k++)
-        s->devs[devs[k]].rep = devs[0];
-    s->devs[devs[0]].class_n = n;
-    *p = 0;
+        if (devs[k] == r)
+            *p = k;
     return 1;
 }
 
