@@ -27,6 +27,8 @@
 #include "../server/reply.h"
 #include "../server/status.h"
 #include "../server/strategy.h"
+#include "models/models.h"
+#include "sim/hw.h"
 #include "distir.pb-c.h"
 #include "ir/pb.h"
 #include "sim/sim.h"
@@ -139,15 +141,43 @@ test_strategy_checks(void **state)
     assert_int_equal(copy.ndevice_order, 2);
     assert_int_equal(copy.device_order[0], 1);
     assert_ptr_not_equal(copy.device_order, st.device_order);
-    /* Until lib/xform lands, a real strategy is UNIMPLEMENTED, in one place. */
+    /*
+     * A real strategy goes through xform_apply: tp=2 on a 4-layer MLP of
+     * hidden 64 gives a distributed module that verifies; tp=3 does not
+     * divide the hidden size and is DI_ESTRATEGY, INVALID_ARGUMENT on the
+     * wire, with the constraint named.
+     */
     ir_module *m = ir_module_new();
     const ir_module *out;
-    ir_module *owned;
+    ir_module *owned, *mlp;
+    models_mlp cfg;
+    hw_model *hw;
+    models_mlp_init(&cfg);
+    cfg.layers = 4;
+    cfg.hidden = 64;
+    cfg.batch = 8;
+    assert_int_equal(models_mlp_build(&cfg, &mlp, &err), 0);
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    s.n_device_order = 0;
+    s.device_order = NULL;
+    srv_strategy_fini(&st);
+    assert_int_equal(srv_strategy_normalize(&s, &st, &err), 0);
     di_error_clear(&err);
-    int rc = srv_strategy_apply(m, &st, NULL, &out, &owned, &err);
-    assert_int_equal(rc, DI_EUNSUPPORTED);
-    assert_int_equal(srv_status_from_code(rc), GRPC_STATUS_UNIMPLEMENTED);
-    assert_string_equal(err.msg, "strategy transforms are not available yet");
+    if (srv_strategy_apply(mlp, &st, hw, &out, &owned, &err) != 0)
+        fail_msg("tp=2: %s", err.msg);
+    assert_non_null(owned);
+    assert_ptr_equal(out, owned);
+    assert_int_equal(ir_verify(owned, &err), 0);
+    ir_module_free(owned);
+    srv_strategy_fini(&st);
+    s.tp = 3;
+    assert_int_equal(srv_strategy_normalize(&s, &st, &err), 0);
+    int rc = srv_strategy_apply(mlp, &st, hw, &out, &owned, &err);
+    assert_int_equal(rc, DI_ESTRATEGY);
+    assert_int_equal(srv_status_from_code(rc), GRPC_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "tp=3"));
+    ir_module_free(mlp);
+    hw_free(hw);
     srv_strategy_fini(&st);
     srv_strategy_fini(&copy);
     assert_int_equal(srv_strategy_normalize(NULL, &st, NULL), 0);
