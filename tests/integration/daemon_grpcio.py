@@ -195,10 +195,15 @@ def main():
     check("Simulate: ... found by decoding (other bytes), not by the memo",
           d.metric("distird_cache_memo_hits_total") == 1.0 and
           d.metric("distird_cache_hits_total") == 2.0)
-    c, msg = code_of(lambda: d.unary("Simulate", request(mlp, strategy=pb.Strategy(dp=2)),
+    r4 = d.unary("Simulate", request(mlp, strategy=pb.Strategy(dp=2)), pb.SimulateReply)
+    check("Simulate: a data-parallel strategy is applied (two devices, another key)",
+          r4.cache == pb.CACHE_MISS and r4.cache_key != r1.cache_key and
+          len(r4.result.devices) == 2 and r4.result.step_time_s > 0,
+          (r4.cache, len(r4.result.devices)))
+    c, msg = code_of(lambda: d.unary("Simulate", request(mlp, strategy=pb.Strategy(dp=3)),
                                      pb.SimulateReply))
-    check("Simulate: a real strategy is UNIMPLEMENTED for now",
-          c == grpc.StatusCode.UNIMPLEMENTED and "not available yet" in msg, (c, msg))
+    check("Simulate: an impossible strategy is INVALID_ARGUMENT naming the constraint",
+          c == grpc.StatusCode.INVALID_ARGUMENT and "dp=3" in msg, (c, msg))
 
     g = d.unary("GetResult", pb.GetResultRequest(cache_key=r1.cache_key), pb.SimulateReply)
     check("GetResult returns the stored result",
@@ -226,9 +231,10 @@ def main():
               got[3].cache_key == r1.cache_key)
         check("SimulateBatch: batch result equals Simulate's",
               got[0].result.SerializeToString() == r1.result.SerializeToString())
-        check("SimulateBatch: dp=2 entry is UNIMPLEMENTED",
-              got[1].error_code == grpc.StatusCode.UNIMPLEMENTED.value[0] and
-              "not available yet" in got[1].error, (got[1].error_code, got[1].error))
+        check("SimulateBatch: dp=2 entry is the Simulate dp=2 result (a hit)",
+              got[1].error_code == 0 and got[1].cache_key == r4.cache_key and
+              got[1].result.SerializeToString() == r4.result.SerializeToString(),
+              (got[1].error_code, got[1].error))
         check("SimulateBatch: zero=9 entry is INVALID_ARGUMENT naming the field",
               got[2].error_code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and
               "zero" in got[2].error, (got[2].error_code, got[2].error))
@@ -294,7 +300,7 @@ def main():
     got = {m.index: m for m in w.stream("SimulateBatch", breq_all, pb.SimulateReply)}
     check("worker-decoded SimulateBatch: every candidate answered",
           sorted(got) == [0, 1, 2, 3] and got[0].cache == pb.CACHE_HIT and
-          got[1].error_code == grpc.StatusCode.UNIMPLEMENTED.value[0], sorted(got))
+          got[1].error_code == 0 and len(got[1].result.devices) == 2, sorted(got))
     c, msg = code_of(lambda: w.unary("Simulate", request(bad), pb.SimulateReply))
     check("worker-decoded invalid module is INVALID_ARGUMENT",
           c == grpc.StatusCode.INVALID_ARGUMENT and "MatMul" in msg, (c, msg))
