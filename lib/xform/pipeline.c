@@ -116,7 +116,6 @@ typedef struct pl {
     uint32_t cargs, cres;
     ir_id *tmp;        /* ngdev scratch ids */
     tt_ent *tt;        /* open-addressing cache of group tuple types */
-    ir_id k_index, k_device; /* interned attribute keys */
     uint32_t ctt, ntt;
     int64_t *tmpdev;   /* ngdev scratch device ids */
 } pl;
@@ -627,40 +626,23 @@ group_tuple(pl *P, ir_id lt, uint32_t g)
     return tt;
 }
 
-/* Adds integer attribute key (an interned string id) = v to op. */
-static void
-int_attr(ir_module *o, ir_id op, ir_id key, int64_t v)
-{
-    ir_attr a;
-    memset(&a, 0, sizeof a);
-    a.key = key;
-    a.kind = IR_ATTR_INT;
-    a.i = v;
-    ir_op_put_attr(o, op, &a);
-}
-
 /*
- * Sends tuple tv of per-device type lt to group g2, device k to device k,
- * as tuple_get, send and tuple ops; returns the new tuple. Types are set
- * from the group tuple types, not inferred.
+ * Sends tuple tv of per-device type lt to group g2, device k to device k, as
+ * one element-wise dist.send (the simulator prices the pairs as symmetric
+ * when both groups are); returns the new tuple. The type is set from the
+ * group tuple type, not inferred.
  */
 static ir_id
 send_tuple(pl *P, ir_id tv, ir_id lt, uint32_t g2)
 {
     ir_module *o = P->out;
-    ir_id *elems = P->tmp, op, src = o->values[tv].type, dst = group_tuple(P, lt, g2);
-    for (uint32_t k = 0; k < P->ngdev; k++) {
-        /* Copies: ir_op_add may move refs[]. */
-        ir_id ts = o->refs[o->types[src].elems + k], td = o->refs[o->types[dst].elems + k];
-        ir_id get = ir_op_add(o, P->func, IR_OP_TUPLEGET, 1, &tv, 1, &ts, NULL);
-        ir_id x = ir_op_output(o, get, 0), snd;
-        int_attr(o, get, P->k_index, k);
-        snd = ir_op_add(o, P->func, IR_OP_SEND, 1, &x, 1, &td, NULL);
-        int_attr(o, snd, P->k_device, P->devs[g2 * P->ngdev + k]);
-        elems[k] = ir_op_output(o, snd, 0);
-    }
-    op = ir_op_add(o, P->func, IR_OP_TUPLE, P->ngdev, elems, 1, &dst, NULL);
-    return ir_op_output(o, op, 0);
+    ir_id dst = group_tuple(P, lt, g2), snd;
+    int64_t *dl = P->tmpdev;
+    for (uint32_t k = 0; k < P->ngdev; k++)
+        dl[k] = P->devs[g2 * P->ngdev + k];
+    snd = ir_op_add(o, P->func, IR_OP_SEND, 1, &tv, 1, &dst, NULL);
+    ir_op_set_ints(o, snd, "devices", P->ngdev, dl);
+    return ir_op_output(o, snd, 0);
 }
 
 /* Sends registry entry e to every group that needs its value at this level. */
@@ -1224,8 +1206,6 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     memcpy(P.lay->devices, P.devs, (size_t)c->pp * P.ngdev * sizeof *P.devs);
     P.func = ir_func_new(P.out, ir_str_get(m, m->regions[c->func].name));
     xf_body_tables_init(&P.body, c, P.out);
-    P.k_index = ir_str(P.out, "index");
-    P.k_device = ir_str(P.out, "device");
 
     if ((rc = assign_stages(c)) != 0 || (rc = build_programs(&P)) != 0 ||
         (rc = emit_args(&P)) != 0 || (rc = xf_schedule(c, &ev, &nev)) != 0)
