@@ -447,14 +447,13 @@ build_programs(pl *P)
                                             (int32_t)(f - P->prog), re);
             idlist ops = {0};
             /*
-             * Full recomputation runs the stage's forward first; selective
-             * recomputation emits each op right before its first use
-             * (lazily, emit_chunk), so one layer's scores live at a time.
+             * Each recomputed op is emitted right before its first use
+             * (lazily, emit_chunk), so one layer's recomputed activations
+             * (or, selective, one layer's scores) are live at a time.
              */
             for (uint32_t j = 0; j < nre; j++) {
                 idl_push(&ops, re[j]);
-                if (c->s.recompute == XFORM_RECOMPUTE_SELECTIVE)
-                    idl_push(&b->lazy, re[j]);
+                idl_push(&b->lazy, re[j]);
             }
             for (uint32_t j = 0; j < b->ops.n; j++)
                 idl_push(&ops, b->ops.v[j]);

@@ -3,9 +3,12 @@
  * al. 2022), as the choice of forward ops a backward chunk runs again.
  *
  *   - full: every forward op of the stage whose result the backward chunk
- *     needs, transitively; only the stage's inputs are kept between the
- *     forward and backward chunks (pipeline.c emits them first, before the
- *     backward ops, and the forward chunk no longer outputs them);
+ *     needs, transitively, except the layer checkpoints: the results that
+ *     cross from one transformer layer (dist.layer) to the next are kept,
+ *     as Megatron-LM keeps each layer's input. pipeline.c emits each
+ *     recomputed op right before its first use, so one layer's activations
+ *     are live at a time; without layer annotations the whole stage is
+ *     recomputed from its inputs;
  *   - selective: only the attention core that costs 5as^2b bytes per layer
  *     and little compute: Q K^T, its scale and mask, the softmax and the
  *     dropout of the probabilities. Their inputs (Q, K^T, the mask, which
@@ -55,13 +58,13 @@ xf_recompute_mark(xf_ctx *c)
 /* Marks forward op d of program fhome as needed when the mode recomputes it. */
 static void
 need_inputs(const xf_ctx *c, const ir_op *o, const int32_t *home, int32_t fhome,
-            uint8_t *needed)
+            const uint8_t *ckpt, uint8_t *needed)
 {
     const ir_module *m = c->m;
     for (uint32_t q = 0; q < o->ninput; q++) {
         ir_id d = m->values[m->refs[o->inputs + q]].def;
         if (d && home[d] == fhome &&
-            (c->s.recompute == XFORM_RECOMPUTE_FULL || c->op[d].recompute))
+            ((c->s.recompute == XFORM_RECOMPUTE_FULL && !ckpt[d]) || c->op[d].recompute))
             needed[d] = 1;
     }
 }
@@ -72,16 +75,29 @@ xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *b
 {
     const ir_module *m = c->m;
     uint8_t *needed = di_xcalloc(m->nop ? m->nop : 1, 1);
+    uint8_t *ckpt = di_xcalloc(m->nop ? m->nop : 1, 1);
     uint32_t n = 0;
+    /* Layer checkpoints: forward results consumed by a forward op of another layer. */
+    for (uint32_t j = 0; j < nf; j++) {
+        const ir_op *o = &m->ops[fops[j]];
+        int32_t lu = c->op[fops[j]].layer;
+        for (uint32_t q = 0; q < o->ninput; q++) {
+            ir_id d = m->values[m->refs[o->inputs + q]].def;
+            if (d && home[d] == fhome && lu != INT32_MIN && c->op[d].layer != INT32_MIN &&
+                c->op[d].layer != lu)
+                ckpt[d] = 1;
+        }
+    }
     for (uint32_t j = nb; j-- > 0;)
-        need_inputs(c, &m->ops[bops[j]], home, fhome, needed);
+        need_inputs(c, &m->ops[bops[j]], home, fhome, ckpt, needed);
     /* Backward through the forward program: what the needed ops need. */
     for (uint32_t j = nf; j-- > 0;)
         if (needed[fops[j]])
-            need_inputs(c, &m->ops[fops[j]], home, fhome, needed);
+            need_inputs(c, &m->ops[fops[j]], home, fhome, ckpt, needed);
     for (uint32_t j = 0; j < nf; j++)
         if (needed[fops[j]])
             out[n++] = fops[j];
+    di_free(ckpt);
     di_free(needed);
     return n;
 }
