@@ -812,6 +812,8 @@ dtensor_scale(const sim *s, ir_id op)
     ir_id mesh = 0;
     double scale = 1;
     uint32_t rank;
+    if (m->nmesh <= 1)
+        return 1; /* no meshes, no distributed tensors */
     for (uint32_t i = 0; i < o->ninput + o->noutput && !mesh; i++) {
         ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
         mesh = m->types[m->values[v].type].mesh;
@@ -1506,31 +1508,39 @@ time_key(double t, int is_alloc)
 }
 
 /*
- * Stable LSD radix sort of n events by key, 11 bits per pass; passes whose
+ * Stable LSD radix sort of n events by key, 16 bits per pass (8 for short
+ * segments, where clearing 65536 counters would dominate); passes whose
  * digit is the same for every event are skipped (times share their high
- * bits). tmp has room for n events.
+ * bits), and an already sorted segment is left alone. tmp has room for n
+ * events; count has room for 65536 counters.
  */
 static void
-radix_sort(memev *v, memev *tmp, uint32_t n)
+radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n)
 {
-    enum { BITS = 11, NB = 1 << BITS };
-    uint32_t count[NB];
+    const int BITS = n >= (1u << 17) ? 16 : 8;
+    const uint32_t NB = 1u << BITS;
     memev *src = v, *dst = tmp;
+    uint64_t diff = 0;
+    int sorted = 1;
+    for (uint32_t i = 1; i < n; i++) {
+        diff |= v[i].key ^ v[0].key;
+        if (v[i].key < v[i - 1].key)
+            sorted = 0;
+    }
+    if (sorted)
+        return;
     for (int shift = 0; shift < 64; shift += BITS) {
         uint32_t sum = 0;
-        int single = 0;
-        memset(count, 0, sizeof count);
+        if (((diff >> shift) & (NB - 1)) == 0)
+            continue; /* every event has the same digit here */
+        memset(count, 0, NB * sizeof *count);
         for (uint32_t i = 0; i < n; i++)
             count[(src[i].key >> shift) & (NB - 1)]++;
         for (uint32_t d = 0; d < NB; d++) {
-            if (count[d] == n)
-                single = 1;
             uint32_t c = count[d];
             count[d] = sum;
             sum += c;
         }
-        if (single)
-            continue;
         for (uint32_t i = 0; i < n; i++)
             dst[count[(src[i].key >> shift) & (NB - 1)]++] = src[i];
         memev *t = src;
@@ -1549,7 +1559,7 @@ radix_sort(memev *v, memev *tmp, uint32_t n)
 static void
 build_memory(sim *s, double step)
 {
-    uint32_t total = 0;
+    uint32_t total = 0, *count;
     memev *tmp;
     /* Propagate last use and persistence from aliases to owners. */
     for (uint32_t i = 1; i < s->ninst; i++) {
@@ -1588,8 +1598,10 @@ build_memory(sim *s, double step)
         }
     }
     tmp = di_xmalloc((total ? total : 1) * sizeof *tmp);
+    count = di_xmalloc(65536 * sizeof *count);
     for (uint32_t d = 0; d < s->ndev; d++)
-        radix_sort(s->ev + s->devs[d].evoff, tmp, s->devs[d].nev);
+        radix_sort(s->ev + s->devs[d].evoff, tmp, count, s->devs[d].nev);
+    free(count);
     free(tmp);
 }
 
@@ -1831,6 +1843,8 @@ sim_once(sim *sp, const ir_module *m, const hw_model *hw, const sim_options *opt
     s.vbase = di_xcalloc(m->nvalue, sizeof *s.vbase);
     s.vrep = di_xcalloc(m->nvalue, sizeof *s.vrep);
     s.vclass = di_xcalloc(m->nvalue, 1);
+    /* Most values have one instance: reserve that many up front. */
+    DI_GROW(&s.inst, &s.cinst, m->nvalue + 1);
     inst_new(&s, 1); /* instance 0 is reserved */
     classify(&s);
 
