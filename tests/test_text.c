@@ -845,11 +845,50 @@ test_large_chain(void **state)
     ir_module_free(m2);
 }
 
+/* Argument initializers print as `= dense<"0x...">` and read back; a wrong size is an error. */
+static void
+test_initializers(void **state)
+{
+    static const char text[] =
+        "func @f(%w: !dist.tensor<2xf32, 0> = dense<\"0x0000803F00000040\">, "
+        "%x: !dist.tensor<2xf32, 0>) -> (!dist.tensor<2xf32, 0>) {\n"
+        "  %y = \"Add\"(%w, %x) : (!dist.tensor<2xf32, 0>, !dist.tensor<2xf32, 0>) -> "
+        "!dist.tensor<2xf32, 0>\n"
+        "  return %y : !dist.tensor<2xf32, 0>\n"
+        "}\n";
+    static const char bad[] = "func @f(%w: !dist.tensor<2xf32, 0> = dense<\"0x0000803F\">) {\n"
+                              "  return\n"
+                              "}\n";
+    ir_module *m = NULL;
+    di_error err;
+    size_t len, n;
+    char *out;
+    const uint8_t *data;
+    float w[2];
+    (void)state;
+    if (ir_parse(text, sizeof text - 1, &m, &err) != 0)
+        fail_msg("parse: %s", err.msg);
+    data = ir_value_init(m, m->regions[1].args[0], &n);
+    assert_non_null(data);
+    assert_int_equal(n, 8);
+    memcpy(w, data, sizeof w);
+    assert_true(w[0] == 1.0f && w[1] == 2.0f);
+    assert_null(ir_value_init(m, m->regions[1].args[1], &n));
+    out = ir_print(m, &len);
+    assert_int_equal(len, sizeof text - 1);
+    assert_memory_equal(out, text, len);
+    di_free(out);
+    ir_module_free(m);
+    assert_int_equal(ir_parse(bad, sizeof bad - 1, &m, &err), DI_EPARSE);
+    assert_non_null(strstr(err.msg, "1:38: initializer of 4 bytes for an argument of 8 bytes"));
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_roundtrip),
+        cmocka_unit_test(test_initializers),
         cmocka_unit_test(test_golden_verify),
         cmocka_unit_test(test_importer_form),
         cmocka_unit_test(test_gather_names),

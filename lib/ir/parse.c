@@ -1113,13 +1113,11 @@ parse_array(parser *p, ir_attr *a)
     return 0;
 }
 
-/* `dense<"0xHEX"> : type`: raw little-endian bytes. */
+/* `<"0xHEX">` after `dense`: the bytes go to p->sbuf. */
 static int
-parse_dense(parser *p, ir_attr *a)
+parse_dense_bytes(parser *p)
 {
-    ir_module *m = p->m;
     size_t at, i, ndig;
-    ir_id type;
     if (expect(p, '<', "after 'dense'") != 0)
         return -1;
     skip_ws(p);
@@ -1134,20 +1132,33 @@ parse_dense(parser *p, ir_attr *a)
     ndig = i - (at + 3);
     if (ndig % 2)
         return fail(p, at, "odd number of hexadecimal digits");
-    if (m->ndata + ndig / 2 > UINT32_MAX)
+    if (p->m->ndata + ndig / 2 > UINT32_MAX)
         return fail(p, at, "constant data larger than 4 GiB");
+    di_buf_reset(&p->sbuf);
+    for (size_t k = 0; k < ndig / 2; k++) {
+        char x = (char)(hex_value(p->s[at + 3 + 2 * k]) * 16 + hex_value(p->s[at + 4 + 2 * k]));
+        di_buf_putc(&p->sbuf, x);
+    }
+    p->pos = i + 1;
+    return expect(p, '>', "to close dense<...>");
+}
+
+/* `dense<"0xHEX"> : type`: raw little-endian bytes. */
+static int
+parse_dense(parser *p, ir_attr *a)
+{
+    ir_module *m = p->m;
+    ir_id type;
+    if (parse_dense_bytes(p) != 0)
+        return -1;
     a->kind = IR_ATTR_TENSOR;
-    a->n = (uint32_t)(ndig / 2);
+    a->n = (uint32_t)p->sbuf.len;
     a->off = (uint32_t)m->ndata;
     DI_GROW(&m->data, &m->cdata, m->ndata + a->n);
-    for (size_t k = 0; k < a->n; k++)
-        m->data[m->ndata + k] = (uint8_t)(hex_value(p->s[at + 3 + 2 * k]) * 16 +
-                                          hex_value(p->s[at + 4 + 2 * k]));
+    if (a->n)
+        memcpy(m->data + m->ndata, p->sbuf.data, a->n);
     m->ndata += a->n;
-    p->pos = i + 1;
-    if (expect(p, '>', "to close dense<...>") != 0 ||
-        expect(p, ':', "after dense<...>") != 0 ||
-        parse_type(p, &type, 0) != 0)
+    if (expect(p, ':', "after dense<...>") != 0 || parse_type(p, &type, 0) != 0)
         return -1;
     a->i = type;
     return 0;
@@ -1552,6 +1563,21 @@ parse_args(parser *p, ir_id r)
         p->m->values[v].name = name;
         p->m->valuelocs[v] = loc;
         symmap_put(&p->values, name, v);
+        /* `= dense<"0x...">`: the argument's initializer data. */
+        if (accept(p, '=')) {
+            size_t dat;
+            uint64_t want = ir_type_bytes(p->m, type);
+            skip_ws(p);
+            dat = p->pos;
+            if (!accept_word(p, "dense"))
+                return expected(p, "dense<\"0x...\"> after '='");
+            if (parse_dense_bytes(p) != 0)
+                return -1;
+            if (p->m->types[type].kind != IR_TYPE_TENSOR || p->sbuf.len != want)
+                return fail(p, dat, "initializer of %zu bytes for an argument of %llu bytes",
+                            p->sbuf.len, (unsigned long long)want);
+            ir_value_set_init(p->m, v, p->sbuf.data, p->sbuf.len);
+        }
     } while (accept(p, ','));
     return expect(p, ')', "after the arguments");
 }

@@ -407,16 +407,36 @@ put_value(printer *pr, ir_id v)
     }
 }
 
-/* `%a: t, %b: t` */
+/* Raw bytes as `dense<"0xHEX">` (without a type). */
+static void
+put_dense(di_buf *b, const uint8_t *data, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    put_lit(b, "dense<\"0x");
+    for (size_t i = 0; i < n; i++) {
+        char h[2] = {hex[data[i] >> 4], hex[data[i] & 15]};
+        di_buf_put(b, h, 2);
+    }
+    put_lit(b, "\">");
+}
+
+/* `%a: t, %b: t = dense<"0x...">` (an argument with initializer data). */
 static void
 put_args(printer *pr, const ir_region *reg)
 {
     for (uint32_t i = 0; i < reg->narg; i++) {
+        const uint8_t *init;
+        size_t n;
         if (i)
             put_lit(&pr->out, ", ");
         put_value(pr, reg->args[i]);
         put_lit(&pr->out, ": ");
         put_type(pr, &pr->out, value_type(pr->m, reg->args[i]), 0);
+        if (reg->args[i] < pr->m->nvalue &&
+            (init = ir_value_init(pr->m, reg->args[i], &n)) != NULL) {
+            put_lit(&pr->out, " = ");
+            put_dense(&pr->out, init, n);
+        }
     }
 }
 
@@ -474,18 +494,11 @@ put_attr_value(printer *pr, const ir_attr *a)
     case IR_ATTR_MESH:
         put_symbol(b, a->s && a->s < m->nmesh ? ir_str_get(m, m->meshes[a->s].name) : "");
         break;
-    case IR_ATTR_TENSOR: {
-        static const char hex[] = "0123456789ABCDEF";
-        put_lit(b, "dense<\"0x");
-        for (uint32_t i = 0; i < a->n; i++) {
-            uint8_t x = m->data[a->off + i];
-            char h[2] = {hex[x >> 4], hex[x & 15]};
-            di_buf_put(b, h, 2);
-        }
-        put_lit(b, "\"> : ");
+    case IR_ATTR_TENSOR:
+        put_dense(b, m->data + a->off, a->n);
+        put_lit(b, " : ");
         put_type(pr, b, (ir_id)a->i, 0);
         break;
-    }
     default:
         put_lit(b, "<invalid attribute>");
         break;
