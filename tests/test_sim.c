@@ -747,6 +747,20 @@ test_symmetry(void **state)
             ja = sim_result_to_json(a);
             jb = sim_result_to_json(b);
             assert_string_equal(ja, jb);
+            /* Without a timeline (the daemon's default), the copies have none either. */
+            {
+                sim_result *c;
+                sim_options_default(&o);
+                o.want_timeline = 0;
+                assert_int_equal(sim_run(m, hw, &o, &c, NULL, NULL, &err), 0);
+                assert_true(c->ndevice == a->ndevice);
+                for (uint32_t i = 0; i < c->ndevice; i++) {
+                    assert_null(c->devices[i].timeline);
+                    assert_int_equal(c->devices[i].peak_memory_bytes,
+                                     a->devices[i].peak_memory_bytes);
+                }
+                sim_result_free(c);
+            }
             if (which) {
                 /*
                  * MatMul [16,64]x[64,64]: 131,072 FLOPs -> 0.131072 us, bytes

@@ -1749,10 +1749,14 @@ build_result(sim *s, sim_result **out)
         if (rp != (int32_t)d && have[rp]) {
             per[d] = per[rp];
             per[d].id = (int32_t)d;
-            per[d].timeline = di_xmalloc((per[rp].ntimeline ? per[rp].ntimeline : 1) *
-                                         sizeof *per[d].timeline);
-            memcpy(per[d].timeline, per[rp].timeline,
-                   per[rp].ntimeline * sizeof *per[d].timeline);
+            per[d].timeline = NULL;
+            if (per[rp].timeline) {
+                per[d].timeline = di_xmalloc((per[rp].ntimeline ? per[rp].ntimeline : 1) *
+                                             sizeof *per[d].timeline);
+                if (per[rp].ntimeline)
+                    memcpy(per[d].timeline, per[rp].timeline,
+                           per[rp].ntimeline * sizeof *per[d].timeline);
+            }
             have[d] = 2;
         }
     }

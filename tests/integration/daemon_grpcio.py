@@ -434,6 +434,9 @@ finally:
             try:
                 print("--- %s log (tail)" % dm.name)
                 print("\n".join(dm.log_text().splitlines()[-15:]))
+                dm.out.seek(0)
+                print("--- %s standard output and error (tail)" % dm.name)
+                print("\n".join(dm.out.read().splitlines()[-40:]))
             except OSError:
                 pass
     shutil.rmtree(TMP, ignore_errors=True)
