@@ -116,6 +116,8 @@ typedef struct sim {
     uint32_t nevent, cevent;
     int want_events;
     int symmetric;     /* simulate symmetric pmaps once (see sim_pmap) */
+    ir_id entry;       /* the entry function */
+    double *memo;      /* per op: compute time and FLOPs (op_time), or NULL */
     int broken;        /* a device standing for others was used on its own: rerun */
 } sim;
 
@@ -435,6 +437,35 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
     }
     *t = (tc > tm ? tc : tm) + d->launch_overhead;
     *flops = c.flops;
+    return 0;
+}
+
+/*
+ * compute_time with a memo: an op inside a pmap body or a called function
+ * runs once per instance and per call with the same cost (on homogeneous
+ * hardware the cost depends on the op alone), so it is priced once.
+ * Top-level ops run once and skip the memo.
+ */
+static int
+op_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
+{
+    int rc;
+    if (s->hw->noverride || s->m->ops[op].region == s->entry)
+        return compute_time(s, op, dev, scale, t, flops);
+    if (s->memo == NULL) {
+        s->memo = di_xmalloc(2 * s->m->nop * sizeof *s->memo);
+        for (uint32_t i = 0; i < 2 * s->m->nop; i++)
+            s->memo[i] = -1;
+    }
+    if (s->memo[2 * op] >= 0) {
+        *t = s->memo[2 * op];
+        *flops = s->memo[2 * op + 1];
+        return 0;
+    }
+    if ((rc = compute_time(s, op, dev, scale, t, flops)) != 0)
+        return rc;
+    s->memo[2 * op] = *t;
+    s->memo[2 * op + 1] = *flops;
     return 0;
 }
 
@@ -863,7 +894,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                 if (in->ready > start)
                     start = in->ready;
             }
-            rc = compute_time(s, op, dev, scale, &t, &fl);
+            rc = op_time(s, op, dev, scale, &t, &fl);
             if (rc)
                 return rc;
             end = start + t;
@@ -1805,6 +1836,7 @@ sim_fini(sim *s)
                 free(s->devs[d].busy[st].v);
         }
     free(s->ev);
+    free(s->memo);
     free(s->devs);
     free(s->used);
     free(s->tloc_off);
@@ -1836,6 +1868,7 @@ sim_once(sim *sp, const ir_module *m, const hw_model *hw, const sim_options *opt
     s.ndev = hw->ndevice;
     s.want_events = want_events;
     s.symmetric = symmetric;
+    s.entry = entry;
     s.devs = di_xcalloc(s.ndev, sizeof *s.devs);
     for (uint32_t d = 0; d < s.ndev; d++) {
         s.devs[d].rep = (int32_t)d;
