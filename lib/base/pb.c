@@ -37,38 +37,71 @@
 
 /* ---- field paths ---- */
 
+/*
+ * A field path kept as a stack of (name, index) frames and formatted only
+ * when an error needs it: validation pushes a frame per field of every
+ * message, so formatting eagerly would dominate the cost of a large module.
+ */
+#define PB_PATH_FRAMES 256
+
 typedef struct pb_path {
-    char buf[PB_PATH_MAX];
-    size_t len;
+    struct {
+        const char *name;
+        long index; /* < 0: none */
+    } f[PB_PATH_FRAMES];
+    size_t n;                 /* frames pushed (may exceed PB_PATH_FRAMES: deeper ones are cut) */
+    char buf[PB_PATH_MAX];    /* the formatted path, after pb_path_str */
 } pb_path;
 
-/* Appends ".name" or ".name[index]" (index < 0: none); returns the old length for pb_path_pop. */
+static void
+pb_path_init(pb_path *p)
+{
+    p->n = 0;
+    p->buf[0] = '\0';
+}
+
+/* Appends ".name" or ".name[index]" (index < 0: none); returns the mark for pb_path_pop. */
 static size_t
 pb_path_push(pb_path *p, const char *name, long index)
 {
-    size_t old = p->len;
-    size_t room = sizeof p->buf - p->len;
-    int n;
-    if (index >= 0)
-        n = snprintf(p->buf + p->len, room, "%s%s[%ld]", p->len ? "." : "", name, index);
-    else
-        n = snprintf(p->buf + p->len, room, "%s%s", p->len ? "." : "", name);
-    if (n < 0 || (size_t)n >= room) {
-        /* Too long: mark the cut and keep what fits. */
-        p->len = sizeof p->buf - 4;
-        memcpy(p->buf + p->len, "...", 4);
-        p->len += 3;
-    } else {
-        p->len += (size_t)n;
+    size_t old = p->n;
+    if (p->n < PB_PATH_FRAMES) {
+        p->f[p->n].name = name;
+        p->f[p->n].index = index;
     }
+    p->n++;
     return old;
 }
 
 static void
 pb_path_pop(pb_path *p, size_t old)
 {
-    p->len = old;
-    p->buf[old] = '\0';
+    p->n = old;
+}
+
+/* The path as text ("functions[0].body.ops[3]"); longer paths end in "...". */
+static const char *
+pb_path_str(pb_path *p)
+{
+    size_t len = 0, n = p->n < PB_PATH_FRAMES ? p->n : PB_PATH_FRAMES;
+    p->buf[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t room = sizeof p->buf - len;
+        int w;
+        if (p->f[i].index >= 0)
+            w = snprintf(p->buf + len, room, "%s%s[%ld]", len ? "." : "", p->f[i].name,
+                         p->f[i].index);
+        else
+            w = snprintf(p->buf + len, room, "%s%s", len ? "." : "", p->f[i].name);
+        if (w < 0 || (size_t)w >= room || (i + 1 == n && n < p->n)) {
+            /* Too long: mark the cut and keep what fits. */
+            len = len + 4 <= sizeof p->buf ? len : sizeof p->buf - 4;
+            memcpy(p->buf + len, "...", 4);
+            break;
+        }
+        len += (size_t)w;
+    }
+    return p->buf;
 }
 
 /* ---- the wire walk ---- */
@@ -189,8 +222,7 @@ wire_count_field(const uint8_t *buf, size_t start, size_t upto, uint32_t id)
 static void
 wire_path(const wire_walk *w, pb_path *p)
 {
-    p->len = 0;
-    p->buf[0] = '\0';
+    pb_path_init(p);
     for (size_t i = 0; i < w->nlevel; i++) {
         const wire_level *l = &w->levels[i];
         if (l->field == NULL)
@@ -217,8 +249,8 @@ wire_error(const wire_walk *w, di_error *err, size_t pos, const char *fmt, ...)
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     wire_path(w, &p);
-    if (p.len)
-        return di_error_set(err, DI_EDECODE, "%s at byte %zu in %s", what, pos, p.buf);
+    if (p.n)
+        return di_error_set(err, DI_EDECODE, "%s at byte %zu in %s", what, pos, pb_path_str(&p));
     return di_error_set(err, DI_EDECODE, "%s at byte %zu", what, pos);
 }
 
@@ -365,7 +397,7 @@ pb_check_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_
             pb_path p;
             wire_path(&w, &p);
             rc = di_error_set(err, DI_ETOODEEP, "message nested deeper than %d levels at %s...",
-                              max_depth, p.buf);
+                              max_depth, pb_path_str(&p));
             break;
         }
         DI_GROW(&w.levels, &w.clevel, w.nlevel + 1);
@@ -387,14 +419,14 @@ validate_element(const ProtobufCFieldDescriptor *f, const void *elem, pb_path *p
     case PROTOBUF_C_TYPE_STRING: {
         const char *s = *(const char *const *)elem;
         if (s != NULL && !di_utf8_valid(s, strlen(s)))
-            return di_error_set(err, DI_EDECODE, "%s: invalid UTF-8 in string", p->buf);
+            return di_error_set(err, DI_EDECODE, "%s: invalid UTF-8 in string", pb_path_str(p));
         return 0;
     }
     case PROTOBUF_C_TYPE_ENUM: {
         int v = *(const int *)elem;
         const ProtobufCEnumDescriptor *ed = f->descriptor;
         if (protobuf_c_enum_descriptor_get_value(ed, v) == NULL)
-            return di_error_set(err, DI_EDECODE, "%s: %d is not a value of enum %s", p->buf, v,
+            return di_error_set(err, DI_EDECODE, "%s: %d is not a value of enum %s", pb_path_str(p), v,
                                 ed->name);
         return 0;
     }
@@ -426,8 +458,8 @@ validate_message(const ProtobufCMessage *msg, pb_path *p, di_error *err)
             /* Enums are stored as int, strings and messages as pointers. */
             size_t size = f->type == PROTOBUF_C_TYPE_ENUM ? sizeof(int) : sizeof(void *);
             if (n > 0 && arr == NULL)
-                return di_error_set(err, DI_EINVAL, "%s%s%s: %zu elements but no array", p->buf,
-                                    p->len ? "." : "", f->name, n);
+                return di_error_set(err, DI_EINVAL, "%s%s%s: %zu elements but no array",
+                                    pb_path_str(p), p->n ? "." : "", f->name, n);
             for (size_t j = 0; j < n; j++) {
                 mark = pb_path_push(p, f->name, (long)j);
                 rc = validate_element(f, arr + j * size, p, err);
@@ -457,8 +489,7 @@ int
 pb_validate(const ProtobufCMessage *msg, di_error *err)
 {
     pb_path p;
-    p.len = 0;
-    p.buf[0] = '\0';
+    pb_path_init(&p);
     return validate_message(msg, &p, err);
 }
 

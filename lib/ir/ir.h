@@ -208,6 +208,7 @@ typedef struct ir_module {
     uint32_t ninit, cinit;
 
     uint64_t hashkey[2]; /* key of the intern tables' hash (random per module) */
+    struct ir_devcache *devcache; /* memo of ir_type_with_device, or NULL */
     ir_loc *oplocs;  /* parallel to ops when the module came from text, else NULL */
     ir_loc *valuelocs; /* parallel to values, likewise */
 } ir_module;

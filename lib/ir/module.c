@@ -6,6 +6,7 @@
  */
 #include "ir/ir.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,7 @@ ir_module_free(ir_module *m)
     free(m->inits);
     free(m->oplocs);
     free(m->valuelocs);
+    free(m->devcache);
     free(m);
 }
 
@@ -177,6 +179,7 @@ ir_module_clone(const ir_module *m)
     CLONE_(data, ndata, cdata);
     CLONE_(inits, ninit, cinit);
 #undef CLONE_
+    c->devcache = NULL; /* a memo: the copy builds its own */
     c->oplocs = m->oplocs ? dup_array(m->oplocs, m->cop, sizeof *m->oplocs) : NULL;
     c->valuelocs = m->valuelocs ? dup_array(m->valuelocs, m->cvalue, sizeof *m->valuelocs) : NULL;
     for (uint32_t r = 1; r < m->nregion; r++) {
@@ -315,32 +318,36 @@ push_refs(ir_module *m, uint32_t n, const ir_id *v)
 
 /* ---- types ---- */
 
+/* One keyed hash over the type's fields and lists (one SipHash call for a tensor). */
 static uint32_t
 type_hash(const ir_module *m, const ir_type *t)
 {
-    struct {
+    struct type_key {
         uint8_t kind, dtype;
         uint16_t rank;
         int32_t device;
         ir_id devvar, mesh;
-    } head;
-    uint32_t h;
-    memset(&head, 0, sizeof head);
-    head.kind = t->kind;
-    head.dtype = t->dtype;
-    head.rank = t->rank;
-    head.device = t->device;
-    head.devvar = t->devvar;
-    head.mesh = t->mesh;
-    h = keyed(m, &head, sizeof head, 0);
+        int64_t lists[2 * IR_MAX_RANK];
+    } buf;
+    size_t n = 0;
+    memset(&buf, 0, offsetof(struct type_key, lists));
+    buf.kind = t->kind;
+    buf.dtype = t->dtype;
+    buf.rank = t->rank;
+    buf.device = t->device;
+    buf.devvar = t->devvar;
+    buf.mesh = t->mesh;
     if (t->kind == IR_TYPE_TENSOR) {
-        h = keyed(m, m->ints + t->dims, t->rank * sizeof(int64_t), h);
-        if (t->mesh)
-            h = keyed(m, m->ints + t->placements, m->meshes[t->mesh].rank * sizeof(int64_t), h);
-    } else {
-        h = keyed(m, m->refs + t->elems, t->nelem * sizeof(ir_id), h);
+        uint32_t np = t->mesh ? m->meshes[t->mesh].rank : 0;
+        if (t->rank <= IR_MAX_RANK && np <= IR_MAX_RANK) {
+            memcpy(buf.lists, m->ints + t->dims, t->rank * sizeof(int64_t));
+            memcpy(buf.lists + t->rank, m->ints + t->placements, np * sizeof(int64_t));
+            n = (t->rank + np) * sizeof(int64_t);
+        }
+        return keyed(m, &buf, offsetof(struct type_key, lists) + n, 0);
     }
-    return h;
+    return keyed(m, m->refs + t->elems, t->nelem * sizeof(ir_id),
+                 keyed(m, &buf, offsetof(struct type_key, lists), 0));
 }
 
 /* Does the probe (whose lists are already in the pools) equal type id? */
@@ -498,15 +505,42 @@ ir_type_tuple(ir_module *m, uint32_t n, const ir_id *elems)
     return type_intern(m, t, NULL, NULL, elems);
 }
 
+/*
+ * A small direct-mapped memo of ir_type_with_device: pmaps place the same
+ * element types on the same devices over and over (a pipeline has thousands
+ * of pmaps over the same device groups). Interned ids never change, so an
+ * entry stays valid for the module's life.
+ */
+#define DEVCACHE_SIZE 4096
+
+struct ir_devcache {
+    ir_id type, devvar, result;
+    int32_t device;
+};
+
 ir_id
 ir_type_with_device(ir_module *m, ir_id type, int32_t device, ir_id devvar)
 {
     ir_type t = m->types[type];
     int64_t dims[IR_MAX_RANK];
+    ir_id r;
+    uint32_t slot = (type * 2654435761u ^ (uint32_t)device * 40503u ^ devvar * 97u) &
+                    (DEVCACHE_SIZE - 1);
+    if (m->devcache == NULL)
+        m->devcache = di_xcalloc(DEVCACHE_SIZE, sizeof *m->devcache);
+    if (m->devcache[slot].type == type && m->devcache[slot].device == device &&
+        m->devcache[slot].devvar == devvar && m->devcache[slot].result)
+        return m->devcache[slot].result;
     memcpy(dims, m->ints + t.dims, t.rank * sizeof *dims);
     if (devvar)
-        return tensor_type(m, (ir_dtype)t.dtype, t.rank, dims, IR_DEVICE_NONE, devvar, 0, NULL);
-    return tensor_type(m, (ir_dtype)t.dtype, t.rank, dims, device, 0, 0, NULL);
+        r = tensor_type(m, (ir_dtype)t.dtype, t.rank, dims, IR_DEVICE_NONE, devvar, 0, NULL);
+    else
+        r = tensor_type(m, (ir_dtype)t.dtype, t.rank, dims, device, 0, 0, NULL);
+    m->devcache[slot].type = type;
+    m->devcache[slot].device = device;
+    m->devcache[slot].devvar = devvar;
+    m->devcache[slot].result = r;
+    return r;
 }
 
 ir_id
