@@ -148,9 +148,7 @@ on_connection(uv_stream_t *server, int status)
     srv_http *http = server->data;
     if (status < 0)
         return;
-    http_conn *c = calloc(1, sizeof *c);
-    if (c == NULL)
-        di_oom();
+    http_conn *c = di_xcalloc(1, sizeof *c);
     c->http = http;
     uv_tcp_init(server->loop, &c->tcp);
     c->tcp.data = c;

@@ -85,7 +85,7 @@ int
 di_error_at(di_error *err, int code, uint32_t line, uint32_t column, const char *fmt, ...)
 {
     va_list ap;
-    char tmp[sizeof err->msg];
+    char tmp[DI_ERROR_MSG_MAX];
     if (err == NULL)
         return code;
     va_start(ap, fmt);
@@ -101,7 +101,7 @@ di_error_at(di_error *err, int code, uint32_t line, uint32_t column, const char 
 void
 di_error_prefix(di_error *err, const char *fmt, ...)
 {
-    char pre[256], tmp[sizeof err->msg];
+    char pre[256], tmp[DI_ERROR_MSG_MAX];
     va_list ap;
     if (err == NULL)
         return;

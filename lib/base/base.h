@@ -55,11 +55,13 @@ const char *di_strerror(int code);
  * An error report. line and column are 1-based positions in text input, 0
  * when the input was not text. msg always holds a terminated string.
  */
+#define DI_ERROR_MSG_MAX 1024
+
 typedef struct di_error {
     int code;
     uint32_t line;
     uint32_t column;
-    char msg[1024];
+    char msg[DI_ERROR_MSG_MAX];
 } di_error;
 
 void di_error_clear(di_error *err);

@@ -1942,6 +1942,8 @@ log_softmax_c(const double *x, double *lp, int64_t n, int64_t c, int64_t d)
             const double *px = x + i * c * d + j;
             double *pl = lp + i * c * d + j;
             double mx = -INFINITY, s = 0;
+            if (c <= 0)
+                continue;
             for (int64_t l = 0; l < c; l++)
                 if (px[l * d] > mx)
                     mx = px[l * d];

@@ -763,9 +763,14 @@ static void
 check_unique_names(verifier *vf, const char **names, uint32_t n, const char *what)
 {
     qsort(names, n, sizeof *names, cmp_str_ptr);
-    for (uint32_t i = 1; i < n; i++)
-        if (strcmp(names[i - 1], names[i]) == 0 && (i < 2 || strcmp(names[i - 2], names[i]) != 0))
+    /* Report each duplicated name once: at its second occurrence. */
+    for (uint32_t i = 1; i < n; i++) {
+        int first_dup = strcmp(names[i - 1], names[i]) == 0;
+        if (first_dup && i >= 2 && strcmp(names[i - 2], names[i]) == 0)
+            first_dup = 0;
+        if (first_dup)
             report(vf, 0, 0, "two %s are named @%s", what, names[i]);
+    }
 }
 
 /* Checks ids against the device bitmap; clears the bits it set. Returns 1 if all distinct. */
