@@ -791,7 +791,7 @@ test_scalar_bytes(void **state)
     assert_int_equal(b[0] | b[1] << 8, 0x3f80);
     xform_scalar_bytes(IR_BF16, -1e4, b);
     assert_int_equal(b[0] | b[1] << 8, 0xc61c);
-    assert_int_equal(xform_onnx_dtype(IR_BF16), 16);
+    assert_int_equal(ir_dtype_onnx(IR_BF16), 16);
 }
 
 int

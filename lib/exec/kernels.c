@@ -565,36 +565,10 @@ k_squeeze(const kctx *k, const ex_tensor *x, ex_tensor *out)
     return k_reshape_copy(k, x, r, dims, out);
 }
 
-/* ONNX TensorProto.DataType numbers to dtypes. */
-static ir_dtype
-onnx_dtype(int64_t to)
-{
-    switch (to) {
-    case 1:
-        return IR_F32;
-    case 10:
-        return IR_F16;
-    case 16:
-        return IR_BF16;
-    case 11:
-        return IR_F64;
-    case 7:
-        return IR_I64;
-    case 6:
-        return IR_I32;
-    case 3:
-        return IR_I8;
-    case 9:
-        return IR_BOOL;
-    default:
-        return IR_DTYPE_NONE;
-    }
-}
-
 static int
 k_cast(const kctx *k, const ex_tensor *x, ex_tensor *out)
 {
-    ir_dtype dt = onnx_dtype(ir_op_int(k->m, k->op, "to", 0));
+    ir_dtype dt = ir_dtype_from_onnx(ir_op_int(k->m, k->op, "to", 0));
     int rc;
     if (dt == IR_DTYPE_NONE)
         return kfail(k, DI_EINVAL, "to = %lld is not a supported data type",

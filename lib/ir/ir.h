@@ -34,20 +34,23 @@
 
 typedef uint32_t ir_id; /* index into one of the module's arrays; 0 = none */
 
-/* X(enum, text name, bytes per element). Text names follow MLIR. */
+/*
+ * X(enum, text name, bytes per element, ONNX TensorProto.DataType code).
+ * Text names follow MLIR; the ONNX code is the `to` of Cast.
+ */
 #define IR_DTYPE_LIST(X)                                                                           \
-    X(F32, "f32", 4)                                                                               \
-    X(F16, "f16", 2)                                                                               \
-    X(BF16, "bf16", 2)                                                                             \
-    X(F64, "f64", 8)                                                                               \
-    X(I64, "i64", 8)                                                                               \
-    X(I32, "i32", 4)                                                                               \
-    X(I8, "i8", 1)                                                                                 \
-    X(BOOL, "i1", 1)
+    X(F32, "f32", 4, 1)                                                                            \
+    X(F16, "f16", 2, 10)                                                                           \
+    X(BF16, "bf16", 2, 16)                                                                         \
+    X(F64, "f64", 8, 11)                                                                           \
+    X(I64, "i64", 8, 7)                                                                            \
+    X(I32, "i32", 4, 6)                                                                            \
+    X(I8, "i8", 1, 3)                                                                              \
+    X(BOOL, "i1", 1, 9)
 
 typedef enum ir_dtype {
     IR_DTYPE_NONE = 0,
-#define IR_DTYPE_ENUM_(e, name, size) IR_##e,
+#define IR_DTYPE_ENUM_(e, name, size, onnx) IR_##e,
     IR_DTYPE_LIST(IR_DTYPE_ENUM_)
 #undef IR_DTYPE_ENUM_
         IR_NDTYPE
@@ -58,6 +61,9 @@ uint32_t ir_dtype_size(ir_dtype t); /* bytes */
 /* Looks up a dtype by text name ("f32"; "bool" is accepted for "i1"). */
 ir_dtype ir_dtype_from_name(const char *s, size_t len);
 int ir_dtype_is_float(ir_dtype t);
+/* The ONNX TensorProto.DataType code of a dtype (0 for none), and back (IR_DTYPE_NONE if unknown). */
+int64_t ir_dtype_onnx(ir_dtype t);
+ir_dtype ir_dtype_from_onnx(int64_t code);
 
 /*
  * Placement of a tensor along one mesh axis (TVM DTensor, MLIR sharding):

@@ -13,9 +13,10 @@
 static const struct {
     const char *name;
     uint32_t size;
+    int64_t onnx;
 } dtypes[IR_NDTYPE] = {
-    [IR_DTYPE_NONE] = {"none", 0},
-#define IR_DTYPE_ROW_(e, name, size) [IR_##e] = {name, size},
+    [IR_DTYPE_NONE] = {"none", 0, 0},
+#define IR_DTYPE_ROW_(e, name, size, onnx) [IR_##e] = {name, size, onnx},
     IR_DTYPE_LIST(IR_DTYPE_ROW_)
 #undef IR_DTYPE_ROW_
 };
@@ -40,6 +41,21 @@ ir_dtype_from_name(const char *s, size_t len)
             return (ir_dtype)t;
     if (len == 4 && memcmp(s, "bool", 4) == 0)
         return IR_BOOL;
+    return IR_DTYPE_NONE;
+}
+
+int64_t
+ir_dtype_onnx(ir_dtype t)
+{
+    return (unsigned)t < IR_NDTYPE ? dtypes[t].onnx : 0;
+}
+
+ir_dtype
+ir_dtype_from_onnx(int64_t code)
+{
+    for (int t = 1; t < IR_NDTYPE; t++)
+        if (dtypes[t].onnx == code)
+            return (ir_dtype)t;
     return IR_DTYPE_NONE;
 }
 

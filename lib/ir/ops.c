@@ -553,32 +553,6 @@ infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
-/* ONNX TensorProto.DataType numbers. */
-static ir_dtype
-dtype_from_onnx(int64_t to)
-{
-    switch (to) {
-    case 1:
-        return IR_F32;
-    case 10:
-        return IR_F16;
-    case 16:
-        return IR_BF16;
-    case 11:
-        return IR_F64;
-    case 7:
-        return IR_I64;
-    case 6:
-        return IR_I32;
-    case 3:
-        return IR_I8;
-    case 9:
-        return IR_BOOL;
-    default:
-        return IR_DTYPE_NONE;
-    }
-}
-
 static int
 infer_cast(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
@@ -591,7 +565,7 @@ infer_cast(ir_module *m, ir_id op, ir_id *out, di_error *err)
         (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
         (rc = attr_int_req(m, op, "to", &to, err)) != 0)
         return rc;
-    if ((dt = dtype_from_onnx(to)) == IR_DTYPE_NONE)
+    if ((dt = ir_dtype_from_onnx(to)) == IR_DTYPE_NONE)
         return fail(m, op, err,
                     "to = %lld is not a supported ONNX data type (1 f32, 10 f16, 16 bf16, "
                     "11 f64, 7 i64, 6 i32, 3 i8, 9 bool)",

@@ -47,7 +47,7 @@
 
 static const Distir__V1__DType dtype_to_pb[IR_NDTYPE] = {
     [IR_DTYPE_NONE] = DISTIR__V1__DTYPE__DTYPE_NONE,
-#define DTYPE_ROW_(e, name, size) [IR_##e] = DISTIR__V1__DTYPE__DTYPE_##e,
+#define DTYPE_ROW_(e, name, size, onnx) [IR_##e] = DISTIR__V1__DTYPE__DTYPE_##e,
     IR_DTYPE_LIST(DTYPE_ROW_)
 #undef DTYPE_ROW_
 };

@@ -166,7 +166,7 @@ causal_mask(gpt_gen *g, const char *prefix)
     if (g->dt != IR_F32) {
         ir_id op = models_begin(b, IR_OP_CAST, 1, &mask, 1, name);
         if (op)
-            ir_op_set_int(b->m, op, "to", xform_onnx_dtype(g->dt));
+            ir_op_set_int(b->m, op, "to", ir_dtype_onnx(g->dt));
         mask = models_end(b, op);
     }
     b->tp = tp;

@@ -61,56 +61,6 @@ onnx_fail(imp *I, int code, const char *fmt, ...)
 
 /* ---- data types ---- */
 
-ir_dtype
-onnx_dtype(int64_t t)
-{
-    switch (t) {
-    case 1:
-        return IR_F32;
-    case 10:
-        return IR_F16;
-    case 16:
-        return IR_BF16;
-    case 11:
-        return IR_F64;
-    case 7:
-        return IR_I64;
-    case 6:
-        return IR_I32;
-    case 3:
-        return IR_I8;
-    case 9:
-        return IR_BOOL;
-    default:
-        return IR_DTYPE_NONE;
-    }
-}
-
-int64_t
-onnx_dtype_code(ir_dtype dt)
-{
-    switch (dt) {
-    case IR_F32:
-        return 1;
-    case IR_F16:
-        return 10;
-    case IR_BF16:
-        return 16;
-    case IR_F64:
-        return 11;
-    case IR_I64:
-        return 7;
-    case IR_I32:
-        return 6;
-    case IR_I8:
-        return 3;
-    case IR_BOOL:
-        return 9;
-    default:
-        return 0;
-    }
-}
-
 const char *
 onnx_dtype_name(int64_t t)
 {
@@ -148,7 +98,7 @@ onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, ex_tensor 
     if (tp->segment != NULL)
         return di_error_set(err, DI_EUNSUPPORTED, "%s is a segment of a tensor: not supported",
                             what);
-    dt = onnx_dtype(tp->data_type);
+    dt = ir_dtype_from_onnx(tp->data_type);
     if (dt == IR_DTYPE_NONE)
         return di_error_set(err, DI_EUNSUPPORTED, "%s has data type %s, which distir does not "
                             "support", what, onnx_dtype_name(tp->data_type));
@@ -320,7 +270,7 @@ read_type(imp *I, const Onnx__TypeProto *tp, const char *what, ir_dtype *dt, uin
         return onnx_fail(I, DI_EUNSUPPORTED, "%s is not a tensor (sequence, map, optional and "
                          "sparse types are not supported)", what);
     tt = tp->tensor_type;
-    *dt = onnx_dtype(tt->elem_type);
+    *dt = ir_dtype_from_onnx(tt->elem_type);
     if (*dt == IR_DTYPE_NONE)
         return onnx_fail(I, DI_EUNSUPPORTED, "%s has data type %s, which distir does not support",
                          what, onnx_dtype_name(tt->elem_type));
@@ -363,7 +313,7 @@ val_type(imp *I, oval *v)
         return 0;
     if (v->init != NULL) {
         const Onnx__TensorProto *tp = v->init;
-        dt = onnx_dtype(tp->data_type);
+        dt = ir_dtype_from_onnx(tp->data_type);
         if (dt == IR_DTYPE_NONE)
             return onnx_fail(I, DI_EUNSUPPORTED, "initializer '%s' has data type %s, which "
                              "distir does not support", v->name, onnx_dtype_name(tp->data_type));
@@ -415,7 +365,7 @@ is_const(imp *I, oval *v)
     if (v->cst.data != NULL)
         return 1;
     if (v->init != NULL && v->value == 0) {
-        ir_dtype dt = onnx_dtype(v->init->data_type);
+        ir_dtype dt = ir_dtype_from_onnx(v->init->data_type);
         if ((dt == IR_I64 || dt == IR_I32 || dt == IR_I8 || dt == IR_BOOL) &&
             load_init(I, v) == 0)
             return 1;

@@ -120,10 +120,8 @@ int onnx_attr_ints(imp *I, const Onnx__NodeProto *n, const char *name, int64_t *
 /* A string attribute into buf ("" when absent). */
 int onnx_attr_string(imp *I, const Onnx__NodeProto *n, const char *name, char *buf, size_t cap);
 
-/* ONNX data type numbers. */
-ir_dtype onnx_dtype(int64_t t);
+/* The name of an ONNX data type number ("UINT8"); the mapping to ir_dtype is ir_dtype_from_onnx. */
 const char *onnx_dtype_name(int64_t t);
-int64_t onnx_dtype_code(ir_dtype dt);
 /* Decodes an unpacked TensorProto (what names it in errors). */
 int onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, ex_tensor *t,
                            di_error *err);

@@ -124,7 +124,7 @@ binary(imp *I, const Onnx__NodeProto *n, emit *e, int kind)
         uint32_t which = ir_dtype_is_float(da) ? 1 : 0;
         ir_dtype ft = which == 1 ? da : db;
         op = onnx_op(e, IR_OP_CAST, 1, &in[which], 1);
-        ir_op_set_int(e->m, op, "to", onnx_dtype_code(ft));
+        ir_op_set_int(e->m, op, "to", ir_dtype_onnx(ft));
         if ((rc = onnx_infer(I, e, op)) != 0)
             return rc;
         in[which] = ir_op_output(e->m, op, 0);
@@ -135,7 +135,7 @@ binary(imp *I, const Onnx__NodeProto *n, emit *e, int kind)
                 return rc;
             p = ir_op_output(e->m, op, 0);
             op = onnx_op(e, IR_OP_CAST, 1, &p, 1);
-            ir_op_set_int(e->m, op, "to", onnx_dtype_code(da));
+            ir_op_set_int(e->m, op, "to", ir_dtype_onnx(da));
             return emit_done(I, e, op, 1);
         }
     }
@@ -162,7 +162,7 @@ cast_to(imp *I, const Onnx__NodeProto *n, emit *e, int64_t to)
     int64_t dims[IR_MAX_RANK];
     ir_id in, op;
     int rc;
-    if (onnx_dtype(to) == IR_DTYPE_NONE)
+    if (ir_dtype_from_onnx(to) == IR_DTYPE_NONE)
         return onnx_fail(I, DI_EUNSUPPORTED, "cast to %s is not supported",
                          onnx_dtype_name(to));
     if ((rc = onnx_input_type(I, n, 0, &dt, &r, dims)) != 0 || (rc = inputs(I, e, n, 1, &in)))
@@ -193,7 +193,7 @@ h_castlike(imp *I, const Onnx__NodeProto *n, emit *e)
     if ((rc = onnx_check_attrs(I, n, "")) != 0 || (rc = need_inputs(I, n, 2, 2)) != 0 ||
         (rc = onnx_input_type(I, n, 1, &dt, &r, dims)) != 0)
         return rc;
-    return cast_to(I, n, e, onnx_dtype_code(dt));
+    return cast_to(I, n, e, ir_dtype_onnx(dt));
 }
 
 static int

@@ -127,31 +127,6 @@ xform_scalar_bytes(ir_dtype dt, double v, uint8_t out[8])
     }
 }
 
-int64_t
-xform_onnx_dtype(ir_dtype dt)
-{
-    switch (dt) {
-    case IR_F32:
-        return 1;
-    case IR_F16:
-        return 10;
-    case IR_BF16:
-        return 16;
-    case IR_F64:
-        return 11;
-    case IR_I64:
-        return 7;
-    case IR_I32:
-        return 6;
-    case IR_I8:
-        return 3;
-    case IR_BOOL:
-        return 9;
-    default:
-        return 0;
-    }
-}
-
 /* ---- options ---- */
 
 static const char *const default_data_names[] = {
@@ -616,7 +591,7 @@ rule_cast(ad *a, ir_id op, const ir_id *dy)
     if (!value_is_float_tensor(a->m, IN(0)))
         return;
     g = begin(a, IR_OP_CAST, 1, dy, 1, gname(a, IN(0), nb, sizeof nb));
-    set_int(a, g, "to", xform_onnx_dtype(value_dtype(a->m, IN(0))));
+    set_int(a, g, "to", ir_dtype_onnx(value_dtype(a->m, IN(0))));
     accum(a, IN(0), finish(a, g));
 }
 

@@ -80,7 +80,5 @@ int xform_autodiff_is_data_name(const xform_autodiff_opts *opts, const char *nam
  */
 uint32_t xform_scalar_bytes(ir_dtype dt, double v, uint8_t out[8]);
 
-/* The ONNX TensorProto data type number of dt (Cast's "to"), 0 if none. */
-int64_t xform_onnx_dtype(ir_dtype dt);
 
 #endif

@@ -891,7 +891,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
                 ir_id ty = P->out->values[l.v].type;
                 op = ir_op_add(P->out, b->region, IR_OP_CAST, 1, &l.v, 1, &ty, NULL);
                 ir_op_set_int(P->out, op, "to",
-                              xform_onnx_dtype((ir_dtype)m->types[m->values[v].type].dtype));
+                              ir_dtype_onnx((ir_dtype)m->types[m->values[v].type].dtype));
                 ir_op_set_string(P->out, op, "dist.mem", "stashed");
                 {
                     char nm[256];
