@@ -1351,11 +1351,6 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
     ctx bc;
     int rc;
     uint32_t p = 0; /* the instance that is simulated when the pmap is symmetric */
-    if (c->devs != NULL)
-        return di_error_set(s->err, DI_EUNSUPPORTED,
-                            "op %u 'dist.pmap': a pmap nested inside a pmap body cannot be "
-                            "simulated yet",
-                            op);
     if (o->body == 0 || o->body >= m->nregion)
         return di_error_set(s->err, DI_EINVAL, "op %u 'dist.pmap' has no body", op);
     devlist = ir_op_ints(m, op, "devices", &ndev);
@@ -1380,42 +1375,46 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
     bc.rep = n;
     bc.devs = devs;
     bc.sym = 1;
-    if (pmap_symmetric(s, op, devs, n, &p)) {
+    /* Only a top-level pmap may be symmetric; a nested one runs per outer instance. */
+    if (c->devs == NULL && pmap_symmetric(s, op, devs, n, &p)) {
         bc.rep = 1;
         bc.devs = devs + p;
         bc.sym = n;
     }
-    /* Body arguments alias element k of each input (or its one instance). */
-    for (uint32_t a = 0; a < body->narg && a < o->ninput; a++) {
-        ir_id arg = body->args[a], in = m->refs[o->inputs + a];
-        uint32_t nl;
-        rc = value_instances(s, arg, bc.rep, bc.devs);
-        if (rc) {
-            free(devs);
-            return rc;
+    rc = op_results(s, op, c);
+    /*
+     * Once per instance of the enclosing context (once at top level; inside
+     * a body, once for each of its instances, in order): the body's
+     * arguments alias element k of each input (or its one instance), and
+     * result i's element k aliases body result i of instance k.
+     */
+    for (uint32_t q = 0; rc == 0 && q < c->rep; q++) {
+        for (uint32_t a = 0; a < body->narg && a < o->ninput; a++) {
+            ir_id arg = body->args[a], in = m->refs[o->inputs + a];
+            uint32_t nl;
+            rc = value_instances(s, arg, bc.rep, bc.devs);
+            if (rc)
+                break;
+            nl = vnloc(s, arg);
+            for (uint32_t k = 0; k < bc.rep; k++)
+                for (uint32_t l = 0; l < nl; l++) {
+                    uint32_t kk = bc.sym > 1 ? p : k;
+                    uint32_t src_j = vnloc(s, in) == n * nl ? kk * nl + l : l;
+                    inst_alias(s, s->vbase[arg] + k * nl + l,
+                               (uint32_t)(input_at(s, in, q, src_j) - s->inst));
+                }
         }
-        nl = vnloc(s, arg);
-        for (uint32_t k = 0; k < bc.rep; k++)
-            for (uint32_t l = 0; l < nl; l++) {
-                uint32_t kk = bc.sym > 1 ? p : k;
-                uint32_t src_j = vnloc(s, in) == n * nl ? kk * nl + l : l;
-                inst_alias(s, s->vbase[arg] + k * nl + l,
-                           (uint32_t)(input_at(s, in, 0, src_j) - s->inst));
-            }
-    }
-    rc = sim_region(s, o->body, &bc);
-    if (rc == 0) {
-        /* Result i element k aliases body result i of instance k. */
-        rc = op_results(s, op, c);
+        if (rc == 0)
+            rc = sim_region(s, o->body, &bc);
         for (uint32_t i = 0; rc == 0 && i < o->noutput && i < body->nresult; i++) {
             ir_id res = body->results[i], out = o->outputs + i;
-            uint32_t nl = vnloc(s, res);
+            uint32_t nl = vnloc(s, res), nout = vnloc(s, out);
             for (uint32_t k = 0; k < n; k++)
                 for (uint32_t l = 0; l < nl; l++) {
                     uint32_t oj = k * nl + l;
-                    if (oj >= vnloc(s, out))
+                    if (oj >= nout)
                         continue;
-                    inst_alias(s, s->vbase[out] + oj,
+                    inst_alias(s, s->vbase[out] + q * nout + oj,
                                (uint32_t)(vinst(s, res, s->vrep[res] > 1 && bc.sym == 1 ? k : 0,
                                                 l) -
                                           s->inst));
