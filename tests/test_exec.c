@@ -5,7 +5,8 @@
  * a central finite difference of its forward op (in f64, so that the
  * difference is precise), broadcasting, the distributed executor against the
  * sequential one (scatter, pmap, mesh-form all_reduce, gather; a pmap over
- * a mesh with distributed tensors; the tuple-form collectives by hand), and
+ * a mesh with distributed tensors; pmaps calling a function; the tuple-form
+ * collectives by hand), and
  * the .npy reader and writer (round trips and malformed headers).
  */
 #include <setjmp.h>
@@ -877,6 +878,88 @@ test_distributed_equals_sequential(void **state)
     ir_module_free(dist);
 }
 
+/*
+ * tests/ir/dp_callee.dir (two pmaps calling one function, MatMul then Relu)
+ * equals the sequential Relu(Relu(x w) w); a cycle of calls, which the
+ * verifier rejects, ends in an error, not in a crash.
+ */
+static void
+test_callee(void **state)
+{
+    static const char seq_text[] =
+        "func @main(%w: !dist.tensor<4x4xf32, 0>, %x: !dist.tensor<8x4xf32, 0>) -> "
+        "(!dist.tensor<8x4xf32, 0>) {\n"
+        "  %a = \"MatMul\"(%x, %w) : (!dist.tensor<8x4xf32, 0>, !dist.tensor<4x4xf32, 0>) -> "
+        "!dist.tensor<8x4xf32, 0>\n"
+        "  %b = \"Relu\"(%a) : (!dist.tensor<8x4xf32, 0>) -> !dist.tensor<8x4xf32, 0>\n"
+        "  %c = \"MatMul\"(%b, %w) : (!dist.tensor<8x4xf32, 0>, !dist.tensor<4x4xf32, 0>) -> "
+        "!dist.tensor<8x4xf32, 0>\n"
+        "  %y = \"Relu\"(%c) : (!dist.tensor<8x4xf32, 0>) -> !dist.tensor<8x4xf32, 0>\n"
+        "  return %y : !dist.tensor<8x4xf32, 0>\n"
+        "}\n";
+    int64_t dw[2] = {4, 4}, dx[2] = {8, 4};
+    ex_tensor in[2], *r1, *r2;
+    uint32_t n1, n2;
+    uint8_t *text;
+    size_t len;
+    ir_module *seq, *dist;
+    di_error err;
+    (void)state;
+    di_error_clear(&err);
+    if (di_read_file("tests/ir/dp_callee.dir", 1u << 20, &text, &len, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(ir_parse((const char *)text, len, &dist, &err), 0);
+    di_free(text);
+    assert_int_equal(ir_parse(seq_text, strlen(seq_text), &seq, &err), 0);
+    tensor_rand(&in[0], IR_F32, 2, dw, 7);
+    tensor_rand(&in[1], IR_F32, 2, dx, 8);
+    run_ok(seq, in, 2, &r1, &n1);
+    run_ok(dist, in, 2, &r2, &n2);
+    assert_int_equal(n1, 1);
+    assert_int_equal(n2, 1);
+    assert_int_equal(r1[0].numel, r2[0].numel);
+    for (size_t i = 0; i < r1[0].numel; i++)
+        assert_close(ex_get(&r2[0], i), ex_get(&r1[0], i), 1e-6);
+    free_results(r1, n1);
+    free_results(r2, n2);
+
+    /* @f calls itself through a pmap over device 0: calls without end. */
+    {
+#define T "!dist.tensor<4xf32, 0>"
+#define V "!dist.tensor<4xf32, d>"
+        static const char cyc[] =
+            "func @main(%x: tuple<" T ">) -> (tuple<" T ">) {\n"
+            "  %y = \"dist.pmap\"(%x) {callee = @f, device_var = \"d\", devices = [0]} : "
+            "(tuple<" T ">) -> tuple<" T ">\n"
+            "  return %y : tuple<" T ">\n"
+            "}\n"
+            "func @f(%a: " V ") -> (" V ") {\n"
+            "  %t = \"dist.tuple\"(%a) : (" V ") -> tuple<" V ">\n"
+            "  %b = \"dist.pmap\"(%t) {callee = @f, device_var = \"d\", devices = [0]} : "
+            "(tuple<" V ">) -> tuple<" V ">\n"
+            "  %c = \"dist.tuple_get\"(%b) {index = 0} : (tuple<" V ">) -> " V "\n"
+            "  return %c : " V "\n"
+            "}\n";
+#undef T
+#undef V
+        int64_t d4[1] = {4};
+        ex_tensor one;
+        ir_module *m;
+        assert_int_equal(ir_parse(cyc, strlen(cyc), &m, &err), 0);
+        assert_int_equal(ir_verify(m, &err), DI_EVERIFY);
+        tensor_rand(&one, IR_F32, 1, d4, 9);
+        di_error_clear(&err);
+        assert_int_not_equal(ex_run(m, &one, 1, &r2, &n2, &err), 0);
+        if (strstr(err.msg, "pmaps nested more than 64 deep") == NULL)
+            fail_msg("%s", err.msg);
+        free_args(&one, 1);
+        ir_module_free(m);
+    }
+    free_args(in, 2);
+    ir_module_free(seq);
+    ir_module_free(dist);
+}
+
 /* The tuple-form collectives on a tuple of two [2,2] tensors, by hand. */
 static void
 test_tuple_collectives(void **state)
@@ -1191,6 +1274,7 @@ main(void)
         cmocka_unit_test(test_grad_reducesumto),
         cmocka_unit_test(test_movement),
         cmocka_unit_test(test_distributed_equals_sequential),
+        cmocka_unit_test(test_callee),
         cmocka_unit_test(test_tuple_collectives),
         cmocka_unit_test(test_pmap_mesh_dtensor),
         cmocka_unit_test(test_initializers_and_random),

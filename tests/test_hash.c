@@ -6,7 +6,9 @@
  * changes under every single mutation that changes meaning (a dimension, a
  * dtype, an attribute, a device, an edge, a dead op, a placement, mesh
  * content, an op kind). Then fixed cases: pmap device-variable names,
- * function names and order, constants and initializers, and a known answer.
+ * function names and order, pmaps calling a function (the same hash as
+ * owning copies of its body), constants and initializers, and a known
+ * answer.
  *
  * A random module is described abstractly first (a `dag`), then built by
  * build() with options that choose the op order, the names and one mutation,
@@ -711,6 +713,92 @@ test_pmap_devvar(void **state)
     assert_false(same(&a, &c));
 }
 
+static void relu_func(ir_module *m, const char *name, int64_t n);
+
+/*
+ * main(xs) = pmap(Relu) twice over devices 1, 2: each pmap with its own
+ * body (callee NULL) or both calling one function `callee`, defined after
+ * @main (or before it with `first`); `kind` is the op of the first call.
+ */
+static ir_module *
+calls_module(const char *callee, int first, int kind)
+{
+    ir_module *m = ir_module_new();
+    int64_t devs[2] = {1, 2}, d[2] = {4, 4};
+    ir_id e[2], tt, local, xs, v, fn = 0, f;
+    if (callee && first)
+        fn = ir_func_new(m, callee);
+    f = ir_func_new(m, "main");
+    if (callee && !first)
+        fn = ir_func_new(m, callee);
+    e[0] = t2(m, 4, 4, 1);
+    e[1] = t2(m, 4, 4, 2);
+    tt = ir_type_tuple(m, 2, e);
+    local = ir_type_tensor_var(m, IR_F32, 2, d, ir_str(m, "d"));
+    xs = ir_region_add_arg(m, f, tt, "xs");
+    if (fn) {
+        ir_id xi = ir_region_add_arg(m, fn, local, "xi");
+        ir_id r = ir_op_add(m, fn, kind, 1, &xi, 1, &local, NULL);
+        ir_region_add_result(m, fn, ir_op_output(m, r, 0));
+    }
+    v = xs;
+    for (int i = 0; i < 2; i++) {
+        ir_id p = ir_op_add(m, f, IR_OP_PMAP, 1, &v, 1, &tt, NULL);
+        ir_op_set_string(m, p, "device_var", "d");
+        ir_op_set_ints(m, p, "devices", 2, devs);
+        if (fn) {
+            ir_op_set_callee(m, p, fn);
+        } else {
+            ir_id body = ir_body_new(m);
+            ir_id xi = ir_region_add_arg(m, body, local, "xi");
+            ir_id r = ir_op_add(m, body, kind, 1, &xi, 1, &local, NULL);
+            ir_region_add_result(m, body, ir_op_output(m, r, 0));
+            m->ops[p].body = body;
+            m->regions[body].parent = p;
+        }
+        v = ir_op_output(m, p, 0);
+    }
+    ir_region_add_result(m, f, v);
+    return m;
+}
+
+/*
+ * A pmap calling a function hashes as a pmap owning a copy of its body:
+ * sharing does not change the hash, nor the callee's name or place; its
+ * content does.
+ */
+static void
+test_callee(void **state)
+{
+    di_hash own, shared, renamed, before, other, relu_main;
+    ir_module *m;
+    (void)state;
+    module_hash(calls_module(NULL, 0, IR_OP_RELU), &own, 1);
+    module_hash(calls_module("layer", 0, IR_OP_RELU), &shared, 1);
+    module_hash(calls_module("other name", 0, IR_OP_RELU), &renamed, 1);
+    module_hash(calls_module("layer", 1, IR_OP_RELU), &before, 1);
+    module_hash(calls_module("layer", 0, IR_OP_SIGMOID), &other, 1);
+    assert_true(same(&own, &shared));
+    assert_true(same(&shared, &renamed));
+    assert_true(same(&shared, &before));
+    assert_false(same(&shared, &other));
+    /* An uncalled function is the module's API: its name counts. */
+    m = calls_module("layer", 0, IR_OP_RELU);
+    relu_func(m, "spare", 4);
+    module_hash(m, &relu_main, 1);
+    assert_false(same(&shared, &relu_main));
+    /* A cycle of calls (which the verifier rejects) hashes without looping. */
+    m = calls_module("layer", 0, IR_OP_RELU);
+    {
+        ir_id fn = ir_func_find(m, "layer"), main = ir_func_find(m, "main");
+        ir_id p = m->regions[main].ops[0];
+        ir_op_set_callee(m, p, main);
+        ir_hash(m, &other);
+        ir_op_set_callee(m, p, fn);
+    }
+    ir_module_free(m);
+}
+
 /* f(x) = Relu(x) as function `name` of m. */
 static void
 relu_func(ir_module *m, const char *name, int64_t n)
@@ -839,6 +927,7 @@ main(void)
         cmocka_unit_test(test_round_trips), cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_pmap_devvar), cmocka_unit_test(test_functions),
         cmocka_unit_test(test_data),        cmocka_unit_test(test_known_answer),
+        cmocka_unit_test(test_callee),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

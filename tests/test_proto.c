@@ -1,8 +1,9 @@
 /*
  * test_proto.c: the protobuf form of a module and the checks on untrusted
  * protobuf bytes. Hand-built modules (every dtype, tuples, device variables,
- * nested pmaps built in the parser's order, meshes with distributed tensors,
- * every attribute kind) and a thousand random ones must come back from
+ * nested pmaps built in the parser's order, pmaps calling functions defined
+ * before and after them, meshes with distributed tensors, every attribute
+ * kind) and a thousand random ones must come back from
  * decode(encode(m)) identical, table by table, and encode to the same bytes
  * again. Broken input (every prefix of a valid encoding, nesting bombs,
  * undeclared enums, invalid UTF-8, bad indexes, cycles, double definitions,
@@ -290,6 +291,45 @@ build_pmap(int depth)
     ir_id y = build_pmap_level(m, f, x, depth, "d");
     ir_op_add(m, f, IR_OP_RETURN, 1, &y, 0, NULL, NULL);
     ir_region_add_result(m, f, y);
+    return m;
+}
+
+/*
+ * Pmaps that call functions: @main calls @layer (defined after it) twice and
+ * @pre (defined before it) once; a nested pmap in @layer's own body calls
+ * @pre too. Flag bits other than the callee bit travel as they are.
+ */
+static ir_module *
+build_callee(void)
+{
+    ir_module *m = ir_module_new();
+    int64_t dims[2] = {4, 8};
+    ir_id t0 = ir_type_tensor(m, IR_F32, 2, dims, 0);
+    ir_id t1 = ir_type_tensor(m, IR_F32, 2, dims, 1);
+    ir_id tup = ir_type_tuple(m, 2, (ir_id[]){t0, t1});
+    ir_id tv = ir_type_tensor_var(m, IR_F32, 2, dims, ir_str(m, "d"));
+    ir_id pre = ir_func_new(m, "pre");
+    ir_id f = ir_func_new(m, "main");
+    ir_id layer = ir_func_new(m, "layer");
+    ir_id a, r, x, v, pm;
+    a = ir_region_add_arg(m, pre, tv, "a");
+    r = ir_op_add(m, pre, IR_OP_RELU, 1, &a, 1, &tv, NULL);
+    ir_region_add_result(m, pre, ir_op_output(m, r, 0));
+    a = ir_region_add_arg(m, layer, tv, "a");
+    r = ir_op_add(m, layer, IR_OP_SIGMOID, 1, &a, 1, &tv, NULL);
+    ir_region_add_result(m, layer, ir_op_output(m, r, 0));
+    x = ir_region_add_arg(m, f, tup, "x");
+    v = x;
+    for (int i = 0; i < 3; i++) {
+        pm = ir_op_add(m, f, IR_OP_PMAP, 1, &v, 1, &tup, NULL);
+        ir_op_set_callee(m, pm, i == 0 ? pre : layer);
+        ir_op_set_string(m, pm, "device_var", "d");
+        ir_op_set_ints(m, pm, "devices", 2, (int64_t[]){0, 1});
+        if (i == 2)
+            m->ops[pm].flags |= 0x8000;
+        v = ir_op_output(m, pm, 0);
+    }
+    ir_region_add_result(m, f, v);
     return m;
 }
 
@@ -627,6 +667,71 @@ test_round_trip_pmap(void **state)
         assert_round_trip(m);
         ir_module_free(m);
     }
+}
+
+static void strip_ids(Distir__V1__Region *r);
+static void expect_tree_error(Distir__V1__Module *pm, int code, const char *substr);
+
+static void
+test_round_trip_callee(void **state)
+{
+    ir_module *m = build_callee(), *d;
+    Distir__V1__Module *pm = ir_to_proto(m);
+    Distir__V1__Op *op;
+    Distir__V1__Region empty;
+    uint8_t *buf;
+    size_t len;
+    di_error err;
+    (void)state;
+    distir__v1__region__init(&empty);
+    assert_round_trip(m);
+
+    /* A call is the function's name, not a body; flags keep every bit. */
+    op = pm->functions[1]->body->ops[0];
+    assert_string_equal(op->callee, "pre");
+    assert_null(op->body);
+    assert_int_equal(op->flags, IR_OPFLAG_CALLEE);
+    op = pm->functions[1]->body->ops[2];
+    assert_string_equal(op->callee, "layer");
+    assert_int_equal(op->flags, IR_OPFLAG_CALLEE | 0x8000);
+
+    /* Without ids, calls still resolve by name. */
+    strip_ids(pm->functions[0]->body);
+    strip_ids(pm->functions[1]->body);
+    strip_ids(pm->functions[2]->body);
+    len = protobuf_c_message_get_packed_size(&pm->base);
+    buf = malloc(len);
+    protobuf_c_message_pack(&pm->base, buf);
+    di_error_clear(&err);
+    if (ir_decode(buf, len, NULL, &d, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(ir_op_callee(d, d->regions[2].ops[0]), 1);
+    assert_int_equal(ir_op_callee(d, d->regions[2].ops[1]), 3);
+    assert_int_equal(d->regions[3].parent, 0);
+    free(buf);
+    ir_module_free(d);
+
+    /* Errors: an unknown name, a body and a callee, a call from a non-pmap, an ambiguous name. */
+    op = pm->functions[1]->body->ops[1];
+    op->callee = (char *)"nope";
+    expect_tree_error(pm, DI_EDECODE, "functions[1].body.ops[1].callee: no function named '@nope'");
+    op->callee = (char *)"layer";
+    op->body = &empty;
+    expect_tree_error(pm, DI_EDECODE, "functions[1].body.ops[1]: a dist.pmap has a body and a "
+                                      "callee");
+    op->body = NULL;
+    op->kind = (char *)"Relu";
+    expect_tree_error(pm, DI_EDECODE,
+                      "functions[1].body.ops[1].callee: a Relu op calls no function");
+    op->kind = (char *)"dist.pmap";
+    pm->functions[0]->name = (char *)"layer";
+    pm->functions[1]->body->ops[0]->callee = (char *)"layer";
+    expect_tree_error(pm, DI_EDECODE, "functions[1].body.ops[0].callee: 2 functions are named "
+                                      "'@layer'");
+    pm->functions[1]->body->ops[0]->callee = (char *)"pre";
+    pm->functions[0]->name = (char *)"pre";
+    ir_proto_free(pm);
+    ir_module_free(m);
 }
 
 static void
@@ -1350,6 +1455,7 @@ main(void)
         cmocka_unit_test(test_round_trip_basic),
         cmocka_unit_test(test_round_trip_init),
         cmocka_unit_test(test_round_trip_pmap),
+        cmocka_unit_test(test_round_trip_callee),
         cmocka_unit_test(test_round_trip_mesh),
         cmocka_unit_test(test_round_trip_random),
         cmocka_unit_test(test_no_ids),

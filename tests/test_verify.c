@@ -1,11 +1,12 @@
 /*
  * test_verify.c: the verifier. Valid modules built through the module.c API
  * (the MLP of seed 001, sequential and data parallel with dist.pmap, and a
- * global-view module on a mesh) pass; then one test per class of error, each
- * building a module that breaks exactly that rule and checking the code and
- * the message; ir_verify_all counts and limits; text positions; a module
- * corrupted at random never crashes the verifier or the hash; and a large
- * module verifies in linear time.
+ * global-view module on a mesh, pmaps calling a function) pass; then one
+ * test per class of error, each building a module that breaks exactly that
+ * rule and checking the code and the message; ir_verify_all counts and
+ * limits; text positions; a module corrupted at random (callee flags
+ * included) never crashes the verifier or the hash; and a large module
+ * verifies in linear time.
  */
 /* cmocka needs these first, in this order. */
 /* clang-format off */
@@ -874,6 +875,137 @@ test_pmap(void **state)
     ir_module_free(m);
 }
 
+/* build_dp with the pmap's body turned into a function @shard that the pmap calls. */
+static ir_id
+build_dp_callee(ir_module *m, ir_id *pmap_op)
+{
+    ir_id p, body;
+    build_dp(m, &p);
+    body = m->ops[p].body;
+    m->regions[body].parent = 0;
+    m->regions[body].name = ir_str(m, "shard");
+    ir_op_set_callee(m, p, body);
+    if (pmap_op != NULL)
+        *pmap_op = p;
+    return body;
+}
+
+/* A pmap in function `from` that calls `to` on a tuple over devices 1, 2. */
+static ir_id
+add_call(ir_module *m, ir_id from, ir_id in, ir_id to)
+{
+    static const int64_t devs[2] = {1, 2};
+    ir_id ty = m->values[in].type;
+    ir_id p = ir_op_add(m, from, IR_OP_PMAP, 1, &in, 1, &ty, NULL);
+    ir_op_set_string(m, p, "device_var", "d");
+    ir_op_set_ints(m, p, "devices", 2, devs);
+    ir_op_set_callee(m, p, to);
+    return p;
+}
+
+static void
+test_callee(void **state)
+{
+    static const int64_t devs[2] = {1, 2};
+    ir_module *m;
+    ir_id p, fn, op;
+    (void)state;
+
+    /* Valid: the function uses the device variable of the pmaps that call it. */
+    m = ir_module_new();
+    fn = build_dp_callee(m, &p);
+    expect_ok(m);
+    /* A second caller of the same function. */
+    {
+        ir_id in[4], ty[4];
+        for (uint32_t i = 0; i < 4; i++) {
+            in[i] = ir_op_input(m, p, i);
+            ty[i] = m->values[ir_op_output(m, p, i)].type;
+        }
+        op = ir_op_add(m, ir_module_entry(m), IR_OP_PMAP, 4, in, 4, ty, NULL);
+        ir_op_set_string(m, op, "device_var", "d");
+        ir_op_set_ints(m, op, "devices", 2, devs);
+        ir_op_set_callee(m, op, fn);
+    }
+    expect_ok(m);
+    ir_module_free(m);
+
+    /* The same types in a function no pmap calls: the device variable is unbound. */
+    m = ir_module_new();
+    fn = build_dp_callee(m, &p);
+    m->ops[p].flags = 0;
+    m->ops[p].body = 0;
+    expect_among(m, "@shard: argument 0 (%xi) has type !dist.tensor<4x4xf32, d> on device "
+                    "variable d, which no enclosing dist.pmap binds");
+    ir_module_free(m);
+
+    /* The callee must be a top-level function... */
+    m = ir_module_new();
+    build_dp(m, &p);
+    m->ops[p].flags |= IR_OPFLAG_CALLEE;
+    expect_error(m, "@main: op 11 \"dist.pmap\" (%dwAs): callee region 2 is not a top-level "
+                    "function");
+    ir_module_free(m);
+
+    m = ir_module_new();
+    build_dp_callee(m, &p);
+    m->ops[p].body = 99;
+    expect_error(m, "callee region 99 does not exist");
+    m->ops[p].body = 0;
+    expect_among(m, "dist.pmap has the callee flag but names no function");
+    ir_module_free(m);
+
+    /* ... other than the entry. */
+    m = ir_module_new();
+    build_dp_callee(m, &p);
+    m->ops[p].body = ir_module_entry(m);
+    expect_among(m, "dist.pmap calls @main, the entry function");
+    ir_module_free(m);
+
+    /* One argument per input, one result per result. */
+    m = ir_module_new();
+    fn = build_dp_callee(m, &p);
+    m->regions[fn].narg--;
+    expect_error(m, "callee @shard takes 3 arguments but the op has 4 inputs");
+    ir_module_free(m);
+
+    m = ir_module_new();
+    fn = build_dp_callee(m, &p);
+    m->regions[fn].nresult--;
+    expect_error(m, "callee @shard returns 3 values but the op has 4 results");
+    ir_module_free(m);
+
+    /* Arguments on the device variable the pmap names. */
+    m = ir_module_new();
+    build_dp_callee(m, &p);
+    ir_op_set_string(m, p, "device_var", "e");
+    expect_among(m, "callee @shard argument 0 has type f32[4,4] on device variable d, expected "
+                    "f32[4,4] on device variable e (input 0 element 0)");
+    ir_module_free(m);
+
+    /* Only a pmap calls. */
+    m = ir_module_new();
+    build_dp_callee(m, &p);
+    m->ops[1].flags |= IR_OPFLAG_CALLEE;
+    expect_error(m, "only dist.pmap may call a function, but the op has the callee flag");
+    ir_module_free(m);
+
+    /* Calls must not form a cycle: @main -> @a -> @b -> @a. */
+    m = ir_module_new();
+    {
+        ir_id t = tuple_of(m, t2, 4, 4, devs, 2);
+        ir_id f = ir_func_new(m, "main"), a = ir_func_new(m, "a"), b = ir_func_new(m, "b");
+        ir_id x = ir_region_add_arg(m, f, t, "x"), xa = ir_region_add_arg(m, a, t, "xa");
+        ir_id xb = ir_region_add_arg(m, b, t, "xb");
+        ir_region_add_result(m, f, out0(m, add_call(m, f, x, a)));
+        ir_region_add_result(m, a, out0(m, add_call(m, a, xa, b)));
+        ir_region_add_result(m, b, out0(m, add_call(m, b, xb, a)));
+    }
+    expect_among(m, "@b: op 3 \"dist.pmap\": dist.pmap calls @a, which is already being called: "
+                    "calls form a cycle");
+    ir_module_free(m);
+}
+
 /* ---- ir_verify_all, positions ---- */
 
 typedef struct diags {
@@ -1001,12 +1133,14 @@ test_hostile(void **state)
         ir_module *m = ir_module_new();
         di_hash h;
         int n = 1 + (int)(rnd() % 4);
-        if (iter % 3 == 0)
+        if (iter % 4 == 0)
             build_dp(m, NULL);
-        else if (iter % 3 == 1)
+        else if (iter % 4 == 1)
             build_mlp(m, "mlp", 0, NULL);
-        else
+        else if (iter % 4 == 2)
             build_mesh(m, NULL);
+        else
+            build_dp_callee(m, NULL);
         for (int k = 0; k < n; k++) {
             uint32_t pick = rnd() % 12, big = rnd() % 3 == 0 ? rnd() : rnd() % 40;
             ir_id op = 1 + rnd() % (m->nop - 1), v = 1 + rnd() % (m->nvalue - 1);
@@ -1024,6 +1158,8 @@ test_hostile(void **state)
                 break;
             case 3:
                 m->ops[op].body = big % (m->nregion + 2);
+                if (big & 1)
+                    m->ops[op].flags ^= IR_OPFLAG_CALLEE;
                 break;
             case 4:
                 m->types[t].mesh = big % (m->nmesh + 2);
@@ -1090,12 +1226,14 @@ test_hostile_fields(void **state)
         ir_module *m = ir_module_new();
         di_hash h;
         int n = 1 + (int)(rnd() % 3);
-        if (iter % 3 == 0)
+        if (iter % 4 == 0)
             build_dp(m, NULL);
-        else if (iter % 3 == 1)
+        else if (iter % 4 == 1)
             build_mlp(m, "mlp", 0, NULL);
-        else
+        else if (iter % 4 == 2)
             build_mesh(m, NULL);
+        else
+            build_dp_callee(m, NULL);
         for (int k = 0; k < n; k++) {
             switch (rnd() % 8) {
             case 0:
@@ -1188,6 +1326,7 @@ main(void)
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_pmap),
+        cmocka_unit_test(test_callee),
         cmocka_unit_test(test_verify_all),
         cmocka_unit_test(test_positions),
         cmocka_unit_test(test_text_positions),

@@ -9,7 +9,9 @@
  * device, op by op in lockstep, so that a mesh-form collective inside the
  * body sees the inputs of every instance of its group at once. Values on
  * different devices are simply different slots (or lanes), each tensor
- * tagged with its device.
+ * tagged with its device. A pmap that calls a function (IR_OPFLAG_CALLEE)
+ * runs the function as its body; the function's values are freed after
+ * each call.
  *
  * Communication executes for real: dist.send copies, dist.scatter splits
  * along dim, dist.broadcast copies, dist.gather concatenates, all_reduce
@@ -49,6 +51,7 @@ typedef struct exec {
     slot *vals;       /* one per value id */
     uint32_t *uses;   /* remaining uses of each top-level value (for early freeing) */
     di_error *err;
+    uint32_t depth;   /* pmaps running inside each other */
 } exec;
 
 /* ---- helpers ---- */
@@ -779,8 +782,8 @@ free_region_values(exec *x, ir_id r, int depth)
         const ir_op *o = &m->ops[reg->ops[i]];
         for (uint32_t j = 0; j < o->noutput; j++)
             slot_free(&x->vals[o->outputs + j]);
-        if (o->body)
-            free_region_values(x, o->body, depth + 1);
+        if (o->body && !(o->flags & IR_OPFLAG_CALLEE))
+            free_region_values(x, o->body, depth + 1); /* a callee frees its own */
     }
 }
 
@@ -895,11 +898,18 @@ run_pmap(exec *x, ir_id op, const lanes *ln)
     int rc = 0;
     if (res == NULL)
         return xfail(x, op, DI_ENOMEM, "out of memory");
+    /* A body (or called function) may hold pmaps; calls that never end stop here. */
+    if (x->depth >= 64) {
+        di_free(res);
+        return xfail(x, op, DI_EVERIFY, "pmaps nested more than 64 deep (a cycle of calls?)");
+    }
+    x->depth++;
     for (uint32_t i = 0; i < o->noutput && rc == 0; i++)
         rc = slot_alloc(x, &res[i], ln->n, type_leaves(m, m->values[o->outputs + i].type, 0));
     /* Nested pmaps run once per instance of the enclosing body. */
     for (uint32_t l = 0; l < ln->n && rc == 0; l++)
         rc = run_pmap_lane(x, op, l, res);
+    x->depth--;
     for (uint32_t i = 0; i < o->noutput; i++) {
         if (rc == 0)
             rc = store_result(x, op, i, &res[i], ln);
@@ -1071,7 +1081,9 @@ count_uses(const ir_module *m, ir_id r, uint32_t *uses, int depth)
         }
         if (o->body && o->body < m->nregion) {
             const ir_region *b = &m->regions[o->body];
-            count_uses(m, o->body, uses, depth + 1);
+            /* A called function's values are its own: count them once, not per call. */
+            if (!(o->flags & IR_OPFLAG_CALLEE))
+                count_uses(m, o->body, uses, depth + 1);
             for (uint32_t k = 0; k < b->nresult; k++)
                 if (b->results[k] < m->nvalue)
                     uses[b->results[k]]++;

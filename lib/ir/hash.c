@@ -27,12 +27,24 @@
  *            of ops does not
  *   module  ("distir-module", version, the sorted multiset of mesh digests,
  *            the entry function (ir_module_entry) as ("func", name, region),
- *            then the other functions' digests sorted)
+ *            then the other functions' digests sorted, except callees)
+ *
+ * A pmap that calls a function (IR_OPFLAG_CALLEE) hashes the function's
+ * region digest where an owned body's would be, and a function that pmaps
+ * call is hashed as the body of a pmap in a function (nesting level 1, its
+ * device variable bound at level 1), so a pmap calling a function and a pmap
+ * owning a copy of that function's body hash the same. Functions that pmaps
+ * call are part of their callers, like bodies: they are not listed on their
+ * own and their names are not hashed, so sharing one function among many
+ * pmaps, or giving each pmap its own copy, leaves the hash unchanged (the
+ * simulation, whose cache key this is, is the same). Callees are hashed
+ * before their callers (a topological order of the call graph); a call in a
+ * cycle, which the verifier rejects, hashes as `bad`.
  *
  * Op kinds and dtypes are hashed by name and attribute kinds by their schema
  * letter, never by enum number, so adding an op to ops.h changes no hash.
- * Function names are hashed: they are the module's API (the entry is found
- * by name, and calls by name may come later). Value names, op names, mesh
+ * Function names are hashed, except those of callees: they are the
+ * module's API (the entry is found by name). Value names, op names, mesh
  * names and device variable names are not. Ops that no region lists are
  * arena garbage and are ignored, as the verifier ignores them.
  *
@@ -82,6 +94,8 @@ typedef struct hasher {
     uint8_t *rdone;
     uint8_t *visited; /* per region */
     uint32_t *bind;   /* per string id: level of the innermost body binding it, 0 none */
+    ir_id *cvar;      /* per region: a callee function's device variable (first caller's) */
+    uint8_t *callee;  /* per region: a function some reachable pmap calls */
     hframe *stack;
     uint32_t nstack, cstack;
     ir_id *tstack;
@@ -555,11 +569,15 @@ hash_op(hasher *h, ir_id op, const hframe *f)
         for (uint32_t i = 0; i < o->ninput; i++)
             put_value(h, &s, m->refs[o->inputs + i], f);
     }
-    if (o->body != 0)
-        put_digest(&s,
-                   (o->body < m->nregion && h->rdone[o->body] && m->regions[o->body].parent == op)
-                       ? &h->rdig[o->body]
-                       : &h->bad);
+    if (o->body != 0) {
+        const di_hash *bd = &h->bad;
+        if (o->body < m->nregion && h->rdone[o->body]) {
+            const ir_region *br = &m->regions[o->body];
+            if (br->parent == op || ((o->flags & IR_OPFLAG_CALLEE) && h->callee[o->body]))
+                bd = &h->rdig[o->body];
+        }
+        put_digest(&s, bd);
+    }
     if (o->noutput != 0 && (o->outputs == 0 || (uint64_t)o->outputs + o->noutput > m->nvalue)) {
         put_str(&s, "malformed");
     } else {
@@ -693,6 +711,15 @@ lists_ok(const ir_region *reg)
            !(reg->nresult != 0 && reg->results == NULL);
 }
 
+/* Binds device variable var (a string id) at the level of frame f. */
+static void
+bind_var(hasher *h, hframe *f, ir_id var)
+{
+    f->bound = var;
+    f->saved = h->bind[var];
+    h->bind[var] = f->level;
+}
+
 static void
 enter_region(hasher *h, ir_id r, ir_id pmap, uint32_t level)
 {
@@ -705,16 +732,19 @@ enter_region(hasher *h, ir_id r, ir_id pmap, uint32_t level)
     f->pmap = pmap;
     f->level = level;
     h->visited[r] = 1;
-    if (pmap != 0) {
+    if (pmap == 0 && h->callee[r]) {
+        /* A callee: hashed as the body of a pmap in a function. */
+        f->level = 1;
+        if (h->cvar[r] != 0)
+            bind_var(h, f, h->cvar[r]);
+    } else if (pmap != 0) {
         const ir_op *o = &m->ops[pmap];
         if (o->nattr != 0 && (uint64_t)o->attrs + o->nattr <= m->nattr) {
             for (uint32_t i = 0; i < o->nattr; i++) {
                 const ir_attr *a = &m->attrs[o->attrs + i];
                 if (a->kind == IR_ATTR_STRING && a->s != 0 && a->s < m->nchar &&
                     strcmp(str_at(m, a->key), "device_var") == 0) {
-                    f->bound = a->s;
-                    f->saved = h->bind[a->s];
-                    h->bind[a->s] = level;
+                    bind_var(h, f, a->s);
                     break;
                 }
             }
@@ -747,6 +777,131 @@ hash_function(hasher *h, ir_id r)
         }
         hash_op(h, op, f);
     }
+}
+
+/* The device variable a pmap's device_var attribute names, or 0. */
+static ir_id
+pmap_var(const ir_module *m, ir_id op)
+{
+    const ir_op *o = &m->ops[op];
+    if (o->nattr == 0 || (uint64_t)o->attrs + o->nattr > m->nattr)
+        return 0;
+    for (uint32_t i = 0; i < o->nattr; i++) {
+        const ir_attr *a = &m->attrs[o->attrs + i];
+        if (a->kind == IR_ATTR_STRING && a->s != 0 && a->s < m->nchar &&
+            strcmp(str_at(m, a->key), "device_var") == 0)
+            return a->s;
+    }
+    return 0;
+}
+
+/* A call edge: function `from` (through its bodies) holds pmap `op` calling function `to`. */
+typedef struct call_edge {
+    ir_id from, to;
+} call_edge;
+
+/*
+ * Finds the pmaps that call functions (walking each function and the owned
+ * bodies in it, as hash_function does), marks the callees and their device
+ * variables, and returns the call edges.
+ */
+static call_edge *
+find_calls(hasher *h, uint32_t *nedge)
+{
+    const ir_module *m = h->m;
+    call_edge *e = NULL;
+    uint32_t ne = 0, ce = 0, nst = 0, cst = 0;
+    ir_id *st = NULL;
+    uint8_t *seen = di_xcalloc(m->nregion, 1);
+    for (ir_id f = 1; f < m->nregion; f++) {
+        if (m->regions[f].parent != 0 || !lists_ok(&m->regions[f]))
+            continue;
+        DI_GROW(&st, &cst, nst + 1);
+        st[nst++] = f;
+        seen[f] = 1;
+        while (nst > 0) {
+            const ir_region *reg = &m->regions[st[--nst]];
+            for (uint32_t i = 0; i < reg->nop; i++) {
+                ir_id op = reg->ops[i], b;
+                const ir_op *o;
+                if (op == 0 || op >= m->nop)
+                    continue;
+                o = &m->ops[op];
+                b = o->body;
+                if (o->kind != IR_OP_PMAP || b == 0 || b >= m->nregion)
+                    continue;
+                if ((o->flags & IR_OPFLAG_CALLEE) && m->regions[b].parent == 0 &&
+                    lists_ok(&m->regions[b])) {
+                    if (!h->callee[b]) {
+                        h->callee[b] = 1;
+                        h->cvar[b] = pmap_var(m, op);
+                    }
+                    DI_GROW(&e, &ce, ne + 1);
+                    e[ne].from = f;
+                    e[ne].to = b;
+                    ne++;
+                } else if (m->regions[b].parent == op && !seen[b] && lists_ok(&m->regions[b])) {
+                    seen[b] = 1;
+                    DI_GROW(&st, &cst, nst + 1);
+                    st[nst++] = b;
+                }
+            }
+        }
+    }
+    free(st);
+    free(seen);
+    *nedge = ne;
+    return e;
+}
+
+/*
+ * Hashes every function, each callee before the functions that call it
+ * (Kahn's algorithm over the call edges); functions left in a cycle follow
+ * in region order, their calls into the cycle hashing as `bad`.
+ */
+static void
+hash_functions(hasher *h)
+{
+    const ir_module *m = h->m;
+    uint32_t ne, nq = 0, *deps = di_xcalloc(m->nregion, sizeof *deps);
+    uint32_t *first = di_xcalloc((size_t)m->nregion + 1, sizeof *first), *by_to;
+    ir_id *queue = di_xmalloc(m->nregion * sizeof *queue);
+    call_edge *e = find_calls(h, &ne);
+    by_to = di_xmalloc((ne ? ne : 1) * sizeof *by_to);
+    /* Edges grouped by callee (counting sort): first[to] .. first[to + 1]. */
+    for (uint32_t i = 0; i < ne; i++) {
+        deps[e[i].from]++;
+        first[e[i].to + 1]++;
+    }
+    for (ir_id r = 1; r <= m->nregion - 1; r++)
+        first[r + 1] += first[r];
+    {
+        uint32_t *pos = di_xmalloc(((size_t)m->nregion + 1) * sizeof *pos);
+        memcpy(pos, first, ((size_t)m->nregion + 1) * sizeof *pos);
+        for (uint32_t i = 0; i < ne; i++)
+            by_to[pos[e[i].to]++] = i;
+        free(pos);
+    }
+    for (ir_id r = 1; r < m->nregion; r++)
+        if (m->regions[r].parent == 0 && lists_ok(&m->regions[r]) && deps[r] == 0)
+            queue[nq++] = r;
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        ir_id g = queue[qi];
+        hash_function(h, g);
+        for (uint32_t k = first[g]; k < first[g + 1]; k++) {
+            ir_id f = e[by_to[k]].from;
+            if (--deps[f] == 0)
+                queue[nq++] = f;
+        }
+    }
+    for (ir_id r = 1; r < m->nregion; r++)
+        if (m->regions[r].parent == 0 && lists_ok(&m->regions[r]) && !h->visited[r])
+            hash_function(h, r);
+    free(deps);
+    free(first);
+    free(by_to);
+    free(queue);
+    free(e);
 }
 
 static int
@@ -814,13 +969,13 @@ ir_hash(const ir_module *m, di_hash *out)
     h.rdone = di_xcalloc(m->nregion, 1);
     h.visited = di_xcalloc(m->nregion, 1);
     h.bind = di_xcalloc(m->nchar, sizeof *h.bind);
+    h.cvar = di_xcalloc(m->nregion, sizeof *h.cvar);
+    h.callee = di_xcalloc(m->nregion, 1);
     di_sha256_once("distir-bad", 10, &h.bad);
     for (ir_id i = 1; i < m->nmesh; i++)
         hash_mesh(m, i, &h.mdig[i]);
 
-    for (ir_id r = 1; r < m->nregion; r++)
-        if (m->regions[r].parent == 0 && lists_ok(&m->regions[r]))
-            hash_function(&h, r);
+    hash_functions(&h);
 
     list = di_xmalloc(((size_t)m->nmesh + m->nregion) * sizeof *list);
     enc_init(&s);
@@ -844,7 +999,7 @@ ir_hash(const ir_module *m, di_hash *out)
     }
     n = 0;
     for (ir_id r = 1; r < m->nregion; r++)
-        if (r != entry && m->regions[r].parent == 0 && h.rdone[r])
+        if (r != entry && m->regions[r].parent == 0 && h.rdone[r] && !h.callee[r])
             hash_function_digest(&h, r, &list[n++]);
     qsort(list, n, sizeof *list, cmp_digest);
     put_u64(&s, n);
@@ -863,6 +1018,8 @@ ir_hash(const ir_module *m, di_hash *out)
     free(h.rdone);
     free(h.visited);
     free(h.bind);
+    free(h.cvar);
+    free(h.callee);
     free(h.stack);
     free(h.tstack);
     free(h.scratch);

@@ -12,7 +12,8 @@
  *   types    interned: equal types have equal ids, so type equality is ==
  *   values   name + type + defining op (0 for a region argument)
  *   ops      kind + operand list + contiguous result values + attributes
- *            + an optional body region (dist.pmap)
+ *            + an optional body region (dist.pmap), owned or, with
+ *            IR_OPFLAG_CALLEE, a top-level function shared by several pmaps
  *   regions  a list of ops in topological order, arguments and results.
  *            Top-level functions are regions with a name and no parent op;
  *            region 1 is the entry function once one exists
@@ -140,16 +141,23 @@ typedef struct ir_attr {
     ir_id s;
 } ir_attr;
 
+/*
+ * ir_op.flags. IR_OPFLAG_CALLEE: the op is a dist.pmap whose body is not its
+ * own region but a top-level function it calls (text: `callee = @f`); many
+ * pmaps may call one function, which keeps parent 0 and its name.
+ */
+#define IR_OPFLAG_CALLEE 0x0001
+
 typedef struct ir_op {
     uint16_t kind;     /* ir_opkind */
-    uint16_t flags;
+    uint16_t flags;    /* IR_OPFLAG_* (other bits are carried, not interpreted) */
     uint32_t ninput;
     uint32_t inputs;   /* offset into refs[] of ninput value ids */
     uint32_t noutput;
     ir_id outputs;     /* first result value id; results are contiguous */
     uint32_t nattr;
     uint32_t attrs;    /* index into attrs[] of the first attribute */
-    ir_id body;        /* region id of a pmap body, or 0 */
+    ir_id body;        /* region id of a pmap body (or its callee function), or 0 */
     ir_id name;        /* string id of an op name (ONNX node name), or 0 */
     ir_id opaque;      /* string id of the op type of an opaque op, or 0 */
     ir_id region;      /* region that contains this op */
@@ -301,9 +309,24 @@ ir_id ir_body_new(ir_module *m);
 /* Adds an argument of the given type to region r; returns the value id. */
 ir_id ir_region_add_arg(ir_module *m, ir_id r, ir_id type, const char *name);
 void ir_region_add_result(ir_module *m, ir_id r, ir_id value);
+/*
+ * Makes dist.pmap `op` call top-level function `func` (body = func, flag
+ * IR_OPFLAG_CALLEE); the function stays a function (parent 0).
+ */
+void ir_op_set_callee(ir_module *m, ir_id op, ir_id func);
+/* The function a pmap calls (IR_OPFLAG_CALLEE and a body), or 0 when its body is its own. */
+static inline ir_id
+ir_op_callee(const ir_module *m, ir_id op)
+{
+    return (m->ops[op].flags & IR_OPFLAG_CALLEE) ? m->ops[op].body : 0;
+}
 /* Finds a top-level function by name; 0 if absent. */
 ir_id ir_func_find(const ir_module *m, const char *name);
-/* The entry function: the one named "main" if any, else the first. 0 if none. */
+/*
+ * The entry function: the one named "main" if any, else the first. 0 if none.
+ * The verifier rejects a module whose entry is called by a pmap, so a module
+ * with callees names its entry "main" or defines it first.
+ */
 ir_id ir_module_entry(const ir_module *m);
 
 /*

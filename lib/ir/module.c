@@ -739,6 +739,13 @@ ir_func_find(const ir_module *m, const char *name)
     return 0;
 }
 
+void
+ir_op_set_callee(ir_module *m, ir_id op, ir_id func)
+{
+    m->ops[op].body = func;
+    m->ops[op].flags |= IR_OPFLAG_CALLEE;
+}
+
 ir_id
 ir_module_entry(const ir_module *m)
 {

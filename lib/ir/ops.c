@@ -2146,6 +2146,17 @@ shard_dims(const ir_module *m, ir_id op, const tensor *t, const char *what, uint
     return 0;
 }
 
+/* "body", or "callee @f" for a pmap that calls function f, for messages. */
+static const char *
+pmap_body_word(const ir_module *m, ir_id op, char *buf, size_t n)
+{
+    ir_id f = ir_op_callee(m, op);
+    if (f == 0 || f >= m->nregion)
+        return "body";
+    snprintf(buf, n, "callee @%.64s", ir_str_get(m, m->regions[f].name));
+    return buf;
+}
+
 static int
 pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_error *err)
 {
@@ -2183,9 +2194,10 @@ pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_er
             }
             local = ir_type_with_device(m, et, IR_DEVICE_NONE, devvar);
             if (local != argty) {
-                rc = fail(m, op, err, "body argument %u has type %s, expected %s (input %u "
-                          "element %u)", i, type_str(m, argty, &ta), type_str(m, local, &tb), i,
-                          k);
+                char w[96];
+                rc = fail(m, op, err, "%s argument %u has type %s, expected %s (input %u "
+                          "element %u)", pmap_body_word(m, op, w, sizeof w), i,
+                          type_str(m, argty, &ta), type_str(m, local, &tb), i, k);
                 break;
             }
         }
@@ -2195,8 +2207,10 @@ pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_er
         if ((rc = load_type(m, op, rty, "body result", i, &t, err)) != 0)
             break;
         if (t.at.devvar != devvar || t.at.mesh) {
-            rc = fail(m, op, err, "body result %u lives on %s, expected device variable %s", i,
-                      site_str(m, &t.at, &pb), ir_str_get(m, devvar));
+            char w[96];
+            rc = fail(m, op, err, "%s result %u lives on %s, expected device variable %s",
+                      pmap_body_word(m, op, w, sizeof w), i, site_str(m, &t.at, &pb),
+                      ir_str_get(m, devvar));
             break;
         }
         for (uint32_t k = 0; k < n; k++)
@@ -2228,9 +2242,12 @@ pmap_mesh(ir_module *m, ir_id op, ir_id devvar, ir_id mesh, ir_id body, ir_id *o
         if ((rc = shard_dims(m, op, &t, "input", i, dims, err)) != 0)
             return rc;
         local = ir_type_tensor_var(m, t.dtype, t.rank, dims, devvar);
-        if (local != argty)
-            return fail(m, op, err, "body argument %u has type %s, expected %s (the local shard "
-                        "of input %u)", i, type_str(m, argty, &ta), type_str(m, local, &tb), i);
+        if (local != argty) {
+            char w[96];
+            return fail(m, op, err, "%s argument %u has type %s, expected %s (the local shard "
+                        "of input %u)", pmap_body_word(m, op, w, sizeof w), i,
+                        type_str(m, argty, &ta), type_str(m, local, &tb), i);
+        }
     }
     for (uint32_t i = 0; i < m->ops[op].noutput; i++) {
         ir_id decl = m->values[ir_op_output(m, op, i)].type, local;
@@ -2246,10 +2263,12 @@ pmap_mesh(ir_module *m, ir_id op, ir_id devvar, ir_id mesh, ir_id body, ir_id *o
         if ((rc = shard_dims(m, op, &t, "result", i, dims, err)) != 0)
             return rc;
         local = ir_type_tensor_var(m, t.dtype, t.rank, dims, devvar);
-        if (local != rty)
+        if (local != rty) {
+            char w[96];
             return fail(m, op, err, "result %u is declared %s, whose local shard is %s, but the "
-                        "body returns %s", i, type_str(m, decl, &ta), type_str(m, local, &tb),
-                        type_str(m, rty, &tc));
+                        "%s returns %s", i, type_str(m, decl, &ta), type_str(m, local, &tb),
+                        pmap_body_word(m, op, w, sizeof w), type_str(m, rty, &tc));
+        }
         out[i] = decl;
     }
     return 0;

@@ -133,6 +133,13 @@ symmap_fini(symmap *t)
 
 /* ---- the parser's state ---- */
 
+/* A pmap's `callee = @name`, resolved once every function is known. */
+struct callee_use {
+    ir_id op;
+    ir_id name;
+    size_t off; /* text offset of '@' */
+};
+
 /* One entry of an op's result list: %name, or %name:N naming name#0 .. name#N-1. */
 typedef struct group {
     ir_id name;
@@ -154,6 +161,11 @@ typedef struct parser {
 
     symmap values; /* per function: value name -> value id (0 while being defined) */
     symmap funcs;  /* function name -> region */
+    /* `callee = @f` of the op being read (0: none), and every callee to resolve at the end */
+    ir_id callee;
+    size_t calleeoff;
+    struct callee_use *callees;
+    uint32_t ncallee, ccallee;
     symmap meshes; /* mesh name -> mesh id */
     uint64_t mesh_devices; /* devices in the meshes so far */
 
@@ -1255,9 +1267,12 @@ sort_attrs(parser *p, uint32_t base)
     return 0;
 }
 
-/* `{key = value, ...}`: pushes the attributes onto attrs (above base). */
+/*
+ * `{key = value, ...}`: pushes the attributes onto attrs (above base). For a
+ * dist.pmap, `callee = @f` is not an attribute: it goes to p->callee.
+ */
 static int
-parse_attr_dict(parser *p, uint32_t base)
+parse_attr_dict(parser *p, uint32_t base, int kind)
 {
     if (expect(p, '{', "") != 0)
         return -1;
@@ -1279,6 +1294,22 @@ parse_attr_dict(parser *p, uint32_t base)
             p->pos += len;
         } else {
             return expected(p, "an attribute name");
+        }
+        if (kind == IR_OP_PMAP && p->sbuf.len == 6 && memcmp(p->sbuf.data, "callee", 6) == 0) {
+            size_t sym;
+            if (p->callee != 0)
+                return fail(p, at, "duplicate attribute 'callee'");
+            if (expect(p, '=', "after the attribute name") != 0)
+                return -1;
+            skip_ws(p);
+            sym = p->pos;
+            if (!accept(p, '@'))
+                return fail(p, sym, "'callee' names a function: expected '@name'");
+            if (read_name(p, 0, "function") != 0)
+                return -1;
+            p->callee = ir_strn(p->m, p->sbuf.data, p->sbuf.len);
+            p->calleeoff = sym;
+            continue;
         }
         a.key = ir_strn(p->m, p->sbuf.data, p->sbuf.len);
         if (expect(p, '=', "after the attribute name") != 0 || parse_attr_value(p, &a) != 0)
@@ -1439,11 +1470,15 @@ parse_op(parser *p, int *ended)
         if (expect(p, ')', "after the region") != 0)
             return -1;
     }
+    p->callee = 0;
     if (peek(p) == '{') {
         if (kind == IR_OP_RETURN)
             return fail(p, p->pos, "'dist.return' has no attributes");
-        if (parse_attr_dict(p, abase) != 0)
+        if (parse_attr_dict(p, abase, kind) != 0)
             return -1;
+        if (p->callee != 0 && body != 0)
+            return fail(p, p->calleeoff,
+                        "a dist.pmap with a region cannot also call a function");
     }
 
     if (expect(p, ':', "before the operation's type") != 0)
@@ -1509,6 +1544,16 @@ parse_op(parser *p, int *ended)
     if (body) {
         m->ops[op].body = body;
         m->regions[body].parent = op;
+    }
+    if (p->callee != 0) {
+        /* Resolved when the whole file is read: a function may be defined later. */
+        m->ops[op].flags |= IR_OPFLAG_CALLEE;
+        DI_GROW(&p->callees, &p->ccallee, p->ncallee + 1);
+        p->callees[p->ncallee].op = op;
+        p->callees[p->ncallee].name = p->callee;
+        p->callees[p->ncallee].off = p->calleeoff;
+        p->ncallee++;
+        p->callee = 0;
     }
     /*
      * The attributes are sorted and distinct, and the op is new: append them
@@ -1866,6 +1911,15 @@ ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
     di_buf_init(&p.sbuf);
     DI_GROW(&p.ids, &p.cids, 64); /* never NULL: ids + base is always a valid pointer */
     rc = parse_top(&p);
+    for (uint32_t i = 0; i < p.ncallee && rc == 0; i++) {
+        ir_id f;
+        const struct callee_use *u = &p.callees[i];
+        if (!symmap_get(&p.funcs, u->name, &f))
+            rc = fail(&p, u->off, "unknown function '@%.64s'", ir_str_get(p.m, u->name));
+        else
+            ir_op_set_callee(p.m, u->op, f);
+    }
+    free(p.callees);
     symmap_fini(&p.values);
     symmap_fini(&p.funcs);
     symmap_fini(&p.meshes);

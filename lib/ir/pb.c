@@ -27,6 +27,10 @@
  * "functions[0].body.ops[3].inputs[1]: value index 99 out of range (module
  * has 12 values)".
  *
+ * A pmap that calls a function (IR_OPFLAG_CALLEE) writes the function's
+ * name in Op.callee instead of a body; the decoder resolves names after every
+ * function exists (a callee may come later in Module.functions).
+ *
  * A module round-trips when everything in its tables is reachable from a
  * function: an op left out of every region, or a body no op owns, is not
  * written, and the values it defines then fail to decode.
@@ -199,8 +203,13 @@ encode_op(tree *t, ir_id o)
         for (uint32_t i = 0; i < op->nattr; i++)
             po->attrs[i] = encode_attr(t, &m->attrs[op->attrs + i]);
     }
-    if (op->body)
-        po->body = encode_region(t, op->body);
+    if (op->body && op->body < m->nregion) {
+        const ir_region *b = &m->regions[op->body];
+        if ((op->flags & IR_OPFLAG_CALLEE) && b->parent == 0)
+            po->callee = tree_str(t, ir_str_get(m, b->name));
+        else if (b->parent == o)
+            po->body = encode_region(t, op->body);
+    }
     po->name = tree_str(t, ir_str_get(m, op->name));
     po->id = o;
     po->flags = op->flags;
@@ -419,7 +428,18 @@ typedef struct dec {
 
     uint32_t *flat;
     size_t nflat, cflat;
+
+    /* function names sorted, for Op.callee (built on first use) */
+    struct fname *fnames;
+    uint32_t nfname;
+    int fnames_built;
 } dec;
+
+/* A function's name and its region id in the module. */
+struct fname {
+    const char *name;
+    ir_id region;
+};
 
 static void dec_region_where(const dec *d, uint32_t r, where *w);
 
@@ -1044,6 +1064,53 @@ out:
 }
 
 static int
+cmp_fname(const void *a, const void *b)
+{
+    return strcmp(((const struct fname *)a)->name, ((const struct fname *)b)->name);
+}
+
+/*
+ * The region of the function an Op.callee names: the functions' names are
+ * sorted once, so a module of many pmaps resolves each in O(log n).
+ */
+static int
+resolve_callee(dec *d, const char *name, const char *place, ir_id *out)
+{
+    struct fname key, *hit;
+    uint32_t lo, hi;
+    if (!d->fnames_built) {
+        d->fnames_built = 1;
+        d->fnames = di_xmalloc((d->nreg + 1) * sizeof *d->fnames);
+        for (uint32_t r = 1; r <= d->nreg; r++) {
+            const char *fn;
+            if (d->reg_parent[r] != 0)
+                continue;
+            fn = d->pm->functions[d->reg_func[r]]->name;
+            d->fnames[d->nfname].name = fn ? fn : "";
+            d->fnames[d->nfname].region = d->reg_id[r];
+            d->nfname++;
+        }
+        qsort(d->fnames, d->nfname, sizeof *d->fnames, cmp_fname);
+    }
+    key.name = name;
+    key.region = 0;
+    hit = d->nfname ? bsearch(&key, d->fnames, d->nfname, sizeof *d->fnames, cmp_fname) : NULL;
+    if (hit == NULL)
+        return di_error_set(d->err, DI_EDECODE, "%s.callee: no function named '@%.64s'", place,
+                            name);
+    lo = hi = (uint32_t)(hit - d->fnames);
+    while (lo > 0 && strcmp(d->fnames[lo - 1].name, name) == 0)
+        lo--;
+    while (hi + 1 < d->nfname && strcmp(d->fnames[hi + 1].name, name) == 0)
+        hi++;
+    if (hi > lo)
+        return di_error_set(d->err, DI_EDECODE, "%s.callee: %u functions are named '@%.64s'",
+                            place, hi - lo + 1, name);
+    *out = hit->region;
+    return 0;
+}
+
+static int
 decode_op(dec *d, uint32_t a)
 {
     ir_module *m = d->m;
@@ -1054,6 +1121,7 @@ decode_op(dec *d, uint32_t a)
     const char *place = op_where(d, a, &w);
     int kind, rc;
     uint32_t inputs;
+    ir_id callee = 0;
 
     kind = po->kind ? ir_opkind_from_name(po->kind, strlen(po->kind)) : IR_OP_NONE;
     if (kind == IR_OP_NONE)
@@ -1065,6 +1133,18 @@ decode_op(dec *d, uint32_t a)
     if (po->flags > UINT16_MAX)
         return di_error_set(d->err, DI_EDECODE, "%s.flags: %u does not fit in 16 bits", place,
                             po->flags);
+    if (po->callee && po->callee[0]) {
+        if (!(ir_opkind_info(kind)->flags & IR_OPF_REGION))
+            return di_error_set(d->err, DI_EDECODE, "%s.callee: a %s op calls no function",
+                                place, ir_opkind_name(kind));
+        if (po->body)
+            return di_error_set(d->err, DI_EDECODE,
+                                "%s: a dist.pmap has a body and a callee; it either owns its "
+                                "body or calls a function",
+                                place);
+        if ((rc = resolve_callee(d, po->callee, place, &callee)) != 0)
+            return rc;
+    }
     for (size_t k = 0; k < po->n_inputs; k++)
         if ((rc = check_use(d, po->inputs[k], place, "inputs", k)) != 0)
             return rc;
@@ -1094,6 +1174,10 @@ decode_op(dec *d, uint32_t a)
     op->nattr = 0;
     op->attrs = m->nattr;
     op->body = d->op_body[a] ? d->reg_id[d->op_body[a]] : 0;
+    if (callee) {
+        op->body = callee;
+        op->flags |= IR_OPFLAG_CALLEE;
+    }
     op->region = rid;
     if ((rc = dec_str(d, po->name, &op->name)) != 0)
         return rc;
@@ -1183,6 +1267,7 @@ dec_fini(dec *d)
     free(d->reg_first);
     free(d->reg_id);
     free(d->flat);
+    free(d->fnames);
 }
 
 /* Table sizes, counting the reserved entry 0 even when the message leaves it out. */

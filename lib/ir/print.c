@@ -377,7 +377,7 @@ name_region(printer *pr, ir_id r, int pass, int depth)
             continue;
         for (uint32_t k = 0; k < m->ops[op].noutput; k++)
             name_value(pr, m->ops[op].outputs + k, pass);
-        if (m->ops[op].body)
+        if (m->ops[op].body && !(m->ops[op].flags & IR_OPFLAG_CALLEE))
             name_region(pr, m->ops[op].body, pass, depth + 1);
     }
 }
@@ -505,23 +505,37 @@ put_attr_value(printer *pr, const ir_attr *a)
     }
 }
 
+#define ORDER_OP_TYPE UINT32_MAX       /* the op_type made from op->opaque */
+#define ORDER_CALLEE (UINT32_MAX - 1)  /* `callee = @f` of a pmap that calls a function */
+
+static int
+is_callee(const ir_op *op)
+{
+    return (op->flags & IR_OPFLAG_CALLEE) && op->body != 0;
+}
+
 static const char *
 order_key(const printer *pr, const ir_op *op, uint32_t k)
 {
-    return k == UINT32_MAX ? "op_type" : ir_str_get(pr->m, pr->m->attrs[op->attrs + k].key);
+    if (k == ORDER_OP_TYPE)
+        return "op_type";
+    if (k == ORDER_CALLEE)
+        return "callee";
+    return ir_str_get(pr->m, pr->m->attrs[op->attrs + k].key);
 }
 
 /*
  * ` {k = v, ...}` in key order. An opaque op whose op_type attribute is
- * missing gets one from op->opaque, so that the text always names the op.
+ * missing gets one from op->opaque, so that the text always names the op; a
+ * pmap that calls a function names it as `callee = @f` in its sorted place.
  */
 static void
 put_attrs(printer *pr, const ir_op *op)
 {
     const ir_module *m = pr->m;
-    uint32_t n = 0, need = op->nattr + 1;
-    int synth = op->kind == IR_OP_OPAQUE && op->opaque;
-    if (op->nattr == 0 && !synth)
+    uint32_t n = 0, need = op->nattr + 2;
+    int synth = op->kind == IR_OP_OPAQUE && op->opaque, callee = is_callee(op);
+    if (op->nattr == 0 && !synth && !callee)
         return;
     DI_GROW(&pr->order, &pr->corder, need);
     for (uint32_t i = 0; i < op->nattr; i++) {
@@ -530,7 +544,9 @@ put_attrs(printer *pr, const ir_op *op)
         pr->order[n++] = i;
     }
     if (synth)
-        pr->order[n++] = UINT32_MAX;
+        pr->order[n++] = ORDER_OP_TYPE;
+    if (callee)
+        pr->order[n++] = ORDER_CALLEE;
     /* Insertion sort: the module keeps lists sorted, so this is one pass. */
     for (uint32_t i = 1; i < n; i++) {
         uint32_t x = pr->order[i], j = i;
@@ -551,8 +567,12 @@ put_attrs(printer *pr, const ir_op *op)
         else
             put_string(&pr->out, key);
         put_lit(&pr->out, " = ");
-        if (pr->order[i] == UINT32_MAX)
+        if (pr->order[i] == ORDER_OP_TYPE)
             put_string(&pr->out, ir_str_get(m, op->opaque));
+        else if (pr->order[i] == ORDER_CALLEE)
+            put_symbol(&pr->out, op->body < m->nregion && m->regions[op->body].parent == 0
+                                     ? ir_str_get(m, m->regions[op->body].name)
+                                     : "");
         else
             put_attr_value(pr, &m->attrs[op->attrs + pr->order[i]]);
     }
@@ -587,7 +607,7 @@ print_op(printer *pr, ir_id opid, int level, int depth)
         put_value(pr, m->refs[op->inputs + i]);
     }
     di_buf_putc(b, ')');
-    if (op->body && op->body < m->nregion) {
+    if (op->body && op->body < m->nregion && !is_callee(op)) {
         const ir_region *body = &m->regions[op->body];
         put_lit(b, " ({\n");
         if (body->narg) {

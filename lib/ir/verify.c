@@ -7,6 +7,11 @@
  * dimensions they split, device variables bound by an enclosing pmap),
  * result types equal to what ir_op_infer computes from the inputs, device
  * ids, device lists and mesh axes sane, and pmap bodies matching their ops.
+ * A pmap that calls a function (IR_OPFLAG_CALLEE) is checked like one that
+ * owns its body: the function must be a top-level function other than the
+ * entry, whose arguments and results agree with the pmap as a body's would;
+ * a function that pmaps call may use their device variable (bound as in a
+ * body), and calls must not form a cycle.
  *
  * It never trusts the module: the protobuf decoder hands it modules that
  * passed index bounds checks, but every id is checked again before use and
@@ -88,6 +93,9 @@ typedef struct verifier {
     uint32_t stamp;
     uint32_t *bind;   /* per string id: depth of the innermost pmap body binding it, 0 none */
     uint8_t *mesh_ok; /* per mesh */
+    ir_id *cvar;      /* per region: device variable of a function pmaps call (first caller's) */
+    uint8_t *callee;  /* per region: a function some pmap calls */
+    ir_id entry;      /* the entry function (ir_module_entry's choice), 0 if none */
     uint8_t *devbits; /* DEVICE_LIMIT bits, all clear between uses */
 
     frame *stack;
@@ -1237,6 +1245,69 @@ check_infer(verifier *vf, ir_id op)
 
 static void enter_region(verifier *vf, ir_id r, ir_id pmap, int errors);
 
+/* Is value v a valid id whose type is a valid type? (A callee's own checks report why not.) */
+static int
+value_typed(verifier *vf, ir_id v)
+{
+    const ir_module *m = vf->m;
+    ir_id t;
+    if (v == 0 || v >= m->nvalue)
+        return 0;
+    t = m->values[v].type;
+    return t != 0 && t < vf->ntype0 && !(type_state(vf, t) & TYPE_BAD);
+}
+
+/*
+ * The function a pmap calls: a top-level function other than the entry with
+ * one argument per input and one result per result. Returns 1 when shape
+ * inference may compare the pmap with the function's signature.
+ */
+static int
+check_callee(verifier *vf, ir_id op)
+{
+    const ir_module *m = vf->m;
+    const ir_op *o = &m->ops[op];
+    ir_id b = o->body;
+    const ir_region *f;
+    const char *name;
+    int ok = 1;
+    if (b == 0) {
+        report(vf, op, 0, "dist.pmap has the callee flag but names no function");
+        return 0;
+    }
+    if (b >= m->nregion) {
+        report(vf, op, 0, "callee region %u does not exist", b);
+        return 0;
+    }
+    f = &m->regions[b];
+    if (f->parent != 0 || f->name == 0 || f->name >= m->nchar) {
+        report(vf, op, 0, "callee region %u is not a top-level function", b);
+        return 0;
+    }
+    name = m->chars + f->name;
+    if (b == vf->entry) {
+        report(vf, op, 0, "dist.pmap calls @%s, the entry function", name);
+        return 0;
+    }
+    if (!region_lists_ok(f))
+        return 0; /* reported with the regions */
+    if (f->narg != o->ninput) {
+        report(vf, op, 0, "callee @%s takes %u arguments but the op has %u inputs", name, f->narg,
+               o->ninput);
+        ok = 0;
+    }
+    if (f->nresult != o->noutput) {
+        report(vf, op, 0, "callee @%s returns %u values but the op has %u results", name,
+               f->nresult, o->noutput);
+        ok = 0;
+    }
+    for (uint32_t i = 0; i < f->narg && ok; i++)
+        ok = value_typed(vf, f->args[i]);
+    for (uint32_t i = 0; i < f->nresult && ok; i++)
+        ok = value_typed(vf, f->results[i]);
+    return ok;
+}
+
 /* Checks one op listed in region r; a pmap's body is pushed and checked next. */
 static void
 check_op(verifier *vf, ir_id r, ir_id op)
@@ -1326,6 +1397,15 @@ check_op(verifier *vf, ir_id r, ir_id op)
     }
     check_devices(vf, op);
 
+    if ((o->flags & IR_OPFLAG_CALLEE) && o->kind != IR_OP_PMAP) {
+        report(vf, op, 0, "only dist.pmap may call a function, but the op has the callee flag");
+        return;
+    }
+    if (o->kind == IR_OP_PMAP && (o->flags & IR_OPFLAG_CALLEE)) {
+        if (check_callee(vf, op) && vf->count == before && inputs_ok && !vf->no_infer)
+            check_infer(vf, op);
+        return;
+    }
     if (o->kind == IR_OP_PMAP) {
         ir_id b = o->body;
         if (b == 0) {
@@ -1378,6 +1458,11 @@ enter_region(verifier *vf, ir_id r, ir_id pmap, int errors)
             f->saved = vf->bind[a->s];
             vf->bind[a->s] = vf->nstack;
         }
+    } else if (vf->callee[r] && vf->cvar[r] != 0) {
+        /* A function pmaps call: their device variable is bound in it, as in a body. */
+        f->bound = vf->cvar[r];
+        f->saved = vf->bind[f->bound];
+        vf->bind[f->bound] = vf->nstack;
     }
     for (uint32_t i = 0; i < reg->narg; i++) {
         ir_id v = reg->args[i];
@@ -1451,6 +1536,150 @@ check_function(verifier *vf, ir_id r)
     vf->func = 0;
 }
 
+/* ---- calls ---- */
+
+/* ir_module_entry's choice ("main", else the first named function), reading names safely. */
+static ir_id
+entry_function(const ir_module *m)
+{
+    ir_id first = 0;
+    for (ir_id r = 1; r < m->nregion; r++) {
+        const ir_region *reg = &m->regions[r];
+        if (reg->parent != 0 || reg->name == 0 || reg->name >= m->nchar)
+            continue;
+        if (strcmp(m->chars + reg->name, "main") == 0)
+            return r;
+        if (first == 0)
+            first = r;
+    }
+    return first;
+}
+
+typedef struct call_edge {
+    ir_id from; /* the function whose region (or a body in it) holds the pmap */
+    ir_id op;   /* the pmap */
+    ir_id to;   /* the function it calls */
+} call_edge;
+
+static int
+cmp_edge_from(const void *a, const void *b)
+{
+    const call_edge *x = a, *y = b;
+    if (x->from != y->from)
+        return x->from < y->from ? -1 : 1;
+    return (x->op > y->op) - (x->op < y->op);
+}
+
+/*
+ * Finds the pmaps that call functions, in every function and the owned
+ * bodies reachable from it (the ops check_function will check), marks the
+ * callees with their first caller's device variable, then reports each call
+ * that closes a cycle (a depth-first search over functions).
+ */
+static void
+check_calls(verifier *vf)
+{
+    const ir_module *m = vf->m;
+    call_edge *e = NULL;
+    uint32_t ne = 0, ce = 0, nst = 0, cst = 0;
+    ir_id *st = NULL;
+    uint8_t *seen = di_xcalloc(m->nregion, 1);
+    for (ir_id f = 1; f < m->nregion; f++) {
+        const ir_region *fr = &m->regions[f];
+        if (fr->parent != 0 || fr->name == 0 || fr->name >= m->nchar || !region_lists_ok(fr))
+            continue;
+        DI_GROW(&st, &cst, nst + 1);
+        st[nst++] = f;
+        seen[f] = 1;
+        while (nst > 0) {
+            ir_id r = st[--nst];
+            const ir_region *reg = &m->regions[r];
+            for (uint32_t i = 0; i < reg->nop; i++) {
+                ir_id op = reg->ops[i], b;
+                const ir_op *o;
+                if (op == 0 || op >= m->nop || vf->listed[op] != r)
+                    continue;
+                o = &m->ops[op];
+                b = o->body;
+                if (o->kind != IR_OP_PMAP || b == 0 || b >= m->nregion)
+                    continue;
+                if (o->flags & IR_OPFLAG_CALLEE) {
+                    if (m->regions[b].parent != 0)
+                        continue;
+                    if (!vf->callee[b]) {
+                        /* The op's checks come later: read its attributes only if in range. */
+                        const ir_attr *a =
+                            (uint64_t)o->attrs + o->nattr <= m->nattr
+                                ? find_attr_kind(m, op, "device_var", IR_ATTR_STRING)
+                                : NULL;
+                        vf->callee[b] = 1;
+                        vf->cvar[b] = a != NULL && a->s < m->nchar ? a->s : 0;
+                    }
+                    DI_GROW(&e, &ce, ne + 1);
+                    e[ne].from = f;
+                    e[ne].op = op;
+                    e[ne].to = b;
+                    ne++;
+                } else if (m->regions[b].parent == op && !seen[b] &&
+                           region_lists_ok(&m->regions[b])) {
+                    seen[b] = 1;
+                    DI_GROW(&st, &cst, nst + 1);
+                    st[nst++] = b;
+                }
+            }
+        }
+    }
+    free(seen);
+    if (ne > 0) {
+        /* Edges sorted by caller; first[f] .. first[f + 1] are f's calls. */
+        uint32_t *first = di_xcalloc((size_t)m->nregion + 1, sizeof *first);
+        uint8_t *color = di_xcalloc(m->nregion, 1); /* 0 new, 1 on the path, 2 done */
+        uint32_t *next = di_xcalloc(m->nregion, sizeof *next);
+        qsort(e, ne, sizeof *e, cmp_edge_from);
+        for (uint32_t i = 0; i < ne; i++)
+            first[e[i].from + 1]++;
+        for (ir_id r = 1; r < m->nregion; r++)
+            first[r + 1] += first[r];
+        for (ir_id f0 = 1; f0 < m->nregion && !vf->stop; f0++) {
+            if (color[f0] != 0 || first[f0] == first[f0 + 1])
+                continue;
+            nst = 0;
+            DI_GROW(&st, &cst, nst + 1);
+            st[nst++] = f0;
+            color[f0] = 1;
+            next[f0] = first[f0];
+            while (nst > 0 && !vf->stop) {
+                ir_id f = st[nst - 1];
+                const call_edge *x;
+                if (next[f] == first[f + 1]) {
+                    color[f] = 2;
+                    nst--;
+                    continue;
+                }
+                x = &e[next[f]++];
+                if (color[x->to] == 1) {
+                    vf->func = x->from;
+                    report(vf, x->op, 0,
+                           "dist.pmap calls @%s, which is already being called: calls form a "
+                           "cycle",
+                           str_at(m, m->regions[x->to].name));
+                    vf->func = 0;
+                } else if (color[x->to] == 0) {
+                    color[x->to] = 1;
+                    next[x->to] = first[x->to];
+                    DI_GROW(&st, &cst, nst + 1);
+                    st[nst++] = x->to;
+                }
+            }
+        }
+        free(first);
+        free(color);
+        free(next);
+    }
+    free(st);
+    free(e);
+}
+
 /* ---- entry points ---- */
 
 static int
@@ -1475,6 +1704,8 @@ verifier_free(verifier *vf)
     free(vf->tmark);
     free(vf->bind);
     free(vf->mesh_ok);
+    free(vf->cvar);
+    free(vf->callee);
     free(vf->devbits);
     free(vf->stack);
     free(vf->tstack);
@@ -1514,8 +1745,10 @@ verify_run(ir_module *m, ir_diag_fn fn, void *ctx, int limit, di_error *first)
     vf->bind = di_calloc(m->nchar, sizeof *vf->bind);
     vf->mesh_ok = di_calloc(m->nmesh, 1);
     vf->devbits = di_calloc(DEVICE_LIMIT / 8, 1);
+    vf->cvar = di_calloc(m->nregion, sizeof *vf->cvar);
+    vf->callee = di_calloc(m->nregion, 1);
     if (!vf->defined || !vf->listed || !vf->visited || !vf->tstate || !vf->tmark || !vf->bind ||
-        !vf->mesh_ok || !vf->devbits) {
+        !vf->mesh_ok || !vf->devbits || !vf->cvar || !vf->callee) {
         verifier_free(vf);
         return di_error_set(first, DI_ENOMEM, "out of memory verifying a module");
     }
@@ -1523,6 +1756,9 @@ verify_run(ir_module *m, ir_diag_fn fn, void *ctx, int limit, di_error *first)
     check_meshes(vf);
     check_type_lists(vf);
     check_regions(vf);
+    vf->entry = entry_function(m);
+    if (!vf->stop)
+        check_calls(vf);
     for (ir_id r = 1; r < m->nregion && !vf->stop; r++) {
         const ir_region *reg = &m->regions[r];
         if (reg->parent == 0 && reg->name != 0 && reg->name < m->nchar && !vf->visited[r] &&
