@@ -6,10 +6,12 @@
  * 2. gpt3-175b (bf16, batch 512) with dp 8, tp 8, pp 16, 64 microbatches,
  *    1F1B: transformed and simulated on 128 a100-dgx nodes (target: under
  *    100 ms on one core for both together). The distributed module holds a
- *    pmap body per chunk (16 stages x 64 microbatches x 2) and a send per
- *    device pair for every activation crossing a stage, so its size grows
- *    with microbatches and devices per stage; the figure shows where the
- *    time goes. `bench_xform quick` runs the 175b case with 8 microbatches.
+ *    function per stage, direction and variant (first, middle, last
+ *    microbatch), which the 2048 chunks (16 stages x 64 microbatches x 2)
+ *    call, and an element-wise send for every activation crossing a stage,
+ *    so its size grows with microbatches only by a call and a few sends per
+ *    chunk; the figure shows where the time goes. `bench_xform quick` runs
+ *    the 175b case with 8 microbatches.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>

@@ -9,8 +9,9 @@
  * collectives Megatron's layout needs appear (one all-reduce per
  * column/row pair forward and backward), sequence parallelism swaps them for
  * reduce-scatter and all-gather, ZeRO uses reduce-scatter and all-gather,
- * stashed copies carry dist.mem = "stashed", and a sequential-only input is
- * required.
+ * stashed copies carry dist.mem = "stashed", chunks that differ only in
+ * their microbatch call one function (the module does not grow with
+ * microbatches), and a sequential-only input is required.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -109,13 +110,20 @@ apply_ok(const ir_module *m, const xform_strategy *s)
     return out;
 }
 
-/* Counts ops of kind in the module (bodies included); attr/value filter optional. */
+/*
+ * Counts the ops of kind that run in one step: the entry function's, and
+ * those of each pmap's body or called function once per pmap (so a function
+ * that chunks share counts once per chunk). attr/value filter optional.
+ */
 static uint32_t
-count_ops(const ir_module *m, int kind, const char *attr, const char *value)
+count_region(const ir_module *m, ir_id r, int kind, const char *attr, const char *value)
 {
     uint32_t n = 0;
-    for (ir_id op = 1; op < m->nop; op++) {
+    for (uint32_t i = 0; i < m->regions[r].nop; i++) {
+        ir_id op = m->regions[r].ops[i];
         const char *v;
+        if (m->ops[op].body)
+            n += count_region(m, m->ops[op].body, kind, attr, value);
         if (m->ops[op].kind != kind)
             continue;
         if (attr) {
@@ -133,7 +141,11 @@ count_ops(const ir_module *m, int kind, const char *attr, const char *value)
     return n;
 }
 
-/* ---- strategies ---- */
+static uint32_t
+count_ops(const ir_module *m, int kind, const char *attr, const char *value)
+{
+    return count_region(m, ir_module_entry(m), kind, attr, value);
+}
 
 static void
 test_strategy_proto(void **state)
@@ -358,6 +370,13 @@ test_golden_general(void **state)
     xform_strategy_init(&s);
     s.dp = 2;
     got = apply_ok(m, &s);
+    /*
+     * The golden file owns its pmap bodies; xform_apply's chunks call functions: a call
+     * hashes as a copy of the function's body, so the hashes agree.
+     */
+    assert_int_not_equal(ir_op_callee(got, got->regions[ir_module_entry(got)].ops[0]) +
+                             ir_op_callee(got, got->regions[ir_module_entry(got)].ops[1]),
+                         0);
     hash_hex(got, a);
     hash_hex(want, b);
     if (strcmp(a, b) != 0) {
@@ -499,6 +518,61 @@ test_rejects_distributed_input(void **state)
     ir_module_free(m);
 }
 
+/* Ops and functions of a module: every op, and those in functions pmaps call. */
+static void
+module_size(const ir_module *m, uint32_t *nfunc, uint32_t *nbodyop)
+{
+    *nfunc = 0;
+    *nbodyop = 0;
+    for (ir_id r = 1; r < m->nregion; r++)
+        if (m->regions[r].parent == 0 && r != ir_module_entry(m)) {
+            (*nfunc)++;
+            *nbodyop += m->regions[r].nop;
+        }
+}
+
+/*
+ * Chunks of a stage that differ only in their microbatch call one function:
+ * the functions (and their ops) are the same for 4 and 16 microbatches, and
+ * only the entry function's calls and sends grow. Per stage: one forward
+ * function (two when it returns a per-step result), and backward functions
+ * for the first, middle and last microbatch (gradients accumulate from the
+ * second on; the last completes them).
+ */
+static void
+test_shared_chunks(void **state)
+{
+    ir_module *m = gpt(4, 16, 4, 4, 32), *a, *b;
+    xform_strategy s;
+    uint32_t fa, fb, oa, ob, calls = 0;
+    (void)state;
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.dp = 2;
+    s.microbatches = 4;
+    a = apply_ok(m, &s);
+    s.microbatches = 16;
+    b = apply_ok(m, &s);
+    module_size(a, &fa, &oa);
+    module_size(b, &fb, &ob);
+    assert_int_equal(fa, fb);
+    assert_int_equal(oa, ob);
+    assert_true(fa >= 2 * 4 && fa <= 2 * 5);
+    assert_int_not_equal(ir_func_find(b, "stage0_fwd"), 0);
+    assert_int_not_equal(ir_func_find(b, "stage1_bwd.first"), 0);
+    assert_int_not_equal(ir_func_find(b, "stage1_bwd"), 0);
+    assert_int_not_equal(ir_func_find(b, "stage1_bwd.last"), 0);
+    /* 2 stages x 2 directions x 16 microbatches of calls. */
+    for (ir_id op = 1; op < b->nop; op++)
+        calls += ir_op_callee(b, op) != 0;
+    assert_int_equal(calls, 2 * 2 * 16);
+    /* Growth: about one call and a few sends per chunk, not a body. */
+    assert_true(b->nop - a->nop < 2 * 2 * 12 * 8);
+    ir_module_free(a);
+    ir_module_free(b);
+    ir_module_free(m);
+}
+
 /* Every device of the layout is a device of the mesh, tensor ranks innermost. */
 static void
 test_device_layout(void **state)
@@ -545,6 +619,7 @@ main(void)
         cmocka_unit_test(test_tp_collectives),
         cmocka_unit_test(test_zero_and_stash),
         cmocka_unit_test(test_rejects_distributed_input),
+        cmocka_unit_test(test_shared_chunks),
         cmocka_unit_test(test_device_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

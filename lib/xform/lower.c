@@ -169,14 +169,26 @@ xf_body_tables_fini(xf_body *b)
     memset(b, 0, sizeof *b);
 }
 
-void
-xf_body_begin(xf_body *b, ir_id mesh)
+static void
+body_start(xf_body *b, ir_id region, ir_id mesh)
 {
-    b->region = ir_body_new(b->out);
+    b->region = region;
     b->mesh = mesh;
     b->gen++;
     b->nconv = 0;
     b->step = 0;
+}
+
+void
+xf_body_begin(xf_body *b, ir_id mesh)
+{
+    body_start(b, ir_body_new(b->out), mesh);
+}
+
+void
+xf_body_begin_func(xf_body *b, ir_id mesh, const char *name)
+{
+    body_start(b, ir_func_new(b->out, name), mesh);
 }
 
 ir_id

@@ -16,6 +16,11 @@
  * of them (full: only the stage's inputs are kept) or the attention scores,
  * softmax and its dropout (selective).
  *
+ * A chunk calls a function of its program (a dist.pmap with a callee)
+ * instead of owning a copy of the body: chunks of one program that differ
+ * only in their microbatch share it (emit_chunk; a few variants per program:
+ * the first microbatch, the last, the ones between).
+ *
  * Chunks are emitted in the schedule's order (schedule.c). A value crosses
  * to another device group as one dist.send per device (tuple_get, send,
  * tuple), right after the chunk that makes it. A gradient contribution
@@ -68,7 +73,21 @@ typedef struct prog {
     idlist res;     /* indices of the function's results output here */
     idlist lazy;    /* ops (also in ops) emitted only when a later op needs them */
     struct reg_ent *argc; /* per input: its entry when it is the same for every microbatch */
+    struct variant *var;  /* the functions its chunks call (F, B) */
+    uint32_t nvar, cvar;
+    struct reg_ent *acc;  /* per leaf: the accumulator of its latest chunk (see emit_chunk) */
 } prog;
+
+/* A function that chunks of one program call (see emit_chunk). */
+typedef struct variant {
+    uint8_t key;   /* VAR_* */
+    ir_id func;
+    uint32_t nsig; /* arguments: inputs, then accumulators */
+    ir_id *lt;     /* per argument: its per-device type */
+    xf_place *pl;  /* per argument: its placement */
+    uint32_t nres;
+    xf_place *opl; /* per result: its placement */
+} variant;
 
 typedef struct reg_ent {
     uint32_t kind, v, mb, g;
@@ -699,17 +718,23 @@ result_lt(pl *P, ir_id pm, uint32_t k)
     return P->out->values[b->results[k]].type;
 }
 
-/* Creates a pmap over group g from the finished body; returns the op. */
+/*
+ * Creates a pmap over group g with the given inputs: it owns region body, or
+ * with callee it calls function body. Returns the op.
+ */
 static int
-make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id *op)
+make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id body, int callee, ir_id *op)
 {
-    ir_id body = P->body.region;
     ir_id o = ir_op_add(P->out, P->func, IR_OP_PMAP, nin, inputs,
                         P->out->regions[body].nresult, NULL, NULL);
     int64_t *dl = P->tmpdev;
     int rc;
-    P->out->ops[o].body = body;
-    P->out->regions[body].parent = o;
+    if (callee) {
+        ir_op_set_callee(P->out, o, body);
+    } else {
+        P->out->ops[o].body = body;
+        P->out->regions[body].parent = o;
+    }
     ir_op_set_string(P->out, o, "device_var", "d");
     for (uint32_t k = 0; k < P->ngdev; k++)
         dl[k] = P->devs[g * P->ngdev + k];
@@ -754,21 +779,229 @@ leaf_targets(pl *P)
 
 /* ---- chunks ---- */
 
+/*
+ * A chunk's body depends on its microbatch only through these (and through
+ * the types and placements of its inputs, which the variant records).
+ */
+#define VAR_ACC 1   /* adds to the accumulated gradients of earlier microbatches */
+#define VAR_LAST 2  /* the last microbatch: completed gradients, once-per-step results */
+#define VAR_STASH 4 /* 2BW: the first microbatch copies the stage's weights */
+
+static uint8_t
+variant_key(const pl *P, const prog *p, uint32_t mb)
+{
+    const xf_ctx *c = P->c;
+    uint8_t key = 0;
+    if (mb > 0 && p->leaf.n > 0)
+        key |= VAR_ACC;
+    if (mb == c->n[XF_MB] - 1 && (p->leaf.n > 0 || p->res.n > 0))
+        key |= VAR_LAST;
+    if (p->kind == PROG_F && c->s.stash == XFORM_STASH_2BW && mb == 0 && p->stash.n > 0)
+        key |= VAR_STASH;
+    return key;
+}
+
+/* The function of program p for key and input signature, or NULL. */
+static const variant *
+find_variant(const prog *p, uint8_t key, uint32_t n, const ir_id *lt, const xf_place *pls)
+{
+    for (uint32_t i = 0; i < p->nvar; i++) {
+        const variant *v = &p->var[i];
+        int same = v->key == key && v->nsig == n;
+        for (uint32_t j = 0; j < n && same; j++)
+            same = v->lt[j] == lt[j] && xf_place_eq(&v->pl[j], &pls[j]);
+        if (same)
+            return v;
+    }
+    return NULL;
+}
+
+/* Names a new function of program p: stageK_fwd, stageK_bwd, with the variant's traits. */
+static void
+variant_name(pl *P, const prog *p, uint8_t key, char *buf, size_t n)
+{
+    size_t w = (size_t)snprintf(buf, n, "stage%u_%s", p->stage, p->kind == PROG_F ? "fwd" : "bwd");
+    if (p->leaf.n > 0 && !(key & VAR_ACC) && w < n)
+        w += (size_t)snprintf(buf + w, n - w, ".first");
+    if ((key & VAR_STASH) && w < n)
+        w += (size_t)snprintf(buf + w, n - w, ".stash");
+    if ((key & VAR_LAST) && w < n)
+        w += (size_t)snprintf(buf + w, n - w, ".last");
+    if (ir_func_find(P->out, buf) != 0 && w < n)
+        snprintf(buf + w, n - w, ".v%u", p->nvar);
+}
+
+static void
+variants_free(prog *p)
+{
+    for (uint32_t i = 0; i < p->nvar; i++) {
+        di_free(p->var[i].lt);
+        di_free(p->var[i].pl);
+        di_free(p->var[i].opl);
+    }
+    di_free(p->var);
+    p->var = NULL;
+    p->nvar = p->cvar = 0;
+}
+
+/*
+ * Builds the body of program p for microbatch mb in the body being built
+ * (b->region): arguments of types lt and placements pls (the first p->in.n
+ * are its inputs, the rest accumulators), its ops, and its results, whose
+ * placements go to opl (*nres of them).
+ */
+static int
+build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_place *pls,
+           xf_place *opl, uint32_t *nresp)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_module *m = c->m;
+    uint32_t last = c->n[XF_MB] - 1, nres = 0;
+    ir_id *acc_in = di_xmalloc((p->leaf.n + 1) * sizeof *acc_in);
+    int rc = 0;
+
+    b->step = p->kind == PROG_S;
+    for (uint32_t j = 0; j < p->in.n; j++)
+        xf_body_arg_typed(b, p->in.v[j], lt[j], &pls[j]);
+    for (uint32_t j = p->in.n; j < nin; j++)
+        acc_in[j - p->in.n] = ir_region_add_arg(P->out, b->region, lt[j], NULL);
+    /* The program's ops. */
+    for (uint32_t j = 0; j < p->lazy.n; j++)
+        b->lazygen[p->lazy.v[j]] = b->gen;
+    for (uint32_t j = 0; j < p->ops.n; j++) {
+        if (b->lazygen[p->ops.v[j]] == b->gen)
+            continue;
+        if ((rc = xf_body_emit(b, p->ops.v[j])) != 0)
+            goto out;
+    }
+    /* Results of the body: outputs, accumulators, stash copies, function results. */
+    for (uint32_t j = 0; j < p->out.n; j++) {
+        xf_local l;
+        if ((rc = xf_body_get(b, p->out.v[j], &l)) != 0)
+            goto out;
+        ir_region_add_result(P->out, b->region, l.v);
+        opl[nres++] = l.pl;
+    }
+    for (uint32_t j = 0; j < p->leaf.n; j++) {
+        ir_id v = p->leaf.v[j];
+        xf_local l;
+        int8_t tgt = P->leaftgt[v];
+        if ((rc = xf_body_get(b, v, &l)) != 0)
+            goto out;
+        if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
+            xf_place want = l.pl;
+            want.a[XF_DP] = tgt;
+            if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
+                goto out;
+        }
+        if (mb > 0) {
+            ir_id in2[2], op, ty;
+            xf_local prev;
+            prev.v = acc_in[j];
+            prev.pl = pls[p->in.n + j];
+            if (!xf_place_eq(&prev.pl, &l.pl)) {
+                xf_place want = l.pl;
+                want.a[XF_MB] = prev.pl.a[XF_MB];
+                if (!xf_place_eq(&prev.pl, &want)) {
+                    rc = di_error_set(c->err, DI_EINTERNAL, "accumulator placement");
+                    goto out;
+                }
+            }
+            in2[0] = prev.v;
+            in2[1] = l.v;
+            ty = P->out->values[l.v].type;
+            op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, &ty, NULL);
+            ir_op_set_string(P->out, op, "dist.phase", "backward");
+            l.v = ir_op_output(P->out, op, 0);
+            {
+                char nm[256];
+                snprintf(nm, sizeof nm, "%s.acc", ir_str_get(m, m->values[v].name));
+                P->out->values[l.v].name = ir_str(P->out, nm);
+            }
+        }
+        if (mb == last) {
+            l.pl.a[XF_MB] = XF_R;
+            if (c->s.overlap_grad_reduce && c->s.zero < 2 && tgt != XF_P &&
+                l.pl.a[XF_DP] != tgt) {
+                xf_place want = l.pl;
+                want.a[XF_DP] = tgt;
+                b->step = 1; /* the microbatch sum is complete */
+                rc = xf_body_convert(b, v, &l, &want, &l);
+                b->step = 0;
+                if (rc != 0)
+                    goto out;
+            }
+        }
+        ir_region_add_result(P->out, b->region, l.v);
+        opl[nres++] = l.pl;
+    }
+    if (p->kind == PROG_F &&
+        (c->s.stash == XFORM_STASH_PIPEDREAM || (c->s.stash == XFORM_STASH_2BW && mb == 0))) {
+        for (uint32_t j = 0; j < p->stash.n; j++) {
+            ir_id v = p->stash.v[j], op, ty;
+            xf_local l;
+            char nm[256];
+            if ((rc = xf_body_get(b, v, &l)) != 0)
+                goto out;
+            ty = P->out->values[l.v].type;
+            op = ir_op_add(P->out, b->region, IR_OP_CAST, 1, &l.v, 1, &ty, NULL);
+            ir_op_set_int(P->out, op, "to",
+                          ir_dtype_onnx((ir_dtype)m->types[m->values[v].type].dtype));
+            ir_op_set_string(P->out, op, "dist.mem", "stashed");
+            snprintf(nm, sizeof nm, "%s.stash", ir_str_get(m, m->values[v].name));
+            P->out->values[ir_op_output(P->out, op, 0)].name = ir_str(P->out, nm);
+            ir_region_add_result(P->out, b->region, ir_op_output(P->out, op, 0));
+            opl[nres++] = l.pl;
+        }
+    }
+    for (uint32_t j = 0; j < p->res.n; j++) {
+        uint32_t r = p->res.v[j];
+        ir_id v = m->regions[c->func].results[r];
+        xf_local l;
+        xf_place want = c->rreq[r];
+        if (p->kind != PROG_S && want.a[XF_MB] == XF_R && c->n[XF_MB] > 1 && mb != last)
+            continue; /* a per-step result: from the last microbatch */
+        if ((rc = xf_body_get(b, v, &l)) != 0)
+            goto out;
+        if (p->kind == PROG_S)
+            want.a[XF_MB] = XF_R;
+        if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
+            goto out;
+        ir_region_add_result(P->out, b->region, l.v);
+        opl[nres++] = l.pl;
+    }
+out:
+    di_free(acc_in);
+    *nresp = nres;
+    return rc;
+}
+
+/*
+ * Emits program p for microbatch mb: a dist.pmap over its group. A chunk
+ * (F or B) calls the function of its program that matches the microbatch's
+ * variant (variant_key) and input types, built the first time it is needed,
+ * so the module's size does not grow with the number of microbatches; a
+ * once-per-step program owns its body. Then its results are registered and
+ * sent where they are needed.
+ */
 static int
 emit_chunk(pl *P, prog *p, uint32_t mb)
 {
     xf_ctx *c = P->c;
     xf_body *b = &P->body;
     const ir_module *m = c->m;
-    uint32_t g = p->group, last = c->n[XF_MB] - 1, nin = 0;
-    ir_id *inputs, pm;
-    xf_place *opl;
-    uint32_t nres = 0;
+    uint32_t g = p->group, last = c->n[XF_MB] - 1, nin = 0, nres = 0;
+    uint32_t nmax = p->in.n + p->leaf.n + 1;
+    ir_id *inputs, *lts, pm;
+    xf_place *pls, *opl;
+    const variant *var = NULL;
+    uint8_t key = variant_key(P, p, mb);
     int rc;
-    inputs = di_xmalloc((p->in.n + p->leaf.n + 1) * sizeof *inputs);
+    inputs = di_xmalloc(nmax * sizeof *inputs);
+    lts = di_xmalloc(nmax * sizeof *lts);
+    pls = di_xmalloc(nmax * sizeof *pls);
     opl = di_xmalloc((p->out.n + p->leaf.n + p->stash.n + p->res.n + 1) * sizeof *opl);
-    xf_body_begin(b, P->mesh[g]);
-    b->step = p->kind == PROG_S;
     if (p->argc == NULL)
         p->argc = di_xcalloc(p->in.n + 1, sizeof *p->argc);
     for (uint32_t j = 0; j < p->in.n; j++) {
@@ -778,159 +1011,61 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
             !(p->kind == PROG_B && c->s.stash == XFORM_STASH_PIPEDREAM))
             p->argc[j] = *e; /* a weight: the same tuple for every microbatch */
         if (e == NULL) {
-            di_free(inputs);
-            di_free(opl);
-            return di_error_set(c->err, DI_EINTERNAL,
-                                "%%%s is not available on group %u for microbatch %u",
-                                ir_str_get(m, m->values[v].name), g, mb);
+            rc = di_error_set(c->err, DI_EINTERNAL,
+                              "%%%s is not available on group %u for microbatch %u",
+                              ir_str_get(m, m->values[v].name), g, mb);
+            goto done;
         }
-        inputs[nin++] = e->tv;
-        xf_body_arg_typed(b, v, e->lt, &e->pl);
+        inputs[nin] = e->tv;
+        lts[nin] = e->lt;
+        pls[nin++] = e->pl;
     }
-    /* Accumulators of earlier microbatches. */
-    {
-        ir_id *acc_in = di_xmalloc((p->leaf.n + 1) * sizeof *acc_in);
-        xf_place *acc_pl = di_xmalloc((p->leaf.n + 1) * sizeof *acc_pl);
-        for (uint32_t j = 0; j < p->leaf.n && mb > 0; j++) {
-            const reg_ent *e = reg_find(P, REG_ACC, p->leaf.v[j], mb - 1, g);
-            ir_id ty;
-            if (e == NULL) {
-                di_free(acc_in);
-                di_free(acc_pl);
-                di_free(inputs);
-                di_free(opl);
-                return di_error_set(c->err, DI_EINTERNAL, "missing accumulator");
-            }
-            inputs[nin++] = e->tv;
-            ty = e->lt;
-            acc_in[j] = ir_region_add_arg(P->out, b->region, ty, NULL);
-            acc_pl[j] = e->pl;
+    /* Accumulators of earlier microbatches: the previous chunk's. */
+    if (p->acc == NULL)
+        p->acc = di_xcalloc(p->leaf.n + 1, sizeof *p->acc);
+    for (uint32_t j = 0; j < p->leaf.n && mb > 0; j++) {
+        const reg_ent *e = &p->acc[j];
+        if (e->kind != REG_ACC || e->mb != mb - 1) {
+            rc = di_error_set(c->err, DI_EINTERNAL, "missing accumulator");
+            goto done;
         }
-        /* The program's ops. */
-        for (uint32_t j = 0; j < p->lazy.n; j++)
-            b->lazygen[p->lazy.v[j]] = b->gen;
-        for (uint32_t j = 0; j < p->ops.n; j++) {
-            if (b->lazygen[p->ops.v[j]] == b->gen)
-                continue;
-            if ((rc = xf_body_emit(b, p->ops.v[j])) != 0) {
-                di_free(acc_in);
-                di_free(acc_pl);
-                di_free(inputs);
-                di_free(opl);
-                return rc;
-            }
-        }
-        /* Results of the body: outputs, accumulators, stash copies, function results. */
-        for (uint32_t j = 0; j < p->out.n; j++) {
-            xf_local l;
-            if ((rc = xf_body_get(b, p->out.v[j], &l)) != 0)
-                goto fail_acc;
-            ir_region_add_result(P->out, b->region, l.v);
-            opl[nres++] = l.pl;
-        }
-        for (uint32_t j = 0; j < p->leaf.n; j++) {
-            ir_id v = p->leaf.v[j];
-            xf_local l;
-            int8_t tgt = P->leaftgt[v];
-            if ((rc = xf_body_get(b, v, &l)) != 0)
-                goto fail_acc;
-            if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
-                xf_place want = l.pl;
-                want.a[XF_DP] = tgt;
-                if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
-                    goto fail_acc;
-            }
-            if (mb > 0) {
-                ir_id in2[2], op, ty;
-                xf_local prev;
-                prev.v = acc_in[j];
-                prev.pl = acc_pl[j];
-                if (!xf_place_eq(&prev.pl, &l.pl)) {
-                    xf_place want = l.pl;
-                    want.a[XF_MB] = prev.pl.a[XF_MB];
-                    if (!xf_place_eq(&prev.pl, &want)) {
-                        rc = di_error_set(c->err, DI_EINTERNAL, "accumulator placement");
-                        goto fail_acc;
-                    }
-                }
-                in2[0] = prev.v;
-                in2[1] = l.v;
-                ty = P->out->values[l.v].type;
-                op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, &ty, NULL);
-                ir_op_set_string(P->out, op, "dist.phase", "backward");
-                l.v = ir_op_output(P->out, op, 0);
-                {
-                    char nm[256];
-                    snprintf(nm, sizeof nm, "%s.acc", ir_str_get(m, m->values[v].name));
-                    P->out->values[l.v].name = ir_str(P->out, nm);
-                }
-            }
-            if (mb == last) {
-                l.pl.a[XF_MB] = XF_R;
-                if (c->s.overlap_grad_reduce && c->s.zero < 2 && tgt != XF_P &&
-                    l.pl.a[XF_DP] != tgt) {
-                    xf_place want = l.pl;
-                    want.a[XF_DP] = tgt;
-                    b->step = 1; /* the microbatch sum is complete */
-                    rc = xf_body_convert(b, v, &l, &want, &l);
-                    b->step = 0;
-                    if (rc != 0)
-                        goto fail_acc;
-                }
-            }
-            ir_region_add_result(P->out, b->region, l.v);
-            opl[nres++] = l.pl;
-        }
-        if (p->kind == PROG_F && (c->s.stash == XFORM_STASH_PIPEDREAM ||
-                                  (c->s.stash == XFORM_STASH_2BW && mb == 0))) {
-            for (uint32_t j = 0; j < p->stash.n; j++) {
-                ir_id v = p->stash.v[j], op;
-                xf_local l;
-                if ((rc = xf_body_get(b, v, &l)) != 0)
-                    goto fail_acc;
-                ir_id ty = P->out->values[l.v].type;
-                op = ir_op_add(P->out, b->region, IR_OP_CAST, 1, &l.v, 1, &ty, NULL);
-                ir_op_set_int(P->out, op, "to",
-                              ir_dtype_onnx((ir_dtype)m->types[m->values[v].type].dtype));
-                ir_op_set_string(P->out, op, "dist.mem", "stashed");
-                {
-                    char nm[256];
-                    snprintf(nm, sizeof nm, "%s.stash", ir_str_get(m, m->values[v].name));
-                    P->out->values[ir_op_output(P->out, op, 0)].name = ir_str(P->out, nm);
-                }
-                ir_region_add_result(P->out, b->region, ir_op_output(P->out, op, 0));
-                opl[nres++] = l.pl;
-            }
-        }
-        for (uint32_t j = 0; j < p->res.n; j++) {
-            uint32_t r = p->res.v[j];
-            ir_id v = m->regions[c->func].results[r];
-            xf_local l;
-            xf_place want = c->rreq[r];
-            if (p->kind != PROG_S && want.a[XF_MB] == XF_R && c->n[XF_MB] > 1 && mb != last)
-                continue; /* a per-step result: from the last microbatch */
-            if ((rc = xf_body_get(b, v, &l)) != 0)
-                goto fail_acc;
-            if (p->kind == PROG_S)
-                want.a[XF_MB] = XF_R;
-            if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
-                goto fail_acc;
-            ir_region_add_result(P->out, b->region, l.v);
-            opl[nres++] = l.pl;
-        }
-        if ((rc = make_pmap(P, g, inputs, nin, &pm)) != 0)
-            goto fail_acc;
-        di_free(acc_in);
-        di_free(acc_pl);
-        goto emitted;
-    fail_acc:
-        di_free(acc_in);
-        di_free(acc_pl);
-        di_free(inputs);
-        di_free(opl);
-        return rc;
+        inputs[nin] = e->tv;
+        lts[nin] = e->lt;
+        pls[nin++] = e->pl;
     }
-emitted:
+    if (p->kind != PROG_S)
+        var = find_variant(p, key, nin, lts, pls);
+    if (var != NULL) {
+        nres = var->nres;
+        memcpy(opl, var->opl, nres * sizeof *opl);
+        if ((rc = make_pmap(P, g, inputs, nin, var->func, 1, &pm)) != 0)
+            goto done;
+    } else if (p->kind == PROG_S) {
+        xf_body_begin(b, P->mesh[g]);
+        if ((rc = build_body(P, p, mb, nin, lts, pls, opl, &nres)) != 0 ||
+            (rc = make_pmap(P, g, inputs, nin, b->region, 0, &pm)) != 0)
+            goto done;
+    } else {
+        char name[96];
+        variant *nv;
+        variant_name(P, p, key, name, sizeof name);
+        xf_body_begin_func(b, P->mesh[g], name);
+        if ((rc = build_body(P, p, mb, nin, lts, pls, opl, &nres)) != 0 ||
+            (rc = make_pmap(P, g, inputs, nin, b->region, 1, &pm)) != 0)
+            goto done;
+        DI_GROW(&p->var, &p->cvar, p->nvar + 1);
+        nv = &p->var[p->nvar++];
+        nv->key = key;
+        nv->func = b->region;
+        nv->nsig = nin;
+        nv->lt = di_xmalloc((nin + 1) * sizeof *nv->lt);
+        nv->pl = di_xmalloc((nin + 1) * sizeof *nv->pl);
+        nv->nres = nres;
+        nv->opl = di_xmalloc((nres + 1) * sizeof *nv->opl);
+        memcpy(nv->lt, lts, nin * sizeof *lts);
+        memcpy(nv->pl, pls, nin * sizeof *pls);
+        memcpy(nv->opl, opl, nres * sizeof *opl);
+    }
     /* Register the results and send them where they are needed. */
     {
         uint32_t k = 0;
@@ -947,12 +1082,25 @@ emitted:
                     goto done;
             }
         }
+        /*
+         * Only the next chunk of this program reads an accumulator, until the
+         * last, which the step programs read: only that one is registered.
+         */
         for (uint32_t j = 0; j < p->leaf.n; j++, k++) {
             ir_id v = p->leaf.v[j];
-            reg_put(P, REG_ACC, v, mb, g, ir_op_output(P->out, pm, k), result_lt(P, pm, k),
-                    &opl[k]);
-            if (mb == last && (rc = send_needs(P, reg_find(P, REG_ACC, v, mb, g), 1)) != 0)
-                goto done;
+            reg_ent *e = &p->acc[j];
+            e->kind = REG_ACC;
+            e->v = v;
+            e->mb = mb;
+            e->g = g;
+            e->tv = ir_op_output(P->out, pm, k);
+            e->lt = result_lt(P, pm, k);
+            e->pl = opl[k];
+            if (mb == last) {
+                reg_put(P, REG_ACC, v, mb, g, e->tv, e->lt, &e->pl);
+                if ((rc = send_needs(P, reg_find(P, REG_ACC, v, mb, g), 1)) != 0)
+                    goto done;
+            }
         }
         if (p->kind == PROG_F && (c->s.stash == XFORM_STASH_PIPEDREAM ||
                                   (c->s.stash == XFORM_STASH_2BW && mb == 0))) {
@@ -972,6 +1120,8 @@ emitted:
     rc = 0;
 done:
     di_free(inputs);
+    di_free(lts);
+    di_free(pls);
     di_free(opl);
     return rc;
 }
@@ -1028,7 +1178,7 @@ emit_gathers(pl *P, uint32_t g)
         ir_region_add_result(P->out, b->region, o.v);
         pls[j] = o.pl;
     }
-    if (rc == 0 && (rc = make_pmap(P, g, inputs, ws.n, &pm)) == 0)
+    if (rc == 0 && (rc = make_pmap(P, g, inputs, ws.n, b->region, 0, &pm)) == 0)
         for (uint32_t j = 0; j < ws.n; j++)
             reg_put(P, REG_GATHERED, ws.v[j], 0, g, ir_op_output(P->out, pm, j),
                     result_lt(P, pm, j), &pls[j]);
@@ -1120,7 +1270,7 @@ emit_plain_results(pl *P)
             if ((rc = xf_body_get(b, v, &l)) != 0)
                 return rc;
             ir_region_add_result(P->out, b->region, l.v);
-            if ((rc = make_pmap(P, 0, NULL, 0, &pm)) != 0)
+            if ((rc = make_pmap(P, 0, NULL, 0, b->region, 0, &pm)) != 0)
                 return rc;
             layout_result(P, r, 0, 0, &l.pl, ir_op_output(P->out, pm, 0));
         }
@@ -1266,6 +1416,8 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
         di_free(p->res.v);
         di_free(p->lazy.v);
         di_free(p->argc);
+        di_free(p->acc);
+        variants_free(p);
     }
     di_free(P.prog);
     di_free(P.home);
@@ -1301,6 +1453,8 @@ fail:
             di_free(p->res.v);
             di_free(p->lazy.v);
             di_free(p->argc);
+            di_free(p->acc);
+            variants_free(p);
         }
     di_free(P.prog);
     di_free(P.home);

@@ -157,6 +157,8 @@ void xf_body_tables_init(xf_body *b, xf_ctx *c, ir_module *out);
 void xf_body_tables_fini(xf_body *b);
 /* Starts a new body region on mesh (clears the environment). */
 void xf_body_begin(xf_body *b, ir_id mesh);
+/* The same, the body being a new top-level function `name` that pmaps call. */
+void xf_body_begin_func(xf_body *b, ir_id mesh, const char *name);
 /* Adds a body argument holding source value v with placement pl; returns its id. */
 ir_id xf_body_arg(xf_body *b, ir_id v, const xf_place *pl, const char *suffix);
 /* As xf_body_arg with the local type given. */
