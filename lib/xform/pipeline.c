@@ -76,6 +76,7 @@ typedef struct prog {
     struct variant *var;  /* the functions its chunks call (F, B) */
     uint32_t nvar, cvar;
     struct reg_ent *acc;  /* per leaf: the accumulator of its latest chunk (see emit_chunk) */
+    struct reg_ent *vals; /* [mb][j]: output j of chunk mb on the program's group (F, B) */
 } prog;
 
 /* A function that chunks of one program call (see emit_chunk). */
@@ -125,7 +126,7 @@ typedef struct pl {
     uint32_t nneed, cneed;
     uint32_t *needhead; /* per source value */
     uint8_t *isleaf;    /* per source value */
-    uint8_t *isout;     /* per source value: in its home program's outputs */
+    uint32_t *isout;    /* per source value: 1 + its index in its home program's outputs */
     int8_t *leaftgt;    /* per source value: see leaf_targets */
     /* registry */
     reg_ent *reg;
@@ -527,8 +528,8 @@ build_programs(pl *P)
                     idl_push(&h->leaf, v);
                 }
             } else if (!P->isout[v]) {
-                P->isout[v] = 1;
                 idl_push(&h->out, v);
+                P->isout[v] = h->out.n;
             }
             if (p->group != h->group)
                 add_need(P, v, p->group, p->kind == PROG_S);
@@ -679,6 +680,25 @@ send_needs(pl *P, const reg_ent *e0, int step)
     return 0;
 }
 
+/*
+ * The entry of value v (an output of a chunk program) for microbatch mb on
+ * group g: on the home program's group it is in the program's table of
+ * outputs, elsewhere (sent) in the registry.
+ */
+static const reg_ent *
+val_find(pl *P, ir_id v, uint32_t mb, uint32_t g)
+{
+    const prog *h = &P->prog[P->home[P->c->m->values[v].def]];
+    if (h->group == g) {
+        const reg_ent *e;
+        if (h->vals == NULL || P->isout[v] == 0)
+            return NULL;
+        e = &h->vals[(size_t)mb * h->out.n + P->isout[v] - 1];
+        return e->kind ? e : NULL;
+    }
+    return reg_find(P, REG_VAL, v, mb, g);
+}
+
 /* The registry entry holding input v of program p for microbatch mb on its group. */
 static const reg_ent *
 resolve(pl *P, const prog *p, ir_id v, uint32_t mb)
@@ -706,8 +726,8 @@ resolve(pl *P, const prog *p, ir_id v, uint32_t mb)
     if (P->prog[P->home[d]].kind == PROG_S)
         return reg_find(P, REG_STEP, v, 0, g);
     if (p->kind == PROG_S)
-        return P->isleaf[v] ? reg_find(P, REG_ACC, v, last, g) : reg_find(P, REG_VAL, v, last, g);
-    return reg_find(P, REG_VAL, v, mb, g);
+        return P->isleaf[v] ? reg_find(P, REG_ACC, v, last, g) : val_find(P, v, last, g);
+    return val_find(P, v, mb, g);
 }
 
 /* The per-device type of result k of pmap op pm (its body's result). */
@@ -1069,18 +1089,32 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
     /* Register the results and send them where they are needed. */
     {
         uint32_t k = 0;
+        if (p->kind != PROG_S && p->vals == NULL)
+            p->vals = di_xcalloc((size_t)p->out.n * c->n[XF_MB] + 1, sizeof *p->vals);
         for (uint32_t j = 0; j < p->out.n; j++, k++) {
             ir_id v = p->out.v[j];
-            uint32_t kind = p->kind == PROG_S ? REG_STEP : REG_VAL;
-            uint32_t key_mb = p->kind == PROG_S ? 0 : mb;
-            reg_put(P, kind, v, key_mb, g, ir_op_output(P->out, pm, k), result_lt(P, pm, k),
-                    &opl[k]);
-            if ((rc = send_needs(P, reg_find(P, kind, v, key_mb, g), 0)) != 0)
-                goto done;
-            if (p->kind == PROG_S || mb == last) {
-                if ((rc = send_needs(P, reg_find(P, kind, v, key_mb, g), 1)) != 0)
-                    goto done;
+            const reg_ent *e;
+            if (p->kind == PROG_S) {
+                reg_put(P, REG_STEP, v, 0, g, ir_op_output(P->out, pm, k), result_lt(P, pm, k),
+                        &opl[k]);
+                e = reg_find(P, REG_STEP, v, 0, g);
+            } else {
+                reg_ent *ne = &p->vals[(size_t)mb * p->out.n + j];
+                ne->kind = REG_VAL;
+                ne->v = v;
+                ne->mb = mb;
+                ne->g = g;
+                ne->tv = ir_op_output(P->out, pm, k);
+                ne->lt = result_lt(P, pm, k);
+                ne->pl = opl[k];
+                e = ne;
             }
+            if ((rc = send_needs(P, e, 0)) != 0)
+                goto done;
+            if (p->kind == PROG_S) /* sending may have grown the registry: find it again */
+                e = reg_find(P, REG_STEP, v, 0, g);
+            if ((p->kind == PROG_S || mb == last) && (rc = send_needs(P, e, 1)) != 0)
+                goto done;
         }
         /*
          * Only the next chunk of this program reads an accumulator, until the
@@ -1332,7 +1366,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.mark = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.mark);
     P.needhead = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.needhead);
     P.isleaf = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
-    P.isout = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    P.isout = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.isout);
     P.devs = di_xmalloc((size_t)c->pp * P.ngdev * sizeof *P.devs);
     P.tmp = di_xmalloc(P.ngdev * sizeof *P.tmp);
     P.tmpdev = di_xmalloc(P.ngdev * sizeof *P.tmpdev);
@@ -1417,6 +1451,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
         di_free(p->lazy.v);
         di_free(p->argc);
         di_free(p->acc);
+        di_free(p->vals);
         variants_free(p);
     }
     di_free(P.prog);
@@ -1454,6 +1489,7 @@ fail:
             di_free(p->lazy.v);
             di_free(p->argc);
             di_free(p->acc);
+            di_free(p->vals);
             variants_free(p);
         }
     di_free(P.prog);
