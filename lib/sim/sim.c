@@ -104,6 +104,7 @@ typedef struct sim {
     uint32_t ntloc, ctloc;
 
     uint32_t *vbase;   /* per value: first instance */
+    uint8_t *vuni;     /* per value: 1 if one instance stands for every location (symmetry) */
     uint32_t *vrep;    /* per value: replication (pmap instances), 1 at top level */
     sim_inst *inst;
     uint32_t ninst, cinst;
@@ -292,6 +293,7 @@ value_instances(sim *s, ir_id v, uint32_t rep, const int32_t *devs)
     first = inst_new(s, rep * n);
     s->vbase[v] = first;
     s->vrep[v] = rep;
+    s->vuni[v] = 0;
     for (uint32_t k = 0; k < rep; k++)
         for (uint32_t j = 0; j < n; j++) {
             sim_inst *in = &s->inst[first + k * n + j];
@@ -311,10 +313,54 @@ vnloc(const sim *s, ir_id v)
     return s->tloc_n[s->m->values[v].type];
 }
 
+/*
+ * Instance index of value v at pmap instance k, location j. A uniform value
+ * (the result of a symmetric pmap or collective: every element is the same
+ * representative's) has a single instance for all of them.
+ */
+static inline uint32_t
+vidx(const sim *s, ir_id v, uint32_t k, uint32_t j)
+{
+    return s->vbase[v] + (s->vuni[v] ? 0 : k * vnloc(s, v) + j);
+}
+
 static inline sim_inst *
 vinst(sim *s, ir_id v, uint32_t k, uint32_t j)
 {
-    return &s->inst[s->vbase[v] + k * vnloc(s, v) + j];
+    return &s->inst[vidx(s, v, k, j)];
+}
+
+/* The device of location j of a value's type (a concrete device, or LOC_DEVVAR). */
+static inline int32_t
+loc_dev(const sim *s, ir_id v, uint32_t j)
+{
+    return s->tlocs[s->tloc_off[s->m->values[v].type] + j].dev;
+}
+
+/* The device holding value v at instance k, location j. */
+static inline int32_t
+vdev(sim *s, ir_id v, uint32_t k, uint32_t j)
+{
+    return s->vuni[v] ? loc_dev(s, v, j) : vinst(s, v, k, j)->dev;
+}
+
+/* Gives value v one instance for all its locations (see vidx); returns its index. */
+static int
+value_uniform(sim *s, ir_id v, uint32_t *idx)
+{
+    const tloc *locs;
+    uint32_t n;
+    int rc = type_locs(s, s->m->values[v].type, &locs, &n);
+    if (rc)
+        return rc;
+    *idx = inst_new(s, 1);
+    s->vbase[v] = *idx;
+    s->vrep[v] = 1;
+    s->vuni[v] = 1;
+    s->inst[*idx].dev = n ? locs[0].dev : 0;
+    s->inst[*idx].bytes = n ? locs[0].bytes : 0;
+    s->inst[*idx].cls = s->vclass[v];
+    return 0;
 }
 
 /* Makes instance a an alias of b's storage. */
@@ -1047,11 +1093,11 @@ sim_send(sim *s, ir_id op, const ctx *c)
     ir_id in = m->refs[o->inputs], out = o->outputs;
     uint32_t n;
     ir_cost cost;
-    int rc = op_results(s, op, c);
+    const tloc *locs;
+    int rc = type_locs(s, m->values[out].type, &locs, &n);
     if (rc)
         return rc;
     ir_op_cost(m, op, &cost);
-    n = vnloc(s, out);
     if (vnloc(s, in) != n)
         return di_error_set(s->err, DI_EINVAL, "op %u 'dist.send': %u inputs for %u results", op,
                             vnloc(s, in), n);
@@ -1060,9 +1106,10 @@ sim_send(sim *s, ir_id op, const ctx *c)
         int sym = 1;
         const hw_link *l0 = NULL;
         for (uint32_t j = 0; j < n; j++) {
-            src[j] = vinst(s, in, 0, j)->dev;
-            dst[j] = vinst(s, out, 0, j)->dev;
-            if (vinst(s, in, 0, j)->ready != vinst(s, in, 0, 0)->ready || src[j] == dst[j])
+            src[j] = vdev(s, in, 0, j);
+            dst[j] = loc_dev(s, out, j);
+            if (vinst(s, in, 0, j)->ready != vinst(s, in, 0, 0)->ready || src[j] == dst[j] ||
+                dst[j] < 0)
                 sym = 0;
             else if (j == 0)
                 l0 = hw_link_between(s->hw, (uint32_t)src[0], (uint32_t)dst[0]);
@@ -1071,17 +1118,14 @@ sim_send(sim *s, ir_id op, const ctx *c)
                 sym = 0;
         }
         if (sym && class_of(s, src, n, &rs) && class_of(s, dst, n, &rd) && rs != rd) {
-            uint32_t js = 0, jd = 0;
-            sim_inst *x, *y;
+            uint32_t js = 0, yi;
+            sim_inst *x;
             double start, end;
             form_class(s, src, n, rs);
             form_class(s, dst, n, rd);
-            for (uint32_t j = 0; j < n; j++) {
+            for (uint32_t j = 0; j < n; j++)
                 if (src[j] == rs)
                     js = j;
-                if (dst[j] == rd)
-                    jd = j;
-            }
             x = vinst(s, in, 0, js);
             start = x->ready;
             if (stream_free(s, rs, STREAM_SEND) > start)
@@ -1095,21 +1139,24 @@ sim_send(sim *s, ir_id op, const ctx *c)
             s->nops += n;
             for (uint32_t j = 0; j < n; j++)
                 inst_use(vinst(s, in, 0, j), end);
-            y = vinst(s, out, 0, jd);
-            inst_produce(y, start, end);
-            for (uint32_t j = 0; j < n; j++)
-                if (j != jd)
-                    inst_alias(s, s->vbase[out] + j, s->vbase[out] + jd);
+            /* One result instance, on the receiving representative, stands for all. */
+            rc = value_uniform(s, out, &yi);
             free(src);
+            if (rc)
+                return rc;
+            s->inst[yi].dev = rd;
+            inst_produce(&s->inst[yi], start, end);
             return 0;
         }
         free(src);
     }
+    if ((rc = op_results(s, op, c)) != 0)
+        return rc;
     for (uint32_t k = 0; k < c->rep; k++)
         for (uint32_t j = 0; j < n; j++) {
             sim_inst *x = input_at(s, in, k, j);
             sim_inst *y = vinst(s, out, k, j);
-            int32_t from = x->dev, to = y->dev;
+            int32_t from = vdev(s, in, s->vrep[in] > 1 ? k : 0, j), to = y->dev;
             double start = x->ready, t = 0, end;
             if (from != to) {
                 const hw_link *l = hw_link_between(s->hw, (uint32_t)from, (uint32_t)to);
@@ -1173,12 +1220,15 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     ir_id in = m->refs[o->inputs], out = o->outputs;
     uint32_t nin = vnloc(s, in), nout;
     ir_cost cost;
-    int rc = op_results(s, op, c);
+    const tloc *locs;
     int32_t *group;
     uint32_t cap;
+    int rc = type_locs(s, m->values[out].type, &locs, &nout);
     if (rc)
         return rc;
-    nout = vnloc(s, out);
+    /* The mesh form always, the tuple form unless it turns out symmetric, makes instances now. */
+    if (meshattr && (rc = op_results(s, op, c)) != 0)
+        return rc;
     ir_op_cost(m, op, &cost);
     cap = nin + nout + 1;
     if (meshattr && meshattr->s < m->nmesh && m->meshes[meshattr->s].ndevice + 1 > cap)
@@ -1257,35 +1307,36 @@ sim_collective(sim *s, ir_id op, const ctx *c)
         group_info g;
         for (uint32_t j = 0; j < nin; j++) {
             sim_inst *x = input_at(s, in, k, j);
-            set_add(group, &n, x->dev);
+            set_add(group, &n, vdev(s, in, s->vrep[in] > 1 ? k : 0, j));
             if (x->ready > ready)
                 ready = x->ready;
         }
-        for (uint32_t j = 0; j < nout; j++)
-            set_add(group, &n, vinst(s, out, k, j)->dev);
+        for (uint32_t j = 0; j < nout; j++) {
+            int32_t d = loc_dev(s, out, j);
+            set_add(group, &n, d == LOC_DEVVAR ? (c->devs ? c->devs[k] : 0) : d);
+        }
         group_describe(s, group, n, &g);
         t = collective_time(s, o->kind, &g, cost.bytes_comm);
         if (c->rep == 1 && c->devs == NULL && tuple_symmetric(s, in, out, group, n)) {
             /*
              * The group is exactly one symmetric class and every element is
-             * ready at once: run it on the representative; every output
-             * element shares the representative's.
+             * ready at once: run it on the representative; one result
+             * instance, on the representative, stands for every element.
              */
             int32_t r = s->devs[group[0]].rep;
-            uint32_t jr = UINT32_MAX;
+            uint32_t yi;
             run_group(s, op, &r, 1, ready, t, &start, &end, 1);
             s->nops += n;
             for (uint32_t j = 0; j < nin; j++)
                 inst_use(input_at(s, in, k, j), end);
-            for (uint32_t j = 0; j < nout && jr == UINT32_MAX; j++)
-                if (vinst(s, out, k, j)->dev == r)
-                    jr = j;
-            inst_produce(vinst(s, out, k, jr), start, end);
-            for (uint32_t j = 0; j < nout; j++)
-                if (j != jr)
-                    inst_alias(s, s->vbase[out] + j, s->vbase[out] + jr);
+            if ((rc = value_uniform(s, out, &yi)) != 0)
+                break;
+            s->inst[yi].dev = r;
+            inst_produce(&s->inst[yi], start, end);
             continue;
         }
+        if (k == 0 && (rc = op_results(s, op, c)) != 0)
+            break;
         run_group(s, op, group, n, ready, t, &start, &end, 0);
         s->nops += n;
         for (uint32_t j = 0; j < nin; j++)
@@ -1294,7 +1345,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             inst_produce(vinst(s, out, k, j), start, end);
     }
     free(group);
-    return 0;
+    return rc;
 }
 
 /*
@@ -1381,7 +1432,8 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
         bc.devs = devs + p;
         bc.sym = n;
     }
-    rc = op_results(s, op, c);
+    /* A symmetric pmap's results are uniform: made after the body, below. */
+    rc = bc.sym > 1 ? 0 : op_results(s, op, c);
     /*
      * Once per instance of the enclosing context (once at top level; inside
      * a body, once for each of its instances, in order): the body's
@@ -1406,6 +1458,17 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
         }
         if (rc == 0)
             rc = sim_region(s, o->body, &bc);
+        if (bc.sym > 1) {
+            /* One instance per result, aliasing the representative's. */
+            for (uint32_t i = 0; rc == 0 && i < o->noutput && i < body->nresult; i++) {
+                uint32_t yi;
+                if ((rc = value_uniform(s, o->outputs + i, &yi)) == 0)
+                    inst_alias(s, yi, vidx(s, body->results[i], 0, 0));
+            }
+            for (uint32_t i = body->nresult; rc == 0 && i < o->noutput; i++)
+                rc = value_instances(s, o->outputs + i, 1, NULL);
+            continue;
+        }
         for (uint32_t i = 0; rc == 0 && i < o->noutput && i < body->nresult; i++) {
             ir_id res = body->results[i], out = o->outputs + i;
             uint32_t nl = vnloc(s, res), nout = vnloc(s, out);
@@ -1843,6 +1906,7 @@ sim_fini(sim *s)
     free(s->tlocs);
     free(s->vbase);
     free(s->vrep);
+    free(s->vuni);
     free(s->inst);
     free(s->vclass);
     free(s->events);
@@ -1878,6 +1942,7 @@ sim_once(sim *sp, const ir_module *m, const hw_model *hw, const sim_options *opt
     s.tloc_n = di_xcalloc(m->ntype, sizeof *s.tloc_n);
     s.vbase = di_xcalloc(m->nvalue, sizeof *s.vbase);
     s.vrep = di_xcalloc(m->nvalue, sizeof *s.vrep);
+    s.vuni = di_xcalloc(m->nvalue, 1);
     s.vclass = di_xcalloc(m->nvalue, 1);
     /* Most values have one instance: reserve that many up front. */
     DI_GROW(&s.inst, &s.cinst, m->nvalue + 1);
