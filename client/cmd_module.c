@@ -25,19 +25,53 @@ one_file(int argc, char **argv, const char *usage, const char **file)
     return CLI_OK;
 }
 
+/*
+ * FLOPs of one execution of region r: a pmap counts its body once per
+ * device, so a called function counts once per call and device. memo holds
+ * each region's total (< 0: not computed); depth bounds call chains.
+ */
+static double
+region_flops(const ir_module *m, ir_id r, double *memo, int depth)
+{
+    const ir_region *reg = &m->regions[r];
+    double total = 0;
+    if (memo[r] >= 0)
+        return memo[r];
+    for (uint32_t i = 0; i < reg->nop; i++) {
+        ir_id op = reg->ops[i];
+        const ir_op *o = &m->ops[op];
+        if (o->kind == IR_OP_PMAP && o->body && o->body < m->nregion && depth < 64) {
+            uint32_t n = 0;
+            const ir_attr *mesh = ir_op_attr(m, op, "mesh");
+            if (ir_op_ints(m, op, "devices", &n) == NULL && mesh && mesh->s < m->nmesh)
+                n = m->meshes[mesh->s].ndevice;
+            total += n * region_flops(m, o->body, memo, depth + 1);
+        } else {
+            ir_cost c;
+            ir_op_cost(m, op, &c);
+            total += c.flops;
+        }
+    }
+    memo[r] = total;
+    return total;
+}
+
 static void
 print_stats(const ir_module *m, int json)
 {
     uint64_t ops = 0, params = 0;
     double flops = 0;
     ir_id entry = ir_module_entry(m);
-    for (ir_id op = 1; op < m->nop; op++) {
-        ir_cost c;
-        if (m->ops[op].kind == IR_OP_NONE)
-            continue;
-        ops++;
-        ir_op_cost(m, op, &c);
-        flops += c.flops;
+    for (ir_id op = 1; op < m->nop; op++)
+        if (m->ops[op].kind != IR_OP_NONE)
+            ops++;
+    /* FLOPs per step: the entry function, pmap bodies and called functions once per device. */
+    if (entry) {
+        double *memo = di_xmalloc(m->nregion * sizeof *memo);
+        for (uint32_t r = 0; r < m->nregion; r++)
+            memo[r] = -1;
+        flops = region_flops(m, entry, memo, 0);
+        di_free(memo);
     }
     /* Parameters: the elements of entry arguments updated by an optimizer. */
     if (entry) {
