@@ -103,6 +103,8 @@ LIBA := $(B)/libdistir.a
 SRVA := $(B)/libdistird.a
 
 .PHONY: all deps test demo asan fuzz bench clean lint check-build
+# Keep the objects of tests, fuzz targets and benches (make would delete them as intermediates).
+.SECONDARY:
 all: $(B)/distir $(B)/distird $(TEST_BINS) $(FUZZ_REPLAYS) $(BENCH_BINS)
 
 # ---- dependencies ----
