@@ -46,6 +46,14 @@ cli_format cli_format_from_path(const char *path);
  */
 int cli_load_module(const char *path, ir_module **out);
 
+/*
+ * Writes m to path ("-": standard output) as protobuf when fmt is
+ * CLI_FORMAT_PB, else as IR text; fmt CLI_FORMAT_UNKNOWN means "by the
+ * path's extension" (.pb: protobuf, anything else: text). Reports errors
+ * itself and returns CLI_OK or CLI_FAIL.
+ */
+int cli_write_module(const ir_module *m, const char *path, cli_format fmt);
+
 /* Option parsing helpers: match "--name VALUE" or "--name=VALUE". */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
 int cli_flag(const char *arg, const char *name);

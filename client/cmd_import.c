@@ -42,8 +42,8 @@ cmd_import(int argc, char **argv)
     char **owned = di_xcalloc((size_t)argc + 1, sizeof *owned);
     onnx_options opt;
     ir_module *m = NULL;
-    uint8_t *data = NULL, *out = NULL;
-    size_t len, olen;
+    uint8_t *data = NULL;
+    size_t len;
     di_error err;
     int rc = CLI_FAIL, r;
     onnx_options_default(&opt);
@@ -113,17 +113,7 @@ cmd_import(int argc, char **argv)
         cli_error("the module imported from '%s' does not verify: %s", path, err.msg);
         goto done;
     }
-    if (outpath != NULL && cli_format_from_path(outpath) == CLI_FORMAT_PB)
-        ir_encode(m, &out, &olen);
-    else
-        out = (uint8_t *)ir_print(m, &olen);
-    if (outpath == NULL || strcmp(outpath, "-") == 0) {
-        rc = fwrite(out, 1, olen, stdout) == olen ? CLI_OK : CLI_FAIL;
-    } else if (di_write_file(outpath, out, olen, &err) != 0) {
-        cli_error("%s", err.msg);
-    } else {
-        rc = CLI_OK;
-    }
+    rc = cli_write_module(m, outpath ? outpath : "-", CLI_FORMAT_UNKNOWN);
     goto done;
 usage:
     rc = cli_usage(import_usage);
@@ -134,7 +124,6 @@ done:
     di_free(names);
     di_free(values);
     di_free(data);
-    di_free(out);
     ir_module_free(m);
     return rc;
 }

@@ -117,34 +117,6 @@ int_opt(int argc, char **argv, int *i, const char *name, int64_t *out)
 }
 
 static int
-write_module(const ir_module *m, const char *path)
-{
-    uint8_t *data;
-    size_t len;
-    di_error err;
-    int rc;
-    if (cli_format_from_path(path) == CLI_FORMAT_PB) {
-        if (ir_encode(m, &data, &len) != 0) {
-            cli_error("cannot encode the module");
-            return CLI_FAIL;
-        }
-    } else {
-        data = (uint8_t *)ir_print(m, &len);
-    }
-    if (strcmp(path, "-") == 0) {
-        rc = fwrite(data, 1, len, stdout) == len ? 0 : -1;
-        if (rc != 0)
-            cli_error("cannot write to standard output");
-    } else {
-        rc = di_write_file(path, data, len, &err);
-        if (rc != 0)
-            cli_error("%s", err.msg);
-    }
-    di_free(data);
-    return rc == 0 ? CLI_OK : CLI_FAIL;
-}
-
-static int
 model_mlp(int argc, char **argv)
 {
     models_mlp c;
@@ -202,7 +174,7 @@ model_mlp(int argc, char **argv)
         cli_error("cannot build the MLP: %s", err.msg);
         return rc == DI_EINVAL ? CLI_USAGE : CLI_FAIL;
     }
-    rc = write_module(m, outpath);
+    rc = cli_write_module(m, outpath, CLI_FORMAT_UNKNOWN);
     ir_module_free(m);
     return rc;
 }
@@ -273,7 +245,7 @@ model_gpt(int argc, char **argv)
         cli_error("cannot build the GPT: %s", err.msg);
         return rc == DI_EINVAL ? CLI_USAGE : CLI_FAIL;
     }
-    rc = write_module(m, outpath);
+    rc = cli_write_module(m, outpath, CLI_FORMAT_UNKNOWN);
     ir_module_free(m);
     return rc;
 }

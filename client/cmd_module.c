@@ -216,16 +216,7 @@ cmd_convert(int argc, char **argv)
     }
     if (cli_load_module(file, &m) != 0)
         return CLI_FAIL;
-    if (fmt == CLI_FORMAT_TEXT)
-        data = (uint8_t *)ir_print(m, &len);
-    else
-        ir_encode(m, &data, &len);
-    rc = di_write_file(outpath, data, len, &err);
-    di_free(data);
+    rc = cli_write_module(m, outpath, fmt);
     ir_module_free(m);
-    if (rc != 0) {
-        cli_error("%s", err.msg);
-        return CLI_FAIL;
-    }
-    return CLI_OK;
+    return rc;
 }

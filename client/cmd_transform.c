@@ -24,34 +24,6 @@ static const char usage[] =
     "                 [--stash none|pipedream|2bw] [--zero 0-3] [--sequence-parallel]\n"
     "                 [--overlap-grad-reduce] [--hw PRESET|FILE.json] [--stats] [-o OUT]";
 
-static int
-write_module(const ir_module *m, const char *path)
-{
-    uint8_t *data;
-    size_t len;
-    di_error err;
-    int rc;
-    if (cli_format_from_path(path) == CLI_FORMAT_PB) {
-        if (ir_encode(m, &data, &len) != 0) {
-            cli_error("cannot encode the module");
-            return CLI_FAIL;
-        }
-    } else {
-        data = (uint8_t *)ir_print(m, &len);
-    }
-    if (strcmp(path, "-") == 0) {
-        rc = fwrite(data, 1, len, stdout) == len ? 0 : -1;
-        if (rc != 0)
-            cli_error("cannot write to standard output");
-    } else {
-        rc = di_write_file(path, data, len, &err);
-        if (rc != 0)
-            cli_error("%s", err.msg);
-    }
-    di_free(data);
-    return rc == 0 ? CLI_OK : CLI_FAIL;
-}
-
 int
 cmd_transform(int argc, char **argv)
 {
@@ -116,7 +88,7 @@ cmd_transform(int argc, char **argv)
                     buf, dm->nop - 1, dm->nvalue - 1, dm->nregion - 2, sec * 1e3,
                     dm->nop > 1 ? sec * 1e6 / (dm->nop - 1) : 0.0);
         }
-        rc = write_module(dm, out);
+        rc = cli_write_module(dm, out, CLI_FORMAT_UNKNOWN);
     }
     ir_module_free(dm);
     ir_module_free(m);

@@ -151,6 +151,30 @@ cli_load_module(const char *path, ir_module **out)
     return 0;
 }
 
+int
+cli_write_module(const ir_module *m, const char *path, cli_format fmt)
+{
+    uint8_t *data;
+    size_t len;
+    di_error err;
+    int rc;
+    if (fmt == CLI_FORMAT_UNKNOWN)
+        fmt = cli_format_from_path(path);
+    if (fmt == CLI_FORMAT_PB) {
+        if (ir_encode(m, &data, &len) != 0) {
+            cli_error("cannot encode the module");
+            return CLI_FAIL;
+        }
+    } else {
+        data = (uint8_t *)ir_print(m, &len);
+    }
+    rc = di_write_file(path, data, len, &err);
+    if (rc != 0)
+        cli_error("%s", err.msg);
+    di_free(data);
+    return rc == 0 ? CLI_OK : CLI_FAIL;
+}
+
 static void
 usage_all(FILE *f)
 {
