@@ -124,4 +124,23 @@ check "the drained result was stored" [ "$(sqlite3 "$TMP/drain.db" 'SELECT count
 check "database intact after the drain" integrity_ok "$TMP/drain.db"
 check "log shows the shutdown sequence" grep -q 'event=drained' "$TMP/drain.log"
 
+# A killed daemon (SIGKILL, no clean close) loses nothing it answered: the
+# WAL is recovered on the next start and the result is a hit.
+start_daemon killed || { fail "daemon start (killed)"; finish; }
+$T "$DISTIR" simulate $MLP --hw v100-dgx1 --server "$ADDR" --json >"$TMP/k1.json"
+check "before the kill: a miss" grep -q '^{"cache":"miss"' "$TMP/k1.json"
+kill -KILL "$PID"
+wait "$PID" 2>/dev/null
+PID=
+check "after SIGKILL the database is intact" integrity_ok "$TMP/killed.db"
+start_daemon killed || { fail "daemon restart (killed)"; finish; }
+$T "$DISTIR" simulate $MLP --hw v100-dgx1 --server "$ADDR" --json >"$TMP/k2.json"
+check "after SIGKILL and a restart the answered result is a hit" \
+    grep -q '^{"cache":"hit"' "$TMP/k2.json"
+strip_cache "$TMP/k1.json" >"$TMP/k1.stripped"
+strip_cache "$TMP/k2.json" >"$TMP/k2.stripped"
+check "... and equals the result answered before the kill" cmp -s "$TMP/k1.stripped" "$TMP/k2.stripped"
+stop_daemon
+check "restarted daemon exits 0" [ $? -eq 0 ]
+
 finish
