@@ -359,6 +359,22 @@ hit_cmp(const void *a, const void *b)
 }
 
 int
+cache_set_limit(cache *c, uint64_t bytes, di_error *err)
+{
+    int page = 0, got = 0;
+    char sql[96];
+    if (c->readonly)
+        return 0;
+    if (pragma_int(c->db, "PRAGMA page_size", &page) != SQLITE_OK || page <= 0)
+        return db_error(c, err, DI_EIO, "cannot read the page size");
+    snprintf(sql, sizeof sql, "PRAGMA max_page_count = %llu",
+             (unsigned long long)(bytes / (uint64_t)page ? bytes / (uint64_t)page : 1));
+    if (pragma_int(c->db, sql, &got) != SQLITE_OK)
+        return db_error(c, err, DI_EIO, "cannot set the size limit");
+    return 0;
+}
+
+int
 cache_flush(cache *c, di_error *err)
 {
     sqlite3_stmt *st = c->st[ST_HIT];

@@ -57,6 +57,12 @@ int cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
               di_error *err);
 /* Records a hit in memory; cache_flush (or close) writes hits and last_hit. */
 void cache_note_hit(cache *c, const di_hash *key);
+/*
+ * Caps the database file at about `bytes` (SQLite's max_page_count). Once
+ * full, cache_put fails with DI_EIO ("database or disk is full"), exactly as
+ * on a full disk; the daemon still answers, it only stops storing.
+ */
+int cache_set_limit(cache *c, uint64_t bytes, di_error *err);
 int cache_flush(cache *c, di_error *err);
 /* A passive WAL checkpoint (writer only). */
 int cache_checkpoint(cache *c, di_error *err);

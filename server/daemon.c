@@ -289,6 +289,9 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
     rc = cache_open(cfg->db, 0, &d->cache, err);
     if (rc != 0)
         goto fail_loop;
+    if (cfg->max_db_kb > 0 &&
+        (rc = cache_set_limit(d->cache, (uint64_t)cfg->max_db_kb << 10, err)) != 0)
+        goto fail_loop;
     d->hwcache = srv_hwcache_new();
     uv_async_init(d->loop, &d->wake, on_wake);
     d->wake.data = d;
