@@ -143,7 +143,8 @@ sim_result_to_table(const sim_result *r)
     di_buf_printf(&b, "peak memory      %s (max over devices)\n", m1);
     di_buf_printf(&b, "FLOPs            %.6g\n", r->flops);
     di_buf_printf(&b, "MFU              %.2f%%\n", r->mfu * 100);
-    di_buf_printf(&b, "bubble           %.2f%%\n", r->bubble_fraction * 100);
+    di_buf_printf(&b, "compute idle     %.2f%% (bubbles and exposed communication)\n",
+                  r->bubble_fraction * 100);
     di_buf_printf(&b, "ops simulated    %" PRIu64 "\n\n", r->ops);
     di_buf_printf(&b, "%6s %12s %12s %12s %12s %12s %12s %12s %4s\n", "device", "busy",
                   "compute", "comm", "exposed", "idle", "peak mem", "capacity", "oom");

@@ -81,7 +81,8 @@ typedef struct sim_result {
     uint64_t peak_memory_bytes; /* max over devices */
     double flops;               /* total over devices */
     double mfu;                 /* flops / (step_time * sum of device peaks) */
-    double bubble_fraction;     /* pipeline bubble: 1 - mean compute / step time */
+    double bubble_fraction;     /* 1 - mean compute time / step time: compute idle (pipeline
+                                   bubbles, exposed communication, load imbalance) */
     uint64_t ops;               /* ops simulated (pmap bodies counted per device) */
 } sim_result;
 
