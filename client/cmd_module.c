@@ -181,9 +181,6 @@ cmd_convert(int argc, char **argv)
     const char *file = NULL, *outpath = NULL, *to = NULL, *v;
     cli_format fmt;
     ir_module *m;
-    di_error err;
-    uint8_t *data;
-    size_t len;
     int rc;
     for (int i = 1; i < argc; i++) {
         int r;
