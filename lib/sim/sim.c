@@ -79,6 +79,7 @@ typedef struct sim_dev {
     int32_t rep;      /* the device whose simulation stands for this one (itself if none) */
     uint32_t class_n; /* devices that this one stands for, itself included */
     uint32_t nev;     /* memory events (counted at the end) */
+    uint32_t nalloc;  /* of which allocations: they come first, then the frees */
     uint32_t evoff;   /* offset of this device's events in the shared array */
 } sim_dev;
 
@@ -1668,12 +1669,21 @@ build_memory(sim *s, double step)
         sim_inst *in = &s->inst[i];
         if (in->owner != i || in->bytes == 0)
             continue;
+        s->devs[in->dev].nalloc++;
         s->devs[in->dev].nev += (in->flags & INST_PERSISTENT) ? 1 : 2;
     }
+    /*
+     * Per device, the allocations (in instance order, which is almost time
+     * order: streams run in order) and then the frees. Each part is sorted
+     * on its own (radix_sort skips a sorted one) and device_memory merges
+     * them: frees sort before allocations at the same instant, so the merge
+     * gives exactly the order of sorting all events together.
+     */
     for (uint32_t d = 0; d < s->ndev; d++) {
         s->devs[d].evoff = total;
         total += s->devs[d].nev;
-        s->devs[d].nev = 0;
+        s->devs[d].nev = s->devs[d].nalloc; /* the next free's slot */
+        s->devs[d].nalloc = 0;              /* the next allocation's slot */
     }
     s->ev = di_xmalloc((total ? total : 1) * sizeof *s->ev);
     for (uint32_t i = 1; i < s->ninst; i++) {
@@ -1682,8 +1692,8 @@ build_memory(sim *s, double step)
         if (in->owner != i || in->bytes == 0)
             continue;
         d = &s->devs[in->dev];
-        s->ev[d->evoff + d->nev].key = time_key(in->alloc, 1);
-        s->ev[d->evoff + d->nev++].val = in->bytes << 3 | in->cls;
+        s->ev[d->evoff + d->nalloc].key = time_key(in->alloc, 1);
+        s->ev[d->evoff + d->nalloc++].val = in->bytes << 3 | in->cls;
         if (!(in->flags & INST_PERSISTENT)) {
             double t = in->last_use > in->ready ? in->last_use : in->ready;
             s->ev[d->evoff + d->nev].key = time_key(t > step ? step : t, 0);
@@ -1692,8 +1702,11 @@ build_memory(sim *s, double step)
     }
     tmp = di_xmalloc((total ? total : 1) * sizeof *tmp);
     count = di_xmalloc(65536 * sizeof *count);
-    for (uint32_t d = 0; d < s->ndev; d++)
-        radix_sort(s->ev + s->devs[d].evoff, tmp, count, s->devs[d].nev);
+    for (uint32_t d = 0; d < s->ndev; d++) {
+        sim_dev *dv = &s->devs[d];
+        radix_sort(s->ev + dv->evoff, tmp, count, dv->nalloc);
+        radix_sort(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc);
+    }
     free(count);
     free(tmp);
 }
@@ -1718,16 +1731,27 @@ static void
 device_memory(sim *s, int32_t dev, sim_device_result *r)
 {
     sim_dev *d = &s->devs[dev];
-    const memev *ev = s->ev + d->evoff;
+    const memev *al = s->ev + d->evoff, *fr = al + d->nalloc;
+    const memev *alend = fr, *frend = al + d->nev;
     int64_t live = 0, cls[SIM_NMEMCLASS] = {0};
     uint32_t ninstant = 0, npoint = 0, per = 1, inbucket = 0, maxp;
     sim_mempoint *pts = NULL, best;
     int have_best = 0;
+    uint64_t last = 0;
     r->peak_memory_bytes = 0;
     r->peak_time_s = 0;
-    for (uint32_t i = 0; i < d->nev; i++)
-        if (i + 1 == d->nev || (ev[i + 1].key >> 1) != (ev[i].key >> 1))
-            ninstant++;
+    /* Distinct instants: a merge of the two sorted parts by time. */
+    {
+        const memev *a = al, *f = fr;
+        int first = 1;
+        while (a < alend || f < frend) {
+            const memev *e = (f < frend && (a >= alend || f->key < a->key)) ? f++ : a++;
+            if (first || (e->key >> 1) != last)
+                ninstant++;
+            last = e->key >> 1;
+            first = 0;
+        }
+    }
     maxp = s->opt->timeline_max_points;
     if (s->opt->want_timeline) {
         if (maxp && ninstant > maxp)
@@ -1735,43 +1759,48 @@ device_memory(sim *s, int32_t dev, sim_device_result *r)
         pts = di_xmalloc(((ninstant + per - 1) / per + 2) * sizeof *pts);
     }
     memset(&best, 0, sizeof best);
-    for (uint32_t i = 0; i < d->nev; i++) {
-        uint64_t bytes = ev[i].val >> 3;
-        int c = (int)(ev[i].val & 7);
-        int64_t delta = (ev[i].key & 1) ? (int64_t)bytes : -(int64_t)bytes;
+    while (al < alend || fr < frend) {
+        const memev *e = (fr < frend && (al >= alend || fr->key < al->key)) ? fr++ : al++;
+        const memev *next = (fr < frend && (al >= alend || fr->key < al->key)) ? fr
+                            : al < alend                                        ? al
+                                                                                : NULL;
+        uint64_t bytes = e->val >> 3;
+        int c = (int)(e->val & 7);
+        int64_t delta = (e->key & 1) ? (int64_t)bytes : -(int64_t)bytes;
         live += delta;
         cls[c] += delta;
-        if (i + 1 < d->nev && (ev[i + 1].key >> 1) == (ev[i].key >> 1))
+        if (next && (next->key >> 1) == (e->key >> 1))
             continue; /* settle every event of one instant first */
         if (live > (int64_t)r->peak_memory_bytes) {
             r->peak_memory_bytes = (uint64_t)live;
-            r->peak_time_s = key_time(ev[i].key);
+            r->peak_time_s = key_time(e->key);
             for (int k = 0; k < SIM_NMEMCLASS; k++)
                 r->peak_by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
         }
         if (pts) {
             uint64_t b = live > 0 ? (uint64_t)live : 0;
             if (!have_best || b > best.bytes) {
-                best.time = key_time(ev[i].key);
+                best.time = key_time(e->key);
                 best.bytes = b;
                 for (int k = 0; k < SIM_NMEMCLASS; k++)
                     best.by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
                 have_best = 1;
             }
-            if (++inbucket == per || i + 1 == d->nev) {
+            if (++inbucket == per || next == NULL) {
                 pts[npoint++] = best;
                 inbucket = 0;
                 have_best = 0;
             }
         }
+        last = e->key;
     }
     if (pts && npoint && d->nev) {
         /* The last point is the final state. */
-        sim_mempoint *last = &pts[npoint - 1];
-        last->time = key_time(ev[d->nev - 1].key);
-        last->bytes = live > 0 ? (uint64_t)live : 0;
+        sim_mempoint *lp = &pts[npoint - 1];
+        lp->time = key_time(last);
+        lp->bytes = live > 0 ? (uint64_t)live : 0;
         for (int k = 0; k < SIM_NMEMCLASS; k++)
-            last->by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
+            lp->by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
     }
     r->timeline = pts;
     r->ntimeline = npoint;
