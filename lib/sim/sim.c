@@ -2052,6 +2052,28 @@ sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_resu
     return rc;
 }
 
+double
+sim_op_time(const ir_module *m, ir_id op, const hw_model *hw, uint32_t device)
+{
+    sim s;
+    di_error err;
+    double t, flops;
+    uint32_t flags;
+    if (op == 0 || op >= m->nop || m->ops[op].kind == IR_OP_NONE || m->ops[op].kind >= IR_NOPKIND)
+        return -1;
+    flags = ir_opkind_info(m->ops[op].kind)->flags;
+    if ((flags & (IR_OPF_COMM | IR_OPF_FREE | IR_OPF_REGION | IR_OPF_TERM)) ||
+        device >= hw->ndevice)
+        return 0;
+    memset(&s, 0, sizeof s);
+    s.m = m;
+    s.hw = hw;
+    s.err = &err;
+    if (compute_time(&s, op, (int32_t)device, dtensor_scale(&s, op), &t, &flops) != 0)
+        return -1;
+    return t;
+}
+
 void
 sim_result_free(sim_result *r)
 {

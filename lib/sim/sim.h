@@ -103,6 +103,14 @@ int sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_
             sim_event **events, uint32_t *nevent, di_error *err);
 void sim_result_free(sim_result *r);
 
+/*
+ * The simulator's time for one op of m on device `device` of hw, in seconds:
+ * the roofline cost (or a measured time) for a compute op, 0 for views,
+ * plumbing, communication and pmaps. Negative when it cannot be priced (an
+ * opaque op without a measured time). Used to balance pipeline stages.
+ */
+double sim_op_time(const ir_module *m, ir_id op, const hw_model *hw, uint32_t device);
+
 /* The result as one JSON object (the `distir simulate --json` form). Caller frees. */
 char *sim_result_to_json(const sim_result *r);
 /* A human-readable table. Caller frees. */

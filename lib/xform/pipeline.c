@@ -4,7 +4,8 @@
  *
  * The source step is cut into programs:
  *   - F[k], B[k]: the forward and backward ops of model stage k (contiguous
- *     layers balanced by FLOPs; the embedding joins the first stage, the head
+ *     layers balanced by the simulator's time for them, or by FLOPs when an
+ *     op cannot be priced; the embedding joins the first stage, the head
  *     and the loss the last), run once per microbatch as a dist.pmap over
  *     the devices of group k mod pp ("chunks");
  *   - S[g]: the ops that run once per step on group g, after the last
@@ -44,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/sim.h"
 #include "xform/autodiff.h"
 
 enum { PROG_F = 0, PROG_B = 1, PROG_S = 2 };
@@ -212,18 +214,28 @@ reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id tv, ir_
 
 /* ---- stages ---- */
 
+/*
+ * An op's weight for balancing: the simulator's time on the target
+ * hardware (by_time), else its FLOPs.
+ */
 static double
-op_flops(const ir_module *m, ir_id op)
+op_weight(const xf_ctx *c, ir_id op, int by_time)
 {
-    ir_cost c;
-    ir_op_cost(m, op, &c);
-    return c.flops > 0 ? c.flops : 0;
+    ir_cost k;
+    if (by_time) {
+        double t = sim_op_time(c->m, op, c->hw, 0);
+        return t > 0 ? t : 0;
+    }
+    ir_op_cost(c->m, op, &k);
+    return k.flops > 0 ? k.flops : 0;
 }
 
 /*
  * Partitions the layers into K contiguous groups minimizing the largest
- * group's FLOPs (embedding counted with the first layer, head with the
- * last); ties go to the most even layer counts.
+ * group's cost (embedding counted with the first layer, head with the
+ * last); ties go to the most even layer counts. The cost is the
+ * simulator's time on the target hardware when every op can be priced
+ * (so memory-bound ops count for what they cost), else FLOPs.
  */
 static int
 balance(xf_ctx *c)
@@ -235,11 +247,15 @@ balance(xf_ctx *c)
     double *best;
     double *sq;
     uint32_t *cut;
+    int by_time = c->hw != NULL;
     c->layer_stage = di_xcalloc(L ? L : 1, sizeof *c->layer_stage);
     if (L == 0 || K <= 1) {
         di_free(cost);
         return 0;
     }
+    for (uint32_t i = 0; i < fr->nop && by_time; i++)
+        if (sim_op_time(m, fr->ops[i], c->hw, 0) < 0)
+            by_time = 0;
     for (uint32_t i = 0; i < fr->nop; i++) {
         ir_id op = fr->ops[i];
         const char *part = xf_op_str(m, op, "dist.part");
@@ -247,7 +263,7 @@ balance(xf_ctx *c)
         uint32_t idx = 0;
         if (c->vflags[m->ops[op].noutput ? m->ops[op].outputs : 0] & XF_V_CONST)
             continue;
-        f = op_flops(m, op);
+        f = op_weight(c, op, by_time);
         if (part && strcmp(part, "embed") == 0) {
             idx = 0;
         } else if (part && strcmp(part, "head") == 0) {

@@ -385,6 +385,7 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
     memset(c, 0, sizeof *c);
     c->err = err;
     c->s = *s;
+    c->hw = hw;
     if (c->s.dp == 0)
         c->s.dp = 1;
     if (c->s.tp == 0)

@@ -72,6 +72,7 @@ typedef struct xf_ctx {
     ir_module *owned;   /* the differentiated copy of a forward-only input, or NULL */
     ir_id func;
     xform_strategy s;   /* normalized: degrees >= 1, schedule resolved */
+    const hw_model *hw; /* the target hardware, or NULL */
     uint32_t n[XF_NAXIS]; /* microbatches, dp, tp */
     uint32_t pp, V, K;  /* pipeline groups, virtual stages, model stages (pp * V) */
     di_error *err;
