@@ -142,6 +142,8 @@ typedef struct pl {
     int64_t *tmpdev;   /* ngdev scratch device ids */
 } pl;
 
+static void pl_fini(pl *P);
+
 /* ---- registry ---- */
 
 /* splitmix64's finalizer over the packed key. */
@@ -1455,9 +1457,28 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
         goto fail;
     sort_results(&P);
     di_free(ev);
-    xf_body_tables_fini(&P.body);
-    for (uint32_t i = 0; i < P.nprog; i++) {
-        prog *p = &P.prog[i];
+    pl_fini(&P);
+    *outp = P.out;
+    if (layp)
+        *layp = P.lay;
+    else
+        xform_layout_free(P.lay);
+    return 0;
+fail:
+    di_free(ev);
+    pl_fini(&P);
+    xform_layout_free(P.lay);
+    ir_module_free(P.out);
+    return rc;
+}
+
+/* Frees the working state of an assembly (not the output module or layout). */
+static void
+pl_fini(pl *P)
+{
+    xf_body_tables_fini(&P->body);
+    for (uint32_t i = 0; P->prog && i < P->nprog; i++) {
+        prog *p = &P->prog[i];
         di_free(p->ops.v);
         di_free(p->in.v);
         di_free(p->out.v);
@@ -1470,61 +1491,20 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
         di_free(p->vals);
         variants_free(p);
     }
-    di_free(P.prog);
-    di_free(P.home);
-    di_free(P.mark);
-    di_free(P.needs);
-    di_free(P.needhead);
-    di_free(P.isleaf);
-    di_free(P.isout);
-    di_free(P.leaftgt);
-    di_free(P.reg);
-    di_free(P.devs);
-    di_free(P.mesh);
-    di_free(P.tmp);
-    di_free(P.tmpdev);
-    di_free(P.tt);
-    *outp = P.out;
-    if (layp)
-        *layp = P.lay;
-    else
-        xform_layout_free(P.lay);
-    return 0;
-fail:
-    di_free(ev);
-    xf_body_tables_fini(&P.body);
-    if (P.prog)
-        for (uint32_t i = 0; i < P.nprog; i++) {
-            prog *p = &P.prog[i];
-            di_free(p->ops.v);
-            di_free(p->in.v);
-            di_free(p->out.v);
-            di_free(p->leaf.v);
-            di_free(p->stash.v);
-            di_free(p->res.v);
-            di_free(p->lazy.v);
-            di_free(p->argc);
-            di_free(p->acc);
-            di_free(p->vals);
-            variants_free(p);
-        }
-    di_free(P.prog);
-    di_free(P.home);
-    di_free(P.mark);
-    di_free(P.needs);
-    di_free(P.needhead);
-    di_free(P.isleaf);
-    di_free(P.isout);
-    di_free(P.leaftgt);
-    di_free(P.reg);
-    di_free(P.devs);
-    di_free(P.mesh);
-    di_free(P.tmp);
-    di_free(P.tmpdev);
-    di_free(P.tt);
-    xform_layout_free(P.lay);
-    ir_module_free(P.out);
-    return rc;
+    di_free(P->prog);
+    di_free(P->home);
+    di_free(P->mark);
+    di_free(P->needs);
+    di_free(P->needhead);
+    di_free(P->isleaf);
+    di_free(P->isout);
+    di_free(P->leaftgt);
+    di_free(P->reg);
+    di_free(P->devs);
+    di_free(P->mesh);
+    di_free(P->tmp);
+    di_free(P->tmpdev);
+    di_free(P->tt);
 }
 
 /* ---- the public entry points ---- */
