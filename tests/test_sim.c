@@ -790,6 +790,51 @@ test_symmetry(void **state)
     hw_free(hw);
 }
 
+/*
+ * The cost memos (per op inside bodies, per signature at top level) change
+ * nothing: an identity override of one device turns them off, and the
+ * results must be the same bytes.
+ */
+static void
+test_cost_memo(void **state)
+{
+    (void)state;
+    hw_model *a = test_hw(2, 8), *b = test_hw(2, 8);
+    uint32_t id = 15;
+    di_error err;
+    assert_int_equal(hw_set_overrides(b, 1, &id, &b->device, &err), 0);
+    for (int which = 0; which < 3; which++) {
+        ir_module *m;
+        if (which == 0) {
+            /* Top level: repeated signatures with different attributes and shapes. */
+            m = ir_module_new();
+            ir_id f = ir_func_new(m, "main");
+            ir_id x = ir_region_add_arg(m, f, t2(m, 32, 64, 0), "x");
+            ir_id w = ir_region_add_arg(m, f, t2(m, 64, 64, 0), "w");
+            for (int i = 0; i < 40; i++) {
+                ir_id in[2] = {x, w};
+                ir_id y = op1(m, f, IR_OP_MATMUL, 2, in, t2(m, 32, 64, 0), NULL);
+                ir_id z = op1(m, f, IR_OP_SOFTMAX, 1, &y, t2(m, 32, 64, 0), NULL);
+                ir_op_set_int(m, m->values[z].def, "axis", i % 2);
+                x = op1(m, f, i % 3 ? IR_OP_RELU : IR_OP_GELU, 1, &z, t2(m, 32, 64, 0), NULL);
+            }
+            ir_region_add_result(m, f, x);
+        } else {
+            m = which == 1 ? pmap_module() : spmd_module(0);
+        }
+        sim_result *ra = run(m, a, 0), *rb = run(m, b, 0);
+        char *ja = sim_result_to_json(ra), *jb = sim_result_to_json(rb);
+        assert_string_equal(ja, jb);
+        di_free(ja);
+        di_free(jb);
+        sim_result_free(ra);
+        sim_result_free(rb);
+        ir_module_free(m);
+    }
+    hw_free(a);
+    hw_free(b);
+}
+
 int
 main(void)
 {
@@ -812,6 +857,7 @@ main(void)
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_result_proto),
         cmocka_unit_test(test_symmetry),
+        cmocka_unit_test(test_cost_memo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
