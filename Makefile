@@ -144,8 +144,9 @@ $(SRVA): $(filter-out $(B)/obj/server/main.o,$(SRV_OBJS))
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/distir: $(CLI_OBJS) $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
+# The CLI shares the daemon's gRPC status names (server/status.c, no other daemon code).
+$(B)/distir: $(CLI_OBJS) $(B)/obj/server/status.o $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(B)/obj/server/status.o $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
 
 $(B)/distird: $(B)/obj/server/main.o $(SRVA) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_SRV) $(LIBS_LIB)

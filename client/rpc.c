@@ -9,6 +9,8 @@
  */
 #include "rpc.h"
 
+#include "../server/status.h"
+
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
@@ -21,33 +23,6 @@
 
 #define RPC_MAX_REPLY_BYTES (1 << 30) /* results with memory timelines can be large */
 #define RPC_REPLY_DEPTH 16
-
-static const char *
-status_name(grpc_status_code s)
-{
-    static const char *const names[] = {
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    };
-    if ((unsigned)s < sizeof names / sizeof names[0])
-        return names[s];
-    return "UNKNOWN_STATUS";
-}
 
 /* The reverse of the daemon's mapping (server/status.c), for exit paths. */
 static int
@@ -156,7 +131,7 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
         }
         if (status != GRPC_STATUS_OK) {
             char *d = grpc_slice_to_c_string(details);
-            rc = di_error_set(err, code_from_status(status), "%s: %s", status_name(status),
+            rc = di_error_set(err, code_from_status(status), "%s: %s", srv_status_name(status),
                               d[0] ? d : (error_string ? error_string : "no details"));
             gpr_free(d);
         } else if (recv_bb == NULL) {
