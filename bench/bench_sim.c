@@ -105,7 +105,8 @@ one(uint32_t nops, hw_model *hw)
     size_t modbytes;
     sim_options o;
     di_error err;
-    int reps = nops >= 1000000 ? 3 : nops >= 100000 ? 5 : 20;
+    const char *r_env = getenv("BENCH_REPS");
+    int reps = r_env ? atoi(r_env) : nops >= 1000000 ? 3 : nops >= 100000 ? 5 : 20;
 
     base = vm_kib("VmHWM:");
     m = build(nops);
@@ -142,11 +143,14 @@ main(int argc, char **argv)
     static const uint32_t sizes[] = {1000, 10000, 100000, 1000000};
     hw_model *hw;
     di_error err;
-    (void)argc;
-    (void)argv;
     if (hw_preset("a100-dgx:1", &hw, &err) != 0) {
         fprintf(stderr, "bench_sim: %s\n", err.msg);
         return 1;
+    }
+    if (argc > 1) { /* one size, in this process (for profilers) */
+        int rc = one((uint32_t)strtoul(argv[1], NULL, 10), hw);
+        hw_free(hw);
+        return rc;
     }
     printf("bench_sim: simulator speed and memory (targets: < 100 ns/op and < 200 B/op "
            "at 10^6 ops; linear growth)\n");

@@ -835,6 +835,53 @@ test_cost_memo(void **state)
     hw_free(b);
 }
 
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * The memory-event sort keeps a sorted subsequence, sets the exceptions
+ * aside and merges them back; it must equal a plain sort on every shape:
+ * sorted, reversed, a few late or early outliers (fewer and more than the
+ * 16 it pops), runs, duplicates, and random data (the radix fallback).
+ */
+static void
+test_sort_keys(void **state)
+{
+    uint32_t sizes[] = {0, 1, 2, 17, 1000, 70000};
+    uint64_t seed = 12345;
+    (void)state;
+    for (int shape = 0; shape < 9; shape++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            uint32_t n = sizes[si];
+            uint64_t *a = malloc((n ? n : 1) * sizeof *a), *b = malloc((n ? n : 1) * sizeof *b);
+            for (uint32_t i = 0; i < n; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                uint64_t r = seed >> 20;
+                switch (shape) {
+                case 0: a[i] = i; break;                                   /* sorted */
+                case 1: a[i] = n - i; break;                               /* reversed */
+                case 2: a[i] = r % 50 == 0 ? i + 1000000 : i; break;       /* late outliers */
+                case 3: a[i] = r % 50 == 0 ? i / 2 : i; break;             /* early outliers */
+                case 4: a[i] = i == 0 ? UINT64_MAX : i; break;             /* one huge first */
+                case 5: a[i] = (i % 100) * 7 + i / 100; break;             /* runs */
+                case 6: a[i] = r % 8; break;                               /* duplicates */
+                case 7: a[i] = r % 50 == 0 ? i / 4 : i + 500; break;       /* below the first */
+                default: a[i] = r; break;                                  /* random */
+                }
+            }
+            memcpy(b, a, n * sizeof *a);
+            sim_sort_keys(a, n);
+            qsort(b, n, sizeof *b, cmp_u64);
+            assert_memory_equal(a, b, n * sizeof *a);
+            free(a);
+            free(b);
+        }
+}
+
 int
 main(void)
 {
@@ -858,6 +905,7 @@ main(void)
         cmocka_unit_test(test_result_proto),
         cmocka_unit_test(test_symmetry),
         cmocka_unit_test(test_cost_memo),
+        cmocka_unit_test(test_sort_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <threads.h>
@@ -196,6 +197,75 @@ di_xrealloc(void *ptr, size_t size)
     if (p == NULL)
         di_oom();
     return p;
+}
+
+#define DI_BIG_MIN ((size_t)2 << 20)
+
+static size_t
+big_len(size_t bytes)
+{
+    return (bytes + 4095) & ~(size_t)4095;
+}
+
+static void
+big_advise(void *p, size_t len)
+{
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, len, MADV_HUGEPAGE); /* advice only: without THP it changes nothing */
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
+void *
+di_big_xalloc(size_t bytes)
+{
+    void *p;
+    if (bytes < DI_BIG_MIN)
+        return di_xcalloc(1, bytes ? bytes : 1);
+    p = mmap(NULL, big_len(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        di_oom();
+    big_advise(p, big_len(bytes));
+    return p;
+}
+
+void *
+di_big_xrealloc(void *p, size_t old_bytes, size_t new_bytes)
+{
+    void *q;
+    if (p == NULL)
+        return di_big_xalloc(new_bytes);
+    if (new_bytes <= old_bytes)
+        return p;
+    if (new_bytes < DI_BIG_MIN) {
+        q = di_xrealloc(p, new_bytes);
+        memset((char *)q + old_bytes, 0, new_bytes - old_bytes);
+        return q;
+    }
+    if (old_bytes < DI_BIG_MIN) {
+        q = di_big_xalloc(new_bytes);
+        memcpy(q, p, old_bytes);
+        free(p);
+        return q;
+    }
+    q = mremap(p, big_len(old_bytes), big_len(new_bytes), MREMAP_MAYMOVE);
+    if (q == MAP_FAILED)
+        di_oom();
+    big_advise(q, big_len(new_bytes));
+    return q;
+}
+
+void
+di_big_free(void *p, size_t bytes)
+{
+    if (p == NULL)
+        return;
+    if (bytes < DI_BIG_MIN)
+        free(p);
+    else
+        munmap(p, big_len(bytes));
 }
 
 char *

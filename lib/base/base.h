@@ -89,6 +89,17 @@ void *di_xcalloc(size_t count, size_t size);
 void *di_xrealloc(void *ptr, size_t size);
 char *di_xstrdup(const char *s);
 _Noreturn void di_oom(void);
+/*
+ * Large zeroed arrays (the simulator's per-value and per-instance tables):
+ * from 2 MiB up they are mapped straight from the kernel, advised to use
+ * transparent huge pages (one fault per 2 MiB instead of per 4 KiB) and
+ * grown with mremap (page tables move, bytes are not copied); below that
+ * they are ordinary heap blocks. Growth zeroes the new tail. The caller
+ * passes the current size back on every call. They abort on out-of-memory.
+ */
+void *di_big_xalloc(size_t bytes);
+void *di_big_xrealloc(void *p, size_t old_bytes, size_t new_bytes);
+void di_big_free(void *p, size_t bytes);
 /* Makes the allocation after the next n succeed-calls fail (n < 0: never). Tests only. */
 void di_alloc_fail_after(long n);
 

@@ -40,6 +40,11 @@
 
 #define LOC_DEVVAR (-2) /* location is the device of the current pmap instance */
 
+/* Value flags (sim.vuni), reset whenever a value gets new instances. */
+#define VF_UNI 1u  /* one instance stands for every location (symmetry, see vidx) */
+#define VF_SAME 2u /* every instance is ready at the same time (cached by pmap_symmetric) */
+#define VF_DIFF 4u /* not every instance is ready at the same time */
+
 typedef struct sim_inst {
     double ready;     /* seconds: when the value is available */
     double last_use;  /* seconds: end of the last consumer */
@@ -89,6 +94,13 @@ typedef struct tloc {
     uint64_t bytes;
 } tloc;
 
+/* A mesh collective's group for one member device: devices grp[off .. off+n). */
+typedef struct sim_grp {
+    ir_id op; /* 0: empty slot */
+    int32_t dev;
+    uint32_t off, n;
+} sim_grp;
+
 /* A priced op signature: its representative op, hash, time and FLOPs. */
 typedef struct sim_sig {
     ir_id op;
@@ -112,7 +124,7 @@ typedef struct sim {
     uint32_t ntloc, ctloc;
 
     uint32_t *vbase;   /* per value: first instance */
-    uint8_t *vuni;     /* per value: 1 if one instance stands for every location (symmetry) */
+    uint8_t *vuni;     /* per value: VF_* flags */
     uint32_t *vrep;    /* per value: replication (pmap instances), 1 at top level */
     sim_inst *inst;
     uint32_t ninst, cinst;
@@ -120,6 +132,7 @@ typedef struct sim {
     uint8_t *vclass;   /* per value: sim_memclass */
     uint64_t nops;
     memev *ev;         /* every device's memory events, grouped by device */
+    uint32_t nev;
 
     sim_event *events;
     uint32_t nevent, cevent;
@@ -130,6 +143,12 @@ typedef struct sim {
     struct sim_sig *sigs; /* top-level ops priced, by signature (op_time) */
     uint32_t nsig, csig;
     int broken;        /* a device standing for others was used on its own: rerun */
+    sim_grp *grps;     /* mesh groups found (mesh_group), open addressing by (op, dev) */
+    uint32_t ngrp, cgrp;
+    int32_t *grpdev;   /* their devices */
+    uint32_t ngrpdev, cgrpdev;
+    int32_t *scratch;  /* sim_collective's group buffer */
+    uint32_t cscratch;
 } sim;
 
 const char *
@@ -274,12 +293,26 @@ type_locs(sim *s, ir_id type, const tloc **out, uint32_t *n)
 
 /* ---- instances ---- */
 
+/* Room for `need` instances; new slots are zero (slots past ninst are never written). */
+static void
+inst_reserve(sim *s, size_t need)
+{
+    size_t cap = s->cinst ? s->cinst : 1024;
+    if (need <= s->cinst)
+        return;
+    while (cap < need)
+        cap *= 2;
+    if (cap > UINT32_MAX)
+        di_oom();
+    s->inst = di_big_xrealloc(s->inst, s->cinst * sizeof *s->inst, cap * sizeof *s->inst);
+    s->cinst = (uint32_t)cap;
+}
+
 static uint32_t
 inst_new(sim *s, uint32_t count)
 {
     uint32_t first = s->ninst;
-    DI_GROW(&s->inst, &s->cinst, s->ninst + count);
-    memset(s->inst + first, 0, count * sizeof *s->inst);
+    inst_reserve(s, (size_t)s->ninst + count);
     for (uint32_t i = 0; i < count; i++)
         s->inst[first + i].owner = first + i;
     s->ninst += count;
@@ -331,7 +364,7 @@ vnloc(const sim *s, ir_id v)
 static inline uint32_t
 vidx(const sim *s, ir_id v, uint32_t k, uint32_t j)
 {
-    return s->vbase[v] + (s->vuni[v] ? 0 : k * vnloc(s, v) + j);
+    return s->vbase[v] + ((s->vuni[v] & VF_UNI) ? 0 : k * vnloc(s, v) + j);
 }
 
 static inline sim_inst *
@@ -351,7 +384,7 @@ loc_dev(const sim *s, ir_id v, uint32_t j)
 static inline int32_t
 vdev(sim *s, ir_id v, uint32_t k, uint32_t j)
 {
-    return s->vuni[v] ? loc_dev(s, v, j) : vinst(s, v, k, j)->dev;
+    return (s->vuni[v] & VF_UNI) ? loc_dev(s, v, j) : vinst(s, v, k, j)->dev;
 }
 
 /* Gives value v one instance for all its locations (see vidx); returns its index. */
@@ -366,7 +399,7 @@ value_uniform(sim *s, ir_id v, uint32_t *idx)
     *idx = inst_new(s, 1);
     s->vbase[v] = *idx;
     s->vrep[v] = 1;
-    s->vuni[v] = 1;
+    s->vuni[v] = VF_UNI;
     s->inst[*idx].dev = n ? locs[0].dev : 0;
     s->inst[*idx].bytes = n ? locs[0].bytes : 0;
     s->inst[*idx].cls = s->vclass[v];
@@ -598,7 +631,7 @@ op_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
         return 0;
     }
     if (s->memo == NULL) {
-        s->memo = di_xmalloc(2 * s->m->nop * sizeof *s->memo);
+        s->memo = di_big_xalloc(2 * s->m->nop * sizeof *s->memo);
         for (uint32_t i = 0; i < 2 * s->m->nop; i++)
             s->memo[i] = -1;
     }
@@ -1068,7 +1101,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
 
 /* Group membership of a mesh-form collective: devices sharing coordinates off mesh_axes. */
 static int
-mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint32_t *n)
+mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint32_t *n)
 {
     const ir_module *m = s->m;
     const ir_mesh *ms = &m->meshes[mesh];
@@ -1115,6 +1148,53 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint32_t *
             group[cnt++] = (int32_t)devices[i];
     }
     *n = cnt;
+    return 0;
+}
+
+static uint32_t
+grp_slot(const sim *s, ir_id op, int32_t dev)
+{
+    uint32_t h = (uint32_t)(mix64(op, (uint32_t)dev) & (s->cgrp - 1));
+    while (s->grps[h].op && (s->grps[h].op != op || s->grps[h].dev != dev))
+        h = (h + 1) & (s->cgrp - 1);
+    return h;
+}
+
+/*
+ * The group of a mesh-form collective op for member device dev: found once
+ * per (op, device) and kept (an op in a called function runs once per call).
+ * *group points into the table, valid until the next call.
+ */
+static int
+mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const int32_t **group, uint32_t *n)
+{
+    uint32_t h, cnt = 0, nd = s->m->meshes[mesh].ndevice;
+    int rc;
+    if ((s->ngrp + 1) * 2 > s->cgrp) {
+        sim_grp *old = s->grps;
+        uint32_t oldn = s->cgrp;
+        s->cgrp = oldn ? 2 * oldn : 256;
+        s->grps = di_xcalloc(s->cgrp, sizeof *s->grps);
+        for (uint32_t i = 0; i < oldn; i++)
+            if (old[i].op)
+                s->grps[grp_slot(s, old[i].op, old[i].dev)] = old[i];
+        free(old);
+    }
+    h = grp_slot(s, op, dev);
+    if (s->grps[h].op == 0) {
+        DI_GROW(&s->grpdev, &s->cgrpdev, (size_t)s->ngrpdev + nd + 1);
+        rc = mesh_group_find(s, op, mesh, dev, s->grpdev + s->ngrpdev, &cnt);
+        if (rc)
+            return rc;
+        s->grps[h].op = op;
+        s->grps[h].dev = dev;
+        s->grps[h].off = s->ngrpdev;
+        s->grps[h].n = cnt;
+        s->ngrpdev += cnt;
+        s->ngrp++;
+    }
+    *group = s->grpdev + s->grps[h].off;
+    *n = s->grps[h].n;
     return 0;
 }
 
@@ -1321,6 +1401,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     ir_cost cost;
     const tloc *locs;
     int32_t *group;
+    const int32_t *mgroup;
     uint32_t cap;
     int rc = type_locs(s, m->values[out].type, &locs, &nout);
     if (rc)
@@ -1332,7 +1413,8 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     cap = nin + nout + 1;
     if (meshattr && meshattr->s < m->nmesh && m->meshes[meshattr->s].ndevice + 1 > cap)
         cap = m->meshes[meshattr->s].ndevice + 1;
-    group = di_xmalloc(cap * sizeof *group);
+    DI_GROW(&s->scratch, &s->cscratch, cap);
+    group = s->scratch;
 
     if (meshattr) {
         /*
@@ -1350,12 +1432,12 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             if (done[idx])
                 continue;
             sim_inst *first = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? idx : idx % nin)];
-            rc = mesh_group(s, op, meshattr->s, first->dev, group, &n);
+            rc = mesh_group(s, op, meshattr->s, first->dev, &mgroup, &n);
             if (rc) {
                 free(done);
-                free(group);
                 return rc;
             }
+            memcpy(group, mgroup, n * sizeof *group);
             /* Members are the (instance, location) pairs on the group's devices. */
             for (uint32_t q = idx; q < total; q++) {
                 sim_inst *x = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)];
@@ -1395,7 +1477,6 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             }
         }
         free(done);
-        free(group);
         return 0;
     }
 
@@ -1443,7 +1524,6 @@ sim_collective(sim *s, ir_id op, const ctx *c)
         for (uint32_t j = 0; j < nout; j++)
             inst_produce(vinst(s, out, k, j), start, end);
     }
-    free(group);
     return rc;
 }
 
@@ -1473,6 +1553,18 @@ pmap_symmetric(sim *s, ir_id op, const int32_t *devs, uint32_t n, uint32_t *p)
     for (uint32_t a = 0; a < o->ninput; a++) {
         ir_id in = m->refs[o->inputs + a];
         uint32_t nl = vnloc(s, in) / n;
+        if (s->vuni[in] & (VF_UNI | VF_SAME))
+            continue;
+        if (!(s->vuni[in] & VF_DIFF)) {
+            /* Ready times are final once a value is made: check every instance once. */
+            uint32_t total = vnloc(s, in) * s->vrep[in], i;
+            const sim_inst *x = &s->inst[s->vbase[in]];
+            for (i = 1; i < total && x[i].ready == x[0].ready; i++)
+                ;
+            s->vuni[in] |= i >= total ? VF_SAME : VF_DIFF;
+            if (i >= total)
+                continue;
+        }
         if (vnloc(s, in) != n * nl)
             continue;
         for (uint32_t l = 0; l < nl; l++)
@@ -1744,6 +1836,80 @@ radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n)
 }
 
 /*
+ * Sorts n events by key, using that they come almost in time order (streams
+ * run in order; a free follows its value's last use): one pass keeps a
+ * sorted subsequence in place and moves the out-of-order events (a value
+ * that lives long, a late consumer) aside, popping up to 16 kept events
+ * when they, not the new one, are the exceptions; the few set aside are
+ * radix-sorted and merged back from the end. When too many are out of
+ * order it radix-sorts everything. Events with equal keys happen at the
+ * same instant and device_memory settles an instant before looking at it,
+ * so their order does not matter (it is deterministic all the same).
+ * tmp has room for n events.
+ */
+static void
+sort_events(memev *v, memev *tmp, uint32_t *count, uint32_t n)
+{
+    enum { POP_MAX = 16 };
+    uint32_t keep = 0, nout = 0, i, j, w;
+    for (i = 1; i < n && v[i].key >= v[i - 1].key; i++)
+        ;
+    if (i >= n)
+        return; /* already sorted */
+    for (i = 0; i < n; i++) {
+        memev e = v[i];
+        uint32_t p = 0;
+        if (keep == 0 || e.key >= v[keep - 1].key) {
+            v[keep++] = e;
+            continue;
+        }
+        while (p < POP_MAX && p < keep && v[keep - 1 - p].key > e.key)
+            p++;
+        if (p < keep && v[keep - 1 - p].key > e.key) {
+            tmp[nout++] = e; /* later than POP_MAX kept events: e is the exception */
+            continue;
+        }
+        for (uint32_t q = 0; q < p; q++)
+            tmp[nout++] = v[keep - 1 - q];
+        keep -= p;
+        v[keep++] = e;
+    }
+    if (nout > n / 4) {
+        memcpy(v + keep, tmp, nout * sizeof *v);
+        radix_sort(v, tmp, count, n);
+        return;
+    }
+    radix_sort(tmp, tmp + nout, count, nout);
+    /* Merge from the end: v[0..keep) and tmp[0..nout) into v[0..n). */
+    i = keep;
+    j = nout;
+    w = n;
+    while (j > 0) {
+        if (i > 0 && v[i - 1].key > tmp[j - 1].key)
+            v[--w] = v[--i];
+        else
+            v[--w] = tmp[--j];
+    }
+}
+
+void
+sim_sort_keys(uint64_t *keys, uint32_t n)
+{
+    memev *v = di_xmalloc((n ? n : 1) * sizeof *v), *tmp = di_xmalloc((n ? n : 1) * sizeof *tmp);
+    uint32_t *count = di_xmalloc(65536 * sizeof *count);
+    for (uint32_t i = 0; i < n; i++) {
+        v[i].key = keys[i];
+        v[i].val = i;
+    }
+    sort_events(v, tmp, count, n);
+    for (uint32_t i = 0; i < n; i++)
+        keys[i] = v[i].key;
+    free(count);
+    free(tmp);
+    free(v);
+}
+
+/*
  * Builds every device's memory events from the instances: an owner is
  * allocated when its producer starts and freed when the last consumer of
  * any of its aliases ends (never, if it or an alias is persistent).
@@ -1751,9 +1917,13 @@ radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n)
 static void
 build_memory(sim *s, double step)
 {
-    uint32_t total = 0, *count;
+    uint32_t total = 0, most = 0, *count;
     memev *tmp;
-    /* Propagate last use and persistence from aliases to owners. */
+    /*
+     * Propagate last use and persistence from aliases to owners, and count
+     * each device's allocations (owners with bytes); it has at most as many
+     * frees (persistence is only final after this pass).
+     */
     for (uint32_t i = 1; i < s->ninst; i++) {
         sim_inst *in = &s->inst[i];
         if (in->owner != i) {
@@ -1761,14 +1931,9 @@ build_memory(sim *s, double step)
             if (in->last_use > ow->last_use)
                 ow->last_use = in->last_use;
             ow->flags |= in->flags & INST_PERSISTENT;
+        } else if (in->bytes) {
+            s->devs[in->dev].nalloc++;
         }
-    }
-    for (uint32_t i = 1; i < s->ninst; i++) {
-        sim_inst *in = &s->inst[i];
-        if (in->owner != i || in->bytes == 0)
-            continue;
-        s->devs[in->dev].nalloc++;
-        s->devs[in->dev].nev += (in->flags & INST_PERSISTENT) ? 1 : 2;
     }
     /*
      * Per device, the allocations (in instance order, which is almost time
@@ -1779,11 +1944,14 @@ build_memory(sim *s, double step)
      */
     for (uint32_t d = 0; d < s->ndev; d++) {
         s->devs[d].evoff = total;
-        total += s->devs[d].nev;
+        total += 2 * s->devs[d].nalloc;
+        if (s->devs[d].nalloc > most)
+            most = s->devs[d].nalloc;
         s->devs[d].nev = s->devs[d].nalloc; /* the next free's slot */
         s->devs[d].nalloc = 0;              /* the next allocation's slot */
     }
-    s->ev = di_xmalloc((total ? total : 1) * sizeof *s->ev);
+    s->nev = total;
+    s->ev = di_big_xalloc((total ? total : 1) * sizeof *s->ev);
     for (uint32_t i = 1; i < s->ninst; i++) {
         sim_inst *in = &s->inst[i];
         sim_dev *d;
@@ -1798,15 +1966,15 @@ build_memory(sim *s, double step)
             s->ev[d->evoff + d->nev++].val = in->bytes << 3 | in->cls;
         }
     }
-    tmp = di_xmalloc((total ? total : 1) * sizeof *tmp);
+    tmp = di_big_xalloc((most ? most : 1) * sizeof *tmp);
     count = di_xmalloc(65536 * sizeof *count);
     for (uint32_t d = 0; d < s->ndev; d++) {
         sim_dev *dv = &s->devs[d];
-        radix_sort(s->ev + dv->evoff, tmp, count, dv->nalloc);
-        radix_sort(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc);
+        sort_events(s->ev + dv->evoff, tmp, count, dv->nalloc);
+        sort_events(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc);
     }
     free(count);
-    free(tmp);
+    di_big_free(tmp, (most ? most : 1) * sizeof *tmp);
 }
 
 static double
@@ -1969,14 +2137,9 @@ build_result(sim *s, sim_result **out)
         if (rp != (int32_t)d && have[rp]) {
             per[d] = per[rp];
             per[d].id = (int32_t)d;
-            per[d].timeline = NULL;
-            if (per[rp].timeline) {
-                per[d].timeline = di_xmalloc((per[rp].ntimeline ? per[rp].ntimeline : 1) *
-                                             sizeof *per[d].timeline);
-                if (per[rp].ntimeline)
-                    memcpy(per[d].timeline, per[rp].timeline,
-                           per[rp].ntimeline * sizeof *per[d].timeline);
-            }
+            /* Identical by construction: share the representative's timeline (a copy per
+               device would cost more than the simulation with 1,000 devices). */
+            per[d].timeline_shared = per[rp].timeline != NULL;
             have[d] = 2;
         }
     }
@@ -2024,19 +2187,26 @@ sim_fini(sim *s)
             for (int st = 0; st < 3; st++)
                 free(s->devs[d].busy[st].v);
         }
-    free(s->ev);
-    free(s->memo);
+    if (s->ev)
+        di_big_free(s->ev, (s->nev ? s->nev : 1) * sizeof *s->ev);
+    if (s->memo)
+        di_big_free(s->memo, 2 * s->m->nop * sizeof *s->memo);
     free(s->sigs);
+    free(s->grps);
+    free(s->grpdev);
+    free(s->scratch);
     free(s->devs);
     free(s->used);
     free(s->tloc_off);
     free(s->tloc_n);
     free(s->tlocs);
-    free(s->vbase);
-    free(s->vrep);
-    free(s->vuni);
-    free(s->inst);
-    free(s->vclass);
+    if (s->vbase) {
+        di_big_free(s->vbase, s->m->nvalue * sizeof *s->vbase);
+        di_big_free(s->vrep, s->m->nvalue * sizeof *s->vrep);
+        di_big_free(s->vuni, s->m->nvalue);
+        di_big_free(s->vclass, s->m->nvalue);
+    }
+    di_big_free(s->inst, s->cinst * sizeof *s->inst);
     free(s->events);
 }
 
@@ -2068,12 +2238,12 @@ sim_once(sim *sp, const ir_module *m, const hw_model *hw, const sim_options *opt
     s.tloc_off = di_xmalloc(m->ntype * sizeof *s.tloc_off);
     memset(s.tloc_off, 0xff, m->ntype * sizeof *s.tloc_off);
     s.tloc_n = di_xcalloc(m->ntype, sizeof *s.tloc_n);
-    s.vbase = di_xcalloc(m->nvalue, sizeof *s.vbase);
-    s.vrep = di_xcalloc(m->nvalue, sizeof *s.vrep);
-    s.vuni = di_xcalloc(m->nvalue, 1);
-    s.vclass = di_xcalloc(m->nvalue, 1);
+    s.vbase = di_big_xalloc(m->nvalue * sizeof *s.vbase);
+    s.vrep = di_big_xalloc(m->nvalue * sizeof *s.vrep);
+    s.vuni = di_big_xalloc(m->nvalue);
+    s.vclass = di_big_xalloc(m->nvalue);
     /* Most values have one instance: reserve that many up front. */
-    DI_GROW(&s.inst, &s.cinst, m->nvalue + 1);
+    inst_reserve(&s, (size_t)m->nvalue + 1);
     inst_new(&s, 1); /* instance 0 is reserved */
     classify(&s);
 
@@ -2179,7 +2349,8 @@ sim_result_free(sim_result *r)
     if (r == NULL)
         return;
     for (uint32_t i = 0; i < r->ndevice; i++)
-        free(r->devices[i].timeline);
+        if (!r->devices[i].timeline_shared)
+            free(r->devices[i].timeline);
     free(r->devices);
     free(r);
 }

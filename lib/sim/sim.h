@@ -72,6 +72,8 @@ typedef struct sim_device_result {
     double flops;
     uint32_t ntimeline;
     sim_mempoint *timeline;
+    int timeline_shared;    /* timeline belongs to another device's entry (the representative
+                               that simulated this one): read it, never free it */
 } sim_device_result;
 
 typedef struct sim_result {
@@ -110,6 +112,12 @@ void sim_result_free(sim_result *r);
  * opaque op without a measured time). Used to balance pipeline stages.
  */
 double sim_op_time(const ir_module *m, ir_id op, const hw_model *hw, uint32_t device);
+
+/*
+ * The memory-event sort, exposed for its test: sorts n 64-bit keys
+ * ascending (the simulator sorts events by such keys).
+ */
+void sim_sort_keys(uint64_t *keys, uint32_t n);
 
 /* The result as one JSON object (the `distir simulate --json` form). Caller frees. */
 char *sim_result_to_json(const sim_result *r);
