@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #include <time.h>
 
 #include "base/pb.h"
@@ -411,6 +412,46 @@ job_test_delay(srv_job *job)
     return 0;
 }
 
+/*
+ * Each worker thread keeps one simulation workspace (sim.h): repeated
+ * simulations reuse its tables instead of mapping and zeroing new ones.
+ * After a job it keeps at most WS_KEEP_BYTES; it is freed with the thread.
+ */
+#define WS_KEEP_BYTES ((size_t)256 << 20)
+static tss_t ws_key;
+static once_flag ws_once = ONCE_FLAG_INIT;
+static int ws_ok;
+
+static void
+ws_destroy(void *p)
+{
+    sim_workspace_free(p);
+}
+
+static void
+ws_init(void)
+{
+    ws_ok = tss_create(&ws_key, ws_destroy) == thrd_success;
+}
+
+static sim_workspace *
+worker_workspace(void)
+{
+    sim_workspace *ws;
+    call_once(&ws_once, ws_init);
+    if (!ws_ok)
+        return NULL; /* simulate with fresh tables */
+    ws = tss_get(ws_key);
+    if (ws == NULL) {
+        ws = sim_workspace_new();
+        if (tss_set(ws_key, ws) != thrd_success) {
+            sim_workspace_free(ws);
+            return NULL;
+        }
+    }
+    return ws;
+}
+
 static void
 job_run_simulate(srv_job *job)
 {
@@ -418,6 +459,7 @@ job_run_simulate(srv_job *job)
     ir_module *owned = NULL;
     sim_options opt;
     sim_result *res = NULL;
+    sim_workspace *ws;
     int rc;
     if (atomic_load(&job->cancel)) {
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
@@ -439,7 +481,9 @@ job_run_simulate(srv_job *job)
     opt.want_timeline = job->opts.want_timeline;
     opt.timeline_max_points = job->opts.timeline_max_points;
     opt.cancel = &job->cancel;
-    rc = sim_run(mod, job->input->hw, &opt, &res, NULL, NULL, &job->err);
+    ws = worker_workspace();
+    rc = sim_run_ws(ws, mod, job->input->hw, &opt, &res, NULL, NULL, &job->err);
+    sim_workspace_trim(ws, WS_KEEP_BYTES);
     ir_module_free(owned);
     if (rc != 0) {
         if (job->err.code == 0)

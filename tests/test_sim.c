@@ -835,6 +835,68 @@ test_cost_memo(void **state)
     hw_free(b);
 }
 
+/*
+ * A workspace keeps tables between runs: results through one workspace,
+ * across modules of different sizes (larger, then smaller, then larger;
+ * one of them breaks symmetry and reruns), equal fresh results byte for
+ * byte; after a trim it holds nothing and still works.
+ */
+static void
+test_workspace(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 8);
+    ir_module *mods[4];
+    char *fresh[4];
+    sim_workspace *ws = sim_workspace_new();
+    di_error err;
+    mods[0] = spmd_module(0);
+    mods[1] = pmap_module();
+    mods[2] = spmd_module(1);
+    {
+        /* A longer chain, so that the tables must grow. */
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        ir_id x = ir_region_add_arg(m, f, t2(m, 32, 64, 0), "x");
+        for (int i = 0; i < 3000; i++)
+            x = op1(m, f, i % 2 ? IR_OP_RELU : IR_OP_GELU, 1, &x, t2(m, 32, 64, 0), NULL);
+        ir_region_add_result(m, f, x);
+        mods[3] = m;
+    }
+    for (int i = 0; i < 4; i++) {
+        sim_result *r = run(mods[i], hw, 0);
+        fresh[i] = sim_result_to_json(r);
+        sim_result_free(r);
+    }
+    for (int round = 0; round < 3; round++) {
+        for (int k = 0; k < 4; k++) {
+            int i = round == 1 ? 3 - k : k;
+            sim_options o;
+            sim_result *r = NULL;
+            char *j;
+            sim_options_default(&o);
+            assert_int_equal(sim_run_ws(ws, mods[i], hw, &o, &r, NULL, NULL, &err), 0);
+            j = sim_result_to_json(r);
+            assert_string_equal(j, fresh[i]);
+            di_free(j);
+            sim_result_free(r);
+        }
+        assert_true(sim_workspace_bytes(ws) > 0);
+        if (round == 1) {
+            sim_workspace_trim(ws, SIZE_MAX);
+            assert_true(sim_workspace_bytes(ws) > 0);
+            sim_workspace_trim(ws, 0);
+            assert_int_equal(sim_workspace_bytes(ws), 0);
+        }
+    }
+    sim_workspace_free(ws);
+    for (int i = 0; i < 4; i++) {
+        di_free(fresh[i]);
+        ir_module_free(mods[i]);
+    }
+    hw_free(hw);
+}
+
 static int
 cmp_u64(const void *a, const void *b)
 {
@@ -906,6 +968,7 @@ main(void)
         cmocka_unit_test(test_symmetry),
         cmocka_unit_test(test_cost_memo),
         cmocka_unit_test(test_sort_keys),
+        cmocka_unit_test(test_workspace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -123,6 +123,7 @@ typedef struct sim {
     tloc *tlocs;
     uint32_t ntloc, ctloc;
 
+    uint32_t cvalue;   /* capacity of the per-value tables (>= m->nvalue) */
     uint32_t *vbase;   /* per value: first instance */
     uint8_t *vuni;     /* per value: VF_* flags */
     uint32_t *vrep;    /* per value: replication (pmap instances), 1 at top level */
@@ -132,7 +133,10 @@ typedef struct sim {
     uint8_t *vclass;   /* per value: sim_memclass */
     uint64_t nops;
     memev *ev;         /* every device's memory events, grouped by device */
-    uint32_t nev;
+    size_t cev;        /* capacity of ev */
+    memev *tmp;        /* sort scratch */
+    size_t ctmp;
+    uint32_t *count;   /* radix counters (65536) */
 
     sim_event *events;
     uint32_t nevent, cevent;
@@ -293,7 +297,7 @@ type_locs(sim *s, ir_id type, const tloc **out, uint32_t *n)
 
 /* ---- instances ---- */
 
-/* Room for `need` instances; new slots are zero (slots past ninst are never written). */
+/* Room for `need` instances. */
 static void
 inst_reserve(sim *s, size_t need)
 {
@@ -313,6 +317,7 @@ inst_new(sim *s, uint32_t count)
 {
     uint32_t first = s->ninst;
     inst_reserve(s, (size_t)s->ninst + count);
+    memset(s->inst + first, 0, count * sizeof *s->inst);
     for (uint32_t i = 0; i < count; i++)
         s->inst[first + i].owner = first + i;
     s->ninst += count;
@@ -1950,8 +1955,11 @@ build_memory(sim *s, double step)
         s->devs[d].nev = s->devs[d].nalloc; /* the next free's slot */
         s->devs[d].nalloc = 0;              /* the next allocation's slot */
     }
-    s->nev = total;
-    s->ev = di_big_xalloc((total ? total : 1) * sizeof *s->ev);
+    if (total > s->cev) {
+        di_big_free(s->ev, s->cev * sizeof *s->ev);
+        s->cev = total;
+        s->ev = di_big_xalloc(s->cev * sizeof *s->ev);
+    }
     for (uint32_t i = 1; i < s->ninst; i++) {
         sim_inst *in = &s->inst[i];
         sim_dev *d;
@@ -1966,15 +1974,20 @@ build_memory(sim *s, double step)
             s->ev[d->evoff + d->nev++].val = in->bytes << 3 | in->cls;
         }
     }
-    tmp = di_big_xalloc((most ? most : 1) * sizeof *tmp);
-    count = di_xmalloc(65536 * sizeof *count);
+    if (most > s->ctmp) {
+        di_big_free(s->tmp, s->ctmp * sizeof *s->tmp);
+        s->ctmp = most;
+        s->tmp = di_big_xalloc(s->ctmp * sizeof *s->tmp);
+    }
+    if (s->count == NULL)
+        s->count = di_xmalloc(65536 * sizeof *s->count);
+    tmp = s->tmp;
+    count = s->count;
     for (uint32_t d = 0; d < s->ndev; d++) {
         sim_dev *dv = &s->devs[d];
         sort_events(s->ev + dv->evoff, tmp, count, dv->nalloc);
         sort_events(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc);
     }
-    free(count);
-    di_big_free(tmp, (most ? most : 1) * sizeof *tmp);
 }
 
 static double
@@ -2179,16 +2192,102 @@ build_result(sim *s, sim_result **out)
     return 0;
 }
 
+/* The tables a workspace keeps between runs (see sim.h). */
+struct sim_workspace {
+    sim_inst *inst;
+    uint32_t cinst;
+    uint32_t cvalue;
+    uint32_t *vbase, *vrep;
+    uint8_t *vuni, *vclass;
+    memev *ev, *tmp;
+    size_t cev, ctmp;
+    uint32_t *count;
+};
+
 static void
-sim_fini(sim *s)
+ws_release(sim_workspace *w)
+{
+    di_big_free(w->inst, w->cinst * sizeof *w->inst);
+    di_big_free(w->vbase, w->cvalue * sizeof *w->vbase);
+    di_big_free(w->vrep, w->cvalue * sizeof *w->vrep);
+    di_big_free(w->vuni, w->cvalue);
+    di_big_free(w->vclass, w->cvalue);
+    di_big_free(w->ev, w->cev * sizeof *w->ev);
+    di_big_free(w->tmp, w->ctmp * sizeof *w->tmp);
+    free(w->count);
+    memset(w, 0, sizeof *w);
+}
+
+sim_workspace *
+sim_workspace_new(void)
+{
+    return di_xcalloc(1, sizeof(sim_workspace));
+}
+
+void
+sim_workspace_free(sim_workspace *ws)
+{
+    if (ws == NULL)
+        return;
+    ws_release(ws);
+    free(ws);
+}
+
+size_t
+sim_workspace_bytes(const sim_workspace *w)
+{
+    return w->cinst * sizeof *w->inst + (size_t)w->cvalue * (2 * sizeof(uint32_t) + 2) +
+           (w->cev + w->ctmp) * sizeof(memev) + (w->count ? 65536 * sizeof *w->count : 0);
+}
+
+void
+sim_workspace_trim(sim_workspace *ws, size_t max_bytes)
+{
+    if (ws && sim_workspace_bytes(ws) > max_bytes)
+        ws_release(ws);
+}
+
+/* Moves the tables of ws (or none) into s. */
+static void
+tables_take(sim *s, sim_workspace *ws)
+{
+    if (ws == NULL)
+        return;
+    s->inst = ws->inst, s->cinst = ws->cinst;
+    s->cvalue = ws->cvalue;
+    s->vbase = ws->vbase, s->vrep = ws->vrep, s->vuni = ws->vuni, s->vclass = ws->vclass;
+    s->ev = ws->ev, s->cev = ws->cev;
+    s->tmp = ws->tmp, s->ctmp = ws->ctmp;
+    s->count = ws->count;
+    memset(ws, 0, sizeof *ws);
+}
+
+/* Moves the tables of s back into ws, or frees them. */
+static void
+tables_give(sim *s, sim_workspace *ws)
+{
+    sim_workspace w;
+    w.inst = s->inst, w.cinst = s->cinst;
+    w.cvalue = s->cvalue;
+    w.vbase = s->vbase, w.vrep = s->vrep, w.vuni = s->vuni, w.vclass = s->vclass;
+    w.ev = s->ev, w.cev = s->cev;
+    w.tmp = s->tmp, w.ctmp = s->ctmp;
+    w.count = s->count;
+    if (ws)
+        *ws = w;
+    else
+        ws_release(&w);
+}
+
+static void
+sim_fini(sim *s, sim_workspace *ws)
 {
     if (s->devs)
         for (uint32_t d = 0; d < s->ndev; d++) {
             for (int st = 0; st < 3; st++)
                 free(s->devs[d].busy[st].v);
         }
-    if (s->ev)
-        di_big_free(s->ev, (s->nev ? s->nev : 1) * sizeof *s->ev);
+    tables_give(s, ws);
     if (s->memo)
         di_big_free(s->memo, 2 * s->m->nop * sizeof *s->memo);
     free(s->sigs);
@@ -2200,20 +2299,13 @@ sim_fini(sim *s)
     free(s->tloc_off);
     free(s->tloc_n);
     free(s->tlocs);
-    if (s->vbase) {
-        di_big_free(s->vbase, s->m->nvalue * sizeof *s->vbase);
-        di_big_free(s->vrep, s->m->nvalue * sizeof *s->vrep);
-        di_big_free(s->vuni, s->m->nvalue);
-        di_big_free(s->vclass, s->m->nvalue);
-    }
-    di_big_free(s->inst, s->cinst * sizeof *s->inst);
     free(s->events);
 }
 
 /* One simulation; with symmetric set it may stop with s->broken (see pmap_symmetric). */
 static int
-sim_once(sim *sp, const ir_module *m, const hw_model *hw, const sim_options *opt, int symmetric,
-         int want_events, sim_result **out, di_error *err)
+sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
+         const sim_options *opt, int symmetric, int want_events, sim_result **out, di_error *err)
 {
     sim s;
     ir_id entry = ir_module_entry(m);
@@ -2238,10 +2330,23 @@ sim_once(sim *sp, const ir_module *m, const hw_model *hw, const sim_options *opt
     s.tloc_off = di_xmalloc(m->ntype * sizeof *s.tloc_off);
     memset(s.tloc_off, 0xff, m->ntype * sizeof *s.tloc_off);
     s.tloc_n = di_xcalloc(m->ntype, sizeof *s.tloc_n);
-    s.vbase = di_big_xalloc(m->nvalue * sizeof *s.vbase);
-    s.vrep = di_big_xalloc(m->nvalue * sizeof *s.vrep);
-    s.vuni = di_big_xalloc(m->nvalue);
-    s.vclass = di_big_xalloc(m->nvalue);
+    tables_take(&s, ws);
+    if (s.cvalue < m->nvalue || s.vbase == NULL) {
+        di_big_free(s.vbase, s.cvalue * sizeof *s.vbase);
+        di_big_free(s.vrep, s.cvalue * sizeof *s.vrep);
+        di_big_free(s.vuni, s.cvalue);
+        di_big_free(s.vclass, s.cvalue);
+        s.cvalue = m->nvalue ? m->nvalue : 1;
+        s.vbase = di_big_xalloc(s.cvalue * sizeof *s.vbase);
+        s.vrep = di_big_xalloc(s.cvalue * sizeof *s.vrep);
+        s.vuni = di_big_xalloc(s.cvalue);
+        s.vclass = di_big_xalloc(s.cvalue);
+    } else {
+        /* A workspace's tables hold the last run's values: clear what is read before written. */
+        memset(s.vbase, 0, m->nvalue * sizeof *s.vbase);
+        memset(s.vrep, 0, m->nvalue * sizeof *s.vrep);
+        memset(s.vuni, 0, m->nvalue);
+    }
     /* Most values have one instance: reserve that many up front. */
     inst_reserve(&s, (size_t)m->nvalue + 1);
     inst_new(&s, 1); /* instance 0 is reserved */
@@ -2282,8 +2387,16 @@ int
 sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_result **out,
         sim_event **events, uint32_t *nevent, di_error *err)
 {
+    return sim_run_ws(NULL, m, hw, opt, out, events, nevent, err);
+}
+
+int
+sim_run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
+           sim_result **out, sim_event **events, uint32_t *nevent, di_error *err)
+{
     sim s;
     sim_options dflt;
+    sim_workspace local;
     int rc, symmetric;
 
     *out = NULL;
@@ -2301,19 +2414,23 @@ sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_resu
         return di_error_set(err, DI_EINVAL, "hardware '%s' has no devices", hw->name);
     /* A trace shows every device's own events, so it is made without symmetry. */
     symmetric = !opt->no_symmetry && events == NULL;
-    rc = sim_once(&s, m, hw, opt, symmetric, events != NULL, out, err);
+    memset(&local, 0, sizeof local);
+    if (ws == NULL)
+        ws = &local; /* a rerun reuses the first run's tables */
+    rc = sim_once(&s, ws, m, hw, opt, symmetric, events != NULL, out, err);
     if (s.broken) {
         sim_result_free(*out);
         *out = NULL;
-        sim_fini(&s);
-        rc = sim_once(&s, m, hw, opt, 0, events != NULL, out, err);
+        sim_fini(&s, ws);
+        rc = sim_once(&s, ws, m, hw, opt, 0, events != NULL, out, err);
     }
     if (rc == 0 && events) {
         *events = s.events;
         *nevent = s.nevent;
         s.events = NULL;
     }
-    sim_fini(&s);
+    sim_fini(&s, ws);
+    ws_release(&local);
     if (rc != 0) {
         sim_result_free(*out);
         *out = NULL;

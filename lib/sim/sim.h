@@ -103,6 +103,23 @@ typedef struct sim_event {
  */
 int sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_result **out,
             sim_event **events, uint32_t *nevent, di_error *err);
+
+/*
+ * A simulation workspace: the large tables of one simulation (instances,
+ * per-value tables, memory events), kept between runs so that a long-lived
+ * caller (a daemon worker, a search loop) does not map, fault and zero them
+ * again for every module. One workspace serves one simulation at a time
+ * (one per thread). sim_workspace_trim releases the tables when they hold
+ * more than max_bytes. Results never depend on the workspace.
+ */
+typedef struct sim_workspace sim_workspace;
+sim_workspace *sim_workspace_new(void);
+void sim_workspace_free(sim_workspace *ws);
+size_t sim_workspace_bytes(const sim_workspace *ws);
+void sim_workspace_trim(sim_workspace *ws, size_t max_bytes);
+/* sim_run using ws's tables (ws may be NULL: fresh tables, freed at the end). */
+int sim_run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
+               sim_result **out, sim_event **events, uint32_t *nevent, di_error *err);
 void sim_result_free(sim_result *r);
 
 /*
