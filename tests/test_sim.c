@@ -19,6 +19,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 #include "sim/sim.h"
+#include "distir.pb-c.h"
 
 /*
  * Hardware for the tests: `nodes` nodes of `per_node` devices; 1 TFLOP/s for
@@ -897,6 +898,75 @@ test_workspace(void **state)
     hw_free(hw);
 }
 
+/*
+ * Devices a symmetric representative stood for share its timeline: JSON
+ * and protobuf write it once and name it from the others
+ * ("timeline_same_as" / timeline_shared), by content, so the exact
+ * simulation serializes to the same bytes; unpacking restores every
+ * device's timeline; a shared timeline naming a device without one of its
+ * own is a decoding error.
+ */
+static void
+test_shared_timelines(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 8);
+    ir_module *m = spmd_module(0);
+    sim_options o;
+    sim_result *sym, *exact, *back;
+    uint8_t *d1, *d2;
+    size_t n1, n2;
+    di_error err;
+    char *js, *je, *jb;
+    uint32_t shared = 0;
+    sim_options_default(&o);
+    assert_int_equal(sim_run(m, hw, &o, &sym, NULL, NULL, &err), 0);
+    o.no_symmetry = 1;
+    assert_int_equal(sim_run(m, hw, &o, &exact, NULL, NULL, &err), 0);
+    for (uint32_t i = 0; i < sym->ndevice; i++)
+        shared += sym->devices[i].timeline_shared != 0;
+    assert_true(shared >= 8); /* two classes of four (devices 0..7, 8..15), less their reps */
+    js = sim_result_to_json(sym);
+    je = sim_result_to_json(exact);
+    assert_string_equal(js, je);
+    assert_non_null(strstr(js, "\"timeline_same_as\":0}"));
+    assert_int_equal(sim_result_pack(sym, &d1, &n1), 0);
+    assert_int_equal(sim_result_pack(exact, &d2, &n2), 0);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(d1, d2, n1);
+    assert_int_equal(sim_result_unpack(d1, n1, &back, &err), 0);
+    jb = sim_result_to_json(back);
+    assert_string_equal(jb, je);
+    for (uint32_t i = 0; i < back->ndevice; i++) {
+        assert_int_equal(back->devices[i].ntimeline, exact->devices[i].ntimeline);
+        assert_memory_equal(back->devices[i].timeline, exact->devices[i].timeline,
+                            exact->devices[i].ntimeline * sizeof(sim_mempoint));
+    }
+    sim_result_free(back);
+    {
+        /* Device 1 names device 0's timeline, but device 0 names device 2's. */
+        struct Distir__V1__SimResult *p = sim_result_to_proto(exact);
+        assert_true(p->devices[1]->timeline_shared);
+        p->devices[0]->timeline_shared = 1;
+        p->devices[0]->timeline_device = 2;
+        p->devices[2]->timeline_shared = 1;
+        p->devices[2]->timeline_device = 1;
+        assert_int_not_equal(sim_result_from_proto(p, &back, &err), 0);
+        assert_non_null(strstr(err.msg, "shares the timeline of device"));
+        assert_null(back);
+        sim_result_proto_free(p);
+    }
+    di_free(d1);
+    di_free(d2);
+    di_free(js);
+    di_free(je);
+    di_free(jb);
+    sim_result_free(sym);
+    sim_result_free(exact);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
 static int
 cmp_u64(const void *a, const void *b)
 {
@@ -969,6 +1039,7 @@ main(void)
         cmocka_unit_test(test_cost_memo),
         cmocka_unit_test(test_sort_keys),
         cmocka_unit_test(test_workspace),
+        cmocka_unit_test(test_shared_timelines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -396,11 +396,21 @@ di_buf_double(di_buf *b, double v)
         di_buf_puts(b, v < 0 ? "-inf" : "inf");
         return;
     }
-    /* The shortest %.*g that reads back bit-identical. */
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-        if (strtod(tmp, NULL) == v)
-            break;
+    /*
+     * The shortest %.*g that reads back bit-identical: reading back is
+     * monotone in the precision (17 always does), so bisect.
+     */
+    {
+        int lo = 1, hi = 17;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            snprintf(tmp, sizeof tmp, "%.*g", mid, v);
+            if (strtod(tmp, NULL) == v)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        snprintf(tmp, sizeof tmp, "%.*g", lo, v);
     }
     /* Keep a float recognisable as one: "1" becomes "1.0". */
     if (strpbrk(tmp, ".eE") == NULL)

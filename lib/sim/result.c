@@ -38,10 +38,89 @@ json_u64(di_buf *b, const char *key, uint64_t v)
     di_buf_printf(b, "%" PRIu64, v);
 }
 
+static int
+same_timeline(const sim_device_result *a, const sim_device_result *b)
+{
+    return a->ntimeline == b->ntimeline &&
+           (a->timeline == b->timeline ||
+            memcmp(a->timeline, b->timeline, a->ntimeline * sizeof *a->timeline) == 0);
+}
+
+/*
+ * For each device, the index of the first device with an identical
+ * (non-empty) timeline, or its own index. Both serialized forms write an
+ * identical timeline once and name it from the other devices, by content,
+ * so that they do not depend on how the result was computed (a symmetric
+ * representative's shared timeline or equal ones simulated apart). Equal
+ * timelines are found by a hash of their bytes, then compared.
+ */
+static uint32_t
+device_index(const sim_result *r, int32_t id)
+{
+    uint32_t lo = 0, hi = r->ndevice;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (r->devices[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->ndevice && r->devices[lo].id == id ? lo : UINT32_MAX;
+}
+
+static uint32_t *
+timeline_refs(const sim_result *r)
+{
+    uint32_t n = r->ndevice, cap = 16, *ref = di_xmalloc((n ? n : 1) * sizeof *ref), *tab;
+    uint32_t *root = di_xmalloc((n ? n : 1) * sizeof *root);
+    while (cap < 2 * n)
+        cap *= 2;
+    tab = di_xmalloc(cap * sizeof *tab);
+    memset(tab, 0xff, cap * sizeof *tab);
+    /* Timelines of their own: grouped by content, rooted at the first of each group. */
+    for (uint32_t i = 0; i < n; i++) {
+        const sim_device_result *d = &r->devices[i];
+        uint32_t h;
+        root[i] = i;
+        if (d->timeline_shared || d->ntimeline == 0 || d->timeline == NULL)
+            continue;
+        h = (uint32_t)di_siphash(d->timeline, d->ntimeline * sizeof *d->timeline, 0, 0) &
+            (cap - 1);
+        for (; tab[h] != UINT32_MAX; h = (h + 1) & (cap - 1))
+            if (same_timeline(&r->devices[tab[h]], d))
+                break;
+        if (tab[h] == UINT32_MAX)
+            tab[h] = i;
+        else
+            root[i] = tab[h];
+    }
+    /* Shared timelines join their owner's group. */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j;
+        if (!r->devices[i].timeline_shared)
+            continue;
+        j = device_index(r, r->devices[i].timeline_device);
+        if (j != UINT32_MAX && !r->devices[j].timeline_shared)
+            root[i] = root[j];
+    }
+    /* Each group is written at its first device. */
+    for (uint32_t i = 0; i < n; i++)
+        ref[i] = UINT32_MAX;
+    for (uint32_t i = 0; i < n; i++)
+        if (ref[root[i]] == UINT32_MAX)
+            ref[root[i]] = i;
+    for (uint32_t i = 0; i < n; i++)
+        ref[i] = r->devices[i].ntimeline && r->devices[i].timeline ? ref[root[i]] : i;
+    free(tab);
+    free(root);
+    return ref;
+}
+
 char *
 sim_result_to_json(const sim_result *r)
 {
     di_buf b;
+    uint32_t *ref = timeline_refs(r);
     di_buf_init(&b);
     di_buf_putc(&b, '{');
     json_double(&b, "step_time_s", r->step_time_s);
@@ -89,6 +168,11 @@ sim_result_to_json(const sim_result *r)
                 di_buf_putc(&b, ',');
             json_u64(&b, sim_memclass_name(c), d->peak_by_class[c]);
         }
+        if (ref[i] != i) {
+            /* The same timeline as an earlier device's: named, not repeated. */
+            di_buf_printf(&b, "},\"timeline_same_as\":%d}", r->devices[ref[i]].id);
+            continue;
+        }
         di_buf_puts(&b, "},\"timeline\":[");
         for (uint32_t t = 0; t < d->ntimeline; t++) {
             const sim_mempoint *p = &d->timeline[t];
@@ -101,6 +185,7 @@ sim_result_to_json(const sim_result *r)
         di_buf_puts(&b, "]}");
     }
     di_buf_puts(&b, "]}");
+    free(ref);
     return di_buf_take(&b, NULL);
 }
 
@@ -169,6 +254,7 @@ struct Distir__V1__SimResult *
 sim_result_to_proto(const sim_result *r)
 {
     Distir__V1__SimResult *p = di_xcalloc(1, sizeof *p);
+    uint32_t *ref = timeline_refs(r);
     distir__v1__sim_result__init(p);
     p->step_time_s = r->step_time_s;
     p->peak_memory_bytes = r->peak_memory_bytes;
@@ -198,9 +284,11 @@ sim_result_to_proto(const sim_result *r)
         q->n_peak_by_class = SIM_NMEMCLASS;
         q->peak_by_class = di_xmalloc(SIM_NMEMCLASS * sizeof *q->peak_by_class);
         memcpy(q->peak_by_class, d->peak_by_class, sizeof d->peak_by_class);
-        q->n_timeline = d->ntimeline;
-        q->timeline = di_xcalloc(d->ntimeline ? d->ntimeline : 1, sizeof *q->timeline);
-        for (uint32_t t = 0; t < d->ntimeline; t++) {
+        q->timeline_shared = ref[i] != i;
+        q->timeline_device = ref[i] != i ? r->devices[ref[i]].id : 0;
+        q->n_timeline = ref[i] != i ? 0 : d->ntimeline;
+        q->timeline = di_xcalloc(q->n_timeline ? q->n_timeline : 1, sizeof *q->timeline);
+        for (uint32_t t = 0; t < q->n_timeline; t++) {
             Distir__V1__MemoryPoint *mp = di_xcalloc(1, sizeof *mp);
             distir__v1__memory_point__init(mp);
             mp->time = d->timeline[t].time;
@@ -212,6 +300,7 @@ sim_result_to_proto(const sim_result *r)
         }
         p->devices[i] = q;
     }
+    free(ref);
     return p;
 }
 
@@ -277,6 +366,29 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
             for (size_t c = 0; c < q->timeline[t]->n_by_class && c < SIM_NMEMCLASS; c++)
                 d->timeline[t].by_class[c] = q->timeline[t]->by_class[c];
         }
+        d->timeline_device = q->timeline_device;
+    }
+    /* A shared timeline names a device that has its own. */
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        sim_device_result *d = &r->devices[i];
+        uint32_t j;
+        if (!p->devices[i]->timeline_shared)
+            continue;
+        for (j = 0; j < r->ndevice; j++)
+            if (r->devices[j].id == d->timeline_device && !p->devices[j]->timeline_shared)
+                break;
+        if (j == r->ndevice) {
+            int32_t id = d->id, to = d->timeline_device;
+            sim_result_free(r);
+            return di_error_set(err, DI_EDECODE,
+                                "device %d shares the timeline of device %d, which has none of "
+                                "its own",
+                                id, to);
+        }
+        free(d->timeline);
+        d->timeline = r->devices[j].timeline;
+        d->ntimeline = r->devices[j].ntimeline;
+        d->timeline_shared = 1;
     }
     *out = r;
     return 0;

@@ -2153,6 +2153,7 @@ build_result(sim *s, sim_result **out)
             /* Identical by construction: share the representative's timeline (a copy per
                device would cost more than the simulation with 1,000 devices). */
             per[d].timeline_shared = per[rp].timeline != NULL;
+            per[d].timeline_device = rp;
             have[d] = 2;
         }
     }

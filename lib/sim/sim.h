@@ -72,8 +72,9 @@ typedef struct sim_device_result {
     double flops;
     uint32_t ntimeline;
     sim_mempoint *timeline;
-    int timeline_shared;    /* timeline belongs to another device's entry (the representative
-                               that simulated this one): read it, never free it */
+    int timeline_shared;    /* timeline belongs to device timeline_device's entry (the
+                               representative that simulated this one): read, never free */
+    int32_t timeline_device;
 } sim_device_result;
 
 typedef struct sim_result {
