@@ -9,6 +9,7 @@
  * 1,000,000-op module, with cost growing linearly.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
