@@ -30,9 +30,8 @@
  * the accumulated gradient follows in S[g], or in the last microbatch's
  * backward chunk with overlap_grad_reduce, or, with ZeRO-2, as a
  * reduce-scatter in every chunk before the accumulation. Weight stashing
- * copies the stage's weights in the forward chunk (a Cast marked
- * dist.mem = "stashed": per microbatch for PipeDream, once for 2BW) and the
- * backward chunk uses the copy.
+ * copies the stage's weights in the forward chunk and the backward chunk
+ * uses the copy (stash.c decides which weights, when and which copy).
  *
  * Arguments of the distributed module are tuples over a group's devices:
  * each weight once per group that uses it, each batch-data argument once
@@ -579,22 +578,22 @@ build_programs(pl *P)
             idl_push(&h->res, r);
         }
     }
-    /* Stashing: the backward chunk's weights come from the forward chunk's copies. */
+    /* Stashing (stash.c): the backward chunk's weights come from the forward chunk's copies. */
     if (c->s.stash != XFORM_STASH_NONE) {
         for (uint32_t k = 0; k < K; k++) {
             prog *b = prog_of(P, PROG_B, k), *f = prog_of(P, PROG_F, k);
-            for (uint32_t j = 0; j < b->in.n; j++) {
-                ir_id v = b->in.v[j];
+            ir_id *w = di_xmalloc((b->in.n ? b->in.n : 1) * sizeof *w);
+            uint32_t nw = xf_stash_select(c, b->in.v, b->in.n, w);
+            for (uint32_t j = 0; j < nw; j++) {
                 int found = 0;
-                if (!(c->vflags[v] & XF_V_WEIGHT))
-                    continue;
-                idl_push(&b->stash, v);
-                idl_push(&f->stash, v);
+                idl_push(&b->stash, w[j]);
+                idl_push(&f->stash, w[j]);
                 for (uint32_t q = 0; q < f->in.n && !found; q++)
-                    found = f->in.v[q] == v;
+                    found = f->in.v[q] == w[j];
                 if (!found)
-                    idl_push(&f->in, v);
+                    idl_push(&f->in, w[j]);
             }
+            di_free(w);
         }
     }
     di_free(pmark);
@@ -731,8 +730,7 @@ resolve(pl *P, const prog *p, ir_id v, uint32_t mb)
         if (p->kind == PROG_B && c->s.stash != XFORM_STASH_NONE) {
             for (uint32_t j = 0; j < p->stash.n; j++)
                 if (p->stash.v[j] == v)
-                    return reg_find(P, REG_STASH, v,
-                                    c->s.stash == XFORM_STASH_2BW ? 0 : mb, g);
+                    return reg_find(P, REG_STASH, v, xf_stash_version(c, mb), g);
         }
         if (p->kind != PROG_S) {
             const reg_ent *e = reg_find(P, REG_GATHERED, v, 0, g);
@@ -834,7 +832,8 @@ variant_key(const pl *P, const prog *p, uint32_t mb)
         key |= VAR_ACC;
     if (mb == c->n[XF_MB] - 1 && (p->leaf.n > 0 || p->res.n > 0))
         key |= VAR_LAST;
-    if (p->kind == PROG_F && c->s.stash == XFORM_STASH_2BW && mb == 0 && p->stash.n > 0)
+    if (p->kind == PROG_F && c->s.stash == XFORM_STASH_2BW && xf_stash_copies(c, mb) &&
+        p->stash.n > 0)
         key |= VAR_STASH;
     return key;
 }
@@ -974,23 +973,13 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
         ir_region_add_result(P->out, b->region, l.v);
         opl[nres++] = l.pl;
     }
-    if (p->kind == PROG_F &&
-        (c->s.stash == XFORM_STASH_PIPEDREAM || (c->s.stash == XFORM_STASH_2BW && mb == 0))) {
+    if (p->kind == PROG_F && xf_stash_copies(c, mb)) {
         for (uint32_t j = 0; j < p->stash.n; j++) {
-            ir_id v = p->stash.v[j], op, ty;
-            xf_local l;
-            char nm[256];
-            if ((rc = xf_body_get(b, v, &l)) != 0)
+            xf_local copy;
+            if ((rc = xf_stash_copy(b, p->stash.v[j], &copy)) != 0)
                 goto out;
-            ty = P->out->values[l.v].type;
-            op = ir_op_add(P->out, b->region, IR_OP_CAST, 1, &l.v, 1, &ty, NULL);
-            ir_op_set_int(P->out, op, "to",
-                          ir_dtype_onnx((ir_dtype)m->types[m->values[v].type].dtype));
-            ir_op_set_string(P->out, op, "dist.mem", "stashed");
-            snprintf(nm, sizeof nm, "%s.stash", ir_str_get(m, m->values[v].name));
-            P->out->values[ir_op_output(P->out, op, 0)].name = ir_str(P->out, nm);
-            ir_region_add_result(P->out, b->region, ir_op_output(P->out, op, 0));
-            opl[nres++] = l.pl;
+            ir_region_add_result(P->out, b->region, copy.v);
+            opl[nres++] = copy.pl;
         }
     }
     for (uint32_t j = 0; j < p->res.n; j++) {
@@ -1046,7 +1035,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
         ir_id v = p->in.v[j];
         const reg_ent *e = p->argc[j].kind ? &p->argc[j] : resolve(P, p, v, mb);
         if (e && !p->argc[j].kind && m->values[v].def == 0 && !(c->vflags[v] & XF_V_DATA) &&
-            !(p->kind == PROG_B && c->s.stash == XFORM_STASH_PIPEDREAM))
+            !(p->kind == PROG_B && xf_stash_per_microbatch(c)))
             p->argc[j] = *e; /* a weight: the same tuple for every microbatch */
         if (e == NULL) {
             rc = di_error_set(c->err, DI_EINTERNAL,
@@ -1154,8 +1143,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
                     goto done;
             }
         }
-        if (p->kind == PROG_F && (c->s.stash == XFORM_STASH_PIPEDREAM ||
-                                  (c->s.stash == XFORM_STASH_2BW && mb == 0))) {
+        if (p->kind == PROG_F && xf_stash_copies(c, mb)) {
             for (uint32_t j = 0; j < p->stash.n; j++, k++)
                 reg_put(P, REG_STASH, p->stash.v[j], mb, g, ir_op_output(P->out, pm, k),
                         result_lt(P, pm, k), &opl[k]);

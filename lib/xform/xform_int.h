@@ -183,6 +183,22 @@ ir_id xf_str(xf_body *b, ir_id s);
 /* A string for messages: "MatMul %name". */
 void xf_op_label(const ir_module *m, ir_id op, char *buf, size_t n);
 
+/* ---- weight stashing (stash.c) ---- */
+
+/* Does the forward chunk of microbatch mb copy its stage's weights? */
+int xf_stash_copies(const xf_ctx *c, uint32_t mb);
+/* Which forward chunk's copy the backward chunk of microbatch mb reads. */
+uint32_t xf_stash_version(const xf_ctx *c, uint32_t mb);
+/* Do a backward program's weight inputs differ from one microbatch to the next? */
+int xf_stash_per_microbatch(const xf_ctx *c);
+/*
+ * The inputs of a backward program that it reads from a stash instead of the
+ * live weights: in[0..n) filtered into out (room for n); returns how many.
+ */
+uint32_t xf_stash_select(const xf_ctx *c, const ir_id *in, uint32_t n, ir_id *out);
+/* Emits the copy of weight v in body b (marked dist.mem = "stashed"). */
+int xf_stash_copy(xf_body *b, ir_id v, xf_local *copy);
+
 /* ---- recomputation (recompute.c) ---- */
 
 /* Selective recomputation: flags the attention-score ops (xf_opinfo.recompute). */
