@@ -502,10 +502,10 @@ test_trace(void **state)
             nx++;
     }
     /*
-     * Events per op and stream: scatter on 3 devices x 2 streams = 6, two
-     * Relus = 2, all-reduce on 2 devices x 2 streams = 4.
+     * Events per op and stream: the scatter on 3 devices' collective
+     * streams = 3, two Relus = 2, the all-reduce on 2 devices = 2.
      */
-    assert_int_equal(nx, 12);
+    assert_int_equal(nx, 7);
     assert_int_equal(nx, nev);
     json_decref(root);
     unlink(path);

@@ -421,7 +421,7 @@ sim_result_unpack(const uint8_t *data, size_t len, sim_result **out, di_error *e
 
 /* ---- trace ---- */
 
-static const char *const stream_names[] = {"compute", "send", "recv"};
+static const char *const stream_names[] = {"compute", "send", "recv", "collective"};
 
 int
 sim_trace_write(const char *path, const ir_module *m, const sim_result *r,
@@ -439,7 +439,7 @@ sim_trace_write(const char *path, const ir_module *m, const sim_result *r,
                       "\"args\":{\"name\":\"device %d\"}}",
                       first ? "" : ",\n", d, d);
         first = 0;
-        for (int st = 0; st < 3; st++)
+        for (int st = 0; st < 4; st++)
             di_buf_printf(&b,
                           ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
                           "\"args\":{\"name\":\"%s\"}}",

@@ -35,6 +35,8 @@
 #define STREAM_COMPUTE 0
 #define STREAM_SEND 1
 #define STREAM_RECV 2
+#define STREAM_COLL 3
+#define NSTREAM 4
 
 #define INST_PERSISTENT 1u
 
@@ -77,8 +79,8 @@ typedef struct memev {
 } memev;
 
 typedef struct sim_dev {
-    double free[3];   /* seconds: when each stream is next free */
-    ivec busy[3];     /* intervals per stream */
+    double free[NSTREAM]; /* seconds: when each stream is next free */
+    ivec busy[NSTREAM];   /* intervals per stream */
     double flops;
     uint64_t hist;    /* hash of everything that happened on the device, for symmetry */
     int32_t rep;      /* the device whose simulation stands for this one (itself if none) */
@@ -827,7 +829,8 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
     d->hist = mix64(mix64(mix64(d->hist, (uint64_t)op << 2 | (uint64_t)stream), dbits(start)),
                     dbits(end));
     if (s->opt->no_overlap) {
-        d->free[0] = d->free[1] = d->free[2] = end;
+        for (int st = 0; st < NSTREAM; st++)
+            d->free[st] = end;
     } else {
         d->free[stream] = end;
     }
@@ -1203,22 +1206,24 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const int32_t **group, uin
     return 0;
 }
 
-/* Runs one collective group: every member starts together and occupies both comm streams. */
+/*
+ * Runs one collective group: every member starts together, when its
+ * collective stream is free, and occupies it. Collectives have their own
+ * stream, apart from point-to-point sends and receives (as NCCL
+ * collectives and pipeline p2p run on their own streams and communicators):
+ * a receive waiting for another pipeline stage does not hold up a tensor-
+ * parallel all-reduce queued behind it.
+ */
 static void
 run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, double ready, double t,
           double *out_start, double *out_end, int sym)
 {
     double start = ready;
-    for (uint32_t i = 0; i < n; i++) {
-        if (stream_free(s, devs[i], STREAM_SEND) > start)
-            start = stream_free(s, devs[i], STREAM_SEND);
-        if (stream_free(s, devs[i], STREAM_RECV) > start)
-            start = stream_free(s, devs[i], STREAM_RECV);
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        occupy(s, op, devs[i], STREAM_SEND, start, start + t, sym);
-        occupy(s, op, devs[i], STREAM_RECV, start, start + t, sym);
-    }
+    for (uint32_t i = 0; i < n; i++)
+        if (stream_free(s, devs[i], STREAM_COLL) > start)
+            start = stream_free(s, devs[i], STREAM_COLL);
+    for (uint32_t i = 0; i < n; i++)
+        occupy(s, op, devs[i], STREAM_COLL, start, start + t, sym);
     *out_start = start;
     *out_end = start + t;
 }
@@ -2093,12 +2098,17 @@ static void
 device_result(sim *s, int32_t d, double step, sim_device_result *dr)
 {
     sim_dev *dv = &s->devs[d];
-    interval *all, *comm;
-    uint32_t nc, nall, nmc;
+    interval *all, *comm, *sr;
+    uint32_t nc, nall, nmc, nsr;
     dr->id = d;
-    nc = dv->busy[1].n + dv->busy[2].n;
+    nsr = dv->busy[STREAM_SEND].n + dv->busy[STREAM_RECV].n;
+    nc = nsr + dv->busy[STREAM_COLL].n;
+    sr = di_xmalloc((nsr ? nsr : 1) * sizeof *sr);
     comm = di_xmalloc((nc ? nc : 1) * sizeof *comm);
-    nmc = union2(dv->busy[1].v, dv->busy[1].n, dv->busy[2].v, dv->busy[2].n, comm);
+    nsr = union2(dv->busy[STREAM_SEND].v, dv->busy[STREAM_SEND].n, dv->busy[STREAM_RECV].v,
+                 dv->busy[STREAM_RECV].n, sr);
+    nmc = union2(sr, nsr, dv->busy[STREAM_COLL].v, dv->busy[STREAM_COLL].n, comm);
+    free(sr);
     dr->comm_s = total_len(comm, nmc);
     dr->compute_s = total_len(dv->busy[0].v, dv->busy[0].n);
     dr->exposed_comm_s = minus_len(comm, nmc, dv->busy[0].v, dv->busy[0].n);
@@ -2119,7 +2129,7 @@ static int
 device_active(const sim *s, int32_t d)
 {
     const sim_dev *dv = &s->devs[d];
-    return dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->nev;
+    return dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->busy[3].n || dv->nev;
 }
 
 /*
@@ -2136,7 +2146,7 @@ build_result(sim *s, sim_result **out)
     uint8_t *have = di_xcalloc(s->ndev, 1);
     uint32_t n = 0;
     for (uint32_t d = 0; d < s->ndev; d++)
-        for (int st = 0; st < 3; st++)
+        for (int st = 0; st < NSTREAM; st++)
             if (s->devs[d].free[st] > step)
                 step = s->devs[d].free[st];
     build_memory(s, step);
@@ -2285,7 +2295,7 @@ sim_fini(sim *s, sim_workspace *ws)
 {
     if (s->devs)
         for (uint32_t d = 0; d < s->ndev; d++) {
-            for (int st = 0; st < 3; st++)
+            for (int st = 0; st < NSTREAM; st++)
                 free(s->devs[d].busy[st].v);
         }
     tables_give(s, ws);

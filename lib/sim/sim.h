@@ -18,7 +18,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 
-#define SIM_VERSION "distir-sim-1"
+#define SIM_VERSION "distir-sim-2"
 
 /* Memory classes; the order is the proto enum MemoryClass. */
 #define SIM_MEMCLASS_LIST(X)                                                                       \
@@ -93,7 +93,7 @@ typedef struct sim_result {
 typedef struct sim_event {
     ir_id op;
     int32_t device;
-    uint8_t stream;   /* 0 compute, 1 send, 2 receive */
+    uint8_t stream;   /* 0 compute, 1 send, 2 receive, 3 collective */
     double start, end;
 } sim_event;
 
