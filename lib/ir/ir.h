@@ -191,12 +191,12 @@ typedef struct ir_loc {
 typedef struct ir_module {
     char *chars;
     uint32_t nchar, cchar;
-    ir_id *strtab; /* open-addressing intern table of string ids */
+    uint64_t *strtab; /* open-addressing intern table: hash << 32 | string id (0: empty) */
     uint32_t cstrtab, nstring;
 
     ir_type *types;
     uint32_t ntype, ctype;
-    ir_id *typetab; /* intern table of type ids */
+    uint64_t *typetab; /* intern table: hash << 32 | type id (0: empty) */
     uint32_t ctypetab;
 
     ir_value *values;

@@ -212,7 +212,8 @@ size_t
 ir_module_bytes(const ir_module *m)
 {
     size_t n = sizeof *m;
-    n += m->cchar + (size_t)m->cstrtab * sizeof(ir_id) + (size_t)m->ctypetab * sizeof(ir_id);
+    n += m->cchar + (size_t)m->cstrtab * sizeof *m->strtab +
+         (size_t)m->ctypetab * sizeof *m->typetab;
     n += (size_t)m->ctype * sizeof(ir_type) + (size_t)m->cvalue * sizeof(ir_value);
     n += (size_t)m->cop * sizeof(ir_op) + (size_t)m->cregion * sizeof(ir_region);
     n += (size_t)m->cmesh * sizeof(ir_mesh) + (size_t)m->cattr * sizeof(ir_attr);
@@ -230,54 +231,66 @@ ir_module_bytes(const ir_module *m)
 
 /* ---- strings ---- */
 
+/*
+ * Both intern tables keep each entry's hash beside its id (hash << 32 | id),
+ * so growing a table never hashes again and a probe compares hashes before
+ * contents.
+ */
 static void
-strtab_insert(ir_module *m, ir_id s)
+tab_put(uint64_t *tab, uint32_t cap, uint32_t hash, ir_id id)
 {
-    uint32_t mask = m->cstrtab - 1;
-    uint32_t h = keyed(m, m->chars + s, strlen(m->chars + s), 0) & mask;
-    while (m->strtab[h])
-        h = (h + 1) & mask;
-    m->strtab[h] = s;
+    uint32_t h = hash & (cap - 1);
+    while (tab[h])
+        h = (h + 1) & (cap - 1);
+    tab[h] = (uint64_t)hash << 32 | id;
 }
 
-static void
-strtab_grow(ir_module *m)
+static uint64_t *
+tab_grow(uint64_t *old, uint32_t *cap)
 {
-    uint32_t old = m->cstrtab;
-    ir_id *tab = m->strtab;
-    m->cstrtab = old ? old * 2 : 64;
-    m->strtab = di_xcalloc(m->cstrtab, sizeof *m->strtab);
-    for (uint32_t i = 0; i < old; i++)
-        if (tab[i])
-            strtab_insert(m, tab[i]);
-    free(tab);
+    uint32_t oc = *cap, nc = oc ? oc * 2 : 64;
+    uint64_t *tab = di_xcalloc(nc, sizeof *tab);
+    for (uint32_t i = 0; i < oc; i++)
+        if (old[i])
+            tab_put(tab, nc, (uint32_t)(old[i] >> 32), (ir_id)old[i]);
+    free(old);
+    *cap = nc;
+    return tab;
 }
 
-ir_id
-ir_str_find(const ir_module *m, const char *s, size_t len)
+static ir_id
+str_find_hashed(const ir_module *m, const char *s, size_t len, uint32_t hash)
 {
     uint32_t mask, h;
     if (m->cstrtab == 0)
         return 0;
     mask = m->cstrtab - 1;
-    h = keyed(m, s, len, 0) & mask;
-    while (m->strtab[h]) {
-        const char *t = m->chars + m->strtab[h];
+    for (h = hash & mask; m->strtab[h]; h = (h + 1) & mask) {
+        const char *t;
+        if ((uint32_t)(m->strtab[h] >> 32) != hash)
+            continue;
+        t = m->chars + (ir_id)m->strtab[h];
         if (strncmp(t, s, len) == 0 && t[len] == '\0')
-            return m->strtab[h];
-        h = (h + 1) & mask;
+            return (ir_id)m->strtab[h];
     }
     return 0;
 }
 
 ir_id
+ir_str_find(const ir_module *m, const char *s, size_t len)
+{
+    return str_find_hashed(m, s, len, keyed(m, s, len, 0));
+}
+
+ir_id
 ir_strn(ir_module *m, const char *s, size_t len)
 {
-    ir_id id = ir_str_find(m, s, len);
+    uint32_t hash = keyed(m, s, len, 0);
+    ir_id id = str_find_hashed(m, s, len, hash);
     if (id)
         return id;
     if ((m->nstring + 1) * 2 > m->cstrtab)
-        strtab_grow(m);
+        m->strtab = tab_grow(m->strtab, &m->cstrtab);
     if ((uint64_t)m->nchar + len + 1 > UINT32_MAX)
         di_oom();
     DI_GROW(&m->chars, &m->cchar, m->nchar + len + 1);
@@ -286,7 +299,7 @@ ir_strn(ir_module *m, const char *s, size_t len)
     m->chars[id + len] = '\0';
     m->nchar += (uint32_t)len + 1;
     m->nstring++;
-    strtab_insert(m, id);
+    tab_put(m->strtab, m->cstrtab, hash, id);
     return id;
 }
 
@@ -388,22 +401,12 @@ type_equal(const ir_module *m, const ir_type *t, ir_id id)
            memcmp(m->refs + t->elems, m->refs + u->elems, t->nelem * sizeof(ir_id)) == 0;
 }
 
-static void
-typetab_insert(ir_module *m, ir_id id)
-{
-    uint32_t mask = m->ctypetab - 1;
-    uint32_t h = type_hash(m, &m->types[id]) & mask;
-    while (m->typetab[h])
-        h = (h + 1) & mask;
-    m->typetab[h] = id;
-}
-
 static ir_id
 type_intern(ir_module *m, ir_type t, const int64_t *dims, const int64_t *place,
             const ir_id *elems)
 {
     ir_type probe = t;
-    uint32_t h, mask;
+    uint32_t h, mask, hash;
     ir_id id;
     uint32_t nplace = t.mesh ? m->meshes[t.mesh].rank : 0;
 
@@ -430,30 +433,22 @@ type_intern(ir_module *m, ir_type t, const int64_t *dims, const int64_t *place,
         probe.elems = push_refs(m, t.nelem, e);
         free(e);
     }
-    if ((m->ntype + 1) * 2 > m->ctypetab) {
-        uint32_t old = m->ctypetab;
-        ir_id *tab = m->typetab;
-        m->ctypetab = old ? old * 2 : 64;
-        m->typetab = di_xcalloc(m->ctypetab, sizeof *m->typetab);
-        for (uint32_t i = 0; i < old; i++)
-            if (tab[i])
-                typetab_insert(m, tab[i]);
-        free(tab);
-    }
+    if ((m->ntype + 1) * 2 > m->ctypetab)
+        m->typetab = tab_grow(m->typetab, &m->ctypetab);
     mask = m->ctypetab - 1;
-    h = type_hash(m, &probe) & mask;
-    while ((id = m->typetab[h]) != 0) {
-        if (type_equal(m, &probe, id)) {
+    hash = type_hash(m, &probe);
+    for (h = hash & mask; m->typetab[h]; h = (h + 1) & mask) {
+        id = (ir_id)m->typetab[h];
+        if ((uint32_t)(m->typetab[h] >> 32) == hash && type_equal(m, &probe, id)) {
             m->nint = nint0;
             m->nref = nref0;
             return id;
         }
-        h = (h + 1) & mask;
     }
     DI_GROW(&m->types, &m->ctype, m->ntype + 1);
     id = m->ntype++;
     m->types[id] = probe;
-    m->typetab[h] = id;
+    m->typetab[h] = (uint64_t)hash << 32 | id;
     return id;
 }
 

@@ -895,8 +895,9 @@ check_type_lists(verifier *vf)
     }
     if (m->typetab != NULL)
         for (uint32_t i = 0; i < m->ctypetab && !vf->no_infer; i++)
-            if (m->typetab[i] >= m->ntype) {
-                report(vf, 0, 0, "the type intern table holds type id %u", m->typetab[i]);
+            if ((uint32_t)m->typetab[i] >= m->ntype) {
+                report(vf, 0, 0, "the type intern table holds type id %u",
+                       (uint32_t)m->typetab[i]);
                 vf->no_infer = 1;
             }
 }
