@@ -199,7 +199,12 @@ di_xrealloc(void *ptr, size_t size)
     return p;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+/* AddressSanitizer checks heap blocks, not mappings: keep every table on the heap. */
+#define DI_BIG_MIN SIZE_MAX
+#else
 #define DI_BIG_MIN ((size_t)2 << 20)
+#endif
 
 static size_t
 big_len(size_t bytes)

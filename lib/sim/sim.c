@@ -2129,7 +2129,10 @@ static int
 device_active(const sim *s, int32_t d)
 {
     const sim_dev *dv = &s->devs[d];
-    return dv->busy[0].n || dv->busy[1].n || dv->busy[2].n || dv->busy[3].n || dv->nev;
+    for (int st = 0; st < NSTREAM; st++)
+        if (dv->busy[st].n)
+            return 1;
+    return dv->nev != 0;
 }
 
 /*
