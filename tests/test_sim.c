@@ -260,6 +260,69 @@ test_link_contention(void **state)
 }
 
 /*
+ * Collectives and point-to-point transfers run on separate streams but
+ * share the links they cross. On 2 nodes x 2 devices (0, 1 on node 0; 2, 3
+ * on node 1), with S = 1 MiB:
+ *   send 0 -> 2 (inter-node): 5 us + S / 1e10 = 109.8576 us;
+ *   all-reduce {0, 2} (inter): 2*1/2 * S / 1e10 + 2 * 5 us = 114.8576 us;
+ *   all-reduce {0, 1} (intra): S / 1e11 + 2 * 1 us = 12.48576 us.
+ * The send and the inter-node all-reduce both hold device 0's inter-node
+ * link: they add. The send and the intra-node all-reduce cross different
+ * links: they overlap. And a receive that waits for a long computation
+ * does not hold up an all-reduce issued after it, which takes the link
+ * while it is idle: device 1 computes a Relu on [1024,1024] (8 MiB / 1e11 +
+ * 10 us = 93.88608 us) and sends its result to device 0 (1 us + 4 MiB /
+ * 1e11 = 42.94304 us); the all-reduce {0, 1} of x is ready at 0, runs
+ * first, and step = relu + send.
+ */
+static void
+test_link_levels(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 2);
+    const double S = 1048576.0;
+    const double send = 5e-6 + S / 1e10, ar_inter = S / 1e10 + 2 * 5e-6,
+                 ar_intra = S / 1e11 + 2 * 1e-6;
+    for (int which = 0; which < 3; which++) {
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        ir_id x = ir_region_add_arg(m, f, t2(m, 512, 512, 0), "x");
+        int32_t peer = which == 0 ? 2 : 1;
+        ir_id el[2] = {t2(m, 512, 512, 0), t2(m, 512, 512, peer)}, tup = ir_type_tuple(m, 2, el);
+        ir_id xs = ir_region_add_arg(m, f, tup, "xs"), ys, y;
+        sim_result *r;
+        if (which < 2) {
+            y = op1(m, f, IR_OP_SEND, 1, &x, t2(m, 512, 512, 2), "y");
+            ir_op_set_int(m, m->values[y].def, "device", 2);
+            ys = op1(m, f, IR_OP_ALLREDUCE, 1, &xs, tup, "ys");
+        } else {
+            ir_id a = ir_region_add_arg(m, f, t2(m, 1024, 1024, 1), "a");
+            ir_id b = op1(m, f, IR_OP_RELU, 1, &a, t2(m, 1024, 1024, 1), "b");
+            y = op1(m, f, IR_OP_SEND, 1, &b, t2(m, 1024, 1024, 0), "y");
+            ir_op_set_int(m, m->values[y].def, "device", 0);
+            ys = op1(m, f, IR_OP_ALLREDUCE, 1, &xs, tup, "ys");
+        }
+        ir_region_add_result(m, f, y);
+        ir_region_add_result(m, f, ys);
+        r = run(m, hw, 0);
+        if (which == 0) {
+            assert_close(r->step_time_s, send + ar_inter);
+            assert_close(dev_result(r, 0)->comm_s, send + ar_inter);
+        } else if (which == 1) {
+            assert_close(r->step_time_s, send > ar_intra ? send : ar_intra);
+            assert_close(dev_result(r, 0)->comm_s, send);
+        } else {
+            double relu = 8388608.0 / 1e11 + 1e-5, big = 1e-6 + 4194304.0 / 1e11;
+            assert_close(r->step_time_s, relu + big);
+            assert_close(dev_result(r, 0)->comm_s, ar_intra + big);
+        }
+        sim_result_free(r);
+        ir_module_free(m);
+    }
+    hw_free(hw);
+}
+
+/*
  * Peak memory of a chain x -> a -> b -> c (Relu each) on [256,256] f32
  * (256 KiB each): x is resident; a lives until b ends, b until c ends, c is
  * returned. While b runs: x + a + b = 768 KiB; while c runs: x + b + c =
@@ -1024,6 +1087,7 @@ main(void)
         cmocka_unit_test(test_ring_allreduce),
         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_link_contention),
+        cmocka_unit_test(test_link_levels),
         cmocka_unit_test(test_memory_chain),
         cmocka_unit_test(test_oom),
         cmocka_unit_test(test_memory_classes),

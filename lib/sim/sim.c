@@ -81,6 +81,7 @@ typedef struct memev {
 typedef struct sim_dev {
     double free[NSTREAM]; /* seconds: when each stream is next free */
     ivec busy[NSTREAM];   /* intervals per stream */
+    ivec link[2];         /* intervals the intra- (0) and inter-node (1) links carry a transfer */
     double flops;
     uint64_t hist;    /* hash of everything that happened on the device, for symmetry */
     int32_t rep;      /* the device whose simulation stands for this one (itself if none) */
@@ -191,6 +192,68 @@ ivec_push(ivec *v, double start, double end)
     v->v[v->n].start = start;
     v->v[v->n].end = end;
     v->n++;
+}
+
+/*
+ * Links. Streams give issue order (each runs its work in program order);
+ * links give contention: a transfer or collective holds the link level it
+ * crosses (intra- or inter-node) on every device it involves, for its whole
+ * duration, and takes the earliest time at or after it could start when
+ * those links are idle (a later op may fill an earlier gap, as the network
+ * serves whichever transfer is ready). The intervals of a link are sorted
+ * and disjoint.
+ */
+
+/* Earliest start >= c at which [start, start + t) is idle on l. */
+static double
+link_fit(const ivec *l, double c, double t)
+{
+    uint32_t lo = 0, hi = l->n;
+    if (t <= 0)
+        return c;
+    /* First interval ending after c. */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (l->v[mid].end <= c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (uint32_t i = lo; i < l->n && l->v[i].start < c + t; i++)
+        if (l->v[i].end > c)
+            c = l->v[i].end;
+    return c;
+}
+
+/* Marks [a, b) busy on l (it was idle). */
+static void
+link_take(ivec *l, double a, double b)
+{
+    uint32_t i = l->n;
+    if (b <= a)
+        return;
+    while (i > 0 && l->v[i - 1].start > a)
+        i--;
+    if (i > 0 && l->v[i - 1].end >= a) {
+        /* Touches the interval before: extend it (and join the next if it touches too). */
+        if (b > l->v[i - 1].end)
+            l->v[i - 1].end = b;
+        if (i < l->n && l->v[i].start <= l->v[i - 1].end) {
+            l->v[i - 1].end = l->v[i].end > l->v[i - 1].end ? l->v[i].end : l->v[i - 1].end;
+            memmove(l->v + i, l->v + i + 1, (l->n - i - 1) * sizeof *l->v);
+            l->n--;
+        }
+        return;
+    }
+    if (i < l->n && l->v[i].start <= b) {
+        l->v[i].start = a;
+        return;
+    }
+    DI_GROW(&l->v, &l->cap, l->n + 1);
+    memmove(l->v + i + 1, l->v + i, (l->n - i) * sizeof *l->v);
+    l->v[i].start = a;
+    l->v[i].end = b;
+    l->n++;
 }
 
 static int
@@ -1206,6 +1269,51 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const int32_t **group, uin
     return 0;
 }
 
+/* The link level a transfer between devices a and b crosses: 0 intra-node, 1 inter-node. */
+static int
+pair_level(const sim *s, int32_t a, int32_t b)
+{
+    if (s->hw->devices_per_node <= 1)
+        return 1; /* one device per node (distir-classic): every link is the inter-node one */
+    return hw_node_of(s->hw, (uint32_t)a) != hw_node_of(s->hw, (uint32_t)b);
+}
+
+/* The link levels (bit 0 intra-, bit 1 inter-node) a collective over group g crosses. */
+static unsigned
+group_levels(const sim *s, const group_info *g)
+{
+    unsigned m = 0;
+    if (g->nodes > 1)
+        m |= 2;
+    if (g->per_node > 1)
+        m |= s->hw->devices_per_node <= 1 ? 2 : 1;
+    return m;
+}
+
+/* Earliest start >= c at which the levels of every device in devs[0..n) are idle for t. */
+static double
+links_fit(const sim *s, const int32_t *devs, uint32_t n, unsigned levels, double c, double t)
+{
+    double prev;
+    do {
+        prev = c;
+        for (uint32_t i = 0; i < n; i++)
+            for (int l = 0; l < 2; l++)
+                if (levels >> l & 1)
+                    c = link_fit(&s->devs[devs[i]].link[l], c, t);
+    } while (c != prev);
+    return c;
+}
+
+static void
+links_take(sim *s, const int32_t *devs, uint32_t n, unsigned levels, double a, double b)
+{
+    for (uint32_t i = 0; i < n; i++)
+        for (int l = 0; l < 2; l++)
+            if (levels >> l & 1)
+                link_take(&s->devs[devs[i]].link[l], a, b);
+}
+
 /*
  * Runs one collective group: every member starts together, when its
  * collective stream is free, and occupies it. Collectives have their own
@@ -1215,13 +1323,15 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const int32_t **group, uin
  * parallel all-reduce queued behind it.
  */
 static void
-run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, double ready, double t,
-          double *out_start, double *out_end, int sym)
+run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, unsigned levels, double ready,
+          double t, double *out_start, double *out_end, int sym)
 {
     double start = ready;
     for (uint32_t i = 0; i < n; i++)
         if (stream_free(s, devs[i], STREAM_COLL) > start)
             start = stream_free(s, devs[i], STREAM_COLL);
+    start = links_fit(s, devs, n, levels, start, t);
+    links_take(s, devs, n, levels, start, start + t);
     for (uint32_t i = 0; i < n; i++)
         occupy(s, op, devs[i], STREAM_COLL, start, start + t, sym);
     *out_start = start;
@@ -1303,7 +1413,8 @@ sim_send(sim *s, ir_id op, const ctx *c)
             else if (j == 0)
                 l0 = hw_link_between(s->hw, (uint32_t)src[0], (uint32_t)dst[0]);
             else if (memcmp(hw_link_between(s->hw, (uint32_t)src[j], (uint32_t)dst[j]), l0,
-                            sizeof *l0) != 0)
+                            sizeof *l0) != 0 ||
+                     pair_level(s, src[j], dst[j]) != pair_level(s, src[0], dst[0]))
                 sym = 0;
         }
         if (sym && class_of(s, src, n, &rs) && class_of(s, dst, n, &rd) && rs != rd) {
@@ -1322,7 +1433,14 @@ sim_send(sim *s, ir_id op, const ctx *c)
             if (stream_free(s, rd, STREAM_RECV) > start)
                 start = stream_free(s, rd, STREAM_RECV);
             /* The same arithmetic as one pair below, so the results are bit-identical. */
-            end = start + (l0->latency + cost.bytes_comm / l0->bandwidth);
+            {
+                int32_t pair[2] = {rs, rd};
+                double t = l0->latency + cost.bytes_comm / l0->bandwidth;
+                unsigned lv = 1u << pair_level(s, src[0], dst[0]);
+                start = links_fit(s, pair, 2, lv, start, t);
+                end = start + t;
+                links_take(s, pair, 2, lv, start, end);
+            }
             occupy(s, op, rs, STREAM_SEND, start, end, 1);
             occupy(s, op, rd, STREAM_RECV, start, end, 1);
             s->nops += n;
@@ -1355,6 +1473,12 @@ sim_send(sim *s, ir_id op, const ctx *c)
                 start = stream_free(s, from, STREAM_SEND);
             if (stream_free(s, to, STREAM_RECV) > start)
                 start = stream_free(s, to, STREAM_RECV);
+            if (from != to) {
+                int32_t pair[2] = {from, to};
+                unsigned lv = 1u << pair_level(s, from, to);
+                start = links_fit(s, pair, 2, lv, start, t);
+                links_take(s, pair, 2, lv, start, start + t);
+            }
             end = start + t;
             occupy(s, op, from, STREAM_SEND, start, end, 0);
             occupy(s, op, to, STREAM_RECV, start, end, 0);
@@ -1469,10 +1593,10 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                 for (uint32_t g2 = 0; g2 < n; g2++)
                     if (s->devs[group[g2]].rep != r)
                         s->broken = 1;
-                run_group(s, op, &r, 1, ready, t, &start, &end, 1);
+                run_group(s, op, &r, 1, group_levels(s, &g), ready, t, &start, &end, 1);
                 s->nops += c->sym;
             } else {
-                run_group(s, op, group, n, ready, t, &start, &end, 0);
+                run_group(s, op, group, n, group_levels(s, &g), ready, t, &start, &end, 0);
                 s->nops += n;
             }
             for (uint32_t q = idx; q < total; q++) {
@@ -1515,7 +1639,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
              */
             int32_t r = s->devs[group[0]].rep;
             uint32_t yi;
-            run_group(s, op, &r, 1, ready, t, &start, &end, 1);
+            run_group(s, op, &r, 1, group_levels(s, &g), ready, t, &start, &end, 1);
             s->nops += n;
             for (uint32_t j = 0; j < nin; j++)
                 inst_use(input_at(s, in, k, j), end);
@@ -1527,7 +1651,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
         }
         if (k == 0 && (rc = op_results(s, op, c)) != 0)
             break;
-        run_group(s, op, group, n, ready, t, &start, &end, 0);
+        run_group(s, op, group, n, group_levels(s, &g), ready, t, &start, &end, 0);
         s->nops += n;
         for (uint32_t j = 0; j < nin; j++)
             inst_use(input_at(s, in, k, j), end);
@@ -2300,6 +2424,8 @@ sim_fini(sim *s, sim_workspace *ws)
         for (uint32_t d = 0; d < s->ndev; d++) {
             for (int st = 0; st < NSTREAM; st++)
                 free(s->devs[d].busy[st].v);
+            free(s->devs[d].link[0].v);
+            free(s->devs[d].link[1].v);
         }
     tables_give(s, ws);
     if (s->memo)
