@@ -1305,13 +1305,17 @@ links_fit(const sim *s, const int32_t *devs, uint32_t n, unsigned levels, double
     return c;
 }
 
+/* Takes the levels on every device; a device's links are part of its history (symmetry). */
 static void
 links_take(sim *s, const int32_t *devs, uint32_t n, unsigned levels, double a, double b)
 {
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
+        sim_dev *d = &s->devs[devs[i]];
         for (int l = 0; l < 2; l++)
             if (levels >> l & 1)
-                link_take(&s->devs[devs[i]].link[l], a, b);
+                link_take(&d->link[l], a, b);
+        d->hist = mix64(d->hist, 0x6c696e6b00ull | levels);
+    }
 }
 
 /*
