@@ -958,12 +958,12 @@ static void
 classify(sim *s)
 {
     const ir_module *m = s->m;
-    for (ir_id v = 1; v < m->nvalue; v++) {
-        const ir_value *val = &m->values[v];
-        uint8_t c = SIM_MEM_ACTIVATIONS;
-        if (val->def && (ir_opkind_info(m->ops[val->def].kind)->flags & IR_OPF_COMM))
-            c = SIM_MEM_COMM;
-        s->vclass[v] = c;
+    /* Results of communication ops are communication buffers, everything else activations. */
+    memset(s->vclass, SIM_MEM_ACTIVATIONS, m->nvalue);
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        if (o->kind < IR_NOPKIND && (ir_opkind_info(o->kind)->flags & IR_OPF_COMM))
+            memset(s->vclass + o->outputs, SIM_MEM_COMM, o->noutput);
     }
     for (ir_id op = 1; op < m->nop; op++) {
         const ir_op *o = &m->ops[op];
