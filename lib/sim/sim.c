@@ -209,8 +209,8 @@ static double
 link_fit(const ivec *l, double c, double t)
 {
     uint32_t lo = 0, hi = l->n;
-    if (t <= 0)
-        return c;
+    if (t <= 0 || hi == 0 || l->v[hi - 1].end <= c)
+        return c; /* the common case: transfers come in time order */
     /* First interval ending after c. */
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
@@ -1295,13 +1295,15 @@ static double
 links_fit(const sim *s, const int32_t *devs, uint32_t n, unsigned levels, double c, double t)
 {
     double prev;
+    if (t <= 0 || levels == 0)
+        return c;
     do {
         prev = c;
         for (uint32_t i = 0; i < n; i++)
             for (int l = 0; l < 2; l++)
                 if (levels >> l & 1)
                     c = link_fit(&s->devs[devs[i]].link[l], c, t);
-    } while (c != prev);
+    } while (c != prev && (n > 1 || levels == 3));
     return c;
 }
 
