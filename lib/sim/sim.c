@@ -97,11 +97,13 @@ typedef struct tloc {
     uint64_t bytes;
 } tloc;
 
-/* A mesh collective's group for one member device: devices grp[off .. off+n). */
+/* A mesh collective's group for one member device: devices grp[off .. off+n), its time and links. */
 typedef struct sim_grp {
     ir_id op; /* 0: empty slot */
     int32_t dev;
     uint32_t off, n;
+    unsigned levels;
+    double t;
 } sim_grp;
 
 /* A priced op signature: its representative op, hash, time and FLOPs. */
@@ -636,6 +638,7 @@ same_signature(const ir_module *m, ir_id a, ir_id b)
 }
 
 static uint64_t mix64(uint64_t h, uint64_t v);
+static double dtensor_scale(const sim *s, ir_id op);
 
 static uint64_t
 signature_hash(const ir_module *m, ir_id op)
@@ -661,11 +664,11 @@ signature_hash(const ir_module *m, ir_id op)
  * the same), in a table of representative ops compared exactly.
  */
 static int
-op_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
+op_time(sim *s, ir_id op, int32_t dev, double *t, double *flops)
 {
     int rc;
     if (s->hw->noverride)
-        return compute_time(s, op, dev, scale, t, flops);
+        return compute_time(s, op, dev, dtensor_scale(s, op), t, flops);
     if (s->m->ops[op].region == s->entry) {
         uint32_t mask, h;
         if ((s->nsig + 1) * 2 > s->csig) {
@@ -691,7 +694,7 @@ op_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
                 *flops = s->sigs[h].flops;
                 return 0;
             }
-        if ((rc = compute_time(s, op, dev, scale, t, flops)) != 0)
+        if ((rc = compute_time(s, op, dev, dtensor_scale(s, op), t, flops)) != 0)
             return rc;
         s->sigs[h].op = op;
         s->sigs[h].hash = hash;
@@ -710,7 +713,7 @@ op_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
         *flops = s->memo[2 * op + 1];
         return 0;
     }
-    if ((rc = compute_time(s, op, dev, scale, t, flops)) != 0)
+    if ((rc = compute_time(s, op, dev, dtensor_scale(s, op), t, flops)) != 0)
         return rc;
     s->memo[2 * op] = *t;
     s->memo[2 * op + 1] = *flops;
@@ -1122,7 +1125,6 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
     const ir_op *o = &m->ops[op];
     int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
     uint32_t nloc;
-    double scale = dtensor_scale(s, op);
     int rc = op_results(s, op, c);
     if (rc)
         return rc;
@@ -1143,7 +1145,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                 if (in->ready > start)
                     start = in->ready;
             }
-            rc = op_time(s, op, dev, scale, &t, &fl);
+            rc = op_time(s, op, dev, &t, &fl);
             if (rc)
                 return rc;
             end = start + t;
@@ -1231,13 +1233,17 @@ grp_slot(const sim *s, ir_id op, int32_t dev)
     return h;
 }
 
+static double collective_time(const sim *s, int kind, const group_info *g, double bytes);
+static unsigned group_levels(const sim *s, const group_info *g);
+
 /*
- * The group of a mesh-form collective op for member device dev: found once
- * per (op, device) and kept (an op in a called function runs once per call).
- * *group points into the table, valid until the next call.
+ * The group of a mesh-form collective op for member device dev, its time
+ * and the link levels it crosses: found once per (op, device) and kept (an
+ * op in a called function runs once per call). *e points into the table,
+ * its devices at s->grpdev + e->off; both valid until the next call.
  */
 static int
-mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const int32_t **group, uint32_t *n)
+mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const sim_grp **e)
 {
     uint32_t h, cnt = 0, nd = s->m->meshes[mesh].ndevice;
     int rc;
@@ -1254,18 +1260,23 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const int32_t **group, uin
     h = grp_slot(s, op, dev);
     if (s->grps[h].op == 0) {
         DI_GROW(&s->grpdev, &s->cgrpdev, (size_t)s->ngrpdev + nd + 1);
+        group_info g;
+        ir_cost cost;
         rc = mesh_group_find(s, op, mesh, dev, s->grpdev + s->ngrpdev, &cnt);
         if (rc)
             return rc;
+        ir_op_cost(s->m, op, &cost);
+        group_describe(s, s->grpdev + s->ngrpdev, cnt, &g);
         s->grps[h].op = op;
         s->grps[h].dev = dev;
         s->grps[h].off = s->ngrpdev;
         s->grps[h].n = cnt;
+        s->grps[h].t = collective_time(s, s->m->ops[op].kind, &g, cost.bytes_comm);
+        s->grps[h].levels = group_levels(s, &g);
         s->ngrpdev += cnt;
         s->ngrp++;
     }
-    *group = s->grpdev + s->grps[h].off;
-    *n = s->grps[h].n;
+    *e = &s->grps[h];
     return 0;
 }
 
@@ -1541,7 +1552,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     ir_cost cost;
     const tloc *locs;
     int32_t *group;
-    const int32_t *mgroup;
+    const sim_grp *ge;
     uint32_t cap;
     int rc = type_locs(s, m->values[out].type, &locs, &nout);
     if (rc)
@@ -1549,7 +1560,6 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     /* The mesh form always, the tuple form unless it turns out symmetric, makes instances now. */
     if (meshattr && (rc = op_results(s, op, c)) != 0)
         return rc;
-    ir_op_cost(m, op, &cost);
     cap = nin + nout + 1;
     if (meshattr && meshattr->s < m->nmesh && m->meshes[meshattr->s].ndevice + 1 > cap)
         cap = m->meshes[meshattr->s].ndevice + 1;
@@ -1568,16 +1578,19 @@ sim_collective(sim *s, ir_id op, const ctx *c)
         for (uint32_t idx = 0; idx < total; idx++) {
             uint32_t n = 0;
             double ready = 0, start, end, t;
-            group_info g;
+            unsigned levels;
             if (done[idx])
                 continue;
             sim_inst *first = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? idx : idx % nin)];
-            rc = mesh_group(s, op, meshattr->s, first->dev, &mgroup, &n);
+            rc = mesh_group(s, op, meshattr->s, first->dev, &ge);
             if (rc) {
                 free(done);
                 return rc;
             }
-            memcpy(group, mgroup, n * sizeof *group);
+            n = ge->n;
+            t = ge->t;
+            levels = ge->levels;
+            memcpy(group, s->grpdev + ge->off, n * sizeof *group);
             /* Members are the (instance, location) pairs on the group's devices. */
             for (uint32_t q = idx; q < total; q++) {
                 sim_inst *x = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)];
@@ -1588,8 +1601,6 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                             ready = x->ready;
                     }
             }
-            group_describe(s, group, n, &g);
-            t = collective_time(s, o->kind, &g, cost.bytes_comm);
             if (c->sym > 1) {
                 /*
                  * The representative of a symmetric pmap: every member of its
@@ -1599,10 +1610,10 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                 for (uint32_t g2 = 0; g2 < n; g2++)
                     if (s->devs[group[g2]].rep != r)
                         s->broken = 1;
-                run_group(s, op, &r, 1, group_levels(s, &g), ready, t, &start, &end, 1);
+                run_group(s, op, &r, 1, levels, ready, t, &start, &end, 1);
                 s->nops += c->sym;
             } else {
-                run_group(s, op, group, n, group_levels(s, &g), ready, t, &start, &end, 0);
+                run_group(s, op, group, n, levels, ready, t, &start, &end, 0);
                 s->nops += n;
             }
             for (uint32_t q = idx; q < total; q++) {
@@ -1621,6 +1632,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     }
 
     /* Tuple form: the group is every device holding an input or output location. */
+    ir_op_cost(m, op, &cost);
     for (uint32_t k = 0; k < c->rep; k++) {
         uint32_t n = 0;
         double ready = 0, start, end, t;
