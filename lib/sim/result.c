@@ -54,55 +54,57 @@ same_timeline(const sim_device_result *a, const sim_device_result *b)
  * representative's shared timeline or equal ones simulated apart). Equal
  * timelines are found by a hash of their bytes, then compared.
  */
+/* Group of device i's timeline: joins the first device with the same content, or starts one. */
 static uint32_t
-device_index(const sim_result *r, int32_t id)
+content_root(const sim_result *r, uint32_t *tab, uint32_t cap, uint32_t i)
 {
-    uint32_t lo = 0, hi = r->ndevice;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (r->devices[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < r->ndevice && r->devices[lo].id == id ? lo : UINT32_MAX;
+    const sim_device_result *d = &r->devices[i];
+    uint32_t h = (uint32_t)di_siphash(d->timeline, d->ntimeline * sizeof *d->timeline, 0, 0) &
+                 (cap - 1);
+    for (; tab[h] != UINT32_MAX; h = (h + 1) & (cap - 1))
+        if (same_timeline(&r->devices[tab[h]], d))
+            return tab[h];
+    tab[h] = i;
+    return i;
 }
 
 static uint32_t *
 timeline_refs(const sim_result *r)
 {
-    uint32_t n = r->ndevice, cap = 16, *ref = di_xmalloc((n ? n : 1) * sizeof *ref), *tab;
+    uint32_t n = r->ndevice, cap = 16, *ref = di_xmalloc((n ? n : 1) * sizeof *ref), *tab, *ptab;
     uint32_t *root = di_xmalloc((n ? n : 1) * sizeof *root);
     while (cap < 2 * n)
         cap *= 2;
     tab = di_xmalloc(cap * sizeof *tab);
+    ptab = di_xmalloc(cap * sizeof *ptab);
     memset(tab, 0xff, cap * sizeof *tab);
-    /* Timelines of their own: grouped by content, rooted at the first of each group. */
-    for (uint32_t i = 0; i < n; i++) {
-        const sim_device_result *d = &r->devices[i];
-        uint32_t h;
+    memset(ptab, 0xff, cap * sizeof *ptab);
+    /*
+     * Timelines of their own: grouped by content. Shared ones (the same
+     * storage as an owner's) join their owner's group by address, which
+     * saves hashing a copy; only the grouping, never an address, reaches
+     * the output.
+     */
+    for (uint32_t i = 0; i < n; i++)
         root[i] = i;
-        if (d->timeline_shared || d->ntimeline == 0 || d->timeline == NULL)
-            continue;
-        h = (uint32_t)di_siphash(d->timeline, d->ntimeline * sizeof *d->timeline, 0, 0) &
-            (cap - 1);
-        for (; tab[h] != UINT32_MAX; h = (h + 1) & (cap - 1))
-            if (same_timeline(&r->devices[tab[h]], d))
-                break;
-        if (tab[h] == UINT32_MAX)
-            tab[h] = i;
-        else
-            root[i] = tab[h];
-    }
-    /* Shared timelines join their owner's group. */
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t j;
-        if (!r->devices[i].timeline_shared)
-            continue;
-        j = device_index(r, r->devices[i].timeline_device);
-        if (j != UINT32_MAX && !r->devices[j].timeline_shared)
-            root[i] = root[j];
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < n; i++) {
+            const sim_device_result *d = &r->devices[i];
+            uint32_t h;
+            if (d->ntimeline == 0 || d->timeline == NULL || (d->timeline_shared != 0) != pass)
+                continue;
+            h = (uint32_t)(((uintptr_t)d->timeline >> 4) * 0x9e3779b97f4a7c15ull >> 32) &
+                (cap - 1);
+            for (; ptab[h] != UINT32_MAX; h = (h + 1) & (cap - 1))
+                if (r->devices[ptab[h]].timeline == d->timeline)
+                    break;
+            if (ptab[h] != UINT32_MAX) {
+                root[i] = root[ptab[h]];
+                continue;
+            }
+            root[i] = content_root(r, tab, cap, i);
+            ptab[h] = i;
+        }
     /* Each group is written at its first device. */
     for (uint32_t i = 0; i < n; i++)
         ref[i] = UINT32_MAX;
@@ -112,6 +114,7 @@ timeline_refs(const sim_result *r)
     for (uint32_t i = 0; i < n; i++)
         ref[i] = r->devices[i].ntimeline && r->devices[i].timeline ? ref[root[i]] : i;
     free(tab);
+    free(ptab);
     free(root);
     return ref;
 }
@@ -324,10 +327,26 @@ sim_result_proto_free(struct Distir__V1__SimResult *p)
     free(p);
 }
 
+typedef struct owner_ent {
+    int32_t id;
+    uint32_t index;
+} owner_ent;
+
+static int
+owner_cmp(const void *a, const void *b)
+{
+    const owner_ent *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
 int
 sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, di_error *err)
 {
     sim_result *r;
+    owner_ent *owners;
+    uint32_t nowner = 0;
     *out = NULL;
     if (p->n_devices > (1u << 20))
         return di_error_set(err, DI_EDECODE, "result has %zu devices (limit %u)", p->n_devices,
@@ -368,17 +387,31 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
         }
         d->timeline_device = q->timeline_device;
     }
-    /* A shared timeline names a device that has its own. */
+    /* A shared timeline names a device that has its own (found by id in a sorted index). */
+    owners = di_xmalloc((r->ndevice ? r->ndevice : 1) * sizeof *owners);
+    for (uint32_t i = 0; i < r->ndevice; i++)
+        if (!p->devices[i]->timeline_shared) {
+            owners[nowner].id = r->devices[i].id;
+            owners[nowner++].index = i;
+        }
+    qsort(owners, nowner, sizeof *owners, owner_cmp);
     for (uint32_t i = 0; i < r->ndevice; i++) {
         sim_device_result *d = &r->devices[i];
-        uint32_t j;
+        uint32_t lo = 0, hi = nowner, j = UINT32_MAX;
         if (!p->devices[i]->timeline_shared)
             continue;
-        for (j = 0; j < r->ndevice; j++)
-            if (r->devices[j].id == d->timeline_device && !p->devices[j]->timeline_shared)
-                break;
-        if (j == r->ndevice) {
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (owners[mid].id < d->timeline_device)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < nowner && owners[lo].id == d->timeline_device)
+            j = owners[lo].index;
+        if (j == UINT32_MAX) {
             int32_t id = d->id, to = d->timeline_device;
+            free(owners);
             sim_result_free(r);
             return di_error_set(err, DI_EDECODE,
                                 "device %d shares the timeline of device %d, which has none of "
@@ -390,6 +423,7 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
         d->ntimeline = r->devices[j].ntimeline;
         d->timeline_shared = 1;
     }
+    free(owners);
     *out = r;
     return 0;
 }
