@@ -116,6 +116,8 @@ typedef struct pl {
     ir_module *out;
     ir_id func;
     ir_id *mesh;      /* per group */
+    ir_attr *pmattr;  /* per group: the chunks' "devices" attribute (one list, shared), or kind 0 */
+    ir_attr devvar;   /* the chunks' device_var = "d" attribute, or kind 0 */
     int32_t *devs;    /* per group: dp*tp device ids */
     uint32_t ngdev;   /* dp * tp */
     prog *prog;       /* F[0..K), B[0..K), S[0..pp) */
@@ -771,10 +773,21 @@ make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id body, int callee
         P->out->ops[o].body = body;
         P->out->regions[body].parent = o;
     }
-    ir_op_set_string(P->out, o, "device_var", "d");
-    for (uint32_t k = 0; k < P->ngdev; k++)
-        dl[k] = P->devs[g * P->ngdev + k];
-    ir_op_set_ints(P->out, o, "devices", P->ngdev, dl);
+    /* The attributes are the same for every chunk of a group: made once, the list shared. */
+    if (P->devvar.kind == 0) {
+        ir_op_set_string(P->out, o, "device_var", "d");
+        P->devvar = *ir_op_attr(P->out, o, "device_var");
+    } else {
+        ir_op_put_attr(P->out, o, &P->devvar);
+    }
+    if (P->pmattr[g].kind == 0) {
+        for (uint32_t k = 0; k < P->ngdev; k++)
+            dl[k] = P->devs[g * P->ngdev + k];
+        ir_op_set_ints(P->out, o, "devices", P->ngdev, dl);
+        P->pmattr[g] = *ir_op_attr(P->out, o, "devices");
+    } else {
+        ir_op_put_attr(P->out, o, &P->pmattr[g]);
+    }
     rc = 0;
     for (uint32_t i = 0; i < P->out->regions[body].nresult && rc == 0; i++) {
         ir_id lt = P->out->values[P->out->regions[body].results[i]].type;
@@ -1377,6 +1390,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.tmp = di_xmalloc(P.ngdev * sizeof *P.tmp);
     P.tmpdev = di_xmalloc(P.ngdev * sizeof *P.tmpdev);
     P.mesh = di_xmalloc(c->pp * sizeof *P.mesh);
+    P.pmattr = di_xcalloc(c->pp, sizeof *P.pmattr);
     for (uint32_t g = 0; g < c->pp; g++) {
         int64_t shape[2] = {c->n[XF_DP], c->n[XF_TP]};
         int64_t *ids = di_xmalloc(P.ngdev * sizeof *ids);
@@ -1490,6 +1504,7 @@ pl_fini(pl *P)
     di_free(P->reg);
     di_free(P->devs);
     di_free(P->mesh);
+    di_free(P->pmattr);
     di_free(P->tmp);
     di_free(P->tmpdev);
     di_free(P->tt);
