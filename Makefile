@@ -161,6 +161,13 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJS) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_SUPPORT_OBJS) $(LIBA) $(LIBS_TEST) $(LIBS_LIB)
 
 # Every build compiles each fuzz target with a replay main that runs its corpus.
+# fuzz_server_* targets also link the daemon's request decoder (no gRPC needed).
+FUZZ_SRV_SRCS := server/input.c server/key.c server/strategy.c
+FUZZ_SRV_OBJS := $(FUZZ_SRV_SRCS:%.c=$(B)/obj/%.o)
+$(B)/fuzz/fuzz_server%: $(B)/obj/fuzz/fuzz_server%.o $(B)/obj/fuzz/replay.o $(FUZZ_SRV_OBJS) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_LIB)
+
 $(B)/fuzz/%: $(B)/obj/fuzz/%.o $(B)/obj/fuzz/replay.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_LIB)
@@ -192,7 +199,8 @@ fuzz: | build/release/deps.stamp
 	  build/fuzzlib/libdistir.a
 	@mkdir -p build/fuzz
 	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  clang $(FUZZFLAGS) -Ibuild/fuzzlib/gen $(PKG_CFLAGS) $$f build/fuzzlib/libdistir.a \
+	  extra=; case $$n in fuzz_server*) extra="$(FUZZ_SRV_SRCS)";; esac; \
+	  clang $(FUZZFLAGS) -Ibuild/fuzzlib/gen $(PKG_CFLAGS) $$f $$extra build/fuzzlib/libdistir.a \
 	    $(LIBS_LIB) -o build/fuzz/$$n || exit 1; \
 	  mkdir -p build/fuzz/corpus-$$n; \
 	  echo "fuzzing $$n for $(FUZZ_SECONDS)s"; \
