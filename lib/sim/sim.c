@@ -51,7 +51,7 @@ typedef struct sim_inst {
     double ready;     /* seconds: when the value is available */
     double last_use;  /* seconds: end of the last consumer */
     double alloc;     /* seconds: producer start */
-    uint64_t bytes;
+    uint32_t loc;     /* its location in tlocs, which gives its bytes (0: a reserved empty one) */
     int32_t dev;      /* dense device index */
     uint32_t owner;   /* instance owning the storage (itself if not an alias) */
     uint8_t cls;      /* sim_memclass */
@@ -416,7 +416,7 @@ value_instances(sim *s, ir_id v, uint32_t rep, const int32_t *devs)
             if (d == LOC_DEVVAR)
                 d = devs ? devs[k] : 0;
             in->dev = d;
-            in->bytes = locs[j].bytes;
+            in->loc = (uint32_t)(locs - s->tlocs) + j;
             in->cls = s->vclass[v];
         }
     return 0;
@@ -473,7 +473,7 @@ value_uniform(sim *s, ir_id v, uint32_t *idx)
     s->vrep[v] = 1;
     s->vuni[v] = VF_UNI;
     s->inst[*idx].dev = n ? locs[0].dev : 0;
-    s->inst[*idx].bytes = n ? locs[0].bytes : 0;
+    s->inst[*idx].loc = n ? (uint32_t)(locs - s->tlocs) : 0;
     s->inst[*idx].cls = s->vclass[v];
     return 0;
 }
@@ -2083,7 +2083,7 @@ build_memory(sim *s, double step)
             if (in->last_use > ow->last_use)
                 ow->last_use = in->last_use;
             ow->flags |= in->flags & INST_PERSISTENT;
-        } else if (in->bytes) {
+        } else if (s->tlocs[in->loc].bytes) {
             s->devs[in->dev].nalloc++;
         }
     }
@@ -2110,15 +2110,16 @@ build_memory(sim *s, double step)
     for (uint32_t i = 1; i < s->ninst; i++) {
         sim_inst *in = &s->inst[i];
         sim_dev *d;
-        if (in->owner != i || in->bytes == 0)
+        uint64_t bytes;
+        if (in->owner != i || (bytes = s->tlocs[in->loc].bytes) == 0)
             continue;
         d = &s->devs[in->dev];
         s->ev[d->evoff + d->nalloc].key = time_key(in->alloc, 1);
-        s->ev[d->evoff + d->nalloc++].val = in->bytes << 3 | in->cls;
+        s->ev[d->evoff + d->nalloc++].val = bytes << 3 | in->cls;
         if (!(in->flags & INST_PERSISTENT)) {
             double t = in->last_use > in->ready ? in->last_use : in->ready;
             s->ev[d->evoff + d->nev].key = time_key(t > step ? step : t, 0);
-            s->ev[d->evoff + d->nev++].val = in->bytes << 3 | in->cls;
+            s->ev[d->evoff + d->nev++].val = bytes << 3 | in->cls;
         }
     }
     if (most > s->ctmp) {
@@ -2485,6 +2486,10 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
         s.devs[d].rep = (int32_t)d;
         s.devs[d].class_n = 1;
     }
+    DI_GROW(&s.tlocs, &s.ctloc, 1);
+    s.tlocs[0].dev = 0;
+    s.tlocs[0].bytes = 0; /* instances without a location (instance 0, empty tuples) */
+    s.ntloc = 1;
     s.tloc_off = di_xmalloc(m->ntype * sizeof *s.tloc_off);
     memset(s.tloc_off, 0xff, m->ntype * sizeof *s.tloc_off);
     s.tloc_n = di_xcalloc(m->ntype, sizeof *s.tloc_n);
@@ -2522,7 +2527,8 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
             if (in->cls == SIM_MEM_COMM)
                 in->cls = SIM_MEM_ACTIVATIONS;
             /* What a device holds from the start is part of its history. */
-            s.devs[in->dev].hist = mix64(s.devs[in->dev].hist, in->bytes << 3 | in->cls);
+            s.devs[in->dev].hist =
+                mix64(s.devs[in->dev].hist, s.tlocs[in->loc].bytes << 3 | in->cls);
         }
     }
     rc = sim_region(&s, entry, &top);
