@@ -363,6 +363,14 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
     for (uint32_t i = 0; i < r->ndevice; i++) {
         const Distir__V1__DeviceResult *q = p->devices[i];
         sim_device_result *d = &r->devices[i];
+        if (i > 0 && q->id <= p->devices[i - 1]->id) {
+            int32_t id = q->id, prev = p->devices[i - 1]->id;
+            sim_result_free(r);
+            return di_error_set(err, DI_EDECODE,
+                                "result devices must have ascending, distinct ids (device %d "
+                                "follows %d)",
+                                id, prev);
+        }
         d->id = q->id;
         d->busy_s = q->busy_s;
         d->compute_s = q->compute_s;
