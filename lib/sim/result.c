@@ -24,11 +24,21 @@ json_key(di_buf *b, const char *key)
     di_buf_putc(b, ':');
 }
 
+/*
+ * A number of a result: shortest round-trip form, with negative zero written
+ * as 0 (the protobuf form cannot tell them apart: proto3 leaves zeros out).
+ */
+static void
+json_num(di_buf *b, double v)
+{
+    di_buf_double(b, v == 0 ? 0.0 : v);
+}
+
 static void
 json_double(di_buf *b, const char *key, double v)
 {
     json_key(b, key);
-    di_buf_double(b, v);
+    json_num(b, v);
 }
 
 static void
@@ -182,7 +192,7 @@ sim_result_to_json(const sim_result *r)
             if (t)
                 di_buf_putc(&b, ',');
             di_buf_putc(&b, '[');
-            di_buf_double(&b, p->time);
+            json_num(&b, p->time);
             di_buf_printf(&b, ",%" PRIu64 "]", p->bytes);
         }
         di_buf_puts(&b, "]}");
