@@ -22,7 +22,8 @@ static const char usage[] =
     "transform FILE [--dp N] [--tp N] [--pp N] [--microbatches M]\n"
     "                 [--schedule gpipe|1f1b|interleaved:V] [--recompute none|selective|full]\n"
     "                 [--stash none|pipedream|2bw] [--zero 0-3] [--sequence-parallel]\n"
-    "                 [--overlap-grad-reduce] [--hw PRESET|FILE.json] [--stats] [-o OUT]";
+    "                 [--overlap-grad-reduce [--bucket-mb N]] [--hw PRESET|FILE.json] [--stats]\n"
+    "                 [-o OUT]";
 
 int
 cmd_transform(int argc, char **argv)

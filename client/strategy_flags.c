@@ -37,6 +37,7 @@ cli_strategy_flag(int argc, char **argv, int *i, Distir__V1__Strategy *s)
         {"--microbatches", offsetof(Distir__V1__Strategy, microbatches), 1u << 20},
         {"--virtual-stages", offsetof(Distir__V1__Strategy, virtual_stages), 1024},
         {"--zero", offsetof(Distir__V1__Strategy, zero), 3},
+        {"--bucket-mb", offsetof(Distir__V1__Strategy, bucket_mb), 1u << 20},
     };
     const char *v;
     int r;

@@ -9,7 +9,9 @@
 
 #include <string.h>
 
-#define KEY_DOMAIN "distir.cache.v1"
+#include "xform/xform.h"
+
+#define KEY_DOMAIN "distir.cache.v2"
 
 int
 srv_strategy_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_error *err)
@@ -48,6 +50,10 @@ srv_strategy_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_erro
     out->zero = p->zero;
     out->sequence_parallel = p->sequence_parallel != 0;
     out->overlap_grad_reduce = p->overlap_grad_reduce != 0;
+    /* The bucket size only matters with overlap: normalized so that equal strategies share a key. */
+    out->bucket_mb = !out->overlap_grad_reduce ? 0
+                     : p->bucket_mb            ? p->bucket_mb
+                                               : XFORM_BUCKET_MB_DEFAULT;
     if (p->n_device_order > 0) {
         if (p->n_device_order > (1u << 24))
             return di_error_set(err, DI_ETOOBIG, "strategy: device_order has %zu entries",
@@ -118,6 +124,7 @@ srv_cache_key(const di_hash *module, const di_hash *hw, const srv_strategy *s, c
     di_sha256_u64(&h, s->zero);
     di_sha256_u64(&h, (uint64_t)s->sequence_parallel);
     di_sha256_u64(&h, (uint64_t)s->overlap_grad_reduce);
+    di_sha256_u64(&h, s->bucket_mb);
     di_sha256_u64(&h, s->ndevice_order);
     for (uint32_t i = 0; i < s->ndevice_order; i++)
         di_sha256_u64(&h, s->device_order[i]);

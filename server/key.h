@@ -27,6 +27,7 @@ typedef struct srv_strategy {
     uint32_t zero;           /* 0..3 */
     int sequence_parallel;
     int overlap_grad_reduce;
+    uint32_t bucket_mb;      /* > 0 with overlap_grad_reduce, 0 without */
     uint32_t ndevice_order;
     uint32_t *device_order; /* owned; NULL when empty */
 } srv_strategy;

@@ -32,6 +32,7 @@ srv_strategy_apply(const ir_module *m, const srv_strategy *s, const hw_model *hw
     xs.zero = s->zero;
     xs.sequence_parallel = s->sequence_parallel;
     xs.overlap_grad_reduce = s->overlap_grad_reduce;
+    xs.bucket_mb = s->bucket_mb;
     xs.ndevice_order = s->ndevice_order;
     xs.device_order = s->device_order;
     if ((rc = xform_apply(m, &xs, hw, owned, err)) != 0)

@@ -277,19 +277,23 @@ xf_body_get(xf_body *b, ir_id v, xf_local *out)
 static int
 infer_one(xf_body *b, ir_id op)
 {
-    ir_id types[IR_MAX_RANK + 8];
+    ir_id small[IR_MAX_RANK + 8], *types = small;
     di_error e;
     ir_op *o = &b->out->ops[op];
-    if (o->noutput > sizeof types / sizeof types[0])
-        return di_error_set(b->c->err, DI_EINTERNAL, "too many results");
+    int rc = 0;
+    if (o->noutput > sizeof small / sizeof small[0])
+        types = di_xmalloc(o->noutput * sizeof *types); /* a bucket's Split */
     di_error_clear(&e);
-    if (ir_op_infer(b->out, op, types, &e) != 0)
-        return di_error_set(b->c->err, DI_EINTERNAL, "lowering produced an invalid op: %s",
-                            e.msg);
-    o = &b->out->ops[op];
-    for (uint32_t i = 0; i < o->noutput; i++)
-        b->out->values[o->outputs + i].type = types[i];
-    return 0;
+    if (ir_op_infer(b->out, op, types, &e) != 0) {
+        rc = di_error_set(b->c->err, DI_EINTERNAL, "lowering produced an invalid op: %s", e.msg);
+    } else {
+        o = &b->out->ops[op];
+        for (uint32_t i = 0; i < o->noutput; i++)
+            b->out->values[o->outputs + i].type = types[i];
+    }
+    if (types != small)
+        di_free(types);
+    return rc;
 }
 
 /* Emits a mesh-form collective of kind on mesh axis `axis` of the body's mesh. */
@@ -454,6 +458,76 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
     b->convgen[src] = b->gen;
     *out = cur;
     return 0;
+}
+
+/*
+ * Data-parallel reduction of several gradients as one bucket (as PyTorch
+ * DDP and Megatron-LM reduce a contiguous buffer): each local gradient is
+ * flattened, the pieces are concatenated and one all-reduce runs over the
+ * data axis (xf_body_bucket_reduce); later, xf_body_bucket_split splits the
+ * reduced bucket and reshapes the pieces back. The split is a separate step
+ * so that the caller can place it after the rest of the backward pass: a
+ * compute op waiting for the all-reduce would hold up the compute stream,
+ * where DDP's gradients are views of the bucket.
+ */
+int
+xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_t n, ir_id *red)
+{
+    ir_module *out = b->out;
+    ir_id *flat = di_xmalloc((n ? n : 1) * sizeof *flat), cat = 0, op;
+    int rc = 0;
+    for (uint32_t k = 0; k < n && rc == 0; k++) {
+        int64_t size = out->types[out->values[ls[k].v].type].numel;
+        op = ir_op_add(out, b->region, IR_OP_RESHAPE, 1, &ls[k].v, 1, NULL, NULL);
+        ir_op_set_ints(out, op, "shape", 1, &size);
+        if ((rc = infer_one(b, op)) == 0) {
+            flat[k] = ir_op_output(out, op, 0);
+            name_value(b, flat[k], srcs[k], ".flat");
+        }
+    }
+    if (rc == 0) {
+        op = ir_op_add(out, b->region, IR_OP_CONCAT, n, flat, 1, NULL, NULL);
+        ir_op_set_int(out, op, "axis", 0);
+        rc = infer_one(b, op);
+        cat = ir_op_output(out, op, 0);
+        name_value(b, cat, srcs[0], ".bucket");
+    }
+    if (rc == 0 && (rc = collective(b, IR_OP_ALLREDUCE, cat, XF_DP, 0, 0, red)) == 0)
+        name_value(b, *red, srcs[0], ".bucket.ar");
+    di_free(flat);
+    return rc;
+}
+
+int
+xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, ir_id red)
+{
+    ir_module *out = b->out;
+    int64_t *sizes = di_xmalloc((n ? n : 1) * sizeof *sizes);
+    ir_id op;
+    int rc;
+    for (uint32_t k = 0; k < n; k++)
+        sizes[k] = out->types[out->values[ls[k].v].type].numel;
+    op = ir_op_add(out, b->region, IR_OP_SPLIT, 1, &red, n, NULL, NULL);
+    ir_op_set_int(out, op, "axis", 0);
+    ir_op_set_ints(out, op, "split", n, sizes);
+    rc = infer_one(b, op);
+    for (uint32_t k = 0; k < n && rc == 0; k++) {
+        const ir_type *t = &out->types[out->values[ls[k].v].type];
+        int64_t dims[IR_MAX_RANK];
+        uint32_t rank = t->rank;
+        ir_id piece = ir_op_output(out, op, k), back, rop;
+        memcpy(dims, out->ints + t->dims, rank * sizeof *dims); /* ints may move below */
+        rop = ir_op_add(out, b->region, IR_OP_RESHAPE, 1, &piece, 1, NULL, NULL);
+        ir_op_set_ints(out, rop, "shape", rank, dims);
+        if ((rc = infer_one(b, rop)) != 0)
+            break;
+        back = ir_op_output(out, rop, 0);
+        name_value(b, back, srcs[k], ".ar");
+        ls[k].v = back;
+        ls[k].pl.a[XF_DP] = XF_R;
+    }
+    di_free(sizes);
+    return rc;
 }
 
 /* ---- ops ---- */

@@ -118,6 +118,9 @@ typedef struct pl {
     ir_id *mesh;      /* per group */
     ir_attr *pmattr;  /* per group: the chunks' "devices" attribute (one list, shared), or kind 0 */
     ir_attr devvar;   /* the chunks' device_var = "d" attribute, or kind 0 */
+    uint32_t *leafgen, *leafop; /* per source op: stamp, and first leaf it makes + 1 */
+    uint32_t leafstamp;
+    const idlist *curleaves;    /* the leaves of the body being built */
     int32_t *devs;    /* per group: dp*tp device ids */
     uint32_t ngdev;   /* dp * tp */
     prog *prog;       /* F[0..K), B[0..K), S[0..pp) */
@@ -900,6 +903,220 @@ variants_free(prog *p)
  * are its inputs, the rest accumulators), its ops, and its results, whose
  * placements go to opl (*nres of them).
  */
+/*
+ * Gradient contributions (leaves) of a body. Each is finished right after
+ * the op that makes it: reduce-scattered first with ZeRO-2/3, added to the
+ * accumulation of earlier microbatches, and in the last microbatch's chunk
+ * with overlap_grad_reduce reduced over the data axis; all-reduces go by
+ * buckets of about bucket_mb MiB of one dtype, each launched as soon as it
+ * is full (as PyTorch DDP does), so reduction overlaps the rest of the
+ * backward pass. The body's results take the finished values in leaf order.
+ */
+typedef struct leafbuf {
+    xf_local *fin;       /* per leaf: the finished value */
+    uint8_t *done;
+    uint32_t *next;      /* per leaf: the next leaf of the same op + 1, or 0 */
+    const xf_place *accpl; /* placements of the accumulator arguments */
+    const ir_id *acc_in;
+    uint32_t *bk;        /* the open bucket: leaf indices */
+    uint32_t nbk;
+    uint64_t bkbytes;
+    int bkdtype;
+    uint32_t *done_bk;   /* launched buckets' leaves, bucket after bucket */
+    uint32_t ndone_bk;
+    struct {
+        ir_id red;       /* the reduced bucket */
+        uint32_t first, n; /* its leaves: done_bk[first .. first + n) */
+    } *launched;
+    uint32_t nlaunched;
+} leafbuf;
+
+static void
+leaves_begin(pl *P, prog *p, const xf_place *accpl, const ir_id *acc_in, leafbuf *lb)
+{
+    const ir_module *m = P->c->m;
+    uint32_t n = p->leaf.n + 1;
+    lb->fin = di_xcalloc(n, sizeof *lb->fin);
+    lb->done = di_xcalloc(n, 1);
+    lb->next = di_xcalloc(n, sizeof *lb->next);
+    lb->bk = di_xmalloc(n * sizeof *lb->bk);
+    lb->done_bk = di_xmalloc(n * sizeof *lb->done_bk);
+    lb->launched = di_xmalloc(n * sizeof *lb->launched);
+    lb->ndone_bk = lb->nlaunched = 0;
+    lb->nbk = 0;
+    lb->bkbytes = 0;
+    lb->bkdtype = -1;
+    lb->accpl = accpl;
+    lb->acc_in = acc_in;
+    /* Which leaves each op makes (a stamp per body: no clearing). */
+    P->leafstamp++;
+    for (uint32_t j = p->leaf.n; j-- > 0;) {
+        ir_id def = m->values[p->leaf.v[j]].def;
+        if (def == 0)
+            continue;
+        if (P->leafgen[def] != P->leafstamp) {
+            P->leafgen[def] = P->leafstamp;
+            P->leafop[def] = 0;
+        }
+        lb->next[j] = P->leafop[def];
+        P->leafop[def] = j + 1;
+    }
+}
+
+static void
+leaves_end(leafbuf *lb)
+{
+    di_free(lb->fin);
+    di_free(lb->done);
+    di_free(lb->next);
+    di_free(lb->bk);
+    di_free(lb->done_bk);
+    di_free(lb->launched);
+}
+
+/* All-reduces the open bucket (one leaf: an ordinary conversion). */
+static int
+bucket_flush(pl *P, leafbuf *lb)
+{
+    xf_body *b = &P->body;
+    const idlist *pl_ = P->curleaves;
+    int rc = 0;
+    if (lb->nbk == 0)
+        return 0;
+    b->step = 1; /* the microbatch sum is complete */
+    if (lb->nbk == 1) {
+        uint32_t j = lb->bk[0];
+        xf_place want = lb->fin[j].pl;
+        want.a[XF_DP] = XF_R;
+        rc = xf_body_convert(b, pl_->v[j], &lb->fin[j], &want, &lb->fin[j]);
+    } else {
+        ir_id *srcs = di_xmalloc(lb->nbk * sizeof *srcs), red = 0;
+        xf_local *ls = di_xmalloc(lb->nbk * sizeof *ls);
+        for (uint32_t k = 0; k < lb->nbk; k++) {
+            srcs[k] = pl_->v[lb->bk[k]];
+            ls[k] = lb->fin[lb->bk[k]];
+        }
+        rc = xf_body_bucket_reduce(b, srcs, ls, lb->nbk, &red);
+        if (rc == 0) {
+            /* Split after the backward pass (buckets_split). */
+            lb->launched[lb->nlaunched].red = red;
+            lb->launched[lb->nlaunched].first = lb->ndone_bk;
+            lb->launched[lb->nlaunched++].n = lb->nbk;
+            memcpy(lb->done_bk + lb->ndone_bk, lb->bk, lb->nbk * sizeof *lb->bk);
+            lb->ndone_bk += lb->nbk;
+        }
+        di_free(srcs);
+        di_free(ls);
+    }
+    b->step = 0;
+    lb->nbk = 0;
+    lb->bkbytes = 0;
+    lb->bkdtype = -1;
+    return rc;
+}
+
+/* Splits the launched buckets into their gradients (after the backward pass). */
+static int
+buckets_split(pl *P, leafbuf *lb)
+{
+    xf_body *b = &P->body;
+    const idlist *pl_ = P->curleaves;
+    int rc = 0;
+    for (uint32_t i = 0; i < lb->nlaunched && rc == 0; i++) {
+        uint32_t n = lb->launched[i].n, *idx = lb->done_bk + lb->launched[i].first;
+        ir_id *srcs = di_xmalloc(n * sizeof *srcs);
+        xf_local *ls = di_xmalloc(n * sizeof *ls);
+        for (uint32_t k = 0; k < n; k++) {
+            srcs[k] = pl_->v[idx[k]];
+            ls[k] = lb->fin[idx[k]];
+        }
+        rc = xf_body_bucket_split(b, srcs, ls, n, lb->launched[i].red);
+        for (uint32_t k = 0; k < n && rc == 0; k++)
+            lb->fin[idx[k]] = ls[k];
+        di_free(srcs);
+        di_free(ls);
+    }
+    lb->nlaunched = 0;
+    return rc;
+}
+
+/* Finishes leaf j (see leafbuf). */
+static int
+leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_module *m = c->m;
+    uint32_t last = c->n[XF_MB] - 1;
+    ir_id v = p->leaf.v[j];
+    xf_local l;
+    int8_t tgt = P->leaftgt[v];
+    int rc;
+    lb->done[j] = 1;
+    P->curleaves = &p->leaf;
+    if ((rc = xf_body_get(b, v, &l)) != 0)
+        return rc;
+    if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
+        xf_place want = l.pl;
+        want.a[XF_DP] = tgt;
+        if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
+            return rc;
+    }
+    if (mb > 0) {
+        ir_id in2[2], op, ty;
+        xf_local prev;
+        prev.v = lb->acc_in[j];
+        prev.pl = lb->accpl[j];
+        if (!xf_place_eq(&prev.pl, &l.pl)) {
+            xf_place want = l.pl;
+            want.a[XF_MB] = prev.pl.a[XF_MB];
+            if (!xf_place_eq(&prev.pl, &want))
+                return di_error_set(c->err, DI_EINTERNAL, "accumulator placement");
+        }
+        in2[0] = prev.v;
+        in2[1] = l.v;
+        ty = P->out->values[l.v].type;
+        op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, &ty, NULL);
+        ir_op_set_string(P->out, op, "dist.phase", "backward");
+        l.v = ir_op_output(P->out, op, 0);
+        {
+            char nm[256];
+            snprintf(nm, sizeof nm, "%s.acc", ir_str_get(m, m->values[v].name));
+            P->out->values[l.v].name = ir_str(P->out, nm);
+        }
+    }
+    lb->fin[j] = l;
+    if (mb != last)
+        return 0;
+    lb->fin[j].pl.a[XF_MB] = XF_R;
+    l = lb->fin[j];
+    if (!c->s.overlap_grad_reduce || c->s.zero >= 2 || tgt == XF_P || l.pl.a[XF_DP] == tgt)
+        return 0;
+    if (tgt == XF_R && l.pl.a[XF_DP] == XF_P) {
+        /* An all-reduce: into the bucket, launched once the bucket is full. */
+        const ir_type *t = &P->out->types[P->out->values[l.v].type];
+        uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT)
+                       << 20;
+        uint64_t bytes = ir_type_bytes(P->out, P->out->values[l.v].type);
+        if (lb->nbk > 0 && lb->bkdtype != (int)t->dtype && (rc = bucket_flush(P, lb)) != 0)
+            return rc;
+        lb->bk[lb->nbk++] = j;
+        lb->bkdtype = (int)t->dtype;
+        lb->bkbytes += bytes;
+        if (lb->bkbytes >= cap)
+            return bucket_flush(P, lb);
+        return 0;
+    }
+    {
+        xf_place want = l.pl;
+        want.a[XF_DP] = tgt;
+        b->step = 1;
+        rc = xf_body_convert(b, v, &l, &want, &lb->fin[j]);
+        b->step = 0;
+    }
+    return rc;
+}
+
 static int
 build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_place *pls,
            xf_place *opl, uint32_t *nresp)
@@ -909,6 +1126,7 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
     const ir_module *m = c->m;
     uint32_t last = c->n[XF_MB] - 1, nres = 0;
     ir_id *acc_in = di_xmalloc((p->leaf.n + 1) * sizeof *acc_in);
+    leafbuf lb;
     int rc = 0;
 
     b->step = p->kind == PROG_S;
@@ -919,11 +1137,18 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
     /* The program's ops. */
     for (uint32_t j = 0; j < p->lazy.n; j++)
         b->lazygen[p->lazy.v[j]] = b->gen;
+    leaves_begin(P, p, pls + p->in.n, acc_in, &lb);
     for (uint32_t j = 0; j < p->ops.n; j++) {
-        if (b->lazygen[p->ops.v[j]] == b->gen)
+        ir_id op = p->ops.v[j];
+        if (b->lazygen[op] == b->gen)
             continue;
-        if ((rc = xf_body_emit(b, p->ops.v[j])) != 0)
+        if ((rc = xf_body_emit(b, op)) != 0)
             goto out;
+        /* A gradient is accumulated (and reduced) as soon as its op has run. */
+        if (P->leafgen[op] == P->leafstamp)
+            for (uint32_t k = P->leafop[op]; k; k = lb.next[k - 1])
+                if (!lb.done[k - 1] && (rc = leaf_finish(P, p, mb, &lb, k - 1)) != 0)
+                    goto out;
     }
     /* Results of the body: outputs, accumulators, stash copies, function results. */
     for (uint32_t j = 0; j < p->out.n; j++) {
@@ -933,58 +1158,15 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
         ir_region_add_result(P->out, b->region, l.v);
         opl[nres++] = l.pl;
     }
-    for (uint32_t j = 0; j < p->leaf.n; j++) {
-        ir_id v = p->leaf.v[j];
-        xf_local l;
-        int8_t tgt = P->leaftgt[v];
-        if ((rc = xf_body_get(b, v, &l)) != 0)
+    /* Leaves not finished right after their op (made lazily, or elsewhere). */
+    for (uint32_t j = 0; j < p->leaf.n; j++)
+        if (!lb.done[j] && (rc = leaf_finish(P, p, mb, &lb, j)) != 0)
             goto out;
-        if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
-            xf_place want = l.pl;
-            want.a[XF_DP] = tgt;
-            if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
-                goto out;
-        }
-        if (mb > 0) {
-            ir_id in2[2], op, ty;
-            xf_local prev;
-            prev.v = acc_in[j];
-            prev.pl = pls[p->in.n + j];
-            if (!xf_place_eq(&prev.pl, &l.pl)) {
-                xf_place want = l.pl;
-                want.a[XF_MB] = prev.pl.a[XF_MB];
-                if (!xf_place_eq(&prev.pl, &want)) {
-                    rc = di_error_set(c->err, DI_EINTERNAL, "accumulator placement");
-                    goto out;
-                }
-            }
-            in2[0] = prev.v;
-            in2[1] = l.v;
-            ty = P->out->values[l.v].type;
-            op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, &ty, NULL);
-            ir_op_set_string(P->out, op, "dist.phase", "backward");
-            l.v = ir_op_output(P->out, op, 0);
-            {
-                char nm[256];
-                snprintf(nm, sizeof nm, "%s.acc", ir_str_get(m, m->values[v].name));
-                P->out->values[l.v].name = ir_str(P->out, nm);
-            }
-        }
-        if (mb == last) {
-            l.pl.a[XF_MB] = XF_R;
-            if (c->s.overlap_grad_reduce && c->s.zero < 2 && tgt != XF_P &&
-                l.pl.a[XF_DP] != tgt) {
-                xf_place want = l.pl;
-                want.a[XF_DP] = tgt;
-                b->step = 1; /* the microbatch sum is complete */
-                rc = xf_body_convert(b, v, &l, &want, &l);
-                b->step = 0;
-                if (rc != 0)
-                    goto out;
-            }
-        }
-        ir_region_add_result(P->out, b->region, l.v);
-        opl[nres++] = l.pl;
+    if ((rc = bucket_flush(P, &lb)) != 0 || (rc = buckets_split(P, &lb)) != 0)
+        goto out;
+    for (uint32_t j = 0; j < p->leaf.n; j++) {
+        ir_region_add_result(P->out, b->region, lb.fin[j].v);
+        opl[nres++] = lb.fin[j].pl;
     }
     if (p->kind == PROG_F && xf_stash_copies(c, mb)) {
         for (uint32_t j = 0; j < p->stash.n; j++) {
@@ -1012,6 +1194,7 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
         opl[nres++] = l.pl;
     }
 out:
+    leaves_end(&lb);
     di_free(acc_in);
     *nresp = nres;
     return rc;
@@ -1391,6 +1574,8 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.tmpdev = di_xmalloc(P.ngdev * sizeof *P.tmpdev);
     P.mesh = di_xmalloc(c->pp * sizeof *P.mesh);
     P.pmattr = di_xcalloc(c->pp, sizeof *P.pmattr);
+    P.leafgen = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafgen);
+    P.leafop = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafop);
     for (uint32_t g = 0; g < c->pp; g++) {
         int64_t shape[2] = {c->n[XF_DP], c->n[XF_TP]};
         int64_t *ids = di_xmalloc(P.ngdev * sizeof *ids);
@@ -1505,6 +1690,8 @@ pl_fini(pl *P)
     di_free(P->devs);
     di_free(P->mesh);
     di_free(P->pmattr);
+    di_free(P->leafgen);
+    di_free(P->leafop);
     di_free(P->tmp);
     di_free(P->tmpdev);
     di_free(P->tt);

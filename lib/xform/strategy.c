@@ -51,6 +51,7 @@ xform_strategy_from_proto(const Distir__V1__Strategy *p, xform_strategy *s, di_e
     s->zero = p->zero;
     s->sequence_parallel = p->sequence_parallel != 0;
     s->overlap_grad_reduce = p->overlap_grad_reduce != 0;
+    s->bucket_mb = p->bucket_mb;
     s->ndevice_order = (uint32_t)p->n_device_order;
     s->device_order = p->device_order;
     return 0;
@@ -72,12 +73,16 @@ xform_strategy_format(const xform_strategy *s, char *buf, size_t size)
     static const char *const sched[] = {"default", "gpipe", "1f1b", "interleaved"};
     static const char *const rec[] = {"none", "selective", "full"};
     static const char *const stash[] = {"none", "pipedream", "2bw"};
+    char overlap[32] = "";
+    if (s->overlap_grad_reduce)
+        snprintf(overlap, sizeof overlap, " overlap bucket=%uMiB",
+                 s->bucket_mb ? s->bucket_mb : XFORM_BUCKET_MB_DEFAULT);
     snprintf(buf, size, "dp=%u tp=%u pp=%u m=%u schedule=%s%s%.0u recompute=%s stash=%s zero=%u%s%s",
              s->dp, s->tp, s->pp, s->microbatches, sched[s->schedule & 3],
              s->schedule == XFORM_SCHEDULE_INTERLEAVED ? ":" : "",
              s->schedule == XFORM_SCHEDULE_INTERLEAVED ? s->virtual_stages : 0u,
              rec[s->recompute % 3], stash[s->stash % 3], s->zero,
-             s->sequence_parallel ? " sp" : "", s->overlap_grad_reduce ? " overlap" : "");
+             s->sequence_parallel ? " sp" : "", overlap);
 }
 
 /* ---- analysis ---- */

@@ -75,6 +75,7 @@ typedef struct xform_strategy {
     uint32_t zero;               /* 0..3 */
     int sequence_parallel;
     int overlap_grad_reduce;
+    uint32_t bucket_mb;          /* overlap_grad_reduce: bucket size in MiB (0: 25, as DDP) */
     /*
      * Device ids in rank order (tensor rank innermost, then data, then
      * pipeline stage): rank r = (stage * dp + d) * tp + t runs on
@@ -85,6 +86,9 @@ typedef struct xform_strategy {
     uint32_t ndevice_order;
     const uint32_t *device_order;
 } xform_strategy;
+
+/* The gradient bucket of overlap_grad_reduce when bucket_mb is 0 (PyTorch DDP's bucket_cap_mb). */
+#define XFORM_BUCKET_MB_DEFAULT 25u
 
 /* Every degree 1, no options. */
 void xform_strategy_init(xform_strategy *s);

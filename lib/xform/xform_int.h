@@ -173,6 +173,14 @@ int xf_body_emit(xf_body *b, ir_id op);
 /* Converts a local value to placement `to` (emitting collectives); the result in *out. */
 int xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to,
                     xf_local *out);
+/*
+ * A bucket of gradients ls[0..n) (partial sums on the data axis, one dtype;
+ * srcs name them): xf_body_bucket_reduce all-reduces their concatenation
+ * into *red; xf_body_bucket_split then gives ls the reduced pieces.
+ */
+int xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_t n,
+                          ir_id *red);
+int xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, ir_id red);
 /* Local type of source value v under placement pl on the device variable (or device). */
 ir_id xf_local_type(xf_body *b, ir_id v, const xf_place *pl, int32_t device);
 /* Copies op attributes (discardable ones included) from src op to dst op, except `skip`. */
