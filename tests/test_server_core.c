@@ -100,6 +100,22 @@ test_key_normalization(void **state)
     c.zero = 1;
     kc = key_for(&c, NULL, SIM_VERSION);
     assert_memory_not_equal(none.b, kc.b, 32);
+    /* bucket_mb matters only with overlap_grad_reduce, and 0 is its default, 25. */
+    c.zero = 0;
+    c.dp = 2;
+    c.bucket_mb = 7;
+    di_hash kbk = key_for(&c, NULL, SIM_VERSION);
+    c.bucket_mb = 0;
+    kc = key_for(&c, NULL, SIM_VERSION);
+    assert_memory_equal(kbk.b, kc.b, 32);
+    c.overlap_grad_reduce = 1;
+    kbk = key_for(&c, NULL, SIM_VERSION);
+    c.bucket_mb = 25;
+    kc = key_for(&c, NULL, SIM_VERSION);
+    assert_memory_equal(kbk.b, kc.b, 32);
+    c.bucket_mb = 7;
+    kc = key_for(&c, NULL, SIM_VERSION);
+    assert_memory_not_equal(kbk.b, kc.b, 32);
     /* timeline_max_points matters only with a timeline. */
     o1.timeline_max_points = 100;
     di_hash k1 = key_for(NULL, &o1, SIM_VERSION);
