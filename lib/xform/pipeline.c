@@ -980,7 +980,7 @@ bucket_flush(pl *P, leafbuf *lb)
 {
     xf_body *b = &P->body;
     const idlist *pl_ = P->curleaves;
-    int rc = 0;
+    int rc = 0, step = b->step;
     if (lb->nbk == 0)
         return 0;
     b->step = 1; /* the microbatch sum is complete */
@@ -1008,7 +1008,7 @@ bucket_flush(pl *P, leafbuf *lb)
         di_free(srcs);
         di_free(ls);
     }
-    b->step = 0;
+    b->step = step;
     lb->nbk = 0;
     lb->bkbytes = 0;
     lb->bkdtype = -1;
@@ -1109,10 +1109,11 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
     }
     {
         xf_place want = l.pl;
+        int step = b->step;
         want.a[XF_DP] = tgt;
-        b->step = 1;
+        b->step = 1; /* the microbatch sum is complete */
         rc = xf_body_convert(b, v, &l, &want, &lb->fin[j]);
-        b->step = 0;
+        b->step = step;
     }
     return rc;
 }
@@ -1129,6 +1130,7 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
     leafbuf lb;
     int rc = 0;
 
+    memset(&lb, 0, sizeof lb);
     b->step = p->kind == PROG_S;
     for (uint32_t j = 0; j < p->in.n; j++)
         xf_body_arg_typed(b, p->in.v[j], lt[j], &pls[j]);
