@@ -97,15 +97,20 @@ build(uint32_t nops)
     return m;
 }
 
-/* Best of reps simulations of m; with ws, through that workspace. */
+/*
+ * Best of at least reps simulations of m (with ws, through that workspace),
+ * repeated for at least 0.3 s: a small module's runs take tens of
+ * microseconds, less than a virtual CPU takes to come up to speed.
+ */
 static int
 best_of(const ir_module *m, hw_model *hw, sim_workspace *ws, int reps, double *best)
 {
     sim_options o;
     di_error err;
+    double start = now();
     sim_options_default(&o);
     *best = 1e30;
-    for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < reps || (now() - start < 0.3 && r < 100000); r++) {
         sim_result *res;
         double t0 = now(), t;
         if (sim_run_ws(ws, m, hw, &o, &res, NULL, NULL, &err) != 0) {
