@@ -56,14 +56,6 @@ same_timeline(const sim_device_result *a, const sim_device_result *b)
             memcmp(a->timeline, b->timeline, a->ntimeline * sizeof *a->timeline) == 0);
 }
 
-/*
- * For each device, the index of the first device with an identical
- * (non-empty) timeline, or its own index. Both serialized forms write an
- * identical timeline once and name it from the other devices, by content,
- * so that they do not depend on how the result was computed (a symmetric
- * representative's shared timeline or equal ones simulated apart). Equal
- * timelines are found by a hash of their bytes, then compared.
- */
 /* Group of device i's timeline: joins the first device with the same content, or starts one. */
 static uint32_t
 content_root(const sim_result *r, uint32_t *tab, uint32_t cap, uint32_t i)
@@ -78,6 +70,14 @@ content_root(const sim_result *r, uint32_t *tab, uint32_t cap, uint32_t i)
     return i;
 }
 
+/*
+ * For each device, the index of the first device with an identical
+ * (non-empty) timeline, or its own index. Both serialized forms write an
+ * identical timeline once and name it from the other devices, by content,
+ * so that they do not depend on how the result was computed (a symmetric
+ * representative's shared timeline or equal ones simulated apart). Equal
+ * timelines are found by a hash of their bytes, then compared.
+ */
 static uint32_t *
 timeline_refs(const sim_result *r)
 {
