@@ -447,17 +447,22 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
                                    "a partial sum cannot be made from a complete value");
         return unsupported(b, src, &in->pl, to, axis_name[0]);
     }
-    /* Remember it. */
+    xf_body_remember(b, src, &cur);
+    *out = cur;
+    return 0;
+}
+
+void
+xf_body_remember(xf_body *b, ir_id src, const xf_local *l)
+{
     DI_GROW(&b->conv, &b->cconv, b->nconv + 1);
     b->conv[b->nconv].src = src;
-    b->conv[b->nconv].pl = want;
-    b->conv[b->nconv].v = cur.v;
+    b->conv[b->nconv].pl = l->pl;
+    b->conv[b->nconv].v = l->v;
     b->conv[b->nconv].next = b->convgen[src] == b->gen ? b->convhead[src] : 0;
     b->nconv++;
     b->convhead[src] = b->nconv;
     b->convgen[src] = b->gen;
-    *out = cur;
-    return 0;
 }
 
 /*

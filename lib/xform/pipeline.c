@@ -929,6 +929,7 @@ typedef struct leafbuf {
         uint32_t first, n; /* its leaves: done_bk[first .. first + n) */
     } *launched;
     uint32_t nlaunched;
+    uint32_t nflushed; /* buckets launched so far */
 } leafbuf;
 
 static void
@@ -942,7 +943,7 @@ leaves_begin(pl *P, prog *p, const xf_place *accpl, const ir_id *acc_in, leafbuf
     lb->bk = di_xmalloc(n * sizeof *lb->bk);
     lb->done_bk = di_xmalloc(n * sizeof *lb->done_bk);
     lb->launched = di_xmalloc(n * sizeof *lb->launched);
-    lb->ndone_bk = lb->nlaunched = 0;
+    lb->ndone_bk = lb->nlaunched = lb->nflushed = 0;
     lb->nbk = 0;
     lb->bkbytes = 0;
     lb->bkdtype = -1;
@@ -1009,6 +1010,7 @@ bucket_flush(pl *P, leafbuf *lb)
         di_free(ls);
     }
     b->step = step;
+    lb->nflushed++;
     lb->nbk = 0;
     lb->bkbytes = 0;
     lb->bkdtype = -1;
@@ -1098,6 +1100,9 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
         uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT)
                        << 20;
         uint64_t bytes = ir_type_bytes(P->out, P->out->values[l.v].type);
+        /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
+        if (lb->nflushed == 0 && cap > (1u << 20))
+            cap = 1u << 20;
         if (lb->nbk > 0 && lb->bkdtype != (int)t->dtype && (rc = bucket_flush(P, lb)) != 0)
             return rc;
         lb->bk[lb->nbk++] = j;
@@ -1115,6 +1120,88 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
         rc = xf_body_convert(b, v, &l, &want, &lb->fin[j]);
         b->step = step;
     }
+    return rc;
+}
+
+/*
+ * The step program of a group without overlap_grad_reduce: its accumulated
+ * gradients that the optimizer needs reduced over the data axis are
+ * all-reduced first, by buckets of bucket_mb MiB of one dtype (Megatron-LM
+ * and DDP reduce a flat buffer rather than tensor by tensor); every bucket
+ * is launched before any is split back, and the results are remembered as
+ * the conversions the optimizer asks for.
+ */
+static int
+step_buckets(pl *P, prog *p, const xf_place *pls)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT) << 20;
+    uint32_t n = p->in.n, nm = 0, nb = 0, *bfirst, *bn;
+    ir_id *srcs = di_xmalloc((n + 1) * sizeof *srcs), *red = di_xmalloc((n + 1) * sizeof *red);
+    xf_local *ls = di_xmalloc((n + 1) * sizeof *ls);
+    uint64_t bytes = 0;
+    int dtype = -1, rc = 0;
+    const ir_module *m = c->m;
+    /*
+     * A gradient that is not a microbatch accumulation (one microbatch) is a
+     * candidate when only optimizer updates read it, as their gradient, and
+     * ZeRO does not shard it (then the update needs it whole).
+     */
+    uint8_t *use = di_xcalloc(m->nvalue ? m->nvalue : 1, 1); /* 1: as a gradient, 2: otherwise */
+    for (uint32_t k = 0; k < p->ops.n; k++) {
+        const ir_op *o = &m->ops[p->ops.v[k]];
+        int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
+        for (uint32_t i = 0; i < o->ninput; i++)
+            use[m->refs[o->inputs + i]] |= optim && i == 1 ? 1 : 2;
+    }
+    bfirst = di_xmalloc((n + 1) * sizeof *bfirst);
+    bn = di_xmalloc((n + 1) * sizeof *bn);
+    /* Group the candidates into buckets (members srcs/ls[bfirst[i] .. + bn[i])). */
+    for (uint32_t j = 0; j < n && rc == 0; j++) {
+        ir_id v = p->in.v[j];
+        const ir_type *t;
+        if (pls[j].a[XF_DP] != XF_P)
+            continue;
+        if (P->isleaf[v] ? P->leaftgt[v] != XF_R : (c->s.zero != 0 || use[v] != 1))
+            continue;
+        if ((rc = xf_body_get(b, v, &ls[nm])) != 0)
+            break;
+        t = &P->out->types[P->out->values[ls[nm].v].type];
+        if (nb == 0 || bytes >= cap || dtype != (int)t->dtype) {
+            bfirst[nb] = nm;
+            bn[nb++] = 0;
+            bytes = 0;
+        }
+        srcs[nm++] = v;
+        bn[nb - 1]++;
+        bytes += ir_type_bytes(P->out, P->out->values[ls[nm - 1].v].type);
+        dtype = (int)t->dtype;
+    }
+    /* Launch every bucket, then split them back (a lone gradient: an ordinary conversion). */
+    for (uint32_t i = 0; i < nb && rc == 0; i++) {
+        if (bn[i] == 1) {
+            xf_local *l = &ls[bfirst[i]];
+            xf_place want = l->pl;
+            want.a[XF_DP] = XF_R;
+            rc = xf_body_convert(b, srcs[bfirst[i]], l, &want, l);
+        } else {
+            rc = xf_body_bucket_reduce(b, srcs + bfirst[i], ls + bfirst[i], bn[i], &red[i]);
+        }
+    }
+    for (uint32_t i = 0; i < nb && rc == 0; i++) {
+        if (bn[i] == 1)
+            continue;
+        rc = xf_body_bucket_split(b, srcs + bfirst[i], ls + bfirst[i], bn[i], red[i]);
+        for (uint32_t k = 0; k < bn[i] && rc == 0; k++)
+            xf_body_remember(b, srcs[bfirst[i] + k], &ls[bfirst[i] + k]);
+    }
+    di_free(use);
+    di_free(srcs);
+    di_free(red);
+    di_free(ls);
+    di_free(bfirst);
+    di_free(bn);
     return rc;
 }
 
@@ -1136,6 +1223,8 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
         xf_body_arg_typed(b, p->in.v[j], lt[j], &pls[j]);
     for (uint32_t j = p->in.n; j < nin; j++)
         acc_in[j - p->in.n] = ir_region_add_arg(P->out, b->region, lt[j], NULL);
+    if (p->kind == PROG_S && !c->s.overlap_grad_reduce && (rc = step_buckets(P, p, pls)) != 0)
+        goto out;
     /* The program's ops. */
     for (uint32_t j = 0; j < p->lazy.n; j++)
         b->lazygen[p->lazy.v[j]] = b->gen;

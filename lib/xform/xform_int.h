@@ -178,6 +178,8 @@ int xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *t
  * srcs name them): xf_body_bucket_reduce all-reduces their concatenation
  * into *red; xf_body_bucket_split then gives ls the reduced pieces.
  */
+/* Records l as source value src converted to l->pl in this body (xf_body_convert reuses it). */
+void xf_body_remember(xf_body *b, ir_id src, const xf_local *l);
 int xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_t n,
                           ir_id *red);
 int xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, ir_id red);
