@@ -1124,8 +1124,9 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
 }
 
 /*
- * The step program of a group without overlap_grad_reduce: its accumulated
- * gradients that the optimizer needs reduced over the data axis are
+ * The step program of a group: the gradients that its optimizer needs
+ * reduced over the data axis and that arrive partial (overlap_grad_reduce
+ * reduced the others in the last microbatch's chunk) are
  * all-reduced first, by buckets of bucket_mb MiB of one dtype (Megatron-LM
  * and DDP reduce a flat buffer rather than tensor by tensor); every bucket
  * is launched before any is split back, and the results are remembered as
@@ -1223,7 +1224,7 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
         xf_body_arg_typed(b, p->in.v[j], lt[j], &pls[j]);
     for (uint32_t j = p->in.n; j < nin; j++)
         acc_in[j - p->in.n] = ir_region_add_arg(P->out, b->region, lt[j], NULL);
-    if (p->kind == PROG_S && !c->s.overlap_grad_reduce && (rc = step_buckets(P, p, pls)) != 0)
+    if (p->kind == PROG_S && (rc = step_buckets(P, p, pls)) != 0)
         goto out;
     /* The program's ops. */
     for (uint32_t j = 0; j < p->lazy.n; j++)
