@@ -337,26 +337,10 @@ sim_result_proto_free(struct Distir__V1__SimResult *p)
     free(p);
 }
 
-typedef struct owner_ent {
-    int32_t id;
-    uint32_t index;
-} owner_ent;
-
-static int
-owner_cmp(const void *a, const void *b)
-{
-    const owner_ent *x = a, *y = b;
-    if (x->id != y->id)
-        return x->id < y->id ? -1 : 1;
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
 int
 sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, di_error *err)
 {
     sim_result *r;
-    owner_ent *owners;
-    uint32_t nowner = 0;
     *out = NULL;
     if (p->n_devices > (1u << 20))
         return di_error_set(err, DI_EDECODE, "result has %zu devices (limit %u)", p->n_devices,
@@ -405,31 +389,22 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
         }
         d->timeline_device = q->timeline_device;
     }
-    /* A shared timeline names a device that has its own (found by id in a sorted index). */
-    owners = di_xmalloc((r->ndevice ? r->ndevice : 1) * sizeof *owners);
-    for (uint32_t i = 0; i < r->ndevice; i++)
-        if (!p->devices[i]->timeline_shared) {
-            owners[nowner].id = r->devices[i].id;
-            owners[nowner++].index = i;
-        }
-    qsort(owners, nowner, sizeof *owners, owner_cmp);
+    /* A shared timeline names a device that has its own (ids ascend: found by bisection). */
     for (uint32_t i = 0; i < r->ndevice; i++) {
         sim_device_result *d = &r->devices[i];
-        uint32_t lo = 0, hi = nowner, j = UINT32_MAX;
+        uint32_t lo = 0, hi = r->ndevice;
         if (!p->devices[i]->timeline_shared)
             continue;
         while (lo < hi) {
             uint32_t mid = lo + (hi - lo) / 2;
-            if (owners[mid].id < d->timeline_device)
+            if (r->devices[mid].id < d->timeline_device)
                 lo = mid + 1;
             else
                 hi = mid;
         }
-        if (lo < nowner && owners[lo].id == d->timeline_device)
-            j = owners[lo].index;
-        if (j == UINT32_MAX) {
+        if (lo == r->ndevice || r->devices[lo].id != d->timeline_device ||
+            p->devices[lo]->timeline_shared) {
             int32_t id = d->id, to = d->timeline_device;
-            free(owners);
             sim_result_free(r);
             return di_error_set(err, DI_EDECODE,
                                 "device %d shares the timeline of device %d, which has none of "
@@ -437,11 +412,10 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
                                 id, to);
         }
         free(d->timeline);
-        d->timeline = r->devices[j].timeline;
-        d->ntimeline = r->devices[j].ntimeline;
+        d->timeline = r->devices[lo].timeline;
+        d->ntimeline = r->devices[lo].ntimeline;
         d->timeline_shared = 1;
     }
-    free(owners);
     *out = r;
     return 0;
 }

@@ -1553,18 +1553,12 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     const tloc *locs;
     int32_t *group;
     const sim_grp *ge;
-    uint32_t cap;
     int rc = type_locs(s, m->values[out].type, &locs, &nout);
     if (rc)
         return rc;
     /* The mesh form always, the tuple form unless it turns out symmetric, makes instances now. */
     if (meshattr && (rc = op_results(s, op, c)) != 0)
         return rc;
-    cap = nin + nout + 1;
-    if (meshattr && meshattr->s < m->nmesh && m->meshes[meshattr->s].ndevice + 1 > cap)
-        cap = m->meshes[meshattr->s].ndevice + 1;
-    DI_GROW(&s->scratch, &s->cscratch, cap);
-    group = s->scratch;
 
     if (meshattr) {
         /*
@@ -1579,6 +1573,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             uint32_t n = 0;
             double ready = 0, start, end, t;
             unsigned levels;
+            const int32_t *mg; /* the group's devices (the table does not move until the next lookup) */
             if (done[idx])
                 continue;
             sim_inst *first = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? idx : idx % nin)];
@@ -1590,12 +1585,12 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             n = ge->n;
             t = ge->t;
             levels = ge->levels;
-            memcpy(group, s->grpdev + ge->off, n * sizeof *group);
+            mg = s->grpdev + ge->off;
             /* Members are the (instance, location) pairs on the group's devices. */
             for (uint32_t q = idx; q < total; q++) {
                 sim_inst *x = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)];
                 for (uint32_t g2 = 0; g2 < n; g2++)
-                    if (x->dev == group[g2] && !done[q]) {
+                    if (x->dev == mg[g2] && !done[q]) {
                         done[q] = 2;
                         if (x->ready > ready)
                             ready = x->ready;
@@ -1608,12 +1603,12 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                  */
                 int32_t r = first->dev;
                 for (uint32_t g2 = 0; g2 < n; g2++)
-                    if (s->devs[group[g2]].rep != r)
+                    if (s->devs[mg[g2]].rep != r)
                         s->broken = 1;
                 run_group(s, op, &r, 1, levels, ready, t, &start, &end, 1);
                 s->nops += c->sym;
             } else {
-                run_group(s, op, group, n, levels, ready, t, &start, &end, 0);
+                run_group(s, op, mg, n, levels, ready, t, &start, &end, 0);
                 s->nops += n;
             }
             for (uint32_t q = idx; q < total; q++) {
@@ -1633,6 +1628,8 @@ sim_collective(sim *s, ir_id op, const ctx *c)
 
     /* Tuple form: the group is every device holding an input or output location. */
     ir_op_cost(m, op, &cost);
+    DI_GROW(&s->scratch, &s->cscratch, nin + nout + 1);
+    group = s->scratch;
     for (uint32_t k = 0; k < c->rep; k++) {
         uint32_t n = 0;
         double ready = 0, start, end, t;

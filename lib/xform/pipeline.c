@@ -975,28 +975,47 @@ leaves_end(leafbuf *lb)
     di_free(lb->launched);
 }
 
+/* Converts a gradient whose microbatch sum is complete (to: on the data axis). */
+static int
+convert_summed(xf_body *b, ir_id src, xf_local *l, int8_t to)
+{
+    xf_place want = l->pl;
+    int rc, step = b->step;
+    want.a[XF_DP] = to;
+    b->step = 1;
+    rc = xf_body_convert(b, src, l, &want, l);
+    b->step = step;
+    return rc;
+}
+
+/* The source values and locals of the leaves idx[0..n) (caller frees both). */
+static void
+bucket_members(const pl *P, const leafbuf *lb, const uint32_t *idx, uint32_t n, ir_id **srcs,
+               xf_local **ls)
+{
+    *srcs = di_xmalloc((n ? n : 1) * sizeof **srcs);
+    *ls = di_xmalloc((n ? n : 1) * sizeof **ls);
+    for (uint32_t k = 0; k < n; k++) {
+        (*srcs)[k] = P->curleaves->v[idx[k]];
+        (*ls)[k] = lb->fin[idx[k]];
+    }
+}
+
 /* All-reduces the open bucket (one leaf: an ordinary conversion). */
 static int
 bucket_flush(pl *P, leafbuf *lb)
 {
     xf_body *b = &P->body;
-    const idlist *pl_ = P->curleaves;
-    int rc = 0, step = b->step;
+    int rc = 0;
     if (lb->nbk == 0)
         return 0;
-    b->step = 1; /* the microbatch sum is complete */
     if (lb->nbk == 1) {
         uint32_t j = lb->bk[0];
-        xf_place want = lb->fin[j].pl;
-        want.a[XF_DP] = XF_R;
-        rc = xf_body_convert(b, pl_->v[j], &lb->fin[j], &want, &lb->fin[j]);
+        rc = convert_summed(b, P->curleaves->v[j], &lb->fin[j], XF_R);
     } else {
-        ir_id *srcs = di_xmalloc(lb->nbk * sizeof *srcs), red = 0;
-        xf_local *ls = di_xmalloc(lb->nbk * sizeof *ls);
-        for (uint32_t k = 0; k < lb->nbk; k++) {
-            srcs[k] = pl_->v[lb->bk[k]];
-            ls[k] = lb->fin[lb->bk[k]];
-        }
+        ir_id *srcs, red = 0;
+        xf_local *ls;
+        bucket_members(P, lb, lb->bk, lb->nbk, &srcs, &ls);
         rc = xf_body_bucket_reduce(b, srcs, ls, lb->nbk, &red);
         if (rc == 0) {
             /* Split after the backward pass (buckets_split). */
@@ -1009,7 +1028,6 @@ bucket_flush(pl *P, leafbuf *lb)
         di_free(srcs);
         di_free(ls);
     }
-    b->step = step;
     lb->nflushed++;
     lb->nbk = 0;
     lb->bkbytes = 0;
@@ -1022,16 +1040,12 @@ static int
 buckets_split(pl *P, leafbuf *lb)
 {
     xf_body *b = &P->body;
-    const idlist *pl_ = P->curleaves;
     int rc = 0;
     for (uint32_t i = 0; i < lb->nlaunched && rc == 0; i++) {
         uint32_t n = lb->launched[i].n, *idx = lb->done_bk + lb->launched[i].first;
-        ir_id *srcs = di_xmalloc(n * sizeof *srcs);
-        xf_local *ls = di_xmalloc(n * sizeof *ls);
-        for (uint32_t k = 0; k < n; k++) {
-            srcs[k] = pl_->v[idx[k]];
-            ls[k] = lb->fin[idx[k]];
-        }
+        ir_id *srcs;
+        xf_local *ls;
+        bucket_members(P, lb, idx, n, &srcs, &ls);
         rc = xf_body_bucket_split(b, srcs, ls, n, lb->launched[i].red);
         for (uint32_t k = 0; k < n && rc == 0; k++)
             lb->fin[idx[k]] = ls[k];
@@ -1112,15 +1126,7 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
             return bucket_flush(P, lb);
         return 0;
     }
-    {
-        xf_place want = l.pl;
-        int step = b->step;
-        want.a[XF_DP] = tgt;
-        b->step = 1; /* the microbatch sum is complete */
-        rc = xf_body_convert(b, v, &l, &want, &lb->fin[j]);
-        b->step = step;
-    }
-    return rc;
+    return convert_summed(b, v, &lb->fin[j], tgt);
 }
 
 /*
@@ -1182,10 +1188,7 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
     /* Launch every bucket, then split them back (a lone gradient: an ordinary conversion). */
     for (uint32_t i = 0; i < nb && rc == 0; i++) {
         if (bn[i] == 1) {
-            xf_local *l = &ls[bfirst[i]];
-            xf_place want = l->pl;
-            want.a[XF_DP] = XF_R;
-            rc = xf_body_convert(b, srcs[bfirst[i]], l, &want, l);
+            rc = convert_summed(b, srcs[bfirst[i]], &ls[bfirst[i]], XF_R);
         } else {
             rc = xf_body_bucket_reduce(b, srcs + bfirst[i], ls + bfirst[i], bn[i], &red[i]);
         }
