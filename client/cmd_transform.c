@@ -22,7 +22,8 @@ static const char usage[] =
     "transform FILE [--dp N] [--tp N] [--pp N] [--microbatches M]\n"
     "                 [--schedule gpipe|1f1b|interleaved:V] [--recompute none|selective|full]\n"
     "                 [--stash none|pipedream|2bw] [--zero 0-3] [--sequence-parallel]\n"
-    "                 [--overlap-grad-reduce [--bucket-mb N]] [--hw PRESET|FILE.json] [--stats]\n"
+    "                 [--overlap-grad-reduce [--bucket-mb N]] [--stages DPxTP[:L],...]\n"
+    "                 [--tp-layers A-B,...] [--hw PRESET|FILE.json] [--stats]\n"
     "                 [-o OUT]";
 
 int
@@ -64,14 +65,17 @@ cmd_transform(int argc, char **argv)
         return cli_usage(usage);
     if (xform_strategy_from_proto(&p, &s, &err) != 0) {
         cli_error("%s", err.msg);
+        xform_strategy_fini(&s);
         return CLI_USAGE;
     }
     if (hwname && hw_load(hwname, &hw, &err) != 0) {
         cli_error("%s", err.msg);
+        xform_strategy_fini(&s);
         return CLI_FAIL;
     }
     if (cli_load_module(file, &m) != 0) {
         hw_free(hw);
+        xform_strategy_fini(&s);
         return CLI_FAIL;
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -94,5 +98,6 @@ cmd_transform(int argc, char **argv)
     ir_module_free(dm);
     ir_module_free(m);
     hw_free(hw);
+    xform_strategy_fini(&s);
     return rc;
 }

@@ -4,6 +4,7 @@
  */
 #include "strategy_flags.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,104 @@ parse_uint(const char *flag, const char *v, uint32_t max, uint32_t *out)
     }
     *out = (uint32_t)x;
     return 1;
+}
+
+/*
+ * --stages and --tp-layers keep their values here: the CLI parses one
+ * strategy per run, and the proto points at them.
+ */
+#define MAX_STAGES 4096
+#define MAX_TP_LAYERS 65536
+static Distir__V1__PipelineStage stage_buf[MAX_STAGES];
+static Distir__V1__PipelineStage *stage_ptr[MAX_STAGES];
+static uint32_t tp_layer_buf[MAX_TP_LAYERS];
+
+/* "DPxTP[:LAYERS],..." (one entry per pipeline stage). */
+static int
+parse_stages(const char *v, Distir__V1__Strategy *s)
+{
+    const char *p = v;
+    size_t n = 0;
+    while (*p) {
+        char *end;
+        unsigned long dp, tp, layers = 0;
+        if (n == MAX_STAGES)
+            goto bad;
+        dp = strtoul(p, &end, 10);
+        if (end == p || *end != 'x' || dp == 0 || dp > (1u << 20))
+            goto bad;
+        p = end + 1;
+        tp = strtoul(p, &end, 10);
+        if (end == p || tp == 0 || tp > (1u << 20))
+            goto bad;
+        p = end;
+        if (*p == ':') {
+            layers = strtoul(p + 1, &end, 10);
+            if (end == p + 1 || layers == 0 || layers > (1u << 20))
+                goto bad;
+            p = end;
+        }
+        distir__v1__pipeline_stage__init(&stage_buf[n]);
+        stage_buf[n].dp = (uint32_t)dp;
+        stage_buf[n].tp = (uint32_t)tp;
+        stage_buf[n].layers = (uint32_t)layers;
+        stage_ptr[n] = &stage_buf[n];
+        n++;
+        if (*p == ',' && p[1] != '\0')
+            p++;
+        else if (*p != '\0')
+            goto bad;
+    }
+    if (n == 0)
+        goto bad;
+    s->n_stages = n;
+    s->stages = stage_ptr;
+    return 1;
+bad:
+    cli_error("option '--stages' needs DPxTP[:LAYERS] per pipeline stage, comma-separated "
+              "(e.g. 4x1:10,2x2:14), got '%s'",
+              v);
+    return -1;
+}
+
+/* "A-B,C,..." layer numbers. */
+static int
+parse_layers(const char *v, Distir__V1__Strategy *s)
+{
+    const char *p = v;
+    size_t n = 0;
+    while (*p) {
+        char *end;
+        unsigned long a, b;
+        if (*p < '0' || *p > '9')
+            goto bad;
+        a = b = strtoul(p, &end, 10);
+        p = end;
+        if (*p == '-') {
+            if (p[1] < '0' || p[1] > '9')
+                goto bad;
+            b = strtoul(p + 1, &end, 10);
+            p = end;
+        }
+        if (a > b || b > INT32_MAX || b - a >= MAX_TP_LAYERS - n)
+            goto bad;
+        for (unsigned long l = a; l <= b; l++)
+            tp_layer_buf[n++] = (uint32_t)l;
+        if (*p == ',' && p[1] != '\0')
+            p++;
+        else if (*p != '\0')
+            goto bad;
+    }
+    if (n == 0)
+        goto bad;
+    s->n_tp_layers = n;
+    s->tp_layers = tp_layer_buf;
+    return 1;
+bad:
+    cli_error("option '--tp-layers' needs layer numbers and ranges, comma-separated (e.g. "
+              "0-11,16), got '%s'",
+              v);
+    return -1;
 }
 
 int
@@ -57,6 +156,10 @@ cli_strategy_flag(int argc, char **argv, int *i, Distir__V1__Strategy *s)
             return parse_uint(degrees[k].flag, v, degrees[k].max,
                               (uint32_t *)((char *)s + degrees[k].off));
     }
+    if ((r = cli_opt(argc, argv, i, "--stages", &v)) != 0)
+        return r < 0 ? -1 : parse_stages(v, s);
+    if ((r = cli_opt(argc, argv, i, "--tp-layers", &v)) != 0)
+        return r < 0 ? -1 : parse_layers(v, s);
     if ((r = cli_opt(argc, argv, i, "--schedule", &v)) != 0) {
         if (r < 0)
             return -1;
@@ -114,7 +217,7 @@ cli_strategy_is_trivial(const Distir__V1__Strategy *s)
     return s->dp <= 1 && s->tp <= 1 && s->pp <= 1 && s->microbatches <= 1 &&
            s->schedule == 0 && s->virtual_stages <= 1 && s->recompute == 0 && s->stash == 0 &&
            s->zero == 0 && !s->sequence_parallel && !s->overlap_grad_reduce &&
-           s->n_device_order == 0;
+           s->n_device_order == 0 && s->n_stages == 0 && s->n_tp_layers == 0;
 }
 
 int
@@ -129,7 +232,9 @@ cli_apply_strategy(const ir_module *m, const Distir__V1__Strategy *s, const hw_m
     if (xform_strategy_from_proto(s, &xs, &err) != 0 ||
         xform_apply(m, &xs, hw, out, &err) != 0) {
         cli_error("cannot apply the strategy: %s", err.msg);
+        xform_strategy_fini(&xs);
         return -1;
     }
+    xform_strategy_fini(&xs);
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * strategy_flags.h: the strategy flags shared by `simulate`, `transform` and
  * `search` (--dp, --tp, --pp, --microbatches, --schedule, --virtual-stages,
- * --recompute, --stash, --zero, --sequence-parallel, --overlap-grad-reduce, --bucket-mb).
+ * --recompute, --stash, --zero, --sequence-parallel, --overlap-grad-reduce, --bucket-mb,
+ * and nested parallelism: --stages DPxTP[:LAYERS],... and --tp-layers A-B,C).
  */
 #ifndef DISTIR_CLIENT_STRATEGY_FLAGS_H
 #define DISTIR_CLIENT_STRATEGY_FLAGS_H

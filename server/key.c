@@ -7,15 +7,72 @@
  */
 #include "key.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "xform/xform.h"
 
-#define KEY_DOMAIN "distir.cache.v2"
+#define KEY_DOMAIN "distir.cache.v3"
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * Per-stage degrees with 0 read as 1, folded into dp and tp when every stage
+ * is alike and none fixes its layers (the uniform strategy); tp_layers sorted
+ * and distinct, dropped when no group is tensor parallel.
+ */
+static int
+stages_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_error *err)
+{
+    uint32_t maxtp = out->tp;
+    if (p->n_stages > (1u << 20) || p->n_tp_layers > (1u << 24))
+        return di_error_set(err, DI_ETOOBIG, "strategy: %zu stages and %zu tp_layers",
+                            p->n_stages, p->n_tp_layers);
+    if (p->n_stages > 0) {
+        int alike = 1, layers = 0;
+        out->nstages = (uint32_t)p->n_stages;
+        out->stages = di_xcalloc(3 * p->n_stages, sizeof *out->stages);
+        for (size_t i = 0; i < p->n_stages; i++) {
+            const Distir__V1__PipelineStage *st = p->stages[i];
+            uint32_t *q = out->stages + 3 * i;
+            q[0] = st && st->dp ? st->dp : 1;
+            q[1] = st && st->tp ? st->tp : 1;
+            q[2] = st ? st->layers : 0;
+            alike &= q[0] == out->stages[0] && q[1] == out->stages[1];
+            layers |= q[2] != 0;
+            if (q[1] > maxtp)
+                maxtp = q[1];
+        }
+        if (alike && !layers && out->dp == 1 && out->tp == 1) {
+            out->dp = out->stages[0];
+            out->tp = out->stages[1];
+            di_free(out->stages);
+            out->stages = NULL;
+            out->nstages = 0;
+        }
+    }
+    if (p->n_tp_layers > 0 && maxtp > 1) {
+        uint32_t n = 0;
+        out->tp_layers = di_xmalloc(p->n_tp_layers * sizeof *out->tp_layers);
+        memcpy(out->tp_layers, p->tp_layers, p->n_tp_layers * sizeof *out->tp_layers);
+        qsort(out->tp_layers, p->n_tp_layers, sizeof *out->tp_layers, cmp_u32);
+        for (size_t i = 0; i < p->n_tp_layers; i++)
+            if (n == 0 || out->tp_layers[n - 1] != out->tp_layers[i])
+                out->tp_layers[n++] = out->tp_layers[i];
+        out->ntp_layers = n;
+    }
+    return 0;
+}
 
 int
 srv_strategy_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_error *err)
 {
+    int rc;
     memset(out, 0, sizeof *out);
     out->dp = out->tp = out->pp = out->microbatches = out->virtual_stages = 1;
     out->schedule = DISTIR__V1__SCHEDULE__SCHEDULE_DEFAULT;
@@ -33,7 +90,7 @@ srv_strategy_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_erro
         return di_error_set(err, DI_ESTRATEGY, "strategy: unknown stash %d", (int)p->stash);
     out->dp = p->dp ? p->dp : 1;
     out->tp = p->tp ? p->tp : 1;
-    out->pp = p->pp ? p->pp : 1;
+    out->pp = p->pp ? p->pp : p->n_stages ? (uint32_t)p->n_stages : 1;
     out->microbatches = p->microbatches ? p->microbatches : out->pp;
     if (out->pp > 1) {
         out->schedule = p->schedule == DISTIR__V1__SCHEDULE__SCHEDULE_DEFAULT
@@ -62,6 +119,10 @@ srv_strategy_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_erro
         out->device_order = di_xmalloc(p->n_device_order * sizeof *out->device_order);
         memcpy(out->device_order, p->device_order, p->n_device_order * sizeof(uint32_t));
     }
+    if ((rc = stages_normalize(p, out, err)) != 0) {
+        srv_strategy_fini(out);
+        return rc;
+    }
     return 0;
 }
 
@@ -71,6 +132,12 @@ srv_strategy_fini(srv_strategy *s)
     di_free(s->device_order);
     s->device_order = NULL;
     s->ndevice_order = 0;
+    di_free(s->stages);
+    s->stages = NULL;
+    s->nstages = 0;
+    di_free(s->tp_layers);
+    s->tp_layers = NULL;
+    s->ntp_layers = 0;
 }
 
 void
@@ -82,6 +149,14 @@ srv_strategy_copy(srv_strategy *dst, const srv_strategy *src)
         memcpy(dst->device_order, src->device_order,
                src->ndevice_order * sizeof *dst->device_order);
     }
+    if (src->nstages > 0) {
+        dst->stages = di_xmalloc(3 * src->nstages * sizeof *dst->stages);
+        memcpy(dst->stages, src->stages, 3 * src->nstages * sizeof *dst->stages);
+    }
+    if (src->ntp_layers > 0) {
+        dst->tp_layers = di_xmalloc(src->ntp_layers * sizeof *dst->tp_layers);
+        memcpy(dst->tp_layers, src->tp_layers, src->ntp_layers * sizeof *dst->tp_layers);
+    }
 }
 
 int
@@ -90,7 +165,8 @@ srv_strategy_is_trivial(const srv_strategy *s)
     return s->dp == 1 && s->tp == 1 && s->pp == 1 && s->microbatches == 1 &&
            s->virtual_stages == 1 && s->recompute == DISTIR__V1__RECOMPUTE__RECOMPUTE_NONE &&
            s->stash == DISTIR__V1__STASH__STASH_NONE && s->zero == 0 && !s->sequence_parallel &&
-           !s->overlap_grad_reduce && s->ndevice_order == 0;
+           !s->overlap_grad_reduce && s->ndevice_order == 0 && s->nstages == 0 &&
+           s->ntp_layers == 0;
 }
 
 void
@@ -128,6 +204,12 @@ srv_cache_key(const di_hash *module, const di_hash *hw, const srv_strategy *s, c
     di_sha256_u64(&h, s->ndevice_order);
     for (uint32_t i = 0; i < s->ndevice_order; i++)
         di_sha256_u64(&h, s->device_order[i]);
+    di_sha256_u64(&h, s->nstages);
+    for (uint32_t i = 0; i < 3 * s->nstages; i++)
+        di_sha256_u64(&h, s->stages[i]);
+    di_sha256_u64(&h, s->ntp_layers);
+    for (uint32_t i = 0; i < s->ntp_layers; i++)
+        di_sha256_u64(&h, s->tp_layers[i]);
     di_sha256_u64(&h, (uint64_t)o->no_overlap);
     di_sha256_u64(&h, (uint64_t)o->want_timeline);
     di_sha256_u64(&h, o->timeline_max_points);

@@ -30,6 +30,11 @@ typedef struct srv_strategy {
     uint32_t bucket_mb;      /* > 0 with overlap_grad_reduce, 0 without */
     uint32_t ndevice_order;
     uint32_t *device_order; /* owned; NULL when empty */
+    /* Nested parallelism: per pipeline stage dp, tp, layers (owned; none when all alike). */
+    uint32_t nstages;
+    uint32_t *stages;       /* 3 * nstages */
+    uint32_t ntp_layers;
+    uint32_t *tp_layers;    /* owned, ascending and distinct; none when tp is 1 everywhere */
 } srv_strategy;
 
 /* The options that affect a result (proto SimOptions). */

@@ -202,17 +202,46 @@ pick_mb(int64_t share, uint32_t max, uint32_t multiple_of)
 
 static uint32_t nrun, nskip;
 
+/* Applies s to the case, runs both executors and compares. */
 static void
-run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
+check(model_case *mc, const xform_strategy *s, const char *vname)
 {
-    xform_strategy s;
     ir_module *dm = NULL;
     xform_layout *lay = NULL;
     ex_tensor *dargs, *dres, *got;
     uint32_t nd, ndr, ng, where = 0;
     di_error err;
-    char desc[256];
+    char desc[512];
     double e;
+    xform_strategy_format(s, desc, sizeof desc);
+    di_error_clear(&err);
+    if (xform_apply_layout(mc->m, s, NULL, &dm, &lay, &err) != 0)
+        fail_msg("%s %s (%s): apply: %s", mc->name, desc, vname, err.msg);
+    if (ir_verify(dm, &err) != 0)
+        fail_msg("%s %s (%s): verify: %s", mc->name, desc, vname, err.msg);
+    if (xform_shard_args(lay, mc->args, mc->nargs, &dargs, &nd, &err) != 0)
+        fail_msg("%s %s: shard: %s", mc->name, desc, err.msg);
+    if (ex_run(dm, dargs, nd, &dres, &ndr, &err) != 0)
+        fail_msg("%s %s (%s): distributed executor: %s", mc->name, desc, vname, err.msg);
+    if (xform_gather_results(lay, dres, ndr, &got, &ng, &err) != 0)
+        fail_msg("%s %s: gather: %s", mc->name, desc, err.msg);
+    assert_int_equal(ng, mc->nres);
+    e = compare(mc->res, got, ng, &where);
+    if (!(e <= TOL))
+        fail_msg("%s %s (%s): result %u differs from the sequential one by %g relative",
+                 mc->name, desc, vname, where, e);
+    nrun++;
+    free_tensors(dargs, nd);
+    free_tensors(dres, ndr);
+    free_tensors(got, ng);
+    xform_layout_free(lay);
+    ir_module_free(dm);
+}
+
+static void
+run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
+{
+    xform_strategy s;
     xform_strategy_init(&s);
     s.dp = dp;
     s.tp = tp;
@@ -238,29 +267,114 @@ run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
         nskip++;
         return;
     }
-    xform_strategy_format(&s, desc, sizeof desc);
-    di_error_clear(&err);
-    if (xform_apply_layout(mc->m, &s, NULL, &dm, &lay, &err) != 0)
-        fail_msg("%s %s (%s): apply: %s", mc->name, desc, v->name, err.msg);
-    if (ir_verify(dm, &err) != 0)
-        fail_msg("%s %s (%s): verify: %s", mc->name, desc, v->name, err.msg);
-    if (xform_shard_args(lay, mc->args, mc->nargs, &dargs, &nd, &err) != 0)
-        fail_msg("%s %s: shard: %s", mc->name, desc, err.msg);
-    if (ex_run(dm, dargs, nd, &dres, &ndr, &err) != 0)
-        fail_msg("%s %s (%s): distributed executor: %s", mc->name, desc, v->name, err.msg);
-    if (xform_gather_results(lay, dres, ndr, &got, &ng, &err) != 0)
-        fail_msg("%s %s: gather: %s", mc->name, desc, err.msg);
-    assert_int_equal(ng, mc->nres);
-    e = compare(mc->res, got, ng, &where);
-    if (!(e <= TOL))
-        fail_msg("%s %s (%s): result %u differs from the sequential one by %g relative",
-                 mc->name, desc, v->name, where, e);
-    nrun++;
-    free_tensors(dargs, nd);
-    free_tensors(dres, ndr);
-    free_tensors(got, ng);
-    xform_layout_free(lay);
-    ir_module_free(dm);
+    check(mc, &s, v->name);
+}
+
+/*
+ * Nested parallelism (seed 000): pipeline stages with their own data and
+ * tensor degrees, optionally their own layer counts, and tensor parallelism
+ * on a subset of the layers; each with every variant that applies.
+ */
+typedef struct nested {
+    uint32_t pp;
+    xform_stage st[4];  /* dp, tp, layers per group; dp 0 ends a uniform strategy */
+    uint32_t dp, tp;    /* uniform degrees when st[0].dp is 0 */
+    uint32_t ntpl;
+    uint32_t tpl[4];    /* tp_layers */
+} nested;
+
+static const nested nests[] = {
+    {2, {{2, 1, 0}, {1, 2, 0}}, 0, 0, 0, {0}},
+    {2, {{1, 2, 0}, {2, 1, 0}}, 0, 0, 0, {0}},
+    {2, {{4, 1, 0}, {1, 1, 0}}, 0, 0, 0, {0}},
+    {2, {{1, 1, 0}, {2, 2, 0}}, 0, 0, 0, {0}},
+    {2, {{2, 2, 0}, {4, 1, 0}}, 0, 0, 0, {0}},
+    {2, {{2, 1, 1}, {1, 2, 3}}, 0, 0, 0, {0}},
+    {4, {{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 2, 0}}, 0, 0, 0, {0}},
+    {1, {{0, 0, 0}}, 2, 2, 2, {1, 2}},
+    {1, {{0, 0, 0}}, 1, 4, 1, {0}},
+    {2, {{0, 0, 0}}, 1, 2, 2, {0, 3}},
+    {2, {{2, 2, 0}, {1, 2, 0}}, 0, 0, 2, {2, 3}},
+};
+
+static void
+nested_grid(int gpt)
+{
+    model_case sgd, adam;
+    case_init(&sgd, gpt, 0);
+    case_init(&adam, gpt, 1);
+    sgd.name = adam.name = gpt ? "gpt" : "mlp";
+    nrun = nskip = 0;
+    for (size_t n = 0; n < sizeof nests / sizeof nests[0]; n++) {
+        const nested *ne = &nests[n];
+        uint32_t maxdp = 1, maxtp = 1;
+        for (uint32_t g = 0; g < ne->pp && ne->st[0].dp; g++) {
+            if (ne->st[g].dp > maxdp)
+                maxdp = ne->st[g].dp;
+            if (ne->st[g].tp > maxtp)
+                maxtp = ne->st[g].tp;
+        }
+        if (!ne->st[0].dp) {
+            maxdp = ne->dp;
+            maxtp = ne->tp;
+        }
+        for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++) {
+            const variant *v = &variants[k];
+            model_case *mc = v->adam ? &adam : &sgd;
+            xform_strategy s;
+            int fixed = ne->st[0].layers != 0;
+            xform_strategy_init(&s);
+            s.pp = ne->pp;
+            if (ne->st[0].dp) {
+                s.nstages = ne->pp;
+                s.stages = ne->st;
+            } else {
+                s.dp = ne->dp;
+                s.tp = ne->tp;
+            }
+            s.ntp_layers = ne->ntpl;
+            s.tp_layers = ne->tpl;
+            s.schedule = v->schedule;
+            s.virtual_stages = v->virtual_stages;
+            s.recompute = v->recompute;
+            s.stash = v->stash;
+            s.zero = v->zero;
+            s.sequence_parallel = v->sp;
+            s.overlap_grad_reduce = v->overlap;
+            if ((v->sp && (!gpt || maxtp == 1 || ne->ntpl)) ||
+                (v->schedule == XFORM_SCHEDULE_INTERLEAVED &&
+                 (ne->pp == 1 || fixed || mc->layers % (ne->pp * 2) != 0))) {
+                nskip++;
+                continue;
+            }
+            s.microbatches = pick_mb(mc->batch / maxdp, (uint32_t)v->max_mb,
+                                     v->schedule == XFORM_SCHEDULE_INTERLEAVED ? ne->pp : 1);
+            if (s.microbatches == 0) {
+                nskip++;
+                continue;
+            }
+            check(mc, &s, v->name);
+        }
+    }
+    fprintf(stderr, "%s: %u nested strategies equal the sequential step, %u not applicable\n",
+            sgd.name, nrun, nskip);
+    assert_true(nrun > 100);
+    case_fini(&sgd);
+    case_fini(&adam);
+}
+
+static void
+test_mlp_nested(void **state)
+{
+    (void)state;
+    nested_grid(0);
+}
+
+static void
+test_gpt_nested(void **state)
+{
+    (void)state;
+    nested_grid(1);
 }
 
 static void
@@ -308,6 +422,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_grid),
         cmocka_unit_test(test_gpt_grid),
+        cmocka_unit_test(test_mlp_nested),
+        cmocka_unit_test(test_gpt_nested),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

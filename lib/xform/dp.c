@@ -21,20 +21,18 @@
  */
 #include "xform/xform_int.h"
 
-/* Splits v along dimension 0 on the data axis when the tensor shard's dimension 0 divides. */
-static void
-zero_split(xf_ctx *c, ir_id v)
+/* Can v be split along dimension 0 on the data axis of group g (its tensor shard's dimension 0)? */
+static int
+zero_divides(const xf_ctx *c, ir_id v, uint32_t g)
 {
     const ir_module *m = c->m;
-    const ir_type *t = &m->types[m->values[v].type];
-    int64_t d0;
-    if (t->rank == 0)
-        return;
-    d0 = ir_type_dims(m, m->values[v].type)[0];
-    if (c->place[v].a[XF_TP] == 0)
-        d0 /= c->n[XF_TP];
-    if (d0 % c->n[XF_DP] == 0)
-        c->place[v].a[XF_DP] = 0;
+    int64_t d0 = ir_type_dims(m, m->values[v].type)[0];
+    if (c->place[v].a[XF_TP] == 0) {
+        if (d0 % c->gtp[g] != 0)
+            return 0;
+        d0 /= c->gtp[g];
+    }
+    return d0 % c->gdp[g] == 0;
 }
 
 int
@@ -42,6 +40,7 @@ xf_annotate_dp(xf_ctx *c)
 {
     const ir_module *m = c->m;
     const ir_region *fr = &m->regions[c->func];
+    uint8_t *cand;
     for (uint32_t a = 0; a < fr->narg; a++) {
         ir_id v = fr->args[a];
         if (!(c->vflags[v] & XF_V_DATA))
@@ -53,6 +52,8 @@ xf_annotate_dp(xf_ctx *c)
     }
     if (c->s.zero == 0 || c->n[XF_DP] <= 1)
         return 0;
+    /* Candidates: optimizer state and weights (1), unless a group cannot split them (2). */
+    cand = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
     for (uint32_t i = 0; i < fr->nop; i++) {
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
@@ -60,10 +61,24 @@ xf_annotate_dp(xf_ctx *c)
             continue;
         for (uint32_t k = 0; k < o->ninput; k++) {
             ir_id v = m->refs[o->inputs + k];
-            if (k == 1 || !(c->vflags[v] & XF_V_ARG) || c->place[v].a[XF_DP] != XF_R)
+            if (k == 1 || !(c->vflags[v] & XF_V_ARG) || c->place[v].a[XF_DP] != XF_R ||
+                m->types[m->values[v].type].rank == 0)
                 continue;
-            zero_split(c, v);
+            cand[v] = 1;
         }
     }
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = m->refs[o->inputs + k];
+            if (cand[v] == 1 && !zero_divides(c, v, xf_op_group(c, op)))
+                cand[v] = 2;
+        }
+    }
+    for (uint32_t a = 0; a < fr->narg; a++)
+        if (cand[fr->args[a]] == 1)
+            c->place[fr->args[a]].a[XF_DP] = 0;
+    di_free(cand);
     return 0;
 }

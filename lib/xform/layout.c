@@ -1,8 +1,8 @@
 /*
  * layout.c: sequential tensors to distributed ones and back (xform_exec.h).
  *
- * A piece (xform.h) is a tuple over the dp x tp devices of a group, device k
- * at mesh coordinates (k / tp, k % tp). Along each tensor dimension the
+ * A piece (xform.h) is a tuple over the dp x tp devices of a group (its own
+ * degrees), device k at mesh coordinates (k / tp, k % tp). Along each tensor dimension the
  * axes that split it do so microbatch-outermost, then tensor, then data, so
  * a device's block index along a dimension is the mixed-radix number of its
  * coordinates on those axes in that order. Replicated axes hold copies;
@@ -15,13 +15,22 @@
 
 static const int significance[XFORM_NAXIS] = {XFORM_AXIS_MB, XFORM_AXIS_TP, XFORM_AXIS_DP};
 
+/* The sizes of the axes of a piece's group. */
+static void
+sizes(const xform_layout *l, const xform_piece *p, uint32_t *n)
+{
+    n[XFORM_AXIS_MB] = l->size[XFORM_AXIS_MB];
+    n[XFORM_AXIS_DP] = l->group_dp[p->stage];
+    n[XFORM_AXIS_TP] = l->group_tp[p->stage];
+}
+
 /* The coordinates of device k of a piece on the three axes. */
 static void
 coords(const xform_layout *l, const xform_piece *p, uint32_t k, uint32_t *co)
 {
     co[XFORM_AXIS_MB] = p->microbatch;
-    co[XFORM_AXIS_DP] = k / l->size[XFORM_AXIS_TP];
-    co[XFORM_AXIS_TP] = k % l->size[XFORM_AXIS_TP];
+    co[XFORM_AXIS_DP] = k / l->group_tp[p->stage];
+    co[XFORM_AXIS_TP] = k % l->group_tp[p->stage];
 }
 
 /* Block counts and this device's block index along each dimension. */
@@ -29,14 +38,16 @@ static void
 blocks(const xform_layout *l, const xform_piece *p, const uint32_t *co, uint32_t rank,
        int64_t *nblk, int64_t *idx)
 {
+    uint32_t n[XFORM_NAXIS];
+    sizes(l, p, n);
     for (uint32_t d = 0; d < rank; d++) {
         nblk[d] = 1;
         idx[d] = 0;
         for (int s = 0; s < XFORM_NAXIS; s++) {
             int a = significance[s];
             if (p->place[a] == (int8_t)d) {
-                idx[d] = idx[d] * l->size[a] + co[a];
-                nblk[d] *= l->size[a];
+                idx[d] = idx[d] * n[a] + co[a];
+                nblk[d] *= n[a];
             }
         }
     }
@@ -64,18 +75,22 @@ block_copy(ex_tensor *big, ex_tensor *small, const int64_t *off, int to_big, int
     }
 }
 
+/* The devices of a piece's group. */
 static uint32_t
-ngdev(const xform_layout *l)
+ngdev(const xform_layout *l, const xform_piece *p)
 {
-    return l->size[XFORM_AXIS_DP] * l->size[XFORM_AXIS_TP];
+    return l->group_dp[p->stage] * l->group_tp[p->stage];
 }
 
 int
 xform_shard_args(const xform_layout *l, const ex_tensor *args, uint32_t nargs, ex_tensor **out,
                  uint32_t *nout, di_error *err)
 {
-    uint32_t n = ngdev(l), total = l->nargs * n, w = 0;
-    ex_tensor *o = di_calloc(total ? total : 1, sizeof *o);
+    uint32_t total = 0, w = 0;
+    ex_tensor *o;
+    for (uint32_t i = 0; i < l->nargs; i++)
+        total += ngdev(l, &l->args[i]);
+    o = di_calloc(total ? total : 1, sizeof *o);
     *out = NULL;
     *nout = 0;
     if (o == NULL)
@@ -90,7 +105,7 @@ xform_shard_args(const xform_layout *l, const ex_tensor *args, uint32_t nargs, e
             return di_error_set(err, DI_EINVAL, "argument %u is missing", p->index);
         }
         src = &args[p->index];
-        for (uint32_t k = 0; k < n; k++, w++) {
+        for (uint32_t k = 0, n = ngdev(l, p); k < n; k++, w++) {
             uint32_t co[XFORM_NAXIS];
             int64_t nblk[IR_MAX_RANK], idx[IR_MAX_RANK], dims[IR_MAX_RANK], off[IR_MAX_RANK];
             int zero = 0, rc;
@@ -110,7 +125,7 @@ xform_shard_args(const xform_layout *l, const ex_tensor *args, uint32_t nargs, e
                 di_free(o);
                 return di_error_set(err, rc, "cannot allocate an argument block");
             }
-            o[w].device = l->devices[p->stage * n + k];
+            o[w].device = l->devices[l->group_first[p->stage] + k];
             if (!zero)
                 block_copy((ex_tensor *)src, &o[w], off, 0, 0);
         }
@@ -124,13 +139,16 @@ int
 xform_gather_results(const xform_layout *l, const ex_tensor *res, uint32_t nres, ex_tensor **out,
                      uint32_t *nout, di_error *err)
 {
-    uint32_t n = ngdev(l), nseq = 0;
+    uint32_t nseq = 0;
+    uint64_t total = 0, at = 0;
     ex_tensor *o;
     *out = NULL;
     *nout = 0;
-    if ((uint64_t)l->nresults * n != nres)
-        return di_error_set(err, DI_EINVAL, "%u result tensors for a layout of %u pieces x %u",
-                            nres, l->nresults, n);
+    for (uint32_t i = 0; i < l->nresults; i++)
+        total += ngdev(l, &l->results[i]);
+    if (total != nres)
+        return di_error_set(err, DI_EINVAL, "%u result tensors for a layout of %llu", nres,
+                            (unsigned long long)total);
     for (uint32_t i = 0; i < l->nresults; i++)
         if (l->results[i].index + 1 > nseq)
             nseq = l->results[i].index + 1;
@@ -139,8 +157,9 @@ xform_gather_results(const xform_layout *l, const ex_tensor *res, uint32_t nres,
         return di_error_set(err, DI_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < l->nresults; i++) {
         const xform_piece *p = &l->results[i];
-        const ex_tensor *first = &res[(size_t)i * n];
+        const ex_tensor *first = &res[at];
         ex_tensor *dst = &o[p->index];
+        uint32_t n = ngdev(l, p);
         if (dst->data == NULL) {
             /* The global shape: the local one times the splits. */
             uint32_t co[XFORM_NAXIS] = {0, 0, 0};
@@ -157,7 +176,7 @@ xform_gather_results(const xform_layout *l, const ex_tensor *res, uint32_t nres,
             }
         }
         for (uint32_t k = 0; k < n; k++) {
-            const ex_tensor *t = &res[(size_t)i * n + k];
+            const ex_tensor *t = &res[at + k];
             uint32_t co[XFORM_NAXIS];
             int64_t nblk[IR_MAX_RANK], idx[IR_MAX_RANK], off[IR_MAX_RANK];
             int skip = 0, add = 0;
@@ -175,6 +194,7 @@ xform_gather_results(const xform_layout *l, const ex_tensor *res, uint32_t nres,
                 off[d] = idx[d] * t->dims[d];
             block_copy(dst, (ex_tensor *)t, off, 1, add);
         }
+        at += n;
     }
     *out = o;
     *nout = nseq;

@@ -170,25 +170,26 @@ xf_body_tables_fini(xf_body *b)
 }
 
 static void
-body_start(xf_body *b, ir_id region, ir_id mesh)
+body_start(xf_body *b, ir_id region, ir_id mesh, uint32_t g)
 {
     b->region = region;
     b->mesh = mesh;
+    xf_group_n(b->c, g, b->n);
     b->gen++;
     b->nconv = 0;
     b->step = 0;
 }
 
 void
-xf_body_begin(xf_body *b, ir_id mesh)
+xf_body_begin(xf_body *b, ir_id mesh, uint32_t g)
 {
-    body_start(b, ir_body_new(b->out), mesh);
+    body_start(b, ir_body_new(b->out), mesh, g);
 }
 
 void
-xf_body_begin_func(xf_body *b, ir_id mesh, const char *name)
+xf_body_begin_func(xf_body *b, ir_id mesh, uint32_t g, const char *name)
 {
-    body_start(b, ir_func_new(b->out, name), mesh);
+    body_start(b, ir_func_new(b->out, name), mesh, g);
 }
 
 ir_id
@@ -197,7 +198,7 @@ xf_local_type(xf_body *b, ir_id v, const xf_place *pl, int32_t device)
     const ir_module *m = b->c->m;
     const ir_type *t = &m->types[m->values[v].type];
     int64_t dims[IR_MAX_RANK];
-    if (t->kind != IR_TYPE_TENSOR || xf_local_dims(b->c, v, pl, dims) != 0)
+    if (t->kind != IR_TYPE_TENSOR || xf_local_dims(b->c, v, pl, b->n, dims) != 0)
         return 0;
     if (device >= 0)
         return ir_type_tensor(b->out, (ir_dtype)t->dtype, t->rank, dims, device);
@@ -209,7 +210,7 @@ xf_body_bind(xf_body *b, ir_id v, ir_id lv, const xf_place *pl)
 {
     b->envgen[v] = b->gen;
     b->env[v].v = lv;
-    b->env[v].pl = *pl;
+    b->env[v].pl = xf_place_on(pl, b->n);
 }
 
 /* Sets an output value's name to the source value's name plus suffix. */
@@ -359,10 +360,11 @@ int
 xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, xf_local *out)
 {
     xf_local cur = *in;
-    xf_place want = *to;
+    xf_place want = xf_place_on(to, b->n);
     int rc;
     static const int gather_order[2] = {XF_DP, XF_TP}, split_order[2] = {XF_TP, XF_DP};
 
+    cur.pl = xf_place_on(&cur.pl, b->n);
     if (b->step) {
         if (want.a[XF_MB] == XF_P)
             want.a[XF_MB] = XF_R;
@@ -626,7 +628,7 @@ xf_body_emit(xf_body *b, ir_id op)
         if (shaped) {
             int64_t dims[IR_MAX_RANK];
             xf_place p = c->place[o->outputs];
-            if (xf_local_dims(c, o->outputs, &p, dims) != 0)
+            if (xf_local_dims(c, o->outputs, &p, b->n, dims) != 0)
                 return di_error_set(c->err, DI_EINTERNAL, "no local shape");
             ir_op_set_ints(b->out, nop, "shape", m->types[m->values[o->outputs].type].rank, dims);
         }
@@ -651,7 +653,7 @@ xf_body_emit(xf_body *b, ir_id op)
             ir_id sv = o->outputs + k, lv = ir_op_output(b->out, nop, k);
             const ir_type *lt = &b->out->types[b->out->values[lv].type];
             int64_t dims[IR_MAX_RANK];
-            if (xf_local_dims(c, sv, &c->place[sv], dims) != 0 ||
+            if (xf_local_dims(c, sv, &c->place[sv], b->n, dims) != 0 ||
                 memcmp(dims, ir_type_dims(b->out, b->out->values[lv].type),
                        lt->rank * sizeof *dims) != 0) {
                 char lab[160];

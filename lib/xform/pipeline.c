@@ -121,8 +121,8 @@ typedef struct pl {
     uint32_t *leafgen, *leafop; /* per source op: stamp, and first leaf it makes + 1 */
     uint32_t leafstamp;
     const idlist *curleaves;    /* the leaves of the body being built */
-    int32_t *devs;    /* per group: dp*tp device ids */
-    uint32_t ngdev;   /* dp * tp */
+    int32_t *devs;    /* every group's dp*tp device ids, from devs[c->goff[g]] */
+    uint32_t maxgdev; /* the largest group's device count */
     prog *prog;       /* F[0..K), B[0..K), S[0..pp) */
     uint32_t nprog;
     int32_t *home;    /* per source op: the program that defines it, -1 none */
@@ -134,19 +134,33 @@ typedef struct pl {
     uint8_t *isleaf;    /* per source value */
     uint32_t *isout;    /* per source value: 1 + its index in its home program's outputs */
     int8_t *leaftgt;    /* per source value: see leaf_targets */
+    int8_t *leaftp;     /* per source value: its first step consumer's tensor-axis placement */
     /* registry */
     reg_ent *reg;
     uint32_t creg, nreg;
     xf_body body;
     xform_layout *lay;
     uint32_t cargs, cres;
-    ir_id *tmp;        /* ngdev scratch ids */
+    ir_id *tmp;        /* maxgdev scratch ids */
     tt_ent *tt;        /* open-addressing cache of group tuple types */
     uint32_t ctt, ntt;
-    int64_t *tmpdev;   /* ngdev scratch device ids */
+    int64_t *tmpdev;   /* maxgdev scratch device ids */
 } pl;
 
 static void pl_fini(pl *P);
+
+/* The device count of group g, and its device ids. */
+static uint32_t
+gdev(const pl *P, uint32_t g)
+{
+    return P->c->gdp[g] * P->c->gtp[g];
+}
+
+static const int32_t *
+gdevs(const pl *P, uint32_t g)
+{
+    return P->devs + P->c->goff[g];
+}
 
 /* ---- registry ---- */
 
@@ -259,6 +273,14 @@ balance(xf_ctx *c)
         di_free(cost);
         return 0;
     }
+    if (c->s.nstages > 0 && c->s.stages[0].layers > 0) {
+        /* The layer counts the strategy gives (one model stage per group, validated). */
+        for (uint32_t k = 0, l = 0; k < K; k++)
+            for (uint32_t j = 0; j < c->s.stages[k].layers && l < L; j++)
+                c->layer_stage[l++] = (int32_t)k;
+        di_free(cost);
+        return 0;
+    }
     for (uint32_t i = 0; i < fr->nop && by_time; i++)
         if (sim_op_time(m, fr->ops[i], c->hw, 0) < 0)
             by_time = 0;
@@ -302,7 +324,10 @@ balance(xf_ctx *c)
     for (uint32_t k = 1; k <= K; k++)
         for (uint32_t j = k; j <= L; j++)
             for (uint32_t i = k - 1; i < j; i++) {
+                /* Groups of other shapes: the cost per device of the group. */
                 double b = AT(best, k - 1, i), s = pre[j] - pre[i];
+                if (c->hetero)
+                    s /= (double)c->gdp[(k - 1) % c->pp] * c->gtp[(k - 1) % c->pp];
                 double v = b > s ? b : s, q = AT(sq, k - 1, i) + (double)(j - i) * (j - i);
                 double cur = AT(best, k, j);
                 if (v < cur * (1 - 1e-12) ||
@@ -657,9 +682,9 @@ group_tuple(pl *P, ir_id lt, uint32_t g)
     for (; P->tt[i].lt; i = (i + 1) & (P->ctt - 1))
         if (P->tt[i].lt == lt && P->tt[i].g == g)
             return P->tt[i].tt;
-    for (uint32_t k = 0; k < P->ngdev; k++)
-        elems[k] = ir_type_with_device(P->out, lt, P->devs[g * P->ngdev + k], 0);
-    tt = ir_type_tuple(P->out, P->ngdev, elems);
+    for (uint32_t k = 0; k < gdev(P, g); k++)
+        elems[k] = ir_type_with_device(P->out, lt, gdevs(P, g)[k], 0);
+    tt = ir_type_tuple(P->out, gdev(P, g), elems);
     P->tt[i].lt = lt;
     P->tt[i].g = g;
     P->tt[i].tt = tt;
@@ -679,11 +704,329 @@ send_tuple(pl *P, ir_id tv, ir_id lt, uint32_t g2)
     ir_module *o = P->out;
     ir_id dst = group_tuple(P, lt, g2), snd;
     int64_t *dl = P->tmpdev;
-    for (uint32_t k = 0; k < P->ngdev; k++)
-        dl[k] = P->devs[g2 * P->ngdev + k];
+    for (uint32_t k = 0; k < gdev(P, g2); k++)
+        dl[k] = gdevs(P, g2)[k];
     snd = ir_op_add(o, P->func, IR_OP_SEND, 1, &tv, 1, &dst, NULL);
-    ir_op_set_ints(o, snd, "devices", P->ngdev, dl);
+    ir_op_set_ints(o, snd, "devices", gdev(P, g2), dl);
     return ir_op_output(o, snd, 0);
+}
+
+/* ---- re-layout between groups of different shapes ---- */
+
+static int make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id body, int callee,
+                     ir_id *op);
+
+/* A box: per dimension, its start and length. */
+typedef struct box {
+    int64_t lo[IR_MAX_RANK], len[IR_MAX_RANK];
+} box;
+
+/* The block of the per-microbatch dims G that mesh coordinates (d, t) hold under pl on sizes n. */
+static void
+block_of(const xf_place *xpl, const uint32_t *n, uint32_t d, uint32_t t, uint32_t rank,
+         const int64_t *G, box *bx)
+{
+    for (uint32_t i = 0; i < rank; i++) {
+        bx->lo[i] = 0;
+        bx->len[i] = G[i];
+        /* Tensor outermost, then data (as xf_local_dims and layout.c). */
+        if (xpl->a[XF_TP] == (int8_t)i) {
+            bx->len[i] /= n[XF_TP];
+            bx->lo[i] += bx->len[i] * t;
+        }
+        if (xpl->a[XF_DP] == (int8_t)i) {
+            bx->len[i] /= n[XF_DP];
+            bx->lo[i] += bx->len[i] * d;
+        }
+    }
+}
+
+/* Infers the result types of a top-level op (the re-layout's plumbing). */
+static int
+top_infer(pl *P, ir_id op)
+{
+    ir_id types[4];
+    di_error e;
+    di_error_clear(&e);
+    if (P->out->ops[op].noutput > 4 || ir_op_infer(P->out, op, types, &e) != 0)
+        return di_error_set(P->c->err, DI_EINTERNAL, "re-layout produced an invalid op: %s",
+                            e.msg);
+    for (uint32_t i = 0; i < P->out->ops[op].noutput; i++)
+        P->out->values[ir_op_output(P->out, op, i)].type = types[i];
+    return 0;
+}
+
+/* One piece a receiving device gets: from which sending device, which box of its block. */
+typedef struct piece {
+    uint32_t from, to;   /* device indices in their groups */
+    box src;             /* in the sender's local block */
+    int64_t at[IR_MAX_RANK]; /* where it sits in the receiver's block */
+    int whole;           /* the sender's whole block */
+    ir_id v;             /* the piece on the receiver */
+} piece;
+
+static int
+cmp_piece(const void *a, const void *b)
+{
+    const piece *x = a, *y = b;
+    if (x->to != y->to)
+        return x->to < y->to ? -1 : 1;
+    for (uint32_t i = 0; i < IR_MAX_RANK; i++)
+        if (x->at[i] != y->at[i])
+            return x->at[i] < y->at[i] ? -1 : 1;
+    return 0;
+}
+
+/* Concatenates pieces ps[0..n) (sorted by position) of one receiver into its block. */
+static int
+assemble(pl *P, piece *ps, uint32_t n, uint32_t rank, ir_id *out)
+{
+    ir_id *in;
+    uint32_t dim = rank, k = 0, nin = 0;
+    int rc = 0;
+    if (n == 1) {
+        *out = ps[0].v;
+        return 0;
+    }
+    /* The outermost dimension along which the pieces' positions differ. */
+    for (uint32_t i = 0; i < rank && dim == rank; i++)
+        for (uint32_t j = 1; j < n; j++)
+            if (ps[j].at[i] != ps[0].at[i]) {
+                dim = i;
+                break;
+            }
+    if (dim == rank)
+        return di_error_set(P->c->err, DI_EINTERNAL, "re-layout: overlapping pieces");
+    in = di_xmalloc(n * sizeof *in);
+    /* Runs of equal position along dim, each assembled inside first, then concatenated. */
+    while (k < n && rc == 0) {
+        uint32_t j = k + 1;
+        while (j < n && ps[j].at[dim] == ps[k].at[dim])
+            j++;
+        rc = assemble(P, ps + k, j - k, rank, &in[nin++]);
+        k = j;
+    }
+    if (rc == 0) {
+        ir_id op = ir_op_add(P->out, P->func, IR_OP_CONCAT, nin, in, 1, NULL, NULL);
+        ir_op_set_int(P->out, op, "axis", dim);
+        if ((rc = top_infer(P, op)) == 0)
+            *out = ir_op_output(P->out, op, 0);
+    }
+    di_free(in);
+    return rc;
+}
+
+/*
+ * Re-lays out registry entry e (on group e->g) for group h of another shape
+ * (nested parallelism): partial sums are summed on e->g first (a pmap with
+ * the all-reduces), then every device of h gets the parts of its block from
+ * devices of e->g that hold them (a Slice where a part is less than a
+ * sender's block, a replica chosen by the receiver's rank so that senders
+ * share the load), as one element-wise dist.send, and concatenates them.
+ */
+static int
+relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
+{
+    xf_ctx *c = P->c;
+    ir_module *o = P->out;
+    uint32_t g = e->g, ng[XF_NAXIS], nh[XF_NAXIS], rank, np = 0, cp;
+    ir_id v = e->v, src = e->tv, *from, lt, *sget;
+    uint32_t *first;
+    xf_place A = e->pl, T = e->pl, mbonly = {{e->pl.a[XF_MB], XF_R, XF_R}};
+    int64_t G[IR_MAX_RANK];
+    piece *ps;
+    int rc = 0;
+    xf_group_n(c, g, ng);
+    xf_group_n(c, h, nh);
+    /* The target: where g's axis has size 1 the value is whole, and follows the plan. */
+    for (int a = XF_DP; a < XF_NAXIS; a++)
+        if (ng[a] <= 1)
+            T.a[a] = c->place[v].a[a];
+    T = xf_place_on(&T, nh);
+    T = xf_xfer_place(c, v, &T, g, h);
+    T = xf_place_on(&T, nh);
+    /* Partial sums: summed on the sending group. */
+    for (int a = XF_DP; a < XF_NAXIS; a++)
+        if (A.a[a] == XF_P)
+            A.a[a] = XF_R;
+    if (!xf_place_eq(&A, &e->pl)) {
+        xf_body *b = &P->body;
+        xf_local l, r;
+        ir_id pm;
+        xf_body_begin(b, P->mesh[g], g);
+        l.v = xf_body_arg_typed(b, v, e->lt, &e->pl);
+        l.pl = e->pl;
+        if ((rc = xf_body_convert(b, v, &l, &A, &r)) != 0)
+            return rc;
+        ir_region_add_result(o, b->region, r.v);
+        if ((rc = make_pmap(P, g, &src, 1, b->region, 0, &pm)) != 0)
+            return rc;
+        src = ir_op_output(o, pm, 0);
+    }
+    if (xf_local_dims(c, v, &mbonly, ng, G) != 0)
+        return di_error_set(c->err, DI_EINTERNAL, "re-layout: no per-microbatch shape");
+    rank = o->types[e->lt].rank;
+    /* The pieces: per receiver, the sender blocks its block meets. */
+    cp = gdev(P, h) * 4;
+    ps = di_xmalloc(cp * sizeof *ps);
+    for (uint32_t r = 0; r < gdev(P, h); r++) {
+        box want;
+        uint32_t ds0 = 0, ds1 = ng[XF_DP], ts0 = 0, ts1 = ng[XF_TP];
+        block_of(&T, nh, r / nh[XF_TP], r % nh[XF_TP], rank, G, &want);
+        /* Replicated axes of the sender: one replica, chosen by the receiver's rank. */
+        if (!XF_IS_S(A.a[XF_DP])) {
+            ds0 = r % ng[XF_DP];
+            ds1 = ds0 + 1;
+        }
+        if (!XF_IS_S(A.a[XF_TP])) {
+            ts0 = r % ng[XF_TP];
+            ts1 = ts0 + 1;
+        }
+        for (uint32_t ds = ds0; ds < ds1; ds++)
+            for (uint32_t ts = ts0; ts < ts1; ts++) {
+                box have;
+                piece pc;
+                int empty = 0;
+                block_of(&A, ng, ds, ts, rank, G, &have);
+                memset(&pc, 0, sizeof pc);
+                pc.whole = 1;
+                for (uint32_t i = 0; i < rank; i++) {
+                    int64_t lo = want.lo[i] > have.lo[i] ? want.lo[i] : have.lo[i];
+                    int64_t hi1 = want.lo[i] + want.len[i], hi2 = have.lo[i] + have.len[i];
+                    int64_t hi = hi1 < hi2 ? hi1 : hi2;
+                    if (hi <= lo) {
+                        empty = 1;
+                        break;
+                    }
+                    pc.src.lo[i] = lo - have.lo[i];
+                    pc.src.len[i] = hi - lo;
+                    pc.at[i] = lo - want.lo[i];
+                    if (pc.src.lo[i] != 0 || pc.src.len[i] != have.len[i])
+                        pc.whole = 0;
+                }
+                if (empty)
+                    continue;
+                pc.from = ds * ng[XF_TP] + ts;
+                pc.to = r;
+                DI_GROW(&ps, &cp, np + 1);
+                ps[np++] = pc;
+            }
+    }
+    /* The senders' parts, sliced where needed. */
+    qsort(ps, np, sizeof *ps, cmp_piece);
+    from = di_xmalloc((np + 1) * sizeof *from);
+    sget = di_xcalloc(gdev(P, g) + 1, sizeof *sget);
+    for (uint32_t i = 0; i < np && rc == 0; i++) {
+        piece *pc = &ps[i];
+        ir_id x = sget[pc->from];
+        if (x == 0) {
+            ir_id op = ir_op_add(o, P->func, IR_OP_TUPLEGET, 1, &src, 1, NULL, NULL);
+            ir_op_set_int(o, op, "index", pc->from);
+            if ((rc = top_infer(P, op)) != 0)
+                break;
+            x = sget[pc->from] = ir_op_output(o, op, 0);
+        }
+        if (!pc->whole) {
+            int64_t st[IR_MAX_RANK], en[IR_MAX_RANK], ax[IR_MAX_RANK];
+            uint32_t na = 0;
+            ir_id op;
+            for (uint32_t d = 0; d < rank; d++) {
+                const ir_type *xt = &o->types[o->values[x].type];
+                if (pc->src.lo[d] == 0 && pc->src.len[d] == o->ints[xt->dims + d])
+                    continue;
+                st[na] = pc->src.lo[d];
+                en[na] = pc->src.lo[d] + pc->src.len[d];
+                ax[na++] = d;
+            }
+            op = ir_op_add(o, P->func, IR_OP_SLICE, 1, &x, 1, NULL, NULL);
+            ir_op_set_ints(o, op, "starts", na, st);
+            ir_op_set_ints(o, op, "ends", na, en);
+            ir_op_set_ints(o, op, "axes", na, ax);
+            ir_op_set_string(o, op, "dist.phase", "relayout");
+            if ((rc = top_infer(P, op)) != 0)
+                break;
+            x = ir_op_output(o, op, 0);
+        }
+        from[i] = x;
+    }
+    /*
+     * Sent in rounds, each an element-wise dist.send that gives every
+     * receiver at most one part (round k: receiver r's part (k + r) mod its
+     * count, so that senders take turns).
+     */
+    first = di_xcalloc(gdev(P, h) + 1, sizeof *first);
+    for (uint32_t i = np; i-- > 0;)
+        first[ps[i].to] = i;
+    for (uint32_t k = 0; rc == 0; k++) {
+        ir_id *el = di_xmalloc((gdev(P, h) + 1) * sizeof *el), tup, op;
+        int64_t *dl = di_xmalloc((gdev(P, h) + 1) * sizeof *dl);
+        uint32_t *idx = di_xmalloc((gdev(P, h) + 1) * sizeof *idx), ne = 0;
+        for (uint32_t r = 0; r < gdev(P, h); r++) {
+            uint32_t cnt = 0;
+            while (first[r] + cnt < np && ps[first[r] + cnt].to == r)
+                cnt++;
+            if (cnt <= k)
+                continue;
+            idx[ne] = first[r] + (k + r) % cnt;
+            el[ne] = from[idx[ne]];
+            dl[ne++] = gdevs(P, h)[r];
+        }
+        if (ne > 0) {
+            op = ir_op_add(o, P->func, IR_OP_TUPLE, ne, el, 1, NULL, NULL);
+            if ((rc = top_infer(P, op)) == 0) {
+                tup = ir_op_output(o, op, 0);
+                op = ir_op_add(o, P->func, IR_OP_SEND, 1, &tup, 1, NULL, NULL);
+                ir_op_set_ints(o, op, "devices", ne, dl);
+                rc = top_infer(P, op);
+                tup = ir_op_output(o, op, 0);
+            }
+            for (uint32_t i = 0; i < ne && rc == 0; i++) {
+                ir_id get = ir_op_add(o, P->func, IR_OP_TUPLEGET, 1, &tup, 1, NULL, NULL);
+                ir_op_set_int(o, get, "index", i);
+                if ((rc = top_infer(P, get)) == 0)
+                    ps[idx[i]].v = ir_op_output(o, get, 0);
+            }
+        }
+        di_free(el);
+        di_free(dl);
+        di_free(idx);
+        if (ne == 0)
+            break;
+    }
+    /* Each receiver's parts, in position order, concatenated into its block. */
+    if (rc == 0) {
+        ir_id *blk = di_xmalloc(gdev(P, h) * sizeof *blk), op;
+        for (uint32_t i = 0, r = 0; i < np && rc == 0; r++) {
+            uint32_t j = i;
+            while (j < np && ps[j].to == r)
+                j++;
+            if (j == i) {
+                rc = di_error_set(c->err, DI_EINTERNAL, "re-layout: device %u gets nothing", r);
+                break;
+            }
+            rc = assemble(P, ps + i, j - i, rank, &blk[r]);
+            i = j;
+        }
+        if (rc == 0) {
+            xf_group_n(c, h, P->body.n);
+            lt = xf_local_type(&P->body, v, &T, -1);
+            op = ir_op_add(o, P->func, IR_OP_TUPLE, gdev(P, h), blk, 1, NULL, NULL);
+            o->values[ir_op_output(o, op, 0)].type = group_tuple(P, lt, h);
+            out->tv = ir_op_output(o, op, 0);
+            out->lt = lt;
+            out->pl = T;
+            for (uint32_t r = 0; r < gdev(P, h) && rc == 0; r++)
+                if (o->values[blk[r]].type != ir_type_with_device(o, lt, gdevs(P, h)[r], 0))
+                    rc = di_error_set(c->err, DI_EINTERNAL, "re-layout: block %u has the wrong "
+                                      "shape", r);
+        }
+        di_free(blk);
+    }
+    di_free(first);
+    di_free(ps);
+    di_free(from);
+    di_free(sget);
+    return rc;
 }
 
 /* Sends registry entry e to every group that needs its value at this level. */
@@ -696,6 +1039,14 @@ send_needs(pl *P, const reg_ent *e0, int step)
         ir_id tv;
         if (n->step != step || n->g == e.g || reg_find(P, e.kind, e.v, e.mb, n->g))
             continue;
+        if (P->c->gdp[n->g] != P->c->gdp[e.g] || P->c->gtp[n->g] != P->c->gtp[e.g]) {
+            reg_ent r;
+            int rc = relayout(P, &e, n->g, &r);
+            if (rc != 0)
+                return rc;
+            reg_put(P, e.kind, e.v, e.mb, n->g, r.tv, r.lt, &r.pl);
+            continue;
+        }
         tv = send_tuple(P, e.tv, e.lt, n->g);
         reg_put(P, e.kind, e.v, e.mb, n->g, tv, e.lt, &e.pl);
     }
@@ -784,9 +1135,9 @@ make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id body, int callee
         ir_op_put_attr(P->out, o, &P->devvar);
     }
     if (P->pmattr[g].kind == 0) {
-        for (uint32_t k = 0; k < P->ngdev; k++)
-            dl[k] = P->devs[g * P->ngdev + k];
-        ir_op_set_ints(P->out, o, "devices", P->ngdev, dl);
+        for (uint32_t k = 0; k < gdev(P, g); k++)
+            dl[k] = gdevs(P, g)[k];
+        ir_op_set_ints(P->out, o, "devices", gdev(P, g), dl);
         P->pmattr[g] = *ir_op_attr(P->out, o, "devices");
     } else {
         ir_op_put_attr(P->out, o, &P->pmattr[g]);
@@ -819,13 +1170,17 @@ leaf_targets(pl *P)
     const ir_region *fr = &m->regions[c->func];
     P->leaftgt = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *P->leaftgt);
     memset(P->leaftgt, XF_P, (m->nvalue ? m->nvalue : 1) * sizeof *P->leaftgt);
+    P->leaftp = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *P->leaftp);
+    memset(P->leaftp, XF_P, (m->nvalue ? m->nvalue : 1) * sizeof *P->leaftp);
     for (uint32_t i = fr->nop; i-- > 0;) {
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
         if (c->op[op].phase != XF_PH_STEP)
             continue;
-        for (uint32_t k = 0; k < o->ninput; k++)
+        for (uint32_t k = 0; k < o->ninput; k++) {
             P->leaftgt[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_DP];
+            P->leaftp[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_TP];
+        }
     }
 }
 
@@ -1075,6 +1430,14 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
     if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
         xf_place want = l.pl;
         want.a[XF_DP] = tgt;
+        /*
+         * A gradient split on the tensor axis along the dimension ZeRO splits,
+         * for an update that is not (a layer outside tp_layers): gathered on
+         * the tensor axis first, as a tensor split cannot sit outside a
+         * data split of the same dimension.
+         */
+        if (XF_IS_S(l.pl.a[XF_TP]) && l.pl.a[XF_TP] == tgt && P->leaftp[v] != l.pl.a[XF_TP])
+            want.a[XF_TP] = P->leaftp[v];
         if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
             return rc;
     }
@@ -1359,7 +1722,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
         if ((rc = make_pmap(P, g, inputs, nin, var->func, 1, &pm)) != 0)
             goto done;
     } else if (p->kind == PROG_S) {
-        xf_body_begin(b, P->mesh[g]);
+        xf_body_begin(b, P->mesh[g], g);
         if ((rc = build_body(P, p, mb, nin, lts, pls, opl, &nres)) != 0 ||
             (rc = make_pmap(P, g, inputs, nin, b->region, 0, &pm)) != 0)
             goto done;
@@ -1367,7 +1730,7 @@ emit_chunk(pl *P, prog *p, uint32_t mb)
         char name[96];
         variant *nv;
         variant_name(P, p, key, name, sizeof name);
-        xf_body_begin_func(b, P->mesh[g], name);
+        xf_body_begin_func(b, P->mesh[g], g, name);
         if ((rc = build_body(P, p, mb, nin, lts, pls, opl, &nres)) != 0 ||
             (rc = make_pmap(P, g, inputs, nin, b->region, 1, &pm)) != 0)
             goto done;
@@ -1475,7 +1838,7 @@ emit_gathers(pl *P, uint32_t g)
         for (uint32_t j = 0; j < p->in.n; j++) {
             ir_id v = p->in.v[j];
             if (!(c->vflags[v] & XF_V_WEIGHT) || c->place[v].a[XF_DP] == XF_R ||
-                P->mark[v] == P->markgen)
+                c->gdp[g] <= 1 || P->mark[v] == P->markgen)
                 continue;
             P->mark[v] = P->markgen;
             idl_push(&ws, v);
@@ -1485,7 +1848,7 @@ emit_gathers(pl *P, uint32_t g)
         return 0;
     inputs = di_xmalloc(ws.n * sizeof *inputs);
     pls = di_xmalloc(ws.n * sizeof *pls);
-    xf_body_begin(b, P->mesh[g]);
+    xf_body_begin(b, P->mesh[g], g);
     for (uint32_t j = 0; j < ws.n && rc == 0; j++) {
         ir_id v = ws.v[j];
         const reg_ent *e = reg_find(P, REG_ARG, v, 0, g);
@@ -1550,10 +1913,14 @@ emit_args(pl *P)
         ir_id v = fr->args[a];
         int data = (c->vflags[v] & XF_V_DATA) != 0;
         for (uint32_t g = 0; g < c->pp; g++) {
+            xf_place gpl;
             if (!needg[(size_t)a * c->pp + g])
                 continue;
+            /* On this group's axes (an axis of size 1 holds the whole). */
+            xf_group_n(c, g, P->body.n);
+            gpl = xf_place_on(&c->place[v], P->body.n);
             for (uint32_t mb = 0; mb < (data ? c->n[XF_MB] : 1); mb++) {
-                ir_id lt = xf_local_type(&P->body, v, &c->place[v], -1);
+                ir_id lt = xf_local_type(&P->body, v, &gpl, -1);
                 ir_id ty = group_tuple(P, lt, g), av;
                 char nm[256];
                 if (data && c->n[XF_MB] > 1)
@@ -1565,8 +1932,8 @@ emit_args(pl *P)
                     snprintf(nm + len, sizeof nm - len, ".g%u", g);
                 }
                 av = ir_region_add_arg(P->out, P->func, ty, nm);
-                reg_put(P, REG_ARG, v, mb, g, av, lt, &c->place[v]);
-                layout_arg(P, a, mb, g, &c->place[v]);
+                reg_put(P, REG_ARG, v, mb, g, av, lt, &gpl);
+                layout_arg(P, a, mb, g, &gpl);
             }
         }
     }
@@ -1597,7 +1964,7 @@ emit_plain_results(pl *P)
             xf_local l;
             ir_id pm;
             int rc;
-            xf_body_begin(b, P->mesh[0]);
+            xf_body_begin(b, P->mesh[0], 0);
             if ((rc = xf_body_get(b, v, &l)) != 0)
                 return rc;
             ir_region_add_result(P->out, b->region, l.v);
@@ -1654,43 +2021,51 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     memset(&P, 0, sizeof P);
     P.c = c;
     P.out = ir_module_new();
-    P.ngdev = c->n[XF_DP] * c->n[XF_TP];
     P.lay = di_xcalloc(1, sizeof *P.lay);
     P.lay->size[XF_MB] = c->n[XF_MB];
-    P.lay->size[XF_DP] = c->n[XF_DP];
-    P.lay->size[XF_TP] = c->n[XF_TP];
+    P.lay->size[XF_DP] = c->hetero ? 0 : c->gdp[0];
+    P.lay->size[XF_TP] = c->hetero ? 0 : c->gtp[0];
     P.lay->ngroup = c->pp;
+    P.lay->group_dp = di_xmalloc(c->pp * sizeof *P.lay->group_dp);
+    P.lay->group_tp = di_xmalloc(c->pp * sizeof *P.lay->group_tp);
+    P.lay->group_first = di_xmalloc(c->pp * sizeof *P.lay->group_first);
+    memcpy(P.lay->group_dp, c->gdp, c->pp * sizeof *c->gdp);
+    memcpy(P.lay->group_tp, c->gtp, c->pp * sizeof *c->gtp);
+    memcpy(P.lay->group_first, c->goff, c->pp * sizeof *c->goff);
     P.mark = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.mark);
     P.needhead = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.needhead);
     P.isleaf = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
     P.isout = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.isout);
-    P.devs = di_xmalloc((size_t)c->pp * P.ngdev * sizeof *P.devs);
-    P.tmp = di_xmalloc(P.ngdev * sizeof *P.tmp);
-    P.tmpdev = di_xmalloc(P.ngdev * sizeof *P.tmpdev);
+    for (uint32_t g = 0; g < c->pp; g++)
+        if (gdev(&P, g) > P.maxgdev)
+            P.maxgdev = gdev(&P, g);
+    P.devs = di_xmalloc((c->ndev ? c->ndev : 1) * sizeof *P.devs);
+    P.tmp = di_xmalloc(P.maxgdev * sizeof *P.tmp);
+    P.tmpdev = di_xmalloc(P.maxgdev * sizeof *P.tmpdev);
     P.mesh = di_xmalloc(c->pp * sizeof *P.mesh);
     P.pmattr = di_xcalloc(c->pp, sizeof *P.pmattr);
     P.leafgen = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafgen);
     P.leafop = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafop);
     for (uint32_t g = 0; g < c->pp; g++) {
-        int64_t shape[2] = {c->n[XF_DP], c->n[XF_TP]};
-        int64_t *ids = di_xmalloc(P.ngdev * sizeof *ids);
+        int64_t shape[2] = {c->gdp[g], c->gtp[g]};
+        int64_t *ids = di_xmalloc(gdev(&P, g) * sizeof *ids);
         char name[32];
-        for (uint32_t d = 0; d < c->n[XF_DP]; d++)
-            for (uint32_t t = 0; t < c->n[XF_TP]; t++) {
+        for (uint32_t d = 0; d < c->gdp[g]; d++)
+            for (uint32_t t = 0; t < c->gtp[g]; t++) {
                 int32_t dev = xf_device(c, g, d, t);
-                P.devs[g * P.ngdev + d * c->n[XF_TP] + t] = dev;
-                ids[d * c->n[XF_TP] + t] = dev;
+                P.devs[c->goff[g] + d * c->gtp[g] + t] = dev;
+                ids[d * c->gtp[g] + t] = dev;
             }
         snprintf(name, sizeof name, "stage%u", g);
         P.mesh[g] = ir_mesh_add(P.out, name, 2, shape, ids);
         di_free(ids);
     }
-    P.lay->devices = di_xmalloc((size_t)c->pp * P.ngdev * sizeof *P.lay->devices);
-    memcpy(P.lay->devices, P.devs, (size_t)c->pp * P.ngdev * sizeof *P.devs);
+    P.lay->devices = di_xmalloc((c->ndev ? c->ndev : 1) * sizeof *P.lay->devices);
+    memcpy(P.lay->devices, P.devs, c->ndev * sizeof *P.devs);
     P.func = ir_func_new(P.out, ir_str_get(m, m->regions[c->func].name));
     xf_body_tables_init(&P.body, c, P.out);
 
-    if ((rc = assign_stages(c)) != 0 || (rc = build_programs(&P)) != 0 ||
+    if ((rc = build_programs(&P)) != 0 ||
         (rc = emit_args(&P)) != 0 || (rc = xf_schedule(c, &ev, &nev)) != 0)
         goto fail;
     leaf_targets(&P);
@@ -1781,6 +2156,7 @@ pl_fini(pl *P)
     di_free(P->isleaf);
     di_free(P->isout);
     di_free(P->leaftgt);
+    di_free(P->leaftp);
     di_free(P->reg);
     di_free(P->devs);
     di_free(P->mesh);
@@ -1800,6 +2176,9 @@ xform_layout_free(xform_layout *l)
     if (l == NULL)
         return;
     di_free(l->devices);
+    di_free(l->group_dp);
+    di_free(l->group_tp);
+    di_free(l->group_first);
     di_free(l->args);
     di_free(l->results);
     di_free(l);
@@ -1818,7 +2197,8 @@ xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *
         return rc;
     c.place = di_xmalloc((c.m->nvalue ? c.m->nvalue : 1) * sizeof *c.place);
     memset(c.place, XF_R, (c.m->nvalue ? c.m->nvalue : 1) * sizeof *c.place);
-    if ((rc = xf_annotate_tp(&c)) != 0 || (rc = xf_annotate_dp(&c)) != 0 ||
+    /* Stages first: placements depend on the degrees of the group each op runs on. */
+    if ((rc = assign_stages(&c)) != 0 || (rc = xf_annotate_tp(&c)) != 0 || (rc = xf_annotate_dp(&c)) != 0 ||
         (rc = xf_propagate(&c)) != 0 || (rc = xf_pipeline_build(&c, out, layout)) != 0) {
         xf_ctx_fini(&c);
         return rc;

@@ -744,12 +744,14 @@ operand(const ir_module *m, ir_id op, uint32_t k, uint32_t nin)
     return k < nin ? m->refs[m->ops[op].inputs + k] : m->ops[op].outputs + (k - nin);
 }
 
-/* Picks the factor for axis a (or -1). */
+/*
+ * Picks the factor for axis a (or -1), given the placements in[] of the
+ * inputs as the op sees them and the axis size n on the op's group.
+ */
 static int
-choose(const xf_ctx *c, ir_id op, const rule *r, int a)
+choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_place *in)
 {
     const ir_module *m = c->m;
-    uint32_t n = c->n[a];
     int pass;
     if (a == XF_TP && c->s.sequence_parallel && c->op[op].seq >= 0) {
         /* The sequence dimension of the first activation operand. */
@@ -767,12 +769,15 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a)
     for (pass = 0; pass < 2; pass++) {
         for (uint32_t k = 0; k < r->nin; k++) {
             ir_id v = m->refs[m->ops[op].inputs + k];
-            int8_t p = c->place[v].a[a];
+            int8_t p = in[k].a[a];
             int batch = (c->vflags[v] & XF_V_BATCH) != 0, f;
             if (!XF_IS_S(p) || p >= (int)r->rank[k])
                 continue;
             /* Batch axes follow activations first; the tensor axis weights first. */
             if (a == XF_TP ? batch != pass : batch == pass)
+                continue;
+            /* An update is split on the tensor axis as its weight is, whatever its gradient. */
+            if (a == XF_TP && batch && c->op[op].phase == XF_PH_STEP)
                 continue;
             f = r->map[k][p];
             if (!factor_ok(r, f, n))
@@ -787,15 +792,14 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a)
 
 /* True when the partial-sum inputs on axis a can pass through op unreduced. */
 static int
-passes(const xf_ctx *c, ir_id op, const rule *r, int a)
+passes(const rule *r, int a, const xf_place *in)
 {
-    const ir_module *m = c->m;
     uint32_t np = 0, nother_r = 0;
     int first_p = 0;
     if (r->lin == LIN_NONE)
         return 0;
     for (uint32_t k = 0; k < r->nin; k++) {
-        int8_t p = c->place[m->refs[m->ops[op].inputs + k]].a[a];
+        int8_t p = in[k].a[a];
         if (p == XF_P) {
             np++;
             if (k == 0)
@@ -819,7 +823,7 @@ passes(const xf_ctx *c, ir_id op, const rule *r, int a)
 }
 
 int
-xf_local_dims(const xf_ctx *c, ir_id value, const xf_place *p, int64_t *dims)
+xf_local_dims(const xf_ctx *c, ir_id value, const xf_place *p, const uint32_t *n, int64_t *dims)
 {
     const ir_module *m = c->m;
     const ir_type *t = &m->types[m->values[value].type];
@@ -828,11 +832,43 @@ xf_local_dims(const xf_ctx *c, ir_id value, const xf_place *p, int64_t *dims)
         int8_t s = p->a[a];
         if (!XF_IS_S(s))
             continue;
-        if ((uint32_t)s >= t->rank || dims[s] % c->n[a] != 0)
+        if ((uint32_t)s >= t->rank || dims[s] % n[a] != 0)
             return -1;
-        dims[s] /= c->n[a];
+        dims[s] /= n[a];
     }
     return 0;
+}
+
+xf_place
+xf_xfer_place(const xf_ctx *c, ir_id v, const xf_place *p, uint32_t g, uint32_t h)
+{
+    static const int drop[2] = {XF_TP, XF_DP};
+    xf_place q = *p;
+    uint32_t n[XF_NAXIS];
+    int64_t dims[IR_MAX_RANK];
+    if (g == h || (c->gdp[g] == c->gdp[h] && c->gtp[g] == c->gtp[h]))
+        return q;
+    xf_group_n(c, h, n);
+    for (int a = XF_DP; a < XF_NAXIS; a++)
+        if (q.a[a] == XF_P)
+            q.a[a] = XF_R;
+    if (c->m->types[c->m->values[v].type].kind != IR_TYPE_TENSOR)
+        return q;
+    for (int i = 0; i < 2 && xf_local_dims(c, v, &q, n, dims) != 0; i++)
+        if (XF_IS_S(q.a[drop[i]]))
+            q.a[drop[i]] = XF_R;
+    return q;
+}
+
+/* Input k of op as the op sees it: re-laid out when it comes from a group of another shape. */
+static xf_place
+input_place(const xf_ctx *c, ir_id op, uint32_t k)
+{
+    const ir_module *m = c->m;
+    ir_id v = m->refs[m->ops[op].inputs + k], d = m->values[v].def;
+    if (!c->hetero || d == 0 || (c->vflags[v] & XF_V_CONST))
+        return c->place[v];
+    return xf_xfer_place(c, v, &c->place[v], xf_op_group(c, d), xf_op_group(c, op));
 }
 
 int
@@ -840,6 +876,8 @@ xf_propagate(xf_ctx *c)
 {
     const ir_module *m = c->m;
     const ir_region *fr = &m->regions[c->func];
+    xf_place small[64], *in = small;
+    uint32_t cin = 64;
     rule r;
     c->req = di_xcalloc(m->nref ? m->nref : 1, sizeof *c->req);
     c->rreq = di_xcalloc(fr->nresult ? fr->nresult : 1, sizeof *c->rreq);
@@ -847,6 +885,16 @@ xf_propagate(xf_ctx *c)
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
         xf_opinfo *oi = &c->op[op];
+        uint32_t n[XF_NAXIS];
+        xf_group_n(c, xf_op_group(c, op), n);
+        if (o->ninput > cin) {
+            if (in != small)
+                di_free(in);
+            cin = o->ninput;
+            in = di_xmalloc(cin * sizeof *in);
+        }
+        for (uint32_t k = 0; k < o->ninput; k++)
+            in[k] = input_place(c, op, k);
         rule_build(m, op, &r);
         for (uint32_t k = 0; k < o->ninput; k++)
             memset(c->req[o->inputs + k].a, XF_R, XF_NAXIS);
@@ -854,16 +902,17 @@ xf_propagate(xf_ctx *c)
             memset(c->place[o->outputs + k].a, XF_R, XF_NAXIS);
         for (int a = 0; a < XF_NAXIS; a++) {
             int f;
+            /* An axis some group has: placements are the same on every group. */
             if (c->n[a] <= 1)
                 continue;
-            if (passes(c, op, &r, a)) {
+            if (passes(&r, a, in)) {
                 for (uint32_t k = 0; k < o->ninput; k++)
-                    c->req[o->inputs + k].a[a] = c->place[m->refs[o->inputs + k]].a[a];
+                    c->req[o->inputs + k].a[a] = in[k].a[a];
                 for (uint32_t k = 0; k < o->noutput; k++)
                     c->place[o->outputs + k].a[a] = XF_P;
                 continue;
             }
-            f = choose(c, op, &r, a);
+            f = choose(c, op, &r, a, n[a], in);
             if (f < 0)
                 continue;
             for (uint32_t k = 0; k < o->ninput && k < XF_MAXO; k++) {
@@ -878,10 +927,10 @@ xf_propagate(xf_ctx *c)
                     c->place[o->outputs + k].a[a] = XF_P;
             }
             if (r.kind[f] == F_MEAN) {
-                oi->scale /= c->n[a];
+                oi->scale /= n[a];
                 oi->scale_at = XF_SCALE_OUT;
             } else if (r.kind[f] == F_MEANG && r.scale_in >= 0) {
-                oi->scale /= c->n[a];
+                oi->scale /= n[a];
                 oi->scale_at = XF_SCALE_IN;
                 oi->scale_in = (uint8_t)r.scale_in;
             }
@@ -893,9 +942,11 @@ xf_propagate(xf_ctx *c)
             int64_t dims[IR_MAX_RANK];
             if (m->types[m->values[v].type].kind != IR_TYPE_TENSOR)
                 continue;
-            if (xf_local_dims(c, v, p, dims) != 0) {
+            if (xf_local_dims(c, v, p, n, dims) != 0) {
                 char lab[160];
                 xf_op_label(m, op, lab, sizeof lab);
+                if (in != small)
+                    di_free(in);
                 return di_error_set(c->err, DI_ESTRATEGY,
                                     "%s: the strategy splits a dimension of %s %u that the "
                                     "degrees do not divide",
@@ -904,6 +955,8 @@ xf_propagate(xf_ctx *c)
             }
         }
     }
+    if (in != small)
+        di_free(in);
     for (uint32_t i = 0; i < fr->nresult; i++) {
         xf_place p = c->place[fr->results[i]];
         for (int a = 0; a < XF_NAXIS; a++)

@@ -42,7 +42,8 @@ xform_strategy_from_proto(const Distir__V1__Strategy *p, xform_strategy *s, di_e
         return di_error_set(err, DI_ESTRATEGY, "unknown schedule, recompute or stash value");
     s->dp = p->dp ? p->dp : 1;
     s->tp = p->tp ? p->tp : 1;
-    s->pp = p->pp ? p->pp : 1;
+    /* Per-stage degrees imply pp. */
+    s->pp = p->pp ? p->pp : p->n_stages ? (uint32_t)p->n_stages : 1;
     s->microbatches = p->microbatches;
     s->schedule = (xform_schedule)p->schedule;
     s->virtual_stages = p->virtual_stages ? p->virtual_stages : 1;
@@ -54,7 +55,32 @@ xform_strategy_from_proto(const Distir__V1__Strategy *p, xform_strategy *s, di_e
     s->bucket_mb = p->bucket_mb;
     s->ndevice_order = (uint32_t)p->n_device_order;
     s->device_order = p->device_order;
+    s->ntp_layers = (uint32_t)p->n_tp_layers;
+    s->tp_layers = p->tp_layers;
+    if (p->n_stages > (1u << 20))
+        return di_error_set(err, DI_ESTRATEGY, "%zu pipeline stages are too many", p->n_stages);
+    if (p->n_stages > 0) {
+        s->owned_stages = di_xcalloc(p->n_stages, sizeof *s->owned_stages);
+        for (size_t i = 0; i < p->n_stages; i++) {
+            if (p->stages[i] == NULL)
+                continue;
+            s->owned_stages[i].dp = p->stages[i]->dp;
+            s->owned_stages[i].tp = p->stages[i]->tp;
+            s->owned_stages[i].layers = p->stages[i]->layers;
+        }
+        s->nstages = (uint32_t)p->n_stages;
+        s->stages = s->owned_stages;
+    }
     return 0;
+}
+
+void
+xform_strategy_fini(xform_strategy *s)
+{
+    di_free(s->owned_stages);
+    s->owned_stages = NULL;
+    if (s->stages == NULL)
+        s->nstages = 0;
 }
 
 int
@@ -64,7 +90,7 @@ xform_strategy_is_trivial(const xform_strategy *s)
            s->schedule == XFORM_SCHEDULE_DEFAULT && s->virtual_stages <= 1 &&
            s->recompute == XFORM_RECOMPUTE_NONE && s->stash == XFORM_STASH_NONE &&
            s->zero == 0 && !s->sequence_parallel && !s->overlap_grad_reduce &&
-           s->ndevice_order == 0;
+           s->ndevice_order == 0 && s->nstages == 0 && s->ntp_layers == 0;
 }
 
 void
@@ -83,6 +109,31 @@ xform_strategy_format(const xform_strategy *s, char *buf, size_t size)
              s->schedule == XFORM_SCHEDULE_INTERLEAVED ? s->virtual_stages : 0u,
              rec[s->recompute % 3], stash[s->stash % 3], s->zero,
              s->sequence_parallel ? " sp" : "", overlap);
+    /* Nested parallelism: " stages=4x1:10,2x2:14 tp_layers=0-11,16". */
+    for (uint32_t g = 0; g < s->nstages; g++) {
+        size_t w = strlen(buf);
+        const xform_stage *st = &s->stages[g];
+        if (w + 1 >= size)
+            return;
+        snprintf(buf + w, size - w, "%s%ux%u", g ? "," : " stages=", st->dp ? st->dp : 1,
+                 st->tp ? st->tp : 1);
+        if (st->layers && (w = strlen(buf)) + 1 < size)
+            snprintf(buf + w, size - w, ":%u", st->layers);
+    }
+    for (uint32_t i = 0; i < s->ntp_layers;) {
+        uint32_t j = i;
+        size_t w = strlen(buf);
+        while (j + 1 < s->ntp_layers && s->tp_layers[j + 1] == s->tp_layers[j] + 1)
+            j++;
+        if (w + 1 >= size)
+            return;
+        if (j > i)
+            snprintf(buf + w, size - w, "%s%u-%u", i ? "," : " tp_layers=", s->tp_layers[i],
+                     s->tp_layers[j]);
+        else
+            snprintf(buf + w, size - w, "%s%u", i ? "," : " tp_layers=", s->tp_layers[i]);
+        i = j + 1;
+    }
 }
 
 /* ---- analysis ---- */
@@ -99,7 +150,7 @@ xf_op_str(const ir_module *m, ir_id op, const char *key)
 int32_t
 xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t t)
 {
-    uint32_t r = (group * c->n[XF_DP] + d) * c->n[XF_TP] + t;
+    uint32_t r = c->goff[group] + d * c->gtp[group] + t;
     if (c->s.ndevice_order)
         return (int32_t)c->s.device_order[r];
     return (int32_t)r;
@@ -123,6 +174,72 @@ cmp_i32(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
+}
+
+/*
+ * Per-stage degrees: checks their shape and folds stages that are all
+ * alike (and fix no layer counts) into plain dp and tp, so that such a
+ * strategy is the uniform one.
+ */
+static int
+stages_init(xf_ctx *c)
+{
+    xform_strategy *s = &c->s;
+    int alike = 1;
+    uint32_t layers = 0;
+    if (s->nstages != s->pp)
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "the strategy lists %u pipeline stages, but pp=%u", s->nstages, s->pp);
+    if (s->dp > 1 || s->tp > 1)
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "give the degrees either as dp and tp or per pipeline stage, not "
+                            "both (dp=%u tp=%u)",
+                            s->dp, s->tp);
+    for (uint32_t g = 0; g < s->nstages; g++) {
+        const xform_stage *a = &s->stages[g], *b = &s->stages[0];
+        if (a->dp > (1u << 20) || a->tp > (1u << 20))
+            return di_error_set(c->err, DI_ESTRATEGY, "stage %u: degrees %ux%u are too many", g,
+                                a->dp, a->tp);
+        if ((a->dp ? a->dp : 1) != (b->dp ? b->dp : 1) ||
+            (a->tp ? a->tp : 1) != (b->tp ? b->tp : 1))
+            alike = 0;
+        if (a->layers)
+            layers++;
+    }
+    if (layers && layers != s->nstages)
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "%u of the %u pipeline stages give a layer count: give it for all "
+                            "or none",
+                            layers, s->nstages);
+    if (layers && s->schedule == XFORM_SCHEDULE_INTERLEAVED && s->virtual_stages > 1)
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "per-stage layer counts need one model stage per group (not the "
+                            "interleaved schedule)");
+    if (alike && !layers) {
+        s->dp = s->stages[0].dp ? s->stages[0].dp : 1;
+        s->tp = s->stages[0].tp ? s->stages[0].tp : 1;
+        s->nstages = 0;
+        s->stages = NULL;
+    }
+    return 0;
+}
+
+int
+xf_layer_is_tp(const xf_ctx *c, int32_t layer)
+{
+    uint32_t lo = 0, hi = c->nlayer;
+    if (c->tplayer == NULL)
+        return 1;
+    if (layer == INT32_MIN)
+        return 0;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (c->layers[mid] < layer)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->nlayer && c->layers[lo] == layer && c->tplayer[lo];
 }
 
 static int
@@ -258,29 +375,122 @@ find_op(const xf_ctx *c, int kind, int tp, uint32_t out_rank)
     return 0;
 }
 
+/* "stage 1: " before a per-group message when the groups differ, else "". */
+static const char *
+gpre(const xf_ctx *c, uint32_t g, char *buf, size_t n)
+{
+    if (!c->hetero)
+        return "";
+    snprintf(buf, n, "stage %u: ", g);
+    return buf;
+}
+
+/* tp_layers: which layers are tensor parallel. */
+static int
+tp_layers_init(xf_ctx *c)
+{
+    const xform_strategy *s = &c->s;
+    if (s->ntp_layers == 0)
+        return 0;
+    c->tplayer = di_xcalloc(c->nlayer ? c->nlayer : 1, 1);
+    for (uint32_t i = 0; i < s->ntp_layers; i++) {
+        uint32_t lo = 0, hi = c->nlayer;
+        int32_t l = s->tp_layers[i] > INT32_MAX ? -1 : (int32_t)s->tp_layers[i];
+        while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (c->layers[mid] < l)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == c->nlayer || c->layers[lo] != l) {
+            if (c->nlayer == 0)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "tp_layers needs dist.layer annotations and the module has "
+                                    "none");
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "tp_layers lists layer %u, which the module does not have "
+                                "(layers %d to %d)",
+                                s->tp_layers[i], c->layers[0], c->layers[c->nlayer - 1]);
+        }
+        c->tplayer[lo] = 1;
+    }
+    return 0;
+}
+
+/* Tensor parallelism on group g: hidden size, heads, sequence. */
+static int
+validate_tp(xf_ctx *c, uint32_t g)
+{
+    const ir_module *m = c->m;
+    uint32_t tp = c->gtp[g];
+    char pre[32];
+    ir_id heads = find_op(c, IR_OP_RESHAPE, XF_TP_HEADS, 4);
+    ir_id col = find_op(c, IR_OP_MATMUL, XF_TP_COLUMN, 0);
+    if (col == 0 && find_op(c, IR_OP_MATMUL, XF_TP_ROW, 0) == 0)
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "%stp=%u needs dist.tp annotations (column- and row-parallel "
+                            "MatMuls) and the module has none",
+                            gpre(c, g, pre, sizeof pre), tp);
+    if (col) {
+        const int64_t *wd = ir_type_dims(m, m->values[ir_op_input(m, col, 1)].type);
+        int64_t hidden = heads ? wd[0] : wd[1];
+        if (hidden % tp != 0)
+            return di_error_set(c->err, DI_ESTRATEGY, "%stp=%u does not divide the hidden size %lld",
+                                gpre(c, g, pre, sizeof pre), tp, (long long)hidden);
+    }
+    if (heads) {
+        int64_t a = ir_type_dims(m, m->values[m->ops[heads].outputs].type)[2];
+        if (a % tp != 0)
+            return di_error_set(c->err, DI_ESTRATEGY, "%stp=%u does not divide the %lld heads",
+                                gpre(c, g, pre, sizeof pre), tp, (long long)a);
+    }
+    if (c->s.sequence_parallel) {
+        const ir_region *r = &m->regions[c->func];
+        for (uint32_t i = 0; i < r->nop; i++) {
+            ir_id o = r->ops[i];
+            const ir_type *t;
+            int64_t len;
+            if (c->op[o].seq < 0 || m->ops[o].noutput == 0)
+                continue;
+            t = &m->types[m->values[m->ops[o].outputs].type];
+            if (t->rank <= (uint32_t)c->op[o].seq)
+                continue;
+            len = ir_type_dims(m, m->values[m->ops[o].outputs].type)[c->op[o].seq];
+            if (len % tp)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "%stp=%u does not divide the sequence length %lld",
+                                    gpre(c, g, pre, sizeof pre), tp, (long long)len);
+        }
+    }
+    return 0;
+}
+
 static int
 validate(xf_ctx *c, const hw_model *hw)
 {
-    const ir_module *m = c->m;
     const xform_strategy *s = &c->s;
-    uint64_t ndev = (uint64_t)s->dp * s->tp * s->pp;
-    ir_id op;
+    uint64_t ndev = c->ndev;
+    const char *what = c->hetero ? "the stages' dp*tp" : "dp*tp*pp";
+    char pre[32];
+    ir_id op = 0;
+    int rc;
 
     if (s->zero > 3)
         return di_error_set(c->err, DI_ESTRATEGY, "zero=%u is not a ZeRO stage (0 to 3)",
                             s->zero);
     if (s->dp > (1u << 20) || s->tp > (1u << 20) || s->pp > (1u << 20) || ndev > (1u << 20))
-        return di_error_set(c->err, DI_ESTRATEGY, "dp*tp*pp = %llu devices is too many",
+        return di_error_set(c->err, DI_ESTRATEGY, "%s = %llu devices is too many", what,
                             (unsigned long long)ndev);
     if (hw && ndev > hw->ndevice)
-        return di_error_set(c->err, DI_ESTRATEGY, "dp*tp*pp = %llu exceeds the %u devices of %s",
+        return di_error_set(c->err, DI_ESTRATEGY, "%s = %llu exceeds the %u devices of %s", what,
                             (unsigned long long)ndev, hw->ndevice, hw->name);
     if (s->ndevice_order) {
         uint8_t *seen;
         if (s->ndevice_order != ndev)
             return di_error_set(c->err, DI_ESTRATEGY,
-                                "the device order lists %u devices, but dp*tp*pp = %llu",
-                                s->ndevice_order, (unsigned long long)ndev);
+                                "the device order lists %u devices, but %s = %llu",
+                                s->ndevice_order, what, (unsigned long long)ndev);
         seen = di_xcalloc(1u << 20, 1);
         for (uint32_t i = 0; i < s->ndevice_order; i++) {
             uint32_t d = s->device_order[i];
@@ -304,61 +514,32 @@ validate(xf_ctx *c, const hw_model *hw)
     if (s->microbatches > (1u << 16))
         return di_error_set(c->err, DI_ESTRATEGY, "microbatches=%u is too many (at most 65536)",
                             s->microbatches);
-
-    /* Batch. */
-    if (c->batch < 0 && (s->dp > 1 || s->microbatches > 1))
+    if ((rc = tp_layers_init(c)) != 0)
+        return rc;
+    if (c->tplayer && s->sequence_parallel)
         return di_error_set(c->err, DI_ESTRATEGY,
-                            "the module has no batch-data argument (tokens, labels, x, ...) to "
-                            "split over dp=%u x microbatches=%u",
-                            s->dp, s->microbatches);
-    if (c->batch >= 0 && c->batch % s->dp != 0)
-        return di_error_set(c->err, DI_ESTRATEGY, "dp=%u does not divide the batch %lld", s->dp,
-                            (long long)c->batch);
-    if (c->batch >= 0 && c->batch % ((int64_t)s->dp * s->microbatches) != 0)
-        return di_error_set(c->err, DI_ESTRATEGY,
-                            "dp x microbatches = %u x %u = %llu does not divide the batch %lld",
-                            s->dp, s->microbatches,
-                            (unsigned long long)s->dp * s->microbatches, (long long)c->batch);
+                            "sequence parallelism needs tensor parallelism on every layer "
+                            "(tp_layers is set)");
 
-    /* Tensor parallelism: hidden size, heads, sequence. */
-    if (s->tp > 1) {
-        ir_id heads = find_op(c, IR_OP_RESHAPE, XF_TP_HEADS, 4);
-        ir_id col = find_op(c, IR_OP_MATMUL, XF_TP_COLUMN, 0);
-        if (col == 0 && find_op(c, IR_OP_MATMUL, XF_TP_ROW, 0) == 0)
+    /* Batch, and tensor parallelism, per group (once when the groups are alike). */
+    for (uint32_t g = 0; g < (c->hetero ? c->pp : 1); g++) {
+        uint32_t dp = c->gdp[g];
+        if (c->batch < 0 && (dp > 1 || s->microbatches > 1))
             return di_error_set(c->err, DI_ESTRATEGY,
-                                "tp=%u needs dist.tp annotations (column- and row-parallel "
-                                "MatMuls) and the module has none",
-                                s->tp);
-        if (col) {
-            const int64_t *wd = ir_type_dims(m, m->values[ir_op_input(m, col, 1)].type);
-            int64_t hidden = heads ? wd[0] : wd[1];
-            if (hidden % s->tp != 0)
-                return di_error_set(c->err, DI_ESTRATEGY,
-                                    "tp=%u does not divide the hidden size %lld", s->tp,
-                                    (long long)hidden);
-        }
-        if (heads) {
-            int64_t a = ir_type_dims(m, m->values[m->ops[heads].outputs].type)[2];
-            if (a % s->tp != 0)
-                return di_error_set(c->err, DI_ESTRATEGY, "tp=%u does not divide the %lld heads",
-                                    s->tp, (long long)a);
-        }
-        if (s->sequence_parallel) {
-            const ir_region *r = &m->regions[c->func];
-            for (uint32_t i = 0; i < r->nop; i++) {
-                ir_id o = r->ops[i];
-                const ir_type *t;
-                if (c->op[o].seq < 0 || m->ops[o].noutput == 0)
-                    continue;
-                t = &m->types[m->values[m->ops[o].outputs].type];
-                if (t->rank > (uint32_t)c->op[o].seq &&
-                    ir_type_dims(m, m->values[m->ops[o].outputs].type)[c->op[o].seq] % s->tp)
-                    return di_error_set(
-                        c->err, DI_ESTRATEGY, "tp=%u does not divide the sequence length %lld",
-                        s->tp,
-                        (long long)ir_type_dims(m, m->values[m->ops[o].outputs].type)[c->op[o].seq]);
-            }
-        }
+                                "the module has no batch-data argument (tokens, labels, x, ...) "
+                                "to split over dp=%u x microbatches=%u",
+                                dp, s->microbatches);
+        if (c->batch >= 0 && c->batch % dp != 0)
+            return di_error_set(c->err, DI_ESTRATEGY, "%sdp=%u does not divide the batch %lld",
+                                gpre(c, g, pre, sizeof pre), dp, (long long)c->batch);
+        if (c->batch >= 0 && c->batch % ((int64_t)dp * s->microbatches) != 0)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "%sdp x microbatches = %u x %u = %llu does not divide the batch "
+                                "%lld",
+                                gpre(c, g, pre, sizeof pre), dp, s->microbatches,
+                                (unsigned long long)dp * s->microbatches, (long long)c->batch);
+        if (c->gtp[g] > 1 && (rc = validate_tp(c, g)) != 0)
+            return rc;
     }
 
     /* Pipeline: layers. */
@@ -367,7 +548,23 @@ validate(xf_ctx *c, const hw_model *hw)
             return di_error_set(c->err, DI_ESTRATEGY,
                                 "pp=%u needs dist.layer annotations and the module has none",
                                 s->pp);
-        if (c->nlayer % c->K != 0) {
+        if (s->nstages > 0 && s->stages[0].layers > 0) {
+            uint64_t sum = 0;
+            for (uint32_t g = 0; g < s->nstages; g++)
+                sum += s->stages[g].layers;
+            if (sum != c->nlayer)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "the stages' layer counts add up to %llu, but the module has "
+                                    "%u layers",
+                                    (unsigned long long)sum, c->nlayer);
+        } else if (s->nstages > 0) {
+            /* Per-stage degrees: balanced by cost per device, not in equal layer counts. */
+            if (c->nlayer < c->K)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "%u model stages need at least as many layers (the module "
+                                    "has %u)",
+                                    c->K, c->nlayer);
+        } else if (c->nlayer % c->K != 0) {
             if (c->V > 1)
                 return di_error_set(c->err, DI_ESTRATEGY,
                                     "pp x virtual stages = %u x %u = %u does not divide the %u "
@@ -390,6 +587,7 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
     memset(c, 0, sizeof *c);
     c->err = err;
     c->s = *s;
+    c->s.owned_stages = NULL;
     c->hw = hw;
     if (c->s.dp == 0)
         c->s.dp = 1;
@@ -408,10 +606,28 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
     if (c->s.virtual_stages > 1024)
         return di_error_set(err, DI_ESTRATEGY, "virtual_stages=%u is too many (at most 1024)",
                             c->s.virtual_stages);
+    if (c->s.pp > (1u << 20))
+        return di_error_set(err, DI_ESTRATEGY, "pp=%u is too many", c->s.pp);
+    if (c->s.nstages > 0 && (rc = stages_init(c)) != 0)
+        return rc;
     c->n[XF_MB] = c->s.microbatches;
-    c->n[XF_DP] = c->s.dp;
-    c->n[XF_TP] = c->s.tp;
     c->pp = c->s.pp;
+    c->gdp = di_xmalloc(c->pp * sizeof *c->gdp);
+    c->gtp = di_xmalloc(c->pp * sizeof *c->gtp);
+    c->goff = di_xmalloc(c->pp * sizeof *c->goff);
+    for (uint32_t g = 0; g < c->pp; g++) {
+        const xform_stage *st = c->s.nstages ? &c->s.stages[g] : NULL;
+        c->gdp[g] = st ? (st->dp ? st->dp : 1) : c->s.dp;
+        c->gtp[g] = st ? (st->tp ? st->tp : 1) : c->s.tp;
+        c->goff[g] = (uint32_t)c->ndev;
+        c->ndev += (uint64_t)c->gdp[g] * c->gtp[g];
+        if (c->gdp[g] > c->n[XF_DP])
+            c->n[XF_DP] = c->gdp[g];
+        if (c->gtp[g] > c->n[XF_TP])
+            c->n[XF_TP] = c->gtp[g];
+        if (c->gdp[g] != c->gdp[0] || c->gtp[g] != c->gtp[0])
+            c->hetero = 1;
+    }
     c->V = c->pp > 1 ? c->s.virtual_stages : 1;
     c->K = c->pp * c->V;
 
@@ -459,6 +675,10 @@ xf_ctx_fini(xf_ctx *c)
     di_free(c->op);
     di_free(c->layers);
     di_free(c->layer_stage);
+    di_free(c->gdp);
+    di_free(c->gtp);
+    di_free(c->goff);
+    di_free(c->tplayer);
     di_free(c->place);
     di_free(c->req);
     di_free(c->rreq);

@@ -21,6 +21,7 @@
  */
 #include "xform/xform_int.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The placement consumer `op` wants for weight v (input k), on the tensor axis. */
@@ -32,7 +33,7 @@ wanted(const xf_ctx *c, ir_id op, uint32_t k, ir_id v)
     const ir_type *wt = &m->types[m->values[v].type];
     const ir_type *ot = o->noutput ? &m->types[m->values[o->outputs].type] : NULL;
     int tp = c->op[op].tp;
-    if (ot == NULL || wt->rank == 0)
+    if (ot == NULL || wt->rank == 0 || !xf_layer_is_tp(c, c->op[op].layer))
         return XF_R;
     if (o->kind == IR_OP_MATMUL && k == 1 && wt->rank >= 2) {
         if (tp == XF_TP_COLUMN)
@@ -89,25 +90,41 @@ xf_annotate_tp(xf_ctx *c)
             } else if ((c->vflags[v] & XF_V_DATA) && c->s.sequence_parallel &&
                        o->kind == IR_OP_GATHER && k == 1 &&
                        m->types[m->values[v].type].rank >= 2 &&
-                       ir_type_dims(m, m->values[v].type)[1] % c->n[XF_TP] == 0) {
+                       ir_type_dims(m, m->values[v].type)[1] % c->gtp[xf_op_group(c, op)] ==
+                           0) {
                 c->place[v].a[XF_TP] = 1;
             }
         }
     }
-    for (uint32_t a = 0; a < fr->narg; a++) {
-        ir_id v = fr->args[a];
-        if (!seen[v] || want[v] == XF_R)
-            continue;
-        if (ir_type_dims(m, m->values[v].type)[want[v]] % c->n[XF_TP] != 0) {
-            int dim = want[v];
-            int64_t d = ir_type_dims(m, m->values[v].type)[dim];
+    /* Every group that reads a split weight must divide it. */
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        uint32_t g = xf_op_group(c, op), tp = c->gtp[g];
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = m->refs[o->inputs + k];
+            int dim;
+            int64_t d;
+            if (!(c->vflags[v] & XF_V_ARG) || !seen[v] || want[v] == XF_R)
+                continue;
+            char pre[32] = "";
+            dim = want[v];
+            d = ir_type_dims(m, m->values[v].type)[dim];
+            if (d % tp == 0)
+                continue;
             di_free(want);
             di_free(seen);
+            if (c->hetero)
+                snprintf(pre, sizeof pre, "stage %u: ", g);
             return di_error_set(c->err, DI_ESTRATEGY,
-                                "tp=%u does not divide dimension %d (%lld) of weight %%%s",
-                                c->n[XF_TP], dim, (long long)d, ir_str_get(m, m->values[v].name));
+                                "%stp=%u does not divide dimension %d (%lld) of weight %%%s", pre,
+                                tp, dim, (long long)d, ir_str_get(m, m->values[v].name));
         }
-        c->place[v].a[XF_TP] = want[v];
+    }
+    for (uint32_t a = 0; a < fr->narg; a++) {
+        ir_id v = fr->args[a];
+        if (seen[v] && want[v] != XF_R)
+            c->place[v].a[XF_TP] = want[v];
     }
     di_free(want);
     di_free(seen);

@@ -65,6 +65,15 @@ typedef enum xform_stash {
     XFORM_STASH_2BW = 2,       /* one extra weight version per stage */
 } xform_stash;
 
+/*
+ * One pipeline group's degrees, for nested parallelism (seed 000: "pipeline
+ * parallel where each stage is data parallel with a different degree").
+ */
+typedef struct xform_stage {
+    uint32_t dp, tp;  /* 0 reads as 1 */
+    uint32_t layers;  /* layers of the group's model stage; 0: balanced (all or none set) */
+} xform_stage;
+
 typedef struct xform_strategy {
     uint32_t dp, tp, pp;         /* degrees; 0 reads as 1 */
     uint32_t microbatches;       /* 0: pp */
@@ -85,6 +94,25 @@ typedef struct xform_strategy {
      */
     uint32_t ndevice_order;
     const uint32_t *device_order;
+    /*
+     * Per pipeline group (pp entries, or none): its data and tensor degrees
+     * (then dp and tp must be 1) and optionally its layer count. Group g's
+     * ranks follow group g-1's: rank = first(g) + d * tp_g + t. Stages are
+     * balanced by cost per device, so a group with more devices gets more
+     * layers. Points into caller storage.
+     */
+    uint32_t nstages;
+    const xform_stage *stages;
+    /*
+     * The dist.layer values whose MatMuls are tensor parallel (seed 000:
+     * "data parallel where a subset of the layers are horizontal
+     * parallel"); empty: every layer. Outside them the weights are whole
+     * and the tensor-parallel ranks compute the same thing, as Megatron-LM
+     * does for the embedding and the head. Points into caller storage.
+     */
+    uint32_t ntp_layers;
+    const uint32_t *tp_layers;
+    xform_stage *owned_stages;   /* xform_strategy_from_proto's copy (xform_strategy_fini) */
 } xform_strategy;
 
 /* The gradient bucket of overlap_grad_reduce when bucket_mb is 0 (PyTorch DDP's bucket_cap_mb). */
@@ -92,9 +120,14 @@ typedef struct xform_strategy {
 
 /* Every degree 1, no options. */
 void xform_strategy_init(xform_strategy *s);
-/* Copies a proto Strategy (device_order points into *p). Rejects zero > 3 or an unknown enum. */
+/*
+ * Copies a proto Strategy (device_order and tp_layers point into *p, the
+ * stages are copied: free with xform_strategy_fini). Rejects zero > 3 or an
+ * unknown enum.
+ */
 int xform_strategy_from_proto(const struct Distir__V1__Strategy *p, xform_strategy *s,
                               di_error *err);
+void xform_strategy_fini(xform_strategy *s);
 /* True when the strategy asks for nothing (simulate the module as given). */
 int xform_strategy_is_trivial(const xform_strategy *s);
 /* Writes "dp=2 tp=2 pp=2 m=8 1f1b ..." into buf (always terminated). */
@@ -130,7 +163,8 @@ int xform_apply(const ir_module *m, const xform_strategy *s, const hw_model *hw,
 
 /*
  * One argument or result of the distributed module: a tuple with one tensor
- * per device of a stage, device k at mesh coordinates (k / tp, k % tp), and
+ * per device of a group, device k at mesh coordinates (k / tp, k % tp) of
+ * the group's degrees, and
  * what part of sequential value `index` each holds. A dimension split on
  * several axes is split microbatch-outermost, then tensor, then data
  * (XFORM_AXIS_MB, _TP, _DP from most to least significant).
@@ -138,14 +172,16 @@ int xform_apply(const ir_module *m, const xform_strategy *s, const hw_model *hw,
 typedef struct xform_piece {
     uint32_t index;      /* the sequential module's argument or result index */
     uint32_t microbatch; /* the block along the microbatch axis when place[MB] splits */
-    uint32_t stage;      /* device group: devices stage*dp*tp .. in layout->devices */
+    uint32_t stage;      /* device group: from layout->devices[group_first[stage]] */
     int8_t place[XFORM_NAXIS]; /* XFORM_PLACE_R, XFORM_PLACE_P or the split dimension */
 } xform_piece;
 
 typedef struct xform_layout {
-    uint32_t size[XFORM_NAXIS]; /* microbatches, dp, tp */
+    uint32_t size[XFORM_NAXIS]; /* microbatches, dp, tp (dp and tp 0 when groups differ) */
     uint32_t ngroup;            /* device groups (pipeline stages) */
-    int32_t *devices;           /* ngroup * dp * tp device ids, group-major */
+    uint32_t *group_dp, *group_tp; /* per group: its degrees */
+    uint32_t *group_first;      /* per group: the index of its first device in devices */
+    int32_t *devices;           /* every group's dp * tp device ids, group after group */
     uint32_t nargs;
     xform_piece *args;          /* one per argument of the distributed module, in order */
     uint32_t nresults;

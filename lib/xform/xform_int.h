@@ -73,8 +73,20 @@ typedef struct xf_ctx {
     ir_id func;
     xform_strategy s;   /* normalized: degrees >= 1, schedule resolved */
     const hw_model *hw; /* the target hardware, or NULL */
-    uint32_t n[XF_NAXIS]; /* microbatches, dp, tp */
+    uint32_t n[XF_NAXIS]; /* microbatches, and the largest dp and tp of any group */
     uint32_t pp, V, K;  /* pipeline groups, virtual stages, model stages (pp * V) */
+    /*
+     * Per pipeline group: its data and tensor degrees and first rank
+     * (nested parallelism: groups may differ, then `hetero`). Placements are
+     * decided once, on axes that exist when any group has them; on a group
+     * whose degree on an axis is 1 every placement there means the whole
+     * tensor (xf_place_on), and a value that crosses to a group of another
+     * shape is re-laid out on the way (xf_xfer_place, pipeline.c).
+     */
+    uint32_t *gdp, *gtp, *goff;
+    uint64_t ndev;      /* ranks in all */
+    int hetero;
+    uint8_t *tplayer;   /* per index into layers: tensor parallel (tp_layers; NULL: all) */
     di_error *err;
 
     /* analysis (strategy.c) */
@@ -91,6 +103,33 @@ typedef struct xf_ctx {
     xf_place *rreq;     /* per result of the function */
 } xf_ctx;
 
+/* The sizes of group g's axes: microbatches, dp, tp. */
+static inline void
+xf_group_n(const xf_ctx *c, uint32_t g, uint32_t *n)
+{
+    n[XF_MB] = c->n[XF_MB];
+    n[XF_DP] = c->gdp[g];
+    n[XF_TP] = c->gtp[g];
+}
+
+/* The device group an op runs on (constants: 0; they are cloned wherever used). */
+static inline uint32_t
+xf_op_group(const xf_ctx *c, ir_id op)
+{
+    return c->op[op].stage < 0 ? 0 : (uint32_t)c->op[op].stage % c->pp;
+}
+
+/* p on a group whose axes have sizes n: an axis of size 1 holds the whole value (R). */
+static inline xf_place
+xf_place_on(const xf_place *p, const uint32_t *n)
+{
+    xf_place q = *p;
+    for (int a = XF_DP; a < XF_NAXIS; a++)
+        if (n[a] <= 1)
+            q.a[a] = XF_R;
+    return q;
+}
+
 /* strategy.c */
 int xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_model *hw,
                 di_error *err);
@@ -106,8 +145,23 @@ int xf_annotate_tp(xf_ctx *c);
 
 /* shard.c */
 int xf_propagate(xf_ctx *c);
-/* Local dims of a source value's type under placement p (-1: a split does not divide). */
-int xf_local_dims(const xf_ctx *c, ir_id value, const xf_place *p, int64_t *dims);
+/*
+ * Local dims of a source value's type under placement p on axes of sizes n
+ * (-1: a split does not divide).
+ */
+int xf_local_dims(const xf_ctx *c, ir_id value, const xf_place *p, const uint32_t *n,
+                  int64_t *dims);
+/*
+ * The placement in which value v, made on group g in placement p, reaches
+ * group h (p itself when the groups have the same shape): partial sums are
+ * summed on g first, and a split stays where h's degree divides it.
+ */
+xf_place xf_xfer_place(const xf_ctx *c, ir_id v, const xf_place *p, uint32_t g, uint32_t h);
+/*
+ * Are the ops of dist.layer `layer` (INT32_MIN: outside every layer)
+ * tensor parallel? Always without tp_layers.
+ */
+int xf_layer_is_tp(const xf_ctx *c, int32_t layer);
 /* True when two placements are equal. */
 static inline int
 xf_place_eq(const xf_place *a, const xf_place *b)
@@ -129,6 +183,7 @@ typedef struct xf_body {
     ir_module *out;
     ir_id region;     /* the body region */
     ir_id mesh;       /* the stage mesh [dp, tp] */
+    uint32_t n[XF_NAXIS]; /* its group's axis sizes (xf_body_begin) */
     ir_id devvar;     /* string id "d" */
     uint32_t gen;     /* generation of env entries that belong to this body */
     uint32_t *envgen; /* per source value */
@@ -156,10 +211,10 @@ typedef struct xf_conv {
 /* Allocates the per-value tables for c (once per transform). */
 void xf_body_tables_init(xf_body *b, xf_ctx *c, ir_module *out);
 void xf_body_tables_fini(xf_body *b);
-/* Starts a new body region on mesh (clears the environment). */
-void xf_body_begin(xf_body *b, ir_id mesh);
+/* Starts a new body region on group g's mesh (clears the environment). */
+void xf_body_begin(xf_body *b, ir_id mesh, uint32_t g);
 /* The same, the body being a new top-level function `name` that pmaps call. */
-void xf_body_begin_func(xf_body *b, ir_id mesh, const char *name);
+void xf_body_begin_func(xf_body *b, ir_id mesh, uint32_t g, const char *name);
 /* Adds a body argument holding source value v with placement pl; returns its id. */
 ir_id xf_body_arg(xf_body *b, ir_id v, const xf_place *pl, const char *suffix);
 /* As xf_body_arg with the local type given. */
