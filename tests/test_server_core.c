@@ -116,6 +116,41 @@ test_key_normalization(void **state)
     c.bucket_mb = 7;
     kc = key_for(&c, NULL, SIM_VERSION);
     assert_memory_not_equal(kbk.b, kc.b, 32);
+    /* Per-stage degrees: alike ones are the uniform strategy; layer counts and tp_layers count. */
+    {
+        Distir__V1__Strategy u = DISTIR__V1__STRATEGY__INIT, n = DISTIR__V1__STRATEGY__INIT;
+        Distir__V1__PipelineStage s0 = DISTIR__V1__PIPELINE_STAGE__INIT;
+        Distir__V1__PipelineStage s1 = DISTIR__V1__PIPELINE_STAGE__INIT;
+        Distir__V1__PipelineStage *st[2] = {&s0, &s1};
+        uint32_t l1[3] = {3, 1, 1}, l2[2] = {1, 3};
+        u.dp = 2;
+        u.pp = 2;
+        s0.dp = s1.dp = 2;
+        n.n_stages = 2; /* pp from the count */
+        n.stages = st;
+        di_hash ku = key_for(&u, NULL, SIM_VERSION), kn = key_for(&n, NULL, SIM_VERSION);
+        assert_memory_equal(ku.b, kn.b, 32);
+        s1.tp = 2;
+        kn = key_for(&n, NULL, SIM_VERSION);
+        assert_memory_not_equal(ku.b, kn.b, 32);
+        s0.layers = 10;
+        s1.layers = 14;
+        di_hash kl = key_for(&n, NULL, SIM_VERSION);
+        assert_memory_not_equal(kl.b, kn.b, 32);
+        /* tp_layers: a set (order and repeats do not matter), and nothing without tp. */
+        n.n_tp_layers = 3;
+        n.tp_layers = l1;
+        di_hash t1 = key_for(&n, NULL, SIM_VERSION);
+        n.n_tp_layers = 2;
+        n.tp_layers = l2;
+        di_hash t2 = key_for(&n, NULL, SIM_VERSION);
+        assert_memory_equal(t1.b, t2.b, 32);
+        assert_memory_not_equal(t1.b, kl.b, 32);
+        u.n_tp_layers = 2;
+        u.tp_layers = l2;
+        di_hash tu = key_for(&u, NULL, SIM_VERSION);
+        assert_memory_equal(tu.b, ku.b, 32);
+    }
     /* timeline_max_points matters only with a timeline. */
     o1.timeline_max_points = 100;
     di_hash k1 = key_for(NULL, &o1, SIM_VERSION);

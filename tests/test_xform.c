@@ -187,6 +187,32 @@ test_strategy_proto(void **state)
     p.zero = 4;
     assert_int_equal(xform_strategy_from_proto(&p, &s, &err), DI_ESTRATEGY);
     assert_non_null(strstr(err.msg, "zero=4"));
+    /* Per-stage degrees (pp from their count) and tp_layers. */
+    {
+        Distir__V1__Strategy q = DISTIR__V1__STRATEGY__INIT;
+        Distir__V1__PipelineStage a = DISTIR__V1__PIPELINE_STAGE__INIT;
+        Distir__V1__PipelineStage b = DISTIR__V1__PIPELINE_STAGE__INIT;
+        Distir__V1__PipelineStage *st[2] = {&a, &b};
+        uint32_t tpl[3] = {0, 1, 5};
+        a.dp = 4;
+        a.layers = 10;
+        b.dp = 2;
+        b.tp = 2;
+        b.layers = 14;
+        q.n_stages = 2;
+        q.stages = st;
+        q.n_tp_layers = 3;
+        q.tp_layers = tpl;
+        assert_int_equal(xform_strategy_from_proto(&q, &s, &err), 0);
+        assert_int_equal(s.pp, 2);
+        assert_int_equal(s.nstages, 2);
+        assert_int_equal(s.stages[1].tp, 2);
+        assert_false(xform_strategy_is_trivial(&s));
+        xform_strategy_format(&s, buf, sizeof buf);
+        assert_non_null(strstr(buf, "stages=4x1:10,2x2:14 tp_layers=0-1,5"));
+        xform_strategy_fini(&s);
+        assert_null(s.owned_stages);
+    }
 }
 
 /* Expects xform_validate to fail with DI_ESTRATEGY and a message containing want. */
@@ -723,6 +749,248 @@ test_device_layout(void **state)
     ir_module_free(m);
 }
 
+/* ---- nested parallelism (seed 000: transforms on submodules) ---- */
+
+static void
+test_nested_validate(void **state)
+{
+    ir_module *g16 = gpt(24, 1024, 16, 16, 6);
+    xform_stage st[3];
+    uint32_t tpl[1] = {99};
+    xform_strategy s;
+    hw_model *hw = NULL;
+    di_error err;
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx:2", &hw, &err), 0);
+    memset(st, 0, sizeof st);
+    xform_strategy_init(&s);
+    s.pp = 3;
+    s.nstages = 2;
+    s.stages = st;
+    st[0].dp = 2;
+    st[1].tp = 2;
+    expect_reject(g16, &s, NULL, "lists 2 pipeline stages, but pp=3");
+    s.pp = 2;
+    s.dp = 2;
+    expect_reject(g16, &s, NULL, "either as dp and tp or per pipeline stage");
+    s.dp = 1;
+    assert_int_equal(xform_validate(g16, &s, hw, &err), 0);
+    st[0].dp = 4;
+    expect_reject(g16, &s, NULL, "stage 0: dp=4 does not divide the batch 6");
+    st[0].dp = 1;
+    st[0].tp = 3;
+    expect_reject(g16, &s, NULL, "stage 0: tp=3 does not divide the hidden size 1024");
+    st[0].tp = 4;
+    st[0].dp = 2;
+    st[1].dp = 2;
+    st[1].tp = 8;
+    expect_reject(g16, &s, hw, "the stages' dp*tp = 24 exceeds the 16 devices of a100-dgx:2");
+    st[1].tp = 2;
+    st[0].layers = 10;
+    expect_reject(g16, &s, NULL, "1 of the 2 pipeline stages give a layer count");
+    st[1].layers = 10;
+    expect_reject(g16, &s, NULL, "the stages' layer counts add up to 20, but the module has 24");
+    st[1].layers = 14;
+    assert_int_equal(xform_validate(g16, &s, hw, &err), 0);
+    xform_strategy_init(&s);
+    s.tp = 2;
+    s.ntp_layers = 1;
+    s.tp_layers = tpl;
+    expect_reject(g16, &s, NULL, "tp_layers lists layer 99, which the module does not have "
+                                 "(layers 0 to 23)");
+    tpl[0] = 3;
+    assert_int_equal(xform_validate(g16, &s, NULL, &err), 0);
+    s.sequence_parallel = 1;
+    expect_reject(g16, &s, NULL, "sequence parallelism needs tensor parallelism on every layer");
+    hw_free(hw);
+    ir_module_free(g16);
+}
+
+/* MatMuls of a stage's forward body (`name`, or its first-microbatch variant). */
+static uint32_t
+func_matmuls(const ir_module *m, const char *name)
+{
+    char buf[64];
+    ir_id f = ir_func_find(m, name);
+    snprintf(buf, sizeof buf, "%s.first", name);
+    if (f == 0)
+        f = ir_func_find(m, buf);
+    if (f == 0)
+        fail_msg("no function %s", name);
+    return count_region(m, f, IR_OP_MATMUL, NULL, NULL);
+}
+
+/* All-reduces whose result's name starts with prefix. */
+static uint32_t
+allreduces_named(const ir_module *m, const char *prefix)
+{
+    uint32_t n = 0;
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        if (o->kind == IR_OP_ALLREDUCE && o->noutput &&
+            strncmp(ir_str_get(m, m->values[o->outputs].name), prefix, strlen(prefix)) == 0)
+            n++;
+    }
+    return n;
+}
+
+static ir_module *
+apply_or_fail(const ir_module *m, const xform_strategy *s, xform_layout **lay)
+{
+    ir_module *out = NULL;
+    di_error err;
+    if (xform_apply_layout(m, s, NULL, &out, lay, &err) != 0)
+        fail_msg("apply: %s", err.msg);
+    if (ir_verify(out, &err) != 0)
+        fail_msg("verify: %s", err.msg);
+    return out;
+}
+
+static void
+test_nested_structure(void **state)
+{
+    ir_module *g = gpt(8, 64, 4, 8, 8), *a, *b;
+    xform_stage st[2];
+    xform_strategy s;
+    xform_layout *lay = NULL;
+    (void)state;
+    /* Stages that are all alike are the uniform strategy. */
+    memset(st, 0, sizeof st);
+    st[0].dp = st[1].dp = 2;
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.microbatches = 2;
+    s.nstages = 2;
+    s.stages = st;
+    a = apply_or_fail(g, &s, NULL);
+    s.nstages = 0;
+    s.dp = 2;
+    b = apply_or_fail(g, &s, NULL);
+    {
+        di_hash ha, hb;
+        ir_hash(a, &ha);
+        ir_hash(b, &hb);
+        assert_memory_equal(ha.b, hb.b, sizeof ha.b);
+    }
+    ir_module_free(a);
+    ir_module_free(b);
+
+    /* A stage of 4 devices gets more layers than a stage of 1 (cost per device): 7 and 1. */
+    st[0].dp = 4;
+    st[1].dp = 1;
+    s.dp = 1;
+    s.nstages = 2;
+    a = apply_or_fail(g, &s, &lay);
+    assert_int_equal(func_matmuls(a, "stage0_fwd"), 7 * func_matmuls(a, "stage1_fwd"));
+    assert_int_equal(lay->ngroup, 2);
+    assert_int_equal(lay->group_dp[0], 4);
+    assert_int_equal(lay->group_dp[1], 1);
+    assert_int_equal(lay->group_first[1], 4);
+    assert_int_equal(lay->size[XFORM_AXIS_DP], 0);
+    assert_int_equal(lay->devices[4], 4);
+    /* Activations cross by slices and concatenations: 4 quarters in, the whole batch out. */
+    assert_true(count_ops(a, IR_OP_SLICE, "dist.phase", "relayout") > 0);
+    assert_true(count_ops(a, IR_OP_CONCAT, NULL, NULL) > 0);
+    xform_layout_free(lay);
+    ir_module_free(a);
+
+    /* Layer counts as given: 1 layer on 2x1, 7 on 1x2. */
+    st[0].dp = 2;
+    st[0].layers = 1;
+    st[1].tp = 2;
+    st[1].layers = 7;
+    a = apply_or_fail(g, &s, NULL);
+    assert_true(func_matmuls(a, "stage0_fwd") < func_matmuls(a, "stage1_fwd"));
+    ir_module_free(a);
+    ir_module_free(g);
+}
+
+/* Tensor parallelism on a subset of layers: their weights split, the others whole. */
+static void
+test_tp_layers(void **state)
+{
+    ir_module *g = gpt(2, 64, 4, 8, 4), *a;
+    uint32_t tpl[1] = {0};
+    xform_strategy s;
+    xform_layout *lay = NULL;
+    const ir_region *fr = &g->regions[ir_module_entry(g)];
+    int seen0 = 0, seen1 = 0;
+    (void)state;
+    xform_strategy_init(&s);
+    s.tp = 2;
+    s.ntp_layers = 1;
+    s.tp_layers = tpl;
+    a = apply_or_fail(g, &s, &lay);
+    for (uint32_t i = 0; i < lay->nargs; i++) {
+        const char *n = ir_str_get(g, g->values[fr->args[lay->args[i].index]].name);
+        if (strcmp(n, "l0.mlp.w1") == 0) {
+            assert_int_equal(lay->args[i].place[XFORM_AXIS_TP], 1);
+            seen0 = 1;
+        } else if (strcmp(n, "l1.mlp.w1") == 0) {
+            assert_int_equal(lay->args[i].place[XFORM_AXIS_TP], XFORM_PLACE_R);
+            seen1 = 1;
+        }
+    }
+    assert_true(seen0 && seen1);
+    /* Megatron's all-reduces (2 forward, 2 backward) for layer 0 only. */
+    assert_int_equal(allreduces_named(a, "l0."), 4);
+    assert_int_equal(allreduces_named(a, "l1."), 0);
+    xform_layout_free(lay);
+    ir_module_free(a);
+    ir_module_free(g);
+}
+
+/*
+ * A stage with twice the data-parallel degree holds about half the
+ * activations per device (here 0.65: per-step buffers such as the
+ * vocabulary-sized logits gradient's reduction do not shrink).
+ */
+static void
+test_nested_memory(void **state)
+{
+    ir_module *g = gpt(4, 64, 4, 16, 8), *a, *b;
+    xform_stage st[2];
+    xform_strategy s;
+    hw_model *hw = NULL;
+    sim_options o;
+    sim_result *ra = NULL, *rb = NULL;
+    di_error err;
+    uint64_t act_a, act_b;
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    memset(st, 0, sizeof st);
+    st[0].dp = st[1].dp = 1;
+    st[0].layers = st[1].layers = 2;
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.microbatches = 1;
+    s.nstages = 2;
+    s.stages = st;
+    a = apply_or_fail(g, &s, NULL);
+    st[1].dp = 2;
+    b = apply_or_fail(g, &s, NULL);
+    sim_options_default(&o);
+    assert_int_equal(sim_run(a, hw, &o, &ra, NULL, NULL, &err), 0);
+    assert_int_equal(sim_run(b, hw, &o, &rb, NULL, NULL, &err), 0);
+    assert_int_equal(ra->ndevice, 2);
+    assert_int_equal(rb->ndevice, 3);
+    act_a = ra->devices[1].peak_by_class[SIM_MEM_ACTIVATIONS];
+    act_b = rb->devices[1].peak_by_class[SIM_MEM_ACTIVATIONS];
+    assert_true(act_b > 0);
+    assert_true(act_b * 10 >= act_a * 4 && act_b * 10 <= act_a * 7);
+    assert_int_equal(rb->devices[1].peak_by_class[SIM_MEM_ACTIVATIONS],
+                     rb->devices[2].peak_by_class[SIM_MEM_ACTIVATIONS]);
+    /* Stage 0 is unchanged. */
+    assert_int_equal(ra->devices[0].peak_by_class[SIM_MEM_WEIGHTS],
+                     rb->devices[0].peak_by_class[SIM_MEM_WEIGHTS]);
+    sim_result_free(ra);
+    sim_result_free(rb);
+    ir_module_free(a);
+    ir_module_free(b);
+    ir_module_free(g);
+    hw_free(hw);
+}
+
 int
 main(void)
 {
@@ -740,6 +1008,10 @@ main(void)
         cmocka_unit_test(test_rejects_distributed_input),
         cmocka_unit_test(test_shared_chunks),
         cmocka_unit_test(test_device_layout),
+        cmocka_unit_test(test_nested_validate),
+        cmocka_unit_test(test_nested_structure),
+        cmocka_unit_test(test_tp_layers),
+        cmocka_unit_test(test_nested_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,6 +46,20 @@ check "info reports 1 hit and 2 misses" grep -q '"cache_hits":1,"cache_misses":2
 $T "$DISTIR" info --server "$ADDR" >"$TMP/info.txt"
 check "info prints the simulator version" grep -q '^simulator_version  distir-sim-' "$TMP/info.txt"
 
+# Nested parallelism (per-stage degrees, tensor parallelism on some layers) through the daemon.
+"$DISTIR" model gpt --layers 4 --hidden 64 --heads 4 --seq 8 --vocab 32 --batch 8 -o "$TMP/gpt.pb" ||
+    fail "model gpt"
+NEST="--stages 2x1,1x2 --microbatches 2 --tp-layers 2-3"
+$T "$DISTIR" simulate "$TMP/gpt.pb" --hw a100-dgx $NEST --json >"$TMP/nest.inproc" ||
+    fail "in-process nested simulate"
+$T "$DISTIR" simulate "$TMP/gpt.pb" --hw a100-dgx $NEST --server "$ADDR" --json >"$TMP/nest.json"
+check "a nested strategy runs remotely" [ $? -eq 0 ]
+strip_cache "$TMP/nest.json" >"$TMP/nest.stripped"
+check "the nested result equals the in-process one bit for bit" cmp -s "$TMP/nest.stripped" "$TMP/nest.inproc"
+check "the nested strategy uses 2 + 2 devices" [ "$(grep -o '"id":[0-9]*' "$TMP/nest.inproc" | sort -u | wc -l)" -eq 4 ]
+$T "$DISTIR" simulate "$TMP/gpt.pb" --hw a100-dgx --stages 3x1,1x2 --server "$ADDR" >"$TMP/nest.out" 2>"$TMP/nest.err"
+check "an impossible stage is INVALID_ARGUMENT naming the stage" grep -q "stage 0: dp=3 does not divide the batch 8" "$TMP/nest.err"
+
 # SIGHUP reopens the log (logrotate moves the file away first).
 mv "$TMP/main.log" "$TMP/main.log.1"
 kill -HUP "$PID"
