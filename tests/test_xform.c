@@ -609,6 +609,51 @@ test_overlap_buckets(void **state)
     ir_module_free(m);
 }
 
+/*
+ * With a single microbatch (no gradient accumulation, as plain PyTorch DDP)
+ * overlap_grad_reduce reduces the buckets inside the backward chunk, as the
+ * backward pass makes the gradients, not in the step program after it: the
+ * 4 bucket all-reduces (1 MiB buckets) are in the backward function, and on
+ * 2 GPUs less communication is exposed and the step is shorter.
+ */
+static void
+test_overlap_one_microbatch(void **state)
+{
+    ir_module *m = mlp(4, 512, 64), *out;
+    hw_model *hw;
+    xform_strategy s;
+    di_error err;
+    double exposed[2], step[2];
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx:1", &hw, &err), 0);
+    xform_strategy_init(&s);
+    s.dp = 2;
+    s.microbatches = 1;
+    s.bucket_mb = 1;
+    for (int k = 0; k < 2; k++) {
+        sim_result *r;
+        sim_options o;
+        ir_id bwd;
+        s.overlap_grad_reduce = k;
+        out = apply_ok(m, &s);
+        bwd = ir_func_find(out, k ? "stage0_bwd.last" : "stage0_bwd");
+        assert_true(bwd != 0);
+        assert_int_equal(count_region(out, bwd, IR_OP_ALLREDUCE, NULL, NULL), k ? 4 : 0);
+        if (k) /* and nowhere else but the loss's */
+            assert_int_equal(count_ops(out, IR_OP_ALLREDUCE, NULL, NULL), 4 + 1);
+        sim_options_default(&o);
+        if (sim_run(out, hw, &o, &r, NULL, NULL, &err) != 0)
+            fail_msg("sim_run: %s", err.msg);
+        exposed[k] = r->devices[0].exposed_comm_s;
+        step[k] = r->step_time_s;
+        sim_result_free(r);
+        ir_module_free(out);
+    }
+    assert_true(exposed[1] < 0.5 * exposed[0] && step[1] < step[0]);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 static void
 test_zero_and_stash(void **state)
 {
@@ -997,6 +1042,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strategy_proto),
         cmocka_unit_test(test_overlap_buckets),
+        cmocka_unit_test(test_overlap_one_microbatch),
         cmocka_unit_test(test_validate_messages),
         cmocka_unit_test(test_golden_seed001),
         cmocka_unit_test(test_seed001_numerics),

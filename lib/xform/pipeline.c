@@ -569,7 +569,15 @@ build_programs(pl *P)
                                     "%%%s is computed once per step but used per microbatch",
                                     ir_str_get(m, m->values[v].name));
             }
-            if (p->kind == PROG_S && h->kind != PROG_S && c->place[v].a[XF_MB] == XF_P) {
+            /*
+             * A gradient contribution the step program reads: accumulated across
+             * microbatches, or, with one microbatch and overlap_grad_reduce, a
+             * data-parallel partial sum that the backward chunk reduces by
+             * buckets as it goes (PyTorch DDP without gradient accumulation).
+             */
+            if (p->kind == PROG_S && h->kind != PROG_S &&
+                (c->place[v].a[XF_MB] == XF_P ||
+                 (c->n[XF_MB] == 1 && c->s.overlap_grad_reduce && c->place[v].a[XF_DP] == XF_P))) {
                 if (!P->isleaf[v]) {
                     P->isleaf[v] = 1;
                     idl_push(&h->leaf, v);
@@ -1229,7 +1237,7 @@ static void
 variant_name(pl *P, const prog *p, uint8_t key, char *buf, size_t n)
 {
     size_t w = (size_t)snprintf(buf, n, "stage%u_%s", p->stage, p->kind == PROG_F ? "fwd" : "bwd");
-    if (p->leaf.n > 0 && !(key & VAR_ACC) && w < n)
+    if (p->leaf.n > 0 && !(key & VAR_ACC) && P->c->n[XF_MB] > 1 && w < n)
         w += (size_t)snprintf(buf + w, n - w, ".first");
     if ((key & VAR_STASH) && w < n)
         w += (size_t)snprintf(buf + w, n - w, ".stash");
