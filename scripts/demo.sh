@@ -30,14 +30,16 @@ echo
 echo "== strategies: GPT-3 1.3B (bf16, batch 16) on two DGX A100 nodes (16 GPUs)"
 "$D" model gpt --preset gpt3-1.3b --batch 16 --dtype bf16 -o "$tmp/gpt.pb"
 "$D" print --stats "$tmp/gpt.pb"
-printf '%-44s %12s %12s %8s\n' strategy "step time" "peak memory" MFU
+printf '%-48s %12s %12s %8s\n' strategy "step time" "peak memory" MFU
 for s in "--dp 16" "--dp 8 --tp 2" "--dp 4 --tp 4" "--dp 4 --tp 2 --pp 2 --microbatches 4" \
     "--dp 8 --tp 2 --zero 1" "--dp 4 --tp 4 --recompute full" \
-    "--dp 2 --tp 2 --pp 4 --microbatches 8 --schedule 1f1b"; do
+    "--dp 2 --tp 2 --pp 4 --microbatches 8 --schedule 1f1b" \
+    "--dp 16 --microbatches 1 --overlap-grad-reduce" \
+    "--stages 2x4,8x1 --microbatches 2" "--dp 4 --tp 4 --tp-layers 0-11"; do
     # shellcheck disable=SC2086
     "$D" simulate "$tmp/gpt.pb" --hw a100-dgx:2 $s --json >"$tmp/r.json"
     /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1]));
-print("%-44s %10.2f ms %8.2f GiB %7.1f%%" % (sys.argv[2], r["step_time_s"]*1e3,
+print("%-48s %10.2f ms %8.2f GiB %7.1f%%" % (sys.argv[2], r["step_time_s"]*1e3,
       r["peak_memory_bytes"]/2**30, r["mfu"]*100))' "$tmp/r.json" "$s"
 done
 echo
