@@ -669,12 +669,15 @@ test_zero_and_stash(void **state)
     ir_module_free(out);
     s.zero = 1;
     out = apply_ok(m, &s);
-    assert_int_equal(count_ops(out, IR_OP_REDUCESCATTER, NULL, NULL), 8);
+    /* The 8 gradients reduce-scattered as one replica-major bucket (a distributed optimizer). */
+    assert_int_equal(count_ops(out, IR_OP_REDUCESCATTER, NULL, NULL), 1);
+    assert_int_equal(count_ops(out, IR_OP_CONCAT, NULL, NULL), 1);
     assert_int_equal(count_ops(out, IR_OP_ALLGATHER, "dist.mem", "weights"), 8);
     ir_module_free(out);
+    s.bucket_mb = 0;
     s.zero = 3;
     out = apply_ok(m, &s);
-    assert_int_equal(count_ops(out, IR_OP_REDUCESCATTER, NULL, NULL), 8);
+    assert_int_equal(count_ops(out, IR_OP_REDUCESCATTER, NULL, NULL), 1);
     /* Gathered before each use: 8 in the forward pass, 4 weight matrices in the backward. */
     assert_int_equal(count_ops(out, IR_OP_ALLGATHER, NULL, NULL), 8 + 4);
     ir_module_free(out);
@@ -986,14 +989,13 @@ test_tp_layers(void **state)
 }
 
 /*
- * A stage with twice the data-parallel degree holds about half the
- * activations per device (here 0.65: per-step buffers such as the
- * vocabulary-sized logits gradient's reduction do not shrink).
+ * A stage with twice the data-parallel degree holds half the activations per
+ * device at its peak (a model whose activations dominate: sequence 64).
  */
 static void
 test_nested_memory(void **state)
 {
-    ir_module *g = gpt(4, 64, 4, 16, 8), *a, *b;
+    ir_module *g = gpt(4, 64, 4, 64, 16), *a, *b;
     xform_stage st[2];
     xform_strategy s;
     hw_model *hw = NULL;
@@ -1022,7 +1024,7 @@ test_nested_memory(void **state)
     act_a = ra->devices[1].peak_by_class[SIM_MEM_ACTIVATIONS];
     act_b = rb->devices[1].peak_by_class[SIM_MEM_ACTIVATIONS];
     assert_true(act_b > 0);
-    assert_true(act_b * 10 >= act_a * 4 && act_b * 10 <= act_a * 7);
+    assert_true(act_b * 100 >= act_a * 45 && act_b * 100 <= act_a * 55);
     assert_int_equal(rb->devices[1].peak_by_class[SIM_MEM_ACTIVATIONS],
                      rb->devices[2].peak_by_class[SIM_MEM_ACTIVATIONS]);
     /* Stage 0 is unchanged. */

@@ -71,6 +71,8 @@ static const variant variants[] = {
      1, 0, 4},
     {"overlap zero 2 sp adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 2,
      1, 1, 1, 2},
+    {"overlap zero 1 adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 1, 0,
+     1, 1, 2},
     {"overlap single microbatch", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE,
      0, 0, 1, 0, 1},
     {"overlap single microbatch zero 2 adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE,

@@ -18,7 +18,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 
-#define SIM_VERSION "distir-sim-2"
+#define SIM_VERSION "distir-sim-3"
 
 /* Memory classes; the order is the proto enum MemoryClass. */
 #define SIM_MEMCLASS_LIST(X)                                                                       \

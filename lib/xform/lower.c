@@ -476,17 +476,29 @@ xf_body_remember(xf_body *b, ir_id src, const xf_local *l)
  * so that the caller can place it after the rest of the backward pass: a
  * compute op waiting for the all-reduce would hold up the compute stream,
  * where DDP's gradients are views of the bucket.
+ *
+ * With `scatter` (ZeRO: each replica keeps its shard along dimension 0, as
+ * DeepSpeed and Megatron-LM's distributed optimizer reduce-scatter a flat
+ * buffer) each gradient is viewed as [n, rest] for the n replicas and the
+ * views are concatenated along the second dimension, so that the flat
+ * bucket is replica-major: one reduce-scatter gives replica i the i-th
+ * shard of every gradient, in order.
  */
 int
-xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_t n, ir_id *red)
+xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_t n, int scatter,
+                      ir_id *red)
 {
     ir_module *out = b->out;
     ir_id *flat = di_xmalloc((n ? n : 1) * sizeof *flat), cat = 0, op;
+    int64_t rep = scatter ? b->n[XF_DP] : 1;
     int rc = 0;
     for (uint32_t k = 0; k < n && rc == 0; k++) {
-        int64_t size = out->types[out->values[ls[k].v].type].numel;
+        int64_t shape[2] = {rep, out->types[out->values[ls[k].v].type].numel / rep};
         op = ir_op_add(out, b->region, IR_OP_RESHAPE, 1, &ls[k].v, 1, NULL, NULL);
-        ir_op_set_ints(out, op, "shape", 1, &size);
+        if (scatter)
+            ir_op_set_ints(out, op, "shape", 2, shape);
+        else
+            ir_op_set_ints(out, op, "shape", 1, shape + 1);
         if ((rc = infer_one(b, op)) == 0) {
             flat[k] = ir_op_output(out, op, 0);
             name_value(b, flat[k], srcs[k], ".flat");
@@ -494,26 +506,36 @@ xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_
     }
     if (rc == 0) {
         op = ir_op_add(out, b->region, IR_OP_CONCAT, n, flat, 1, NULL, NULL);
-        ir_op_set_int(out, op, "axis", 0);
+        ir_op_set_int(out, op, "axis", scatter ? 1 : 0);
         rc = infer_one(b, op);
         cat = ir_op_output(out, op, 0);
         name_value(b, cat, srcs[0], ".bucket");
     }
-    if (rc == 0 && (rc = collective(b, IR_OP_ALLREDUCE, cat, XF_DP, 0, 0, red)) == 0)
-        name_value(b, *red, srcs[0], ".bucket.ar");
+    if (rc == 0 && scatter) {
+        int64_t all = out->types[out->values[cat].type].numel;
+        op = ir_op_add(out, b->region, IR_OP_RESHAPE, 1, &cat, 1, NULL, NULL);
+        ir_op_set_ints(out, op, "shape", 1, &all);
+        if ((rc = infer_one(b, op)) == 0)
+            cat = ir_op_output(out, op, 0);
+    }
+    if (rc == 0 && (rc = collective(b, scatter ? IR_OP_REDUCESCATTER : IR_OP_ALLREDUCE, cat, XF_DP,
+                                    0, 0, red)) == 0)
+        name_value(b, *red, srcs[0], scatter ? ".bucket.rs" : ".bucket.ar");
     di_free(flat);
     return rc;
 }
 
 int
-xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, ir_id red)
+xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, int scatter,
+                     ir_id red)
 {
     ir_module *out = b->out;
     int64_t *sizes = di_xmalloc((n ? n : 1) * sizeof *sizes);
+    int64_t rep = scatter ? b->n[XF_DP] : 1;
     ir_id op;
     int rc;
     for (uint32_t k = 0; k < n; k++)
-        sizes[k] = out->types[out->values[ls[k].v].type].numel;
+        sizes[k] = out->types[out->values[ls[k].v].type].numel / rep;
     op = ir_op_add(out, b->region, IR_OP_SPLIT, 1, &red, n, NULL, NULL);
     ir_op_set_int(out, op, "axis", 0);
     ir_op_set_ints(out, op, "split", n, sizes);
@@ -524,17 +546,32 @@ xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, ir
         uint32_t rank = t->rank;
         ir_id piece = ir_op_output(out, op, k), back, rop;
         memcpy(dims, out->ints + t->dims, rank * sizeof *dims); /* ints may move below */
+        dims[0] /= rep;
         rop = ir_op_add(out, b->region, IR_OP_RESHAPE, 1, &piece, 1, NULL, NULL);
         ir_op_set_ints(out, rop, "shape", rank, dims);
         if ((rc = infer_one(b, rop)) != 0)
             break;
         back = ir_op_output(out, rop, 0);
-        name_value(b, back, srcs[k], ".ar");
+        name_value(b, back, srcs[k], scatter ? ".rs" : ".ar");
         ls[k].v = back;
-        ls[k].pl.a[XF_DP] = XF_R;
+        ls[k].pl.a[XF_DP] = scatter ? 0 : XF_R;
     }
     di_free(sizes);
     return rc;
+}
+
+/*
+ * Can local gradient l (a partial sum on the data axis) join a reduce-scatter
+ * bucket, ending split along dimension 0 on the data axis?
+ */
+int
+xf_body_scatter_ok(const xf_body *b, const xf_local *l)
+{
+    const ir_type *t = &b->out->types[b->out->values[l->v].type];
+    if (l->pl.a[XF_DP] != XF_P || t->rank == 0 || b->n[XF_DP] <= 1)
+        return 0;
+    /* A tensor-axis split of dimension 0 is outside the data split: this is its block's dim 0. */
+    return b->out->ints[t->dims] % b->n[XF_DP] == 0;
 }
 
 /* ---- ops ---- */

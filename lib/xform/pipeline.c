@@ -1270,10 +1270,13 @@ variants_free(prog *p)
  * Gradient contributions (leaves) of a body. Each is finished right after
  * the op that makes it: reduce-scattered first with ZeRO-2/3, added to the
  * accumulation of earlier microbatches, and in the last microbatch's chunk
- * with overlap_grad_reduce reduced over the data axis; all-reduces go by
- * buckets of about bucket_mb MiB of one dtype, each launched as soon as it
- * is full (as PyTorch DDP does), so reduction overlaps the rest of the
- * backward pass. The body's results take the finished values in leaf order.
+ * with overlap_grad_reduce reduced over the data axis. Reductions go by
+ * buckets of about bucket_mb MiB of one dtype and one kind (all-reduce, or
+ * ZeRO's reduce-scatter), each launched as soon as it is full (as PyTorch
+ * DDP and DeepSpeed do), so reduction overlaps the rest of the backward
+ * pass; the buckets are split after it, and a ZeRO-2/3 gradient is then
+ * added to its accumulator. The body's results take the finished values in
+ * leaf order.
  */
 typedef struct leafbuf {
     xf_local *fin;       /* per leaf: the finished value */
@@ -1285,11 +1288,14 @@ typedef struct leafbuf {
     uint32_t nbk;
     uint64_t bkbytes;
     int bkdtype;
+    int bkscatter;       /* the open bucket reduce-scatters */
+    uint8_t *pending;    /* per leaf: reduce-scattered per microbatch, accumulated after the split */
     uint32_t *done_bk;   /* launched buckets' leaves, bucket after bucket */
     uint32_t ndone_bk;
     struct {
         ir_id red;       /* the reduced bucket */
         uint32_t first, n; /* its leaves: done_bk[first .. first + n) */
+        int scatter;
     } *launched;
     uint32_t nlaunched;
     uint32_t nflushed; /* buckets launched so far */
@@ -1302,6 +1308,7 @@ leaves_begin(pl *P, prog *p, const xf_place *accpl, const ir_id *acc_in, leafbuf
     uint32_t n = p->leaf.n + 1;
     lb->fin = di_xcalloc(n, sizeof *lb->fin);
     lb->done = di_xcalloc(n, 1);
+    lb->pending = di_xcalloc(n, 1);
     lb->next = di_xcalloc(n, sizeof *lb->next);
     lb->bk = di_xmalloc(n * sizeof *lb->bk);
     lb->done_bk = di_xmalloc(n * sizeof *lb->done_bk);
@@ -1310,6 +1317,7 @@ leaves_begin(pl *P, prog *p, const xf_place *accpl, const ir_id *acc_in, leafbuf
     lb->nbk = 0;
     lb->bkbytes = 0;
     lb->bkdtype = -1;
+    lb->bkscatter = 0;
     lb->accpl = accpl;
     lb->acc_in = acc_in;
     /* Which leaves each op makes (a stamp per body: no clearing). */
@@ -1332,6 +1340,7 @@ leaves_end(leafbuf *lb)
 {
     di_free(lb->fin);
     di_free(lb->done);
+    di_free(lb->pending);
     di_free(lb->next);
     di_free(lb->bk);
     di_free(lb->done_bk);
@@ -1364,7 +1373,9 @@ bucket_members(const pl *P, const leafbuf *lb, const uint32_t *idx, uint32_t n, 
     }
 }
 
-/* All-reduces the open bucket (one leaf: an ordinary conversion). */
+static int leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l);
+
+/* Reduces the open bucket (one leaf: an ordinary conversion). */
 static int
 bucket_flush(pl *P, leafbuf *lb)
 {
@@ -1372,18 +1383,19 @@ bucket_flush(pl *P, leafbuf *lb)
     int rc = 0;
     if (lb->nbk == 0)
         return 0;
-    if (lb->nbk == 1) {
+    if (lb->nbk == 1 && !lb->bkscatter) {
         uint32_t j = lb->bk[0];
         rc = convert_summed(b, P->curleaves->v[j], &lb->fin[j], XF_R);
     } else {
         ir_id *srcs, red = 0;
         xf_local *ls;
         bucket_members(P, lb, lb->bk, lb->nbk, &srcs, &ls);
-        rc = xf_body_bucket_reduce(b, srcs, ls, lb->nbk, &red);
+        rc = xf_body_bucket_reduce(b, srcs, ls, lb->nbk, lb->bkscatter, &red);
         if (rc == 0) {
             /* Split after the backward pass (buckets_split). */
             lb->launched[lb->nlaunched].red = red;
             lb->launched[lb->nlaunched].first = lb->ndone_bk;
+            lb->launched[lb->nlaunched].scatter = lb->bkscatter;
             lb->launched[lb->nlaunched++].n = lb->nbk;
             memcpy(lb->done_bk + lb->ndone_bk, lb->bk, lb->nbk * sizeof *lb->bk);
             lb->ndone_bk += lb->nbk;
@@ -1398,9 +1410,33 @@ bucket_flush(pl *P, leafbuf *lb)
     return rc;
 }
 
+/* Adds leaf j (its value in lb->fin[j]) to a bucket of its kind, launching it once full. */
+static int
+bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
+{
+    const xf_ctx *c = P->c;
+    const ir_type *t = &P->out->types[P->out->values[lb->fin[j].v].type];
+    uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT) << 20;
+    uint64_t bytes = ir_type_bytes(P->out, P->out->values[lb->fin[j].v].type);
+    int rc;
+    /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
+    if (lb->nflushed == 0 && cap > (1u << 20))
+        cap = 1u << 20;
+    if (lb->nbk > 0 && (lb->bkdtype != (int)t->dtype || lb->bkscatter != scatter) &&
+        (rc = bucket_flush(P, lb)) != 0)
+        return rc;
+    lb->bk[lb->nbk++] = j;
+    lb->bkdtype = (int)t->dtype;
+    lb->bkscatter = scatter;
+    lb->bkbytes += bytes;
+    if (lb->bkbytes >= cap)
+        return bucket_flush(P, lb);
+    return 0;
+}
+
 /* Splits the launched buckets into their gradients (after the backward pass). */
 static int
-buckets_split(pl *P, leafbuf *lb)
+buckets_split(pl *P, prog *p, uint32_t mb, leafbuf *lb)
 {
     xf_body *b = &P->body;
     int rc = 0;
@@ -1409,14 +1445,37 @@ buckets_split(pl *P, leafbuf *lb)
         ir_id *srcs;
         xf_local *ls;
         bucket_members(P, lb, idx, n, &srcs, &ls);
-        rc = xf_body_bucket_split(b, srcs, ls, n, lb->launched[i].red);
-        for (uint32_t k = 0; k < n && rc == 0; k++)
+        rc = xf_body_bucket_split(b, srcs, ls, n, lb->launched[i].scatter, lb->launched[i].red);
+        for (uint32_t k = 0; k < n && rc == 0; k++) {
             lb->fin[idx[k]] = ls[k];
+            /* A ZeRO-2/3 microbatch gradient: now added to its accumulator. */
+            if (lb->pending[idx[k]]) {
+                lb->pending[idx[k]] = 0;
+                rc = leaf_accumulate(P, p, mb, lb, idx[k], ls[k]);
+            }
+        }
         di_free(srcs);
         di_free(ls);
     }
     lb->nlaunched = 0;
     return rc;
+}
+
+/*
+ * The placement leaf v (local l) is reduced to: tgt on the data axis; a
+ * gradient split on the tensor axis along the dimension ZeRO splits, for an
+ * update that is not (a layer outside tp_layers), is gathered on the tensor
+ * axis too, as a tensor split cannot sit outside a data split of the same
+ * dimension.
+ */
+static xf_place
+leaf_want(const pl *P, ir_id v, const xf_local *l, int8_t tgt)
+{
+    xf_place want = l->pl;
+    want.a[XF_DP] = tgt;
+    if (XF_IS_S(l->pl.a[XF_TP]) && l->pl.a[XF_TP] == tgt && P->leaftp[v] != l->pl.a[XF_TP])
+        want.a[XF_TP] = P->leaftp[v];
+    return want;
 }
 
 /* Finishes leaf j (see leafbuf). */
@@ -1425,8 +1484,6 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
 {
     xf_ctx *c = P->c;
     xf_body *b = &P->body;
-    const ir_module *m = c->m;
-    uint32_t last = c->n[XF_MB] - 1;
     ir_id v = p->leaf.v[j];
     xf_local l;
     int8_t tgt = P->leaftgt[v];
@@ -1436,19 +1493,29 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
     if ((rc = xf_body_get(b, v, &l)) != 0)
         return rc;
     if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
-        xf_place want = l.pl;
-        want.a[XF_DP] = tgt;
-        /*
-         * A gradient split on the tensor axis along the dimension ZeRO splits,
-         * for an update that is not (a layer outside tp_layers): gathered on
-         * the tensor axis first, as a tensor split cannot sit outside a
-         * data split of the same dimension.
-         */
-        if (XF_IS_S(l.pl.a[XF_TP]) && l.pl.a[XF_TP] == tgt && P->leaftp[v] != l.pl.a[XF_TP])
-            want.a[XF_TP] = P->leaftp[v];
+        xf_place want = leaf_want(P, v, &l, tgt);
+        if (tgt == 0 && want.a[XF_TP] == l.pl.a[XF_TP] && xf_body_scatter_ok(b, &l)) {
+            /* Reduce-scattered by buckets; accumulated once its bucket is split. */
+            lb->fin[j] = l;
+            lb->pending[j] = 1;
+            return bucket_add(P, lb, j, 1);
+        }
         if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
             return rc;
     }
+    return leaf_accumulate(P, p, mb, lb, j, l);
+}
+
+/* Adds leaf j's value l to the accumulation of earlier microbatches; on the last, reduces it. */
+static int
+leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_module *m = c->m;
+    uint32_t last = c->n[XF_MB] - 1;
+    ir_id v = p->leaf.v[j];
+    int8_t tgt = P->leaftgt[v];
     if (mb > 0) {
         ir_id in2[2], op, ty;
         xf_local prev;
@@ -1479,35 +1546,28 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
     l = lb->fin[j];
     if (!c->s.overlap_grad_reduce || c->s.zero >= 2 || tgt == XF_P || l.pl.a[XF_DP] == tgt)
         return 0;
-    if (tgt == XF_R && l.pl.a[XF_DP] == XF_P) {
-        /* An all-reduce: into the bucket, launched once the bucket is full. */
-        const ir_type *t = &P->out->types[P->out->values[l.v].type];
-        uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT)
-                       << 20;
-        uint64_t bytes = ir_type_bytes(P->out, P->out->values[l.v].type);
-        /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
-        if (lb->nflushed == 0 && cap > (1u << 20))
-            cap = 1u << 20;
-        if (lb->nbk > 0 && lb->bkdtype != (int)t->dtype && (rc = bucket_flush(P, lb)) != 0)
-            return rc;
-        lb->bk[lb->nbk++] = j;
-        lb->bkdtype = (int)t->dtype;
-        lb->bkbytes += bytes;
-        if (lb->bkbytes >= cap)
-            return bucket_flush(P, lb);
-        return 0;
+    /* An all-reduce, or ZeRO-1's reduce-scatter: into a bucket, launched once full. */
+    if (tgt == XF_R && l.pl.a[XF_DP] == XF_P)
+        return bucket_add(P, lb, j, 0);
+    {
+        xf_place want = leaf_want(P, v, &l, tgt);
+        if (tgt == 0 && want.a[XF_TP] == l.pl.a[XF_TP] && xf_body_scatter_ok(b, &l))
+            return bucket_add(P, lb, j, 1);
+        if (want.a[XF_TP] == l.pl.a[XF_TP])
+            return convert_summed(b, v, &lb->fin[j], tgt);
+        return xf_body_convert(b, v, &l, &want, &lb->fin[j]);
     }
-    return convert_summed(b, v, &lb->fin[j], tgt);
 }
 
 /*
  * The step program of a group: the gradients that its optimizer needs
  * reduced over the data axis and that arrive partial (overlap_grad_reduce
- * reduced the others in the last microbatch's chunk) are
- * all-reduced first, by buckets of bucket_mb MiB of one dtype (Megatron-LM
- * and DDP reduce a flat buffer rather than tensor by tensor); every bucket
- * is launched before any is split back, and the results are remembered as
- * the conversions the optimizer asks for.
+ * reduced the others in the last microbatch's chunk) are reduced first, by
+ * buckets of bucket_mb MiB of one dtype and one kind (Megatron-LM and DDP
+ * reduce a flat buffer rather than tensor by tensor): all-reduced, or with
+ * ZeRO reduce-scattered replica-major (Megatron-LM's distributed
+ * optimizer). Every bucket is launched before any is split back, and the
+ * results are remembered as the conversions the optimizer asks for.
  */
 static int
 step_buckets(pl *P, prog *p, const xf_place *pls)
@@ -1518,13 +1578,13 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
     uint32_t n = p->in.n, nm = 0, nb = 0, *bfirst, *bn;
     ir_id *srcs = di_xmalloc((n + 1) * sizeof *srcs), *red = di_xmalloc((n + 1) * sizeof *red);
     xf_local *ls = di_xmalloc((n + 1) * sizeof *ls);
+    uint8_t *bsc;
     uint64_t bytes = 0;
-    int dtype = -1, rc = 0;
+    int dtype = -1, kind = -1, rc = 0;
     const ir_module *m = c->m;
     /*
      * A gradient that is not a microbatch accumulation (one microbatch) is a
-     * candidate when only optimizer updates read it, as their gradient, and
-     * ZeRO does not shard it (then the update needs it whole).
+     * candidate when only optimizer updates read it, as their gradient.
      */
     uint8_t *use = di_xcalloc(m->nvalue ? m->nvalue : 1, 1); /* 1: as a gradient, 2: otherwise */
     for (uint32_t k = 0; k < p->ops.n; k++) {
@@ -1535,19 +1595,29 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
     }
     bfirst = di_xmalloc((n + 1) * sizeof *bfirst);
     bn = di_xmalloc((n + 1) * sizeof *bn);
+    bsc = di_xmalloc(n + 1);
     /* Group the candidates into buckets (members srcs/ls[bfirst[i] .. + bn[i])). */
     for (uint32_t j = 0; j < n && rc == 0; j++) {
         ir_id v = p->in.v[j];
         const ir_type *t;
-        if (pls[j].a[XF_DP] != XF_P)
+        int8_t tgt = P->leaftgt[v];
+        int scatter;
+        if (pls[j].a[XF_DP] != XF_P || (!P->isleaf[v] && use[v] != 1))
             continue;
-        if (P->isleaf[v] ? P->leaftgt[v] != XF_R : (c->s.zero != 0 || use[v] != 1))
+        if (tgt != XF_R && tgt != 0)
             continue;
         if ((rc = xf_body_get(b, v, &ls[nm])) != 0)
             break;
+        ls[nm].pl = xf_place_on(&ls[nm].pl, b->n);
+        ls[nm].pl.a[XF_MB] = XF_R;
+        scatter = tgt == 0;
+        if (scatter && (!xf_body_scatter_ok(b, &ls[nm]) ||
+                        leaf_want(P, v, &ls[nm], tgt).a[XF_TP] != ls[nm].pl.a[XF_TP]))
+            continue;
         t = &P->out->types[P->out->values[ls[nm].v].type];
-        if (nb == 0 || bytes >= cap || dtype != (int)t->dtype) {
+        if (nb == 0 || bytes >= cap || dtype != (int)t->dtype || kind != scatter) {
             bfirst[nb] = nm;
+            bsc[nb] = (uint8_t)scatter;
             bn[nb++] = 0;
             bytes = 0;
         }
@@ -1555,19 +1625,20 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
         bn[nb - 1]++;
         bytes += ir_type_bytes(P->out, P->out->values[ls[nm - 1].v].type);
         dtype = (int)t->dtype;
+        kind = scatter;
     }
-    /* Launch every bucket, then split them back (a lone gradient: an ordinary conversion). */
+    /* Launch every bucket, then split them back (a lone all-reduce: an ordinary conversion). */
     for (uint32_t i = 0; i < nb && rc == 0; i++) {
-        if (bn[i] == 1) {
+        if (bn[i] == 1 && !bsc[i])
             rc = convert_summed(b, srcs[bfirst[i]], &ls[bfirst[i]], XF_R);
-        } else {
-            rc = xf_body_bucket_reduce(b, srcs + bfirst[i], ls + bfirst[i], bn[i], &red[i]);
-        }
+        else
+            rc = xf_body_bucket_reduce(b, srcs + bfirst[i], ls + bfirst[i], bn[i], bsc[i],
+                                       &red[i]);
     }
     for (uint32_t i = 0; i < nb && rc == 0; i++) {
-        if (bn[i] == 1)
+        if (bn[i] == 1 && !bsc[i])
             continue;
-        rc = xf_body_bucket_split(b, srcs + bfirst[i], ls + bfirst[i], bn[i], red[i]);
+        rc = xf_body_bucket_split(b, srcs + bfirst[i], ls + bfirst[i], bn[i], bsc[i], red[i]);
         for (uint32_t k = 0; k < bn[i] && rc == 0; k++)
             xf_body_remember(b, srcs[bfirst[i] + k], &ls[bfirst[i] + k]);
     }
@@ -1577,6 +1648,7 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
     di_free(ls);
     di_free(bfirst);
     di_free(bn);
+    di_free(bsc);
     return rc;
 }
 
@@ -1628,7 +1700,7 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
     for (uint32_t j = 0; j < p->leaf.n; j++)
         if (!lb.done[j] && (rc = leaf_finish(P, p, mb, &lb, j)) != 0)
             goto out;
-    if ((rc = bucket_flush(P, &lb)) != 0 || (rc = buckets_split(P, &lb)) != 0)
+    if ((rc = bucket_flush(P, &lb)) != 0 || (rc = buckets_split(P, p, mb, &lb)) != 0)
         goto out;
     for (uint32_t j = 0; j < p->leaf.n; j++) {
         ir_region_add_result(P->out, b->region, lb.fin[j].v);

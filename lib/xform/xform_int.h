@@ -228,16 +228,22 @@ int xf_body_emit(xf_body *b, ir_id op);
 /* Converts a local value to placement `to` (emitting collectives); the result in *out. */
 int xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to,
                     xf_local *out);
+/* Records l as source value src converted to l->pl in this body (xf_body_convert reuses it). */
+void xf_body_remember(xf_body *b, ir_id src, const xf_local *l);
 /*
  * A bucket of gradients ls[0..n) (partial sums on the data axis, one dtype;
  * srcs name them): xf_body_bucket_reduce all-reduces their concatenation
- * into *red; xf_body_bucket_split then gives ls the reduced pieces.
+ * into *red (with scatter: reduce-scatters it, replica-major, so that each
+ * replica gets its dimension-0 shard of each); xf_body_bucket_split then
+ * gives ls the reduced pieces (placement R, or S[0] with scatter, on the
+ * data axis).
  */
-/* Records l as source value src converted to l->pl in this body (xf_body_convert reuses it). */
-void xf_body_remember(xf_body *b, ir_id src, const xf_local *l);
 int xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_t n,
-                          ir_id *red);
-int xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, ir_id red);
+                          int scatter, ir_id *red);
+int xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, int scatter,
+                         ir_id red);
+/* Can gradient l join a reduce-scatter bucket (xf_body_bucket_reduce with scatter)? */
+int xf_body_scatter_ok(const xf_body *b, const xf_local *l);
 /* Local type of source value v under placement pl on the device variable (or device). */
 ir_id xf_local_type(xf_body *b, ir_id v, const xf_place *pl, int32_t device);
 /* Copies op attributes (discardable ones included) from src op to dst op, except `skip`. */
