@@ -1963,22 +1963,22 @@ infer_send(ir_module *m, ir_id op, ir_id *out, di_error *err)
         if (devs == NULL || n != tt->nelem)
             return fail(m, op, err, "input 0 is a tuple of %u tensors: `devices` needs %u entries",
                         tt->nelem, tt->nelem);
+        /* Checked first: interning types below may move m->types, m->refs and m->ints. */
+        for (uint32_t i = 0; i < n; i++) {
+            const ir_type *e = &m->types[m->refs[tt->elems + i]];
+            if (e->kind != IR_TYPE_TENSOR || e->mesh || e->devvar || e->device < 0)
+                return fail(m, op, err, "element %u of input 0 is not a tensor on a device", i);
+            if (devs[i] < 0 || devs[i] > INT32_MAX || devs[i] == e->device)
+                return fail(m, op, err, "devices[%u] = %lld: not another device than element %u's",
+                            i, (long long)devs[i], i);
+        }
         elems = di_malloc((n ? n : 1) * sizeof *elems);
         if (elems == NULL)
             return di_error_set(err, DI_ENOMEM, "out of memory");
         for (uint32_t i = 0; i < n; i++) {
-            ir_id et = m->refs[tt->elems + i];
-            const ir_type *e = &m->types[et];
-            if (e->kind != IR_TYPE_TENSOR || e->mesh || e->devvar || e->device < 0) {
-                di_free(elems);
-                return fail(m, op, err, "element %u of input 0 is not a tensor on a device", i);
-            }
-            if (devs[i] < 0 || devs[i] > INT32_MAX || devs[i] == e->device) {
-                di_free(elems);
-                return fail(m, op, err, "devices[%u] = %lld: not another device than element %u's",
-                            i, (long long)devs[i], i);
-            }
-            elems[i] = ir_type_with_device(m, et, (int32_t)devs[i], 0);
+            uint32_t nd;
+            int32_t dev = (int32_t)ir_op_ints(m, op, "devices", &nd)[i];
+            elems[i] = ir_type_with_device(m, m->refs[m->types[ty].elems + i], dev, 0);
         }
         out[0] = ir_type_tuple(m, n, elems);
         di_free(elems);

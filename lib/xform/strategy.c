@@ -578,6 +578,29 @@ validate(xf_ctx *c, const hw_model *hw)
     return 0;
 }
 
+/* Per-group degrees and first ranks (xf_ctx); the largest degree of each axis. */
+static void
+groups_init(xf_ctx *c)
+{
+    c->n[XF_MB] = c->s.microbatches;
+    c->gdp = di_xmalloc(c->pp * sizeof *c->gdp);
+    c->gtp = di_xmalloc(c->pp * sizeof *c->gtp);
+    c->goff = di_xmalloc(c->pp * sizeof *c->goff);
+    for (uint32_t g = 0; g < c->pp; g++) {
+        const xform_stage *st = c->s.nstages ? &c->s.stages[g] : NULL;
+        c->gdp[g] = st ? (st->dp ? st->dp : 1) : c->s.dp;
+        c->gtp[g] = st ? (st->tp ? st->tp : 1) : c->s.tp;
+        c->goff[g] = (uint32_t)c->ndev;
+        c->ndev += (uint64_t)c->gdp[g] * c->gtp[g];
+        if (c->gdp[g] > c->n[XF_DP])
+            c->n[XF_DP] = c->gdp[g];
+        if (c->gtp[g] > c->n[XF_TP])
+            c->n[XF_TP] = c->gtp[g];
+        if (c->gdp[g] != c->gdp[0] || c->gtp[g] != c->gtp[0])
+            c->hetero = 1;
+    }
+}
+
 int
 xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_model *hw,
             di_error *err)
@@ -610,24 +633,7 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
         return di_error_set(err, DI_ESTRATEGY, "pp=%u is too many", c->s.pp);
     if (c->s.nstages > 0 && (rc = stages_init(c)) != 0)
         return rc;
-    c->n[XF_MB] = c->s.microbatches;
     c->pp = c->s.pp;
-    c->gdp = di_xmalloc(c->pp * sizeof *c->gdp);
-    c->gtp = di_xmalloc(c->pp * sizeof *c->gtp);
-    c->goff = di_xmalloc(c->pp * sizeof *c->goff);
-    for (uint32_t g = 0; g < c->pp; g++) {
-        const xform_stage *st = c->s.nstages ? &c->s.stages[g] : NULL;
-        c->gdp[g] = st ? (st->dp ? st->dp : 1) : c->s.dp;
-        c->gtp[g] = st ? (st->tp ? st->tp : 1) : c->s.tp;
-        c->goff[g] = (uint32_t)c->ndev;
-        c->ndev += (uint64_t)c->gdp[g] * c->gtp[g];
-        if (c->gdp[g] > c->n[XF_DP])
-            c->n[XF_DP] = c->gdp[g];
-        if (c->gtp[g] > c->n[XF_TP])
-            c->n[XF_TP] = c->gtp[g];
-        if (c->gdp[g] != c->gdp[0] || c->gtp[g] != c->gtp[0])
-            c->hetero = 1;
-    }
     c->V = c->pp > 1 ? c->s.virtual_stages : 1;
     c->K = c->pp * c->V;
 
@@ -661,6 +667,7 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
         }
         c->m = c->owned;
     }
+    groups_init(c);
     if ((rc = analyze(c)) != 0 || (rc = validate(c, hw)) != 0) {
         xf_ctx_fini(c);
         return rc;
