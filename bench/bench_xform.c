@@ -77,7 +77,7 @@ transform(const ir_module *m, const xform_strategy *s, double *sec)
 
 static void
 per_op(const char *preset, int64_t batch, uint32_t dp, uint32_t tp, uint32_t pp, uint32_t m,
-       xform_recompute rec, uint32_t zero)
+       xform_recompute rec, uint32_t zero, const xform_stage *st)
 {
     ir_module *src = gpt(preset, batch), *out;
     xform_strategy s;
@@ -90,10 +90,15 @@ per_op(const char *preset, int64_t batch, uint32_t dp, uint32_t tp, uint32_t pp,
     s.microbatches = m;
     s.recompute = rec;
     s.zero = zero;
+    if (st) { /* nested: pp groups with their own degrees */
+        s.dp = s.tp = 1;
+        s.nstages = pp;
+        s.stages = st;
+    }
     out = transform(src, &s, &sec);
     xform_strategy_format(&s, buf, sizeof buf);
-    printf("%-10s %-62s %9u ops %9.1f ms %6.3f us/op\n", preset, buf, out->nop - 1, sec * 1e3,
-           sec * 1e6 / (out->nop - 1));
+    printf("%-10s %9u ops %7.1f ms %6.3f us/op  %s\n", preset, out->nop - 1, sec * 1e3,
+           sec * 1e6 / (out->nop - 1), buf);
     ir_module_free(out);
     ir_module_free(src);
 }
@@ -117,9 +122,11 @@ main(int argc, char **argv)
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     printf("== xform_apply: microseconds per produced op (target < 1 us; best of 3, allocator "
            "as in distird)\n");
-    per_op("gpt3-1.3b", 64, 2, 2, 2, 8, XFORM_RECOMPUTE_NONE, 0);
-    per_op("gpt3-13b", 64, 4, 4, 4, 16, XFORM_RECOMPUTE_SELECTIVE, 1);
-    per_op("gpt3-175b", 512, 8, 8, 16, mb, XFORM_RECOMPUTE_NONE, 0);
+    static const xform_stage nest[4] = {{8, 2, 0}, {4, 4, 0}, {4, 4, 0}, {2, 8, 0}};
+    per_op("gpt3-1.3b", 64, 2, 2, 2, 8, XFORM_RECOMPUTE_NONE, 0, NULL);
+    per_op("gpt3-13b", 64, 4, 4, 4, 16, XFORM_RECOMPUTE_SELECTIVE, 1, NULL);
+    per_op("gpt3-13b", 128, 0, 0, 4, 16, XFORM_RECOMPUTE_SELECTIVE, 1, nest);
+    per_op("gpt3-175b", 512, 8, 8, 16, mb, XFORM_RECOMPUTE_NONE, 0, NULL);
 
     printf("== gpt3-175b dp 8, tp 8, pp 16, %u microbatches, 1F1B: transform + simulate "
            "(target < 100 ms)\n",

@@ -495,11 +495,11 @@ validate(xf_ctx *c, const hw_model *hw)
         for (uint32_t i = 0; i < s->ndevice_order; i++) {
             uint32_t d = s->device_order[i];
             if (d >= (1u << 20) || (hw && d >= hw->ndevice) || seen[d]) {
+                int twice = d < (1u << 20) && seen[d];
                 di_free(seen);
                 return di_error_set(c->err, DI_ESTRATEGY,
                                     "device order entry %u (device %u) is %s", i, d,
-                                    d < (1u << 20) && seen[d] ? "listed twice"
-                                                             : "not a device of the hardware");
+                                    twice ? "listed twice" : "not a device of the hardware");
             }
             seen[d] = 1;
         }
