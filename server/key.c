@@ -48,7 +48,7 @@ stages_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_error *err
             if (q[1] > maxtp)
                 maxtp = q[1];
         }
-        if (alike && !layers && out->dp == 1 && out->tp == 1) {
+        if (alike && !layers && out->dp == 1 && out->tp == 1 && out->nstages == out->pp) {
             out->dp = out->stages[0];
             out->tp = out->stages[1];
             di_free(out->stages);

@@ -205,6 +205,27 @@ def main():
     check("Simulate: an impossible strategy is INVALID_ARGUMENT naming the constraint",
           c == grpc.StatusCode.INVALID_ARGUMENT and "dp=3" in msg, (c, msg))
 
+    # Nested parallelism: per-stage degrees from an independent client equal the CLI's.
+    gpt_pb = os.path.join(TMP, "gpt.pb")
+    subprocess.run([DISTIR, "model", "gpt", "--layers", "4", "--hidden", "64", "--heads", "4",
+                    "--seq", "8", "--vocab", "32", "--batch", "8", "-o", gpt_pb], check=True)
+    with open(gpt_pb, "rb") as f:
+        gpt = pb.Module.FromString(f.read())
+    nested = pb.Strategy(stages=[pb.PipelineStage(dp=2), pb.PipelineStage(tp=2)], microbatches=2)
+    rn = d.unary("Simulate", request(gpt, strategy=nested), pb.SimulateReply)
+    cli = json.loads(subprocess.run(
+        [DISTIR, "simulate", gpt_pb, "--hw", "a100-dgx", "--stages", "2x1,1x2", "--microbatches",
+         "2", "--json"], check=True, capture_output=True).stdout)
+    check("Simulate: per-stage degrees (2x1, 1x2) run on 4 devices as the CLI's in-process run",
+          len(rn.result.devices) == 4 and rn.result.step_time_s == cli["step_time_s"] and
+          rn.result.peak_memory_bytes == cli["peak_memory_bytes"],
+          (len(rn.result.devices), rn.result.step_time_s, cli["step_time_s"]))
+    c, msg = code_of(lambda: d.unary(
+        "Simulate", request(gpt, strategy=pb.Strategy(pp=3, stages=[pb.PipelineStage(dp=2)])),
+        pb.SimulateReply))
+    check("Simulate: a stage list that does not match pp is INVALID_ARGUMENT",
+          c == grpc.StatusCode.INVALID_ARGUMENT and "pipeline stages" in msg, (c, msg))
+
     g = d.unary("GetResult", pb.GetResultRequest(cache_key=r1.cache_key), pb.SimulateReply)
     check("GetResult returns the stored result",
           g.cache == pb.CACHE_HIT and g.result.SerializeToString() == r1.result.SerializeToString())
