@@ -1415,18 +1415,19 @@ static int
 bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
 {
     const xf_ctx *c = P->c;
-    const ir_type *t = &P->out->types[P->out->values[lb->fin[j].v].type];
+    /* A value, not a pointer: flushing interns types, which may move P->out->types. */
+    int dtype = P->out->types[P->out->values[lb->fin[j].v].type].dtype;
     uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT) << 20;
     uint64_t bytes = ir_type_bytes(P->out, P->out->values[lb->fin[j].v].type);
     int rc;
     /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
     if (lb->nflushed == 0 && cap > (1u << 20))
         cap = 1u << 20;
-    if (lb->nbk > 0 && (lb->bkdtype != (int)t->dtype || lb->bkscatter != scatter) &&
+    if (lb->nbk > 0 && (lb->bkdtype != dtype || lb->bkscatter != scatter) &&
         (rc = bucket_flush(P, lb)) != 0)
         return rc;
     lb->bk[lb->nbk++] = j;
-    lb->bkdtype = (int)t->dtype;
+    lb->bkdtype = dtype;
     lb->bkscatter = scatter;
     lb->bkbytes += bytes;
     if (lb->bkbytes >= cap)
