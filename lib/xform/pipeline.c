@@ -830,7 +830,8 @@ assemble(pl *P, piece *ps, uint32_t n, uint32_t rank, ir_id *out)
  * the all-reduces), then every device of h gets the parts of its block from
  * devices of e->g that hold them (a Slice where a part is less than a
  * sender's block, a replica chosen by the receiver's rank so that senders
- * share the load), as one element-wise dist.send, and concatenates them.
+ * share the load), sent in rounds of element-wise dist.sends, and
+ * concatenates them in position order.
  */
 static int
 relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
