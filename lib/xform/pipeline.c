@@ -355,20 +355,6 @@ balance(xf_ctx *c)
     return 0;
 }
 
-static int32_t
-layer_index(const xf_ctx *c, int32_t layer)
-{
-    uint32_t lo = 0, hi = c->nlayer;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (c->layers[mid] < layer)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < c->nlayer && c->layers[lo] == layer ? (int32_t)lo : -1;
-}
-
 /* Model stage of every non-constant op. */
 static int
 assign_stages(xf_ctx *c)
@@ -395,7 +381,7 @@ assign_stages(xf_ctx *c)
         } else if (part && strcmp(part, "head") == 0) {
             oi->stage = (int32_t)c->K - 1;
         } else if (oi->layer >= 0) {
-            int32_t li = layer_index(c, oi->layer);
+            int32_t li = xf_layer_index(c, oi->layer);
             oi->stage = li >= 0 ? c->layer_stage[li] : 0;
         } else {
             /* Unannotated: the latest stage among the inputs' producers. */

@@ -224,14 +224,10 @@ stages_init(xf_ctx *c)
     return 0;
 }
 
-int
-xf_layer_is_tp(const xf_ctx *c, int32_t layer)
+int32_t
+xf_layer_index(const xf_ctx *c, int32_t layer)
 {
     uint32_t lo = 0, hi = c->nlayer;
-    if (c->tplayer == NULL)
-        return 1;
-    if (layer == INT32_MIN)
-        return 0;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
         if (c->layers[mid] < layer)
@@ -239,7 +235,17 @@ xf_layer_is_tp(const xf_ctx *c, int32_t layer)
         else
             hi = mid;
     }
-    return lo < c->nlayer && c->layers[lo] == layer && c->tplayer[lo];
+    return lo < c->nlayer && c->layers[lo] == layer ? (int32_t)lo : -1;
+}
+
+int
+xf_layer_is_tp(const xf_ctx *c, int32_t layer)
+{
+    int32_t li;
+    if (c->tplayer == NULL)
+        return 1;
+    li = layer == INT32_MIN ? -1 : xf_layer_index(c, layer);
+    return li >= 0 && c->tplayer[li];
 }
 
 static int
@@ -394,16 +400,9 @@ tp_layers_init(xf_ctx *c)
         return 0;
     c->tplayer = di_xcalloc(c->nlayer ? c->nlayer : 1, 1);
     for (uint32_t i = 0; i < s->ntp_layers; i++) {
-        uint32_t lo = 0, hi = c->nlayer;
-        int32_t l = s->tp_layers[i] > INT32_MAX ? -1 : (int32_t)s->tp_layers[i];
-        while (lo < hi) {
-            uint32_t mid = (lo + hi) / 2;
-            if (c->layers[mid] < l)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo == c->nlayer || c->layers[lo] != l) {
+        uint32_t l = s->tp_layers[i];
+        int32_t li = l > INT32_MAX ? -1 : xf_layer_index(c, (int32_t)l);
+        if (li < 0) {
             if (c->nlayer == 0)
                 return di_error_set(c->err, DI_ESTRATEGY,
                                     "tp_layers needs dist.layer annotations and the module has "
@@ -413,7 +412,7 @@ tp_layers_init(xf_ctx *c)
                                 "(layers %d to %d)",
                                 s->tp_layers[i], c->layers[0], c->layers[c->nlayer - 1]);
         }
-        c->tplayer[lo] = 1;
+        c->tplayer[li] = 1;
     }
     return 0;
 }

@@ -157,6 +157,8 @@ int xf_local_dims(const xf_ctx *c, ir_id value, const xf_place *p, const uint32_
  * summed on g first, and a split stays where h's degree divides it.
  */
 xf_place xf_xfer_place(const xf_ctx *c, ir_id v, const xf_place *p, uint32_t g, uint32_t h);
+/* The index of dist.layer `layer` in c->layers, or -1. */
+int32_t xf_layer_index(const xf_ctx *c, int32_t layer);
 /*
  * Are the ops of dist.layer `layer` (INT32_MIN: outside every layer)
  * tensor parallel? Always without tp_layers.
