@@ -34,6 +34,29 @@ static Distir__V1__PipelineStage stage_buf[MAX_STAGES];
 static Distir__V1__PipelineStage *stage_ptr[MAX_STAGES];
 static uint32_t tp_layer_buf[MAX_TP_LAYERS];
 
+/* A decimal number from min to max at *p (digits only), *p moved past it. */
+static int
+read_num(const char **p, unsigned long min, unsigned long max, unsigned long *out)
+{
+    char *end;
+    if (**p < '0' || **p > '9')
+        return 0;
+    *out = strtoul(*p, &end, 10);
+    *p = end;
+    return *out >= min && *out <= max;
+}
+
+/* After a list entry: a comma before the next one, or the end. */
+static int
+list_next(const char **p)
+{
+    if (**p == ',' && (*p)[1] != '\0') {
+        (*p)++;
+        return 1;
+    }
+    return **p == '\0';
+}
+
 /* "DPxTP[:LAYERS],..." (one entry per pipeline stage). */
 static int
 parse_stages(const char *v, Distir__V1__Strategy *s)
@@ -41,33 +64,19 @@ parse_stages(const char *v, Distir__V1__Strategy *s)
     const char *p = v;
     size_t n = 0;
     while (*p) {
-        char *end;
         unsigned long dp, tp, layers = 0;
-        if (n == MAX_STAGES)
+        if (n == MAX_STAGES || !read_num(&p, 1, 1u << 20, &dp) || *p++ != 'x' ||
+            !read_num(&p, 1, 1u << 20, &tp))
             goto bad;
-        dp = strtoul(p, &end, 10);
-        if (end == p || *end != 'x' || dp == 0 || dp > (1u << 20))
+        if (*p == ':' && (++p, !read_num(&p, 1, 1u << 20, &layers)))
             goto bad;
-        p = end + 1;
-        tp = strtoul(p, &end, 10);
-        if (end == p || tp == 0 || tp > (1u << 20))
-            goto bad;
-        p = end;
-        if (*p == ':') {
-            layers = strtoul(p + 1, &end, 10);
-            if (end == p + 1 || layers == 0 || layers > (1u << 20))
-                goto bad;
-            p = end;
-        }
         distir__v1__pipeline_stage__init(&stage_buf[n]);
         stage_buf[n].dp = (uint32_t)dp;
         stage_buf[n].tp = (uint32_t)tp;
         stage_buf[n].layers = (uint32_t)layers;
         stage_ptr[n] = &stage_buf[n];
         n++;
-        if (*p == ',' && p[1] != '\0')
-            p++;
-        else if (*p != '\0')
+        if (!list_next(&p))
             goto bad;
     }
     if (n == 0)
@@ -89,25 +98,17 @@ parse_layers(const char *v, Distir__V1__Strategy *s)
     const char *p = v;
     size_t n = 0;
     while (*p) {
-        char *end;
         unsigned long a, b;
-        if (*p < '0' || *p > '9')
+        if (!read_num(&p, 0, INT32_MAX, &a))
             goto bad;
-        a = b = strtoul(p, &end, 10);
-        p = end;
-        if (*p == '-') {
-            if (p[1] < '0' || p[1] > '9')
-                goto bad;
-            b = strtoul(p + 1, &end, 10);
-            p = end;
-        }
-        if (a > b || b > INT32_MAX || b - a >= MAX_TP_LAYERS - n)
+        b = a;
+        if (*p == '-' && (++p, !read_num(&p, 0, INT32_MAX, &b)))
+            goto bad;
+        if (a > b || b - a >= MAX_TP_LAYERS - n)
             goto bad;
         for (unsigned long l = a; l <= b; l++)
             tp_layer_buf[n++] = (uint32_t)l;
-        if (*p == ',' && p[1] != '\0')
-            p++;
-        else if (*p != '\0')
+        if (!list_next(&p))
             goto bad;
     }
     if (n == 0)

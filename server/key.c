@@ -36,21 +36,21 @@ stages_normalize(const Distir__V1__Strategy *p, srv_strategy *out, di_error *err
     if (p->n_stages > 0) {
         int alike = 1, layers = 0;
         out->nstages = (uint32_t)p->n_stages;
-        out->stages = di_xcalloc(3 * p->n_stages, sizeof *out->stages);
+        out->stages = di_xcalloc(p->n_stages, sizeof *out->stages);
         for (size_t i = 0; i < p->n_stages; i++) {
             const Distir__V1__PipelineStage *st = p->stages[i];
-            uint32_t *q = out->stages + 3 * i;
-            q[0] = st && st->dp ? st->dp : 1;
-            q[1] = st && st->tp ? st->tp : 1;
-            q[2] = st ? st->layers : 0;
-            alike &= q[0] == out->stages[0] && q[1] == out->stages[1];
-            layers |= q[2] != 0;
-            if (q[1] > maxtp)
-                maxtp = q[1];
+            xform_stage *q = &out->stages[i];
+            q->dp = st && st->dp ? st->dp : 1;
+            q->tp = st && st->tp ? st->tp : 1;
+            q->layers = st ? st->layers : 0;
+            alike &= q->dp == out->stages[0].dp && q->tp == out->stages[0].tp;
+            layers |= q->layers != 0;
+            if (q->tp > maxtp)
+                maxtp = q->tp;
         }
         if (alike && !layers && out->dp == 1 && out->tp == 1 && out->nstages == out->pp) {
-            out->dp = out->stages[0];
-            out->tp = out->stages[1];
+            out->dp = out->stages[0].dp;
+            out->tp = out->stages[0].tp;
             di_free(out->stages);
             out->stages = NULL;
             out->nstages = 0;
@@ -150,8 +150,8 @@ srv_strategy_copy(srv_strategy *dst, const srv_strategy *src)
                src->ndevice_order * sizeof *dst->device_order);
     }
     if (src->nstages > 0) {
-        dst->stages = di_xmalloc(3 * src->nstages * sizeof *dst->stages);
-        memcpy(dst->stages, src->stages, 3 * src->nstages * sizeof *dst->stages);
+        dst->stages = di_xmalloc(src->nstages * sizeof *dst->stages);
+        memcpy(dst->stages, src->stages, src->nstages * sizeof *dst->stages);
     }
     if (src->ntp_layers > 0) {
         dst->tp_layers = di_xmalloc(src->ntp_layers * sizeof *dst->tp_layers);
@@ -205,8 +205,11 @@ srv_cache_key(const di_hash *module, const di_hash *hw, const srv_strategy *s, c
     for (uint32_t i = 0; i < s->ndevice_order; i++)
         di_sha256_u64(&h, s->device_order[i]);
     di_sha256_u64(&h, s->nstages);
-    for (uint32_t i = 0; i < 3 * s->nstages; i++)
-        di_sha256_u64(&h, s->stages[i]);
+    for (uint32_t i = 0; i < s->nstages; i++) {
+        di_sha256_u64(&h, s->stages[i].dp);
+        di_sha256_u64(&h, s->stages[i].tp);
+        di_sha256_u64(&h, s->stages[i].layers);
+    }
     di_sha256_u64(&h, s->ntp_layers);
     for (uint32_t i = 0; i < s->ntp_layers; i++)
         di_sha256_u64(&h, s->tp_layers[i]);

@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "distir.pb-c.h"
+#include "xform/xform.h"
 
 /* A strategy with every default filled in (proto Strategy). */
 typedef struct srv_strategy {
@@ -32,7 +33,7 @@ typedef struct srv_strategy {
     uint32_t *device_order; /* owned; NULL when empty */
     /* Nested parallelism: per pipeline stage dp, tp, layers (owned; none when all alike). */
     uint32_t nstages;
-    uint32_t *stages;       /* 3 * nstages */
+    xform_stage *stages;    /* dp and tp >= 1 */
     uint32_t ntp_layers;
     uint32_t *tp_layers;    /* owned, ascending and distinct; none when tp is 1 everywhere */
 } srv_strategy;

@@ -37,20 +37,9 @@ srv_strategy_apply(const ir_module *m, const srv_strategy *s, const hw_model *hw
     xs.device_order = s->device_order;
     xs.ntp_layers = s->ntp_layers;
     xs.tp_layers = s->tp_layers;
-    if (s->nstages > 0) {
-        xform_stage *st = di_xmalloc(s->nstages * sizeof *st);
-        for (uint32_t i = 0; i < s->nstages; i++) {
-            st[i].dp = s->stages[3 * i];
-            st[i].tp = s->stages[3 * i + 1];
-            st[i].layers = s->stages[3 * i + 2];
-        }
-        xs.nstages = s->nstages;
-        xs.stages = st;
-        xs.owned_stages = st; /* freed by xform_strategy_fini */
-    }
-    rc = xform_apply(m, &xs, hw, owned, err);
-    xform_strategy_fini(&xs);
-    if (rc != 0)
+    xs.nstages = s->nstages;
+    xs.stages = s->stages;
+    if ((rc = xform_apply(m, &xs, hw, owned, err)) != 0)
         return rc;
     *out = *owned;
     return 0;

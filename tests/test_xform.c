@@ -494,6 +494,21 @@ test_tp_collectives(void **state)
     ir_module_free(m);
 }
 
+/* Simulates out on hw: device 0's exposed communication and the step time. */
+static void
+sim_exposed(const ir_module *out, const hw_model *hw, double *exposed, double *step)
+{
+    sim_result *r;
+    sim_options o;
+    di_error err;
+    sim_options_default(&o);
+    if (sim_run(out, hw, &o, &r, NULL, NULL, &err) != 0)
+        fail_msg("sim_run: %s", err.msg);
+    *exposed = r->devices[0].exposed_comm_s;
+    *step = r->step_time_s;
+    sim_result_free(r);
+}
+
 /*
  * Overlapped gradient reduction: data parallel over 2, 4 microbatches, an
  * MLP of 4 layers of 512 x 512 f32 (1 MiB weight matrices, 2 KiB biases).
@@ -590,17 +605,10 @@ test_overlap_buckets(void **state)
     }
     /* No overlap; overlap with 25 MiB buckets (the first 1 MiB); overlap with 1 MiB buckets. */
     for (int k = 0; k < 3; k++) {
-        sim_result *r;
-        sim_options o;
         s.overlap_grad_reduce = k > 0;
         s.bucket_mb = k == 2 ? 1 : 0;
         out = apply_ok(m, &s);
-        sim_options_default(&o);
-        if (sim_run(out, hw, &o, &r, NULL, NULL, &err) != 0)
-            fail_msg("sim_run: %s", err.msg);
-        exposed[k] = r->devices[0].exposed_comm_s;
-        step[k] = r->step_time_s;
-        sim_result_free(r);
+        sim_exposed(out, hw, &exposed[k], &step[k]);
         ir_module_free(out);
     }
     assert_true(exposed[1] < exposed[0] && step[1] < step[0]);
@@ -631,8 +639,6 @@ test_overlap_one_microbatch(void **state)
     s.microbatches = 1;
     s.bucket_mb = 1;
     for (int k = 0; k < 2; k++) {
-        sim_result *r;
-        sim_options o;
         ir_id bwd;
         s.overlap_grad_reduce = k;
         out = apply_ok(m, &s);
@@ -641,12 +647,7 @@ test_overlap_one_microbatch(void **state)
         assert_int_equal(count_region(out, bwd, IR_OP_ALLREDUCE, NULL, NULL), k ? 4 : 0);
         if (k) /* and nowhere else but the loss's */
             assert_int_equal(count_ops(out, IR_OP_ALLREDUCE, NULL, NULL), 4 + 1);
-        sim_options_default(&o);
-        if (sim_run(out, hw, &o, &r, NULL, NULL, &err) != 0)
-            fail_msg("sim_run: %s", err.msg);
-        exposed[k] = r->devices[0].exposed_comm_s;
-        step[k] = r->step_time_s;
-        sim_result_free(r);
+        sim_exposed(out, hw, &exposed[k], &step[k]);
         ir_module_free(out);
     }
     assert_true(exposed[1] < 0.5 * exposed[0] && step[1] < step[0]);

@@ -244,21 +244,28 @@ check(model_case *mc, const xform_strategy *s, const char *vname)
     ir_module_free(dm);
 }
 
+/* A strategy with pp stages and the options of variant v (degrees and microbatches: caller). */
+static void
+strategy_of(const variant *v, uint32_t pp, xform_strategy *s)
+{
+    xform_strategy_init(s);
+    s->pp = pp;
+    s->schedule = v->schedule;
+    s->virtual_stages = v->virtual_stages;
+    s->recompute = v->recompute;
+    s->stash = v->stash;
+    s->zero = v->zero;
+    s->sequence_parallel = v->sp;
+    s->overlap_grad_reduce = v->overlap;
+}
+
 static void
 run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
 {
     xform_strategy s;
-    xform_strategy_init(&s);
+    strategy_of(v, pp, &s);
     s.dp = dp;
     s.tp = tp;
-    s.pp = pp;
-    s.schedule = v->schedule;
-    s.virtual_stages = v->virtual_stages;
-    s.recompute = v->recompute;
-    s.stash = v->stash;
-    s.zero = v->zero;
-    s.sequence_parallel = v->sp;
-    s.overlap_grad_reduce = v->overlap;
     if (v->sp && (!mc->gpt || tp == 1)) {
         nskip++;
         return;
@@ -329,8 +336,7 @@ nested_grid(int gpt)
             model_case *mc = v->adam ? &adam : &sgd;
             xform_strategy s;
             int fixed = ne->st[0].layers != 0;
-            xform_strategy_init(&s);
-            s.pp = ne->pp;
+            strategy_of(v, ne->pp, &s);
             if (ne->st[0].dp) {
                 s.nstages = ne->pp;
                 s.stages = ne->st;
@@ -340,13 +346,6 @@ nested_grid(int gpt)
             }
             s.ntp_layers = ne->ntpl;
             s.tp_layers = ne->tpl;
-            s.schedule = v->schedule;
-            s.virtual_stages = v->virtual_stages;
-            s.recompute = v->recompute;
-            s.stash = v->stash;
-            s.zero = v->zero;
-            s.sequence_parallel = v->sp;
-            s.overlap_grad_reduce = v->overlap;
             if ((v->sp && (!gpt || maxtp == 1 || ne->ntpl)) ||
                 (v->schedule == XFORM_SCHEDULE_INTERLEAVED &&
                  (ne->pp == 1 || fixed || mc->layers % (ne->pp * 2) != 0))) {

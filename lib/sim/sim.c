@@ -942,17 +942,13 @@ mark_chain(sim *s, ir_id v, uint8_t cls, uint32_t depth)
                 v = b->results[val->index];
             else
                 return;
-        } else if (o->kind == IR_OP_TUPLE) {
+        } else if (o->kind == IR_OP_TUPLE || o->kind == IR_OP_SPLIT || o->kind == IR_OP_CONCAT) {
+            /* Every element; a gradient bucket is split from, or concatenated of, gradients. */
             for (uint32_t i = 1; i < o->ninput; i++)
                 mark_chain(s, m->refs[o->inputs + i], cls, depth);
             v = o->ninput ? m->refs[o->inputs] : 0;
         } else if ((info->flags & (IR_OPF_COMM | IR_OPF_FREE)) && o->ninput) {
             v = m->refs[o->inputs];
-        } else if (o->kind == IR_OP_SPLIT || o->kind == IR_OP_CONCAT) {
-            /* A gradient bucket: split from the reduced buffer, concatenated from the pieces. */
-            for (uint32_t i = 1; i < o->ninput; i++)
-                mark_chain(s, m->refs[o->inputs + i], cls, depth);
-            v = o->ninput ? m->refs[o->inputs] : 0;
         } else if (info->flags & IR_OPF_OPTIM) {
             v = val->index < o->ninput ? m->refs[o->inputs + (val->index ? val->index + 1 : 0)]
                                        : 0;

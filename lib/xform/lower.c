@@ -275,26 +275,32 @@ xf_body_get(xf_body *b, ir_id v, xf_local *out)
 
 /* ---- collectives ---- */
 
-static int
-infer_one(xf_body *b, ir_id op)
+int
+xf_infer(ir_module *out, ir_id op, di_error *err)
 {
     ir_id small[IR_MAX_RANK + 8], *types = small;
     di_error e;
-    ir_op *o = &b->out->ops[op];
+    ir_op *o = &out->ops[op];
     int rc = 0;
     if (o->noutput > sizeof small / sizeof small[0])
         types = di_xmalloc(o->noutput * sizeof *types); /* a bucket's Split */
     di_error_clear(&e);
-    if (ir_op_infer(b->out, op, types, &e) != 0) {
-        rc = di_error_set(b->c->err, DI_EINTERNAL, "lowering produced an invalid op: %s", e.msg);
+    if (ir_op_infer(out, op, types, &e) != 0) {
+        rc = di_error_set(err, DI_EINTERNAL, "the transform produced an invalid op: %s", e.msg);
     } else {
-        o = &b->out->ops[op];
+        o = &out->ops[op];
         for (uint32_t i = 0; i < o->noutput; i++)
-            b->out->values[o->outputs + i].type = types[i];
+            out->values[o->outputs + i].type = types[i];
     }
     if (types != small)
         di_free(types);
     return rc;
+}
+
+static int
+infer_one(xf_body *b, ir_id op)
+{
+    return xf_infer(b->out, op, b->c->err);
 }
 
 /* Emits a mesh-form collective of kind on mesh axis `axis` of the body's mesh. */

@@ -162,6 +162,14 @@ gdevs(const pl *P, uint32_t g)
     return P->devs + P->c->goff[g];
 }
 
+/* The per-device type of source value v under placement pl on group g (outside any body). */
+static ir_id
+group_local_type(pl *P, ir_id v, const xf_place *xpl, uint32_t g)
+{
+    xf_group_n(P->c, g, P->body.n);
+    return xf_local_type(&P->body, v, xpl, -1);
+}
+
 /* ---- registry ---- */
 
 /* splitmix64's finalizer over the packed key. */
@@ -735,21 +743,6 @@ block_of(const xf_place *xpl, const uint32_t *n, uint32_t d, uint32_t t, uint32_
     }
 }
 
-/* Infers the result types of a top-level op (the re-layout's plumbing). */
-static int
-top_infer(pl *P, ir_id op)
-{
-    ir_id types[4];
-    di_error e;
-    di_error_clear(&e);
-    if (P->out->ops[op].noutput > 4 || ir_op_infer(P->out, op, types, &e) != 0)
-        return di_error_set(P->c->err, DI_EINTERNAL, "re-layout produced an invalid op: %s",
-                            e.msg);
-    for (uint32_t i = 0; i < P->out->ops[op].noutput; i++)
-        P->out->values[ir_op_output(P->out, op, i)].type = types[i];
-    return 0;
-}
-
 /* One piece a receiving device gets: from which sending device, which box of its block. */
 typedef struct piece {
     uint32_t from, to;   /* device indices in their groups */
@@ -803,7 +796,7 @@ assemble(pl *P, piece *ps, uint32_t n, uint32_t rank, ir_id *out)
     if (rc == 0) {
         ir_id op = ir_op_add(P->out, P->func, IR_OP_CONCAT, nin, in, 1, NULL, NULL);
         ir_op_set_int(P->out, op, "axis", dim);
-        if ((rc = top_infer(P, op)) == 0)
+        if ((rc = xf_infer(P->out, op, P->c->err)) == 0)
             *out = ir_op_output(P->out, op, 0);
     }
     di_free(in);
@@ -825,8 +818,9 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
     xf_ctx *c = P->c;
     ir_module *o = P->out;
     uint32_t g = e->g, ng[XF_NAXIS], nh[XF_NAXIS], rank, np = 0, cp;
-    ir_id v = e->v, src = e->tv, *from, lt, *sget;
-    uint32_t *first;
+    ir_id v = e->v, src = e->tv, *from, lt, *sget, *el;
+    uint32_t nr = gdev(P, h), *first, *cnt, *idx, rounds = 0;
+    int64_t *dl;
     xf_place A = e->pl, T = e->pl, mbonly = {{e->pl.a[XF_MB], XF_R, XF_R}};
     int64_t G[IR_MAX_RANK];
     piece *ps;
@@ -837,7 +831,6 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
     for (int a = XF_DP; a < XF_NAXIS; a++)
         if (ng[a] <= 1)
             T.a[a] = c->place[v].a[a];
-    T = xf_place_on(&T, nh);
     T = xf_xfer_place(c, v, &T, g, h);
     T = xf_place_on(&T, nh);
     /* Partial sums: summed on the sending group. */
@@ -862,9 +855,9 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
         return di_error_set(c->err, DI_EINTERNAL, "re-layout: no per-microbatch shape");
     rank = o->types[e->lt].rank;
     /* The pieces: per receiver, the sender blocks its block meets. */
-    cp = gdev(P, h) * 4;
+    cp = nr * 4;
     ps = di_xmalloc(cp * sizeof *ps);
-    for (uint32_t r = 0; r < gdev(P, h); r++) {
+    for (uint32_t r = 0; r < nr; r++) {
         box want;
         uint32_t ds0 = 0, ds1 = ng[XF_DP], ts0 = 0, ts1 = ng[XF_TP];
         block_of(&T, nh, r / nh[XF_TP], r % nh[XF_TP], rank, G, &want);
@@ -917,7 +910,7 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
         if (x == 0) {
             ir_id op = ir_op_add(o, P->func, IR_OP_TUPLEGET, 1, &src, 1, NULL, NULL);
             ir_op_set_int(o, op, "index", pc->from);
-            if ((rc = top_infer(P, op)) != 0)
+            if ((rc = xf_infer(o, op, c->err)) != 0)
                 break;
             x = sget[pc->from] = ir_op_output(o, op, 0);
         }
@@ -938,7 +931,7 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
             ir_op_set_ints(o, op, "ends", na, en);
             ir_op_set_ints(o, op, "axes", na, ax);
             ir_op_set_string(o, op, "dist.phase", "relayout");
-            if ((rc = top_infer(P, op)) != 0)
+            if ((rc = xf_infer(o, op, c->err)) != 0)
                 break;
             x = ir_op_output(o, op, 0);
         }
@@ -949,68 +942,58 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
      * receiver at most one part (round k: receiver r's part (k + r) mod its
      * count, so that senders take turns).
      */
-    first = di_xcalloc(gdev(P, h) + 1, sizeof *first);
-    for (uint32_t i = np; i-- > 0;)
+    /* Each receiver's parts: ps[first[r] .. first[r] + cnt[r]) (sorted by receiver). */
+    first = di_xcalloc(2 * (size_t)nr + 1, sizeof *first);
+    cnt = first + nr;
+    for (uint32_t i = np; i-- > 0;) {
         first[ps[i].to] = i;
-    for (uint32_t k = 0; rc == 0; k++) {
-        ir_id *el = di_xmalloc((gdev(P, h) + 1) * sizeof *el), tup, op;
-        int64_t *dl = di_xmalloc((gdev(P, h) + 1) * sizeof *dl);
-        uint32_t *idx = di_xmalloc((gdev(P, h) + 1) * sizeof *idx), ne = 0;
-        for (uint32_t r = 0; r < gdev(P, h); r++) {
-            uint32_t cnt = 0;
-            while (first[r] + cnt < np && ps[first[r] + cnt].to == r)
-                cnt++;
-            if (cnt <= k)
+        if (++cnt[ps[i].to] > rounds)
+            rounds = cnt[ps[i].to];
+    }
+    for (uint32_t r = 0; r < nr && rc == 0; r++)
+        if (cnt[r] == 0)
+            rc = di_error_set(c->err, DI_EINTERNAL, "re-layout: device %u gets nothing", r);
+    el = di_xmalloc((nr + 1) * sizeof *el);
+    dl = di_xmalloc((nr + 1) * sizeof *dl);
+    idx = di_xmalloc((nr + 1) * sizeof *idx);
+    for (uint32_t k = 0; k < rounds && rc == 0; k++) {
+        ir_id tup, op;
+        uint32_t ne = 0;
+        for (uint32_t r = 0; r < nr; r++) {
+            if (cnt[r] <= k)
                 continue;
-            idx[ne] = first[r] + (k + r) % cnt;
+            idx[ne] = first[r] + (k + r) % cnt[r];
             el[ne] = from[idx[ne]];
             dl[ne++] = gdevs(P, h)[r];
         }
-        if (ne > 0) {
-            op = ir_op_add(o, P->func, IR_OP_TUPLE, ne, el, 1, NULL, NULL);
-            if ((rc = top_infer(P, op)) == 0) {
-                tup = ir_op_output(o, op, 0);
-                op = ir_op_add(o, P->func, IR_OP_SEND, 1, &tup, 1, NULL, NULL);
-                ir_op_set_ints(o, op, "devices", ne, dl);
-                rc = top_infer(P, op);
-                tup = ir_op_output(o, op, 0);
-            }
-            for (uint32_t i = 0; i < ne && rc == 0; i++) {
-                ir_id get = ir_op_add(o, P->func, IR_OP_TUPLEGET, 1, &tup, 1, NULL, NULL);
-                ir_op_set_int(o, get, "index", i);
-                if ((rc = top_infer(P, get)) == 0)
-                    ps[idx[i]].v = ir_op_output(o, get, 0);
-            }
+        op = ir_op_add(o, P->func, IR_OP_TUPLE, ne, el, 1, NULL, NULL);
+        if ((rc = xf_infer(o, op, c->err)) == 0) {
+            tup = ir_op_output(o, op, 0);
+            op = ir_op_add(o, P->func, IR_OP_SEND, 1, &tup, 1, NULL, NULL);
+            ir_op_set_ints(o, op, "devices", ne, dl);
+            rc = xf_infer(o, op, c->err);
+            tup = ir_op_output(o, op, 0);
         }
-        di_free(el);
-        di_free(dl);
-        di_free(idx);
-        if (ne == 0)
-            break;
+        for (uint32_t i = 0; i < ne && rc == 0; i++) {
+            ir_id get = ir_op_add(o, P->func, IR_OP_TUPLEGET, 1, &tup, 1, NULL, NULL);
+            ir_op_set_int(o, get, "index", i);
+            if ((rc = xf_infer(o, get, c->err)) == 0)
+                ps[idx[i]].v = ir_op_output(o, get, 0);
+        }
     }
     /* Each receiver's parts, in position order, concatenated into its block. */
     if (rc == 0) {
-        ir_id *blk = di_xmalloc(gdev(P, h) * sizeof *blk), op;
-        for (uint32_t i = 0, r = 0; i < np && rc == 0; r++) {
-            uint32_t j = i;
-            while (j < np && ps[j].to == r)
-                j++;
-            if (j == i) {
-                rc = di_error_set(c->err, DI_EINTERNAL, "re-layout: device %u gets nothing", r);
-                break;
-            }
-            rc = assemble(P, ps + i, j - i, rank, &blk[r]);
-            i = j;
-        }
+        ir_id *blk = di_xmalloc(nr * sizeof *blk), op;
+        for (uint32_t r = 0; r < nr && rc == 0; r++)
+            rc = assemble(P, ps + first[r], cnt[r], rank, &blk[r]);
         if (rc == 0) {
-            xf_group_n(c, h, P->body.n);
-            lt = xf_local_type(&P->body, v, &T, -1);
-            op = ir_op_add(o, P->func, IR_OP_TUPLE, gdev(P, h), blk, 1, NULL, NULL);
+            lt = group_local_type(P, v, &T, h);
+            op = ir_op_add(o, P->func, IR_OP_TUPLE, nr, blk, 1, NULL, NULL);
             o->values[ir_op_output(o, op, 0)].type = group_tuple(P, lt, h);
             out->tv = ir_op_output(o, op, 0);
             out->lt = lt;
             out->pl = T;
-            for (uint32_t r = 0; r < gdev(P, h) && rc == 0; r++)
+            for (uint32_t r = 0; r < nr && rc == 0; r++)
                 if (o->values[blk[r]].type != ir_type_with_device(o, lt, gdevs(P, h)[r], 0))
                     rc = di_error_set(c->err, DI_EINTERNAL, "re-layout: block %u has the wrong "
                                       "shape", r);
@@ -1018,6 +1001,9 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
         di_free(blk);
     }
     di_free(first);
+    di_free(el);
+    di_free(dl);
+    di_free(idx);
     di_free(ps);
     di_free(from);
     di_free(sget);
@@ -1034,7 +1020,7 @@ send_needs(pl *P, const reg_ent *e0, int step)
         ir_id tv;
         if (n->step != step || n->g == e.g || reg_find(P, e.kind, e.v, e.mb, n->g))
             continue;
-        if (P->c->gdp[n->g] != P->c->gdp[e.g] || P->c->gtp[n->g] != P->c->gtp[e.g]) {
+        if (!xf_same_shape(P->c, e.g, n->g)) {
             reg_ent r;
             int rc = relayout(P, &e, n->g, &r);
             if (rc != 0)
@@ -1982,13 +1968,14 @@ emit_args(pl *P)
         int data = (c->vflags[v] & XF_V_DATA) != 0;
         for (uint32_t g = 0; g < c->pp; g++) {
             xf_place gpl;
+            uint32_t n[XF_NAXIS];
             if (!needg[(size_t)a * c->pp + g])
                 continue;
             /* On this group's axes (an axis of size 1 holds the whole). */
-            xf_group_n(c, g, P->body.n);
-            gpl = xf_place_on(&c->place[v], P->body.n);
+            xf_group_n(c, g, n);
+            gpl = xf_place_on(&c->place[v], n);
             for (uint32_t mb = 0; mb < (data ? c->n[XF_MB] : 1); mb++) {
-                ir_id lt = xf_local_type(&P->body, v, &gpl, -1);
+                ir_id lt = group_local_type(P, v, &gpl, g);
                 ir_id ty = group_tuple(P, lt, g), av;
                 char nm[256];
                 if (data && c->n[XF_MB] > 1)

@@ -846,7 +846,7 @@ xf_xfer_place(const xf_ctx *c, ir_id v, const xf_place *p, uint32_t g, uint32_t 
     xf_place q = *p;
     uint32_t n[XF_NAXIS];
     int64_t dims[IR_MAX_RANK];
-    if (g == h || (c->gdp[g] == c->gdp[h] && c->gtp[g] == c->gtp[h]))
+    if (xf_same_shape(c, g, h))
         return q;
     xf_group_n(c, h, n);
     for (int a = XF_DP; a < XF_NAXIS; a++)

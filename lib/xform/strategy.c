@@ -381,9 +381,8 @@ find_op(const xf_ctx *c, int kind, int tp, uint32_t out_rank)
     return 0;
 }
 
-/* "stage 1: " before a per-group message when the groups differ, else "". */
-static const char *
-gpre(const xf_ctx *c, uint32_t g, char *buf, size_t n)
+const char *
+xf_stage_prefix(const xf_ctx *c, uint32_t g, char *buf, size_t n)
 {
     if (!c->hetero)
         return "";
@@ -430,19 +429,19 @@ validate_tp(xf_ctx *c, uint32_t g)
         return di_error_set(c->err, DI_ESTRATEGY,
                             "%stp=%u needs dist.tp annotations (column- and row-parallel "
                             "MatMuls) and the module has none",
-                            gpre(c, g, pre, sizeof pre), tp);
+                            xf_stage_prefix(c, g, pre, sizeof pre), tp);
     if (col) {
         const int64_t *wd = ir_type_dims(m, m->values[ir_op_input(m, col, 1)].type);
         int64_t hidden = heads ? wd[0] : wd[1];
         if (hidden % tp != 0)
             return di_error_set(c->err, DI_ESTRATEGY, "%stp=%u does not divide the hidden size %lld",
-                                gpre(c, g, pre, sizeof pre), tp, (long long)hidden);
+                                xf_stage_prefix(c, g, pre, sizeof pre), tp, (long long)hidden);
     }
     if (heads) {
         int64_t a = ir_type_dims(m, m->values[m->ops[heads].outputs].type)[2];
         if (a % tp != 0)
             return di_error_set(c->err, DI_ESTRATEGY, "%stp=%u does not divide the %lld heads",
-                                gpre(c, g, pre, sizeof pre), tp, (long long)a);
+                                xf_stage_prefix(c, g, pre, sizeof pre), tp, (long long)a);
     }
     if (c->s.sequence_parallel) {
         const ir_region *r = &m->regions[c->func];
@@ -459,7 +458,7 @@ validate_tp(xf_ctx *c, uint32_t g)
             if (len % tp)
                 return di_error_set(c->err, DI_ESTRATEGY,
                                     "%stp=%u does not divide the sequence length %lld",
-                                    gpre(c, g, pre, sizeof pre), tp, (long long)len);
+                                    xf_stage_prefix(c, g, pre, sizeof pre), tp, (long long)len);
         }
     }
     return 0;
@@ -530,12 +529,12 @@ validate(xf_ctx *c, const hw_model *hw)
                                 dp, s->microbatches);
         if (c->batch >= 0 && c->batch % dp != 0)
             return di_error_set(c->err, DI_ESTRATEGY, "%sdp=%u does not divide the batch %lld",
-                                gpre(c, g, pre, sizeof pre), dp, (long long)c->batch);
+                                xf_stage_prefix(c, g, pre, sizeof pre), dp, (long long)c->batch);
         if (c->batch >= 0 && c->batch % ((int64_t)dp * s->microbatches) != 0)
             return di_error_set(c->err, DI_ESTRATEGY,
                                 "%sdp x microbatches = %u x %u = %llu does not divide the batch "
                                 "%lld",
-                                gpre(c, g, pre, sizeof pre), dp, s->microbatches,
+                                xf_stage_prefix(c, g, pre, sizeof pre), dp, s->microbatches,
                                 (unsigned long long)dp * s->microbatches, (long long)c->batch);
         if (c->gtp[g] > 1 && (rc = validate_tp(c, g)) != 0)
             return rc;

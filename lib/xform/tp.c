@@ -21,7 +21,6 @@
  */
 #include "xform/xform_int.h"
 
-#include <stdio.h>
 #include <string.h>
 
 /* The placement consumer `op` wants for weight v (input k), on the tensor axis. */
@@ -107,17 +106,16 @@ xf_annotate_tp(xf_ctx *c)
             int64_t d;
             if (!(c->vflags[v] & XF_V_ARG) || !seen[v] || want[v] == XF_R)
                 continue;
-            char pre[32] = "";
+            char pre[32];
             dim = want[v];
             d = ir_type_dims(m, m->values[v].type)[dim];
             if (d % tp == 0)
                 continue;
             di_free(want);
             di_free(seen);
-            if (c->hetero)
-                snprintf(pre, sizeof pre, "stage %u: ", g);
             return di_error_set(c->err, DI_ESTRATEGY,
-                                "%stp=%u does not divide dimension %d (%lld) of weight %%%s", pre,
+                                "%stp=%u does not divide dimension %d (%lld) of weight %%%s",
+                                xf_stage_prefix(c, g, pre, sizeof pre),
                                 tp, dim, (long long)d, ir_str_get(m, m->values[v].name));
         }
     }

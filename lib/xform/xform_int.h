@@ -112,6 +112,13 @@ xf_group_n(const xf_ctx *c, uint32_t g, uint32_t *n)
     n[XF_TP] = c->gtp[g];
 }
 
+/* Do groups g and h have the same degrees (values cross between them as they are)? */
+static inline int
+xf_same_shape(const xf_ctx *c, uint32_t g, uint32_t h)
+{
+    return c->gdp[g] == c->gdp[h] && c->gtp[g] == c->gtp[h];
+}
+
 /* The device group an op runs on (constants: 0; they are cloned wherever used). */
 static inline uint32_t
 xf_op_group(const xf_ctx *c, ir_id op)
@@ -131,6 +138,8 @@ xf_place_on(const xf_place *p, const uint32_t *n)
 }
 
 /* strategy.c */
+/* "stage g: " into buf when the groups differ in degrees, else "" (prefix of messages). */
+const char *xf_stage_prefix(const xf_ctx *c, uint32_t g, char *buf, size_t n);
 int xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_model *hw,
                 di_error *err);
 void xf_ctx_fini(xf_ctx *c);
@@ -246,6 +255,8 @@ int xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n
                          ir_id red);
 /* Can gradient l join a reduce-scatter bucket (xf_body_bucket_reduce with scatter)? */
 int xf_body_scatter_ok(const xf_body *b, const xf_local *l);
+/* Infers and sets the result types of an op the transform made (DI_EINTERNAL if invalid). */
+int xf_infer(ir_module *out, ir_id op, di_error *err);
 /* Local type of source value v under placement pl on the device variable (or device). */
 ir_id xf_local_type(xf_body *b, ir_id v, const xf_place *pl, int32_t device);
 /* Copies op attributes (discardable ones included) from src op to dst op, except `skip`. */
