@@ -3,10 +3,14 @@
  * predicts the step time and each device's busy time and live memory over the
  * step, without running anything (DESIGN.md section 5).
  *
- * Each device has a compute stream and send/receive communication streams;
- * an op starts when its inputs are on its device and its stream is free, a
- * collective when all its participants are ready. Ties break by op sequence
- * number, so results are bit-identical run to run and independent of threads.
+ * Each device has a compute stream, send and receive streams for point-to-
+ * point transfers and a stream for collectives, and two link levels (intra-
+ * and inter-node) that transfers and collectives contend for. An op starts
+ * when its inputs are on its device and its stream is free, a collective
+ * when all its participants are ready and their links idle. Ops are taken
+ * in program order, so results are bit-identical run to run and independent
+ * of threads. The implementation is split by concern: sim.c (the driver),
+ * cost.c, sched.c, memory.c and work.c (see sim_int.h).
  */
 #ifndef DISTIR_SIM_SIM_H
 #define DISTIR_SIM_SIM_H
@@ -45,7 +49,6 @@ typedef struct sim_options {
     int want_timeline;              /* record the live-memory timeline */
     uint32_t timeline_max_points;   /* per device; 0 = unlimited */
     const atomic_int *cancel;       /* if non-NULL and set, the run stops with DI_ECANCELLED */
-    const char *trace_path;         /* unused by sim_run; see sim_trace_write */
 } sim_options;
 
 void sim_options_default(sim_options *o);

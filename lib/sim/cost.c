@@ -1,0 +1,406 @@
+/*
+ * cost.c: the simulator's cost model. A compute op costs its roofline time
+ * (FLOPs at the device's peak for its dtype times an efficiency, or bytes
+ * at its memory bandwidth, whichever is longer, plus a launch overhead) or
+ * a measured time for its signature; ops are priced once per signature at
+ * top level and once per op inside bodies. A collective costs the best (or
+ * the preset's) of ring, tree and hierarchical algorithms over its group's
+ * links, or a measured table's time. sim_op_time exposes an op's time to
+ * the transforms' stage balancing (through lib/xform/cost.c).
+ */
+#include "sim/sim_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- the cost model ---- */
+
+static int
+is_gemm(int kind)
+{
+    return kind == IR_OP_MATMUL || kind == IR_OP_GEMM || kind == IR_OP_MATMULGRAD;
+}
+
+/*
+ * Roofline: max(flops / (peak(dtype) * efficiency), bytes / (bandwidth *
+ * elementwise_efficiency)) + launch. GEMMs reach max_efficiency *
+ * f / (f + half_flops) of peak, other ops max_efficiency. A measured time
+ * for the op's signature replaces the formula.
+ */
+static int
+compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
+{
+    const ir_module *m = s->m;
+    const hw_device *d = hw_device_spec(s->hw, (uint32_t)dev);
+    const ir_op *o = &m->ops[op];
+    ir_cost c;
+    double peak, eff, tc, tm;
+    ir_dtype dt = IR_F32;
+
+    if (s->hw->nop_time) {
+        char sig[HW_SIGNATURE_MAX];
+        double meas;
+        hw_op_signature(m, op, sig, sizeof sig);
+        meas = hw_op_time_lookup(s->hw, sig);
+        if (meas >= 0) {
+            ir_op_cost(m, op, &c);
+            *t = meas;
+            *flops = c.flops / scale;
+            return 0;
+        }
+    }
+    if (o->kind == IR_OP_OPAQUE) {
+        char sig[HW_SIGNATURE_MAX];
+        hw_op_signature(m, op, sig, sizeof sig);
+        return di_error_set(s->err, DI_ECOST,
+                            "op %u '%s' has no cost model: supply a measured time for "
+                            "signature '%s' in an op-time calibration file",
+                            op, ir_op_name(m, op), sig);
+    }
+    ir_op_cost(m, op, &c);
+    if (o->noutput) {
+        const ir_type *ty = &m->types[m->values[o->outputs].type];
+        if (ty->kind == IR_TYPE_TENSOR)
+            dt = (ir_dtype)ty->dtype;
+    }
+    if (o->ninput && !ir_dtype_is_float(dt)) {
+        const ir_type *ty = &m->types[m->values[m->refs[o->inputs]].type];
+        if (ty->kind == IR_TYPE_TENSOR)
+            dt = (ir_dtype)ty->dtype;
+    }
+    peak = d->flops[dt];
+    if (!(peak > 0) && ir_dtype_is_float(dt))
+        peak = d->flops[IR_F32];
+    if (!(peak > 0)) {
+        /* Integer work: use the f32 rate (index arithmetic runs on CUDA cores). */
+        peak = d->flops[IR_F32];
+    }
+    if (c.flops > 0 && !(peak > 0))
+        return di_error_set(s->err, DI_ECOST, "op %u '%s': device %d (%s) has no %s peak rate",
+                            op, ir_op_name(m, op), dev, d->kind, ir_dtype_name(dt));
+    c.flops /= scale;
+    c.bytes_read /= scale;
+    c.bytes_write /= scale;
+    eff = d->max_efficiency > 0 ? d->max_efficiency : 1.0;
+    if (is_gemm(o->kind) && d->half_flops > 0)
+        eff *= c.flops / (c.flops + d->half_flops);
+    tc = c.flops > 0 ? c.flops / (peak * eff) : 0;
+    tm = 0;
+    if (c.bytes_read + c.bytes_write > 0) {
+        double ew = d->elementwise_efficiency > 0 ? d->elementwise_efficiency : 1.0;
+        if (!(d->memory_bandwidth > 0))
+            return di_error_set(s->err, DI_ECOST, "device %d (%s) has no memory bandwidth", dev,
+                                d->kind);
+        tm = (c.bytes_read + c.bytes_write) / (d->memory_bandwidth * ew);
+    }
+    *t = (tc > tm ? tc : tm) + d->launch_overhead;
+    *flops = c.flops;
+    return 0;
+}
+
+/* Do ops a and b have the same signature: kind, operand and result types, attributes? */
+static int
+same_signature(const ir_module *m, ir_id a, ir_id b)
+{
+    const ir_op *x = &m->ops[a], *y = &m->ops[b];
+    if (x->kind != y->kind || x->ninput != y->ninput || x->noutput != y->noutput ||
+        x->nattr != y->nattr || x->opaque != y->opaque)
+        return 0;
+    for (uint32_t i = 0; i < x->ninput; i++)
+        if (m->values[m->refs[x->inputs + i]].type != m->values[m->refs[y->inputs + i]].type)
+            return 0;
+    for (uint32_t i = 0; i < x->noutput; i++)
+        if (m->values[x->outputs + i].type != m->values[y->outputs + i].type)
+            return 0;
+    for (uint32_t i = 0; i < x->nattr; i++) {
+        const ir_attr *p = &m->attrs[x->attrs + i], *q = &m->attrs[y->attrs + i];
+        if (p->key != q->key || p->kind != q->kind || p->n != q->n || p->i != q->i ||
+            memcmp(&p->f, &q->f, sizeof p->f) != 0 || p->s != q->s)
+            return 0;
+        if (p->n && p->off != q->off) {
+            const void *u, *v;
+            size_t size;
+            if (p->kind == IR_ATTR_INTS) {
+                u = m->ints + p->off, v = m->ints + q->off, size = p->n * sizeof(int64_t);
+            } else if (p->kind == IR_ATTR_FLOATS) {
+                u = m->floats + p->off, v = m->floats + q->off, size = p->n * sizeof(double);
+            } else {
+                u = m->data + p->off, v = m->data + q->off, size = p->n;
+            }
+            if (memcmp(u, v, size) != 0)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+
+static double dtensor_scale(const sim *s, ir_id op);
+
+static uint64_t
+signature_hash(const ir_module *m, ir_id op)
+{
+    const ir_op *o = &m->ops[op];
+    uint64_t h = mix64((uint64_t)o->kind << 32 | o->nattr, (uint64_t)o->ninput << 32 | o->noutput);
+    for (uint32_t i = 0; i < o->ninput; i++)
+        h = mix64(h, m->values[m->refs[o->inputs + i]].type);
+    for (uint32_t i = 0; i < o->noutput; i++)
+        h = mix64(h, m->values[o->outputs + i].type);
+    for (uint32_t i = 0; i < o->nattr; i++) {
+        const ir_attr *a = &m->attrs[o->attrs + i];
+        h = mix64(h, (uint64_t)a->key << 32 ^ (uint64_t)a->i ^ a->s);
+    }
+    return h;
+}
+
+/*
+ * compute_time with memos (homogeneous hardware, where an op's cost depends
+ * on the op alone): an op inside a pmap body or a called function runs once
+ * per instance and per call, so it is priced once per op; top-level ops are
+ * priced once per signature (kind, types, attributes: repeated layers cost
+ * the same), in a table of representative ops compared exactly.
+ */
+int
+sim_cost_op(sim *s, ir_id op, int32_t dev, double *t, double *flops)
+{
+    int rc;
+    if (s->hw->noverride)
+        return compute_time(s, op, dev, dtensor_scale(s, op), t, flops);
+    if (s->m->ops[op].region == s->entry) {
+        uint32_t mask, h;
+        if ((s->nsig + 1) * 2 > s->csig) {
+            /* Grow (and rehash) the signature table. */
+            uint32_t old = s->csig;
+            sim_sig *tab = s->sigs;
+            s->csig = old ? 2 * old : 1024;
+            s->sigs = di_xcalloc(s->csig, sizeof *s->sigs);
+            for (uint32_t i = 0; i < old; i++)
+                if (tab[i].op) {
+                    uint32_t j = (uint32_t)tab[i].hash & (s->csig - 1);
+                    while (s->sigs[j].op)
+                        j = (j + 1) & (s->csig - 1);
+                    s->sigs[j] = tab[i];
+                }
+            free(tab);
+        }
+        uint64_t hash = signature_hash(s->m, op);
+        mask = s->csig - 1;
+        for (h = (uint32_t)hash & mask; s->sigs[h].op; h = (h + 1) & mask)
+            if (s->sigs[h].hash == hash && same_signature(s->m, s->sigs[h].op, op)) {
+                *t = s->sigs[h].t;
+                *flops = s->sigs[h].flops;
+                return 0;
+            }
+        if ((rc = compute_time(s, op, dev, dtensor_scale(s, op), t, flops)) != 0)
+            return rc;
+        s->sigs[h].op = op;
+        s->sigs[h].hash = hash;
+        s->sigs[h].t = *t;
+        s->sigs[h].flops = *flops;
+        s->nsig++;
+        return 0;
+    }
+    if (s->memo == NULL) {
+        s->memo = di_big_xalloc(2 * s->m->nop * sizeof *s->memo);
+        for (uint32_t i = 0; i < 2 * s->m->nop; i++)
+            s->memo[i] = -1;
+    }
+    if (s->memo[2 * op] >= 0) {
+        *t = s->memo[2 * op];
+        *flops = s->memo[2 * op + 1];
+        return 0;
+    }
+    if ((rc = compute_time(s, op, dev, dtensor_scale(s, op), t, flops)) != 0)
+        return rc;
+    s->memo[2 * op] = *t;
+    s->memo[2 * op + 1] = *flops;
+    return 0;
+}
+
+void
+sim_group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g)
+{
+    const hw_model *hw = s->hw;
+    g->n = n;
+    g->nodes = 0;
+    g->per_node = 0;
+    g->intra = hw->intra_node;
+    g->inter = hw->inter_node;
+    /* Devices are few per group; count nodes with a small quadratic scan over distinct nodes. */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t node = hw_node_of(hw, (uint32_t)devs[i]), cnt = 0;
+        int seen = 0;
+        for (uint32_t j = 0; j < i; j++)
+            if (hw_node_of(hw, (uint32_t)devs[j]) == node) {
+                seen = 1;
+                break;
+            }
+        if (seen)
+            continue;
+        g->nodes++;
+        for (uint32_t j = i; j < n; j++)
+            if (hw_node_of(hw, (uint32_t)devs[j]) == node)
+                cnt++;
+        if (cnt > g->per_node)
+            g->per_node = cnt;
+    }
+    if (hw->devices_per_node <= 1) {
+        /* One device per node (distir-classic): every link is the inter-node one. */
+        g->intra = hw->inter_node;
+    }
+}
+
+/* Ring costs. steps and the traffic factor depend on the collective. */
+static double
+ring_time(double bytes_factor, double bytes, uint32_t steps, const hw_link *l, double step_lat)
+{
+    return bytes_factor * bytes / l->bandwidth + steps * (l->latency + step_lat);
+}
+
+static double
+log2ceil(uint32_t n)
+{
+    double r = 0;
+    uint32_t p = 1;
+    while (p < n) {
+        p *= 2;
+        r += 1;
+    }
+    return r;
+}
+
+/*
+ * Time of a collective of `kind` over group g with payload `bytes` (per
+ * participant, as ir_cost.bytes_comm). alpha = link latency + the preset's
+ * per-step latency. Formulas (n devices, S bytes, B bandwidth):
+ *   all_reduce ring: 2(n-1)/n S/B + 2(n-1) alpha
+ *   all_reduce tree: 2 S/B + 2 ceil(log2 n) alpha
+ *   all_gather, reduce_scatter, all_to_all ring: (n-1)/n S/B + (n-1) alpha
+ *   broadcast (pipelined ring): S/B + (n-1) alpha; scatter/gather: (n-1)/n S/B + (n-1) alpha
+ *   hierarchical (spanning nodes, g per node, N nodes): intra reduce-scatter,
+ *   inter-node ring on S/g, intra all-gather (all_reduce); the analogous
+ *   split for the others.
+ */
+double
+sim_collective_time(const sim *s, int kind, const group_info *g, double bytes)
+{
+    const hw_model *hw = s->hw;
+    double sl = hw->collective_step_latency;
+    uint32_t n = g->n;
+    int spans = g->nodes > 1;
+    const hw_link *flat = spans ? &g->inter : &g->intra;
+    double ring, tree, hier = INFINITY, t;
+    double table;
+
+    if (n <= 1)
+        return 0;
+    table = hw_table_time(hw, kind, n, spans, bytes);
+    if (table >= 0)
+        return table;
+
+    switch (kind) {
+    case IR_OP_ALLREDUCE:
+        ring = ring_time(2.0 * (n - 1) / n, bytes, 2 * (n - 1), flat, sl);
+        tree = 2.0 * bytes / flat->bandwidth + 2 * log2ceil(n) * (flat->latency + sl);
+        if (spans && g->per_node > 1) {
+            uint32_t gp = g->per_node, N = g->nodes;
+            hier = ring_time((double)(gp - 1) / gp, bytes, gp - 1, &g->intra, sl) +
+                   ring_time(2.0 * (N - 1) / N, bytes / gp, 2 * (N - 1), &g->inter, sl) +
+                   ring_time((double)(gp - 1) / gp, bytes, gp - 1, &g->intra, sl);
+        }
+        break;
+    case IR_OP_ALLGATHER:
+    case IR_OP_REDUCESCATTER:
+    case IR_OP_ALLTOALL:
+    case IR_OP_SCATTER:
+    case IR_OP_GATHERTO:
+        ring = ring_time((double)(n - 1) / n, bytes, n - 1, flat, sl);
+        tree = ring;
+        if (spans && g->per_node > 1 && kind != IR_OP_ALLTOALL) {
+            uint32_t gp = g->per_node, N = g->nodes;
+            hier = ring_time((double)(gp - 1) / gp, bytes / N, gp - 1, &g->intra, sl) +
+                   ring_time((double)(N - 1) / N, bytes, N - 1, &g->inter, sl);
+        }
+        break;
+    case IR_OP_BROADCAST:
+        ring = bytes / flat->bandwidth + (n - 1) * (flat->latency + sl);
+        tree = log2ceil(n) * (bytes / flat->bandwidth + flat->latency + sl);
+        break;
+    default:
+        ring = ring_time((double)(n - 1) / n, bytes, n - 1, flat, sl);
+        tree = ring;
+    }
+    switch (hw->algorithm) {
+    case HW_ALGO_RING:
+    case HW_ALGO_SLOWEST_LINK:
+        t = ring;
+        break;
+    case HW_ALGO_TREE:
+        t = tree;
+        break;
+    case HW_ALGO_HIERARCHICAL:
+        t = spans && isfinite(hier) ? hier : ring;
+        break;
+    default:
+        t = ring;
+        if (tree < t)
+            t = tree;
+        if (hier < t)
+            t = hier;
+    }
+    return t;
+}
+
+/* Product of mesh axis sizes along which a dtensor op's work is divided. */
+static double
+dtensor_scale(const sim *s, ir_id op)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    ir_id mesh = 0;
+    double scale = 1;
+    uint32_t rank;
+    if (m->nmesh <= 1)
+        return 1; /* no meshes, no distributed tensors */
+    for (uint32_t i = 0; i < o->ninput + o->noutput && !mesh; i++) {
+        ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
+        mesh = m->types[m->values[v].type].mesh;
+    }
+    if (!mesh)
+        return 1;
+    rank = m->meshes[mesh].rank;
+    for (uint32_t a = 0; a < rank; a++) {
+        int divided = 0;
+        for (uint32_t i = 0; i < o->ninput + o->noutput; i++) {
+            ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
+            const ir_type *t = &m->types[m->values[v].type];
+            if (t->mesh == mesh && m->ints[t->placements + a] != IR_PLACE_R)
+                divided = 1;
+        }
+        if (divided)
+            scale *= (double)m->ints[m->meshes[mesh].shape + a];
+    }
+    return scale;
+}
+
+double
+sim_op_time(const ir_module *m, ir_id op, const hw_model *hw, uint32_t device)
+{
+    sim s;
+    di_error err;
+    double t, flops;
+    uint32_t flags;
+    if (op == 0 || op >= m->nop || m->ops[op].kind == IR_OP_NONE || m->ops[op].kind >= IR_NOPKIND)
+        return -1;
+    flags = ir_opkind_info(m->ops[op].kind)->flags;
+    if ((flags & (IR_OPF_COMM | IR_OPF_FREE | IR_OPF_REGION | IR_OPF_TERM)) ||
+        device >= hw->ndevice)
+        return 0;
+    memset(&s, 0, sizeof s);
+    s.m = m;
+    s.hw = hw;
+    s.err = &err;
+    if (compute_time(&s, op, (int32_t)device, dtensor_scale(&s, op), &t, &flops) != 0)
+        return -1;
+    return t;
+}

@@ -1,0 +1,583 @@
+/*
+ * memory.c: where values live and what they cost in memory. Each type has
+ * its locations (a device, or the pmap instance's device, and the bytes
+ * there); each value gets instances, one per location and pmap instance,
+ * whose storage an alias shares; each value has a memory class (weights,
+ * gradients, optimizer state, activations, communication buffers, ...).
+ * After the walk, every owning instance becomes an allocation and a free
+ * event on its device; the events are sorted (almost in order already:
+ * an insertion pass plus a radix sort) and scanned into the peak, its
+ * composition and the live-memory timeline.
+ */
+#include "sim/sim_int.h"
+
+#include <stdlib.h>
+
+/* ---- type locations ---- */
+
+int
+sim_dev_check(sim *s, int64_t dev)
+{
+    if (dev < 0 || dev >= (int64_t)s->ndev)
+        return di_error_set(s->err, DI_EINVAL,
+                            "the module uses device %lld but hardware '%s' has %u devices "
+                            "(0..%u)",
+                            (long long)dev, s->hw->name, s->ndev, s->ndev - 1);
+    return 0;
+}
+
+/* Local bytes of a distributed tensor on one mesh device (splits divide dims). */
+static uint64_t
+dtensor_local_bytes(const ir_module *m, const ir_type *t)
+{
+    const ir_mesh *mesh = &m->meshes[t->mesh];
+    int64_t dims[IR_MAX_RANK];
+    uint64_t n = 1;
+    memcpy(dims, m->ints + t->dims, t->rank * sizeof *dims);
+    for (uint32_t a = 0; a < mesh->rank; a++) {
+        int64_t p = m->ints[t->placements + a];
+        if (IR_PLACE_IS_SPLIT(p) && p < t->rank && m->ints[mesh->shape + a] > 0)
+            dims[p] /= m->ints[mesh->shape + a];
+    }
+    for (uint32_t i = 0; i < t->rank; i++)
+        if (di_mul_u64(n, (uint64_t)dims[i], &n) != 0)
+            return UINT64_MAX;
+    if (di_mul_u64(n, ir_dtype_size((ir_dtype)t->dtype), &n) != 0)
+        return UINT64_MAX;
+    return n;
+}
+
+static int
+tloc_add(sim *s, ir_id type)
+{
+    const ir_module *m = s->m;
+    const ir_type *t = &m->types[type];
+    if (t->kind == IR_TYPE_TUPLE) {
+        for (uint32_t i = 0; i < t->nelem; i++) {
+            int rc = tloc_add(s, m->refs[t->elems + i]);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    if (t->mesh) {
+        const ir_mesh *mesh = &m->meshes[t->mesh];
+        uint64_t b = dtensor_local_bytes(m, t);
+        DI_GROW(&s->tlocs, &s->ctloc, s->ntloc + mesh->ndevice);
+        for (uint32_t i = 0; i < mesh->ndevice; i++) {
+            int64_t d = m->ints[mesh->devices + i];
+            int rc = sim_dev_check(s, d);
+            if (rc)
+                return rc;
+            s->tlocs[s->ntloc].dev = (int32_t)d;
+            s->tlocs[s->ntloc].bytes = b;
+            s->ntloc++;
+        }
+        return 0;
+    }
+    DI_GROW(&s->tlocs, &s->ctloc, s->ntloc + 1);
+    if (t->devvar || t->device < 0) {
+        /*
+         * The pmap instance's device; a tensor placed nowhere (a constant
+         * scalar) lives where it is used: on the instance's device inside a
+         * body, on device 0 at top level (a sequential module).
+         */
+        s->tlocs[s->ntloc].dev = LOC_DEVVAR;
+    } else {
+        int rc = sim_dev_check(s, t->device);
+        if (rc)
+            return rc;
+        s->tlocs[s->ntloc].dev = t->device;
+    }
+    s->tlocs[s->ntloc].bytes = ir_type_bytes(m, type);
+    s->ntloc++;
+    return 0;
+}
+
+/* The locations of a type (computed once per type). */
+int
+sim_type_locs(sim *s, ir_id type, const tloc **out, uint32_t *n)
+{
+    if (s->tloc_off[type] == UINT32_MAX) {
+        uint32_t start = s->ntloc;
+        int rc = tloc_add(s, type);
+        if (rc)
+            return rc;
+        s->tloc_off[type] = start;
+        s->tloc_n[type] = s->ntloc - start;
+    }
+    *out = s->tlocs + s->tloc_off[type];
+    *n = s->tloc_n[type];
+    return 0;
+}
+
+/* ---- instances ---- */
+
+/* Room for `need` instances. */
+void
+sim_inst_reserve(sim *s, size_t need)
+{
+    size_t cap = s->cinst ? s->cinst : 1024;
+    if (need <= s->cinst)
+        return;
+    while (cap < need)
+        cap *= 2;
+    if (cap > UINT32_MAX)
+        di_oom();
+    s->inst = di_big_xrealloc(s->inst, s->cinst * sizeof *s->inst, cap * sizeof *s->inst);
+    s->cinst = (uint32_t)cap;
+}
+
+uint32_t
+sim_inst_new(sim *s, uint32_t count)
+{
+    uint32_t first = s->ninst;
+    sim_inst_reserve(s, (size_t)s->ninst + count);
+    memset(s->inst + first, 0, count * sizeof *s->inst);
+    for (uint32_t i = 0; i < count; i++)
+        s->inst[first + i].owner = first + i;
+    s->ninst += count;
+    return first;
+}
+
+/*
+ * Creates the instances of value v for a context of `rep` pmap instances on
+ * devices devs[0..rep) (devs NULL at top level). Instances are laid out
+ * [k][location]. They are allocations owned by themselves until aliased.
+ */
+int
+sim_value_instances(sim *s, ir_id v, uint32_t rep, const int32_t *devs)
+{
+    const tloc *locs;
+    uint32_t n, first;
+    int rc = sim_type_locs(s, s->m->values[v].type, &locs, &n);
+    if (rc)
+        return rc;
+    /* sim_type_locs may have grown tlocs: locs stays valid until the next call. */
+    first = sim_inst_new(s, rep * n);
+    s->vbase[v] = first;
+    s->vrep[v] = rep;
+    s->vuni[v] = 0;
+    for (uint32_t k = 0; k < rep; k++)
+        for (uint32_t j = 0; j < n; j++) {
+            sim_inst *in = &s->inst[first + k * n + j];
+            int32_t d = locs[j].dev;
+            if (d == LOC_DEVVAR)
+                d = devs ? devs[k] : 0;
+            in->dev = d;
+            in->loc = (uint32_t)(locs - s->tlocs) + j;
+            in->cls = s->vclass[v];
+        }
+    return 0;
+}
+
+/* Gives value v one instance for all its locations (see vidx); returns its index. */
+int
+sim_value_uniform(sim *s, ir_id v, uint32_t *idx)
+{
+    const tloc *locs;
+    uint32_t n;
+    int rc = sim_type_locs(s, s->m->values[v].type, &locs, &n);
+    if (rc)
+        return rc;
+    *idx = sim_inst_new(s, 1);
+    s->vbase[v] = *idx;
+    s->vrep[v] = 1;
+    s->vuni[v] = VF_UNI;
+    s->inst[*idx].dev = n ? locs[0].dev : 0;
+    s->inst[*idx].loc = n ? (uint32_t)(locs - s->tlocs) : 0;
+    s->inst[*idx].cls = s->vclass[v];
+    return 0;
+}
+
+/* ---- memory classes ---- */
+
+/* The value a view/plumbing/communication value comes from (0 if none). */
+static void
+mark_chain(sim *s, ir_id v, uint8_t cls, uint32_t depth)
+{
+    const ir_module *m = s->m;
+    while (v && depth++ < 1u << 20) {
+        const ir_value *val = &m->values[v];
+        if (s->vclass[v] == cls)
+            return;
+        if (s->vclass[v] != SIM_MEM_ACTIVATIONS && s->vclass[v] != SIM_MEM_COMM)
+            return; /* already classified otherwise: keep the first */
+        s->vclass[v] = cls;
+        if (val->def == 0) {
+            /* A pmap body argument comes from the pmap's input. */
+            const ir_region *r = &m->regions[val->region];
+            if (r->parent == 0)
+                return;
+            if (val->index >= m->ops[r->parent].ninput)
+                return;
+            v = m->refs[m->ops[r->parent].inputs + val->index];
+            continue;
+        }
+        const ir_op *o = &m->ops[val->def];
+        const ir_opinfo *info = ir_opkind_info(o->kind);
+        if (o->kind == IR_OP_PMAP) {
+            const ir_region *b = &m->regions[o->body];
+            if (val->index < b->nresult)
+                v = b->results[val->index];
+            else
+                return;
+        } else if (o->kind == IR_OP_TUPLE || o->kind == IR_OP_SPLIT || o->kind == IR_OP_CONCAT) {
+            /* Every element; a gradient bucket is split from, or concatenated of, gradients. */
+            for (uint32_t i = 1; i < o->ninput; i++)
+                mark_chain(s, m->refs[o->inputs + i], cls, depth);
+            v = o->ninput ? m->refs[o->inputs] : 0;
+        } else if ((info->flags & (IR_OPF_COMM | IR_OPF_FREE)) && o->ninput) {
+            v = m->refs[o->inputs];
+        } else if (info->flags & IR_OPF_OPTIM) {
+            v = val->index < o->ninput ? m->refs[o->inputs + (val->index ? val->index + 1 : 0)]
+                                       : 0;
+        } else {
+            return;
+        }
+    }
+}
+
+void
+sim_classify(sim *s)
+{
+    const ir_module *m = s->m;
+    /* Results of communication ops are communication buffers, everything else activations. */
+    memset(s->vclass, SIM_MEM_ACTIVATIONS, m->nvalue);
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        if (o->kind < IR_NOPKIND && (ir_opkind_info(o->kind)->flags & IR_OPF_COMM))
+            memset(s->vclass + o->outputs, SIM_MEM_COMM, o->noutput);
+    }
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        if (!(ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM))
+            continue;
+        /* SGD(w, dw) and Adam(w, dw, m, v): w weights, dw gradients, m and v state. */
+        if (o->ninput > 0)
+            mark_chain(s, m->refs[o->inputs], SIM_MEM_WEIGHTS, 0);
+        if (o->ninput > 1)
+            mark_chain(s, m->refs[o->inputs + 1], SIM_MEM_GRADIENTS, 0);
+        for (uint32_t i = 2; i < o->ninput; i++)
+            mark_chain(s, m->refs[o->inputs + i], SIM_MEM_OPTIMIZER, 0);
+        for (uint32_t i = 0; i < o->noutput; i++)
+            s->vclass[o->outputs + i] = i == 0 ? SIM_MEM_WEIGHTS : SIM_MEM_OPTIMIZER;
+    }
+    /* An explicit "dist.mem" annotation (e.g. "stashed" on a weight copy) wins. */
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        const char *cls;
+        if (o->nattr == 0 || (cls = ir_op_string(m, op, "dist.mem", NULL)) == NULL)
+            continue;
+        for (int c = 0; c < SIM_NMEMCLASS; c++) {
+            const char *name = sim_memclass_name(c);
+            size_t n = strlen(cls);
+            /* The full name or its first word ("stashed", "optimizer", "communication"). */
+            if (strcmp(cls, name) == 0 || (strncmp(cls, name, n) == 0 && name[n] == '_'))
+                for (uint32_t i = 0; i < o->noutput; i++)
+                    s->vclass[o->outputs + i] = (uint8_t)c;
+        }
+    }
+}
+
+static uint64_t
+time_key(double t, int is_alloc)
+{
+    uint64_t bits;
+    t += 0.0; /* no negative zero */
+    memcpy(&bits, &t, sizeof bits);
+    return bits << 1 | (uint64_t)(is_alloc != 0);
+}
+
+/*
+ * Stable LSD radix sort of n events by key, 16 bits per pass (8 for short
+ * segments, where clearing 65536 counters would dominate); passes whose
+ * digit is the same for every event are skipped (times share their high
+ * bits), and an already sorted segment is left alone. tmp has room for n
+ * events; count has room for 65536 counters.
+ */
+static void
+radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n)
+{
+    const int BITS = n >= (1u << 17) ? 16 : 8;
+    const uint32_t NB = 1u << BITS;
+    memev *src = v, *dst = tmp;
+    uint64_t diff = 0;
+    int sorted = 1;
+    for (uint32_t i = 1; i < n; i++) {
+        diff |= v[i].key ^ v[0].key;
+        if (v[i].key < v[i - 1].key)
+            sorted = 0;
+    }
+    if (sorted)
+        return;
+    for (int shift = 0; shift < 64; shift += BITS) {
+        uint32_t sum = 0;
+        if (((diff >> shift) & (NB - 1)) == 0)
+            continue; /* every event has the same digit here */
+        memset(count, 0, NB * sizeof *count);
+        for (uint32_t i = 0; i < n; i++)
+            count[(src[i].key >> shift) & (NB - 1)]++;
+        for (uint32_t d = 0; d < NB; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            dst[count[(src[i].key >> shift) & (NB - 1)]++] = src[i];
+        memev *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != v)
+        memcpy(v, src, n * sizeof *v);
+}
+
+/*
+ * Sorts n events by key, using that they come almost in time order (streams
+ * run in order; a free follows its value's last use): one pass keeps a
+ * sorted subsequence in place and moves the out-of-order events (a value
+ * that lives long, a late consumer) aside, popping up to 16 kept events
+ * when they, not the new one, are the exceptions; the few set aside are
+ * radix-sorted and merged back from the end. When too many are out of
+ * order it radix-sorts everything. Events with equal keys happen at the
+ * same instant and sim_device_memory settles an instant before looking at it,
+ * so their order does not matter (it is deterministic all the same).
+ * tmp has room for n events.
+ */
+static void
+sort_events(memev *v, memev *tmp, uint32_t *count, uint32_t n)
+{
+    enum { POP_MAX = 16 };
+    uint32_t keep = 0, nout = 0, i, j, w;
+    for (i = 1; i < n && v[i].key >= v[i - 1].key; i++)
+        ;
+    if (i >= n)
+        return; /* already sorted */
+    for (i = 0; i < n; i++) {
+        memev e = v[i];
+        uint32_t p = 0;
+        if (keep == 0 || e.key >= v[keep - 1].key) {
+            v[keep++] = e;
+            continue;
+        }
+        while (p < POP_MAX && p < keep && v[keep - 1 - p].key > e.key)
+            p++;
+        if (p < keep && v[keep - 1 - p].key > e.key) {
+            tmp[nout++] = e; /* later than POP_MAX kept events: e is the exception */
+            continue;
+        }
+        for (uint32_t q = 0; q < p; q++)
+            tmp[nout++] = v[keep - 1 - q];
+        keep -= p;
+        v[keep++] = e;
+    }
+    if (nout > n / 4) {
+        memcpy(v + keep, tmp, nout * sizeof *v);
+        radix_sort(v, tmp, count, n);
+        return;
+    }
+    radix_sort(tmp, tmp + nout, count, nout);
+    /* Merge from the end: v[0..keep) and tmp[0..nout) into v[0..n). */
+    i = keep;
+    j = nout;
+    w = n;
+    while (j > 0) {
+        if (i > 0 && v[i - 1].key > tmp[j - 1].key)
+            v[--w] = v[--i];
+        else
+            v[--w] = tmp[--j];
+    }
+}
+
+void
+sim_sort_keys(uint64_t *keys, uint32_t n)
+{
+    memev *v = di_xmalloc((n ? n : 1) * sizeof *v), *tmp = di_xmalloc((n ? n : 1) * sizeof *tmp);
+    uint32_t *count = di_xmalloc(65536 * sizeof *count);
+    for (uint32_t i = 0; i < n; i++) {
+        v[i].key = keys[i];
+        v[i].val = i;
+    }
+    sort_events(v, tmp, count, n);
+    for (uint32_t i = 0; i < n; i++)
+        keys[i] = v[i].key;
+    free(count);
+    free(tmp);
+    free(v);
+}
+
+/*
+ * Builds every device's memory events from the instances: an owner is
+ * allocated when its producer starts and freed when the last consumer of
+ * any of its aliases ends (never, if it or an alias is persistent).
+ */
+void
+sim_build_memory(sim *s, double step)
+{
+    uint32_t total = 0, most = 0, *count;
+    memev *tmp;
+    /*
+     * Propagate last use and persistence from aliases to owners, and count
+     * each device's allocations (owners with bytes); it has at most as many
+     * frees (persistence is only final after this pass).
+     */
+    for (uint32_t i = 1; i < s->ninst; i++) {
+        sim_inst *in = &s->inst[i];
+        if (in->owner != i) {
+            sim_inst *ow = &s->inst[in->owner];
+            if (in->last_use > ow->last_use)
+                ow->last_use = in->last_use;
+            ow->flags |= in->flags & INST_PERSISTENT;
+        } else if (s->tlocs[in->loc].bytes) {
+            s->devs[in->dev].nalloc++;
+        }
+    }
+    /*
+     * Per device, the allocations (in instance order, which is almost time
+     * order: streams run in order) and then the frees. Each part is sorted
+     * on its own (radix_sort skips a sorted one) and sim_device_memory merges
+     * them: frees sort before allocations at the same instant, so the merge
+     * gives exactly the order of sorting all events together.
+     */
+    for (uint32_t d = 0; d < s->ndev; d++) {
+        s->devs[d].evoff = total;
+        total += 2 * s->devs[d].nalloc;
+        if (s->devs[d].nalloc > most)
+            most = s->devs[d].nalloc;
+        s->devs[d].nev = s->devs[d].nalloc; /* the next free's slot */
+        s->devs[d].nalloc = 0;              /* the next allocation's slot */
+    }
+    if (total > s->cev) {
+        di_big_free(s->ev, s->cev * sizeof *s->ev);
+        s->cev = total;
+        s->ev = di_big_xalloc(s->cev * sizeof *s->ev);
+    }
+    for (uint32_t i = 1; i < s->ninst; i++) {
+        sim_inst *in = &s->inst[i];
+        sim_dev *d;
+        uint64_t bytes;
+        if (in->owner != i || (bytes = s->tlocs[in->loc].bytes) == 0)
+            continue;
+        d = &s->devs[in->dev];
+        s->ev[d->evoff + d->nalloc].key = time_key(in->alloc, 1);
+        s->ev[d->evoff + d->nalloc++].val = bytes << 3 | in->cls;
+        if (!(in->flags & INST_PERSISTENT)) {
+            double t = in->last_use > in->ready ? in->last_use : in->ready;
+            s->ev[d->evoff + d->nev].key = time_key(t > step ? step : t, 0);
+            s->ev[d->evoff + d->nev++].val = bytes << 3 | in->cls;
+        }
+    }
+    if (most > s->ctmp) {
+        di_big_free(s->tmp, s->ctmp * sizeof *s->tmp);
+        s->ctmp = most;
+        s->tmp = di_big_xalloc(s->ctmp * sizeof *s->tmp);
+    }
+    if (s->count == NULL)
+        s->count = di_xmalloc(65536 * sizeof *s->count);
+    tmp = s->tmp;
+    count = s->count;
+    for (uint32_t d = 0; d < s->ndev; d++) {
+        sim_dev *dv = &s->devs[d];
+        sort_events(s->ev + dv->evoff, tmp, count, dv->nalloc);
+        sort_events(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc);
+    }
+}
+
+static double
+key_time(uint64_t key)
+{
+    double t;
+    uint64_t bits = key >> 1;
+    memcpy(&t, &bits, sizeof t);
+    return t;
+}
+
+/*
+ * Scans a device's sorted events: the peak, its time and composition, and
+ * the timeline. With a point limit the timeline keeps, per bucket of
+ * consecutive instants, the highest point, and always the final state (the
+ * resident set); the buckets are sized in a first counting pass so that the
+ * full timeline is never materialized.
+ */
+void
+sim_device_memory(sim *s, int32_t dev, sim_device_result *r)
+{
+    sim_dev *d = &s->devs[dev];
+    const memev *al = s->ev + d->evoff, *fr = al + d->nalloc;
+    const memev *alend = fr, *frend = al + d->nev;
+    int64_t live = 0, cls[SIM_NMEMCLASS] = {0};
+    uint32_t ninstant = 0, npoint = 0, per = 1, inbucket = 0, maxp;
+    sim_mempoint *pts = NULL, best;
+    int have_best = 0;
+    uint64_t last = 0;
+    r->peak_memory_bytes = 0;
+    r->peak_time_s = 0;
+    /* Distinct instants: a merge of the two sorted parts by time. */
+    {
+        const memev *a = al, *f = fr;
+        int first = 1;
+        while (a < alend || f < frend) {
+            const memev *e = (f < frend && (a >= alend || f->key < a->key)) ? f++ : a++;
+            if (first || (e->key >> 1) != last)
+                ninstant++;
+            last = e->key >> 1;
+            first = 0;
+        }
+    }
+    maxp = s->opt->timeline_max_points;
+    if (s->opt->want_timeline) {
+        if (maxp && ninstant > maxp)
+            per = (ninstant + maxp - 1) / maxp;
+        pts = di_xmalloc(((ninstant + per - 1) / per + 2) * sizeof *pts);
+    }
+    memset(&best, 0, sizeof best);
+    while (al < alend || fr < frend) {
+        const memev *e = (fr < frend && (al >= alend || fr->key < al->key)) ? fr++ : al++;
+        const memev *next = (fr < frend && (al >= alend || fr->key < al->key)) ? fr
+                            : al < alend                                        ? al
+                                                                                : NULL;
+        uint64_t bytes = e->val >> 3;
+        int c = (int)(e->val & 7);
+        int64_t delta = (e->key & 1) ? (int64_t)bytes : -(int64_t)bytes;
+        live += delta;
+        cls[c] += delta;
+        if (next && (next->key >> 1) == (e->key >> 1))
+            continue; /* settle every event of one instant first */
+        if (live > (int64_t)r->peak_memory_bytes) {
+            r->peak_memory_bytes = (uint64_t)live;
+            r->peak_time_s = key_time(e->key);
+            for (int k = 0; k < SIM_NMEMCLASS; k++)
+                r->peak_by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
+        }
+        if (pts) {
+            uint64_t b = live > 0 ? (uint64_t)live : 0;
+            if (!have_best || b > best.bytes) {
+                best.time = key_time(e->key);
+                best.bytes = b;
+                for (int k = 0; k < SIM_NMEMCLASS; k++)
+                    best.by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
+                have_best = 1;
+            }
+            if (++inbucket == per || next == NULL) {
+                pts[npoint++] = best;
+                inbucket = 0;
+                have_best = 0;
+            }
+        }
+        last = e->key;
+    }
+    if (pts && npoint && d->nev) {
+        /* The last point is the final state. */
+        sim_mempoint *lp = &pts[npoint - 1];
+        lp->time = key_time(last);
+        lp->bytes = live > 0 ? (uint64_t)live : 0;
+        for (int k = 0; k < SIM_NMEMCLASS; k++)
+            lp->by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
+    }
+    r->timeline = pts;
+    r->ntimeline = npoint;
+    r->capacity_bytes = (uint64_t)hw_device_spec(s->hw, (uint32_t)dev)->memory_bytes;
+    r->oom = r->capacity_bytes && r->peak_memory_bytes > r->capacity_bytes;
+    r->oom_by_bytes = r->oom ? r->peak_memory_bytes - r->capacity_bytes : 0;
+}

@@ -1,0 +1,1006 @@
+/*
+ * sched.c: the simulator's walk. Ops run in program order on their
+ * devices' streams (compute, send, receive, collective); transfers and
+ * collectives also take the links they cross, a link's busy intervals kept
+ * sorted so that a later transfer may fill an earlier gap. Free ops (views,
+ * plumbing) alias their source's instances; sends and collectives form
+ * their groups (mesh groups are found once per op and device); a pmap runs
+ * its body once per instance, or once for all of them when its devices are
+ * symmetric (see pmap_symmetric). Every op's times depend only on earlier
+ * ones: results are deterministic.
+ */
+#include "sim/sim_int.h"
+
+#include <stdlib.h>
+
+static void
+ivec_push(ivec *v, double start, double end)
+{
+    if (end <= start)
+        return;
+    if (v->n && v->v[v->n - 1].end >= start && v->v[v->n - 1].start <= start) {
+        /* Merge with the previous interval (streams are in order). */
+        if (end > v->v[v->n - 1].end)
+            v->v[v->n - 1].end = end;
+        return;
+    }
+    DI_GROW(&v->v, &v->cap, v->n + 1);
+    v->v[v->n].start = start;
+    v->v[v->n].end = end;
+    v->n++;
+}
+
+/*
+ * Links. Streams give issue order (each runs its work in program order);
+ * links give contention: a transfer or collective holds the link level it
+ * crosses (intra- or inter-node) on every device it involves, for its whole
+ * duration, and takes the earliest time at or after it could start when
+ * those links are idle (a later op may fill an earlier gap, as the network
+ * serves whichever transfer is ready). The intervals of a link are sorted
+ * and disjoint.
+ */
+
+/* Earliest start >= c at which [start, start + t) is idle on l. */
+static double
+link_fit(const ivec *l, double c, double t)
+{
+    uint32_t lo = 0, hi = l->n;
+    if (t <= 0 || hi == 0 || l->v[hi - 1].end <= c)
+        return c; /* the common case: transfers come in time order */
+    /* First interval ending after c. */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (l->v[mid].end <= c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (uint32_t i = lo; i < l->n && l->v[i].start < c + t; i++)
+        if (l->v[i].end > c)
+            c = l->v[i].end;
+    return c;
+}
+
+/* Marks [a, b) busy on l (it was idle). */
+static void
+link_take(ivec *l, double a, double b)
+{
+    uint32_t i = l->n;
+    if (b <= a)
+        return;
+    while (i > 0 && l->v[i - 1].start > a)
+        i--;
+    if (i > 0 && l->v[i - 1].end >= a) {
+        /* Touches the interval before: extend it (and join the next if it touches too). */
+        if (b > l->v[i - 1].end)
+            l->v[i - 1].end = b;
+        if (i < l->n && l->v[i].start <= l->v[i - 1].end) {
+            l->v[i - 1].end = l->v[i].end > l->v[i - 1].end ? l->v[i].end : l->v[i - 1].end;
+            memmove(l->v + i, l->v + i + 1, (l->n - i - 1) * sizeof *l->v);
+            l->n--;
+        }
+        return;
+    }
+    if (i < l->n && l->v[i].start <= b) {
+        l->v[i].start = a;
+        return;
+    }
+    DI_GROW(&l->v, &l->cap, l->n + 1);
+    memmove(l->v + i + 1, l->v + i, (l->n - i) * sizeof *l->v);
+    l->v[i].start = a;
+    l->v[i].end = b;
+    l->n++;
+}
+
+static int
+cancelled(const sim *s)
+{
+    return s->opt->cancel && atomic_load_explicit(s->opt->cancel, memory_order_relaxed);
+}
+
+/* Makes instance a an alias of b's storage. */
+static void
+inst_alias(sim *s, uint32_t a, uint32_t b)
+{
+    s->inst[a].owner = s->inst[b].owner;
+    s->inst[a].ready = s->inst[b].ready;
+    s->inst[a].dev = s->inst[b].dev;
+}
+
+static void
+inst_use(sim_inst *in, double end)
+{
+    if (end > in->last_use)
+        in->last_use = end;
+}
+
+static void
+inst_produce(sim_inst *in, double start, double end)
+{
+    in->alloc = start;
+    in->ready = end;
+    in->last_use = end;
+}
+
+static void
+record_event(sim *s, ir_id op, int32_t dev, int stream, double start, double end)
+{
+    if (!s->want_events)
+        return;
+    DI_GROW(&s->events, &s->cevent, s->nevent + 1);
+    s->events[s->nevent].op = op;
+    s->events[s->nevent].device = dev;
+    s->events[s->nevent].stream = (uint8_t)stream;
+    s->events[s->nevent].start = start;
+    s->events[s->nevent].end = end;
+    s->nevent++;
+}
+
+static uint64_t
+dbits(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, sizeof b);
+    return b;
+}
+
+/*
+ * Occupies a stream. sym is set when the device is the representative of a
+ * symmetric group running that group's common work; any other use of a
+ * device that stands for others (or is stood for) breaks the symmetry.
+ */
+static void
+occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int sym)
+{
+    sim_dev *d = &s->devs[dev];
+    if (!sym && (d->rep != dev || d->class_n > 1))
+        s->broken = 1;
+    d->hist = mix64(mix64(mix64(d->hist, (uint64_t)op << 2 | (uint64_t)stream), dbits(start)),
+                    dbits(end));
+    if (s->opt->no_overlap) {
+        for (int st = 0; st < NSTREAM; st++)
+            d->free[st] = end;
+    } else {
+        d->free[stream] = end;
+    }
+    ivec_push(&d->busy[stream], start, end);
+    record_event(s, op, dev, stream, start, end);
+}
+
+static double
+stream_free(const sim *s, int32_t dev, int stream)
+{
+    return s->devs[dev].free[stream];
+}
+
+/* ---- ops ---- */
+
+
+/* Creates instances for every result of op in context c. */
+static int
+op_results(sim *s, ir_id op, const ctx *c)
+{
+    const ir_op *o = &s->m->ops[op];
+    for (uint32_t i = 0; i < o->noutput; i++) {
+        int rc = sim_value_instances(s, o->outputs + i, c->rep, c->devs);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Instance of input value v at location j (or the single one) for pmap instance k. */
+static sim_inst *
+input_at(sim *s, ir_id v, uint32_t k, uint32_t j)
+{
+    uint32_t n = vnloc(s, v);
+    uint32_t kk = s->vrep[v] > 1 ? k : 0;
+    if (j >= n)
+        j = n ? n - 1 : 0;
+    return vinst(s, v, kk, j);
+}
+
+/* Free ops: views and plumbing alias their source, cost nothing. */
+static int
+sim_free_op(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    int rc = op_results(s, op, c);
+    if (rc)
+        return rc;
+    for (uint32_t k = 0; k < c->rep; k++) {
+        if (o->kind == IR_OP_TUPLE) {
+            uint32_t j = 0;
+            ir_id out = o->outputs;
+            for (uint32_t i = 0; i < o->ninput; i++) {
+                ir_id in = m->refs[o->inputs + i];
+                for (uint32_t l = 0; l < vnloc(s, in); l++, j++)
+                    inst_alias(s, s->vbase[out] + k * vnloc(s, out) + j,
+                               (uint32_t)(input_at(s, in, k, l) - s->inst));
+            }
+        } else if (o->kind == IR_OP_TUPLEGET) {
+            ir_id in = m->refs[o->inputs], out = o->outputs;
+            const ir_type *tt = &m->types[m->values[in].type];
+            int64_t idx = ir_op_int(m, op, "index", 0);
+            uint32_t j0 = 0;
+            for (int64_t e = 0; e < idx && (uint64_t)e < tt->nelem; e++) {
+                const tloc *locs;
+                uint32_t nl;
+                rc = sim_type_locs(s, m->refs[tt->elems + e], &locs, &nl);
+                if (rc)
+                    return rc;
+                j0 += nl;
+            }
+            for (uint32_t l = 0; l < vnloc(s, out); l++)
+                inst_alias(s, s->vbase[out] + k * vnloc(s, out) + l,
+                           (uint32_t)(input_at(s, in, k, j0 + l) - s->inst));
+        } else if (o->kind == IR_OP_CONSTANT || o->ninput == 0) {
+            for (uint32_t i = 0; i < o->noutput; i++)
+                for (uint32_t l = 0; l < vnloc(s, o->outputs + i); l++) {
+                    sim_inst *in = vinst(s, o->outputs + i, k, l);
+                    in->flags |= INST_PERSISTENT;
+                    in->cls = SIM_MEM_WEIGHTS;
+                }
+        } else {
+            ir_id in = m->refs[o->inputs];
+            for (uint32_t i = 0; i < o->noutput; i++)
+                for (uint32_t l = 0; l < vnloc(s, o->outputs + i); l++)
+                    inst_alias(s, s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + l,
+                               (uint32_t)(input_at(s, in, k, l) - s->inst));
+        }
+    }
+    return 0;
+}
+
+static int
+sim_compute_op(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
+    uint32_t nloc;
+    int rc = op_results(s, op, c);
+    if (rc)
+        return rc;
+    nloc = o->noutput ? vnloc(s, o->outputs) : 1;
+    for (uint32_t k = 0; k < c->rep; k++) {
+        for (uint32_t j = 0; j < nloc; j++) {
+            int32_t dev;
+            double start, t = 0, fl = 0, end;
+            if (o->noutput)
+                dev = vinst(s, o->outputs, k, j)->dev;
+            else if (o->ninput)
+                dev = input_at(s, m->refs[o->inputs], k, j)->dev;
+            else
+                dev = c->devs ? c->devs[k] : 0;
+            start = stream_free(s, dev, STREAM_COMPUTE);
+            for (uint32_t i = 0; i < o->ninput; i++) {
+                sim_inst *in = input_at(s, m->refs[o->inputs + i], k, j);
+                if (in->ready > start)
+                    start = in->ready;
+            }
+            rc = sim_cost_op(s, op, dev, &t, &fl);
+            if (rc)
+                return rc;
+            end = start + t;
+            occupy(s, op, dev, STREAM_COMPUTE, start, end, c->sym > 1);
+            s->devs[dev].flops += fl;
+            s->nops += c->sym;
+            for (uint32_t i = 0; i < o->ninput; i++)
+                inst_use(input_at(s, m->refs[o->inputs + i], k, j), end);
+            for (uint32_t i = 0; i < o->noutput; i++) {
+                uint32_t idx = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + j;
+                if (optim && i < o->ninput) {
+                    /* Optimizer updates run in place: w' is w's storage. */
+                    uint32_t src = (uint32_t)(input_at(s, m->refs[o->inputs + (i ? i + 1 : 0)],
+                                                        k, j) -
+                                              s->inst);
+                    inst_alias(s, idx, src);
+                    s->inst[idx].ready = end;
+                } else {
+                    inst_produce(&s->inst[idx], start, end);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* Group membership of a mesh-form collective: devices sharing coordinates off mesh_axes. */
+static int
+mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint32_t *n)
+{
+    const ir_module *m = s->m;
+    const ir_mesh *ms = &m->meshes[mesh];
+    const int64_t *shape = m->ints + ms->shape, *devices = m->ints + ms->devices;
+    uint32_t naxes, rank = ms->rank;
+    const int64_t *axes = ir_op_ints(m, op, "mesh_axes", &naxes);
+    int64_t coord[IR_MAX_RANK], c2[IR_MAX_RANK];
+    uint32_t pos = UINT32_MAX, cnt = 0;
+    uint8_t inaxes[IR_MAX_RANK] = {0};
+    if (rank > IR_MAX_RANK)
+        return di_error_set(s->err, DI_EINVAL, "mesh rank %u too large", rank);
+    for (uint32_t i = 0; i < ms->ndevice; i++)
+        if (devices[i] == dev) {
+            pos = i;
+            break;
+        }
+    if (pos == UINT32_MAX)
+        return di_error_set(s->err, DI_EINVAL,
+                            "op %u '%s': device %d is not in mesh '%s'", op,
+                            ir_op_name(m, op), dev, ir_str_get(m, ms->name));
+    if (axes == NULL) {
+        /* No mesh_axes: every axis. */
+        for (uint32_t a = 0; a < rank; a++)
+            inaxes[a] = 1;
+    } else {
+        for (uint32_t a = 0; a < naxes; a++)
+            if (axes[a] >= 0 && axes[a] < (int64_t)rank)
+                inaxes[axes[a]] = 1;
+    }
+    for (int a = (int)rank - 1, p = (int)pos; a >= 0; a--) {
+        coord[a] = p % shape[a];
+        p /= (int)shape[a];
+    }
+    for (uint32_t i = 0; i < ms->ndevice; i++) {
+        int same = 1;
+        for (int a = (int)rank - 1, p = (int)i; a >= 0; a--) {
+            c2[a] = p % shape[a];
+            p /= (int)shape[a];
+        }
+        for (uint32_t a = 0; a < rank; a++)
+            if (!inaxes[a] && c2[a] != coord[a])
+                same = 0;
+        if (same)
+            group[cnt++] = (int32_t)devices[i];
+    }
+    *n = cnt;
+    return 0;
+}
+
+static uint32_t
+grp_slot(const sim *s, ir_id op, int32_t dev)
+{
+    uint32_t h = (uint32_t)(mix64(op, (uint32_t)dev) & (s->cgrp - 1));
+    while (s->grps[h].op && (s->grps[h].op != op || s->grps[h].dev != dev))
+        h = (h + 1) & (s->cgrp - 1);
+    return h;
+}
+
+static unsigned group_levels(const sim *s, const group_info *g);
+
+/*
+ * The group of a mesh-form collective op for member device dev, its time
+ * and the link levels it crosses: found once per (op, device) and kept (an
+ * op in a called function runs once per call). *e points into the table,
+ * its devices at s->grpdev + e->off; both valid until the next call.
+ */
+static int
+mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const sim_grp **e)
+{
+    uint32_t h, cnt = 0, nd = s->m->meshes[mesh].ndevice;
+    int rc;
+    if ((s->ngrp + 1) * 2 > s->cgrp) {
+        sim_grp *old = s->grps;
+        uint32_t oldn = s->cgrp;
+        s->cgrp = oldn ? 2 * oldn : 256;
+        s->grps = di_xcalloc(s->cgrp, sizeof *s->grps);
+        for (uint32_t i = 0; i < oldn; i++)
+            if (old[i].op)
+                s->grps[grp_slot(s, old[i].op, old[i].dev)] = old[i];
+        free(old);
+    }
+    h = grp_slot(s, op, dev);
+    if (s->grps[h].op == 0) {
+        DI_GROW(&s->grpdev, &s->cgrpdev, (size_t)s->ngrpdev + nd + 1);
+        group_info g;
+        ir_cost cost;
+        rc = mesh_group_find(s, op, mesh, dev, s->grpdev + s->ngrpdev, &cnt);
+        if (rc)
+            return rc;
+        ir_op_cost(s->m, op, &cost);
+        sim_group_describe(s, s->grpdev + s->ngrpdev, cnt, &g);
+        s->grps[h].op = op;
+        s->grps[h].dev = dev;
+        s->grps[h].off = s->ngrpdev;
+        s->grps[h].n = cnt;
+        s->grps[h].t = sim_collective_time(s, s->m->ops[op].kind, &g, cost.bytes_comm);
+        s->grps[h].levels = group_levels(s, &g);
+        s->ngrpdev += cnt;
+        s->ngrp++;
+    }
+    *e = &s->grps[h];
+    return 0;
+}
+
+/* The link level a transfer between devices a and b crosses: 0 intra-node, 1 inter-node. */
+static int
+pair_level(const sim *s, int32_t a, int32_t b)
+{
+    if (s->hw->devices_per_node <= 1)
+        return 1; /* one device per node (distir-classic): every link is the inter-node one */
+    return hw_node_of(s->hw, (uint32_t)a) != hw_node_of(s->hw, (uint32_t)b);
+}
+
+/* The link levels (bit 0 intra-, bit 1 inter-node) a collective over group g crosses. */
+static unsigned
+group_levels(const sim *s, const group_info *g)
+{
+    unsigned m = 0;
+    if (g->nodes > 1)
+        m |= 2;
+    if (g->per_node > 1)
+        m |= s->hw->devices_per_node <= 1 ? 2 : 1;
+    return m;
+}
+
+/* Earliest start >= c at which the levels of every device in devs[0..n) are idle for t. */
+static double
+links_fit(const sim *s, const int32_t *devs, uint32_t n, unsigned levels, double c, double t)
+{
+    double prev;
+    if (t <= 0 || levels == 0)
+        return c;
+    do {
+        prev = c;
+        for (uint32_t i = 0; i < n; i++)
+            for (int l = 0; l < 2; l++)
+                if (levels >> l & 1)
+                    c = link_fit(&s->devs[devs[i]].link[l], c, t);
+    } while (c != prev && (n > 1 || levels == 3));
+    return c;
+}
+
+/* Takes the levels on every device; a device's links are part of its history (symmetry). */
+static void
+links_take(sim *s, const int32_t *devs, uint32_t n, unsigned levels, double a, double b)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        sim_dev *d = &s->devs[devs[i]];
+        for (int l = 0; l < 2; l++)
+            if (levels >> l & 1)
+                link_take(&d->link[l], a, b);
+        d->hist = mix64(d->hist, 0x6c696e6b00ull | levels);
+    }
+}
+
+/*
+ * Runs one collective group: every member starts together, when its
+ * collective stream is free, and occupies it. Collectives have their own
+ * stream, apart from point-to-point sends and receives (as NCCL
+ * collectives and pipeline p2p run on their own streams and communicators):
+ * a receive waiting for another pipeline stage does not hold up a tensor-
+ * parallel all-reduce queued behind it.
+ */
+static void
+run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, unsigned levels, double ready,
+          double t, double *out_start, double *out_end, int sym)
+{
+    double start = ready;
+    for (uint32_t i = 0; i < n; i++)
+        if (stream_free(s, devs[i], STREAM_COLL) > start)
+            start = stream_free(s, devs[i], STREAM_COLL);
+    start = links_fit(s, devs, n, levels, start, t);
+    links_take(s, devs, n, levels, start, start + t);
+    for (uint32_t i = 0; i < n; i++)
+        occupy(s, op, devs[i], STREAM_COLL, start, start + t, sym);
+    *out_start = start;
+    *out_end = start + t;
+}
+
+/*
+ * Can the devices devs[0..n) act as one symmetric class: either exactly an
+ * existing class, or devices on their own with identical histories (which
+ * form_class then joins)? *rep receives the representative.
+ */
+static int
+class_of(const sim *s, const int32_t *devs, uint32_t n, int32_t *rep)
+{
+    const sim_dev *d0 = &s->devs[devs[0]];
+    int32_t r = d0->rep;
+    if (d0->class_n > 1 || r != devs[0]) {
+        if (s->devs[r].class_n != n)
+            return 0;
+        for (uint32_t k = 0; k < n; k++)
+            if (s->devs[devs[k]].rep != r)
+                return 0;
+        *rep = r;
+        return 1;
+    }
+    for (uint32_t k = 1; k < n; k++) {
+        const sim_dev *d = &s->devs[devs[k]];
+        if (d->rep != devs[k] || d->class_n != 1 || d->hist != d0->hist ||
+            memcmp(d->free, d0->free, sizeof d->free) != 0)
+            return 0;
+        for (uint32_t q = 0; q < k; q++)
+            if (devs[q] == devs[k])
+                return 0;
+    }
+    *rep = devs[0];
+    return 1;
+}
+
+static void
+form_class(sim *s, const int32_t *devs, uint32_t n, int32_t rep)
+{
+    for (uint32_t k = 0; k < n; k++)
+        s->devs[devs[k]].rep = rep;
+    s->devs[rep].class_n = n;
+}
+
+/*
+ * dist.send: one transfer, or (a tuple) one per element. The element-wise
+ * form is symmetric when the senders form one class, the receivers another,
+ * every element is ready at once and every pair uses the same kind of link:
+ * then one transfer between the representatives stands for all.
+ */
+static int
+sim_send(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    ir_id in = m->refs[o->inputs], out = o->outputs;
+    uint32_t n;
+    ir_cost cost;
+    const tloc *locs;
+    int rc = sim_type_locs(s, m->values[out].type, &locs, &n);
+    if (rc)
+        return rc;
+    ir_op_cost(m, op, &cost);
+    if (vnloc(s, in) != n)
+        return di_error_set(s->err, DI_EINVAL, "op %u 'dist.send': %u inputs for %u results", op,
+                            vnloc(s, in), n);
+    if (c->rep == 1 && c->devs == NULL && n > 1 && s->symmetric) {
+        int32_t *src = di_xmalloc(2 * n * sizeof *src), *dst = src + n, rs, rd;
+        int sym = 1;
+        const hw_link *l0 = NULL;
+        for (uint32_t j = 0; j < n; j++) {
+            src[j] = vdev(s, in, 0, j);
+            dst[j] = loc_dev(s, out, j);
+            if (vinst(s, in, 0, j)->ready != vinst(s, in, 0, 0)->ready || src[j] == dst[j] ||
+                dst[j] < 0)
+                sym = 0;
+            else if (j == 0)
+                l0 = hw_link_between(s->hw, (uint32_t)src[0], (uint32_t)dst[0]);
+            else if (memcmp(hw_link_between(s->hw, (uint32_t)src[j], (uint32_t)dst[j]), l0,
+                            sizeof *l0) != 0 ||
+                     pair_level(s, src[j], dst[j]) != pair_level(s, src[0], dst[0]))
+                sym = 0;
+        }
+        if (sym && class_of(s, src, n, &rs) && class_of(s, dst, n, &rd) && rs != rd) {
+            uint32_t js = 0, yi;
+            sim_inst *x;
+            double start, end;
+            form_class(s, src, n, rs);
+            form_class(s, dst, n, rd);
+            for (uint32_t j = 0; j < n; j++)
+                if (src[j] == rs)
+                    js = j;
+            x = vinst(s, in, 0, js);
+            start = x->ready;
+            if (stream_free(s, rs, STREAM_SEND) > start)
+                start = stream_free(s, rs, STREAM_SEND);
+            if (stream_free(s, rd, STREAM_RECV) > start)
+                start = stream_free(s, rd, STREAM_RECV);
+            /* The same arithmetic as one pair below, so the results are bit-identical. */
+            {
+                int32_t pair[2] = {rs, rd};
+                double t = l0->latency + cost.bytes_comm / l0->bandwidth;
+                unsigned lv = 1u << pair_level(s, src[0], dst[0]);
+                start = links_fit(s, pair, 2, lv, start, t);
+                end = start + t;
+                links_take(s, pair, 2, lv, start, end);
+            }
+            occupy(s, op, rs, STREAM_SEND, start, end, 1);
+            occupy(s, op, rd, STREAM_RECV, start, end, 1);
+            s->nops += n;
+            for (uint32_t j = 0; j < n; j++)
+                inst_use(vinst(s, in, 0, j), end);
+            /* One result instance, on the receiving representative, stands for all. */
+            rc = sim_value_uniform(s, out, &yi);
+            free(src);
+            if (rc)
+                return rc;
+            s->inst[yi].dev = rd;
+            inst_produce(&s->inst[yi], start, end);
+            return 0;
+        }
+        free(src);
+    }
+    if ((rc = op_results(s, op, c)) != 0)
+        return rc;
+    for (uint32_t k = 0; k < c->rep; k++)
+        for (uint32_t j = 0; j < n; j++) {
+            sim_inst *x = input_at(s, in, k, j);
+            sim_inst *y = vinst(s, out, k, j);
+            int32_t from = vdev(s, in, s->vrep[in] > 1 ? k : 0, j), to = y->dev;
+            double start = x->ready, t = 0, end;
+            if (from != to) {
+                const hw_link *l = hw_link_between(s->hw, (uint32_t)from, (uint32_t)to);
+                t = l->latency + cost.bytes_comm / l->bandwidth;
+            }
+            if (stream_free(s, from, STREAM_SEND) > start)
+                start = stream_free(s, from, STREAM_SEND);
+            if (stream_free(s, to, STREAM_RECV) > start)
+                start = stream_free(s, to, STREAM_RECV);
+            if (from != to) {
+                int32_t pair[2] = {from, to};
+                unsigned lv = 1u << pair_level(s, from, to);
+                start = links_fit(s, pair, 2, lv, start, t);
+                links_take(s, pair, 2, lv, start, start + t);
+            }
+            end = start + t;
+            occupy(s, op, from, STREAM_SEND, start, end, 0);
+            occupy(s, op, to, STREAM_RECV, start, end, 0);
+            s->nops++;
+            inst_use(x, end);
+            inst_produce(y, start, end);
+        }
+    return 0;
+}
+
+/* Collects distinct devices into set (keeping first-seen order). */
+static void
+set_add(int32_t *set, uint32_t *n, int32_t d)
+{
+    for (uint32_t i = 0; i < *n; i++)
+        if (set[i] == d)
+            return;
+    set[(*n)++] = d;
+}
+
+/*
+ * Is a top-level tuple collective symmetric: its devices are exactly one
+ * class of devices that stand for each other, every input element is ready
+ * at the same time, and input and output have one element per device?
+ */
+static int
+tuple_symmetric(sim *s, ir_id in, ir_id out, const int32_t *group, uint32_t n)
+{
+    int32_t r;
+    double ready;
+    if (!s->symmetric || n < 2 || vnloc(s, in) != n || vnloc(s, out) != n)
+        return 0;
+    r = s->devs[group[0]].rep;
+    if (s->devs[r].class_n != n)
+        return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (s->devs[group[i]].rep != r)
+            return 0;
+    ready = vinst(s, in, 0, 0)->ready;
+    for (uint32_t j = 1; j < n; j++)
+        if (vinst(s, in, 0, j)->ready != ready)
+            return 0;
+    return 1;
+}
+
+static int
+sim_collective(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    const ir_attr *meshattr = ir_op_attr(m, op, "mesh");
+    ir_id in = m->refs[o->inputs], out = o->outputs;
+    uint32_t nin = vnloc(s, in), nout;
+    ir_cost cost;
+    const tloc *locs;
+    int32_t *group;
+    const sim_grp *ge;
+    int rc = sim_type_locs(s, m->values[out].type, &locs, &nout);
+    if (rc)
+        return rc;
+    /* The mesh form always, the tuple form unless it turns out symmetric, makes instances now. */
+    if (meshattr && (rc = op_results(s, op, c)) != 0)
+        return rc;
+
+    if (meshattr) {
+        /*
+         * Mesh form: per location (a per-device tensor in a pmap body, or
+         * each mesh device of a distributed tensor), the group is the set of
+         * devices that share coordinates off mesh_axes. Groups are formed
+         * over every (instance, location) pair, each group run once.
+         */
+        uint32_t total = c->rep * nin;
+        uint8_t *done = di_xcalloc(total ? total : 1, 1);
+        for (uint32_t idx = 0; idx < total; idx++) {
+            uint32_t n = 0;
+            double ready = 0, start, end, t;
+            unsigned levels;
+            const int32_t *mg; /* the group's devices (the table does not move until the next lookup) */
+            if (done[idx])
+                continue;
+            sim_inst *first = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? idx : idx % nin)];
+            rc = mesh_group(s, op, meshattr->s, first->dev, &ge);
+            if (rc) {
+                free(done);
+                return rc;
+            }
+            n = ge->n;
+            t = ge->t;
+            levels = ge->levels;
+            mg = s->grpdev + ge->off;
+            /* Members are the (instance, location) pairs on the group's devices. */
+            for (uint32_t q = idx; q < total; q++) {
+                sim_inst *x = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)];
+                for (uint32_t g2 = 0; g2 < n; g2++)
+                    if (x->dev == mg[g2] && !done[q]) {
+                        done[q] = 2;
+                        if (x->ready > ready)
+                            ready = x->ready;
+                    }
+            }
+            if (c->sym > 1) {
+                /*
+                 * The representative of a symmetric pmap: every member of its
+                 * group stands in its class and runs the same collective.
+                 */
+                int32_t r = first->dev;
+                for (uint32_t g2 = 0; g2 < n; g2++)
+                    if (s->devs[mg[g2]].rep != r)
+                        s->broken = 1;
+                run_group(s, op, &r, 1, levels, ready, t, &start, &end, 1);
+                s->nops += c->sym;
+            } else {
+                run_group(s, op, mg, n, levels, ready, t, &start, &end, 0);
+                s->nops += n;
+            }
+            for (uint32_t q = idx; q < total; q++) {
+                if (done[q] != 2)
+                    continue;
+                done[q] = 1;
+                inst_use(&s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)], end);
+                if (q < c->rep * nout) {
+                    uint32_t oi = s->vbase[out] + q;
+                    inst_produce(&s->inst[oi], start, end);
+                }
+            }
+        }
+        free(done);
+        return 0;
+    }
+
+    /* Tuple form: the group is every device holding an input or output location. */
+    ir_op_cost(m, op, &cost);
+    DI_GROW(&s->scratch, &s->cscratch, nin + nout + 1);
+    group = s->scratch;
+    for (uint32_t k = 0; k < c->rep; k++) {
+        uint32_t n = 0;
+        double ready = 0, start, end, t;
+        group_info g;
+        for (uint32_t j = 0; j < nin; j++) {
+            sim_inst *x = input_at(s, in, k, j);
+            set_add(group, &n, vdev(s, in, s->vrep[in] > 1 ? k : 0, j));
+            if (x->ready > ready)
+                ready = x->ready;
+        }
+        for (uint32_t j = 0; j < nout; j++) {
+            int32_t d = loc_dev(s, out, j);
+            set_add(group, &n, d == LOC_DEVVAR ? (c->devs ? c->devs[k] : 0) : d);
+        }
+        sim_group_describe(s, group, n, &g);
+        t = sim_collective_time(s, o->kind, &g, cost.bytes_comm);
+        if (c->rep == 1 && c->devs == NULL && tuple_symmetric(s, in, out, group, n)) {
+            /*
+             * The group is exactly one symmetric class and every element is
+             * ready at once: run it on the representative; one result
+             * instance, on the representative, stands for every element.
+             */
+            int32_t r = s->devs[group[0]].rep;
+            uint32_t yi;
+            run_group(s, op, &r, 1, group_levels(s, &g), ready, t, &start, &end, 1);
+            s->nops += n;
+            for (uint32_t j = 0; j < nin; j++)
+                inst_use(input_at(s, in, k, j), end);
+            if ((rc = sim_value_uniform(s, out, &yi)) != 0)
+                break;
+            s->inst[yi].dev = r;
+            inst_produce(&s->inst[yi], start, end);
+            continue;
+        }
+        if (k == 0 && (rc = op_results(s, op, c)) != 0)
+            break;
+        run_group(s, op, group, n, group_levels(s, &g), ready, t, &start, &end, 0);
+        s->nops += n;
+        for (uint32_t j = 0; j < nin; j++)
+            inst_use(input_at(s, in, k, j), end);
+        for (uint32_t j = 0; j < nout; j++)
+            inst_produce(vinst(s, out, k, j), start, end);
+    }
+    return rc;
+}
+
+/*
+ * Symmetry. The instances of a pmap are symmetric when its devices have
+ * identical histories (same hash of everything that ran on them, same stream
+ * clocks) and every input element is ready at the same time: then every
+ * instance would be simulated to the same times, and one stands for all.
+ * The devices become a class whose representative alone is simulated from
+ * then on; a later pmap or collective over exactly that class stays
+ * symmetric. Any other use of a class member breaks the symmetry, and
+ * sim_run simulates the module again without it, so results never depend on
+ * whether symmetry applied (only the time to compute them does).
+ */
+static int class_of(const sim *s, const int32_t *devs, uint32_t n, int32_t *rep);
+static void form_class(sim *s, const int32_t *devs, uint32_t n, int32_t rep);
+
+static int
+pmap_symmetric(sim *s, ir_id op, const int32_t *devs, uint32_t n, uint32_t *p)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    int32_t r;
+    if (!s->symmetric || n < 2)
+        return 0;
+    /* Inputs: element k of every per-instance input ready at one time. */
+    for (uint32_t a = 0; a < o->ninput; a++) {
+        ir_id in = m->refs[o->inputs + a];
+        uint32_t nl = vnloc(s, in) / n;
+        if (s->vuni[in] & (VF_UNI | VF_SAME))
+            continue;
+        if (!(s->vuni[in] & VF_DIFF)) {
+            /* Ready times are final once a value is made: check every instance once. */
+            uint32_t total = vnloc(s, in) * s->vrep[in], i;
+            const sim_inst *x = &s->inst[s->vbase[in]];
+            for (i = 1; i < total && x[i].ready == x[0].ready; i++)
+                ;
+            s->vuni[in] |= i >= total ? VF_SAME : VF_DIFF;
+            if (i >= total)
+                continue;
+        }
+        if (vnloc(s, in) != n * nl)
+            continue;
+        for (uint32_t l = 0; l < nl; l++)
+            for (uint32_t k = 1; k < n; k++)
+                if (vinst(s, in, 0, k * nl + l)->ready != vinst(s, in, 0, l)->ready)
+                    return 0;
+    }
+    if (!class_of(s, devs, n, &r))
+        return 0;
+    form_class(s, devs, n, r);
+    for (uint32_t k = 0; k < n; k++)
+        if (devs[k] == r)
+            *p = k;
+    return 1;
+}
+
+static int
+sim_pmap(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    const ir_region *body;
+    uint32_t n = 0, ndev;
+    const int64_t *devlist;
+    int32_t *devs;
+    ctx bc;
+    int rc;
+    uint32_t p = 0; /* the instance that is simulated when the pmap is symmetric */
+    if (o->body == 0 || o->body >= m->nregion)
+        return di_error_set(s->err, DI_EINVAL, "op %u 'dist.pmap' has no body", op);
+    devlist = ir_op_ints(m, op, "devices", &ndev);
+    if (devlist == NULL) {
+        const ir_attr *ma = ir_op_attr(m, op, "mesh");
+        if (ma == NULL || ma->s == 0 || ma->s >= m->nmesh)
+            return di_error_set(s->err, DI_EINVAL, "op %u 'dist.pmap' has neither devices nor mesh",
+                                op);
+        devlist = m->ints + m->meshes[ma->s].devices;
+        ndev = m->meshes[ma->s].ndevice;
+    }
+    devs = di_xmalloc((ndev ? ndev : 1) * sizeof *devs);
+    for (uint32_t k = 0; k < ndev; k++) {
+        rc = sim_dev_check(s, devlist[k]);
+        if (rc) {
+            free(devs);
+            return rc;
+        }
+        devs[n++] = (int32_t)devlist[k];
+    }
+    body = &m->regions[o->body];
+    bc.rep = n;
+    bc.devs = devs;
+    bc.sym = 1;
+    /* Only a top-level pmap may be symmetric; a nested one runs per outer instance. */
+    if (c->devs == NULL && pmap_symmetric(s, op, devs, n, &p)) {
+        bc.rep = 1;
+        bc.devs = devs + p;
+        bc.sym = n;
+    }
+    /* A symmetric pmap's results are uniform: made after the body, below. */
+    rc = bc.sym > 1 ? 0 : op_results(s, op, c);
+    /*
+     * Once per instance of the enclosing context (once at top level; inside
+     * a body, once for each of its instances, in order): the body's
+     * arguments alias element k of each input (or its one instance), and
+     * result i's element k aliases body result i of instance k.
+     */
+    for (uint32_t q = 0; rc == 0 && q < c->rep; q++) {
+        for (uint32_t a = 0; a < body->narg && a < o->ninput; a++) {
+            ir_id arg = body->args[a], in = m->refs[o->inputs + a];
+            uint32_t nl;
+            rc = sim_value_instances(s, arg, bc.rep, bc.devs);
+            if (rc)
+                break;
+            nl = vnloc(s, arg);
+            for (uint32_t k = 0; k < bc.rep; k++)
+                for (uint32_t l = 0; l < nl; l++) {
+                    uint32_t kk = bc.sym > 1 ? p : k;
+                    uint32_t src_j = vnloc(s, in) == n * nl ? kk * nl + l : l;
+                    inst_alias(s, s->vbase[arg] + k * nl + l,
+                               (uint32_t)(input_at(s, in, q, src_j) - s->inst));
+                }
+        }
+        if (rc == 0)
+            rc = sim_region(s, o->body, &bc);
+        if (bc.sym > 1) {
+            /* One instance per result, aliasing the representative's. */
+            for (uint32_t i = 0; rc == 0 && i < o->noutput && i < body->nresult; i++) {
+                uint32_t yi;
+                if ((rc = sim_value_uniform(s, o->outputs + i, &yi)) == 0)
+                    inst_alias(s, yi, vidx(s, body->results[i], 0, 0));
+            }
+            for (uint32_t i = body->nresult; rc == 0 && i < o->noutput; i++)
+                rc = sim_value_instances(s, o->outputs + i, 1, NULL);
+            continue;
+        }
+        for (uint32_t i = 0; rc == 0 && i < o->noutput && i < body->nresult; i++) {
+            ir_id res = body->results[i], out = o->outputs + i;
+            uint32_t nl = vnloc(s, res), nout = vnloc(s, out);
+            for (uint32_t k = 0; k < n; k++)
+                for (uint32_t l = 0; l < nl; l++) {
+                    uint32_t oj = k * nl + l;
+                    if (oj >= nout)
+                        continue;
+                    inst_alias(s, s->vbase[out] + q * nout + oj,
+                               (uint32_t)(vinst(s, res, s->vrep[res] > 1 && bc.sym == 1 ? k : 0,
+                                                l) -
+                                          s->inst));
+                }
+        }
+    }
+    free(devs);
+    return rc;
+}
+
+static int
+sim_op(sim *s, ir_id op, const ctx *c)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    uint32_t flags;
+    if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND)
+        return di_error_set(s->err, DI_EINVAL, "op %u has an invalid kind", op);
+    flags = ir_opkind_info(o->kind)->flags;
+    if (o->kind == IR_OP_PMAP)
+        return sim_pmap(s, op, c);
+    if (o->kind == IR_OP_RETURN)
+        return di_error_set(s->err, DI_EINVAL, "op %u: dist.return stored as an op", op);
+    if (flags & IR_OPF_FREE)
+        return sim_free_op(s, op, c);
+    if (o->kind == IR_OP_SEND)
+        return sim_send(s, op, c);
+    if (flags & IR_OPF_COMM) {
+        if (o->ninput != 1 || o->noutput != 1)
+            return di_error_set(s->err, DI_EINVAL, "op %u '%s' must have one input and result",
+                                op, ir_op_name(m, op));
+        return sim_collective(s, op, c);
+    }
+    return sim_compute_op(s, op, c);
+}
+
+int
+sim_region(sim *s, ir_id region, const ctx *c)
+{
+    const ir_region *r = &s->m->regions[region];
+    for (uint32_t i = 0; i < r->nop; i++) {
+        int rc;
+        if ((i & 1023) == 0 && cancelled(s))
+            return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
+        rc = sim_op(s, r->ops[i], c);
+        if (rc)
+            return rc;
+        if (s->broken)
+            return DI_EINTERNAL; /* sim_run starts again without symmetry */
+    }
+    return 0;
+}

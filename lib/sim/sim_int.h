@@ -1,0 +1,279 @@
+/*
+ * sim_int.h: what the files of the simulator share (not a public API).
+ *
+ * One `sim` holds a whole simulation: the module and hardware, each
+ * device's streams, links and symmetry class, the type locations, the
+ * per-value instance tables and the memory events. The files split it by
+ * concern:
+ *   - sim.c     the driver: sim_run, the per-device results, the options;
+ *   - cost.c    the cost model: an op's compute time (roofline or measured,
+ *               memoized by signature), a collective's time over a group;
+ *   - sched.c   the walk in program order: every op on its streams and links,
+ *               sends, collectives, pmaps and symmetry;
+ *   - memory.c  type locations, value instances, memory classes, and the
+ *               memory events sorted into peaks and timelines;
+ *   - work.c    the workspace that keeps the large tables between runs.
+ * The small accessors used in the hot loops are static inline here.
+ */
+#ifndef DISTIR_SIM_INT_H
+#define DISTIR_SIM_INT_H
+
+#include <assert.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sim/sim.h"
+
+#define STREAM_COMPUTE 0
+#define STREAM_SEND 1
+#define STREAM_RECV 2
+#define STREAM_COLL 3
+#define NSTREAM 4
+
+#define INST_PERSISTENT 1u
+
+#define LOC_DEVVAR (-2) /* location is the device of the current pmap instance */
+
+/* Value flags (sim.vuni), reset whenever a value gets new instances. */
+#define VF_UNI 1u  /* one instance stands for every location (symmetry, see vidx) */
+#define VF_SAME 2u /* every instance is ready at the same time (cached by pmap_symmetric) */
+#define VF_DIFF 4u /* not every instance is ready at the same time */
+
+typedef struct sim_inst {
+    double ready;     /* seconds: when the value is available */
+    double last_use;  /* seconds: end of the last consumer */
+    double alloc;     /* seconds: producer start */
+    uint32_t loc;     /* its location in tlocs, which gives its bytes (0: a reserved empty one) */
+    int32_t dev;      /* dense device index */
+    uint32_t owner;   /* instance owning the storage (itself if not an alias) */
+    uint8_t cls;      /* sim_memclass */
+    uint8_t flags;
+} sim_inst;
+
+typedef struct interval {
+    double start, end;
+} interval;
+
+typedef struct ivec {
+    interval *v;
+    uint32_t n, cap;
+} ivec;
+
+/*
+ * A memory event, sortable as one integer: key = (time bits << 1) | is_alloc.
+ * Non-negative doubles order like their bit patterns, and frees sort before
+ * allocations at the same instant; a stable sort keeps creation order
+ * (instance order) among equal keys, so the order is fully deterministic.
+ */
+typedef struct memev {
+    uint64_t key;
+    uint64_t val; /* bytes << 3 | memory class: the scan never touches the instances */
+} memev;
+
+typedef struct sim_dev {
+    double free[NSTREAM]; /* seconds: when each stream is next free */
+    ivec busy[NSTREAM];   /* intervals per stream */
+    ivec link[2];         /* intervals the intra- (0) and inter-node (1) links carry a transfer */
+    double flops;
+    uint64_t hist;    /* hash of everything that happened on the device, for symmetry */
+    int32_t rep;      /* the device whose simulation stands for this one (itself if none) */
+    uint32_t class_n; /* devices that this one stands for, itself included */
+    uint32_t nev;     /* memory events (counted at the end) */
+    uint32_t nalloc;  /* of which allocations: they come first, then the frees */
+    uint32_t evoff;   /* offset of this device's events in the shared array */
+} sim_dev;
+
+/* Where the locations of a type live: device (or LOC_DEVVAR) and bytes. */
+typedef struct tloc {
+    int32_t dev;
+    uint64_t bytes;
+} tloc;
+
+/* A mesh collective's group for one member device: devices grp[off .. off+n), its time and links. */
+typedef struct sim_grp {
+    ir_id op; /* 0: empty slot */
+    int32_t dev;
+    uint32_t off, n;
+    unsigned levels;
+    double t;
+} sim_grp;
+
+/* A priced op signature: its representative op, hash, time and FLOPs. */
+typedef struct sim_sig {
+    ir_id op;
+    uint64_t hash;
+    double t, flops;
+} sim_sig;
+
+typedef struct sim {
+    const ir_module *m;
+    const hw_model *hw;
+    const sim_options *opt;
+    di_error *err;
+
+    uint32_t ndev;     /* devices of the hardware model */
+    sim_dev *devs;     /* indexed by device id */
+    int32_t *used;     /* device ids used, in ascending order at the end */
+
+    uint32_t *tloc_off; /* per type: offset into tlocs, or UINT32_MAX if not computed */
+    uint32_t *tloc_n;
+    tloc *tlocs;
+    uint32_t ntloc, ctloc;
+
+    uint32_t cvalue;   /* capacity of the per-value tables (>= m->nvalue) */
+    uint32_t *vbase;   /* per value: first instance */
+    uint8_t *vuni;     /* per value: VF_* flags */
+    uint32_t *vrep;    /* per value: replication (pmap instances), 1 at top level */
+    sim_inst *inst;
+    uint32_t ninst, cinst;
+
+    uint8_t *vclass;   /* per value: sim_memclass */
+    uint64_t nops;
+    memev *ev;         /* every device's memory events, grouped by device */
+    size_t cev;        /* capacity of ev */
+    memev *tmp;        /* sort scratch */
+    size_t ctmp;
+    uint32_t *count;   /* radix counters (65536) */
+
+    sim_event *events;
+    uint32_t nevent, cevent;
+    int want_events;
+    int symmetric;     /* simulate symmetric pmaps once (see sim_pmap) */
+    ir_id entry;       /* the entry function */
+    double *memo;      /* per op: compute time and FLOPs (sim_cost_op), or NULL */
+    struct sim_sig *sigs; /* top-level ops priced, by signature (sim_cost_op) */
+    uint32_t nsig, csig;
+    int broken;        /* a device standing for others was used on its own: rerun */
+    sim_grp *grps;     /* mesh groups found (mesh_group), open addressing by (op, dev) */
+    uint32_t ngrp, cgrp;
+    int32_t *grpdev;   /* their devices */
+    uint32_t ngrpdev, cgrpdev;
+    int32_t *scratch;  /* sim_collective's group buffer */
+    uint32_t cscratch;
+} sim;
+
+/* The context an op runs in: top level, or the instances of a pmap body. */
+typedef struct ctx {
+    uint32_t rep;        /* pmap instances simulated (1 at top level) */
+    const int32_t *devs; /* device of each instance, NULL at top level */
+    uint32_t sym;        /* instances each simulated instance stands for (1: none) */
+} ctx;
+
+/* The link class of a group: slowest link and whether it spans nodes. */
+typedef struct group_info {
+    uint32_t n;         /* devices */
+    uint32_t nodes;     /* distinct nodes */
+    uint32_t per_node;  /* most devices on one node */
+    hw_link intra, inter;
+} group_info;
+
+/* ---- hot accessors (memory.c makes the instances, sched.c reads them) ---- */
+
+/* The number of locations of value v's type (its type's locations are computed). */
+static inline uint32_t
+vnloc(const sim *s, ir_id v)
+{
+    return s->tloc_n[s->m->values[v].type];
+}
+
+/*
+ * Instance index of value v at pmap instance k, location j. A uniform value
+ * (the result of a symmetric pmap or collective: every element is the same
+ * representative's) has a single instance for all of them.
+ */
+static inline uint32_t
+vidx(const sim *s, ir_id v, uint32_t k, uint32_t j)
+{
+    return s->vbase[v] + ((s->vuni[v] & VF_UNI) ? 0 : k * vnloc(s, v) + j);
+}
+
+static inline sim_inst *
+vinst(sim *s, ir_id v, uint32_t k, uint32_t j)
+{
+    return &s->inst[vidx(s, v, k, j)];
+}
+
+/* The device of location j of a value's type (a concrete device, or LOC_DEVVAR). */
+static inline int32_t
+loc_dev(const sim *s, ir_id v, uint32_t j)
+{
+    return s->tlocs[s->tloc_off[s->m->values[v].type] + j].dev;
+}
+
+/* The device holding value v at instance k, location j. */
+static inline int32_t
+vdev(sim *s, ir_id v, uint32_t k, uint32_t j)
+{
+    return (s->vuni[v] & VF_UNI) ? loc_dev(s, v, j) : vinst(s, v, k, j)->dev;
+}
+
+/* Mixes v into the hash h (device histories, hash tables). */
+static inline uint64_t
+mix64(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0x7fb5d329728ea185ull;
+    return h ^ (h >> 27);
+}
+
+/* ---- cost.c ---- */
+
+/*
+ * The compute time and FLOPs of op on device dev (memoized per signature at
+ * top level, per op elsewhere). Fails with DI_ECOST when it cannot be priced.
+ */
+int sim_cost_op(sim *s, ir_id op, int32_t dev, double *t, double *flops);
+/* The link class of the devices devs[0..n): nodes, most devices on one node, links. */
+void sim_group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g);
+/* Seconds a collective of `kind` takes over group g with `bytes` per participant. */
+double sim_collective_time(const sim *s, int kind, const group_info *g, double bytes);
+
+/* ---- memory.c ---- */
+
+/* Checks that dev is a device of the hardware (DI_EINVAL otherwise). */
+int sim_dev_check(sim *s, int64_t dev);
+/* The locations of a type (computed once per type); valid until the next call. */
+int sim_type_locs(sim *s, ir_id type, const tloc **out, uint32_t *n);
+/* Room for `need` instances. */
+void sim_inst_reserve(sim *s, size_t need);
+/* count new instances, each its own owner; returns the first. */
+uint32_t sim_inst_new(sim *s, uint32_t count);
+/* Value v's instances for rep pmap instances on devs[0..rep) (NULL at top level). */
+int sim_value_instances(sim *s, ir_id v, uint32_t rep, const int32_t *devs);
+/* Gives value v one instance for all its locations; *idx receives its index. */
+int sim_value_uniform(sim *s, ir_id v, uint32_t *idx);
+/* Every value's memory class (s->vclass). */
+void sim_classify(sim *s);
+/* Every device's memory events, sorted, from the instances (after the walk). */
+void sim_build_memory(sim *s, double step);
+/* A device's peak, its composition and the timeline from its sorted events. */
+void sim_device_memory(sim *s, int32_t dev, sim_device_result *r);
+
+/* ---- sched.c ---- */
+
+/* Simulates the ops of region in context c, in program order. */
+int sim_region(sim *s, ir_id region, const ctx *c);
+
+/* ---- work.c ---- */
+
+/* The tables a workspace keeps between runs (see sim.h). */
+struct sim_workspace {
+    sim_inst *inst;
+    uint32_t cinst;
+    uint32_t cvalue;
+    uint32_t *vbase, *vrep;
+    uint8_t *vuni, *vclass;
+    memev *ev, *tmp;
+    size_t cev, ctmp;
+    uint32_t *count;
+};
+
+/* Moves the tables of ws (or none) into s. */
+void sim_tables_take(sim *s, sim_workspace *ws);
+/* Moves the tables of s back into ws, or frees them when ws is NULL. */
+void sim_tables_give(sim *s, sim_workspace *ws);
+/* Frees a workspace's tables (not the workspace) and clears it. */
+void sim_workspace_release(sim_workspace *w);
+
+#endif
