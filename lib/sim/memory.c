@@ -128,8 +128,9 @@ sim_inst_reserve(sim *s, size_t need)
     s->cinst = (uint32_t)cap;
 }
 
-uint32_t
-sim_inst_new(sim *s, uint32_t count)
+/* Inlined into sim_value_instances, the hot caller; sim_inst_new is the same for the others. */
+static inline uint32_t
+inst_new(sim *s, uint32_t count)
 {
     uint32_t first = s->ninst;
     sim_inst_reserve(s, (size_t)s->ninst + count);
@@ -138,6 +139,12 @@ sim_inst_new(sim *s, uint32_t count)
         s->inst[first + i].owner = first + i;
     s->ninst += count;
     return first;
+}
+
+uint32_t
+sim_inst_new(sim *s, uint32_t count)
+{
+    return inst_new(s, count);
 }
 
 /*
@@ -154,7 +161,7 @@ sim_value_instances(sim *s, ir_id v, uint32_t rep, const int32_t *devs)
     if (rc)
         return rc;
     /* sim_type_locs may have grown tlocs: locs stays valid until the next call. */
-    first = sim_inst_new(s, rep * n);
+    first = inst_new(s, rep * n);
     s->vbase[v] = first;
     s->vrep[v] = rep;
     s->vuni[v] = 0;

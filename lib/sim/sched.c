@@ -173,6 +173,125 @@ stream_free(const sim *s, int32_t dev, int stream)
     return s->devs[dev].free[stream];
 }
 
+/* ---- pricing: the cost model (cost.c), memoized ---- */
+
+/* Do ops a and b have the same signature: kind, operand and result types, attributes? */
+static int
+same_signature(const ir_module *m, ir_id a, ir_id b)
+{
+    const ir_op *x = &m->ops[a], *y = &m->ops[b];
+    if (x->kind != y->kind || x->ninput != y->ninput || x->noutput != y->noutput ||
+        x->nattr != y->nattr || x->opaque != y->opaque)
+        return 0;
+    for (uint32_t i = 0; i < x->ninput; i++)
+        if (m->values[m->refs[x->inputs + i]].type != m->values[m->refs[y->inputs + i]].type)
+            return 0;
+    for (uint32_t i = 0; i < x->noutput; i++)
+        if (m->values[x->outputs + i].type != m->values[y->outputs + i].type)
+            return 0;
+    for (uint32_t i = 0; i < x->nattr; i++) {
+        const ir_attr *p = &m->attrs[x->attrs + i], *q = &m->attrs[y->attrs + i];
+        if (p->key != q->key || p->kind != q->kind || p->n != q->n || p->i != q->i ||
+            memcmp(&p->f, &q->f, sizeof p->f) != 0 || p->s != q->s)
+            return 0;
+        if (p->n && p->off != q->off) {
+            const void *u, *v;
+            size_t size;
+            if (p->kind == IR_ATTR_INTS) {
+                u = m->ints + p->off, v = m->ints + q->off, size = p->n * sizeof(int64_t);
+            } else if (p->kind == IR_ATTR_FLOATS) {
+                u = m->floats + p->off, v = m->floats + q->off, size = p->n * sizeof(double);
+            } else {
+                u = m->data + p->off, v = m->data + q->off, size = p->n;
+            }
+            if (memcmp(u, v, size) != 0)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+
+static uint64_t
+signature_hash(const ir_module *m, ir_id op)
+{
+    const ir_op *o = &m->ops[op];
+    uint64_t h = mix64((uint64_t)o->kind << 32 | o->nattr, (uint64_t)o->ninput << 32 | o->noutput);
+    for (uint32_t i = 0; i < o->ninput; i++)
+        h = mix64(h, m->values[m->refs[o->inputs + i]].type);
+    for (uint32_t i = 0; i < o->noutput; i++)
+        h = mix64(h, m->values[o->outputs + i].type);
+    for (uint32_t i = 0; i < o->nattr; i++) {
+        const ir_attr *a = &m->attrs[o->attrs + i];
+        h = mix64(h, (uint64_t)a->key << 32 ^ (uint64_t)a->i ^ a->s);
+    }
+    return h;
+}
+
+/*
+ * sim_cost_compute with memos (homogeneous hardware, where an op's cost depends
+ * on the op alone): an op inside a pmap body or a called function runs once
+ * per instance and per call, so it is priced once per op; top-level ops are
+ * priced once per signature (kind, types, attributes: repeated layers cost
+ * the same), in a table of representative ops compared exactly.
+ */
+static int
+op_time(sim *s, ir_id op, int32_t dev, double *t, double *flops)
+{
+    int rc;
+    if (s->hw->noverride)
+        return sim_cost_compute(s, op, dev, t, flops);
+    if (s->m->ops[op].region == s->entry) {
+        uint32_t mask, h;
+        if ((s->nsig + 1) * 2 > s->csig) {
+            /* Grow (and rehash) the signature table. */
+            uint32_t old = s->csig;
+            sim_sig *tab = s->sigs;
+            s->csig = old ? 2 * old : 1024;
+            s->sigs = di_xcalloc(s->csig, sizeof *s->sigs);
+            for (uint32_t i = 0; i < old; i++)
+                if (tab[i].op) {
+                    uint32_t j = (uint32_t)tab[i].hash & (s->csig - 1);
+                    while (s->sigs[j].op)
+                        j = (j + 1) & (s->csig - 1);
+                    s->sigs[j] = tab[i];
+                }
+            free(tab);
+        }
+        uint64_t hash = signature_hash(s->m, op);
+        mask = s->csig - 1;
+        for (h = (uint32_t)hash & mask; s->sigs[h].op; h = (h + 1) & mask)
+            if (s->sigs[h].hash == hash && same_signature(s->m, s->sigs[h].op, op)) {
+                *t = s->sigs[h].t;
+                *flops = s->sigs[h].flops;
+                return 0;
+            }
+        if ((rc = sim_cost_compute(s, op, dev, t, flops)) != 0)
+            return rc;
+        s->sigs[h].op = op;
+        s->sigs[h].hash = hash;
+        s->sigs[h].t = *t;
+        s->sigs[h].flops = *flops;
+        s->nsig++;
+        return 0;
+    }
+    if (s->memo == NULL) {
+        s->memo = di_big_xalloc(2 * s->m->nop * sizeof *s->memo);
+        for (uint32_t i = 0; i < 2 * s->m->nop; i++)
+            s->memo[i] = -1;
+    }
+    if (s->memo[2 * op] >= 0) {
+        *t = s->memo[2 * op];
+        *flops = s->memo[2 * op + 1];
+        return 0;
+    }
+    if ((rc = sim_cost_compute(s, op, dev, t, flops)) != 0)
+        return rc;
+    s->memo[2 * op] = *t;
+    s->memo[2 * op + 1] = *flops;
+    return 0;
+}
+
 /* ---- ops ---- */
 
 
@@ -280,7 +399,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                 if (in->ready > start)
                     start = in->ready;
             }
-            rc = sim_cost_op(s, op, dev, &t, &fl);
+            rc = op_time(s, op, dev, &t, &fl);
             if (rc)
                 return rc;
             end = start + t;

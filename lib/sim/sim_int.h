@@ -220,10 +220,11 @@ mix64(uint64_t h, uint64_t v)
 /* ---- cost.c ---- */
 
 /*
- * The compute time and FLOPs of op on device dev (memoized per signature at
- * top level, per op elsewhere). Fails with DI_ECOST when it cannot be priced.
+ * The compute time (seconds) and FLOPs of op on device dev: its roofline
+ * cost, or the measured time of its signature. Fails with DI_ECOST when it
+ * cannot be priced. sched.c memoizes it (op_time).
  */
-int sim_cost_op(sim *s, ir_id op, int32_t dev, double *t, double *flops);
+int sim_cost_compute(sim *s, ir_id op, int32_t dev, double *t, double *flops);
 /* The link class of the devices devs[0..n): nodes, most devices on one node, links. */
 void sim_group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g);
 /* Seconds a collective of `kind` takes over group g with `bytes` per participant. */
