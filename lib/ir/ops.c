@@ -2704,6 +2704,26 @@ ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return info->infer(m, op, out, err);
 }
 
+int
+ir_op_infer_results(ir_module *m, ir_id op, di_error *err)
+{
+    ir_id small[16], *types = small;
+    uint32_t n;
+    int rc;
+    if (op == 0 || op >= m->nop)
+        return di_error_set(err, DI_EINVAL, "op %u does not exist", op);
+    n = m->ops[op].noutput;
+    if (n > sizeof small / sizeof small[0])
+        types = di_xmalloc(n * sizeof *types);
+    /* Inference may grow the module's arrays: index them afresh afterwards. */
+    if ((rc = ir_op_infer(m, op, types, err)) == 0)
+        for (uint32_t i = 0; i < n; i++)
+            m->values[m->ops[op].outputs + i].type = types[i];
+    if (types != small)
+        di_free(types);
+    return rc;
+}
+
 void
 ir_op_cost(const ir_module *m, ir_id op, ir_cost *c)
 {

@@ -163,6 +163,12 @@ const char *ir_op_name(const ir_module *m, ir_id op);
  * an error naming the op and the offending input.
  */
 int ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err);
+/*
+ * Infers op's result types (ir_op_infer) and sets them on its results, for
+ * any number of results. Returns 0 or ir_op_infer's error, in which case the
+ * results keep their types (new types may have been interned).
+ */
+int ir_op_infer_results(ir_module *m, ir_id op, di_error *err);
 /* FLOPs and bytes of an op, from its types and attributes. */
 void ir_op_cost(const ir_module *m, ir_id op, ir_cost *c);
 

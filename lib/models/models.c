@@ -42,7 +42,8 @@ ir_id
 models_begin(models_builder *b, int kind, uint32_t nin, const ir_id *in, uint32_t nout,
              const char *name)
 {
-    const char *names[8];
+    const char *small[8] = {0}, **names = small;
+    ir_id op;
     if (b->rc != 0)
         return 0;
     for (uint32_t i = 0; i < nin; i++)
@@ -51,32 +52,30 @@ models_begin(models_builder *b, int kind, uint32_t nin, const ir_id *in, uint32_
                                  ir_opkind_name(kind), i);
             return 0;
         }
-    for (uint32_t i = 0; i < nout && i < 8; i++)
+    if (nout > sizeof small / sizeof small[0])
+        names = di_xmalloc(nout * sizeof *names);
+    for (uint32_t i = 0; i < nout; i++)
         names[i] = name;
-    return ir_op_add(b->m, b->func, kind, nin, in, nout, NULL, nout <= 8 ? names : NULL);
+    op = ir_op_add(b->m, b->func, kind, nin, in, nout, NULL, names);
+    if (names != small)
+        di_free(names);
+    return op;
 }
 
 ir_id
 models_end(models_builder *b, ir_id op)
 {
     ir_module *m = b->m;
-    ir_id types[8];
     int64_t seq = b->seq;
     int rc;
     b->seq = -1;
     if (op == 0 || b->rc != 0)
         return 0;
-    if (m->ops[op].noutput > 8) {
-        b->rc = di_error_set(b->err, DI_EINTERNAL, "model: too many results");
-        return 0;
-    }
-    if ((rc = ir_op_infer(m, op, types, b->err)) != 0) {
+    if ((rc = ir_op_infer_results(m, op, b->err)) != 0) {
         di_error_prefix(b->err, "model");
         b->rc = rc;
         return 0;
     }
-    for (uint32_t i = 0; i < m->ops[op].noutput; i++)
-        m->values[m->ops[op].outputs + i].type = types[i];
     if (b->annotate) {
         ir_op_set_int(m, op, "dist.layer", b->layer);
         ir_op_set_string(m, op, "dist.phase", "forward");

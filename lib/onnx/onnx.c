@@ -618,16 +618,10 @@ onnx_op(emit *e, int kind, uint32_t nin, const ir_id *in, uint32_t nout)
 int
 onnx_infer(imp *I, emit *e, ir_id op)
 {
-    ir_id out[64];
     di_error sub;
-    uint32_t n = e->m->ops[op].noutput;
-    if (n > 64)
-        return onnx_fail(I, DI_EUNSUPPORTED, "more than 64 outputs");
     di_error_clear(&sub);
-    if (ir_op_infer(e->m, op, out, &sub) != 0)
+    if (ir_op_infer_results(e->m, op, &sub) != 0)
         return onnx_fail(I, sub.code == DI_ENOMEM ? DI_ENOMEM : DI_EVERIFY, "%s", sub.msg);
-    for (uint32_t i = 0; i < n; i++)
-        e->m->values[ir_op_output(e->m, op, i)].type = out[i];
     return 0;
 }
 

@@ -306,26 +306,14 @@ static ir_id
 finish(ad *a, ir_id op)
 {
     ir_module *m = a->m;
-    ir_id types[64], *tp = types;
-    uint32_t nout;
     int rc;
     if (op == 0 || a->rc != 0)
         return 0;
-    nout = m->ops[op].noutput;
-    if (nout > 64)
-        tp = di_xmalloc(nout * sizeof *tp);
-    rc = ir_op_infer(m, op, tp, a->err);
-    if (rc != 0) {
+    if ((rc = ir_op_infer_results(m, op, a->err)) != 0) {
         di_error_prefix(a->err, "autodiff");
         a->rc = rc;
-        if (tp != types)
-            di_free(tp);
         return 0;
     }
-    for (uint32_t i = 0; i < nout; i++)
-        m->values[m->ops[op].outputs + i].type = tp[i];
-    if (tp != types)
-        di_free(tp);
     if (a->src && a->o->annotate) {
         ir_id src = a->src;
         for (uint32_t i = 0; i < m->ops[src].nattr; i++) {

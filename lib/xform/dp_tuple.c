@@ -37,15 +37,10 @@ typedef struct dpt {
 static int
 infer(dpt *d, ir_id op)
 {
-    ir_id types[16];
     di_error e;
-    if (d->out->ops[op].noutput > 16)
-        return di_error_set(d->err, DI_EUNSUPPORTED, "an op with more than 16 results");
     di_error_clear(&e);
-    if (ir_op_infer(d->out, op, types, &e) != 0)
+    if (ir_op_infer_results(d->out, op, &e) != 0)
         return di_error_set(d->err, DI_EUNSUPPORTED, "data parallel: %s", e.msg);
-    for (uint32_t i = 0; i < d->out->ops[op].noutput; i++)
-        d->out->values[d->out->ops[op].outputs + i].type = types[i];
     return 0;
 }
 

@@ -278,23 +278,11 @@ xf_body_get(xf_body *b, ir_id v, xf_local *out)
 int
 xf_infer(ir_module *out, ir_id op, di_error *err)
 {
-    ir_id small[IR_MAX_RANK + 8], *types = small;
     di_error e;
-    ir_op *o = &out->ops[op];
-    int rc = 0;
-    if (o->noutput > sizeof small / sizeof small[0])
-        types = di_xmalloc(o->noutput * sizeof *types); /* a bucket's Split */
     di_error_clear(&e);
-    if (ir_op_infer(out, op, types, &e) != 0) {
-        rc = di_error_set(err, DI_EINTERNAL, "the transform produced an invalid op: %s", e.msg);
-    } else {
-        o = &out->ops[op];
-        for (uint32_t i = 0; i < o->noutput; i++)
-            out->values[o->outputs + i].type = types[i];
-    }
-    if (types != small)
-        di_free(types);
-    return rc;
+    if (ir_op_infer_results(out, op, &e) != 0)
+        return di_error_set(err, DI_EINTERNAL, "the transform produced an invalid op: %s", e.msg);
+    return 0;
 }
 
 static int
