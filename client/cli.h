@@ -2,7 +2,7 @@
  * cli.h: shared pieces of the distir command-line client. The CLI is a table
  * of subcommands (client/commands.h); each lives in client/cmd_NAME.c and
  * defines `int cmd_NAME(int argc, char **argv)` returning an exit code:
- * 0 ok, 1 failure or regression, 2 usage error. Messages follow git's style:
+ * 0 ok, 1 failure, 2 usage error. Messages follow git's style:
  * lowercase, what failed first, the subject quoted, no full stop.
  */
 #ifndef DISTIR_CLI_H
@@ -27,6 +27,10 @@ CLI_COMMANDS(CLI_CMD_DECL_)
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints a usage line for a command to stderr and returns CLI_USAGE. */
 int cli_usage(const char *usage);
+/* Prints the usage asked for by -h or --help to stdout and returns CLI_OK. */
+int cli_help(const char *usage);
+/* Whether arg asks for a command's help: "-h" or "--help". */
+int cli_is_help(const char *arg);
 
 /* Module file formats, detected by content. */
 typedef enum cli_format {

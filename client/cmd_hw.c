@@ -84,10 +84,8 @@ cmd_hw(int argc, char **argv)
             return cli_usage(HW_USAGE);
         return hw_show(argv[2], strcmp(argv[1], "hash") == 0);
     }
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        printf("usage: distir %s\n", HW_USAGE);
-        return CLI_OK;
-    }
+    if (cli_is_help(argv[1]))
+        return cli_help(HW_USAGE);
     cli_error("unknown hw command '%s'", argv[1]);
     return cli_usage(HW_USAGE);
 }

@@ -49,9 +49,8 @@ cmd_import(int argc, char **argv)
     onnx_options_default(&opt);
     di_error_clear(&err);
     for (int i = 1; i < argc; i++) {
-        if (cli_flag(argv[i], "-h") || cli_flag(argv[i], "--help")) {
-            printf("usage: distir %s\n", import_usage);
-            rc = CLI_OK;
+        if (cli_is_help(argv[i])) {
+            rc = cli_help(import_usage);
             goto done;
         } else if (cli_flag(argv[i], "--strict")) {
             opt.strict = 1;

@@ -20,7 +20,9 @@ cmd_info(int argc, char **argv)
     di_error err;
     for (int i = 1; i < argc; i++) {
         int rc;
-        if (cli_flag(argv[i], "--json")) {
+        if (cli_is_help(argv[i])) {
+            return cli_help(usage);
+        } else if (cli_flag(argv[i], "--json")) {
             json = 1;
         } else if ((rc = cli_opt(argc, argv, &i, "--server", &v)) != 0) {
             if (rc < 0)

@@ -128,6 +128,8 @@ model_mlp(int argc, char **argv)
     models_mlp_init(&c);
     for (int i = 1; i < argc; i++) {
         int r;
+        if (cli_is_help(argv[i]))
+            return cli_help(MODEL_USAGE);
         if ((r = common_opt(argc, argv, &i, &c.dtype, &c.train, &outpath)) != 0 ||
             (r = int_opt(argc, argv, &i, "--layers", &layers)) != 0 ||
             (r = int_opt(argc, argv, &i, "--hidden", &c.hidden)) != 0 ||
@@ -191,7 +193,10 @@ model_gpt(int argc, char **argv)
     models_gpt_init(&c);
     /* The preset first, so that the other options override it whatever their order. */
     for (int i = 1; i < argc; i++) {
-        int r = cli_opt(argc, argv, &i, "--preset", &v);
+        int r;
+        if (cli_is_help(argv[i]))
+            return cli_help(MODEL_USAGE);
+        r = cli_opt(argc, argv, &i, "--preset", &v);
         if (r < 0)
             return CLI_USAGE;
         if (r > 0)
@@ -276,10 +281,8 @@ cmd_model(int argc, char **argv)
         return model_gpt(argc - 1, argv + 1);
     if (strcmp(argv[1], "presets") == 0 && argc == 2)
         return model_presets();
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        printf("usage: distir %s\n", MODEL_USAGE);
-        return CLI_OK;
-    }
+    if (cli_is_help(argv[1]))
+        return cli_help(MODEL_USAGE);
     cli_error("unknown model '%s' (mlp, gpt or presets)", argv[1]);
     return cli_usage(MODEL_USAGE);
 }

@@ -8,12 +8,18 @@
 #include "cli.h"
 #include "ir/pb.h"
 
-/* Loads the single FILE argument of a command that takes no options but those given. */
+/*
+ * Finds the single FILE argument of a command that takes no options. After
+ * -h or --help it prints the usage and returns CLI_OK with *file NULL: the
+ * command is done.
+ */
 static int
 one_file(int argc, char **argv, const char *usage, const char **file)
 {
     *file = NULL;
     for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i]))
+            return cli_help(usage);
         if (argv[i][0] == '-' && argv[i][1] != '\0')
             return cli_usage(usage);
         if (*file)
@@ -103,6 +109,8 @@ cmd_print(int argc, char **argv)
     int stats = 0, json = 0;
     ir_module *m;
     for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i]))
+            return cli_help(usage);
         if (cli_flag(argv[i], "--stats"))
             stats = 1;
         else if (cli_flag(argv[i], "--json"))
@@ -141,7 +149,7 @@ cmd_verify(int argc, char **argv)
     const char *file;
     ir_module *m;
     int rc = one_file(argc, argv, "verify FILE", &file), n;
-    if (rc != CLI_OK)
+    if (rc != CLI_OK || file == NULL)
         return rc;
     if (cli_load_module(file, &m) != 0)
         return CLI_FAIL;
@@ -163,7 +171,7 @@ cmd_hash(int argc, char **argv)
     di_hash h;
     char hex[65];
     int rc = one_file(argc, argv, "hash FILE", &file);
-    if (rc != CLI_OK)
+    if (rc != CLI_OK || file == NULL)
         return rc;
     if (cli_load_module(file, &m) != 0)
         return CLI_FAIL;
@@ -184,6 +192,8 @@ cmd_convert(int argc, char **argv)
     int rc;
     for (int i = 1; i < argc; i++) {
         int r;
+        if (cli_is_help(argv[i]))
+            return cli_help(usage);
         if ((r = cli_opt(argc, argv, &i, "-o", &v)) != 0) {
             if (r < 0)
                 return CLI_USAGE;

@@ -164,10 +164,9 @@ cmd_run(int argc, char **argv)
     di_error_clear(&err);
     inputs = di_xcalloc((size_t)argc + 1, sizeof *inputs);
     for (int i = 1; i < argc; i++) {
-        if (cli_flag(argv[i], "-h") || cli_flag(argv[i], "--help")) {
-            printf("usage: distir %s\n", run_usage);
+        if (cli_is_help(argv[i])) {
             di_free(inputs);
-            return CLI_OK;
+            return cli_help(run_usage);
         } else if ((r = cli_opt(argc, argv, &i, "--input", &v)) != 0) {
             if (r < 0)
                 goto usage;

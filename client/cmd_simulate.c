@@ -150,6 +150,8 @@ cmd_simulate(int argc, char **argv)
     sim_options_default(&o);
     for (int i = 1; i < argc; i++) {
         int r;
+        if (cli_is_help(argv[i]))
+            return cli_help(usage);
         if (cli_flag(argv[i], "--json")) {
             json = 1;
         } else if (cli_flag(argv[i], "--no-overlap")) {

@@ -39,6 +39,8 @@ cmd_transform(int argc, char **argv)
     struct timespec t0, t1;
     for (int i = 1; i < argc; i++) {
         int r;
+        if (cli_is_help(argv[i]))
+            return cli_help(usage);
         if (cli_flag(argv[i], "--stats")) {
             stats = 1;
         } else if ((r = cli_opt(argc, argv, &i, "-o", &v)) != 0) {

@@ -11,18 +11,6 @@
 #include "ir/pb.h"
 #include "onnx/onnx.h"
 
-/* Commands not built yet: a weak default each file may override. */
-#define CLI_CMD_WEAK_(name, summary)                                                               \
-    __attribute__((weak)) int cmd_##name(int argc, char **argv)                                    \
-    {                                                                                              \
-        (void)argc;                                                                                \
-        (void)argv;                                                                                \
-        cli_error("'%s' is not available in this build", #name);                                   \
-        return CLI_FAIL;                                                                           \
-    }
-CLI_COMMANDS(CLI_CMD_WEAK_)
-#undef CLI_CMD_WEAK_
-
 static const struct {
     const char *name;
     const char *summary;
@@ -49,6 +37,19 @@ cli_usage(const char *usage)
 {
     fprintf(stderr, "usage: distir %s\n", usage);
     return CLI_USAGE;
+}
+
+int
+cli_help(const char *usage)
+{
+    printf("usage: distir %s\n", usage);
+    return CLI_OK;
+}
+
+int
+cli_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
 int
@@ -182,7 +183,7 @@ usage_all(FILE *f)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nModules may be IR text, protobuf or ONNX (detected by content).\n"
-               "Exit codes: 0 ok, 1 failure or regression, 2 usage error.\n");
+               "Exit codes: 0 ok, 1 failure, 2 usage error.\n");
 }
 
 int
@@ -192,8 +193,7 @@ main(int argc, char **argv)
         usage_all(stderr);
         return CLI_USAGE;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
+    if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
         usage_all(stdout);
         return CLI_OK;
     }

@@ -16,9 +16,18 @@
  * Tests whose reference draws random numbers are skipped by name, with the
  * reason.
  *
- * Output: the skipped tests in one list, each failure with its first
- * mismatching index, cmocka-style totals (for tests/run.sh), and a last line
- * "N passed, N failed, N skipped". Exit status 1 if any supported test fails.
+ * The tests listed in tests/data/onnx_nodes_pass.txt must pass: one of them
+ * skipped or missing is a failure that names it. Missing test data is a
+ * failure too (install Debian's libonnx-testdata: `make deps`).
+ *
+ * Usage: test_onnx_nodes [--print-passed] [ROOT]; run from the source root.
+ * --print-passed prints only the names of the tests that pass, to refresh
+ * the list.
+ *
+ * Output: the skipped tests in one list, the passing tests not yet listed,
+ * each failure with its first mismatching index, cmocka-style totals (for
+ * tests/run.sh), and a last line "N passed, N failed, N skipped (N must
+ * pass)". Exit status 1 if any supported or listed test fails.
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -399,47 +408,130 @@ run_test(const char *root, const char *test, char *msg, size_t cap)
     return out;
 }
 
+/*
+ * The node tests that must pass, one name a line ('#' starts a comment):
+ * a test in the list that is skipped or missing fails, so a supported op
+ * that starts answering "unsupported" names itself instead of becoming one
+ * more skip. A test that passes without being listed is only reported.
+ */
+#define MUST_PASS_LIST "tests/data/onnx_nodes_pass.txt"
+
+/* Appends the names in the list at path to r. */
+static int
+read_must_pass(const char *path, report *r)
+{
+    uint8_t *data;
+    size_t len;
+    di_error err;
+    if (di_read_file(path, (size_t)1 << 20, &data, &len, &err) != 0) {
+        printf("test_onnx_nodes: %s\n", err.msg);
+        return -1;
+    }
+    for (char *line = (char *)data, *end = (char *)data + len; line < end;) {
+        char *nl = memchr(line, '\n', (size_t)(end - line)), *stop = nl ? nl : end;
+        while (stop > line && (stop[-1] == ' ' || stop[-1] == '\r'))
+            stop--;
+        if (stop > line && line[0] != '#')
+            report_add(r, "%.*s", (int)(stop - line), line);
+        line = nl ? nl + 1 : end;
+    }
+    di_free(data);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
-    const char *root = argc > 1 ? argv[1] : getenv("ONNX_NODE_TESTS");
+    const char *root = NULL;
     char **tests;
-    int ntests, passed = 0, failed = 0, skipped = 0;
-    report skips = {0}, fails = {0};
+    int ntests, passed = 0, failed = 0, skipped = 0, print_passed = 0;
+    report skips = {0}, fails = {0}, unlisted = {0}, must = {0};
+    outcome *outcomes;
+    char (*msgs)[1200];
     struct stat st;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--print-passed") == 0)
+            print_passed = 1;
+        else
+            root = argv[i];
+    }
+    if (root == NULL)
+        root = getenv("ONNX_NODE_TESTS");
     if (root == NULL || *root == '\0')
         root = "/usr/share/libonnx-testdata/data/node";
     if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        printf("skipped: %s does not exist (install libonnx-testdata)\n", root);
-        printf("0 passed, 0 failed, 0 skipped\n");
-        return 0;
+        printf("test_onnx_nodes: the ONNX node tests are missing: %s is not a directory; install "
+               "the Debian package libonnx-testdata ('make deps' as root) or name another root "
+               "in $ONNX_NODE_TESTS\n",
+               root);
+        printf("[  FAILED  ] 1 test(s), listed above.\n");
+        return 1;
     }
     if (list_dir(root, "test_", &tests, &ntests) != 0) {
         fprintf(stderr, "cannot list %s\n", root);
         return 1;
     }
+    if (!print_passed && read_must_pass(MUST_PASS_LIST, &must) != 0) {
+        printf("[  FAILED  ] 1 test(s): cannot read %s (run from the source root)\n",
+               MUST_PASS_LIST);
+        free_names(tests, ntests);
+        return 1;
+    }
+    outcomes = di_xcalloc((size_t)ntests + 1, sizeof *outcomes);
+    msgs = di_xcalloc((size_t)ntests + 1, sizeof *msgs);
     for (int i = 0; i < ntests; i++) {
-        char msg[1200] = "";
-        outcome o = run_test(root, tests[i], msg, sizeof msg);
-        if (o == PASS)
+        outcomes[i] = run_test(root, tests[i], msgs[i], sizeof msgs[i]);
+        if (outcomes[i] == PASS) {
             passed++;
-        else if (o == SKIP) {
+            if (print_passed)
+                printf("%s\n", tests[i]);
+        } else if (outcomes[i] == SKIP) {
             skipped++;
-            report_add(&skips, "%s: %s", tests[i], msg);
+            report_add(&skips, "%s: %s", tests[i], msgs[i]);
         } else {
             failed++;
-            report_add(&fails, "%s: %s", tests[i], msg);
+            report_add(&fails, "%s: %s", tests[i], msgs[i]);
         }
     }
+    if (print_passed)
+        goto done;
+    /* The floor: every listed test ran and passed (the failures are counted above). */
+    for (size_t k = 0; k < must.n; k++) {
+        int i = 0;
+        while (i < ntests && strcmp(tests[i], must.lines[k]) != 0)
+            i++;
+        if (i == ntests) {
+            failed++;
+            report_add(&fails, "%s: listed in %s but not found in %s", must.lines[k],
+                       MUST_PASS_LIST, root);
+        } else if (outcomes[i] == SKIP) {
+            failed++;
+            report_add(&fails, "%s: listed in %s but skipped: %s", must.lines[k], MUST_PASS_LIST,
+                       msgs[i]);
+        }
+    }
+    for (int i = 0; i < ntests; i++) {
+        size_t k = 0;
+        while (k < must.n && strcmp(tests[i], must.lines[k]) != 0)
+            k++;
+        if (outcomes[i] == PASS && k == must.n)
+            report_add(&unlisted, "%s", tests[i]);
+    }
     report_print(&skips, "skipped (unsupported)");
+    report_print(&unlisted, "passed, not yet in " MUST_PASS_LIST " (add them)");
     report_print(&fails, "FAILED");
     printf("[==========] %d ONNX node test(s) run.\n", passed + failed);
     printf("[  PASSED  ] %d test(s).\n", passed);
     if (failed)
         printf("[  FAILED  ] %d test(s), listed above.\n", failed);
-    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    printf("%d passed, %d failed, %d skipped (%zu must pass)\n", passed, failed, skipped, must.n);
+done:
     report_free(&skips);
     report_free(&fails);
+    report_free(&unlisted);
+    di_free(outcomes);
+    di_free(msgs);
+    report_free(&must);
     free_names(tests, ntests);
     return failed ? 1 : 0;
 }
