@@ -44,7 +44,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/sim.h"
 #include "xform/autodiff.h"
 
 enum { PROG_F = 0, PROG_B = 1, PROG_S = 2 };
@@ -251,7 +250,7 @@ op_weight(const xf_ctx *c, ir_id op, int by_time)
 {
     ir_cost k;
     if (by_time) {
-        double t = sim_op_time(c->m, op, c->hw, 0);
+        double t = c->cost.op_time(c->cost.ctx, c->m, op);
         return t > 0 ? t : 0;
     }
     ir_op_cost(c->m, op, &k);
@@ -275,7 +274,7 @@ balance(xf_ctx *c)
     double *best;
     double *sq;
     uint32_t *cut;
-    int by_time = c->hw != NULL;
+    int by_time = xform_cost_known(&c->cost);
     c->layer_stage = di_xcalloc(L ? L : 1, sizeof *c->layer_stage);
     if (L == 0 || K <= 1) {
         di_free(cost);
@@ -290,7 +289,7 @@ balance(xf_ctx *c)
         return 0;
     }
     for (uint32_t i = 0; i < fr->nop && by_time; i++)
-        if (sim_op_time(m, fr->ops[i], c->hw, 0) < 0)
+        if (c->cost.op_time(c->cost.ctx, m, fr->ops[i]) < 0)
             by_time = 0;
     for (uint32_t i = 0; i < fr->nop; i++) {
         ir_id op = fr->ops[i];

@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "xform/cost.h"
 #include "xform/xform.h"
 
 #define XF_MB XFORM_AXIS_MB
@@ -72,7 +73,7 @@ typedef struct xf_ctx {
     ir_module *owned;   /* the differentiated copy of a forward-only input, or NULL */
     ir_id func;
     xform_strategy s;   /* normalized: degrees >= 1, schedule resolved */
-    const hw_model *hw; /* the target hardware, or NULL */
+    xform_cost cost;    /* the target hardware (xform_cost_known: there is one) */
     uint32_t n[XF_NAXIS]; /* microbatches, and the largest dp and tp of any group */
     uint32_t pp, V, K;  /* pipeline groups, virtual stages, model stages (pp * V) */
     /*
