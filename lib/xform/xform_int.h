@@ -149,6 +149,9 @@ int32_t xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t t);
 /* Value of a source op's discardable string attribute, or NULL. */
 const char *xf_op_str(const ir_module *m, ir_id op, const char *key);
 
+/* stages.c: the model stage of every non-constant op (xf_opinfo.stage). */
+int xf_assign_stages(xf_ctx *c);
+
 /* dp.c, tp.c: initial placements of the arguments. */
 int xf_annotate_dp(xf_ctx *c);
 int xf_annotate_tp(xf_ctx *c);
