@@ -10,6 +10,7 @@
  */
 #include "xform/pipeline_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -580,6 +581,7 @@ xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
     const variant *var = NULL;
     uint8_t key = variant_key(P, p, mb);
     int rc;
+    assert(mb <= last && g < c->pp);
     inputs = di_xmalloc(nmax * sizeof *inputs);
     lts = di_xmalloc(nmax * sizeof *lts);
     pls = di_xmalloc(nmax * sizeof *pls);
@@ -657,8 +659,8 @@ xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
             ir_id v = p->out.v[j];
             const reg_ent *e;
             if (p->kind == PROG_S) {
-                xf_pl_reg_put(P, REG_STEP, v, 0, g, ir_op_output(P->out, pm, k), xf_pl_result_lt(P, pm, k),
-                        &opl[k]);
+                xf_pl_reg_put(P, REG_STEP, v, 0, g, ir_op_output(P->out, pm, k),
+                              xf_pl_result_lt(P, pm, k), &opl[k]);
                 e = xf_pl_reg_find(P, REG_STEP, v, 0, g);
             } else {
                 reg_ent *ne = &p->vals[(size_t)mb * p->out.n + j];
@@ -701,7 +703,7 @@ xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
         if (p->kind == PROG_F && xf_stash_copies(c, mb)) {
             for (uint32_t j = 0; j < p->stash.n; j++, k++)
                 xf_pl_reg_put(P, REG_STASH, p->stash.v[j], mb, g, ir_op_output(P->out, pm, k),
-                        xf_pl_result_lt(P, pm, k), &opl[k]);
+                              xf_pl_result_lt(P, pm, k), &opl[k]);
         }
         for (uint32_t j = 0; j < p->res.n; j++) {
             uint32_t r = p->res.v[j];
@@ -776,7 +778,7 @@ xf_pl_emit_gathers(pl *P, uint32_t g)
     if (rc == 0 && (rc = xf_pl_make_pmap(P, g, inputs, ws.n, b->region, 0, &pm)) == 0)
         for (uint32_t j = 0; j < ws.n; j++)
             xf_pl_reg_put(P, REG_GATHERED, ws.v[j], 0, g, ir_op_output(P->out, pm, j),
-                    xf_pl_result_lt(P, pm, j), &pls[j]);
+                          xf_pl_result_lt(P, pm, j), &pls[j]);
     di_free(inputs);
     di_free(pls);
     di_free(ws.v);

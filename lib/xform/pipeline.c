@@ -39,6 +39,7 @@
  */
 #include "xform/pipeline_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,7 @@ xf_pl_reg_find(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g)
 
 void
 xf_pl_reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id tv, ir_id lt,
-        const xf_place *p)
+              const xf_place *p)
 {
     reg_ent *e;
     if ((P->nreg + 1) * 2 > P->creg) {
@@ -115,9 +116,10 @@ xf_pl_reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id t
         for (uint32_t i = 0; i < oc; i++)
             if (old[i].kind)
                 xf_pl_reg_put(P, old[i].kind, old[i].v, old[i].mb, old[i].g, old[i].tv, old[i].lt,
-                        &old[i].pl);
+                              &old[i].pl);
         di_free(old);
     }
+    assert(kind != 0 && P->creg > 0 && (P->creg & (P->creg - 1)) == 0);
     e = xf_pl_reg_find(P, kind, v, mb, g);
     if (e == NULL) {
         uint64_t h = reg_hash(kind, v, mb, g);
@@ -141,6 +143,7 @@ xf_pl_reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir_id t
 static prog *
 prog_of(pl *P, int kind, uint32_t stage)
 {
+    assert(stage < (kind == PROG_S ? P->c->pp : P->c->K));
     if (kind == PROG_S)
         return &P->prog[2 * P->c->K + stage];
     return &P->prog[kind * P->c->K + stage];
@@ -824,7 +827,8 @@ xf_pl_result_lt(pl *P, ir_id pm, uint32_t k)
  * with callee it calls function body. Returns the op.
  */
 int
-xf_pl_make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id body, int callee, ir_id *op)
+xf_pl_make_pmap(pl *P, uint32_t g, ir_id *inputs, uint32_t nin, ir_id body, int callee,
+                ir_id *op)
 {
     ir_id o = ir_op_add(P->out, P->func, IR_OP_PMAP, nin, inputs,
                         P->out->regions[body].nresult, NULL, NULL);

@@ -8,6 +8,7 @@
  */
 #include "xform/xform_int.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -122,6 +123,7 @@ balance(xf_ctx *c)
                 c->layer_stage[l] = (int32_t)(k - 1);
             j = i;
         }
+        assert(j == 0); /* K groups cover the L layers from the first */
     }
 #undef AT
     di_free(cost);
@@ -170,6 +172,7 @@ xf_assign_stages(xf_ctx *c)
             }
             oi->stage = s;
         }
+        assert(oi->stage >= 0 && (uint32_t)oi->stage < c->K);
     }
     return 0;
 }

@@ -18,6 +18,7 @@
  */
 #include "xform/xform_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 
 int
@@ -47,6 +48,7 @@ xf_stash_select(const xf_ctx *c, const ir_id *in, uint32_t n, ir_id *out)
     for (uint32_t j = 0; j < n; j++)
         if (c->vflags[in[j]] & XF_V_WEIGHT)
             out[k++] = in[j];
+    assert(k <= n);
     return k;
 }
 
