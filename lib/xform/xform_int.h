@@ -5,8 +5,9 @@
  * normalized strategy, the analysis of the source (which arguments are batch
  * data and which weights, each op's phase, layer and pipeline stage), the
  * placements that sharding propagation decides (shard.c) on the extended
- * mesh [microbatch, dp, tp], and the output module that lowering (lower.c)
- * and the pipeline assembly (pipeline.c) build.
+ * mesh [microbatch, dp, tp], the target hardware's costs (cost.h), and the
+ * output module that lowering (lower.c) and the pipeline assembly
+ * (pipeline.c, chunk.c) build. apply.c runs the passes in order.
  *
  * A placement is one int8 per axis: XF_R (replicated), XF_P (partial sum) or
  * the split tensor dimension (>= 0). The microbatch axis is a loop in time:
