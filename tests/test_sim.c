@@ -19,6 +19,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 #include "sim/sim.h"
+#include "xform/cost.h"
 #include "distir.pb-c.h"
 
 /*
@@ -426,6 +427,41 @@ test_opaque_needs_profile(void **state)
     assert_int_equal(sim_run(m, hw, NULL, &r, NULL, NULL, &err), DI_ECOST);
     assert_non_null(strstr(err.msg, "FancyConv"));
     assert_null(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/*
+ * The transforms' cost interface (xform/cost.h) gives the simulator's
+ * numbers: the hardware's devices and name, and each op's time on it (the
+ * roofline for compute, 0 for plumbing, negative for an opaque op without a
+ * measured time); without hardware it knows nothing.
+ */
+static void
+test_xform_cost(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 4);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id a = ir_region_add_arg(m, f, t2(m, 64, 128, 0), "a");
+    ir_id b = ir_region_add_arg(m, f, t2(m, 128, 256, 0), "b");
+    ir_id in[2] = {a, b};
+    ir_id y = op1(m, f, IR_OP_MATMUL, 2, in, t2(m, 64, 256, 0), "y");
+    ir_id z = op1(m, f, IR_OP_OPAQUE, 1, &y, t2(m, 64, 256, 0), "z");
+    xform_cost c;
+    m->ops[m->values[z].def].opaque = ir_str(m, "FancyConv");
+    ir_region_add_result(m, f, z);
+    xform_cost_init(&c, NULL);
+    assert_false(xform_cost_known(&c));
+    xform_cost_init(&c, hw);
+    assert_true(xform_cost_known(&c));
+    assert_int_equal(c.ndevice, 8);
+    assert_string_equal(c.name, "test");
+    assert_close(c.op_time(c.ctx, m, m->values[y].def), 4.194304e-6 + 1e-5);
+    assert_true(c.op_time(c.ctx, m, m->values[z].def) < 0);
+    for (ir_id op = 1; op < m->nop; op++)
+        assert_true(c.op_time(c.ctx, m, op) == sim_op_time(m, op, hw, 0));
     ir_module_free(m);
     hw_free(hw);
 }
@@ -1092,6 +1128,7 @@ main(void)
         cmocka_unit_test(test_oom),
         cmocka_unit_test(test_memory_classes),
         cmocka_unit_test(test_opaque_needs_profile),
+        cmocka_unit_test(test_xform_cost),
         cmocka_unit_test(test_device_out_of_range),
         cmocka_unit_test(test_pmap),
         cmocka_unit_test(test_deterministic),

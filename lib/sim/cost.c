@@ -2,10 +2,10 @@
  * cost.c: the simulator's cost model. A compute op costs its roofline time
  * (FLOPs at the device's peak for its dtype times an efficiency, or bytes
  * at its memory bandwidth, whichever is longer, plus a launch overhead) or
- * a measured time for its signature; ops are priced once per signature at
- * top level and once per op inside bodies. A collective costs the best (or
- * the preset's) of ring, tree and hierarchical algorithms over its group's
- * links, or a measured table's time. sim_op_time exposes an op's time to
+ * a measured time for its signature (sched.c memoizes these prices per
+ * signature at top level and per op inside bodies). A collective costs the
+ * best (or the preset's) of ring, tree and hierarchical algorithms over its
+ * group's links, or a measured table's time. sim_op_time exposes an op's time to
  * the transforms' stage balancing (through lib/xform/cost.c).
  */
 #include "sim/sim_int.h"
@@ -97,7 +97,6 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
     *flops = c.flops;
     return 0;
 }
-
 
 void
 sim_group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g)

@@ -106,6 +106,7 @@ sim_type_locs(sim *s, ir_id type, const tloc **out, uint32_t *n)
         s->tloc_off[type] = start;
         s->tloc_n[type] = s->ntloc - start;
     }
+    assert(s->tloc_off[type] + s->tloc_n[type] <= s->ntloc);
     *out = s->tlocs + s->tloc_off[type];
     *n = s->tloc_n[type];
     return 0;
@@ -486,6 +487,8 @@ sim_build_memory(sim *s, double step)
     count = s->count;
     for (uint32_t d = 0; d < s->ndev; d++) {
         sim_dev *dv = &s->devs[d];
+        /* Every allocation counted above was written; a free for each at most. */
+        assert(dv->nalloc <= dv->nev && dv->nev <= 2 * dv->nalloc);
         sort_events(s->ev + dv->evoff, tmp, count, dv->nalloc);
         sort_events(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc);
     }
@@ -582,6 +585,7 @@ sim_device_memory(sim *s, int32_t dev, sim_device_result *r)
         for (int k = 0; k < SIM_NMEMCLASS; k++)
             lp->by_class[k] = cls[k] > 0 ? (uint64_t)cls[k] : 0;
     }
+    assert(live >= 0); /* every free has its allocation */
     r->timeline = pts;
     r->ntimeline = npoint;
     r->capacity_bytes = (uint64_t)hw_device_spec(s->hw, (uint32_t)dev)->memory_bytes;

@@ -153,6 +153,8 @@ static void
 occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int sym)
 {
     sim_dev *d = &s->devs[dev];
+    assert(dev >= 0 && (uint32_t)dev < s->ndev && stream >= 0 && stream < NSTREAM);
+    assert(end >= start);
     if (!sym && (d->rep != dev || d->class_n > 1))
         s->broken = 1;
     d->hist = mix64(mix64(mix64(d->hist, (uint64_t)op << 2 | (uint64_t)stream), dbits(start)),
@@ -518,6 +520,7 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const sim_grp **e)
         rc = mesh_group_find(s, op, mesh, dev, s->grpdev + s->ngrpdev, &cnt);
         if (rc)
             return rc;
+        assert(cnt >= 1 && cnt <= nd); /* dev itself, within the room reserved above */
         ir_op_cost(s->m, op, &cost);
         sim_group_describe(s, s->grpdev + s->ngrpdev, cnt, &g);
         s->grps[h].op = op;
@@ -643,6 +646,7 @@ class_of(const sim *s, const int32_t *devs, uint32_t n, int32_t *rep)
 static void
 form_class(sim *s, const int32_t *devs, uint32_t n, int32_t rep)
 {
+    assert(n >= 1 && rep >= 0 && (uint32_t)rep < s->ndev);
     for (uint32_t k = 0; k < n; k++)
         s->devs[devs[k]].rep = rep;
     s->devs[rep].class_n = n;
@@ -897,6 +901,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             int32_t d = loc_dev(s, out, j);
             set_add(group, &n, d == LOC_DEVVAR ? (c->devs ? c->devs[k] : 0) : d);
         }
+        assert(n >= 1 && n <= nin + nout); /* within the scratch buffer */
         sim_group_describe(s, group, n, &g);
         t = sim_collective_time(s, o->kind, &g, cost.bytes_comm);
         if (c->rep == 1 && c->devs == NULL && tuple_symmetric(s, in, out, group, n)) {

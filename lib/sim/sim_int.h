@@ -6,10 +6,10 @@
  * per-value instance tables and the memory events. The files split it by
  * concern:
  *   - sim.c     the driver: sim_run, the per-device results, the options;
- *   - cost.c    the cost model: an op's compute time (roofline or measured,
- *               memoized by signature), a collective's time over a group;
+ *   - cost.c    the cost model: an op's compute time (roofline or measured),
+ *               a collective's time over a group;
  *   - sched.c   the walk in program order: every op on its streams and links,
- *               sends, collectives, pmaps and symmetry;
+ *               sends, collectives, pmaps and symmetry; op prices memoized;
  *   - memory.c  type locations, value instances, memory classes, and the
  *               memory events sorted into peaks and timelines;
  *   - work.c    the workspace that keeps the large tables between runs.

@@ -57,6 +57,7 @@ sim_tables_take(sim *s, sim_workspace *ws)
 {
     if (ws == NULL)
         return;
+    assert(s->inst == NULL && s->vbase == NULL && s->ev == NULL); /* taken once */
     s->inst = ws->inst, s->cinst = ws->cinst;
     s->cvalue = ws->cvalue;
     s->vbase = ws->vbase, s->vrep = ws->vrep, s->vuni = ws->vuni, s->vclass = ws->vclass;

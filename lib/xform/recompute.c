@@ -5,14 +5,14 @@
  *   - full: every forward op of the stage whose result the backward chunk
  *     needs, transitively, except the layer checkpoints: the results that
  *     cross from one transformer layer (dist.layer) to the next are kept,
- *     as Megatron-LM keeps each layer's input. pipeline.c emits each
+ *     as Megatron-LM keeps each layer's input. chunk.c emits each
  *     recomputed op right before its first use, so one layer's activations
  *     are live at a time; without layer annotations the whole stage is
  *     recomputed from its inputs;
  *   - selective: only the attention core that costs 5as^2b bytes per layer
  *     and little compute: Q K^T, its scale and mask, the softmax and the
  *     dropout of the probabilities. Their inputs (Q, K^T, the mask, which
- *     is a constant) stay saved; pipeline.c emits each recomputed op right
+ *     is a constant) stay saved; chunk.c emits each recomputed op right
  *     before its first use, so one layer's scores are live at a time.
  */
 #include "xform/xform_int.h"

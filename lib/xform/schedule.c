@@ -20,6 +20,7 @@
  */
 #include "xform/xform_int.h"
 
+#include <assert.h>
 #include <string.h>
 
 static void
@@ -41,6 +42,7 @@ group_sequence(const xf_ctx *c, uint32_t g, xf_event *ev)
             push(ev, &n, XF_EV_F, g, i);
         for (uint32_t i = 0; i < m; i++)
             push(ev, &n, XF_EV_B, g, i);
+        assert(n == 2 * m);
         return;
     }
     if (V == 1) {
@@ -53,6 +55,7 @@ group_sequence(const xf_ctx *c, uint32_t g, xf_event *ev)
         }
         for (uint32_t j = m - warm; j < m; j++)
             push(ev, &n, XF_EV_B, g, j);
+        assert(n == 2 * m);
         return;
     }
     {
@@ -73,6 +76,7 @@ group_sequence(const xf_ctx *c, uint32_t g, xf_event *ev)
 #undef FWD_STAGE
 #undef BWD_STAGE
 #undef MB_OF
+        assert(n == 2 * total);
     }
 }
 
@@ -107,6 +111,7 @@ xf_schedule(const xf_ctx *c, xf_event **out, uint32_t *nout)
                             (e->stage + 1 == K || DONE(XF_EV_B, e->stage + 1, e->mb));
                 if (!ready)
                     break;
+                assert(e->stage < K && e->mb < m && !DONE(e->kind, e->stage, e->mb));
                 ev[n++] = *e;
                 DONE(e->kind, e->stage, e->mb) = 1;
                 pos[g]++;

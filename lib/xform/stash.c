@@ -12,12 +12,14 @@
  * (a Cast to the same type, marked dist.mem = "stashed" so the simulator's
  * memory profile shows it apart) and that the backward chunk reads instead
  * of the live weight: per microbatch for PipeDream, once (by the first
- * microbatch) for 2BW. pipeline.c asks these functions which weights a
- * backward program reads from a stash, when a forward chunk copies, which
- * copy a backward chunk reads, and emits the copies through xf_stash_copy.
+ * microbatch) for 2BW. The pipeline assembly (pipeline.c, chunk.c) asks
+ * these functions which weights a backward program reads from a stash, when
+ * a forward chunk copies, which copy a backward chunk reads, and emits the
+ * copies through xf_stash_copy.
  */
 #include "xform/xform_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 
 int
@@ -47,6 +49,7 @@ xf_stash_select(const xf_ctx *c, const ir_id *in, uint32_t n, ir_id *out)
     for (uint32_t j = 0; j < n; j++)
         if (c->vflags[in[j]] & XF_V_WEIGHT)
             out[k++] = in[j];
+    assert(k <= n);
     return k;
 }
 

@@ -465,7 +465,7 @@ validate_tp(xf_ctx *c, uint32_t g)
 }
 
 static int
-validate(xf_ctx *c, const hw_model *hw)
+validate(xf_ctx *c)
 {
     const xform_strategy *s = &c->s;
     uint64_t ndev = c->ndev;
@@ -480,9 +480,9 @@ validate(xf_ctx *c, const hw_model *hw)
     if (s->dp > (1u << 20) || s->tp > (1u << 20) || s->pp > (1u << 20) || ndev > (1u << 20))
         return di_error_set(c->err, DI_ESTRATEGY, "%s = %llu devices is too many", what,
                             (unsigned long long)ndev);
-    if (hw && ndev > hw->ndevice)
+    if (xform_cost_known(&c->cost) && ndev > c->cost.ndevice)
         return di_error_set(c->err, DI_ESTRATEGY, "%s = %llu exceeds the %u devices of %s", what,
-                            (unsigned long long)ndev, hw->ndevice, hw->name);
+                            (unsigned long long)ndev, c->cost.ndevice, c->cost.name);
     if (s->ndevice_order) {
         uint8_t *seen;
         if (s->ndevice_order != ndev)
@@ -492,7 +492,7 @@ validate(xf_ctx *c, const hw_model *hw)
         seen = di_xcalloc(1u << 20, 1);
         for (uint32_t i = 0; i < s->ndevice_order; i++) {
             uint32_t d = s->device_order[i];
-            if (d >= (1u << 20) || (hw && d >= hw->ndevice) || seen[d]) {
+            if (d >= (1u << 20) || (xform_cost_known(&c->cost) && d >= c->cost.ndevice) || seen[d]) {
                 int twice = d < (1u << 20) && seen[d];
                 di_free(seen);
                 return di_error_set(c->err, DI_ESTRATEGY,
@@ -609,7 +609,7 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
     c->err = err;
     c->s = *s;
     c->s.owned_stages = NULL;
-    c->hw = hw;
+    xform_cost_init(&c->cost, hw);
     if (c->s.dp == 0)
         c->s.dp = 1;
     if (c->s.tp == 0)
@@ -666,7 +666,7 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
         c->m = c->owned;
     }
     groups_init(c);
-    if ((rc = analyze(c)) != 0 || (rc = validate(c, hw)) != 0) {
+    if ((rc = analyze(c)) != 0 || (rc = validate(c)) != 0) {
         xf_ctx_fini(c);
         return rc;
     }

@@ -41,7 +41,10 @@
 
 #include "base/base.h"
 #include "ir/ir.h"
-#include "sim/hw.h"
+
+/* The target hardware (the simulator's hw.h); the transforms see it through cost.h. */
+struct hw_model;
+typedef struct hw_model hw_model;
 
 struct Distir__V1__Strategy;
 

@@ -5,8 +5,9 @@
  * normalized strategy, the analysis of the source (which arguments are batch
  * data and which weights, each op's phase, layer and pipeline stage), the
  * placements that sharding propagation decides (shard.c) on the extended
- * mesh [microbatch, dp, tp], and the output module that lowering (lower.c)
- * and the pipeline assembly (pipeline.c) build.
+ * mesh [microbatch, dp, tp], the target hardware's costs (cost.h), and the
+ * output module that lowering (lower.c) and the pipeline assembly
+ * (pipeline.c, chunk.c) build. apply.c runs the passes in order.
  *
  * A placement is one int8 per axis: XF_R (replicated), XF_P (partial sum) or
  * the split tensor dimension (>= 0). The microbatch axis is a loop in time:
@@ -18,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "xform/cost.h"
 #include "xform/xform.h"
 
 #define XF_MB XFORM_AXIS_MB
@@ -72,7 +74,7 @@ typedef struct xf_ctx {
     ir_module *owned;   /* the differentiated copy of a forward-only input, or NULL */
     ir_id func;
     xform_strategy s;   /* normalized: degrees >= 1, schedule resolved */
-    const hw_model *hw; /* the target hardware, or NULL */
+    xform_cost cost;    /* the target hardware (xform_cost_known: there is one) */
     uint32_t n[XF_NAXIS]; /* microbatches, and the largest dp and tp of any group */
     uint32_t pp, V, K;  /* pipeline groups, virtual stages, model stages (pp * V) */
     /*
@@ -147,6 +149,9 @@ void xf_ctx_fini(xf_ctx *c);
 int32_t xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t t);
 /* Value of a source op's discardable string attribute, or NULL. */
 const char *xf_op_str(const ir_module *m, ir_id op, const char *key);
+
+/* stages.c: the model stage of every non-constant op (xf_opinfo.stage). */
+int xf_assign_stages(xf_ctx *c);
 
 /* dp.c, tp.c: initial placements of the arguments. */
 int xf_annotate_dp(xf_ctx *c);

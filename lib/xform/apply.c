@@ -1,0 +1,199 @@
+/*
+ * apply.c: xform_apply, the composition of the transform's passes. Each
+ * pass reads what the ones before it computed, in this order:
+ *
+ *   stages     the model stage of every op (stages.c; needs the analysis of
+ *              xf_ctx_init: layers, constants);
+ *   tp, dp     the initial placements of the arguments: tensor-parallel
+ *              weights (tp.c), then batch data split over the data axis and
+ *              the microbatches (dp.c); both need the stages, since an op's
+ *              placements depend on the degrees of the group it runs on;
+ *   propagate  the placement of every value and what each op needs of its
+ *              inputs (shard.c);
+ *   pipeline   the distributed module: programs, chunks in the schedule's
+ *              order, re-layouts between groups, gradient reductions
+ *              (pipeline.c, chunk.c, schedule.c, lower.c).
+ *
+ * Only the last pass makes IR; the others fill the tables of xf_ctx. In
+ * debug builds (DISTIR_DEBUG) the verifier checks the module the passes
+ * read before they run and the module they make after the last one, and
+ * each analysis pass's tables are checked for what must hold after it;
+ * a failure names the pass. The verifier interns the types it infers, so it
+ * runs on copies: debug builds make the same output as release builds.
+ */
+#include "xform/xform_int.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+/* One transform in progress: the context and, after the last pass, its results. */
+typedef struct xf_apply {
+    xf_ctx c;
+    ir_module *out;
+    xform_layout *layout;
+} xf_apply;
+
+static int
+pass_stages(xf_apply *a)
+{
+    return xf_assign_stages(&a->c);
+}
+
+static int
+pass_tp(xf_apply *a)
+{
+    return xf_annotate_tp(&a->c);
+}
+
+static int
+pass_dp(xf_apply *a)
+{
+    return xf_annotate_dp(&a->c);
+}
+
+static int
+pass_propagate(xf_apply *a)
+{
+    return xf_propagate(&a->c);
+}
+
+static int
+pass_pipeline(xf_apply *a)
+{
+    return xf_pipeline_build(&a->c, &a->out, &a->layout);
+}
+
+typedef struct xf_pass {
+    const char *name;
+    int (*run)(xf_apply *a);
+} xf_pass;
+
+static const xf_pass passes[] = {
+    {"stages", pass_stages},
+    {"tp", pass_tp},
+    {"dp", pass_dp},
+    {"propagate", pass_propagate},
+    {"pipeline", pass_pipeline},
+};
+
+#ifdef DISTIR_DEBUG
+/* Runs the verifier on a copy of m (it interns types); the first problem in err. */
+static int
+verify_copy(const ir_module *m, di_error *err)
+{
+    ir_module *copy = ir_module_clone(m);
+    int rc = ir_verify(copy, err);
+    ir_module_free(copy);
+    return rc;
+}
+
+/* Is every placement of the source values one of R, P or a dimension of the value? */
+static int
+places_valid(const xf_ctx *c, di_error *err)
+{
+    const ir_module *m = c->m;
+    for (ir_id v = 1; v < m->nvalue; v++) {
+        const ir_type *t = &m->types[m->values[v].type];
+        for (int ax = 0; ax < XF_NAXIS; ax++) {
+            int8_t p = c->place[v].a[ax];
+            if (p == XF_R || p == XF_P)
+                continue;
+            if (p < 0 || t->kind != IR_TYPE_TENSOR || (uint32_t)p >= t->rank)
+                return di_error_set(err, DI_EINTERNAL,
+                                    "value %u has placement %d on axis %d (rank %u)", v, p, ax,
+                                    t->rank);
+        }
+    }
+    return 0;
+}
+
+/* Does every non-constant op of the function have a model stage in [0, K)? */
+static int
+stages_valid(const xf_ctx *c, di_error *err)
+{
+    const ir_region *r = &c->m->regions[c->func];
+    for (uint32_t i = 0; i < r->nop; i++) {
+        ir_id op = r->ops[i];
+        const ir_op *o = &c->m->ops[op];
+        if (o->noutput && (c->vflags[o->outputs] & XF_V_CONST))
+            continue;
+        if (c->op[op].stage < 0 || (uint32_t)c->op[op].stage >= c->K)
+            return di_error_set(err, DI_EINTERNAL, "op %u has model stage %d of %u", op,
+                                c->op[op].stage, c->K);
+    }
+    return 0;
+}
+
+/* What must hold after pass i (before the first when i < 0). */
+static int
+check_after(const xf_apply *a, int i, di_error *err)
+{
+    const char *name = i < 0 ? "" : passes[i].name;
+    int rc = 0;
+    if (i < 0)
+        rc = verify_copy(a->c.m, err);
+    else if (strcmp(name, "stages") == 0)
+        rc = stages_valid(&a->c, err);
+    else if (strcmp(name, "pipeline") == 0)
+        rc = verify_copy(a->out, err);
+    else
+        rc = places_valid(&a->c, err);
+    if (rc == 0)
+        return 0;
+    if (i < 0)
+        di_error_prefix(err, "internal error: the module the transform reads does not verify: ");
+    else
+        di_error_prefix(err, "internal error after pass '%s': ", name);
+    err->code = DI_EINTERNAL;
+    return DI_EINTERNAL;
+}
+#endif
+
+int
+xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw,
+                   ir_module **out, xform_layout **layout, di_error *err)
+{
+    xf_apply a;
+    size_t nplace;
+    int rc;
+    *out = NULL;
+    if (layout)
+        *layout = NULL;
+    memset(&a, 0, sizeof a);
+    if ((rc = xf_ctx_init(&a.c, m, s, hw, err)) != 0)
+        return rc;
+    nplace = a.c.m->nvalue ? a.c.m->nvalue : 1;
+    a.c.place = di_xmalloc(nplace * sizeof *a.c.place);
+    memset(a.c.place, XF_R, nplace * sizeof *a.c.place);
+#ifdef DISTIR_DEBUG
+    rc = check_after(&a, -1, err);
+#endif
+    for (size_t i = 0; rc == 0 && i < sizeof passes / sizeof passes[0]; i++) {
+        rc = passes[i].run(&a);
+        assert(rc != 0 || i + 1 < sizeof passes / sizeof passes[0] || a.out != NULL);
+#ifdef DISTIR_DEBUG
+        if (rc == 0)
+            rc = check_after(&a, (int)i, err);
+#endif
+    }
+    xf_ctx_fini(&a.c);
+    if (rc != 0) {
+        ir_module_free(a.out);
+        xform_layout_free(a.layout);
+        return rc;
+    }
+    *out = a.out;
+    if (layout)
+        *layout = a.layout;
+    else
+        xform_layout_free(a.layout);
+    return 0;
+}
+
+int
+xform_apply(const ir_module *m, const xform_strategy *s, const hw_model *hw, ir_module **out,
+            di_error *err)
+{
+    return xform_apply_layout(m, s, hw, out, NULL, err);
+}

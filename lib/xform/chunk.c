@@ -1,0 +1,788 @@
+/*
+ * chunk.c: the chunks of the pipeline assembly (see pipeline.c). A chunk
+ * is one program's work for one microbatch: a dist.pmap over its group's
+ * devices that calls a function of the program (a variant: chunks that
+ * differ only in their microbatch share one). Its body emits the program's
+ * ops with their inputs converted to the placements they need, accumulates
+ * gradient contributions across microbatches, reduces them (in buckets,
+ * overlapped with the backward pass, or as ZeRO reduce-scatters) and
+ * stashes weights; emit_gathers all-gathers ZeRO-1/2 weight shards.
+ */
+#include "xform/pipeline_int.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * A chunk's body depends on its microbatch only through these (and through
+ * the types and placements of its inputs, which the variant records).
+ */
+#define VAR_ACC 1   /* adds to the accumulated gradients of earlier microbatches */
+#define VAR_LAST 2  /* the last microbatch: completed gradients, once-per-step results */
+#define VAR_STASH 4 /* 2BW: the first microbatch copies the stage's weights */
+
+static uint8_t
+variant_key(const pl *P, const prog *p, uint32_t mb)
+{
+    const xf_ctx *c = P->c;
+    uint8_t key = 0;
+    if (mb > 0 && p->leaf.n > 0)
+        key |= VAR_ACC;
+    if (mb == c->n[XF_MB] - 1 && (p->leaf.n > 0 || p->res.n > 0))
+        key |= VAR_LAST;
+    if (p->kind == PROG_F && c->s.stash == XFORM_STASH_2BW && xf_stash_copies(c, mb) &&
+        p->stash.n > 0)
+        key |= VAR_STASH;
+    return key;
+}
+
+/* The function of program p for key and input signature, or NULL. */
+static const variant *
+find_variant(const prog *p, uint8_t key, uint32_t n, const ir_id *lt, const xf_place *pls)
+{
+    for (uint32_t i = 0; i < p->nvar; i++) {
+        const variant *v = &p->var[i];
+        int same = v->key == key && v->nsig == n;
+        for (uint32_t j = 0; j < n && same; j++)
+            same = v->lt[j] == lt[j] && xf_place_eq(&v->pl[j], &pls[j]);
+        if (same)
+            return v;
+    }
+    return NULL;
+}
+
+/* Names a new function of program p: stageK_fwd, stageK_bwd, with the variant's traits. */
+static void
+variant_name(pl *P, const prog *p, uint8_t key, char *buf, size_t n)
+{
+    size_t w = (size_t)snprintf(buf, n, "stage%u_%s", p->stage, p->kind == PROG_F ? "fwd" : "bwd");
+    if (p->leaf.n > 0 && !(key & VAR_ACC) && P->c->n[XF_MB] > 1 && w < n)
+        w += (size_t)snprintf(buf + w, n - w, ".first");
+    if ((key & VAR_STASH) && w < n)
+        w += (size_t)snprintf(buf + w, n - w, ".stash");
+    if ((key & VAR_LAST) && w < n)
+        w += (size_t)snprintf(buf + w, n - w, ".last");
+    if (ir_func_find(P->out, buf) != 0 && w < n)
+        snprintf(buf + w, n - w, ".v%u", p->nvar);
+}
+
+void
+xf_pl_variants_free(prog *p)
+{
+    for (uint32_t i = 0; i < p->nvar; i++) {
+        di_free(p->var[i].lt);
+        di_free(p->var[i].pl);
+        di_free(p->var[i].opl);
+    }
+    di_free(p->var);
+    p->var = NULL;
+    p->nvar = p->cvar = 0;
+}
+
+/*
+ * Builds the body of program p for microbatch mb in the body being built
+ * (b->region): arguments of types lt and placements pls (the first p->in.n
+ * are its inputs, the rest accumulators), its ops, and its results, whose
+ * placements go to opl (*nres of them).
+ */
+/*
+ * Gradient contributions (leaves) of a body. Each is finished right after
+ * the op that makes it: reduce-scattered first with ZeRO-2/3, added to the
+ * accumulation of earlier microbatches, and in the last microbatch's chunk
+ * with overlap_grad_reduce reduced over the data axis. Reductions go by
+ * buckets of about bucket_mb MiB of one dtype and one kind (all-reduce, or
+ * ZeRO's reduce-scatter), each launched as soon as it is full (as PyTorch
+ * DDP and DeepSpeed do), so reduction overlaps the rest of the backward
+ * pass; the buckets are split after it, and a ZeRO-2/3 gradient is then
+ * added to its accumulator. The body's results take the finished values in
+ * leaf order.
+ */
+typedef struct leafbuf {
+    xf_local *fin;       /* per leaf: the finished value */
+    uint8_t *done;
+    uint32_t *next;      /* per leaf: the next leaf of the same op + 1, or 0 */
+    const xf_place *accpl; /* placements of the accumulator arguments */
+    const ir_id *acc_in;
+    uint32_t *bk;        /* the open bucket: leaf indices */
+    uint32_t nbk;
+    uint64_t bkbytes;
+    int bkdtype;
+    int bkscatter;       /* the open bucket reduce-scatters */
+    uint8_t *pending;    /* per leaf: reduce-scattered per microbatch, accumulated after the split */
+    uint32_t *done_bk;   /* launched buckets' leaves, bucket after bucket */
+    uint32_t ndone_bk;
+    struct {
+        ir_id red;       /* the reduced bucket */
+        uint32_t first, n; /* its leaves: done_bk[first .. first + n) */
+        int scatter;
+    } *launched;
+    uint32_t nlaunched;
+    uint32_t nflushed; /* buckets launched so far */
+} leafbuf;
+
+static void
+leaves_begin(pl *P, prog *p, const xf_place *accpl, const ir_id *acc_in, leafbuf *lb)
+{
+    const ir_module *m = P->c->m;
+    uint32_t n = p->leaf.n + 1;
+    lb->fin = di_xcalloc(n, sizeof *lb->fin);
+    lb->done = di_xcalloc(n, 1);
+    lb->pending = di_xcalloc(n, 1);
+    lb->next = di_xcalloc(n, sizeof *lb->next);
+    lb->bk = di_xmalloc(n * sizeof *lb->bk);
+    lb->done_bk = di_xmalloc(n * sizeof *lb->done_bk);
+    lb->launched = di_xmalloc(n * sizeof *lb->launched);
+    lb->ndone_bk = lb->nlaunched = lb->nflushed = 0;
+    lb->nbk = 0;
+    lb->bkbytes = 0;
+    lb->bkdtype = -1;
+    lb->bkscatter = 0;
+    lb->accpl = accpl;
+    lb->acc_in = acc_in;
+    /* Which leaves each op makes (a stamp per body: no clearing). */
+    P->leafstamp++;
+    for (uint32_t j = p->leaf.n; j-- > 0;) {
+        ir_id def = m->values[p->leaf.v[j]].def;
+        if (def == 0)
+            continue;
+        if (P->leafgen[def] != P->leafstamp) {
+            P->leafgen[def] = P->leafstamp;
+            P->leafop[def] = 0;
+        }
+        lb->next[j] = P->leafop[def];
+        P->leafop[def] = j + 1;
+    }
+}
+
+static void
+leaves_end(leafbuf *lb)
+{
+    di_free(lb->fin);
+    di_free(lb->done);
+    di_free(lb->pending);
+    di_free(lb->next);
+    di_free(lb->bk);
+    di_free(lb->done_bk);
+    di_free(lb->launched);
+}
+
+/* Converts a gradient whose microbatch sum is complete (to: on the data axis). */
+static int
+convert_summed(xf_body *b, ir_id src, xf_local *l, int8_t to)
+{
+    xf_place want = l->pl;
+    int rc, step = b->step;
+    want.a[XF_DP] = to;
+    b->step = 1;
+    rc = xf_body_convert(b, src, l, &want, l);
+    b->step = step;
+    return rc;
+}
+
+/* The source values and locals of the leaves idx[0..n) (caller frees both). */
+static void
+bucket_members(const pl *P, const leafbuf *lb, const uint32_t *idx, uint32_t n, ir_id **srcs,
+               xf_local **ls)
+{
+    *srcs = di_xmalloc((n ? n : 1) * sizeof **srcs);
+    *ls = di_xmalloc((n ? n : 1) * sizeof **ls);
+    for (uint32_t k = 0; k < n; k++) {
+        (*srcs)[k] = P->curleaves->v[idx[k]];
+        (*ls)[k] = lb->fin[idx[k]];
+    }
+}
+
+static int leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l);
+
+/* Reduces the open bucket (one leaf: an ordinary conversion). */
+static int
+bucket_flush(pl *P, leafbuf *lb)
+{
+    xf_body *b = &P->body;
+    int rc = 0;
+    if (lb->nbk == 0)
+        return 0;
+    if (lb->nbk == 1 && !lb->bkscatter) {
+        uint32_t j = lb->bk[0];
+        rc = convert_summed(b, P->curleaves->v[j], &lb->fin[j], XF_R);
+    } else {
+        ir_id *srcs, red = 0;
+        xf_local *ls;
+        bucket_members(P, lb, lb->bk, lb->nbk, &srcs, &ls);
+        rc = xf_body_bucket_reduce(b, srcs, ls, lb->nbk, lb->bkscatter, &red);
+        if (rc == 0) {
+            /* Split after the backward pass (buckets_split). */
+            lb->launched[lb->nlaunched].red = red;
+            lb->launched[lb->nlaunched].first = lb->ndone_bk;
+            lb->launched[lb->nlaunched].scatter = lb->bkscatter;
+            lb->launched[lb->nlaunched++].n = lb->nbk;
+            memcpy(lb->done_bk + lb->ndone_bk, lb->bk, lb->nbk * sizeof *lb->bk);
+            lb->ndone_bk += lb->nbk;
+        }
+        di_free(srcs);
+        di_free(ls);
+    }
+    lb->nflushed++;
+    lb->nbk = 0;
+    lb->bkbytes = 0;
+    lb->bkdtype = -1;
+    return rc;
+}
+
+/* Adds leaf j (its value in lb->fin[j]) to a bucket of its kind, launching it once full. */
+static int
+bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
+{
+    const xf_ctx *c = P->c;
+    /* A value, not a pointer: flushing interns types, which may move P->out->types. */
+    int dtype = P->out->types[P->out->values[lb->fin[j].v].type].dtype;
+    uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT) << 20;
+    uint64_t bytes = ir_type_bytes(P->out, P->out->values[lb->fin[j].v].type);
+    int rc;
+    /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
+    if (lb->nflushed == 0 && cap > (1u << 20))
+        cap = 1u << 20;
+    if (lb->nbk > 0 && (lb->bkdtype != dtype || lb->bkscatter != scatter) &&
+        (rc = bucket_flush(P, lb)) != 0)
+        return rc;
+    lb->bk[lb->nbk++] = j;
+    lb->bkdtype = dtype;
+    lb->bkscatter = scatter;
+    lb->bkbytes += bytes;
+    if (lb->bkbytes >= cap)
+        return bucket_flush(P, lb);
+    return 0;
+}
+
+/* Splits the launched buckets into their gradients (after the backward pass). */
+static int
+buckets_split(pl *P, prog *p, uint32_t mb, leafbuf *lb)
+{
+    xf_body *b = &P->body;
+    int rc = 0;
+    for (uint32_t i = 0; i < lb->nlaunched && rc == 0; i++) {
+        uint32_t n = lb->launched[i].n, *idx = lb->done_bk + lb->launched[i].first;
+        ir_id *srcs;
+        xf_local *ls;
+        bucket_members(P, lb, idx, n, &srcs, &ls);
+        rc = xf_body_bucket_split(b, srcs, ls, n, lb->launched[i].scatter, lb->launched[i].red);
+        for (uint32_t k = 0; k < n && rc == 0; k++) {
+            lb->fin[idx[k]] = ls[k];
+            /* A ZeRO-2/3 microbatch gradient: now added to its accumulator. */
+            if (lb->pending[idx[k]]) {
+                lb->pending[idx[k]] = 0;
+                rc = leaf_accumulate(P, p, mb, lb, idx[k], ls[k]);
+            }
+        }
+        di_free(srcs);
+        di_free(ls);
+    }
+    lb->nlaunched = 0;
+    return rc;
+}
+
+/*
+ * The placement leaf v (local l) is reduced to: tgt on the data axis; a
+ * gradient split on the tensor axis along the dimension ZeRO splits, for an
+ * update that is not (a layer outside tp_layers), is gathered on the tensor
+ * axis too, as a tensor split cannot sit outside a data split of the same
+ * dimension.
+ */
+static xf_place
+leaf_want(const pl *P, ir_id v, const xf_local *l, int8_t tgt)
+{
+    xf_place want = l->pl;
+    want.a[XF_DP] = tgt;
+    if (XF_IS_S(l->pl.a[XF_TP]) && l->pl.a[XF_TP] == tgt && P->leaftp[v] != l->pl.a[XF_TP])
+        want.a[XF_TP] = P->leaftp[v];
+    return want;
+}
+
+/* Finishes leaf j (see leafbuf). */
+static int
+leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    ir_id v = p->leaf.v[j];
+    xf_local l;
+    int8_t tgt = P->leaftgt[v];
+    int rc;
+    lb->done[j] = 1;
+    P->curleaves = &p->leaf;
+    if ((rc = xf_body_get(b, v, &l)) != 0)
+        return rc;
+    if (c->s.zero >= 2 && tgt != XF_P && l.pl.a[XF_DP] == XF_P) {
+        xf_place want = leaf_want(P, v, &l, tgt);
+        if (tgt == 0 && want.a[XF_TP] == l.pl.a[XF_TP] && xf_body_scatter_ok(b, &l)) {
+            /* Reduce-scattered by buckets; accumulated once its bucket is split. */
+            lb->fin[j] = l;
+            lb->pending[j] = 1;
+            return bucket_add(P, lb, j, 1);
+        }
+        if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
+            return rc;
+    }
+    return leaf_accumulate(P, p, mb, lb, j, l);
+}
+
+/* Adds leaf j's value l to the accumulation of earlier microbatches; on the last, reduces it. */
+static int
+leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_module *m = c->m;
+    uint32_t last = c->n[XF_MB] - 1;
+    ir_id v = p->leaf.v[j];
+    int8_t tgt = P->leaftgt[v];
+    if (mb > 0) {
+        ir_id in2[2], op, ty;
+        xf_local prev;
+        prev.v = lb->acc_in[j];
+        prev.pl = lb->accpl[j];
+        if (!xf_place_eq(&prev.pl, &l.pl)) {
+            xf_place want = l.pl;
+            want.a[XF_MB] = prev.pl.a[XF_MB];
+            if (!xf_place_eq(&prev.pl, &want))
+                return di_error_set(c->err, DI_EINTERNAL, "accumulator placement");
+        }
+        in2[0] = prev.v;
+        in2[1] = l.v;
+        ty = P->out->values[l.v].type;
+        op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, &ty, NULL);
+        ir_op_set_string(P->out, op, "dist.phase", "backward");
+        l.v = ir_op_output(P->out, op, 0);
+        {
+            char nm[256];
+            snprintf(nm, sizeof nm, "%s.acc", ir_str_get(m, m->values[v].name));
+            P->out->values[l.v].name = ir_str(P->out, nm);
+        }
+    }
+    lb->fin[j] = l;
+    if (mb != last)
+        return 0;
+    lb->fin[j].pl.a[XF_MB] = XF_R;
+    l = lb->fin[j];
+    if (!c->s.overlap_grad_reduce || c->s.zero >= 2 || tgt == XF_P || l.pl.a[XF_DP] == tgt)
+        return 0;
+    /* An all-reduce, or ZeRO-1's reduce-scatter: into a bucket, launched once full. */
+    if (tgt == XF_R && l.pl.a[XF_DP] == XF_P)
+        return bucket_add(P, lb, j, 0);
+    {
+        xf_place want = leaf_want(P, v, &l, tgt);
+        if (tgt == 0 && want.a[XF_TP] == l.pl.a[XF_TP] && xf_body_scatter_ok(b, &l))
+            return bucket_add(P, lb, j, 1);
+        if (want.a[XF_TP] == l.pl.a[XF_TP])
+            return convert_summed(b, v, &lb->fin[j], tgt);
+        return xf_body_convert(b, v, &l, &want, &lb->fin[j]);
+    }
+}
+
+/*
+ * The step program of a group: the gradients that its optimizer needs
+ * reduced over the data axis and that arrive partial (overlap_grad_reduce
+ * reduced the others in the last microbatch's chunk) are reduced first, by
+ * buckets of bucket_mb MiB of one dtype and one kind (Megatron-LM and DDP
+ * reduce a flat buffer rather than tensor by tensor): all-reduced, or with
+ * ZeRO reduce-scattered replica-major (Megatron-LM's distributed
+ * optimizer). Every bucket is launched before any is split back, and the
+ * results are remembered as the conversions the optimizer asks for.
+ */
+static int
+step_buckets(pl *P, prog *p, const xf_place *pls)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT) << 20;
+    uint32_t n = p->in.n, nm = 0, nb = 0, *bfirst, *bn;
+    ir_id *srcs = di_xmalloc((n + 1) * sizeof *srcs), *red = di_xmalloc((n + 1) * sizeof *red);
+    xf_local *ls = di_xmalloc((n + 1) * sizeof *ls);
+    uint8_t *bsc;
+    uint64_t bytes = 0;
+    int dtype = -1, kind = -1, rc = 0;
+    const ir_module *m = c->m;
+    /*
+     * A gradient that is not a microbatch accumulation (one microbatch) is a
+     * candidate when only optimizer updates read it, as their gradient.
+     */
+    uint8_t *use = di_xcalloc(m->nvalue ? m->nvalue : 1, 1); /* 1: as a gradient, 2: otherwise */
+    for (uint32_t k = 0; k < p->ops.n; k++) {
+        const ir_op *o = &m->ops[p->ops.v[k]];
+        int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
+        for (uint32_t i = 0; i < o->ninput; i++)
+            use[m->refs[o->inputs + i]] |= optim && i == 1 ? 1 : 2;
+    }
+    bfirst = di_xmalloc((n + 1) * sizeof *bfirst);
+    bn = di_xmalloc((n + 1) * sizeof *bn);
+    bsc = di_xmalloc(n + 1);
+    /* Group the candidates into buckets (members srcs/ls[bfirst[i] .. + bn[i])). */
+    for (uint32_t j = 0; j < n && rc == 0; j++) {
+        ir_id v = p->in.v[j];
+        const ir_type *t;
+        int8_t tgt = P->leaftgt[v];
+        int scatter;
+        if (pls[j].a[XF_DP] != XF_P || (!P->isleaf[v] && use[v] != 1))
+            continue;
+        if (tgt != XF_R && tgt != 0)
+            continue;
+        if ((rc = xf_body_get(b, v, &ls[nm])) != 0)
+            break;
+        ls[nm].pl = xf_place_on(&ls[nm].pl, b->n);
+        ls[nm].pl.a[XF_MB] = XF_R;
+        scatter = tgt == 0;
+        if (scatter && (!xf_body_scatter_ok(b, &ls[nm]) ||
+                        leaf_want(P, v, &ls[nm], tgt).a[XF_TP] != ls[nm].pl.a[XF_TP]))
+            continue;
+        t = &P->out->types[P->out->values[ls[nm].v].type];
+        if (nb == 0 || bytes >= cap || dtype != (int)t->dtype || kind != scatter) {
+            bfirst[nb] = nm;
+            bsc[nb] = (uint8_t)scatter;
+            bn[nb++] = 0;
+            bytes = 0;
+        }
+        srcs[nm++] = v;
+        bn[nb - 1]++;
+        bytes += ir_type_bytes(P->out, P->out->values[ls[nm - 1].v].type);
+        dtype = (int)t->dtype;
+        kind = scatter;
+    }
+    /* Launch every bucket, then split them back (a lone all-reduce: an ordinary conversion). */
+    for (uint32_t i = 0; i < nb && rc == 0; i++) {
+        if (bn[i] == 1 && !bsc[i])
+            rc = convert_summed(b, srcs[bfirst[i]], &ls[bfirst[i]], XF_R);
+        else
+            rc = xf_body_bucket_reduce(b, srcs + bfirst[i], ls + bfirst[i], bn[i], bsc[i],
+                                       &red[i]);
+    }
+    for (uint32_t i = 0; i < nb && rc == 0; i++) {
+        if (bn[i] == 1 && !bsc[i])
+            continue;
+        rc = xf_body_bucket_split(b, srcs + bfirst[i], ls + bfirst[i], bn[i], bsc[i], red[i]);
+        for (uint32_t k = 0; k < bn[i] && rc == 0; k++)
+            xf_body_remember(b, srcs[bfirst[i] + k], &ls[bfirst[i] + k]);
+    }
+    di_free(use);
+    di_free(srcs);
+    di_free(red);
+    di_free(ls);
+    di_free(bfirst);
+    di_free(bn);
+    di_free(bsc);
+    return rc;
+}
+
+static int
+build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_place *pls,
+           xf_place *opl, uint32_t *nresp)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_module *m = c->m;
+    uint32_t last = c->n[XF_MB] - 1, nres = 0;
+    ir_id *acc_in = di_xmalloc((p->leaf.n + 1) * sizeof *acc_in);
+    leafbuf lb;
+    int rc = 0;
+
+    memset(&lb, 0, sizeof lb);
+    b->step = p->kind == PROG_S;
+    for (uint32_t j = 0; j < p->in.n; j++)
+        xf_body_arg_typed(b, p->in.v[j], lt[j], &pls[j]);
+    for (uint32_t j = p->in.n; j < nin; j++)
+        acc_in[j - p->in.n] = ir_region_add_arg(P->out, b->region, lt[j], NULL);
+    if (p->kind == PROG_S && (rc = step_buckets(P, p, pls)) != 0)
+        goto out;
+    /* The program's ops. */
+    for (uint32_t j = 0; j < p->lazy.n; j++)
+        b->lazygen[p->lazy.v[j]] = b->gen;
+    leaves_begin(P, p, pls + p->in.n, acc_in, &lb);
+    for (uint32_t j = 0; j < p->ops.n; j++) {
+        ir_id op = p->ops.v[j];
+        if (b->lazygen[op] == b->gen)
+            continue;
+        if ((rc = xf_body_emit(b, op)) != 0)
+            goto out;
+        /* A gradient is accumulated (and reduced) as soon as its op has run. */
+        if (P->leafgen[op] == P->leafstamp)
+            for (uint32_t k = P->leafop[op]; k; k = lb.next[k - 1])
+                if (!lb.done[k - 1] && (rc = leaf_finish(P, p, mb, &lb, k - 1)) != 0)
+                    goto out;
+    }
+    /* Results of the body: outputs, accumulators, stash copies, function results. */
+    for (uint32_t j = 0; j < p->out.n; j++) {
+        xf_local l;
+        if ((rc = xf_body_get(b, p->out.v[j], &l)) != 0)
+            goto out;
+        ir_region_add_result(P->out, b->region, l.v);
+        opl[nres++] = l.pl;
+    }
+    /* Leaves not finished right after their op (made lazily, or elsewhere). */
+    for (uint32_t j = 0; j < p->leaf.n; j++)
+        if (!lb.done[j] && (rc = leaf_finish(P, p, mb, &lb, j)) != 0)
+            goto out;
+    if ((rc = bucket_flush(P, &lb)) != 0 || (rc = buckets_split(P, p, mb, &lb)) != 0)
+        goto out;
+    for (uint32_t j = 0; j < p->leaf.n; j++) {
+        ir_region_add_result(P->out, b->region, lb.fin[j].v);
+        opl[nres++] = lb.fin[j].pl;
+    }
+    if (p->kind == PROG_F && xf_stash_copies(c, mb)) {
+        for (uint32_t j = 0; j < p->stash.n; j++) {
+            xf_local copy;
+            if ((rc = xf_stash_copy(b, p->stash.v[j], &copy)) != 0)
+                goto out;
+            ir_region_add_result(P->out, b->region, copy.v);
+            opl[nres++] = copy.pl;
+        }
+    }
+    for (uint32_t j = 0; j < p->res.n; j++) {
+        uint32_t r = p->res.v[j];
+        ir_id v = m->regions[c->func].results[r];
+        xf_local l;
+        xf_place want = c->rreq[r];
+        if (p->kind != PROG_S && want.a[XF_MB] == XF_R && c->n[XF_MB] > 1 && mb != last)
+            continue; /* a per-step result: from the last microbatch */
+        if ((rc = xf_body_get(b, v, &l)) != 0)
+            goto out;
+        if (p->kind == PROG_S)
+            want.a[XF_MB] = XF_R;
+        if ((rc = xf_body_convert(b, v, &l, &want, &l)) != 0)
+            goto out;
+        ir_region_add_result(P->out, b->region, l.v);
+        opl[nres++] = l.pl;
+    }
+out:
+    leaves_end(&lb);
+    di_free(acc_in);
+    *nresp = nres;
+    return rc;
+}
+
+/*
+ * Emits program p for microbatch mb: a dist.pmap over its group. A chunk
+ * (F or B) calls the function of its program that matches the microbatch's
+ * variant (variant_key) and input types, built the first time it is needed,
+ * so the module's size does not grow with the number of microbatches; a
+ * once-per-step program owns its body. Then its results are registered and
+ * sent where they are needed.
+ */
+int
+xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_module *m = c->m;
+    uint32_t g = p->group, last = c->n[XF_MB] - 1, nin = 0, nres = 0;
+    uint32_t nmax = p->in.n + p->leaf.n + 1;
+    ir_id *inputs, *lts, pm;
+    xf_place *pls, *opl;
+    const variant *var = NULL;
+    uint8_t key = variant_key(P, p, mb);
+    int rc;
+    assert(mb <= last && g < c->pp);
+    inputs = di_xmalloc(nmax * sizeof *inputs);
+    lts = di_xmalloc(nmax * sizeof *lts);
+    pls = di_xmalloc(nmax * sizeof *pls);
+    opl = di_xmalloc((p->out.n + p->leaf.n + p->stash.n + p->res.n + 1) * sizeof *opl);
+    if (p->argc == NULL)
+        p->argc = di_xcalloc(p->in.n + 1, sizeof *p->argc);
+    for (uint32_t j = 0; j < p->in.n; j++) {
+        ir_id v = p->in.v[j];
+        const reg_ent *e = p->argc[j].kind ? &p->argc[j] : xf_pl_resolve(P, p, v, mb);
+        if (e && !p->argc[j].kind && m->values[v].def == 0 && !(c->vflags[v] & XF_V_DATA) &&
+            !(p->kind == PROG_B && xf_stash_per_microbatch(c)))
+            p->argc[j] = *e; /* a weight: the same tuple for every microbatch */
+        if (e == NULL) {
+            rc = di_error_set(c->err, DI_EINTERNAL,
+                              "%%%s is not available on group %u for microbatch %u",
+                              ir_str_get(m, m->values[v].name), g, mb);
+            goto done;
+        }
+        inputs[nin] = e->tv;
+        lts[nin] = e->lt;
+        pls[nin++] = e->pl;
+    }
+    /* Accumulators of earlier microbatches: the previous chunk's. */
+    if (p->acc == NULL)
+        p->acc = di_xcalloc(p->leaf.n + 1, sizeof *p->acc);
+    for (uint32_t j = 0; j < p->leaf.n && mb > 0; j++) {
+        const reg_ent *e = &p->acc[j];
+        if (e->kind != REG_ACC || e->mb != mb - 1) {
+            rc = di_error_set(c->err, DI_EINTERNAL, "missing accumulator");
+            goto done;
+        }
+        inputs[nin] = e->tv;
+        lts[nin] = e->lt;
+        pls[nin++] = e->pl;
+    }
+    if (p->kind != PROG_S)
+        var = find_variant(p, key, nin, lts, pls);
+    if (var != NULL) {
+        nres = var->nres;
+        memcpy(opl, var->opl, nres * sizeof *opl);
+        if ((rc = xf_pl_make_pmap(P, g, inputs, nin, var->func, 1, &pm)) != 0)
+            goto done;
+    } else if (p->kind == PROG_S) {
+        xf_body_begin(b, P->mesh[g], g);
+        if ((rc = build_body(P, p, mb, nin, lts, pls, opl, &nres)) != 0 ||
+            (rc = xf_pl_make_pmap(P, g, inputs, nin, b->region, 0, &pm)) != 0)
+            goto done;
+    } else {
+        char name[96];
+        variant *nv;
+        variant_name(P, p, key, name, sizeof name);
+        xf_body_begin_func(b, P->mesh[g], g, name);
+        if ((rc = build_body(P, p, mb, nin, lts, pls, opl, &nres)) != 0 ||
+            (rc = xf_pl_make_pmap(P, g, inputs, nin, b->region, 1, &pm)) != 0)
+            goto done;
+        DI_GROW(&p->var, &p->cvar, p->nvar + 1);
+        nv = &p->var[p->nvar++];
+        nv->key = key;
+        nv->func = b->region;
+        nv->nsig = nin;
+        nv->lt = di_xmalloc((nin + 1) * sizeof *nv->lt);
+        nv->pl = di_xmalloc((nin + 1) * sizeof *nv->pl);
+        nv->nres = nres;
+        nv->opl = di_xmalloc((nres + 1) * sizeof *nv->opl);
+        memcpy(nv->lt, lts, nin * sizeof *lts);
+        memcpy(nv->pl, pls, nin * sizeof *pls);
+        memcpy(nv->opl, opl, nres * sizeof *opl);
+    }
+    /* Register the results and send them where they are needed. */
+    {
+        uint32_t k = 0;
+        if (p->kind != PROG_S && p->vals == NULL)
+            p->vals = di_xcalloc((size_t)p->out.n * c->n[XF_MB] + 1, sizeof *p->vals);
+        for (uint32_t j = 0; j < p->out.n; j++, k++) {
+            ir_id v = p->out.v[j];
+            const reg_ent *e;
+            if (p->kind == PROG_S) {
+                xf_pl_reg_put(P, REG_STEP, v, 0, g, ir_op_output(P->out, pm, k),
+                              xf_pl_result_lt(P, pm, k), &opl[k]);
+                e = xf_pl_reg_find(P, REG_STEP, v, 0, g);
+            } else {
+                reg_ent *ne = &p->vals[(size_t)mb * p->out.n + j];
+                ne->kind = REG_VAL;
+                ne->v = v;
+                ne->mb = mb;
+                ne->g = g;
+                ne->tv = ir_op_output(P->out, pm, k);
+                ne->lt = xf_pl_result_lt(P, pm, k);
+                ne->pl = opl[k];
+                e = ne;
+            }
+            if ((rc = xf_pl_send_needs(P, e, 0)) != 0)
+                goto done;
+            if (p->kind == PROG_S) /* sending may have grown the registry: find it again */
+                e = xf_pl_reg_find(P, REG_STEP, v, 0, g);
+            if ((p->kind == PROG_S || mb == last) && (rc = xf_pl_send_needs(P, e, 1)) != 0)
+                goto done;
+        }
+        /*
+         * Only the next chunk of this program reads an accumulator, until the
+         * last, which the step programs read: only that one is registered.
+         */
+        for (uint32_t j = 0; j < p->leaf.n; j++, k++) {
+            ir_id v = p->leaf.v[j];
+            reg_ent *e = &p->acc[j];
+            e->kind = REG_ACC;
+            e->v = v;
+            e->mb = mb;
+            e->g = g;
+            e->tv = ir_op_output(P->out, pm, k);
+            e->lt = xf_pl_result_lt(P, pm, k);
+            e->pl = opl[k];
+            if (mb == last) {
+                xf_pl_reg_put(P, REG_ACC, v, mb, g, e->tv, e->lt, &e->pl);
+                if ((rc = xf_pl_send_needs(P, xf_pl_reg_find(P, REG_ACC, v, mb, g), 1)) != 0)
+                    goto done;
+            }
+        }
+        if (p->kind == PROG_F && xf_stash_copies(c, mb)) {
+            for (uint32_t j = 0; j < p->stash.n; j++, k++)
+                xf_pl_reg_put(P, REG_STASH, p->stash.v[j], mb, g, ir_op_output(P->out, pm, k),
+                              xf_pl_result_lt(P, pm, k), &opl[k]);
+        }
+        for (uint32_t j = 0; j < p->res.n; j++) {
+            uint32_t r = p->res.v[j];
+            int per_mb = p->kind != PROG_S && c->rreq[r].a[XF_MB] != XF_R && c->n[XF_MB] > 1;
+            if (p->kind != PROG_S && !per_mb && c->n[XF_MB] > 1 && mb != last)
+                continue;
+            xf_pl_layout_result(P, r, per_mb ? mb : 0, g, &opl[k], ir_op_output(P->out, pm, k));
+            k++;
+        }
+    }
+    rc = 0;
+done:
+    di_free(inputs);
+    di_free(lts);
+    di_free(pls);
+    di_free(opl);
+    return rc;
+}
+
+/* ZeRO-1/2: one pmap per group gathering the sharded weights the chunks use. */
+int
+xf_pl_emit_gathers(pl *P, uint32_t g)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    idlist ws = {0};
+    ir_id *inputs, pm;
+    xf_place *pls;
+    int rc = 0;
+    P->markgen++;
+    for (uint32_t pi = 0; pi < 2 * c->K; pi++) {
+        const prog *p = &P->prog[pi];
+        if (p->group != g)
+            continue;
+        for (uint32_t j = 0; j < p->in.n; j++) {
+            ir_id v = p->in.v[j];
+            if (!(c->vflags[v] & XF_V_WEIGHT) || c->place[v].a[XF_DP] == XF_R ||
+                c->gdp[g] <= 1 || P->mark[v] == P->markgen)
+                continue;
+            P->mark[v] = P->markgen;
+            idl_push(&ws, v);
+        }
+    }
+    if (ws.n == 0)
+        return 0;
+    inputs = di_xmalloc(ws.n * sizeof *inputs);
+    pls = di_xmalloc(ws.n * sizeof *pls);
+    xf_body_begin(b, P->mesh[g], g);
+    for (uint32_t j = 0; j < ws.n && rc == 0; j++) {
+        ir_id v = ws.v[j];
+        const reg_ent *e = xf_pl_reg_find(P, REG_ARG, v, 0, g);
+        xf_local l, o;
+        xf_place want;
+        ir_id a;
+        if (e == NULL) {
+            rc = di_error_set(c->err, DI_EINTERNAL, "weight not given to group %u", g);
+            break;
+        }
+        inputs[j] = e->tv;
+        a = xf_body_arg(b, v, &e->pl, NULL);
+        l.v = a;
+        l.pl = e->pl;
+        want = e->pl;
+        want.a[XF_DP] = XF_R;
+        if ((rc = xf_body_convert(b, v, &l, &want, &o)) != 0)
+            break;
+        if (P->out->values[o.v].def)
+            ir_op_set_string(P->out, P->out->values[o.v].def, "dist.mem", "weights");
+        ir_region_add_result(P->out, b->region, o.v);
+        pls[j] = o.pl;
+    }
+    if (rc == 0 && (rc = xf_pl_make_pmap(P, g, inputs, ws.n, b->region, 0, &pm)) == 0)
+        for (uint32_t j = 0; j < ws.n; j++)
+            xf_pl_reg_put(P, REG_GATHERED, ws.v[j], 0, g, ir_op_output(P->out, pm, j),
+                          xf_pl_result_lt(P, pm, j), &pls[j]);
+    di_free(inputs);
+    di_free(pls);
+    di_free(ws.v);
+    return rc;
+}
+
+/* ---- arguments ---- */
