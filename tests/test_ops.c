@@ -227,7 +227,7 @@ test_matmul_errors(void **state)
     ir_id op;
     (void)state;
     EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, b), 1),
-               "MatMul: input 1 has shape [3,5], expected [4,*] (inner dimensions differ");
+               "MatMul (op 1): input 1 has shape [3,5], expected [4,*] (inner dimensions differ");
     EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, b1), 1),
                "inputs on different devices (0 and 1): insert a dist.send");
     EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, h), 1), "input 1 has dtype f16, expected f32");
@@ -238,7 +238,7 @@ test_matmul_errors(void **state)
     op = ir_op_add(m, f, IR_OP_MATMUL, 2, IDS(a, b), 1, NULL, (const char *[]){"y"});
     EXPECT_ERR(m, op, "MatMul %y: input 1 has shape [3,5]");
     /* Wrong arity is caught before the op's own function runs. */
-    EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, a, a), 1), "MatMul: takes 2 inputs, not 3");
+    EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, a, a), 1), "MatMul (op 8): takes 2 inputs, not 3");
     ir_module_free(m);
 }
 
@@ -1344,9 +1344,9 @@ test_opaque_and_return(void **state)
     EXPECT_D(c.flops + c.bytes_read + c.bytes_write + c.bytes_comm, 0.0);
     op = mkop(m, f, IR_OP_OPAQUE, NIDS(x), 1);
     m->ops[op].opaque = ir_str(m, "Conv");
-    EXPECT_ERR(m, op, "Conv: result 0 of an opaque op needs a declared type");
+    EXPECT_ERR(m, op, "Conv (op 2): result 0 of an opaque op needs a declared type");
     op = mkop(m, f, IR_OP_RETURN, NIDS(x), 0);
-    EXPECT_ERR(m, op, "dist.return: cannot be an op");
+    EXPECT_ERR(m, op, "dist.return (op 3): cannot be an op");
     ir_module_free(m);
 }
 

@@ -128,32 +128,18 @@ val_at(exec *x, ir_id v, uint32_t lane, uint32_t leaf)
     return &s->t[(size_t)lane * s->nleaf + leaf];
 }
 
-/* "MatMul 'name'" or "MatMul %value" for messages. */
-static void
-op_label(const ir_module *m, ir_id op, char *buf, size_t n)
-{
-    const ir_op *o = &m->ops[op];
-    if (o->name)
-        snprintf(buf, n, "%s '%s'", ir_op_name(m, op), ir_str_get(m, o->name));
-    else if (o->noutput && m->values[o->outputs].name)
-        snprintf(buf, n, "%s %%%s", ir_op_name(m, op), ir_str_get(m, m->values[o->outputs].name));
-    else
-        snprintf(buf, n, "%s (op %u)", ir_op_name(m, op), op);
-}
-
 static int xfail(exec *x, ir_id op, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 static int
 xfail(exec *x, ir_id op, int code, const char *fmt, ...)
 {
-    char label[300], msg[700];
+    char msg[800];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    op_label(x->m, op, label, sizeof label);
-    return di_error_set(x->err, code, "%s: %s", label, msg);
+    return di_error_set(x->err, code, "%s: %s", ir_op_label(x->m, op).s, msg);
 }
 
 /*

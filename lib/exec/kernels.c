@@ -42,24 +42,16 @@ typedef struct kctx {
 static int kfail(const kctx *k, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Sets err to "<Op> 'name': message" and returns code. */
+/* Sets err to "<op label>: message" (ir_op_label) and returns code. */
 static int
 kfail(const kctx *k, int code, const char *fmt, ...)
 {
     char msg[800];
-    const ir_op *o = &k->m->ops[k->op];
-    const char *name = "";
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (o->name)
-        name = ir_str_get(k->m, o->name);
-    else if (o->noutput && k->m->values[o->outputs].name)
-        name = ir_str_get(k->m, k->m->values[o->outputs].name);
-    if (*name)
-        return di_error_set(k->err, code, "%s '%s': %s", ir_op_name(k->m, k->op), name, msg);
-    return di_error_set(k->err, code, "%s: %s", ir_op_name(k->m, k->op), msg);
+    return di_error_set(k->err, code, "%s: %s", ir_op_label(k->m, k->op).s, msg);
 }
 
 typedef struct sbuf {

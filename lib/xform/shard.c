@@ -943,14 +943,13 @@ xf_propagate(xf_ctx *c)
             if (m->types[m->values[v].type].kind != IR_TYPE_TENSOR)
                 continue;
             if (xf_local_dims(c, v, p, n, dims) != 0) {
-                char lab[160];
-                xf_op_label(m, op, lab, sizeof lab);
+                ir_label lab = ir_op_label(m, op);
                 if (in != small)
                     di_free(in);
                 return di_error_set(c->err, DI_ESTRATEGY,
                                     "%s: the strategy splits a dimension of %s %u that the "
                                     "degrees do not divide",
-                                    lab, k < o->ninput ? "input" : "result",
+                                    lab.s, k < o->ninput ? "input" : "result",
                                     k < o->ninput ? k : k - o->ninput);
             }
         }
