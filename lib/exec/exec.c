@@ -1022,7 +1022,7 @@ ex_random_args(const ir_module *m, uint64_t seed, int64_t bound, ex_tensor **arg
                     di_error_set(err, rc, "cannot allocate argument '%s'",
                                  ir_str_get(m, m->values[v].name));
                 for (size_t e = 0; rc == 0 && e < a[loc].numel; e++) {
-                    uint64_t h = ex_mix64(ex_mix64(ex_mix64(seed) ^ loc) ^ e);
+                    uint64_t h = di_splitmix64(di_splitmix64(di_splitmix64(seed) ^ loc) ^ e);
                     double u = (double)(h >> 11) * (1.0 / 9007199254740992.0);
                     if (ir_dtype_is_float((ir_dtype)tp->dtype))
                         ex_set(&a[loc], e, 2.0 * u - 1.0);

@@ -1244,13 +1244,17 @@ infer_loss(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
-/* The SoftmaxCrossEntropyLoss reduction: 0 mean, 1 sum, 2 none; -1 invalid. */
-static int
-sce_reduction(const ir_module *m, ir_id op)
+ir_reduction
+ir_sce_reduction(const ir_module *m, ir_id op)
 {
     const char *r = ir_op_string(m, op, "reduction", "mean");
-    return strcmp(r, "mean") == 0 ? 0 : strcmp(r, "sum") == 0 ? 1 : strcmp(r, "none") == 0 ? 2
-                                                                                           : -1;
+    if (strcmp(r, "mean") == 0)
+        return IR_REDUCTION_MEAN;
+    if (strcmp(r, "sum") == 0)
+        return IR_REDUCTION_SUM;
+    if (strcmp(r, "none") == 0)
+        return IR_REDUCTION_NONE;
+    return IR_REDUCTION_INVALID;
 }
 
 /* Checks logits (input il) [N, C, d...] against labels (input ib) [N, d...]. */
@@ -1282,14 +1286,15 @@ infer_sceloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     tensor in[2];
     site s;
-    int red = sce_reduction(m, op), rc;
+    ir_reduction red = ir_sce_reduction(m, op);
+    int rc;
     if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
         (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
         (rc = check_sce_labels(m, op, &in[0], 0, &in[1], 1, err)) != 0)
         return rc;
-    if (red < 0)
+    if (red == IR_REDUCTION_INVALID)
         return fail(m, op, err, "reduction must be mean, sum or none");
-    if (red == 2)
+    if (red == IR_REDUCTION_NONE)
         out[0] = result_type(m, &s, in[0].dtype, in[1].rank, in[1].dims);
     else
         out[0] = result_type(m, &s, in[0].dtype, 0, NULL);
@@ -1315,15 +1320,16 @@ infer_scelossgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
     tensor in[3];
     site s;
     sbuf a, b;
-    int red = sce_reduction(m, op), rc;
+    ir_reduction red = ir_sce_reduction(m, op);
+    int rc;
     if ((rc = load_inputs(m, op, 3, in, err)) != 0 ||
         (rc = common_site(m, op, in, 3, &s, err)) != 0 ||
         (rc = check_sce_labels(m, op, &in[1], 1, &in[2], 2, err)) != 0 ||
         (rc = check_same_dtype(m, op, &in[1], 1, &in[0], 0, err)) != 0)
         return rc;
-    if (red < 0)
+    if (red == IR_REDUCTION_INVALID)
         return fail(m, op, err, "reduction must be mean, sum or none");
-    if (red == 2) {
+    if (red == IR_REDUCTION_NONE) {
         if (!dims_equal(&in[0], &in[2]))
             return fail(m, op, err, "input 0 has shape %s, expected %s (the labels' shape, "
                         "reduction none)", shape_str(&a, in[0].rank, in[0].dims),

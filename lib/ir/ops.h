@@ -183,6 +183,15 @@ int ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err);
  * results keep their types (new types may have been interned).
  */
 int ir_op_infer_results(ir_module *m, ir_id op, di_error *err);
+/* The reduction of a SoftmaxCrossEntropyLoss or its gradient (attribute "reduction"). */
+typedef enum ir_reduction {
+    IR_REDUCTION_INVALID = -1, /* not mean, sum or none */
+    IR_REDUCTION_MEAN = 0,     /* the default */
+    IR_REDUCTION_SUM,
+    IR_REDUCTION_NONE,
+} ir_reduction;
+ir_reduction ir_sce_reduction(const ir_module *m, ir_id op);
+
 /* FLOPs and bytes of an op, from its types and attributes. */
 void ir_op_cost(const ir_module *m, ir_id op, ir_cost *c);
 
