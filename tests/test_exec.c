@@ -77,7 +77,7 @@ tensor_rand(ex_tensor *t, ir_dtype dt, uint32_t rank, const int64_t *dims, uint6
 {
     assert_int_equal(ex_tensor_init(t, dt, rank, dims), 0);
     for (size_t i = 0; i < t->numel; i++) {
-        uint64_t h = ex_mix64(seed * 7919 + i);
+        uint64_t h = di_splitmix64(seed * 7919 + i);
         ex_set(t, i, (double)(h >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     }
 }

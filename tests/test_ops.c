@@ -154,6 +154,57 @@ settle(ir_module *m, ir_id op)
         m->values[ir_op_output(m, op, i)].type = out[i];
 }
 
+/* ---- labels and result types ---- */
+
+/*
+ * ir_op_label: the first result's name, else the op's name, else its id;
+ * out-of-range ids and strings (a malformed module) never read outside the
+ * arrays.
+ */
+static void
+test_op_label(void **state)
+{
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id a = arg(m, f, ten(m, IR_F32, 0, DIMS(3, 4)));
+    ir_id op = mkop(m, f, IR_OP_RELU, NIDS(a), 1);
+    (void)state;
+    assert_string_equal(ir_op_label(m, op).s, "Relu (op 1)");
+    m->ops[op].name = ir_str(m, "act1");
+    assert_string_equal(ir_op_label(m, op).s, "Relu 'act1'");
+    m->values[ir_op_output(m, op, 0)].name = ir_str(m, "h");
+    assert_string_equal(ir_op_label(m, op).s, "Relu %h");
+    m->values[ir_op_output(m, op, 0)].name = m->nchar + 5;
+    m->ops[op].name = m->nchar;
+    assert_string_equal(ir_op_label(m, op).s, "Relu (op 1)");
+    m->ops[op].kind = IR_NOPKIND;
+    assert_string_equal(ir_op_label(m, op).s, "? (op 1)");
+    assert_string_equal(ir_op_label(m, m->nop).s, "? (op 2)");
+    ir_module_free(m);
+}
+
+/* ir_op_infer_results types every result, however many (no fixed cap). */
+static void
+test_infer_results(void **state)
+{
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id x = arg(m, f, ten(m, IR_F32, 0, DIMS(40, 3)));
+    ir_id op = mkop(m, f, IR_OP_SPLIT, NIDS(x), 40), want = ten(m, IR_F32, 0, DIMS(1, 3));
+    di_error err;
+    (void)state;
+    di_error_clear(&err);
+    assert_int_equal(ir_op_infer_results(m, op, &err), 0);
+    for (uint32_t i = 0; i < 40; i++)
+        EXPECT_TYPE(m, m->values[ir_op_output(m, op, i)].type, want);
+    op = mkop(m, f, IR_OP_SPLIT, NIDS(x), 3);
+    assert_int_equal(ir_op_infer_results(m, op, &err), DI_EVERIFY);
+    assert_string_equal(err.msg, "Split (op 2): axis 0 of input 0 has size 40, which does not "
+                                 "split evenly into 3 parts");
+    assert_int_equal(m->values[ir_op_output(m, op, 0)].type, 0);
+    ir_module_free(m);
+}
+
 /* ---- linear algebra ---- */
 
 static void
@@ -227,7 +278,7 @@ test_matmul_errors(void **state)
     ir_id op;
     (void)state;
     EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, b), 1),
-               "MatMul: input 1 has shape [3,5], expected [4,*] (inner dimensions differ");
+               "MatMul (op 1): input 1 has shape [3,5], expected [4,*] (inner dimensions differ");
     EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, b1), 1),
                "inputs on different devices (0 and 1): insert a dist.send");
     EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, h), 1), "input 1 has dtype f16, expected f32");
@@ -238,7 +289,7 @@ test_matmul_errors(void **state)
     op = ir_op_add(m, f, IR_OP_MATMUL, 2, IDS(a, b), 1, NULL, (const char *[]){"y"});
     EXPECT_ERR(m, op, "MatMul %y: input 1 has shape [3,5]");
     /* Wrong arity is caught before the op's own function runs. */
-    EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, a, a), 1), "MatMul: takes 2 inputs, not 3");
+    EXPECT_ERR(m, mkop(m, f, IR_OP_MATMUL, NIDS(a, a, a), 1), "MatMul (op 8): takes 2 inputs, not 3");
     ir_module_free(m);
 }
 
@@ -1344,9 +1395,9 @@ test_opaque_and_return(void **state)
     EXPECT_D(c.flops + c.bytes_read + c.bytes_write + c.bytes_comm, 0.0);
     op = mkop(m, f, IR_OP_OPAQUE, NIDS(x), 1);
     m->ops[op].opaque = ir_str(m, "Conv");
-    EXPECT_ERR(m, op, "Conv: result 0 of an opaque op needs a declared type");
+    EXPECT_ERR(m, op, "Conv (op 2): result 0 of an opaque op needs a declared type");
     op = mkop(m, f, IR_OP_RETURN, NIDS(x), 0);
-    EXPECT_ERR(m, op, "dist.return: cannot be an op");
+    EXPECT_ERR(m, op, "dist.return (op 3): cannot be an op");
     ir_module_free(m);
 }
 
@@ -1420,6 +1471,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_op_label),
+        cmocka_unit_test(test_infer_results),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_numpy_rules),
         cmocka_unit_test(test_matmul_errors),

@@ -173,6 +173,25 @@ uint64_t di_siphash(const void *p, size_t n, uint64_t k0, uint64_t k1);
 /* 16 random bytes for hash keys (getrandom; a fixed key if it is unavailable). */
 void di_hash_key(uint64_t key[2]);
 
+/*
+ * splitmix64's finalizer: a fixed bijective scramble of 64 bits, for
+ * unkeyed in-memory tables over trusted keys and for deterministic streams.
+ */
+static inline uint64_t
+di_mix64(uint64_t x)
+{
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* One splitmix64 output for state x: di_mix64 of x plus the golden-ratio increment. */
+static inline uint64_t
+di_splitmix64(uint64_t x)
+{
+    return di_mix64(x + 0x9e3779b97f4a7c15ull);
+}
+
 /* Checked size arithmetic: returns 0 and stores the product, or -1 on overflow. */
 int di_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
 

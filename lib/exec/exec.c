@@ -128,32 +128,18 @@ val_at(exec *x, ir_id v, uint32_t lane, uint32_t leaf)
     return &s->t[(size_t)lane * s->nleaf + leaf];
 }
 
-/* "MatMul 'name'" or "MatMul %value" for messages. */
-static void
-op_label(const ir_module *m, ir_id op, char *buf, size_t n)
-{
-    const ir_op *o = &m->ops[op];
-    if (o->name)
-        snprintf(buf, n, "%s '%s'", ir_op_name(m, op), ir_str_get(m, o->name));
-    else if (o->noutput && m->values[o->outputs].name)
-        snprintf(buf, n, "%s %%%s", ir_op_name(m, op), ir_str_get(m, m->values[o->outputs].name));
-    else
-        snprintf(buf, n, "%s (op %u)", ir_op_name(m, op), op);
-}
-
 static int xfail(exec *x, ir_id op, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 static int
 xfail(exec *x, ir_id op, int code, const char *fmt, ...)
 {
-    char label[300], msg[700];
+    char msg[800];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    op_label(x->m, op, label, sizeof label);
-    return di_error_set(x->err, code, "%s: %s", label, msg);
+    return di_error_set(x->err, code, "%s: %s", ir_op_label(x->m, op).s, msg);
 }
 
 /*
@@ -1036,7 +1022,7 @@ ex_random_args(const ir_module *m, uint64_t seed, int64_t bound, ex_tensor **arg
                     di_error_set(err, rc, "cannot allocate argument '%s'",
                                  ir_str_get(m, m->values[v].name));
                 for (size_t e = 0; rc == 0 && e < a[loc].numel; e++) {
-                    uint64_t h = ex_mix64(ex_mix64(ex_mix64(seed) ^ loc) ^ e);
+                    uint64_t h = di_splitmix64(di_splitmix64(di_splitmix64(seed) ^ loc) ^ e);
                     double u = (double)(h >> 11) * (1.0 / 9007199254740992.0);
                     if (ir_dtype_is_float((ir_dtype)tp->dtype))
                         ex_set(&a[loc], e, 2.0 * u - 1.0);

@@ -41,9 +41,6 @@ int64_t ex_shape_numel(uint32_t rank, const int64_t *dims);
 /* "[2,3]" into buf. */
 const char *ex_shape_str(char *buf, size_t n, uint32_t rank, const int64_t *dims);
 
-/* A deterministic stream of 64-bit values (splitmix64). */
-uint64_t ex_mix64(uint64_t x);
-
 /*
  * Runs compute op `op` of m on inputs in[0..nin) (NULL for an absent
  * optional input) and initializes out[0..nout) (the op's result count).

@@ -42,24 +42,16 @@ typedef struct kctx {
 static int kfail(const kctx *k, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Sets err to "<Op> 'name': message" and returns code. */
+/* Sets err to "<op label>: message" (ir_op_label) and returns code. */
 static int
 kfail(const kctx *k, int code, const char *fmt, ...)
 {
     char msg[800];
-    const ir_op *o = &k->m->ops[k->op];
-    const char *name = "";
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (o->name)
-        name = ir_str_get(k->m, o->name);
-    else if (o->noutput && k->m->values[o->outputs].name)
-        name = ir_str_get(k->m, k->m->values[o->outputs].name);
-    if (*name)
-        return di_error_set(k->err, code, "%s '%s': %s", ir_op_name(k->m, k->op), name, msg);
-    return di_error_set(k->err, code, "%s: %s", ir_op_name(k->m, k->op), msg);
+    return di_error_set(k->err, code, "%s: %s", ir_op_label(k->m, k->op).s, msg);
 }
 
 typedef struct sbuf {
@@ -1297,7 +1289,7 @@ done:
 static int
 dropout_keep(uint64_t seed, double ratio, size_t i)
 {
-    uint64_t h = ex_mix64(ex_mix64(seed) ^ (uint64_t)i);
+    uint64_t h = di_splitmix64(di_splitmix64(seed) ^ (uint64_t)i);
     double u = (double)(h >> 11) * (1.0 / 9007199254740992.0);
     return u >= ratio;
 }
@@ -1874,15 +1866,6 @@ k_mselossgrad(const kctx *k, const ex_tensor *a, const ex_tensor *b, const ex_te
     return 0;
 }
 
-/* 0 mean, 1 sum, 2 none, -1 invalid. */
-static int
-sce_reduction(const kctx *k)
-{
-    const char *r = ir_op_string(k->m, k->op, "reduction", "mean");
-    return strcmp(r, "mean") == 0 ? 0 : strcmp(r, "sum") == 0 ? 1 : strcmp(r, "none") == 0 ? 2
-                                                                                           : -1;
-}
-
 /* Checks logits [N, C, d...] against labels [N, d...]; gives N*D (rows) and C. */
 static int
 sce_geometry(const kctx *k, const ex_tensor *lg, uint32_t il, const ex_tensor *lb, uint32_t ib,
@@ -1932,10 +1915,11 @@ log_softmax_c(const double *x, double *lp, int64_t n, int64_t c, int64_t d)
 static int
 k_sceloss(const kctx *k, const ex_tensor *lg, const ex_tensor *lb, ex_tensor *out, uint32_t nout)
 {
-    int red = sce_reduction(k), rc, has_ii = ir_op_attr(k->m, k->op, "ignore_index") != NULL;
+    ir_reduction red = ir_sce_reduction(k->m, k->op);
+    int rc, has_ii = ir_op_attr(k->m, k->op, "ignore_index") != NULL;
     int64_t ii = ir_op_int(k->m, k->op, "ignore_index", 0), n, c, d, count = 0;
     double *x, *lp, *loss, total = 0;
-    if (red < 0)
+    if (red == IR_REDUCTION_INVALID)
         return kfail(k, DI_EINVAL, "reduction must be mean, sum or none");
     if ((rc = sce_geometry(k, lg, 0, lb, 1, &n, &c, &d)) != 0)
         return rc;
@@ -1961,16 +1945,16 @@ k_sceloss(const kctx *k, const ex_tensor *lg, const ex_tensor *lb, ex_tensor *ou
             total += loss[i * d + j];
             count++;
         }
-    if (red == 2)
+    if (red == IR_REDUCTION_NONE)
         rc = kalloc(k, &out[0], lg->dtype, lb->rank, lb->dims);
     else
         rc = kalloc(k, &out[0], lg->dtype, 0, NULL);
     if (rc != 0)
         goto done;
-    if (red == 2)
+    if (red == IR_REDUCTION_NONE)
         dstore(&out[0], loss);
     else
-        ex_set(&out[0], 0, red == 1 ? total : total / (double)count);
+        ex_set(&out[0], 0, red == IR_REDUCTION_SUM ? total : total / (double)count);
     if (nout > 1) {
         if ((rc = kalloc(k, &out[1], lg->dtype, lg->rank, lg->dims)) != 0) {
             ex_tensor_fini(&out[0]);
@@ -1995,16 +1979,17 @@ static int
 k_scelossgrad(const kctx *k, const ex_tensor *dl, const ex_tensor *lg, const ex_tensor *lb,
               ex_tensor *out)
 {
-    int red = sce_reduction(k), rc, has_ii = ir_op_attr(k->m, k->op, "ignore_index") != NULL;
+    ir_reduction red = ir_sce_reduction(k->m, k->op);
+    int rc, has_ii = ir_op_attr(k->m, k->op, "ignore_index") != NULL;
     int64_t ii = ir_op_int(k->m, k->op, "ignore_index", 0), n, c, d, count = 0;
     double *x, *p, *g;
-    if (red < 0)
+    if (red == IR_REDUCTION_INVALID)
         return kfail(k, DI_EINVAL, "reduction must be mean, sum or none");
     if ((rc = sce_geometry(k, lg, 1, lb, 2, &n, &c, &d)) != 0)
         return rc;
-    if (red == 2 ? !same_shape(dl, lb) : dl->numel != 1)
+    if (red == IR_REDUCTION_NONE ? !same_shape(dl, lb) : dl->numel != 1)
         return kfail(k, DI_EINVAL, "input 0 (dloss) has %zu elements, expected %zu",
-                     dl->numel, red == 2 ? lb->numel : (size_t)1);
+                     dl->numel, red == IR_REDUCTION_NONE ? lb->numel : (size_t)1);
     x = dload(lg);
     p = di_malloc((lg->numel ? lg->numel : 1) * sizeof *p);
     g = di_calloc(lg->numel ? lg->numel : 1, sizeof *g);
@@ -2031,8 +2016,8 @@ k_scelossgrad(const kctx *k, const ex_tensor *dl, const ex_tensor *lg, const ex_
                            (long long)t, (long long)c);
                 goto done;
             }
-            s = red == 2 ? ex_get(dl, (size_t)(i * d + j)) : ex_get(dl, 0);
-            if (red == 0)
+            s = red == IR_REDUCTION_NONE ? ex_get(dl, (size_t)(i * d + j)) : ex_get(dl, 0);
+            if (red == IR_REDUCTION_MEAN)
                 s /= (double)count;
             for (int64_t l = 0; l < c; l++) {
                 size_t o = (size_t)((i * c + l) * d + j);

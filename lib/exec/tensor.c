@@ -75,15 +75,6 @@ ex_shape_str(char *buf, size_t n, uint32_t rank, const int64_t *dims)
     return buf;
 }
 
-uint64_t
-ex_mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 int
 ex_tensor_init(ex_tensor *t, ir_dtype dt, uint32_t rank, const int64_t *dims)
 {

@@ -58,6 +58,7 @@
  * (bump HASH_VERSION and the known-answer test in tests/test_hash.c).
  */
 #include "ir/ir.h"
+#include "ir/safe.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -205,12 +206,6 @@ put_double(enc *s, double v)
     put_u64(s, bits);
 }
 
-static const char *
-str_at(const ir_module *m, ir_id s)
-{
-    return (s != 0 && s < m->nchar) ? m->chars + s : "";
-}
-
 /*
  * Enums are hashed by name, not number, so that adding an op or a dtype to
  * its table does not change the hash of every module.
@@ -257,8 +252,8 @@ hash_mesh(const ir_module *m, ir_id id, di_hash *out)
     enc s;
     enc_init(&s);
     put_str(&s, "mesh");
-    if (me->rank > IR_MAX_RANK || (uint64_t)me->shape + me->rank > m->nint ||
-        (uint64_t)me->devices + me->ndevice > m->nint) {
+    if (me->rank > IR_MAX_RANK || !ir_safe_slice(me->shape, me->rank, m->nint) ||
+        !ir_safe_slice(me->devices, me->ndevice, m->nint)) {
         put_str(&s, "malformed");
     } else {
         put_u64(&s, me->rank);
@@ -294,7 +289,7 @@ hash_type_node(hasher *h, ir_id x, ir_id region)
     enc_init(&s);
     if (ty->kind == IR_TYPE_TUPLE) {
         put_str(&s, "tuple");
-        if ((uint64_t)ty->elems + ty->nelem > m->nref) {
+        if (!ir_safe_slice(ty->elems, ty->nelem, m->nref)) {
             put_str(&s, "malformed");
         } else {
             put_u64(&s, ty->nelem);
@@ -311,7 +306,7 @@ hash_type_node(hasher *h, ir_id x, ir_id region)
     } else if (ty->kind == IR_TYPE_TENSOR) {
         put_str(&s, "tensor");
         put_dtype(&s, ty->dtype);
-        if (ty->rank > IR_MAX_RANK || (uint64_t)ty->dims + ty->rank > m->nint) {
+        if (ty->rank > IR_MAX_RANK || !ir_safe_slice(ty->dims, ty->rank, m->nint)) {
             put_str(&s, "malformed");
         } else {
             put_u64(&s, ty->rank);
@@ -328,7 +323,7 @@ hash_type_node(hasher *h, ir_id x, ir_id region)
         } else {
             /* Unbound (the verifier rejects it): fall back to the name. */
             put_u64(&s, 2);
-            put_str(&s, str_at(m, ty->devvar));
+            put_str(&s, ir_safe_str(m, ty->devvar));
             env = 1;
         }
         if (ty->mesh == 0) {
@@ -337,7 +332,7 @@ hash_type_node(hasher *h, ir_id x, ir_id region)
             put_u64(&s, 1);
             put_digest(&s, mesh_digest(h, ty->mesh));
             if (ty->mesh < m->nmesh && m->meshes[ty->mesh].rank <= IR_MAX_RANK &&
-                (uint64_t)ty->placements + m->meshes[ty->mesh].rank <= m->nint) {
+                ir_safe_slice(ty->placements, m->meshes[ty->mesh].rank, m->nint)) {
                 uint32_t rank = m->meshes[ty->mesh].rank;
                 put_u64(&s, rank);
                 for (uint32_t a = 0; a < rank; a++)
@@ -379,7 +374,7 @@ type_digest(hasher *h, ir_id t, ir_id region)
             h->ntstack--;
             continue;
         }
-        if (ty->kind == IR_TYPE_TUPLE && (uint64_t)ty->elems + ty->nelem <= m->nref) {
+        if (ty->kind == IR_TYPE_TUPLE && ir_safe_slice(ty->elems, ty->nelem, m->nref)) {
             for (uint32_t i = 0; i < ty->nelem; i++) {
                 ir_id e = m->refs[ty->elems + i];
                 if (e != 0 && e < x && !type_ready(h, e, region)) {
@@ -452,7 +447,7 @@ static void
 put_attr(hasher *h, enc *s, const ir_op *o, const ir_attr *a, const hframe *f)
 {
     const ir_module *m = h->m;
-    const char *key = str_at(m, a->key);
+    const char *key = ir_safe_str(m, a->key);
     put_str(s, key);
     put_attr_kind(s, a->kind);
     switch (a->kind) {
@@ -470,7 +465,7 @@ put_attr(hasher *h, enc *s, const ir_op *o, const ir_attr *a, const hframe *f)
             put_str(s, a->s < m->nchar ? m->chars + a->s : "");
         break;
     case IR_ATTR_INTS:
-        if ((uint64_t)a->off + a->n > m->nint) {
+        if (!ir_safe_slice(a->off, a->n, m->nint)) {
             put_str(s, "malformed");
             break;
         }
@@ -479,7 +474,7 @@ put_attr(hasher *h, enc *s, const ir_op *o, const ir_attr *a, const hframe *f)
             put_i64(s, m->ints[a->off + i]);
         break;
     case IR_ATTR_FLOATS:
-        if ((uint64_t)a->off + a->n > m->nfloat) {
+        if (!ir_safe_slice(a->off, a->n, m->nfloat)) {
             put_str(s, "malformed");
             break;
         }
@@ -494,7 +489,7 @@ put_attr(hasher *h, enc *s, const ir_op *o, const ir_attr *a, const hframe *f)
         put_digest(s, (a->i > 0 && a->i < (int64_t)m->ntype)
                           ? type_digest(h, (ir_id)a->i, f->region)
                           : &h->bad);
-        if ((uint64_t)a->off + a->n > m->ndata)
+        if (!ir_safe_slice(a->off, a->n, m->ndata))
             put_str(s, "malformed");
         else
             put_bytes(s, m->data + a->off, a->n);
@@ -511,7 +506,7 @@ put_attrs(hasher *h, enc *s, const ir_op *o, const hframe *f)
     const ir_module *m = h->m;
     const ir_attr *a;
     int sorted = 1;
-    if (o->nattr == 0 || (uint64_t)o->attrs + o->nattr > m->nattr) {
+    if (o->nattr == 0 || !ir_safe_slice(o->attrs, o->nattr, m->nattr)) {
         put_u64(s, 0);
         if (o->nattr != 0)
             put_str(s, "malformed");
@@ -520,7 +515,7 @@ put_attrs(hasher *h, enc *s, const ir_op *o, const hframe *f)
     a = &m->attrs[o->attrs];
     put_u64(s, o->nattr);
     for (uint32_t i = 1; i < o->nattr && sorted; i++)
-        sorted = strcmp(str_at(m, a[i - 1].key), str_at(m, a[i].key)) <= 0;
+        sorted = strcmp(ir_safe_str(m, a[i - 1].key), ir_safe_str(m, a[i].key)) <= 0;
     if (sorted) {
         for (uint32_t i = 0; i < o->nattr; i++)
             put_attr(h, s, o, &a[i], f);
@@ -533,7 +528,7 @@ put_attrs(hasher *h, enc *s, const ir_op *o, const hframe *f)
             const ir_attr *attr;
         } *k = di_xmalloc(o->nattr * sizeof *k);
         for (uint32_t i = 0; i < o->nattr; i++) {
-            k[i].key = str_at(m, a[i].key);
+            k[i].key = ir_safe_str(m, a[i].key);
             k[i].attr = &a[i];
         }
         qsort(k, o->nattr, sizeof *k, cmp_attr_key);
@@ -553,16 +548,16 @@ hash_op(hasher *h, ir_id op, const hframe *f)
     put_str(&s, "op");
     put_opkind(&s, o->kind);
     if (o->kind == IR_OP_OPAQUE) {
-        const char *t = str_at(m, o->opaque);
-        if (*t == '\0' && o->nattr != 0 && (uint64_t)o->attrs + o->nattr <= m->nattr)
+        const char *t = ir_safe_str(m, o->opaque);
+        if (*t == '\0' && o->nattr != 0 && ir_safe_slice(o->attrs, o->nattr, m->nattr))
             for (uint32_t i = 0; i < o->nattr; i++)
                 if (m->attrs[o->attrs + i].kind == IR_ATTR_STRING &&
-                    strcmp(str_at(m, m->attrs[o->attrs + i].key), "op_type") == 0)
-                    t = str_at(m, m->attrs[o->attrs + i].s);
+                    strcmp(ir_safe_str(m, m->attrs[o->attrs + i].key), "op_type") == 0)
+                    t = ir_safe_str(m, m->attrs[o->attrs + i].s);
         put_str(&s, t);
     }
     put_attrs(h, &s, o, f);
-    if ((uint64_t)o->inputs + o->ninput > m->nref) {
+    if (!ir_safe_slice(o->inputs, o->ninput, m->nref)) {
         put_str(&s, "malformed");
     } else {
         put_u64(&s, o->ninput);
@@ -578,7 +573,7 @@ hash_op(hasher *h, ir_id op, const hframe *f)
         }
         put_digest(&s, bd);
     }
-    if (o->noutput != 0 && (o->outputs == 0 || (uint64_t)o->outputs + o->noutput > m->nvalue)) {
+    if (o->noutput != 0 && (o->outputs == 0 || !ir_safe_slice(o->outputs, o->noutput, m->nvalue))) {
         put_str(&s, "malformed");
     } else {
         put_u64(&s, o->noutput);
@@ -739,11 +734,11 @@ enter_region(hasher *h, ir_id r, ir_id pmap, uint32_t level)
             bind_var(h, f, h->cvar[r]);
     } else if (pmap != 0) {
         const ir_op *o = &m->ops[pmap];
-        if (o->nattr != 0 && (uint64_t)o->attrs + o->nattr <= m->nattr) {
+        if (o->nattr != 0 && ir_safe_slice(o->attrs, o->nattr, m->nattr)) {
             for (uint32_t i = 0; i < o->nattr; i++) {
                 const ir_attr *a = &m->attrs[o->attrs + i];
                 if (a->kind == IR_ATTR_STRING && a->s != 0 && a->s < m->nchar &&
-                    strcmp(str_at(m, a->key), "device_var") == 0) {
+                    strcmp(ir_safe_str(m, a->key), "device_var") == 0) {
                     bind_var(h, f, a->s);
                     break;
                 }
@@ -784,12 +779,12 @@ static ir_id
 pmap_var(const ir_module *m, ir_id op)
 {
     const ir_op *o = &m->ops[op];
-    if (o->nattr == 0 || (uint64_t)o->attrs + o->nattr > m->nattr)
+    if (o->nattr == 0 || !ir_safe_slice(o->attrs, o->nattr, m->nattr))
         return 0;
     for (uint32_t i = 0; i < o->nattr; i++) {
         const ir_attr *a = &m->attrs[o->attrs + i];
         if (a->kind == IR_ATTR_STRING && a->s != 0 && a->s < m->nchar &&
-            strcmp(str_at(m, a->key), "device_var") == 0)
+            strcmp(ir_safe_str(m, a->key), "device_var") == 0)
             return a->s;
     }
     return 0;
@@ -904,25 +899,13 @@ hash_functions(hasher *h)
     free(e);
 }
 
-static int
-arrays_ok(const ir_module *m)
-{
-    return m->chars != NULL && m->nchar >= 1 && m->chars[m->nchar - 1] == '\0' &&
-           m->types != NULL && m->ntype >= 1 && m->values != NULL && m->nvalue >= 1 &&
-           m->ops != NULL && m->nop >= 1 && m->regions != NULL && m->nregion >= 1 &&
-           m->meshes != NULL && m->nmesh >= 1 && m->attrs != NULL && m->nattr >= 1 &&
-           m->refs != NULL && m->nref >= 1 && m->ints != NULL && m->nint >= 1 &&
-           (m->nfloat == 0 || m->floats != NULL) && (m->ndata == 0 || m->data != NULL) &&
-           (m->ninit == 0 || m->inits != NULL);
-}
-
 /* ir_module_entry's choice ("main", else the first named function), reading names safely. */
 static ir_id
 entry_function(const ir_module *m)
 {
     ir_id first = 0;
     for (ir_id r = 1; r < m->nregion; r++) {
-        const char *name = str_at(m, m->regions[r].name);
+        const char *name = ir_safe_str(m, m->regions[r].name);
         if (m->regions[r].parent != 0 || m->regions[r].name == 0 || m->regions[r].name >= m->nchar)
             continue;
         if (strcmp(name, "main") == 0)
@@ -939,7 +922,7 @@ hash_function_digest(const hasher *h, ir_id r, di_hash *out)
     enc s;
     enc_init(&s);
     put_str(&s, "func");
-    put_str(&s, str_at(h->m, h->m->regions[r].name));
+    put_str(&s, ir_safe_str(h->m, h->m->regions[r].name));
     put_digest(&s, &h->rdig[r]);
     enc_final(&s, out);
 }
@@ -953,7 +936,7 @@ ir_hash(const ir_module *m, di_hash *out)
     di_hash *list;
     uint32_t n = 0;
 
-    if (m == NULL || !arrays_ok(m)) {
+    if (m == NULL || !ir_safe_arrays(m)) {
         di_sha256_once("distir-module-malformed", 23, out);
         return;
     }

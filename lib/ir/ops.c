@@ -20,6 +20,7 @@
  * memory; for communication ops, bytes are per participant.
  */
 #include "ir/ir.h"
+#include "ir/safe.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,20 +29,31 @@
 
 /* ---- error messages ---- */
 
-/* "MatMul %y" when the first result is named, else "MatMul 'node'" or "MatMul". */
-static void
-op_label(const ir_module *m, ir_id op, char *buf, size_t n)
+ir_label
+ir_op_label(const ir_module *m, ir_id op)
 {
-    const ir_op *o = &m->ops[op];
-    ir_id name = 0;
+    ir_label l;
+    const ir_op *o;
+    const char *kind = "?", *value = "", *name;
+    if (op == 0 || op >= m->nop) {
+        snprintf(l.s, sizeof l.s, "? (op %u)", op);
+        return l;
+    }
+    o = &m->ops[op];
+    if (o->kind == IR_OP_OPAQUE && *ir_safe_str(m, o->opaque) != '\0')
+        kind = ir_safe_str(m, o->opaque);
+    else if (ir_safe_kind(o->kind))
+        kind = ir_opkind_name(o->kind);
     if (o->noutput > 0 && o->outputs > 0 && o->outputs < m->nvalue)
-        name = m->values[o->outputs].name;
-    if (name)
-        snprintf(buf, n, "%s %%%s", ir_op_name(m, op), ir_str_get(m, name));
-    else if (o->name)
-        snprintf(buf, n, "%s '%s'", ir_op_name(m, op), ir_str_get(m, o->name));
+        value = ir_safe_str(m, m->values[o->outputs].name);
+    name = ir_safe_str(m, o->name);
+    if (*value != '\0')
+        snprintf(l.s, sizeof l.s, "%s %%%s", kind, value);
+    else if (*name != '\0')
+        snprintf(l.s, sizeof l.s, "%s '%s'", kind, name);
     else
-        snprintf(buf, n, "%s", ir_op_name(m, op));
+        snprintf(l.s, sizeof l.s, "%s (op %u)", kind, op);
+    return l;
 }
 
 static int fail(const ir_module *m, ir_id op, di_error *err, const char *fmt, ...)
@@ -51,13 +63,12 @@ static int fail(const ir_module *m, ir_id op, di_error *err, const char *fmt, ..
 static int
 fail(const ir_module *m, ir_id op, di_error *err, const char *fmt, ...)
 {
-    char label[200], msg[800];
+    char msg[800];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    op_label(m, op, label, sizeof label);
-    return di_error_set(err, DI_EVERIFY, "%s: %s", label, msg);
+    return di_error_set(err, DI_EVERIFY, "%s: %s", ir_op_label(m, op).s, msg);
 }
 
 /* A buffer big enough for any shape "[d0,d1,...]" of rank <= IR_MAX_RANK. */
@@ -1233,13 +1244,17 @@ infer_loss(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
-/* The SoftmaxCrossEntropyLoss reduction: 0 mean, 1 sum, 2 none; -1 invalid. */
-static int
-sce_reduction(const ir_module *m, ir_id op)
+ir_reduction
+ir_sce_reduction(const ir_module *m, ir_id op)
 {
     const char *r = ir_op_string(m, op, "reduction", "mean");
-    return strcmp(r, "mean") == 0 ? 0 : strcmp(r, "sum") == 0 ? 1 : strcmp(r, "none") == 0 ? 2
-                                                                                           : -1;
+    if (strcmp(r, "mean") == 0)
+        return IR_REDUCTION_MEAN;
+    if (strcmp(r, "sum") == 0)
+        return IR_REDUCTION_SUM;
+    if (strcmp(r, "none") == 0)
+        return IR_REDUCTION_NONE;
+    return IR_REDUCTION_INVALID;
 }
 
 /* Checks logits (input il) [N, C, d...] against labels (input ib) [N, d...]. */
@@ -1271,14 +1286,15 @@ infer_sceloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     tensor in[2];
     site s;
-    int red = sce_reduction(m, op), rc;
+    ir_reduction red = ir_sce_reduction(m, op);
+    int rc;
     if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
         (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
         (rc = check_sce_labels(m, op, &in[0], 0, &in[1], 1, err)) != 0)
         return rc;
-    if (red < 0)
+    if (red == IR_REDUCTION_INVALID)
         return fail(m, op, err, "reduction must be mean, sum or none");
-    if (red == 2)
+    if (red == IR_REDUCTION_NONE)
         out[0] = result_type(m, &s, in[0].dtype, in[1].rank, in[1].dims);
     else
         out[0] = result_type(m, &s, in[0].dtype, 0, NULL);
@@ -1304,15 +1320,16 @@ infer_scelossgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
     tensor in[3];
     site s;
     sbuf a, b;
-    int red = sce_reduction(m, op), rc;
+    ir_reduction red = ir_sce_reduction(m, op);
+    int rc;
     if ((rc = load_inputs(m, op, 3, in, err)) != 0 ||
         (rc = common_site(m, op, in, 3, &s, err)) != 0 ||
         (rc = check_sce_labels(m, op, &in[1], 1, &in[2], 2, err)) != 0 ||
         (rc = check_same_dtype(m, op, &in[1], 1, &in[0], 0, err)) != 0)
         return rc;
-    if (red < 0)
+    if (red == IR_REDUCTION_INVALID)
         return fail(m, op, err, "reduction must be mean, sum or none");
-    if (red == 2) {
+    if (red == IR_REDUCTION_NONE) {
         if (!dims_equal(&in[0], &in[2]))
             return fail(m, op, err, "input 0 has shape %s, expected %s (the labels' shape, "
                         "reduction none)", shape_str(&a, in[0].rank, in[0].dims),
@@ -2685,8 +2702,8 @@ ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err)
     if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND)
         return di_error_set(err, DI_EVERIFY, "op %u has an invalid kind %u", op, o->kind);
     info = &ir_opinfos[o->kind];
-    if ((uint64_t)o->inputs + o->ninput > m->nref ||
-        (o->noutput > 0 && (uint64_t)o->outputs + o->noutput > m->nvalue))
+    if (!ir_safe_slice(o->inputs, o->ninput, m->nref) ||
+        (o->noutput > 0 && !ir_safe_slice(o->outputs, o->noutput, m->nvalue)))
         return di_error_set(err, DI_EVERIFY, "op %u has operands out of range", op);
     if (o->ninput < (uint32_t)info->min_in ||
         (info->max_in >= 0 && o->ninput > (uint32_t)info->max_in))
@@ -2734,8 +2751,8 @@ ir_op_cost(const ir_module *m, ir_id op, ir_cost *c)
     o = &m->ops[op];
     if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND || (ir_opinfos[o->kind].flags & IR_OPF_FREE))
         return;
-    if ((uint64_t)o->inputs + o->ninput > m->nref ||
-        (o->noutput > 0 && (uint64_t)o->outputs + o->noutput > m->nvalue))
+    if (!ir_safe_slice(o->inputs, o->ninput, m->nref) ||
+        (o->noutput > 0 && !ir_safe_slice(o->outputs, o->noutput, m->nvalue)))
         return;
     for (uint32_t i = 0; i < o->ninput; i++)
         if (ir_op_input(m, op, i) >= m->nvalue)

@@ -157,6 +157,20 @@ int ir_opkind_from_name(const char *s, size_t len);
 /* The printed name of an op: the table name, or op_type for opaque ops. */
 const char *ir_op_name(const ir_module *m, ir_id op);
 
+/* An op as error messages name it (ir_op_label). */
+typedef struct ir_label {
+    char s[192];
+} ir_label;
+
+/*
+ * The one way messages name an op: its kind and its first result,
+ * "MatMul %y"; else its op name (an ONNX node name), "MatMul 'fc1'"; else
+ * its id, "MatMul (op 12)". Long names are cut. Safe on a malformed module
+ * (out-of-range ids show as "?"), so the verifier uses it too. Use as
+ * ir_op_label(m, op).s within one expression, or keep the struct.
+ */
+ir_label ir_op_label(const ir_module *m, ir_id op);
+
 /*
  * Infers the result types of an op from its inputs and attributes; the op's
  * results need not have types yet. Interns any new types in m. Returns 0 or
@@ -169,6 +183,15 @@ int ir_op_infer(ir_module *m, ir_id op, ir_id *out, di_error *err);
  * results keep their types (new types may have been interned).
  */
 int ir_op_infer_results(ir_module *m, ir_id op, di_error *err);
+/* The reduction of a SoftmaxCrossEntropyLoss or its gradient (attribute "reduction"). */
+typedef enum ir_reduction {
+    IR_REDUCTION_INVALID = -1, /* not mean, sum or none */
+    IR_REDUCTION_MEAN = 0,     /* the default */
+    IR_REDUCTION_SUM,
+    IR_REDUCTION_NONE,
+} ir_reduction;
+ir_reduction ir_sce_reduction(const ir_module *m, ir_id op);
+
 /* FLOPs and bytes of an op, from its types and attributes. */
 void ir_op_cost(const ir_module *m, ir_id op, ir_cost *c);
 

@@ -21,14 +21,14 @@
  * recursion, so deep nesting cannot overflow the C stack) and the only sorts
  * are of function and mesh names.
  *
- * Messages name the function, the op (its id, kind and first result, e.g.
- * `@mlp: op 3 "MatMul" (%y)`) and the value; unnamed values show as #ID, their
- * index. For modules parsed from text they start with "LINE:COL: ".
+ * Messages name the function, the op (ir_op_label: `@mlp: MatMul %y: `) and
+ * the value; unnamed values show as #ID, their index. For modules parsed from text they start with "LINE:COL: ".
  *
  * Ops that no region lists are garbage left in the arena by a transform; the
  * verifier ignores them, as do the printer and the hash.
  */
 #include "ir/ir.h"
+#include "ir/safe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,29 +113,6 @@ typedef struct verifier {
 
 /* ---- strings and names for messages ---- */
 
-static const char *
-str_at(const ir_module *m, ir_id s)
-{
-    return (s != 0 && s < m->nchar) ? m->chars + s : "";
-}
-
-static int
-kind_ok(int kind)
-{
-    return kind > IR_OP_NONE && kind < IR_NOPKIND;
-}
-
-static const char *
-op_label(const ir_module *m, ir_id op)
-{
-    const ir_op *o = &m->ops[op];
-    if (!kind_ok(o->kind))
-        return "?";
-    if (o->kind == IR_OP_OPAQUE && o->opaque != 0 && o->opaque < m->nchar)
-        return m->chars + o->opaque;
-    return ir_opkind_name(o->kind);
-}
-
 static void
 value_label(const ir_module *m, ir_id v, char *buf, size_t n)
 {
@@ -187,7 +164,7 @@ print_type(const ir_module *m, ir_id t, sbuf *b, int depth)
     ty = &m->types[t];
     if (ty->kind == IR_TYPE_TUPLE) {
         sb_printf(b, "tuple<");
-        if ((uint64_t)ty->elems + ty->nelem > m->nref || depth > 3) {
+        if (!ir_safe_slice(ty->elems, ty->nelem, m->nref) || depth > 3) {
             sb_printf(b, "...>");
             return;
         }
@@ -208,7 +185,7 @@ print_type(const ir_module *m, ir_id t, sbuf *b, int depth)
         return;
     }
     sb_printf(b, ty->mesh != 0 ? "!dist.dtensor<" : "!dist.tensor<");
-    if (ty->rank <= IR_MAX_RANK && (uint64_t)ty->dims + ty->rank <= m->nint)
+    if (ty->rank <= IR_MAX_RANK && ir_safe_slice(ty->dims, ty->rank, m->nint))
         for (uint32_t i = 0; i < ty->rank; i++)
             sb_printf(b, "%lldx", (long long)m->ints[ty->dims + i]);
     else
@@ -216,8 +193,8 @@ print_type(const ir_module *m, ir_id t, sbuf *b, int depth)
     sb_printf(b, "%s", ir_dtype_name((ir_dtype)ty->dtype));
     if (ty->mesh != 0 && ty->mesh < m->nmesh) {
         const ir_mesh *me = &m->meshes[ty->mesh];
-        sb_printf(b, ", @%s, [", str_at(m, me->name));
-        if (me->rank <= IR_MAX_RANK && (uint64_t)ty->placements + me->rank <= m->nint) {
+        sb_printf(b, ", @%s, [", ir_safe_str(m, me->name));
+        if (me->rank <= IR_MAX_RANK && ir_safe_slice(ty->placements, me->rank, m->nint)) {
             for (uint32_t a = 0; a < me->rank; a++) {
                 int64_t p = m->ints[ty->placements + a];
                 if (a)
@@ -238,7 +215,7 @@ print_type(const ir_module *m, ir_id t, sbuf *b, int depth)
     } else if (ty->mesh != 0) {
         sb_printf(b, ", @<mesh %u>, []", ty->mesh);
     } else if (ty->devvar != 0) {
-        sb_printf(b, ", %s", str_at(m, ty->devvar));
+        sb_printf(b, ", %s", ir_safe_str(m, ty->devvar));
     } else if (ty->device != IR_DEVICE_NONE) {
         sb_printf(b, ", %d", ty->device);
     }
@@ -290,15 +267,9 @@ report(verifier *vf, ir_id op, ir_id value, const char *fmt, ...)
         column = m->valuelocs[value].column;
     }
     if (vf->func != 0)
-        sb_printf(&w, "@%s: ", str_at(m, m->regions[vf->func].name));
-    if (op != 0 && op < m->nop) {
-        const ir_op *o = &m->ops[op];
-        sb_printf(&w, "op %u \"%s\"", op, op_label(m, op));
-        if (o->noutput != 0 && o->outputs != 0 && o->outputs < m->nvalue &&
-            m->values[o->outputs].name != 0 && m->values[o->outputs].name < m->nchar)
-            sb_printf(&w, " (%%%s)", m->chars + m->values[o->outputs].name);
-        sb_printf(&w, ": ");
-    }
+        sb_printf(&w, "@%s: ", ir_safe_str(m, m->regions[vf->func].name));
+    if (op != 0 && op < m->nop)
+        sb_printf(&w, "%s: ", ir_op_label(m, op).s);
     di_error_clear(&e);
     if (line != 0)
         di_error_at(&e, DI_EVERIFY, line, column, "%s%s", where, body);
@@ -425,7 +396,7 @@ find_attr_kind(const ir_module *m, ir_id op, const char *key, uint32_t kind)
     const ir_attr *a = find_attr(m, op, key);
     if (a == NULL || a->kind != kind)
         return NULL;
-    if (kind == IR_ATTR_INTS && (uint64_t)a->off + a->n > m->nint)
+    if (kind == IR_ATTR_INTS && !ir_safe_slice(a->off, a->n, m->nint))
         return NULL;
     if (kind == IR_ATTR_MESH && (a->s == 0 || a->s >= m->nmesh))
         return NULL;
@@ -448,7 +419,7 @@ type_local(const verifier *vf, ir_id t, char *why, size_t n)
     const ir_module *m = vf->m;
     const ir_type *ty = &m->types[t];
     if (ty->kind == IR_TYPE_TUPLE) {
-        if ((uint64_t)ty->elems + ty->nelem > m->nref) {
+        if (!ir_safe_slice(ty->elems, ty->nelem, m->nref)) {
             snprintf(why, n, "tuple elements out of range");
             return -1;
         }
@@ -473,7 +444,7 @@ type_local(const verifier *vf, ir_id t, char *why, size_t n)
         snprintf(why, n, "rank %u exceeds %d", ty->rank, IR_MAX_RANK);
         return -1;
     }
-    if ((uint64_t)ty->dims + ty->rank > m->nint) {
+    if (!ir_safe_slice(ty->dims, ty->rank, m->nint)) {
         snprintf(why, n, "dimensions out of range");
         return -1;
     }
@@ -504,11 +475,11 @@ type_local(const verifier *vf, ir_id t, char *why, size_t n)
             return -1;
         }
         if (!vf->mesh_ok[ty->mesh]) {
-            snprintf(why, n, "its mesh @%s is invalid", str_at(m, m->meshes[ty->mesh].name));
+            snprintf(why, n, "its mesh @%s is invalid", ir_safe_str(m, m->meshes[ty->mesh].name));
             return -1;
         }
         rank = mesh_rank(m, ty->mesh);
-        if ((uint64_t)ty->placements + rank > m->nint) {
+        if (!ir_safe_slice(ty->placements, rank, m->nint)) {
             snprintf(why, n, "placements out of range");
             return -1;
         }
@@ -723,7 +694,7 @@ check_value_type_slow(verifier *vf, ir_id op, ir_id v, const char *what)
         char tt[256];
         report(vf, op, v,
                "%s (%s) has type %s on device variable %s, which no enclosing dist.pmap binds",
-               what, vname(vf, v), type_text(m, t, tt, sizeof tt), str_at(m, var));
+               what, vname(vf, v), type_text(m, t, tt, sizeof tt), ir_safe_str(m, var));
         return 0;
     }
     return 1;
@@ -811,7 +782,7 @@ check_meshes(verifier *vf)
     uint32_t nnames = 0;
     for (ir_id i = 1; i < m->nmesh && !vf->stop; i++) {
         const ir_mesh *me = &m->meshes[i];
-        const char *name = str_at(m, me->name);
+        const char *name = ir_safe_str(m, me->name);
         uint64_t n = 1;
         int64_t dup;
         int ok = 1;
@@ -825,7 +796,7 @@ check_meshes(verifier *vf)
             report(vf, 0, 0, "mesh @%s has rank %u, not 1 to %d", name, me->rank, IR_MAX_RANK);
             continue;
         }
-        if ((uint64_t)me->shape + me->rank > m->nint) {
+        if (!ir_safe_slice(me->shape, me->rank, m->nint)) {
             report(vf, 0, 0, "mesh @%s: shape out of range", name);
             continue;
         }
@@ -846,7 +817,7 @@ check_meshes(verifier *vf)
                    me->ndevice, (unsigned long long)n);
             continue;
         }
-        if ((uint64_t)me->devices + me->ndevice > m->nint) {
+        if (!ir_safe_slice(me->devices, me->ndevice, m->nint)) {
             report(vf, 0, 0, "mesh @%s: devices out of range", name);
             continue;
         }
@@ -883,11 +854,11 @@ check_type_lists(verifier *vf)
         int ok;
         if (ty->kind == IR_TYPE_TENSOR)
             ok =
-                (uint64_t)ty->dims + ty->rank <= m->nint &&
+                ir_safe_slice(ty->dims, ty->rank, m->nint) &&
                 (ty->mesh == 0 || (ty->mesh < m->nmesh &&
-                                   (uint64_t)ty->placements + m->meshes[ty->mesh].rank <= m->nint));
+                                   ir_safe_slice(ty->placements, m->meshes[ty->mesh].rank, m->nint)));
         else
-            ok = (uint64_t)ty->elems + ty->nelem <= m->nref;
+            ok = ir_safe_slice(ty->elems, ty->nelem, m->nref);
         if (!ok) {
             report(vf, 0, 0, "type %u is malformed: its lists are out of range", t);
             vf->no_infer = 1;
@@ -971,11 +942,11 @@ check_attr_value(verifier *vf, ir_id op, const ir_attr *a, const char *key)
             report(vf, op, 0, "attribute '%s': string id %u out of range", key, a->s);
         break;
     case IR_ATTR_INTS:
-        if ((uint64_t)a->off + a->n > m->nint)
+        if (!ir_safe_slice(a->off, a->n, m->nint))
             report(vf, op, 0, "attribute '%s': list out of range", key);
         break;
     case IR_ATTR_FLOATS:
-        if ((uint64_t)a->off + a->n > m->nfloat)
+        if (!ir_safe_slice(a->off, a->n, m->nfloat))
             report(vf, op, 0, "attribute '%s': list out of range", key);
         break;
     case IR_ATTR_MESH:
@@ -984,7 +955,7 @@ check_attr_value(verifier *vf, ir_id op, const ir_attr *a, const char *key)
                    a->s, m->nmesh - 1);
         else if (!vf->mesh_ok[a->s]) /* shape inference must never see a bad mesh */
             report(vf, op, 0, "attribute '%s' refers to the invalid mesh @%s", key,
-                   str_at(m, m->meshes[a->s].name));
+                   ir_safe_str(m, m->meshes[a->s].name));
         break;
     case IR_ATTR_TENSOR: {
         char why[512];
@@ -995,7 +966,7 @@ check_attr_value(verifier *vf, ir_id op, const ir_attr *a, const char *key)
             report(vf, op, 0, "attribute '%s' has an invalid type: %s", key, why);
         } else if (m->types[a->i].kind != IR_TYPE_TENSOR) {
             report(vf, op, 0, "attribute '%s' has a tuple type", key);
-        } else if ((uint64_t)a->off + a->n > m->ndata) {
+        } else if (!ir_safe_slice(a->off, a->n, m->ndata)) {
             report(vf, op, 0, "attribute '%s': data out of range", key);
         } else if (a->n != 0 && a->n != ir_type_bytes(m, (ir_id)a->i)) {
             /* No bytes at all is a constant known only by its type. */
@@ -1143,7 +1114,7 @@ check_devices(verifier *vf, ir_id op)
             for (uint32_t i = 0; i < axes->n; i++) {
                 if (ax[i] < 0 || ax[i] >= (int64_t)rank) {
                     report(vf, op, 0, "mesh_axes[%u] = %lld is not an axis of @%s (rank %u)", i,
-                           (long long)ax[i], str_at(m, m->meshes[mesh->s].name), rank);
+                           (long long)ax[i], ir_safe_str(m, m->meshes[mesh->s].name), rank);
                     break;
                 }
                 if (used & (1u << ax[i])) {
@@ -1205,7 +1176,7 @@ same_but_placements(const ir_module *m, ir_id a, ir_id b)
     const ir_type *x = &m->types[a], *y = &m->types[b];
     if (x->kind != IR_TYPE_TENSOR || y->kind != IR_TYPE_TENSOR || x->mesh == 0 ||
         x->mesh != y->mesh || x->dtype != y->dtype || x->rank != y->rank || x->rank > IR_MAX_RANK ||
-        (uint64_t)x->dims + x->rank > m->nint || (uint64_t)y->dims + y->rank > m->nint)
+        !ir_safe_slice(x->dims, x->rank, m->nint) || !ir_safe_slice(y->dims, y->rank, m->nint))
         return 0;
     return x->rank == 0 ||
            memcmp(m->ints + x->dims, m->ints + y->dims, x->rank * sizeof(int64_t)) == 0;
@@ -1223,7 +1194,13 @@ check_infer(verifier *vf, ir_id op)
     memset(vf->out, 0, (n + 1) * sizeof *vf->out);
     di_error_clear(&e);
     if (ir_op_infer(m, op, vf->out, &e) != 0) {
-        report(vf, op, 0, "%s", e.msg[0] != '\0' ? e.msg : "shape inference failed");
+        /* Inference names the op as report does: say it once. */
+        ir_label l = ir_op_label(m, op);
+        size_t len = strlen(l.s);
+        const char *msg = e.msg;
+        if (strncmp(msg, l.s, len) == 0 && strncmp(msg + len, ": ", 2) == 0)
+            msg += len + 2;
+        report(vf, op, 0, "%s", *msg != '\0' ? msg : "shape inference failed");
         return;
     }
     /* Inference may have grown the module's arrays: read everything afresh. */
@@ -1318,7 +1295,7 @@ check_op(verifier *vf, ir_id r, ir_id op)
     const ir_opinfo *info;
     int before = vf->count, inputs_ok = 1;
 
-    if (!kind_ok(o->kind)) {
+    if (!ir_safe_kind(o->kind)) {
         report(vf, op, 0, "unknown op kind %u", o->kind);
         return;
     }
@@ -1328,15 +1305,15 @@ check_op(verifier *vf, ir_id r, ir_id op)
                "values it returns");
         return;
     }
-    if ((uint64_t)o->inputs + o->ninput > m->nref) {
+    if (!ir_safe_slice(o->inputs, o->ninput, m->nref)) {
         report(vf, op, 0, "input list out of range");
         return;
     }
-    if (o->noutput != 0 && (o->outputs == 0 || (uint64_t)o->outputs + o->noutput > m->nvalue)) {
+    if (o->noutput != 0 && (o->outputs == 0 || !ir_safe_slice(o->outputs, o->noutput, m->nvalue))) {
         report(vf, op, 0, "results %u..%u out of range", o->outputs, o->outputs + o->noutput);
         return;
     }
-    if (o->nattr != 0 && (o->attrs == 0 || (uint64_t)o->attrs + o->nattr > m->nattr)) {
+    if (o->nattr != 0 && (o->attrs == 0 || !ir_safe_slice(o->attrs, o->nattr, m->nattr))) {
         report(vf, op, 0, "attribute list out of range");
         return;
     }
@@ -1610,7 +1587,7 @@ check_calls(verifier *vf)
                     if (!vf->callee[b]) {
                         /* The op's checks come later: read its attributes only if in range. */
                         const ir_attr *a =
-                            (uint64_t)o->attrs + o->nattr <= m->nattr
+                            ir_safe_slice(o->attrs, o->nattr, m->nattr)
                                 ? find_attr_kind(m, op, "device_var", IR_ATTR_STRING)
                                 : NULL;
                         vf->callee[b] = 1;
@@ -1663,7 +1640,7 @@ check_calls(verifier *vf)
                     report(vf, x->op, 0,
                            "dist.pmap calls @%s, which is already being called: calls form a "
                            "cycle",
-                           str_at(m, m->regions[x->to].name));
+                           ir_safe_str(m, m->regions[x->to].name));
                     vf->func = 0;
                 } else if (color[x->to] == 0) {
                     color[x->to] = 1;
@@ -1682,18 +1659,6 @@ check_calls(verifier *vf)
 }
 
 /* ---- entry points ---- */
-
-static int
-arrays_ok(const ir_module *m)
-{
-    return m->chars != NULL && m->nchar >= 1 && m->nchar <= m->cchar &&
-           m->chars[m->nchar - 1] == '\0' && m->types != NULL && m->ntype >= 1 &&
-           m->values != NULL && m->nvalue >= 1 && m->ops != NULL && m->nop >= 1 &&
-           m->regions != NULL && m->nregion >= 1 && m->meshes != NULL && m->nmesh >= 1 &&
-           m->attrs != NULL && m->nattr >= 1 && m->refs != NULL && m->nref >= 1 &&
-           m->ints != NULL && m->nint >= 1 && (m->nfloat == 0 || m->floats != NULL) &&
-           (m->ndata == 0 || m->data != NULL) && (m->ninit == 0 || m->inits != NULL);
-}
 
 static void
 verifier_free(verifier *vf)
@@ -1731,7 +1696,7 @@ verify_run(ir_module *m, ir_diag_fn fn, void *ctx, int limit, di_error *first)
     vf->ctx = ctx;
     vf->limit = limit;
     vf->first = first;
-    if (!arrays_ok(m)) {
+    if (!ir_safe_arrays(m)) {
         report(vf, 0, 0, "the module's arrays are malformed");
         count = vf->count;
         verifier_free(vf);

@@ -1082,18 +1082,6 @@ static const struct {
 
 /* ---- the pass ---- */
 
-/* "Gelu %name" for messages. */
-static void
-op_label(const ir_module *m, ir_id op, char *buf, size_t n)
-{
-    const ir_op *o = &m->ops[op];
-    if (o->noutput > 0 && m->values[o->outputs].name)
-        snprintf(buf, n, "%s %%%s", ir_op_name(m, op),
-                 ir_str_get(m, m->values[o->outputs].name));
-    else
-        snprintf(buf, n, "%s (op %u)", ir_op_name(m, op), op);
-}
-
 /* Marks the trainable arguments active; 0 or DI_EINVAL. */
 static int
 mark_trainable(ad *a, uint32_t *ntrain)
@@ -1141,7 +1129,7 @@ static int
 analyze(ad *a, ir_id loss, uint32_t nop)
 {
     ir_module *m = a->m;
-    char label[256];
+    ir_label label;
     int rc;
     for (uint32_t k = 0; k < nop; k++) {
         ir_id op = m->regions[a->func].ops[k];
@@ -1173,13 +1161,13 @@ analyze(ad *a, ir_id loss, uint32_t nop)
             a->useful[ir_op_input(m, op, i)] = 1;
         if (!needed)
             continue;
-        op_label(m, op, label, sizeof label);
+        label = ir_op_label(m, op);
         if (o->body || rules[o->kind].rule == NULL)
             return di_error_set(a->err, DI_EUNSUPPORTED,
                                 "autodiff: no gradient rule for %s, which the loss depends on",
-                                label);
+                                label.s);
         if (rules[o->kind].check && (rc = rules[o->kind].check(a, op)) != 0) {
-            di_error_prefix(a->err, "%s", label);
+            di_error_prefix(a->err, "%s", label.s);
             return rc;
         }
     }

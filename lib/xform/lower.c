@@ -32,18 +32,6 @@
 
 #include "xform/autodiff.h"
 
-void
-xf_op_label(const ir_module *m, ir_id op, char *buf, size_t n)
-{
-    const ir_op *o = &m->ops[op];
-    if (o->noutput && m->values[o->outputs].name)
-        snprintf(buf, n, "%s %%%s", ir_op_name(m, op), ir_str_get(m, m->values[o->outputs].name));
-    else if (o->name)
-        snprintf(buf, n, "%s '%s'", ir_op_name(m, op), ir_str_get(m, o->name));
-    else
-        snprintf(buf, n, "%s (op %u)", ir_op_name(m, op), op);
-}
-
 static void xf_copy_attrs_one(ir_module *dst, ir_id dop, const ir_module *src, const ir_attr *a);
 
 void
@@ -625,9 +613,8 @@ xf_body_emit(xf_body *b, ir_id op)
         if ((rc = xf_body_get(b, v, &l)) != 0)
             return rc;
         if ((rc = xf_body_convert(b, v, &l, &want, &cv)) != 0) {
-            char lab[160];
-            xf_op_label(m, op, lab, sizeof lab);
-            di_error_prefix(c->err, "%s, input %u", lab, k);
+            ir_label lab = ir_op_label(m, op);
+            di_error_prefix(c->err, "%s, input %u", lab.s, k);
             return rc;
         }
         lin[k] = cv.v;
@@ -675,9 +662,8 @@ xf_body_emit(xf_body *b, ir_id op)
     }
     if (!hit) {
         if ((rc = infer_one(b, nop)) != 0) {
-            char lab[160];
-            xf_op_label(m, op, lab, sizeof lab);
-            di_error_prefix(c->err, "%s", lab);
+            ir_label lab = ir_op_label(m, op);
+            di_error_prefix(c->err, "%s", lab.s);
             return rc;
         }
         for (uint32_t k = 0; k < o->noutput; k++) {
@@ -687,11 +673,10 @@ xf_body_emit(xf_body *b, ir_id op)
             if (xf_local_dims(c, sv, &c->place[sv], b->n, dims) != 0 ||
                 memcmp(dims, ir_type_dims(b->out, b->out->values[lv].type),
                        lt->rank * sizeof *dims) != 0) {
-                char lab[160];
-                xf_op_label(m, op, lab, sizeof lab);
+                ir_label lab = ir_op_label(m, op);
                 return di_error_set(c->err, DI_EINTERNAL,
                                     "%s: result %u has a local shape other than propagation's",
-                                    lab, k);
+                                    lab.s, k);
             }
         }
         /* Remember the types (entries are never reused: one per emission with new types). */

@@ -532,18 +532,12 @@ r_mselossgrad(const ir_module *m, ir_id op, rule *r)
     return 0;
 }
 
-static const char *
-sce_reduction(const ir_module *m, ir_id op)
-{
-    return ir_op_string(m, op, "reduction", "mean");
-}
-
 static int
 r_sceloss(const ir_module *m, ir_id op, rule *r)
 {
     /* (logits [N, C, d...], labels [N, d...]) -> loss[, log_prob]. */
-    const char *red = sce_reduction(m, op);
-    int kind = strcmp(red, "mean") == 0 ? F_MEAN : strcmp(red, "sum") == 0 ? F_SUM : F_FREE;
+    ir_reduction red = ir_sce_reduction(m, op);
+    int kind = red == IR_REDUCTION_MEAN ? F_MEAN : red == IR_REDUCTION_SUM ? F_SUM : F_FREE;
     uint32_t rl = r->rank[0];
     if (rl < 2 || r->rank[1] != rl - 1)
         return -1;
@@ -566,8 +560,8 @@ static int
 r_scelossgrad(const ir_module *m, ir_id op, rule *r)
 {
     /* (dloss, logits [N, C, d...], labels [N, d...]) -> dlogits. */
-    const char *red = sce_reduction(m, op);
-    int none = strcmp(red, "none") == 0, mean = strcmp(red, "mean") == 0;
+    ir_reduction red = ir_sce_reduction(m, op);
+    int none = red == IR_REDUCTION_NONE, mean = red == IR_REDUCTION_MEAN;
     uint32_t rl = r->rank[1];
     if (rl < 2 || r->rank[2] != rl - 1)
         return -1;
@@ -943,14 +937,13 @@ xf_propagate(xf_ctx *c)
             if (m->types[m->values[v].type].kind != IR_TYPE_TENSOR)
                 continue;
             if (xf_local_dims(c, v, p, n, dims) != 0) {
-                char lab[160];
-                xf_op_label(m, op, lab, sizeof lab);
+                ir_label lab = ir_op_label(m, op);
                 if (in != small)
                     di_free(in);
                 return di_error_set(c->err, DI_ESTRATEGY,
                                     "%s: the strategy splits a dimension of %s %u that the "
                                     "degrees do not divide",
-                                    lab, k < o->ninput ? "input" : "result",
+                                    lab.s, k < o->ninput ? "input" : "result",
                                     k < o->ninput ? k : k - o->ninput);
             }
         }

@@ -314,7 +314,7 @@ analyze(xf_ctx *c)
             return di_error_set(c->err, DI_EUNSUPPORTED,
                                 "the module already communicates (%s): the transforms take a "
                                 "sequential module",
-                                ir_op_name(m, op));
+                                ir_op_label(m, op).s);
         for (uint32_t k = 0; k < o->ninput; k++) {
             ir_id v = m->refs[o->inputs + k];
             uint8_t f = c->vflags[v];

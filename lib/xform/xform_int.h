@@ -269,8 +269,6 @@ void xf_copy_attrs(ir_module *dst, ir_id dop, const ir_module *src, ir_id sop, c
                    const char *skip2);
 /* The output module's id of source string s (interned once per transform). */
 ir_id xf_str(xf_body *b, ir_id s);
-/* A string for messages: "MatMul %name". */
-void xf_op_label(const ir_module *m, ir_id op, char *buf, size_t n);
 
 /* ---- weight stashing (stash.c) ---- */
 
