@@ -1,7 +1,7 @@
 /*
  * sim.h: the simulator. Given a local-view module and a hardware model it
  * predicts the step time and each device's busy time and live memory over the
- * step, without running anything (DESIGN.md section 5).
+ * step, without running anything (docs/simulator.md).
  *
  * Each device has a compute stream and send/receive communication streams;
  * an op starts when its inputs are on its device and its stream is free, a
