@@ -9,7 +9,7 @@
  *
  * Without --server it starts BUILD/distird (next to bench/) on 127.0.0.1:0
  * with a temporary database and stops it with SIGTERM afterwards. Targets
- * (issue 4, 2 cores shared by client and server): p99 under 1 ms, and at
+ * (2 cores shared by client and server): p99 under 1 ms, and at
  * least 20,000 hits/s with 8 clients. Figures are printed next to them; the
  * exit status reports errors only, never speed.
  */

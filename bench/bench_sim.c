@@ -5,7 +5,7 @@
  * per device a chain of MatMul, Add and Gelu ops, a send to the next device
  * every 16 ops and a tuple all-reduce over the 8 devices every 256 ops.
  * Each size runs in a child process so that its peak RSS (VmHWM) is its own.
- * Targets (issue 3): under 100 ns per op and under 200 bytes per op for the
+ * Targets: under 100 ns per op and under 200 bytes per op for the
  * 1,000,000-op module, with cost growing linearly.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -1,5 +1,5 @@
 /*
- * bench_xform.c: strategy transform speed (issue 6).
+ * bench_xform.c: strategy transform speed.
  *
  * 1. Microseconds per produced op of xform_apply for a few GPT-3 strategies
  *    (target: under 1 us; the original DistIR transform costs 40-50 us).

@@ -10,7 +10,7 @@ EX=examples/mlp_dp.dir
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-echo "== the module ($EX): the seed 001 MLP, data parallel on devices 1 and 2"
+echo "== the module ($EX): a small MLP, data parallel on devices 1 and 2"
 "$D" print "$EX"
 echo
 echo "== verify and hash"

@@ -2,7 +2,8 @@
  * status.c: DI_E* -> gRPC status codes, the only place this mapping lives.
  * Input problems (syntax, decoding, verification, impossible strategies) are
  * the client's to fix: INVALID_ARGUMENT. Exceeded limits: RESOURCE_EXHAUSTED.
- * What the build cannot do yet: UNIMPLEMENTED. Our own failures: INTERNAL.
+ * What distir does not support (a module a transform cannot distribute):
+ * UNIMPLEMENTED. Our own failures: INTERNAL.
  */
 #include "status.h"
 

@@ -1,6 +1,6 @@
 /*
  * status.h: the one mapping from distir's DI_E* error codes to gRPC status
- * codes (DESIGN.md section 8: malformed input is INVALID_ARGUMENT, limits are
+ * codes (docs/daemon.md: malformed input is INVALID_ARGUMENT, limits are
  * RESOURCE_EXHAUSTED, ...). Every status distird sends for a library error
  * goes through srv_status_from_code.
  */

@@ -26,68 +26,13 @@
 #include "ir/ir.h"
 #include "models/models.h"
 #include "xform/autodiff.h"
+#include "support/support.h"
 
 #define RTOL 1e-3
 #define ATOL 1e-7
 #define EPS 1e-6
 
 /* ---- helpers ---- */
-
-static void
-strip_dist_attrs(ir_module *m)
-{
-    for (ir_id op = 1; op < m->nop; op++) {
-        ir_op *o = &m->ops[op];
-        uint32_t k = 0;
-        for (uint32_t i = 0; i < o->nattr; i++) {
-            ir_attr a = m->attrs[o->attrs + i];
-            if (strncmp(ir_str_get(m, a.key), "dist.", 5) != 0)
-                m->attrs[o->attrs + k++] = a;
-        }
-        o->nattr = k;
-    }
-}
-
-/* As in test_models.c: tolerate a verifier that does not skip dist.* keys yet. */
-static void
-assert_verifies(ir_module *m)
-{
-    di_error err;
-    di_error_clear(&err);
-    if (ir_verify(m, &err) == 0)
-        return;
-    if (strstr(err.msg, "unknown attribute 'dist.") != NULL) {
-        ir_module *c = ir_module_clone(m);
-        strip_dist_attrs(c);
-        di_error_clear(&err);
-        if (ir_verify(c, &err) == 0) {
-            ir_module_free(c);
-            return;
-        }
-        ir_module_free(c);
-    }
-    fprintf(stderr, "verify: %s\n", err.msg);
-    fail();
-}
-
-static void
-run(const ir_module *m, const ex_tensor *args, uint32_t nargs, ex_tensor **res, uint32_t *nres)
-{
-    di_error err;
-    di_error_clear(&err);
-    if (ex_run(m, args, nargs, res, nres, &err) != 0) {
-        fprintf(stderr, "ex_run: %s\n", err.msg);
-        fail();
-    }
-}
-
-static void
-free_tensors(ex_tensor *t, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        ex_tensor_fini(&t[i]);
-    di_free(t);
-}
 
 /* The loss of forward module f (its only result) at args. */
 static double
@@ -96,7 +41,7 @@ loss_at(const ir_module *f, const ex_tensor *args, uint32_t nargs)
     ex_tensor *res;
     uint32_t nres;
     double l;
-    run(f, args, nargs, &res, &nres);
+    run_ok(f, args, nargs, &res, &nres);
     l = ex_get(&res[nres - 1], 0);
     free_tensors(res, nres);
     return l;
@@ -142,7 +87,7 @@ fd_check(ir_module *f, int64_t bound, uint32_t max_per_arg, const char *what)
         if (ir_dtype_is_float(args[i].dtype))
             for (size_t e = 0; e < args[i].numel; e++)
                 ex_set(&args[i], e, ex_get(&args[i], e) * 0.8);
-    run(g, args, nargs, &res, &nres);
+    run_ok(g, args, nargs, &res, &nres);
     r = &f->regions[func];
     for (uint32_t a = 0; a < r->narg; a++) {
         ir_id v = r->args[a];
@@ -603,8 +548,8 @@ mlp_step(xform_optim opt, double lr, ir_module **mo, ex_tensor **args, uint32_t 
     assert_verifies(*mo);
     /* Random values for every argument of the optimizing module (Adam adds moments). */
     assert_int_equal(ex_random_args(*mo, 11, c.classes, args, nargs, &err), 0);
-    run(mg, *args, ex_num_args(mg), grads, ngrads);
-    run(*mo, *args, *nargs, upd, nupd);
+    run_ok(mg, *args, ex_num_args(mg), grads, ngrads);
+    run_ok(*mo, *args, *nargs, upd, nupd);
     ir_module_free(mg);
 }
 

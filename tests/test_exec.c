@@ -25,6 +25,7 @@
 #include "exec/exec.h"
 #include "exec/exec_int.h"
 #include "ir/ir.h"
+#include "support/support.h"
 
 /* ---- building one-op modules ---- */
 
@@ -80,23 +81,6 @@ tensor_rand(ex_tensor *t, ir_dtype dt, uint32_t rank, const int64_t *dims, uint6
         uint64_t h = di_splitmix64(seed * 7919 + i);
         ex_set(t, i, (double)(h >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     }
-}
-
-static void
-run_ok(const ir_module *m, const ex_tensor *args, uint32_t n, ex_tensor **res, uint32_t *nres)
-{
-    di_error err;
-    di_error_clear(&err);
-    if (ex_run(m, args, n, res, nres, &err) != 0)
-        fail_msg("ex_run: %s", err.msg);
-}
-
-static void
-free_results(ex_tensor *res, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        ex_tensor_fini(&res[i]);
-    di_free(res);
 }
 
 static void
@@ -871,8 +855,8 @@ test_distributed_equals_sequential(void **state)
             assert_close(ex_get(&r2[k], i), ex_get(&r1[k], i), 1e-6);
     }
     assert_int_equal(r2[1].device, 1); /* element 1 of the all-reduced tuple lives on device 1 */
-    free_results(r1, n1);
-    free_results(r2, n2);
+    free_tensors(r1, n1);
+    free_tensors(r2, n2);
     free_args(in, 2);
     ir_module_free(seq);
     ir_module_free(dist);
@@ -920,8 +904,8 @@ test_callee(void **state)
     assert_int_equal(r1[0].numel, r2[0].numel);
     for (size_t i = 0; i < r1[0].numel; i++)
         assert_close(ex_get(&r2[0], i), ex_get(&r1[0], i), 1e-6);
-    free_results(r1, n1);
-    free_results(r2, n2);
+    free_tensors(r1, n1);
+    free_tensors(r2, n2);
 
     /* @f calls itself through a pmap over device 0: calls without end. */
     {
@@ -1011,7 +995,7 @@ test_tuple_collectives(void **state)
     assert_close(ex_get(&res[6], 2), 10, 0);
     assert_close(ex_get(&res[7], 0), 3, 0);
     assert_int_equal(res[8].device, 3);
-    free_results(res, nres);
+    free_tensors(res, nres);
     free_args(in, 2);
     ir_module_free(m);
 }
@@ -1076,7 +1060,7 @@ test_pmap_mesh_dtensor(void **state)
         }
     assert_close(ex_get(&res[1], 0), total, 1e-5);
     assert_close(ex_get(&res[2], 0), total, 1e-5);
-    free_results(res, nres);
+    free_tensors(res, nres);
     free_args(in, 2);
     ir_module_free(m);
 }
@@ -1110,7 +1094,7 @@ test_initializers_and_random(void **state)
     ex_tensor_fini(&a[0]);
     run_ok(m, a, na, &res, &nres);
     assert_close(ex_get(&res[0], 2), 0.25, 0);
-    free_results(res, nres);
+    free_tensors(res, nres);
     /* A wrong shape is refused with a message naming the argument. */
     ex_tensor_fini(&a[1]);
     tensor_f(&a[1], IR_I64, 0, NULL, (double[]){1});

@@ -29,6 +29,7 @@
 
 #include "ir/ir.h"
 #include "ir/pb.h"
+#include "support/support.h"
 
 /* ---- a small deterministic generator ---- */
 
@@ -653,15 +654,6 @@ test_mutations(void **state)
         print_message("mutation %-9s applied to %d modules\n", mutation_names[mu], applied[mu]);
         assert_true(applied[mu] >= NMODULES / 4);
     }
-}
-
-/* ---- fixed cases ---- */
-
-static ir_id
-t2(ir_module *m, int64_t a, int64_t b, int32_t device)
-{
-    int64_t d[2] = {a, b};
-    return ir_type_tensor(m, IR_F32, 2, d, device);
 }
 
 /*

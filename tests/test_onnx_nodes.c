@@ -163,8 +163,9 @@ read_tensors(const char *dir, const char *prefix, ex_tensor *t, uint32_t *n, di_
     return 0;
 }
 
+/* Finalizes n tensors of an array the caller owns (not freed). */
 static void
-free_tensors(ex_tensor *t, uint32_t n)
+fini_tensors(ex_tensor *t, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
         ex_tensor_fini(&t[i]);
@@ -339,8 +340,8 @@ done:
         ex_tensor_fini(&res[k]);
     di_free(res);
     di_free(args);
-    free_tensors(in, nin);
-    free_tensors(want, nwant);
+    fini_tensors(in, nin);
+    fini_tensors(want, nwant);
     ir_module_free(m);
     return out;
 }

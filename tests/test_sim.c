@@ -21,6 +21,7 @@
 #include "sim/sim.h"
 #include "xform/cost.h"
 #include "distir.pb-c.h"
+#include "support/support.h"
 
 /*
  * Hardware for the tests: `nodes` nodes of `per_node` devices; 1 TFLOP/s for
@@ -52,13 +53,6 @@ test_hw(uint32_t nodes, uint32_t per_node)
     hw->algorithm = HW_ALGO_RING;
     hw->collective_step_latency = 0;
     return hw;
-}
-
-static ir_id
-t2(ir_module *m, int64_t a, int64_t b, int32_t dev)
-{
-    int64_t d[2] = {a, b};
-    return ir_type_tensor(m, IR_F32, 2, d, dev);
 }
 
 static ir_id

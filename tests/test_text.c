@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "ir/ir.h"
+#include "support/support.h"
 
 static const char *const golden_files[] = {
     "tests/ir/seed001_mlp.dir",
@@ -919,25 +920,17 @@ build_chain(uint32_t n)
     return m;
 }
 
-static double
-seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void
 test_large_chain(void **state)
 {
     ir_module *m = build_chain(100000), *m2;
     size_t len, len2;
-    double t0 = seconds(), t1, t2;
+    double t0 = monotonic_seconds(), t1, t2;
     char *text = ir_print(m, &len), *text2;
     (void)state;
-    t1 = seconds();
+    t1 = monotonic_seconds();
     m2 = parse_ok(text, len);
-    t2 = seconds();
+    t2 = monotonic_seconds();
     text2 = ir_print(m2, &len2);
     assert_int_equal(len, len2);
     assert_memory_equal(text, text2, len);

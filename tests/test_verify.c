@@ -23,16 +23,10 @@
 #include <time.h>
 
 #include "ir/ir.h"
+#include "support/support.h"
 
 /* Sizes of the seed 001 MLP: batch, features, hidden, classes. */
 enum { B = 8, F = 4, H = 6, C = 5 };
-
-static ir_id
-t2(ir_module *m, int64_t a, int64_t b, int32_t device)
-{
-    int64_t d[2] = {a, b};
-    return ir_type_tensor(m, IR_F32, 2, d, device);
-}
 
 static ir_id
 t2var(ir_module *m, int64_t a, int64_t b, ir_id devvar)
@@ -1301,14 +1295,6 @@ test_hostile_fields(void **state)
     assert_true(rejected >= REJECTED_FLOOR);
 }
 
-static double
-now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* A chain of a million elementwise ops verifies (and hashes) in linear time. */
 static void
 test_large(void **state)
@@ -1326,11 +1312,11 @@ test_large(void **state)
         v = out0(m, ir_op_add(m, f, i % 2 ? IR_OP_RELU : IR_OP_ADD, i % 2 ? 1 : 2, (ir_id[]){v, w},
                               1, &t, NULL));
     ir_region_add_result(m, f, v);
-    t0 = now();
+    t0 = monotonic_seconds();
     assert_int_equal(ir_verify(m, &err), 0);
-    t1 = now();
+    t1 = monotonic_seconds();
     ir_hash(m, &h);
-    t2_ = now();
+    t2_ = monotonic_seconds();
     print_message("verify %.3f s, hash %.3f s for %d ops\n", t1 - t0, t2_ - t1, N);
 #if !defined(__SANITIZE_ADDRESS__)
     /* About 0.1 s unloaded; the bound leaves room for a busy machine, not for quadratic time. */

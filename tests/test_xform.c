@@ -32,6 +32,7 @@
 #include "sim/sim.h"
 #include "xform/xform.h"
 #include "xform/xform_exec.h"
+#include "support/support.h"
 
 static ir_module *
 load(const char *path)
@@ -337,14 +338,6 @@ max_rel(const ex_tensor *a, const ex_tensor *b, uint32_t n)
         }
     }
     return worst;
-}
-
-static void
-free_tensors(ex_tensor *t, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        ex_tensor_fini(&t[i]);
-    di_free(t);
 }
 
 /*

@@ -30,6 +30,7 @@
 #include "models/models.h"
 #include "xform/xform.h"
 #include "xform/xform_exec.h"
+#include "support/support.h"
 
 #define TOL 1e-5
 
@@ -150,14 +151,6 @@ case_init(model_case *mc, int gpt, int adam)
     }
     if (ex_run(mc->m, mc->args, mc->nargs, &mc->res, &mc->nres, &err) != 0)
         fail_msg("sequential: %s", err.msg);
-}
-
-static void
-free_tensors(ex_tensor *t, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        ex_tensor_fini(&t[i]);
-    di_free(t);
 }
 
 static void

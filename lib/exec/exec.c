@@ -17,7 +17,7 @@
  * along dim, dist.broadcast copies, dist.gather concatenates, all_reduce
  * reduces (sum, max or mean) and gives every member the result, all_gather
  * concatenates in group order, reduce_scatter reduces then hands out parts,
- * all_to_all exchanges parts. Groups of the mesh form follow seed 004:
+ * all_to_all exchanges parts. Groups of the mesh form (docs/ops.md) are the
  * devices that agree on the axes outside mesh_axes, ordered by their
  * coordinates along mesh_axes, the first listed axis outermost.
  *

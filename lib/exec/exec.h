@@ -1,6 +1,6 @@
 /*
  * exec.h: the reference executors. They run a module on the CPU with real
- * numbers so that transforms can be checked (DESIGN.md section 6): the
+ * numbers so that transforms can be checked (docs/onnx.md): the
  * sequential executor runs a single-device module, the distributed executor
  * a local-view module with one value table per device, executing
  * communication for real (a scatter splits, an all-reduce sums).

@@ -1,5 +1,5 @@
 /*
- * hash.c: the canonical hash of a module (DESIGN.md section 3), the key of
+ * hash.c: the canonical hash of a module (docs/ir-text.md), the key of
  * every cache entry. Two modules hash the same when they differ only in
  * names of values, ops, meshes and pmap device variables, in the ids the
  * arrays happen to give things, or in the order of independent ops; any

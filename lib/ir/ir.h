@@ -20,7 +20,7 @@
  *   meshes   N-d grids of device ids (MLIR mesh), named
  *   attrs    per-op key/value lists, sorted by key name
  *
- * Two views share these structures (DESIGN.md section 4): in the local view
+ * Two views share these structures (docs/ir-text.md): in the local view
  * (DistIR) every tensor lives on one device, or on the device variable of the
  * enclosing pmap; in the global view (DTensor) a tensor lives on a mesh with
  * one placement per mesh axis.
@@ -394,7 +394,7 @@ int ir_verify_all(ir_module *m, ir_diag_fn fn, void *ctx, int limit);
 char *ir_print(const ir_module *m, size_t *len);
 int ir_parse(const char *text, size_t len, ir_module **out, di_error *err);
 
-/* Canonical SHA-256 (section 3 of DESIGN.md): independent of names and of the order of independent ops. */
+/* Canonical SHA-256: independent of names and of the order of independent ops. */
 void ir_hash(const ir_module *m, di_hash *out);
 
 /* Limits applied to untrusted input. */

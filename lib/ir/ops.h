@@ -16,8 +16,9 @@
  * dialect); the parser also accepts DistIR's names (MPIAllreduce, ...),
  * see ir_opkind_from_name. Each collective has two forms: the tuple form
  * (DistIR local view: a tuple with one tensor per device) and the mesh form
- * (attributes mesh and mesh_axes, seed 004: on a distributed tensor in the
- * global view, or on the per-device tensor inside a pmap over a mesh).
+ * (attributes mesh and mesh_axes, as in MLIR's mesh dialect: on a
+ * distributed tensor in the global view, or on the per-device tensor inside
+ * a pmap over a mesh).
  */
 #ifndef DISTIR_IR_OPS_H
 #define DISTIR_IR_OPS_H

@@ -1,5 +1,5 @@
 /*
- * models.h: the built-in model generators (issue 5, DESIGN.md section 6).
+ * models.h: the built-in model generators (docs/models.md).
  *
  * Each generator produces one full training step as IR in the local view,
  * every tensor on device 0: the forward pass, the loss, the backward pass

@@ -1,7 +1,7 @@
 /*
  * sim.h: the simulator. Given a local-view module and a hardware model it
  * predicts the step time and each device's busy time and live memory over the
- * step, without running anything (DESIGN.md section 5).
+ * step, without running anything (docs/simulator.md).
  *
  * Each device has a compute stream, send and receive streams for point-to-
  * point transfers and a stream for collectives, and two link levels (intra-

@@ -21,7 +21,7 @@
  * liveness (and the simulator's activation memory) matches what a framework
  * keeps: Mul by a constant keeps only the constant, Softmax keeps its output.
  *
- * Argument order of the gradient ops, as in seed 001, ops.c and the
+ * Argument order of the gradient ops, as in tests/ir/seed001_mlp.dir, ops.c and the
  * executor's kernels (lib/exec/kernels.c): ReluGrad, GeluGrad, TanhGrad and
  * SigmoidGrad (x, dy) with x the forward input; SoftmaxGrad(y, dy) with y the
  * softmax output; DropoutGrad(dy, mask); LayerNormalizationGrad(dy, x,

@@ -1,6 +1,6 @@
 /*
  * autodiff.h: reverse-mode automatic differentiation of a forward function
- * into a training step (DESIGN.md section 6, issue 5).
+ * into a training step (docs/models.md).
  *
  * xform_autodiff takes a top-level function whose ops compute a scalar loss
  * and appends, in the same function, the backward pass (one gradient rule per
@@ -9,10 +9,11 @@
  * step (SGDOptimizer or AdamOptimizer) for every trainable argument. Adam
  * adds two arguments per trained weight, its first and second moments, named
  * "<weight>.adam_m" and "<weight>.adam_v" (after the existing arguments, in
- * weight order). The function's results become, as in seed 001: the updated
- * weights in argument order, then (Adam) the updated first moments and then
- * the updated second moments in the same order, then the function's previous
- * results, with the loss appended when it was not among them. With
+ * weight order). The function's results become, as in
+ * tests/ir/seed001_mlp.dir: the updated weights in argument order, then
+ * (Adam) the updated first moments and then the updated second moments in
+ * the same order, then the function's previous results, with the loss
+ * appended when it was not among them. With
  * XFORM_OPTIM_NONE the gradients take the place of the updated weights.
  *
  * Which arguments are trainable: the floating-point arguments whose names
@@ -23,7 +24,7 @@
  * op it differentiates (keys starting with "dist.", e.g. dist.layer and
  * dist.tp), with dist.phase set to "backward", or "optimizer" on the update
  * ops (whose other dist.* attributes come from the weight's first consumer),
- * so that the strategy transforms of issue 6 can find them.
+ * so that the strategy transforms (xform.h) can find them.
  */
 #ifndef DISTIR_XFORM_AUTODIFF_H
 #define DISTIR_XFORM_AUTODIFF_H

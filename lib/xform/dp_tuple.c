@@ -1,5 +1,5 @@
 /*
- * dp_tuple.c: seed 001's data-parallel form (xform_data_parallel_tuple), the
+ * dp_tuple.c: the tuple data-parallel form (xform_data_parallel_tuple), the
  * tuple-form local view with the sequential inputs on device 0:
  *
  *   scatter the batch data, broadcast the weights;

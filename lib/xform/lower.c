@@ -1,13 +1,13 @@
 /*
- * lower.c: lowering from the global view to the local view (DESIGN.md
- * section 4). It builds the body of a dist.pmap over one stage's devices:
+ * lower.c: lowering from the global view to the local view
+ * (docs/transforms.md). It builds the body of a dist.pmap over one stage's devices:
  * the per-device program of a list of source ops, with the placements that
  * propagation (shard.c) decided.
  *
  * Each source value bound in the body has a local value and a placement.
  * Emitting a source op converts every input to the placement the op needs
  * with mesh-form collectives on the stage mesh [dp, tp] (per-device tensors
- * on the device variable, seed 004's groups):
+ * on the device variable, grouped as the mesh form of docs/ops.md says):
  *
  *   P(sum) -> R      all_reduce
  *   P(sum) -> S[d]   reduce_scatter (dim d)

@@ -1,6 +1,6 @@
 /*
  * shard.c: sharding propagation over a sequential training step on the
- * extended mesh [microbatch, dp, tp] (DESIGN.md section 4).
+ * extended mesh [microbatch, dp, tp] (docs/transforms.md).
  *
  * Every op kind has one rule (the table `rules` below) that describes the
  * op as factors, in the manner of GSPMD and Shardy: each dimension of each

@@ -1,5 +1,5 @@
 /*
- * xform.h: the strategy transforms (DESIGN.md sections 4 and 6, issue 6).
+ * xform.h: the strategy transforms (docs/transforms.md).
  *
  * A strategy is data (proto message Strategy): data, tensor and pipeline
  * degrees, microbatches, the pipeline schedule, recomputation, weight
@@ -69,8 +69,8 @@ typedef enum xform_stash {
 } xform_stash;
 
 /*
- * One pipeline group's degrees, for nested parallelism (seed 000: "pipeline
- * parallel where each stage is data parallel with a different degree").
+ * One pipeline group's degrees, for nested parallelism (pipeline parallelism
+ * where each stage is data parallel with a different degree).
  */
 typedef struct xform_stage {
     uint32_t dp, tp;  /* 0 reads as 1 */
@@ -107,9 +107,9 @@ typedef struct xform_strategy {
     uint32_t nstages;
     const xform_stage *stages;
     /*
-     * The dist.layer values whose MatMuls are tensor parallel (seed 000:
-     * "data parallel where a subset of the layers are horizontal
-     * parallel"); empty: every layer. Outside them the weights are whole
+     * The dist.layer values whose MatMuls are tensor parallel (data
+     * parallelism where a subset of the layers is also tensor parallel);
+     * empty: every layer. Outside them the weights are whole
      * and the tensor-parallel ranks compute the same thing, as Megatron-LM
      * does for the embedding and the head. Points into caller storage.
      */
@@ -197,14 +197,14 @@ int xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_mod
 void xform_layout_free(xform_layout *l);
 
 /*
- * Seed 001's pure data-parallel form (tests/ir/seed001_mlp_dp.dir): the
+ * The pure tuple data-parallel form (tests/ir/seed001_mlp_dp.dir): the
  * batch arguments scattered from device 0 to devices[0..n), the weights
  * broadcast, one pmap over the devices for the forward and backward pass,
  * a tuple-form all_reduce per gradient, one pmap for the optimizer, and the
  * results brought back to device 0 (weights from replica 0, batch outputs
  * gathered, the loss averaged). grad_mean: average the gradients (reduction
  * "mean"), which makes the update equal the sequential one when the loss is
- * a mean over the batch; 0 gives seed 001's sum. The caller frees *out.
+ * a mean over the batch; 0 gives that file's sum. The caller frees *out.
  */
 int xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *devices,
                               int grad_mean, ir_module **out, di_error *err);

@@ -1,0 +1,54 @@
+/*
+ * support.c: helpers shared by the cmocka test binaries (support.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <time.h>
+
+#include "support.h"
+
+double
+monotonic_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+ir_id
+t2(ir_module *m, int64_t a, int64_t b, int32_t device)
+{
+    int64_t d[2] = {a, b};
+    return ir_type_tensor(m, IR_F32, 2, d, device);
+}
+
+void
+assert_verifies(ir_module *m)
+{
+    di_error err;
+    di_error_clear(&err);
+    if (ir_verify(m, &err) != 0)
+        fail_msg("verify: %s", err.msg);
+}
+
+void
+run_ok(const ir_module *m, const ex_tensor *args, uint32_t nargs, ex_tensor **res,
+       uint32_t *nres)
+{
+    di_error err;
+    di_error_clear(&err);
+    if (ex_run(m, args, nargs, res, nres, &err) != 0)
+        fail_msg("ex_run: %s", err.msg);
+}
+
+void
+free_tensors(ex_tensor *t, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        ex_tensor_fini(&t[i]);
+    di_free(t);
+}

@@ -1,0 +1,31 @@
+/*
+ * support.h: helpers shared by the cmocka test binaries (tests/test_*.c).
+ * The Makefile links every .c file of tests/support into every test binary; a
+ * helper moves here as soon as a second test file needs it. Include after
+ * <cmocka.h>: the assert_ helpers fail the running test.
+ */
+#ifndef DISTIR_TESTS_SUPPORT_H
+#define DISTIR_TESTS_SUPPORT_H
+
+#include <stdint.h>
+
+#include "exec/exec.h"
+#include "ir/ir.h"
+
+/* Seconds on the monotonic clock, for timing bounds. */
+double monotonic_seconds(void);
+
+/* The f32 tensor type a x b on device (0: unplaced), interned in m. */
+ir_id t2(ir_module *m, int64_t a, int64_t b, int32_t device);
+
+/* Fails the running test with the verifier's first message unless m verifies. */
+void assert_verifies(ir_module *m);
+
+/* Runs m on the sequential executor, failing the running test on an error. */
+void run_ok(const ir_module *m, const ex_tensor *args, uint32_t nargs, ex_tensor **res,
+            uint32_t *nres);
+
+/* Finalizes the n tensors of t and frees the array (as ex_run returns it). */
+void free_tensors(ex_tensor *t, uint32_t n);
+
+#endif
