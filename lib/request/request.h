@@ -14,7 +14,7 @@
  *   7. strategies          strategy_from_proto, one candidate each
  *
  * Errors say what and where ("module: ..."); the daemon maps their codes to
- * gRPC status codes (server/status.c: limits RESOURCE_EXHAUSTED, the rest
+ * gRPC status codes in one place (limits RESOURCE_EXHAUSTED, the rest
  * INVALID_ARGUMENT). request_decode is pure and thread-safe: distird runs
  * it on the loop thread for small requests and on a worker for large ones.
  *
