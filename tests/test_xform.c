@@ -220,6 +220,18 @@ test_validate_messages(void **state)
         s.device_order = order;
         expect_reject(g16, &s, NULL, "the device order lists 1 devices, but dp*tp*pp = 2");
     }
+    /* Values out of range: the library's messages (strategy_check_values), as the CLI gives them. */
+    xform_strategy_init(&s);
+    s.zero = 4;
+    expect_reject(g16, &s, NULL, "zero=4 is out of range (0 to 3)");
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.schedule = XFORM_SCHEDULE_INTERLEAVED;
+    s.virtual_stages = 2000;
+    expect_reject(g16, &s, NULL, "virtual_stages=2000 is out of range (1 to 1024)");
+    xform_strategy_init(&s);
+    s.stash = (xform_stash)7;
+    expect_reject(g16, &s, NULL, "stash 7 is not a stash mode");
     hw_free(hw);
     ir_module_free(g);
     ir_module_free(g16);

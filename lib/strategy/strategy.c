@@ -123,12 +123,17 @@ cmp_u32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int
-strategy_normalize(strategy *s, di_error *err)
+/* An upper bound on a field where 0 asks for the default. */
+static int
+check_max(di_error *err, const char *name, uint32_t v, uint32_t max)
 {
-    uint32_t maxtp;
+    return v > max ? check_range(err, name, v, 1, max) : 0;
+}
+
+int
+strategy_check_values(const strategy *s, di_error *err)
+{
     int rc;
-    uint32_t vstages = s->virtual_stages;
     if ((rc = check_range(err, "zero", s->zero, 0, 3)) != 0)
         return rc;
     if ((unsigned)s->schedule > STRATEGY_SCHEDULE_INTERLEAVED)
@@ -145,6 +150,27 @@ strategy_normalize(strategy *s, di_error *err)
                             "the device order (%u entries) or tp_layers (%u) is too long (at "
                             "most %u)",
                             s->ndevice_order, s->ntp_layers, STRATEGY_MAX_LIST);
+    if (s->nstages > STRATEGY_MAX_DEGREE)
+        return di_error_set(err, DI_ESTRATEGY, "%u pipeline stages are too many (at most %u)",
+                            s->nstages, STRATEGY_MAX_DEGREE);
+    if ((rc = check_max(err, "dp", s->dp, STRATEGY_MAX_DEGREE)) != 0 ||
+        (rc = check_max(err, "tp", s->tp, STRATEGY_MAX_DEGREE)) != 0 ||
+        (rc = check_max(err, "pp", s->pp, STRATEGY_MAX_DEGREE)) != 0 ||
+        (rc = check_max(err, "microbatches", s->microbatches, STRATEGY_MAX_MICROBATCHES)) != 0 ||
+        (rc = check_max(err, "virtual_stages", s->virtual_stages, STRATEGY_MAX_VIRTUAL_STAGES)) !=
+            0 ||
+        (rc = check_max(err, "bucket_mb", s->bucket_mb, STRATEGY_MAX_DEGREE)) != 0)
+        return rc;
+    return 0;
+}
+
+int
+strategy_normalize(strategy *s, di_error *err)
+{
+    uint32_t maxtp, vstages = s->virtual_stages;
+    int rc;
+    if ((rc = strategy_check_values(s, err)) != 0)
+        return rc;
     if (s->dp == 0)
         s->dp = 1;
     if (s->tp == 0)
@@ -155,14 +181,7 @@ strategy_normalize(strategy *s, di_error *err)
         s->microbatches = s->pp;
     if (s->virtual_stages == 0)
         s->virtual_stages = 1;
-    if ((rc = check_range(err, "dp", s->dp, 1, STRATEGY_MAX_DEGREE)) != 0 ||
-        (rc = check_range(err, "tp", s->tp, 1, STRATEGY_MAX_DEGREE)) != 0 ||
-        (rc = check_range(err, "pp", s->pp, 1, STRATEGY_MAX_DEGREE)) != 0 ||
-        (rc = check_range(err, "microbatches", s->microbatches, 1, STRATEGY_MAX_MICROBATCHES)) !=
-            0 ||
-        (rc = check_range(err, "virtual_stages", s->virtual_stages, 1,
-                          STRATEGY_MAX_VIRTUAL_STAGES)) != 0 ||
-        (rc = check_range(err, "bucket_mb", s->bucket_mb, 0, STRATEGY_MAX_DEGREE)) != 0)
+    if ((rc = check_max(err, "microbatches", s->microbatches, STRATEGY_MAX_MICROBATCHES)) != 0)
         return rc;
     if (s->nstages > 0 && (rc = strategy_check_stages(s, s->pp, err)) != 0)
         return rc;

@@ -158,10 +158,13 @@ void strategy_to_proto(const strategy *s, struct Distir__V1__Strategy *p);
 void strategy_proto_fini(struct Distir__V1__Strategy *p);
 
 /*
- * For the transforms, which also take strategies built by hand: the checks
- * of per-stage degrees against pp (strategy_normalize's), and whether the
- * stages are all alike and fix no layer count (the uniform strategy).
+ * For the transforms, which also take strategies built by hand, the parts
+ * of strategy_normalize that hold for any strategy: every value within its
+ * range (0 still meaning the default), the per-stage degrees against pp,
+ * and whether the stages are all alike and fix no layer count (then they
+ * are the uniform strategy).
  */
+int strategy_check_values(const strategy *s, di_error *err);
 int strategy_check_stages(const strategy *s, uint32_t pp, di_error *err);
 int strategy_stages_alike(const strategy *s);
 

@@ -340,10 +340,8 @@ validate(xf_ctx *c, const hw_model *hw)
     ir_id op = 0;
     int rc;
 
-    if (s->zero > 3)
-        return di_error_set(c->err, DI_ESTRATEGY, "zero=%u is not a ZeRO stage (0 to 3)",
-                            s->zero);
-    if (s->dp > (1u << 20) || s->tp > (1u << 20) || s->pp > (1u << 20) || ndev > (1u << 20))
+    /* The degrees themselves are within range (strategy_check_values in xf_ctx_init). */
+    if (ndev > STRATEGY_MAX_DEGREE)
         return di_error_set(c->err, DI_ESTRATEGY, "%s = %llu devices is too many", what,
                             (unsigned long long)ndev);
     if (hw && ndev > hw->ndevice)
@@ -375,9 +373,9 @@ validate(xf_ctx *c, const hw_model *hw)
                             "the interleaved schedule needs the microbatches (%u) to be a "
                             "multiple of pp=%u",
                             s->microbatches, s->pp);
-    if (s->microbatches > (1u << 16))
-        return di_error_set(c->err, DI_ESTRATEGY, "microbatches=%u is too many (at most 65536)",
-                            s->microbatches);
+    if (s->microbatches > STRATEGY_MAX_MICROBATCHES) /* 0 read as pp */
+        return di_error_set(c->err, DI_ESTRATEGY, "microbatches=%u is out of range (1 to %u)",
+                            s->microbatches, STRATEGY_MAX_MICROBATCHES);
     if ((rc = tp_layers_init(c)) != 0)
         return rc;
     if (c->tplayer && s->sequence_parallel)
@@ -473,6 +471,9 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
     int rc;
     memset(c, 0, sizeof *c);
     c->err = err;
+    /* Hand-built strategies are not normalized: the checks that need no module come first. */
+    if ((rc = strategy_check_values(s, err)) != 0)
+        return rc;
     c->s = *s;
     c->hw = hw;
     if (c->s.dp == 0)
@@ -480,7 +481,7 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
     if (c->s.tp == 0)
         c->s.tp = 1;
     if (c->s.pp == 0)
-        c->s.pp = 1;
+        c->s.pp = c->s.nstages ? c->s.nstages : 1;
     if (c->s.virtual_stages == 0)
         c->s.virtual_stages = 1;
     if (c->s.microbatches == 0)
@@ -489,11 +490,6 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
         c->s.schedule = XFORM_SCHEDULE_1F1B;
     if (c->s.schedule != XFORM_SCHEDULE_INTERLEAVED)
         c->s.virtual_stages = 1;
-    if (c->s.virtual_stages > 1024)
-        return di_error_set(err, DI_ESTRATEGY, "virtual_stages=%u is too many (at most 1024)",
-                            c->s.virtual_stages);
-    if (c->s.pp > (1u << 20))
-        return di_error_set(err, DI_ESTRATEGY, "pp=%u is too many", c->s.pp);
     if (c->s.nstages > 0 && (rc = stages_init(c)) != 0)
         return rc;
     c->pp = c->s.pp;
