@@ -520,22 +520,34 @@ test_input_good(void **state)
     Distir__V1__SimulateBatchRequest breq = DISTIR__V1__SIMULATE_BATCH_REQUEST__INIT;
     Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
     Distir__V1__Strategy s0 = DISTIR__V1__STRATEGY__INIT, s1 = DISTIR__V1__STRATEGY__INIT;
-    Distir__V1__Strategy *ss[2] = {&s0, &s1};
+    Distir__V1__Strategy s2 = DISTIR__V1__STRATEGY__INIT, s3 = DISTIR__V1__STRATEGY__INIT;
+    Distir__V1__Strategy *ss[4] = {&s0, &s1, &s2, &s3};
+    uint32_t tpl[1] = {0};
     s1.zero = 9;
+    /* Refused as the CLI refuses them: a schedule without pp, tp_layers without tp. */
+    s2.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE;
+    s3.dp = 2;
+    s3.n_tp_layers = 1;
+    s3.tp_layers = tpl;
     ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
     ref.preset = (char *)"h100-dgx";
     breq.module = pm;
     breq.hardware = &ref;
-    breq.n_strategies = 2;
+    breq.n_strategies = 4;
     breq.strategies = ss;
     len = distir__v1__simulate_batch_request__get_packed_size(&breq);
     b = malloc(len);
     distir__v1__simulate_batch_request__pack(&breq, b);
     assert_int_equal(decode(REQUEST_BATCH, b, len, &l, &r, &err), 0);
-    assert_int_equal(r.ncand, 2);
+    assert_int_equal(r.ncand, 4);
     assert_int_equal(r.cands[0].rc, 0);
     assert_int_equal(r.cands[1].rc, DI_ESTRATEGY);
     assert_non_null(strstr(r.cands[1].error, "zero"));
+    assert_int_equal(r.cands[2].rc, DI_ESTRATEGY);
+    assert_non_null(strstr(r.cands[2].error, "the gpipe schedule orders pipeline stages and pp=1"));
+    assert_int_equal(r.cands[3].rc, DI_ESTRATEGY);
+    assert_non_null(strstr(r.cands[3].error, "tp_layers chooses the tensor-parallel layers"));
+    assert_int_equal(srv_status_from_code(r.cands[3].rc), GRPC_STATUS_INVALID_ARGUMENT);
     request_fini(&r);
     /* Over the batch limit: RESOURCE_EXHAUSTED. */
     l.max_batch = 1;
