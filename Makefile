@@ -144,9 +144,8 @@ $(SRVA): $(filter-out $(B)/obj/server/main.o,$(SRV_OBJS))
 	@rm -f $@
 	ar rcs $@ $^
 
-# The CLI shares the daemon's gRPC status names (server/status.c, no other daemon code).
-$(B)/distir: $(CLI_OBJS) $(B)/obj/server/status.o $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(B)/obj/server/status.o $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
+$(B)/distir: $(CLI_OBJS) $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
 
 $(B)/distird: $(B)/obj/server/main.o $(SRVA) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_SRV) $(LIBS_LIB)
@@ -161,13 +160,6 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(TEST_SUPPORT_OBJS) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_SUPPORT_OBJS) $(LIBA) $(LIBS_TEST) $(LIBS_LIB)
 
 # Every build compiles each fuzz target with a replay main that runs its corpus.
-# fuzz_server_* targets also link the daemon's request decoder (no gRPC needed).
-FUZZ_SRV_SRCS := server/input.c server/key.c server/strategy.c
-FUZZ_SRV_OBJS := $(FUZZ_SRV_SRCS:%.c=$(B)/obj/%.o)
-$(B)/fuzz/fuzz_server%: $(B)/obj/fuzz/fuzz_server%.o $(B)/obj/fuzz/replay.o $(FUZZ_SRV_OBJS) $(LIBA)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_LIB)
-
 $(B)/fuzz/%: $(B)/obj/fuzz/%.o $(B)/obj/fuzz/replay.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_LIB)
@@ -199,8 +191,7 @@ fuzz: | build/release/deps.stamp
 	  build/fuzzlib/libdistir.a
 	@mkdir -p build/fuzz
 	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  extra=; case $$n in fuzz_server*) extra="$(FUZZ_SRV_SRCS)";; esac; \
-	  clang $(FUZZFLAGS) -Ibuild/fuzzlib/gen $(PKG_CFLAGS) $$f $$extra build/fuzzlib/libdistir.a \
+	  clang $(FUZZFLAGS) -Ibuild/fuzzlib/gen $(PKG_CFLAGS) $$f build/fuzzlib/libdistir.a \
 	    $(LIBS_LIB) -o build/fuzz/$$n || exit 1; \
 	  mkdir -p build/fuzz/corpus-$$n; \
 	  echo "fuzzing $$n for $(FUZZ_SECONDS)s"; \

@@ -77,7 +77,7 @@ transform(const ir_module *m, const xform_strategy *s, double *sec)
 
 static void
 per_op(const char *preset, int64_t batch, uint32_t dp, uint32_t tp, uint32_t pp, uint32_t m,
-       xform_recompute rec, uint32_t zero, const xform_stage *st)
+       xform_recompute rec, uint32_t zero, xform_stage *st)
 {
     ir_module *src = gpt(preset, batch), *out;
     xform_strategy s;
@@ -122,7 +122,7 @@ main(int argc, char **argv)
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     printf("== xform_apply: microseconds per produced op (target < 1 us; best of 3, allocator "
            "as in distird)\n");
-    static const xform_stage nest[4] = {{8, 2, 0}, {4, 4, 0}, {4, 4, 0}, {2, 8, 0}};
+    static xform_stage nest[4] = {{8, 2, 0}, {4, 4, 0}, {4, 4, 0}, {2, 8, 0}};
     per_op("gpt3-1.3b", 64, 2, 2, 2, 8, XFORM_RECOMPUTE_NONE, 0, NULL);
     per_op("gpt3-13b", 64, 4, 4, 4, 16, XFORM_RECOMPUTE_SELECTIVE, 1, NULL);
     per_op("gpt3-13b", 128, 0, 0, 4, 16, XFORM_RECOMPUTE_SELECTIVE, 1, nest);

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "distir.pb-c.h"
 #include "ir/pb.h"
+#include "request/request.h"
 #include "rpc.h"
 #include "sim/sim.h"
 #include "strategy_flags.h"
@@ -85,10 +86,10 @@ print_result(const sim_result *r, int json, const char *cache, const char *key)
 
 static int
 simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
-                const Distir__V1__Strategy *strategy, const sim_options *o, int timeout_ms,
-                int json)
+                const strategy *strat, const sim_options *o, int timeout_ms, int json)
 {
     Distir__V1__SimulateRequest req = DISTIR__V1__SIMULATE_REQUEST__INIT;
+    Distir__V1__Strategy sp = DISTIR__V1__STRATEGY__INIT;
     Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
     Distir__V1__SimOptions opts = DISTIR__V1__SIM_OPTIONS__INIT;
     Distir__V1__Hardware hwp;
@@ -108,13 +109,15 @@ simulate_remote(const char *server, const ir_module *m, const char *hwname, cons
         ref.hardware = &hwp;
     }
     req.hardware = &ref;
-    req.strategy = (Distir__V1__Strategy *)strategy;
+    strategy_to_proto(strat, &sp);
+    req.strategy = &sp;
     opts.no_overlap = o->no_overlap;
     opts.want_timeline = o->want_timeline;
     opts.timeline_max_points = o->timeline_max_points;
     req.options = &opts;
     rc = rpc_simulate(server, &req, timeout_ms, &reply, &err);
     ir_proto_free(req.module);
+    strategy_proto_fini(&sp);
     if (own_hw)
         hw_proto_fini(&hwp);
     if (rc != 0) {
@@ -134,8 +137,9 @@ simulate_remote(const char *server, const ir_module *m, const char *hwname, cons
     return CLI_OK;
 }
 
-int
-cmd_simulate(int argc, char **argv)
+/* The command, with its strategy (s) owned by cmd_simulate. */
+static int
+simulate_cmd(int argc, char **argv, strategy *s)
 {
     const char *file = NULL, *hwname = "a100-dgx", *trace = NULL, *server = NULL, *v;
     const char *optimes = NULL;
@@ -145,7 +149,6 @@ cmd_simulate(int argc, char **argv)
     hw_model *hw = NULL;
     ir_module *m = NULL;
     di_error err;
-    Distir__V1__Strategy strategy = DISTIR__V1__STRATEGY__INIT;
 
     sim_options_default(&o);
     for (int i = 1; i < argc; i++) {
@@ -184,7 +187,7 @@ cmd_simulate(int argc, char **argv)
                 return CLI_USAGE;
             }
             tables[ntable++] = v;
-        } else if ((r = cli_strategy_flag(argc, argv, &i, &strategy)) != 0) {
+        } else if ((r = cli_strategy_flag(argc, argv, &i, s)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
@@ -198,6 +201,8 @@ cmd_simulate(int argc, char **argv)
     }
     if (file == NULL)
         return cli_usage(usage);
+    if (cli_strategy_finish(s) != 0)
+        return CLI_USAGE;
     if (trace && server) {
         cli_error("--trace runs the simulation in-process: drop --server");
         return CLI_USAGE;
@@ -227,21 +232,22 @@ cmd_simulate(int argc, char **argv)
         return CLI_FAIL;
     }
     if (server) {
-        rc = simulate_remote(server, m, hwname, hw, &strategy, &o, timeout_ms, json);
+        rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json);
     } else {
         sim_result *r = NULL;
         sim_event *ev = NULL;
         uint32_t nev = 0;
+        const ir_module *sm = NULL;
         ir_module *dm = NULL;
         rc = CLI_OK;
-        if (cli_apply_strategy(m, &strategy, hw, &dm) != 0) {
+        if (request_apply_strategy(m, s, hw, &sm, &dm, &err) != 0) {
+            cli_error("cannot apply the strategy: %s", err.msg);
             rc = CLI_FAIL;
-        } else if (sim_run(dm ? dm : m, hw, &o, &r, trace ? &ev : NULL, trace ? &nev : NULL,
-                           &err) != 0) {
+        } else if (sim_run(sm, hw, &o, &r, trace ? &ev : NULL, trace ? &nev : NULL, &err) != 0) {
             cli_error("cannot simulate '%s': %s", file, err.msg);
             rc = CLI_FAIL;
         } else {
-            if (trace && sim_trace_write(trace, dm ? dm : m, r, ev, nev, &err) != 0) {
+            if (trace && sim_trace_write(trace, sm, r, ev, nev, &err) != 0) {
                 cli_error("%s", err.msg);
                 rc = CLI_FAIL;
             }
@@ -253,5 +259,16 @@ cmd_simulate(int argc, char **argv)
     }
     ir_module_free(m);
     hw_free(hw);
+    return rc;
+}
+
+int
+cmd_simulate(int argc, char **argv)
+{
+    strategy s;
+    int rc;
+    strategy_init(&s);
+    rc = simulate_cmd(argc, argv, &s);
+    strategy_fini(&s);
     return rc;
 }

@@ -12,7 +12,6 @@
 #include <time.h>
 
 #include "cli.h"
-#include "distir.pb-c.h"
 #include "ir/pb.h"
 #include "sim/hw.h"
 #include "strategy_flags.h"
@@ -26,12 +25,11 @@ static const char usage[] =
     "                 [--tp-layers A-B,...] [--hw PRESET|FILE.json] [--stats]\n"
     "                 [-o OUT]";
 
-int
-cmd_transform(int argc, char **argv)
+/* The command, with its strategy (s) owned by cmd_transform. */
+static int
+transform_cmd(int argc, char **argv, strategy *s)
 {
     const char *file = NULL, *out = "-", *hwname = NULL, *v;
-    Distir__V1__Strategy p = DISTIR__V1__STRATEGY__INIT;
-    xform_strategy s;
     hw_model *hw = NULL;
     ir_module *m = NULL, *dm = NULL;
     di_error err;
@@ -51,7 +49,7 @@ cmd_transform(int argc, char **argv)
             if (r < 0)
                 return CLI_USAGE;
             hwname = v;
-        } else if ((r = cli_strategy_flag(argc, argv, &i, &p)) != 0) {
+        } else if ((r = cli_strategy_flag(argc, argv, &i, s)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
@@ -65,23 +63,18 @@ cmd_transform(int argc, char **argv)
     }
     if (file == NULL)
         return cli_usage(usage);
-    if (xform_strategy_from_proto(&p, &s, &err) != 0) {
-        cli_error("%s", err.msg);
-        xform_strategy_fini(&s);
+    if (cli_strategy_finish(s) != 0)
         return CLI_USAGE;
-    }
     if (hwname && hw_load(hwname, &hw, &err) != 0) {
         cli_error("%s", err.msg);
-        xform_strategy_fini(&s);
         return CLI_FAIL;
     }
     if (cli_load_module(file, &m) != 0) {
         hw_free(hw);
-        xform_strategy_fini(&s);
         return CLI_FAIL;
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    rc = xform_apply(m, &s, hw, &dm, &err);
+    rc = xform_apply(m, s, hw, &dm, &err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc != 0) {
         cli_error("cannot transform '%s': %s", file, err.msg);
@@ -90,7 +83,7 @@ cmd_transform(int argc, char **argv)
         if (stats) {
             double sec = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
             char buf[256];
-            xform_strategy_format(&s, buf, sizeof buf);
+            strategy_format(s, buf, sizeof buf);
             fprintf(stderr, "%s: %u ops, %u values, %u pmaps' bodies, %.3f ms (%.3f us per op)\n",
                     buf, dm->nop - 1, dm->nvalue - 1, dm->nregion - 2, sec * 1e3,
                     dm->nop > 1 ? sec * 1e6 / (dm->nop - 1) : 0.0);
@@ -100,6 +93,16 @@ cmd_transform(int argc, char **argv)
     ir_module_free(dm);
     ir_module_free(m);
     hw_free(hw);
-    xform_strategy_fini(&s);
+    return rc;
+}
+
+int
+cmd_transform(int argc, char **argv)
+{
+    strategy s;
+    int rc;
+    strategy_init(&s);
+    rc = transform_cmd(argc, argv, &s);
+    strategy_fini(&s);
     return rc;
 }

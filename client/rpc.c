@@ -9,8 +9,6 @@
  */
 #include "rpc.h"
 
-#include "../server/status.h"
-
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
@@ -19,12 +17,13 @@
 #include <grpc/support/time.h>
 #include <string.h>
 
+#include "base/grpc_status.h"
 #include "base/pb.h"
 
 #define RPC_MAX_REPLY_BYTES (1 << 30) /* results with memory timelines can be large */
 #define RPC_REPLY_DEPTH 16
 
-/* The reverse of the daemon's mapping (server/status.c), for exit paths. */
+/* The reverse of the daemon's mapping (DI_E* to gRPC status in distird), for exit paths. */
 static int
 code_from_status(grpc_status_code s)
 {
@@ -131,7 +130,7 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
         }
         if (status != GRPC_STATUS_OK) {
             char *d = grpc_slice_to_c_string(details);
-            rc = di_error_set(err, code_from_status(status), "%s: %s", srv_status_name(status),
+            rc = di_error_set(err, code_from_status(status), "%s: %s", di_grpc_status_name((int)status),
                               d[0] ? d : (error_string ? error_string : "no details"));
             gpr_free(d);
         } else if (recv_bb == NULL) {

@@ -1,7 +1,8 @@
 /*
- * fuzz_strategy.c: libFuzzer target for the strategy transforms on hostile
- * strategies (the daemon applies whatever Strategy a client sends): the
- * bytes are a distir.v1.Strategy, applied to a small GPT (4 layers, with
+ * fuzz_strategy.c: libFuzzer target for the strategy decoder and the
+ * transforms on hostile strategies (the daemon applies whatever Strategy a
+ * client sends): the bytes are a distir.v1.Strategy, decoded and normalized
+ * by strategy_from_proto, then applied to a small GPT (4 layers, with
  * dist.* annotations) and a small MLP. Any strategy must either transform
  * into a module that verifies, with a layout whose pieces name existing
  * groups, or fail with a code and a message. Degrees, stages and
@@ -15,6 +16,7 @@
 #include "distir.pb-c.h"
 #include "ir/ir.h"
 #include "models/models.h"
+#include "strategy/strategy.h"
 #include "xform/xform.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -44,7 +46,7 @@ build_models(void)
 
 /* Keeps one input's work small: every degree and count bounded. */
 static int
-small(const xform_strategy *s)
+small(const strategy *s)
 {
     uint64_t dev = 0;
     if (s->pp > 8 || s->microbatches > 16 || s->virtual_stages > 4 || s->nstages > 8 ||
@@ -63,7 +65,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     Distir__V1__Strategy *p;
-    xform_strategy s;
+    strategy s;
     di_error err;
     if (models[0] == NULL)
         build_models();
@@ -71,7 +73,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (p == NULL)
         return 0;
     di_error_clear(&err);
-    if (xform_strategy_from_proto(p, &s, &err) != 0) {
+    if (strategy_from_proto(p, &s, &err) != 0) {
         if (err.code == 0 || err.msg[0] == '\0')
             abort();
     } else if (small(&s)) {
@@ -96,7 +98,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ir_module_free(out);
         }
     }
-    xform_strategy_fini(&s);
+    strategy_fini(&s);
     distir__v1__strategy__free_unpacked(p, NULL);
     return 0;
 }

@@ -56,7 +56,7 @@ small|a100-dgx|--tp 4 --sequence-parallel
 small|a100-dgx|--dp 4 --zero 3 --overlap-grad-reduce
 small|a100-dgx|--stages 1x2,2x1 --microbatches 2
 small|v100-dgx1|--dp 2 --tp 2 --tp-layers 1-2 --pp 2 --microbatches 2
-small|h100-dgx|--pp 4 --microbatches 4 --schedule interleaved:1
+small|h100-dgx|--pp 2 --microbatches 4 --schedule interleaved:2
 mlp|a100-dgx|
 mlp|a100-dgx|--dp 8
 mlp|a100-dgx|--tp 4

@@ -71,7 +71,7 @@ daemon_finish(srv_daemon *d)
     uint64_t entries = cache_count(d->cache);
     cache_close(d->cache);
     d->cache = NULL;
-    srv_hwcache_free(d->hwcache);
+    request_hwcache_free(d->hwcache);
     d->hwcache = NULL;
     srv_front_fini(d);
     srv_http_stop(d);
@@ -292,7 +292,7 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
     if (cfg->max_db_kb > 0 &&
         (rc = cache_set_limit(d->cache, (uint64_t)cfg->max_db_kb << 10, err)) != 0)
         goto fail_loop;
-    d->hwcache = srv_hwcache_new();
+    d->hwcache = request_hwcache_new();
     uv_async_init(d->loop, &d->wake, on_wake);
     d->wake.data = d;
 
@@ -385,7 +385,7 @@ fail_grpc:
     pool_free(d->pool);
     d->pool = NULL;
 fail_cache:
-    srv_hwcache_free(d->hwcache);
+    request_hwcache_free(d->hwcache);
     cache_close(d->cache);
     d->cache = NULL;
     if (d->wake.loop != NULL)

@@ -29,8 +29,8 @@
 #include "base/base.h"
 #include "cache.h"
 #include "config.h"
-#include "input.h"
 #include "pool.h"
+#include "request/request.h"
 
 typedef enum srv_event_kind {
     SRV_EV_CALL_NEW = 1, /* a requested call arrived (or the request failed) */
@@ -89,7 +89,7 @@ typedef struct srv_http srv_http;
 
 typedef struct srv_daemon {
     srv_config *cfg;
-    srv_limits limits;
+    request_limits limits;
     uv_loop_t *loop;
 
     /* The inbox (any thread pushes, the loop drains). */
@@ -108,7 +108,7 @@ typedef struct srv_daemon {
     pool *pool;
     unsigned nworkers;
     cache *cache; /* the writer: loop thread only */
-    srv_hwcache *hwcache;
+    request_hwcache *hwcache;
 
     /*
      * Request memo: SHA-256 of a Simulate request's bytes -> its cache key,

@@ -37,7 +37,6 @@
 #include "reply.h"
 #include "sim/sim.h"
 #include "status.h"
-#include "strategy.h"
 
 const char *const srv_method_paths[SRV_NREGISTERED] = {
     "/distir.v1.CostModel/Simulate",  "/distir.v1.CostModel/SimulateBatch",
@@ -80,9 +79,9 @@ struct srv_job {
     int64_t test_delay_ms;
 
     /* JOB_SIMULATE: immutable inputs. */
-    srv_input *input;
-    srv_strategy strategy;
-    srv_simopts opts;
+    request_input *input;
+    strategy strategy;
+    request_simopts opts;
     di_hash key;
     char key_hex[65];
     /* JOB_SIMULATE: loop-thread state. */
@@ -95,8 +94,8 @@ struct srv_job {
     srv_call *call;
     int req_kind;
     grpc_slice bytes;
-    srv_limits limits;
-    srv_request req;
+    request_limits limits;
+    request req;
     int hit; /* the worker found the result in the cache */
 
     /* Results, written by the worker before the hand-off. */
@@ -133,7 +132,7 @@ struct srv_call {
     uint32_t nrq;
     srv_waiter *waits;
     srv_job *decode;
-    srv_request req;
+    request req;
     di_hash digest; /* SHA-256 of the request bytes (memo), if has_digest */
     int has_digest;
     uint32_t next, npending, ndone;
@@ -188,7 +187,7 @@ call_free(srv_call *c)
         grpc_byte_buffer_destroy(r->bb);
         di_free(r);
     }
-    srv_request_fini(&c->req);
+    request_fini(&c->req);
     free(c->status_msg);
     if (c->accepted) {
         if (c->live_prev != NULL)
@@ -387,8 +386,8 @@ call_pump(srv_call *c)
 static void
 job_free(srv_job *job)
 {
-    srv_input_unref(job->input);
-    srv_strategy_fini(&job->strategy);
+    request_input_unref(job->input);
+    strategy_fini(&job->strategy);
     di_free(job->result);
     di_free(job);
 }
@@ -465,8 +464,8 @@ job_run_simulate(srv_job *job)
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
         return;
     }
-    rc = srv_strategy_apply(job->input->module, &job->strategy, job->input->hw, &mod, &owned,
-                            &job->err);
+    rc = request_apply_strategy(job->input->module, &job->strategy, job->input->hw, &mod, &owned,
+                                &job->err);
     if (rc != 0) {
         job->rc = rc;
         return;
@@ -509,17 +508,17 @@ job_run_decode(srv_job *job, pool_worker *w)
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
         return;
     }
-    job->rc =
-        srv_request_decode(job->req_kind, GRPC_SLICE_START_PTR(job->bytes),
-                           GRPC_SLICE_LENGTH(job->bytes), &job->limits, NULL, &job->req, &job->err);
+    job->rc = request_decode(job->req_kind, GRPC_SLICE_START_PTR(job->bytes),
+                             GRPC_SLICE_LENGTH(job->bytes), &job->limits, NULL, &job->req,
+                             &job->err);
     /* A unary request found in the cache through this worker's own connection. */
-    if (job->rc == 0 && job->req_kind == SRV_REQ_SIMULATE && job->req.cands[0].rc == 0 &&
+    if (job->rc == 0 && job->req_kind == REQUEST_SIMULATE && job->req.cands[0].rc == 0 &&
         w->local != NULL) {
         const uint8_t *data;
         size_t len;
-        srv_input *in = job->req.input;
-        srv_cache_key(&in->module_hash, &in->hw_hash, &job->req.cands[0].strategy, &job->req.opts,
-                      SIM_VERSION, &job->key);
+        request_input *in = job->req.input;
+        request_cache_key(&in->module_hash, &in->hw_hash, &job->req.cands[0].strategy,
+                          &job->req.opts, SIM_VERSION, &job->key);
         if (cache_get(w->local, &job->key, &data, &len, NULL) == 0) {
             job->result = di_xmalloc(len ? len : 1);
             memcpy(job->result, data, len);
@@ -771,8 +770,8 @@ static void
 start_candidate(srv_call *c, uint32_t i)
 {
     srv_daemon *d = c->d;
-    srv_candidate *cand = &c->req.cands[i];
-    srv_input *in = c->req.input;
+    request_candidate *cand = &c->req.cands[i];
+    request_input *in = c->req.input;
     di_hash key;
     char hex[65];
     const uint8_t *data;
@@ -782,7 +781,8 @@ start_candidate(srv_call *c, uint32_t i)
         deliver_error(c, i, cand->rc, cand->error, NULL);
         return;
     }
-    srv_cache_key(&in->module_hash, &in->hw_hash, &cand->strategy, &c->req.opts, SIM_VERSION, &key);
+    request_cache_key(&in->module_hash, &in->hw_hash, &cand->strategy, &c->req.opts, SIM_VERSION,
+                      &key);
     di_hash_hex(&key, hex);
     if (c->has_digest)
         memo_insert(d, &c->digest, &key);
@@ -812,8 +812,8 @@ start_candidate(srv_call *c, uint32_t i)
         }
         job = job_new(d, JOB_SIMULATE);
         job->input = in;
-        srv_input_ref(in);
-        srv_strategy_copy(&job->strategy, &cand->strategy);
+        request_input_ref(in);
+        strategy_copy(&job->strategy, &cand->strategy);
         job->opts = c->req.opts;
         job->key = key;
         memcpy(job->key_hex, hex, sizeof hex);
@@ -907,7 +907,7 @@ job_finished_decode(srv_daemon *d, srv_job *job)
     c->decode = NULL;
     grpc_slice_unref(job->bytes);
     if (c->dead) {
-        srv_request_fini(&job->req);
+        request_fini(&job->req);
     } else if (job->rc != 0) {
         call_fail(c, job->rc, job->err.msg);
         call_pump(c);
@@ -935,7 +935,7 @@ method_simulate(srv_call *c)
     srv_daemon *d = c->d;
     grpc_slice s;
     di_error err;
-    int kind = c->method == SRV_M_BATCH ? SRV_REQ_BATCH : SRV_REQ_SIMULATE;
+    int kind = c->method == SRV_M_BATCH ? REQUEST_BATCH : REQUEST_SIMULATE;
     if (srv_buffer_read(c->payload, &s) != 0) {
         call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request: cannot read the message");
         call_pump(c);
@@ -1005,8 +1005,8 @@ method_simulate(srv_call *c)
         return;
     }
     di_error_clear(&err);
-    int rc = srv_request_decode(kind, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &d->limits,
-                                d->hwcache, &c->req, &err);
+    int rc = request_decode(kind, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &d->limits,
+                            d->hwcache, &c->req, &err);
     grpc_slice_unref(s);
     if (rc != 0) {
         call_fail(c, rc, err.msg);

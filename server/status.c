@@ -8,6 +8,7 @@
 #include "status.h"
 
 #include "base/base.h"
+#include "base/grpc_status.h"
 
 grpc_status_code
 srv_status_from_code(int di_code)
@@ -45,26 +46,5 @@ srv_status_from_code(int di_code)
 const char *
 srv_status_name(grpc_status_code s)
 {
-    static const char *const names[] = {
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    };
-    if ((unsigned)s < sizeof names / sizeof names[0])
-        return names[s];
-    return "UNKNOWN_STATUS";
+    return di_grpc_status_name((int)s);
 }

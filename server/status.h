@@ -10,7 +10,7 @@
 #include <grpc/status.h>
 
 grpc_status_code srv_status_from_code(int di_code);
-/* "INVALID_ARGUMENT" etc.; "UNKNOWN_STATUS" for values outside the enum. */
+/* "INVALID_ARGUMENT" etc.; "UNKNOWN_STATUS" for values outside the enum (di_grpc_status_name). */
 const char *srv_status_name(grpc_status_code s);
 
 #endif

@@ -1,9 +1,9 @@
 /*
- * test_server_core.c: the daemon's pure parts, without sockets: canonical
- * strategies and the cache key (server/key.c), the hand-encoded
- * SimulateReply (server/reply.c, checked by decoding it with protobuf-c),
- * the worker pool (server/pool.c), and the request pipeline
- * (server/input.c) on good, malformed, too deep, invalid and over-limit
+ * test_server_core.c: the daemon's pure parts, without sockets: normalized
+ * strategies and the cache key (lib/request, lib/strategy), the
+ * hand-encoded SimulateReply (server/reply.c, checked by decoding it with
+ * protobuf-c), the worker pool (server/pool.c), and the request pipeline
+ * (lib/request) on good, malformed, too deep, invalid and over-limit
  * requests, each with the status its error maps to.
  */
 /* cmocka needs these four first, in this order. */
@@ -21,13 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/input.h"
-#include "../server/key.h"
 #include "../server/pool.h"
 #include "../server/reply.h"
 #include "../server/status.h"
-#include "../server/strategy.h"
 #include "models/models.h"
+#include "request/request.h"
 #include "sim/hw.h"
 #include "distir.pb-c.h"
 #include "ir/pb.h"
@@ -53,14 +51,14 @@ static di_hash
 key_for(const Distir__V1__Strategy *s, const Distir__V1__SimOptions *o, const char *version)
 {
     di_hash m, h, k;
-    srv_strategy st;
-    srv_simopts so;
+    strategy st;
+    request_simopts so;
     di_sha256_once("module", 6, &m);
     di_sha256_once("hardware", 8, &h);
-    assert_int_equal(srv_strategy_normalize(s, &st, NULL), 0);
-    srv_simopts_normalize(o, &so);
-    srv_cache_key(&m, &h, &st, &so, version, &k);
-    srv_strategy_fini(&st);
+    assert_int_equal(strategy_from_proto(s, &st, NULL), 0);
+    request_simopts_normalize(o, &so);
+    request_cache_key(&m, &h, &st, &so, version, &k);
+    strategy_fini(&st);
     return k;
 }
 
@@ -78,7 +76,6 @@ test_key_normalization(void **state)
     b.tp = 1;
     b.pp = 1;
     b.microbatches = 1;
-    b.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE; /* no effect with one stage */
     di_hash ones = key_for(&b, NULL, SIM_VERSION);
     assert_memory_equal(none.b, ones.b, 32);
     /* microbatches 0 means pp; the default schedule with pp > 1 is 1F1B. */
@@ -137,7 +134,7 @@ test_key_normalization(void **state)
         s1.layers = 14;
         di_hash kl = key_for(&n, NULL, SIM_VERSION);
         assert_memory_not_equal(kl.b, kn.b, 32);
-        /* tp_layers: a set (order and repeats do not matter), and nothing without tp. */
+        /* tp_layers: a set (order and repeats do not matter). */
         n.n_tp_layers = 3;
         n.tp_layers = l1;
         di_hash t1 = key_for(&n, NULL, SIM_VERSION);
@@ -146,10 +143,6 @@ test_key_normalization(void **state)
         di_hash t2 = key_for(&n, NULL, SIM_VERSION);
         assert_memory_equal(t1.b, t2.b, 32);
         assert_memory_not_equal(t1.b, kl.b, 32);
-        u.n_tp_layers = 2;
-        u.tp_layers = l2;
-        di_hash tu = key_for(&u, NULL, SIM_VERSION);
-        assert_memory_equal(tu.b, ku.b, 32);
     }
     /* timeline_max_points matters only with a timeline. */
     o1.timeline_max_points = 100;
@@ -173,22 +166,23 @@ static void
 test_strategy_checks(void **state)
 {
     Distir__V1__Strategy s = DISTIR__V1__STRATEGY__INIT;
-    srv_strategy st;
+    strategy st;
     di_error err;
     (void)state;
     s.zero = 4;
     di_error_clear(&err);
-    assert_int_equal(srv_strategy_normalize(&s, &st, &err), DI_ESTRATEGY);
+    assert_int_equal(strategy_from_proto(&s, &st, &err), DI_ESTRATEGY);
     assert_non_null(strstr(err.msg, "zero"));
+    strategy_fini(&st);
     s.zero = 0;
     s.tp = 2;
     s.n_device_order = 2;
     uint32_t order[2] = {1, 0};
     s.device_order = order;
-    assert_int_equal(srv_strategy_normalize(&s, &st, &err), 0);
-    assert_false(srv_strategy_is_trivial(&st));
-    srv_strategy copy;
-    srv_strategy_copy(&copy, &st);
+    assert_int_equal(strategy_from_proto(&s, &st, &err), 0);
+    assert_false(strategy_is_trivial(&st));
+    strategy copy;
+    strategy_copy(&copy, &st);
     assert_int_equal(copy.ndevice_order, 2);
     assert_int_equal(copy.device_order[0], 1);
     assert_ptr_not_equal(copy.device_order, st.device_order);
@@ -211,29 +205,29 @@ test_strategy_checks(void **state)
     assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
     s.n_device_order = 0;
     s.device_order = NULL;
-    srv_strategy_fini(&st);
-    assert_int_equal(srv_strategy_normalize(&s, &st, &err), 0);
+    strategy_fini(&st);
+    assert_int_equal(strategy_from_proto(&s, &st, &err), 0);
     di_error_clear(&err);
-    if (srv_strategy_apply(mlp, &st, hw, &out, &owned, &err) != 0)
+    if (request_apply_strategy(mlp, &st, hw, &out, &owned, &err) != 0)
         fail_msg("tp=2: %s", err.msg);
     assert_non_null(owned);
     assert_ptr_equal(out, owned);
     assert_int_equal(ir_verify(owned, &err), 0);
     ir_module_free(owned);
-    srv_strategy_fini(&st);
+    strategy_fini(&st);
     s.tp = 3;
-    assert_int_equal(srv_strategy_normalize(&s, &st, &err), 0);
-    int rc = srv_strategy_apply(mlp, &st, hw, &out, &owned, &err);
+    assert_int_equal(strategy_from_proto(&s, &st, &err), 0);
+    int rc = request_apply_strategy(mlp, &st, hw, &out, &owned, &err);
     assert_int_equal(rc, DI_ESTRATEGY);
     assert_int_equal(srv_status_from_code(rc), GRPC_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "tp=3"));
     ir_module_free(mlp);
     hw_free(hw);
-    srv_strategy_fini(&st);
-    srv_strategy_fini(&copy);
-    assert_int_equal(srv_strategy_normalize(NULL, &st, NULL), 0);
-    assert_true(srv_strategy_is_trivial(&st));
-    assert_int_equal(srv_strategy_apply(m, &st, NULL, &out, &owned, NULL), 0);
+    strategy_fini(&st);
+    strategy_fini(&copy);
+    assert_int_equal(strategy_from_proto(NULL, &st, NULL), 0);
+    assert_true(strategy_is_trivial(&st));
+    assert_int_equal(request_apply_strategy(m, &st, NULL, &out, &owned, NULL), 0);
     assert_ptr_equal(out, m);
     assert_null(owned);
     ir_module_free(m);
@@ -467,24 +461,24 @@ request_bytes(Distir__V1__Module *pm, const char *preset, size_t *len)
 }
 
 static void
-limits(srv_limits *l)
+limits(request_limits *l)
 {
     ir_limits_default(&l->ir);
     l->max_batch = 16;
 }
 
 static int
-decode(int kind, const uint8_t *b, size_t len, const srv_limits *l, srv_request *r, di_error *err)
+decode(int kind, const uint8_t *b, size_t len, const request_limits *l, request *r, di_error *err)
 {
     di_error_clear(err);
-    return srv_request_decode(kind, b, len, l, NULL, r, err);
+    return request_decode(kind, b, len, l, NULL, r, err);
 }
 
 static void
 test_input_good(void **state)
 {
-    srv_limits l;
-    srv_request r;
+    request_limits l;
+    request r;
     di_error err;
     size_t len;
     (void)state;
@@ -492,11 +486,11 @@ test_input_good(void **state)
     ir_module *m = mlp();
     Distir__V1__Module *pm = ir_to_proto(m);
     uint8_t *b = request_bytes(pm, "a100-dgx", &len);
-    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), 0);
+    assert_int_equal(decode(REQUEST_SIMULATE, b, len, &l, &r, &err), 0);
     assert_non_null(r.input);
     assert_int_equal(r.ncand, 1);
     assert_int_equal(r.cands[0].rc, 0);
-    assert_true(srv_strategy_is_trivial(&r.cands[0].strategy));
+    assert_true(strategy_is_trivial(&r.cands[0].strategy));
     assert_int_equal(r.input->module->nop, m->nop);
     di_hash h;
     ir_hash(m, &h);
@@ -519,33 +513,45 @@ test_input_good(void **state)
     di_free(pc);
     sim_result_free(a);
     sim_result_free(c);
-    srv_request_fini(&r);
+    request_fini(&r);
     free(b);
 
     /* A batch: per-candidate strategy errors do not fail the request. */
     Distir__V1__SimulateBatchRequest breq = DISTIR__V1__SIMULATE_BATCH_REQUEST__INIT;
     Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
     Distir__V1__Strategy s0 = DISTIR__V1__STRATEGY__INIT, s1 = DISTIR__V1__STRATEGY__INIT;
-    Distir__V1__Strategy *ss[2] = {&s0, &s1};
+    Distir__V1__Strategy s2 = DISTIR__V1__STRATEGY__INIT, s3 = DISTIR__V1__STRATEGY__INIT;
+    Distir__V1__Strategy *ss[4] = {&s0, &s1, &s2, &s3};
+    uint32_t tpl[1] = {0};
     s1.zero = 9;
+    /* Refused as the CLI refuses them: a schedule without pp, tp_layers without tp. */
+    s2.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE;
+    s3.dp = 2;
+    s3.n_tp_layers = 1;
+    s3.tp_layers = tpl;
     ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
     ref.preset = (char *)"h100-dgx";
     breq.module = pm;
     breq.hardware = &ref;
-    breq.n_strategies = 2;
+    breq.n_strategies = 4;
     breq.strategies = ss;
     len = distir__v1__simulate_batch_request__get_packed_size(&breq);
     b = malloc(len);
     distir__v1__simulate_batch_request__pack(&breq, b);
-    assert_int_equal(decode(SRV_REQ_BATCH, b, len, &l, &r, &err), 0);
-    assert_int_equal(r.ncand, 2);
+    assert_int_equal(decode(REQUEST_BATCH, b, len, &l, &r, &err), 0);
+    assert_int_equal(r.ncand, 4);
     assert_int_equal(r.cands[0].rc, 0);
     assert_int_equal(r.cands[1].rc, DI_ESTRATEGY);
     assert_non_null(strstr(r.cands[1].error, "zero"));
-    srv_request_fini(&r);
+    assert_int_equal(r.cands[2].rc, DI_ESTRATEGY);
+    assert_non_null(strstr(r.cands[2].error, "the gpipe schedule orders pipeline stages and pp=1"));
+    assert_int_equal(r.cands[3].rc, DI_ESTRATEGY);
+    assert_non_null(strstr(r.cands[3].error, "tp_layers chooses the tensor-parallel layers"));
+    assert_int_equal(srv_status_from_code(r.cands[3].rc), GRPC_STATUS_INVALID_ARGUMENT);
+    request_fini(&r);
     /* Over the batch limit: RESOURCE_EXHAUSTED. */
     l.max_batch = 1;
-    assert_int_equal(decode(SRV_REQ_BATCH, b, len, &l, &r, &err), DI_ETOOBIG);
+    assert_int_equal(decode(REQUEST_BATCH, b, len, &l, &r, &err), DI_ETOOBIG);
     assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_RESOURCE_EXHAUSTED);
     assert_non_null(strstr(err.msg, "limit"));
     free(b);
@@ -556,8 +562,8 @@ test_input_good(void **state)
 static void
 test_input_errors(void **state)
 {
-    srv_limits l;
-    srv_request r;
+    request_limits l;
+    request r;
     di_error err;
     size_t len;
     (void)state;
@@ -567,37 +573,37 @@ test_input_errors(void **state)
 
     /* Malformed bytes. */
     const uint8_t junk[] = {0x0a, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
-    assert_int_not_equal(decode(SRV_REQ_SIMULATE, junk, sizeof junk, &l, &r, &err), 0);
+    assert_int_not_equal(decode(REQUEST_SIMULATE, junk, sizeof junk, &l, &r, &err), 0);
     assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "request"));
     assert_null(r.input);
 
     /* No hardware. */
     uint8_t *b = request_bytes(pm, NULL, &len);
-    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), DI_EINVAL);
+    assert_int_equal(decode(REQUEST_SIMULATE, b, len, &l, &r, &err), DI_EINVAL);
     assert_non_null(strstr(err.msg, "hardware"));
     free(b);
     /* An unknown preset. */
     b = request_bytes(pm, "no-such-gpu", &len);
-    assert_int_not_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), 0);
+    assert_int_not_equal(decode(REQUEST_SIMULATE, b, len, &l, &r, &err), 0);
     assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "hardware"));
     free(b);
     /* No module. */
     b = request_bytes(NULL, "a100-dgx", &len);
-    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), DI_EINVAL);
+    assert_int_equal(decode(REQUEST_SIMULATE, b, len, &l, &r, &err), DI_EINVAL);
     assert_non_null(strstr(err.msg, "no module"));
     free(b);
 
     /* Over the op limit: RESOURCE_EXHAUSTED before the module is built. */
     b = request_bytes(pm, "a100-dgx", &len);
     l.ir.max_ops = 2;
-    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), DI_ETOOBIG);
+    assert_int_equal(decode(REQUEST_SIMULATE, b, len, &l, &r, &err), DI_ETOOBIG);
     assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_RESOURCE_EXHAUSTED);
     assert_non_null(strstr(err.msg, "ops"));
     limits(&l);
     l.ir.max_values = 3;
-    assert_int_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), DI_ETOOBIG);
+    assert_int_equal(decode(REQUEST_SIMULATE, b, len, &l, &r, &err), DI_ETOOBIG);
     assert_non_null(strstr(err.msg, "values"));
     limits(&l);
     free(b);
@@ -608,7 +614,7 @@ test_input_errors(void **state)
     body->ops[0]->n_inputs = 1;
     b = request_bytes(pm, "a100-dgx", &len);
     body->ops[0]->n_inputs = saved;
-    assert_int_not_equal(decode(SRV_REQ_SIMULATE, b, len, &l, &r, &err), 0);
+    assert_int_not_equal(decode(REQUEST_SIMULATE, b, len, &l, &r, &err), 0);
     assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "module"));
     assert_non_null(strstr(err.msg, "MatMul"));
@@ -636,8 +642,8 @@ wrap(uint8_t *out, uint8_t tag, const uint8_t *inner, size_t n)
 static void
 test_input_too_deep(void **state)
 {
-    srv_limits l;
-    srv_request r;
+    request_limits l;
+    request r;
     di_error err;
     (void)state;
     limits(&l);
@@ -651,7 +657,7 @@ test_input_too_deep(void **state)
     n = wrap(b, 0x12, a, n); /* Function.body = 2 */
     n = wrap(a, 0x22, b, n); /* Module.functions = 4 */
     n = wrap(b, 0x0a, a, n); /* SimulateRequest.module = 1 */
-    assert_int_equal(decode(SRV_REQ_SIMULATE, b, n, &l, &r, &err), DI_ETOODEEP);
+    assert_int_equal(decode(REQUEST_SIMULATE, b, n, &l, &r, &err), DI_ETOODEEP);
     assert_int_equal(srv_status_from_code(err.code), GRPC_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "deep"));
     free(a);
@@ -666,7 +672,7 @@ test_input_too_deep(void **state)
 static void
 test_input_mutations(void **state)
 {
-    srv_limits l;
+    request_limits l;
     di_error err;
     size_t len;
     unsigned seed = 12345, ok = 0, bad = 0;
@@ -702,12 +708,12 @@ test_input_mutations(void **state)
                 break;
             }
         }
-        srv_request r;
-        int rc = decode(SRV_REQ_SIMULATE, b, n, &l, &r, &err);
+        request r;
+        int rc = decode(REQUEST_SIMULATE, b, n, &l, &r, &err);
         if (rc == 0) {
             assert_non_null(r.input);
             assert_int_equal(r.ncand, 1);
-            srv_request_fini(&r);
+            request_fini(&r);
             ok++;
         } else {
             grpc_status_code st = srv_status_from_code(rc);

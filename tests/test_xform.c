@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "distir.pb-c.h"
 #include "exec/exec.h"
 #include "ir/ir.h"
 #include "models/models.h"
@@ -149,73 +148,6 @@ count_ops(const ir_module *m, int kind, const char *attr, const char *value)
     return count_region(m, ir_module_entry(m), kind, attr, value);
 }
 
-static void
-test_strategy_proto(void **state)
-{
-    Distir__V1__Strategy p = DISTIR__V1__STRATEGY__INIT;
-    uint32_t order[4] = {3, 2, 1, 0};
-    xform_strategy s;
-    di_error err;
-    char buf[256];
-    (void)state;
-    assert_int_equal(xform_strategy_from_proto(&p, &s, &err), 0);
-    assert_true(xform_strategy_is_trivial(&s));
-    assert_int_equal(s.dp, 1);
-    p.dp = 2;
-    p.tp = 2;
-    p.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED;
-    p.virtual_stages = 2;
-    p.recompute = DISTIR__V1__RECOMPUTE__RECOMPUTE_SELECTIVE;
-    p.stash = DISTIR__V1__STASH__STASH_2BW;
-    p.zero = 2;
-    p.sequence_parallel = 1;
-    p.n_device_order = 4;
-    p.device_order = order;
-    assert_int_equal(xform_strategy_from_proto(&p, &s, &err), 0);
-    assert_false(xform_strategy_is_trivial(&s));
-    assert_int_equal(s.schedule, XFORM_SCHEDULE_INTERLEAVED);
-    assert_int_equal(s.virtual_stages, 2);
-    assert_int_equal(s.recompute, XFORM_RECOMPUTE_SELECTIVE);
-    assert_int_equal(s.stash, XFORM_STASH_2BW);
-    assert_int_equal(s.zero, 2);
-    assert_true(s.sequence_parallel);
-    assert_int_equal(s.ndevice_order, 4);
-    assert_int_equal(s.device_order[0], 3);
-    xform_strategy_format(&s, buf, sizeof buf);
-    assert_non_null(strstr(buf, "dp=2 tp=2"));
-    assert_non_null(strstr(buf, "interleaved:2"));
-    assert_non_null(strstr(buf, "zero=2"));
-    p.zero = 4;
-    assert_int_equal(xform_strategy_from_proto(&p, &s, &err), DI_ESTRATEGY);
-    assert_non_null(strstr(err.msg, "zero=4"));
-    /* Per-stage degrees (pp from their count) and tp_layers. */
-    {
-        Distir__V1__Strategy q = DISTIR__V1__STRATEGY__INIT;
-        Distir__V1__PipelineStage a = DISTIR__V1__PIPELINE_STAGE__INIT;
-        Distir__V1__PipelineStage b = DISTIR__V1__PIPELINE_STAGE__INIT;
-        Distir__V1__PipelineStage *st[2] = {&a, &b};
-        uint32_t tpl[3] = {0, 1, 5};
-        a.dp = 4;
-        a.layers = 10;
-        b.dp = 2;
-        b.tp = 2;
-        b.layers = 14;
-        q.n_stages = 2;
-        q.stages = st;
-        q.n_tp_layers = 3;
-        q.tp_layers = tpl;
-        assert_int_equal(xform_strategy_from_proto(&q, &s, &err), 0);
-        assert_int_equal(s.pp, 2);
-        assert_int_equal(s.nstages, 2);
-        assert_int_equal(s.stages[1].tp, 2);
-        assert_false(xform_strategy_is_trivial(&s));
-        xform_strategy_format(&s, buf, sizeof buf);
-        assert_non_null(strstr(buf, "stages=4x1:10,2x2:14 tp_layers=0-1,5"));
-        xform_strategy_fini(&s);
-        assert_null(s.owned_stages);
-    }
-}
-
 /* Expects xform_validate to fail with DI_ESTRATEGY and a message containing want. */
 static void
 expect_reject(const ir_module *m, const xform_strategy *s, const hw_model *hw, const char *want)
@@ -289,6 +221,18 @@ test_validate_messages(void **state)
         s.device_order = order;
         expect_reject(g16, &s, NULL, "the device order lists 1 devices, but dp*tp*pp = 2");
     }
+    /* Values out of range: the library's messages (strategy_check_values), as the CLI gives them. */
+    xform_strategy_init(&s);
+    s.zero = 4;
+    expect_reject(g16, &s, NULL, "zero=4 is out of range (0 to 3)");
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.schedule = XFORM_SCHEDULE_INTERLEAVED;
+    s.virtual_stages = 2000;
+    expect_reject(g16, &s, NULL, "virtual_stages=2000 is out of range (1 to 1024)");
+    xform_strategy_init(&s);
+    s.stash = (xform_stash)7;
+    expect_reject(g16, &s, NULL, "stash 7 is not a stash mode");
     hw_free(hw);
     ir_module_free(g);
     ir_module_free(g16);
@@ -1098,7 +1042,6 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_strategy_proto),
         cmocka_unit_test(test_overlap_buckets),
         cmocka_unit_test(test_overlap_one_microbatch),
         cmocka_unit_test(test_validate_messages),

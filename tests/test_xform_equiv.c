@@ -328,17 +328,21 @@ nested_grid(int gpt)
             const variant *v = &variants[k];
             model_case *mc = v->adam ? &adam : &sgd;
             xform_strategy s;
+            xform_stage st[4]; /* the strategy's arrays are not const */
+            uint32_t tpl[4];
             int fixed = ne->st[0].layers != 0;
+            memcpy(st, ne->st, sizeof st);
+            memcpy(tpl, ne->tpl, sizeof tpl);
             strategy_of(v, ne->pp, &s);
             if (ne->st[0].dp) {
                 s.nstages = ne->pp;
-                s.stages = ne->st;
+                s.stages = st;
             } else {
                 s.dp = ne->dp;
                 s.tp = ne->tp;
             }
             s.ntp_layers = ne->ntpl;
-            s.tp_layers = ne->tpl;
+            s.tp_layers = tpl;
             if ((v->sp && (!gpt || maxtp == 1 || ne->ntpl)) ||
                 (v->schedule == XFORM_SCHEDULE_INTERLEAVED &&
                  (ne->pp == 1 || fixed || mc->layers % (ne->pp * 2) != 0))) {

@@ -1,6 +1,6 @@
 /*
- * strategy.c: strategies as data (proto Strategy <-> xform_strategy), the
- * analysis of a sequential training step that every transform shares, and
+ * strategy.c: the trivial strategy in the transforms' form, the analysis
+ * of a sequential training step that every transform shares, and
  * validation (xform_validate).
  *
  * The analysis finds the batch-data arguments (autodiff's data names, and
@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "distir.pb-c.h"
 #include "xform/autodiff.h"
 
 void
@@ -28,112 +27,6 @@ xform_strategy_init(xform_strategy *s)
     s->dp = s->tp = s->pp = 1;
     s->microbatches = 1;
     s->virtual_stages = 1;
-}
-
-int
-xform_strategy_from_proto(const Distir__V1__Strategy *p, xform_strategy *s, di_error *err)
-{
-    xform_strategy_init(s);
-    if (p == NULL)
-        return 0;
-    if (p->zero > 3)
-        return di_error_set(err, DI_ESTRATEGY, "zero=%u is not a ZeRO stage (0 to 3)", p->zero);
-    if ((unsigned)p->schedule > 3u || (unsigned)p->recompute > 2u || (unsigned)p->stash > 2u)
-        return di_error_set(err, DI_ESTRATEGY, "unknown schedule, recompute or stash value");
-    s->dp = p->dp ? p->dp : 1;
-    s->tp = p->tp ? p->tp : 1;
-    /* Per-stage degrees imply pp. */
-    s->pp = p->pp ? p->pp : p->n_stages ? (uint32_t)p->n_stages : 1;
-    s->microbatches = p->microbatches;
-    s->schedule = (xform_schedule)p->schedule;
-    s->virtual_stages = p->virtual_stages ? p->virtual_stages : 1;
-    s->recompute = (xform_recompute)p->recompute;
-    s->stash = (xform_stash)p->stash;
-    s->zero = p->zero;
-    s->sequence_parallel = p->sequence_parallel != 0;
-    s->overlap_grad_reduce = p->overlap_grad_reduce != 0;
-    s->bucket_mb = p->bucket_mb;
-    s->ndevice_order = (uint32_t)p->n_device_order;
-    s->device_order = p->device_order;
-    s->ntp_layers = (uint32_t)p->n_tp_layers;
-    s->tp_layers = p->tp_layers;
-    if (p->n_stages > (1u << 20))
-        return di_error_set(err, DI_ESTRATEGY, "%zu pipeline stages are too many", p->n_stages);
-    if (p->n_stages > 0) {
-        s->owned_stages = di_xcalloc(p->n_stages, sizeof *s->owned_stages);
-        for (size_t i = 0; i < p->n_stages; i++) {
-            if (p->stages[i] == NULL)
-                continue;
-            s->owned_stages[i].dp = p->stages[i]->dp;
-            s->owned_stages[i].tp = p->stages[i]->tp;
-            s->owned_stages[i].layers = p->stages[i]->layers;
-        }
-        s->nstages = (uint32_t)p->n_stages;
-        s->stages = s->owned_stages;
-    }
-    return 0;
-}
-
-void
-xform_strategy_fini(xform_strategy *s)
-{
-    di_free(s->owned_stages);
-    s->owned_stages = NULL;
-    if (s->stages == NULL)
-        s->nstages = 0;
-}
-
-int
-xform_strategy_is_trivial(const xform_strategy *s)
-{
-    return s->dp <= 1 && s->tp <= 1 && s->pp <= 1 && s->microbatches <= 1 &&
-           s->schedule == XFORM_SCHEDULE_DEFAULT && s->virtual_stages <= 1 &&
-           s->recompute == XFORM_RECOMPUTE_NONE && s->stash == XFORM_STASH_NONE &&
-           s->zero == 0 && !s->sequence_parallel && !s->overlap_grad_reduce &&
-           s->ndevice_order == 0 && s->nstages == 0 && s->ntp_layers == 0;
-}
-
-void
-xform_strategy_format(const xform_strategy *s, char *buf, size_t size)
-{
-    static const char *const sched[] = {"default", "gpipe", "1f1b", "interleaved"};
-    static const char *const rec[] = {"none", "selective", "full"};
-    static const char *const stash[] = {"none", "pipedream", "2bw"};
-    char overlap[32] = "";
-    if (s->overlap_grad_reduce)
-        snprintf(overlap, sizeof overlap, " overlap bucket=%uMiB",
-                 s->bucket_mb ? s->bucket_mb : XFORM_BUCKET_MB_DEFAULT);
-    snprintf(buf, size, "dp=%u tp=%u pp=%u m=%u schedule=%s%s%.0u recompute=%s stash=%s zero=%u%s%s",
-             s->dp, s->tp, s->pp, s->microbatches, sched[s->schedule & 3],
-             s->schedule == XFORM_SCHEDULE_INTERLEAVED ? ":" : "",
-             s->schedule == XFORM_SCHEDULE_INTERLEAVED ? s->virtual_stages : 0u,
-             rec[s->recompute % 3], stash[s->stash % 3], s->zero,
-             s->sequence_parallel ? " sp" : "", overlap);
-    /* Nested parallelism: " stages=4x1:10,2x2:14 tp_layers=0-11,16". */
-    for (uint32_t g = 0; g < s->nstages; g++) {
-        size_t w = strlen(buf);
-        const xform_stage *st = &s->stages[g];
-        if (w + 1 >= size)
-            return;
-        snprintf(buf + w, size - w, "%s%ux%u", g ? "," : " stages=", st->dp ? st->dp : 1,
-                 st->tp ? st->tp : 1);
-        if (st->layers && (w = strlen(buf)) + 1 < size)
-            snprintf(buf + w, size - w, ":%u", st->layers);
-    }
-    for (uint32_t i = 0; i < s->ntp_layers;) {
-        uint32_t j = i;
-        size_t w = strlen(buf);
-        while (j + 1 < s->ntp_layers && s->tp_layers[j + 1] == s->tp_layers[j] + 1)
-            j++;
-        if (w + 1 >= size)
-            return;
-        if (j > i)
-            snprintf(buf + w, size - w, "%s%u-%u", i ? "," : " tp_layers=", s->tp_layers[i],
-                     s->tp_layers[j]);
-        else
-            snprintf(buf + w, size - w, "%s%u", i ? "," : " tp_layers=", s->tp_layers[i]);
-        i = j + 1;
-    }
 }
 
 /* ---- analysis ---- */
@@ -185,37 +78,10 @@ static int
 stages_init(xf_ctx *c)
 {
     xform_strategy *s = &c->s;
-    int alike = 1;
-    uint32_t layers = 0;
-    if (s->nstages != s->pp)
-        return di_error_set(c->err, DI_ESTRATEGY,
-                            "the strategy lists %u pipeline stages, but pp=%u", s->nstages, s->pp);
-    if (s->dp > 1 || s->tp > 1)
-        return di_error_set(c->err, DI_ESTRATEGY,
-                            "give the degrees either as dp and tp or per pipeline stage, not "
-                            "both (dp=%u tp=%u)",
-                            s->dp, s->tp);
-    for (uint32_t g = 0; g < s->nstages; g++) {
-        const xform_stage *a = &s->stages[g], *b = &s->stages[0];
-        if (a->dp > (1u << 20) || a->tp > (1u << 20))
-            return di_error_set(c->err, DI_ESTRATEGY, "stage %u: degrees %ux%u are too many", g,
-                                a->dp, a->tp);
-        if ((a->dp ? a->dp : 1) != (b->dp ? b->dp : 1) ||
-            (a->tp ? a->tp : 1) != (b->tp ? b->tp : 1))
-            alike = 0;
-        if (a->layers)
-            layers++;
-    }
-    if (layers && layers != s->nstages)
-        return di_error_set(c->err, DI_ESTRATEGY,
-                            "%u of the %u pipeline stages give a layer count: give it for all "
-                            "or none",
-                            layers, s->nstages);
-    if (layers && s->schedule == XFORM_SCHEDULE_INTERLEAVED && s->virtual_stages > 1)
-        return di_error_set(c->err, DI_ESTRATEGY,
-                            "per-stage layer counts need one model stage per group (not the "
-                            "interleaved schedule)");
-    if (alike && !layers) {
+    int rc = strategy_check_stages(s, s->pp, c->err);
+    if (rc != 0)
+        return rc;
+    if (strategy_stages_alike(s)) {
         s->dp = s->stages[0].dp ? s->stages[0].dp : 1;
         s->tp = s->stages[0].tp ? s->stages[0].tp : 1;
         s->nstages = 0;
@@ -474,10 +340,8 @@ validate(xf_ctx *c)
     ir_id op = 0;
     int rc;
 
-    if (s->zero > 3)
-        return di_error_set(c->err, DI_ESTRATEGY, "zero=%u is not a ZeRO stage (0 to 3)",
-                            s->zero);
-    if (s->dp > (1u << 20) || s->tp > (1u << 20) || s->pp > (1u << 20) || ndev > (1u << 20))
+    /* The degrees themselves are within range (strategy_check_values in xf_ctx_init). */
+    if (ndev > STRATEGY_MAX_DEGREE)
         return di_error_set(c->err, DI_ESTRATEGY, "%s = %llu devices is too many", what,
                             (unsigned long long)ndev);
     if (xform_cost_known(&c->cost) && ndev > c->cost.ndevice)
@@ -509,9 +373,9 @@ validate(xf_ctx *c)
                             "the interleaved schedule needs the microbatches (%u) to be a "
                             "multiple of pp=%u",
                             s->microbatches, s->pp);
-    if (s->microbatches > (1u << 16))
-        return di_error_set(c->err, DI_ESTRATEGY, "microbatches=%u is too many (at most 65536)",
-                            s->microbatches);
+    if (s->microbatches > STRATEGY_MAX_MICROBATCHES) /* 0 read as pp */
+        return di_error_set(c->err, DI_ESTRATEGY, "microbatches=%u is out of range (1 to %u)",
+                            s->microbatches, STRATEGY_MAX_MICROBATCHES);
     if ((rc = tp_layers_init(c)) != 0)
         return rc;
     if (c->tplayer && s->sequence_parallel)
@@ -607,15 +471,17 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
     int rc;
     memset(c, 0, sizeof *c);
     c->err = err;
+    /* Hand-built strategies are not normalized: the checks that need no module come first. */
+    if ((rc = strategy_check_values(s, err)) != 0)
+        return rc;
     c->s = *s;
-    c->s.owned_stages = NULL;
     xform_cost_init(&c->cost, hw);
     if (c->s.dp == 0)
         c->s.dp = 1;
     if (c->s.tp == 0)
         c->s.tp = 1;
     if (c->s.pp == 0)
-        c->s.pp = 1;
+        c->s.pp = c->s.nstages ? c->s.nstages : 1;
     if (c->s.virtual_stages == 0)
         c->s.virtual_stages = 1;
     if (c->s.microbatches == 0)
@@ -624,11 +490,6 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
         c->s.schedule = XFORM_SCHEDULE_1F1B;
     if (c->s.schedule != XFORM_SCHEDULE_INTERLEAVED)
         c->s.virtual_stages = 1;
-    if (c->s.virtual_stages > 1024)
-        return di_error_set(err, DI_ESTRATEGY, "virtual_stages=%u is too many (at most 1024)",
-                            c->s.virtual_stages);
-    if (c->s.pp > (1u << 20))
-        return di_error_set(err, DI_ESTRATEGY, "pp=%u is too many", c->s.pp);
     if (c->s.nstages > 0 && (rc = stages_init(c)) != 0)
         return rc;
     c->pp = c->s.pp;

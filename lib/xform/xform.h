@@ -1,7 +1,7 @@
 /*
  * xform.h: the strategy transforms (docs/transforms.md).
  *
- * A strategy is data (proto message Strategy): data, tensor and pipeline
+ * A strategy is data (lib/strategy/strategy.h): data, tensor and pipeline
  * degrees, microbatches, the pipeline schedule, recomputation, weight
  * stashing, ZeRO, sequence parallelism, overlap of the gradient reduction,
  * and the order in which devices form the groups. xform_apply turns a
@@ -41,100 +41,41 @@
 
 #include "base/base.h"
 #include "ir/ir.h"
+#include "strategy/strategy.h"
 
 /* The target hardware (the simulator's hw.h); the transforms see it through cost.h. */
 struct hw_model;
 typedef struct hw_model hw_model;
 
-struct Distir__V1__Strategy;
-
-/* Values follow the proto enums. */
-typedef enum xform_schedule {
-    XFORM_SCHEDULE_DEFAULT = 0, /* 1F1B when pp > 1 */
-    XFORM_SCHEDULE_GPIPE = 1,
-    XFORM_SCHEDULE_1F1B = 2,
-    XFORM_SCHEDULE_INTERLEAVED = 3,
-} xform_schedule;
-
-typedef enum xform_recompute {
-    XFORM_RECOMPUTE_NONE = 0,
-    XFORM_RECOMPUTE_SELECTIVE = 1, /* attention scores, softmax and its dropout */
-    XFORM_RECOMPUTE_FULL = 2,      /* keep only stage inputs */
-} xform_recompute;
-
-typedef enum xform_stash {
-    XFORM_STASH_NONE = 0,
-    XFORM_STASH_PIPEDREAM = 1, /* one weight copy per in-flight microbatch */
-    XFORM_STASH_2BW = 2,       /* one extra weight version per stage */
-} xform_stash;
+/*
+ * The strategy type lives in lib/strategy (strategy.h). These names are
+ * temporary aliases for the code written against the transforms' own type.
+ */
+typedef strategy xform_strategy;
+typedef strategy_stage xform_stage;
+typedef strategy_schedule xform_schedule;
+typedef strategy_recompute xform_recompute;
+typedef strategy_stash xform_stash;
+#define XFORM_SCHEDULE_DEFAULT STRATEGY_SCHEDULE_DEFAULT
+#define XFORM_SCHEDULE_GPIPE STRATEGY_SCHEDULE_GPIPE
+#define XFORM_SCHEDULE_1F1B STRATEGY_SCHEDULE_1F1B
+#define XFORM_SCHEDULE_INTERLEAVED STRATEGY_SCHEDULE_INTERLEAVED
+#define XFORM_RECOMPUTE_NONE STRATEGY_RECOMPUTE_NONE
+#define XFORM_RECOMPUTE_SELECTIVE STRATEGY_RECOMPUTE_SELECTIVE
+#define XFORM_RECOMPUTE_FULL STRATEGY_RECOMPUTE_FULL
+#define XFORM_STASH_NONE STRATEGY_STASH_NONE
+#define XFORM_STASH_PIPEDREAM STRATEGY_STASH_PIPEDREAM
+#define XFORM_STASH_2BW STRATEGY_STASH_2BW
+#define XFORM_BUCKET_MB_DEFAULT STRATEGY_BUCKET_MB_DEFAULT
+#define xform_strategy_format strategy_format
 
 /*
- * One pipeline group's degrees, for nested parallelism (pipeline parallelism
- * where each stage is data parallel with a different degree).
+ * The trivial strategy in the form the transforms take directly: every
+ * degree 1, one microbatch, no options (unlike strategy_init, which leaves
+ * every option unset for strategy_normalize to fill in). xform_apply does
+ * not normalize: fields at 0 read as their defaults, as in strategy.h.
  */
-typedef struct xform_stage {
-    uint32_t dp, tp;  /* 0 reads as 1 */
-    uint32_t layers;  /* layers of the group's model stage; 0: balanced (all or none set) */
-} xform_stage;
-
-typedef struct xform_strategy {
-    uint32_t dp, tp, pp;         /* degrees; 0 reads as 1 */
-    uint32_t microbatches;       /* 0: pp */
-    xform_schedule schedule;
-    uint32_t virtual_stages;     /* interleaved: V model chunks per device (0 reads as 1) */
-    xform_recompute recompute;
-    xform_stash stash;
-    uint32_t zero;               /* 0..3 */
-    int sequence_parallel;
-    int overlap_grad_reduce;
-    uint32_t bucket_mb;          /* overlap_grad_reduce: bucket size in MiB (0: 25, as DDP) */
-    /*
-     * Device ids in rank order (tensor rank innermost, then data, then
-     * pipeline stage): rank r = (stage * dp + d) * tp + t runs on
-     * device_order[r]. Empty: rank r on device r, which puts tensor groups
-     * inside a node when tp divides the node's device count. Points into
-     * caller storage.
-     */
-    uint32_t ndevice_order;
-    const uint32_t *device_order;
-    /*
-     * Per pipeline group (pp entries, or none): its data and tensor degrees
-     * (then dp and tp must be 1) and optionally its layer count. Group g's
-     * ranks follow group g-1's: rank = first(g) + d * tp_g + t. Stages are
-     * balanced by cost per device, so a group with more devices gets more
-     * layers. Points into caller storage.
-     */
-    uint32_t nstages;
-    const xform_stage *stages;
-    /*
-     * The dist.layer values whose MatMuls are tensor parallel (data
-     * parallelism where a subset of the layers is also tensor parallel);
-     * empty: every layer. Outside them the weights are whole
-     * and the tensor-parallel ranks compute the same thing, as Megatron-LM
-     * does for the embedding and the head. Points into caller storage.
-     */
-    uint32_t ntp_layers;
-    const uint32_t *tp_layers;
-    xform_stage *owned_stages;   /* xform_strategy_from_proto's copy (xform_strategy_fini) */
-} xform_strategy;
-
-/* The gradient bucket of overlap_grad_reduce when bucket_mb is 0 (PyTorch DDP's bucket_cap_mb). */
-#define XFORM_BUCKET_MB_DEFAULT 25u
-
-/* Every degree 1, no options. */
 void xform_strategy_init(xform_strategy *s);
-/*
- * Copies a proto Strategy (device_order and tp_layers point into *p, the
- * stages are copied: free with xform_strategy_fini). Rejects zero > 3 or an
- * unknown enum.
- */
-int xform_strategy_from_proto(const struct Distir__V1__Strategy *p, xform_strategy *s,
-                              di_error *err);
-void xform_strategy_fini(xform_strategy *s);
-/* True when the strategy asks for nothing (simulate the module as given). */
-int xform_strategy_is_trivial(const xform_strategy *s);
-/* Writes "dp=2 tp=2 pp=2 m=8 1f1b ..." into buf (always terminated). */
-void xform_strategy_format(const xform_strategy *s, char *buf, size_t size);
 
 /*
  * Checks that s can apply to m (hw may be NULL: then the device count is not

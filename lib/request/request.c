@@ -1,9 +1,10 @@
 /*
- * input.c: the request pipeline of input.h. Counting ops and values on the
- * unpacked message before conversion keeps an over-limit module from being
- * built at all; the depth pre-check has already bounded the recursion here.
+ * request.c: the request pipeline, the cache key and the strategy's
+ * application of request.h. Counting ops and values on the unpacked message
+ * before conversion keeps an over-limit module from being built at all; the
+ * depth pre-check has already bounded the recursion here.
  */
-#include "input.h"
+#include "request/request.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +12,10 @@
 #include "base/pb.h"
 #include "distir.pb-c.h"
 #include "ir/pb.h"
-#include "sim/hw.h"
+#include "xform/xform.h"
+
+/* Bump when the encoding of the key changes (request.h). */
+#define KEY_DOMAIN "distir.cache.v3"
 
 #define HWCACHE_MAX 64
 
@@ -21,19 +25,19 @@ typedef struct hwcache_entry {
     di_hash hash;
 } hwcache_entry;
 
-struct srv_hwcache {
+struct request_hwcache {
     hwcache_entry e[HWCACHE_MAX];
     unsigned n;
 };
 
-srv_hwcache *
-srv_hwcache_new(void)
+request_hwcache *
+request_hwcache_new(void)
 {
-    return di_xcalloc(1, sizeof(srv_hwcache));
+    return di_xcalloc(1, sizeof(request_hwcache));
 }
 
 void
-srv_hwcache_free(srv_hwcache *hc)
+request_hwcache_free(request_hwcache *hc)
 {
     if (hc == NULL)
         return;
@@ -45,13 +49,13 @@ srv_hwcache_free(srv_hwcache *hc)
 }
 
 void
-srv_input_ref(srv_input *in)
+request_input_ref(request_input *in)
 {
     in->refs++;
 }
 
 void
-srv_input_unref(srv_input *in)
+request_input_unref(request_input *in)
 {
     if (in == NULL || --in->refs > 0)
         return;
@@ -61,14 +65,14 @@ srv_input_unref(srv_input *in)
 }
 
 void
-srv_request_fini(srv_request *r)
+request_fini(request *r)
 {
     for (uint32_t i = 0; i < r->ncand; i++) {
-        srv_strategy_fini(&r->cands[i].strategy);
+        strategy_fini(&r->cands[i].strategy);
         di_free(r->cands[i].error);
     }
     di_free(r->cands);
-    srv_input_unref(r->input);
+    request_input_unref(r->input);
     memset(r, 0, sizeof *r);
 }
 
@@ -86,7 +90,8 @@ count_ops(const Distir__V1__Region *r, uint64_t n, uint64_t max)
 }
 
 static int
-resolve_hw(const Distir__V1__HardwareRef *ref, srv_hwcache *hc, srv_input *in, di_error *err)
+resolve_hw(const Distir__V1__HardwareRef *ref, request_hwcache *hc, request_input *in,
+           di_error *err)
 {
     int rc;
     if (ref == NULL || ref->spec_case == DISTIR__V1__HARDWARE_REF__SPEC__NOT_SET)
@@ -141,7 +146,8 @@ resolve_hw(const Distir__V1__HardwareRef *ref, srv_hwcache *hc, srv_input *in, d
 }
 
 static int
-decode_module(const Distir__V1__Module *pm, const srv_limits *lim, srv_input *in, di_error *err)
+decode_module(const Distir__V1__Module *pm, const request_limits *lim, request_input *in,
+              di_error *err)
 {
     uint64_t nop = 0;
     int rc;
@@ -175,20 +181,20 @@ decode_module(const Distir__V1__Module *pm, const srv_limits *lim, srv_input *in
 }
 
 static void
-candidate_init(srv_candidate *c, const Distir__V1__Strategy *s)
+candidate_init(request_candidate *c, const Distir__V1__Strategy *s)
 {
     di_error e;
     di_error_clear(&e);
-    c->rc = srv_strategy_normalize(s, &c->strategy, &e);
+    c->rc = strategy_from_proto(s, &c->strategy, &e);
     if (c->rc != 0)
         c->error = di_xstrdup(e.msg);
 }
 
 int
-srv_request_decode(int kind, const uint8_t *data, size_t len, const srv_limits *lim,
-                   srv_hwcache *hc, srv_request *out, di_error *err)
+request_decode(int kind, const uint8_t *data, size_t len, const request_limits *lim,
+               request_hwcache *hc, request *out, di_error *err)
 {
-    const ProtobufCMessageDescriptor *desc = kind == SRV_REQ_BATCH
+    const ProtobufCMessageDescriptor *desc = kind == REQUEST_BATCH
                                                  ? &distir__v1__simulate_batch_request__descriptor
                                                  : &distir__v1__simulate_request__descriptor;
     ProtobufCMessage *msg = NULL;
@@ -205,7 +211,7 @@ srv_request_decode(int kind, const uint8_t *data, size_t len, const srv_limits *
         di_error_prefix(err, "request");
         return rc;
     }
-    if (kind == SRV_REQ_BATCH) {
+    if (kind == REQUEST_BATCH) {
         const Distir__V1__SimulateBatchRequest *b = (const void *)msg;
         pm = b->module;
         href = b->hardware;
@@ -233,8 +239,8 @@ srv_request_decode(int kind, const uint8_t *data, size_t len, const srv_limits *
     rc = resolve_hw(href, hc, out->input, err);
     if (rc != 0)
         goto fail;
-    srv_simopts_normalize(popts, &out->opts);
-    if (kind == SRV_REQ_BATCH) {
+    request_simopts_normalize(popts, &out->opts);
+    if (kind == REQUEST_BATCH) {
         const Distir__V1__SimulateBatchRequest *b = (const void *)msg;
         out->ncand = (uint32_t)b->n_strategies;
         out->cands = di_xcalloc(out->ncand, sizeof *out->cands);
@@ -250,6 +256,52 @@ srv_request_decode(int kind, const uint8_t *data, size_t len, const srv_limits *
     return 0;
 fail:
     protobuf_c_message_free_unpacked(msg, NULL);
-    srv_request_fini(out);
+    request_fini(out);
     return rc;
+}
+
+void
+request_simopts_normalize(const Distir__V1__SimOptions *p, request_simopts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (p == NULL)
+        return;
+    out->no_overlap = p->no_overlap != 0;
+    out->want_timeline = p->want_timeline != 0;
+    out->timeline_max_points = out->want_timeline ? p->timeline_max_points : 0;
+}
+
+void
+request_cache_key(const di_hash *module, const di_hash *hw, const strategy *s,
+                  const request_simopts *o, const char *sim_version, di_hash *out)
+{
+    di_sha256 h;
+    di_sha256_init(&h);
+    di_sha256_update(&h, KEY_DOMAIN, sizeof KEY_DOMAIN); /* with its NUL */
+    di_sha256_update(&h, module->b, sizeof module->b);
+    di_sha256_update(&h, hw->b, sizeof hw->b);
+    strategy_hash(s, &h);
+    di_sha256_u64(&h, (uint64_t)o->no_overlap);
+    di_sha256_u64(&h, (uint64_t)o->want_timeline);
+    di_sha256_u64(&h, o->timeline_max_points);
+    di_sha256_u64(&h, strlen(sim_version));
+    di_sha256_update(&h, sim_version, strlen(sim_version));
+    di_sha256_final(&h, out);
+}
+
+int
+request_apply_strategy(const ir_module *m, const strategy *s, const hw_model *hw,
+                       const ir_module **out, ir_module **owned, di_error *err)
+{
+    int rc;
+    *owned = NULL;
+    *out = NULL;
+    if (strategy_is_trivial(s)) {
+        *out = m;
+        return 0;
+    }
+    if ((rc = xform_apply(m, s, hw, owned, err)) != 0)
+        return rc;
+    *out = *owned;
+    return 0;
 }
