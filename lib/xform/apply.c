@@ -142,9 +142,9 @@ check_after(const xf_apply *a, int i, di_error *err)
     if (rc == 0)
         return 0;
     if (i < 0)
-        di_error_prefix(err, "internal error: the module the transform reads does not verify: ");
+        di_error_prefix(err, "internal error: the module the transform reads does not verify");
     else
-        di_error_prefix(err, "internal error after pass '%s': ", name);
+        di_error_prefix(err, "internal error after pass '%s'", name);
     err->code = DI_EINTERNAL;
     return DI_EINTERNAL;
 }

@@ -13,8 +13,8 @@
 #include <string.h>
 
 /*
- * An op's weight for balancing: the simulator's time on the target
- * hardware (by_time), else its FLOPs.
+ * An op's weight for balancing: its time on the target hardware (by_time,
+ * through the cost interface), else its FLOPs.
  */
 static double
 op_weight(const xf_ctx *c, ir_id op, int by_time)
@@ -31,8 +31,8 @@ op_weight(const xf_ctx *c, ir_id op, int by_time)
 /*
  * Partitions the layers into K contiguous groups minimizing the largest
  * group's cost (embedding counted with the first layer, head with the
- * last); ties go to the most even layer counts. The cost is the
- * simulator's time on the target hardware when every op can be priced
+ * last); ties go to the most even layer counts. The cost is the time on
+ * the target hardware (cost.h) when every op can be priced
  * (so memory-bound ops count for what they cost), else FLOPs.
  */
 static int
