@@ -52,16 +52,12 @@ func(ir_module *m, uint32_t n, const ir_id *types, ir_id *args)
 static void
 finish(ir_module *m, ir_id f, ir_id op, int as_results)
 {
-    ir_id out[8];
     di_error err;
     di_error_clear(&err);
-    if (ir_op_infer(m, op, out, &err) != 0)
+    if (ir_op_infer_results(m, op, &err) != 0)
         fail_msg("infer: %s", err.msg);
-    for (uint32_t i = 0; i < m->ops[op].noutput; i++) {
-        m->values[ir_op_output(m, op, i)].type = out[i];
-        if (as_results)
-            ir_region_add_result(m, f, ir_op_output(m, op, i));
-    }
+    for (uint32_t i = 0; i < m->ops[op].noutput && as_results; i++)
+        ir_region_add_result(m, f, ir_op_output(m, op, i));
 }
 
 static void

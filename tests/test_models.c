@@ -351,13 +351,10 @@ rebatch(ir_module *m, int64_t batch)
         m->values[v].type = ir_type_with_dims(m, m->values[v].type, t->rank, dims);
     }
     for (uint32_t i = 0; i < m->regions[f].nop; i++) {
-        ir_id op = m->regions[f].ops[i], types[8];
-        if (ir_op_infer(m, op, types, &err) != 0) {
+        if (ir_op_infer_results(m, m->regions[f].ops[i], &err) != 0) {
             fprintf(stderr, "rebatch: %s\n", err.msg);
             fail();
         }
-        for (uint32_t k = 0; k < m->ops[op].noutput; k++)
-            m->values[m->ops[op].outputs + k].type = types[k];
     }
 }
 

@@ -381,6 +381,82 @@ test_dp_tuple_many_weights(void **state)
 }
 
 /*
+ * A Concat of 70 inputs (and its gradient's Split into 70 results) through
+ * xform_data_parallel_tuple: no cap on an op's inputs (once 64) either.
+ */
+static void
+test_dp_tuple_many_inputs(void **state)
+{
+    enum { NC = 70 };
+    xform_strategy s;
+    xform_layout *lay = NULL;
+    ex_tensor *dargs, *dres;
+    uint32_t nd, ndr;
+    char *text = malloc(16384);
+    size_t len = 0;
+    ir_module *m = NULL, *dm = NULL;
+    int32_t devs[2] = {1, 2};
+    ex_tensor *args, *r1, *r2;
+    uint32_t na, n1, n2;
+    di_error err;
+    (void)state;
+    len += (size_t)sprintf(text + len,
+                           "func @cat(%%w: !dist.tensor<4x4xf32, 0>, %%x: !dist.tensor<8x4xf32, 0>, "
+                           "%%z: !dist.tensor<8x%dxf32, 0>) -> (!dist.tensor<f32, 0>) {\n"
+                           "  %%a = \"MatMul\"(%%x, %%w) : (!dist.tensor<8x4xf32, 0>, "
+                           "!dist.tensor<4x4xf32, 0>) -> !dist.tensor<8x4xf32, 0>\n"
+                           "  %%c = \"Concat\"(",
+                           4 * NC);
+    for (int i = 0; i < NC; i++)
+        len += (size_t)sprintf(text + len, "%s%%a", i ? ", " : "");
+    len += (size_t)sprintf(text + len, ") {axis = 1} : (");
+    for (int i = 0; i < NC; i++)
+        len += (size_t)sprintf(text + len, "%s!dist.tensor<8x4xf32, 0>", i ? ", " : "");
+    len += (size_t)sprintf(text + len,
+                           ") -> !dist.tensor<8x%dxf32, 0>\n"
+                           "  %%l = \"MSELoss\"(%%c, %%z) : (!dist.tensor<8x%dxf32, 0>, "
+                           "!dist.tensor<8x%dxf32, 0>) -> !dist.tensor<f32, 0>\n"
+                           "  return %%l : !dist.tensor<f32, 0>\n}\n",
+                           4 * NC, 4 * NC, 4 * NC);
+    if (ir_parse(text, len, &m, &err) != 0)
+        fail_msg("parse: %s", err.msg);
+    free(text);
+    if (xform_autodiff(m, ir_module_entry(m), m->regions[ir_module_entry(m)].results[0], NULL,
+                       &err) != 0)
+        fail_msg("autodiff: %s", err.msg);
+    if (xform_data_parallel_tuple(m, 2, devs, 1, &dm, &err) != 0)
+        fail_msg("data parallel: %s", err.msg);
+    if (ir_verify(dm, &err) != 0)
+        fail_msg("verify: %s", err.msg);
+    assert_int_equal(ex_random_args(m, 3, 2, &args, &na, &err), 0);
+    assert_int_equal(ex_run(m, args, na, &r1, &n1, &err), 0);
+    assert_int_equal(ex_run(dm, args, na, &r2, &n2, &err), 0);
+    assert_int_equal(n1, n2);
+    assert_true(max_rel(r1, r2, n1) < 1e-4);
+    free_tensors(r2, n2);
+    ir_module_free(dm);
+    /* The general form (lowering, once also capped at 64 inputs). */
+    xform_strategy_init(&s);
+    s.dp = 2;
+    assert_int_equal(xform_apply_layout(m, &s, NULL, &dm, &lay, &err), 0);
+    if (ir_verify(dm, &err) != 0)
+        fail_msg("verify: %s", err.msg);
+    assert_int_equal(xform_shard_args(lay, args, na, &dargs, &nd, &err), 0);
+    assert_int_equal(ex_run(dm, dargs, nd, &dres, &ndr, &err), 0);
+    assert_int_equal(xform_gather_results(lay, dres, ndr, &r2, &n2, &err), 0);
+    assert_int_equal(n1, n2);
+    assert_true(max_rel(r1, r2, n1) < 1e-4);
+    free_tensors(dargs, nd);
+    free_tensors(dres, ndr);
+    xform_layout_free(lay);
+    free_tensors(args, na);
+    free_tensors(r1, n1);
+    free_tensors(r2, n2);
+    ir_module_free(m);
+    ir_module_free(dm);
+}
+
+/*
  * The general form of the same transform (xform_apply, dp=2): one pmap per
  * chunk over a [2, 1] mesh, mesh-form all-reduces of the gradients in the
  * optimizer's pmap; tests/ir/dp_mlp_general.dir holds it.
@@ -1048,6 +1124,7 @@ main(void)
         cmocka_unit_test(test_golden_seed001),
         cmocka_unit_test(test_seed001_numerics),
         cmocka_unit_test(test_dp_tuple_many_weights),
+        cmocka_unit_test(test_dp_tuple_many_inputs),
         cmocka_unit_test(test_golden_general),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_forward_only),

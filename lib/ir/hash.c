@@ -899,23 +899,6 @@ hash_functions(hasher *h)
     free(e);
 }
 
-/* ir_module_entry's choice ("main", else the first named function), reading names safely. */
-static ir_id
-entry_function(const ir_module *m)
-{
-    ir_id first = 0;
-    for (ir_id r = 1; r < m->nregion; r++) {
-        const char *name = ir_safe_str(m, m->regions[r].name);
-        if (m->regions[r].parent != 0 || m->regions[r].name == 0 || m->regions[r].name >= m->nchar)
-            continue;
-        if (strcmp(name, "main") == 0)
-            return r;
-        if (first == 0)
-            first = r;
-    }
-    return first;
-}
-
 static void
 hash_function_digest(const hasher *h, ir_id r, di_hash *out)
 {
@@ -971,7 +954,7 @@ ir_hash(const ir_module *m, di_hash *out)
     for (uint32_t i = 0; i < n; i++)
         put_digest(&s, &list[i]);
 
-    entry = entry_function(m);
+    entry = ir_safe_entry(m);
     if (entry != 0 && h.rdone[entry]) {
         di_hash fd;
         put_u64(&s, 1);

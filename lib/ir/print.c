@@ -15,6 +15,7 @@
  * allocated per op.
  */
 #include "ir/ir.h"
+#include "ir/safe.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -589,7 +590,7 @@ print_op(printer *pr, ir_id opid, int level, int depth)
     const ir_module *m = pr->m;
     const ir_op *op = &m->ops[opid];
     di_buf *b = &pr->out;
-    const char *name = op->kind > 0 && op->kind < IR_NOPKIND ? ir_opkind_name(op->kind) : "none";
+    const char *name = ir_safe_kind(op->kind) ? ir_opkind_name(op->kind) : "none";
 
     put_indent(b, level);
     for (uint32_t i = 0; i < op->noutput; i++) {

@@ -10,6 +10,7 @@
 #define DISTIR_IR_SAFE_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "ir/ir.h"
 
@@ -49,6 +50,26 @@ static inline int
 ir_safe_kind(int kind)
 {
     return kind > IR_OP_NONE && kind < IR_NOPKIND;
+}
+
+/*
+ * ir_module_entry's choice ("main", else the first named function), for a
+ * module that may be malformed (needs ir_safe_arrays).
+ */
+static inline ir_id
+ir_safe_entry(const ir_module *m)
+{
+    ir_id first = 0;
+    for (ir_id r = 1; r < m->nregion; r++) {
+        const ir_region *reg = &m->regions[r];
+        if (reg->parent != 0 || reg->name == 0 || reg->name >= m->nchar)
+            continue;
+        if (strcmp(m->chars + reg->name, "main") == 0)
+            return r;
+        if (first == 0)
+            first = r;
+    }
+    return first;
 }
 
 #endif

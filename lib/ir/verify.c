@@ -1516,23 +1516,6 @@ check_function(verifier *vf, ir_id r)
 
 /* ---- calls ---- */
 
-/* ir_module_entry's choice ("main", else the first named function), reading names safely. */
-static ir_id
-entry_function(const ir_module *m)
-{
-    ir_id first = 0;
-    for (ir_id r = 1; r < m->nregion; r++) {
-        const ir_region *reg = &m->regions[r];
-        if (reg->parent != 0 || reg->name == 0 || reg->name >= m->nchar)
-            continue;
-        if (strcmp(m->chars + reg->name, "main") == 0)
-            return r;
-        if (first == 0)
-            first = r;
-    }
-    return first;
-}
-
 typedef struct call_edge {
     ir_id from; /* the function whose region (or a body in it) holds the pmap */
     ir_id op;   /* the pmap */
@@ -1722,7 +1705,7 @@ verify_run(ir_module *m, ir_diag_fn fn, void *ctx, int limit, di_error *first)
     check_meshes(vf);
     check_type_lists(vf);
     check_regions(vf);
-    vf->entry = entry_function(m);
+    vf->entry = ir_safe_entry(m);
     if (!vf->stop)
         check_calls(vf);
     for (ir_id r = 1; r < m->nregion && !vf->stop; r++) {

@@ -67,16 +67,17 @@ local_type(dpt *d, ir_id srcv, int split)
     return ir_type_tensor_var(d->out, (ir_dtype)t->dtype, t->rank, dims, d->devvar);
 }
 
-/* Clones source op into region r of the output with mapped inputs (a per-device copy). */
+/*
+ * Clones source op into region r of the output with mapped inputs (a
+ * per-device copy); in[] has room for the op's inputs.
+ */
 static int
-clone_op(dpt *d, ir_id r, ir_id op)
+clone_op_with(dpt *d, ir_id r, ir_id op, ir_id *in)
 {
     const ir_module *m = d->m;
     const ir_op *o = &m->ops[op];
-    ir_id in[64], nop;
+    ir_id nop;
     int rc;
-    if (o->ninput > 64)
-        return di_error_set(d->err, DI_EUNSUPPORTED, "an op with more than 64 inputs");
     for (uint32_t k = 0; k < o->ninput; k++) {
         in[k] = d->map[m->refs[o->inputs + k]];
         if (in[k] == 0)
@@ -131,6 +132,20 @@ clone_op(dpt *d, ir_id r, ir_id op)
     return 0;
 }
 
+static int
+clone_op(dpt *d, ir_id r, ir_id op)
+{
+    ir_id small[64], *in = small;
+    uint32_t n = d->m->ops[op].ninput;
+    int rc;
+    if (n > sizeof small / sizeof small[0])
+        in = di_xmalloc(n * sizeof *in);
+    rc = clone_op_with(d, r, op, in);
+    if (in != small)
+        di_free(in);
+    return rc;
+}
+
 static ir_id
 top_op(dpt *d, int kind, ir_id in, const char *name)
 {
@@ -171,8 +186,8 @@ xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *devices
     dpt d;
     ir_id f = ir_module_entry(m), *tup, body1, body2, p1 = 0, p2 = 0, *grads = NULL;
     const ir_region *fr;
-    uint32_t ng = 0, nin;
-    ir_id in[4096];
+    uint32_t ng = 0, nin, cin = 0;
+    ir_id *in = NULL; /* the inputs of the pmap being built */
     int64_t devs[1024];
     char fname[256];
     int rc = 0;
@@ -196,8 +211,6 @@ xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *devices
             return di_error_set(err, DI_ESTRATEGY, "dp=%u does not divide the batch of %%%s", n,
                                 ir_str_get(m, m->values[v].name));
     }
-    if (fr->narg + fr->nresult > 4000)
-        return di_error_set(err, DI_EUNSUPPORTED, "too many arguments");
     for (uint32_t k = 0; k < n; k++)
         devs[k] = devices[k];
     d.out = ir_module_new();
@@ -246,6 +259,7 @@ xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *devices
             }
             if (!used)
                 continue;
+            DI_GROW(&in, &cin, nin + 1);
             in[nin++] = tup[v];
             d.map[v] = ir_region_add_arg(d.out, body1, local_type(&d, v, pass == 0), NULL);
             copy_name(&d, d.map[v], v, "i");
@@ -298,11 +312,13 @@ xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *devices
             }
             if (!found)
                 continue;
+            DI_GROW(&in, &cin, nin + 1);
             in[nin++] = tup[w];
             d.map[w] = ir_region_add_arg(d.out, body2, local_type(&d, w, 0), NULL);
             copy_name(&d, d.map[w], w, "k");
         }
     for (uint32_t i = 0; i < ng && rc == 0; i++) {
+        DI_GROW(&in, &cin, nin + 1);
         in[nin++] = tup[grads[i]];
         d.map[grads[i]] = ir_region_add_arg(d.out, body2, local_type(&d, grads[i], 0), NULL);
         copy_name(&d, d.map[grads[i]], grads[i], "k");
@@ -315,6 +331,7 @@ xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *devices
             ir_id v = m->refs[o->inputs + k];
             if (tup[v] == 0 || m->values[d.map[v]].region == body2)
                 continue;
+            DI_GROW(&in, &cin, nin + 1);
             in[nin++] = tup[v];
             d.map[v] = ir_region_add_arg(d.out, body2, local_type(&d, v, 0), NULL);
         }
@@ -379,6 +396,7 @@ xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *devices
     di_free(grads);
     di_free(d.map);
     di_free(tup);
+    di_free(in);
     if (rc != 0) {
         ir_module_free(d.out);
         return rc;

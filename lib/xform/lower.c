@@ -595,17 +595,16 @@ normalized(const xf_body *b, const xf_place *p)
     return q;
 }
 
-int
-xf_body_emit(xf_body *b, ir_id op)
+/* xf_body_emit with room for the op's local inputs in lin[]. */
+static int
+emit_op(xf_body *b, ir_id op, ir_id *lin)
 {
     xf_ctx *c = b->c;
     const ir_module *m = c->m;
     const ir_op *o = &m->ops[op];
     const xf_opinfo *oi = &c->op[op];
-    ir_id lin[64], nop;
+    ir_id nop;
     int rc, hit = 0;
-    if (o->ninput > 64)
-        return di_error_set(c->err, DI_EUNSUPPORTED, "an op with %u inputs", o->ninput);
     for (uint32_t k = 0; k < o->ninput; k++) {
         ir_id v = m->refs[o->inputs + k];
         xf_local l, cv;
@@ -702,4 +701,18 @@ xf_body_emit(xf_body *b, ir_id op)
         xf_body_bind(b, sv, lv, &p);
     }
     return 0;
+}
+
+int
+xf_body_emit(xf_body *b, ir_id op)
+{
+    ir_id small[64], *lin = small;
+    uint32_t n = b->c->m->ops[op].ninput;
+    int rc;
+    if (n > sizeof small / sizeof small[0])
+        lin = di_xmalloc(n * sizeof *lin);
+    rc = emit_op(b, op, lin);
+    if (lin != small)
+        di_free(lin);
+    return rc;
 }
