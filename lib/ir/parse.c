@@ -1891,8 +1891,8 @@ parse_top(parser *p)
     return 0;
 }
 
-int
-ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
+static int
+parse_module(const char *text, size_t len, ir_module **out, di_error *err)
 {
     parser p;
     int rc;
@@ -1938,4 +1938,30 @@ ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
     }
     *out = p.m;
     return 0;
+}
+
+/* The arguments of ir_parse, for its allocation scope. */
+struct parse_call {
+    const char *text;
+    size_t len;
+    ir_module **out;
+    di_error *err;
+};
+
+static int
+parse_call_run(void *arg)
+{
+    struct parse_call *c = arg;
+    return parse_module(c->text, c->len, c->out, c->err);
+}
+
+/* The parse runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
+int
+ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
+{
+    struct parse_call c = {text, len, out, err};
+    int rc = di_scope_run(parse_call_run, &c, err);
+    if (rc != 0)
+        *out = NULL;
+    return rc;
 }

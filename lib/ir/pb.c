@@ -1355,8 +1355,9 @@ ir_from_proto(const Distir__V1__Module *pm, const ir_limits *lim, ir_module **ou
     return 0;
 }
 
-int
-ir_decode(const uint8_t *data, size_t len, const ir_limits *lim, ir_module **out, di_error *err)
+static int
+decode_bytes(const uint8_t *data, size_t len, const ir_limits *lim, ir_module **out,
+             di_error *err)
 {
     ir_limits dflt;
     ProtobufCMessage *msg;
@@ -1375,6 +1376,33 @@ ir_decode(const uint8_t *data, size_t len, const ir_limits *lim, ir_module **out
     if (rc != 0)
         return rc;
     rc = ir_from_proto((const Distir__V1__Module *)msg, lim, out, err);
-    protobuf_c_message_free_unpacked(msg, NULL);
+    protobuf_c_message_free_unpacked(msg, &pb_allocator);
+    return rc;
+}
+
+/* The arguments of ir_decode, for its allocation scope. */
+struct decode_call {
+    const uint8_t *data;
+    size_t len;
+    const ir_limits *lim;
+    ir_module **out;
+    di_error *err;
+};
+
+static int
+decode_call_run(void *arg)
+{
+    struct decode_call *c = arg;
+    return decode_bytes(c->data, c->len, c->lim, c->out, c->err);
+}
+
+/* The decoding runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
+int
+ir_decode(const uint8_t *data, size_t len, const ir_limits *lim, ir_module **out, di_error *err)
+{
+    struct decode_call c = {data, len, lim, out, err};
+    int rc = di_scope_run(decode_call_run, &c, err);
+    if (rc != 0)
+        *out = NULL;
     return rc;
 }

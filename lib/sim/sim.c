@@ -2552,9 +2552,9 @@ sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_resu
     return sim_run_ws(NULL, m, hw, opt, out, events, nevent, err);
 }
 
-int
-sim_run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
-           sim_result **out, sim_event **events, uint32_t *nevent, di_error *err)
+static int
+run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
+       sim_result **out, sim_event **events, uint32_t *nevent, di_error *err)
 {
     sim s;
     sim_options dflt;
@@ -2596,6 +2596,63 @@ sim_run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_
     if (rc != 0) {
         sim_result_free(*out);
         *out = NULL;
+    }
+    return rc;
+}
+
+/* The arguments of sim_run_ws, for its allocation scope. */
+struct run_call {
+    sim_workspace *ws;
+    const ir_module *m;
+    const hw_model *hw;
+    const sim_options *opt;
+    sim_result **out;
+    sim_event **events;
+    uint32_t *nevent;
+    di_error *err;
+    int returned; /* 0 if the scope failed out of the run */
+};
+
+static int
+run_call_run(void *arg)
+{
+    struct run_call *c = arg;
+    sim_workspace *w = c->ws;
+    int rc;
+    if (w) {
+        /* The run takes the workspace's tables: if it fails, they go with its own. */
+        di_scope_adopt(w->inst, w->cinst * sizeof *w->inst);
+        di_scope_adopt(w->vbase, w->cvalue * sizeof *w->vbase);
+        di_scope_adopt(w->vrep, w->cvalue * sizeof *w->vrep);
+        di_scope_adopt(w->vuni, w->cvalue);
+        di_scope_adopt(w->vclass, w->cvalue);
+        di_scope_adopt(w->ev, w->cev * sizeof *w->ev);
+        di_scope_adopt(w->tmp, w->ctmp * sizeof *w->tmp);
+        di_scope_adopt(w->count, 0);
+    }
+    rc = run_ws(w, c->m, c->hw, c->opt, c->out, c->events, c->nevent, c->err);
+    c->returned = 1;
+    return rc;
+}
+
+/*
+ * The simulation runs in an allocation scope: out-of-memory anywhere in it is
+ * DI_ENOMEM, and the workspace comes back empty.
+ */
+int
+sim_run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
+           sim_result **out, sim_event **events, uint32_t *nevent, di_error *err)
+{
+    struct run_call c = {ws, m, hw, opt, out, events, nevent, err, 0};
+    int rc = di_scope_run(run_call_run, &c, err);
+    if (!c.returned) {
+        *out = NULL;
+        if (events) {
+            *events = NULL;
+            *nevent = 0;
+        }
+        if (ws)
+            memset(ws, 0, sizeof *ws);
     }
     return rc;
 }
