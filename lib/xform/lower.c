@@ -286,7 +286,10 @@ xf_infer(ir_module *out, ir_id op, di_error *err)
         types = di_xmalloc(o->noutput * sizeof *types); /* a bucket's Split */
     di_error_clear(&e);
     if (ir_op_infer(out, op, types, &e) != 0) {
-        rc = di_error_set(err, DI_EINTERNAL, "the transform produced an invalid op: %s", e.msg);
+        if (e.code == DI_ENOMEM)
+            rc = di_error_set(err, DI_ENOMEM, "%s", e.msg);
+        else
+            rc = di_error_set(err, DI_EINTERNAL, "the transform produced an invalid op: %s", e.msg);
     } else {
         o = &out->ops[op];
         for (uint32_t i = 0; i < o->noutput; i++)
