@@ -184,6 +184,43 @@ typedef struct di_scope {
 
 static _Thread_local di_scope *cur_scope;
 
+/*
+ * The set of the thread's last scope, emptied, for the next one: a scope per
+ * simulation of a few hundred blocks would otherwise make and free a table
+ * each time (and freeing it at the top of the heap lets malloc trim and
+ * fault the heap again on every run). Kept up to SCOPE_SPARE_MAX slots; a
+ * thread-specific key frees it when the thread exits.
+ */
+#define SCOPE_SPARE_MAX ((size_t)1 << 16)
+static _Thread_local scope_slot *spare_slot;
+static _Thread_local size_t spare_cap;
+static tss_t spare_key;
+static once_flag spare_once = ONCE_FLAG_INIT;
+
+static void
+spare_key_create(void)
+{
+    if (tss_create(&spare_key, free) != thrd_success)
+        abort();
+}
+
+/* Ends the use of a scope's set: kept as the spare if small enough. */
+static void
+scope_release_set(scope_slot *slot, size_t cap)
+{
+    if (slot == NULL)
+        return;
+    if (cap > SCOPE_SPARE_MAX || spare_slot != NULL) {
+        free(slot);
+        return;
+    }
+    memset(slot, 0, cap * sizeof *slot);
+    call_once(&spare_once, spare_key_create);
+    spare_slot = slot;
+    spare_cap = cap;
+    (void)tss_set(spare_key, slot);
+}
+
 static size_t
 scope_hash(const di_scope *s, const void *p)
 {
@@ -276,14 +313,18 @@ di_scope_run(int (*fn)(void *arg), void *arg, di_error *err)
     int rc;
     if (cur_scope)
         return fn(arg); /* nested: a failure goes to the outermost scope */
-    s.slot = NULL;
-    s.cap = 0;
+    s.slot = spare_slot;
+    s.cap = spare_cap;
     s.n = 0;
+    spare_slot = NULL;
+    spare_cap = 0;
+    if (s.slot)
+        (void)tss_set(spare_key, NULL);
     cur_scope = &s;
     if (setjmp(s.jump) == 0) {
         rc = fn(arg);
         cur_scope = NULL;
-        free(s.slot);
+        scope_release_set(s.slot, s.cap);
         return rc;
     }
     cur_scope = NULL;
@@ -295,7 +336,7 @@ di_scope_run(int (*fn)(void *arg), void *arg, di_error *err)
         else
             free(s.slot[i].p);
     }
-    free(s.slot);
+    scope_release_set(s.slot, s.cap);
     return di_error_set(err, DI_ENOMEM, "out of memory");
 }
 
