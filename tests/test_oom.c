@@ -1,8 +1,9 @@
 /*
  * test_oom.c: out-of-memory handling, in the manner of SQLite's malloc tests.
  * For the text parser, the protobuf decoder, the transform of a small GPT
- * (data, tensor and pipeline parallel, ZeRO with overlapped reduction) and a
- * simulation (fresh tables and a reused workspace), the loop makes the Nth
+ * (data, tensor and pipeline parallel, ZeRO, overlapped reduction, sequence
+ * parallelism, the schedules, recomputation, weight stashing, nested stages)
+ * and a simulation (fresh tables and a reused workspace), the loop makes the Nth
  * allocation fail for N = 0, 1, 2, ... until the operation succeeds. Every
  * failing run must return DI_ENOMEM with "out of memory" and no output; the
  * run that succeeds must give the same result as a run without injection
@@ -339,9 +340,10 @@ oom_apply(const char *what, const ir_module *g, const xform_strategy *s, const h
 static void
 test_oom_xform(void **state)
 {
-    ir_module *g = small_gpt(2);
+    ir_module *g = small_gpt(2), *g4 = small_gpt(4);
     hw_model *hw = NULL;
     xform_strategy s;
+    const xform_stage stages[2] = {{2, 1, 0}, {1, 2, 0}};
     di_error err;
     (void)state;
     assert_int_equal(hw_preset("a100-dgx:2", &hw, &err), 0);
@@ -359,7 +361,29 @@ test_oom_xform(void **state)
     s.dp = 2;
     s.microbatches = 4;
     oom_apply("xform pp=2 dp=2 mb=4", g, &s, hw);
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.microbatches = 4;
+    s.schedule = XFORM_SCHEDULE_GPIPE;
+    s.recompute = XFORM_RECOMPUTE_FULL;
+    s.stash = XFORM_STASH_PIPEDREAM;
+    oom_apply("xform pp=2 gpipe recompute=full stash", g, &s, hw);
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.tp = 2;
+    s.microbatches = 4;
+    s.schedule = XFORM_SCHEDULE_INTERLEAVED;
+    s.virtual_stages = 2;
+    s.recompute = XFORM_RECOMPUTE_SELECTIVE;
+    s.zero = 3;
+    oom_apply("xform pp=2 tp=2 interleaved:2 selective zero=3", g4, &s, hw);
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.nstages = 2;
+    s.stages = stages;
+    oom_apply("xform stages=2x1,1x2", g, &s, hw);
     hw_free(hw);
+    ir_module_free(g4);
     ir_module_free(g);
 }
 
