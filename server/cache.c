@@ -141,11 +141,11 @@ migrate(cache *c, const char *schema, di_error *err)
         const char *end = start + strlen(marker);
         const char *next = strstr(end, "\n-- version ");
         size_t n = next ? (size_t)(next - end) : strlen(end);
-        char *section = strndup(end, n);
+        char *section = di_strndup(end, n);
         if (section == NULL)
             di_oom();
         int rc = sqlite3_exec(c->db, section, NULL, NULL, &msg);
-        free(section);
+        di_free(section);
         if (rc != SQLITE_OK) {
             di_error_set(err, DI_EIO, "cache: schema version %d failed: %s", v,
                          msg ? msg : sqlite3_errstr(rc));
@@ -262,7 +262,7 @@ cache_close(cache *c)
         sqlite3_finalize(c->st[i]);
     if (c->db != NULL)
         sqlite3_close(c->db);
-    free(c->hits);
+    di_free(c->hits);
     di_free(c);
 }
 

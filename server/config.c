@@ -58,7 +58,7 @@ config_apply(srv_config *c, const config_desc *d, const char *value, di_error *e
     switch (d->type) {
     case SRV_CONFIG_STRING: {
         char **s = (char **)(void *)p;
-        free(*s);
+        di_free(*s);
         *s = strdup(value);
         if (*s == NULL)
             di_oom();
@@ -107,11 +107,11 @@ srv_config_fini(srv_config *c)
     for (size_t i = 0; i < NCONFIG; i++) {
         if (config_table[i].type == SRV_CONFIG_STRING) {
             char **s = (char **)(void *)((char *)c + config_table[i].offset);
-            free(*s);
+            di_free(*s);
             *s = NULL;
         }
     }
-    free(c->config);
+    di_free(c->config);
     c->config = NULL;
 }
 
@@ -193,11 +193,11 @@ srv_config_load_text(srv_config *c, const char *text, const char *origin, di_err
                 err->line = line;
             return DI_EINVAL;
         }
-        char *value = strndup(v, (size_t)(vend - v));
+        char *value = di_strndup(v, (size_t)(vend - v));
         if (value == NULL)
             di_oom();
         int rc = config_apply(c, d, value, err);
-        free(value);
+        di_free(value);
         if (rc != 0) {
             di_error_prefix(err, "%s:%u", origin, line);
             err->line = line;
@@ -268,8 +268,8 @@ srv_config_parse_args(srv_config *c, int argc, char **argv, di_error *err)
         if (rc != 0)
             return rc;
         if (len == 6 && strncmp(name, "config", 6) == 0) {
-            free(c->config);
-            c->config = strdup(value);
+            di_free(c->config);
+            c->config = di_strdup(value);
             if (c->config == NULL)
                 di_oom();
         }

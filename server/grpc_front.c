@@ -188,7 +188,7 @@ call_free(srv_call *c)
         di_free(r);
     }
     request_fini(&c->req);
-    free(c->status_msg);
+    di_free(c->status_msg);
     if (c->accepted) {
         if (c->live_prev != NULL)
             c->live_prev->live_next = c->live_next;
@@ -257,7 +257,7 @@ call_finish(srv_call *c, grpc_status_code status, const char *msg)
     if (c->status_pending || c->status_sent)
         return;
     c->status = status;
-    c->status_msg = strdup(msg != NULL ? msg : "");
+    c->status_msg = di_strdup(msg != NULL ? msg : "");
     if (c->status_msg == NULL)
         di_oom();
     c->status_pending = 1;

@@ -6,6 +6,8 @@
  */
 #include "log.h"
 
+#include "base/base.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -51,9 +53,9 @@ srv_log_open(const char *path, int level)
     pthread_mutex_lock(&log_lock);
     if (log_file != NULL)
         fclose(log_file);
-    free(log_path);
+    di_free(log_path);
     log_file = f;
-    log_path = f != NULL ? strdup(path) : NULL;
+    log_path = f != NULL ? di_strdup(path) : NULL;
     log_level = level;
     pthread_mutex_unlock(&log_lock);
     return 0;
@@ -85,7 +87,7 @@ srv_log_close(void)
     if (log_file != NULL)
         fclose(log_file);
     log_file = NULL;
-    free(log_path);
+    di_free(log_path);
     log_path = NULL;
     pthread_mutex_unlock(&log_lock);
 }

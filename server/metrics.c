@@ -46,8 +46,8 @@ conn_closed(uv_handle_t *h)
         if (c->next != NULL)
             c->next->prev = c->prev;
     }
-    free(c->resp);
-    free(c);
+    di_free(c->resp);
+    di_free(c);
 }
 
 static void
@@ -77,7 +77,7 @@ respond(http_conn *c, int code, const char *reason, const char *type, const char
     di_buf_put(&b, body, bodylen);
     size_t len;
     char *data = di_buf_take(&b, &len);
-    c->resp = malloc(len);
+    c->resp = di_malloc(len);
     if (c->resp == NULL)
         di_oom();
     memcpy(c->resp, data, len);

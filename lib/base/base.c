@@ -5,9 +5,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include "base.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <setjmp.h>
 #include <openssl/evp.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -113,92 +115,6 @@ di_error_prefix(di_error *err, const char *fmt, ...)
     memcpy(err->msg, tmp, sizeof tmp);
 }
 
-/*
- * Fault injection: when fail_countdown reaches zero the allocation fails.
- * A negative value disables it. It is an atomic so that threaded callers stay
- * well-defined; only tests set it.
- */
-static _Atomic long fail_countdown = -1;
-
-void
-di_alloc_fail_after(long n)
-{
-    atomic_store(&fail_countdown, n);
-}
-
-static int
-alloc_should_fail(void)
-{
-    long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
-    if (n < 0)
-        return 0;
-    return atomic_fetch_sub(&fail_countdown, 1) == 0;
-}
-
-void *
-di_malloc(size_t size)
-{
-    if (alloc_should_fail())
-        return NULL;
-    return malloc(size ? size : 1);
-}
-
-void *
-di_calloc(size_t count, size_t size)
-{
-    if (alloc_should_fail())
-        return NULL;
-    return calloc(count ? count : 1, size ? size : 1);
-}
-
-void *
-di_realloc(void *ptr, size_t size)
-{
-    if (alloc_should_fail())
-        return NULL;
-    return realloc(ptr, size ? size : 1);
-}
-
-void
-di_free(void *ptr)
-{
-    free(ptr);
-}
-
-_Noreturn void
-di_oom(void)
-{
-    fputs("distir: out of memory\n", stderr);
-    abort();
-}
-
-void *
-di_xmalloc(size_t size)
-{
-    void *p = malloc(size ? size : 1);
-    if (p == NULL)
-        di_oom();
-    return p;
-}
-
-void *
-di_xcalloc(size_t count, size_t size)
-{
-    void *p = calloc(count ? count : 1, size ? size : 1);
-    if (p == NULL)
-        di_oom();
-    return p;
-}
-
-void *
-di_xrealloc(void *ptr, size_t size)
-{
-    void *p = realloc(ptr, size ? size : 1);
-    if (p == NULL)
-        di_oom();
-    return p;
-}
-
 #if defined(__SANITIZE_ADDRESS__)
 /* AddressSanitizer checks heap blocks, not mappings: keep every table on the heap. */
 #define DI_BIG_MIN SIZE_MAX
@@ -223,22 +139,315 @@ big_advise(void *p, size_t len)
 #endif
 }
 
+/*
+ * Fault injection: when fail_countdown reaches zero the allocation fails.
+ * A negative value disables it. It is an atomic so that threaded callers stay
+ * well-defined; only tests set it.
+ */
+static _Atomic long fail_countdown = -1;
+
+void
+di_alloc_fail_after(long n)
+{
+    atomic_store(&fail_countdown, n);
+}
+
+static int
+alloc_should_fail(void)
+{
+    long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    if (n < 0)
+        return 0;
+    return atomic_fetch_sub(&fail_countdown, 1) == 0;
+}
+
+/*
+ * An allocation scope (see base.h): the blocks allocated inside it and not yet
+ * freed, in an open-addressing hash set keyed by address (linear probing,
+ * deletion by backward shift, at most half full). A set rather than a header
+ * on every block keeps di_free a plain free() outside scopes, so that memory
+ * a library frees with free() and memory we free with di_free stay
+ * interchangeable. The set itself is allocated with plain malloc: it is not
+ * subject to fault injection and never tracked.
+ */
+typedef struct scope_slot {
+    void *p;    /* NULL: empty */
+    size_t map; /* bytes mapped for a mapped di_big block, 0 for a heap block */
+} scope_slot;
+
+typedef struct di_scope {
+    jmp_buf jump;
+    scope_slot *slot;
+    size_t cap; /* a power of two, or 0 */
+    size_t n;
+} di_scope;
+
+static _Thread_local di_scope *cur_scope;
+
+/*
+ * The set of the thread's last scope, emptied, for the next one: a scope per
+ * simulation of a few hundred blocks would otherwise make and free a table
+ * each time (and freeing it at the top of the heap lets malloc trim and
+ * fault the heap again on every run). Kept up to SCOPE_SPARE_MAX slots; a
+ * thread-specific key frees it when the thread exits.
+ */
+#define SCOPE_SPARE_MAX ((size_t)1 << 16)
+static _Thread_local scope_slot *spare_slot;
+static _Thread_local size_t spare_cap;
+static tss_t spare_key;
+static once_flag spare_once = ONCE_FLAG_INIT;
+
+static void
+spare_key_create(void)
+{
+    if (tss_create(&spare_key, free) != thrd_success)
+        abort();
+}
+
+/* Ends the use of a scope's set: kept as the spare if small enough. */
+static void
+scope_release_set(scope_slot *slot, size_t cap)
+{
+    if (slot == NULL)
+        return;
+    if (cap > SCOPE_SPARE_MAX || spare_slot != NULL) {
+        free(slot);
+        return;
+    }
+    memset(slot, 0, cap * sizeof *slot);
+    call_once(&spare_once, spare_key_create);
+    spare_slot = slot;
+    spare_cap = cap;
+    (void)tss_set(spare_key, slot);
+}
+
+static size_t
+scope_hash(const di_scope *s, const void *p)
+{
+    return (size_t)(((uint64_t)(uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 32) & (s->cap - 1);
+}
+
+/* Makes room for one more block; -1 if the set cannot grow. */
+static int
+scope_reserve(di_scope *s)
+{
+    scope_slot *old = s->slot, *slot;
+    size_t ocap = s->cap, cap;
+    if (2 * (s->n + 1) <= s->cap)
+        return 0;
+    cap = s->cap ? 2 * s->cap : 256;
+    slot = calloc(cap, sizeof *slot);
+    if (slot == NULL)
+        return -1;
+    s->slot = slot;
+    s->cap = cap;
+    for (size_t i = 0; i < ocap; i++) {
+        size_t h;
+        if (old[i].p == NULL)
+            continue;
+        for (h = scope_hash(s, old[i].p); slot[h].p; h = (h + 1) & (cap - 1))
+            ;
+        slot[h] = old[i];
+    }
+    free(old);
+    return 0;
+}
+
+/* Adds p (never present); scope_reserve must have made room. */
+static void
+scope_add(di_scope *s, void *p, size_t map)
+{
+    size_t h = scope_hash(s, p);
+    assert(2 * (s->n + 1) <= s->cap);
+    while (s->slot[h].p)
+        h = (h + 1) & (s->cap - 1);
+    s->slot[h].p = p;
+    s->slot[h].map = map;
+    s->n++;
+}
+
+/* Removes p; returns 1 if it was tracked. */
+static int
+scope_remove(di_scope *s, const void *p)
+{
+    size_t h, j, mask = s->cap - 1;
+    if (s->n == 0)
+        return 0;
+    for (h = scope_hash(s, p); s->slot[h].p != p; h = (h + 1) & mask)
+        if (s->slot[h].p == NULL)
+            return 0;
+    /* Backward shift: pull later members of the probe run into the hole. */
+    for (j = (h + 1) & mask; s->slot[j].p; j = (j + 1) & mask) {
+        size_t home = scope_hash(s, s->slot[j].p);
+        if (((j - home) & mask) >= ((j - h) & mask)) {
+            s->slot[h] = s->slot[j];
+            h = j;
+        }
+    }
+    s->slot[h].p = NULL;
+    s->n--;
+    return 1;
+}
+
+int
+di_scope_active(void)
+{
+    return cur_scope != NULL;
+}
+
+void
+di_scope_adopt(void *p, size_t big_bytes)
+{
+    di_scope *s = cur_scope;
+    if (s == NULL || p == NULL)
+        return;
+    if (scope_reserve(s) != 0)
+        di_oom();
+    scope_add(s, p, big_bytes >= DI_BIG_MIN ? big_len(big_bytes) : 0);
+}
+
+int
+di_scope_run(int (*fn)(void *arg), void *arg, di_error *err)
+{
+    di_scope s;
+    int rc;
+    if (cur_scope)
+        return fn(arg); /* nested: a failure goes to the outermost scope */
+    s.slot = spare_slot;
+    s.cap = spare_cap;
+    s.n = 0;
+    spare_slot = NULL;
+    spare_cap = 0;
+    if (s.slot)
+        (void)tss_set(spare_key, NULL);
+    cur_scope = &s;
+    if (setjmp(s.jump) == 0) {
+        rc = fn(arg);
+        cur_scope = NULL;
+        scope_release_set(s.slot, s.cap);
+        return rc;
+    }
+    cur_scope = NULL;
+    for (size_t i = 0; i < s.cap; i++) {
+        if (s.slot[i].p == NULL)
+            continue;
+        if (s.slot[i].map)
+            munmap(s.slot[i].p, s.slot[i].map);
+        else
+            free(s.slot[i].p);
+    }
+    scope_release_set(s.slot, s.cap);
+    return di_error_set(err, DI_ENOMEM, "out of memory");
+}
+
+void *
+di_malloc(size_t size)
+{
+    di_scope *s = cur_scope;
+    void *p;
+    if (alloc_should_fail() || (s && scope_reserve(s) != 0))
+        return NULL;
+    p = malloc(size ? size : 1);
+    if (p && s)
+        scope_add(s, p, 0);
+    return p;
+}
+
+void *
+di_calloc(size_t count, size_t size)
+{
+    di_scope *s = cur_scope;
+    void *p;
+    if (alloc_should_fail() || (s && scope_reserve(s) != 0))
+        return NULL;
+    p = calloc(count ? count : 1, size ? size : 1);
+    if (p && s)
+        scope_add(s, p, 0);
+    return p;
+}
+
+void *
+di_realloc(void *ptr, size_t size)
+{
+    di_scope *s = cur_scope;
+    void *p;
+    int tracked;
+    if (alloc_should_fail() || (s && scope_reserve(s) != 0))
+        return NULL;
+    /* Untracked while realloc runs: it may free ptr. Re-added if it fails. */
+    tracked = s && (ptr == NULL || scope_remove(s, ptr));
+    p = realloc(ptr, size ? size : 1);
+    if (tracked && (p || ptr))
+        scope_add(s, p ? p : ptr, 0);
+    return p;
+}
+
+void
+di_free(void *ptr)
+{
+    if (cur_scope && ptr)
+        scope_remove(cur_scope, ptr);
+    free(ptr);
+}
+
+_Noreturn void
+di_oom(void)
+{
+    if (cur_scope)
+        longjmp(cur_scope->jump, 1);
+    fputs("distir: out of memory\n", stderr);
+    abort();
+}
+
+void *
+di_xmalloc(size_t size)
+{
+    void *p = di_malloc(size);
+    if (p == NULL)
+        di_oom();
+    return p;
+}
+
+void *
+di_xcalloc(size_t count, size_t size)
+{
+    void *p = di_calloc(count, size);
+    if (p == NULL)
+        di_oom();
+    return p;
+}
+
+void *
+di_xrealloc(void *ptr, size_t size)
+{
+    void *p = di_realloc(ptr, size);
+    if (p == NULL)
+        di_oom();
+    return p;
+}
+
 void *
 di_big_xalloc(size_t bytes)
 {
+    di_scope *s = cur_scope;
     void *p;
     if (bytes < DI_BIG_MIN)
         return di_xcalloc(1, bytes ? bytes : 1);
+    if (alloc_should_fail() || (s && scope_reserve(s) != 0))
+        di_oom();
     p = mmap(NULL, big_len(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         di_oom();
     big_advise(p, big_len(bytes));
+    if (s)
+        scope_add(s, p, big_len(bytes));
     return p;
 }
 
 void *
 di_big_xrealloc(void *p, size_t old_bytes, size_t new_bytes)
 {
+    di_scope *s = cur_scope;
     void *q;
     if (p == NULL)
         return di_big_xalloc(new_bytes);
@@ -250,15 +459,22 @@ di_big_xrealloc(void *p, size_t old_bytes, size_t new_bytes)
         return q;
     }
     if (old_bytes < DI_BIG_MIN) {
+        /* A heap block becomes a mapping, tracked if the heap block was. */
         q = di_big_xalloc(new_bytes);
         memcpy(q, p, old_bytes);
+        if (s && !scope_remove(s, p))
+            scope_remove(s, q);
         free(p);
         return q;
     }
+    if (alloc_should_fail() || (s && scope_reserve(s) != 0))
+        di_oom();
     q = mremap(p, big_len(old_bytes), big_len(new_bytes), MREMAP_MAYMOVE);
     if (q == MAP_FAILED)
         di_oom();
     big_advise(q, big_len(new_bytes));
+    if (s && scope_remove(s, p))
+        scope_add(s, q, big_len(new_bytes));
     return q;
 }
 
@@ -267,10 +483,35 @@ di_big_free(void *p, size_t bytes)
 {
     if (p == NULL)
         return;
-    if (bytes < DI_BIG_MIN)
-        free(p);
-    else
-        munmap(p, big_len(bytes));
+    if (bytes < DI_BIG_MIN) {
+        di_free(p);
+        return;
+    }
+    if (cur_scope)
+        scope_remove(cur_scope, p);
+    munmap(p, big_len(bytes));
+}
+
+char *
+di_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = di_malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+char *
+di_strndup(const char *s, size_t n)
+{
+    size_t len = strnlen(s, n);
+    char *p = di_malloc(len + 1);
+    if (p) {
+        memcpy(p, s, len);
+        p[len] = '\0';
+    }
+    return p;
 }
 
 char *
@@ -293,7 +534,7 @@ di_buf_init(di_buf *b)
 void
 di_buf_fini(di_buf *b)
 {
-    free(b->data);
+    di_free(b->data);
     di_buf_init(b);
 }
 
@@ -455,7 +696,7 @@ di_read_file(const char *path, size_t max, uint8_t **data, size_t *len, di_error
         if (n > max) {
             if (f != stdin)
                 fclose(f);
-            free(p);
+            di_free(p);
             return di_error_set(err, DI_ETOOBIG, "'%s' is larger than the limit of %zu bytes",
                                 path, max);
         }
@@ -466,7 +707,7 @@ di_read_file(const char *path, size_t max, uint8_t **data, size_t *len, di_error
         int e = errno;
         if (f != stdin)
             fclose(f);
-        free(p);
+        di_free(p);
         return di_error_set(err, DI_EIO, "cannot read '%s': %s", path, strerror(e));
     }
     if (f != stdin)

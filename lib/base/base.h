@@ -8,7 +8,10 @@
  *
  * All heap memory goes through di_malloc/di_realloc/di_free so that tests can
  * make the Nth allocation fail (di_alloc_fail_after) and check that every
- * error path cleans up; out-of-memory in code that cannot report it aborts.
+ * error path cleans up. Out-of-memory in code that cannot report it (the
+ * di_x* functions, DI_GROW) jumps out of the innermost allocation scope
+ * (di_scope_run), which frees what was allocated inside it and returns
+ * DI_ENOMEM; outside any scope it aborts.
  *
  * Growable arrays are plain (pointer, count, capacity) triples grown with
  * DI_GROW; strings are built in a di_buf.
@@ -77,13 +80,20 @@ void di_error_prefix(di_error *err, const char *fmt, ...) __attribute__((format(
 
 /*
  * Allocation. di_malloc and di_realloc return NULL on failure (which tests can
- * force); di_xmalloc/di_xrealloc/di_xcalloc abort on failure and are for code
- * that has no error path of its own.
+ * force); di_xmalloc/di_xrealloc/di_xcalloc/di_xstrdup call di_oom on failure
+ * and are for code that has no error path of its own. di_oom leaves the
+ * current allocation scope (see di_scope_run) or, outside any, aborts.
+ * Memory from any of them is freed with di_free (plain free() is harmless
+ * outside a scope, but inside one it leaves the block to be freed again if
+ * the scope fails).
  */
 void *di_malloc(size_t size);
 void *di_calloc(size_t count, size_t size);
 void *di_realloc(void *ptr, size_t size);
 void di_free(void *ptr);
+/* strdup and strndup on di_malloc: NULL on failure. */
+char *di_strdup(const char *s);
+char *di_strndup(const char *s, size_t n);
 void *di_xmalloc(size_t size);
 void *di_xcalloc(size_t count, size_t size);
 void *di_xrealloc(void *ptr, size_t size);
@@ -95,7 +105,8 @@ _Noreturn void di_oom(void);
  * transparent huge pages (one fault per 2 MiB instead of per 4 KiB) and
  * grown with mremap (page tables move, bytes are not copied); below that
  * they are ordinary heap blocks. Growth zeroes the new tail. The caller
- * passes the current size back on every call. They abort on out-of-memory.
+ * passes the current size back on every call. They call di_oom on
+ * out-of-memory; allocation scopes track them like heap blocks.
  */
 void *di_big_xalloc(size_t bytes);
 void *di_big_xrealloc(void *p, size_t old_bytes, size_t new_bytes);
@@ -104,8 +115,41 @@ void di_big_free(void *p, size_t bytes);
 void di_alloc_fail_after(long n);
 
 /*
+ * Allocation scopes, as Lua's protected calls: di_scope_run runs fn(arg) with
+ * a scope active on the calling thread and returns what fn returns. Every
+ * block allocated by the di_* functions while the scope is active, and not
+ * freed with di_free (or di_big_free) before it ends, is tracked. If an
+ * allocation fails in a di_x* function (or DI_GROW, or anything that calls
+ * di_oom), control jumps back to di_scope_run, which frees every tracked
+ * block and returns di_error_set(err, DI_ENOMEM, "out of memory"). When fn
+ * returns, the tracked blocks are simply forgotten: whatever fn handed out
+ * now belongs to its callers as usual.
+ *
+ * So fn must be written for the jump: it must hold no resource other than
+ * di_* memory (files, locks, OpenSSL contexts) across an allocation, and must
+ * not store a block allocated inside the scope where something outside the
+ * scope keeps it (a global cache, a caller-owned object that survives the
+ * failure) unless the caller resets that place after DI_ENOMEM. A realloc of
+ * a block allocated outside the scope stays untracked (it still belongs to
+ * its outside owner). Scopes nest by flattening: inside a scope, di_scope_run
+ * just calls fn, and a failure jumps to the outermost one. The scope is
+ * per thread (_Thread_local); a block must be freed on the thread whose
+ * scope allocated it while that scope is active.
+ */
+int di_scope_run(int (*fn)(void *arg), void *arg, di_error *err);
+/* True if an allocation scope is active on this thread. */
+int di_scope_active(void);
+/*
+ * Hands a block allocated before the scope to the current scope (no-op
+ * outside one): freed if the scope fails. big_bytes is the size given to
+ * di_big_* for a di_big block, 0 for a di_malloc block. For tables that a
+ * scoped function takes over from a caller-owned cache.
+ */
+void di_scope_adopt(void *p, size_t big_bytes);
+
+/*
  * Grows the array *pp (element size sizeof(**pp)) so that it holds at least
- * need elements, doubling its capacity *capp. Aborts on out-of-memory.
+ * need elements, doubling its capacity *capp. Calls di_oom on out-of-memory.
  */
 #define DI_GROW(pp, capp, need)                                                                    \
     do {                                                                                           \

@@ -403,7 +403,7 @@ pb_check_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_
         DI_GROW(&w.levels, &w.clevel, w.nlevel + 1);
         w.levels[w.nlevel++] = (wire_level){child, cstart, cend, cstart, NULL, 0};
     }
-    free(w.levels);
+    di_free(w.levels);
     return rc;
 }
 
@@ -497,10 +497,11 @@ pb_validate(const ProtobufCMessage *msg, di_error *err)
 
 /*
  * An allocator for protobuf-c that counts what it hands out and refuses past
- * a cap. It allocates with di_malloc (plain malloc underneath, so that the
- * message can be freed with the default allocator, and tests can inject
- * failures) and never gives memory back to the count: unpack frees little
- * before it returns.
+ * a cap. It allocates with di_malloc (so that tests can inject failures and
+ * an allocation scope tracks the message; plain malloc underneath, so that
+ * outside a scope the message can also be freed with the default allocator)
+ * and never gives memory back to the count: unpack frees little before it
+ * returns.
  */
 typedef struct capped_alloc {
     size_t used, cap;
@@ -532,6 +533,15 @@ capped_free_fn(void *data, void *ptr)
     di_free(ptr);
 }
 
+static void *
+pb_alloc_fn(void *data, size_t size)
+{
+    (void)data;
+    return di_malloc(size);
+}
+
+ProtobufCAllocator pb_allocator = {pb_alloc_fn, capped_free_fn, NULL};
+
 int
 pb_unpack_checked(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
                   int max_depth, ProtobufCMessage **out, di_error *err)
@@ -562,7 +572,7 @@ pb_unpack_checked(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, si
         return di_error_set(err, DI_EDECODE, "protobuf-c could not unpack %s", desc->name);
     }
     if ((rc = pb_validate(msg, err)) != 0) {
-        protobuf_c_message_free_unpacked(msg, NULL);
+        protobuf_c_message_free_unpacked(msg, &pb_allocator);
         return rc;
     }
     *out = msg;

@@ -29,9 +29,17 @@ int pb_check_depth(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, s
 int pb_validate(const ProtobufCMessage *msg, di_error *err);
 
 /*
- * Depth check, unpack (with an allocator that fails beyond max_alloc bytes),
- * then pb_validate. On success *out is the message (free with
- * protobuf_c_message_free_unpacked(*out, NULL)).
+ * protobuf-c's allocator hook on di_malloc/di_free: messages that protobuf-c
+ * allocates through it are subject to fault injection and allocation scopes.
+ * Never modified.
+ */
+extern ProtobufCAllocator pb_allocator;
+
+/*
+ * Depth check, unpack (with an allocator on di_malloc that fails beyond
+ * max_alloc bytes), then pb_validate. On success *out is the message (free
+ * with protobuf_c_message_free_unpacked(*out, &pb_allocator); NULL, the
+ * default allocator, is equivalent outside an allocation scope).
  */
 int pb_unpack_checked(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
                       int max_depth, ProtobufCMessage **out, di_error *err);

@@ -534,7 +534,7 @@ put_attrs(hasher *h, enc *s, const ir_op *o, const hframe *f)
         qsort(k, o->nattr, sizeof *k, cmp_attr_key);
         for (uint32_t i = 0; i < o->nattr; i++)
             put_attr(h, s, o, k[i].attr, f);
-        free(k);
+        di_free(k);
     }
 }
 
@@ -653,9 +653,9 @@ sort_digests(di_hash *d, uint32_t n)
         i = j;
     }
     memcpy(d, out, n * sizeof *d);
-    free(a);
-    free(b);
-    free(out);
+    di_free(a);
+    di_free(b);
+    di_free(out);
 }
 
 /* Finishes the region on top of the stack: its digest, then the pending pmap op's. */
@@ -843,8 +843,8 @@ find_calls(hasher *h, uint32_t *nedge)
             }
         }
     }
-    free(st);
-    free(seen);
+    di_free(st);
+    di_free(seen);
     *nedge = ne;
     return e;
 }
@@ -875,7 +875,7 @@ hash_functions(hasher *h)
         memcpy(pos, first, ((size_t)m->nregion + 1) * sizeof *pos);
         for (uint32_t i = 0; i < ne; i++)
             by_to[pos[e[i].to]++] = i;
-        free(pos);
+        di_free(pos);
     }
     for (ir_id r = 1; r < m->nregion; r++)
         if (m->regions[r].parent == 0 && lists_ok(&m->regions[r]) && deps[r] == 0)
@@ -892,11 +892,11 @@ hash_functions(hasher *h)
     for (ir_id r = 1; r < m->nregion; r++)
         if (m->regions[r].parent == 0 && lists_ok(&m->regions[r]) && !h->visited[r])
             hash_function(h, r);
-    free(deps);
-    free(first);
-    free(by_to);
-    free(queue);
-    free(e);
+    di_free(deps);
+    di_free(first);
+    di_free(by_to);
+    di_free(queue);
+    di_free(e);
 }
 
 static void
@@ -973,20 +973,20 @@ ir_hash(const ir_module *m, di_hash *out)
         put_digest(&s, &list[i]);
     enc_final(&s, out);
 
-    free(list);
-    free(h.odig);
-    free(h.odone);
-    free(h.tdig);
-    free(h.tstate);
-    free(h.tenv);
-    free(h.mdig);
-    free(h.rdig);
-    free(h.rdone);
-    free(h.visited);
-    free(h.bind);
-    free(h.cvar);
-    free(h.callee);
-    free(h.stack);
-    free(h.tstack);
-    free(h.scratch);
+    di_free(list);
+    di_free(h.odig);
+    di_free(h.odone);
+    di_free(h.tdig);
+    di_free(h.tstate);
+    di_free(h.tenv);
+    di_free(h.mdig);
+    di_free(h.rdig);
+    di_free(h.rdone);
+    di_free(h.visited);
+    di_free(h.bind);
+    di_free(h.cvar);
+    di_free(h.callee);
+    di_free(h.stack);
+    di_free(h.tstack);
+    di_free(h.scratch);
 }

@@ -135,28 +135,28 @@ ir_module_free(ir_module *m)
     if (m == NULL)
         return;
     for (uint32_t r = 1; r < m->nregion; r++) {
-        free(m->regions[r].ops);
-        free(m->regions[r].args);
-        free(m->regions[r].results);
+        di_free(m->regions[r].ops);
+        di_free(m->regions[r].args);
+        di_free(m->regions[r].results);
     }
-    free(m->chars);
-    free(m->strtab);
-    free(m->types);
-    free(m->typetab);
-    free(m->values);
-    free(m->ops);
-    free(m->regions);
-    free(m->meshes);
-    free(m->attrs);
-    free(m->refs);
-    free(m->ints);
-    free(m->floats);
-    free(m->data);
-    free(m->inits);
-    free(m->oplocs);
-    free(m->valuelocs);
-    free(m->devcache);
-    free(m);
+    di_free(m->chars);
+    di_free(m->strtab);
+    di_free(m->types);
+    di_free(m->typetab);
+    di_free(m->values);
+    di_free(m->ops);
+    di_free(m->regions);
+    di_free(m->meshes);
+    di_free(m->attrs);
+    di_free(m->refs);
+    di_free(m->ints);
+    di_free(m->floats);
+    di_free(m->data);
+    di_free(m->inits);
+    di_free(m->oplocs);
+    di_free(m->valuelocs);
+    di_free(m->devcache);
+    di_free(m);
 }
 
 static void *
@@ -253,7 +253,7 @@ tab_grow(uint64_t *old, uint32_t *cap)
     for (uint32_t i = 0; i < oc; i++)
         if (old[i])
             tab_put(tab, nc, (uint32_t)(old[i] >> 32), (ir_id)old[i]);
-    free(old);
+    di_free(old);
     *cap = nc;
     return tab;
 }
@@ -431,7 +431,7 @@ type_intern(ir_module *m, ir_type t, const int64_t *dims, const int64_t *place,
         if (t.nelem)
             memcpy(e, elems, t.nelem * sizeof *e);
         probe.elems = push_refs(m, t.nelem, e);
-        free(e);
+        di_free(e);
     }
     if ((m->ntype + 1) * 2 > m->ctypetab)
         m->typetab = tab_grow(m->typetab, &m->ctypetab);

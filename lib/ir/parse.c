@@ -102,7 +102,7 @@ symmap_put(symmap *t, ir_id key, ir_id val)
             *s = old[i];
             s->gen = 1;
         }
-        free(old);
+        di_free(old);
     }
     s = symmap_slot(t, key);
     if (s->gen != t->gen) {
@@ -127,7 +127,7 @@ symmap_clear(symmap *t)
 static void
 symmap_fini(symmap *t)
 {
-    free(t->slot);
+    di_free(t->slot);
     memset(t, 0, sizeof *t);
 }
 
@@ -1257,8 +1257,8 @@ sort_attrs(parser *p, uint32_t base)
         memcpy(a, ta, n * sizeof *a);
         memcpy(off, to, n * sizeof *off);
     }
-    free(ta);
-    free(to);
+    di_free(ta);
+    di_free(to);
     for (uint32_t i = 1; i < n; i++)
         if (a[i].key == a[i - 1].key && (dup == UINT32_MAX || off[i] < off[dup]))
             dup = i;
@@ -1764,7 +1764,7 @@ has_duplicate(const int64_t *v, uint32_t n, int64_t *dup)
             *dup = sorted[i];
             found = 1;
         }
-    free(sorted);
+    di_free(sorted);
     return found;
 }
 
@@ -1891,8 +1891,8 @@ parse_top(parser *p)
     return 0;
 }
 
-int
-ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
+static int
+parse_module(const char *text, size_t len, ir_module **out, di_error *err)
 {
     parser p;
     int rc;
@@ -1919,17 +1919,17 @@ ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
         else
             ir_op_set_callee(p.m, u->op, f);
     }
-    free(p.callees);
+    di_free(p.callees);
     symmap_fini(&p.values);
     symmap_fini(&p.funcs);
     symmap_fini(&p.meshes);
     di_buf_fini(&p.sbuf);
-    free(p.ids);
-    free(p.groups);
-    free(p.attrs);
-    free(p.attroff);
-    free(p.lints);
-    free(p.lfloats);
+    di_free(p.ids);
+    di_free(p.groups);
+    di_free(p.attrs);
+    di_free(p.attroff);
+    di_free(p.lints);
+    di_free(p.lfloats);
     if (rc != 0) {
         ir_module_free(p.m);
         if (!p.failed)
@@ -1938,4 +1938,30 @@ ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
     }
     *out = p.m;
     return 0;
+}
+
+/* The arguments of ir_parse, for its allocation scope. */
+struct parse_call {
+    const char *text;
+    size_t len;
+    ir_module **out;
+    di_error *err;
+};
+
+static int
+parse_call_run(void *arg)
+{
+    struct parse_call *c = arg;
+    return parse_module(c->text, c->len, c->out, c->err);
+}
+
+/* The parse runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
+int
+ir_parse(const char *text, size_t len, ir_module **out, di_error *err)
+{
+    struct parse_call c = {text, len, out, err};
+    int rc = di_scope_run(parse_call_run, &c, err);
+    if (rc != 0)
+        *out = NULL;
+    return rc;
 }

@@ -343,9 +343,9 @@ ir_proto_free(Distir__V1__Module *pm)
         return;
     for (b = t->blocks; b; b = next) {
         next = b->next;
-        free(b);
+        di_free(b);
     }
-    free(t);
+    di_free(t);
 }
 
 int
@@ -596,39 +596,39 @@ assign_ids(dec *d)
     for (uint32_t a = 1; a <= d->nop; a++) {
         uint32_t id = d->nop_with_id ? d->op_msg[a]->id : a;
         if (id == 0 || id > d->nop) {
-            free(seen);
+            di_free(seen);
             return di_error_set(d->err, DI_EDECODE,
                                 "%s.id: op id %u out of range (module has %u ops)",
                                 op_where(d, a, &w), id, d->nop);
         }
         if (seen[id]) {
-            free(seen);
+            di_free(seen);
             return di_error_set(d->err, DI_EDECODE, "%s.id: op id %u is used twice",
                                 op_where(d, a, &w), id);
         }
         seen[id] = 1;
         d->op_id[a] = id;
     }
-    free(seen);
+    di_free(seen);
 
     seen = di_xcalloc(d->nreg + 1, 1);
     for (uint32_t r = 1; r <= d->nreg; r++) {
         uint32_t id = d->nreg_with_id ? d->reg_msg[r]->id : r;
         if (id == 0 || id > d->nreg) {
-            free(seen);
+            di_free(seen);
             return di_error_set(d->err, DI_EDECODE,
                                 "%s.id: region id %u out of range (module has %u regions)",
                                 region_where(d, r, &w), id, d->nreg);
         }
         if (seen[id]) {
-            free(seen);
+            di_free(seen);
             return di_error_set(d->err, DI_EDECODE, "%s.id: region id %u is used twice",
                                 region_where(d, r, &w), id);
         }
         seen[id] = 1;
         d->reg_id[r] = id;
     }
-    free(seen);
+    di_free(seen);
     return 0;
 }
 
@@ -794,7 +794,7 @@ decode_types(dec *d)
             for (size_t k = 0; k < pt->n_elems; k++)
                 elems[k] = d->tmap[pt->elems[k]];
             d->tmap[i] = ir_type_tuple(d->m, (uint32_t)pt->n_elems, elems);
-            free(elems);
+            di_free(elems);
             break;
         default:
             return di_error_set(d->err, DI_EDECODE, "types[%u].kind: %d is not a type kind", i,
@@ -1059,7 +1059,7 @@ decode_attrs(dec *d, ir_id id, const Distir__V1__Op *po, const char *place)
     m->ops[id].attrs = start;
     m->ops[id].nattr = (uint32_t)n;
 out:
-    free(order);
+    di_free(order);
     return rc;
 }
 
@@ -1220,7 +1220,7 @@ decode_regions(dec *d)
         if (got != id)
             rc = di_error_set(d->err, DI_EINTERNAL, "region %u was created as %u", id, got);
     }
-    free(by_id);
+    di_free(by_id);
     if (rc != 0)
         return rc;
 
@@ -1254,20 +1254,20 @@ decode_regions(dec *d)
 static void
 dec_fini(dec *d)
 {
-    free(d->tmap);
-    free(d->defined);
-    free(d->op_msg);
-    free(d->op_reg);
-    free(d->op_pos);
-    free(d->op_body);
-    free(d->op_id);
-    free(d->reg_msg);
-    free(d->reg_parent);
-    free(d->reg_func);
-    free(d->reg_first);
-    free(d->reg_id);
-    free(d->flat);
-    free(d->fnames);
+    di_free(d->tmap);
+    di_free(d->defined);
+    di_free(d->op_msg);
+    di_free(d->op_reg);
+    di_free(d->op_pos);
+    di_free(d->op_body);
+    di_free(d->op_id);
+    di_free(d->reg_msg);
+    di_free(d->reg_parent);
+    di_free(d->reg_func);
+    di_free(d->reg_first);
+    di_free(d->reg_id);
+    di_free(d->flat);
+    di_free(d->fnames);
 }
 
 /* Table sizes, counting the reserved entry 0 even when the message leaves it out. */
@@ -1355,8 +1355,9 @@ ir_from_proto(const Distir__V1__Module *pm, const ir_limits *lim, ir_module **ou
     return 0;
 }
 
-int
-ir_decode(const uint8_t *data, size_t len, const ir_limits *lim, ir_module **out, di_error *err)
+static int
+decode_bytes(const uint8_t *data, size_t len, const ir_limits *lim, ir_module **out,
+             di_error *err)
 {
     ir_limits dflt;
     ProtobufCMessage *msg;
@@ -1375,6 +1376,33 @@ ir_decode(const uint8_t *data, size_t len, const ir_limits *lim, ir_module **out
     if (rc != 0)
         return rc;
     rc = ir_from_proto((const Distir__V1__Module *)msg, lim, out, err);
-    protobuf_c_message_free_unpacked(msg, NULL);
+    protobuf_c_message_free_unpacked(msg, &pb_allocator);
+    return rc;
+}
+
+/* The arguments of ir_decode, for its allocation scope. */
+struct decode_call {
+    const uint8_t *data;
+    size_t len;
+    const ir_limits *lim;
+    ir_module **out;
+    di_error *err;
+};
+
+static int
+decode_call_run(void *arg)
+{
+    struct decode_call *c = arg;
+    return decode_bytes(c->data, c->len, c->lim, c->out, c->err);
+}
+
+/* The decoding runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
+int
+ir_decode(const uint8_t *data, size_t len, const ir_limits *lim, ir_module **out, di_error *err)
+{
+    struct decode_call c = {data, len, lim, out, err};
+    int rc = di_scope_run(decode_call_run, &c, err);
+    if (rc != 0)
+        *out = NULL;
     return rc;
 }

@@ -307,7 +307,7 @@ claim(printer *pr, ir_id key)
             pr->claim[h].gen = 1;
             pr->claim[h].key = old[i].key;
         }
-        free(old);
+        di_free(old);
     }
     mask = pr->cclaim - 1;
     for (h = claim_hash(key, mask); pr->claim[h].gen == pr->gen; h = (h + 1) & mask)
@@ -770,10 +770,10 @@ ir_print(const ir_module *m, size_t *len)
 
     text = di_buf_take(&pr.out, len);
     di_buf_fini(&pr.types);
-    free(pr.toff);
-    free(pr.tlen);
-    free(pr.vnum);
-    free(pr.claim);
-    free(pr.order);
+    di_free(pr.toff);
+    di_free(pr.tlen);
+    di_free(pr.vnum);
+    di_free(pr.claim);
+    di_free(pr.order);
     return text;
 }

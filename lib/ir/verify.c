@@ -836,7 +836,7 @@ check_meshes(verifier *vf)
         vf->mesh_ok[i] = (uint8_t)ok;
     }
     check_unique_names(vf, names, nnames, "meshes");
-    free(names);
+    di_free(names);
 }
 
 /*
@@ -924,7 +924,7 @@ check_regions(verifier *vf)
         }
     }
     check_unique_names(vf, names, nnames, "functions");
-    free(names);
+    di_free(names);
 }
 
 /* ---- ops ---- */
@@ -1590,7 +1590,7 @@ check_calls(verifier *vf)
             }
         }
     }
-    free(seen);
+    di_free(seen);
     if (ne > 0) {
         /* Edges sorted by caller; first[f] .. first[f + 1] are f's calls. */
         uint32_t *first = di_xcalloc((size_t)m->nregion + 1, sizeof *first);
@@ -1633,12 +1633,12 @@ check_calls(verifier *vf)
                 }
             }
         }
-        free(first);
-        free(color);
-        free(next);
+        di_free(first);
+        di_free(color);
+        di_free(next);
     }
-    free(st);
-    free(e);
+    di_free(st);
+    di_free(e);
 }
 
 /* ---- entry points ---- */
@@ -1646,21 +1646,21 @@ check_calls(verifier *vf)
 static void
 verifier_free(verifier *vf)
 {
-    free(vf->defined);
-    free(vf->listed);
-    free(vf->visited);
-    free(vf->tstate);
-    free(vf->tmark);
-    free(vf->bind);
-    free(vf->mesh_ok);
-    free(vf->cvar);
-    free(vf->callee);
-    free(vf->devbits);
-    free(vf->stack);
-    free(vf->tstack);
-    free(vf->walk);
-    free(vf->out);
-    free(vf);
+    di_free(vf->defined);
+    di_free(vf->listed);
+    di_free(vf->visited);
+    di_free(vf->tstate);
+    di_free(vf->tmark);
+    di_free(vf->bind);
+    di_free(vf->mesh_ok);
+    di_free(vf->cvar);
+    di_free(vf->callee);
+    di_free(vf->devbits);
+    di_free(vf->stack);
+    di_free(vf->tstack);
+    di_free(vf->walk);
+    di_free(vf->out);
+    di_free(vf);
 }
 
 /* Runs every check; returns the number of problems, or DI_ENOMEM. */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <threads.h>
 
 #define JSON_MAX_BYTES (256u << 20) /* a hardware file larger than this is refused */
 #define PATH_MAX_LEN 4096
@@ -594,6 +595,19 @@ parse_model(const json_t *root, const char *base_dir, hw_model *hw, di_error *er
     return hw_validate(hw, err);
 }
 
+/*
+ * Jansson allocates through di_malloc and di_free, so that fault injection
+ * reaches it. Its allocator is process-wide and must be set before its first
+ * allocation: once, here, before any JSON is read.
+ */
+static once_flag json_alloc_once = ONCE_FLAG_INIT;
+
+static void
+json_alloc_set(void)
+{
+    json_set_alloc_funcs(di_malloc, di_free);
+}
+
 /* Parses text; base_dir NULL forbids file references. */
 static int
 from_json(const char *text, size_t len, const char *base_dir, hw_model **out, di_error *err)
@@ -603,7 +617,10 @@ from_json(const char *text, size_t len, const char *base_dir, hw_model **out, di
     hw_model *hw;
     int rc;
     *out = NULL;
+    call_once(&json_alloc_once, json_alloc_set);
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL && json_error_code(&jerr) == json_error_out_of_memory)
+        return di_error_set(err, DI_ENOMEM, "out of memory reading JSON");
     if (root == NULL)
         return di_error_at(err, DI_EPARSE, (uint32_t)(jerr.line > 0 ? jerr.line : 0),
                            (uint32_t)(jerr.column > 0 ? jerr.column : 0), "malformed JSON: %s",

@@ -410,9 +410,9 @@ sim_sort_keys(uint64_t *keys, uint32_t n)
     sort_events(v, tmp, count, n);
     for (uint32_t i = 0; i < n; i++)
         keys[i] = v[i].key;
-    free(count);
-    free(tmp);
-    free(v);
+    di_free(count);
+    di_free(tmp);
+    di_free(v);
 }
 
 /*

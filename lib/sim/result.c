@@ -123,9 +123,9 @@ timeline_refs(const sim_result *r)
             ref[root[i]] = i;
     for (uint32_t i = 0; i < n; i++)
         ref[i] = r->devices[i].ntimeline && r->devices[i].timeline ? ref[root[i]] : i;
-    free(tab);
-    free(ptab);
-    free(root);
+    di_free(tab);
+    di_free(ptab);
+    di_free(root);
     return ref;
 }
 
@@ -198,7 +198,7 @@ sim_result_to_json(const sim_result *r)
         di_buf_puts(&b, "]}");
     }
     di_buf_puts(&b, "]}");
-    free(ref);
+    di_free(ref);
     return di_buf_take(&b, NULL);
 }
 
@@ -313,7 +313,7 @@ sim_result_to_proto(const sim_result *r)
         }
         p->devices[i] = q;
     }
-    free(ref);
+    di_free(ref);
     return p;
 }
 
@@ -325,16 +325,16 @@ sim_result_proto_free(struct Distir__V1__SimResult *p)
     for (size_t i = 0; i < p->n_devices; i++) {
         Distir__V1__DeviceResult *q = p->devices[i];
         for (size_t t = 0; t < q->n_timeline; t++) {
-            free(q->timeline[t]->by_class);
-            free(q->timeline[t]);
+            di_free(q->timeline[t]->by_class);
+            di_free(q->timeline[t]);
         }
-        free(q->timeline);
-        free(q->peak_by_class);
-        free(q);
+        di_free(q->timeline);
+        di_free(q->peak_by_class);
+        di_free(q);
     }
-    free(p->devices);
-    free(p->simulator_version);
-    free(p);
+    di_free(p->devices);
+    di_free(p->simulator_version);
+    di_free(p);
 }
 
 int
@@ -411,7 +411,7 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
                                 "its own",
                                 id, to);
         }
-        free(d->timeline);
+        di_free(d->timeline);
         d->timeline = r->devices[lo].timeline;
         d->ntimeline = r->devices[lo].ntimeline;
         d->timeline_shared = 1;

@@ -258,7 +258,7 @@ op_time(sim *s, ir_id op, int32_t dev, double *t, double *flops)
                         j = (j + 1) & (s->csig - 1);
                     s->sigs[j] = tab[i];
                 }
-            free(tab);
+            di_free(tab);
         }
         uint64_t hash = signature_hash(s->m, op);
         mask = s->csig - 1;
@@ -510,7 +510,7 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const sim_grp **e)
         for (uint32_t i = 0; i < oldn; i++)
             if (old[i].op)
                 s->grps[grp_slot(s, old[i].op, old[i].dev)] = old[i];
-        free(old);
+        di_free(old);
     }
     h = grp_slot(s, op, dev);
     if (s->grps[h].op == 0) {
@@ -722,14 +722,14 @@ sim_send(sim *s, ir_id op, const ctx *c)
                 inst_use(vinst(s, in, 0, j), end);
             /* One result instance, on the receiving representative, stands for all. */
             rc = sim_value_uniform(s, out, &yi);
-            free(src);
+            di_free(src);
             if (rc)
                 return rc;
             s->inst[yi].dev = rd;
             inst_produce(&s->inst[yi], start, end);
             return 0;
         }
-        free(src);
+        di_free(src);
     }
     if ((rc = op_results(s, op, c)) != 0)
         return rc;
@@ -836,7 +836,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             sim_inst *first = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? idx : idx % nin)];
             rc = mesh_group(s, op, meshattr->s, first->dev, &ge);
             if (rc) {
-                free(done);
+                di_free(done);
                 return rc;
             }
             n = ge->n;
@@ -879,7 +879,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                 }
             }
         }
-        free(done);
+        di_free(done);
         return 0;
     }
 
@@ -1015,7 +1015,7 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
     for (uint32_t k = 0; k < ndev; k++) {
         rc = sim_dev_check(s, devlist[k]);
         if (rc) {
-            free(devs);
+            di_free(devs);
             return rc;
         }
         devs[n++] = (int32_t)devlist[k];
@@ -1082,7 +1082,7 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
                 }
         }
     }
-    free(devs);
+    di_free(devs);
     return rc;
 }
 

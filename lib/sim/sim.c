@@ -133,7 +133,7 @@ device_result(sim *s, int32_t d, double step, sim_device_result *dr)
     nsr = union2(dv->busy[STREAM_SEND].v, dv->busy[STREAM_SEND].n, dv->busy[STREAM_RECV].v,
                  dv->busy[STREAM_RECV].n, sr);
     nmc = union2(sr, nsr, dv->busy[STREAM_COLL].v, dv->busy[STREAM_COLL].n, comm);
-    free(sr);
+    di_free(sr);
     dr->comm_s = total_len(comm, nmc);
     dr->compute_s = total_len(dv->busy[0].v, dv->busy[0].n);
     dr->exposed_comm_s = minus_len(comm, nmc, dv->busy[0].v, dv->busy[0].n);
@@ -145,8 +145,8 @@ device_result(sim *s, int32_t d, double step, sim_device_result *dr)
     if (dr->idle_s < 0)
         dr->idle_s = 0;
     dr->flops = dv->flops;
-    free(comm);
-    free(all);
+    di_free(comm);
+    di_free(all);
     sim_device_memory(s, d, dr);
 }
 
@@ -213,8 +213,8 @@ build_result(sim *s, sim_result **out)
                 best = spec->flops[t];
         peak_sum += best;
     }
-    free(per);
-    free(have);
+    di_free(per);
+    di_free(have);
     r->step_time_s = step;
     r->ops = s->nops;
     r->mfu = (step > 0 && peak_sum > 0) ? r->flops / (step * peak_sum) : 0;
@@ -237,23 +237,23 @@ sim_fini(sim *s, sim_workspace *ws)
     if (s->devs)
         for (uint32_t d = 0; d < s->ndev; d++) {
             for (int st = 0; st < NSTREAM; st++)
-                free(s->devs[d].busy[st].v);
-            free(s->devs[d].link[0].v);
-            free(s->devs[d].link[1].v);
+                di_free(s->devs[d].busy[st].v);
+            di_free(s->devs[d].link[0].v);
+            di_free(s->devs[d].link[1].v);
         }
     sim_tables_give(s, ws);
     if (s->memo)
         di_big_free(s->memo, 2 * s->m->nop * sizeof *s->memo);
-    free(s->sigs);
-    free(s->grps);
-    free(s->grpdev);
-    free(s->scratch);
-    free(s->devs);
-    free(s->used);
-    free(s->tloc_off);
-    free(s->tloc_n);
-    free(s->tlocs);
-    free(s->events);
+    di_free(s->sigs);
+    di_free(s->grps);
+    di_free(s->grpdev);
+    di_free(s->scratch);
+    di_free(s->devs);
+    di_free(s->used);
+    di_free(s->tloc_off);
+    di_free(s->tloc_n);
+    di_free(s->tlocs);
+    di_free(s->events);
 }
 
 /* One simulation; with symmetric set it may stop with s->broken (see pmap_symmetric). */
@@ -349,9 +349,9 @@ sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_resu
     return sim_run_ws(NULL, m, hw, opt, out, events, nevent, err);
 }
 
-int
-sim_run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
-           sim_result **out, sim_event **events, uint32_t *nevent, di_error *err)
+static int
+run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
+       sim_result **out, sim_event **events, uint32_t *nevent, di_error *err)
 {
     sim s;
     sim_options dflt;
@@ -397,6 +397,63 @@ sim_run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_
     return rc;
 }
 
+/* The arguments of sim_run_ws, for its allocation scope. */
+struct run_call {
+    sim_workspace *ws;
+    const ir_module *m;
+    const hw_model *hw;
+    const sim_options *opt;
+    sim_result **out;
+    sim_event **events;
+    uint32_t *nevent;
+    di_error *err;
+    int returned; /* 0 if the scope failed out of the run */
+};
+
+static int
+run_call_run(void *arg)
+{
+    struct run_call *c = arg;
+    sim_workspace *w = c->ws;
+    int rc;
+    if (w) {
+        /* The run takes the workspace's tables: if it fails, they go with its own. */
+        di_scope_adopt(w->inst, w->cinst * sizeof *w->inst);
+        di_scope_adopt(w->vbase, w->cvalue * sizeof *w->vbase);
+        di_scope_adopt(w->vrep, w->cvalue * sizeof *w->vrep);
+        di_scope_adopt(w->vuni, w->cvalue);
+        di_scope_adopt(w->vclass, w->cvalue);
+        di_scope_adopt(w->ev, w->cev * sizeof *w->ev);
+        di_scope_adopt(w->tmp, w->ctmp * sizeof *w->tmp);
+        di_scope_adopt(w->count, 0);
+    }
+    rc = run_ws(w, c->m, c->hw, c->opt, c->out, c->events, c->nevent, c->err);
+    c->returned = 1;
+    return rc;
+}
+
+/*
+ * The simulation runs in an allocation scope: out-of-memory anywhere in it is
+ * DI_ENOMEM, and the workspace comes back empty.
+ */
+int
+sim_run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
+           sim_result **out, sim_event **events, uint32_t *nevent, di_error *err)
+{
+    struct run_call c = {ws, m, hw, opt, out, events, nevent, err, 0};
+    int rc = di_scope_run(run_call_run, &c, err);
+    if (!c.returned) {
+        *out = NULL;
+        if (events) {
+            *events = NULL;
+            *nevent = 0;
+        }
+        if (ws)
+            memset(ws, 0, sizeof *ws);
+    }
+    return rc;
+}
+
 void
 sim_result_free(sim_result *r)
 {
@@ -404,7 +461,7 @@ sim_result_free(sim_result *r)
         return;
     for (uint32_t i = 0; i < r->ndevice; i++)
         if (!r->devices[i].timeline_shared)
-            free(r->devices[i].timeline);
-    free(r->devices);
-    free(r);
+            di_free(r->devices[i].timeline);
+    di_free(r->devices);
+    di_free(r);
 }

@@ -18,7 +18,7 @@ sim_workspace_release(sim_workspace *w)
     di_big_free(w->vclass, w->cvalue);
     di_big_free(w->ev, w->cev * sizeof *w->ev);
     di_big_free(w->tmp, w->ctmp * sizeof *w->tmp);
-    free(w->count);
+    di_free(w->count);
     memset(w, 0, sizeof *w);
 }
 
@@ -34,7 +34,7 @@ sim_workspace_free(sim_workspace *ws)
     if (ws == NULL)
         return;
     sim_workspace_release(ws);
-    free(ws);
+    di_free(ws);
 }
 
 size_t

@@ -150,9 +150,9 @@ check_after(const xf_apply *a, int i, di_error *err)
 }
 #endif
 
-int
-xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw,
-                   ir_module **out, xform_layout **layout, di_error *err)
+static int
+apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw, ir_module **out,
+             xform_layout **layout, di_error *err)
 {
     xf_apply a;
     size_t nplace;
@@ -189,6 +189,38 @@ xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *
     else
         xform_layout_free(a.layout);
     return 0;
+}
+
+/* The arguments of xform_apply_layout, for its allocation scope. */
+struct apply_call {
+    const ir_module *m;
+    const xform_strategy *s;
+    const hw_model *hw;
+    ir_module **out;
+    xform_layout **layout;
+    di_error *err;
+};
+
+static int
+apply_call_run(void *arg)
+{
+    struct apply_call *c = arg;
+    return apply_layout(c->m, c->s, c->hw, c->out, c->layout, c->err);
+}
+
+/* The transform runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
+int
+xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw,
+                   ir_module **out, xform_layout **layout, di_error *err)
+{
+    struct apply_call c = {m, s, hw, out, layout, err};
+    int rc = di_scope_run(apply_call_run, &c, err);
+    if (rc != 0) {
+        *out = NULL;
+        if (layout)
+            *layout = NULL;
+    }
+    return rc;
 }
 
 int

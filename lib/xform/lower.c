@@ -268,8 +268,11 @@ xf_infer(ir_module *out, ir_id op, di_error *err)
 {
     di_error e;
     di_error_clear(&e);
-    if (ir_op_infer_results(out, op, &e) != 0)
+    if (ir_op_infer_results(out, op, &e) != 0) {
+        if (e.code == DI_ENOMEM)
+            return di_error_set(err, DI_ENOMEM, "%s", e.msg);
         return di_error_set(err, DI_EINTERNAL, "the transform produced an invalid op: %s", e.msg);
+    }
     return 0;
 }
 
