@@ -119,7 +119,11 @@ void xf_pl_reg_put(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g, ir
 /* Records the layout of function result `index` (made by microbatch mb on group g). */
 void xf_pl_layout_result(pl *P, uint32_t index, uint32_t mb, uint32_t g, const xf_place *p,
                          ir_id tv);
-/* Sends the value of registry entry e0 to every group that needs it (step: the last instance). */
+/*
+ * Sends the value of registry entry e0 to every other group that needs it
+ * at this level (step: the needs of once-per-step programs), re-laid out
+ * when the groups differ in shape.
+ */
 int xf_pl_send_needs(pl *P, const reg_ent *e0, int step);
 /* The entry holding input v of program p for microbatch mb on p's group, or NULL. */
 const reg_ent *xf_pl_resolve(pl *P, const prog *p, ir_id v, uint32_t mb);
