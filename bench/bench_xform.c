@@ -56,7 +56,7 @@ gpt(const char *preset, int64_t batch)
 
 /* Transforms m under s (best of three); returns the module of the last run. */
 static ir_module *
-transform(const ir_module *m, const xform_strategy *s, double *sec)
+transform(const ir_module *m, const strategy *s, double *sec)
 {
     ir_module *out = NULL;
     di_error err;
@@ -77,10 +77,10 @@ transform(const ir_module *m, const xform_strategy *s, double *sec)
 
 static void
 per_op(const char *preset, int64_t batch, uint32_t dp, uint32_t tp, uint32_t pp, uint32_t m,
-       xform_recompute rec, uint32_t zero, xform_stage *st)
+       strategy_recompute rec, uint32_t zero, strategy_stage *st)
 {
     ir_module *src = gpt(preset, batch), *out;
-    xform_strategy s;
+    strategy s;
     char buf[256];
     double sec;
     xform_strategy_init(&s);
@@ -96,7 +96,7 @@ per_op(const char *preset, int64_t batch, uint32_t dp, uint32_t tp, uint32_t pp,
         s.stages = st;
     }
     out = transform(src, &s, &sec);
-    xform_strategy_format(&s, buf, sizeof buf);
+    strategy_format(&s, buf, sizeof buf);
     printf("%-10s %9u ops %7.1f ms %6.3f us/op  %s\n", preset, out->nop - 1, sec * 1e3,
            sec * 1e6 / (out->nop - 1), buf);
     ir_module_free(out);
@@ -109,7 +109,7 @@ main(int argc, char **argv)
     int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     uint32_t mb = quick ? 8 : 64;
     ir_module *src, *out;
-    xform_strategy s;
+    strategy s;
     hw_model *hw = NULL;
     sim_result *r = NULL;
     sim_options o;
@@ -122,11 +122,11 @@ main(int argc, char **argv)
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     printf("== xform_apply: microseconds per produced op (target < 1 us; best of 3, allocator "
            "as in distird)\n");
-    static xform_stage nest[4] = {{8, 2, 0}, {4, 4, 0}, {4, 4, 0}, {2, 8, 0}};
-    per_op("gpt3-1.3b", 64, 2, 2, 2, 8, XFORM_RECOMPUTE_NONE, 0, NULL);
-    per_op("gpt3-13b", 64, 4, 4, 4, 16, XFORM_RECOMPUTE_SELECTIVE, 1, NULL);
-    per_op("gpt3-13b", 128, 0, 0, 4, 16, XFORM_RECOMPUTE_SELECTIVE, 1, nest);
-    per_op("gpt3-175b", 512, 8, 8, 16, mb, XFORM_RECOMPUTE_NONE, 0, NULL);
+    static strategy_stage nest[4] = {{8, 2, 0}, {4, 4, 0}, {4, 4, 0}, {2, 8, 0}};
+    per_op("gpt3-1.3b", 64, 2, 2, 2, 8, STRATEGY_RECOMPUTE_NONE, 0, NULL);
+    per_op("gpt3-13b", 64, 4, 4, 4, 16, STRATEGY_RECOMPUTE_SELECTIVE, 1, NULL);
+    per_op("gpt3-13b", 128, 0, 0, 4, 16, STRATEGY_RECOMPUTE_SELECTIVE, 1, nest);
+    per_op("gpt3-175b", 512, 8, 8, 16, mb, STRATEGY_RECOMPUTE_NONE, 0, NULL);
 
     printf("== gpt3-175b dp 8, tp 8, pp 16, %u microbatches, 1F1B: transform + simulate "
            "(target < 100 ms)\n",
@@ -137,7 +137,7 @@ main(int argc, char **argv)
     s.tp = 8;
     s.pp = 16;
     s.microbatches = mb;
-    s.schedule = XFORM_SCHEDULE_1F1B;
+    s.schedule = STRATEGY_SCHEDULE_1F1B;
     out = transform(src, &s, &tx);
     if (hw_preset("a100-dgx:128", &hw, &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);

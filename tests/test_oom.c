@@ -300,7 +300,7 @@ test_oom_decode(void **state)
 
 typedef struct apply_case {
     const ir_module *m;
-    const xform_strategy *s;
+    const strategy *s;
     const hw_model *hw;
     const ir_module *want;
 } apply_case;
@@ -322,7 +322,7 @@ apply_op(void *arg, di_error *err)
 }
 
 static void
-oom_apply(const char *what, const ir_module *g, const xform_strategy *s, const hw_model *hw)
+oom_apply(const char *what, const ir_module *g, const strategy *s, const hw_model *hw)
 {
     apply_case c;
     ir_module *want = NULL;
@@ -342,8 +342,8 @@ test_oom_xform(void **state)
 {
     ir_module *g = small_gpt(2), *g4 = small_gpt(4);
     hw_model *hw = NULL;
-    xform_strategy s;
-    xform_stage stages[2] = {{2, 1, 0}, {1, 2, 0}};
+    strategy s;
+    strategy_stage stages[2] = {{2, 1, 0}, {1, 2, 0}};
     di_error err;
     (void)state;
     assert_int_equal(hw_preset("a100-dgx:2", &hw, &err), 0);
@@ -364,17 +364,17 @@ test_oom_xform(void **state)
     xform_strategy_init(&s);
     s.pp = 2;
     s.microbatches = 4;
-    s.schedule = XFORM_SCHEDULE_GPIPE;
-    s.recompute = XFORM_RECOMPUTE_FULL;
-    s.stash = XFORM_STASH_PIPEDREAM;
+    s.schedule = STRATEGY_SCHEDULE_GPIPE;
+    s.recompute = STRATEGY_RECOMPUTE_FULL;
+    s.stash = STRATEGY_STASH_PIPEDREAM;
     oom_apply("xform pp=2 gpipe recompute=full stash", g, &s, hw);
     xform_strategy_init(&s);
     s.pp = 2;
     s.tp = 2;
     s.microbatches = 4;
-    s.schedule = XFORM_SCHEDULE_INTERLEAVED;
+    s.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
     s.virtual_stages = 2;
-    s.recompute = XFORM_RECOMPUTE_SELECTIVE;
+    s.recompute = STRATEGY_RECOMPUTE_SELECTIVE;
     s.zero = 3;
     oom_apply("xform pp=2 tp=2 interleaved:2 selective zero=3", g4, &s, hw);
     xform_strategy_init(&s);
@@ -417,7 +417,7 @@ test_oom_sim(void **state)
 {
     ir_module *g = small_gpt(2), *t = NULL;
     hw_model *hw = NULL;
-    xform_strategy s;
+    strategy s;
     sim_result *r = NULL;
     run_case c;
     di_error err;

@@ -99,7 +99,7 @@ gpt(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch)
 }
 
 static ir_module *
-apply_ok(const ir_module *m, const xform_strategy *s)
+apply_ok(const ir_module *m, const strategy *s)
 {
     ir_module *out = NULL;
     di_error err;
@@ -150,7 +150,7 @@ count_ops(const ir_module *m, int kind, const char *attr, const char *value)
 
 /* Expects xform_validate to fail with DI_ESTRATEGY and a message containing want. */
 static void
-expect_reject(const ir_module *m, const xform_strategy *s, const hw_model *hw, const char *want)
+expect_reject(const ir_module *m, const strategy *s, const hw_model *hw, const char *want)
 {
     di_error err;
     di_error_clear(&err);
@@ -164,7 +164,7 @@ test_validate_messages(void **state)
 {
     ir_module *g = gpt(2, 768, 12, 16, 6), *g16 = gpt(24, 1024, 16, 16, 6);
     ir_module *g5 = gpt(2, 1024, 16, 16, 8);
-    xform_strategy s;
+    strategy s;
     hw_model *hw = NULL;
     di_error err;
     (void)state;
@@ -195,7 +195,7 @@ test_validate_messages(void **state)
     expect_reject(g16, &s, NULL, "dp x microbatches = 2 x 2 = 4 does not divide the batch 6");
     xform_strategy_init(&s);
     s.pp = 2;
-    s.schedule = XFORM_SCHEDULE_INTERLEAVED;
+    s.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
     s.virtual_stages = 5;
     s.microbatches = 2;
     expect_reject(g16, &s, NULL, "pp x virtual stages = 2 x 5 = 10 does not divide the 24 layers");
@@ -227,11 +227,11 @@ test_validate_messages(void **state)
     expect_reject(g16, &s, NULL, "zero=4 is out of range (0 to 3)");
     xform_strategy_init(&s);
     s.pp = 2;
-    s.schedule = XFORM_SCHEDULE_INTERLEAVED;
+    s.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
     s.virtual_stages = 2000;
     expect_reject(g16, &s, NULL, "virtual_stages=2000 is out of range (1 to 1024)");
     xform_strategy_init(&s);
-    s.stash = (xform_stash)7;
+    s.stash = (strategy_stash)7;
     expect_reject(g16, &s, NULL, "stash 7 is not a stash mode");
     hw_free(hw);
     ir_module_free(g);
@@ -388,7 +388,7 @@ static void
 test_dp_tuple_many_inputs(void **state)
 {
     enum { NC = 70 };
-    xform_strategy s;
+    strategy s;
     xform_layout *lay = NULL;
     ex_tensor *dargs, *dres;
     uint32_t nd, ndr;
@@ -466,7 +466,7 @@ test_golden_general(void **state)
 {
     ir_module *m = load("tests/ir/seed001_mlp.dir"), *want = load("tests/ir/dp_mlp_general.dir");
     ir_module *got;
-    xform_strategy s;
+    strategy s;
     char a[65], b[65];
     (void)state;
     xform_strategy_init(&s);
@@ -499,7 +499,7 @@ static void
 test_deterministic(void **state)
 {
     ir_module *m = gpt(2, 16, 4, 4, 4), *a, *b;
-    xform_strategy s;
+    strategy s;
     char *ta, *tb;
     size_t la, lb;
     (void)state;
@@ -526,7 +526,7 @@ test_forward_only(void **state)
 {
     models_mlp c;
     ir_module *m = NULL, *out;
-    xform_strategy s;
+    strategy s;
     di_error err;
     (void)state;
     models_mlp_init(&c);
@@ -551,7 +551,7 @@ static void
 test_tp_collectives(void **state)
 {
     ir_module *m = gpt(3, 16, 4, 4, 2), *out;
-    xform_strategy s;
+    strategy s;
     (void)state;
     xform_strategy_init(&s);
     s.tp = 2;
@@ -603,7 +603,7 @@ test_overlap_buckets(void **state)
 {
     ir_module *m = mlp(4, 512, 64), *out;
     hw_model *hw;
-    xform_strategy s;
+    strategy s;
     di_error err;
     double exposed[3], step[3];
     (void)state;
@@ -704,7 +704,7 @@ test_overlap_one_microbatch(void **state)
 {
     ir_module *m = mlp(4, 512, 64), *out;
     hw_model *hw;
-    xform_strategy s;
+    strategy s;
     di_error err;
     double exposed[2], step[2];
     (void)state;
@@ -734,7 +734,7 @@ static void
 test_zero_and_stash(void **state)
 {
     ir_module *m = mlp(4, 8, 8), *out;
-    xform_strategy s;
+    strategy s;
     (void)state;
     xform_strategy_init(&s);
     s.dp = 2;
@@ -760,12 +760,12 @@ test_zero_and_stash(void **state)
     xform_strategy_init(&s);
     s.pp = 2;
     s.microbatches = 4;
-    s.stash = XFORM_STASH_PIPEDREAM;
+    s.stash = STRATEGY_STASH_PIPEDREAM;
     out = apply_ok(m, &s);
     /* One copy of each stage's backward weights per microbatch: 4 matrices x 4. */
     assert_int_equal(count_ops(out, IR_OP_CAST, "dist.mem", "stashed"), 4 * 4);
     ir_module_free(out);
-    s.stash = XFORM_STASH_2BW;
+    s.stash = STRATEGY_STASH_2BW;
     out = apply_ok(m, &s);
     assert_int_equal(count_ops(out, IR_OP_CAST, "dist.mem", "stashed"), 4);
     ir_module_free(out);
@@ -776,7 +776,7 @@ static void
 test_rejects_distributed_input(void **state)
 {
     ir_module *m = load("tests/ir/seed001_mlp_dp.dir"), *out = NULL;
-    xform_strategy s;
+    strategy s;
     di_error err;
     (void)state;
     xform_strategy_init(&s);
@@ -811,7 +811,7 @@ static void
 test_shared_chunks(void **state)
 {
     ir_module *m = gpt(4, 16, 4, 4, 32), *a, *b;
-    xform_strategy s;
+    strategy s;
     uint32_t fa, fb, oa, ob, calls = 0;
     (void)state;
     xform_strategy_init(&s);
@@ -846,7 +846,7 @@ static void
 test_device_layout(void **state)
 {
     ir_module *m = mlp(4, 8, 8), *out = NULL;
-    xform_strategy s;
+    strategy s;
     xform_layout *l = NULL;
     uint32_t order[8] = {7, 6, 5, 4, 3, 2, 1, 0};
     di_error err;
@@ -879,9 +879,9 @@ static void
 test_nested_validate(void **state)
 {
     ir_module *g16 = gpt(24, 1024, 16, 16, 6);
-    xform_stage st[3];
+    strategy_stage st[3];
     uint32_t tpl[1] = {99};
-    xform_strategy s;
+    strategy s;
     hw_model *hw = NULL;
     di_error err;
     (void)state;
@@ -959,7 +959,7 @@ allreduces_named(const ir_module *m, const char *prefix)
 }
 
 static ir_module *
-apply_or_fail(const ir_module *m, const xform_strategy *s, xform_layout **lay)
+apply_or_fail(const ir_module *m, const strategy *s, xform_layout **lay)
 {
     ir_module *out = NULL;
     di_error err;
@@ -974,8 +974,8 @@ static void
 test_nested_structure(void **state)
 {
     ir_module *g = gpt(8, 64, 4, 8, 8), *a, *b;
-    xform_stage st[2];
-    xform_strategy s;
+    strategy_stage st[2];
+    strategy s;
     xform_layout *lay = NULL;
     (void)state;
     /* Stages that are all alike are the uniform strategy. */
@@ -1035,7 +1035,7 @@ test_tp_layers(void **state)
 {
     ir_module *g = gpt(2, 64, 4, 8, 4), *a;
     uint32_t tpl[1] = {0};
-    xform_strategy s;
+    strategy s;
     xform_layout *lay = NULL;
     const ir_region *fr = &g->regions[ir_module_entry(g)];
     int seen0 = 0, seen1 = 0;
@@ -1072,8 +1072,8 @@ static void
 test_nested_memory(void **state)
 {
     ir_module *g = gpt(4, 64, 4, 64, 16), *a, *b;
-    xform_stage st[2];
-    xform_strategy s;
+    strategy_stage st[2];
+    strategy s;
     hw_model *hw = NULL;
     sim_options o;
     sim_result *ra = NULL, *rb = NULL;

@@ -36,10 +36,10 @@
 
 typedef struct variant {
     const char *name;
-    xform_schedule schedule;
+    strategy_schedule schedule;
     uint32_t virtual_stages;
-    xform_recompute recompute;
-    xform_stash stash;
+    strategy_recompute recompute;
+    strategy_stash stash;
     uint32_t zero;
     int sp;
     int overlap;
@@ -48,36 +48,36 @@ typedef struct variant {
 } variant;
 
 static const variant variants[] = {
-    {"1f1b", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0, 0, 0, 4},
-    {"single microbatch", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0,
+    {"1f1b", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0, 0, 0, 4},
+    {"single microbatch", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0,
      0, 0, 1},
-    {"gpipe", XFORM_SCHEDULE_GPIPE, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0, 0, 0, 4},
-    {"interleaved:2", XFORM_SCHEDULE_INTERLEAVED, 2, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0,
+    {"gpipe", STRATEGY_SCHEDULE_GPIPE, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0, 0, 0, 4},
+    {"interleaved:2", STRATEGY_SCHEDULE_INTERLEAVED, 2, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0,
      0, 0, 4},
-    {"recompute selective", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_SELECTIVE, XFORM_STASH_NONE,
+    {"recompute selective", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE, STRATEGY_STASH_NONE,
      0, 0, 0, 0, 2},
-    {"recompute full", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_FULL, XFORM_STASH_NONE, 0, 0, 0, 0,
+    {"recompute full", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 0, 0, 0, 0,
      2},
-    {"zero 1 adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 1, 0, 0, 1, 2},
-    {"zero 2", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 2, 0, 0, 0, 2},
-    {"zero 3 adam", XFORM_SCHEDULE_GPIPE, 1, XFORM_RECOMPUTE_FULL, XFORM_STASH_NONE, 3, 0, 0, 1,
+    {"zero 1 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 1, 0, 0, 1, 2},
+    {"zero 2", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 2, 0, 0, 0, 2},
+    {"zero 3 adam", STRATEGY_SCHEDULE_GPIPE, 1, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 3, 0, 0, 1,
      2},
-    {"stash pipedream", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_PIPEDREAM, 0, 0,
+    {"stash pipedream", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_PIPEDREAM, 0, 0,
      0, 0, 4},
-    {"stash 2bw zero 1", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_2BW, 1, 0, 0,
+    {"stash 2bw zero 1", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_2BW, 1, 0, 0,
      0, 2},
-    {"sequence parallel", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_SELECTIVE, XFORM_STASH_NONE, 0,
+    {"sequence parallel", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE, STRATEGY_STASH_NONE, 0,
      1, 0, 0, 2},
-    {"overlap grad reduce", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 0, 0,
+    {"overlap grad reduce", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0,
      1, 0, 4},
-    {"overlap zero 2 sp adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 2,
+    {"overlap zero 2 sp adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 2,
      1, 1, 1, 2},
-    {"overlap zero 1 adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE, 1, 0,
+    {"overlap zero 1 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 1, 0,
      1, 1, 2},
-    {"overlap single microbatch", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE, XFORM_STASH_NONE,
+    {"overlap single microbatch", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE,
      0, 0, 1, 0, 1},
-    {"overlap single microbatch zero 2 adam", XFORM_SCHEDULE_1F1B, 1, XFORM_RECOMPUTE_NONE,
-     XFORM_STASH_NONE, 2, 0, 1, 1, 1},
+    {"overlap single microbatch zero 2 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
+     STRATEGY_STASH_NONE, 2, 0, 1, 1, 1},
 };
 
 typedef struct model_case {
@@ -203,7 +203,7 @@ static uint32_t nrun, nskip;
 
 /* Applies s to the case, runs both executors and compares. */
 static void
-check(model_case *mc, const xform_strategy *s, const char *vname)
+check(model_case *mc, const strategy *s, const char *vname)
 {
     ir_module *dm = NULL;
     xform_layout *lay = NULL;
@@ -212,7 +212,7 @@ check(model_case *mc, const xform_strategy *s, const char *vname)
     di_error err;
     char desc[512];
     double e;
-    xform_strategy_format(s, desc, sizeof desc);
+    strategy_format(s, desc, sizeof desc);
     di_error_clear(&err);
     if (xform_apply_layout(mc->m, s, NULL, &dm, &lay, &err) != 0)
         fail_msg("%s %s (%s): apply: %s", mc->name, desc, vname, err.msg);
@@ -239,7 +239,7 @@ check(model_case *mc, const xform_strategy *s, const char *vname)
 
 /* A strategy with pp stages and the options of variant v (degrees and microbatches: caller). */
 static void
-strategy_of(const variant *v, uint32_t pp, xform_strategy *s)
+strategy_of(const variant *v, uint32_t pp, strategy *s)
 {
     xform_strategy_init(s);
     s->pp = pp;
@@ -255,7 +255,7 @@ strategy_of(const variant *v, uint32_t pp, xform_strategy *s)
 static void
 run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
 {
-    xform_strategy s;
+    strategy s;
     strategy_of(v, pp, &s);
     s.dp = dp;
     s.tp = tp;
@@ -263,12 +263,12 @@ run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
         nskip++;
         return;
     }
-    if (v->schedule == XFORM_SCHEDULE_INTERLEAVED && (pp == 1 || mc->layers % (pp * 2) != 0)) {
+    if (v->schedule == STRATEGY_SCHEDULE_INTERLEAVED && (pp == 1 || mc->layers % (pp * 2) != 0)) {
         nskip++;
         return;
     }
     s.microbatches = pick_mb(mc->batch / dp, (uint32_t)v->max_mb,
-                             v->schedule == XFORM_SCHEDULE_INTERLEAVED ? pp : 1);
+                             v->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? pp : 1);
     if (s.microbatches == 0) {
         nskip++;
         return;
@@ -283,7 +283,7 @@ run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
  */
 typedef struct nested {
     uint32_t pp;
-    xform_stage st[4];  /* dp, tp, layers per group; dp 0 ends a uniform strategy */
+    strategy_stage st[4];  /* dp, tp, layers per group; dp 0 ends a uniform strategy */
     uint32_t dp, tp;    /* uniform degrees when st[0].dp is 0 */
     uint32_t ntpl;
     uint32_t tpl[4];    /* tp_layers */
@@ -327,8 +327,8 @@ nested_grid(int gpt)
         for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++) {
             const variant *v = &variants[k];
             model_case *mc = v->adam ? &adam : &sgd;
-            xform_strategy s;
-            xform_stage st[4]; /* the strategy's arrays are not const */
+            strategy s;
+            strategy_stage st[4]; /* the strategy's arrays are not const */
             uint32_t tpl[4];
             int fixed = ne->st[0].layers != 0;
             memcpy(st, ne->st, sizeof st);
@@ -344,13 +344,13 @@ nested_grid(int gpt)
             s.ntp_layers = ne->ntpl;
             s.tp_layers = tpl;
             if ((v->sp && (!gpt || maxtp == 1 || ne->ntpl)) ||
-                (v->schedule == XFORM_SCHEDULE_INTERLEAVED &&
+                (v->schedule == STRATEGY_SCHEDULE_INTERLEAVED &&
                  (ne->pp == 1 || fixed || mc->layers % (ne->pp * 2) != 0))) {
                 nskip++;
                 continue;
             }
             s.microbatches = pick_mb(mc->batch / maxdp, (uint32_t)v->max_mb,
-                                     v->schedule == XFORM_SCHEDULE_INTERLEAVED ? ne->pp : 1);
+                                     v->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? ne->pp : 1);
             if (s.microbatches == 0) {
                 nskip++;
                 continue;

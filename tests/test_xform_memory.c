@@ -76,7 +76,7 @@
 #include "xform/xform.h"
 
 static sim_result *
-simulate(const ir_module *m, const xform_strategy *s, const hw_model *hw)
+simulate(const ir_module *m, const strategy *s, const hw_model *hw)
 {
     ir_module *d = NULL;
     sim_result *r = NULL;
@@ -135,7 +135,7 @@ gpt_layers(uint32_t layers)
 
 /* Device 0's activation peak (activations + communication buffers at the peak). */
 static double
-activation_peak(uint32_t layers, const xform_strategy *s, const hw_model *hw)
+activation_peak(uint32_t layers, const strategy *s, const hw_model *hw)
 {
     ir_module *m = gpt_layers(layers);
     sim_result *r = simulate(m, s, hw);
@@ -147,10 +147,10 @@ activation_peak(uint32_t layers, const xform_strategy *s, const hw_model *hw)
 }
 
 static void
-check_layer(uint32_t tp, int sp, xform_recompute rec, double want, const char *formula)
+check_layer(uint32_t tp, int sp, strategy_recompute rec, double want, const char *formula)
 {
     hw_model *hw = preset("a100-dgx");
-    xform_strategy s;
+    strategy s;
     double one, two, three;
     xform_strategy_init(&s);
     s.tp = tp;
@@ -171,7 +171,7 @@ test_activations_no_parallelism(void **state)
 {
     double s = S, b = B, h = H, a = A;
     (void)state;
-    check_layer(1, 0, XFORM_RECOMPUTE_NONE, s * b * h * (34 + 5 * a * s / h), "sbh(34 + 5as/h)");
+    check_layer(1, 0, STRATEGY_RECOMPUTE_NONE, s * b * h * (34 + 5 * a * s / h), "sbh(34 + 5as/h)");
 }
 
 static void
@@ -179,7 +179,7 @@ test_activations_tensor_parallel(void **state)
 {
     double s = S, b = B, h = H, a = A, t = 2;
     (void)state;
-    check_layer(2, 0, XFORM_RECOMPUTE_NONE, s * b * h * (10 + 24 / t + 5 * a * s / (h * t)),
+    check_layer(2, 0, STRATEGY_RECOMPUTE_NONE, s * b * h * (10 + 24 / t + 5 * a * s / (h * t)),
                 "sbh(10 + 24/t + 5as/(ht))");
 }
 
@@ -188,7 +188,7 @@ test_activations_sequence_parallel(void **state)
 {
     double s = S, b = B, h = H, a = A, t = 2;
     (void)state;
-    check_layer(2, 1, XFORM_RECOMPUTE_NONE, s * b * h / t * (34 + 5 * a * s / h),
+    check_layer(2, 1, STRATEGY_RECOMPUTE_NONE, s * b * h / t * (34 + 5 * a * s / h),
                 "sbh/t (34 + 5as/h)");
 }
 
@@ -197,18 +197,18 @@ test_activations_selective_sp(void **state)
 {
     double s = S, b = B, h = H, t = 2;
     (void)state;
-    check_layer(2, 1, XFORM_RECOMPUTE_SELECTIVE, 34 * s * b * h / t, "34 sbh/t");
+    check_layer(2, 1, STRATEGY_RECOMPUTE_SELECTIVE, 34 * s * b * h / t, "34 sbh/t");
 }
 
 /* ---- 2. pipeline bubble ---- */
 
 static void
-check_bubble(uint32_t p, uint32_t m, uint32_t v, xform_schedule sched)
+check_bubble(uint32_t p, uint32_t m, uint32_t v, strategy_schedule sched)
 {
     models_mlp c;
     ir_module *mod = NULL;
     hw_model *hw = preset("a100-dgx");
-    xform_strategy s;
+    strategy s;
     sim_result *r;
     di_error err;
     double want = (double)(p - 1) / ((double)v * m);
@@ -235,7 +235,7 @@ check_bubble(uint32_t p, uint32_t m, uint32_t v, xform_schedule sched)
                      got, want);
     }
     fprintf(stderr, "p=%u m=%u V=%u %-11s bubble %.4f of ideal, formula %.4f\n", p, m, v,
-            sched == XFORM_SCHEDULE_GPIPE ? "gpipe" : v > 1 ? "interleaved" : "1f1b",
+            sched == STRATEGY_SCHEDULE_GPIPE ? "gpipe" : v > 1 ? "interleaved" : "1f1b",
             (r->step_time_s - r->devices[0].compute_s) / r->devices[0].compute_s, want);
     sim_result_free(r);
     hw_free(hw);
@@ -246,20 +246,20 @@ static void
 test_bubble_1f1b(void **state)
 {
     (void)state;
-    check_bubble(2, 4, 1, XFORM_SCHEDULE_1F1B);
-    check_bubble(4, 8, 1, XFORM_SCHEDULE_1F1B);
-    check_bubble(4, 16, 1, XFORM_SCHEDULE_1F1B);
-    check_bubble(8, 8, 1, XFORM_SCHEDULE_1F1B);
-    check_bubble(4, 8, 1, XFORM_SCHEDULE_GPIPE);
+    check_bubble(2, 4, 1, STRATEGY_SCHEDULE_1F1B);
+    check_bubble(4, 8, 1, STRATEGY_SCHEDULE_1F1B);
+    check_bubble(4, 16, 1, STRATEGY_SCHEDULE_1F1B);
+    check_bubble(8, 8, 1, STRATEGY_SCHEDULE_1F1B);
+    check_bubble(4, 8, 1, STRATEGY_SCHEDULE_GPIPE);
 }
 
 static void
 test_bubble_interleaved(void **state)
 {
     (void)state;
-    check_bubble(2, 8, 2, XFORM_SCHEDULE_INTERLEAVED);
-    check_bubble(4, 8, 2, XFORM_SCHEDULE_INTERLEAVED);
-    check_bubble(4, 16, 4, XFORM_SCHEDULE_INTERLEAVED);
+    check_bubble(2, 8, 2, STRATEGY_SCHEDULE_INTERLEAVED);
+    check_bubble(4, 8, 2, STRATEGY_SCHEDULE_INTERLEAVED);
+    check_bubble(4, 16, 4, STRATEGY_SCHEDULE_INTERLEAVED);
 }
 
 /* ---- 3. invariants ---- */
@@ -273,18 +273,18 @@ test_bubble_interleaved(void **state)
  * stage input's consumers, under 3% here); every other stage's drops.
  */
 static void
-check_recompute(xform_schedule sched, uint32_t lowered)
+check_recompute(strategy_schedule sched, uint32_t lowered)
 {
     ir_module *m = gpt_batch(4, 8);
     hw_model *hw = preset("a100-dgx");
-    xform_strategy s;
+    strategy s;
     sim_result *none, *full;
     xform_strategy_init(&s);
     s.pp = 4;
     s.microbatches = 8;
     s.schedule = sched;
     none = simulate(m, &s, hw);
-    s.recompute = XFORM_RECOMPUTE_FULL;
+    s.recompute = STRATEGY_RECOMPUTE_FULL;
     full = simulate(m, &s, hw);
     assert_int_equal(none->ndevice, 4);
     assert_int_equal(full->ndevice, 4);
@@ -294,7 +294,7 @@ check_recompute(xform_schedule sched, uint32_t lowered)
         uint64_t b = full->devices[i].peak_by_class[SIM_MEM_ACTIVATIONS] +
                      full->devices[i].peak_by_class[SIM_MEM_COMM];
         fprintf(stderr, "%s stage %u: activation peak %llu -> %llu bytes with full recomputation\n",
-                sched == XFORM_SCHEDULE_GPIPE ? "gpipe" : "1f1b", i, (unsigned long long)a,
+                sched == STRATEGY_SCHEDULE_GPIPE ? "gpipe" : "1f1b", i, (unsigned long long)a,
                 (unsigned long long)b);
         if (i < lowered) {
             assert_true(b < a);
@@ -313,8 +313,8 @@ static void
 test_full_recompute_every_stage(void **state)
 {
     (void)state;
-    check_recompute(XFORM_SCHEDULE_GPIPE, 4);
-    check_recompute(XFORM_SCHEDULE_1F1B, 3);
+    check_recompute(STRATEGY_SCHEDULE_GPIPE, 4);
+    check_recompute(STRATEGY_SCHEDULE_1F1B, 3);
 }
 
 /* The largest live bytes of each class on device 0 over the step. */
@@ -335,7 +335,7 @@ test_zero_divides(void **state)
     models_mlp c;
     ir_module *m = NULL;
     hw_model *hw = preset("a100-dgx");
-    xform_strategy s;
+    strategy s;
     uint64_t base[SIM_NMEMCLASS], z[SIM_NMEMCLASS];
     const uint32_t dp = 4;
     di_error err;
@@ -393,7 +393,7 @@ test_stash_memory(void **state)
     models_mlp c;
     ir_module *m = NULL;
     hw_model *hw = preset("a100-dgx");
-    xform_strategy s;
+    strategy s;
     const uint64_t copy = 2 * 64 * 64 * 4;
     di_error err;
     (void)state;
@@ -407,7 +407,7 @@ test_stash_memory(void **state)
     s.microbatches = 4;
     for (int k = 0; k < 3; k++) {
         sim_result *r;
-        s.stash = (xform_stash)k;
+        s.stash = (strategy_stash)k;
         r = simulate(m, &s, hw);
         for (uint32_t d = 0; d < 2; d++) {
             uint64_t mx = 0;
@@ -417,9 +417,9 @@ test_stash_memory(void **state)
                     mx = dr->timeline[i].by_class[SIM_MEM_STASHED];
             fprintf(stderr, "stash %s stage %u: %llu stashed bytes\n",
                     k == 0 ? "none" : k == 1 ? "pipedream" : "2bw", d, (unsigned long long)mx);
-            if (k == XFORM_STASH_NONE)
+            if (k == STRATEGY_STASH_NONE)
                 assert_int_equal(mx, 0);
-            else if (k == XFORM_STASH_PIPEDREAM)
+            else if (k == STRATEGY_STASH_PIPEDREAM)
                 assert_int_equal(mx, copy * (2 - d));
             else
                 assert_int_equal(mx, copy);

@@ -53,9 +53,9 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
         char sig[HW_SIGNATURE_MAX];
         hw_op_signature(m, op, sig, sizeof sig);
         return di_error_set(s->err, DI_ECOST,
-                            "op %u '%s' has no cost model: supply a measured time for "
+                            "%s has no cost model: supply a measured time for "
                             "signature '%s' in an op-time calibration file",
-                            op, ir_op_name(m, op), sig);
+                            ir_op_label(m, op).s, sig);
     }
     ir_op_cost(m, op, &c);
     if (o->noutput) {
@@ -76,8 +76,8 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
         peak = d->flops[IR_F32];
     }
     if (c.flops > 0 && !(peak > 0))
-        return di_error_set(s->err, DI_ECOST, "op %u '%s': device %d (%s) has no %s peak rate",
-                            op, ir_op_name(m, op), dev, d->kind, ir_dtype_name(dt));
+        return di_error_set(s->err, DI_ECOST, "%s: device %d (%s) has no %s peak rate",
+                            ir_op_label(m, op).s, dev, d->kind, ir_dtype_name(dt));
     c.flops /= scale;
     c.bytes_read /= scale;
     c.bytes_write /= scale;

@@ -157,7 +157,7 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
     assert(end >= start);
     if (!sym && (d->rep != dev || d->class_n > 1))
         s->broken = 1;
-    d->hist = mix64(mix64(mix64(d->hist, (uint64_t)op << 2 | (uint64_t)stream), dbits(start)),
+    d->hist = sim_hash_combine(sim_hash_combine(sim_hash_combine(d->hist, (uint64_t)op << 2 | (uint64_t)stream), dbits(start)),
                     dbits(end));
     if (s->opt->no_overlap) {
         for (int st = 0; st < NSTREAM; st++)
@@ -218,14 +218,14 @@ static uint64_t
 signature_hash(const ir_module *m, ir_id op)
 {
     const ir_op *o = &m->ops[op];
-    uint64_t h = mix64((uint64_t)o->kind << 32 | o->nattr, (uint64_t)o->ninput << 32 | o->noutput);
+    uint64_t h = sim_hash_combine((uint64_t)o->kind << 32 | o->nattr, (uint64_t)o->ninput << 32 | o->noutput);
     for (uint32_t i = 0; i < o->ninput; i++)
-        h = mix64(h, m->values[m->refs[o->inputs + i]].type);
+        h = sim_hash_combine(h, m->values[m->refs[o->inputs + i]].type);
     for (uint32_t i = 0; i < o->noutput; i++)
-        h = mix64(h, m->values[o->outputs + i].type);
+        h = sim_hash_combine(h, m->values[o->outputs + i].type);
     for (uint32_t i = 0; i < o->nattr; i++) {
         const ir_attr *a = &m->attrs[o->attrs + i];
-        h = mix64(h, (uint64_t)a->key << 32 ^ (uint64_t)a->i ^ a->s);
+        h = sim_hash_combine(h, (uint64_t)a->key << 32 ^ (uint64_t)a->i ^ a->s);
     }
     return h;
 }
@@ -449,8 +449,8 @@ mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint3
         }
     if (pos == UINT32_MAX)
         return di_error_set(s->err, DI_EINVAL,
-                            "op %u '%s': device %d is not in mesh '%s'", op,
-                            ir_op_name(m, op), dev, ir_str_get(m, ms->name));
+                            "%s: device %d is not in mesh '%s'",
+                            ir_op_label(m, op).s, dev, ir_str_get(m, ms->name));
     if (axes == NULL) {
         /* No mesh_axes: every axis. */
         for (uint32_t a = 0; a < rank; a++)
@@ -483,7 +483,7 @@ mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint3
 static uint32_t
 grp_slot(const sim *s, ir_id op, int32_t dev)
 {
-    uint32_t h = (uint32_t)(mix64(op, (uint32_t)dev) & (s->cgrp - 1));
+    uint32_t h = (uint32_t)(sim_hash_combine(op, (uint32_t)dev) & (s->cgrp - 1));
     while (s->grps[h].op && (s->grps[h].op != op || s->grps[h].dev != dev))
         h = (h + 1) & (s->cgrp - 1);
     return h;
@@ -583,7 +583,7 @@ links_take(sim *s, const int32_t *devs, uint32_t n, unsigned levels, double a, d
         for (int l = 0; l < 2; l++)
             if (levels >> l & 1)
                 link_take(&d->link[l], a, b);
-        d->hist = mix64(d->hist, 0x6c696e6b00ull | levels);
+        d->hist = sim_hash_combine(d->hist, 0x6c696e6b00ull | levels);
     }
 }
 
@@ -672,7 +672,7 @@ sim_send(sim *s, ir_id op, const ctx *c)
         return rc;
     ir_op_cost(m, op, &cost);
     if (vnloc(s, in) != n)
-        return di_error_set(s->err, DI_EINVAL, "op %u 'dist.send': %u inputs for %u results", op,
+        return di_error_set(s->err, DI_EINVAL, "%s: %u inputs for %u results", ir_op_label(m, op).s,
                             vnloc(s, in), n);
     if (c->rep == 1 && c->devs == NULL && n > 1 && s->symmetric) {
         int32_t *src = di_xmalloc(2 * n * sizeof *src), *dst = src + n, rs, rd;
@@ -1001,13 +1001,13 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
     int rc;
     uint32_t p = 0; /* the instance that is simulated when the pmap is symmetric */
     if (o->body == 0 || o->body >= m->nregion)
-        return di_error_set(s->err, DI_EINVAL, "op %u 'dist.pmap' has no body", op);
+        return di_error_set(s->err, DI_EINVAL, "%s has no body", ir_op_label(m, op).s);
     devlist = ir_op_ints(m, op, "devices", &ndev);
     if (devlist == NULL) {
         const ir_attr *ma = ir_op_attr(m, op, "mesh");
         if (ma == NULL || ma->s == 0 || ma->s >= m->nmesh)
-            return di_error_set(s->err, DI_EINVAL, "op %u 'dist.pmap' has neither devices nor mesh",
-                                op);
+            return di_error_set(s->err, DI_EINVAL, "%s has neither devices nor mesh",
+                                ir_op_label(m, op).s);
         devlist = m->ints + m->meshes[ma->s].devices;
         ndev = m->meshes[ma->s].ndevice;
     }
@@ -1105,8 +1105,8 @@ sim_op(sim *s, ir_id op, const ctx *c)
         return sim_send(s, op, c);
     if (flags & IR_OPF_COMM) {
         if (o->ninput != 1 || o->noutput != 1)
-            return di_error_set(s->err, DI_EINVAL, "op %u '%s' must have one input and result",
-                                op, ir_op_name(m, op));
+            return di_error_set(s->err, DI_EINVAL, "%s must have one input and result",
+                                ir_op_label(m, op).s);
         return sim_collective(s, op, c);
     }
     return sim_compute_op(s, op, c);

@@ -323,7 +323,7 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
                 in->cls = SIM_MEM_ACTIVATIONS;
             /* What a device holds from the start is part of its history. */
             s.devs[in->dev].hist =
-                mix64(s.devs[in->dev].hist, s.tlocs[in->loc].bytes << 3 | in->cls);
+                sim_hash_combine(s.devs[in->dev].hist, s.tlocs[in->loc].bytes << 3 | in->cls);
         }
     }
     rc = sim_region(&s, entry, &top);

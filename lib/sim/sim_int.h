@@ -207,9 +207,12 @@ vdev(sim *s, ir_id v, uint32_t k, uint32_t j)
     return (s->vuni[v] & VF_UNI) ? loc_dev(s, v, j) : vinst(s, v, k, j)->dev;
 }
 
-/* Mixes v into the hash h (device histories, hash tables). */
+/*
+ * Mixes v into the hash h (device histories, hash tables): a hash-combine
+ * step, not splitmix64 (di_mix64); changing it would change tie-breaking.
+ */
 static inline uint64_t
-mix64(uint64_t h, uint64_t v)
+sim_hash_combine(uint64_t h, uint64_t v)
 {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h ^= h >> 31;

@@ -151,7 +151,7 @@ check_after(const xf_apply *a, int i, di_error *err)
 #endif
 
 static int
-apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw, ir_module **out,
+apply_layout(const ir_module *m, const strategy *s, const hw_model *hw, ir_module **out,
              xform_layout **layout, di_error *err)
 {
     xf_apply a;
@@ -194,7 +194,7 @@ apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw, ir
 /* The arguments of xform_apply_layout, for its allocation scope. */
 struct apply_call {
     const ir_module *m;
-    const xform_strategy *s;
+    const strategy *s;
     const hw_model *hw;
     ir_module **out;
     xform_layout **layout;
@@ -210,7 +210,7 @@ apply_call_run(void *arg)
 
 /* The transform runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
 int
-xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw,
+xform_apply_layout(const ir_module *m, const strategy *s, const hw_model *hw,
                    ir_module **out, xform_layout **layout, di_error *err)
 {
     struct apply_call c = {m, s, hw, out, layout, err};
@@ -224,7 +224,7 @@ xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *
 }
 
 int
-xform_apply(const ir_module *m, const xform_strategy *s, const hw_model *hw, ir_module **out,
+xform_apply(const ir_module *m, const strategy *s, const hw_model *hw, ir_module **out,
             di_error *err)
 {
     return xform_apply_layout(m, s, hw, out, NULL, err);

@@ -32,7 +32,7 @@ variant_key(const pl *P, const prog *p, uint32_t mb)
         key |= VAR_ACC;
     if (mb == c->n[XF_MB] - 1 && (p->leaf.n > 0 || p->res.n > 0))
         key |= VAR_LAST;
-    if (p->kind == PROG_F && c->s.stash == XFORM_STASH_2BW && xf_stash_copies(c, mb) &&
+    if (p->kind == PROG_F && c->s.stash == STRATEGY_STASH_2BW && xf_stash_copies(c, mb) &&
         p->stash.n > 0)
         key |= VAR_STASH;
     return key;
@@ -238,7 +238,7 @@ bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
     const xf_ctx *c = P->c;
     /* A value, not a pointer: flushing interns types, which may move P->out->types. */
     int dtype = P->out->types[P->out->values[lb->fin[j].v].type].dtype;
-    uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT) << 20;
+    uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : STRATEGY_BUCKET_MB_DEFAULT) << 20;
     uint64_t bytes = ir_type_bytes(P->out, P->out->values[lb->fin[j].v].type);
     int rc;
     /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
@@ -396,7 +396,7 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
 {
     xf_ctx *c = P->c;
     xf_body *b = &P->body;
-    uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : XFORM_BUCKET_MB_DEFAULT) << 20;
+    uint64_t cap = (uint64_t)(c->s.bucket_mb ? c->s.bucket_mb : STRATEGY_BUCKET_MB_DEFAULT) << 20;
     uint32_t n = p->in.n, nm = 0, nb = 0, *bfirst, *bn;
     ir_id *srcs = di_xmalloc((n + 1) * sizeof *srcs), *red = di_xmalloc((n + 1) * sizeof *red);
     xf_local *ls = di_xmalloc((n + 1) * sizeof *ls);

@@ -13,7 +13,7 @@
  * the tensor-parallel shard's dimension 0 divides: stage 1 the optimizer
  * state and the update (so the gradient reduction becomes a reduce-scatter
  * and the updated weights are gathered again), stage 2 also the gradients
- * (reduce-scattered per microbatch before accumulation, pipeline.c), stage 3
+ * (reduce-scattered per microbatch before accumulation, chunk.c), stage 3
  * also the parameters, gathered before each use. At stages 1 and 2 the
  * weights arrive sharded and are gathered once at the start of the step
  * (the full working copy that every replica keeps), which is the

@@ -69,21 +69,10 @@ group_local_type(pl *P, ir_id v, const xf_place *xpl, uint32_t g)
 
 /* ---- registry ---- */
 
-/* splitmix64's finalizer over the packed key. */
-static uint64_t
-mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t
 reg_hash(uint32_t kind, uint32_t v, uint32_t mb, uint32_t g)
 {
-    return mix64(((uint64_t)v << 32 | mb) ^ mix64((uint64_t)g << 8 | kind));
+    return di_mix64(((uint64_t)v << 32 | mb) ^ di_mix64((uint64_t)g << 8 | kind));
 }
 
 reg_ent *
@@ -232,8 +221,8 @@ build_programs(pl *P)
     }
 
     /* Recomputation (recompute.c): the backward chunk also runs forward ops of its stage. */
-    if (c->s.recompute != XFORM_RECOMPUTE_NONE) {
-        if (c->s.recompute == XFORM_RECOMPUTE_SELECTIVE)
+    if (c->s.recompute != STRATEGY_RECOMPUTE_NONE) {
+        if (c->s.recompute == STRATEGY_RECOMPUTE_SELECTIVE)
             xf_recompute_mark(c);
         for (uint32_t k = 0; k < K; k++) {
             prog *b = prog_of(P, PROG_B, k), *f = prog_of(P, PROG_F, k);
@@ -345,7 +334,7 @@ build_programs(pl *P)
         }
     }
     /* Stashing (stash.c): the backward chunk's weights come from the forward chunk's copies. */
-    if (c->s.stash != XFORM_STASH_NONE) {
+    if (c->s.stash != STRATEGY_STASH_NONE) {
         for (uint32_t k = 0; k < K; k++) {
             prog *b = prog_of(P, PROG_B, k), *f = prog_of(P, PROG_F, k);
             ir_id *w = di_xmalloc((b->in.n ? b->in.n : 1) * sizeof *w);
@@ -795,7 +784,7 @@ xf_pl_resolve(pl *P, const prog *p, ir_id v, uint32_t mb)
     if (d == 0) {
         if (c->vflags[v] & XF_V_DATA)
             return xf_pl_reg_find(P, REG_ARG, v, mb, g);
-        if (p->kind == PROG_B && c->s.stash != XFORM_STASH_NONE) {
+        if (p->kind == PROG_B && c->s.stash != STRATEGY_STASH_NONE) {
             for (uint32_t j = 0; j < p->stash.n; j++)
                 if (p->stash.v[j] == v)
                     return xf_pl_reg_find(P, REG_STASH, v, xf_stash_version(c, mb), g);

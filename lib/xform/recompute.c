@@ -64,7 +64,7 @@ need_inputs(const xf_ctx *c, const ir_op *o, const int32_t *home, int32_t fhome,
     for (uint32_t q = 0; q < o->ninput; q++) {
         ir_id d = m->values[m->refs[o->inputs + q]].def;
         if (d && home[d] == fhome &&
-            ((c->s.recompute == XFORM_RECOMPUTE_FULL && !ckpt[d]) || c->op[d].recompute))
+            ((c->s.recompute == STRATEGY_RECOMPUTE_FULL && !ckpt[d]) || c->op[d].recompute))
             needed[d] = 1;
     }
 }

@@ -37,7 +37,7 @@ static void
 group_sequence(const xf_ctx *c, uint32_t g, xf_event *ev)
 {
     uint32_t p = c->pp, m = c->n[XF_MB], V = c->V, n = 0;
-    if (c->s.schedule == XFORM_SCHEDULE_GPIPE) {
+    if (c->s.schedule == STRATEGY_SCHEDULE_GPIPE) {
         for (uint32_t i = 0; i < m; i++)
             push(ev, &n, XF_EV_F, g, i);
         for (uint32_t i = 0; i < m; i++)

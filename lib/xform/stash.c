@@ -25,26 +25,26 @@
 int
 xf_stash_copies(const xf_ctx *c, uint32_t mb)
 {
-    return c->s.stash == XFORM_STASH_PIPEDREAM || (c->s.stash == XFORM_STASH_2BW && mb == 0);
+    return c->s.stash == STRATEGY_STASH_PIPEDREAM || (c->s.stash == STRATEGY_STASH_2BW && mb == 0);
 }
 
 uint32_t
 xf_stash_version(const xf_ctx *c, uint32_t mb)
 {
-    return c->s.stash == XFORM_STASH_2BW ? 0 : mb;
+    return c->s.stash == STRATEGY_STASH_2BW ? 0 : mb;
 }
 
 int
 xf_stash_per_microbatch(const xf_ctx *c)
 {
-    return c->s.stash == XFORM_STASH_PIPEDREAM;
+    return c->s.stash == STRATEGY_STASH_PIPEDREAM;
 }
 
 uint32_t
 xf_stash_select(const xf_ctx *c, const ir_id *in, uint32_t n, ir_id *out)
 {
     uint32_t k = 0;
-    if (c->s.stash == XFORM_STASH_NONE)
+    if (c->s.stash == STRATEGY_STASH_NONE)
         return 0;
     for (uint32_t j = 0; j < n; j++)
         if (c->vflags[in[j]] & XF_V_WEIGHT)

@@ -21,7 +21,7 @@
 #include "xform/autodiff.h"
 
 void
-xform_strategy_init(xform_strategy *s)
+xform_strategy_init(strategy *s)
 {
     memset(s, 0, sizeof *s);
     s->dp = s->tp = s->pp = 1;
@@ -77,7 +77,7 @@ cmp_i32(const void *a, const void *b)
 static int
 stages_init(xf_ctx *c)
 {
-    xform_strategy *s = &c->s;
+    strategy *s = &c->s;
     int rc = strategy_check_stages(s, s->pp, c->err);
     if (rc != 0)
         return rc;
@@ -260,7 +260,7 @@ xf_stage_prefix(const xf_ctx *c, uint32_t g, char *buf, size_t n)
 static int
 tp_layers_init(xf_ctx *c)
 {
-    const xform_strategy *s = &c->s;
+    const strategy *s = &c->s;
     if (s->ntp_layers == 0)
         return 0;
     c->tplayer = di_xcalloc(c->nlayer ? c->nlayer : 1, 1);
@@ -333,7 +333,7 @@ validate_tp(xf_ctx *c, uint32_t g)
 static int
 validate(xf_ctx *c)
 {
-    const xform_strategy *s = &c->s;
+    const strategy *s = &c->s;
     uint64_t ndev = c->ndev;
     const char *what = c->hetero ? "the stages' dp*tp" : "dp*tp*pp";
     char pre[32];
@@ -367,7 +367,7 @@ validate(xf_ctx *c)
         }
         di_free(seen);
     }
-    if (s->schedule == XFORM_SCHEDULE_INTERLEAVED && s->pp > 1 && s->virtual_stages > 1 &&
+    if (s->schedule == STRATEGY_SCHEDULE_INTERLEAVED && s->pp > 1 && s->virtual_stages > 1 &&
         s->microbatches % s->pp != 0)
         return di_error_set(c->err, DI_ESTRATEGY,
                             "the interleaved schedule needs the microbatches (%u) to be a "
@@ -449,7 +449,7 @@ groups_init(xf_ctx *c)
     c->gtp = di_xmalloc(c->pp * sizeof *c->gtp);
     c->goff = di_xmalloc(c->pp * sizeof *c->goff);
     for (uint32_t g = 0; g < c->pp; g++) {
-        const xform_stage *st = c->s.nstages ? &c->s.stages[g] : NULL;
+        const strategy_stage *st = c->s.nstages ? &c->s.stages[g] : NULL;
         c->gdp[g] = st ? (st->dp ? st->dp : 1) : c->s.dp;
         c->gtp[g] = st ? (st->tp ? st->tp : 1) : c->s.tp;
         c->goff[g] = (uint32_t)c->ndev;
@@ -464,7 +464,7 @@ groups_init(xf_ctx *c)
 }
 
 int
-xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_model *hw,
+xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw,
             di_error *err)
 {
     ir_id f;
@@ -486,9 +486,9 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
         c->s.virtual_stages = 1;
     if (c->s.microbatches == 0)
         c->s.microbatches = c->s.pp;
-    if (c->s.schedule == XFORM_SCHEDULE_DEFAULT)
-        c->s.schedule = XFORM_SCHEDULE_1F1B;
-    if (c->s.schedule != XFORM_SCHEDULE_INTERLEAVED)
+    if (c->s.schedule == STRATEGY_SCHEDULE_DEFAULT)
+        c->s.schedule = STRATEGY_SCHEDULE_1F1B;
+    if (c->s.schedule != STRATEGY_SCHEDULE_INTERLEAVED)
         c->s.virtual_stages = 1;
     if (c->s.nstages > 0 && (rc = stages_init(c)) != 0)
         return rc;
@@ -520,7 +520,7 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_mod
         c->owned = ir_module_clone(m);
         rc = xform_autodiff(c->owned, f, loss, NULL, err);
         if (rc != 0) {
-            di_error_prefix(err, "before the strategy: ");
+            di_error_prefix(err, "before the strategy");
             xf_ctx_fini(c);
             return rc;
         }
@@ -553,7 +553,7 @@ xf_ctx_fini(xf_ctx *c)
 }
 
 int
-xform_validate(const ir_module *m, const xform_strategy *s, const hw_model *hw, di_error *err)
+xform_validate(const ir_module *m, const strategy *s, const hw_model *hw, di_error *err)
 {
     xf_ctx c;
     int rc = xf_ctx_init(&c, m, s, hw, err);

@@ -48,34 +48,12 @@ struct hw_model;
 typedef struct hw_model hw_model;
 
 /*
- * The strategy type lives in lib/strategy (strategy.h). These names are
- * temporary aliases for the code written against the transforms' own type.
- */
-typedef strategy xform_strategy;
-typedef strategy_stage xform_stage;
-typedef strategy_schedule xform_schedule;
-typedef strategy_recompute xform_recompute;
-typedef strategy_stash xform_stash;
-#define XFORM_SCHEDULE_DEFAULT STRATEGY_SCHEDULE_DEFAULT
-#define XFORM_SCHEDULE_GPIPE STRATEGY_SCHEDULE_GPIPE
-#define XFORM_SCHEDULE_1F1B STRATEGY_SCHEDULE_1F1B
-#define XFORM_SCHEDULE_INTERLEAVED STRATEGY_SCHEDULE_INTERLEAVED
-#define XFORM_RECOMPUTE_NONE STRATEGY_RECOMPUTE_NONE
-#define XFORM_RECOMPUTE_SELECTIVE STRATEGY_RECOMPUTE_SELECTIVE
-#define XFORM_RECOMPUTE_FULL STRATEGY_RECOMPUTE_FULL
-#define XFORM_STASH_NONE STRATEGY_STASH_NONE
-#define XFORM_STASH_PIPEDREAM STRATEGY_STASH_PIPEDREAM
-#define XFORM_STASH_2BW STRATEGY_STASH_2BW
-#define XFORM_BUCKET_MB_DEFAULT STRATEGY_BUCKET_MB_DEFAULT
-#define xform_strategy_format strategy_format
-
-/*
  * The trivial strategy in the form the transforms take directly: every
  * degree 1, one microbatch, no options (unlike strategy_init, which leaves
  * every option unset for strategy_normalize to fill in). xform_apply does
  * not normalize: fields at 0 read as their defaults, as in strategy.h.
  */
-void xform_strategy_init(xform_strategy *s);
+void xform_strategy_init(strategy *s);
 
 /*
  * Checks that s can apply to m (hw may be NULL: then the device count is not
@@ -85,7 +63,7 @@ void xform_strategy_init(xform_strategy *s);
  * "tp=8 does not divide the 12 heads", "pp=5 does not divide the 24 layers";
  * a module the transforms cannot handle is DI_EUNSUPPORTED.
  */
-int xform_validate(const ir_module *m, const xform_strategy *s, const hw_model *hw,
+int xform_validate(const ir_module *m, const strategy *s, const hw_model *hw,
                    di_error *err);
 
 /*
@@ -93,7 +71,7 @@ int xform_validate(const ir_module *m, const xform_strategy *s, const hw_model *
  * the device count for validation (may be NULL). On success *out is a new
  * module the caller frees with ir_module_free.
  */
-int xform_apply(const ir_module *m, const xform_strategy *s, const hw_model *hw, ir_module **out,
+int xform_apply(const ir_module *m, const strategy *s, const hw_model *hw, ir_module **out,
                 di_error *err);
 
 /* ---- layouts: what the distributed module's arguments and results hold ---- */
@@ -133,7 +111,7 @@ typedef struct xform_layout {
 } xform_layout;
 
 /* As xform_apply, and also the layout (caller frees with xform_layout_free). */
-int xform_apply_layout(const ir_module *m, const xform_strategy *s, const hw_model *hw,
+int xform_apply_layout(const ir_module *m, const strategy *s, const hw_model *hw,
                        ir_module **out, xform_layout **layout, di_error *err);
 void xform_layout_free(xform_layout *l);
 

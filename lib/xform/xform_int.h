@@ -73,7 +73,7 @@ typedef struct xf_ctx {
     const ir_module *m; /* the sequential source */
     ir_module *owned;   /* the differentiated copy of a forward-only input, or NULL */
     ir_id func;
-    xform_strategy s;   /* normalized: degrees >= 1, schedule resolved */
+    strategy s;   /* normalized: degrees >= 1, schedule resolved */
     xform_cost cost;    /* the target hardware (xform_cost_known: there is one) */
     uint32_t n[XF_NAXIS]; /* microbatches, and the largest dp and tp of any group */
     uint32_t pp, V, K;  /* pipeline groups, virtual stages, model stages (pp * V) */
@@ -142,7 +142,7 @@ xf_place_on(const xf_place *p, const uint32_t *n)
 /* strategy.c */
 /* "stage g: " into buf when the groups differ in degrees, else "" (prefix of messages). */
 const char *xf_stage_prefix(const xf_ctx *c, uint32_t g, char *buf, size_t n);
-int xf_ctx_init(xf_ctx *c, const ir_module *m, const xform_strategy *s, const hw_model *hw,
+int xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw,
                 di_error *err);
 void xf_ctx_fini(xf_ctx *c);
 /* Device id of rank (stage, d, t). */
