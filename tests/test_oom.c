@@ -250,7 +250,7 @@ test_oom_parse(void **state)
     c.text = text;
     c.len = len;
     c.want = g;
-    assert_true(oom_loop("parse", parse_op, &c) > 300);
+    assert_true(oom_loop("parse", parse_op, &c) > 200);
     di_free(text);
     ir_module_free(g);
 }

@@ -660,9 +660,11 @@ static ir_id
 value_new(ir_module *m, ir_id type, const char *name, ir_id def, uint32_t index, ir_id region)
 {
     ir_id id;
+    uint32_t cap = m->cvalue;
     DI_GROW(&m->values, &m->cvalue, m->nvalue + 1);
     if (m->valuelocs) {
-        m->valuelocs = di_xrealloc(m->valuelocs, m->cvalue * sizeof *m->valuelocs);
+        if (m->cvalue != cap) /* only when it grew: a realloc per value is quadratic under ASan */
+            m->valuelocs = di_xrealloc(m->valuelocs, m->cvalue * sizeof *m->valuelocs);
         memset(&m->valuelocs[m->nvalue], 0, sizeof *m->valuelocs);
     }
     id = m->nvalue++;
@@ -764,11 +766,13 @@ ir_op_add(ir_module *m, ir_id r, int kind, uint32_t ninput, const ir_id *inputs,
     ir_id id;
     ir_op *op;
     ir_region *reg;
-    uint32_t in;
+    uint32_t in, cap;
     in = push_refs(m, ninput, inputs);
+    cap = m->cop;
     DI_GROW(&m->ops, &m->cop, m->nop + 1);
     if (m->oplocs) {
-        m->oplocs = di_xrealloc(m->oplocs, m->cop * sizeof *m->oplocs);
+        if (m->cop != cap) /* only when it grew, as for valuelocs */
+            m->oplocs = di_xrealloc(m->oplocs, m->cop * sizeof *m->oplocs);
         memset(&m->oplocs[m->nop], 0, sizeof *m->oplocs);
     }
     id = m->nop++;
