@@ -84,6 +84,7 @@ typedef struct verifier {
     ir_id func;      /* function being checked, for messages */
     uint32_t ntype0; /* types that existed before inference added any */
     int no_infer;    /* some type's lists are out of range: interning could read them */
+    int nomem;       /* shape inference ran out of memory: the verdict is unknown */
 
     uint8_t *defined; /* per value */
     ir_id *listed;    /* per op: the region whose list holds it */
@@ -1194,6 +1195,11 @@ check_infer(verifier *vf, ir_id op)
     memset(vf->out, 0, (n + 1) * sizeof *vf->out);
     di_error_clear(&e);
     if (ir_op_infer(m, op, vf->out, &e) != 0) {
+        if (e.code == DI_ENOMEM) {
+            vf->nomem = 1;
+            vf->stop = 1;
+            return;
+        }
         /* Inference names the op as report does: say it once. */
         ir_label l = ir_op_label(m, op);
         size_t len = strlen(l.s);
@@ -1714,8 +1720,10 @@ verify_run(ir_module *m, ir_diag_fn fn, void *ctx, int limit, di_error *first)
             region_lists_ok(reg))
             check_function(vf, r);
     }
-    count = vf->count;
+    count = vf->nomem ? DI_ENOMEM : vf->count;
     verifier_free(vf);
+    if (count == DI_ENOMEM)
+        return di_error_set(first, DI_ENOMEM, "out of memory verifying a module");
     return count;
 }
 
