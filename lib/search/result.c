@@ -409,13 +409,13 @@ static void
 table(di_buf *b, const char *title, const search_point *p, uint32_t n)
 {
     di_buf_printf(b, "%s\n", title);
-    di_buf_printf(b, "  %4s  %12s  %12s  %14s  %6s  %s\n", "#", "step time ms", "peak mem GiB",
+    di_buf_printf(b, "  %4s  %12s  %12s  %14s  %6s  %s\n", "#", "step time ms", "peak mem MiB",
                   "tokens/s/dev", "MFU %", "strategy");
     for (uint32_t i = 0; i < n; i++) {
         char name[256];
         search_candidate_format(&p[i].cand, name, sizeof name);
         di_buf_printf(b, "  %4u  %12.3f  %12.3f  %14.1f  %6.2f  %s\n", i + 1,
-                      p[i].step_time_s * 1e3, (double)p[i].peak_memory_bytes / (1u << 30),
+                      p[i].step_time_s * 1e3, (double)p[i].peak_memory_bytes / (1u << 20),
                       p[i].tokens_per_s, p[i].mfu * 100, name);
     }
     if (n == 0)
