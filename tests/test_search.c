@@ -106,7 +106,7 @@ run(const ir_module *m, const hw_model *hw, const search_config *cfg, search_res
  */
 static void
 check_brute_force(const ir_module *m, const hw_model *hw, const search_config *cfg,
-                  uint32_t *nfeasible)
+                  uint32_t *nfeasible, uint32_t *nbound)
 {
     search_space sp;
     search_evaluator ev;
@@ -138,8 +138,11 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
             strategy_fini(&s);
             continue;
         }
-        /* Sound pruning: a candidate the transforms take is never pruned. */
-        assert_true(st == SEARCH_OK || st == SEARCH_OOM);
+        /*
+         * Sound pruning: a candidate the transforms take is pruned only by the
+         * memory bound, and then the full simulation does not fit either.
+         */
+        assert_true(st == SEARCH_OK || st == SEARCH_OOM || st == SEARCH_MEMORY_BOUND);
         sim_options_default(&o);
         if (sim_run(dm, hw, &o, &res, NULL, NULL, &err) != 0)
             fail_msg("sim_run: %s", err.msg);
@@ -147,9 +150,19 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
             if ((double)res->devices[d].peak_memory_bytes >
                 cfg->memory_headroom * (double)res->devices[d].capacity_bytes)
                 fits = 0;
-        assert_int_equal(st, fits ? SEARCH_OK : SEARCH_OOM);
-        assert_true(p.step_time_s == res->step_time_s);
-        assert_int_equal(p.peak_memory_bytes, res->peak_memory_bytes);
+        /* The bound is a lower bound of the simulated peak. */
+        if (search_memory_bound(&sp, c) > res->peak_memory_bytes)
+            fail_msg("memory bound %llu above the peak %llu of candidate %llu",
+                     (unsigned long long)search_memory_bound(&sp, c),
+                     (unsigned long long)res->peak_memory_bytes, (unsigned long long)i);
+        if (st == SEARCH_MEMORY_BOUND) {
+            assert_false(fits);
+            (*nbound)++;
+        } else {
+            assert_int_equal(st, fits ? SEARCH_OK : SEARCH_OOM);
+            assert_true(p.step_time_s == res->step_time_s);
+            assert_int_equal(p.peak_memory_bytes, res->peak_memory_bytes);
+        }
         if (fits) {
             all[n] = p;
             if (best == UINT32_MAX || res->step_time_s < all[best].step_time_s)
@@ -225,13 +238,59 @@ test_brute_force(void **state)
         ir_module *m = cases[i].model == 0 ? gpt(4, 48, 6, 8, 24) : mlp(4, 48, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
-        uint32_t nfeasible = 0;
+        uint32_t nfeasible = 0, nbound = 0;
         small_config(&cfg, cases[i].devices);
-        check_brute_force(m, hw, &cfg, &nfeasible);
+        check_brute_force(m, hw, &cfg, &nfeasible, &nbound);
         assert_true(nfeasible > 0);
         hw_free(hw);
         ir_module_free(m);
     }
+}
+
+/*
+ * The memory bound prunes: with Adam (three times the weights in state) and
+ * a device memory between the space's smallest and largest bound, some
+ * candidates are pruned, each of which a full simulation finds out of
+ * memory, and the bound stays below every simulated peak (check_brute_force).
+ */
+static void
+test_memory_bound(void **state)
+{
+    models_gpt g;
+    ir_module *m = NULL;
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    di_error err;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    uint32_t nfeasible = 0, nbound = 0;
+    (void)state;
+    models_gpt_init(&g);
+    g.layers = 4;
+    g.hidden = 96;
+    g.heads = 6;
+    g.seq = 8;
+    g.vocab = 13;
+    g.batch = 8;
+    g.dropout = 0;
+    g.train.optimizer = XFORM_OPTIM_ADAM;
+    if (models_gpt_build(&g, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    small_config(&cfg, 8);
+    space_ok(&sp, m, hw, &cfg);
+    assert_true(sp.state_bytes >= 3 * 12ull * 4 * 96 * 96 * 4);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        uint64_t b = search_memory_bound(&sp, &sp.candidates[i]);
+        lo = b < lo ? b : lo;
+        hi = b > hi ? b : hi;
+    }
+    search_space_fini(&sp);
+    assert_true(lo < hi);
+    hw->device.memory_bytes = (double)(lo + hi) / 2;
+    check_brute_force(m, hw, &cfg, &nfeasible, &nbound);
+    assert_true(nbound > 0);
+    hw_free(hw);
+    ir_module_free(m);
 }
 
 /* With a headroom that only the best few candidates fit in, OOM points are excluded. */
@@ -242,7 +301,7 @@ test_headroom(void **state)
     hw_model *hw = preset("a100-dgx");
     search_config cfg;
     search_result all, tight;
-    uint32_t nfeasible;
+    uint32_t nfeasible, nbound = 0;
     uint64_t lo = UINT64_MAX, hi = 0;
     (void)state;
     small_config(&cfg, 8);
@@ -259,12 +318,14 @@ test_headroom(void **state)
     cfg.memory_headroom = ((double)lo + (double)hi) / 2 / hw->device.memory_bytes;
     run(m, hw, &cfg, &tight);
     assert_true(tight.count[SEARCH_OOM] > 0);
-    assert_int_equal(tight.count[SEARCH_OOM] + tight.count[SEARCH_OK], all.count[SEARCH_OK]);
+    assert_int_equal(tight.count[SEARCH_OOM] + tight.count[SEARCH_MEMORY_BOUND] +
+                         tight.count[SEARCH_OK],
+                     all.count[SEARCH_OK]);
     for (uint32_t i = 0; i < tight.ntop; i++)
         assert_true((double)tight.top[i].peak_memory_bytes <=
                     cfg.memory_headroom * hw->device.memory_bytes);
     assert_true(tight.top[0].step_time_s >= all.top[0].step_time_s);
-    check_brute_force(m, hw, &cfg, &nfeasible);
+    check_brute_force(m, hw, &cfg, &nfeasible, &nbound);
     search_result_fini(&all);
     search_result_fini(&tight);
     hw_free(hw);
@@ -526,6 +587,7 @@ main(void)
         cmocka_unit_test(test_pruned_indivisible),
         cmocka_unit_test(test_brute_force),
         cmocka_unit_test(test_headroom),
+        cmocka_unit_test(test_memory_bound),
         cmocka_unit_test(test_shards_merge),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_throughput),

@@ -127,6 +127,10 @@ typedef struct search_space {
     int64_t batch;           /* dimension 0 of the batch data, -1 when none */
     uint32_t layers;         /* distinct dist.layer values */
     double tokens_per_step;  /* elements of the "tokens" argument, else the batch */
+    uint64_t state_bytes;    /* the module's floating-point non-data arguments: weights and
+                                optimizer state, bytes */
+    uint64_t data_bytes;     /* its batch-data arguments, bytes */
+    double max_capacity;     /* the largest device memory of the hardware, bytes */
     uint64_t ncandidate;     /* the whole space (every shard) */
     search_candidate *candidates;
 } search_space;
@@ -148,11 +152,27 @@ const search_candidate *search_space_at(const search_space *sp, uint64_t k);
 /* Sequential iteration over the shard: *cursor starts at 0. NULL at the end. */
 const search_candidate *search_space_next(const search_space *sp, uint64_t *cursor);
 
+/*
+ * A lower bound on the simulated peak memory of the candidate's busiest
+ * device, in bytes. The simulator holds every argument of the distributed
+ * module from the start of the step (docs/simulator.md), and the
+ * transforms give every element of the sequential module's arguments to at
+ * least one device, and, without ZeRO, every element of its weights and
+ * optimizer state to each of the dp data-parallel replicas (ZeRO 1 to 3 let
+ * them arrive sharded over the data axis). So the N devices hold at least
+ * data + state x (zero ? 1 : dp) bytes at time 0, and the busiest device at
+ * least 1/N of that. search_eval prunes a candidate when the bound exceeds
+ * the usable memory of the largest device (SEARCH_MEMORY_BOUND); the tests
+ * check the bound against full simulations.
+ */
+uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
+
 /* What became of a candidate. */
 #define SEARCH_STATUS_LIST(X)                                                                      \
     X(OK, "ok")                     /* simulated, fits in memory */                                 \
     X(OOM, "out_of_memory")         /* simulated, peak above the usable memory */                   \
     X(INDIVISIBLE, "indivisible")   /* pruned: xform_validate refuses the shapes */                 \
+    X(MEMORY_BOUND, "memory_bound") /* pruned: search_memory_bound above the usable memory */       \
     X(UNSUPPORTED, "unsupported")   /* pruned: the transforms cannot take the module so */          \
     X(FAILED, "failed")             /* valid, but the transform or the simulation failed */
 
@@ -187,7 +207,8 @@ void search_evaluator_init(search_evaluator *ev, const search_space *sp);
 void search_evaluator_fini(search_evaluator *ev);
 /*
  * Evaluates c: xform_validate (a refusal prunes it: INDIVISIBLE or
- * UNSUPPORTED), xform_apply, sim_run, then the memory check against
+ * UNSUPPORTED), the memory bound (MEMORY_BOUND), xform_apply, sim_run,
+ * then the memory check against
  * memory_headroom times each device's capacity. Always fills *out;
  * returns its status.
  */

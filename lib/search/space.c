@@ -430,7 +430,21 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     sp->devices = cfg->devices ? cfg->devices : hw->ndevice;
     sp->batch = c.batch;
     sp->layers = c.nlayer;
+    {
+        const ir_region *r = &c.m->regions[c.func];
+        for (uint32_t a = 0; a < r->narg; a++) {
+            ir_id v = r->args[a];
+            uint64_t bytes = ir_type_bytes(c.m, c.m->values[v].type);
+            if (c.vflags[v] & XF_V_DATA)
+                sp->data_bytes += bytes;
+            else if (c.vflags[v] & XF_V_WEIGHT)
+                sp->state_bytes += bytes;
+        }
+    }
     xf_ctx_fini(&c);
+    for (uint32_t d = 0; d < hw->ndevice; d++)
+        if (hw_device_spec(hw, d)->memory_bytes > sp->max_capacity)
+            sp->max_capacity = hw_device_spec(hw, d)->memory_bytes;
     sp->tokens_per_step = module_tokens(m);
     if (sp->tokens_per_step == 0)
         sp->tokens_per_step = sp->batch > 0 ? (double)sp->batch : 1.0;
@@ -505,6 +519,17 @@ search_candidate_format(const search_candidate *c, char *buf, size_t size)
 
 /* ---- evaluation ---- */
 
+uint64_t
+search_memory_bound(const search_space *sp, const search_candidate *c)
+{
+    uint64_t held;
+    /* Saturating, and floor division keeps it a lower bound. */
+    if (di_mul_u64(sp->state_bytes, c->zero ? 1 : c->dp, &held) != 0 ||
+        held + sp->data_bytes < held)
+        return UINT64_MAX / sp->devices;
+    return (held + sp->data_bytes) / sp->devices;
+}
+
 void
 search_evaluator_init(search_evaluator *ev, const search_space *sp)
 {
@@ -536,6 +561,10 @@ search_eval(search_evaluator *ev, const search_candidate *c, search_point *out)
     rc = xform_validate(sp->module, &s, sp->hw, &err);
     if (rc != 0) {
         out->status = rc == DI_ESTRATEGY ? SEARCH_INDIVISIBLE : SEARCH_UNSUPPORTED;
+        goto done;
+    }
+    if ((double)search_memory_bound(sp, c) > sp->cfg.memory_headroom * sp->max_capacity) {
+        out->status = SEARCH_MEMORY_BOUND;
         goto done;
     }
     sim_options_default(&o);
