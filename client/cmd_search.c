@@ -4,7 +4,8 @@
  * [--headroom F] [--tp 1,2,4 ...] [--fix pp=2 ...]` and
  * `distir search --merge A.json B.json ...`.
  *
- * The search runs in-process, one candidate after another (lib/search);
+ * The search runs in-process, one candidate after another (lib/search),
+ * with a progress line on standard error when it is a terminal;
  * the daemon's streamed, threaded search is not there yet (no --server).
  * --shard i/n evaluates every n-th candidate from i, so that n processes
  * cover the space once; --merge combines their --json outputs into the
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "search/search.h"
@@ -95,6 +97,17 @@ seconds_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* One progress line on a terminal's standard error, redrawn in place. */
+static void
+progress(const search_result *r, uint64_t total)
+{
+    fprintf(stderr, "\rsearch: %llu/%llu candidates, %llu fit", (unsigned long long)r->enumerated,
+            (unsigned long long)total, (unsigned long long)r->count[SEARCH_OK]);
+    if (r->ntop > 0)
+        fprintf(stderr, ", best %.3f ms", r->top[0].step_time_s * 1e3);
+    fflush(stderr);
+}
+
 static int
 search(const char *file, const char *hwname, const search_config *cfg, int json)
 {
@@ -105,7 +118,8 @@ search(const char *file, const char *hwname, const search_config *cfg, int json)
     search_result r;
     const search_candidate *c;
     uint64_t cursor = 0;
-    double t0;
+    double t0, shown;
+    int tty = isatty(STDERR_FILENO);
     di_error err;
 
     if (hw_load(hwname, &hw, &err) != 0) {
@@ -124,15 +138,21 @@ search(const char *file, const char *hwname, const search_config *cfg, int json)
         cli_error("cannot search '%s': %s", file, err.msg);
         goto fail;
     }
-    t0 = seconds_now();
+    t0 = shown = seconds_now();
     search_evaluator_init(&ev, &sp);
     search_result_init(&r, &sp);
     while ((c = search_space_next(&sp, &cursor)) != NULL) {
         search_point p;
         search_eval(&ev, c, &p);
         search_result_add(&r, &p);
+        if (tty && seconds_now() - shown >= 0.25) {
+            progress(&r, search_space_shard_size(&sp));
+            shown = seconds_now();
+        }
     }
     search_evaluator_fini(&ev);
+    if (tty && shown > t0)
+        fputs("\r\033[K", stderr);
     if (!json)
         printf("space: %llu candidates on %u devices of %s (batch %lld, %u layers)\n",
                (unsigned long long)sp.ncandidate, sp.devices, hw->name, (long long)sp.batch,
