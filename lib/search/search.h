@@ -201,13 +201,23 @@ typedef struct search_point {
 typedef struct search_evaluator {
     const search_space *space;
     struct sim_workspace *ws;
+    /*
+     * The verdict of xform_validate on the last base strategy: the
+     * candidate's degrees, microbatches and schedule with every option off
+     * (no recomputation, ZeRO, sequence parallelism or overlap). Options only
+     * add requirements, so when the base is refused every variant is too,
+     * and the candidates that share a base are consecutive in the space.
+     */
+    int have_base;
+    search_candidate base;
+    int base_rc;
 } search_evaluator;
 
 void search_evaluator_init(search_evaluator *ev, const search_space *sp);
 void search_evaluator_fini(search_evaluator *ev);
 /*
- * Evaluates c: xform_validate (a refusal prunes it: INDIVISIBLE or
- * UNSUPPORTED), the memory bound (MEMORY_BOUND), xform_apply, sim_run,
+ * Evaluates c: xform_validate of its base strategy, then of c itself (a
+ * refusal prunes it: INDIVISIBLE or UNSUPPORTED), the memory bound (MEMORY_BOUND), xform_apply, sim_run,
  * then the memory check against
  * memory_headroom times each device's capacity. Always fills *out;
  * returns its status.

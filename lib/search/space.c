@@ -533,6 +533,7 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
 void
 search_evaluator_init(search_evaluator *ev, const search_space *sp)
 {
+    memset(ev, 0, sizeof *ev);
     ev->space = sp;
     ev->ws = sim_workspace_new();
 }
@@ -542,6 +543,15 @@ search_evaluator_fini(search_evaluator *ev)
 {
     sim_workspace_free(ev->ws);
     ev->ws = NULL;
+}
+
+/* Whether a and b differ only in the options (recompute, ZeRO, sp, overlap). */
+static int
+same_base(const search_candidate *a, const search_candidate *b)
+{
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp &&
+           a->microbatches == b->microbatches && a->schedule == b->schedule &&
+           a->virtual_stages == b->virtual_stages;
 }
 
 int
@@ -557,8 +567,19 @@ search_eval(search_evaluator *ev, const search_candidate *c, search_point *out)
 
     memset(out, 0, sizeof *out);
     out->cand = *c;
+    if (!ev->have_base || !same_base(&ev->base, c)) {
+        ev->base = *c;
+        ev->base.recompute = ev->base.zero = 0;
+        ev->base.sequence_parallel = ev->base.overlap = 0;
+        search_candidate_strategy(&ev->base, &s);
+        ev->base_rc = xform_validate(sp->module, &s, sp->hw, &err);
+        ev->have_base = 1;
+        strategy_fini(&s);
+    }
     search_candidate_strategy(c, &s);
-    rc = xform_validate(sp->module, &s, sp->hw, &err);
+    rc = ev->base_rc;
+    if (rc == 0 && (c->recompute || c->zero || c->sequence_parallel || c->overlap))
+        rc = xform_validate(sp->module, &s, sp->hw, &err);
     if (rc != 0) {
         out->status = rc == DI_ESTRATEGY ? SEARCH_INDIVISIBLE : SEARCH_UNSUPPORTED;
         goto done;
