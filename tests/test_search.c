@@ -479,6 +479,50 @@ test_space(void **state)
     ir_module_free(m);
 }
 
+/* The enumeration order, spelled out for a small space (a change in it is a format change). */
+static void
+test_order_golden(void **state)
+{
+    static const uint32_t want[][6] = {
+        /* dp tp pp m schedule V */
+        {2, 1, 1, 1, 0, 1}, {2, 1, 1, 2, 0, 1},
+        {1, 2, 1, 1, 0, 1}, {1, 2, 1, 2, 0, 1}, {1, 2, 1, 4, 0, 1},
+        {1, 1, 2, 1, 1, 1}, {1, 1, 2, 1, 2, 1}, {1, 1, 2, 1, 3, 2}, {1, 1, 2, 1, 3, 4},
+        {1, 1, 2, 2, 1, 1}, {1, 1, 2, 2, 2, 1}, {1, 1, 2, 2, 3, 2}, {1, 1, 2, 2, 3, 4},
+        {1, 1, 2, 4, 1, 1}, {1, 1, 2, 4, 2, 1}, {1, 1, 2, 4, 3, 2}, {1, 1, 2, 4, 3, 4},
+    };
+    ir_module *m = mlp(4, 16, 4);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    di_error err;
+    char name[256];
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 2;
+    assert_int_equal(search_config_set(&cfg, "recompute", "none", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "zero", "0", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "sequence-parallel", "0", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "overlap-grad-reduce", "0", &err), 0);
+    space_ok(&sp, m, hw, &cfg);
+    assert_int_equal(sp.ncandidate, sizeof want / sizeof want[0]);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        assert_int_equal(c->dp, want[i][0]);
+        assert_int_equal(c->tp, want[i][1]);
+        assert_int_equal(c->pp, want[i][2]);
+        assert_int_equal(c->microbatches, want[i][3]);
+        assert_int_equal(c->schedule, want[i][4]);
+        assert_int_equal(c->virtual_stages, want[i][5]);
+    }
+    search_candidate_format(&sp.candidates[8], name, sizeof name);
+    assert_string_equal(name, "dp=1 tp=1 pp=2 m=1 schedule=interleaved:4 recompute=none "
+                              "stash=none zero=0");
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 /* Indivisible degrees are pruned with xform_validate's reason and never simulated. */
 static void
 test_pruned_indivisible(void **state)
@@ -584,6 +628,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_space),
+        cmocka_unit_test(test_order_golden),
         cmocka_unit_test(test_pruned_indivisible),
         cmocka_unit_test(test_brute_force),
         cmocka_unit_test(test_headroom),
