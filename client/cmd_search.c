@@ -38,8 +38,8 @@ static const char usage[] =
 
 /* The list-valued constraints: "--tp 1,2" is search_config_set(cfg, "tp", "1,2"). */
 static const char *const list_options[] = {
-    "dp",        "tp",   "pp",       "microbatches",      "virtual-stages",      "schedule",
-    "recompute", "zero", "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
+    "dp",        "tp",        "pp",       "microbatches",      "virtual-stages",      "schedule",
+    "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",
 };
 

@@ -181,9 +181,9 @@ point_equal(const search_point *a, const search_point *b)
            x->microbatches == y->microbatches && x->virtual_stages == y->virtual_stages &&
            x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
            x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
-           a->status == b->status &&
-           a->step_time_s == b->step_time_s && a->peak_memory_bytes == b->peak_memory_bytes &&
-           a->tokens_per_s == b->tokens_per_s && a->mfu == b->mfu;
+           a->status == b->status && a->step_time_s == b->step_time_s &&
+           a->peak_memory_bytes == b->peak_memory_bytes && a->tokens_per_s == b->tokens_per_s &&
+           a->mfu == b->mfu;
 }
 
 int
@@ -217,9 +217,9 @@ point_to_json(const search_point *p)
     return json_pack("{s:I, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, "
                      "s:I, s:f, s:f}",
                      "index", (json_int_t)c->index, "strategy", name, "dp", (int)c->dp, "tp",
-                     (int)c->tp, "pp", (int)c->pp, "microbatches", (int)c->microbatches,
-                     "schedule", (int)c->schedule, "virtual_stages", (int)c->virtual_stages,
-                     "recompute", (int)c->recompute, "zero", (int)c->zero, "sequence_parallel",
+                     (int)c->tp, "pp", (int)c->pp, "microbatches", (int)c->microbatches, "schedule",
+                     (int)c->schedule, "virtual_stages", (int)c->virtual_stages, "recompute",
+                     (int)c->recompute, "zero", (int)c->zero, "sequence_parallel",
                      (int)c->sequence_parallel, "overlap_grad_reduce", (int)c->overlap, "status",
                      search_status_name(p->status), "step_time_s", p->step_time_s,
                      "peak_memory_bytes", (json_int_t)p->peak_memory_bytes, "tokens_per_s",
@@ -240,10 +240,10 @@ search_result_to_json(const search_result *r)
     pareto = json_array();
     for (uint32_t i = 0; i < r->npareto; i++)
         json_array_append_new(pareto, point_to_json(&r->pareto[i]));
-    root = json_pack("{s:s, s:i, s:i, s:I, s:o, s:o, s:o}", "objective",
-                     objective_names[r->objective], "top_k", (int)r->top_k, "devices",
-                     (int)r->devices, "enumerated", (json_int_t)r->enumerated, "counts", counts,
-                     "top", top, "pareto", pareto);
+    root =
+        json_pack("{s:s, s:i, s:i, s:I, s:o, s:o, s:o}", "objective", objective_names[r->objective],
+                  "top_k", (int)r->top_k, "devices", (int)r->devices, "enumerated",
+                  (json_int_t)r->enumerated, "counts", counts, "top", top, "pareto", pareto);
     if (root == NULL)
         abort();
     text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17) | JSON_COMPACT);
@@ -260,10 +260,9 @@ static int
 get_uint(const json_t *o, const char *key, uint64_t max, uint64_t *out, di_error *err)
 {
     const json_t *v = json_object_get(o, key);
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        (uint64_t)json_integer_value(v) > max)
-        return di_error_set(err, DI_EINVAL, "search result: '%s' is not an integer in 0..%llu",
-                            key, (unsigned long long)max);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
+        return di_error_set(err, DI_EINVAL, "search result: '%s' is not an integer in 0..%llu", key,
+                            (unsigned long long)max);
     *out = (uint64_t)json_integer_value(v);
     return 0;
 }
@@ -324,8 +323,10 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
         p->cand.virtual_stages == 0 ||
         (p->cand.pp == 1) != (p->cand.schedule == STRATEGY_SCHEDULE_DEFAULT) ||
         (p->cand.virtual_stages > 1) != (p->cand.schedule == STRATEGY_SCHEDULE_INTERLEAVED))
-        return di_error_set(err, DI_EINVAL, "search result: point %llu is not a strategy of "
-                            "the space", (unsigned long long)p->cand.index);
+        return di_error_set(err, DI_EINVAL,
+                            "search result: point %llu is not a strategy of "
+                            "the space",
+                            (unsigned long long)p->cand.index);
     status = json_string_value(json_object_get(o, "status"));
     if (status == NULL || strcmp(status, status_names[SEARCH_OK]) != 0)
         return di_error_set(err, DI_EINVAL, "search result: point %llu has status '%s', not ok",

@@ -51,20 +51,20 @@ typedef enum search_objective {
  * allows every value. search_config_init allows everything.
  */
 typedef struct search_config {
-    uint32_t devices;          /* N; 0: every device of the hardware */
+    uint32_t devices; /* N; 0: every device of the hardware */
     uint32_t ndp, dp[SEARCH_MAX_SET];
     uint32_t ntp, tp[SEARCH_MAX_SET];
     uint32_t npp, pp[SEARCH_MAX_SET];
     uint32_t nmicrobatches, microbatches[SEARCH_MAX_SET];
     uint32_t nvirtual, virtual_stages[SEARCH_MAX_SET]; /* interleaved schedule's V */
-    uint32_t schedules;        /* mask of strategy_schedule (GPIPE, 1F1B, INTERLEAVED) */
-    uint32_t recomputes;       /* mask of strategy_recompute */
-    uint32_t zeros;            /* mask of ZeRO stages 0..3 */
+    uint32_t schedules;         /* mask of strategy_schedule (GPIPE, 1F1B, INTERLEAVED) */
+    uint32_t recomputes;        /* mask of strategy_recompute */
+    uint32_t zeros;             /* mask of ZeRO stages 0..3 */
     uint32_t sequence_parallel; /* mask: bit 0 off, bit 1 on */
-    uint32_t overlap;          /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
-    double memory_headroom;    /* usable fraction of each device's memory, (0, 1]; default 1 */
+    uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
+    double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
     search_objective objective;
-    uint32_t top_k;            /* default 10 */
+    uint32_t top_k;                    /* default 10 */
     uint32_t shard_index, shard_count; /* this process evaluates index % count == shard_index */
 } search_config;
 
@@ -169,11 +169,11 @@ uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
 
 /* What became of a candidate. */
 #define SEARCH_STATUS_LIST(X)                                                                      \
-    X(OK, "ok")                     /* simulated, fits in memory */                                 \
-    X(OOM, "out_of_memory")         /* simulated, peak above the usable memory */                   \
-    X(INDIVISIBLE, "indivisible")   /* pruned: xform_validate refuses the shapes */                 \
-    X(MEMORY_BOUND, "memory_bound") /* pruned: search_memory_bound above the usable memory */       \
-    X(UNSUPPORTED, "unsupported")   /* pruned: the transforms cannot take the module so */          \
+    X(OK, "ok")                     /* simulated, fits in memory */                                \
+    X(OOM, "out_of_memory")         /* simulated, peak above the usable memory */                  \
+    X(INDIVISIBLE, "indivisible")   /* pruned: xform_validate refuses the shapes */                \
+    X(MEMORY_BOUND, "memory_bound") /* pruned: search_memory_bound above the usable memory */      \
+    X(UNSUPPORTED, "unsupported")   /* pruned: the transforms cannot take the module so */         \
     X(FAILED, "failed")             /* valid, but the transform or the simulation failed */
 
 typedef enum search_status {
@@ -187,10 +187,10 @@ const char *search_status_name(int status);
 
 typedef struct search_point {
     search_candidate cand;
-    int status;                  /* search_status */
-    double step_time_s;          /* seconds; simulated candidates only */
-    uint64_t peak_memory_bytes;  /* the largest per-device peak */
-    double tokens_per_s;         /* per device */
+    int status;                 /* search_status */
+    double step_time_s;         /* seconds; simulated candidates only */
+    uint64_t peak_memory_bytes; /* the largest per-device peak */
+    double tokens_per_s;        /* per device */
     double mfu;
 } search_point;
 
@@ -217,10 +217,9 @@ void search_evaluator_init(search_evaluator *ev, const search_space *sp);
 void search_evaluator_fini(search_evaluator *ev);
 /*
  * Evaluates c: xform_validate of its base strategy, then of c itself (a
- * refusal prunes it: INDIVISIBLE or UNSUPPORTED), the memory bound (MEMORY_BOUND), xform_apply, sim_run,
- * then the memory check against
- * memory_headroom times each device's capacity. Always fills *out;
- * returns its status.
+ * refusal prunes it: INDIVISIBLE or UNSUPPORTED), the memory bound (MEMORY_BOUND), xform_apply,
+ * sim_run, then the memory check against memory_headroom times each device's capacity. Always fills
+ * *out; returns its status.
  */
 int search_eval(search_evaluator *ev, const search_candidate *c, search_point *out);
 
@@ -235,10 +234,10 @@ typedef struct search_result {
     search_objective objective;
     uint32_t top_k;
     uint32_t devices;
-    uint64_t enumerated;              /* candidates seen (added) */
-    uint64_t count[SEARCH_NSTATUS];   /* by status */
+    uint64_t enumerated;            /* candidates seen (added) */
+    uint64_t count[SEARCH_NSTATUS]; /* by status */
     uint32_t ntop;
-    search_point *top;    /* best first */
+    search_point *top; /* best first */
     uint32_t npareto, capacity_pareto;
     search_point *pareto; /* ascending step time (then memory, index) */
 } search_result;

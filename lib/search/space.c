@@ -126,8 +126,7 @@ add_schedule(search_config *cfg, const char *name, const char *item, di_error *e
         return set_add(cfg->virtual_stages, &cfg->nvirtual, "virtual-stages", v, err);
     } else {
         return di_error_set(err, DI_EINVAL,
-                            "%s: unknown schedule '%s' (gpipe, 1f1b, interleaved[:V])", name,
-                            item);
+                            "%s: unknown schedule '%s' (gpipe, 1f1b, interleaved[:V])", name, item);
     }
     return 0;
 }
@@ -158,8 +157,8 @@ add_zero(search_config *cfg, const char *name, const char *item, di_error *err)
 static int
 add_switch(search_config *cfg, const char *name, const char *item, di_error *err)
 {
-    uint32_t *mask = strcmp(name, "sequence-parallel") == 0 ? &cfg->sequence_parallel
-                                                            : &cfg->overlap;
+    uint32_t *mask =
+        strcmp(name, "sequence-parallel") == 0 ? &cfg->sequence_parallel : &cfg->overlap;
     if (strcmp(item, "0") == 0 || strcmp(item, "off") == 0)
         *mask |= 1u;
     else if (strcmp(item, "1") == 0 || strcmp(item, "on") == 0)
@@ -211,8 +210,8 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
     if (strcmp(name, "shard") == 0) {
         unsigned i, n;
         int used = 0;
-        if (value == NULL || sscanf(value, "%u/%u%n", &i, &n, &used) != 2 ||
-            value[used] != '\0' || n == 0 || i >= n)
+        if (value == NULL || sscanf(value, "%u/%u%n", &i, &n, &used) != 2 || value[used] != '\0' ||
+            n == 0 || i >= n)
             return di_error_set(err, DI_EINVAL, "shard: '%s' is not i/n with i < n",
                                 value ? value : "");
         cfg->shard_index = i;
@@ -345,8 +344,8 @@ enumerate(space_builder *b)
             if (!in_set(cfg->tp, cfg->ntp, tp) || !in_set(cfg->dp, cfg->ndp, dp))
                 continue;
             /* Without batch data only m = 1 can apply; dp > 1 is left for validation. */
-            nms = divisors(sp->batch > 0 && sp->batch % dp == 0 ? (uint64_t)sp->batch / dp : 1,
-                           &ms);
+            nms =
+                divisors(sp->batch > 0 && sp->batch % dp == 0 ? (uint64_t)sp->batch / dp : 1, &ms);
             for (uint32_t k = 0; k < nms; k++) {
                 search_candidate c;
                 if (!in_set(cfg->microbatches, cfg->nmicrobatches, ms[k]))
@@ -598,8 +597,7 @@ search_eval(search_evaluator *ev, const search_candidate *c, search_point *out)
     out->step_time_s = r->step_time_s;
     out->peak_memory_bytes = r->peak_memory_bytes;
     out->mfu = r->mfu;
-    out->tokens_per_s =
-        r->step_time_s > 0 ? sp->tokens_per_step / r->step_time_s / sp->devices : 0;
+    out->tokens_per_s = r->step_time_s > 0 ? sp->tokens_per_step / r->step_time_s / sp->devices : 0;
     for (uint32_t d = 0; d < r->ndevice; d++) {
         const sim_device_result *dr = &r->devices[d];
         double usable = sp->cfg.memory_headroom * (double)dr->capacity_bytes;
