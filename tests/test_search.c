@@ -597,6 +597,61 @@ test_config(void **state)
     assert_int_equal(cfg.objective, SEARCH_MAX_THROUGHPUT);
 }
 
+/*
+ * The search key: the same for the same search whatever the shard and the
+ * spelling of a set; different for another module, hardware, constraint or
+ * K; results of different searches do not merge.
+ */
+static void
+test_key(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24), *m2 = gpt(4, 48, 6, 8, 12);
+    hw_model *hw = preset("a100-dgx"), *hw2 = preset("h100-dgx");
+    search_config a, b;
+    search_space sa, sb;
+    search_result ra, rb;
+    di_error err;
+    (void)state;
+    search_config_init(&a);
+    a.devices = 8;
+    b = a;
+    assert_int_equal(search_config_set(&a, "tp", "1,2", &err), 0);
+    assert_int_equal(search_config_set(&b, "tp", "2,1", &err), 0);
+    assert_int_equal(search_config_set(&b, "zero", "3,2,1,0", &err), 0);
+    b.shard_index = 1;
+    b.shard_count = 3;
+    space_ok(&sa, m, hw, &a);
+    space_ok(&sb, m, hw, &b);
+    assert_memory_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    b.top_k = 3;
+    space_ok(&sb, m, hw, &b);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    space_ok(&sb, m, hw2, &a);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    b = a;
+    assert_int_equal(search_config_set(&b, "pp", "1,2,4", &err), 0);
+    space_ok(&sb, m, hw, &b);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    space_ok(&sb, m2, hw, &a);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_result_init(&ra, &sa);
+    search_result_init(&rb, &sb);
+    assert_int_equal(search_result_merge(&ra, &rb, &err), DI_EINVAL);
+    assert_true(strstr(err.msg, "different searches") != NULL);
+    search_result_fini(&ra);
+    search_result_fini(&rb);
+    search_space_fini(&sa);
+    search_space_fini(&sb);
+    hw_free(hw);
+    hw_free(hw2);
+    ir_module_free(m);
+    ir_module_free(m2);
+}
+
 /* The throughput objective ranks by tokens/s per device, best first. */
 static void
 test_throughput(void **state)
@@ -636,6 +691,7 @@ main(void)
         cmocka_unit_test(test_shards_merge),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_throughput),
+        cmocka_unit_test(test_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

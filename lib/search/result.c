@@ -62,6 +62,7 @@ void
 search_result_init(search_result *r, const search_space *sp)
 {
     memset(r, 0, sizeof *r);
+    r->key = sp->key;
     r->objective = sp->cfg.objective;
     r->top_k = sp->cfg.top_k;
     r->devices = sp->devices;
@@ -158,11 +159,11 @@ search_result_add(search_result *r, const search_point *p)
 int
 search_result_merge(search_result *dst, const search_result *src, di_error *err)
 {
-    if (dst->objective != src->objective || dst->top_k != src->top_k ||
-        dst->devices != src->devices)
+    if (memcmp(&dst->key, &src->key, sizeof dst->key) != 0 || dst->objective != src->objective ||
+        dst->top_k != src->top_k || dst->devices != src->devices)
         return di_error_set(err, DI_EINVAL,
-                            "cannot merge results of different searches (objective, top K or "
-                            "devices differ)");
+                            "cannot merge results of different searches (the module, hardware, "
+                            "devices, constraints, objective or top K differ)");
     dst->enumerated += src->enumerated;
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         dst->count[s] += src->count[s];
@@ -189,8 +190,9 @@ point_equal(const search_point *a, const search_point *b)
 int
 search_result_equal(const search_result *a, const search_result *b)
 {
-    if (a->objective != b->objective || a->top_k != b->top_k || a->devices != b->devices ||
-        a->enumerated != b->enumerated || a->ntop != b->ntop || a->npareto != b->npareto)
+    if (memcmp(&a->key, &b->key, sizeof a->key) != 0 || a->objective != b->objective ||
+        a->top_k != b->top_k || a->devices != b->devices || a->enumerated != b->enumerated ||
+        a->ntop != b->ntop || a->npareto != b->npareto)
         return 0;
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         if (a->count[s] != b->count[s])
@@ -230,7 +232,8 @@ char *
 search_result_to_json(const search_result *r)
 {
     json_t *root, *counts, *top, *pareto;
-    char *text, *out;
+    char *text, *out, key[65];
+    di_hash_hex(&r->key, key);
     counts = json_object();
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         json_object_set_new(counts, status_names[s], json_integer((json_int_t)r->count[s]));
@@ -240,10 +243,10 @@ search_result_to_json(const search_result *r)
     pareto = json_array();
     for (uint32_t i = 0; i < r->npareto; i++)
         json_array_append_new(pareto, point_to_json(&r->pareto[i]));
-    root =
-        json_pack("{s:s, s:i, s:i, s:I, s:o, s:o, s:o}", "objective", objective_names[r->objective],
-                  "top_k", (int)r->top_k, "devices", (int)r->devices, "enumerated",
-                  (json_int_t)r->enumerated, "counts", counts, "top", top, "pareto", pareto);
+    root = json_pack("{s:s, s:s, s:i, s:i, s:I, s:o, s:o, s:o}", "search_key", key, "objective",
+                     objective_names[r->objective], "top_k", (int)r->top_k, "devices",
+                     (int)r->devices, "enumerated", (json_int_t)r->enumerated, "counts", counts,
+                     "top", top, "pareto", pareto);
     if (root == NULL)
         abort();
     text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17) | JSON_COMPACT);
@@ -373,6 +376,11 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
         goto out;
     }
     r->objective = strcmp(obj, "time") == 0 ? SEARCH_MIN_TIME : SEARCH_MAX_THROUGHPUT;
+    obj = json_string_value(json_object_get(root, "search_key"));
+    if (obj == NULL || di_hash_from_hex(obj, &r->key) != 0) {
+        rc = di_error_set(err, DI_EINVAL, "search result: 'search_key' is not 64 hex digits");
+        goto out;
+    }
     if ((rc = get_uint(root, "top_k", 1u << 20, &v, err)) != 0)
         goto out;
     if (v == 0) {

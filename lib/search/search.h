@@ -131,7 +131,14 @@ typedef struct search_space {
                                 optimizer state, bytes */
     uint64_t data_bytes;     /* its batch-data arguments, bytes */
     double max_capacity;     /* the largest device memory of the hardware, bytes */
-    uint64_t ncandidate;     /* the whole space (every shard) */
+    /*
+     * Identifies the search, whatever the shard: SHA-256 over "distir.search.v1",
+     * ir_hash(module), hw_hash(hardware), N, every constraint (lists sorted, masks with
+     * "0: every value" spelled out), the objective, K and SIM_VERSION. Results carry it,
+     * and only results with the same key merge. The daemon's key for a stored search.
+     */
+    di_hash key;
+    uint64_t ncandidate; /* the whole space (every shard) */
     search_candidate *candidates;
 } search_space;
 
@@ -231,6 +238,7 @@ int search_eval(search_evaluator *ev, const search_candidate *c, search_point *o
  * distinct (time, memory) and does not depend on the order of additions.
  */
 typedef struct search_result {
+    di_hash key; /* the space's key */
     search_objective objective;
     uint32_t top_k;
     uint32_t devices;
@@ -247,7 +255,7 @@ void search_result_init(search_result *r, const search_space *sp);
 void search_result_fini(search_result *r);
 void search_result_add(search_result *r, const search_point *p);
 /*
- * Adds src's counts and points to dst. Both must be for the same objective,
+ * Adds src's counts and points to dst. Both must have the same key, objective,
  * K and device count (DI_EINVAL otherwise). Merging the results of disjoint
  * parts of a space gives the result of the whole.
  */
@@ -262,7 +270,7 @@ int search_result_equal(const search_result *a, const search_result *b);
 double search_point_cost(search_objective o, const search_point *p);
 
 /*
- * JSON: {"objective":..., "top_k":..., "devices":..., "enumerated":...,
+ * JSON: {"search_key":"hex", "objective":..., "top_k":..., "devices":..., "enumerated":...,
  * "counts":{...}, "top":[...], "pareto":[...]}, each point with its
  * candidate fields, strategy text and figures (doubles to 17 digits, so a
  * JSON round trip is exact). The caller frees the text with di_free.

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/ir.h"
 #include "sim/sim.h"
 #include "xform/xform.h"
 #include "xform/xform_int.h"
@@ -383,6 +384,69 @@ enumerate(space_builder *b)
     di_free(pps);
 }
 
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* An allowed list as a set: its count, then its values ascending. */
+static void
+hash_set(di_sha256 *h, const uint32_t *set, uint32_t n)
+{
+    uint32_t sorted[SEARCH_MAX_SET];
+    memcpy(sorted, set, n * sizeof *set);
+    qsort(sorted, n, sizeof *sorted, cmp_u32);
+    di_sha256_u64(h, n);
+    for (uint32_t i = 0; i < n; i++)
+        di_sha256_u64(h, sorted[i]);
+}
+
+/* A mask with "0: every value" spelled out as the bits of every value. */
+static void
+hash_mask(di_sha256 *h, uint32_t mask, uint32_t every)
+{
+    di_sha256_u64(h, (mask ? mask : every) & every);
+}
+
+/* search_space.key (search.h). */
+static void
+space_key(search_space *sp)
+{
+    static const char domain[] = "distir.search.v1";
+    const search_config *cfg = &sp->cfg;
+    di_sha256 h;
+    di_hash part;
+    uint64_t headroom;
+    di_sha256_init(&h);
+    di_sha256_update(&h, domain, sizeof domain); /* with its NUL */
+    ir_hash(sp->module, &part);
+    di_sha256_update(&h, part.b, sizeof part.b);
+    hw_hash(sp->hw, &part);
+    di_sha256_update(&h, part.b, sizeof part.b);
+    di_sha256_u64(&h, sp->devices);
+    hash_set(&h, cfg->dp, cfg->ndp);
+    hash_set(&h, cfg->tp, cfg->ntp);
+    hash_set(&h, cfg->pp, cfg->npp);
+    hash_set(&h, cfg->microbatches, cfg->nmicrobatches);
+    hash_set(&h, cfg->virtual_stages, cfg->nvirtual);
+    hash_mask(&h, cfg->schedules,
+              (1u << STRATEGY_SCHEDULE_GPIPE) | (1u << STRATEGY_SCHEDULE_1F1B) |
+                  (1u << STRATEGY_SCHEDULE_INTERLEAVED));
+    hash_mask(&h, cfg->recomputes, 7u);
+    hash_mask(&h, cfg->zeros, 15u);
+    hash_mask(&h, cfg->sequence_parallel, 3u);
+    hash_mask(&h, cfg->overlap, 3u);
+    memcpy(&headroom, &cfg->memory_headroom, sizeof headroom);
+    di_sha256_u64(&h, headroom);
+    di_sha256_u64(&h, (uint64_t)cfg->objective);
+    di_sha256_u64(&h, cfg->top_k);
+    di_sha256_u64(&h, sizeof SIM_VERSION - 1);
+    di_sha256_update(&h, SIM_VERSION, sizeof SIM_VERSION - 1);
+    di_sha256_final(&h, &sp->key);
+}
+
 /* Elements of the entry function's "tokens" argument, or 0. */
 static double
 module_tokens(const ir_module *m)
@@ -447,6 +511,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     sp->tokens_per_step = module_tokens(m);
     if (sp->tokens_per_step == 0)
         sp->tokens_per_step = sp->batch > 0 ? (double)sp->batch : 1.0;
+    space_key(sp);
     b.sp = sp;
     b.cap = 0;
     enumerate(&b);

@@ -4,7 +4,8 @@
 # object whose counts add up; --shard i/4 for i = 0..3 merged with --merge
 # print exactly the unsharded JSON; the allowed-degree and --fix constraints
 # hold in every reported strategy; bad constraints are usage errors (exit 2)
-# and too many devices a failure (exit 1); --help says the search is local.
+# and too many devices a failure (exit 1), as is a merge of different
+# searches; --help says the search is local.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -65,6 +66,9 @@ check "--fix without NAME=VALUE exits 2" [ $? = 2 ]
 $T "$DISTIR" search "$TMP/gpt.pb" --devices 64 >/dev/null 2>"$TMP/many.err"
 check "more devices than the hardware has exits 1" [ $? = 1 ]
 check "... naming the count" grep -q '64 devices asked for' "$TMP/many.err"
+$T "$DISTIR" search --merge "$TMP/whole.json" "$TMP/fixed.json" >/dev/null 2>"$TMP/mix.err"
+check "--merge of different searches exits 1" [ $? = 1 ]
+check "... saying so" grep -q 'different searches' "$TMP/mix.err"
 $T "$DISTIR" search --merge "$TMP/gpt.pb" >/dev/null 2>&1
 check "--merge of a non-result exits 1" [ $? = 1 ]
 "$DISTIR" search --help >"$TMP/help.out"
