@@ -381,6 +381,55 @@ test_shards_merge(void **state)
     ir_module_free(m);
 }
 
+/*
+ * Workers on a shared cursor take candidates in any interleaving: the
+ * points of a space split among three results in a scrambled order, added
+ * backwards, and merged in another order, give the sequential result.
+ */
+static void
+test_any_order(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    search_evaluator ev;
+    search_result whole, part[3], merged;
+    search_point *pts;
+    di_error err;
+    (void)state;
+    small_config(&cfg, 8);
+    cfg.top_k = 4;
+    space_ok(&sp, m, hw, &cfg);
+    search_evaluator_init(&ev, &sp);
+    search_result_init(&whole, &sp);
+    pts = calloc(sp.ncandidate, sizeof *pts);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        search_eval(&ev, &sp.candidates[i], &pts[i]);
+        search_result_add(&whole, &pts[i]);
+    }
+    for (int w = 0; w < 3; w++)
+        search_result_init(&part[w], &sp);
+    for (uint64_t k = sp.ncandidate; k-- > 0;) {
+        uint64_t i = (k * 7919) % sp.ncandidate; /* a permutation: 7919 is prime */
+        search_result_add(&part[di_mix64(i) % 3], &pts[i]);
+    }
+    search_result_init(&merged, &sp);
+    for (int w = 2; w >= 0; w--)
+        assert_int_equal(search_result_merge(&merged, &part[w], &err), 0);
+    assert_true(search_result_equal(&whole, &merged));
+    assert_true(whole.npareto > 1 && whole.ntop == 4);
+    for (int w = 0; w < 3; w++)
+        search_result_fini(&part[w]);
+    search_result_fini(&merged);
+    search_result_fini(&whole);
+    free(pts);
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 static void
 test_deterministic(void **state)
 {
@@ -689,6 +738,7 @@ main(void)
         cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_memory_bound),
         cmocka_unit_test(test_shards_merge),
+        cmocka_unit_test(test_any_order),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_throughput),
         cmocka_unit_test(test_key),
