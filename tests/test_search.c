@@ -524,6 +524,20 @@ test_space(void **state)
         assert_int_equal(c->virtual_stages, 3);
     }
     search_space_fini(&sp);
+    ir_module_free(m);
+
+    /* A batch above the microbatch limit: the space stops at the limit. */
+    m = mlp(2, 8, 1 << 18);
+    search_config_init(&cfg);
+    cfg.devices = 1;
+    space_ok(&sp, m, hw, &cfg);
+    assert_int_equal(sp.ncandidate, 17 * 3); /* m = 2^0 .. 2^16, 3 recompute modes each */
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        char name[256];
+        assert_true(sp.candidates[i].microbatches <= STRATEGY_MAX_MICROBATCHES);
+        search_candidate_format(&sp.candidates[i], name, sizeof name);
+    }
+    search_space_fini(&sp);
     hw_free(hw);
     ir_module_free(m);
 }

@@ -115,7 +115,8 @@ void search_candidate_format(const search_candidate *c, char *buf, size_t size);
  *   zero  0..3 when dp > 1, else 0 (ZeRO shards over the data axis)
  *   sp    off, then on when tp > 1 (sequence parallelism splits the tensor axis)
  *   overlap off, then on when dp > 1 (it overlaps the data-parallel reduction)
- * each filtered by the config's allowed values. Degrees that divide N but
+ * each filtered by the config's allowed values and by the strategy's limits
+ * (STRATEGY_MAX_MICROBATCHES, STRATEGY_MAX_VIRTUAL_STAGES). Degrees that divide N but
  * not the module's heads, hidden size or layers stay in the space:
  * search_eval prunes them with xform_validate (SEARCH_PRUNED_INDIVISIBLE).
  */

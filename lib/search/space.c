@@ -349,7 +349,8 @@ enumerate(space_builder *b)
                 divisors(sp->batch > 0 && sp->batch % dp == 0 ? (uint64_t)sp->batch / dp : 1, &ms);
             for (uint32_t k = 0; k < nms; k++) {
                 search_candidate c;
-                if (!in_set(cfg->microbatches, cfg->nmicrobatches, ms[k]))
+                if (ms[k] > STRATEGY_MAX_MICROBATCHES ||
+                    !in_set(cfg->microbatches, cfg->nmicrobatches, ms[k]))
                     continue;
                 memset(&c, 0, sizeof c);
                 c.dp = dp, c.tp = tp, c.pp = pp, c.microbatches = ms[k];
@@ -370,7 +371,8 @@ enumerate(space_builder *b)
                     continue;
                 c.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
                 for (uint32_t v = 0; v < nvs; v++) {
-                    if (vs[v] < 2 || !in_set(cfg->virtual_stages, cfg->nvirtual, vs[v]))
+                    if (vs[v] < 2 || vs[v] > STRATEGY_MAX_VIRTUAL_STAGES ||
+                        !in_set(cfg->virtual_stages, cfg->nvirtual, vs[v]))
                         continue;
                     c.virtual_stages = vs[v];
                     push_options(b, &c);
