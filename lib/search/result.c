@@ -381,7 +381,7 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
         rc = di_error_set(err, DI_EINVAL, "search result: 'search_key' is not 64 hex digits");
         goto out;
     }
-    if ((rc = get_uint(root, "top_k", 1u << 20, &v, err)) != 0)
+    if ((rc = get_uint(root, "top_k", SEARCH_MAX_TOP, &v, err)) != 0)
         goto out;
     if (v == 0) {
         rc = di_error_set(err, DI_EINVAL, "search result: 'top_k' is 0");

@@ -39,6 +39,8 @@
 
 /* The largest number of values an allowed set of one axis may list. */
 #define SEARCH_MAX_SET 64u
+/* The largest K of a top K (results hold K points). */
+#define SEARCH_MAX_TOP 65536u
 
 typedef enum search_objective {
     SEARCH_MIN_TIME = 0,       /* minimise the step time (default) */
@@ -64,7 +66,7 @@ typedef struct search_config {
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
     search_objective objective;
-    uint32_t top_k;                    /* default 10 */
+    uint32_t top_k;                    /* default 10, at most SEARCH_MAX_TOP */
     uint32_t shard_index, shard_count; /* this process evaluates index % count == shard_index */
 } search_config;
 

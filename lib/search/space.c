@@ -188,7 +188,7 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
     if (strcmp(name, "devices") == 0)
         return parse_u32(name, value, 1, HW_MAX_DEVICES, &cfg->devices, err);
     if (strcmp(name, "top") == 0)
-        return parse_u32(name, value, 1, 1u << 20, &cfg->top_k, err);
+        return parse_u32(name, value, 1, SEARCH_MAX_TOP, &cfg->top_k, err);
     if (strcmp(name, "objective") == 0) {
         if (value && strcmp(value, "time") == 0)
             cfg->objective = SEARCH_MIN_TIME;
@@ -479,8 +479,8 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     if (!(cfg->memory_headroom > 0 && cfg->memory_headroom <= 1))
         return di_error_set(err, DI_EINVAL, "memory headroom %g is not in (0, 1]",
                             cfg->memory_headroom);
-    if (cfg->top_k == 0)
-        return di_error_set(err, DI_EINVAL, "top K must be at least 1");
+    if (cfg->top_k == 0 || cfg->top_k > SEARCH_MAX_TOP)
+        return di_error_set(err, DI_EINVAL, "top K %u is not in 1..%u", cfg->top_k, SEARCH_MAX_TOP);
     if (cfg->devices > hw->ndevice)
         return di_error_set(err, DI_EINVAL, "%u devices asked for, but %s has %u", cfg->devices,
                             hw->name, hw->ndevice);
