@@ -12,5 +12,6 @@
     X(run, "execute a module on the CPU with real numbers")                                       \
     X(transform, "apply a parallel strategy and write the distributed module")                    \
     X(simulate, "predict step time and memory of a module on hardware")                           \
+    X(search, "search the strategies of a module on N devices for the best (in-process)")         \
     X(hw, "show hardware presets and files")                                                      \
     X(info, "print the daemon's ServerInfo")

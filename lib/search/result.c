@@ -1,0 +1,450 @@
+/*
+ * result.c: a search's result: counts by status, the top K by the objective
+ * and the Pareto set over (step time, peak memory), kept incrementally as
+ * points are added, merged across shards and workers, and written as JSON
+ * (the form `distir search --json` prints and `--merge` reads back) or as
+ * tables.
+ *
+ * Both sets are defined by orders that break every tie by enumeration
+ * index, so they are functions of the set of points added, not of the
+ * order of additions: the top K is the K smallest by (cost, index), and the
+ * Pareto set the points no other point dominates (search.h). That is what
+ * makes a merge of shards equal to the unsharded search.
+ */
+#include "search/search.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const status_names[] = {
+#define SEARCH_STATUS_NAME_(e, name) name,
+    SEARCH_STATUS_LIST(SEARCH_STATUS_NAME_)
+#undef SEARCH_STATUS_NAME_
+};
+
+const char *
+search_status_name(int status)
+{
+    return status >= 0 && status < SEARCH_NSTATUS ? status_names[status] : "unknown";
+}
+
+double
+search_point_cost(search_objective o, const search_point *p)
+{
+    return o == SEARCH_MAX_THROUGHPUT ? -p->tokens_per_s : p->step_time_s;
+}
+
+/* Orders points by (cost, index): negative when a comes first. */
+static int
+top_cmp(search_objective o, const search_point *a, const search_point *b)
+{
+    double ca = search_point_cost(o, a), cb = search_point_cost(o, b);
+    if (ca != cb)
+        return ca < cb ? -1 : 1;
+    return (a->cand.index > b->cand.index) - (a->cand.index < b->cand.index);
+}
+
+/* Whether a dominates b (search.h). */
+static int
+dominates(const search_point *a, const search_point *b)
+{
+    if (a->step_time_s > b->step_time_s || a->peak_memory_bytes > b->peak_memory_bytes)
+        return 0;
+    if (a->step_time_s < b->step_time_s || a->peak_memory_bytes < b->peak_memory_bytes)
+        return 1;
+    return a->cand.index < b->cand.index;
+}
+
+void
+search_result_init(search_result *r, const search_space *sp)
+{
+    memset(r, 0, sizeof *r);
+    r->key = sp->key;
+    r->objective = sp->cfg.objective;
+    r->top_k = sp->cfg.top_k;
+    r->devices = sp->devices;
+    r->top = di_xcalloc(r->top_k, sizeof *r->top);
+}
+
+void
+search_result_fini(search_result *r)
+{
+    di_free(r->top);
+    di_free(r->pareto);
+    memset(r, 0, sizeof *r);
+}
+
+static void
+top_insert(search_result *r, const search_point *p)
+{
+    uint32_t i;
+    if (r->ntop == r->top_k && top_cmp(r->objective, p, &r->top[r->ntop - 1]) >= 0)
+        return;
+    i = r->ntop < r->top_k ? r->ntop++ : r->ntop - 1;
+    while (i > 0 && top_cmp(r->objective, p, &r->top[i - 1]) < 0) {
+        r->top[i] = r->top[i - 1];
+        i--;
+    }
+    r->top[i] = *p;
+}
+
+static int
+pareto_cmp(const void *x, const void *y)
+{
+    const search_point *a = x, *b = y;
+    if (a->step_time_s != b->step_time_s)
+        return a->step_time_s < b->step_time_s ? -1 : 1;
+    if (a->peak_memory_bytes != b->peak_memory_bytes)
+        return a->peak_memory_bytes < b->peak_memory_bytes ? -1 : 1;
+    return (a->cand.index > b->cand.index) - (a->cand.index < b->cand.index);
+}
+
+static void
+pareto_insert(search_result *r, const search_point *p)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->npareto; i++)
+        if (dominates(&r->pareto[i], p))
+            return;
+    for (uint32_t i = 0; i < r->npareto; i++)
+        if (!dominates(p, &r->pareto[i]))
+            r->pareto[n++] = r->pareto[i];
+    r->npareto = n;
+    if (r->npareto == r->capacity_pareto) {
+        r->capacity_pareto = r->capacity_pareto ? 2 * r->capacity_pareto : 16;
+        r->pareto = di_xrealloc(r->pareto, r->capacity_pareto * sizeof *r->pareto);
+    }
+    /* Kept sorted: the set is small and a sorted set prints and compares as it is. */
+    n = r->npareto++;
+    while (n > 0 && pareto_cmp(p, &r->pareto[n - 1]) < 0) {
+        r->pareto[n] = r->pareto[n - 1];
+        n--;
+    }
+    r->pareto[n] = *p;
+}
+
+/* Whether a point of the same index is among the n points at p (a merge sees points twice). */
+static int
+has_index(const search_point *p, uint32_t n, uint64_t index)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (p[i].cand.index == index)
+            return 1;
+    return 0;
+}
+
+static void
+add_point(search_result *r, const search_point *p)
+{
+    if (p->status != SEARCH_OK)
+        return;
+    if (!has_index(r->top, r->ntop, p->cand.index))
+        top_insert(r, p);
+    if (!has_index(r->pareto, r->npareto, p->cand.index))
+        pareto_insert(r, p);
+}
+
+void
+search_result_add(search_result *r, const search_point *p)
+{
+    r->enumerated++;
+    if (p->status >= 0 && p->status < SEARCH_NSTATUS)
+        r->count[p->status]++;
+    add_point(r, p);
+}
+
+int
+search_result_merge(search_result *dst, const search_result *src, di_error *err)
+{
+    if (memcmp(&dst->key, &src->key, sizeof dst->key) != 0 || dst->objective != src->objective ||
+        dst->top_k != src->top_k || dst->devices != src->devices)
+        return di_error_set(err, DI_EINVAL,
+                            "cannot merge results of different searches (the module, hardware, "
+                            "devices, constraints, objective or top K differ)");
+    dst->enumerated += src->enumerated;
+    for (int s = 0; s < SEARCH_NSTATUS; s++)
+        dst->count[s] += src->count[s];
+    for (uint32_t i = 0; i < src->ntop; i++)
+        add_point(dst, &src->top[i]);
+    for (uint32_t i = 0; i < src->npareto; i++)
+        add_point(dst, &src->pareto[i]);
+    return 0;
+}
+
+static int
+point_equal(const search_point *a, const search_point *b)
+{
+    const search_candidate *x = &a->cand, *y = &b->cand;
+    return x->index == y->index && x->dp == y->dp && x->tp == y->tp && x->pp == y->pp &&
+           x->microbatches == y->microbatches && x->virtual_stages == y->virtual_stages &&
+           x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
+           x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
+           a->status == b->status && a->step_time_s == b->step_time_s &&
+           a->peak_memory_bytes == b->peak_memory_bytes && a->tokens_per_s == b->tokens_per_s &&
+           a->mfu == b->mfu;
+}
+
+int
+search_result_equal(const search_result *a, const search_result *b)
+{
+    if (memcmp(&a->key, &b->key, sizeof a->key) != 0 || a->objective != b->objective ||
+        a->top_k != b->top_k || a->devices != b->devices || a->enumerated != b->enumerated ||
+        a->ntop != b->ntop || a->npareto != b->npareto)
+        return 0;
+    for (int s = 0; s < SEARCH_NSTATUS; s++)
+        if (a->count[s] != b->count[s])
+            return 0;
+    for (uint32_t i = 0; i < a->ntop; i++)
+        if (!point_equal(&a->top[i], &b->top[i]))
+            return 0;
+    for (uint32_t i = 0; i < a->npareto; i++)
+        if (!point_equal(&a->pareto[i], &b->pareto[i]))
+            return 0;
+    return 1;
+}
+
+/* ---- JSON ---- */
+
+static const char *const objective_names[] = {"time", "throughput"};
+
+static json_t *
+point_to_json(const search_point *p)
+{
+    char name[256];
+    const search_candidate *c = &p->cand;
+    search_candidate_format(c, name, sizeof name);
+    return json_pack("{s:I, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, "
+                     "s:I, s:f, s:f}",
+                     "index", (json_int_t)c->index, "strategy", name, "dp", (int)c->dp, "tp",
+                     (int)c->tp, "pp", (int)c->pp, "microbatches", (int)c->microbatches, "schedule",
+                     (int)c->schedule, "virtual_stages", (int)c->virtual_stages, "recompute",
+                     (int)c->recompute, "zero", (int)c->zero, "sequence_parallel",
+                     (int)c->sequence_parallel, "overlap_grad_reduce", (int)c->overlap, "status",
+                     search_status_name(p->status), "step_time_s", p->step_time_s,
+                     "peak_memory_bytes", (json_int_t)p->peak_memory_bytes, "tokens_per_s",
+                     p->tokens_per_s, "mfu", p->mfu);
+}
+
+char *
+search_result_to_json(const search_result *r)
+{
+    json_t *root, *counts, *top, *pareto;
+    char *text, *out, key[65];
+    di_hash_hex(&r->key, key);
+    counts = json_object();
+    for (int s = 0; s < SEARCH_NSTATUS; s++)
+        json_object_set_new(counts, status_names[s], json_integer((json_int_t)r->count[s]));
+    top = json_array();
+    for (uint32_t i = 0; i < r->ntop; i++)
+        json_array_append_new(top, point_to_json(&r->top[i]));
+    pareto = json_array();
+    for (uint32_t i = 0; i < r->npareto; i++)
+        json_array_append_new(pareto, point_to_json(&r->pareto[i]));
+    root = json_pack("{s:s, s:s, s:i, s:i, s:I, s:o, s:o, s:o}", "search_key", key, "objective",
+                     objective_names[r->objective], "top_k", (int)r->top_k, "devices",
+                     (int)r->devices, "enumerated", (json_int_t)r->enumerated, "counts", counts,
+                     "top", top, "pareto", pareto);
+    if (root == NULL)
+        abort();
+    text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17) | JSON_COMPACT);
+    json_decref(root);
+    if (text == NULL)
+        abort();
+    out = di_xstrdup(text);
+    free(text);
+    return out;
+}
+
+/* A non-negative integer field within max. */
+static int
+get_uint(const json_t *o, const char *key, uint64_t max, uint64_t *out, di_error *err)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
+        return di_error_set(err, DI_EINVAL, "search result: '%s' is not an integer in 0..%llu", key,
+                            (unsigned long long)max);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int
+get_real(const json_t *o, const char *key, double *out, di_error *err)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
+        return di_error_set(err, DI_EINVAL, "search result: '%s' is not a non-negative number",
+                            key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int
+point_from_json(const json_t *o, search_point *p, di_error *err)
+{
+    static const struct {
+        const char *key;
+        uint64_t max;
+    } fields[] = {
+        {"index", UINT64_MAX / 2},
+        {"dp", STRATEGY_MAX_DEGREE},
+        {"tp", STRATEGY_MAX_DEGREE},
+        {"pp", STRATEGY_MAX_DEGREE},
+        {"microbatches", STRATEGY_MAX_MICROBATCHES},
+        {"schedule", STRATEGY_SCHEDULE_INTERLEAVED},
+        {"virtual_stages", STRATEGY_MAX_VIRTUAL_STAGES},
+        {"recompute", STRATEGY_RECOMPUTE_FULL},
+        {"zero", 3},
+        {"sequence_parallel", 1},
+        {"overlap_grad_reduce", 1},
+        {"peak_memory_bytes", UINT64_MAX / 2},
+    };
+    uint64_t v[sizeof fields / sizeof fields[0]];
+    const char *status;
+    int rc;
+    if (!json_is_object(o))
+        return di_error_set(err, DI_EINVAL, "search result: a point is not an object");
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if ((rc = get_uint(o, fields[i].key, fields[i].max, &v[i], err)) != 0)
+            return rc;
+    memset(p, 0, sizeof *p);
+    p->cand.index = v[0];
+    p->cand.dp = (uint32_t)v[1];
+    p->cand.tp = (uint32_t)v[2];
+    p->cand.pp = (uint32_t)v[3];
+    p->cand.microbatches = (uint32_t)v[4];
+    p->cand.schedule = (uint8_t)v[5];
+    p->cand.virtual_stages = (uint32_t)v[6];
+    p->cand.recompute = (uint8_t)v[7];
+    p->cand.zero = (uint8_t)v[8];
+    p->cand.sequence_parallel = (uint8_t)v[9];
+    p->cand.overlap = (uint8_t)v[10];
+    p->peak_memory_bytes = v[11];
+    if (p->cand.dp == 0 || p->cand.tp == 0 || p->cand.pp == 0 || p->cand.microbatches == 0 ||
+        p->cand.virtual_stages == 0 ||
+        (p->cand.pp == 1) != (p->cand.schedule == STRATEGY_SCHEDULE_DEFAULT) ||
+        (p->cand.virtual_stages > 1) != (p->cand.schedule == STRATEGY_SCHEDULE_INTERLEAVED))
+        return di_error_set(err, DI_EINVAL,
+                            "search result: point %llu is not a strategy of "
+                            "the space",
+                            (unsigned long long)p->cand.index);
+    status = json_string_value(json_object_get(o, "status"));
+    if (status == NULL || strcmp(status, status_names[SEARCH_OK]) != 0)
+        return di_error_set(err, DI_EINVAL, "search result: point %llu has status '%s', not ok",
+                            (unsigned long long)p->cand.index, status ? status : "");
+    p->status = SEARCH_OK;
+    if ((rc = get_real(o, "step_time_s", &p->step_time_s, err)) != 0 ||
+        (rc = get_real(o, "tokens_per_s", &p->tokens_per_s, err)) != 0 ||
+        (rc = get_real(o, "mfu", &p->mfu, err)) != 0)
+        return rc;
+    return 0;
+}
+
+static int
+points_from_json(const json_t *root, const char *key, search_result *r, di_error *err)
+{
+    const json_t *a = json_object_get(root, key);
+    if (!json_is_array(a))
+        return di_error_set(err, DI_EINVAL, "search result: '%s' is not an array", key);
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        search_point p;
+        int rc = point_from_json(json_array_get(a, i), &p, err);
+        if (rc != 0)
+            return rc;
+        add_point(r, &p);
+    }
+    return 0;
+}
+
+int
+search_result_from_json(const char *text, size_t len, search_result *r, di_error *err)
+{
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je), *counts;
+    const char *obj;
+    uint64_t v;
+    int rc = 0;
+
+    memset(r, 0, sizeof *r);
+    if (root == NULL)
+        return di_error_set(err, DI_EINVAL, "search result: line %d: %s", je.line, je.text);
+    obj = json_string_value(json_object_get(root, "objective"));
+    if (obj == NULL || (strcmp(obj, "time") != 0 && strcmp(obj, "throughput") != 0)) {
+        rc = di_error_set(err, DI_EINVAL, "search result: 'objective' is not time or throughput");
+        goto out;
+    }
+    r->objective = strcmp(obj, "time") == 0 ? SEARCH_MIN_TIME : SEARCH_MAX_THROUGHPUT;
+    obj = json_string_value(json_object_get(root, "search_key"));
+    if (obj == NULL || di_hash_from_hex(obj, &r->key) != 0) {
+        rc = di_error_set(err, DI_EINVAL, "search result: 'search_key' is not 64 hex digits");
+        goto out;
+    }
+    if ((rc = get_uint(root, "top_k", SEARCH_MAX_TOP, &v, err)) != 0)
+        goto out;
+    if (v == 0) {
+        rc = di_error_set(err, DI_EINVAL, "search result: 'top_k' is 0");
+        goto out;
+    }
+    r->top_k = (uint32_t)v;
+    r->top = di_xcalloc(r->top_k, sizeof *r->top);
+    if ((rc = get_uint(root, "devices", HW_MAX_DEVICES, &v, err)) != 0)
+        goto out;
+    r->devices = (uint32_t)v;
+    if ((rc = get_uint(root, "enumerated", UINT64_MAX / 2, &r->enumerated, err)) != 0)
+        goto out;
+    counts = json_object_get(root, "counts");
+    if (!json_is_object(counts)) {
+        rc = di_error_set(err, DI_EINVAL, "search result: 'counts' is not an object");
+        goto out;
+    }
+    for (int s = 0; s < SEARCH_NSTATUS; s++)
+        if ((rc = get_uint(counts, status_names[s], UINT64_MAX / 2, &r->count[s], err)) != 0)
+            goto out;
+    if ((rc = points_from_json(root, "top", r, err)) != 0 ||
+        (rc = points_from_json(root, "pareto", r, err)) != 0)
+        goto out;
+out:
+    json_decref(root);
+    if (rc != 0)
+        search_result_fini(r);
+    return rc;
+}
+
+/* ---- tables ---- */
+
+static void
+table(di_buf *b, const char *title, const search_point *p, uint32_t n)
+{
+    di_buf_printf(b, "%s\n", title);
+    di_buf_printf(b, "  %4s  %12s  %12s  %14s  %6s  %s\n", "#", "step time ms", "peak mem MiB",
+                  "tokens/s/dev", "MFU %", "strategy");
+    for (uint32_t i = 0; i < n; i++) {
+        char name[256];
+        search_candidate_format(&p[i].cand, name, sizeof name);
+        di_buf_printf(b, "  %4u  %12.3f  %12.3f  %14.1f  %6.2f  %s\n", i + 1,
+                      p[i].step_time_s * 1e3, (double)p[i].peak_memory_bytes / (1u << 20),
+                      p[i].tokens_per_s, p[i].mfu * 100, name);
+    }
+    if (n == 0)
+        di_buf_puts(b, "  (no candidate fits)\n");
+}
+
+char *
+search_result_to_table(const search_result *r)
+{
+    di_buf b;
+    char title[96];
+    di_buf_init(&b);
+    snprintf(title, sizeof title, "top %u by %s on %u devices", r->top_k,
+             r->objective == SEARCH_MAX_THROUGHPUT ? "tokens/s per device" : "step time",
+             r->devices);
+    table(&b, title, r->top, r->ntop);
+    table(&b, "pareto set over (step time, peak memory)", r->pareto, r->npareto);
+    di_buf_printf(&b, "candidates %llu:", (unsigned long long)r->enumerated);
+    for (int s = 0; s < SEARCH_NSTATUS; s++)
+        di_buf_printf(&b, " %s %llu", status_names[s], (unsigned long long)r->count[s]);
+    di_buf_putc(&b, '\n');
+    return di_buf_take(&b, NULL);
+}

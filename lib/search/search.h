@@ -1,0 +1,287 @@
+/*
+ * search.h: the strategy search (docs/search.md). Given a sequential module,
+ * a hardware model and a device count N, it enumerates the space of
+ * strategies that use the N devices, evaluates each candidate with the real
+ * transforms (xform_apply) and the real simulator (sim_run), and keeps the
+ * best K candidates by an objective and the Pareto set over (step time, peak
+ * memory per device).
+ *
+ * The pieces are separate so that a threaded driver (the daemon, later) can
+ * run them: search_space_init builds the whole candidate list once
+ * (immutable afterwards, shared read-only), workers take candidate indexes
+ * from a shared counter (search_space_at), evaluate them on their own
+ * search_evaluator (one simulator workspace each) and add the points to
+ * their own search_result; search_result_merge then combines the workers'
+ * results. Every order is by enumeration index, so the merged result is the
+ * same whatever the worker count, the interleaving or the sharding:
+ *
+ *   search_space sp;  search_evaluator ev;  search_result r;
+ *   search_space_init(&sp, m, hw, &cfg, &err);
+ *   search_evaluator_init(&ev, &sp);
+ *   search_result_init(&r, &sp);
+ *   for (uint64_t c = 0; c < search_space_shard_size(&sp); c++) {
+ *       search_point p;
+ *       search_eval(&ev, search_space_at(&sp, c), &p);
+ *       search_result_add(&r, &p);
+ *   }
+ *
+ * This file is a pure library: no threads, no network, no database.
+ */
+#ifndef DISTIR_SEARCH_H
+#define DISTIR_SEARCH_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+#include "ir/ir.h"
+#include "sim/hw.h"
+#include "strategy/strategy.h"
+
+/* The largest number of values an allowed set of one axis may list. */
+#define SEARCH_MAX_SET 64u
+/* The largest K of a top K (results hold K points). */
+#define SEARCH_MAX_TOP 65536u
+
+typedef enum search_objective {
+    SEARCH_MIN_TIME = 0,       /* minimise the step time (default) */
+    SEARCH_MAX_THROUGHPUT = 1, /* maximise tokens (or samples) per second per device */
+} search_objective;
+
+/*
+ * The constraints that shape the space. A list axis with n == 0 allows
+ * every value; a mask has one bit per value (bit v for value v) and 0 also
+ * allows every value. search_config_init allows everything.
+ */
+typedef struct search_config {
+    uint32_t devices; /* N; 0: every device of the hardware */
+    uint32_t ndp, dp[SEARCH_MAX_SET];
+    uint32_t ntp, tp[SEARCH_MAX_SET];
+    uint32_t npp, pp[SEARCH_MAX_SET];
+    uint32_t nmicrobatches, microbatches[SEARCH_MAX_SET];
+    uint32_t nvirtual, virtual_stages[SEARCH_MAX_SET]; /* interleaved schedule's V */
+    uint32_t schedules;         /* mask of strategy_schedule (GPIPE, 1F1B, INTERLEAVED) */
+    uint32_t recomputes;        /* mask of strategy_recompute */
+    uint32_t zeros;             /* mask of ZeRO stages 0..3 */
+    uint32_t sequence_parallel; /* mask: bit 0 off, bit 1 on */
+    uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
+    double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
+    search_objective objective;
+    uint32_t top_k;                    /* default 10, at most SEARCH_MAX_TOP */
+    uint32_t shard_index, shard_count; /* this process evaluates index % count == shard_index */
+} search_config;
+
+void search_config_init(search_config *cfg);
+/*
+ * Sets one constraint from its text form, as the CLI gives it: "tp" "1,2,4",
+ * "pp" "8", "microbatches" "4,8", "virtual-stages" "2", "schedule"
+ * "gpipe,1f1b,interleaved:2" (":V" also adds V to virtual-stages),
+ * "recompute" "none,full", "zero" "0,1", "sequence-parallel" "0,1",
+ * "overlap-grad-reduce" "1", "devices" "16", "top" "5", "headroom" "0.9",
+ * "objective" "time|throughput", "shard" "1/4". Returns 0, DI_ENOTFOUND for
+ * an unknown name or DI_EINVAL for a bad value (err says which).
+ */
+int search_config_set(search_config *cfg, const char *name, const char *value, di_error *err);
+/* "pp=8": search_config_set(cfg, "pp", "8"). */
+int search_config_fix(search_config *cfg, const char *assignment, di_error *err);
+
+/*
+ * One point of the space: a uniform strategy (no per-stage degrees, no
+ * tp_layers, the default device order, no weight stashing).
+ */
+typedef struct search_candidate {
+    uint64_t index; /* enumeration index in the whole (unsharded) space */
+    uint32_t dp, tp, pp, microbatches;
+    uint32_t virtual_stages; /* 1 unless the schedule is interleaved */
+    uint8_t schedule;        /* strategy_schedule: DEFAULT when pp = 1, else never */
+    uint8_t recompute;       /* strategy_recompute */
+    uint8_t zero;
+    uint8_t sequence_parallel;
+    uint8_t overlap;
+} search_candidate;
+
+/*
+ * Fills *s (any contents; nothing to free) with c's strategy, normalized.
+ */
+void search_candidate_strategy(const search_candidate *c, strategy *s);
+/* strategy_format of the candidate's strategy. */
+void search_candidate_format(const search_candidate *c, char *buf, size_t size);
+
+/*
+ * The space, in enumeration order (outermost first):
+ *   pp    the divisors of N, ascending
+ *   tp    the divisors of N / pp, ascending; dp = N / (pp tp)
+ *   m     the divisors of batch / dp, ascending (1 for a module without batch data)
+ *   schedule  none when pp = 1 (whatever the allowed schedules); else GPipe,
+ *         1F1B, then interleaved with V = each divisor >= 2 of the layer count
+ *   recompute none, selective, full
+ *   zero  0..3 when dp > 1, else 0 (ZeRO shards over the data axis)
+ *   sp    off, then on when tp > 1 (sequence parallelism splits the tensor axis)
+ *   overlap off, then on when dp > 1 (it overlaps the data-parallel reduction)
+ * each filtered by the config's allowed values and by the strategy's limits
+ * (STRATEGY_MAX_MICROBATCHES, STRATEGY_MAX_VIRTUAL_STAGES). Degrees that divide N but
+ * not the module's heads, hidden size or layers stay in the space:
+ * search_eval prunes them with xform_validate (SEARCH_PRUNED_INDIVISIBLE).
+ */
+typedef struct search_space {
+    search_config cfg;
+    const ir_module *module; /* borrowed: must outlive the space */
+    const hw_model *hw;      /* borrowed */
+    uint32_t devices;        /* N */
+    int64_t batch;           /* dimension 0 of the batch data, -1 when none */
+    uint32_t layers;         /* distinct dist.layer values */
+    double tokens_per_step;  /* elements of the "tokens" argument, else the batch */
+    uint64_t state_bytes;    /* the module's floating-point non-data arguments: weights and
+                                optimizer state, bytes */
+    uint64_t data_bytes;     /* its batch-data arguments, bytes */
+    double max_capacity;     /* the largest device memory of the hardware, bytes */
+    /*
+     * Identifies the search, whatever the shard: SHA-256 over "distir.search.v1",
+     * ir_hash(module), hw_hash(hardware), N, every constraint (lists sorted, masks with
+     * "0: every value" spelled out), the objective, K and SIM_VERSION. Results carry it,
+     * and only results with the same key merge. The daemon's key for a stored search.
+     */
+    di_hash key;
+    uint64_t ncandidate; /* the whole space (every shard) */
+    search_candidate *candidates;
+} search_space;
+
+/*
+ * Builds the space of m on hw under cfg (copied). Fails with DI_EINVAL on a
+ * bad config (N above the hardware's device count, shard index out of range,
+ * ...) or with the transforms' error when m cannot be analysed. On success
+ * free with search_space_fini; on failure there is nothing to free.
+ */
+int search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
+                      const search_config *cfg, di_error *err);
+void search_space_fini(search_space *sp);
+/* The number of candidates of this process's shard. */
+uint64_t search_space_shard_size(const search_space *sp);
+/* The k-th candidate of the shard (k < search_space_shard_size): whole-space index
+ * shard_index + k * shard_count. */
+const search_candidate *search_space_at(const search_space *sp, uint64_t k);
+/* Sequential iteration over the shard: *cursor starts at 0. NULL at the end. */
+const search_candidate *search_space_next(const search_space *sp, uint64_t *cursor);
+
+/*
+ * A lower bound on the simulated peak memory of the candidate's busiest
+ * device, in bytes. The simulator holds every argument of the distributed
+ * module from the start of the step (docs/simulator.md), and the
+ * transforms give every element of the sequential module's arguments to at
+ * least one device, and, without ZeRO, every element of its weights and
+ * optimizer state to each of the dp data-parallel replicas (ZeRO 1 to 3 let
+ * them arrive sharded over the data axis). So the N devices hold at least
+ * data + state x (zero ? 1 : dp) bytes at time 0, and the busiest device at
+ * least 1/N of that. search_eval prunes a candidate when the bound exceeds
+ * the usable memory of the largest device (SEARCH_MEMORY_BOUND); the tests
+ * check the bound against full simulations.
+ */
+uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
+
+/* What became of a candidate. */
+#define SEARCH_STATUS_LIST(X)                                                                      \
+    X(OK, "ok")                     /* simulated, fits in memory */                                \
+    X(OOM, "out_of_memory")         /* simulated, peak above the usable memory */                  \
+    X(INDIVISIBLE, "indivisible")   /* pruned: xform_validate refuses the shapes */                \
+    X(MEMORY_BOUND, "memory_bound") /* pruned: search_memory_bound above the usable memory */      \
+    X(UNSUPPORTED, "unsupported")   /* pruned: the transforms cannot take the module so */         \
+    X(FAILED, "failed")             /* valid, but the transform or the simulation failed */
+
+typedef enum search_status {
+#define SEARCH_STATUS_ENUM_(e, name) SEARCH_##e,
+    SEARCH_STATUS_LIST(SEARCH_STATUS_ENUM_)
+#undef SEARCH_STATUS_ENUM_
+        SEARCH_NSTATUS
+} search_status;
+
+const char *search_status_name(int status);
+
+typedef struct search_point {
+    search_candidate cand;
+    int status;                 /* search_status */
+    double step_time_s;         /* seconds; simulated candidates only */
+    uint64_t peak_memory_bytes; /* the largest per-device peak */
+    double tokens_per_s;        /* per device */
+    double mfu;
+} search_point;
+
+/*
+ * Evaluates candidates of one space; one per thread (it owns a simulator
+ * workspace).
+ */
+typedef struct search_evaluator {
+    const search_space *space;
+    struct sim_workspace *ws;
+    /*
+     * The verdict of xform_validate on the last base strategy: the
+     * candidate's degrees, microbatches and schedule with every option off
+     * (no recomputation, ZeRO, sequence parallelism or overlap). Options only
+     * add requirements, so when the base is refused every variant is too,
+     * and the candidates that share a base are consecutive in the space.
+     */
+    int have_base;
+    search_candidate base;
+    int base_rc;
+} search_evaluator;
+
+void search_evaluator_init(search_evaluator *ev, const search_space *sp);
+void search_evaluator_fini(search_evaluator *ev);
+/*
+ * Evaluates c: xform_validate of its base strategy, then of c itself (a
+ * refusal prunes it: INDIVISIBLE or UNSUPPORTED), the memory bound (MEMORY_BOUND), xform_apply,
+ * sim_run, then the memory check against memory_headroom times each device's capacity. Always fills
+ * *out; returns its status.
+ */
+int search_eval(search_evaluator *ev, const search_candidate *c, search_point *out);
+
+/*
+ * Counts, the top K by the objective (ties by enumeration index) and the
+ * Pareto set over (step time, peak memory) among the feasible points (OK).
+ * A point dominates another when it is no worse in both and better in one,
+ * or equal in both with a smaller index: so the set holds one point per
+ * distinct (time, memory) and does not depend on the order of additions.
+ */
+typedef struct search_result {
+    di_hash key; /* the space's key */
+    search_objective objective;
+    uint32_t top_k;
+    uint32_t devices;
+    uint64_t enumerated;            /* candidates seen (added) */
+    uint64_t count[SEARCH_NSTATUS]; /* by status */
+    uint32_t ntop;
+    search_point *top; /* best first */
+    uint32_t npareto, capacity_pareto;
+    search_point *pareto; /* ascending step time (then memory, index) */
+} search_result;
+
+/* An empty result for sp's objective, K and device count; free with search_result_fini. */
+void search_result_init(search_result *r, const search_space *sp);
+void search_result_fini(search_result *r);
+void search_result_add(search_result *r, const search_point *p);
+/*
+ * Adds src's counts and points to dst. Both must have the same key, objective,
+ * K and device count (DI_EINVAL otherwise). Merging the results of disjoint
+ * parts of a space gives the result of the whole.
+ */
+int search_result_merge(search_result *dst, const search_result *src, di_error *err);
+/* Whether the two results are equal (counts, top and Pareto points). */
+int search_result_equal(const search_result *a, const search_result *b);
+
+/*
+ * The objective's value of a point, oriented so that smaller is better
+ * (step time, or minus tokens/s per device).
+ */
+double search_point_cost(search_objective o, const search_point *p);
+
+/*
+ * JSON: {"search_key":"hex", "objective":..., "top_k":..., "devices":..., "enumerated":...,
+ * "counts":{...}, "top":[...], "pareto":[...]}, each point with its
+ * candidate fields, strategy text and figures (doubles to 17 digits, so a
+ * JSON round trip is exact). The caller frees the text with di_free.
+ */
+char *search_result_to_json(const search_result *r);
+/* Parses that form into *r (not initialized); free with search_result_fini. */
+int search_result_from_json(const char *text, size_t len, search_result *r, di_error *err);
+/* Human-readable tables of the top K and the Pareto set, and the counts. Caller frees. */
+char *search_result_to_table(const search_result *r);
+
+#endif

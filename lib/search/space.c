@@ -1,0 +1,679 @@
+/*
+ * space.c: the search's configuration (search_config_set), the enumeration
+ * of the space (search_space_init) and the evaluation of one candidate
+ * (search_eval) with the real transforms and simulator.
+ *
+ * The space is built as one array in enumeration order, so that a
+ * candidate's index is its position and a shard or a worker takes
+ * candidates by index alone. The module's batch and layer count come from
+ * the transforms' own analysis (xf_ctx_init), so that the space and
+ * xform_validate agree on what they are.
+ */
+#include "search/search.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "sim/sim.h"
+#include "xform/xform.h"
+#include "xform/xform_int.h"
+
+/* ---- configuration ---- */
+
+void
+search_config_init(search_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->memory_headroom = 1.0;
+    cfg->objective = SEARCH_MIN_TIME;
+    cfg->top_k = 10;
+    cfg->shard_count = 1;
+}
+
+/* A decimal in [lo, hi]; 0 or DI_EINVAL. */
+static int
+parse_u32(const char *name, const char *text, uint32_t lo, uint32_t hi, uint32_t *out,
+          di_error *err)
+{
+    char *end;
+    unsigned long long v;
+    errno = 0;
+    if (text == NULL || text[0] < '0' || text[0] > '9')
+        return di_error_set(err, DI_EINVAL, "%s: '%s' is not a number", name, text ? text : "");
+    v = strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi)
+        return di_error_set(err, DI_EINVAL, "%s: '%s' is not a number from %u to %u", name, text,
+                            lo, hi);
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* Splits a comma-separated list and calls add for each item. */
+static int
+parse_list(search_config *cfg, const char *name, const char *value,
+           int (*add)(search_config *, const char *, const char *, di_error *), di_error *err)
+{
+    char item[64];
+    const char *p = value;
+    if (value == NULL || *value == '\0')
+        return di_error_set(err, DI_EINVAL, "%s: an empty list", name);
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        int rc;
+        if (n == 0 || n >= sizeof item)
+            return di_error_set(err, DI_EINVAL, "%s: bad item in '%s'", name, value);
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if ((rc = add(cfg, name, item, err)) != 0)
+            return rc;
+        if (p[n] == '\0')
+            return 0;
+        p += n + 1;
+    }
+}
+
+static int
+set_add(uint32_t *set, uint32_t *n, const char *name, uint32_t v, di_error *err)
+{
+    for (uint32_t i = 0; i < *n; i++)
+        if (set[i] == v)
+            return 0;
+    if (*n == SEARCH_MAX_SET)
+        return di_error_set(err, DI_EINVAL, "%s: more than %u values", name, SEARCH_MAX_SET);
+    set[(*n)++] = v;
+    return 0;
+}
+
+static int
+add_degree(search_config *cfg, const char *name, const char *item, di_error *err)
+{
+    uint32_t v, *set, *n;
+    int rc;
+    if (strcmp(name, "dp") == 0) {
+        set = cfg->dp, n = &cfg->ndp;
+    } else if (strcmp(name, "tp") == 0) {
+        set = cfg->tp, n = &cfg->ntp;
+    } else if (strcmp(name, "pp") == 0) {
+        set = cfg->pp, n = &cfg->npp;
+    } else if (strcmp(name, "microbatches") == 0) {
+        set = cfg->microbatches, n = &cfg->nmicrobatches;
+    } else {
+        set = cfg->virtual_stages, n = &cfg->nvirtual;
+    }
+    if ((rc = parse_u32(name, item, 1, STRATEGY_MAX_DEGREE, &v, err)) != 0)
+        return rc;
+    return set_add(set, n, name, v, err);
+}
+
+static int
+add_schedule(search_config *cfg, const char *name, const char *item, di_error *err)
+{
+    if (strcmp(item, "gpipe") == 0) {
+        cfg->schedules |= 1u << STRATEGY_SCHEDULE_GPIPE;
+    } else if (strcmp(item, "1f1b") == 0) {
+        cfg->schedules |= 1u << STRATEGY_SCHEDULE_1F1B;
+    } else if (strcmp(item, "interleaved") == 0) {
+        cfg->schedules |= 1u << STRATEGY_SCHEDULE_INTERLEAVED;
+    } else if (strncmp(item, "interleaved:", 12) == 0) {
+        uint32_t v;
+        int rc;
+        if ((rc = parse_u32(name, item + 12, 2, STRATEGY_MAX_VIRTUAL_STAGES, &v, err)) != 0)
+            return rc;
+        cfg->schedules |= 1u << STRATEGY_SCHEDULE_INTERLEAVED;
+        return set_add(cfg->virtual_stages, &cfg->nvirtual, "virtual-stages", v, err);
+    } else {
+        return di_error_set(err, DI_EINVAL,
+                            "%s: unknown schedule '%s' (gpipe, 1f1b, interleaved[:V])", name, item);
+    }
+    return 0;
+}
+
+static int
+add_recompute(search_config *cfg, const char *name, const char *item, di_error *err)
+{
+    static const char *const names[] = {"none", "selective", "full"};
+    for (uint32_t i = 0; i < 3; i++)
+        if (strcmp(item, names[i]) == 0) {
+            cfg->recomputes |= 1u << i;
+            return 0;
+        }
+    return di_error_set(err, DI_EINVAL, "%s: unknown value '%s' (none, selective, full)", name,
+                        item);
+}
+
+static int
+add_zero(search_config *cfg, const char *name, const char *item, di_error *err)
+{
+    uint32_t v;
+    int rc = parse_u32(name, item, 0, 3, &v, err);
+    if (rc == 0)
+        cfg->zeros |= 1u << v;
+    return rc;
+}
+
+static int
+add_switch(search_config *cfg, const char *name, const char *item, di_error *err)
+{
+    uint32_t *mask =
+        strcmp(name, "sequence-parallel") == 0 ? &cfg->sequence_parallel : &cfg->overlap;
+    if (strcmp(item, "0") == 0 || strcmp(item, "off") == 0)
+        *mask |= 1u;
+    else if (strcmp(item, "1") == 0 || strcmp(item, "on") == 0)
+        *mask |= 2u;
+    else
+        return di_error_set(err, DI_EINVAL, "%s: '%s' is not 0, 1, off or on", name, item);
+    return 0;
+}
+
+int
+search_config_set(search_config *cfg, const char *name, const char *value, di_error *err)
+{
+    if (strcmp(name, "dp") == 0 || strcmp(name, "tp") == 0 || strcmp(name, "pp") == 0 ||
+        strcmp(name, "microbatches") == 0 || strcmp(name, "virtual-stages") == 0)
+        return parse_list(cfg, name, value, add_degree, err);
+    if (strcmp(name, "m") == 0)
+        return parse_list(cfg, "microbatches", value, add_degree, err);
+    if (strcmp(name, "schedule") == 0)
+        return parse_list(cfg, name, value, add_schedule, err);
+    if (strcmp(name, "recompute") == 0)
+        return parse_list(cfg, name, value, add_recompute, err);
+    if (strcmp(name, "zero") == 0)
+        return parse_list(cfg, name, value, add_zero, err);
+    if (strcmp(name, "sequence-parallel") == 0 || strcmp(name, "overlap-grad-reduce") == 0)
+        return parse_list(cfg, name, value, add_switch, err);
+    if (strcmp(name, "devices") == 0)
+        return parse_u32(name, value, 1, HW_MAX_DEVICES, &cfg->devices, err);
+    if (strcmp(name, "top") == 0)
+        return parse_u32(name, value, 1, SEARCH_MAX_TOP, &cfg->top_k, err);
+    if (strcmp(name, "objective") == 0) {
+        if (value && strcmp(value, "time") == 0)
+            cfg->objective = SEARCH_MIN_TIME;
+        else if (value && strcmp(value, "throughput") == 0)
+            cfg->objective = SEARCH_MAX_THROUGHPUT;
+        else
+            return di_error_set(err, DI_EINVAL, "objective: '%s' is not time or throughput",
+                                value ? value : "");
+        return 0;
+    }
+    if (strcmp(name, "headroom") == 0) {
+        char *end;
+        double v = value ? strtod(value, &end) : 0;
+        if (value == NULL || end == value || *end != '\0' || !(v > 0 && v <= 1))
+            return di_error_set(err, DI_EINVAL, "headroom: '%s' is not a fraction in (0, 1]",
+                                value ? value : "");
+        cfg->memory_headroom = v;
+        return 0;
+    }
+    if (strcmp(name, "shard") == 0) {
+        unsigned i, n;
+        int used = 0;
+        if (value == NULL || sscanf(value, "%u/%u%n", &i, &n, &used) != 2 || value[used] != '\0' ||
+            n == 0 || i >= n)
+            return di_error_set(err, DI_EINVAL, "shard: '%s' is not i/n with i < n",
+                                value ? value : "");
+        cfg->shard_index = i;
+        cfg->shard_count = n;
+        return 0;
+    }
+    return di_error_set(err, DI_ENOTFOUND, "'%s' is not a search option", name);
+}
+
+int
+search_config_fix(search_config *cfg, const char *assignment, di_error *err)
+{
+    char name[64];
+    const char *eq = strchr(assignment, '=');
+    size_t n = eq ? (size_t)(eq - assignment) : 0;
+    if (eq == NULL || n == 0 || n >= sizeof name)
+        return di_error_set(err, DI_EINVAL, "'%s' is not NAME=VALUE", assignment);
+    memcpy(name, assignment, n);
+    name[n] = '\0';
+    if (strcmp(name, "sp") == 0)
+        return search_config_set(cfg, "sequence-parallel", eq + 1, err);
+    if (strcmp(name, "overlap") == 0)
+        return search_config_set(cfg, "overlap-grad-reduce", eq + 1, err);
+    if (strcmp(name, "v") == 0 || strcmp(name, "virtual_stages") == 0)
+        return search_config_set(cfg, "virtual-stages", eq + 1, err);
+    return search_config_set(cfg, name, eq + 1, err);
+}
+
+/* ---- the space ---- */
+
+static int
+in_set(const uint32_t *set, uint32_t n, uint32_t v)
+{
+    if (n == 0)
+        return 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (set[i] == v)
+            return 1;
+    return 0;
+}
+
+static int
+in_mask(uint32_t mask, uint32_t v)
+{
+    return mask == 0 || (mask >> v & 1u) != 0;
+}
+
+/* The divisors of n (>= 1) in ascending order; the caller frees *out. */
+static uint32_t
+divisors(uint64_t n, uint32_t **out)
+{
+    uint32_t cnt = 0, cap = 16;
+    uint32_t *d = di_xmalloc(cap * sizeof *d);
+    for (uint64_t k = 1; k <= n && k <= STRATEGY_MAX_DEGREE; k++) {
+        if (n % k != 0)
+            continue;
+        if (cnt == cap) {
+            cap *= 2;
+            d = di_xrealloc(d, cap * sizeof *d);
+        }
+        d[cnt++] = (uint32_t)k;
+    }
+    *out = d;
+    return cnt;
+}
+
+typedef struct space_builder {
+    search_space *sp;
+    uint64_t cap;
+} space_builder;
+
+static void
+push(space_builder *b, const search_candidate *c)
+{
+    search_space *sp = b->sp;
+    if (sp->ncandidate == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 256;
+        sp->candidates = di_xrealloc(sp->candidates, b->cap * sizeof *sp->candidates);
+    }
+    sp->candidates[sp->ncandidate] = *c;
+    sp->candidates[sp->ncandidate].index = sp->ncandidate;
+    sp->ncandidate++;
+}
+
+/* The options after the schedule: recompute, ZeRO, sequence parallelism, overlap. */
+static void
+push_options(space_builder *b, search_candidate *c)
+{
+    const search_config *cfg = &b->sp->cfg;
+    for (uint32_t rc = 0; rc < 3; rc++) {
+        if (!in_mask(cfg->recomputes, rc))
+            continue;
+        c->recompute = (uint8_t)rc;
+        for (uint32_t z = 0; z <= (c->dp > 1 ? 3u : 0u); z++) {
+            if (!in_mask(cfg->zeros, z))
+                continue;
+            c->zero = (uint8_t)z;
+            for (uint32_t sq = 0; sq <= (c->tp > 1 ? 1u : 0u); sq++) {
+                if (!in_mask(cfg->sequence_parallel, sq))
+                    continue;
+                c->sequence_parallel = (uint8_t)sq;
+                for (uint32_t ov = 0; ov <= (c->dp > 1 ? 1u : 0u); ov++) {
+                    if (!in_mask(cfg->overlap, ov))
+                        continue;
+                    c->overlap = (uint8_t)ov;
+                    push(b, c);
+                }
+            }
+        }
+    }
+}
+
+static void
+enumerate(space_builder *b)
+{
+    search_space *sp = b->sp;
+    const search_config *cfg = &sp->cfg;
+    uint32_t *pps, *tps, *vs;
+    uint32_t npps = divisors(sp->devices, &pps);
+    uint32_t nvs = divisors(sp->layers ? sp->layers : 1, &vs);
+    for (uint32_t i = 0; i < npps; i++) {
+        uint32_t pp = pps[i];
+        uint32_t ntps;
+        if (!in_set(cfg->pp, cfg->npp, pp))
+            continue;
+        ntps = divisors(sp->devices / pp, &tps);
+        for (uint32_t j = 0; j < ntps; j++) {
+            uint32_t tp = tps[j], dp = sp->devices / pp / tp;
+            uint32_t *ms, nms;
+            if (!in_set(cfg->tp, cfg->ntp, tp) || !in_set(cfg->dp, cfg->ndp, dp))
+                continue;
+            /* Without batch data only m = 1 can apply; dp > 1 is left for validation. */
+            nms =
+                divisors(sp->batch > 0 && sp->batch % dp == 0 ? (uint64_t)sp->batch / dp : 1, &ms);
+            for (uint32_t k = 0; k < nms; k++) {
+                search_candidate c;
+                if (ms[k] > STRATEGY_MAX_MICROBATCHES ||
+                    !in_set(cfg->microbatches, cfg->nmicrobatches, ms[k]))
+                    continue;
+                memset(&c, 0, sizeof c);
+                c.dp = dp, c.tp = tp, c.pp = pp, c.microbatches = ms[k];
+                c.virtual_stages = 1;
+                if (pp == 1) {
+                    /* One stage has no schedule (strategy_normalize refuses one). */
+                    c.schedule = STRATEGY_SCHEDULE_DEFAULT;
+                    push_options(b, &c);
+                    continue;
+                }
+                for (uint32_t s = STRATEGY_SCHEDULE_GPIPE; s <= STRATEGY_SCHEDULE_1F1B; s++) {
+                    if (!in_mask(cfg->schedules, s))
+                        continue;
+                    c.schedule = (uint8_t)s;
+                    push_options(b, &c);
+                }
+                if (!in_mask(cfg->schedules, STRATEGY_SCHEDULE_INTERLEAVED))
+                    continue;
+                c.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
+                for (uint32_t v = 0; v < nvs; v++) {
+                    if (vs[v] < 2 || vs[v] > STRATEGY_MAX_VIRTUAL_STAGES ||
+                        !in_set(cfg->virtual_stages, cfg->nvirtual, vs[v]))
+                        continue;
+                    c.virtual_stages = vs[v];
+                    push_options(b, &c);
+                }
+            }
+            di_free(ms);
+        }
+        di_free(tps);
+    }
+    di_free(vs);
+    di_free(pps);
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* An allowed list as a set: its count, then its values ascending. */
+static void
+hash_set(di_sha256 *h, const uint32_t *set, uint32_t n)
+{
+    uint32_t sorted[SEARCH_MAX_SET];
+    memcpy(sorted, set, n * sizeof *set);
+    qsort(sorted, n, sizeof *sorted, cmp_u32);
+    di_sha256_u64(h, n);
+    for (uint32_t i = 0; i < n; i++)
+        di_sha256_u64(h, sorted[i]);
+}
+
+/* A mask with "0: every value" spelled out as the bits of every value. */
+static void
+hash_mask(di_sha256 *h, uint32_t mask, uint32_t every)
+{
+    di_sha256_u64(h, (mask ? mask : every) & every);
+}
+
+/* search_space.key (search.h). */
+static void
+space_key(search_space *sp)
+{
+    static const char domain[] = "distir.search.v1";
+    const search_config *cfg = &sp->cfg;
+    di_sha256 h;
+    di_hash part;
+    uint64_t headroom;
+    di_sha256_init(&h);
+    di_sha256_update(&h, domain, sizeof domain); /* with its NUL */
+    ir_hash(sp->module, &part);
+    di_sha256_update(&h, part.b, sizeof part.b);
+    hw_hash(sp->hw, &part);
+    di_sha256_update(&h, part.b, sizeof part.b);
+    di_sha256_u64(&h, sp->devices);
+    hash_set(&h, cfg->dp, cfg->ndp);
+    hash_set(&h, cfg->tp, cfg->ntp);
+    hash_set(&h, cfg->pp, cfg->npp);
+    hash_set(&h, cfg->microbatches, cfg->nmicrobatches);
+    hash_set(&h, cfg->virtual_stages, cfg->nvirtual);
+    hash_mask(&h, cfg->schedules,
+              (1u << STRATEGY_SCHEDULE_GPIPE) | (1u << STRATEGY_SCHEDULE_1F1B) |
+                  (1u << STRATEGY_SCHEDULE_INTERLEAVED));
+    hash_mask(&h, cfg->recomputes, 7u);
+    hash_mask(&h, cfg->zeros, 15u);
+    hash_mask(&h, cfg->sequence_parallel, 3u);
+    hash_mask(&h, cfg->overlap, 3u);
+    memcpy(&headroom, &cfg->memory_headroom, sizeof headroom);
+    di_sha256_u64(&h, headroom);
+    di_sha256_u64(&h, (uint64_t)cfg->objective);
+    di_sha256_u64(&h, cfg->top_k);
+    di_sha256_u64(&h, sizeof SIM_VERSION - 1);
+    di_sha256_update(&h, SIM_VERSION, sizeof SIM_VERSION - 1);
+    di_sha256_final(&h, &sp->key);
+}
+
+/* Elements of the entry function's "tokens" argument, or 0. */
+static double
+module_tokens(const ir_module *m)
+{
+    ir_id f = ir_module_entry(m);
+    const ir_region *r = &m->regions[f];
+    for (uint32_t a = 0; a < r->narg; a++) {
+        const ir_value *v = &m->values[r->args[a]];
+        if (strcmp(ir_str_get(m, v->name), "tokens") == 0)
+            return (double)ir_type_numel(m, v->type);
+    }
+    return 0;
+}
+
+int
+search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
+                  const search_config *cfg, di_error *err)
+{
+    strategy trivial;
+    xf_ctx c;
+    space_builder b;
+    int rc;
+
+    memset(sp, 0, sizeof *sp);
+    if (cfg->shard_count == 0 || cfg->shard_index >= cfg->shard_count)
+        return di_error_set(err, DI_EINVAL, "shard %u/%u: the index must be below the count",
+                            cfg->shard_index, cfg->shard_count);
+    if (!(cfg->memory_headroom > 0 && cfg->memory_headroom <= 1))
+        return di_error_set(err, DI_EINVAL, "memory headroom %g is not in (0, 1]",
+                            cfg->memory_headroom);
+    if (cfg->top_k == 0 || cfg->top_k > SEARCH_MAX_TOP)
+        return di_error_set(err, DI_EINVAL, "top K %u is not in 1..%u", cfg->top_k, SEARCH_MAX_TOP);
+    if (cfg->devices > hw->ndevice)
+        return di_error_set(err, DI_EINVAL, "%u devices asked for, but %s has %u", cfg->devices,
+                            hw->name, hw->ndevice);
+    xform_strategy_init(&trivial);
+    if ((rc = xf_ctx_init(&c, m, &trivial, hw, err)) != 0) {
+        di_error_prefix(err, "cannot search this module");
+        return rc;
+    }
+    sp->cfg = *cfg;
+    sp->module = m;
+    sp->hw = hw;
+    sp->devices = cfg->devices ? cfg->devices : hw->ndevice;
+    sp->batch = c.batch;
+    sp->layers = c.nlayer;
+    {
+        const ir_region *r = &c.m->regions[c.func];
+        for (uint32_t a = 0; a < r->narg; a++) {
+            ir_id v = r->args[a];
+            uint64_t bytes = ir_type_bytes(c.m, c.m->values[v].type);
+            if (c.vflags[v] & XF_V_DATA)
+                sp->data_bytes += bytes;
+            else if (c.vflags[v] & XF_V_WEIGHT)
+                sp->state_bytes += bytes;
+        }
+    }
+    xf_ctx_fini(&c);
+    for (uint32_t d = 0; d < hw->ndevice; d++)
+        if (hw_device_spec(hw, d)->memory_bytes > sp->max_capacity)
+            sp->max_capacity = hw_device_spec(hw, d)->memory_bytes;
+    sp->tokens_per_step = module_tokens(m);
+    if (sp->tokens_per_step == 0)
+        sp->tokens_per_step = sp->batch > 0 ? (double)sp->batch : 1.0;
+    space_key(sp);
+    b.sp = sp;
+    b.cap = 0;
+    enumerate(&b);
+    return 0;
+}
+
+void
+search_space_fini(search_space *sp)
+{
+    di_free(sp->candidates);
+    memset(sp, 0, sizeof *sp);
+}
+
+uint64_t
+search_space_shard_size(const search_space *sp)
+{
+    uint64_t i = sp->cfg.shard_index, n = sp->cfg.shard_count;
+    return sp->ncandidate > i ? (sp->ncandidate - i + n - 1) / n : 0;
+}
+
+const search_candidate *
+search_space_at(const search_space *sp, uint64_t k)
+{
+    uint64_t i = sp->cfg.shard_index + k * sp->cfg.shard_count;
+    return i < sp->ncandidate ? &sp->candidates[i] : NULL;
+}
+
+const search_candidate *
+search_space_next(const search_space *sp, uint64_t *cursor)
+{
+    const search_candidate *c = search_space_at(sp, *cursor);
+    if (c)
+        ++*cursor;
+    return c;
+}
+
+/* ---- candidates ---- */
+
+void
+search_candidate_strategy(const search_candidate *c, strategy *s)
+{
+    strategy_init(s);
+    s->dp = c->dp;
+    s->tp = c->tp;
+    s->pp = c->pp;
+    s->microbatches = c->microbatches;
+    s->schedule = (strategy_schedule)c->schedule;
+    s->virtual_stages = c->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? c->virtual_stages : 1;
+    s->recompute = (strategy_recompute)c->recompute;
+    s->zero = c->zero;
+    s->sequence_parallel = c->sequence_parallel;
+    s->overlap_grad_reduce = c->overlap;
+    /*
+     * Every field is in range and the schedule is DEFAULT exactly when pp = 1 by construction,
+     * so normalizing only fills in the bucket size.
+     */
+    if (strategy_normalize(s, NULL) != 0)
+        abort();
+}
+
+void
+search_candidate_format(const search_candidate *c, char *buf, size_t size)
+{
+    strategy s;
+    search_candidate_strategy(c, &s);
+    strategy_format(&s, buf, size);
+    strategy_fini(&s);
+}
+
+/* ---- evaluation ---- */
+
+uint64_t
+search_memory_bound(const search_space *sp, const search_candidate *c)
+{
+    uint64_t held;
+    /* Saturating, and floor division keeps it a lower bound. */
+    if (di_mul_u64(sp->state_bytes, c->zero ? 1 : c->dp, &held) != 0 ||
+        held + sp->data_bytes < held)
+        return UINT64_MAX / sp->devices;
+    return (held + sp->data_bytes) / sp->devices;
+}
+
+void
+search_evaluator_init(search_evaluator *ev, const search_space *sp)
+{
+    memset(ev, 0, sizeof *ev);
+    ev->space = sp;
+    ev->ws = sim_workspace_new();
+}
+
+void
+search_evaluator_fini(search_evaluator *ev)
+{
+    sim_workspace_free(ev->ws);
+    ev->ws = NULL;
+}
+
+/* Whether a and b differ only in the options (recompute, ZeRO, sp, overlap). */
+static int
+same_base(const search_candidate *a, const search_candidate *b)
+{
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp &&
+           a->microbatches == b->microbatches && a->schedule == b->schedule &&
+           a->virtual_stages == b->virtual_stages;
+}
+
+int
+search_eval(search_evaluator *ev, const search_candidate *c, search_point *out)
+{
+    const search_space *sp = ev->space;
+    strategy s;
+    ir_module *dm = NULL;
+    sim_result *r = NULL;
+    sim_options o;
+    di_error err;
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    out->cand = *c;
+    if (!ev->have_base || !same_base(&ev->base, c)) {
+        ev->base = *c;
+        ev->base.recompute = ev->base.zero = 0;
+        ev->base.sequence_parallel = ev->base.overlap = 0;
+        search_candidate_strategy(&ev->base, &s);
+        ev->base_rc = xform_validate(sp->module, &s, sp->hw, &err);
+        ev->have_base = 1;
+        strategy_fini(&s);
+    }
+    search_candidate_strategy(c, &s);
+    rc = ev->base_rc;
+    if (rc == 0 && (c->recompute || c->zero || c->sequence_parallel || c->overlap))
+        rc = xform_validate(sp->module, &s, sp->hw, &err);
+    if (rc != 0) {
+        out->status = rc == DI_ESTRATEGY ? SEARCH_INDIVISIBLE : SEARCH_UNSUPPORTED;
+        goto done;
+    }
+    if ((double)search_memory_bound(sp, c) > sp->cfg.memory_headroom * sp->max_capacity) {
+        out->status = SEARCH_MEMORY_BOUND;
+        goto done;
+    }
+    sim_options_default(&o);
+    if (xform_apply(sp->module, &s, sp->hw, &dm, &err) != 0 ||
+        sim_run_ws(ev->ws, dm, sp->hw, &o, &r, NULL, NULL, &err) != 0) {
+        out->status = SEARCH_FAILED;
+        goto done;
+    }
+    out->status = SEARCH_OK;
+    out->step_time_s = r->step_time_s;
+    out->peak_memory_bytes = r->peak_memory_bytes;
+    out->mfu = r->mfu;
+    out->tokens_per_s = r->step_time_s > 0 ? sp->tokens_per_step / r->step_time_s / sp->devices : 0;
+    for (uint32_t d = 0; d < r->ndevice; d++) {
+        const sim_device_result *dr = &r->devices[d];
+        double usable = sp->cfg.memory_headroom * (double)dr->capacity_bytes;
+        if ((double)dr->peak_memory_bytes > usable)
+            out->status = SEARCH_OOM;
+    }
+done:
+    sim_result_free(r);
+    ir_module_free(dm);
+    strategy_fini(&s);
+    return out->status;
+}

@@ -1,0 +1,77 @@
+#!/bin/sh
+# test_cli_search.sh: `distir search` on a small GPT. Checks: the tables of
+# the top K and the Pareto set and the counts are printed; --json is one
+# object whose counts add up; --shard i/4 for i = 0..3 merged with --merge
+# print exactly the unsharded JSON; the allowed-degree and --fix constraints
+# hold in every reported strategy; bad constraints are usage errors (exit 2)
+# and too many devices a failure (exit 1), as is a merge of different
+# searches; --help says the search is local.
+. tests/integration/lib.sh
+
+T="timeout 60"
+$T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 24 \
+    -o "$TMP/gpt.pb" || fail "model gpt"
+LIMITS="--devices 8 --recompute none,full --zero 0,3 --microbatches 1,2,4"
+
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --top 3 >"$TMP/table.out" 2>"$TMP/table.err"
+check "search exits 0" [ $? = 0 ]
+check "search prints the top-K table" grep -q '^top 3 by step time on 8 devices' "$TMP/table.out"
+check "search prints the Pareto table" grep -q '^pareto set over (step time, peak memory)' \
+    "$TMP/table.out"
+check "search prints the counts" grep -q '^candidates [0-9]*: ok [0-9]* out_of_memory 0' \
+    "$TMP/table.out"
+check "the best strategy is on 8 devices" \
+    grep -Eq '^ +1 .* dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ m=' "$TMP/table.out"
+
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --top 3 --json >"$TMP/whole.json" || fail "search --json"
+check "--json is one JSON object with 3 top points" python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["top"]) == 3 and r["devices"] == 8
+assert sum(r["counts"].values()) == r["enumerated"] > 0
+assert all(p["dp"] * p["tp"] * p["pp"] == 8 for p in r["top"] + r["pareto"])
+' "$TMP/whole.json"
+
+for i in 0 1 2 3; do
+    # shellcheck disable=SC2086
+    $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --top 3 --json --shard "$i/4" \
+        >"$TMP/shard$i.json" || fail "search --shard $i/4"
+done
+$T "$DISTIR" search --merge "$TMP/shard0.json" "$TMP/shard1.json" "$TMP/shard2.json" \
+    "$TMP/shard3.json" --json >"$TMP/merged.json"
+check "--merge exits 0" [ $? = 0 ]
+check "the merged shards print the unsharded result byte for byte" \
+    cmp -s "$TMP/whole.json" "$TMP/merged.json"
+check "a shard alone differs from the whole" sh -c '! cmp -s "$1" "$2"' sh "$TMP/whole.json" \
+    "$TMP/shard1.json"
+
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --tp 1,2 --fix pp=2 --json >"$TMP/fixed.json" ||
+    fail "search --tp --fix"
+check "--tp 1,2 --fix pp=2 hold in every reported strategy" python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+pts = r["top"] + r["pareto"]
+assert pts and all(p["pp"] == 2 and p["tp"] in (1, 2) for p in pts)
+' "$TMP/fixed.json"
+
+quiet() { "$@" >/dev/null 2>&1; }
+$T "$DISTIR" search "$TMP/gpt.pb" --tp 0 >/dev/null 2>"$TMP/bad.err"
+check "--tp 0 exits 2" [ $? = 2 ]
+check "... saying what is wrong" grep -q 'bad --tp' "$TMP/bad.err"
+$T "$DISTIR" search "$TMP/gpt.pb" --fix nonsense >/dev/null 2>&1
+check "--fix without NAME=VALUE exits 2" [ $? = 2 ]
+$T "$DISTIR" search "$TMP/gpt.pb" --devices 64 >/dev/null 2>"$TMP/many.err"
+check "more devices than the hardware has exits 1" [ $? = 1 ]
+check "... naming the count" grep -q '64 devices asked for' "$TMP/many.err"
+$T "$DISTIR" search --merge "$TMP/whole.json" "$TMP/fixed.json" >/dev/null 2>"$TMP/mix.err"
+check "--merge of different searches exits 1" [ $? = 1 ]
+check "... saying so" grep -q 'different searches' "$TMP/mix.err"
+$T "$DISTIR" search --merge "$TMP/gpt.pb" >/dev/null 2>&1
+check "--merge of a non-result exits 1" [ $? = 1 ]
+"$DISTIR" search --help >"$TMP/help.out"
+check "--help says there is no --server yet" grep -q 'no --server' "$TMP/help.out"
+
+exit "$failures"

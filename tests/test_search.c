@@ -1,0 +1,761 @@
+/*
+ * test_search.c: the strategy search (lib/search). On small GPT and MLP
+ * models and several device counts: the search's best and Pareto set equal
+ * brute force (every candidate of the space transformed and simulated in
+ * full, without the search's pruning); every pruned candidate really cannot
+ * be transformed; shards 0..3 of 4 merged equal the unsharded result, also
+ * through the JSON form; two runs are identical and the enumeration order is
+ * stable; the space holds exactly the degree triples whose product is N;
+ * the configuration parser and the memory headroom.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/models.h"
+#include "search/search.h"
+#include "sim/hw.h"
+#include "sim/sim.h"
+#include "xform/xform.h"
+
+static ir_module *
+mlp(uint32_t layers, int64_t hidden, int64_t batch)
+{
+    models_mlp c;
+    ir_module *m = NULL;
+    di_error err;
+    models_mlp_init(&c);
+    c.layers = layers;
+    c.hidden = hidden;
+    c.batch = batch;
+    if (models_mlp_build(&c, &m, &err) != 0)
+        fail_msg("mlp: %s", err.msg);
+    return m;
+}
+
+static ir_module *
+gpt(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch)
+{
+    models_gpt c;
+    ir_module *m = NULL;
+    di_error err;
+    models_gpt_init(&c);
+    c.layers = layers;
+    c.hidden = hidden;
+    c.heads = heads;
+    c.seq = seq;
+    c.vocab = 13;
+    c.batch = batch;
+    c.dropout = 0;
+    if (models_gpt_build(&c, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    return m;
+}
+
+static hw_model *
+preset(const char *name)
+{
+    hw_model *hw = NULL;
+    di_error err;
+    if (hw_preset(name, &hw, &err) != 0)
+        fail_msg("%s: %s", name, err.msg);
+    return hw;
+}
+
+static void
+space_ok(search_space *sp, const ir_module *m, const hw_model *hw, const search_config *cfg)
+{
+    di_error err;
+    if (search_space_init(sp, m, hw, cfg, &err) != 0)
+        fail_msg("search_space_init: %s", err.msg);
+}
+
+/* The whole search on one shard of the space, sequentially. */
+static void
+run(const ir_module *m, const hw_model *hw, const search_config *cfg, search_result *r)
+{
+    search_space sp;
+    search_evaluator ev;
+    const search_candidate *c;
+    uint64_t cursor = 0;
+    space_ok(&sp, m, hw, cfg);
+    search_evaluator_init(&ev, &sp);
+    search_result_init(r, &sp);
+    while ((c = search_space_next(&sp, &cursor)) != NULL) {
+        search_point p;
+        search_eval(&ev, c, &p);
+        search_result_add(r, &p);
+    }
+    assert_int_equal(r->enumerated, search_space_shard_size(&sp));
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+}
+
+/*
+ * Brute force, independent of search_eval: every candidate of the space is
+ * transformed (no separate validation) and simulated without a workspace.
+ * Checks that the search's status of each candidate agrees (pruned ones
+ * cannot be transformed) and that its best and Pareto set are brute
+ * force's.
+ */
+static void
+check_brute_force(const ir_module *m, const hw_model *hw, const search_config *cfg,
+                  uint32_t *nfeasible, uint32_t *nbound)
+{
+    search_space sp;
+    search_evaluator ev;
+    search_result r;
+    search_point *all;
+    uint32_t n = 0, best = UINT32_MAX, npareto = 0;
+    space_ok(&sp, m, hw, cfg);
+    search_evaluator_init(&ev, &sp);
+    search_result_init(&r, &sp);
+    all = calloc(sp.ncandidate + 1, sizeof *all);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        strategy s;
+        ir_module *dm = NULL;
+        sim_result *res = NULL;
+        sim_options o;
+        di_error err;
+        search_point p;
+        int fits = 1, st;
+
+        assert_int_equal(c->index, i);
+        st = search_eval(&ev, c, &p);
+        search_result_add(&r, &p);
+        search_candidate_strategy(c, &s);
+        if (xform_apply(m, &s, hw, &dm, &err) != 0) {
+            /* Pruned or failed: the search must not have simulated it. */
+            assert_true(st == SEARCH_INDIVISIBLE || st == SEARCH_UNSUPPORTED ||
+                        st == SEARCH_FAILED);
+            strategy_fini(&s);
+            continue;
+        }
+        /*
+         * Sound pruning: a candidate the transforms take is pruned only by the
+         * memory bound, and then the full simulation does not fit either.
+         */
+        assert_true(st == SEARCH_OK || st == SEARCH_OOM || st == SEARCH_MEMORY_BOUND);
+        sim_options_default(&o);
+        if (sim_run(dm, hw, &o, &res, NULL, NULL, &err) != 0)
+            fail_msg("sim_run: %s", err.msg);
+        for (uint32_t d = 0; d < res->ndevice; d++)
+            if ((double)res->devices[d].peak_memory_bytes >
+                cfg->memory_headroom * (double)res->devices[d].capacity_bytes)
+                fits = 0;
+        /* The bound is a lower bound of the simulated peak. */
+        if (search_memory_bound(&sp, c) > res->peak_memory_bytes)
+            fail_msg("memory bound %llu above the peak %llu of candidate %llu",
+                     (unsigned long long)search_memory_bound(&sp, c),
+                     (unsigned long long)res->peak_memory_bytes, (unsigned long long)i);
+        if (st == SEARCH_MEMORY_BOUND) {
+            assert_false(fits);
+            (*nbound)++;
+        } else {
+            assert_int_equal(st, fits ? SEARCH_OK : SEARCH_OOM);
+            assert_true(p.step_time_s == res->step_time_s);
+            assert_int_equal(p.peak_memory_bytes, res->peak_memory_bytes);
+        }
+        if (fits) {
+            all[n] = p;
+            if (best == UINT32_MAX || res->step_time_s < all[best].step_time_s)
+                best = n;
+            n++;
+        }
+        sim_result_free(res);
+        ir_module_free(dm);
+        strategy_fini(&s);
+    }
+    if (n == 0) {
+        assert_int_equal(r.ntop, 0);
+    } else {
+        assert_true(r.ntop > 0);
+        assert_int_equal(r.top[0].cand.index, all[best].cand.index);
+        assert_true(r.top[0].step_time_s == all[best].step_time_s);
+        for (uint32_t i = 1; i < r.ntop; i++)
+            assert_true(r.top[i - 1].step_time_s <= r.top[i].step_time_s);
+    }
+    /* Pareto by definition, O(n^2): no other point is no worse in both and better in one. */
+    for (uint32_t i = 0; i < n; i++) {
+        int dominated = 0, found = 0;
+        for (uint32_t j = 0; j < n && !dominated; j++) {
+            const search_point *a = &all[j], *b = &all[i];
+            if (j == i)
+                continue;
+            if (a->step_time_s <= b->step_time_s && a->peak_memory_bytes <= b->peak_memory_bytes &&
+                (a->step_time_s < b->step_time_s || a->peak_memory_bytes < b->peak_memory_bytes ||
+                 a->cand.index < b->cand.index))
+                dominated = 1;
+        }
+        for (uint32_t k = 0; k < r.npareto; k++)
+            if (r.pareto[k].cand.index == all[i].cand.index)
+                found = 1;
+        assert_int_equal(found, !dominated);
+        npareto += !dominated;
+    }
+    assert_int_equal(r.npareto, npareto);
+    assert_int_equal(r.count[SEARCH_OK], n);
+    assert_int_equal(r.enumerated, sp.ncandidate);
+    *nfeasible = n;
+    free(all);
+    search_result_fini(&r);
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+}
+
+/* A small space: the options that multiply it most restricted. */
+static void
+small_config(search_config *cfg, uint32_t devices)
+{
+    di_error err;
+    search_config_init(cfg);
+    cfg->devices = devices;
+    assert_int_equal(search_config_set(cfg, "recompute", "none,full", &err), 0);
+    assert_int_equal(search_config_set(cfg, "zero", "0,3", &err), 0);
+    assert_int_equal(search_config_set(cfg, "microbatches", "1,2,4", &err), 0);
+}
+
+static void
+test_brute_force(void **state)
+{
+    static const struct {
+        const char *hw;
+        uint32_t devices;
+        int model; /* 0 gpt, 1 mlp */
+    } cases[] = {
+        {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
+        {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ir_module *m = cases[i].model == 0 ? gpt(4, 48, 6, 8, 24) : mlp(4, 48, 24);
+        hw_model *hw = preset(cases[i].hw);
+        search_config cfg;
+        uint32_t nfeasible = 0, nbound = 0;
+        small_config(&cfg, cases[i].devices);
+        check_brute_force(m, hw, &cfg, &nfeasible, &nbound);
+        assert_true(nfeasible > 0);
+        hw_free(hw);
+        ir_module_free(m);
+    }
+}
+
+/*
+ * The memory bound prunes: with Adam (three times the weights in state) and
+ * a device memory between the space's smallest and largest bound, some
+ * candidates are pruned, each of which a full simulation finds out of
+ * memory, and the bound stays below every simulated peak (check_brute_force).
+ */
+static void
+test_memory_bound(void **state)
+{
+    models_gpt g;
+    ir_module *m = NULL;
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    di_error err;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    uint32_t nfeasible = 0, nbound = 0;
+    (void)state;
+    models_gpt_init(&g);
+    g.layers = 4;
+    g.hidden = 96;
+    g.heads = 6;
+    g.seq = 8;
+    g.vocab = 13;
+    g.batch = 8;
+    g.dropout = 0;
+    g.train.optimizer = XFORM_OPTIM_ADAM;
+    if (models_gpt_build(&g, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    small_config(&cfg, 8);
+    space_ok(&sp, m, hw, &cfg);
+    assert_true(sp.state_bytes >= 3 * 12ull * 4 * 96 * 96 * 4);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        uint64_t b = search_memory_bound(&sp, &sp.candidates[i]);
+        lo = b < lo ? b : lo;
+        hi = b > hi ? b : hi;
+    }
+    search_space_fini(&sp);
+    assert_true(lo < hi);
+    hw->device.memory_bytes = (double)(lo + hi) / 2;
+    check_brute_force(m, hw, &cfg, &nfeasible, &nbound);
+    assert_true(nbound > 0);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/* With a headroom that only the best few candidates fit in, OOM points are excluded. */
+static void
+test_headroom(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_result all, tight;
+    uint32_t nfeasible, nbound = 0;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    (void)state;
+    small_config(&cfg, 8);
+    run(m, hw, &cfg, &all);
+    assert_int_equal(all.count[SEARCH_OOM], 0);
+    for (uint32_t i = 0; i < all.npareto; i++) {
+        if (all.pareto[i].peak_memory_bytes < lo)
+            lo = all.pareto[i].peak_memory_bytes;
+        if (all.pareto[i].peak_memory_bytes > hi)
+            hi = all.pareto[i].peak_memory_bytes;
+    }
+    assert_true(lo < hi);
+    /* Usable memory between the Pareto set's least and largest peak. */
+    cfg.memory_headroom = ((double)lo + (double)hi) / 2 / hw->device.memory_bytes;
+    run(m, hw, &cfg, &tight);
+    assert_true(tight.count[SEARCH_OOM] > 0);
+    assert_int_equal(tight.count[SEARCH_OOM] + tight.count[SEARCH_MEMORY_BOUND] +
+                         tight.count[SEARCH_OK],
+                     all.count[SEARCH_OK]);
+    for (uint32_t i = 0; i < tight.ntop; i++)
+        assert_true((double)tight.top[i].peak_memory_bytes <=
+                    cfg.memory_headroom * hw->device.memory_bytes);
+    assert_true(tight.top[0].step_time_s >= all.top[0].step_time_s);
+    check_brute_force(m, hw, &cfg, &nfeasible, &nbound);
+    search_result_fini(&all);
+    search_result_fini(&tight);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+static void
+test_shards_merge(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_result whole, merged, viajson;
+    search_space sp;
+    di_error err;
+    uint64_t total = 0;
+    (void)state;
+    small_config(&cfg, 8);
+    cfg.top_k = 5;
+    run(m, hw, &cfg, &whole);
+    space_ok(&sp, m, hw, &cfg);
+    search_result_init(&merged, &sp);
+    search_result_init(&viajson, &sp);
+    for (uint32_t i = 0; i < 4; i++) {
+        search_config c = cfg;
+        search_result part, back;
+        char *json;
+        c.shard_index = i;
+        c.shard_count = 4;
+        run(m, hw, &c, &part);
+        total += part.enumerated;
+        assert_int_equal(search_result_merge(&merged, &part, &err), 0);
+        json = search_result_to_json(&part);
+        if (search_result_from_json(json, strlen(json), &back, &err) != 0)
+            fail_msg("from_json: %s", err.msg);
+        assert_true(search_result_equal(&part, &back));
+        assert_int_equal(search_result_merge(&viajson, &back, &err), 0);
+        di_free(json);
+        search_result_fini(&back);
+        search_result_fini(&part);
+    }
+    assert_int_equal(total, sp.ncandidate);
+    assert_true(search_result_equal(&whole, &merged));
+    assert_true(search_result_equal(&whole, &viajson));
+    /* A merge of different searches is refused. */
+    merged.top_k = 3;
+    assert_int_equal(search_result_merge(&merged, &whole, &err), DI_EINVAL);
+    search_result_fini(&merged);
+    search_result_fini(&viajson);
+    search_result_fini(&whole);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
+ * Workers on a shared cursor take candidates in any interleaving: the
+ * points of a space split among three results in a scrambled order, added
+ * backwards, and merged in another order, give the sequential result.
+ */
+static void
+test_any_order(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    search_evaluator ev;
+    search_result whole, part[3], merged;
+    search_point *pts;
+    di_error err;
+    (void)state;
+    small_config(&cfg, 8);
+    cfg.top_k = 4;
+    space_ok(&sp, m, hw, &cfg);
+    search_evaluator_init(&ev, &sp);
+    search_result_init(&whole, &sp);
+    pts = calloc(sp.ncandidate, sizeof *pts);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        search_eval(&ev, &sp.candidates[i], &pts[i]);
+        search_result_add(&whole, &pts[i]);
+    }
+    for (int w = 0; w < 3; w++)
+        search_result_init(&part[w], &sp);
+    for (uint64_t k = sp.ncandidate; k-- > 0;) {
+        uint64_t i = (k * 7919) % sp.ncandidate; /* a permutation: 7919 is prime */
+        search_result_add(&part[di_mix64(i) % 3], &pts[i]);
+    }
+    search_result_init(&merged, &sp);
+    for (int w = 2; w >= 0; w--)
+        assert_int_equal(search_result_merge(&merged, &part[w], &err), 0);
+    assert_true(search_result_equal(&whole, &merged));
+    assert_true(whole.npareto > 1 && whole.ntop == 4);
+    for (int w = 0; w < 3; w++)
+        search_result_fini(&part[w]);
+    search_result_fini(&merged);
+    search_result_fini(&whole);
+    free(pts);
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+static void
+test_deterministic(void **state)
+{
+    ir_module *m = mlp(4, 48, 24);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_result a, b;
+    search_space s1, s2;
+    char *ja, *jb;
+    (void)state;
+    small_config(&cfg, 8);
+    run(m, hw, &cfg, &a);
+    run(m, hw, &cfg, &b);
+    assert_true(search_result_equal(&a, &b));
+    ja = search_result_to_json(&a);
+    jb = search_result_to_json(&b);
+    assert_string_equal(ja, jb);
+    di_free(ja);
+    di_free(jb);
+    space_ok(&s1, m, hw, &cfg);
+    space_ok(&s2, m, hw, &cfg);
+    assert_int_equal(s1.ncandidate, s2.ncandidate);
+    assert_memory_equal(s1.candidates, s2.candidates, s1.ncandidate * sizeof *s1.candidates);
+    search_space_fini(&s1);
+    search_space_fini(&s2);
+    search_result_fini(&a);
+    search_result_fini(&b);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
+ * The space: every (dp, tp, pp) with dp tp pp = N appears, non-powers of
+ * two included; each candidate is distinct; the order is the documented
+ * one (pp, then tp ascending); options that do nothing at degree 1 do not
+ * appear there; the allowed sets filter.
+ */
+static void
+test_space(void **state)
+{
+    ir_module *m = gpt(6, 48, 6, 8, 24);
+    hw_model *hw = preset("a100-dgx:2");
+    search_config cfg;
+    search_space sp;
+    di_error err;
+    uint32_t triples = 0, last_pp = 0, last_tp = 0;
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 12;
+    space_ok(&sp, m, hw, &cfg);
+    assert_int_equal(sp.batch, 24);
+    assert_int_equal(sp.layers, 6);
+    assert_true(sp.tokens_per_step == 24.0 * 8);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        assert_int_equal((uint64_t)c->dp * c->tp * c->pp, 12);
+        assert_int_equal(24 % (c->dp * c->microbatches), 0);
+        if (c->dp == 1) {
+            assert_int_equal(c->zero, 0);
+            assert_int_equal(c->overlap, 0);
+        }
+        if (c->tp == 1)
+            assert_int_equal(c->sequence_parallel, 0);
+        assert_int_equal(c->pp == 1, c->schedule == STRATEGY_SCHEDULE_DEFAULT);
+        if (c->schedule == STRATEGY_SCHEDULE_INTERLEAVED)
+            assert_true(c->virtual_stages >= 2 && 6 % c->virtual_stages == 0);
+        else
+            assert_int_equal(c->virtual_stages, 1);
+        if (c->pp != last_pp || c->tp != last_tp) {
+            assert_true(c->pp > last_pp || (c->pp == last_pp && c->tp > last_tp));
+            last_pp = c->pp;
+            last_tp = c->tp;
+            triples++;
+        }
+        if (i > 0)
+            assert_true(memcmp(c, c - 1, sizeof *c) != 0);
+    }
+    /* 12 = 2^2 * 3: the ordered triples with product 12 number 18. */
+    assert_int_equal(triples, 18);
+    search_space_fini(&sp);
+
+    assert_int_equal(search_config_set(&cfg, "tp", "1,3", &err), 0);
+    assert_int_equal(search_config_fix(&cfg, "pp=2", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "schedule", "interleaved:3", &err), 0);
+    space_ok(&sp, m, hw, &cfg);
+    assert_true(sp.ncandidate > 0);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        assert_int_equal(c->pp, 2);
+        assert_true(c->tp == 1 || c->tp == 3);
+        assert_int_equal(c->schedule, STRATEGY_SCHEDULE_INTERLEAVED);
+        assert_int_equal(c->virtual_stages, 3);
+    }
+    search_space_fini(&sp);
+    ir_module_free(m);
+
+    /* A batch above the microbatch limit: the space stops at the limit. */
+    m = mlp(2, 8, 1 << 18);
+    search_config_init(&cfg);
+    cfg.devices = 1;
+    space_ok(&sp, m, hw, &cfg);
+    assert_int_equal(sp.ncandidate, 17 * 3); /* m = 2^0 .. 2^16, 3 recompute modes each */
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        char name[256];
+        assert_true(sp.candidates[i].microbatches <= STRATEGY_MAX_MICROBATCHES);
+        search_candidate_format(&sp.candidates[i], name, sizeof name);
+    }
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/* The enumeration order, spelled out for a small space (a change in it is a format change). */
+static void
+test_order_golden(void **state)
+{
+    static const uint32_t want[][6] = {
+        /* dp tp pp m schedule V */
+        {2, 1, 1, 1, 0, 1}, {2, 1, 1, 2, 0, 1},
+        {1, 2, 1, 1, 0, 1}, {1, 2, 1, 2, 0, 1}, {1, 2, 1, 4, 0, 1},
+        {1, 1, 2, 1, 1, 1}, {1, 1, 2, 1, 2, 1}, {1, 1, 2, 1, 3, 2}, {1, 1, 2, 1, 3, 4},
+        {1, 1, 2, 2, 1, 1}, {1, 1, 2, 2, 2, 1}, {1, 1, 2, 2, 3, 2}, {1, 1, 2, 2, 3, 4},
+        {1, 1, 2, 4, 1, 1}, {1, 1, 2, 4, 2, 1}, {1, 1, 2, 4, 3, 2}, {1, 1, 2, 4, 3, 4},
+    };
+    ir_module *m = mlp(4, 16, 4);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    di_error err;
+    char name[256];
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 2;
+    assert_int_equal(search_config_set(&cfg, "recompute", "none", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "zero", "0", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "sequence-parallel", "0", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "overlap-grad-reduce", "0", &err), 0);
+    space_ok(&sp, m, hw, &cfg);
+    assert_int_equal(sp.ncandidate, sizeof want / sizeof want[0]);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        assert_int_equal(c->dp, want[i][0]);
+        assert_int_equal(c->tp, want[i][1]);
+        assert_int_equal(c->pp, want[i][2]);
+        assert_int_equal(c->microbatches, want[i][3]);
+        assert_int_equal(c->schedule, want[i][4]);
+        assert_int_equal(c->virtual_stages, want[i][5]);
+    }
+    search_candidate_format(&sp.candidates[8], name, sizeof name);
+    assert_string_equal(name, "dp=1 tp=1 pp=2 m=1 schedule=interleaved:4 recompute=none "
+                              "stash=none zero=0");
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/* Indivisible degrees are pruned with xform_validate's reason and never simulated. */
+static void
+test_pruned_indivisible(void **state)
+{
+    /* 5 heads and 5 layers: tp in {2, 4, 8} and pp in {2, 4, 8} cannot apply. */
+    ir_module *m = gpt(5, 40, 5, 8, 8);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    search_evaluator ev;
+    uint64_t pruned = 0, ok = 0;
+    (void)state;
+    small_config(&cfg, 8);
+    space_ok(&sp, m, hw, &cfg);
+    search_evaluator_init(&ev, &sp);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        search_point p;
+        int st = search_eval(&ev, c, &p);
+        if (c->tp > 1 || c->pp > 1) {
+            strategy s;
+            di_error err;
+            assert_int_equal(st, SEARCH_INDIVISIBLE);
+            search_candidate_strategy(c, &s);
+            assert_int_equal(xform_validate(m, &s, hw, &err), DI_ESTRATEGY);
+            if (strstr(err.msg, "does not divide") == NULL && strstr(err.msg, "multiple") == NULL)
+                fail_msg("unexpected reason: %s", err.msg);
+            strategy_fini(&s);
+            pruned++;
+        } else {
+            assert_int_equal(st, SEARCH_OK);
+            ok++;
+        }
+    }
+    assert_true(pruned > 0 && ok > 0);
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+static void
+test_config(void **state)
+{
+    search_config cfg;
+    di_error err;
+    (void)state;
+    search_config_init(&cfg);
+    assert_int_equal(search_config_set(&cfg, "tp", "1,2,4", &err), 0);
+    assert_int_equal(cfg.ntp, 3);
+    assert_int_equal(search_config_set(&cfg, "tp", "4,8", &err), 0);
+    assert_int_equal(cfg.ntp, 4);
+    assert_int_equal(search_config_set(&cfg, "tp", "1,,2", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "tp", "0", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "pp", "x", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "warp", "1", &err), DI_ENOTFOUND);
+    assert_int_equal(search_config_set(&cfg, "schedule", "gpipe,1f1b", &err), 0);
+    assert_int_equal(cfg.schedules,
+                     (1u << STRATEGY_SCHEDULE_GPIPE) | (1u << STRATEGY_SCHEDULE_1F1B));
+    assert_int_equal(search_config_set(&cfg, "schedule", "zigzag", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "recompute", "selective", &err), 0);
+    assert_int_equal(cfg.recomputes, 1u << STRATEGY_RECOMPUTE_SELECTIVE);
+    assert_int_equal(search_config_set(&cfg, "zero", "4", &err), DI_EINVAL);
+    assert_int_equal(search_config_fix(&cfg, "sp=on", &err), 0);
+    assert_int_equal(cfg.sequence_parallel, 2);
+    assert_int_equal(search_config_fix(&cfg, "pp", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "shard", "3/4", &err), 0);
+    assert_int_equal(cfg.shard_index, 3);
+    assert_int_equal(search_config_set(&cfg, "shard", "4/4", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "headroom", "1.5", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "objective", "throughput", &err), 0);
+    assert_int_equal(cfg.objective, SEARCH_MAX_THROUGHPUT);
+}
+
+/*
+ * The search key: the same for the same search whatever the shard and the
+ * spelling of a set; different for another module, hardware, constraint or
+ * K; results of different searches do not merge.
+ */
+static void
+test_key(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24), *m2 = gpt(4, 48, 6, 8, 12);
+    hw_model *hw = preset("a100-dgx"), *hw2 = preset("h100-dgx");
+    search_config a, b;
+    search_space sa, sb;
+    search_result ra, rb;
+    di_error err;
+    (void)state;
+    search_config_init(&a);
+    a.devices = 8;
+    b = a;
+    assert_int_equal(search_config_set(&a, "tp", "1,2", &err), 0);
+    assert_int_equal(search_config_set(&b, "tp", "2,1", &err), 0);
+    assert_int_equal(search_config_set(&b, "zero", "3,2,1,0", &err), 0);
+    b.shard_index = 1;
+    b.shard_count = 3;
+    space_ok(&sa, m, hw, &a);
+    space_ok(&sb, m, hw, &b);
+    assert_memory_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    b.top_k = 3;
+    space_ok(&sb, m, hw, &b);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    space_ok(&sb, m, hw2, &a);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    b = a;
+    assert_int_equal(search_config_set(&b, "pp", "1,2,4", &err), 0);
+    space_ok(&sb, m, hw, &b);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    space_ok(&sb, m2, hw, &a);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_result_init(&ra, &sa);
+    search_result_init(&rb, &sb);
+    assert_int_equal(search_result_merge(&ra, &rb, &err), DI_EINVAL);
+    assert_true(strstr(err.msg, "different searches") != NULL);
+    search_result_fini(&ra);
+    search_result_fini(&rb);
+    search_space_fini(&sa);
+    search_space_fini(&sb);
+    hw_free(hw);
+    hw_free(hw2);
+    ir_module_free(m);
+    ir_module_free(m2);
+}
+
+/* The throughput objective ranks by tokens/s per device, best first. */
+static void
+test_throughput(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_result r, t;
+    (void)state;
+    small_config(&cfg, 8);
+    run(m, hw, &cfg, &t);
+    cfg.objective = SEARCH_MAX_THROUGHPUT;
+    run(m, hw, &cfg, &r);
+    assert_true(r.ntop > 1);
+    for (uint32_t i = 1; i < r.ntop; i++)
+        assert_true(r.top[i - 1].tokens_per_s >= r.top[i].tokens_per_s);
+    /* On a fixed device count the fastest step is the best throughput. */
+    assert_int_equal(r.top[0].cand.index, t.top[0].cand.index);
+    assert_true(r.top[0].tokens_per_s == 24.0 * 8 / r.top[0].step_time_s / 8);
+    search_result_fini(&r);
+    search_result_fini(&t);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_space),
+        cmocka_unit_test(test_order_golden),
+        cmocka_unit_test(test_pruned_indivisible),
+        cmocka_unit_test(test_brute_force),
+        cmocka_unit_test(test_headroom),
+        cmocka_unit_test(test_memory_bound),
+        cmocka_unit_test(test_shards_merge),
+        cmocka_unit_test(test_any_order),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_throughput),
+        cmocka_unit_test(test_key),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
