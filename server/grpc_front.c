@@ -1271,6 +1271,10 @@ search_end(srv_call *c)
 {
     srv_daemon *d = c->d;
     search_timer_stop(c);
+    srv_log(SRV_LOG_INFO, "search_end", "done=%llu total=%llu cancelled=%d ms=%.1f",
+            (unsigned long long)srv_search_done(c->search),
+            (unsigned long long)srv_search_total(c->search), srv_search_cancelled(c->search),
+            (double)(now_ns() - c->t0_ns) / 1e6);
     if (!c->dead && !c->status_pending && !c->status_sent) {
         grpc_byte_buffer *bb;
         di_error err;
@@ -1310,8 +1314,7 @@ job_finished_search(srv_daemon *d, srv_job *job)
         }
     }
     if (c->search_jobs == 0) {
-        if (c->search != NULL && !c->dead)
-            d->m.search_candidates += srv_search_total(c->search);
+        d->m.search_candidates += srv_search_done(c->search);
         search_end(c);
     }
     call_unref(c);

@@ -281,6 +281,12 @@ srv_search_total(const srv_search *s)
     return s->total;
 }
 
+uint64_t
+srv_search_done(srv_search *s)
+{
+    return atomic_load(&s->done);
+}
+
 /* ---------------------------------------------------------------- events */
 
 /* Fills *pp (and *spec, which the caller frees with strategy_proto_fini) from p. */

@@ -49,6 +49,8 @@ void srv_search_cancel(srv_search *s);
 int srv_search_cancelled(srv_search *s);
 /* The number of candidates of the request's shard (after a successful prepare). */
 uint64_t srv_search_total(const srv_search *s);
+/* Candidates evaluated so far (any thread). */
+uint64_t srv_search_done(srv_search *s);
 
 /* Loop thread, while the workers run: a SearchEvent with the progress so far. */
 grpc_byte_buffer *srv_search_progress(srv_search *s);
