@@ -1198,7 +1198,7 @@ call_dispatch(srv_call *c)
  * call (client, deadline, lost connection) sets the search's cancel flag,
  * which the workers check between candidates.
  */
-#define SEARCH_PROGRESS_MS 200 /* the RPC promises an event at least every 250 ms */
+#define SEARCH_PROGRESS_MS 125 /* the RPC promises an event at least every 250 ms */
 
 typedef struct search_timer {
     uv_timer_t timer;

@@ -342,10 +342,13 @@ srv_search_progress(srv_search *s)
     int have;
     char text[256];
     grpc_byte_buffer *bb;
-    for (int i = 0; i < SEARCH_NSTATUS; i++)
+    /* done is the sum of the counts read, so that an event is consistent in itself. */
+    pr.done = 0;
+    for (int i = 0; i < SEARCH_NSTATUS; i++) {
         count[i] = atomic_load(&s->count[i]);
+        pr.done += count[i];
+    }
     counts_to_proto(count, store, ptrs);
-    pr.done = atomic_load(&s->done);
     pr.total = s->total;
     pr.n_counts = SEARCH_NSTATUS;
     pr.counts = ptrs;
