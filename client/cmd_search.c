@@ -182,7 +182,7 @@ fail:
 
 typedef struct remote_state {
     int tty;
-    int shown;      /* a progress line is on the terminal */
+    int shown; /* a progress line is on the terminal */
     int have_result;
     search_result result;
     uint64_t space_candidates;

@@ -279,8 +279,8 @@ rpc_search(const char *server, const Distir__V1__SearchRequest *req, int timeout
         ops[0].data.recv_message.recv_message = &recv_bb;
         e = grpc_call_start_batch(call, ops, 1, &tag, NULL);
         if (e != GRPC_CALL_OK) {
-            rc = di_error_set(err, DI_EINTERNAL, "cannot receive: %s",
-                              grpc_call_error_to_string(e));
+            rc =
+                di_error_set(err, DI_EINTERNAL, "cannot receive: %s", grpc_call_error_to_string(e));
             goto out;
         }
         wait_tag(cq, &tag);

@@ -1339,8 +1339,8 @@ method_search(srv_call *c)
         call_pump(c);
         return;
     }
-    c->search = srv_search_new(s, &d->limits, (uint64_t)d->cfg->max_search_candidates,
-                               d->nworkers, d->cfg->test_delay_ms);
+    c->search = srv_search_new(s, &d->limits, (uint64_t)d->cfg->max_search_candidates, d->nworkers,
+                               d->cfg->test_delay_ms);
     search_submit(c, JOB_SEARCH_PREPARE, 0);
 }
 

@@ -95,8 +95,8 @@ static int
 config_list(search_config *cfg, const char *name, size_t n, const uint32_t *v, di_error *err)
 {
     if (n > SEARCH_MAX_SET)
-        return di_error_set(err, DI_EINVAL, "constraints: %s lists %zu values, at most %u", name,
-                            n, SEARCH_MAX_SET);
+        return di_error_set(err, DI_EINVAL, "constraints: %s lists %zu values, at most %u", name, n,
+                            SEARCH_MAX_SET);
     for (size_t i = 0; i < n; i++) {
         char text[16];
         int rc;
@@ -113,8 +113,8 @@ static int
 config_mask(uint32_t *dst, uint32_t mask, uint32_t valid, const char *name, di_error *err)
 {
     if (mask & ~valid)
-        return di_error_set(err, DI_EINVAL, "constraints: %s mask 0x%x has bits outside 0x%x",
-                            name, mask, valid);
+        return di_error_set(err, DI_EINVAL, "constraints: %s mask 0x%x has bits outside 0x%x", name,
+                            mask, valid);
     *dst = mask;
     return 0;
 }
@@ -148,8 +148,7 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
         (rc = config_list(cfg, "tp", c->n_tp, c->tp, err)) != 0 ||
         (rc = config_list(cfg, "pp", c->n_pp, c->pp, err)) != 0 ||
         (rc = config_list(cfg, "microbatches", c->n_microbatches, c->microbatches, err)) != 0 ||
-        (rc = config_list(cfg, "virtual-stages", c->n_virtual_stages, c->virtual_stages, err)) !=
-            0)
+        (rc = config_list(cfg, "virtual-stages", c->n_virtual_stages, c->virtual_stages, err)) != 0)
         return rc;
     if ((rc = config_mask(&cfg->schedules, c->schedules,
                           1u << DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE |
@@ -158,15 +157,14 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
                           "schedules", err)) != 0 ||
         (rc = config_mask(&cfg->recomputes, c->recomputes, 0x7, "recomputes", err)) != 0 ||
         (rc = config_mask(&cfg->zeros, c->zero, 0xf, "zero", err)) != 0 ||
-        (rc = config_mask(&cfg->sequence_parallel, c->sequence_parallel, 0x3,
-                          "sequence_parallel", err)) != 0 ||
+        (rc = config_mask(&cfg->sequence_parallel, c->sequence_parallel, 0x3, "sequence_parallel",
+                          err)) != 0 ||
         (rc = config_mask(&cfg->overlap, c->overlap_grad_reduce, 0x3, "overlap_grad_reduce",
                           err)) != 0)
         return rc;
     if (c->memory_headroom != 0) {
         if (!(c->memory_headroom > 0 && c->memory_headroom <= 1))
-            return di_error_set(err, DI_EINVAL,
-                                "constraints: memory_headroom %g is not in (0, 1]",
+            return di_error_set(err, DI_EINVAL, "constraints: memory_headroom %g is not in (0, 1]",
                                 c->memory_headroom);
         cfg->memory_headroom = c->memory_headroom;
     }
@@ -181,8 +179,7 @@ srv_search_prepare(srv_search *s, di_error *err)
     int rc;
     /* The request and module wrappers add two levels above the module's own. */
     rc = pb_unpack_checked(&distir__v1__search_request__descriptor, GRPC_SLICE_START_PTR(s->bytes),
-                           GRPC_SLICE_LENGTH(s->bytes), (int)s->limits.ir.max_depth + 2, &msg,
-                           err);
+                           GRPC_SLICE_LENGTH(s->bytes), (int)s->limits.ir.max_depth + 2, &msg, err);
     if (rc != 0) {
         if (err != NULL && err->code == 0)
             err->code = rc;

@@ -76,8 +76,8 @@ request_bytes(const ir_module *m, uint32_t zero_mask)
     req.hardware = &ref;
     req.devices = 8;
     req.top_k = 3;
-    c.recomputes = 1u << DISTIR__V1__RECOMPUTE__RECOMPUTE_NONE |
-                   1u << DISTIR__V1__RECOMPUTE__RECOMPUTE_FULL;
+    c.recomputes =
+        1u << DISTIR__V1__RECOMPUTE__RECOMPUTE_NONE | 1u << DISTIR__V1__RECOMPUTE__RECOMPUTE_FULL;
     c.zero = zero_mask;
     c.n_microbatches = 3;
     c.microbatches = (uint32_t *)microbatches;
