@@ -6,7 +6,9 @@
 # whole); the tables print; a space above --max-search-candidates is
 # RESOURCE_EXHAUSTED and a bad request INVALID_ARGUMENT; a search whose
 # deadline passes ends DEADLINE_EXCEEDED, its workers stop early (the log's
-# search_end has done < total) and the daemon then answers the next search.
+# search_end has done < total) and the daemon then answers the next search;
+# SIGTERM during a search cancels it after the grace period (the workers
+# stop early, the client's call fails) and distird exits 0.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -92,5 +94,23 @@ check "the daemon answers the next search" [ $? -eq 0 ]
 check "... with a result" grep -q '"enumerated":' "$TMP/after.json"
 stop_daemon
 check "slow daemon exits 0" [ $? -eq 0 ]
+
+# SIGTERM during a search: after --grace-ms the search is cancelled and distird exits 0.
+start_daemon term --workers 2 --test-delay-ms 20 --grace-ms 200 || { fail "daemon start (term)"; finish; }
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --server "$ADDR" >/dev/null 2>"$TMP/term.err" &
+CLIENT=$!
+i=0
+while ! grep -q 'event=search_started' "$TMP/term.log" && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+stop_daemon
+check "SIGTERM during a search: distird exits 0" [ $? -eq 0 ]
+wait "$CLIENT"
+check "... the client fails" [ $? -eq 1 ]
+# gRPC's cancel_all_calls ends the call first: the client sees UNAVAILABLE.
+check "... with UNAVAILABLE or CANCELLED" grep -Eq 'failed: (UNAVAILABLE|CANCELLED): ' "$TMP/term.err"
+check "... after stopping the workers early" grep -q 'event=search_end .* cancelled=1' "$TMP/term.log"
 
 finish
