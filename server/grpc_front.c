@@ -14,6 +14,10 @@
  * starts more only as sends complete, so flow control pushes back all the
  * way to the workers.
  *
+ * Search runs one search shared by every worker (server/search.h): a
+ * prepare job, then one work job per worker on the search's shared cursor,
+ * progress events from a loop timer, the merged result when all are back.
+ *
  * Simulations are deduplicated by cache key: the in-flight table maps a key
  * to the running job, and later identical requests wait on it. A job whose
  * waiters have all gone (cancelled, deadline) gets its cancel flag set and
