@@ -1,12 +1,14 @@
 /*
  * cmd_search.c: `distir search FILE [--hw PRESET|FILE] [--devices N]
  * [--objective time|throughput] [--top K] [--json] [--shard i/n]
- * [--headroom F] [--tp 1,2,4 ...] [--fix pp=2 ...]` and
+ * [--headroom F] [--tp 1,2,4 ...] [--fix pp=2 ...] [--server ADDR [--timeout-ms N]]` and
  * `distir search --merge A.json B.json ...`.
  *
- * The search runs in-process, one candidate after another (lib/search),
- * with a progress line on standard error when it is a terminal;
- * the daemon's streamed, threaded search is not there yet (no --server).
+ * Without --server the search runs in-process, one candidate after another
+ * (lib/search); with --server ADDR the daemon runs it on its workers (the
+ * Search RPC) and streams progress events and the result, which prints the
+ * same tables and the same JSON, byte for byte. Either way a progress line
+ * goes to standard error when it is a terminal.
  * --shard i/n evaluates every n-th candidate from i, so that n processes
  * cover the space once; --merge combines their --json outputs into the
  * unsharded answer.
@@ -18,6 +20,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ir/pb.h"
+#include "rpc.h"
 #include "search/search.h"
 #include "sim/hw.h"
 
@@ -27,14 +31,14 @@ static const char usage[] =
     "              [--dp L] [--tp L] [--pp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
-    "              [--fix NAME=VALUE ...]\n"
+    "              [--fix NAME=VALUE ...] [--server ADDR [--timeout-ms N]]\n"
     "       distir search --merge A.json B.json ... [--json]\n"
     "\n"
     "Enumerates the strategies that use N devices (default: every device of the\n"
     "hardware), simulates each with the real transforms and simulator, and prints\n"
     "the top K by the objective and the Pareto set over (step time, peak memory).\n"
     "L is a comma-separated list of allowed values; --fix pp=8 allows one value.\n"
-    "The search runs in this process (no --server yet).";
+    "The search runs in this process, or with --server on distird's workers.";
 
 /* The list-valued constraints: "--tp 1,2" is search_config_set(cfg, "tp", "1,2"). */
 static const char *const list_options[] = {
@@ -174,13 +178,154 @@ fail:
     return CLI_FAIL;
 }
 
+/* ---------------------------------------------------------------- --server */
+
+typedef struct remote_state {
+    int tty;
+    int shown; /* a progress line is on the terminal */
+    int have_result;
+    search_result result;
+    uint64_t space_candidates;
+    double elapsed_s;
+    di_error err;
+} remote_state;
+
+static int
+remote_event(void *ctx, const Distir__V1__SearchEvent *ev)
+{
+    remote_state *st = ctx;
+    if (ev->event_case == DISTIR__V1__SEARCH_EVENT__EVENT_PROGRESS && ev->progress != NULL) {
+        const Distir__V1__SearchProgress *p = ev->progress;
+        uint64_t ok = 0;
+        for (size_t i = 0; i < p->n_counts; i++)
+            if (strcmp(p->counts[i]->status, search_status_name(SEARCH_OK)) == 0)
+                ok = p->counts[i]->count;
+        if (st->tty) {
+            fprintf(stderr, "\rsearch: %llu/%llu candidates, %llu fit", (unsigned long long)p->done,
+                    (unsigned long long)p->total, (unsigned long long)ok);
+            if (p->best != NULL)
+                fprintf(stderr, ", best %.3f ms", p->best->step_time_s * 1e3);
+            fflush(stderr);
+            st->shown = 1;
+        }
+    } else if (ev->event_case == DISTIR__V1__SEARCH_EVENT__EVENT_RESULT && ev->result != NULL) {
+        const Distir__V1__SearchResult *r = ev->result;
+        if (st->have_result) {
+            di_error_set(&st->err, DI_EDECODE, "the server sent two results");
+            return 1;
+        }
+        if (search_result_from_json(r->json, strlen(r->json), &st->result, &st->err) != 0) {
+            di_error_prefix(&st->err, "bad result");
+            return 1;
+        }
+        st->have_result = 1;
+        st->space_candidates = r->space_candidates;
+        st->elapsed_s = r->elapsed_s;
+    }
+    return 0;
+}
+
+/* Copies the config into the request's constraints (the lists point into cfg). */
+static void
+request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
+                    Distir__V1__SearchConstraints *c)
+{
+    req->devices = cfg->devices;
+    req->objective = cfg->objective == SEARCH_MAX_THROUGHPUT
+                         ? DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MAX_THROUGHPUT
+                         : DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MIN_TIME;
+    req->top_k = cfg->top_k;
+    req->shard_index = cfg->shard_index;
+    req->shard_count = cfg->shard_count;
+    c->n_dp = cfg->ndp, c->dp = (uint32_t *)cfg->dp;
+    c->n_tp = cfg->ntp, c->tp = (uint32_t *)cfg->tp;
+    c->n_pp = cfg->npp, c->pp = (uint32_t *)cfg->pp;
+    c->n_microbatches = cfg->nmicrobatches, c->microbatches = (uint32_t *)cfg->microbatches;
+    c->n_virtual_stages = cfg->nvirtual, c->virtual_stages = (uint32_t *)cfg->virtual_stages;
+    c->schedules = cfg->schedules;
+    c->recomputes = cfg->recomputes;
+    c->zero = cfg->zeros;
+    c->sequence_parallel = cfg->sequence_parallel;
+    c->overlap_grad_reduce = cfg->overlap;
+    c->memory_headroom = cfg->memory_headroom;
+    req->constraints = c;
+}
+
+static int
+search_remote(const char *server, const char *file, const char *hwname, const search_config *cfg,
+              int json, int timeout_ms)
+{
+    Distir__V1__SearchRequest req = DISTIR__V1__SEARCH_REQUEST__INIT;
+    Distir__V1__SearchConstraints cons = DISTIR__V1__SEARCH_CONSTRAINTS__INIT;
+    Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
+    Distir__V1__Hardware hwp;
+    hw_model *hw = NULL;
+    ir_module *m = NULL;
+    remote_state st;
+    di_error err;
+    int rc, own_hw = 0;
+
+    if (hw_load(hwname, &hw, &err) != 0) {
+        cli_error("%s", err.msg);
+        return CLI_FAIL;
+    }
+    if (cli_load_module(file, &m) != 0) {
+        hw_free(hw);
+        return CLI_FAIL;
+    }
+    req.module = ir_to_proto(m);
+    if (hw->ntable == 0 && hw->nop_time == 0 && !strstr(hwname, ".json")) {
+        ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
+        ref.preset = (char *)hwname;
+    } else {
+        hw_to_proto(hw, &hwp);
+        own_hw = 1;
+        ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_HARDWARE;
+        ref.hardware = &hwp;
+    }
+    req.hardware = &ref;
+    request_from_config(cfg, &req, &cons);
+    memset(&st, 0, sizeof st);
+    st.tty = isatty(STDERR_FILENO);
+    di_error_clear(&st.err);
+    rc = rpc_search(server, &req, timeout_ms, remote_event, &st, &err);
+    ir_proto_free(req.module);
+    if (own_hw)
+        hw_proto_fini(&hwp);
+    if (st.shown)
+        fputs("\r\033[K", stderr);
+    if (rc == 0 && !st.have_result)
+        rc = di_error_set(&err, DI_EDECODE, "the stream ended without a result");
+    if (rc != 0) {
+        cli_error("search on '%s' failed: %s", server, st.err.code != 0 ? st.err.msg : err.msg);
+        if (st.have_result)
+            search_result_fini(&st.result);
+        ir_module_free(m);
+        hw_free(hw);
+        return CLI_FAIL;
+    }
+    if (!json)
+        printf("space: %llu candidates on %u devices of %s (searched by %s)\n",
+               (unsigned long long)st.space_candidates, st.result.devices, hw->name, server);
+    if (!json && cfg->shard_count > 1)
+        printf("shard %u/%u: %llu candidates\n", cfg->shard_index, cfg->shard_count,
+               (unsigned long long)st.result.enumerated);
+    print_result(&st.result, json);
+    if (!json)
+        printf("searched in %.2f s\n", st.elapsed_s);
+    search_result_fini(&st.result);
+    ir_module_free(m);
+    hw_free(hw);
+    return CLI_OK;
+}
+
 int
 cmd_search(int argc, char **argv)
 {
-    const char *file = NULL, *hwname = "a100-dgx", *v;
+    const char *file = NULL, *hwname = "a100-dgx", *server = NULL, *v;
     search_config cfg;
     di_error err;
-    int json = 0, nmerge = 0, merging = 0;
+    int json = 0, nmerge = 0, merging = 0, timeout_ms = 0;
     char **merge_files = NULL;
     int rc;
 
@@ -206,6 +351,25 @@ cmd_search(int argc, char **argv)
             if (r < 0)
                 goto usage;
             hwname = v;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--server", &v)) != 0) {
+            if (r < 0)
+                goto usage;
+            server = v;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--timeout-ms", &v)) != 0) {
+            char *end;
+            long t;
+            if (r < 0)
+                goto usage;
+            t = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || t < 0 || t > 86400000L) {
+                cli_error("bad --timeout-ms '%s'", v);
+                goto usage;
+            }
+            timeout_ms = (int)t;
             continue;
         }
         if ((r = cli_opt(argc, argv, &i, "--fix", &v)) != 0) {
@@ -249,6 +413,8 @@ cmd_search(int argc, char **argv)
         rc = merge(nmerge, merge_files, json);
     } else if (file == NULL) {
         goto usage;
+    } else if (server != NULL) {
+        rc = search_remote(server, file, hwname, &cfg, json, timeout_ms);
     } else {
         rc = search(file, hwname, &cfg, json);
     }

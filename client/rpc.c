@@ -193,3 +193,162 @@ rpc_server_info(const char *server, int timeout_ms, Distir__V1__ServerInfoReply 
     *reply = rc == 0 ? (Distir__V1__ServerInfoReply *)m : NULL;
     return rc;
 }
+
+/* Waits for the completion of tag on cq (the only tag outstanding). */
+static void
+wait_tag(grpc_completion_queue *cq, void *tag)
+{
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_OP_COMPLETE && ev.tag == tag)
+            return;
+    }
+}
+
+/*
+ * Search: one batch sends the request and closes the client side, then one
+ * RECV_MESSAGE batch at a time until the stream ends (a NULL message), then
+ * RECV_STATUS_ON_CLIENT.
+ */
+int
+rpc_search(const char *server, const Distir__V1__SearchRequest *req, int timeout_ms,
+           rpc_search_event_fn on_event, void *ctx, di_error *err)
+{
+    grpc_arg args[2];
+    grpc_channel_args cargs = {2, args};
+    grpc_channel_credentials *creds;
+    grpc_channel *ch;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md_initial, md_trailing;
+    grpc_byte_buffer *send_bb;
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    const char *error_string = NULL;
+    grpc_op ops[4];
+    grpc_call_error e;
+    int rc = 0, stopped = 0;
+    int tag;
+
+    grpc_init();
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = RPC_MAX_REPLY_BYTES;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    creds = grpc_insecure_credentials_create();
+    ch = grpc_channel_create(server, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    cq = grpc_completion_queue_create_for_next(NULL);
+    deadline = timeout_ms > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                             gpr_time_from_millis(timeout_ms, GPR_TIMESPAN))
+                              : gpr_inf_future(GPR_CLOCK_REALTIME);
+    call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                    grpc_slice_from_static_string("/distir.v1.CostModel/Search"),
+                                    NULL, deadline, NULL);
+    {
+        size_t n = protobuf_c_message_get_packed_size(&req->base);
+        grpc_slice s = grpc_slice_malloc(n);
+        protobuf_c_message_pack(&req->base, GRPC_SLICE_START_PTR(s));
+        send_bb = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+    }
+    grpc_metadata_array_init(&md_initial);
+    grpc_metadata_array_init(&md_trailing);
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_initial;
+    e = grpc_call_start_batch(call, ops, 4, &tag, NULL);
+    if (e != GRPC_CALL_OK) {
+        rc = di_error_set(err, DI_EINTERNAL, "cannot start the call: %s",
+                          grpc_call_error_to_string(e));
+        goto out;
+    }
+    wait_tag(cq, &tag);
+    for (;;) {
+        grpc_byte_buffer *recv_bb = NULL;
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_RECV_MESSAGE;
+        ops[0].data.recv_message.recv_message = &recv_bb;
+        e = grpc_call_start_batch(call, ops, 1, &tag, NULL);
+        if (e != GRPC_CALL_OK) {
+            rc =
+                di_error_set(err, DI_EINTERNAL, "cannot receive: %s", grpc_call_error_to_string(e));
+            goto out;
+        }
+        wait_tag(cq, &tag);
+        if (recv_bb == NULL)
+            break; /* the stream ended; the status follows */
+        {
+            grpc_byte_buffer_reader r;
+            ProtobufCMessage *m = NULL;
+            int stop;
+            if (!grpc_byte_buffer_reader_init(&r, recv_bb)) {
+                grpc_byte_buffer_destroy(recv_bb);
+                rc = di_error_set(err, DI_EDECODE, "cannot read an event");
+                grpc_call_cancel(call, NULL);
+                stopped = 1;
+                break;
+            }
+            grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+            grpc_byte_buffer_reader_destroy(&r);
+            grpc_byte_buffer_destroy(recv_bb);
+            rc = pb_unpack_checked(&distir__v1__search_event__descriptor, GRPC_SLICE_START_PTR(s),
+                                   GRPC_SLICE_LENGTH(s), RPC_REPLY_DEPTH, &m, err);
+            grpc_slice_unref(s);
+            if (rc != 0) {
+                di_error_prefix(err, "bad event");
+                grpc_call_cancel(call, NULL);
+                stopped = 1;
+                break;
+            }
+            stop = on_event(ctx, (const Distir__V1__SearchEvent *)m);
+            protobuf_c_message_free_unpacked(m, NULL);
+            if (stop) {
+                rc = di_error_set(err, DI_ECANCELLED, "cancelled by the client");
+                grpc_call_cancel(call, NULL);
+                stopped = 1;
+                break;
+            }
+        }
+    }
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[0].data.recv_status_on_client.trailing_metadata = &md_trailing;
+    ops[0].data.recv_status_on_client.status = &status;
+    ops[0].data.recv_status_on_client.status_details = &details;
+    ops[0].data.recv_status_on_client.error_string = &error_string;
+    e = grpc_call_start_batch(call, ops, 1, &tag, NULL);
+    if (e == GRPC_CALL_OK)
+        wait_tag(cq, &tag);
+    if (!stopped && status != GRPC_STATUS_OK) {
+        char *d = grpc_slice_to_c_string(details);
+        rc = di_error_set(err, code_from_status(status), "%s: %s", di_grpc_status_name((int)status),
+                          d[0] ? d : (error_string ? error_string : "no details"));
+        gpr_free(d);
+    }
+out:
+    grpc_byte_buffer_destroy(send_bb);
+    grpc_metadata_array_destroy(&md_initial);
+    grpc_metadata_array_destroy(&md_trailing);
+    grpc_slice_unref(details);
+    gpr_free((void *)error_string);
+    grpc_call_unref(call);
+    grpc_completion_queue_shutdown(cq);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+    }
+    grpc_completion_queue_destroy(cq);
+    grpc_channel_destroy(ch);
+    grpc_shutdown();
+    return rc;
+}

@@ -40,6 +40,8 @@ typedef enum srv_config_type {
       "most strategies in one SimulateBatch")                                                      \
     X("max-queue", max_queue, INT, "N", "1024", 1, 1048576,                                        \
       "most simulation jobs waiting for a worker")                                                 \
+    X("max-search-candidates", max_search_candidates, INT, "N", "4194304", 1, 1073741824,          \
+      "most candidates one Search may evaluate (larger spaces are RESOURCE_EXHAUSTED)")            \
     X("grace-ms", grace_ms, INT, "MS", "10000", 0, 3600000,                                        \
       "on SIGTERM, time in-flight calls get to finish before they are cancelled")                  \
     X("health-delay-ms", health_delay_ms, INT, "MS", "0", 0, 600000,                               \

@@ -55,6 +55,7 @@ typedef enum srv_method {
     SRV_M_GET_RESULT,
     SRV_M_SERVER_INFO,
     SRV_M_HEALTH,
+    SRV_M_SEARCH,
     SRV_NREGISTERED,
     SRV_M_UNKNOWN = SRV_NREGISTERED,
     SRV_NMETHOD
@@ -81,6 +82,8 @@ typedef struct srv_metrics {
     uint64_t stream_messages;
     uint64_t memo_hits;       /* hits answered without decoding the request */
     uint64_t calls_cancelled; /* deadline, client cancel or lost connection */
+    uint64_t searches_done;      /* Search calls answered with a result */
+    uint64_t search_candidates;  /* candidates evaluated by searches */
 } srv_metrics;
 
 typedef struct srv_job srv_job;

@@ -14,6 +14,10 @@
  * starts more only as sends complete, so flow control pushes back all the
  * way to the workers.
  *
+ * Search runs one search shared by every worker (server/search.h): a
+ * prepare job, then one work job per worker on the search's shared cursor,
+ * progress events from a loop timer, the merged result when all are back.
+ *
  * Simulations are deduplicated by cache key: the in-flight table maps a key
  * to the running job, and later identical requests wait on it. A job whose
  * waiters have all gone (cancelled, deadline) gets its cancel flag set and
@@ -35,17 +39,18 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
 #include "reply.h"
+#include "search.h"
 #include "sim/sim.h"
 #include "status.h"
 
 const char *const srv_method_paths[SRV_NREGISTERED] = {
     "/distir.v1.CostModel/Simulate",  "/distir.v1.CostModel/SimulateBatch",
     "/distir.v1.CostModel/GetResult", "/distir.v1.CostModel/ServerInfo",
-    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Check",   "/distir.v1.CostModel/Search",
 };
 
 const char *const srv_method_names[SRV_NMETHOD] = {
-    "Simulate", "SimulateBatch", "GetResult", "ServerInfo", "HealthCheck", "unknown",
+    "Simulate", "SimulateBatch", "GetResult", "ServerInfo", "HealthCheck", "Search", "unknown",
 };
 
 /* Requests kept posted per method, so that calls never wait for a request. */
@@ -68,7 +73,7 @@ struct srv_waiter {
     int detached;   /* the call went away */
 };
 
-enum { JOB_SIMULATE, JOB_DECODE };
+enum { JOB_SIMULATE, JOB_DECODE, JOB_SEARCH_PREPARE, JOB_SEARCH_WORK };
 
 struct srv_job {
     pool_job pj;
@@ -90,7 +95,11 @@ struct srv_job {
     srv_waiter *waiters;
     unsigned nlive; /* waiters not detached */
 
-    /* JOB_DECODE */
+    /* JOB_SEARCH_*: the call's search, and the part of the result this job fills. */
+    srv_search *search;
+    unsigned part;
+
+    /* JOB_DECODE and JOB_SEARCH_* */
     srv_call *call;
     int req_kind;
     grpc_slice bytes;
@@ -136,11 +145,16 @@ struct srv_call {
     di_hash digest; /* SHA-256 of the request bytes (memo), if has_digest */
     int has_digest;
     uint32_t next, npending, ndone;
+    /* Search: the search, its jobs not yet back, the progress timer. */
+    srv_search *search;
+    unsigned search_jobs;
+    struct search_timer *timer;
     uint64_t t0_ns;
     srv_call *live_next, *live_prev;
 };
 
 static void call_pump(srv_call *c);
+static void method_search(srv_call *c);
 static void call_advance(srv_call *c);
 static void flight_remove(srv_daemon *d, srv_job *job);
 
@@ -296,6 +310,8 @@ call_kill(srv_call *c, const char *why)
     }
     if (c->decode != NULL)
         atomic_store(&c->decode->cancel, 1);
+    if (c->search != NULL)
+        srv_search_cancel(c->search);
     while (c->rq_head != NULL) {
         srv_reply *r = c->rq_head;
         c->rq_head = r->next;
@@ -361,7 +377,7 @@ call_pump(srv_call *c)
     c->sending = 1;
     c->inflight = bb;
     c->refs++;
-    if (bb != NULL && c->method == SRV_M_BATCH)
+    if (bb != NULL && (c->method == SRV_M_BATCH || c->method == SRV_M_SEARCH))
         d->m.stream_messages++;
     if (with_status) {
         double s = (double)(now_ns() - c->t0_ns) / 1e9;
@@ -537,6 +553,10 @@ job_run(pool_job *pj, pool_worker *w)
     di_error_clear(&job->err);
     if (job->kind == JOB_DECODE)
         job_run_decode(job, w);
+    else if (job->kind == JOB_SEARCH_PREPARE)
+        job->rc = srv_search_prepare(job->search, &job->err);
+    else if (job->kind == JOB_SEARCH_WORK)
+        srv_search_work(job->search, job->part);
     else
         job_run_simulate(job);
     job->run_s = (double)(now_ns() - t0) / 1e9;
@@ -637,9 +657,12 @@ srv_front_cancel_jobs(srv_daemon *d)
     for (uint32_t i = 0; i < d->nflight_bucket; i++)
         for (srv_job *j = d->flights[i]; j != NULL; j = j->hnext)
             atomic_store(&j->cancel, 1);
-    for (srv_call *c = d->calls; c != NULL; c = c->live_next)
+    for (srv_call *c = d->calls; c != NULL; c = c->live_next) {
         if (c->decode != NULL)
             atomic_store(&c->decode->cancel, 1);
+        if (c->search != NULL)
+            srv_search_cancel(c->search);
+    }
 }
 
 /* ---------------------------------------------------------------- candidates */
@@ -1159,10 +1182,170 @@ call_dispatch(srv_call *c)
     case SRV_M_HEALTH:
         method_health(c);
         break;
+    case SRV_M_SEARCH:
+        method_search(c);
+        break;
     default:
         method_unknown(c);
         break;
     }
+}
+
+/* ---------------------------------------------------------------- Search */
+
+/*
+ * A Search call (server/search.h): one prepare job decodes the request and
+ * builds the space, then one work job per worker shares the search through
+ * its cursor. A uv timer sends progress events while they run (skipping a
+ * tick while the previous message is still being sent: backpressure); when
+ * the last job is back, the merged result goes out, then OK. A cancelled
+ * call (client, deadline, lost connection) sets the search's cancel flag,
+ * which the workers check between candidates.
+ */
+#define SEARCH_PROGRESS_MS 125 /* the RPC promises an event at least every 250 ms */
+
+typedef struct search_timer {
+    uv_timer_t timer;
+    srv_call *call; /* holds a reference until the handle is closed */
+} search_timer;
+
+static void
+search_timer_closed(uv_handle_t *h)
+{
+    search_timer *t = h->data;
+    srv_call *c = t->call;
+    di_free(t);
+    call_unref(c);
+}
+
+static void
+search_send_progress(srv_call *c)
+{
+    if (c->dead || c->search == NULL || c->sending || c->nrq > 0 || c->status_pending ||
+        c->status_sent)
+        return;
+    call_enqueue(c, srv_search_progress(c->search));
+    call_pump(c);
+}
+
+static void
+search_tick(uv_timer_t *h)
+{
+    search_timer *t = h->data;
+    search_send_progress(t->call);
+}
+
+static void
+search_timer_start(srv_call *c)
+{
+    search_timer *t = di_xcalloc(1, sizeof *t);
+    t->call = c;
+    uv_timer_init(c->d->loop, &t->timer);
+    t->timer.data = t;
+    c->refs++;
+    c->timer = t;
+    uv_timer_start(&t->timer, search_tick, SEARCH_PROGRESS_MS, SEARCH_PROGRESS_MS);
+}
+
+static void
+search_timer_stop(srv_call *c)
+{
+    if (c->timer == NULL)
+        return;
+    uv_timer_stop(&c->timer->timer);
+    uv_close((uv_handle_t *)&c->timer->timer, search_timer_closed);
+    c->timer = NULL;
+}
+
+static void
+search_submit(srv_call *c, int kind, unsigned part)
+{
+    srv_job *job = job_new(c->d, kind);
+    job->call = c;
+    job->search = c->search;
+    job->part = part;
+    c->refs++;
+    c->search_jobs++;
+    job_submit(c->d, job);
+}
+
+/* Every job of the search is back: the result (unless the call failed or died), then OK. */
+static void
+search_end(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    search_timer_stop(c);
+    srv_log(SRV_LOG_INFO, "search_end", "done=%llu total=%llu cancelled=%d ms=%.1f",
+            (unsigned long long)srv_search_done(c->search),
+            (unsigned long long)srv_search_total(c->search), srv_search_cancelled(c->search),
+            (double)(now_ns() - c->t0_ns) / 1e6);
+    if (!c->dead && !c->status_pending && !c->status_sent) {
+        grpc_byte_buffer *bb;
+        di_error err;
+        di_error_clear(&err);
+        if (srv_search_cancelled(c->search)) {
+            call_fail(c, DI_ECANCELLED, "search cancelled (the daemon is shutting down)");
+        } else if (srv_search_result(c->search, &bb, &err) != 0) {
+            call_fail(c, DI_EINTERNAL, err.msg);
+        } else {
+            d->m.searches_done++;
+            call_enqueue(c, bb);
+            call_finish(c, GRPC_STATUS_OK, NULL);
+        }
+    }
+    srv_search_free(c->search);
+    c->search = NULL;
+    call_pump(c);
+}
+
+static void
+job_finished_search(srv_daemon *d, srv_job *job)
+{
+    srv_call *c = job->call;
+    c->search_jobs--;
+    d->m.job_seconds_sum += job->run_s;
+    if (job->kind == JOB_SEARCH_PREPARE) {
+        if (job->rc != 0) {
+            if (!c->dead)
+                call_fail(c, job->rc, job->err.msg);
+        } else if (!c->dead && !srv_search_cancelled(c->search)) {
+            srv_log(SRV_LOG_INFO, "search_started", "candidates=%llu workers=%u",
+                    (unsigned long long)srv_search_total(c->search), d->nworkers);
+            search_send_progress(c);
+            search_timer_start(c);
+            for (unsigned i = 0; i < d->nworkers; i++)
+                search_submit(c, JOB_SEARCH_WORK, i);
+        }
+    }
+    if (c->search_jobs == 0) {
+        d->m.search_candidates += srv_search_done(c->search);
+        search_end(c);
+    }
+    call_unref(c);
+    di_free(job);
+}
+
+static void
+method_search(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    grpc_slice s;
+    if (srv_buffer_read(c->payload, &s) != 0) {
+        call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request: cannot read the message");
+        call_pump(c);
+        return;
+    }
+    grpc_byte_buffer_destroy(c->payload);
+    c->payload = NULL;
+    if (pool_queued(d->pool) >= (unsigned)d->cfg->max_queue) {
+        grpc_slice_unref(s);
+        call_fail(c, DI_ETOOBIG, "simulation queue is full (--max-queue)");
+        call_pump(c);
+        return;
+    }
+    c->search = srv_search_new(s, &d->limits, (uint64_t)d->cfg->max_search_candidates, d->nworkers,
+                               d->cfg->test_delay_ms);
+    search_submit(c, JOB_SEARCH_PREPARE, 0);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -1249,6 +1432,8 @@ srv_front_event(srv_daemon *d, srv_event *ev)
         d->jobs_outstanding--;
         if (job->kind == JOB_DECODE)
             job_finished_decode(d, job);
+        else if (job->kind == JOB_SEARCH_PREPARE || job->kind == JOB_SEARCH_WORK)
+            job_finished_search(d, job);
         else
             job_finished_simulate(d, job);
         srv_daemon_check_drained(d);

@@ -308,8 +308,12 @@ srv_metrics_render(srv_daemon *d, di_buf *b)
                   (unsigned long long)m->jobs_cancelled);
     counter(b, "distird_job_seconds_total", "Worker time spent on jobs, seconds.", "counter",
             m->job_seconds_sum);
-    counter(b, "distird_stream_messages_total", "SimulateBatch messages sent.", "counter",
-            (double)m->stream_messages);
+    counter(b, "distird_stream_messages_total", "SimulateBatch and Search messages sent.",
+            "counter", (double)m->stream_messages);
+    counter(b, "distird_searches_total", "Search calls answered with a result.", "counter",
+            (double)m->searches_done);
+    counter(b, "distird_search_candidates_total", "Candidates evaluated by searches.", "counter",
+            (double)m->search_candidates);
     counter(b, "distird_calls_cancelled_total",
             "Calls that ended before their status was sent (deadline, cancel, disconnect).",
             "counter", (double)m->calls_cancelled);

@@ -191,6 +191,25 @@ candidate_init(request_candidate *c, const Distir__V1__Strategy *s)
 }
 
 int
+request_decode_input(const Distir__V1__Module *pm, const Distir__V1__HardwareRef *ref,
+                     const request_limits *lim, request_hwcache *hc, request_input **out,
+                     di_error *err)
+{
+    request_input *in = di_xcalloc(1, sizeof *in);
+    int rc;
+    in->refs = 1;
+    rc = decode_module(pm, lim, in, err);
+    if (rc == 0)
+        rc = resolve_hw(ref, hc, in, err);
+    if (rc != 0) {
+        request_input_unref(in);
+        in = NULL;
+    }
+    *out = in;
+    return rc;
+}
+
+int
 request_decode(int kind, const uint8_t *data, size_t len, const request_limits *lim,
                request_hwcache *hc, request *out, di_error *err)
 {

@@ -97,6 +97,16 @@ typedef struct request {
  */
 int request_decode(int kind, const uint8_t *data, size_t len, const request_limits *lim,
                    request_hwcache *hc, request *out, di_error *err);
+/*
+ * Steps 3 to 6 for a message already unpacked (with the depth check) that
+ * carries a module and a hardware reference, as SearchRequest does: *out is
+ * a new input with one reference, or NULL on failure (err says why).
+ */
+struct Distir__V1__Module;
+struct Distir__V1__HardwareRef;
+int request_decode_input(const struct Distir__V1__Module *pm,
+                         const struct Distir__V1__HardwareRef *ref, const request_limits *lim,
+                         request_hwcache *hc, request_input **out, di_error *err);
 /* Frees the candidates and drops the request's reference to its input. */
 void request_fini(request *r);
 

@@ -5,7 +5,7 @@
 # print exactly the unsharded JSON; the allowed-degree and --fix constraints
 # hold in every reported strategy; bad constraints are usage errors (exit 2)
 # and too many devices a failure (exit 1), as is a merge of different
-# searches; --help says the search is local.
+# searches; --help documents --server.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -72,6 +72,6 @@ check "... saying so" grep -q 'different searches' "$TMP/mix.err"
 $T "$DISTIR" search --merge "$TMP/gpt.pb" >/dev/null 2>&1
 check "--merge of a non-result exits 1" [ $? = 1 ]
 "$DISTIR" search --help >"$TMP/help.out"
-check "--help says there is no --server yet" grep -q 'no --server' "$TMP/help.out"
+check "--help documents --server" grep -q "with --server on distird's workers" "$TMP/help.out"
 
 exit "$failures"

@@ -1,0 +1,450 @@
+/*
+ * search.c: one strategy search shared by the daemon's workers (search.h).
+ *
+ * Threads: srv_search_prepare runs on one worker before any other job of
+ * the search starts; afterwards the space, the config and the input are
+ * immutable and read by every worker. Each srv_search_work call owns
+ * parts[part] and its own search_evaluator; the only shared mutable state is
+ * the cursor and the counters (atomics) and the best point (best_lock). The
+ * loop thread reads those for progress events and touches the parts only
+ * after every work job has been handed back through the inbox (which orders
+ * the memory).
+ */
+#include "search.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+
+#include "base/pb.h"
+#include "distir.pb-c.h"
+#include "reply.h"
+#include "search/search.h"
+
+struct srv_search {
+    grpc_slice bytes;
+    request_limits limits;
+    uint64_t max_candidates;
+    int64_t test_delay_ms;
+    uint64_t t0_ns;
+
+    /* Immutable once prepared. */
+    int prepared;
+    request_input *input;
+    search_config cfg;
+    search_space space;
+    uint64_t total; /* candidates of the shard */
+
+    /* Shared by the workers. */
+    atomic_uint_fast64_t cursor; /* the next shard position to take */
+    atomic_uint_fast64_t done;   /* candidates evaluated */
+    atomic_uint_fast64_t count[SEARCH_NSTATUS];
+    atomic_int cancel;
+    pthread_mutex_t best_lock;
+    int have_best;
+    search_point best;
+
+    unsigned nparts;
+    search_result *parts;
+};
+
+srv_search *
+srv_search_new(grpc_slice bytes, const request_limits *lim, uint64_t max_candidates,
+               unsigned nparts, int64_t test_delay_ms)
+{
+    srv_search *s = di_xcalloc(1, sizeof *s);
+    s->bytes = bytes;
+    s->limits = *lim;
+    s->max_candidates = max_candidates;
+    s->test_delay_ms = test_delay_ms;
+    s->t0_ns = uv_hrtime();
+    s->nparts = nparts > 0 ? nparts : 1;
+    atomic_init(&s->cursor, 0);
+    atomic_init(&s->done, 0);
+    for (int i = 0; i < SEARCH_NSTATUS; i++)
+        atomic_init(&s->count[i], 0);
+    atomic_init(&s->cancel, 0);
+    pthread_mutex_init(&s->best_lock, NULL);
+    s->parts = di_xcalloc(s->nparts, sizeof *s->parts);
+    return s;
+}
+
+void
+srv_search_free(srv_search *s)
+{
+    if (s == NULL)
+        return;
+    if (s->prepared) {
+        for (unsigned i = 0; i < s->nparts; i++)
+            search_result_fini(&s->parts[i]);
+        search_space_fini(&s->space);
+    }
+    request_input_unref(s->input);
+    grpc_slice_unref(s->bytes);
+    pthread_mutex_destroy(&s->best_lock);
+    di_free(s->parts);
+    di_free(s);
+}
+
+/* Adds each value of a proto list to the config's list `name`, validated as the CLI's are. */
+static int
+config_list(search_config *cfg, const char *name, size_t n, const uint32_t *v, di_error *err)
+{
+    if (n > SEARCH_MAX_SET)
+        return di_error_set(err, DI_EINVAL, "constraints: %s lists %zu values, at most %u", name, n,
+                            SEARCH_MAX_SET);
+    for (size_t i = 0; i < n; i++) {
+        char text[16];
+        int rc;
+        snprintf(text, sizeof text, "%u", v[i]);
+        if ((rc = search_config_set(cfg, name, text, err)) != 0) {
+            di_error_prefix(err, "constraints");
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int
+config_mask(uint32_t *dst, uint32_t mask, uint32_t valid, const char *name, di_error *err)
+{
+    if (mask & ~valid)
+        return di_error_set(err, DI_EINVAL, "constraints: %s mask 0x%x has bits outside 0x%x", name,
+                            mask, valid);
+    *dst = mask;
+    return 0;
+}
+
+static int
+config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_error *err)
+{
+    const Distir__V1__SearchConstraints *c = req->constraints;
+    int rc = 0;
+    search_config_init(cfg);
+    cfg->devices = req->devices;
+    if (req->objective != DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MIN_TIME &&
+        req->objective != DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MAX_THROUGHPUT)
+        return di_error_set(err, DI_EINVAL, "objective %d is not a SearchObjective",
+                            (int)req->objective);
+    cfg->objective = req->objective == DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MAX_THROUGHPUT
+                         ? SEARCH_MAX_THROUGHPUT
+                         : SEARCH_MIN_TIME;
+    if (req->top_k > SEARCH_MAX_TOP)
+        return di_error_set(err, DI_EINVAL, "top_k %u is above %u", req->top_k, SEARCH_MAX_TOP);
+    if (req->top_k > 0)
+        cfg->top_k = req->top_k;
+    cfg->shard_index = req->shard_index;
+    cfg->shard_count = req->shard_count > 0 ? req->shard_count : 1;
+    if (cfg->shard_index >= cfg->shard_count)
+        return di_error_set(err, DI_EINVAL, "shard %u/%u: the index must be below the count",
+                            cfg->shard_index, cfg->shard_count);
+    if (c == NULL)
+        return 0;
+    if ((rc = config_list(cfg, "dp", c->n_dp, c->dp, err)) != 0 ||
+        (rc = config_list(cfg, "tp", c->n_tp, c->tp, err)) != 0 ||
+        (rc = config_list(cfg, "pp", c->n_pp, c->pp, err)) != 0 ||
+        (rc = config_list(cfg, "microbatches", c->n_microbatches, c->microbatches, err)) != 0 ||
+        (rc = config_list(cfg, "virtual-stages", c->n_virtual_stages, c->virtual_stages, err)) != 0)
+        return rc;
+    if ((rc = config_mask(&cfg->schedules, c->schedules,
+                          1u << DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE |
+                              1u << DISTIR__V1__SCHEDULE__SCHEDULE_1F1B |
+                              1u << DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED,
+                          "schedules", err)) != 0 ||
+        (rc = config_mask(&cfg->recomputes, c->recomputes, 0x7, "recomputes", err)) != 0 ||
+        (rc = config_mask(&cfg->zeros, c->zero, 0xf, "zero", err)) != 0 ||
+        (rc = config_mask(&cfg->sequence_parallel, c->sequence_parallel, 0x3, "sequence_parallel",
+                          err)) != 0 ||
+        (rc = config_mask(&cfg->overlap, c->overlap_grad_reduce, 0x3, "overlap_grad_reduce",
+                          err)) != 0)
+        return rc;
+    if (c->memory_headroom != 0) {
+        if (!(c->memory_headroom > 0 && c->memory_headroom <= 1))
+            return di_error_set(err, DI_EINVAL, "constraints: memory_headroom %g is not in (0, 1]",
+                                c->memory_headroom);
+        cfg->memory_headroom = c->memory_headroom;
+    }
+    return 0;
+}
+
+int
+srv_search_prepare(srv_search *s, di_error *err)
+{
+    ProtobufCMessage *msg = NULL;
+    const Distir__V1__SearchRequest *req;
+    int rc;
+    /* The request and module wrappers add two levels above the module's own. */
+    rc = pb_unpack_checked(&distir__v1__search_request__descriptor, GRPC_SLICE_START_PTR(s->bytes),
+                           GRPC_SLICE_LENGTH(s->bytes), (int)s->limits.ir.max_depth + 2, &msg, err);
+    if (rc != 0) {
+        if (err != NULL && err->code == 0)
+            err->code = rc;
+        di_error_prefix(err, "request");
+        return rc;
+    }
+    req = (const void *)msg;
+    rc = config_from_proto(req, &s->cfg, err);
+    if (rc == 0)
+        rc = request_decode_input(req->module, req->hardware, &s->limits, NULL, &s->input, err);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    if (rc != 0)
+        return rc;
+    rc = search_space_init(&s->space, s->input->module, s->input->hw, &s->cfg, err);
+    if (rc != 0) {
+        di_error_prefix(err, "search");
+        return rc;
+    }
+    s->prepared = 1;
+    for (unsigned i = 0; i < s->nparts; i++)
+        search_result_init(&s->parts[i], &s->space);
+    s->total = search_space_shard_size(&s->space);
+    if (s->total > s->max_candidates)
+        return di_error_set(err, DI_ETOOBIG,
+                            "the search space has %llu candidates to evaluate, the limit is "
+                            "%llu (--max-search-candidates): constrain it (--tp, --fix, ...) or "
+                            "shard it",
+                            (unsigned long long)s->total, (unsigned long long)s->max_candidates);
+    return 0;
+}
+
+/* Testing only: waits test_delay_ms, polling the cancel flag every millisecond. */
+static void
+test_delay(srv_search *s)
+{
+    for (int64_t i = 0; i < s->test_delay_ms && !atomic_load(&s->cancel); i++) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Whether a is better than b by the objective, ties by enumeration index. */
+static int
+point_better(search_objective o, const search_point *a, const search_point *b)
+{
+    double ca = search_point_cost(o, a), cb = search_point_cost(o, b);
+    if (ca != cb)
+        return ca < cb;
+    return a->cand.index < b->cand.index;
+}
+
+void
+srv_search_work(srv_search *s, unsigned part)
+{
+    search_evaluator ev;
+    search_result *r = &s->parts[part];
+    search_evaluator_init(&ev, &s->space);
+    while (!atomic_load(&s->cancel)) {
+        uint64_t k = atomic_fetch_add(&s->cursor, 1);
+        search_point p;
+        if (k >= s->total)
+            break;
+        if (s->test_delay_ms > 0)
+            test_delay(s);
+        search_eval(&ev, search_space_at(&s->space, k), &p);
+        search_result_add(r, &p);
+        atomic_fetch_add(&s->count[p.status < SEARCH_NSTATUS ? p.status : SEARCH_FAILED], 1);
+        atomic_fetch_add(&s->done, 1);
+        if (p.status == SEARCH_OK) {
+            pthread_mutex_lock(&s->best_lock);
+            if (!s->have_best || point_better(s->cfg.objective, &p, &s->best)) {
+                s->best = p;
+                s->have_best = 1;
+            }
+            pthread_mutex_unlock(&s->best_lock);
+        }
+    }
+    search_evaluator_fini(&ev);
+}
+
+void
+srv_search_cancel(srv_search *s)
+{
+    atomic_store(&s->cancel, 1);
+}
+
+int
+srv_search_cancelled(srv_search *s)
+{
+    return atomic_load(&s->cancel);
+}
+
+uint64_t
+srv_search_total(const srv_search *s)
+{
+    return s->total;
+}
+
+uint64_t
+srv_search_done(srv_search *s)
+{
+    return atomic_load(&s->done);
+}
+
+/* ---------------------------------------------------------------- events */
+
+/* Fills *pp (and *spec, which the caller frees with strategy_proto_fini) from p. */
+static void
+point_to_proto(const search_point *p, Distir__V1__SearchPoint *pp, Distir__V1__Strategy *spec,
+               char *text, size_t size)
+{
+    strategy st;
+    distir__v1__search_point__init(pp);
+    distir__v1__strategy__init(spec);
+    search_candidate_strategy(&p->cand, &st);
+    strategy_to_proto(&st, spec);
+    search_candidate_format(&p->cand, text, size);
+    pp->index = p->cand.index;
+    pp->strategy = text;
+    pp->spec = spec;
+    pp->status = (char *)search_status_name(p->status);
+    pp->step_time_s = p->step_time_s;
+    pp->peak_memory_bytes = p->peak_memory_bytes;
+    pp->tokens_per_s = p->tokens_per_s;
+    pp->mfu = p->mfu;
+}
+
+/* counts[i] for every status into n entries (storage from the caller). */
+static void
+counts_to_proto(const uint64_t *count, Distir__V1__SearchCount *store,
+                Distir__V1__SearchCount **ptrs)
+{
+    for (int i = 0; i < SEARCH_NSTATUS; i++) {
+        distir__v1__search_count__init(&store[i]);
+        store[i].status = (char *)search_status_name(i);
+        store[i].count = count[i];
+        ptrs[i] = &store[i];
+    }
+}
+
+static double
+elapsed_s(const srv_search *s)
+{
+    return (double)(uv_hrtime() - s->t0_ns) / 1e9;
+}
+
+grpc_byte_buffer *
+srv_search_progress(srv_search *s)
+{
+    Distir__V1__SearchEvent ev = DISTIR__V1__SEARCH_EVENT__INIT;
+    Distir__V1__SearchProgress pr = DISTIR__V1__SEARCH_PROGRESS__INIT;
+    Distir__V1__SearchCount store[SEARCH_NSTATUS], *ptrs[SEARCH_NSTATUS];
+    Distir__V1__SearchPoint best;
+    Distir__V1__Strategy spec;
+    uint64_t count[SEARCH_NSTATUS];
+    search_point p;
+    int have;
+    char text[256];
+    grpc_byte_buffer *bb;
+    /* done is the sum of the counts read, so that an event is consistent in itself. */
+    pr.done = 0;
+    for (int i = 0; i < SEARCH_NSTATUS; i++) {
+        count[i] = atomic_load(&s->count[i]);
+        pr.done += count[i];
+    }
+    counts_to_proto(count, store, ptrs);
+    pr.total = s->total;
+    pr.n_counts = SEARCH_NSTATUS;
+    pr.counts = ptrs;
+    pr.elapsed_s = elapsed_s(s);
+    pthread_mutex_lock(&s->best_lock);
+    have = s->have_best;
+    p = s->best;
+    pthread_mutex_unlock(&s->best_lock);
+    if (have) {
+        point_to_proto(&p, &best, &spec, text, sizeof text);
+        pr.best = &best;
+    }
+    ev.event_case = DISTIR__V1__SEARCH_EVENT__EVENT_PROGRESS;
+    ev.progress = &pr;
+    bb = srv_reply_pack(&ev.base);
+    if (have)
+        strategy_proto_fini(&spec);
+    return bb;
+}
+
+/* Encodes n points (storage from the heap, freed by points_free). */
+typedef struct proto_points {
+    uint32_t n;
+    Distir__V1__SearchPoint *pts, **ptrs;
+    Distir__V1__Strategy *specs;
+    char (*texts)[256];
+} proto_points;
+
+static void
+points_init(proto_points *pp, const search_point *pts, uint32_t n)
+{
+    pp->n = n;
+    pp->pts = di_xcalloc(n ? n : 1, sizeof *pp->pts);
+    pp->ptrs = di_xcalloc(n ? n : 1, sizeof *pp->ptrs);
+    pp->specs = di_xcalloc(n ? n : 1, sizeof *pp->specs);
+    pp->texts = di_xcalloc(n ? n : 1, sizeof *pp->texts);
+    for (uint32_t i = 0; i < n; i++) {
+        point_to_proto(&pts[i], &pp->pts[i], &pp->specs[i], pp->texts[i], sizeof pp->texts[i]);
+        pp->ptrs[i] = &pp->pts[i];
+    }
+}
+
+static void
+points_fini(proto_points *pp)
+{
+    for (uint32_t i = 0; i < pp->n; i++)
+        strategy_proto_fini(&pp->specs[i]);
+    di_free(pp->pts);
+    di_free(pp->ptrs);
+    di_free(pp->specs);
+    di_free(pp->texts);
+}
+
+int
+srv_search_result(srv_search *s, grpc_byte_buffer **out, di_error *err)
+{
+    Distir__V1__SearchEvent ev = DISTIR__V1__SEARCH_EVENT__INIT;
+    Distir__V1__SearchResult res = DISTIR__V1__SEARCH_RESULT__INIT;
+    Distir__V1__SearchCount store[SEARCH_NSTATUS], *ptrs[SEARCH_NSTATUS];
+    search_result total;
+    proto_points top, pareto;
+    char key[65], *json;
+    int rc = 0;
+    *out = NULL;
+    /* Merge into an empty result: the parts are disjoint, so the merge is the whole. */
+    search_result_init(&total, &s->space);
+    for (unsigned i = 0; i < s->nparts && rc == 0; i++)
+        rc = search_result_merge(&total, &s->parts[i], err);
+    if (rc != 0) {
+        search_result_fini(&total);
+        return rc;
+    }
+    json = search_result_to_json(&total);
+    di_hash_hex(&total.key, key);
+    counts_to_proto(total.count, store, ptrs);
+    points_init(&top, total.top, total.ntop);
+    points_init(&pareto, total.pareto, total.npareto);
+    res.search_key = key;
+    res.objective = total.objective == SEARCH_MAX_THROUGHPUT
+                        ? DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MAX_THROUGHPUT
+                        : DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MIN_TIME;
+    res.top_k = total.top_k;
+    res.devices = total.devices;
+    res.enumerated = total.enumerated;
+    res.n_counts = SEARCH_NSTATUS;
+    res.counts = ptrs;
+    res.n_top = top.n;
+    res.top = top.ptrs;
+    res.n_pareto = pareto.n;
+    res.pareto = pareto.ptrs;
+    res.space_candidates = s->space.ncandidate;
+    res.elapsed_s = elapsed_s(s);
+    res.json = json;
+    ev.event_case = DISTIR__V1__SEARCH_EVENT__EVENT_RESULT;
+    ev.result = &res;
+    *out = srv_reply_pack(&ev.base);
+    points_fini(&top);
+    points_fini(&pareto);
+    di_free(json);
+    search_result_fini(&total);
+    return 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * search.h: the daemon's side of the Search RPC (docs/daemon.md): one
+ * search of lib/search shared by several worker jobs.
+ *
+ * The loop thread creates an srv_search from the request bytes and hands it
+ * to one worker job that decodes the request and builds the space
+ * (srv_search_prepare); then to one job per worker, each of which takes
+ * candidates from the shared cursor (an atomic next index into the space),
+ * evaluates them on its own search_evaluator and adds them to its own part
+ * of the result (srv_search_work). Counters for the progress events are
+ * atomics, and the best point so far sits under a mutex; the loop reads
+ * them while the workers run (srv_search_progress). When every work job is
+ * back, the loop merges the parts with search_result_merge (srv_search_result):
+ * every order there is by enumeration index, so the answer is bit-identical
+ * whatever the worker count and the interleaving.
+ *
+ * lib/ stays free of threads: the cursor, the atomics and the mutex live here.
+ */
+#ifndef DISTIRD_SEARCH_H
+#define DISTIRD_SEARCH_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/slice.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "request/request.h"
+
+typedef struct srv_search srv_search;
+
+/*
+ * A search of the SearchRequest in bytes (the search takes the reference),
+ * to be worked on by at most nparts jobs. A space with more than
+ * max_candidates candidates to evaluate is refused (DI_ETOOBIG).
+ * test_delay_ms (testing only) slows every candidate down, polling the
+ * cancel flag. Free with srv_search_free once no job holds it.
+ */
+srv_search *srv_search_new(grpc_slice bytes, const request_limits *lim, uint64_t max_candidates,
+                           unsigned nparts, int64_t test_delay_ms);
+void srv_search_free(srv_search *s);
+
+/* Worker: decodes the request and builds the space; 0 or an error in err. */
+int srv_search_prepare(srv_search *s, di_error *err);
+/* Worker: evaluates candidates from the shared cursor into part `part` (< nparts) until the
+ * space is exhausted or the search cancelled. */
+void srv_search_work(srv_search *s, unsigned part);
+/* Any thread: asks the workers to stop after their current candidate. */
+void srv_search_cancel(srv_search *s);
+int srv_search_cancelled(srv_search *s);
+/* The number of candidates of the request's shard (after a successful prepare). */
+uint64_t srv_search_total(const srv_search *s);
+/* Candidates evaluated so far (any thread). */
+uint64_t srv_search_done(srv_search *s);
+
+/* Loop thread, while the workers run: a SearchEvent with the progress so far. */
+grpc_byte_buffer *srv_search_progress(srv_search *s);
+/* Loop thread, once every work job is back: a SearchEvent with the merged result. */
+int srv_search_result(srv_search *s, grpc_byte_buffer **out, di_error *err);
+
+#endif

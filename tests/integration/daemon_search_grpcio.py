@@ -1,0 +1,255 @@
+"""daemon_search_grpcio.py: distird's Search RPC called from Python grpcio
+(Debian's python3-grpcio), with message classes generated at test time by
+`protoc --python_out` from proto/distir.proto.
+
+Run by tests/integration/test_daemon_search_python.sh with /usr/bin/python3:
+    daemon_search_grpcio.py BUILD_DIR
+
+Checks, each printed as "ok - ..." or "FAIL - ...":
+  the stream is progress events then exactly one result, last; the result's
+  JSON equals `distir search --json` byte for byte and its fields agree with
+  that JSON; progress events arrive at least every 250 ms (candidates slowed
+  down by --test-delay-ms), with done non-decreasing, the total of the space
+  and counts that add up to done; a cancelled search ends CANCELLED, its
+  workers stop early, and the daemon stays SERVING and answers the next
+  search; garbage bytes and a bad constraint are INVALID_ARGUMENT.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build/release"
+DISTIRD = os.path.join(BUILD, "distird")
+DISTIR = os.path.join(BUILD, "distir")
+TMP = tempfile.mkdtemp(prefix="distir-pysearch.")
+FAILURES = []
+DAEMONS = []
+
+subprocess.run(["protoc", "--python_out=" + TMP, "-Iproto", "proto/distir.proto"], check=True)
+sys.path.insert(0, TMP)
+import distir_pb2 as pb  # noqa: E402
+
+SEARCH = "/distir.v1.CostModel/Search"
+
+
+def check(desc, cond, detail=""):
+    if cond:
+        print("ok - " + desc)
+    else:
+        print("FAIL - " + desc + (": " + str(detail) if detail else ""))
+        FAILURES.append(desc)
+
+
+class Daemon:
+    def __init__(self, name, *flags):
+        self.name = name
+        self.log = os.path.join(TMP, name + ".log")
+        self.out = open(os.path.join(TMP, name + ".out"), "w+")
+        args = [DISTIRD, "--listen", "127.0.0.1:0", "--db", os.path.join(TMP, name + ".db"),
+                "--log-file", self.log]
+        self.proc = subprocess.Popen(args + list(flags), stdout=self.out, stderr=subprocess.STDOUT)
+        DAEMONS.append(self)
+        self.addr = None
+        deadline = time.time() + 15
+        while time.time() < deadline and self.addr is None:
+            self.out.seek(0)
+            for line in self.out.read().splitlines():
+                if line.startswith("distird listening on "):
+                    self.addr = line.split()[-1]
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if self.addr is None:
+            raise RuntimeError("distird %s did not start" % name)
+        self.channel = grpc.insecure_channel(self.addr)
+
+    def search(self, req, timeout=60):
+        call = self.channel.unary_stream(
+            SEARCH, request_serializer=(lambda m: m) if isinstance(req, bytes) else
+            (lambda m: m.SerializeToString()),
+            response_deserializer=pb.SearchEvent.FromString)
+        return call(req, timeout=timeout)
+
+    def health(self):
+        call = self.channel.unary_unary("/grpc.health.v1.Health/Check",
+                                        request_serializer=lambda m: m,
+                                        response_deserializer=lambda b: b)
+        return call(b"", timeout=5) == b"\x08\x01"
+
+    def stop(self):
+        self.channel.close()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return None
+
+    def log_text(self):
+        with open(self.log) as f:
+            return f.read()
+
+
+def wait_for(pred, timeout=5.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def search_ends(d):
+    """The search_end log lines as dicts of their key=value fields."""
+    out = []
+    for line in d.log_text().splitlines():
+        if "event=search_end" in line:
+            out.append(dict(f.split("=", 1) for f in line.split() if "=" in f))
+    return out
+
+
+def main():
+    gpt = os.path.join(TMP, "gpt.pb")
+    subprocess.run([DISTIR, "model", "gpt", "--layers", "4", "--hidden", "48", "--heads", "6",
+                    "--seq", "8", "--vocab", "13", "--batch", "24", "-o", gpt], check=True)
+    with open(gpt, "rb") as f:
+        module = pb.Module.FromString(f.read())
+    flags = ["--devices", "8", "--recompute", "none,full", "--zero", "0,3",
+             "--microbatches", "1,2,4", "--top", "3"]
+    local = subprocess.run([DISTIR, "search", gpt, "--json"] + flags, check=True,
+                           capture_output=True, text=True).stdout
+
+    def request(**kw):
+        r = pb.SearchRequest(module=module, hardware=pb.HardwareRef(preset="a100-dgx"),
+                             devices=8, top_k=3)
+        r.constraints.microbatches.extend([1, 2, 4])
+        r.constraints.recomputes = (1 << pb.RECOMPUTE_NONE) | (1 << pb.RECOMPUTE_FULL)
+        r.constraints.zero = (1 << 0) | (1 << 3)
+        for k, v in kw.items():
+            setattr(r, k, v)
+        return r
+
+    # ---------------------------------------------------------------- stream and result
+    d = Daemon("main", "--workers", "2")
+    events = list(d.search(request()))
+    kinds = [e.WhichOneof("event") for e in events]
+    check("the stream ends with exactly one result", kinds and kinds[-1] == "result"
+          and kinds.count("result") == 1, kinds)
+    check("progress events come before the result", kinds[0] == "progress", kinds)
+    res = events[-1].result
+    check("the result's JSON equals `distir search --json` byte for byte",
+          res.json + "\n" == local, (res.json[:200], local[:200]))
+    j = json.loads(res.json)
+    check("the result's fields agree with its JSON",
+          res.search_key == j["search_key"] and res.enumerated == j["enumerated"]
+          and res.devices == 8 and res.top_k == 3
+          and {c.status: c.count for c in res.counts} == j["counts"]
+          and [p.index for p in res.top] == [p["index"] for p in j["top"]]
+          and [p.strategy for p in res.pareto] == [p["strategy"] for p in j["pareto"]]
+          and [p.step_time_s for p in res.top] == [p["step_time_s"] for p in j["top"]])
+    check("top points carry their strategy as a message",
+          all(p.spec.dp * max(p.spec.tp, 1) * max(p.spec.pp, 1) == 8 and p.status == "ok"
+              for p in res.top), [str(p.spec) for p in res.top])
+    check("the result counts the whole space", res.space_candidates == res.enumerated == 572,
+          (res.space_candidates, res.enumerated))
+
+    try:
+        list(d.search(b"\xff\xff\xff"))
+        code = grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        code = e.code()
+    check("garbage bytes are INVALID_ARGUMENT", code == grpc.StatusCode.INVALID_ARGUMENT, code)
+    bad = request()
+    bad.constraints.zero = 1 << 7
+    try:
+        list(d.search(bad))
+        code, details = grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        code, details = e.code(), e.details()
+    check("a ZeRO mask with stage 7 is INVALID_ARGUMENT",
+          code == grpc.StatusCode.INVALID_ARGUMENT and "zero" in details, (code, details))
+    check("distird exits 0", d.stop() == 0)
+
+    # ---------------------------------------------------------------- progress
+    slow = Daemon("slow", "--workers", "2", "--test-delay-ms", "4")
+    t_prev, gaps, progress = time.monotonic(), [], []
+    for e in slow.search(request()):
+        now = time.monotonic()
+        gaps.append(now - t_prev)
+        t_prev = now
+        if e.WhichOneof("event") == "progress":
+            progress.append(e.progress)
+        else:
+            final = e.result
+    check("several progress events arrive", len(progress) >= 4, len(progress))
+    check("events arrive at least every 250 ms", max(gaps) <= 0.25, ["%.3f" % g for g in gaps])
+    check("progress: done never decreases and stays within the total",
+          all(a.done <= b.done for a, b in zip(progress, progress[1:]))
+          and all(p.total == 572 and p.done <= p.total for p in progress))
+    check("progress: counts by status add up to done and never decrease",
+          all(sum(c.count for c in p.counts) == p.done for p in progress)
+          and all(x.count <= y.count for a, b in zip(progress, progress[1:])
+                  for x, y in zip(a.counts, b.counts))
+          and {c.status for c in progress[-1].counts} == {c.status for c in final.counts})
+    check("progress: a best point appears once candidates fit",
+          any(p.best.step_time_s > 0 for p in progress))
+    check("the slowed search still gives the local JSON", final.json + "\n" == local)
+
+    # ---------------------------------------------------------------- cancellation
+    slow_cancel = Daemon("cancel", "--workers", "2", "--test-delay-ms", "20")
+    call = slow_cancel.search(request())
+    seen = 0
+    code = None
+    try:
+        for e in call:
+            seen += 1
+            if seen == 2:
+                call.cancel()
+    except grpc.RpcError as e:
+        code = e.code()
+    check("a cancelled search ends CANCELLED", code == grpc.StatusCode.CANCELLED, code)
+    check("the daemon logs the search's end",
+          wait_for(lambda: len(search_ends(slow_cancel)) == 1, 5.0))
+    ends = search_ends(slow_cancel)
+    check("the cancelled search's workers stopped early",
+          ends and ends[0]["cancelled"] == "1" and int(ends[0]["done"]) < 572 // 2, ends)
+    check("the daemon stays SERVING", slow_cancel.health())
+    small = request(devices=2)
+    small.constraints.pp.append(1)
+    evs = list(slow_cancel.search(small))
+    check("the daemon answers the next search",
+          evs and evs[-1].WhichOneof("event") == "result" and evs[-1].result.enumerated > 0)
+    check("distird exits 0 after a cancelled search", slow_cancel.stop() == 0)
+    slow.stop()
+
+
+try:
+    main()
+except Exception as e:  # a crash is a failure, not a pass
+    import traceback
+    traceback.print_exc()
+    FAILURES.append("exception: %r" % e)
+finally:
+    for dm in DAEMONS:
+        if dm.proc.poll() is None:
+            dm.proc.kill()
+            dm.proc.wait()
+    if FAILURES:
+        for dm in DAEMONS:
+            try:
+                print("--- %s log (tail)" % dm.name)
+                print("\n".join(dm.log_text().splitlines()[-15:]))
+            except OSError:
+                pass
+    shutil.rmtree(TMP, ignore_errors=True)
+
+print("%d check(s) failed" % len(FAILURES) if FAILURES else "all checks passed")
+sys.exit(1 if FAILURES else 0)

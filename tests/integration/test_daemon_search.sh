@@ -1,0 +1,116 @@
+#!/bin/sh
+# test_daemon_search.sh: the Search RPC through the C client (distir search
+# --server). Checks: the daemon's JSON equals the in-process search byte for
+# byte with 1 and with 2 workers, also for a throughput objective with
+# constraints and for the four shards of --shard i/4 (whose merge is the
+# whole); the tables print; a space above --max-search-candidates is
+# RESOURCE_EXHAUSTED and a bad request INVALID_ARGUMENT; a search whose
+# deadline passes ends DEADLINE_EXCEEDED, its workers stop early (the log's
+# search_end has done < total) and the daemon then answers the next search;
+# SIGTERM during a search cancels it after the grace period (the workers
+# stop early, the client's call fails) and distird exits 0.
+. tests/integration/lib.sh
+
+T="timeout 60"
+$T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 24 \
+    -o "$TMP/gpt.pb" || fail "model gpt"
+LIMITS="--devices 8 --recompute none,full --zero 0,3 --microbatches 1,2,4 --top 3"
+OTHER="--devices 4 --objective throughput --tp 1,2 --schedule 1f1b,interleaved:2 --headroom 0.5 --top 2"
+
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json >"$TMP/local.json" || fail "local search"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $OTHER --json >"$TMP/local_other.json" || fail "local search 2"
+for i in 0 1 2 3; do
+    # shellcheck disable=SC2086
+    $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --shard "$i/4" >"$TMP/local_shard$i.json" ||
+        fail "local shard $i"
+done
+
+for w in 1 2; do
+    start_daemon "w$w" --workers "$w" || { fail "daemon start ($w workers)"; continue; }
+    # shellcheck disable=SC2086
+    $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --server "$ADDR" >"$TMP/remote$w.json"
+    check "$w worker(s): remote search exits 0" [ $? -eq 0 ]
+    check "$w worker(s): the daemon's JSON equals the local JSON byte for byte" \
+        cmp -s "$TMP/local.json" "$TMP/remote$w.json"
+    # shellcheck disable=SC2086
+    $T "$DISTIR" search "$TMP/gpt.pb" $OTHER --json --server "$ADDR" >"$TMP/remote_other$w.json"
+    check "$w worker(s): throughput objective and constraints give the local JSON" \
+        cmp -s "$TMP/local_other.json" "$TMP/remote_other$w.json"
+    for i in 0 1 2 3; do
+        # shellcheck disable=SC2086
+        $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --shard "$i/4" --server "$ADDR" \
+            >"$TMP/remote_shard$i.json" || fail "remote shard $i"
+    done
+    check "$w worker(s): every remote shard equals the local shard" sh -c '
+        for i in 0 1 2 3; do cmp -s "$1/local_shard$i.json" "$1/remote_shard$i.json" || exit 1; done' \
+        sh "$TMP"
+    $T "$DISTIR" search --merge "$TMP/remote_shard0.json" "$TMP/remote_shard1.json" \
+        "$TMP/remote_shard2.json" "$TMP/remote_shard3.json" --json >"$TMP/merged$w.json"
+    check "$w worker(s): the merged remote shards equal the whole" \
+        cmp -s "$TMP/local.json" "$TMP/merged$w.json"
+    stop_daemon
+    check "$w worker(s): distird exits 0" [ $? -eq 0 ]
+done
+
+start_daemon main --workers 2 --max-search-candidates 1000 || { fail "daemon start"; finish; }
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --server "$ADDR" >"$TMP/table.out"
+check "the table form works remotely" grep -q '^top 3 by step time on 8 devices' "$TMP/table.out"
+check "the remote table names the daemon" grep -q "searched by $ADDR" "$TMP/table.out"
+grep -v '^space:\|^searched in' "$TMP/table.out" >"$TMP/table.remote"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS | grep -v '^space:\|^searched in' >"$TMP/table.local"
+check "the remote tables equal the local tables" cmp -s "$TMP/table.local" "$TMP/table.remote"
+$T "$DISTIR" search "$TMP/gpt.pb" --devices 8 --server "$ADDR" >/dev/null 2>"$TMP/big.err"
+check "a space above --max-search-candidates fails" [ $? -eq 1 ]
+check "... with RESOURCE_EXHAUSTED naming the limit" \
+    grep -q 'RESOURCE_EXHAUSTED: .*--max-search-candidates' "$TMP/big.err"
+$T "$DISTIR" search "$TMP/gpt.pb" --devices 4096 --server "$ADDR" >/dev/null 2>"$TMP/bad.err"
+check "too many devices is INVALID_ARGUMENT" grep -q 'INVALID_ARGUMENT: .*4096 devices' "$TMP/bad.err"
+stop_daemon
+
+# Every candidate waits 20 ms: the space's 572 candidates take about 6 s on 2 workers.
+start_daemon slow --workers 2 --test-delay-ms 20 || { fail "daemon start (slow)"; finish; }
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --server "$ADDR" --timeout-ms 400 >/dev/null \
+    2>"$TMP/deadline.err"
+check "a search past its deadline fails" [ $? -eq 1 ]
+check "... with DEADLINE_EXCEEDED" grep -q 'DEADLINE_EXCEEDED' "$TMP/deadline.err"
+i=0
+while ! grep -q 'event=search_end' "$TMP/slow.log" && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+check "the daemon logs the cancelled call" grep -q 'event=call_cancelled method=Search reason=deadline' "$TMP/slow.log"
+check "the workers stopped early" awk '
+    /event=search_end/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                         found = 1; ok = v["cancelled"] == 1 && v["done"] + 0 < v["total"] / 2 }
+    END { exit !(found && ok) }' "$TMP/slow.log"
+$T "$DISTIR" search "$TMP/gpt.pb" --devices 2 --fix pp=1 --fix tp=1 --recompute none \
+    --server "$ADDR" --json >"$TMP/after.json"
+check "the daemon answers the next search" [ $? -eq 0 ]
+check "... with a result" grep -q '"enumerated":' "$TMP/after.json"
+stop_daemon
+check "slow daemon exits 0" [ $? -eq 0 ]
+
+# SIGTERM during a search: after --grace-ms the search is cancelled and distird exits 0.
+start_daemon term --workers 2 --test-delay-ms 20 --grace-ms 200 || { fail "daemon start (term)"; finish; }
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --server "$ADDR" >/dev/null 2>"$TMP/term.err" &
+CLIENT=$!
+i=0
+while ! grep -q 'event=search_started' "$TMP/term.log" && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+stop_daemon
+check "SIGTERM during a search: distird exits 0" [ $? -eq 0 ]
+wait "$CLIENT"
+check "... the client fails" [ $? -eq 1 ]
+# gRPC's cancel_all_calls ends the call first: the client sees UNAVAILABLE.
+check "... with UNAVAILABLE or CANCELLED" grep -Eq 'failed: (UNAVAILABLE|CANCELLED): ' "$TMP/term.err"
+check "... after stopping the workers early" grep -q 'event=search_end .* cancelled=1' "$TMP/term.log"
+
+finish

@@ -1,0 +1,278 @@
+/*
+ * test_server_search.c: the daemon's shared search (server/search.c)
+ * without sockets: a SearchRequest worked on by 1, 2 and 3 threads on the
+ * shared cursor gives a result event whose JSON equals the sequential
+ * library search byte for byte and whose fields agree with it; progress
+ * events are consistent; a cancelled search evaluates nothing more; the
+ * candidate limit and bad constraints are refused with their codes.
+ */
+/* cmocka needs these four first, in this order. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../server/reply.h"
+#include "../server/search.h"
+#include "distir.pb-c.h"
+#include "ir/pb.h"
+#include "models/models.h"
+#include "search/search.h"
+#include "sim/hw.h"
+
+static ir_module *
+gpt(void)
+{
+    models_gpt c;
+    ir_module *m = NULL;
+    di_error err;
+    models_gpt_init(&c);
+    c.layers = 4;
+    c.hidden = 48;
+    c.heads = 6;
+    c.seq = 8;
+    c.vocab = 13;
+    c.batch = 24;
+    c.dropout = 0;
+    if (models_gpt_build(&c, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    return m;
+}
+
+static const uint32_t microbatches[] = {1, 2, 4};
+
+/* The constraints of the shell tests: --devices 8 --recompute none,full --zero 0,3
+ * --microbatches 1,2,4 --top 3, as a config and as a request. */
+static void
+config(search_config *cfg)
+{
+    di_error err;
+    search_config_init(cfg);
+    assert_int_equal(search_config_set(cfg, "devices", "8", &err), 0);
+    assert_int_equal(search_config_set(cfg, "recompute", "none,full", &err), 0);
+    assert_int_equal(search_config_set(cfg, "zero", "0,3", &err), 0);
+    assert_int_equal(search_config_set(cfg, "microbatches", "1,2,4", &err), 0);
+    assert_int_equal(search_config_set(cfg, "top", "3", &err), 0);
+}
+
+static grpc_slice
+request_bytes(const ir_module *m, uint32_t zero_mask)
+{
+    Distir__V1__SearchRequest req = DISTIR__V1__SEARCH_REQUEST__INIT;
+    Distir__V1__SearchConstraints c = DISTIR__V1__SEARCH_CONSTRAINTS__INIT;
+    Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
+    grpc_slice s;
+    req.module = ir_to_proto(m);
+    ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
+    ref.preset = (char *)"a100-dgx";
+    req.hardware = &ref;
+    req.devices = 8;
+    req.top_k = 3;
+    c.recomputes =
+        1u << DISTIR__V1__RECOMPUTE__RECOMPUTE_NONE | 1u << DISTIR__V1__RECOMPUTE__RECOMPUTE_FULL;
+    c.zero = zero_mask;
+    c.n_microbatches = 3;
+    c.microbatches = (uint32_t *)microbatches;
+    req.constraints = &c;
+    s = grpc_slice_malloc(distir__v1__search_request__get_packed_size(&req));
+    distir__v1__search_request__pack(&req, GRPC_SLICE_START_PTR(s));
+    ir_proto_free(req.module);
+    return s;
+}
+
+static request_limits
+limits(void)
+{
+    request_limits l;
+    memset(&l, 0, sizeof l);
+    ir_limits_default(&l.ir);
+    l.max_batch = 16;
+    return l;
+}
+
+static Distir__V1__SearchEvent *
+unpack_event(grpc_byte_buffer *bb)
+{
+    grpc_byte_buffer_reader r;
+    Distir__V1__SearchEvent *ev;
+    assert_true(grpc_byte_buffer_reader_init(&r, bb));
+    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    ev = distir__v1__search_event__unpack(NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    assert_non_null(ev);
+    grpc_slice_unref(s);
+    grpc_byte_buffer_destroy(bb);
+    return ev;
+}
+
+/* The sequential library search of the same space, as JSON. */
+static char *
+local_json(const ir_module *m)
+{
+    hw_model *hw;
+    search_config cfg;
+    search_space sp;
+    search_evaluator ev;
+    search_result r;
+    const search_candidate *c;
+    uint64_t cursor = 0;
+    di_error err;
+    char *json;
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    config(&cfg);
+    assert_int_equal(search_space_init(&sp, m, hw, &cfg, &err), 0);
+    search_evaluator_init(&ev, &sp);
+    search_result_init(&r, &sp);
+    while ((c = search_space_next(&sp, &cursor)) != NULL) {
+        search_point p;
+        search_eval(&ev, c, &p);
+        search_result_add(&r, &p);
+    }
+    json = search_result_to_json(&r);
+    search_evaluator_fini(&ev);
+    search_result_fini(&r);
+    search_space_fini(&sp);
+    hw_free(hw);
+    return json;
+}
+
+typedef struct worker_arg {
+    srv_search *s;
+    unsigned part;
+} worker_arg;
+
+static void *
+worker(void *p)
+{
+    worker_arg *a = p;
+    srv_search_work(a->s, a->part);
+    return NULL;
+}
+
+static void
+test_parts_equal_local(void **state)
+{
+    (void)state;
+    ir_module *m = gpt();
+    char *local = local_json(m);
+    request_limits lim = limits();
+    for (unsigned nparts = 1; nparts <= 3; nparts++) {
+        srv_search *s = srv_search_new(request_bytes(m, 0x9), &lim, 1u << 20, nparts, 0);
+        pthread_t t[3];
+        worker_arg a[3];
+        grpc_byte_buffer *bb;
+        di_error err;
+        assert_int_equal(srv_search_prepare(s, &err), 0);
+        assert_int_equal(srv_search_total(s), 572);
+        for (unsigned i = 0; i < nparts; i++) {
+            a[i].s = s;
+            a[i].part = i;
+            assert_int_equal(pthread_create(&t[i], NULL, worker, &a[i]), 0);
+        }
+        for (unsigned i = 0; i < nparts; i++)
+            pthread_join(t[i], NULL);
+        assert_int_equal(srv_search_done(s), 572);
+
+        Distir__V1__SearchEvent *pe = unpack_event(srv_search_progress(s));
+        assert_int_equal(pe->event_case, DISTIR__V1__SEARCH_EVENT__EVENT_PROGRESS);
+        assert_int_equal(pe->progress->done, 572);
+        assert_int_equal(pe->progress->total, 572);
+        assert_int_equal(pe->progress->n_counts, SEARCH_NSTATUS);
+        assert_non_null(pe->progress->best);
+
+        assert_int_equal(srv_search_result(s, &bb, &err), 0);
+        Distir__V1__SearchEvent *re = unpack_event(bb);
+        assert_int_equal(re->event_case, DISTIR__V1__SEARCH_EVENT__EVENT_RESULT);
+        Distir__V1__SearchResult *r = re->result;
+        assert_string_equal(r->json, local);
+        assert_int_equal(r->enumerated, 572);
+        assert_int_equal(r->space_candidates, 572);
+        assert_int_equal(r->devices, 8);
+        assert_int_equal(r->top_k, 3);
+        assert_int_equal(r->n_top, 3);
+        assert_true(r->n_pareto >= 1);
+        /* The best point of the last progress is the result's first. */
+        assert_int_equal(pe->progress->best->index, r->top[0]->index);
+        assert_true(pe->progress->best->step_time_s == r->top[0]->step_time_s);
+        for (size_t i = 0; i < r->n_top; i++) {
+            Distir__V1__SearchPoint *p = r->top[i];
+            assert_string_equal(p->status, "ok");
+            assert_non_null(p->spec);
+            assert_int_equal((p->spec->dp ? p->spec->dp : 1) * (p->spec->tp ? p->spec->tp : 1) *
+                                 (p->spec->pp ? p->spec->pp : 1),
+                             8);
+            assert_non_null(strstr(local, p->strategy));
+            assert_true(i == 0 || r->top[i - 1]->step_time_s <= p->step_time_s);
+        }
+        protobuf_c_message_free_unpacked(&pe->base, NULL);
+        protobuf_c_message_free_unpacked(&re->base, NULL);
+        srv_search_free(s);
+    }
+    di_free(local);
+    ir_module_free(m);
+}
+
+static void
+test_cancel(void **state)
+{
+    (void)state;
+    ir_module *m = gpt();
+    request_limits lim = limits();
+    srv_search *s = srv_search_new(request_bytes(m, 0), &lim, 1u << 20, 2, 0);
+    di_error err;
+    assert_int_equal(srv_search_prepare(s, &err), 0);
+    assert_false(srv_search_cancelled(s));
+    srv_search_cancel(s);
+    assert_true(srv_search_cancelled(s));
+    srv_search_work(s, 0);
+    srv_search_work(s, 1);
+    assert_int_equal(srv_search_done(s), 0);
+    srv_search_free(s);
+    ir_module_free(m);
+}
+
+static void
+test_refusals(void **state)
+{
+    (void)state;
+    ir_module *m = gpt();
+    request_limits lim = limits();
+    di_error err;
+    /* 572 candidates to evaluate, 100 allowed. */
+    srv_search *s = srv_search_new(request_bytes(m, 0x9), &lim, 100, 1, 0);
+    assert_int_equal(srv_search_prepare(s, &err), DI_ETOOBIG);
+    assert_non_null(strstr(err.msg, "--max-search-candidates"));
+    srv_search_free(s);
+    /* ZeRO stage 5 does not exist. */
+    s = srv_search_new(request_bytes(m, 1u << 5), &lim, 1u << 20, 1, 0);
+    assert_int_equal(srv_search_prepare(s, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "zero"));
+    srv_search_free(s);
+    /* Not a SearchRequest. */
+    s = srv_search_new(grpc_slice_from_copied_string("\xff\xff\xff"), &lim, 1u << 20, 1, 0);
+    assert_int_not_equal(srv_search_prepare(s, &err), 0);
+    srv_search_free(s);
+    ir_module_free(m);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parts_equal_local),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_refusals),
+    };
+    grpc_init();
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    grpc_shutdown_blocking();
+    return rc;
+}
