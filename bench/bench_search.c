@@ -230,8 +230,9 @@ bench_mlp_grid(int quick)
                    t.bound_seconds / t.nbound_sampled, t.nbound_sampled);
         all.enumerated += t.enumerated;
         all.seconds += t.seconds;
-        all.bound_seconds +=
-            t.nbound_sampled ? t.bound_seconds / t.nbound_sampled * t.count[SEARCH_MEMORY_BOUND] : 0;
+        all.bound_seconds += t.nbound_sampled
+                                 ? t.bound_seconds / t.nbound_sampled * t.count[SEARCH_MEMORY_BOUND]
+                                 : 0;
         for (int s = 0; s < SEARCH_NSTATUS; s++)
             all.count[s] += t.count[s];
         configs += t.enumerated;
@@ -255,8 +256,7 @@ bench_mlp_grid(int quick)
                "measured: %.2f s on 1 core for the whole grid%s (dist-ir: 19 min), of which "
                "the memory bound prunes %llu; simulating those too, as dist-ir does: %.0f s "
                "projected\n",
-               all.seconds + projected,
-               projected_configs ? " (partly projected, see above)" : "",
+               all.seconds + projected, projected_configs ? " (partly projected, see above)" : "",
                (unsigned long long)all.count[SEARCH_MEMORY_BOUND],
                all.seconds + projected + all.bound_seconds);
     hw_free(hw);
@@ -358,10 +358,9 @@ bench_gpt3(uint64_t base_step)
     printf("   validation: %llu bases, every %llu%s validated (%llu, with their variants), %llu "
            "of them valid; %llu candidates left, %llu more pruned by the memory bound; %.2f s "
            "on 1 core\n",
-           (unsigned long long)nbase, (unsigned long long)base_step,
-           base_step == 1 ? "" : "th", (unsigned long long)(nbase + base_step - 1) / base_step,
-           (unsigned long long)nbase_valid, (unsigned long long)nleft,
-           (unsigned long long)nbound, t_valid);
+           (unsigned long long)nbase, (unsigned long long)base_step, base_step == 1 ? "" : "th",
+           (unsigned long long)(nbase + base_step - 1) / base_step, (unsigned long long)nbase_valid,
+           (unsigned long long)nleft, (unsigned long long)nbound, t_valid);
 
     /* search_eval (validation, transform, full simulation) on GPT_SAMPLE spread candidates. */
     search_evaluator_init(&ev, &sp);
