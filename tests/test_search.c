@@ -6,7 +6,8 @@
  * be transformed; shards 0..3 of 4 merged equal the unsharded result, also
  * through the JSON form; two runs are identical and the enumeration order is
  * stable; the space holds exactly the degree triples whose product is N;
- * the configuration parser and the memory headroom.
+ * the configuration parser and the memory headroom; the transforms' model
+ * facts the space is built from.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -740,6 +741,62 @@ test_throughput(void **state)
     ir_module_free(m);
 }
 
+/*
+ * xform_model_facts_init, which the space is built from: a GPT's batch,
+ * layers, heads and hidden size, its data arguments, and agreement with
+ * xform_validate on which tp and pp degrees fit.
+ */
+static void
+test_model_facts(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24), *p = mlp(3, 16, 8);
+    xform_model_facts f;
+    uint64_t data = 0, weight = 0;
+    uint32_t ndata = 0;
+    di_error err;
+    (void)state;
+    assert_int_equal(xform_model_facts_init(&f, m, &err), 0);
+    assert_int_equal(f.batch, 24);
+    assert_int_equal(f.layers, 4);
+    assert_int_equal(f.heads, 6);
+    assert_int_equal(f.hidden, 48);
+    assert_int_equal(f.nargs, m->regions[ir_module_entry(m)].narg); /* a whole step */
+    for (uint32_t a = 0; a < f.nargs; a++) {
+        const ir_value *v = &m->values[m->regions[ir_module_entry(m)].args[a]];
+        assert_true(f.arg_kind[a] == XFORM_ARG_DATA || f.arg_kind[a] == XFORM_ARG_WEIGHT);
+        if (f.arg_kind[a] == XFORM_ARG_DATA) {
+            ndata++;
+            data += ir_type_bytes(m, v->type);
+        } else {
+            weight += ir_type_bytes(m, v->type);
+        }
+    }
+    assert_true(ndata >= 1);
+    assert_true(data == f.data_bytes && weight == f.weight_bytes);
+    for (uint32_t k = 1; k <= 12; k++) {
+        strategy s;
+        xform_strategy_init(&s);
+        s.tp = k;
+        assert_int_equal(xform_validate(m, &s, NULL, &err) == 0,
+                         f.heads % k == 0 && f.hidden % k == 0);
+        xform_strategy_init(&s);
+        s.pp = k;
+        s.schedule = k > 1 ? STRATEGY_SCHEDULE_1F1B : STRATEGY_SCHEDULE_DEFAULT;
+        assert_int_equal(xform_validate(m, &s, NULL, &err) == 0, f.layers % k == 0);
+    }
+    xform_model_facts_fini(&f);
+    assert_null(f.arg_kind);
+
+    assert_int_equal(xform_model_facts_init(&f, p, &err), 0);
+    assert_int_equal(f.batch, 8);
+    assert_int_equal(f.layers, 3);
+    assert_int_equal(f.heads, 0);
+    assert_true(f.weight_bytes > 0 && f.data_bytes > 0);
+    xform_model_facts_fini(&f);
+    ir_module_free(p);
+    ir_module_free(m);
+}
+
 int
 main(void)
 {
@@ -756,6 +813,7 @@ main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_throughput),
         cmocka_unit_test(test_key),
+        cmocka_unit_test(test_model_facts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -342,20 +342,73 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
     return 0;
 }
 
+/* Appends the points of root's array key to *points (grown with *cap). */
 static int
-points_from_json(const json_t *root, const char *key, search_result *r, di_error *err)
+points_from_json(const json_t *root, const char *key, const search_result *r, search_point **points,
+                 size_t *npoint, size_t *cap, di_error *err)
 {
     const json_t *a = json_object_get(root, key);
     if (!json_is_array(a))
         return di_error_set(err, DI_EINVAL, "search result: '%s' is not an array", key);
     for (size_t i = 0; i < json_array_size(a); i++) {
-        search_point p;
-        int rc = point_from_json(json_array_get(a, i), &p, err);
-        if (rc != 0)
+        search_point *p;
+        const search_candidate *c;
+        int rc;
+        if (*npoint == *cap) {
+            *cap = *cap ? 2 * *cap : 64;
+            *points = di_xrealloc(*points, *cap * sizeof **points);
+        }
+        p = &(*points)[*npoint];
+        if ((rc = point_from_json(json_array_get(a, i), p, err)) != 0)
             return rc;
-        add_point(r, &p);
+        c = &p->cand;
+        if ((uint64_t)c->dp * c->tp * c->pp != r->devices)
+            return di_error_set(err, DI_EINVAL,
+                                "search result: point %llu uses dp*tp*pp = %llu devices, not %u",
+                                (unsigned long long)c->index,
+                                (unsigned long long)c->dp * c->tp * c->pp, r->devices);
+        ++*npoint;
     }
     return 0;
+}
+
+static int
+index_cmp(const void *x, const void *y)
+{
+    const search_point *a = x, *b = y;
+    return (a->cand.index > b->cand.index) - (a->cand.index < b->cand.index);
+}
+
+/*
+ * Adds the n points to r. A point may appear in both the top and the Pareto
+ * set, but two points with the same index must be the same point (otherwise
+ * which one the sets keep would depend on the order of additions), and there
+ * cannot be more distinct points than candidates counted ok.
+ */
+static int
+add_points(search_result *r, const search_point *points, size_t n, di_error *err)
+{
+    search_point *sorted = di_xmalloc((n ? n : 1) * sizeof *sorted);
+    uint64_t distinct = 0;
+    int rc = 0;
+    memcpy(sorted, points, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, index_cmp);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (i == 0 || sorted[i].cand.index != sorted[i - 1].cand.index)
+            distinct++;
+        else if (!point_equal(&sorted[i], &sorted[i - 1]))
+            rc = di_error_set(err, DI_EINVAL,
+                              "search result: point %llu appears twice with different values",
+                              (unsigned long long)sorted[i].cand.index);
+    }
+    di_free(sorted);
+    if (rc == 0 && distinct > r->count[SEARCH_OK])
+        rc = di_error_set(err, DI_EINVAL,
+                          "search result: %llu points, but %llu candidates counted ok",
+                          (unsigned long long)distinct, (unsigned long long)r->count[SEARCH_OK]);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        add_point(r, &points[i]);
+    return rc;
 }
 
 int
@@ -364,7 +417,9 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je), *counts;
     const char *obj;
-    uint64_t v;
+    search_point *points = NULL;
+    size_t npoint = 0, cap = 0;
+    uint64_t v, sum = 0;
     int rc = 0;
 
     memset(r, 0, sizeof *r);
@@ -391,6 +446,10 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
     r->top = di_xcalloc(r->top_k, sizeof *r->top);
     if ((rc = get_uint(root, "devices", HW_MAX_DEVICES, &v, err)) != 0)
         goto out;
+    if (v == 0) {
+        rc = di_error_set(err, DI_EINVAL, "search result: 'devices' is 0");
+        goto out;
+    }
     r->devices = (uint32_t)v;
     if ((rc = get_uint(root, "enumerated", UINT64_MAX / 2, &r->enumerated, err)) != 0)
         goto out;
@@ -399,13 +458,26 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
         rc = di_error_set(err, DI_EINVAL, "search result: 'counts' is not an object");
         goto out;
     }
-    for (int s = 0; s < SEARCH_NSTATUS; s++)
+    for (int s = 0; s < SEARCH_NSTATUS; s++) {
         if ((rc = get_uint(counts, status_names[s], UINT64_MAX / 2, &r->count[s], err)) != 0)
             goto out;
-    if ((rc = points_from_json(root, "top", r, err)) != 0 ||
-        (rc = points_from_json(root, "pareto", r, err)) != 0)
+        /* Each count is below 2^63, so the sum stops before it can wrap. */
+        if (sum <= r->enumerated)
+            sum += r->count[s];
+    }
+    if (sum != r->enumerated) {
+        rc = di_error_set(err, DI_EINVAL,
+                          "search result: the counts do not add up to the %llu candidates "
+                          "enumerated",
+                          (unsigned long long)r->enumerated);
+        goto out;
+    }
+    if ((rc = points_from_json(root, "top", r, &points, &npoint, &cap, err)) != 0 ||
+        (rc = points_from_json(root, "pareto", r, &points, &npoint, &cap, err)) != 0 ||
+        (rc = add_points(r, points, npoint, err)) != 0)
         goto out;
 out:
+    di_free(points);
     json_decref(root);
     if (rc != 0)
         search_result_fini(r);

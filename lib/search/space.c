@@ -6,8 +6,8 @@
  * The space is built as one array in enumeration order, so that a
  * candidate's index is its position and a shard or a worker takes
  * candidates by index alone. The module's batch and layer count come from
- * the transforms' own analysis (xf_ctx_init), so that the space and
- * xform_validate agree on what they are.
+ * the transforms' own analysis (xform_model_facts_init), so that the space
+ * and xform_validate agree on what they are.
  */
 #include "search/search.h"
 
@@ -20,7 +20,6 @@
 #include "ir/ir.h"
 #include "sim/sim.h"
 #include "xform/xform.h"
-#include "xform/xform_int.h"
 
 /* ---- configuration ---- */
 
@@ -467,8 +466,7 @@ int
 search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
                   const search_config *cfg, di_error *err)
 {
-    strategy trivial;
-    xf_ctx c;
+    xform_model_facts facts;
     space_builder b;
     int rc;
 
@@ -484,8 +482,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     if (cfg->devices > hw->ndevice)
         return di_error_set(err, DI_EINVAL, "%u devices asked for, but %s has %u", cfg->devices,
                             hw->name, hw->ndevice);
-    xform_strategy_init(&trivial);
-    if ((rc = xf_ctx_init(&c, m, &trivial, hw, err)) != 0) {
+    if ((rc = xform_model_facts_init(&facts, m, err)) != 0) {
         di_error_prefix(err, "cannot search this module");
         return rc;
     }
@@ -493,20 +490,11 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     sp->module = m;
     sp->hw = hw;
     sp->devices = cfg->devices ? cfg->devices : hw->ndevice;
-    sp->batch = c.batch;
-    sp->layers = c.nlayer;
-    {
-        const ir_region *r = &c.m->regions[c.func];
-        for (uint32_t a = 0; a < r->narg; a++) {
-            ir_id v = r->args[a];
-            uint64_t bytes = ir_type_bytes(c.m, c.m->values[v].type);
-            if (c.vflags[v] & XF_V_DATA)
-                sp->data_bytes += bytes;
-            else if (c.vflags[v] & XF_V_WEIGHT)
-                sp->state_bytes += bytes;
-        }
-    }
-    xf_ctx_fini(&c);
+    sp->batch = facts.batch;
+    sp->layers = facts.layers;
+    sp->data_bytes = facts.data_bytes;
+    sp->state_bytes = facts.weight_bytes;
+    xform_model_facts_fini(&facts);
     for (uint32_t d = 0; d < hw->ndevice; d++)
         if (hw_device_spec(hw, d)->memory_bytes > sp->max_capacity)
             sp->max_capacity = hw_device_spec(hw, d)->memory_bytes;

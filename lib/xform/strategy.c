@@ -10,7 +10,9 @@
  * optimizer ops run once per step, gradient ops and everything downstream of
  * them are backward), and which values are computed from constants only.
  * Validation then checks every divisibility the strategy needs and names
- * the constraint that fails.
+ * the constraint that fails. xform_model_facts_init publishes what the
+ * analysis found (batch, layers, heads, hidden size, which arguments are
+ * data) for callers outside the transforms, such as the search.
  */
 #include "xform/xform_int.h"
 
@@ -561,4 +563,53 @@ xform_validate(const ir_module *m, const strategy *s, const hw_model *hw, di_err
         return rc;
     xf_ctx_fini(&c);
     return 0;
+}
+
+int
+xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
+{
+    strategy trivial;
+    xf_ctx c;
+    const ir_region *r;
+    ir_id heads, col;
+    int rc;
+
+    memset(f, 0, sizeof *f);
+    xform_strategy_init(&trivial);
+    if ((rc = xf_ctx_init(&c, m, &trivial, NULL, err)) != 0)
+        return rc;
+    f->batch = c.batch;
+    f->layers = c.nlayer;
+    /* The same ops validate_tp reads. */
+    heads = find_op(&c, IR_OP_RESHAPE, XF_TP_HEADS, 4);
+    col = find_op(&c, IR_OP_MATMUL, XF_TP_COLUMN, 0);
+    if (heads)
+        f->heads = ir_type_dims(c.m, c.m->values[c.m->ops[heads].outputs].type)[2];
+    if (col) {
+        const int64_t *wd = ir_type_dims(c.m, c.m->values[ir_op_input(c.m, col, 1)].type);
+        f->hidden = heads ? wd[0] : wd[1];
+    }
+    r = &c.m->regions[c.func];
+    f->nargs = r->narg;
+    f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
+    for (uint32_t a = 0; a < r->narg; a++) {
+        ir_id v = r->args[a];
+        uint64_t bytes = ir_type_bytes(c.m, c.m->values[v].type);
+        if (c.vflags[v] & XF_V_DATA) {
+            f->arg_kind[a] = XFORM_ARG_DATA;
+            f->data_bytes += bytes;
+        } else if (c.vflags[v] & XF_V_WEIGHT) {
+            f->arg_kind[a] = XFORM_ARG_WEIGHT;
+            f->weight_bytes += bytes;
+        }
+    }
+    xf_ctx_fini(&c);
+    return 0;
+}
+
+void
+xform_model_facts_fini(xform_model_facts *f)
+{
+    di_free(f->arg_kind);
+    memset(f, 0, sizeof *f);
 }

@@ -67,6 +67,38 @@ int xform_validate(const ir_module *m, const strategy *s, const hw_model *hw,
                    di_error *err);
 
 /*
+ * What the transforms see in a sequential module, the facts a strategy's
+ * degrees must fit: the search (lib/search) builds its space from them, so
+ * that the space and xform_validate agree.
+ */
+#define XFORM_ARG_DATA 1   /* batch data (tokens, labels, x, any integer): split on dimension 0 */
+#define XFORM_ARG_WEIGHT 2 /* any other floating-point argument: weights, optimizer state */
+
+typedef struct xform_model_facts {
+    int64_t batch;   /* dimension 0 of the batch-data arguments, -1 when there are none */
+    uint32_t layers; /* distinct dist.layer values: pp (times V) must divide them */
+    int64_t heads;   /* attention heads tp must divide (dist.tp "heads"), 0 when none */
+    int64_t hidden;  /* the hidden size tp must divide (column-parallel MatMul), 0 when none */
+    /*
+     * The arguments of the step the transforms take: m's entry function's, then, when m is
+     * forward-only, the optimizer state its differentiation appends.
+     */
+    uint32_t nargs;
+    uint8_t *arg_kind;     /* per argument: XFORM_ARG_DATA or XFORM_ARG_WEIGHT */
+    uint64_t data_bytes;   /* the batch-data arguments, bytes */
+    uint64_t weight_bytes; /* the weight arguments (optimizer state included), bytes */
+} xform_model_facts;
+
+/*
+ * Fills *f (any contents) with m's facts. Fails as xform_validate of the
+ * trivial strategy does (DI_EUNSUPPORTED for a module the transforms cannot
+ * take); then there is nothing to free. On success free with
+ * xform_model_facts_fini.
+ */
+int xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err);
+void xform_model_facts_fini(xform_model_facts *f);
+
+/*
  * Applies s to the sequential module m (see the top of this file). hw gives
  * the device count for validation (may be NULL). On success *out is a new
  * module the caller frees with ir_module_free.
