@@ -2,7 +2,8 @@
 # demo-daemon.sh [BUILD_DIR]: the daemon end to end. Starts distird on an
 # ephemeral port with a temporary database, simulates a bundled model twice
 # through the CLI (the second answer comes from the cache and says so),
-# prints both results and `distir info`, then stops the daemon with SIGTERM
+# prints both results, searches the strategies of a small GPT on the daemon's
+# workers, prints `distir info`, then stops the daemon with SIGTERM
 # and checks that it exited 0 and left an intact database. Exits non-zero if
 # any step fails.
 B=${1:-${DISTIR_BUILD:-build/release}}
@@ -61,6 +62,11 @@ sed 1d "$TMP/call2.txt" >"$TMP/r2"
 cmp -s "$TMP/r1" "$TMP/r2" || die "the cached result differs from the computed one"
 echo
 echo "the second answer came from the cache and is identical to the first"
+
+echo
+"$DISTIR" model gpt --preset gpt3-125m --batch 16 --dtype bf16 -o "$TMP/g125.pb" || die "model failed"
+echo "\$ distir search g125.pb --hw a100-dgx --top 3 --server $ADDR    # GPT-3 125M, every strategy on 8 GPUs"
+"$DISTIR" search "$TMP/g125.pb" --hw a100-dgx --top 3 --server "$ADDR" || die "search failed"
 
 echo
 echo "\$ distir info --server $ADDR"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # demo.sh BUILD_DIR: shows distir working end to end on a bundled model:
 # the module in text form, its canonical hash, a text -> protobuf -> text
-# round trip, a simulation on an A100 node (table), a strategy search, and then the daemon:
-# the same simulation twice over gRPC (the second a cache hit).
+# round trip, a simulation on an A100 node (table), strategies of GPT-3 1.3B,
+# and then the daemon: the same simulation twice over gRPC (the second a
+# cache hit) and a strategy search on its workers.
 set -eu
 B=${1:-build/release}
 D="$B/distir"
@@ -42,9 +43,5 @@ for s in "--dp 16" "--dp 8 --tp 2" "--dp 4 --tp 4" "--dp 4 --tp 2 --pp 2 --micro
 print("%-48s %10.2f ms %8.2f GiB %7.1f%%" % (sys.argv[2], r["step_time_s"]*1e3,
       r["peak_memory_bytes"]/2**30, r["mfu"]*100))' "$tmp/r.json" "$s"
 done
-echo
-echo "== search: every strategy of GPT-3 125M (bf16, batch 16) on one DGX A100 node, the 5 fastest"
-"$D" model gpt --preset gpt3-125m --batch 16 --dtype bf16 -o "$tmp/g125.pb"
-"$D" search "$tmp/g125.pb" --hw a100-dgx --top 5
 echo
 sh scripts/demo-daemon.sh "$B"
