@@ -391,8 +391,10 @@ add_points(search_result *r, const search_point *points, size_t n, di_error *err
     search_point *sorted = di_xmalloc((n ? n : 1) * sizeof *sorted);
     uint64_t distinct = 0;
     int rc = 0;
-    memcpy(sorted, points, n * sizeof *sorted);
-    qsort(sorted, n, sizeof *sorted, index_cmp);
+    if (n > 0) { /* points is NULL when both arrays are empty */
+        memcpy(sorted, points, n * sizeof *sorted);
+        qsort(sorted, n, sizeof *sorted, index_cmp);
+    }
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (i == 0 || sorted[i].cand.index != sorted[i - 1].cand.index)
             distinct++;

@@ -279,7 +279,12 @@ double search_point_cost(search_objective o, const search_point *p);
  * JSON round trip is exact). The caller frees the text with di_free.
  */
 char *search_result_to_json(const search_result *r);
-/* Parses that form into *r (not initialized); free with search_result_fini. */
+/*
+ * Parses that form into *r (not initialized); free with search_result_fini. Refuses
+ * (DI_EINVAL, nothing to free) what no search writes: counts that do not add up to
+ * "enumerated", a point whose dp*tp*pp is not "devices", more distinct points than
+ * candidates counted ok, or one index with two different points.
+ */
 int search_result_from_json(const char *text, size_t len, search_result *r, di_error *err);
 /* Human-readable tables of the top K and the Pareto set, and the counts. Caller frees. */
 char *search_result_to_table(const search_result *r);
