@@ -118,7 +118,10 @@ while ! grep -q 'event=job_cancelled' "$TMP/slow.log" && [ $i -lt 40 ]; do sleep
 check "the worker job was cancelled" grep -q 'event=job_cancelled' "$TMP/slow.log"
 ms=$(sed -n 's/.*event=job_cancelled .*run_ms=\([0-9]*\).*/\1/p' "$TMP/slow.log" | head -n 1)
 check "the worker stopped long before its 5 s delay (ran ${ms:-?} ms)" test "${ms:-99999}" -lt 1500
-check "the cancelled call was logged as a deadline" grep -q 'event=call_cancelled method=Simulate reason=deadline' "$TMP/slow.log"
+# gRPC carries the deadline as a timeout relative to the request's arrival, so on
+# a loaded machine the client may give up (a cancel) just before the daemon's own
+# copy of the deadline passes: either reason is right there.
+check "the cancelled call was logged (deadline or cancel)" grep -Eq 'event=call_cancelled method=Simulate reason=(deadline|cancelled)' "$TMP/slow.log"
 stop_daemon
 check "slow daemon exits 0" [ $? -eq 0 ]
 
