@@ -53,7 +53,7 @@ static const char *const stmt_sql[NSTMT] = {
 
 typedef struct cache_hit {
     di_hash key;
-    int search; /* a hit on the searches table rather than on results */
+    int search;  /* a hit on the searches table rather than on results */
     double time; /* Unix seconds */
 } cache_hit;
 
@@ -249,8 +249,7 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
         return err ? err->code : DI_EIO;
     }
     for (int i = 0; i < NSTMT; i++) {
-        if (c->readonly && i != ST_GET && i != ST_HITS && i != ST_SEARCH_GET &&
-            i != ST_SEARCH_HITS)
+        if (c->readonly && i != ST_GET && i != ST_HITS && i != ST_SEARCH_GET && i != ST_SEARCH_HITS)
             continue;
         rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
         /*
@@ -315,8 +314,7 @@ cache_schema_version(cache *c)
 
 /* cache_get and cache_search_get: the statement `which` looks key up. */
 static int
-get_blob(cache *c, int which, const di_hash *key, const uint8_t **data, size_t *len,
-         di_error *err)
+get_blob(cache *c, int which, const di_hash *key, const uint8_t **data, size_t *len, di_error *err)
 {
     sqlite3_stmt *st = c->st[which];
     int rc;

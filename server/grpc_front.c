@@ -16,7 +16,9 @@
  *
  * Search runs one search shared by every worker (server/search.h): a
  * prepare job, then one work job per worker on the search's shared cursor,
- * progress events from a loop timer, the merged result when all are back.
+ * progress events from a loop timer, the merged result when all are back
+ * (then stored in the cache); a search found stored by its prepare job gets
+ * one progress event and the stored result instead.
  *
  * Simulations are deduplicated by cache key: the in-flight table maps a key
  * to the running job, and later identical requests wait on it. A job whose
@@ -558,8 +560,7 @@ job_run(pool_job *pj, pool_worker *w)
         /* A stored search found through this worker's own connection. */
         if (job->rc == 0)
             srv_search_lookup(job->search, w->local);
-    }
-    else if (job->kind == JOB_SEARCH_WORK)
+    } else if (job->kind == JOB_SEARCH_WORK)
         srv_search_work(job->search, job->part);
     else
         job_run_simulate(job);
@@ -1282,8 +1283,7 @@ search_end(srv_call *c)
     srv_log(SRV_LOG_INFO, "search_end", "done=%llu total=%llu cancelled=%d cached=%d ms=%.1f",
             (unsigned long long)srv_search_done(c->search),
             (unsigned long long)srv_search_total(c->search), srv_search_cancelled(c->search),
-            srv_search_hit(c->search),
-            (double)(now_ns() - c->t0_ns) / 1e6);
+            srv_search_hit(c->search), (double)(now_ns() - c->t0_ns) / 1e6);
     if (!c->dead && !c->status_pending && !c->status_sent) {
         grpc_byte_buffer *bb;
         uint8_t *stored;

@@ -14,6 +14,11 @@
  * every order there is by enumeration index, so the answer is bit-identical
  * whatever the worker count and the interleaving.
  *
+ * Stored searches: after the prepare, the worker looks the search up in the
+ * cache (srv_search_lookup); on a hit no work job runs and srv_search_result
+ * gives the stored result, marked cached. A computed result comes back
+ * packed from srv_search_result for the loop to store.
+ *
  * lib/ stays free of threads: the cursor, the atomics and the mutex live here.
  */
 #ifndef DISTIRD_SEARCH_H

@@ -3,7 +3,8 @@
  * temporary files: put and get, persistence across close and reopen, hit
  * counting, stored searches (their own table and hits), read-only worker
  * connections, schema migrations by user_version (an old database is
- * upgraded with its rows intact, a newer one is refused), files that are not databases, and the integrity check.
+ * upgraded with its rows intact, a newer one is refused), files that are not databases, and the
+ * integrity check.
  */
 /* cmocka needs these four first, in this order. */
 #include <stdarg.h>
