@@ -332,6 +332,8 @@ srv_search_lookup(srv_search *s, struct cache *c)
     const uint8_t *data;
     size_t len;
     ProtobufCMessage *msg;
+    if (s->stored != NULL)
+        return 1;
     if (!s->prepared || c == NULL)
         return 0;
     srv_search_store_key(s, &key);
