@@ -322,7 +322,16 @@ stored_matches(const srv_search *s, const Distir__V1__SearchResult *r)
             return 0;
         sum += r->counts[i]->count;
     }
-    return sum == r->enumerated;
+    if (sum != r->enumerated)
+        return 0;
+    /* The JSON is what clients read: it must parse, as this search's result. */
+    search_result parsed;
+    if (search_result_from_json(r->json, strlen(r->json), &parsed, NULL) != 0)
+        return 0;
+    int same = memcmp(parsed.key.b, s->space.key.b, sizeof parsed.key.b) == 0 &&
+               parsed.enumerated == r->enumerated;
+    search_result_fini(&parsed);
+    return same;
 }
 
 int

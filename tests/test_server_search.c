@@ -328,13 +328,27 @@ test_stored(void **state)
     assert_int_equal(srv_search_done(again), 572);
     srv_search_free(again);
 
-    /* Integrity: garbage, or the shard's result under the whole's key, is a miss. */
+    /* Integrity: garbage, the shard's result under the whole's key, or a result whose JSON
+     * does not parse, is a miss. */
     again = prepared(m, 0x9, 0, 1);
     assert_int_equal(cache_search_put(w, &k_whole, (const uint8_t *)"\x0a\xff\x01", 3, &err), 0);
     assert_int_equal(srv_search_lookup(again, r), 0);
     assert_int_equal(cache_search_put(w, &k_whole, b_shard, n_shard, &err), 0);
     assert_int_equal(srv_search_lookup(again, r), 0);
     assert_false(srv_search_hit(again));
+    /* A result that unpacks but whose JSON does not parse. */
+    Distir__V1__SearchResult *bad = distir__v1__search_result__unpack(NULL, n_whole, b_whole);
+    assert_non_null(bad);
+    char *json = bad->json;
+    bad->json = (char *)"{\"search_key\":";
+    size_t n_bad = distir__v1__search_result__get_packed_size(bad);
+    uint8_t *b_bad = malloc(n_bad);
+    distir__v1__search_result__pack(bad, b_bad);
+    bad->json = json;
+    protobuf_c_message_free_unpacked(&bad->base, NULL);
+    assert_int_equal(cache_search_put(w, &k_whole, b_bad, n_bad, &err), 0);
+    free(b_bad);
+    assert_int_equal(srv_search_lookup(again, r), 0);
     assert_int_equal(cache_search_put(w, &k_whole, b_whole, n_whole, &err), 0);
     assert_int_equal(srv_search_lookup(again, r), 1);
 
