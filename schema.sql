@@ -40,3 +40,19 @@ CREATE TABLE meta (
     value TEXT NOT NULL
 ) WITHOUT ROWID;
 INSERT INTO meta (name, value) VALUES ('created', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+
+-- version 3
+-- Stored searches (the Search RPC): the key is SHA-256 over the search's key
+-- (search_space.key, which covers module, hardware, N, constraints,
+-- objective, K and the simulator version) and the shard i/n (server/search.c);
+-- the value is the packed distir.v1.SearchResult. Like results, a row never
+-- changes once written; only hits and last_hit are updated.
+CREATE TABLE searches (
+    id INTEGER PRIMARY KEY,
+    key BLOB NOT NULL UNIQUE CHECK (typeof(key) = 'blob' AND length(key) = 32),
+    result BLOB NOT NULL,                   -- packed distir.v1.SearchResult
+    created REAL NOT NULL,                  -- Unix time, seconds
+    last_hit REAL,                          -- Unix time, seconds; NULL until the first hit
+    hits INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX searches_last_hit ON searches (last_hit);

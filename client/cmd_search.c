@@ -187,6 +187,7 @@ typedef struct remote_state {
     search_result result;
     uint64_t space_candidates;
     double elapsed_s;
+    int cached; /* the daemon answered from its stored searches */
     di_error err;
 } remote_state;
 
@@ -221,6 +222,7 @@ remote_event(void *ctx, const Distir__V1__SearchEvent *ev)
         st->have_result = 1;
         st->space_candidates = r->space_candidates;
         st->elapsed_s = r->elapsed_s;
+        st->cached = r->cached;
     }
     return 0;
 }
@@ -305,8 +307,9 @@ search_remote(const char *server, const char *file, const char *hwname, const se
         return CLI_FAIL;
     }
     if (!json)
-        printf("space: %llu candidates on %u devices of %s (searched by %s)\n",
-               (unsigned long long)st.space_candidates, st.result.devices, hw->name, server);
+        printf("space: %llu candidates on %u devices of %s (searched by %s%s)\n",
+               (unsigned long long)st.space_candidates, st.result.devices, hw->name, server,
+               st.cached ? ", cache hit" : "");
     if (!json && cfg->shard_count > 1)
         printf("shard %u/%u: %llu candidates\n", cfg->shard_index, cfg->shard_count,
                (unsigned long long)st.result.enumerated);

@@ -15,7 +15,20 @@
 #include <string.h>
 #include <time.h>
 
-enum { ST_GET, ST_PUT, ST_HIT, ST_HITS, ST_BEGIN, ST_COMMIT, ST_ROLLBACK, NSTMT };
+enum {
+    ST_GET,
+    ST_PUT,
+    ST_HIT,
+    ST_HITS,
+    ST_SEARCH_GET,
+    ST_SEARCH_PUT,
+    ST_SEARCH_HIT,
+    ST_SEARCH_HITS,
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    NSTMT
+};
 
 static const char *const stmt_sql[NSTMT] = {
     [ST_GET] = "SELECT result FROM results WHERE key = ?1",
@@ -25,6 +38,14 @@ static const char *const stmt_sql[NSTMT] = {
     [ST_HIT] = "UPDATE results SET hits = hits + ?2, "
                "last_hit = max(coalesce(last_hit, 0), ?3) WHERE key = ?1",
     [ST_HITS] = "SELECT hits FROM results WHERE key = ?1",
+    [ST_SEARCH_GET] = "SELECT result FROM searches WHERE key = ?1",
+    /* A search is stored only after a miss: an existing row did not decode, so it is replaced. */
+    [ST_SEARCH_PUT] = "INSERT INTO searches (key, result, created) VALUES (?1, ?2, ?3) "
+                      "ON CONFLICT (key) DO UPDATE SET result = excluded.result, "
+                      "created = excluded.created",
+    [ST_SEARCH_HIT] = "UPDATE searches SET hits = hits + ?2, "
+                      "last_hit = max(coalesce(last_hit, 0), ?3) WHERE key = ?1",
+    [ST_SEARCH_HITS] = "SELECT hits FROM searches WHERE key = ?1",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
@@ -32,6 +53,7 @@ static const char *const stmt_sql[NSTMT] = {
 
 typedef struct cache_hit {
     di_hash key;
+    int search;  /* a hit on the searches table rather than on results */
     double time; /* Unix seconds */
 } cache_hit;
 
@@ -44,6 +66,12 @@ struct cache {
     cache_hit *hits; /* pending hits */
     size_t nhit, chit;
 };
+
+static int
+is_search_stmt(int which)
+{
+    return which >= ST_SEARCH_GET && which <= ST_SEARCH_HITS;
+}
 
 static double
 now_unix(void)
@@ -221,9 +249,18 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
         return err ? err->code : DI_EIO;
     }
     for (int i = 0; i < NSTMT; i++) {
-        if (c->readonly && i != ST_GET && i != ST_HITS)
+        if (c->readonly && i != ST_GET && i != ST_HITS && i != ST_SEARCH_GET && i != ST_SEARCH_HITS)
             continue;
         rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
+        /*
+         * A schema text older than version 3 (tests of migrations) has no
+         * searches table: its statements stay NULL and the database stores
+         * no searches (is_search_stmt).
+         */
+        if (rc != SQLITE_OK && is_search_stmt(i) && cache_schema_latest(schema) < 3) {
+            c->st[i] = NULL;
+            continue;
+        }
         if (rc != SQLITE_OK) {
             db_error(c, err, DI_EIO, "cannot prepare a statement");
             cache_close(c);
@@ -275,12 +312,15 @@ cache_schema_version(cache *c)
     return v;
 }
 
-int
-cache_get(cache *c, const di_hash *key, const uint8_t **data, size_t *len, di_error *err)
+/* cache_get and cache_search_get: the statement `which` looks key up. */
+static int
+get_blob(cache *c, int which, const di_hash *key, const uint8_t **data, size_t *len, di_error *err)
 {
-    sqlite3_stmt *st = c->st[ST_GET];
+    sqlite3_stmt *st = c->st[which];
     int rc;
     release_active(c);
+    if (st == NULL)
+        return DI_ENOTFOUND; /* no searches table */
     sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
@@ -294,6 +334,18 @@ cache_get(cache *c, const di_hash *key, const uint8_t **data, size_t *len, di_er
     if (rc == SQLITE_DONE)
         return DI_ENOTFOUND;
     return db_error(c, err, DI_EIO, "lookup failed");
+}
+
+int
+cache_get(cache *c, const di_hash *key, const uint8_t **data, size_t *len, di_error *err)
+{
+    return get_blob(c, ST_GET, key, data, len, err);
+}
+
+int
+cache_search_get(cache *c, const di_hash *key, const uint8_t **data, size_t *len, di_error *err)
+{
+    return get_blob(c, ST_SEARCH_GET, key, data, len, err);
 }
 
 static int
@@ -341,21 +393,75 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
     return 0;
 }
 
-void
-cache_note_hit(cache *c, const di_hash *key)
+int
+cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err)
+{
+    sqlite3_stmt *st = c->st[ST_SEARCH_PUT];
+    int rc;
+    if (c->readonly)
+        return di_error_set(err, DI_EINVAL, "cache: put on a read-only connection");
+    if (st == NULL)
+        return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no searches table");
+    release_active(c);
+    if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
+        return db_error(c, err, DI_EIO, "cannot begin a write");
+    sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 2, len ? data : (const uint8_t *)"", len, SQLITE_STATIC);
+    sqlite3_bind_double(st, 3, now_unix());
+    rc = sqlite3_step(st);
+    sqlite3_clear_bindings(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        db_error(c, err, DI_EIO, "cannot store a search");
+        exec_stmt(c, ST_ROLLBACK);
+        return DI_EIO;
+    }
+    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
+        db_error(c, err, DI_EIO, "cannot commit a search");
+        exec_stmt(c, ST_ROLLBACK);
+        return DI_EIO;
+    }
+    return 0;
+}
+
+static void
+note_hit(cache *c, const di_hash *key, int search)
 {
     if (c->readonly)
         return;
     DI_GROW(&c->hits, &c->chit, c->nhit + 1);
     c->hits[c->nhit].key = *key;
+    c->hits[c->nhit].search = search;
     c->hits[c->nhit].time = now_unix();
     c->nhit++;
 }
 
+void
+cache_note_hit(cache *c, const di_hash *key)
+{
+    note_hit(c, key, 0);
+}
+
+void
+cache_search_note_hit(cache *c, const di_hash *key)
+{
+    note_hit(c, key, 1);
+}
+
+/* By table, then by key: equal keys of one table are adjacent. */
 static int
 hit_cmp(const void *a, const void *b)
 {
-    return memcmp(((const cache_hit *)a)->key.b, ((const cache_hit *)b)->key.b, 32);
+    const cache_hit *x = a, *y = b;
+    if (x->search != y->search)
+        return x->search - y->search;
+    return memcmp(x->key.b, y->key.b, 32);
+}
+
+static int
+same_hit(const cache_hit *a, const cache_hit *b)
+{
+    return a->search == b->search && memcmp(a->key.b, b->key.b, 32) == 0;
 }
 
 int
@@ -377,7 +483,6 @@ cache_set_limit(cache *c, uint64_t bytes, di_error *err)
 int
 cache_flush(cache *c, di_error *err)
 {
-    sqlite3_stmt *st = c->st[ST_HIT];
     if (c->readonly || c->nhit == 0)
         return 0;
     release_active(c);
@@ -387,10 +492,15 @@ cache_flush(cache *c, di_error *err)
     for (size_t i = 0; i < c->nhit;) {
         size_t j = i;
         double last = 0;
-        while (j < c->nhit && memcmp(c->hits[j].key.b, c->hits[i].key.b, 32) == 0) {
+        sqlite3_stmt *st = c->st[c->hits[i].search ? ST_SEARCH_HIT : ST_HIT];
+        while (j < c->nhit && same_hit(&c->hits[j], &c->hits[i])) {
             if (c->hits[j].time > last)
                 last = c->hits[j].time;
             j++;
+        }
+        if (st == NULL) { /* no searches table */
+            i = j;
+            continue;
         }
         sqlite3_bind_blob(st, 1, c->hits[i].key.b, 32, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, (sqlite3_int64)(j - i));
@@ -431,21 +541,36 @@ cache_count(cache *c)
     return c->count;
 }
 
-int64_t
-cache_hits(cache *c, const di_hash *key)
+/* cache_hits and cache_search_hits. */
+static int64_t
+stored_hits(cache *c, const di_hash *key, int search)
 {
-    sqlite3_stmt *st = c->st[ST_HITS];
+    sqlite3_stmt *st = c->st[search ? ST_SEARCH_HITS : ST_HITS];
     int64_t n = -1;
     release_active(c);
+    if (st == NULL)
+        return -1; /* no searches table */
     sqlite3_bind_blob(st, 1, key->b, 32, SQLITE_STATIC);
     if (sqlite3_step(st) == SQLITE_ROW)
         n = sqlite3_column_int64(st, 0);
     sqlite3_reset(st);
     if (n >= 0)
         for (size_t i = 0; i < c->nhit; i++)
-            if (memcmp(c->hits[i].key.b, key->b, 32) == 0)
+            if (c->hits[i].search == search && memcmp(c->hits[i].key.b, key->b, 32) == 0)
                 n++;
     return n;
+}
+
+int64_t
+cache_hits(cache *c, const di_hash *key)
+{
+    return stored_hits(c, key, 0);
+}
+
+int64_t
+cache_search_hits(cache *c, const di_hash *key)
+{
+    return stored_hits(c, key, 1);
 }
 
 int

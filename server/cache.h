@@ -72,6 +72,19 @@ uint64_t cache_count(cache *c);
 /* Stored hit count of key (including unflushed ones), or -1 when absent. */
 int64_t cache_hits(cache *c, const di_hash *key);
 
+/*
+ * Stored searches (the searches table): as cache_get, cache_put,
+ * cache_note_hit and cache_hits, with the packed distir.v1.SearchResult of a
+ * completed search under its store key (srv_search_store_key). Unlike
+ * cache_put, cache_search_put replaces an existing row: the daemon stores a
+ * search only after a miss, so a row there did not decode.
+ */
+int cache_search_get(cache *c, const di_hash *key, const uint8_t **data, size_t *len,
+                     di_error *err);
+int cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err);
+void cache_search_note_hit(cache *c, const di_hash *key);
+int64_t cache_search_hits(cache *c, const di_hash *key);
+
 /* PRAGMA integrity_check: 0 when it says "ok", DI_EIO with its first lines otherwise. */
 int cache_check(cache *c, di_error *err);
 

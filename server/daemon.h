@@ -84,6 +84,7 @@ typedef struct srv_metrics {
     uint64_t calls_cancelled; /* deadline, client cancel or lost connection */
     uint64_t searches_done;      /* Search calls answered with a result */
     uint64_t search_candidates;  /* candidates evaluated by searches */
+    uint64_t search_cache_hits;  /* Search calls answered from the stored searches */
 } srv_metrics;
 
 typedef struct srv_job srv_job;

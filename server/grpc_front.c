@@ -16,7 +16,9 @@
  *
  * Search runs one search shared by every worker (server/search.h): a
  * prepare job, then one work job per worker on the search's shared cursor,
- * progress events from a loop timer, the merged result when all are back.
+ * progress events from a loop timer, the merged result when all are back
+ * (then stored in the cache); a search found stored by its prepare job gets
+ * one progress event and the stored result instead.
  *
  * Simulations are deduplicated by cache key: the in-flight table maps a key
  * to the running job, and later identical requests wait on it. A job whose
@@ -553,9 +555,12 @@ job_run(pool_job *pj, pool_worker *w)
     di_error_clear(&job->err);
     if (job->kind == JOB_DECODE)
         job_run_decode(job, w);
-    else if (job->kind == JOB_SEARCH_PREPARE)
+    else if (job->kind == JOB_SEARCH_PREPARE) {
         job->rc = srv_search_prepare(job->search, &job->err);
-    else if (job->kind == JOB_SEARCH_WORK)
+        /* A stored search found through this worker's own connection. */
+        if (job->rc == 0)
+            srv_search_lookup(job->search, w->local);
+    } else if (job->kind == JOB_SEARCH_WORK)
         srv_search_work(job->search, job->part);
     else
         job_run_simulate(job);
@@ -1275,20 +1280,34 @@ search_end(srv_call *c)
 {
     srv_daemon *d = c->d;
     search_timer_stop(c);
-    srv_log(SRV_LOG_INFO, "search_end", "done=%llu total=%llu cancelled=%d ms=%.1f",
+    srv_log(SRV_LOG_INFO, "search_end", "done=%llu total=%llu cancelled=%d cached=%d ms=%.1f",
             (unsigned long long)srv_search_done(c->search),
             (unsigned long long)srv_search_total(c->search), srv_search_cancelled(c->search),
-            (double)(now_ns() - c->t0_ns) / 1e6);
+            srv_search_hit(c->search), (double)(now_ns() - c->t0_ns) / 1e6);
     if (!c->dead && !c->status_pending && !c->status_sent) {
         grpc_byte_buffer *bb;
+        uint8_t *stored;
+        size_t nstored;
         di_error err;
         di_error_clear(&err);
         if (srv_search_cancelled(c->search)) {
             call_fail(c, DI_ECANCELLED, "search cancelled (the daemon is shutting down)");
-        } else if (srv_search_result(c->search, &bb, &err) != 0) {
+        } else if (srv_search_result(c->search, &bb, &stored, &nstored, &err) != 0) {
             call_fail(c, DI_EINTERNAL, err.msg);
         } else {
             d->m.searches_done++;
+            /* A completed search (not a hit) is stored, as simulation results are. */
+            if (stored != NULL) {
+                di_hash key;
+                char hex[65];
+                srv_search_store_key(c->search, &key);
+                if (cache_search_put(d->cache, &key, stored, nstored, &err) != 0) {
+                    di_hash_hex(&key, hex);
+                    srv_log(SRV_LOG_ERROR, "search_store_failed", "key=%s error=\"%s\"", hex,
+                            err.msg);
+                }
+                di_free(stored);
+            }
             call_enqueue(c, bb);
             call_finish(c, GRPC_STATUS_OK, NULL);
         }
@@ -1308,6 +1327,17 @@ job_finished_search(srv_daemon *d, srv_job *job)
         if (job->rc != 0) {
             if (!c->dead)
                 call_fail(c, job->rc, job->err.msg);
+        } else if (!c->dead && !srv_search_cancelled(c->search) && srv_search_hit(c->search)) {
+            /* A stored search: one progress event, then (search_end) the stored result. */
+            di_hash key;
+            char hex[65];
+            srv_search_store_key(c->search, &key);
+            di_hash_hex(&key, hex);
+            d->m.search_cache_hits++;
+            cache_search_note_hit(d->cache, &key);
+            srv_log(SRV_LOG_INFO, "search_cache_hit", "key=%s candidates=%llu", hex,
+                    (unsigned long long)srv_search_total(c->search));
+            search_send_progress(c);
         } else if (!c->dead && !srv_search_cancelled(c->search)) {
             srv_log(SRV_LOG_INFO, "search_started", "candidates=%llu workers=%u",
                     (unsigned long long)srv_search_total(c->search), d->nworkers);
@@ -1318,7 +1348,8 @@ job_finished_search(srv_daemon *d, srv_job *job)
         }
     }
     if (c->search_jobs == 0) {
-        d->m.search_candidates += srv_search_done(c->search);
+        if (!srv_search_hit(c->search))
+            d->m.search_candidates += srv_search_done(c->search);
         search_end(c);
     }
     call_unref(c);

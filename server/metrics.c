@@ -314,6 +314,8 @@ srv_metrics_render(srv_daemon *d, di_buf *b)
             (double)m->searches_done);
     counter(b, "distird_search_candidates_total", "Candidates evaluated by searches.", "counter",
             (double)m->search_candidates);
+    counter(b, "distird_search_cache_hits_total", "Search calls answered from stored searches.",
+            "counter", (double)m->search_cache_hits);
     counter(b, "distird_calls_cancelled_total",
             "Calls that ended before their status was sent (deadline, cancel, disconnect).",
             "counter", (double)m->calls_cancelled);

@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "base/pb.h"
+#include "cache.h"
 #include "distir.pb-c.h"
 #include "reply.h"
 #include "search/search.h"
@@ -50,6 +51,9 @@ struct srv_search {
 
     unsigned nparts;
     search_result *parts;
+
+    /* A stored result found by srv_search_lookup (NULL on a miss). */
+    Distir__V1__SearchResult *stored;
 };
 
 srv_search *
@@ -83,6 +87,8 @@ srv_search_free(srv_search *s)
             search_result_fini(&s->parts[i]);
         search_space_fini(&s->space);
     }
+    if (s->stored != NULL)
+        protobuf_c_message_free_unpacked(&s->stored->base, NULL);
     request_input_unref(s->input);
     grpc_slice_unref(s->bytes);
     pthread_mutex_destroy(&s->best_lock);
@@ -284,6 +290,85 @@ srv_search_done(srv_search *s)
     return atomic_load(&s->done);
 }
 
+/* ---------------------------------------------------------------- stored searches */
+
+void
+srv_search_store_key(const srv_search *s, di_hash *key)
+{
+    static const char domain[] = "distir.search.store.v1";
+    di_sha256 h;
+    di_sha256_init(&h);
+    di_sha256_update(&h, domain, sizeof domain); /* with its NUL */
+    di_sha256_update(&h, s->space.key.b, sizeof s->space.key.b);
+    di_sha256_u64(&h, s->cfg.shard_index);
+    di_sha256_u64(&h, s->cfg.shard_count);
+    di_sha256_final(&h, key);
+}
+
+/* Whether a decoded stored result is a whole result of this search. */
+static int
+stored_matches(const srv_search *s, const Distir__V1__SearchResult *r)
+{
+    char key[65];
+    uint64_t sum = 0;
+    di_hash_hex(&s->space.key, key);
+    if (r->search_key == NULL || strcmp(r->search_key, key) != 0 || r->json == NULL ||
+        r->json[0] == '\0' || r->enumerated != s->total || r->n_counts != SEARCH_NSTATUS ||
+        r->space_candidates != s->space.ncandidate)
+        return 0;
+    for (int i = 0; i < SEARCH_NSTATUS; i++) {
+        if (r->counts[i] == NULL || r->counts[i]->status == NULL ||
+            strcmp(r->counts[i]->status, search_status_name(i)) != 0)
+            return 0;
+        sum += r->counts[i]->count;
+    }
+    if (sum != r->enumerated)
+        return 0;
+    /* The JSON is what clients read: it must parse, as this search's result. */
+    search_result parsed;
+    if (search_result_from_json(r->json, strlen(r->json), &parsed, NULL) != 0)
+        return 0;
+    int same = memcmp(parsed.key.b, s->space.key.b, sizeof parsed.key.b) == 0 &&
+               parsed.enumerated == r->enumerated;
+    search_result_fini(&parsed);
+    return same;
+}
+
+int
+srv_search_lookup(srv_search *s, struct cache *c)
+{
+    di_hash key;
+    const uint8_t *data;
+    size_t len;
+    ProtobufCMessage *msg;
+    if (s->stored != NULL)
+        return 1;
+    if (!s->prepared || c == NULL)
+        return 0;
+    srv_search_store_key(s, &key);
+    if (cache_search_get(c, &key, &data, &len, NULL) != 0)
+        return 0;
+    msg = protobuf_c_message_unpack(&distir__v1__search_result__descriptor, NULL, len, data);
+    if (msg == NULL)
+        return 0;
+    if (!stored_matches(s, (Distir__V1__SearchResult *)msg)) {
+        protobuf_c_message_free_unpacked(msg, NULL);
+        return 0;
+    }
+    s->stored = (Distir__V1__SearchResult *)msg;
+    /* The counters as if every candidate had been evaluated, for the progress event. */
+    for (int i = 0; i < SEARCH_NSTATUS; i++)
+        atomic_store(&s->count[i], s->stored->counts[i]->count);
+    atomic_store(&s->done, s->total);
+    return 1;
+}
+
+int
+srv_search_hit(const srv_search *s)
+{
+    return s->stored != NULL;
+}
+
 /* ---------------------------------------------------------------- events */
 
 /* Fills *pp (and *spec, which the caller frees with strategy_proto_fini) from p. */
@@ -399,8 +484,21 @@ points_fini(proto_points *pp)
     di_free(pp->texts);
 }
 
+/* The stored result, marked cached, with this call's elapsed_s. */
+static void
+stored_result(srv_search *s, grpc_byte_buffer **out)
+{
+    Distir__V1__SearchEvent ev = DISTIR__V1__SEARCH_EVENT__INIT;
+    s->stored->cached = 1;
+    s->stored->elapsed_s = elapsed_s(s);
+    ev.event_case = DISTIR__V1__SEARCH_EVENT__EVENT_RESULT;
+    ev.result = s->stored;
+    *out = srv_reply_pack(&ev.base);
+}
+
 int
-srv_search_result(srv_search *s, grpc_byte_buffer **out, di_error *err)
+srv_search_result(srv_search *s, grpc_byte_buffer **out, uint8_t **stored, size_t *nstored,
+                  di_error *err)
 {
     Distir__V1__SearchEvent ev = DISTIR__V1__SEARCH_EVENT__INIT;
     Distir__V1__SearchResult res = DISTIR__V1__SEARCH_RESULT__INIT;
@@ -410,6 +508,14 @@ srv_search_result(srv_search *s, grpc_byte_buffer **out, di_error *err)
     char key[65], *json;
     int rc = 0;
     *out = NULL;
+    if (stored != NULL) {
+        *stored = NULL;
+        *nstored = 0;
+    }
+    if (s->stored != NULL) {
+        stored_result(s, out);
+        return 0;
+    }
     /* Merge into an empty result: the parts are disjoint, so the merge is the whole. */
     search_result_init(&total, &s->space);
     for (unsigned i = 0; i < s->nparts && rc == 0; i++)
@@ -442,6 +548,11 @@ srv_search_result(srv_search *s, grpc_byte_buffer **out, di_error *err)
     ev.event_case = DISTIR__V1__SEARCH_EVENT__EVENT_RESULT;
     ev.result = &res;
     *out = srv_reply_pack(&ev.base);
+    if (stored != NULL) {
+        *nstored = distir__v1__search_result__get_packed_size(&res);
+        *stored = di_xmalloc(*nstored ? *nstored : 1);
+        distir__v1__search_result__pack(&res, *stored);
+    }
     points_fini(&top);
     points_fini(&pareto);
     di_free(json);

@@ -14,6 +14,11 @@
  * every order there is by enumeration index, so the answer is bit-identical
  * whatever the worker count and the interleaving.
  *
+ * Stored searches: after the prepare, the worker looks the search up in the
+ * cache (srv_search_lookup); on a hit no work job runs and srv_search_result
+ * gives the stored result, marked cached. A computed result comes back
+ * packed from srv_search_result for the loop to store.
+ *
  * lib/ stays free of threads: the cursor, the atomics and the mutex live here.
  */
 #ifndef DISTIRD_SEARCH_H
@@ -27,6 +32,7 @@
 #include "request/request.h"
 
 typedef struct srv_search srv_search;
+struct cache;
 
 /*
  * A search of the SearchRequest in bytes (the search takes the reference),
@@ -52,9 +58,34 @@ uint64_t srv_search_total(const srv_search *s);
 /* Candidates evaluated so far (any thread). */
 uint64_t srv_search_done(srv_search *s);
 
+/*
+ * Stored searches (docs/daemon.md "Search"). After a successful prepare:
+ * the key under which the search's result is stored in the cache, SHA-256
+ * over "distir.search.store.v1", the search's key (search_space.key) and
+ * the shard i/n.
+ */
+void srv_search_store_key(const srv_search *s, di_hash *key);
+/*
+ * Worker, after a successful prepare: looks the search up in c (the
+ * worker's read-only connection). Returns 1 when a stored result is found
+ * and decodes as this search's result (the search then needs no work job);
+ * 0 on a miss, including a stored blob that does not decode or is another
+ * search's (the search then runs, and storing its result replaces the row).
+ */
+int srv_search_lookup(srv_search *s, struct cache *c);
+/* Whether srv_search_lookup found the search. */
+int srv_search_hit(const srv_search *s);
+
 /* Loop thread, while the workers run: a SearchEvent with the progress so far. */
 grpc_byte_buffer *srv_search_progress(srv_search *s);
-/* Loop thread, once every work job is back: a SearchEvent with the merged result. */
-int srv_search_result(srv_search *s, grpc_byte_buffer **out, di_error *err);
+/*
+ * Loop thread, once every work job is back: a SearchEvent with the merged
+ * result. When stored is not NULL, *stored (freed by the caller with
+ * di_free) and *nstored get the packed SearchResult to store in the cache.
+ * On a hit (srv_search_hit), the stored result marked cached, with this
+ * call's elapsed_s, and *stored is NULL.
+ */
+int srv_search_result(srv_search *s, grpc_byte_buffer **out, uint8_t **stored, size_t *nstored,
+                      di_error *err);
 
 #endif

@@ -1,9 +1,10 @@
 /*
  * test_server_cache.c: distird's SQLite cache (server/cache.c) on real
  * temporary files: put and get, persistence across close and reopen, hit
- * counting, read-only worker connections, schema migrations by
- * user_version (an old database is upgraded with its rows intact, a newer
- * one is refused), files that are not databases, and the integrity check.
+ * counting, stored searches (their own table and hits), read-only worker
+ * connections, schema migrations by user_version (an old database is
+ * upgraded with its rows intact, a newer one is refused), files that are not databases, and the
+ * integrity check.
  */
 /* cmocka needs these four first, in this order. */
 #include <stdarg.h>
@@ -214,6 +215,119 @@ test_hits(void **state)
     cache_close(c);
 }
 
+static char *schema_upto(int version);
+
+/* Fetches the stored search of key i into a string (NULL when absent); the caller frees it. */
+static char *
+search_get(cache *c, int i)
+{
+    di_hash k = key_of(i);
+    const uint8_t *data;
+    size_t len;
+    int rc = cache_search_get(c, &k, &data, &len, NULL);
+    if (rc == DI_ENOTFOUND)
+        return NULL;
+    assert_int_equal(rc, 0);
+    return strndup((const char *)data, len);
+}
+
+static void
+search_put_ok(cache *c, int i, const char *value)
+{
+    di_hash k = key_of(i);
+    di_error err;
+    di_error_clear(&err);
+    if (cache_search_put(c, &k, (const uint8_t *)value, strlen(value), &err) != 0)
+        fail_msg("cache_search_put: %s", err.msg);
+}
+
+static void
+assert_search(cache *c, int i, const char *expect)
+{
+    char *got = search_get(c, i);
+    if (expect == NULL)
+        assert_null(got);
+    else
+        assert_string_equal(got, expect);
+    free(got);
+}
+
+/*
+ * Stored searches: their own table (a result under the same key is another
+ * row), a put replaces (the daemon stores only after a miss), hits are
+ * counted per table, rows survive a reopen, and workers read them.
+ */
+static void
+test_searches(void **state)
+{
+    fixture *f = *state;
+    cache *c = open_ok(f->path, 0);
+    di_hash k1 = key_of(1), k2 = key_of(2);
+    di_error err;
+    assert_search(c, 1, NULL);
+    assert_int_equal(cache_search_hits(c, &k1), -1);
+    search_put_ok(c, 1, "search one");
+    put_ok(c, 1, "result one");
+    assert_search(c, 1, "search one");
+    assert_get(c, 1, "result one");
+    assert_search(c, 2, NULL);
+    assert_int_equal(cache_count(c), 1); /* results only */
+    search_put_ok(c, 1, "search one again");
+    assert_search(c, 1, "search one again");
+    search_put_ok(c, 2, "");
+    assert_search(c, 2, "");
+    /* Hits: per table, pending until the flush, kept across a reopen. */
+    cache_search_note_hit(c, &k1);
+    cache_search_note_hit(c, &k1);
+    cache_note_hit(c, &k1);
+    assert_int_equal(cache_search_hits(c, &k1), 2);
+    assert_int_equal(cache_hits(c, &k1), 1);
+    assert_int_equal(cache_search_hits(c, &k2), 0);
+    assert_int_equal(cache_flush(c, NULL), 0);
+    assert_int_equal(cache_search_hits(c, &k1), 2);
+    assert_int_equal(cache_hits(c, &k1), 1);
+    cache_search_note_hit(c, &k2);
+    cache_close(c);
+    c = open_ok(f->path, 0);
+    cache *r = open_ok(f->path, CACHE_READONLY);
+    assert_search(c, 1, "search one again");
+    assert_search(r, 1, "search one again");
+    assert_search(r, 3, NULL);
+    assert_int_equal(cache_search_hits(c, &k1), 2);
+    assert_int_equal(cache_search_hits(r, &k2), 1);
+    di_error_clear(&err);
+    assert_int_not_equal(cache_search_put(r, &k1, (const uint8_t *)"x", 1, &err), 0);
+    assert_non_null(strstr(err.msg, "read-only"));
+    cache_close(r);
+    cache_close(c);
+}
+
+/* A version-2 database is upgraded to the searches table with its results intact. */
+static void
+test_migration_searches(void **state)
+{
+    fixture *f = *state;
+    char *v2 = schema_upto(2);
+    cache *c = NULL;
+    di_error err;
+    di_error_clear(&err);
+    assert_int_equal(cache_schema_latest(v2), 2);
+    assert_int_equal(cache_open_schema(f->path, 0, v2, &c, &err), 0);
+    put_ok(c, 1, "from version 2");
+    /* That schema has no searches table: nothing is found, a put fails. */
+    assert_search(c, 1, NULL);
+    di_hash k = key_of(1);
+    assert_int_equal(cache_search_put(c, &k, (const uint8_t *)"x", 1, &err), DI_EUNSUPPORTED);
+    cache_close(c);
+    c = open_ok(f->path, 0);
+    assert_true(cache_schema_version(c) >= 3);
+    assert_get(c, 1, "from version 2");
+    search_put_ok(c, 1, "stored search");
+    assert_search(c, 1, "stored search");
+    cache_close(c);
+    free(v2);
+}
+
 static void
 test_readonly(void **state)
 {
@@ -398,6 +512,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_restart_persistence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_indexed_columns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_searches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migration_searches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readonly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_migration_rolls_back, setup, teardown),

@@ -3,7 +3,8 @@
  * without sockets: a SearchRequest worked on by 1, 2 and 3 threads on the
  * shared cursor gives a result event whose JSON equals the sequential
  * library search byte for byte and whose fields agree with it; progress
- * events are consistent; a cancelled search evaluates nothing more; the
+ * events are consistent; stored searches are found by the same search and
+ * shard only, and only when they decode; a cancelled search evaluates nothing more; the
  * candidate limit and bad constraints are refused with their codes.
  */
 /* cmocka needs these four first, in this order. */
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../server/cache.h"
 #include "../server/reply.h"
 #include "../server/search.h"
 #include "distir.pb-c.h"
@@ -64,7 +66,8 @@ config(search_config *cfg)
 }
 
 static grpc_slice
-request_bytes(const ir_module *m, uint32_t zero_mask)
+request_bytes_shard(const ir_module *m, uint32_t zero_mask, uint32_t shard_index,
+                    uint32_t shard_count)
 {
     Distir__V1__SearchRequest req = DISTIR__V1__SEARCH_REQUEST__INIT;
     Distir__V1__SearchConstraints c = DISTIR__V1__SEARCH_CONSTRAINTS__INIT;
@@ -82,10 +85,18 @@ request_bytes(const ir_module *m, uint32_t zero_mask)
     c.n_microbatches = 3;
     c.microbatches = (uint32_t *)microbatches;
     req.constraints = &c;
+    req.shard_index = shard_index;
+    req.shard_count = shard_count;
     s = grpc_slice_malloc(distir__v1__search_request__get_packed_size(&req));
     distir__v1__search_request__pack(&req, GRPC_SLICE_START_PTR(s));
     ir_proto_free(req.module);
     return s;
+}
+
+static grpc_slice
+request_bytes(const ir_module *m, uint32_t zero_mask)
+{
+    return request_bytes_shard(m, zero_mask, 0, 0);
 }
 
 static request_limits
@@ -188,7 +199,17 @@ test_parts_equal_local(void **state)
         assert_int_equal(pe->progress->n_counts, SEARCH_NSTATUS);
         assert_non_null(pe->progress->best);
 
-        assert_int_equal(srv_search_result(s, &bb, &err), 0);
+        uint8_t *stored;
+        size_t nstored;
+        assert_int_equal(srv_search_result(s, &bb, &stored, &nstored, &err), 0);
+        /* The packed result to store is the event's result. */
+        assert_non_null(stored);
+        Distir__V1__SearchResult *sr = distir__v1__search_result__unpack(NULL, nstored, stored);
+        assert_non_null(sr);
+        assert_string_equal(sr->json, local);
+        assert_false(sr->cached);
+        protobuf_c_message_free_unpacked(&sr->base, NULL);
+        di_free(stored);
         Distir__V1__SearchEvent *re = unpack_event(bb);
         assert_int_equal(re->event_case, DISTIR__V1__SEARCH_EVENT__EVENT_RESULT);
         Distir__V1__SearchResult *r = re->result;
@@ -216,6 +237,131 @@ test_parts_equal_local(void **state)
         protobuf_c_message_free_unpacked(&re->base, NULL);
         srv_search_free(s);
     }
+    di_free(local);
+    ir_module_free(m);
+}
+
+/* A prepared search of the request (1 part); free with srv_search_free. */
+static srv_search *
+prepared(const ir_module *m, uint32_t zero_mask, uint32_t shard_index, uint32_t shard_count)
+{
+    request_limits lim = limits();
+    di_error err;
+    srv_search *s = srv_search_new(request_bytes_shard(m, zero_mask, shard_index, shard_count),
+                                   &lim, 1u << 20, 1, 0);
+    assert_int_equal(srv_search_prepare(s, &err), 0);
+    return s;
+}
+
+/* Runs a prepared search to its end and returns the packed result to store (di_free). */
+static uint8_t *
+computed(srv_search *s, size_t *n)
+{
+    grpc_byte_buffer *bb;
+    uint8_t *stored;
+    di_error err;
+    srv_search_work(s, 0);
+    assert_int_equal(srv_search_result(s, &bb, &stored, n, &err), 0);
+    grpc_byte_buffer_destroy(bb);
+    assert_non_null(stored);
+    return stored;
+}
+
+/*
+ * Stored searches: the store key covers the constraints and the shard; a
+ * search stored in a cache is found by the same search (a hit needs no work
+ * and gives the stored JSON marked cached, and a progress event with the
+ * stored counts), not by another one; a row that does not decode, or that
+ * holds another search's result, is a miss.
+ */
+static void
+test_stored(void **state)
+{
+    (void)state;
+    ir_module *m = gpt();
+    char *local = local_json(m);
+    char dir[] = "/tmp/distird-search-XXXXXX", path[64], cmd[96];
+    cache *w, *r;
+    di_error err;
+    di_hash k_whole, k_again, k_shard, k_other;
+    size_t n_whole, n_shard;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/cache.db", dir);
+    assert_int_equal(cache_open(path, 0, &w, &err), 0);
+    assert_int_equal(cache_open(path, CACHE_READONLY, &r, &err), 0);
+
+    srv_search *whole = prepared(m, 0x9, 0, 0), *shard = prepared(m, 0x9, 1, 4);
+    srv_search *other = prepared(m, 0x1, 0, 0), *again = prepared(m, 0x9, 0, 1);
+    srv_search_store_key(whole, &k_whole);
+    srv_search_store_key(again, &k_again);
+    srv_search_store_key(shard, &k_shard);
+    srv_search_store_key(other, &k_other);
+    assert_memory_equal(k_whole.b, k_again.b, 32); /* shard_count 0 means 1 */
+    assert_memory_not_equal(k_whole.b, k_shard.b, 32);
+    assert_memory_not_equal(k_whole.b, k_other.b, 32);
+    assert_int_equal(srv_search_lookup(again, r), 0);
+    assert_false(srv_search_hit(again));
+
+    uint8_t *b_whole = computed(whole, &n_whole), *b_shard = computed(shard, &n_shard);
+    assert_int_equal(cache_search_put(w, &k_whole, b_whole, n_whole, &err), 0);
+    assert_int_equal(cache_search_put(w, &k_shard, b_shard, n_shard, &err), 0);
+
+    /* The same search hits; another constraint misses. */
+    assert_int_equal(srv_search_lookup(again, r), 1);
+    assert_true(srv_search_hit(again));
+    assert_int_equal(srv_search_lookup(other, r), 0);
+    Distir__V1__SearchEvent *pe = unpack_event(srv_search_progress(again));
+    assert_int_equal(pe->progress->done, 572);
+    assert_int_equal(pe->progress->total, 572);
+    protobuf_c_message_free_unpacked(&pe->base, NULL);
+    grpc_byte_buffer *bb;
+    uint8_t *none;
+    size_t nnone;
+    assert_int_equal(srv_search_result(again, &bb, &none, &nnone, &err), 0);
+    assert_null(none);
+    Distir__V1__SearchEvent *re = unpack_event(bb);
+    assert_int_equal(re->event_case, DISTIR__V1__SEARCH_EVENT__EVENT_RESULT);
+    assert_true(re->result->cached);
+    assert_string_equal(re->result->json, local);
+    assert_int_equal(re->result->enumerated, 572);
+    protobuf_c_message_free_unpacked(&re->base, NULL);
+    assert_int_equal(srv_search_done(again), 572);
+    srv_search_free(again);
+
+    /* Integrity: garbage, the shard's result under the whole's key, or a result whose JSON
+     * does not parse, is a miss. */
+    again = prepared(m, 0x9, 0, 1);
+    assert_int_equal(cache_search_put(w, &k_whole, (const uint8_t *)"\x0a\xff\x01", 3, &err), 0);
+    assert_int_equal(srv_search_lookup(again, r), 0);
+    assert_int_equal(cache_search_put(w, &k_whole, b_shard, n_shard, &err), 0);
+    assert_int_equal(srv_search_lookup(again, r), 0);
+    assert_false(srv_search_hit(again));
+    /* A result that unpacks but whose JSON does not parse. */
+    Distir__V1__SearchResult *bad = distir__v1__search_result__unpack(NULL, n_whole, b_whole);
+    assert_non_null(bad);
+    char *json = bad->json;
+    bad->json = (char *)"{\"search_key\":";
+    size_t n_bad = distir__v1__search_result__get_packed_size(bad);
+    uint8_t *b_bad = malloc(n_bad);
+    distir__v1__search_result__pack(bad, b_bad);
+    bad->json = json;
+    protobuf_c_message_free_unpacked(&bad->base, NULL);
+    assert_int_equal(cache_search_put(w, &k_whole, b_bad, n_bad, &err), 0);
+    free(b_bad);
+    assert_int_equal(srv_search_lookup(again, r), 0);
+    assert_int_equal(cache_search_put(w, &k_whole, b_whole, n_whole, &err), 0);
+    assert_int_equal(srv_search_lookup(again, r), 1);
+
+    di_free(b_whole);
+    di_free(b_shard);
+    srv_search_free(again);
+    srv_search_free(whole);
+    srv_search_free(shard);
+    srv_search_free(other);
+    cache_close(r);
+    cache_close(w);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
     di_free(local);
     ir_module_free(m);
 }
@@ -268,6 +414,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parts_equal_local),
+        cmocka_unit_test(test_stored),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_refusals),
     };
