@@ -83,7 +83,9 @@ while ! grep -q 'event=search_end' "$TMP/slow.log" && [ $i -lt 100 ]; do
     sleep 0.05
     i=$((i + 1))
 done
-check "the daemon logs the cancelled call" grep -q 'event=call_cancelled method=Search reason=deadline' "$TMP/slow.log"
+# Deadline or cancel: on a loaded machine the client may give up just before the
+# daemon's copy of the deadline (a relative timeout from the request's arrival) passes.
+check "the daemon logs the cancelled call" grep -Eq 'event=call_cancelled method=Search reason=(deadline|cancelled)' "$TMP/slow.log"
 check "the workers stopped early" awk '
     /event=search_end/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
                          found = 1; ok = v["cancelled"] == 1 && v["done"] + 0 < v["total"] / 2 }
