@@ -1,5 +1,5 @@
 /*
- * bench_search.c: the strategy search (lib/search) against issue 13's speed
+ * bench_search.c: the strategy search (lib/search) against its speed
  * targets, printed as "target: ... measured: ..." lines. Today every
  * candidate that survives pruning is transformed and simulated in full, one
  * after another on one core, so the targets are not met; the figures say by
