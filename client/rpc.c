@@ -52,18 +52,45 @@ code_from_status(grpc_status_code s)
     }
 }
 
+/*
+ * A channel to server (replies up to RPC_MAX_REPLY_BYTES, requests of any
+ * size), a completion queue and a call of method with timeout_ms (0: none).
+ */
+static grpc_call *
+open_call(const char *server, const char *method, int timeout_ms, grpc_channel **ch,
+          grpc_completion_queue **cq)
+{
+    grpc_arg args[2];
+    grpc_channel_args cargs = {2, args};
+    grpc_channel_credentials *creds;
+    gpr_timespec deadline;
+    grpc_init();
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = RPC_MAX_REPLY_BYTES;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    creds = grpc_insecure_credentials_create();
+    *ch = grpc_channel_create(server, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    *cq = grpc_completion_queue_create_for_next(NULL);
+    deadline = timeout_ms > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                             gpr_time_from_millis(timeout_ms, GPR_TIMESPAN))
+                              : gpr_inf_future(GPR_CLOCK_REALTIME);
+    return grpc_channel_create_call(*ch, NULL, GRPC_PROPAGATE_DEFAULTS, *cq,
+                                    grpc_slice_from_static_string(method), NULL, deadline, NULL);
+}
+
 static int
 rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
           const ProtobufCMessageDescriptor *reply_desc, int timeout_ms, ProtobufCMessage **reply,
           di_error *err)
 {
-    grpc_arg args[2];
-    grpc_channel_args cargs = {2, args};
-    grpc_channel_credentials *creds;
     grpc_channel *ch;
     grpc_completion_queue *cq;
     grpc_call *call;
-    gpr_timespec deadline;
     grpc_metadata_array md_initial, md_trailing;
     grpc_byte_buffer *send_bb, *recv_bb = NULL;
     grpc_status_code status = GRPC_STATUS_UNKNOWN;
@@ -75,23 +102,7 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
     int tag;
 
     *reply = NULL;
-    grpc_init();
-    memset(args, 0, sizeof args);
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = RPC_MAX_REPLY_BYTES;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    args[1].value.integer = -1;
-    creds = grpc_insecure_credentials_create();
-    ch = grpc_channel_create(server, creds, &cargs);
-    grpc_channel_credentials_release(creds);
-    cq = grpc_completion_queue_create_for_next(NULL);
-    deadline = timeout_ms > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                             gpr_time_from_millis(timeout_ms, GPR_TIMESPAN))
-                              : gpr_inf_future(GPR_CLOCK_REALTIME);
-    call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                    grpc_slice_from_static_string(method), NULL, deadline, NULL);
+    call = open_call(server, method, timeout_ms, &ch, &cq);
 
     {
         size_t n = protobuf_c_message_get_packed_size(req);
@@ -214,13 +225,9 @@ int
 rpc_search(const char *server, const Distir__V1__SearchRequest *req, int timeout_ms,
            rpc_search_event_fn on_event, void *ctx, di_error *err)
 {
-    grpc_arg args[2];
-    grpc_channel_args cargs = {2, args};
-    grpc_channel_credentials *creds;
     grpc_channel *ch;
     grpc_completion_queue *cq;
     grpc_call *call;
-    gpr_timespec deadline;
     grpc_metadata_array md_initial, md_trailing;
     grpc_byte_buffer *send_bb;
     grpc_status_code status = GRPC_STATUS_UNKNOWN;
@@ -231,24 +238,7 @@ rpc_search(const char *server, const Distir__V1__SearchRequest *req, int timeout
     int rc = 0, stopped = 0;
     int tag;
 
-    grpc_init();
-    memset(args, 0, sizeof args);
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = RPC_MAX_REPLY_BYTES;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    args[1].value.integer = -1;
-    creds = grpc_insecure_credentials_create();
-    ch = grpc_channel_create(server, creds, &cargs);
-    grpc_channel_credentials_release(creds);
-    cq = grpc_completion_queue_create_for_next(NULL);
-    deadline = timeout_ms > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                             gpr_time_from_millis(timeout_ms, GPR_TIMESPAN))
-                              : gpr_inf_future(GPR_CLOCK_REALTIME);
-    call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                    grpc_slice_from_static_string("/distir.v1.CostModel/Search"),
-                                    NULL, deadline, NULL);
+    call = open_call(server, "/distir.v1.CostModel/Search", timeout_ms, &ch, &cq);
     {
         size_t n = protobuf_c_message_get_packed_size(&req->base);
         grpc_slice s = grpc_slice_malloc(n);
