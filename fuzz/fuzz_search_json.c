@@ -87,20 +87,6 @@ check_invariants(const search_result *r)
     }
 }
 
-/* Field by field: structure padding is not part of a point. */
-static int
-point_same(const search_point *a, const search_point *b)
-{
-    const search_candidate *x = &a->cand, *y = &b->cand;
-    return x->index == y->index && x->dp == y->dp && x->tp == y->tp && x->pp == y->pp &&
-           x->microbatches == y->microbatches && x->virtual_stages == y->virtual_stages &&
-           x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
-           x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
-           a->status == b->status && a->step_time_s == b->step_time_s &&
-           a->peak_memory_bytes == b->peak_memory_bytes && a->tokens_per_s == b->tokens_per_s &&
-           a->mfu == b->mfu;
-}
-
 /* The points of a and b are the same (counts aside). */
 static int
 same_points(const search_result *a, const search_result *b)
@@ -108,10 +94,10 @@ same_points(const search_result *a, const search_result *b)
     if (a->ntop != b->ntop || a->npareto != b->npareto)
         return 0;
     for (uint32_t i = 0; i < a->ntop; i++)
-        if (!point_same(&a->top[i], &b->top[i]))
+        if (!search_point_equal(&a->top[i], &b->top[i]))
             return 0;
     for (uint32_t i = 0; i < a->npareto; i++)
-        if (!point_same(&a->pareto[i], &b->pareto[i]))
+        if (!search_point_equal(&a->pareto[i], &b->pareto[i]))
             return 0;
     return 1;
 }

@@ -174,8 +174,8 @@ search_result_merge(search_result *dst, const search_result *src, di_error *err)
     return 0;
 }
 
-static int
-point_equal(const search_point *a, const search_point *b)
+int
+search_point_equal(const search_point *a, const search_point *b)
 {
     const search_candidate *x = &a->cand, *y = &b->cand;
     return x->index == y->index && x->dp == y->dp && x->tp == y->tp && x->pp == y->pp &&
@@ -198,10 +198,10 @@ search_result_equal(const search_result *a, const search_result *b)
         if (a->count[s] != b->count[s])
             return 0;
     for (uint32_t i = 0; i < a->ntop; i++)
-        if (!point_equal(&a->top[i], &b->top[i]))
+        if (!search_point_equal(&a->top[i], &b->top[i]))
             return 0;
     for (uint32_t i = 0; i < a->npareto; i++)
-        if (!point_equal(&a->pareto[i], &b->pareto[i]))
+        if (!search_point_equal(&a->pareto[i], &b->pareto[i]))
             return 0;
     return 1;
 }
@@ -398,7 +398,7 @@ add_points(search_result *r, const search_point *points, size_t n, di_error *err
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (i == 0 || sorted[i].cand.index != sorted[i - 1].cand.index)
             distinct++;
-        else if (!point_equal(&sorted[i], &sorted[i - 1]))
+        else if (!search_point_equal(&sorted[i], &sorted[i - 1]))
             rc = di_error_set(err, DI_EINVAL,
                               "search result: point %llu appears twice with different values",
                               (unsigned long long)sorted[i].cand.index);

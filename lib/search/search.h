@@ -265,6 +265,8 @@ void search_result_add(search_result *r, const search_point *p);
 int search_result_merge(search_result *dst, const search_result *src, di_error *err);
 /* Whether the two results are equal (counts, top and Pareto points). */
 int search_result_equal(const search_result *a, const search_result *b);
+/* Field by field (structure padding is not part of a point). */
+int search_point_equal(const search_point *a, const search_point *b);
 
 /*
  * The objective's value of a point, oriented so that smaller is better
