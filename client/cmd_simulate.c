@@ -1,6 +1,7 @@
 /*
  * cmd_simulate.c: `distir simulate FILE [--hw PRESET|FILE] [--json] [--trace OUT]
- * [--no-overlap] [--server ADDR] [--op-times CSV] [--collective-table OP:N:CSV]`.
+ * [--no-overlap] [--fail-on-oom] [--server ADDR] [--op-times CSV]
+ * [--collective-table OP:N:CSV]`.
  *
  * Without --server the library runs in-process; with it the daemon does the
  * work. The printed result is the same either way except for the cache
@@ -20,7 +21,7 @@
 
 static const char usage[] =
     "simulate FILE [--hw PRESET|FILE.json] [--json] [--trace OUT.json] [--no-overlap]\n"
-    "                [--server ADDR] [--timeout-ms N] [--op-times CSV]\n"
+    "                [--fail-on-oom] [--server ADDR] [--timeout-ms N] [--op-times CSV]\n"
     "                [--collective-table all_reduce:N:CSV] [strategy flags]";
 
 static int
@@ -84,9 +85,36 @@ print_result(const sim_result *r, int json, const char *cache, const char *key)
     di_free(s);
 }
 
+/*
+ * --fail-on-oom: CLI_FAIL when a device's peak exceeds its capacity, naming
+ * the first such device and the excess on stderr (the result is printed
+ * first, so a CI log shows both).
+ */
+static int
+check_oom(const sim_result *r)
+{
+    uint32_t noom = 0;
+    const sim_device_result *first = NULL;
+    for (uint32_t i = 0; i < r->ndevice; i++)
+        if (r->devices[i].oom) {
+            if (first == NULL)
+                first = &r->devices[i];
+            noom++;
+        }
+    if (first == NULL)
+        return CLI_OK;
+    cli_error("out of memory on %u of %u devices: device %d needs %llu bytes (%.2f GiB), "
+              "%llu bytes (%.2f GiB) over its capacity of %.2f GiB",
+              noom, r->ndevice, first->id, (unsigned long long)first->peak_memory_bytes,
+              first->peak_memory_bytes / 1073741824.0, (unsigned long long)first->oom_by_bytes,
+              first->oom_by_bytes / 1073741824.0, first->capacity_bytes / 1073741824.0);
+    return CLI_FAIL;
+}
+
 static int
 simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
-                const strategy *strat, const sim_options *o, int timeout_ms, int json)
+                const strategy *strat, const sim_options *o, int timeout_ms, int json,
+                int fail_on_oom)
 {
     Distir__V1__SimulateRequest req = DISTIR__V1__SIMULATE_REQUEST__INIT;
     Distir__V1__Strategy sp = DISTIR__V1__STRATEGY__INIT;
@@ -132,9 +160,10 @@ simulate_remote(const char *server, const ir_module *m, const char *hwname, cons
     }
     print_result(r, json, reply->cache == DISTIR__V1__CACHE_STATUS__CACHE_HIT ? "hit" : "miss",
                  reply->cache_key);
+    rc = fail_on_oom ? check_oom(r) : CLI_OK;
     sim_result_free(r);
     protobuf_c_message_free_unpacked(&reply->base, NULL);
-    return CLI_OK;
+    return rc;
 }
 
 /* The command, with its strategy (s) owned by cmd_simulate. */
@@ -144,7 +173,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
     const char *file = NULL, *hwname = "a100-dgx", *trace = NULL, *server = NULL, *v;
     const char *optimes = NULL;
     const char *tables[16];
-    int ntable = 0, json = 0, timeout_ms = 60000, rc;
+    int ntable = 0, json = 0, timeout_ms = 60000, fail_on_oom = 0, rc;
     sim_options o;
     hw_model *hw = NULL;
     ir_module *m = NULL;
@@ -159,6 +188,8 @@ simulate_cmd(int argc, char **argv, strategy *s)
             json = 1;
         } else if (cli_flag(argv[i], "--no-overlap")) {
             o.no_overlap = 1;
+        } else if (cli_flag(argv[i], "--fail-on-oom")) {
+            fail_on_oom = 1;
         } else if ((r = cli_opt(argc, argv, &i, "--hw", &v)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
@@ -232,7 +263,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
         return CLI_FAIL;
     }
     if (server) {
-        rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json);
+        rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json, fail_on_oom);
     } else {
         sim_result *r = NULL;
         sim_event *ev = NULL;
@@ -252,6 +283,8 @@ simulate_cmd(int argc, char **argv, strategy *s)
                 rc = CLI_FAIL;
             }
             print_result(r, json, NULL, NULL);
+            if (rc == CLI_OK && fail_on_oom)
+                rc = check_oom(r);
         }
         di_free(ev);
         sim_result_free(r);
