@@ -1,6 +1,6 @@
 /*
  * cmd_simulate.c: `distir simulate FILE [--hw PRESET|FILE] [--json] [--trace OUT]
- * [--no-overlap] [--fail-on-oom] [--server ADDR] [--op-times CSV]
+ * [--no-overlap] [--fail-on-oom] [--strict] [--server ADDR] [--op-times CSV]
  * [--collective-table OP:N:CSV]`.
  *
  * Without --server the library runs in-process; with it the daemon does the
@@ -21,7 +21,7 @@
 
 static const char usage[] =
     "simulate FILE [--hw PRESET|FILE.json] [--json] [--trace OUT.json] [--no-overlap]\n"
-    "                [--fail-on-oom] [--server ADDR] [--timeout-ms N] [--op-times CSV]\n"
+    "                [--fail-on-oom] [--strict] [--server ADDR] [--timeout-ms N] [--op-times CSV]\n"
     "                [--collective-table all_reduce:N:CSV] [strategy flags]";
 
 static int
@@ -111,6 +111,38 @@ check_oom(const sim_result *r)
     return CLI_FAIL;
 }
 
+/*
+ * Ops with no cost rule and no measured time are priced by their bytes
+ * alone: say so once, with the first few op types, unless --strict refuses
+ * them (then the simulator's error names the op).
+ */
+static void
+warn_estimates(const ir_module *m, const hw_model *hw)
+{
+    char sig[HW_SIGNATURE_MAX], names[256] = "";
+    size_t len = 0;
+    uint32_t n = 0;
+    for (ir_id op = 1; op < m->nop; op++) {
+        const char *t;
+        if (m->ops[op].kind == IR_OP_NONE || ir_op_has_cost_rule(m, op))
+            continue;
+        if (hw->nop_time) {
+            hw_op_signature(m, op, sig, sizeof sig);
+            if (hw_op_time_lookup(hw, sig) >= 0)
+                continue;
+        }
+        t = ir_op_name(m, op);
+        if (n++ < 4 && strstr(names, t) == NULL && len + strlen(t) + 3 < sizeof names)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", t);
+    }
+    if (n)
+        fprintf(stderr,
+                "distir: warning: %u op(s) have no cost model and are priced by their bytes alone "
+                "(a memory-bound estimate): %s; --op-times gives measured times, --strict "
+                "refuses them\n",
+                n, names);
+}
+
 static int
 simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
                 const strategy *strat, const sim_options *o, int timeout_ms, int json,
@@ -190,6 +222,8 @@ simulate_cmd(int argc, char **argv, strategy *s)
             o.no_overlap = 1;
         } else if (cli_flag(argv[i], "--fail-on-oom")) {
             fail_on_oom = 1;
+        } else if (cli_flag(argv[i], "--strict")) {
+            o.strict = 1;
         } else if ((r = cli_opt(argc, argv, &i, "--hw", &v)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
@@ -238,6 +272,10 @@ simulate_cmd(int argc, char **argv, strategy *s)
         cli_error("--trace runs the simulation in-process: drop --server");
         return CLI_USAGE;
     }
+    if (o.strict && server) {
+        cli_error("--strict runs the simulation in-process: drop --server");
+        return CLI_USAGE;
+    }
     if (hw_load(hwname, &hw, &err) != 0) {
         cli_error("%s", err.msg);
         return CLI_FAIL;
@@ -262,6 +300,8 @@ simulate_cmd(int argc, char **argv, strategy *s)
         hw_free(hw);
         return CLI_FAIL;
     }
+    if (!o.strict)
+        warn_estimates(m, hw);
     if (server) {
         rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json, fail_on_oom);
     } else {

@@ -1391,8 +1391,12 @@ test_opaque_and_return(void **state)
     ir_op_set_string(m, op, "op_type", "Conv");
     m->ops[op].opaque = ir_str(m, "Conv");
     EXPECT_RESULT(m, op, xt);
+    /* No cost rule for an opaque Conv: its bytes only, no FLOPs (the estimate). */
+    assert_false(ir_op_has_cost_rule(m, op));
     ir_op_cost(m, op, &c);
-    EXPECT_D(c.flops + c.bytes_read + c.bytes_write + c.bytes_comm, 0.0);
+    EXPECT_D(c.flops + c.bytes_comm, 0.0);
+    EXPECT_D(c.bytes_read, 16.0);
+    EXPECT_D(c.bytes_write, 16.0);
     op = mkop(m, f, IR_OP_OPAQUE, NIDS(x), 1);
     m->ops[op].opaque = ir_str(m, "Conv");
     EXPECT_ERR(m, op, "Conv (op 2): result 0 of an opaque op needs a declared type");

@@ -403,7 +403,12 @@ test_memory_classes(void **state)
     hw_free(hw);
 }
 
-/* An op the cost model cannot price is an error naming it, never a silent zero. */
+/*
+ * An op the cost model has no rule for is priced by its bytes at the memory
+ * bandwidth (never a silent zero); under sim_options.strict it is an error
+ * naming it. ONNX Runtime's SoftmaxCrossEntropy is priced like
+ * SoftmaxCrossEntropyLoss: 5 FLOPs per logit plus its bytes.
+ */
 static void
 test_opaque_needs_profile(void **state)
 {
@@ -417,10 +422,30 @@ test_opaque_needs_profile(void **state)
     m->ops[m->values[y].def].opaque = ir_str(m, "FancyConv");
     ir_region_add_result(m, f, y);
     sim_result *r = NULL;
+    sim_options o;
     di_error err;
-    assert_int_equal(sim_run(m, hw, NULL, &r, NULL, NULL, &err), DI_ECOST);
+    ir_cost c;
+    ir_id op = m->values[y].def;
+    assert_false(ir_op_has_cost_rule(m, op));
+    ir_op_cost(m, op, &c);
+    assert_true(c.flops == 0 && c.bytes_read == 64 && c.bytes_write == 64);
+    sim_options_default(&o);
+    assert_int_equal(sim_run(m, hw, &o, &r, NULL, NULL, &err), 0);
+    assert_true(r->step_time_s > 0);
+    assert_close(r->step_time_s, sim_op_time(m, op, hw, 0));
+    sim_result_free(r);
+    r = NULL;
+    o.strict = 1;
+    assert_int_equal(sim_run(m, hw, &o, &r, NULL, NULL, &err), DI_ECOST);
     assert_non_null(strstr(err.msg, "FancyConv"));
     assert_null(r);
+    /* The ORT loss: priced by the softmax rule. */
+    m->ops[op].opaque = ir_str(m, "SoftmaxCrossEntropy");
+    assert_true(ir_op_has_cost_rule(m, op));
+    ir_op_cost(m, op, &c);
+    assert_true(c.flops == 5 * 16 && c.bytes_read == 64 && c.bytes_write == 64);
+    assert_int_equal(sim_run(m, hw, &o, &r, NULL, NULL, &err), 0);
+    sim_result_free(r);
     ir_module_free(m);
     hw_free(hw);
 }
@@ -428,8 +453,8 @@ test_opaque_needs_profile(void **state)
 /*
  * The transforms' cost interface (xform/cost.h) gives the simulator's
  * numbers: the hardware's devices and name, and each op's time on it (the
- * roofline for compute, 0 for plumbing, negative for an opaque op without a
- * measured time); without hardware it knows nothing.
+ * roofline for compute, 0 for plumbing, the bytes-only estimate for an
+ * opaque op without a cost rule); without hardware it knows nothing.
  */
 static void
 test_xform_cost(void **state)
@@ -453,7 +478,8 @@ test_xform_cost(void **state)
     assert_int_equal(c.ndevice, 8);
     assert_string_equal(c.name, "test");
     assert_close(c.op_time(c.ctx, m, m->values[y].def), 4.194304e-6 + 1e-5);
-    assert_true(c.op_time(c.ctx, m, m->values[z].def) < 0);
+    /* An op with no cost rule: its bytes (2 x 64 KiB) at the memory bandwidth. */
+    assert_true(c.op_time(c.ctx, m, m->values[z].def) > 1e-5);
     for (ir_id op = 1; op < m->nop; op++)
         assert_true(c.op_time(c.ctx, m, op) == sim_op_time(m, op, hw, 0));
     ir_module_free(m);

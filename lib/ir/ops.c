@@ -2396,10 +2396,65 @@ cost_none(const ir_module *m, ir_id op, ir_cost *c)
     memset(c, 0, sizeof *c);
 }
 
+/* Defined below; the ONNX Runtime training ops priced like their counterparts use them. */
+static void cost_softmax(const ir_module *m, ir_id op, ir_cost *c);
+static void cost_gelu(const ir_module *m, ir_id op, ir_cost *c);
+static void cost_elemwise(const ir_module *m, ir_id op, ir_cost *c);
+static void cost_adam(const ir_module *m, ir_id op, ir_cost *c);
+
+/*
+ * Opaque ops that ONNX Runtime's training graphs use, priced by the rule of
+ * the op they compute (com.microsoft SoftmaxCrossEntropy is
+ * SoftmaxCrossEntropyLoss with probability labels, FastGeluGrad is GeluGrad,
+ * ...). LambOptimizer does Adam's work plus two norms: Adam's rule is a
+ * lower bound for it.
+ */
+static const struct {
+    const char *op_type;
+    void (*cost)(const ir_module *, ir_id, ir_cost *);
+} opaque_costs[] = {
+    {"SoftmaxCrossEntropy", cost_softmax},
+    {"SoftmaxCrossEntropyGrad", cost_softmax},
+    {"SoftmaxCrossEntropyLossInternal", cost_softmax},
+    {"SoftmaxCrossEntropyLossInternalGrad", cost_softmax},
+    {"FastGeluGrad", cost_gelu},
+    {"BiasGeluGrad_dX", cost_gelu},
+    {"SGDOptimizer", cost_elemwise},
+    {"AdamOptimizer", cost_adam},
+    {"LambOptimizer", cost_adam},
+};
+
+static int
+opaque_cost_index(const ir_module *m, ir_id op)
+{
+    const char *t = m->ops[op].opaque ? ir_safe_str(m, m->ops[op].opaque) : "";
+    for (size_t i = 0; i < sizeof opaque_costs / sizeof opaque_costs[0]; i++)
+        if (strcmp(t, opaque_costs[i].op_type) == 0)
+            return (int)i;
+    return -1;
+}
+
+int
+ir_op_has_cost_rule(const ir_module *m, ir_id op)
+{
+    if (op == 0 || op >= m->nop)
+        return 0;
+    return m->ops[op].kind != IR_OP_OPAQUE || opaque_cost_index(m, op) >= 0;
+}
+
+/*
+ * An opaque op with a rule is priced by it; one without gets its bytes only
+ * (reads and writes, no FLOPs): the memory-bound estimate, which callers
+ * that must not guess refuse (ir_op_has_cost_rule).
+ */
 static void
 cost_opaque(const ir_module *m, ir_id op, ir_cost *c)
 {
-    cost_none(m, op, c);
+    int i = opaque_cost_index(m, op);
+    if (i >= 0)
+        opaque_costs[i].cost(m, op, c);
+    else
+        cost_base(m, op, c);
 }
 
 /* FLOPs per element of elementwise ops (docs/ops.md). */

@@ -195,5 +195,11 @@ ir_reduction ir_sce_reduction(const ir_module *m, ir_id op);
 
 /* FLOPs and bytes of an op, from its types and attributes. */
 void ir_op_cost(const ir_module *m, ir_id op, ir_cost *c);
+/*
+ * 1 when ir_op_cost prices op by a rule: every op kind but an opaque op
+ * whose op_type has none (ONNX Runtime's training ops have one); such an op
+ * is priced by its bytes alone, an estimate.
+ */
+int ir_op_has_cost_rule(const ir_module *m, ir_id op);
 
 #endif

@@ -25,7 +25,9 @@ is_gemm(int kind)
  * Roofline: max(flops / (peak(dtype) * efficiency), bytes / (bandwidth *
  * elementwise_efficiency)) + launch. GEMMs reach max_efficiency *
  * f / (f + half_flops) of peak, other ops max_efficiency. A measured time
- * for the op's signature replaces the formula.
+ * for the op's signature replaces the formula. An opaque op with no cost
+ * rule costs its bytes at the memory bandwidth (ir_op_cost gives no FLOPs):
+ * an estimate, refused under sim_options.strict.
  */
 static int
 compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
@@ -49,7 +51,7 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
             return 0;
         }
     }
-    if (o->kind == IR_OP_OPAQUE) {
+    if (!ir_op_has_cost_rule(m, op) && s->opt && s->opt->strict) {
         char sig[HW_SIGNATURE_MAX];
         hw_op_signature(m, op, sig, sizeof sig);
         return di_error_set(s->err, DI_ECOST,

@@ -49,6 +49,8 @@ typedef struct sim_options {
     int want_timeline;              /* record the live-memory timeline */
     uint32_t timeline_max_points;   /* per device; 0 = unlimited */
     const atomic_int *cancel;       /* if non-NULL and set, the run stops with DI_ECANCELLED */
+    int strict;                     /* refuse ops with no cost rule (ir_op_has_cost_rule) instead
+                                       of pricing them by their bytes */
 } sim_options;
 
 void sim_options_default(sim_options *o);
