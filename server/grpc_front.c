@@ -1044,7 +1044,7 @@ method_simulate(srv_call *c)
     begin_candidates(c);
 }
 
-/* Unpacks a small control message (GetResult, Health) with the depth check. */
+/* Unpacks a small control message (GetResult, ServerInfo, Health) with the depth check. */
 static ProtobufCMessage *
 unpack_small(srv_call *c, const ProtobufCMessageDescriptor *desc)
 {
@@ -1109,6 +1109,13 @@ method_server_info(srv_call *c)
     srv_daemon *d = c->d;
     Distir__V1__ServerInfoReply r = DISTIR__V1__SERVER_INFO_REPLY__INIT;
     uint64_t requests = 0;
+    /* The request is empty, but a body that is not a message is refused like any other. */
+    ProtobufCMessage *req = unpack_small(c, &distir__v1__server_info_request__descriptor);
+    if (req == NULL) {
+        call_pump(c);
+        return;
+    }
+    protobuf_c_message_free_unpacked(req, NULL);
     for (int i = 0; i < SRV_NMETHOD; i++)
         requests += d->m.requests[i];
     r.version = (char *)DISTIR_VERSION;

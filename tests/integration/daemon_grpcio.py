@@ -10,7 +10,7 @@ Checks, each printed as "ok - ..." or "FAIL - ...":
   in-process CLI), GetResult, SimulateBatch streaming (entries per candidate,
   in completion order, errors per candidate), health Check SERVING and
   NOT_SERVING during shutdown, UNIMPLEMENTED for unknown methods,
-  INVALID_ARGUMENT for garbage bytes, a too-deep message and an invalid
+  INVALID_ARGUMENT for garbage bytes (Simulate, ServerInfo), a too-deep message and an invalid
   module, RESOURCE_EXHAUSTED over --max-ops, --max-message-mb and --max-queue,
   DEADLINE_EXCEEDED with a 50 ms deadline while the worker stops, identical
   concurrent requests computed once, and SIGTERM during a batch: the stream
@@ -276,6 +276,9 @@ def main():
     # Bad input.
     c, msg = code_of(lambda: d.unary("Simulate", b"\xff\xff\xff\xff garbage \x0a\x99", None))
     check("garbage bytes are INVALID_ARGUMENT with a message",
+          c == grpc.StatusCode.INVALID_ARGUMENT and msg.startswith("request"), (c, msg))
+    c, msg = code_of(lambda: d.unary("ServerInfo", b"\xff\xff\xff\xff garbage", None))
+    check("ServerInfo: garbage bytes are INVALID_ARGUMENT too",
           c == grpc.StatusCode.INVALID_ARGUMENT and msg.startswith("request"), (c, msg))
     deep = pb.Region()
     for _ in range(200):
