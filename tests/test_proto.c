@@ -1424,6 +1424,31 @@ test_alloc_failures(void **state)
     ir_module_free(m);
 }
 
+/*
+ * A string holding a NUL byte is refused on the wire, not cut short
+ * ("a100-dgx\0:2" must not be read as the preset "a100-dgx"); a NUL in a
+ * bytes field is data.
+ */
+static void
+test_string_with_nul(void **state)
+{
+    static const uint8_t bad[] = {0x0a, 11, 'a', '1', '0', '0', '-', 'd', 'g', 'x', 0, ':', '2'};
+    static const uint8_t good[] = {0x0a, 10, 'a', '1', '0', '0', '-', 'd', 'g', 'x', ':', '2'};
+    ProtobufCMessage *msg = NULL;
+    di_error err;
+    (void)state;
+    assert_int_equal(pb_unpack_checked(&distir__v1__hardware_ref__descriptor, bad, sizeof bad, 8,
+                                       &msg, &err),
+                     DI_EDECODE);
+    assert_null(msg);
+    assert_string_equal(err.msg, "string field 'preset' holds a NUL byte at byte 10");
+    assert_int_equal(pb_unpack_checked(&distir__v1__hardware_ref__descriptor, good, sizeof good, 8,
+                                       &msg, &err),
+                     0);
+    assert_string_equal(((Distir__V1__HardwareRef *)msg)->preset, "a100-dgx:2");
+    protobuf_c_message_free_unpacked(msg, NULL);
+}
+
 static void
 test_validate_paths(void **state)
 {
@@ -1475,6 +1500,7 @@ main(void)
         cmocka_unit_test(test_large_module),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_validate_paths),
+        cmocka_unit_test(test_string_with_nul),
     };
     if (getenv("TEST_FILTER"))
         cmocka_set_test_filter(getenv("TEST_FILTER"));

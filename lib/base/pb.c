@@ -9,8 +9,9 @@
  * message type, keeping its own stack of levels on the heap so that it cannot
  * overflow the C stack whatever the input. It also rejects what unpack would
  * reject (truncated varints and fields, lengths past the end, groups, wire
- * types that do not match a known field), so that errors come with a byte
- * position and a field path instead of a bare NULL.
+ * types that do not match a known field), and strings holding a NUL byte
+ * (which protobuf-c would hand out cut short at it), so that errors come with
+ * a byte position and a field path instead of a bare NULL or a wrong string.
  *
  * pb_validate walks an unpacked message by its descriptor and checks strings
  * and enum values. pb_unpack_checked runs the depth check, unpacks with an
@@ -347,6 +348,13 @@ wire_field(wire_walk *w, const ProtobufCMessageDescriptor **child, size_t *cstar
                               (unsigned long long)v, id, l->end - l->pos);
         start = l->pos;
         l->pos += (size_t)v;
+        if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING) {
+            /* Strings become C strings: an embedded NUL would silently cut them short. */
+            const uint8_t *nul = memchr(w->buf + start, 0, (size_t)v);
+            if (nul != NULL)
+                return wire_error(w, err, (size_t)(nul - w->buf), "string field '%s' holds a NUL byte",
+                                  f->name);
+        }
         if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE) {
             l->field = f;
             l->tag_pos = tag_pos;

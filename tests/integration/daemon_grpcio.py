@@ -10,7 +10,7 @@ Checks, each printed as "ok - ..." or "FAIL - ...":
   in-process CLI), GetResult, SimulateBatch streaming (entries per candidate,
   in completion order, errors per candidate), health Check SERVING and
   NOT_SERVING during shutdown, UNIMPLEMENTED for unknown methods,
-  INVALID_ARGUMENT for garbage bytes (Simulate, ServerInfo), a too-deep message and an invalid
+  INVALID_ARGUMENT for garbage bytes (Simulate, ServerInfo), a string holding a NUL byte, a too-deep message and an invalid
   module, RESOURCE_EXHAUSTED over --max-ops, --max-message-mb and --max-queue,
   DEADLINE_EXCEEDED with a 50 ms deadline while the worker stops, identical
   concurrent requests computed once, and SIGTERM during a batch: the stream
@@ -299,6 +299,10 @@ def main():
     c, msg = code_of(lambda: d.unary("Simulate", request(mlp, preset="tpu-v9"), pb.SimulateReply))
     check("an unknown hardware preset is INVALID_ARGUMENT",
           c == grpc.StatusCode.INVALID_ARGUMENT and "tpu-v9" in msg, (c, msg))
+    c, msg = code_of(lambda: d.unary("Simulate", request(mlp, preset="a100-dgx\x00:2"),
+                                     pb.SimulateReply))
+    check("a preset holding a NUL byte is INVALID_ARGUMENT, not read as 'a100-dgx'",
+          c == grpc.StatusCode.INVALID_ARGUMENT and "NUL" in msg and "preset" in msg, (c, msg))
     check("daemon is still serving after bad input", d.health() == 1)
     check("main daemon exits 0 on SIGTERM", d.stop() == 0)
 
