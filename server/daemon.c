@@ -176,6 +176,17 @@ begin_drain(srv_daemon *d)
         return;
     d->shutdown_called = 1;
     grpc_server_shutdown_and_notify(d->server, d->cq, &d->shutdown_ev);
+    if (d->live_calls == 0 && d->jobs_outstanding == 0) {
+        /*
+         * Nothing in flight: the grace period has nothing to protect, and
+         * gRPC core would otherwise wait for idle clients to hang up.
+         * Cancelling all calls (there are none) disconnects them now.
+         */
+        d->cancelled_all = 1;
+        srv_log(SRV_LOG_INFO, "idle_disconnect", "live_calls=0 jobs=0");
+        grpc_server_cancel_all_calls(d->server);
+        return;
+    }
     uv_timer_start(&d->grace_timer, on_grace, (uint64_t)d->cfg->grace_ms, 0);
 }
 
