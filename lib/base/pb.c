@@ -352,8 +352,8 @@ wire_field(wire_walk *w, const ProtobufCMessageDescriptor **child, size_t *cstar
             /* Strings become C strings: an embedded NUL would silently cut them short. */
             const uint8_t *nul = memchr(w->buf + start, 0, (size_t)v);
             if (nul != NULL)
-                return wire_error(w, err, (size_t)(nul - w->buf), "string field '%s' holds a NUL byte",
-                                  f->name);
+                return wire_error(w, err, (size_t)(nul - w->buf),
+                                  "string field '%s' holds a NUL byte", f->name);
         }
         if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE) {
             l->field = f;
