@@ -25,20 +25,13 @@ done
 grep -q connected "$TMP/py.out" && ok "an idle client is connected" ||
     fail "client did not connect: $(cat "$TMP/py.err")"
 start=$(date +%s)
-kill -TERM "$PID"
-i=0
-while kill -0 "$PID" 2>/dev/null && [ $i -lt 200 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
-if kill -0 "$PID" 2>/dev/null; then
-    fail "distird still running 10 s after SIGTERM with an idle client (grace is 30 s)"
+stop_daemon
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -eq 0 ] && [ $took -lt 10 ]; then
+    ok "stopped ${took} s after SIGTERM, exit 0 (grace is 30 s)"
 else
-    wait "$PID"
-    rc=$?
-    PID=
-    [ $rc -eq 0 ] && ok "stopped within 10 s of SIGTERM ($(($(date +%s) - start)) s), exit 0" ||
-        fail "exit status $rc"
+    fail "exit status $rc ${took} s after SIGTERM with an idle client (grace is 30 s)"
 fi
 grep -q "event=idle_disconnect" "$TMP/idle.log" && ok "log: idle_disconnect" ||
     fail "log has no idle_disconnect"
