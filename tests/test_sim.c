@@ -444,6 +444,11 @@ test_opaque_needs_profile(void **state)
     assert_true(ir_op_has_cost_rule(m, op));
     ir_op_cost(m, op, &c);
     assert_true(c.flops == 5 * 16 && c.bytes_read == 64 && c.bytes_write == 64);
+    /* ORT's SGDOptimizer: SGD's 2 FLOPs per weight. */
+    m->ops[op].opaque = ir_str(m, "SGDOptimizer");
+    ir_op_cost(m, op, &c);
+    assert_true(c.flops == 2 * 16 && c.bytes_read == 64 && c.bytes_write == 64);
+    m->ops[op].opaque = ir_str(m, "SoftmaxCrossEntropy");
     assert_int_equal(sim_run(m, hw, &o, &r, NULL, NULL, &err), 0);
     sim_result_free(r);
     ir_module_free(m);

@@ -2399,8 +2399,15 @@ cost_none(const ir_module *m, ir_id op, ir_cost *c)
 /* Defined below; the ONNX Runtime training ops priced like their counterparts use them. */
 static void cost_softmax(const ir_module *m, ir_id op, ir_cost *c);
 static void cost_gelu(const ir_module *m, ir_id op, ir_cost *c);
-static void cost_elemwise(const ir_module *m, ir_id op, ir_cost *c);
 static void cost_adam(const ir_module *m, ir_id op, ir_cost *c);
+
+/* SGDOptimizer's rule (2 FLOPs per weight), for the opaque op that has no SGD kind. */
+static void
+cost_opaque_sgd(const ir_module *m, ir_id op, ir_cost *c)
+{
+    cost_base(m, op, c);
+    c->flops = 2 * input_numel(m, op, 0);
+}
 
 /*
  * Opaque ops that ONNX Runtime's training graphs use, priced by the rule of
@@ -2419,7 +2426,7 @@ static const struct {
     {"SoftmaxCrossEntropyLossInternalGrad", cost_softmax},
     {"FastGeluGrad", cost_gelu},
     {"BiasGeluGrad_dX", cost_gelu},
-    {"SGDOptimizer", cost_elemwise},
+    {"SGDOptimizer", cost_opaque_sgd},
     {"AdamOptimizer", cost_adam},
     {"LambOptimizer", cost_adam},
 };
