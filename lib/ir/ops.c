@@ -2396,49 +2396,43 @@ cost_none(const ir_module *m, ir_id op, ir_cost *c)
     memset(c, 0, sizeof *c);
 }
 
-/* Defined below; the ONNX Runtime training ops priced like their counterparts use them. */
-static void cost_softmax(const ir_module *m, ir_id op, ir_cost *c);
-static void cost_gelu(const ir_module *m, ir_id op, ir_cost *c);
-static void cost_adam(const ir_module *m, ir_id op, ir_cost *c);
-
-/* SGDOptimizer's rule (2 FLOPs per weight), for the opaque op that has no SGD kind. */
-static void
-cost_opaque_sgd(const ir_module *m, ir_id op, ir_cost *c)
-{
-    cost_base(m, op, c);
-    c->flops = 2 * input_numel(m, op, 0);
-}
-
 /*
- * Opaque ops that ONNX Runtime's training graphs use, priced by the rule of
- * the op they compute (com.microsoft SoftmaxCrossEntropy is
+ * Opaque ops that ONNX Runtime's training graphs use, and the op kind whose
+ * cost rule prices them (com.microsoft SoftmaxCrossEntropy is
  * SoftmaxCrossEntropyLoss with probability labels, FastGeluGrad is GeluGrad,
  * ...). LambOptimizer does Adam's work plus two norms: Adam's rule is a
  * lower bound for it.
  */
 static const struct {
     const char *op_type;
-    void (*cost)(const ir_module *, ir_id, ir_cost *);
+    int kind;
 } opaque_costs[] = {
-    {"SoftmaxCrossEntropy", cost_softmax},
-    {"SoftmaxCrossEntropyGrad", cost_softmax},
-    {"SoftmaxCrossEntropyLossInternal", cost_softmax},
-    {"SoftmaxCrossEntropyLossInternalGrad", cost_softmax},
-    {"FastGeluGrad", cost_gelu},
-    {"BiasGeluGrad_dX", cost_gelu},
-    {"SGDOptimizer", cost_opaque_sgd},
-    {"AdamOptimizer", cost_adam},
-    {"LambOptimizer", cost_adam},
+    {"SoftmaxCrossEntropy", IR_OP_SCELOSS},
+    {"SoftmaxCrossEntropyGrad", IR_OP_SCELOSSGRAD},
+    {"SoftmaxCrossEntropyLossInternal", IR_OP_SCELOSS},
+    {"SoftmaxCrossEntropyLossInternalGrad", IR_OP_SCELOSSGRAD},
+    {"FastGeluGrad", IR_OP_GELUGRAD},
+    {"BiasGeluGrad_dX", IR_OP_GELUGRAD},
+    {"SGDOptimizer", IR_OP_SGD},
+    {"AdamOptimizer", IR_OP_ADAM},
+    {"LambOptimizer", IR_OP_ADAM},
 };
 
+/*
+ * The kind whose cost rule prices op: its own, or for an opaque op its
+ * counterpart's (IR_OP_NONE when it has none).
+ */
 static int
-opaque_cost_index(const ir_module *m, ir_id op)
+priced_kind(const ir_module *m, ir_id op)
 {
-    const char *t = m->ops[op].opaque ? ir_safe_str(m, m->ops[op].opaque) : "";
+    const char *t;
+    if (m->ops[op].kind != IR_OP_OPAQUE)
+        return m->ops[op].kind;
+    t = m->ops[op].opaque ? ir_safe_str(m, m->ops[op].opaque) : "";
     for (size_t i = 0; i < sizeof opaque_costs / sizeof opaque_costs[0]; i++)
         if (strcmp(t, opaque_costs[i].op_type) == 0)
-            return (int)i;
-    return -1;
+            return opaque_costs[i].kind;
+    return IR_OP_NONE;
 }
 
 int
@@ -2446,20 +2440,20 @@ ir_op_has_cost_rule(const ir_module *m, ir_id op)
 {
     if (op == 0 || op >= m->nop)
         return 0;
-    return m->ops[op].kind != IR_OP_OPAQUE || opaque_cost_index(m, op) >= 0;
+    return priced_kind(m, op) != IR_OP_NONE;
 }
 
 /*
- * An opaque op with a rule is priced by it; one without gets its bytes only
- * (reads and writes, no FLOPs): the memory-bound estimate, which callers
- * that must not guess refuse (ir_op_has_cost_rule).
+ * An opaque op with a counterpart is priced by its rule; one without gets
+ * its bytes only (reads and writes, no FLOPs): the memory-bound estimate,
+ * which callers that must not guess refuse (ir_op_has_cost_rule).
  */
 static void
 cost_opaque(const ir_module *m, ir_id op, ir_cost *c)
 {
-    int i = opaque_cost_index(m, op);
-    if (i >= 0)
-        opaque_costs[i].cost(m, op, c);
+    int k = priced_kind(m, op);
+    if (k != IR_OP_NONE)
+        ir_opinfos[k].cost(m, op, c);
     else
         cost_base(m, op, c);
 }
@@ -2485,7 +2479,7 @@ static void
 cost_elemwise(const ir_module *m, ir_id op, ir_cost *c)
 {
     cost_base(m, op, c);
-    c->flops = elemwise_flops(m->ops[op].kind) * max_numel(m, op);
+    c->flops = elemwise_flops(priced_kind(m, op)) * max_numel(m, op);
 }
 
 static void

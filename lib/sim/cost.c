@@ -51,7 +51,7 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
             return 0;
         }
     }
-    if (!ir_op_has_cost_rule(m, op) && s->opt && s->opt->strict) {
+    if (s->opt && s->opt->strict && !ir_op_has_cost_rule(m, op)) {
         char sig[HW_SIGNATURE_MAX];
         hw_op_signature(m, op, sig, sizeof sig);
         return di_error_set(s->err, DI_ECOST,
