@@ -1471,6 +1471,65 @@ test_untyped_inputs(void **state)
     ir_module_free(m);
 }
 
+/* Linear position of (a, b, c, d) on a 2x3x4x5 mesh. */
+static uint32_t
+pos4(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
+{
+    return ((a * 3 + b) * 4 + c) * 5 + d;
+}
+
+static int
+index_in(const uint32_t *members, uint32_t n, uint32_t p)
+{
+    for (uint32_t k = 0; k < n; k++)
+        if (members[k] == p)
+            return (int)k;
+    return -1;
+}
+
+/* MLIR's mesh dialect's group examples on a 2x3x4x5 mesh (ir_mesh_group). */
+static void
+test_mesh_group_seed(void **state)
+{
+    (void)state;
+    ir_module *m = ir_module_new();
+    ir_id mesh = ir_mesh_add(m, "m", 4, (int64_t[]){2, 3, 4, 5}, NULL);
+    uint32_t members[120], n, pos;
+    /* axes [0, 1]: (1,0,2,3) and (1,1,2,3) share a group, (1,0,2,4) does not. */
+    ir_mesh_group(m, mesh, (uint32_t[]){0, 1}, 2, pos4(1, 0, 2, 3), members, &n, &pos);
+    assert_int_equal(n, 6);
+    assert_int_equal(members[pos], pos4(1, 0, 2, 3));
+    assert_int_equal(pos, 3); /* (1,0): row-major over axes 0 then 1 */
+    assert_true(index_in(members, n, pos4(1, 1, 2, 3)) >= 0);
+    assert_int_equal(index_in(members, n, pos4(1, 0, 2, 4)), -1);
+    for (uint32_t k = 0; k < n; k++) { /* every member agrees off the axes */
+        assert_int_equal(members[k] / 5 % 4, 2);
+        assert_int_equal(members[k] % 5, 3);
+    }
+    /* axes [3, 1]: axis 3 outer, so (i,1,k,0) precedes (i,0,k,1) and (i,2,k,0). */
+    for (uint32_t i = 0; i < 2; i++)
+        for (uint32_t k = 0; k < 4; k++) {
+            ir_mesh_group(m, mesh, (uint32_t[]){3, 1}, 2, pos4(i, 1, k, 0), members, &n, &pos);
+            assert_int_equal(n, 15);
+            int a = index_in(members, n, pos4(i, 1, k, 0));
+            int b = index_in(members, n, pos4(i, 0, k, 1));
+            int c = index_in(members, n, pos4(i, 2, k, 0));
+            assert_true(a >= 0 && b >= 0 && c >= 0);
+            assert_true(a < b);
+            assert_true(a < c);
+            assert_int_equal(a, (int)pos);
+            assert_int_equal(a, 1); /* (d=0, j=1) */
+            assert_int_equal(b, 3); /* (d=1, j=0) */
+        }
+    /* No axes given: every axis, the whole mesh in device order. */
+    ir_mesh_group(m, mesh, NULL, 0, 7, members, &n, &pos);
+    assert_int_equal(n, 120);
+    assert_int_equal(pos, 7);
+    for (uint32_t k = 0; k < n; k++)
+        assert_int_equal(members[k], k);
+    ir_module_free(m);
+}
+
 int
 main(void)
 {
@@ -1507,6 +1566,7 @@ main(void)
         cmocka_unit_test(test_opaque_and_return),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_untyped_inputs),
+        cmocka_unit_test(test_mesh_group_seed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

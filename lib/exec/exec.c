@@ -188,7 +188,8 @@ mesh_group(exec *x, ir_id op, const lanes *ln, uint32_t l, uint32_t *members, ui
     const int64_t *ax = ir_op_ints(m, op, "mesh_axes", &na);
     const int64_t *rt = ir_op_ints(m, op, "root", &nrt);
     const int64_t *shape, *devs;
-    int64_t coord[IR_MAX_RANK], ndev, self = -1, count = 1;
+    int64_t ndev, self = -1;
+    uint32_t *posn;
     ir_id mesh;
     if (ma == NULL || ma->kind != IR_ATTR_MESH || ma->s == 0 || ma->s >= m->nmesh)
         return xfail(x, op, DI_EVERIFY, "mesh does not name a mesh of the module");
@@ -221,43 +222,30 @@ mesh_group(exec *x, ir_id op, const lanes *ln, uint32_t l, uint32_t *members, ui
     if (self < 0)
         return xfail(x, op, DI_EVERIFY, "device %d of this pmap instance is not in mesh @%s",
                      (int)ln->dev[l], ir_str_get(m, m->meshes[mesh].name));
-    for (uint32_t a = mrank; a > 0; a--) {
-        coord[a - 1] = self % shape[a - 1];
-        self /= shape[a - 1];
-    }
-    for (uint32_t j = 0; j < na; j++)
-        count *= shape[axes[j]];
-    *g = (uint32_t)count;
-    *pos = 0;
+    posn = di_xcalloc((size_t)ndev, sizeof *posn);
+    ir_mesh_group(m, mesh, axes, na, (uint32_t)self, posn, g, pos);
     *root = 0;
-    for (int64_t k = 0; k < count; k++) {
-        int64_t c[IR_MAX_RANK], rem = k, lin = 0, dev;
+    for (uint32_t k = 0; k < *g; k++) {
+        int64_t dev = devs[posn[k]];
         uint32_t lane = UINT32_MAX;
-        memcpy(c, coord, mrank * sizeof c[0]);
-        for (uint32_t j = na; j > 0; j--) {
-            c[axes[j - 1]] = rem % shape[axes[j - 1]];
-            rem /= shape[axes[j - 1]];
-        }
-        for (uint32_t a = 0; a < mrank; a++)
-            lin = lin * shape[a] + c[a];
-        dev = devs[lin];
         for (uint32_t i = 0; i < ln->n; i++)
             if (ln->dev[i] == dev) {
                 lane = i;
                 break;
             }
-        if (lane == UINT32_MAX)
+        if (lane == UINT32_MAX) {
+            di_free(posn);
             return xfail(x, op, DI_EVERIFY, "group member device %lld runs no instance of the "
                          "enclosing dist.pmap", (long long)dev);
+        }
         members[k] = lane;
-        if (lane == l)
-            *pos = (uint32_t)k;
     }
+    di_free(posn);
     if (rt != NULL && nrt == na) {
         int64_t r = 0;
         for (uint32_t j = 0; j < na; j++)
             r = r * shape[axes[j]] + rt[j];
-        if (r < 0 || r >= count)
+        if (r < 0 || r >= (int64_t)*g)
             return xfail(x, op, DI_EVERIFY, "root lies outside the group");
         *root = (uint32_t)r;
     }

@@ -296,6 +296,18 @@ ir_mesh_devices(const ir_module *m, ir_id mesh)
 }
 
 /*
+ * The group of mesh position self (an index into the mesh's device list)
+ * under a mesh-form collective over axes[0..naxes) (NULL: every axis): the
+ * positions that agree with self on every other axis, in group order, which
+ * is row-major over the coordinates on axes as listed (axes[0] outermost),
+ * as MLIR's mesh dialect orders a group. Writes them to members (room for
+ * the mesh's device count), their count to *n and self's index among them
+ * to *pos. The axes must be distinct axes of the mesh (ir_verify checks).
+ */
+void ir_mesh_group(const ir_module *m, ir_id mesh, const uint32_t *axes, uint32_t naxes,
+                   uint32_t self, uint32_t *members, uint32_t *n, uint32_t *pos);
+
+/*
  * Initializer data of a value (usually a function argument: a weight with
  * its values). The bytes are copied; len must equal the type's byte size.
  */

@@ -6,6 +6,7 @@
  */
 #include "ir/ir.h"
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -628,6 +629,44 @@ ir_mesh_find(const ir_module *m, ir_id name)
         if (m->meshes[i].name == name)
             return i;
     return 0;
+}
+
+void
+ir_mesh_group(const ir_module *m, ir_id mesh, const uint32_t *axes, uint32_t naxes, uint32_t self,
+              uint32_t *members, uint32_t *n, uint32_t *pos)
+{
+    const ir_mesh *ms = &m->meshes[mesh];
+    const int64_t *shape = ir_mesh_shape(m, mesh);
+    uint32_t rank = ms->rank, all[IR_MAX_RANK];
+    int64_t coord[IR_MAX_RANK], count = 1;
+    assert(rank <= IR_MAX_RANK && self < ms->ndevice);
+    if (axes == NULL) {
+        for (uint32_t a = 0; a < rank; a++)
+            all[a] = a;
+        axes = all;
+        naxes = rank;
+    }
+    for (uint32_t a = rank, p = self; a > 0; a--) {
+        coord[a - 1] = p % shape[a - 1];
+        p /= (uint32_t)shape[a - 1];
+    }
+    for (uint32_t j = 0; j < naxes; j++)
+        count *= shape[axes[j]];
+    *pos = 0;
+    for (int64_t k = 0; k < count; k++) {
+        int64_t c[IR_MAX_RANK], rem = k, lin = 0;
+        memcpy(c, coord, rank * sizeof c[0]);
+        for (uint32_t j = naxes; j > 0; j--) { /* axes[0] outermost */
+            c[axes[j - 1]] = rem % shape[axes[j - 1]];
+            rem /= shape[axes[j - 1]];
+        }
+        for (uint32_t a = 0; a < rank; a++)
+            lin = lin * shape[a] + c[a];
+        members[k] = (uint32_t)lin;
+        if (lin == self)
+            *pos = (uint32_t)k;
+    }
+    *n = (uint32_t)count;
 }
 
 /* ---- regions ---- */

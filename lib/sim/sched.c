@@ -428,20 +428,25 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
     return 0;
 }
 
-/* Group membership of a mesh-form collective: devices sharing coordinates off mesh_axes. */
+/* Group membership of a mesh-form collective (ir_mesh_group), as device ids. */
 static int
 mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint32_t *n)
 {
     const ir_module *m = s->m;
     const ir_mesh *ms = &m->meshes[mesh];
-    const int64_t *shape = m->ints + ms->shape, *devices = m->ints + ms->devices;
-    uint32_t naxes, rank = ms->rank;
-    const int64_t *axes = ir_op_ints(m, op, "mesh_axes", &naxes);
-    int64_t coord[IR_MAX_RANK], c2[IR_MAX_RANK];
-    uint32_t pos = UINT32_MAX, cnt = 0;
-    uint8_t inaxes[IR_MAX_RANK] = {0};
-    if (rank > IR_MAX_RANK)
-        return di_error_set(s->err, DI_EINVAL, "mesh rank %u too large", rank);
+    const int64_t *devices = ir_mesh_devices(m, mesh);
+    uint32_t naxes, axes[IR_MAX_RANK], pos = UINT32_MAX, self;
+    const int64_t *ax = ir_op_ints(m, op, "mesh_axes", &naxes);
+    uint32_t *members;
+    if (ms->rank > IR_MAX_RANK || (ax != NULL && naxes > ms->rank))
+        return di_error_set(s->err, DI_EINVAL, "%s: mesh rank %u too large",
+                            ir_op_label(m, op).s, ms->rank);
+    for (uint32_t a = 0; ax != NULL && a < naxes; a++) {
+        if (ax[a] < 0 || ax[a] >= (int64_t)ms->rank)
+            return di_error_set(s->err, DI_EINVAL, "%s: mesh_axes[%u] is not an axis",
+                                ir_op_label(m, op).s, a);
+        axes[a] = (uint32_t)ax[a];
+    }
     for (uint32_t i = 0; i < ms->ndevice; i++)
         if (devices[i] == dev) {
             pos = i;
@@ -451,32 +456,11 @@ mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint3
         return di_error_set(s->err, DI_EINVAL,
                             "%s: device %d is not in mesh '%s'",
                             ir_op_label(m, op).s, dev, ir_str_get(m, ms->name));
-    if (axes == NULL) {
-        /* No mesh_axes: every axis. */
-        for (uint32_t a = 0; a < rank; a++)
-            inaxes[a] = 1;
-    } else {
-        for (uint32_t a = 0; a < naxes; a++)
-            if (axes[a] >= 0 && axes[a] < (int64_t)rank)
-                inaxes[axes[a]] = 1;
-    }
-    for (int a = (int)rank - 1, p = (int)pos; a >= 0; a--) {
-        coord[a] = p % shape[a];
-        p /= (int)shape[a];
-    }
-    for (uint32_t i = 0; i < ms->ndevice; i++) {
-        int same = 1;
-        for (int a = (int)rank - 1, p = (int)i; a >= 0; a--) {
-            c2[a] = p % shape[a];
-            p /= (int)shape[a];
-        }
-        for (uint32_t a = 0; a < rank; a++)
-            if (!inaxes[a] && c2[a] != coord[a])
-                same = 0;
-        if (same)
-            group[cnt++] = (int32_t)devices[i];
-    }
-    *n = cnt;
+    members = di_xcalloc(ms->ndevice, sizeof *members);
+    ir_mesh_group(m, mesh, ax ? axes : NULL, ax ? naxes : 0, pos, members, n, &self);
+    for (uint32_t k = 0; k < *n; k++)
+        group[k] = (int32_t)devices[members[k]];
+    di_free(members);
     return 0;
 }
 
