@@ -56,3 +56,11 @@ CREATE TABLE searches (
     hits INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX searches_last_hit ON searches (last_hit);
+
+-- version 4
+-- A checksum per stored value: SHA-256 of the blob in `result`, verified on
+-- every read (server/cache.c). A row that fails it is deleted and reported as
+-- corrupt; the daemon then computes the value again. NULL in rows written
+-- before this version, which are read unverified until written again.
+ALTER TABLE results ADD COLUMN checksum BLOB;
+ALTER TABLE searches ADD COLUMN checksum BLOB;

@@ -9,10 +9,12 @@
  */
 #include "cache.h"
 
+#include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 enum {
@@ -24,6 +26,9 @@ enum {
     ST_SEARCH_PUT,
     ST_SEARCH_HIT,
     ST_SEARCH_HITS,
+    ST_REPAIR,
+    ST_DROP,
+    ST_SEARCH_DROP,
     ST_BEGIN,
     ST_COMMIT,
     ST_ROLLBACK,
@@ -31,24 +36,46 @@ enum {
 };
 
 static const char *const stmt_sql[NSTMT] = {
-    [ST_GET] = "SELECT result FROM results WHERE key = ?1",
+    [ST_GET] = "SELECT result, checksum FROM results WHERE key = ?1",
+    /*
+     * Results are deterministic, so an existing row is kept, unless it fails
+     * its checksum (a row gone bad that a worker's read-only connection found)
+     * or has none (written before checksums): ST_REPAIR then replaces it.
+     */
     [ST_PUT] = "INSERT INTO results (key, result, simulator_version, step_time_s, "
-               "peak_memory_bytes, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+               "peak_memory_bytes, created, checksum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
                "ON CONFLICT (key) DO NOTHING",
     [ST_HIT] = "UPDATE results SET hits = hits + ?2, "
                "last_hit = max(coalesce(last_hit, 0), ?3) WHERE key = ?1",
     [ST_HITS] = "SELECT hits FROM results WHERE key = ?1",
-    [ST_SEARCH_GET] = "SELECT result FROM searches WHERE key = ?1",
+    [ST_SEARCH_GET] = "SELECT result, checksum FROM searches WHERE key = ?1",
     /* A search is stored only after a miss: an existing row did not decode, so it is replaced. */
-    [ST_SEARCH_PUT] = "INSERT INTO searches (key, result, created) VALUES (?1, ?2, ?3) "
+    [ST_SEARCH_PUT] = "INSERT INTO searches (key, result, created, checksum) "
+                      "VALUES (?1, ?2, ?3, ?4) "
                       "ON CONFLICT (key) DO UPDATE SET result = excluded.result, "
-                      "created = excluded.created",
+                      "created = excluded.created, checksum = excluded.checksum",
     [ST_SEARCH_HIT] = "UPDATE searches SET hits = hits + ?2, "
                       "last_hit = max(coalesce(last_hit, 0), ?3) WHERE key = ?1",
     [ST_SEARCH_HITS] = "SELECT hits FROM searches WHERE key = ?1",
+    [ST_REPAIR] = "UPDATE results SET result = ?2, checksum = ?3 WHERE key = ?1 AND "
+                  "(checksum IS NULL OR checksum IS NOT distir_sha256(result))",
+    [ST_DROP] = "DELETE FROM results WHERE key = ?1",
+    [ST_SEARCH_DROP] = "DELETE FROM searches WHERE key = ?1",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
+};
+
+/* The statements that differ on a schema before version 4 (no checksums; tests of migrations). */
+static const char *const stmt_sql_v3[NSTMT] = {
+    [ST_GET] = "SELECT result FROM results WHERE key = ?1",
+    [ST_PUT] = "INSERT INTO results (key, result, simulator_version, step_time_s, "
+               "peak_memory_bytes, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+               "ON CONFLICT (key) DO NOTHING",
+    [ST_SEARCH_GET] = "SELECT result FROM searches WHERE key = ?1",
+    [ST_SEARCH_PUT] = "INSERT INTO searches (key, result, created) VALUES (?1, ?2, ?3) "
+                      "ON CONFLICT (key) DO UPDATE SET result = excluded.result, "
+                      "created = excluded.created",
 };
 
 typedef struct cache_hit {
@@ -60,6 +87,8 @@ typedef struct cache_hit {
 struct cache {
     sqlite3 *db;
     int readonly;
+    int checksums; /* the schema has checksum columns (version 4 on) */
+    uint64_t corrupt; /* rows found corrupt (and dropped when writable) */
     sqlite3_stmt *st[NSTMT];
     sqlite3_stmt *active; /* the statement whose row cache_get lent out */
     uint64_t count;
@@ -70,7 +99,18 @@ struct cache {
 static int
 is_search_stmt(int which)
 {
-    return which >= ST_SEARCH_GET && which <= ST_SEARCH_HITS;
+    return (which >= ST_SEARCH_GET && which <= ST_SEARCH_HITS) || which == ST_SEARCH_DROP;
+}
+
+/* SQL distir_sha256(blob): the SHA-256 of a blob, as stored in the checksum columns. */
+static void
+sql_sha256(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    di_hash sum;
+    const void *p = sqlite3_value_blob(argv[0]);
+    (void)argc;
+    di_sha256_once(p != NULL ? p : "", (size_t)sqlite3_value_bytes(argv[0]), &sum);
+    sqlite3_result_blob(ctx, sum.b, sizeof sum.b, SQLITE_TRANSIENT);
 }
 
 static double
@@ -215,6 +255,9 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
     }
     sqlite3_busy_timeout(c->db, 5000);
     sqlite3_extended_result_codes(c->db, 1);
+    sqlite3_create_function_v2(c->db, "distir_sha256", 1,
+                               SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, NULL,
+                               sql_sha256, NULL, NULL, NULL);
     if (!c->readonly) {
         char *msg = NULL;
         rc = sqlite3_exec(c->db,
@@ -222,11 +265,15 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
                           "PRAGMA journal_size_limit = 67108864;",
                           NULL, NULL, &msg);
         if (rc != SQLITE_OK) {
-            di_error_set(err, DI_EIO, "cache: '%s' is not usable as a database: %s", path,
+            int code = (sqlite3_errcode(c->db) & 0xff) == SQLITE_NOTADB ||
+                               (sqlite3_errcode(c->db) & 0xff) == SQLITE_CORRUPT
+                           ? DI_ECORRUPT
+                           : DI_EIO;
+            di_error_set(err, code, "cache: '%s' is not usable as a database: %s", path,
                          msg ? msg : sqlite3_errstr(rc));
             sqlite3_free(msg);
             cache_close(c);
-            return DI_EIO;
+            return code;
         }
         rc = migrate(c, schema, err);
         if (rc != 0) {
@@ -248,10 +295,14 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
         cache_close(c);
         return err ? err->code : DI_EIO;
     }
+    c->checksums = cache_schema_latest(schema) >= 4;
     for (int i = 0; i < NSTMT; i++) {
+        const char *sql = !c->checksums && stmt_sql_v3[i] ? stmt_sql_v3[i] : stmt_sql[i];
         if (c->readonly && i != ST_GET && i != ST_HITS && i != ST_SEARCH_GET && i != ST_SEARCH_HITS)
             continue;
-        rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
+        if (i == ST_REPAIR && !c->checksums)
+            continue;
+        rc = sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
         /*
          * A schema text older than version 3 (tests of migrations) has no
          * searches table: its statements stay NULL and the database stores
@@ -312,7 +363,26 @@ cache_schema_version(cache *c)
     return v;
 }
 
-/* cache_get and cache_search_get: the statement `which` looks key up. */
+/*
+ * Deletes the row of key from results or searches (writer only), after it
+ * failed its checksum.
+ */
+static void
+drop_row(cache *c, int search, const di_hash *key)
+{
+    sqlite3_stmt *st = c->st[search ? ST_SEARCH_DROP : ST_DROP];
+    if (c->readonly || st == NULL)
+        return;
+    sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_DONE && !search && sqlite3_changes(c->db) > 0 && c->count > 0)
+        c->count--;
+    sqlite3_reset(st);
+}
+
+/*
+ * cache_get and cache_search_get: the statement `which` looks key up and the
+ * blob is checked against its stored SHA-256.
+ */
 static int
 get_blob(cache *c, int which, const di_hash *key, const uint8_t **data, size_t *len, di_error *err)
 {
@@ -327,6 +397,23 @@ get_blob(cache *c, int which, const di_hash *key, const uint8_t **data, size_t *
         const void *p = sqlite3_column_blob(st, 0);
         *len = (size_t)sqlite3_column_bytes(st, 0);
         *data = p != NULL ? p : (const uint8_t *)"";
+        if (c->checksums && sqlite3_column_type(st, 1) != SQLITE_NULL) {
+            di_hash sum;
+            const void *want = sqlite3_column_blob(st, 1);
+            di_sha256_once(*data, *len, &sum);
+            if (sqlite3_column_bytes(st, 1) != (int)sizeof sum.b || want == NULL ||
+                memcmp(want, sum.b, sizeof sum.b) != 0) {
+                char hex[65];
+                sqlite3_reset(st);
+                c->corrupt++;
+                drop_row(c, which == ST_SEARCH_GET, key);
+                di_hash_hex(key, hex);
+                return di_error_set(err, DI_ECORRUPT,
+                                    "cache: the stored %s for key %s fails its checksum%s",
+                                    which == ST_SEARCH_GET ? "search" : "result", hex,
+                                    c->readonly ? "" : "; the row was dropped");
+            }
+        }
         c->active = st;
         return 0;
     }
@@ -362,6 +449,7 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
           di_error *err)
 {
     sqlite3_stmt *st = c->st[ST_PUT];
+    di_hash sum;
     int rc;
     if (c->readonly)
         return di_error_set(err, DI_EINVAL, "cache: put on a read-only connection");
@@ -375,15 +463,28 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
     sqlite3_bind_int64(
         st, 5, peak_memory_bytes > INT64_MAX ? INT64_MAX : (sqlite3_int64)peak_memory_bytes);
     sqlite3_bind_double(st, 6, now_unix());
+    if (c->checksums) {
+        di_sha256_once(data, len, &sum);
+        sqlite3_bind_blob(st, 7, sum.b, sizeof sum.b, SQLITE_STATIC);
+    }
     rc = sqlite3_step(st);
     sqlite3_clear_bindings(st);
     sqlite3_reset(st);
+    int added = rc == SQLITE_DONE && sqlite3_changes(c->db) > 0;
+    if (rc == SQLITE_DONE && !added && c->checksums) {
+        st = c->st[ST_REPAIR];
+        sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 2, len ? data : (const uint8_t *)"", len, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 3, sum.b, sizeof sum.b, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        sqlite3_clear_bindings(st);
+        sqlite3_reset(st);
+    }
     if (rc != SQLITE_DONE) {
         db_error(c, err, DI_EIO, "cannot store a result");
         exec_stmt(c, ST_ROLLBACK);
         return DI_EIO;
     }
-    int added = sqlite3_changes(c->db);
     if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
         db_error(c, err, DI_EIO, "cannot commit a result");
         exec_stmt(c, ST_ROLLBACK);
@@ -408,6 +509,11 @@ cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, 
     sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
     sqlite3_bind_blob64(st, 2, len ? data : (const uint8_t *)"", len, SQLITE_STATIC);
     sqlite3_bind_double(st, 3, now_unix());
+    if (c->checksums) {
+        di_hash sum;
+        di_sha256_once(data, len, &sum);
+        sqlite3_bind_blob(st, 4, sum.b, sizeof sum.b, SQLITE_TRANSIENT);
+    }
     rc = sqlite3_step(st);
     sqlite3_clear_bindings(st);
     sqlite3_reset(st);
@@ -541,6 +647,12 @@ cache_count(cache *c)
     return c->count;
 }
 
+uint64_t
+cache_corrupt_count(cache *c)
+{
+    return c->corrupt;
+}
+
 /* cache_hits and cache_search_hits. */
 static int64_t
 stored_hits(cache *c, const di_hash *key, int search)
@@ -573,14 +685,15 @@ cache_search_hits(cache *c, const di_hash *key)
     return stored_hits(c, key, 1);
 }
 
-int
-cache_check(cache *c, di_error *err)
+/* Runs an integrity pragma: 0 when it says "ok", DI_ECORRUPT with its first lines otherwise. */
+static int
+check_pragma(cache *c, const char *sql, di_error *err)
 {
     sqlite3_stmt *st;
     di_buf report;
     int ok = 0, rows = 0;
     release_active(c);
-    if (sqlite3_prepare_v2(c->db, "PRAGMA integrity_check(8)", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK)
         return db_error(c, err, DI_EIO, "cannot run the integrity check");
     di_buf_init(&report);
     int rc;
@@ -594,14 +707,56 @@ cache_check(cache *c, di_error *err)
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
+        int corrupt = (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB;
         di_buf_fini(&report);
-        return db_error(c, err, DI_EIO, "integrity check failed");
+        return db_error(c, err, corrupt ? DI_ECORRUPT : DI_EIO, "integrity check failed");
     }
     if (!ok || rows != 1) {
-        di_error_set(err, DI_EIO, "cache: integrity check: %s", report.data ? report.data : "");
+        di_error_set(err, DI_ECORRUPT, "cache: integrity check: %s",
+                     report.data ? report.data : "");
         di_buf_fini(&report);
-        return DI_EIO;
+        return DI_ECORRUPT;
     }
     di_buf_fini(&report);
+    return 0;
+}
+
+int
+cache_check(cache *c, di_error *err)
+{
+    return check_pragma(c, "PRAGMA integrity_check(8)", err);
+}
+
+int
+cache_quick_check(cache *c, di_error *err)
+{
+    return check_pragma(c, "PRAGMA quick_check(8)", err);
+}
+
+int
+cache_set_aside(const char *path, char *moved, size_t size, di_error *err)
+{
+    static const char *const suffix[] = {"", "-wal", "-shm"};
+    char from[4096], to[4096];
+    struct stat sb;
+    long long t = (long long)time(NULL);
+    /* path.damaged-<unix seconds>[.N]: never over an earlier one */
+    for (int n = 0;; n++) {
+        if (n == 0)
+            snprintf(moved, size, "%s.damaged-%lld", path, t);
+        else
+            snprintf(moved, size, "%s.damaged-%lld.%d", path, t, n);
+        if (stat(moved, &sb) != 0 && errno == ENOENT)
+            break;
+        if (n == 1000)
+            return di_error_set(err, DI_EIO, "cache: no free name to set '%s' aside", path);
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(from, sizeof from, "%s%s", path, suffix[i]);
+        snprintf(to, sizeof to, "%s%s", moved, suffix[i]);
+        if (rename(from, to) != 0 && !(i > 0 && errno == ENOENT))
+            return di_error_set(err, DI_EIO, "cache: cannot move '%s' to '%s': %s", from, to,
+                                strerror(errno));
+    }
     return 0;
 }

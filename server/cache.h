@@ -24,7 +24,8 @@ typedef struct cache cache;
 
 /*
  * Opens (creating when writable) the database at path and brings its schema
- * up to date. Fails with DI_EIO when the file is not a database, and with
+ * up to date. Fails with DI_ECORRUPT when the file is not a database (or a
+ * damaged one), DI_EIO when it cannot be opened or written, and with
  * DI_EUNSUPPORTED when its schema version is newer than this build's.
  * Free with cache_close.
  */
@@ -44,13 +45,16 @@ int cache_schema_version(cache *c);
 
 /*
  * Looks key up. Returns 0 and points *data at the stored packed SimResult,
- * valid until the next call on this handle; DI_ENOTFOUND when absent; or
+ * valid until the next call on this handle; DI_ENOTFOUND when absent;
+ * DI_ECORRUPT when the stored bytes fail their SHA-256 checksum (the row is
+ * deleted on the writer; a read-only connection only reports it); or
  * another code with err set.
  */
 int cache_get(cache *c, const di_hash *key, const uint8_t **data, size_t *len, di_error *err);
 /*
- * Stores a result (writer only) in its own BEGIN IMMEDIATE transaction. An
- * existing row for key is kept (results are deterministic).
+ * Stores a result and its checksum (writer only) in its own BEGIN IMMEDIATE
+ * transaction. An existing row for key is kept (results are deterministic)
+ * unless its checksum differs (a row gone bad), which is replaced.
  */
 int cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
               const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
@@ -69,6 +73,8 @@ int cache_checkpoint(cache *c, di_error *err);
 
 /* Rows in the results table (kept current by cache_put on this handle). */
 uint64_t cache_count(cache *c);
+/* Rows this handle found failing their checksum. */
+uint64_t cache_corrupt_count(cache *c);
 /* Stored hit count of key (including unflushed ones), or -1 when absent. */
 int64_t cache_hits(cache *c, const di_hash *key);
 
@@ -85,7 +91,19 @@ int cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t l
 void cache_search_note_hit(cache *c, const di_hash *key);
 int64_t cache_search_hits(cache *c, const di_hash *key);
 
-/* PRAGMA integrity_check: 0 when it says "ok", DI_EIO with its first lines otherwise. */
+/*
+ * PRAGMA integrity_check (thorough: indexes against tables) and quick_check
+ * (pages and records only, linear in the file; the daemon runs it at start):
+ * 0 when it says "ok", DI_ECORRUPT with its first lines otherwise, DI_EIO when
+ * the check itself cannot run.
+ */
 int cache_check(cache *c, di_error *err);
+int cache_quick_check(cache *c, di_error *err);
+/*
+ * Moves a damaged database (and its -wal and -shm files) aside to
+ * "<path>.damaged-<unix seconds>", writing that name to moved; the caller
+ * then opens a fresh database at path. Returns 0 or DI_EIO.
+ */
+int cache_set_aside(const char *path, char *moved, size_t size, di_error *err);
 
 #endif

@@ -276,6 +276,36 @@ init_signal(srv_daemon *d, uv_signal_t *s, int signum)
     uv_signal_start(s, on_signal, signum);
 }
 
+
+/*
+ * Opens the result cache and checks it (PRAGMA quick_check). A damaged
+ * database (not a database, or failing the check) is moved aside, loudly, and
+ * a fresh one started: the daemon serves with an empty cache rather than not
+ * at all, and the damaged file stays for inspection.
+ */
+static int
+open_cache(srv_daemon *d, di_error *err)
+{
+    const char *path = d->cfg->db;
+    char moved[4200];
+    int rc = cache_open(path, 0, &d->cache, err);
+    if (rc == 0 && (rc = cache_quick_check(d->cache, err)) != 0) {
+        cache_close(d->cache);
+        d->cache = NULL;
+    }
+    if (rc != DI_ECORRUPT)
+        return rc;
+    char q[1200];
+    srv_log(SRV_LOG_ERROR, "cache_damaged", "db=%s error=%s", path,
+            srv_log_quote(err->msg, q, sizeof q));
+    if ((rc = cache_set_aside(path, moved, sizeof moved, err)) != 0)
+        return rc;
+    srv_log(SRV_LOG_ERROR, "cache_set_aside", "db=%s moved_to=%s action=fresh_database", path,
+            moved);
+    di_error_clear(err);
+    return cache_open(path, 0, &d->cache, err);
+}
+
 int
 srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
 {
@@ -297,7 +327,7 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
     uv_loop_init(d->loop);
     pthread_mutex_init(&d->inbox_lock, NULL);
 
-    rc = cache_open(cfg->db, 0, &d->cache, err);
+    rc = open_cache(d, err);
     if (rc != 0)
         goto fail_loop;
     if (cfg->max_db_kb > 0 &&

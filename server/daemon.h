@@ -73,6 +73,7 @@ typedef struct srv_metrics {
     double latency_sum_s[SRV_NMETHOD]; /* seconds, call accepted -> status sent */
     uint64_t cache_hits;
     uint64_t cache_misses;
+    uint64_t cache_corrupt; /* stored results that failed their checksum (event loop's reads) */
     uint64_t coalesced; /* misses that joined an identical job */
     uint64_t jobs_started;
     uint64_t jobs_done;

@@ -537,7 +537,14 @@ job_run_decode(srv_job *job, pool_worker *w)
         request_input *in = job->req.input;
         request_cache_key(&in->module_hash, &in->hw_hash, &job->req.cands[0].strategy,
                           &job->req.opts, SIM_VERSION, &job->key);
-        if (cache_get(w->local, &job->key, &data, &len, NULL) == 0) {
+        int rc = cache_get(w->local, &job->key, &data, &len, NULL);
+        if (rc == DI_ECORRUPT) { /* simulated again; the writer replaces the row */
+            char hex[65];
+            di_hash_hex(&job->key, hex);
+            srv_log_limited(SRV_LOG_ERROR, "cache_corrupt_row", 10.0, "key=%s action=recompute",
+                            hex);
+        }
+        if (rc == 0) {
             job->result = di_xmalloc(len ? len : 1);
             memcpy(job->result, data, len);
             job->result_len = len;
@@ -822,8 +829,13 @@ start_candidate(srv_call *c, uint32_t i)
         deliver_result(c, i, data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT, hex);
         return;
     }
-    if (rc != DI_ENOTFOUND)
-        srv_log(SRV_LOG_WARN, "cache_lookup_failed", "key=%s error=\"%s\"", hex, err.msg);
+    if (rc == DI_ECORRUPT) {
+        d->m.cache_corrupt++;
+        srv_log_limited(SRV_LOG_ERROR, "cache_corrupt_row", 10.0, "key=%s action=recompute", hex);
+    } else if (rc != DI_ENOTFOUND) {
+        srv_log_limited(SRV_LOG_WARN, "cache_lookup_failed", 10.0, "key=%s error=\"%s\"", hex,
+                        err.msg);
+    }
     d->m.cache_misses++;
     srv_job *job = flight_find(d, &key);
     if (job != NULL) {
@@ -879,8 +891,8 @@ job_finished_simulate(srv_daemon *d, srv_job *job)
         di_error_clear(&err);
         if (cache_put(d->cache, &job->key, job->result, job->result_len, SIM_VERSION,
                       job->step_time_s, job->peak_memory_bytes, &err) != 0)
-            srv_log(SRV_LOG_ERROR, "cache_store_failed", "key=%s error=\"%s\"", job->key_hex,
-                    err.msg);
+            srv_log_limited(SRV_LOG_ERROR, "cache_store_failed", 10.0, "key=%s error=\"%s\"",
+                            job->key_hex, err.msg);
         if (srv_log_enabled(SRV_LOG_DEBUG))
             srv_log(SRV_LOG_DEBUG, "job_done", "key=%s run_ms=%.3f step_time_s=%.9g", job->key_hex,
                     job->run_s * 1e3, job->step_time_s);
@@ -1088,6 +1100,11 @@ method_get_result(srv_call *c)
     if (rc == DI_ENOTFOUND) {
         snprintf(msg, sizeof msg, "no cached result for key %.64s", req->cache_key);
         call_finish(c, GRPC_STATUS_NOT_FOUND, msg);
+    } else if (rc == DI_ECORRUPT) {
+        d->m.cache_corrupt++;
+        srv_log_limited(SRV_LOG_ERROR, "cache_corrupt_row", 10.0, "key=%.64s action=dropped",
+                        req->cache_key);
+        call_fail(c, DI_ECORRUPT, err.msg);
     } else if (rc != 0) {
         call_fail(c, DI_EINTERNAL, err.msg);
     } else {

@@ -165,3 +165,52 @@ srv_log(int level, const char *event, const char *fmt, ...)
     fwrite(line, 1, len, log_file != NULL ? log_file : stderr);
     pthread_mutex_unlock(&log_lock);
 }
+
+/* Rate limits of srv_log_limited: one slot per event name. */
+#define LIMIT_SLOTS 32
+static struct {
+    const char *event;
+    double last; /* CLOCK_MONOTONIC seconds of the last record written */
+    unsigned long long suppressed;
+} limit_slot[LIMIT_SLOTS];
+static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void
+srv_log_limited(int level, const char *event, double every_s, const char *fmt, ...)
+{
+    char text[3072];
+    struct timespec ts;
+    double now;
+    unsigned long long suppressed = 0;
+    int write = 1;
+    va_list ap;
+    if (level < log_level)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    pthread_mutex_lock(&limit_lock);
+    for (int i = 0; i < LIMIT_SLOTS; i++) {
+        if (limit_slot[i].event != NULL && strcmp(limit_slot[i].event, event) != 0)
+            continue;
+        if (limit_slot[i].event != NULL && now - limit_slot[i].last < every_s) {
+            limit_slot[i].suppressed++;
+            write = 0;
+        } else {
+            suppressed = limit_slot[i].suppressed;
+            limit_slot[i].event = event;
+            limit_slot[i].last = now;
+            limit_slot[i].suppressed = 0;
+        }
+        break;
+    } /* every slot taken by other events: written without a limit */
+    pthread_mutex_unlock(&limit_lock);
+    if (!write)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (suppressed > 0)
+        srv_log(level, event, "%s suppressed=%llu", text, suppressed);
+    else
+        srv_log(level, event, "%s", text);
+}

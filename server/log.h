@@ -34,6 +34,14 @@ void srv_log(int level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /*
+ * As srv_log for records that can repeat at a high rate (a full disk, a
+ * damaged database): at most one record per event per every_s seconds; the
+ * next one written carries suppressed=N, the records left out meanwhile.
+ */
+void srv_log_limited(int level, const char *event, double every_s, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/*
  * Quotes s for a value if it needs quoting (spaces, quotes, '=', control
  * characters), into buf of size n; returns buf.
  */

@@ -286,6 +286,9 @@ srv_metrics_render(srv_daemon *d, di_buf *b)
             (double)m->cache_hits);
     counter(b, "distird_cache_misses_total", "Simulations not found in the cache.", "counter",
             (double)m->cache_misses);
+    counter(b, "distird_cache_corrupt_total",
+            "Stored results that failed their checksum (dropped and computed again).", "counter",
+            (double)m->cache_corrupt);
     counter(b, "distird_cache_memo_hits_total",
             "Hits found by the request-bytes memo, without decoding the request.", "counter",
             (double)m->memo_hits);

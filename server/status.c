@@ -3,7 +3,8 @@
  * Input problems (syntax, decoding, verification, impossible strategies) are
  * the client's to fix: INVALID_ARGUMENT. Exceeded limits: RESOURCE_EXHAUSTED.
  * What distir does not support (a module a transform cannot distribute):
- * UNIMPLEMENTED. Our own failures: INTERNAL.
+ * UNIMPLEMENTED. A stored result that fails its checksum: DATA_LOSS. Our own
+ * failures: INTERNAL.
  */
 #include "status.h"
 
@@ -37,6 +38,8 @@ srv_status_from_code(int di_code)
         return GRPC_STATUS_ALREADY_EXISTS;
     case DI_EIO:
         return GRPC_STATUS_UNAVAILABLE;
+    case DI_ECORRUPT:
+        return GRPC_STATUS_DATA_LOSS;
     case DI_EINTERNAL:
     default:
         return GRPC_STATUS_INTERNAL;

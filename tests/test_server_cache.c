@@ -461,9 +461,21 @@ test_not_a_database(void **state)
     cache *c = NULL;
     di_error err;
     di_error_clear(&err);
-    assert_int_equal(cache_open(f->path, 0, &c, &err), DI_EIO);
+    assert_int_equal(cache_open(f->path, 0, &c, &err), DI_ECORRUPT);
     assert_null(c);
     assert_non_null(strstr(err.msg, f->path));
+    /* Set aside: the name is reported, the file moved, a fresh database opens at path. */
+    char moved[4200];
+    assert_int_equal(cache_set_aside(f->path, moved, sizeof moved, &err), 0);
+    assert_non_null(strstr(moved, ".damaged-"));
+    fp = fopen(moved, "rb");
+    assert_non_null(fp);
+    assert_int_equal(fgetc(fp), 'g');
+    fclose(fp);
+    c = open_ok(f->path, 0);
+    assert_int_equal(cache_quick_check(c, NULL), 0);
+    cache_close(c);
+    unlink(moved); /* in f->dir anyway */
 }
 
 static void
@@ -488,7 +500,7 @@ test_integrity(void **state)
     c = open_ok(f->path, 0);
     di_error err;
     di_error_clear(&err);
-    assert_int_equal(cache_check(c, &err), DI_EIO);
+    assert_int_equal(cache_check(c, &err), DI_ECORRUPT);
     assert_non_null(strstr(err.msg, "integrity"));
     cache_close(c);
 }
@@ -502,6 +514,72 @@ test_schema_text(void **state)
     /* "-- version N" inside a comment line is not a marker. */
     assert_int_equal(cache_schema_latest("-- see \"-- version 9\" below\n-- version 2\n"), 2);
     assert_non_null(strstr(cache_schema_sql, "CREATE TABLE results"));
+}
+
+/* Changes one byte of a stored value behind the cache's back (another connection). */
+static void
+flip_byte(const char *path, const char *table, int i)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    di_hash k = key_of(i);
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "UPDATE %s SET result = CAST(substr(result, 1, 1) || 'X' || substr(result, 3) "
+             "AS BLOB) WHERE key = ?1",
+             table);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_blob(st, 1, k.b, 32, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    assert_int_equal(sqlite3_changes(db), 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+/* A value changed in place is detected on read, not served; the writer drops it; a put repairs it. */
+static void
+test_checksum(void **state)
+{
+    fixture *f = *state;
+    cache *c = open_ok(f->path, 0);
+    const uint8_t *data;
+    size_t len;
+    di_error err;
+    put_ok(c, 1, "result one");
+    put_ok(c, 2, "result two");
+    search_put_ok(c, 1, "search one");
+    flip_byte(f->path, "results", 1);
+    flip_byte(f->path, "searches", 1);
+    /* A worker's read-only connection reports it and leaves the row to the writer. */
+    cache *r = open_ok(f->path, CACHE_READONLY);
+    di_hash k1 = key_of(1);
+    di_error_clear(&err);
+    assert_int_equal(cache_get(r, &k1, &data, &len, &err), DI_ECORRUPT);
+    assert_non_null(strstr(err.msg, "checksum"));
+    assert_int_equal(cache_corrupt_count(r), 1);
+    /* A put of the same key (the worker's recomputed result) replaces the bad row... */
+    put_ok(c, 1, "result one");
+    assert_get(r, 1, "result one");
+    assert_int_equal(cache_count(c), 2);
+    /* ...while a good row is still kept as it is (results are deterministic). */
+    put_ok(c, 2, "other");
+    assert_get(c, 2, "result two");
+    /* The writer drops a bad row on read: the next lookup is a miss. */
+    flip_byte(f->path, "results", 2);
+    assert_get(c, 1, "result one");
+    di_hash k2 = key_of(2);
+    assert_int_equal(cache_get(c, &k2, &data, &len, NULL), DI_ECORRUPT);
+    assert_int_equal(cache_get(c, &k2, &data, &len, NULL), DI_ENOTFOUND);
+    assert_int_equal(cache_count(c), 1);
+    /* Searches likewise. */
+    di_error_clear(&err);
+    assert_int_equal(cache_search_get(c, &k1, &data, &len, &err), DI_ECORRUPT);
+    assert_non_null(strstr(err.msg, "search"));
+    assert_search(c, 1, NULL);
+    assert_int_equal(cache_corrupt_count(c), 2);
+    cache_close(r);
+    cache_close(c);
 }
 
 int
@@ -519,6 +597,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_failed_migration_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_a_database, setup, teardown),
         cmocka_unit_test_setup_teardown(test_integrity, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_checksum, setup, teardown),
         cmocka_unit_test(test_schema_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

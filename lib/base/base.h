@@ -41,7 +41,8 @@
     X(COST, -12, "cannot price operation")                                     \
     X(CANCELLED, -13, "cancelled")                                             \
     X(EXISTS, -14, "already exists")                                           \
-    X(INTERNAL, -15, "internal error")
+    X(INTERNAL, -15, "internal error")                                         \
+    X(CORRUPT, -16, "stored data is corrupt")
 
 enum di_errcode {
     DI_OK = 0,
