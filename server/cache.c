@@ -27,6 +27,8 @@ enum {
     ST_SEARCH_HIT,
     ST_SEARCH_HITS,
     ST_REPAIR,
+    ST_EVICT,
+    ST_SEARCH_EVICT,
     ST_DROP,
     ST_SEARCH_DROP,
     ST_BEGIN,
@@ -59,6 +61,14 @@ static const char *const stmt_sql[NSTMT] = {
     [ST_SEARCH_HITS] = "SELECT hits FROM searches WHERE key = ?1",
     [ST_REPAIR] = "UPDATE results SET result = ?2, checksum = ?3 WHERE key = ?1 AND "
                   "(checksum IS NULL OR checksum IS NOT distir_sha256(result))",
+    /*
+     * Least recently used first: rows never hit (last_hit NULL) in the order
+     * they were stored, then by last hit; both walk the last_hit index.
+     */
+    [ST_EVICT] = "DELETE FROM results WHERE id IN "
+                 "(SELECT id FROM results ORDER BY last_hit LIMIT ?1)",
+    [ST_SEARCH_EVICT] = "DELETE FROM searches WHERE id IN "
+                        "(SELECT id FROM searches ORDER BY last_hit LIMIT ?1)",
     [ST_DROP] = "DELETE FROM results WHERE key = ?1",
     [ST_SEARCH_DROP] = "DELETE FROM searches WHERE key = ?1",
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -89,6 +99,8 @@ struct cache {
     int readonly;
     int checksums; /* the schema has checksum columns (version 4 on) */
     uint64_t corrupt; /* rows found corrupt (and dropped when writable) */
+    uint64_t evicted; /* rows evicted to make room under the size limit */
+    int full_errcode; /* SQLITE_FULL when the last store failed for room, else 0 */
     sqlite3_stmt *st[NSTMT];
     sqlite3_stmt *active; /* the statement whose row cache_get lent out */
     uint64_t count;
@@ -99,7 +111,8 @@ struct cache {
 static int
 is_search_stmt(int which)
 {
-    return (which >= ST_SEARCH_GET && which <= ST_SEARCH_HITS) || which == ST_SEARCH_DROP;
+    return (which >= ST_SEARCH_GET && which <= ST_SEARCH_HITS) || which == ST_SEARCH_DROP ||
+           which == ST_SEARCH_EVICT;
 }
 
 /* SQL distir_sha256(blob): the SHA-256 of a blob, as stored in the checksum columns. */
@@ -443,17 +456,82 @@ exec_stmt(cache *c, int which)
     return rc;
 }
 
+/*
+ * Makes room after a store failed with SQLITE_FULL (the size limit, or a full
+ * disk: deleted rows' pages are reused by the next insert): deletes the least
+ * recently used eighth of the results (at least 8 rows), or of the stored
+ * searches once no result is left. Pending hits are written first so that
+ * recent ones count. Returns the number of rows deleted (0: nothing left).
+ */
+static uint64_t
+evict(cache *c)
+{
+    uint64_t n = 0;
+    cache_flush(c, NULL);
+    for (int which = ST_EVICT; which <= ST_SEARCH_EVICT && n == 0; which++) {
+        sqlite3_stmt *st = c->st[which];
+        int64_t batch = which == ST_EVICT ? (int64_t)(c->count / 8) : 8;
+        if (st == NULL)
+            continue;
+        if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
+            return 0;
+        sqlite3_bind_int64(st, 1, batch < 8 ? 8 : batch);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            exec_stmt(c, ST_ROLLBACK);
+            return 0;
+        }
+        n = (uint64_t)sqlite3_changes(c->db);
+        if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
+            exec_stmt(c, ST_ROLLBACK);
+            return 0;
+        }
+        if (which == ST_EVICT)
+            c->count = n < c->count ? c->count - n : 0;
+    }
+    c->evicted += n;
+    return n;
+}
+
+/* A store failed because the database or the disk is full. */
+static int
+is_full(cache *c)
+{
+    return (sqlite3_extended_errcode(c->db) & 0xff) == SQLITE_FULL;
+}
+
+static int put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len,
+                    const char *simulator_version, double step_time_s,
+                    uint64_t peak_memory_bytes, di_error *err);
+
 int
 cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
           const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
           di_error *err)
 {
-    sqlite3_stmt *st = c->st[ST_PUT];
-    di_hash sum;
     int rc;
     if (c->readonly)
         return di_error_set(err, DI_EINVAL, "cache: put on a read-only connection");
+    /* Full: evict least recently used rows and try again (a few rounds at most). */
+    for (int round = 0;; round++) {
+        rc = put_once(c, key, data, len, simulator_version, step_time_s, peak_memory_bytes, err);
+        if (rc != DI_EIO || c->full_errcode != SQLITE_FULL || round == 8 || evict(c) == 0)
+            return rc;
+        di_error_clear(err);
+    }
+}
+
+static int
+put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len,
+         const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
+         di_error *err)
+{
+    sqlite3_stmt *st = c->st[ST_PUT];
+    di_hash sum;
+    int rc;
     release_active(c);
+    c->full_errcode = 0;
     if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
         return db_error(c, err, DI_EIO, "cannot begin a write");
     sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
@@ -481,11 +559,13 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
         sqlite3_reset(st);
     }
     if (rc != SQLITE_DONE) {
+        c->full_errcode = is_full(c) ? SQLITE_FULL : 0;
         db_error(c, err, DI_EIO, "cannot store a result");
         exec_stmt(c, ST_ROLLBACK);
         return DI_EIO;
     }
     if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
+        c->full_errcode = is_full(c) ? SQLITE_FULL : 0;
         db_error(c, err, DI_EIO, "cannot commit a result");
         exec_stmt(c, ST_ROLLBACK);
         return DI_EIO;
@@ -494,16 +574,32 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
     return 0;
 }
 
+static int search_put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len,
+                           di_error *err);
+
 int
 cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err)
 {
-    sqlite3_stmt *st = c->st[ST_SEARCH_PUT];
     int rc;
     if (c->readonly)
         return di_error_set(err, DI_EINVAL, "cache: put on a read-only connection");
-    if (st == NULL)
+    if (c->st[ST_SEARCH_PUT] == NULL)
         return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no searches table");
+    for (int round = 0;; round++) {
+        rc = search_put_once(c, key, data, len, err);
+        if (rc != DI_EIO || c->full_errcode != SQLITE_FULL || round == 8 || evict(c) == 0)
+            return rc;
+        di_error_clear(err);
+    }
+}
+
+static int
+search_put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err)
+{
+    sqlite3_stmt *st = c->st[ST_SEARCH_PUT];
+    int rc;
     release_active(c);
+    c->full_errcode = 0;
     if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
         return db_error(c, err, DI_EIO, "cannot begin a write");
     sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
@@ -518,11 +614,13 @@ cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, 
     sqlite3_clear_bindings(st);
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) {
+        c->full_errcode = is_full(c) ? SQLITE_FULL : 0;
         db_error(c, err, DI_EIO, "cannot store a search");
         exec_stmt(c, ST_ROLLBACK);
         return DI_EIO;
     }
     if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
+        c->full_errcode = is_full(c) ? SQLITE_FULL : 0;
         db_error(c, err, DI_EIO, "cannot commit a search");
         exec_stmt(c, ST_ROLLBACK);
         return DI_EIO;
@@ -651,6 +749,12 @@ uint64_t
 cache_corrupt_count(cache *c)
 {
     return c->corrupt;
+}
+
+uint64_t
+cache_evicted_count(cache *c)
+{
+    return c->evicted;
 }
 
 /* cache_hits and cache_search_hits. */

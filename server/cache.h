@@ -62,9 +62,12 @@ int cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
 /* Records a hit in memory; cache_flush (or close) writes hits and last_hit. */
 void cache_note_hit(cache *c, const di_hash *key);
 /*
- * Caps the database file at about `bytes` (SQLite's max_page_count). Once
- * full, cache_put fails with DI_EIO ("database or disk is full"), exactly as
- * on a full disk; the daemon still answers, it only stops storing.
+ * Caps the database file at about `bytes` (SQLite's max_page_count). A store
+ * that finds the file full (the cap, or a full disk) evicts the least
+ * recently used rows (results first: never-hit ones in the order stored, then
+ * by last hit; stored searches once no result is left) and tries again; only
+ * a value that does not fit even then fails, with DI_EIO ("database or disk
+ * is full"); the daemon still answers, it only stops storing.
  */
 int cache_set_limit(cache *c, uint64_t bytes, di_error *err);
 int cache_flush(cache *c, di_error *err);
@@ -75,6 +78,8 @@ int cache_checkpoint(cache *c, di_error *err);
 uint64_t cache_count(cache *c);
 /* Rows this handle found failing their checksum. */
 uint64_t cache_corrupt_count(cache *c);
+/* Rows this handle evicted to make room. */
+uint64_t cache_evicted_count(cache *c);
 /* Stored hit count of key (including unflushed ones), or -1 when absent. */
 int64_t cache_hits(cache *c, const di_hash *key);
 

@@ -25,9 +25,9 @@ typedef enum srv_config_type {
     X("listen", listen, STRING, "ADDR", "127.0.0.1:7878", 0, 0,                                    \
       "gRPC address host:port (port 0 picks a free one; unix:PATH for a socket)")                  \
     X("db", db, STRING, "PATH", "./distird.db", 0, 0, "SQLite cache database file")                \
-    X("max-db-kb", max_db_kb, INT, "KIB", "0", 0, 1099511627776,                                    \
-      "cap on the cache file (0: none); when it is full, as when the disk is, results are "         \
-      "answered but not stored")                                                                     \
+    X("max-db-kb", max_db_kb, INT, "KIB", "4194304", 0, 1099511627776,                              \
+      "cap on the cache file (0: none); when it is full the least recently used rows are "         \
+      "evicted; a result that does not fit is answered but not stored")                            \
     X("workers", workers, INT, "N", "0", 0, 1024, "simulation worker threads (0: one per core)")   \
     X("worker-stack-mb", worker_stack_mb, INT, "MIB", "16", 1, 1024,                               \
       "stack size of each worker thread")                                                          \

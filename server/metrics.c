@@ -297,6 +297,9 @@ srv_metrics_render(srv_daemon *d, di_buf *b)
             (double)m->coalesced);
     counter(b, "distird_cache_entries", "Results stored in the cache.", "gauge",
             (double)cache_count(d->cache));
+    counter(b, "distird_cache_evicted_total",
+            "Rows evicted, least recently used first, to stay under --max-db-kb.", "counter",
+            (double)cache_evicted_count(d->cache));
     counter(b, "distird_queue_depth", "Jobs waiting for a worker.", "gauge",
             (double)pool_queued(d->pool));
     counter(b, "distird_jobs_running", "Jobs running on workers.", "gauge",

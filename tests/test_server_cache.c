@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../server/cache.h"
@@ -582,6 +583,53 @@ test_checksum(void **state)
     cache_close(c);
 }
 
+/* A capped cache evicts least recently used rows to store new ones and stays under its cap. */
+static void
+test_eviction(void **state)
+{
+    fixture *f = *state;
+    cache *c = open_ok(f->path, 0);
+    char value[1024];
+    di_error err;
+    di_error_clear(&err);
+    assert_int_equal(cache_set_limit(c, 256 << 10, &err), 0);
+    memset(value, 'v', sizeof value - 1);
+    value[sizeof value - 1] = '\0';
+    for (int i = 0; i < 2000; i++) {
+        value[0] = (char)('a' + i % 26);
+        put_ok(c, i, value); /* never fails: room is made */
+        if (i % 50 == 0) { /* key 0 stays in use */
+            di_hash k0 = key_of(0);
+            cache_note_hit(c, &k0);
+        }
+    }
+    assert_true(cache_evicted_count(c) > 0);
+    assert_true(cache_count(c) < 2000);
+    assert_true(cache_count(c) + cache_evicted_count(c) == 2000);
+    value[0] = (char)('a' + 1999 % 26);
+    assert_get(c, 1999, value); /* the newest */
+    value[0] = 'a';
+    assert_get(c, 0, value);    /* the one in use */
+    assert_get(c, 1, NULL);     /* old and never hit */
+    /* Searches share the room. */
+    search_put_ok(c, 1, "a stored search");
+    assert_search(c, 1, "a stored search");
+    cache_close(c);
+    struct stat sb;
+    assert_int_equal(stat(f->path, &sb), 0);
+    assert_true(sb.st_size <= 256 << 10);
+    /* A value larger than the whole cap still fails, after evicting what it could. */
+    c = open_ok(f->path, 0);
+    assert_int_equal(cache_set_limit(c, 256 << 10, &err), 0);
+    static char big[300 << 10];
+    memset(big, 'b', sizeof big);
+    di_hash kb = key_of(5000);
+    di_error_clear(&err);
+    assert_int_equal(cache_put(c, &kb, (const uint8_t *)big, sizeof big, "v", 1, 2, &err), DI_EIO);
+    assert_non_null(strstr(err.msg, "full"));
+    cache_close(c);
+}
+
 int
 main(void)
 {
@@ -598,6 +646,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_not_a_database, setup, teardown),
         cmocka_unit_test_setup_teardown(test_integrity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checksum, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
         cmocka_unit_test(test_schema_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

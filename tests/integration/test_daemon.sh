@@ -160,23 +160,27 @@ check "... and equals the result answered before the kill" cmp -s "$TMP/k1.strip
 stop_daemon
 check "restarted daemon exits 0" [ $? -eq 0 ]
 
-# A full cache (--max-db-kb makes SQLite report "database or disk is full",
-# as a full disk would): every call is still answered, nothing is lost.
-start_daemon full --max-db-kb 24 || { fail "daemon start (full)"; finish; }
+# A capped cache (--max-db-kb; SQLite reports "database or disk is full" at
+# the cap, as on a full disk): every call is answered, the newest results
+# are stored by evicting the least recently used, the file stays under the
+# cap and intact.
+start_daemon full --max-db-kb 48 || { fail "daemon start (full)"; finish; }
 answered=0
 for n in $(seq 1 30); do
     $T "$DISTIR" simulate $MLP --hw "a100-dgx:$n" --server "$ADDR" --json >"$TMP/f$n.json" &&
         answered=$((answered + 1))
 done
-check "with a full cache every call is answered (30 of 30)" [ $answered -eq 30 ]
-check "the full cache is reported in the log" grep -q 'event=cache_store_failed.*full' "$TMP/full.log"
+check "with a capped cache every call is answered (30 of 30)" [ $answered -eq 30 ]
 $T "$DISTIR" simulate $MLP --hw a100-dgx:30 --json >"$TMP/f30.inproc"
 strip_cache "$TMP/f30.json" >"$TMP/f30.stripped"
-check "an unstored result still equals the in-process result" cmp -s "$TMP/f30.stripped" "$TMP/f30.inproc"
-$T "$DISTIR" simulate $MLP --hw a100-dgx:1 --server "$ADDR" --json >"$TMP/f1b.json"
-check "a result stored before it filled up is still a hit" grep -q '^{"cache":"hit"' "$TMP/f1b.json"
+check "the last result equals the in-process result" cmp -s "$TMP/f30.stripped" "$TMP/f30.inproc"
+$T "$DISTIR" simulate $MLP --hw a100-dgx:30 --server "$ADDR" --json >"$TMP/f30b.json"
+check "the newest result is stored (a hit)" grep -q '^{"cache":"hit"' "$TMP/f30b.json"
 stop_daemon
-check "the daemon with a full cache exits 0" [ $? -eq 0 ]
-check "the full database is intact" integrity_ok "$TMP/full.db"
+check "the daemon with a capped cache exits 0" [ $? -eq 0 ]
+rows=$(sqlite3 "$TMP/full.db" 'SELECT count(*) FROM results')
+check "older results were evicted to make room ($rows of 30 kept)" [ "$rows" -gt 0 -a "$rows" -lt 30 ]
+check "the capped database stays under its cap" [ "$(stat -c %s "$TMP/full.db")" -le 49152 ]
+check "the capped database is intact" integrity_ok "$TMP/full.db"
 
 finish
