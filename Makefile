@@ -201,6 +201,7 @@ fuzz: | build/release/deps.stamp
 
 bench: $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
+	@for s in bench/*.sh; do echo "== $$s"; sh $$s || exit 1; done
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
