@@ -89,36 +89,56 @@ daemon_finish(srv_daemon *d)
             (unsigned long long)d->m.jobs_started);
 }
 
+/* Events handled per wake-up before the loop polls its other handles again. */
+#define INBOX_BATCH 64
+
+/*
+ * Handles at most INBOX_BATCH events of the inbox, then, if more are
+ * waiting, puts the rest back at its head and wakes itself again: under a
+ * steady stream of completions libuv still gets to poll between batches, so
+ * the metrics port, timers and signals are served (a loop that drained the
+ * inbox until empty starved them under load).
+ */
 static void
 on_wake(uv_async_t *h)
 {
     srv_daemon *d = h->data;
-    for (;;) {
-        pthread_mutex_lock(&d->inbox_lock);
-        srv_event *ev = d->inbox_head;
-        d->inbox_head = d->inbox_tail = NULL;
-        pthread_mutex_unlock(&d->inbox_lock);
-        if (ev == NULL)
+    srv_event *ev, *last = NULL;
+    unsigned n = 0;
+    pthread_mutex_lock(&d->inbox_lock);
+    ev = d->inbox_head;
+    d->inbox_head = d->inbox_tail = NULL;
+    pthread_mutex_unlock(&d->inbox_lock);
+    while (ev != NULL && n < INBOX_BATCH) {
+        srv_event *next = ev->next; /* ev's owner may be freed below */
+        switch (ev->kind) {
+        case SRV_EV_SHUTDOWN:
+            d->shutdown_acked = 1;
+            srv_log(SRV_LOG_INFO, "grpc_shutdown_done", "live_calls=%u jobs=%u", d->live_calls,
+                    d->jobs_outstanding);
+            srv_daemon_check_drained(d);
             break;
-        while (ev != NULL) {
-            srv_event *next = ev->next; /* ev's owner may be freed below */
-            switch (ev->kind) {
-            case SRV_EV_SHUTDOWN:
-                d->shutdown_acked = 1;
-                srv_log(SRV_LOG_INFO, "grpc_shutdown_done", "live_calls=%u jobs=%u", d->live_calls,
-                        d->jobs_outstanding);
-                srv_daemon_check_drained(d);
-                break;
-            case SRV_EV_CQ_DONE:
-                daemon_finish(d);
-                break;
-            default:
-                srv_front_event(d, ev);
-                break;
-            }
-            ev = next;
+        case SRV_EV_CQ_DONE:
+            daemon_finish(d);
+            break;
+        default:
+            srv_front_event(d, ev);
+            break;
         }
+        ev = next;
+        n++;
     }
+    if (ev == NULL)
+        return;
+    for (last = ev; last->next != NULL; last = last->next)
+        ;
+    pthread_mutex_lock(&d->inbox_lock);
+    last->next = d->inbox_head;
+    d->inbox_head = ev;
+    if (d->inbox_tail == NULL)
+        d->inbox_tail = last;
+    pthread_mutex_unlock(&d->inbox_lock);
+    uv_async_send(&d->wake);
 }
 
 static void
