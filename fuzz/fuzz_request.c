@@ -47,7 +47,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size == 0)
         return 0;
     kind = data[0] & 1 ? REQUEST_BATCH : REQUEST_SIMULATE;
+    memset(&lim, 0, sizeof lim);
     ir_limits_default(&lim.ir);
+    lim.max_job_bytes = (uint64_t)1 << 30;
     lim.ir.max_ops = 1u << 14; /* keep one input's work small */
     lim.ir.max_values = 1u << 16;
     lim.max_batch = 16;

@@ -20,6 +20,7 @@
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,46 @@ init_signal(srv_daemon *d, uv_signal_t *s, int signum)
 }
 
 
+/* The address space the process has mapped now (/proc/self/statm), bytes; 0 if unknown. */
+static uint64_t
+mapped_bytes(void)
+{
+    unsigned long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%llu", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    return (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * The memory one simulation may take (request_limits.max_job_bytes), called
+ * once the workers and gRPC are up: --max-job-mb, or else half of what the
+ * daemon may use, shared by the workers, so that jobs running at once stay
+ * within it together. What it may use is RLIMIT_AS minus what is mapped
+ * already when an address-space limit is set (prlimit, systemd's
+ * LimitAS), else the machine's memory. The rest is for the event loop,
+ * replies, SQLite and gRPC.
+ */
+static uint64_t
+job_budget(const srv_config *cfg, unsigned nworkers)
+{
+    struct rlimit rl;
+    uint64_t total;
+    if (cfg->max_job_mb > 0)
+        return (uint64_t)cfg->max_job_mb << 20;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        uint64_t used = mapped_bytes();
+        total = (uint64_t)rl.rlim_cur > used ? (uint64_t)rl.rlim_cur - used : 0;
+    } else {
+        total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    }
+    total /= 2 * (uint64_t)(nworkers ? nworkers : 1);
+    return total > ((uint64_t)1 << 20) ? total : (uint64_t)1 << 20;
+}
+
 /*
  * Opens the result cache and checks it (PRAGMA quick_check). A damaged
  * database (not a database, or failing the check) is moved aside, loudly, and
@@ -397,15 +438,17 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
         }
     }
 
+    d->limits.max_job_bytes = job_budget(cfg, d->nworkers);
     {
         di_buf dump;
         di_buf_init(&dump);
         srv_config_dump(cfg, &dump);
         srv_log(SRV_LOG_INFO, "started",
-                "version=%s simulator=%s bound=%s threads=%u cache_entries=%llu pid=%ld %s",
+                "version=%s simulator=%s bound=%s threads=%u cache_entries=%llu pid=%ld "
+                "job_budget_mb=%llu %s",
                 DISTIR_VERSION, SIM_VERSION, d->listen_addr, d->nworkers,
                 (unsigned long long)cache_count(d->cache), (long)getpid(),
-                dump.data ? dump.data : "");
+                (unsigned long long)(d->limits.max_job_bytes >> 20), dump.data ? dump.data : "");
         di_buf_fini(&dump);
     }
     printf("distird listening on %s\n", d->listen_addr);

@@ -29,6 +29,7 @@
 #include "sim/hw.h"
 #include "distir.pb-c.h"
 #include "ir/pb.h"
+#include "xform/xform.h"
 #include "sim/sim.h"
 
 /* tests/ir/seed001_mlp.dir: a two-layer MLP with its backward pass on device 0. */
@@ -463,6 +464,7 @@ request_bytes(Distir__V1__Module *pm, const char *preset, size_t *len)
 static void
 limits(request_limits *l)
 {
+    memset(l, 0, sizeof *l);
     ir_limits_default(&l->ir);
     l->max_batch = 16;
 }
@@ -549,6 +551,29 @@ test_input_good(void **state)
     assert_non_null(strstr(r.cands[3].error, "tp_layers chooses the tensor-parallel layers"));
     assert_int_equal(srv_status_from_code(r.cands[3].rc), GRPC_STATUS_INVALID_ARGUMENT);
     request_fini(&r);
+    /* Over the job budget: that candidate alone fails, at the estimate's edge. */
+    {
+        xform_estimate e0;
+        strategy triv;
+        strategy_init(&triv);
+        xform_estimate_cost(m, &triv, &e0);
+        assert_true(e0.ops >= (uint64_t)m->nop - 1);
+        assert_int_equal(e0.microbatches, 1);
+        assert_true(e0.bytes >= e0.op_instances * XFORM_BYTES_PER_OP_INSTANCE);
+        l.max_job_bytes = e0.bytes;
+        assert_int_equal(decode(REQUEST_BATCH, b, len, &l, &r, &err), 0);
+        assert_int_equal(r.cands[0].rc, 0);
+        request_fini(&r);
+        l.max_job_bytes = e0.bytes - 1;
+        assert_int_equal(decode(REQUEST_BATCH, b, len, &l, &r, &err), 0);
+        assert_int_equal(r.cands[0].rc, DI_ETOOBIG);
+        assert_non_null(strstr(r.cands[0].error, "op instances (1 microbatches x"));
+        assert_non_null(strstr(r.cands[0].error, "--max-job-mb"));
+        assert_int_equal(srv_status_from_code(r.cands[0].rc), GRPC_STATUS_RESOURCE_EXHAUSTED);
+        assert_int_equal(r.cands[1].rc, DI_ESTRATEGY);
+        request_fini(&r);
+        l.max_job_bytes = 0;
+    }
     /* Over the batch limit: RESOURCE_EXHAUSTED. */
     l.max_batch = 1;
     assert_int_equal(decode(REQUEST_BATCH, b, len, &l, &r, &err), DI_ETOOBIG);

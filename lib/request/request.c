@@ -181,11 +181,25 @@ decode_module(const Distir__V1__Module *pm, const request_limits *lim, request_i
 }
 
 static void
-candidate_init(request_candidate *c, const Distir__V1__Strategy *s)
+candidate_init(request_candidate *c, const Distir__V1__Strategy *s, const ir_module *m,
+               const request_limits *lim)
 {
     di_error e;
     di_error_clear(&e);
     c->rc = strategy_from_proto(s, &c->strategy, &e);
+    if (c->rc == 0 && lim->max_job_bytes > 0) {
+        xform_estimate est;
+        xform_estimate_cost(m, &c->strategy, &est);
+        if (est.bytes > lim->max_job_bytes)
+            c->rc = di_error_set(&e, DI_ETOOBIG,
+                                 "this strategy would simulate about %.3g op instances (%llu "
+                                 "microbatches x %llu ops), an estimated %.1f MiB; one simulation "
+                                 "may take %.1f MiB here (distird --max-job-mb): use fewer "
+                                 "microbatches",
+                                 (double)est.op_instances, (unsigned long long)est.microbatches,
+                                 (unsigned long long)est.ops, (double)est.bytes / (1 << 20),
+                                 (double)lim->max_job_bytes / (1 << 20));
+    }
     if (c->rc != 0)
         c->error = di_xstrdup(e.msg);
 }
@@ -264,12 +278,12 @@ request_decode(int kind, const uint8_t *data, size_t len, const request_limits *
         out->ncand = (uint32_t)b->n_strategies;
         out->cands = di_xcalloc(out->ncand, sizeof *out->cands);
         for (uint32_t i = 0; i < out->ncand; i++)
-            candidate_init(&out->cands[i], b->strategies[i]);
+            candidate_init(&out->cands[i], b->strategies[i], out->input->module, lim);
     } else {
         const Distir__V1__SimulateRequest *s = (const void *)msg;
         out->ncand = 1;
         out->cands = di_xcalloc(1, sizeof *out->cands);
-        candidate_init(&out->cands[0], s->strategy);
+        candidate_init(&out->cands[0], s->strategy, out->input->module, lim);
     }
     protobuf_c_message_free_unpacked(msg, NULL);
     return 0;

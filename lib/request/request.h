@@ -63,6 +63,12 @@ typedef struct request_candidate {
 typedef struct request_limits {
     ir_limits ir;       /* max_ops, max_values, max_depth, ... */
     uint32_t max_batch; /* strategies per SimulateBatch */
+    /*
+     * Memory one candidate's transform and simulation may take, by
+     * xform_estimate_cost before any work (0: no limit). A candidate over it
+     * fails alone with DI_ETOOBIG and a message giving the estimate.
+     */
+    uint64_t max_job_bytes;
 } request_limits;
 
 /* The options that affect a result (proto SimOptions), normalized. */

@@ -64,6 +64,21 @@ forward_only(const ir_module *m, ir_id f)
     return 1;
 }
 
+void
+xform_estimate_cost(const ir_module *m, const strategy *s, xform_estimate *out)
+{
+    int training = 0;
+    for (ir_id i = 1; i < m->nop && !training; i++)
+        training = (ir_opkind_info(m->ops[i].kind)->flags & (IR_OPF_GRAD | IR_OPF_OPTIM)) != 0;
+    out->ops = (uint64_t)(m->nop > 0 ? m->nop - 1 : 0) * (training ? 1 : 3);
+    out->microbatches = s->microbatches ? s->microbatches : s->pp ? s->pp : 1;
+    if (s->schedule == STRATEGY_SCHEDULE_INTERLEAVED && s->virtual_stages > 1)
+        out->microbatches *= s->virtual_stages; /* each microbatch crosses V chunks per device */
+    out->op_instances = out->ops * out->microbatches;
+    out->bytes = out->op_instances * XFORM_BYTES_PER_OP_INSTANCE +
+                 (uint64_t)m->nop * 64 + (uint64_t)m->nvalue * 64;
+}
+
 static int
 cmp_i32(const void *a, const void *b)
 {

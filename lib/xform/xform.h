@@ -99,6 +99,28 @@ int xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *e
 void xform_model_facts_fini(xform_model_facts *f);
 
 /*
+ * What a strategy will cost before any of it is done, for admission control
+ * (a daemon refuses a request whose estimate exceeds its budget instead of
+ * finding out by running out of memory). The simulator replays every op of
+ * the distributed module once per microbatch per device group, so the work
+ * and the memory grow with op_instances: the module's ops (three times over
+ * when m is forward-only: differentiation adds the backward pass and the
+ * optimizer) times the microbatches. bytes is op_instances times
+ * XFORM_BYTES_PER_OP_INSTANCE, an upper figure from measurements (peak RSS
+ * of `distir simulate` of gpt3-125m at 256 to 4,096 microbatches, pp 1 to 4,
+ * tp 1 and 2, with and without recomputation: 180 to 195 bytes per op
+ * instance) plus the module itself.
+ */
+#define XFORM_BYTES_PER_OP_INSTANCE 256u
+typedef struct xform_estimate {
+    uint64_t ops;          /* ops of one step, backward included */
+    uint64_t microbatches; /* the strategy's, normalized */
+    uint64_t op_instances; /* ops x microbatches */
+    uint64_t bytes;        /* memory to transform and simulate, bytes */
+} xform_estimate;
+void xform_estimate_cost(const ir_module *m, const strategy *s, xform_estimate *out);
+
+/*
  * Applies s to the sequential module m (see the top of this file). hw gives
  * the device count for validation (may be NULL). On success *out is a new
  * module the caller frees with ir_module_free.
