@@ -38,6 +38,8 @@ typedef enum srv_config_type {
     X("max-depth", max_depth, INT, "N", "64", 4, 4096, "deepest protobuf nesting in a module")     \
     X("max-batch", max_batch, INT, "N", "4096", 1, 1048576,                                        \
       "most strategies in one SimulateBatch")                                                      \
+    X("max-idle-s", max_idle_s, INT, "S", "300", 1, 86400,                                        \
+      "a gRPC connection with no call for this long is closed (clients reconnect)")               \
     X("max-job-mb", max_job_mb, INT, "MIB", "0", 0, 1048576,                                       \
       "memory one simulation may take, estimated before it runs; larger ones are refused "          \
       "(0: half the memory, or of what RLIMIT_AS leaves, shared by the workers)")                   \

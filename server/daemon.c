@@ -196,6 +196,7 @@ begin_drain(srv_daemon *d)
     if (d->shutdown_called)
         return;
     d->shutdown_called = 1;
+    srv_listen_stop(d);
     grpc_server_shutdown_and_notify(d->server, d->cq, &d->shutdown_ev);
     if (d->live_calls == 0 && d->jobs_outstanding == 0) {
         /*
@@ -456,6 +457,7 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
     return 0;
 
 fail_grpc:
+    srv_listen_stop(d); /* its handle closes in the uv_run below */
     if (d->server != NULL && d->grpc_started) {
         /* The CQ thread failed: drain the queue here. */
         grpc_server_shutdown_and_notify(d->server, d->cq, &d->shutdown_ev);

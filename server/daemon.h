@@ -21,6 +21,7 @@
 #define DISTIRD_DAEMON_H
 
 #include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -82,6 +83,8 @@ typedef struct srv_metrics {
     double job_seconds_sum; /* seconds of worker time */
     uint64_t stream_messages;
     uint64_t memo_hits;       /* hits answered without decoding the request */
+    uint64_t conn_accepted;   /* gRPC connections accepted (listen.c) */
+    uint64_t conn_refused;    /* closed at once: no descriptor to spare */
     uint64_t calls_cancelled; /* deadline, client cancel or lost connection */
     uint64_t searches_done;      /* Search calls answered with a result */
     uint64_t search_candidates;  /* candidates evaluated by searches */
@@ -106,9 +109,14 @@ typedef struct srv_daemon {
     grpc_completion_queue *cq;
     uv_thread_t cq_thread;
     void *registered[SRV_NREGISTERED];
-    int port;              /* the bound port */
+    int port;              /* the bound port (0 for a unix socket) */
     int grpc_started;      /* grpc_server_start was called */
     char listen_addr[256]; /* host:port actually bound */
+
+    /* The gRPC port's own accept loop (listen.c). */
+    int listen_fd, spare_fd, listen_family, fd_ceiling, listening;
+    uv_poll_t listen_poll;
+    grpc_server_credentials *listen_creds;
 
     pool *pool;
     unsigned nworkers;
@@ -187,5 +195,9 @@ int srv_http_start(srv_daemon *d, const char *addr, di_error *err);
 void srv_http_stop(srv_daemon *d);
 /* The Prometheus text exposition of d's counters. */
 void srv_metrics_render(srv_daemon *d, di_buf *out);
+
+/* listen.c: the gRPC port's accept loop (after grpc_server_start; stop at drain). */
+int srv_listen_start(srv_daemon *d, di_error *err);
+void srv_listen_stop(srv_daemon *d);
 
 #endif

@@ -1526,9 +1526,8 @@ srv_worker_fini(pool_worker *w, void *ctx)
 int
 srv_front_start(srv_daemon *d, di_error *err)
 {
-    grpc_arg args[3];
+    grpc_arg args[4];
     grpc_channel_args cargs;
-    grpc_server_credentials *creds;
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -1541,7 +1540,10 @@ srv_front_start(srv_daemon *d, di_error *err)
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
     args[2].value.integer = 0;
-    cargs.num_args = 3;
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = (char *)GRPC_ARG_MAX_CONNECTION_IDLE_MS;
+    args[3].value.integer = (int)(d->cfg->max_idle_s * 1000);
+    cargs.num_args = 4;
     cargs.args = args;
     d->nmemo = MEMO_ENTRIES;
     d->memo = di_xcalloc(d->nmemo, sizeof *d->memo);
@@ -1556,22 +1558,12 @@ srv_front_start(srv_daemon *d, di_error *err)
         if (d->registered[m] == NULL)
             return di_error_set(err, DI_EINTERNAL, "cannot register %s", srv_method_paths[m]);
     }
-    creds = grpc_insecure_server_credentials_create();
-    d->port = grpc_server_add_http2_port(d->server, d->cfg->listen, creds);
-    grpc_server_credentials_release(creds);
-    if (d->port == 0)
-        return di_error_set(err, DI_EIO, "cannot listen on '%s'", d->cfg->listen);
-    /* The address with the real port (host:0 asks for any free port). */
-    if (strncmp(d->cfg->listen, "unix:", 5) == 0) {
-        snprintf(d->listen_addr, sizeof d->listen_addr, "%s", d->cfg->listen);
-    } else {
-        const char *colon = strrchr(d->cfg->listen, ':');
-        int hostlen = colon ? (int)(colon - d->cfg->listen) : (int)strlen(d->cfg->listen);
-        snprintf(d->listen_addr, sizeof d->listen_addr, "%.*s:%d", hostlen, d->cfg->listen,
-                 d->port);
-    }
     grpc_server_start(d->server);
     d->grpc_started = 1;
+    /* Connections come from distird's own accept loop (listen.c), not from a gRPC port. */
+    int rc = srv_listen_start(d, err);
+    if (rc != 0)
+        return rc;
     for (int m = 0; m < SRV_NMETHOD; m++)
         for (int i = 0; i < REQUESTS_PER_METHOD; i++)
             post_request(d, m);

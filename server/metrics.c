@@ -3,7 +3,10 @@
  * HTTP/1.0 responder on the libuv loop. It reads one request head, answers
  * GET /metrics (or /) with the text exposition format and closes the
  * connection; anything else gets 404 or 400. The counters are the loop
- * thread's own (srv_metrics), so rendering needs no locks.
+ * thread's own (srv_metrics), so rendering needs no locks. At most
+ * HTTP_MAX_CONNS connections are open at once (more are closed on accept)
+ * and one that has not sent its request within HTTP_IDLE_MS is closed, so
+ * idle or slow clients cannot hold the port or the descriptors.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,8 @@
 #include "status.h"
 
 #define HTTP_MAX_HEAD 8192
+#define HTTP_MAX_CONNS 32
+#define HTTP_IDLE_MS 5000
 
 typedef struct http_conn http_conn;
 struct http_conn {
@@ -23,14 +28,18 @@ struct http_conn {
     http_conn *next, *prev;
     size_t len;
     int responded;
+    uint64_t opened_ms; /* uv_now at accept */
     char *resp;
     char head[HTTP_MAX_HEAD];
 };
 
 struct srv_http {
     uv_tcp_t server;
+    uv_timer_t sweep; /* closes connections idle past HTTP_IDLE_MS */
+    int handles;      /* server and sweep not yet closed */
     srv_daemon *d;
     http_conn *conns;
+    unsigned nconn;
 };
 
 static void
@@ -39,6 +48,7 @@ conn_closed(uv_handle_t *h)
     http_conn *c = h->data;
     srv_http *http = c->http;
     if (http != NULL) { /* NULL once the endpoint is stopping */
+        http->nconn--;
         if (c->prev != NULL)
             c->prev->next = c->next;
         else
@@ -150,15 +160,27 @@ on_connection(uv_stream_t *server, int status)
         return;
     http_conn *c = di_xcalloc(1, sizeof *c);
     c->http = http;
+    c->opened_ms = uv_now(server->loop);
     uv_tcp_init(server->loop, &c->tcp);
     c->tcp.data = c;
     c->next = http->conns;
     if (http->conns != NULL)
         http->conns->prev = c;
     http->conns = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+    http->nconn++;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || http->nconn > HTTP_MAX_CONNS ||
         uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
         conn_close(c);
+}
+
+static void
+on_sweep(uv_timer_t *t)
+{
+    srv_http *http = t->data;
+    uint64_t now = uv_now(t->loop);
+    for (http_conn *c = http->conns; c != NULL; c = c->next)
+        if (!c->responded && now - c->opened_ms >= HTTP_IDLE_MS)
+            conn_close(c);
 }
 
 /* Parses "host:port" or "[v6]:port". */
@@ -194,6 +216,11 @@ srv_http_start(srv_daemon *d, const char *addr, di_error *err)
     http->d = d;
     uv_tcp_init(d->loop, &http->server);
     http->server.data = http;
+    uv_timer_init(d->loop, &http->sweep);
+    http->sweep.data = http;
+    http->handles = 2;
+    uv_timer_start(&http->sweep, on_sweep, 1000, 1000);
+    uv_unref((uv_handle_t *)&http->sweep);
     d->http = http;
     rc = uv_tcp_bind(&http->server, (const struct sockaddr *)&ss, 0);
     if (rc == 0)
@@ -225,7 +252,9 @@ srv_http_start(srv_daemon *d, const char *addr, di_error *err)
 static void
 http_server_closed(uv_handle_t *h)
 {
-    di_free(h->data);
+    srv_http *http = h->data;
+    if (--http->handles == 0)
+        di_free(http);
 }
 
 void
@@ -242,6 +271,8 @@ srv_http_stop(srv_daemon *d)
         conn_close(c);
     }
     http->conns = NULL;
+    uv_timer_stop(&http->sweep);
+    uv_close((uv_handle_t *)&http->sweep, http_server_closed);
     uv_close((uv_handle_t *)&http->server, http_server_closed);
 }
 
