@@ -25,7 +25,7 @@ PACKAGES := build-essential pkg-config clang libclang-rt-14-dev \
 	libprotobuf-c-dev protobuf-c-compiler protobuf-compiler \
 	libgrpc-dev libuv1-dev libsqlite3-dev sqlite3 libssl-dev libjansson-dev libcmocka-dev \
 	grpc-proto python3-onnx libonnx-testdata python3-grpcio python3-protobuf python3-numpy \
-	python3-torch systemd
+	python3-torch systemd openssl
 
 WARN := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 	-Wvla -Wformat=2 -Wno-format-nonliteral -Wno-format-truncation

@@ -5,6 +5,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -183,12 +184,58 @@ usage_all(FILE *f)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nModules may be IR text, protobuf or ONNX (detected by content).\n"
+               "With --server, anywhere on the line: --tls-ca FILE (the daemon's CA), --tls-cert\n"
+               "FILE and --tls-key FILE (a client certificate), --token TOKEN (or the variables\n"
+               "DISTIR_TLS_CA, DISTIR_TLS_CERT, DISTIR_TLS_KEY, DISTIR_TOKEN).\n"
                "Exit codes: 0 ok, 1 failure, 2 usage error.\n");
+}
+
+/*
+ * The connection options every command with --server shares, given anywhere
+ * on the command line: --tls-ca FILE, --tls-cert FILE, --tls-key FILE,
+ * --token TOKEN. They become DISTIR_TLS_CA, DISTIR_TLS_CERT, DISTIR_TLS_KEY
+ * and DISTIR_TOKEN for the RPC client (rpc.c), which can also come from the
+ * environment (better for a token: the command line is visible in ps).
+ * Removes them from argv; returns the new argc, or -1 after a usage error.
+ */
+static int
+take_connection_flags(int argc, char **argv)
+{
+    static const char *const flags[][2] = {{"--tls-ca", "DISTIR_TLS_CA"},
+                                           {"--tls-cert", "DISTIR_TLS_CERT"},
+                                           {"--tls-key", "DISTIR_TLS_KEY"},
+                                           {"--token", "DISTIR_TOKEN"}};
+    int out = 1;
+    for (int i = 1; i < argc; i++) {
+        int taken = 0;
+        for (size_t f = 0; f < sizeof flags / sizeof flags[0] && !taken; f++) {
+            size_t n = strlen(flags[f][0]);
+            if (strncmp(argv[i], flags[f][0], n) != 0)
+                continue;
+            if (argv[i][n] == '=') {
+                setenv(flags[f][1], argv[i] + n + 1, 1);
+                taken = 1;
+            } else if (argv[i][n] == '\0') {
+                if (i + 1 >= argc) {
+                    cli_error("%s needs a value", flags[f][0]);
+                    return -1;
+                }
+                setenv(flags[f][1], argv[++i], 1);
+                taken = 1;
+            }
+        }
+        if (!taken)
+            argv[out++] = argv[i];
+    }
+    argv[out] = NULL;
+    return out;
 }
 
 int
 main(int argc, char **argv)
 {
+    if ((argc = take_connection_flags(argc, argv)) < 0)
+        return CLI_USAGE;
     if (argc < 2) {
         usage_all(stderr);
         return CLI_USAGE;

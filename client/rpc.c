@@ -15,6 +15,8 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/grpc_status.h"
@@ -47,24 +49,115 @@ code_from_status(grpc_status_code s)
         return DI_ECANCELLED;
     case GRPC_STATUS_UNAVAILABLE:
         return DI_EIO;
+    case GRPC_STATUS_UNAUTHENTICATED:
+    case GRPC_STATUS_PERMISSION_DENIED:
+        return DI_EINVAL;
+    case GRPC_STATUS_DATA_LOSS:
+        return DI_ECORRUPT;
     default:
         return DI_EINTERNAL;
     }
 }
 
+/* A PEM file's text (NUL-terminated; di_free), or NULL with err set. */
+static char *
+read_pem(const char *path, const char *what, di_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    di_buf b;
+    char chunk[4096];
+    size_t n, len;
+    if (f == NULL) {
+        di_error_set(err, DI_EIO, "%s: cannot open '%s'", what, path);
+        return NULL;
+    }
+    di_buf_init(&b);
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        di_buf_put(&b, chunk, n);
+    fclose(f);
+    di_buf_put(&b, "", 1);
+    return di_buf_take(&b, &len);
+}
+
+static const char *
+env(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+/*
+ * The channel credentials: TLS when DISTIR_TLS_CA (the server's CA) or a
+ * client certificate (DISTIR_TLS_CERT and DISTIR_TLS_KEY, for mutual TLS) is
+ * given (the CLI's --tls-ca, --tls-cert, --tls-key set them), else
+ * plaintext. NULL with err set when a file cannot be read.
+ */
+static grpc_channel_credentials *
+channel_creds(di_error *err)
+{
+    const char *ca = env("DISTIR_TLS_CA"), *cert = env("DISTIR_TLS_CERT"),
+               *key = env("DISTIR_TLS_KEY");
+    char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL;
+    grpc_channel_credentials *c = NULL;
+    if (ca == NULL && cert == NULL && key == NULL)
+        return grpc_insecure_credentials_create();
+    if ((cert == NULL) != (key == NULL)) {
+        di_error_set(err, DI_EINVAL, "a client certificate needs --tls-cert and --tls-key");
+        return NULL;
+    }
+    if ((ca == NULL || (ca_pem = read_pem(ca, "--tls-ca", err)) != NULL) &&
+        (cert == NULL || ((cert_pem = read_pem(cert, "--tls-cert", err)) != NULL &&
+                          (key_pem = read_pem(key, "--tls-key", err)) != NULL))) {
+        grpc_ssl_pem_key_cert_pair pair = {key_pem, cert_pem};
+        c = grpc_ssl_credentials_create(ca_pem, cert ? &pair : NULL, NULL, NULL);
+        if (c == NULL)
+            di_error_set(err, DI_EINVAL, "TLS: gRPC refused the certificates");
+    }
+    di_free(ca_pem);
+    di_free(cert_pem);
+    di_free(key_pem);
+    return c;
+}
+
+/*
+ * The initial metadata of every call: "authorization: Bearer TOKEN" when
+ * DISTIR_TOKEN (or --token) is set. *md stays valid while the slices live.
+ */
+static size_t
+call_metadata(grpc_metadata *md)
+{
+    const char *token = env("DISTIR_TOKEN");
+    char buf[1024];
+    if (token == NULL)
+        return 0;
+    memset(md, 0, sizeof *md);
+    snprintf(buf, sizeof buf, "Bearer %s", token);
+    md->key = grpc_slice_from_static_string("authorization");
+    md->value = grpc_slice_from_copied_string(buf);
+    return 1;
+}
+
 /*
  * A channel to server (replies up to RPC_MAX_REPLY_BYTES, requests of any
- * size), a completion queue and a call of method with timeout_ms (0: none).
+ * size), a completion queue and a call of method with timeout_ms (0: none);
+ * NULL with err set (and nothing open) when the credentials cannot be made.
  */
 static grpc_call *
 open_call(const char *server, const char *method, int timeout_ms, grpc_channel **ch,
-          grpc_completion_queue **cq)
+          grpc_completion_queue **cq, di_error *err)
 {
     grpc_arg args[2];
     grpc_channel_args cargs = {2, args};
     grpc_channel_credentials *creds;
     gpr_timespec deadline;
     grpc_init();
+    creds = channel_creds(err);
+    if (creds == NULL) {
+        grpc_shutdown();
+        *ch = NULL;
+        *cq = NULL;
+        return NULL;
+    }
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -72,7 +165,6 @@ open_call(const char *server, const char *method, int timeout_ms, grpc_channel *
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = -1;
-    creds = grpc_insecure_credentials_create();
     *ch = grpc_channel_create(server, creds, &cargs);
     grpc_channel_credentials_release(creds);
     *cq = grpc_completion_queue_create_for_next(NULL);
@@ -102,7 +194,11 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
     int tag;
 
     *reply = NULL;
-    call = open_call(server, method, timeout_ms, &ch, &cq);
+    call = open_call(server, method, timeout_ms, &ch, &cq, err);
+    if (call == NULL)
+        return err ? err->code : DI_EINVAL;
+    grpc_metadata auth;
+    size_t nauth = call_metadata(&auth);
 
     {
         size_t n = protobuf_c_message_get_packed_size(req);
@@ -115,7 +211,8 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
     grpc_metadata_array_init(&md_trailing);
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].data.send_initial_metadata.count = 0;
+    ops[0].data.send_initial_metadata.count = nauth;
+    ops[0].data.send_initial_metadata.metadata = nauth ? &auth : NULL;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -169,6 +266,8 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
     grpc_metadata_array_destroy(&md_trailing);
     grpc_slice_unref(details);
     gpr_free((void *)error_string);
+    if (nauth)
+        grpc_slice_unref(auth.value);
     grpc_call_unref(call);
     grpc_completion_queue_shutdown(cq);
     for (;;) {
@@ -238,7 +337,11 @@ rpc_search(const char *server, const Distir__V1__SearchRequest *req, int timeout
     int rc = 0, stopped = 0;
     int tag;
 
-    call = open_call(server, "/distir.v1.CostModel/Search", timeout_ms, &ch, &cq);
+    call = open_call(server, "/distir.v1.CostModel/Search", timeout_ms, &ch, &cq, err);
+    if (call == NULL)
+        return err ? err->code : DI_EINVAL;
+    grpc_metadata auth;
+    size_t nauth = call_metadata(&auth);
     {
         size_t n = protobuf_c_message_get_packed_size(&req->base);
         grpc_slice s = grpc_slice_malloc(n);
@@ -250,6 +353,8 @@ rpc_search(const char *server, const Distir__V1__SearchRequest *req, int timeout
     grpc_metadata_array_init(&md_trailing);
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = nauth;
+    ops[0].data.send_initial_metadata.metadata = nauth ? &auth : NULL;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -330,6 +435,8 @@ out:
     grpc_metadata_array_destroy(&md_trailing);
     grpc_slice_unref(details);
     gpr_free((void *)error_string);
+    if (nauth)
+        grpc_slice_unref(auth.value);
     grpc_call_unref(call);
     grpc_completion_queue_shutdown(cq);
     for (;;) {

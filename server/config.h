@@ -58,6 +58,20 @@ typedef enum srv_config_type {
       "log file (empty: standard error; SIGHUP reopens)")                                          \
     X("metrics-listen", metrics_listen, STRING, "ADDR", "", 0, 0,                                  \
       "host:port of the Prometheus /metrics endpoint (empty: off)")                                \
+    X("tls-cert", tls_cert, STRING, "PATH", "", 0, 0,                                              \
+      "PEM server certificate (chain): serve TLS (SIGHUP reloads it)")                             \
+    X("tls-key", tls_key, STRING, "PATH", "", 0, 0, "PEM private key of --tls-cert")               \
+    X("tls-client-ca", tls_client_ca, STRING, "PATH", "", 0, 0,                                    \
+      "PEM CA certificates that client certificates must chain to (mutual TLS)")                   \
+    X("tls-require-client-cert", tls_require_client_cert, INT, "0|1", "0", 0, 1,                  \
+      "1: refuse clients without a certificate from --tls-client-ca")                              \
+    X("tokens", tokens, STRING, "PATH", "", 0, 0,                                                  \
+      "tenants and their bearer tokens' SHA-256 (\"NAME SHA256 [admin]\" lines; SIGHUP reloads); "   \
+      "calls without a listed token are UNAUTHENTICATED")                                          \
+    X("shared-cache", shared_cache, INT, "0|1", "0", 0, 1,                                         \
+      "1: tenants share stored results and searches (0: each tenant sees only its own)")           \
+    X("insecure-public", insecure_public, INT, "0|1", "0", 0, 1,                                   \
+      "1: allow a non-loopback --listen without TLS (refused otherwise)")                          \
     X("test-delay-ms", test_delay_ms, INT, "MS", "0", 0, 3600000,                                  \
       "testing only: every simulation job first waits this long, polling its cancel flag")
 

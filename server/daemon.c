@@ -54,6 +54,9 @@ close_handle(uv_handle_t *h)
         uv_close(h, NULL);
 }
 
+/* The daemon whose health gRPC's accept failures affect (one per process). */
+static srv_daemon *log_daemon;
+
 /* The CQ thread has gone: tear down in reverse order of start-up. */
 static void
 daemon_finish(srv_daemon *d)
@@ -64,6 +67,11 @@ daemon_finish(srv_daemon *d)
     d->cq = NULL;
     grpc_server_destroy(d->server);
     d->server = NULL;
+    log_daemon = NULL;
+    srv_tls_free(d->tls); /* the credentials' fetcher data: after the server */
+    d->tls = NULL;
+    srv_tenants_free(d->tenants);
+    d->tenants = NULL;
     pool_free(d->pool);
     d->pool = NULL;
     di_error_clear(&err);
@@ -239,6 +247,42 @@ srv_daemon_shutdown(srv_daemon *d)
         begin_drain(d);
 }
 
+/* SIGHUP: the token file and the TLS files again; on an error the old ones stay. */
+static void
+reload_credentials(srv_daemon *d)
+{
+    di_error err;
+    if (d->cfg->tokens[0] != '\0') {
+        srv_tenants *ts;
+        di_error_clear(&err);
+        if (srv_tenants_load(d->cfg->tokens, &ts, &err) == 0) {
+            srv_tenants_free(d->tenants);
+            d->tenants = ts;
+            srv_log(SRV_LOG_INFO, "tokens_reloaded", "tenants=%u", srv_tenants_count(ts));
+        } else {
+            srv_log(SRV_LOG_ERROR, "tokens_reload_failed", "error=\"%s\" action=kept", err.msg);
+        }
+    }
+    if (d->tls != NULL) {
+        di_error_clear(&err);
+        if (srv_tls_reload(d->tls, d->cfg, &err) == 0)
+            srv_log(SRV_LOG_INFO, "tls_reloaded", "cert=%s", d->cfg->tls_cert);
+        else
+            srv_log(SRV_LOG_ERROR, "tls_reload_failed", "error=\"%s\" action=kept", err.msg);
+    }
+}
+
+/* A listen address that only this machine can reach. */
+static int
+is_loopback(const char *listen)
+{
+    static const char *const local[] = {"127.", "[::1]:", "localhost:", "unix:"};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (strncmp(listen, local[i], strlen(local[i])) == 0)
+            return 1;
+    return 0;
+}
+
 static void
 on_signal(uv_signal_t *h, int signum)
 {
@@ -246,6 +290,7 @@ on_signal(uv_signal_t *h, int signum)
     if (signum == SIGHUP) {
         int rc = srv_log_reopen();
         srv_log(rc == 0 ? SRV_LOG_INFO : SRV_LOG_ERROR, "log_reopened", "result=%d", rc);
+        reload_credentials(d);
         return;
     }
     srv_log(SRV_LOG_INFO, "signal", "signal=%s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -269,6 +314,13 @@ static void
 grpc_log_to_srv(gpr_log_func_args *args)
 {
     char q[1200];
+    /*
+     * gRPC core 1.51 stops accepting on a port of its own (the TLS listener)
+     * after this: health says NOT_SERVING from now on, so that a supervisor
+     * restarts the daemon.
+     */
+    if (log_daemon != NULL && strstr(args->message, "Failed accept4") != NULL)
+        log_daemon->accept_dead = 1;
     int level = args->severity == GPR_LOG_SEVERITY_ERROR  ? SRV_LOG_ERROR
                 : args->severity == GPR_LOG_SEVERITY_INFO ? SRV_LOG_INFO
                                                           : SRV_LOG_DEBUG;
@@ -409,7 +461,26 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
     if (rc != 0)
         goto fail_cache;
 
+    if (cfg->tokens[0] != '\0' && (rc = srv_tenants_load(cfg->tokens, &d->tenants, err)) != 0)
+        goto fail_pool;
+    if ((cfg->tls_cert[0] != '\0') != (cfg->tls_key[0] != '\0') ||
+        (cfg->tls_client_ca[0] != '\0' && cfg->tls_cert[0] == '\0') ||
+        (cfg->tls_require_client_cert && cfg->tls_client_ca[0] == '\0')) {
+        rc = di_error_set(err, DI_EINVAL,
+                          "TLS needs --tls-cert and --tls-key together; --tls-client-ca needs "
+                          "them; --tls-require-client-cert needs --tls-client-ca");
+        goto fail_pool;
+    }
+    if (cfg->tls_cert[0] == '\0' && !cfg->insecure_public && !is_loopback(cfg->listen)) {
+        rc = di_error_set(err, DI_EINVAL,
+                          "--listen %s is reachable from other machines and has no TLS: give "
+                          "--tls-cert and --tls-key (and --tokens), or --insecure-public 1 if the "
+                          "network is trusted",
+                          cfg->listen);
+        goto fail_pool;
+    }
     gpr_set_log_function(grpc_log_to_srv);
+    log_daemon = d;
     grpc_init();
     rc = srv_front_start(d, err);
     if (rc != 0)
@@ -488,6 +559,12 @@ fail_grpc:
     }
     srv_front_fini(d);
     grpc_shutdown_blocking();
+fail_pool:
+    log_daemon = NULL;
+    srv_tls_free(d->tls);
+    d->tls = NULL;
+    srv_tenants_free(d->tenants);
+    d->tenants = NULL;
     pool_free(d->pool);
     d->pool = NULL;
 fail_cache:

@@ -94,6 +94,17 @@ typedef struct srv_metrics {
 typedef struct srv_job srv_job;
 typedef struct srv_call srv_call;
 typedef struct srv_http srv_http;
+typedef struct srv_tenants srv_tenants;
+typedef struct srv_tls srv_tls;
+
+/* Who is calling (auth.c): the tenant a bearer token names, and its key scope. */
+typedef struct srv_identity {
+    int authenticated; /* a listed token was given */
+    int admin;         /* may see paths (and everything, without a token file) */
+    int scoped;        /* stored keys are scoped by `scope` */
+    char tenant[64];
+    di_hash scope;
+} srv_identity;
 
 typedef struct srv_daemon {
     srv_config *cfg;
@@ -112,6 +123,10 @@ typedef struct srv_daemon {
     int port;              /* the bound port (0 for a unix socket) */
     int grpc_started;      /* grpc_server_start was called */
     char listen_addr[256]; /* host:port actually bound */
+
+    srv_tenants *tenants; /* --tokens, or NULL: anonymous */
+    srv_tls *tls;         /* --tls-cert, or NULL: plaintext */
+    volatile int accept_dead; /* gRPC's own listener (TLS) logged a failed accept4 */
 
     /* The gRPC port's own accept loop (listen.c). */
     int listen_fd, spare_fd, listen_family, fd_ceiling, listening;
@@ -133,7 +148,8 @@ typedef struct srv_daemon {
      */
     struct srv_memo_entry {
         di_hash digest;
-        di_hash key;
+        di_hash key;   /* stored under (scoped by tenant) */
+        di_hash shown; /* the key clients see */
         int valid;
         int has_reply;
         grpc_slice reply; /* the whole SimulateReply, when has_reply */
@@ -195,6 +211,19 @@ int srv_http_start(srv_daemon *d, const char *addr, di_error *err);
 void srv_http_stop(srv_daemon *d);
 /* The Prometheus text exposition of d's counters. */
 void srv_metrics_render(srv_daemon *d, di_buf *out);
+
+/* auth.c */
+int srv_tenants_load(const char *path, srv_tenants **out, di_error *err);
+void srv_tenants_free(srv_tenants *ts);
+uint32_t srv_tenants_count(const srv_tenants *ts);
+/* 0 with *who filled, or -1: the call must end UNAUTHENTICATED. */
+int srv_auth_call(srv_daemon *d, const grpc_metadata_array *md, srv_identity *who);
+/* The key a result or search of *who is stored under (key itself when unscoped). */
+void srv_scope_key(const srv_identity *who, const di_hash *key, di_hash *out);
+int srv_tls_new(const srv_config *cfg, srv_tls **out, grpc_server_credentials **creds,
+                di_error *err);
+int srv_tls_reload(srv_tls *tls, const srv_config *cfg, di_error *err);
+void srv_tls_free(srv_tls *tls);
 
 /* listen.c: the gRPC port's accept loop (after grpc_server_start; stop at drain). */
 int srv_listen_start(srv_daemon *d, di_error *err);

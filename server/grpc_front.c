@@ -103,6 +103,7 @@ struct srv_job {
 
     /* JOB_DECODE and JOB_SEARCH_* */
     srv_call *call;
+    srv_identity who; /* JOB_DECODE: the caller's, to scope the key it looks up */
     int req_kind;
     grpc_slice bytes;
     request_limits limits;
@@ -153,6 +154,7 @@ struct srv_call {
     struct search_timer *timer;
     uint64_t t0_ns;
     srv_call *live_next, *live_prev;
+    srv_identity who; /* set by call_dispatch (auth.c) */
 };
 
 static void call_pump(srv_call *c);
@@ -535,8 +537,10 @@ job_run_decode(srv_job *job, pool_worker *w)
         const uint8_t *data;
         size_t len;
         request_input *in = job->req.input;
+        di_hash shown;
         request_cache_key(&in->module_hash, &in->hw_hash, &job->req.cands[0].strategy,
-                          &job->req.opts, SIM_VERSION, &job->key);
+                          &job->req.opts, SIM_VERSION, &shown);
+        srv_scope_key(&job->who, &shown, &job->key);
         int rc = cache_get(w->local, &job->key, &data, &len, NULL);
         if (rc == DI_ECORRUPT) { /* simulated again; the writer replaces the row */
             char hex[65];
@@ -549,7 +553,7 @@ job_run_decode(srv_job *job, pool_worker *w)
             memcpy(job->result, data, len);
             job->result_len = len;
             job->hit = 1;
-            di_hash_hex(&job->key, job->key_hex);
+            di_hash_hex(&shown, job->key_hex); /* clients see the unscoped key */
         }
     }
 }
@@ -729,11 +733,13 @@ waiter_add(srv_job *job, srv_call *c, uint32_t index)
 #define MEMO_REPLY_TOTAL (64u << 20)  /* bytes kept in memo replies in all */
 
 static void
-memo_digest(const uint8_t *data, size_t len, di_hash *out)
+memo_digest(const srv_identity *who, const uint8_t *data, size_t len, di_hash *out)
 {
     di_sha256 h;
     di_sha256_init(&h);
     di_sha256_update(&h, MEMO_DOMAIN, sizeof MEMO_DOMAIN);
+    if (who->scoped) /* the same bytes from another tenant are another entry */
+        di_sha256_update(&h, who->scope.b, sizeof who->scope.b);
     di_sha256_update(&h, data, len);
     di_sha256_final(&h, out);
 }
@@ -764,7 +770,7 @@ memo_drop_reply(srv_daemon *d, struct srv_memo_entry *e)
 }
 
 static void
-memo_insert(srv_daemon *d, const di_hash *digest, const di_hash *key)
+memo_insert(srv_daemon *d, const di_hash *digest, const di_hash *key, const di_hash *shown)
 {
     struct srv_memo_entry *e = memo_slot(d, digest);
     if (e->valid && memcmp(e->digest.b, digest->b, 32) == 0)
@@ -772,6 +778,7 @@ memo_insert(srv_daemon *d, const di_hash *digest, const di_hash *key)
     memo_drop_reply(d, e);
     e->digest = *digest;
     e->key = *key;
+    e->shown = *shown;
     e->valid = 1;
 }
 
@@ -816,11 +823,13 @@ start_candidate(srv_call *c, uint32_t i)
         deliver_error(c, i, cand->rc, cand->error, NULL);
         return;
     }
+    di_hash shown;
     request_cache_key(&in->module_hash, &in->hw_hash, &cand->strategy, &c->req.opts, SIM_VERSION,
-                      &key);
-    di_hash_hex(&key, hex);
+                      &shown);
+    di_hash_hex(&shown, hex); /* clients see the unscoped key; it is stored under key */
+    srv_scope_key(&c->who, &shown, &key);
     if (c->has_digest)
-        memo_insert(d, &c->digest, &key);
+        memo_insert(d, &c->digest, &key, &shown);
     di_error_clear(&err);
     int rc = cache_get(d->cache, &key, &data, &len, &err);
     if (rc == 0) {
@@ -995,12 +1004,12 @@ method_simulate(srv_call *c)
         struct srv_memo_entry *e;
         const uint8_t *data;
         size_t len;
-        memo_digest(GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &c->digest);
+        memo_digest(&c->who, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &c->digest);
         c->has_digest = 1;
         e = memo_find(d, &c->digest);
         if (e != NULL && !e->has_reply && cache_get(d->cache, &e->key, &data, &len, NULL) == 0) {
             char hex[65];
-            di_hash_hex(&e->key, hex);
+            di_hash_hex(&e->shown, hex);
             memo_keep_reply(d, e,
                             srv_reply_simulate_slice(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
                                                      hex, 0, NULL, 0));
@@ -1036,6 +1045,7 @@ method_simulate(srv_call *c)
         }
         srv_job *job = job_new(d, JOB_DECODE);
         job->call = c;
+        job->who = c->who;
         job->req_kind = kind;
         job->bytes = s;
         job->limits = d->limits;
@@ -1084,17 +1094,18 @@ method_get_result(srv_call *c)
     srv_daemon *d = c->d;
     Distir__V1__GetResultRequest *req =
         (void *)unpack_small(c, &distir__v1__get_result_request__descriptor);
-    di_hash key;
+    di_hash key, shown;
     const uint8_t *data;
     size_t len;
     di_error err;
     char msg[200];
     if (req == NULL)
         goto out;
-    if (di_hash_from_hex(req->cache_key, &key) != 0) {
+    if (di_hash_from_hex(req->cache_key, &shown) != 0) {
         call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "cache_key: expected 64 hexadecimal digits");
         goto out;
     }
+    srv_scope_key(&c->who, &shown, &key); /* a tenant reads its own results only */
     di_error_clear(&err);
     int rc = cache_get(d->cache, &key, &data, &len, &err);
     if (rc == DI_ENOTFOUND) {
@@ -1109,7 +1120,7 @@ method_get_result(srv_call *c)
         call_fail(c, DI_EINTERNAL, err.msg);
     } else {
         char hex[65];
-        di_hash_hex(&key, hex);
+        di_hash_hex(&shown, hex);
         call_enqueue(
             c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT, hex, 0, NULL, 0));
         call_finish(c, GRPC_STATUS_OK, NULL);
@@ -1147,7 +1158,7 @@ method_server_info(srv_call *c)
                            ? (double)d->m.cache_hits / (double)(d->m.cache_hits + d->m.cache_misses)
                            : 0.0;
     r.requests = requests;
-    r.database = d->cfg->db;
+    r.database = c->who.admin ? d->cfg->db : (char *)""; /* no paths for other tenants */
     call_enqueue(c, srv_reply_pack(&r.base));
     call_finish(c, GRPC_STATUS_OK, NULL);
     call_pump(c);
@@ -1163,7 +1174,7 @@ method_health(srv_call *c)
         const char *svc = req->service ? req->service : "";
         if (svc[0] == '\0' || strcmp(svc, "distir.v1.CostModel") == 0) {
             Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-            r.status = d->serving
+            r.status = d->serving && !d->accept_dead
                            ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                            : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
             call_enqueue(c, srv_reply_pack(&r.base));
@@ -1192,6 +1203,13 @@ method_unknown(srv_call *c)
 static void
 call_dispatch(srv_call *c)
 {
+    /* Health checks answer anyone (probes carry no token); every other call is authenticated. */
+    if (c->method != SRV_M_HEALTH && srv_auth_call(c->d, &c->md, &c->who) != 0) {
+        call_finish(c, GRPC_STATUS_UNAUTHENTICATED,
+                    "missing or unknown bearer token (metadata \"authorization: Bearer TOKEN\")");
+        call_pump(c);
+        return;
+    }
     if (c->method != SRV_M_UNKNOWN && c->payload == NULL) {
         call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request has no message");
         call_pump(c);
@@ -1400,6 +1418,8 @@ method_search(srv_call *c)
     }
     c->search = srv_search_new(s, &d->limits, (uint64_t)d->cfg->max_search_candidates, d->nworkers,
                                d->cfg->test_delay_ms);
+    if (c->who.scoped)
+        srv_search_set_scope(c->search, &c->who.scope);
     search_submit(c, JOB_SEARCH_PREPARE, 0);
 }
 
@@ -1558,12 +1578,37 @@ srv_front_start(srv_daemon *d, di_error *err)
         if (d->registered[m] == NULL)
             return di_error_set(err, DI_EINTERNAL, "cannot register %s", srv_method_paths[m]);
     }
+    if (d->cfg->tls_cert[0] != '\0') {
+        /*
+         * TLS: gRPC core's own port (grpc_server_add_channel_from_fd takes
+         * plaintext only), which a failed accept4 stops: health then turns
+         * NOT_SERVING (daemon.c).
+         */
+        grpc_server_credentials *creds;
+        int rc = srv_tls_new(d->cfg, &d->tls, &creds, err);
+        if (rc != 0)
+            return rc;
+        d->port = grpc_server_add_http2_port(d->server, d->cfg->listen, creds);
+        grpc_server_credentials_release(creds);
+        if (d->port == 0)
+            return di_error_set(err, DI_EIO, "cannot listen on '%s'", d->cfg->listen);
+        if (strncmp(d->cfg->listen, "unix:", 5) == 0) {
+            snprintf(d->listen_addr, sizeof d->listen_addr, "%s", d->cfg->listen);
+        } else {
+            const char *colon = strrchr(d->cfg->listen, ':');
+            int hostlen = colon ? (int)(colon - d->cfg->listen) : (int)strlen(d->cfg->listen);
+            snprintf(d->listen_addr, sizeof d->listen_addr, "%.*s:%d", hostlen, d->cfg->listen,
+                     d->port);
+        }
+    }
     grpc_server_start(d->server);
     d->grpc_started = 1;
-    /* Connections come from distird's own accept loop (listen.c), not from a gRPC port. */
-    int rc = srv_listen_start(d, err);
-    if (rc != 0)
-        return rc;
+    if (d->tls == NULL) {
+        /* Connections come from distird's own accept loop (listen.c), not from a gRPC port. */
+        int rc = srv_listen_start(d, err);
+        if (rc != 0)
+            return rc;
+    }
     for (int m = 0; m < SRV_NMETHOD; m++)
         for (int i = 0; i < REQUESTS_PER_METHOD; i++)
             post_request(d, m);

@@ -29,6 +29,8 @@
 struct srv_search {
     grpc_slice bytes;
     request_limits limits;
+    di_hash scope; /* the tenant's key scope (srv_search_set_scope), if scoped */
+    int scoped;
     uint64_t max_candidates;
     int64_t test_delay_ms;
     uint64_t t0_ns;
@@ -293,12 +295,21 @@ srv_search_done(srv_search *s)
 /* ---------------------------------------------------------------- stored searches */
 
 void
+srv_search_set_scope(srv_search *s, const di_hash *scope)
+{
+    s->scope = *scope;
+    s->scoped = 1;
+}
+
+void
 srv_search_store_key(const srv_search *s, di_hash *key)
 {
     static const char domain[] = "distir.search.store.v1";
     di_sha256 h;
     di_sha256_init(&h);
     di_sha256_update(&h, domain, sizeof domain); /* with its NUL */
+    if (s->scoped) /* each tenant's searches under its own keys */
+        di_sha256_update(&h, s->scope.b, sizeof s->scope.b);
     di_sha256_update(&h, s->space.key.b, sizeof s->space.key.b);
     di_sha256_u64(&h, s->cfg.shard_index);
     di_sha256_u64(&h, s->cfg.shard_count);

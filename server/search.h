@@ -65,6 +65,8 @@ uint64_t srv_search_done(srv_search *s);
  * the shard i/n.
  */
 void srv_search_store_key(const srv_search *s, di_hash *key);
+/* Stores and looks the search up under a tenant's scope (auth.c); before it is prepared. */
+void srv_search_set_scope(srv_search *s, const di_hash *scope);
 /*
  * Worker, after a successful prepare: looks the search up in c (the
  * worker's read-only connection). Returns 1 when a stored result is found
