@@ -490,7 +490,8 @@ job_run_simulate(srv_job *job)
         job->rc = rc;
         return;
     }
-    if (job_test_delay(job) != 0) {
+    /* The transform does not poll the flag: look again once it is done. */
+    if (atomic_load(&job->cancel) || job_test_delay(job) != 0) {
         ir_module_free(owned);
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled");
         return;
@@ -508,6 +509,11 @@ job_run_simulate(srv_job *job)
         if (job->err.code == 0)
             di_error_set(&job->err, rc, "%s", di_strerror(rc));
         job->rc = rc;
+        return;
+    }
+    if (atomic_load(&job->cancel)) { /* finished, but nobody waits: nothing is stored */
+        sim_result_free(res);
+        job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled");
         return;
     }
     job->step_time_s = res->step_time_s;
