@@ -29,108 +29,28 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "tokens.h"
 
 #define TENANT_DOMAIN "distir.tenant.v1"
-
-struct srv_tenants {
-    uint32_t n;
-    struct srv_tenant {
-        char name[64];
-        di_hash token_hash;
-        int admin;
-    } *t;
-};
-
-static int
-hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 int
 srv_tenants_load(const char *path, srv_tenants **out, di_error *err)
 {
-    FILE *f = fopen(path, "r");
-    char line[512];
-    unsigned lineno = 0;
-    srv_tenants *ts;
+    FILE *f = fopen(path, "rb");
+    di_buf b;
+    char chunk[4096];
+    size_t n, len;
     *out = NULL;
     if (f == NULL)
         return di_error_set(err, DI_EIO, "--tokens: cannot open '%s'", path);
-    ts = di_xcalloc(1, sizeof *ts);
-    while (fgets(line, sizeof line, f) != NULL) {
-        char name[128], hash[128], flag[32];
-        char *hashp = strchr(line, '#');
-        lineno++;
-        if (hashp != NULL)
-            *hashp = '\0';
-        int n = sscanf(line, "%127s %127s %31s", name, hash, flag);
-        if (n <= 0)
-            continue;
-        if (n < 2 || strlen(name) >= sizeof ts->t[0].name || strlen(hash) != 64 ||
-            (n == 3 && strcmp(flag, "admin") != 0)) {
-            fclose(f);
-            srv_tenants_free(ts);
-            return di_error_set(err, DI_EINVAL,
-                                "--tokens: '%s' line %u: expected NAME SHA256-HEX [admin]", path,
-                                lineno);
-        }
-        ts->t = di_xrealloc(ts->t, (ts->n + 1) * sizeof *ts->t);
-        struct srv_tenant *t = &ts->t[ts->n];
-        memset(t, 0, sizeof *t);
-        snprintf(t->name, sizeof t->name, "%s", name);
-        for (int i = 0; i < 32; i++) {
-            int hi = hexval(hash[2 * i]), lo = hexval(hash[2 * i + 1]);
-            if (hi < 0 || lo < 0) {
-                fclose(f);
-                srv_tenants_free(ts);
-                return di_error_set(err, DI_EINVAL,
-                                    "--tokens: '%s' line %u: the SHA-256 is not hexadecimal",
-                                    path, lineno);
-            }
-            t->token_hash.b[i] = (uint8_t)(hi << 4 | lo);
-        }
-        t->admin = n == 3;
-        ts->n++;
-    }
+    di_buf_init(&b);
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && b.len < (1u << 24))
+        di_buf_put(&b, chunk, n);
     fclose(f);
-    if (ts->n == 0) {
-        srv_tenants_free(ts);
-        return di_error_set(err, DI_EINVAL, "--tokens: '%s' lists no tenant", path);
-    }
-    *out = ts;
-    return 0;
-}
-
-void
-srv_tenants_free(srv_tenants *ts)
-{
-    if (ts == NULL)
-        return;
-    di_free(ts->t);
-    di_free(ts);
-}
-
-uint32_t
-srv_tenants_count(const srv_tenants *ts)
-{
-    return ts ? ts->n : 0;
-}
-
-/* Compares without an early exit, so that timing says nothing about a token. */
-static int
-same_hash(const di_hash *a, const di_hash *b)
-{
-    uint8_t diff = 0;
-    for (size_t i = 0; i < sizeof a->b; i++)
-        diff |= (uint8_t)(a->b[i] ^ b->b[i]);
-    return diff == 0;
+    char *text = di_buf_take(&b, &len);
+    int rc = srv_tenants_parse(text ? text : "", len, path, out, err);
+    di_free(text);
+    return rc;
 }
 
 int
@@ -152,13 +72,9 @@ srv_auth_call(srv_daemon *d, const grpc_metadata_array *md, srv_identity *who)
             return -1;
         di_hash h;
         di_sha256_once(v + sizeof bearer - 1, len - (sizeof bearer - 1), &h);
-        int found = -1;
-        for (uint32_t t = 0; t < d->tenants->n; t++)
-            if (same_hash(&h, &d->tenants->t[t].token_hash))
-                found = (int)t;
-        if (found < 0)
+        const srv_tenant *t = srv_tenants_find(d->tenants, &h);
+        if (t == NULL)
             return -1;
-        const struct srv_tenant *t = &d->tenants->t[found];
         who->authenticated = 1;
         who->admin = t->admin;
         snprintf(who->tenant, sizeof who->tenant, "%s", t->name);

@@ -31,6 +31,7 @@
 #include "cache.h"
 #include "config.h"
 #include "pool.h"
+#include "tokens.h"
 #include "request/request.h"
 
 typedef enum srv_event_kind {
@@ -213,9 +214,8 @@ void srv_http_stop(srv_daemon *d);
 void srv_metrics_render(srv_daemon *d, di_buf *out);
 
 /* auth.c */
+/* Reads and parses a token file (tokens.h). */
 int srv_tenants_load(const char *path, srv_tenants **out, di_error *err);
-void srv_tenants_free(srv_tenants *ts);
-uint32_t srv_tenants_count(const srv_tenants *ts);
 /* 0 with *who filled, or -1: the call must end UNAUTHENTICATED. */
 int srv_auth_call(srv_daemon *d, const grpc_metadata_array *md, srv_identity *who);
 /* The key a result or search of *who is stored under (key itself when unscoped). */

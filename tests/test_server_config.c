@@ -20,6 +20,7 @@
 #include "../server/config.h"
 #include "../server/log.h"
 #include "../server/status.h"
+#include "../server/tokens.h"
 
 static int
 parse(srv_config *c, di_error *err, int argc, const char **argv)
@@ -246,6 +247,52 @@ test_status_mapping(void **state)
     assert_string_equal(srv_status_name((grpc_status_code)40), "UNKNOWN_STATUS");
 }
 
+/* The token file (--tokens): tenants, admin flags, lookups by hash, errors naming the line. */
+static void
+test_tokens(void **state)
+{
+    (void)state;
+    char text[512];
+    di_hash ha, hb, hx;
+    char hexa[65], hexb[65];
+    srv_tenants *ts = NULL;
+    di_error err;
+    di_sha256_once("alice-token", 11, &ha);
+    di_sha256_once("root-token", 10, &hb);
+    di_sha256_once("other", 5, &hx);
+    di_hash_hex(&ha, hexa);
+    di_hash_hex(&hb, hexb);
+    snprintf(text, sizeof text, "# tenants\n\nalice %s\n  root\t%s admin # the admin\n", hexa,
+             hexb);
+    di_error_clear(&err);
+    assert_int_equal(srv_tenants_parse(text, strlen(text), "t", &ts, &err), 0);
+    assert_int_equal(srv_tenants_count(ts), 2);
+    const srv_tenant *a = srv_tenants_find(ts, &ha), *r = srv_tenants_find(ts, &hb);
+    assert_non_null(a);
+    assert_non_null(r);
+    assert_string_equal(a->name, "alice");
+    assert_false(a->admin);
+    assert_string_equal(r->name, "root");
+    assert_true(r->admin);
+    assert_null(srv_tenants_find(ts, &hx));
+    srv_tenants_free(ts);
+    /* Errors name the line; nothing is returned. */
+    snprintf(text, sizeof text, "alice %s\nalice %s\n", hexa, hexb);
+    assert_int_equal(srv_tenants_parse(text, strlen(text), "t", &ts, &err), DI_EINVAL);
+    assert_null(ts);
+    assert_non_null(strstr(err.msg, "line 2: tenant 'alice' again"));
+    snprintf(text, sizeof text, "bob %.63s\n", hexa);
+    assert_int_equal(srv_tenants_parse(text, strlen(text), "t", &ts, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "line 1: expected NAME SHA256-HEX [admin]"));
+    snprintf(text, sizeof text, "bob %s root\n", hexa);
+    assert_int_equal(srv_tenants_parse(text, strlen(text), "t", &ts, &err), DI_EINVAL);
+    snprintf(text, sizeof text, "bob zz%.62s\n", hexa);
+    assert_int_equal(srv_tenants_parse(text, strlen(text), "t", &ts, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "not hexadecimal"));
+    assert_int_equal(srv_tenants_parse("# none\n", 7, "t", &ts, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "lists no tenant"));
+}
+
 int
 main(void)
 {
@@ -254,6 +301,7 @@ main(void)
         cmocka_unit_test(test_flag_errors), cmocka_unit_test(test_help_version),
         cmocka_unit_test(test_file),        cmocka_unit_test(test_file_errors),
         cmocka_unit_test(test_log_helpers), cmocka_unit_test(test_status_mapping),
+        cmocka_unit_test(test_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
