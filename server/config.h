@@ -43,6 +43,8 @@ typedef enum srv_config_type {
     X("max-job-mb", max_job_mb, INT, "MIB", "0", 0, 1048576,                                       \
       "memory one simulation may take, estimated before it runs; larger ones are refused "          \
       "(0: half the memory, or of what RLIMIT_AS leaves, shared by the workers)")                   \
+    X("tenant-max-jobs", tenant_max_jobs, INT, "N", "0", 0, 1048576,                              \
+      "most simulations one tenant (--tokens) may have queued or running (0: no limit)")          \
     X("max-queue", max_queue, INT, "N", "1024", 1, 1048576,                                        \
       "most simulation jobs waiting for a worker")                                                 \
     X("max-search-candidates", max_search_candidates, INT, "N", "4194304", 1, 1073741824,          \

@@ -126,6 +126,11 @@ typedef struct srv_daemon {
     char listen_addr[256]; /* host:port actually bound */
 
     srv_tenants *tenants; /* --tokens, or NULL: anonymous */
+    struct srv_tenant_load {
+        char name[64];
+        uint64_t jobs; /* simulation jobs queued or running for this tenant */
+    } *tenant_load;
+    uint32_t ntenant_load;
     srv_tls *tls;         /* --tls-cert, or NULL: plaintext */
     volatile int accept_dead; /* gRPC's own listener (TLS) logged a failed accept4 */
 

@@ -104,6 +104,7 @@ struct srv_job {
     /* JOB_DECODE and JOB_SEARCH_* */
     srv_call *call;
     srv_identity who; /* JOB_DECODE: the caller's, to scope the key it looks up */
+    int tenant_slot;  /* JOB_SIMULATE: index in d->tenant_load counted against, or -1 */
     int req_kind;
     grpc_slice bytes;
     request_limits limits;
@@ -161,6 +162,7 @@ static void call_pump(srv_call *c);
 static void method_search(srv_call *c);
 static void call_advance(srv_call *c);
 static void flight_remove(srv_daemon *d, srv_job *job);
+static int tenant_slot(srv_daemon *d, const char *tenant);
 
 static uint64_t
 now_ns(void)
@@ -602,6 +604,7 @@ job_new(srv_daemon *d, int kind)
     job->kind = kind;
     atomic_init(&job->cancel, 0);
     job->test_delay_ms = d->cfg->test_delay_ms;
+    job->tenant_slot = -1;
     return job;
 }
 
@@ -812,6 +815,9 @@ srv_front_fini(srv_daemon *d)
     d->memo = NULL;
     di_free(d->flights);
     d->flights = NULL;
+    di_free(d->tenant_load);
+    d->tenant_load = NULL;
+    d->ntenant_load = 0;
 }
 
 static void
@@ -865,7 +871,23 @@ start_candidate(srv_call *c, uint32_t i)
             deliver_error(c, i, DI_ETOOBIG, msg, hex);
             return;
         }
+        int slot = -1;
+        if (d->cfg->tenant_max_jobs > 0 && c->who.authenticated) {
+            slot = tenant_slot(d, c->who.tenant);
+            if (d->tenant_load[slot].jobs >= (uint64_t)d->cfg->tenant_max_jobs) {
+                char msg[200];
+                snprintf(msg, sizeof msg,
+                         "tenant %s has %llu simulations queued or running (--tenant-max-jobs "
+                         "%lld)",
+                         c->who.tenant, (unsigned long long)d->tenant_load[slot].jobs,
+                         (long long)d->cfg->tenant_max_jobs);
+                deliver_error(c, i, DI_ETOOBIG, msg, hex);
+                return;
+            }
+            d->tenant_load[slot].jobs++;
+        }
         job = job_new(d, JOB_SIMULATE);
+        job->tenant_slot = slot;
         job->input = in;
         request_input_ref(in);
         strategy_copy(&job->strategy, &cand->strategy);
@@ -894,11 +916,26 @@ call_advance(srv_call *c)
     call_pump(c);
 }
 
+/* The slot of tenant's job count in d->tenant_load (added at 0 when new). */
+static int
+tenant_slot(srv_daemon *d, const char *tenant)
+{
+    for (uint32_t i = 0; i < d->ntenant_load; i++)
+        if (strcmp(d->tenant_load[i].name, tenant) == 0)
+            return (int)i;
+    d->tenant_load = di_xrealloc(d->tenant_load, (d->ntenant_load + 1) * sizeof *d->tenant_load);
+    memset(&d->tenant_load[d->ntenant_load], 0, sizeof *d->tenant_load);
+    snprintf(d->tenant_load[d->ntenant_load].name, sizeof d->tenant_load[0].name, "%s", tenant);
+    return (int)d->ntenant_load++;
+}
+
 static void
 job_finished_simulate(srv_daemon *d, srv_job *job)
 {
     if (job->in_table)
         flight_remove(d, job);
+    if (job->tenant_slot >= 0)
+        d->tenant_load[job->tenant_slot].jobs--;
     d->m.job_seconds_sum += job->run_s;
     if (job->rc == 0) {
         di_error err;

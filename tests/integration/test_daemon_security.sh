@@ -105,6 +105,25 @@ sim --tls-ca "$C/ca.pem" --token $BOB >"$TMP/tlsonly.json" 2>/dev/null
 check "TLS without client certificates: answered" grep -q '"step_time_s"' "$TMP/tlsonly.json"
 stop_daemon
 
+# Per-tenant limits: one simulation at a time each; bob is not held up by alice.
+start_daemon limit --tls-cert "$C/server.pem" --tls-key "$C/server.key" --tokens "$TMP/tokens" \
+    --tenant-max-jobs 1 --test-delay-ms 1500 || { fail "daemon start with --tenant-max-jobs"; finish; }
+lim() { $T "$DISTIR" simulate $MLP --hw "a100-dgx:$1" --server "$ADDR" --tls-ca "$C/ca.pem" \
+    --token "$2" --json; }
+lim 2 $ALICE >"$TMP/l1.json" 2>"$TMP/l1.err" &
+p1=$!
+sleep 0.5
+lim 3 $ALICE >"$TMP/l2.json" 2>"$TMP/l2.err"
+lim 4 $BOB >"$TMP/l3.json" 2>"$TMP/l3.err"
+wait $p1
+check "alice's first simulation is answered" grep -q '"step_time_s"' "$TMP/l1.json"
+check "her second one meanwhile: RESOURCE_EXHAUSTED naming the limit" \
+    grep -q "RESOURCE_EXHAUSTED: tenant alice has 1 simulations queued or running (--tenant-max-jobs 1)" "$TMP/l2.err"
+check "bob's meanwhile is answered" grep -q '"step_time_s"' "$TMP/l3.json"
+lim 5 $ALICE >"$TMP/l4.json" 2>/dev/null
+check "alice's next one after hers finished is answered" grep -q '"step_time_s"' "$TMP/l4.json"
+stop_daemon
+
 # Listening beyond loopback without TLS is refused, unless asked for.
 "$DISTIRD" --listen 0.0.0.0:0 --db "$TMP/pub.db" >"$TMP/pub.out" 2>"$TMP/pub.err"
 check "--listen 0.0.0.0 without TLS exits non-zero" [ $? -ne 0 ]
