@@ -104,6 +104,8 @@ struct srv_job {
     /* JOB_DECODE and JOB_SEARCH_* */
     srv_call *call;
     srv_identity who; /* JOB_DECODE: the caller's, to scope the key it looks up */
+    int digest_only;  /* JOB_DECODE: compute the request digest only (memo), then decode */
+    di_hash digest;
     int tenant_slot;  /* JOB_SIMULATE: index in d->tenant_load counted against, or -1 */
     int req_kind;
     grpc_slice bytes;
@@ -163,6 +165,8 @@ static void method_search(srv_call *c);
 static void call_advance(srv_call *c);
 static void flight_remove(srv_daemon *d, srv_job *job);
 static int tenant_slot(srv_daemon *d, const char *tenant);
+static void memo_digest(const srv_identity *who, const uint8_t *data, size_t len, di_hash *out);
+static int memo_answer(srv_call *c);
 
 static uint64_t
 now_ns(void)
@@ -534,6 +538,11 @@ job_run_decode(srv_job *job, pool_worker *w)
 {
     if (atomic_load(&job->cancel)) {
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
+        return;
+    }
+    if (job->digest_only) {
+        memo_digest(&job->who, GRPC_SLICE_START_PTR(job->bytes), GRPC_SLICE_LENGTH(job->bytes),
+                    &job->digest);
         return;
     }
     job->rc = request_decode(job->req_kind, GRPC_SLICE_START_PTR(job->bytes),
@@ -996,6 +1005,21 @@ static void
 job_finished_decode(srv_daemon *d, srv_job *job)
 {
     srv_call *c = job->call;
+    if (job->digest_only && job->rc == 0 && !c->dead) {
+        /* Phase one done: answer from the memo, or decode after all (same job). */
+        c->digest = job->digest;
+        c->has_digest = 1;
+        if (!memo_answer(c)) {
+            job->digest_only = 0;
+            job_submit(d, job);
+            return;
+        }
+        c->decode = NULL; /* answered without decoding */
+        grpc_slice_unref(job->bytes);
+        call_unref(c);
+        di_free(job);
+        return;
+    }
     c->decode = NULL;
     grpc_slice_unref(job->bytes);
     if (c->dead) {
@@ -1021,6 +1045,46 @@ job_finished_decode(srv_daemon *d, srv_job *job)
     di_free(job);
 }
 
+/*
+ * A Simulate whose request digest (c->digest) the memo knows and whose result
+ * is stored: answers it (HIT) and returns 1; else 0 and nothing is sent.
+ */
+static int
+memo_answer(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    struct srv_memo_entry *e = memo_find(d, &c->digest);
+    const uint8_t *data;
+    size_t len;
+    if (e != NULL && !e->has_reply && cache_get(d->cache, &e->key, &data, &len, NULL) == 0) {
+        char hex[65];
+        di_hash_hex(&e->shown, hex);
+        memo_keep_reply(d, e,
+                        srv_reply_simulate_slice(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
+                                                 hex, 0, NULL, 0));
+        if (!e->has_reply) { /* too big to keep: send it from the database row */
+            d->m.cache_hits++;
+            d->m.memo_hits++;
+            cache_note_hit(d->cache, &e->key);
+            call_enqueue(c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
+                                               hex, 0, NULL, 0));
+            call_finish(c, GRPC_STATUS_OK, NULL);
+            call_pump(c);
+            return 1;
+        }
+    }
+    if (e != NULL && e->has_reply) {
+        d->m.cache_hits++;
+        d->m.memo_hits++;
+        cache_note_hit(d->cache, &e->key);
+        call_enqueue(c, srv_reply_from_slice(e->reply));
+        call_finish(c, GRPC_STATUS_OK, NULL);
+        call_pump(c);
+        return 1;
+    }
+    return 0;
+}
+
 static void
 method_simulate(srv_call *c)
 {
@@ -1044,38 +1108,10 @@ method_simulate(srv_call *c)
     if (c->method == SRV_M_SIMULATE &&
         GRPC_SLICE_LENGTH(s) <= (size_t)d->cfg->inline_decode_kb * 1024) {
         /* Seen these exact bytes before? Then the key is known: try the cache first. */
-        struct srv_memo_entry *e;
-        const uint8_t *data;
-        size_t len;
         memo_digest(&c->who, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &c->digest);
         c->has_digest = 1;
-        e = memo_find(d, &c->digest);
-        if (e != NULL && !e->has_reply && cache_get(d->cache, &e->key, &data, &len, NULL) == 0) {
-            char hex[65];
-            di_hash_hex(&e->shown, hex);
-            memo_keep_reply(d, e,
-                            srv_reply_simulate_slice(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
-                                                     hex, 0, NULL, 0));
-            if (!e->has_reply) { /* too big to keep: send it from the database row */
-                grpc_slice_unref(s);
-                d->m.cache_hits++;
-                d->m.memo_hits++;
-                cache_note_hit(d->cache, &e->key);
-                call_enqueue(c, srv_reply_simulate(data, len, DISTIR__V1__CACHE_STATUS__CACHE_HIT,
-                                                   hex, 0, NULL, 0));
-                call_finish(c, GRPC_STATUS_OK, NULL);
-                call_pump(c);
-                return;
-            }
-        }
-        if (e != NULL && e->has_reply) {
+        if (memo_answer(c)) {
             grpc_slice_unref(s);
-            d->m.cache_hits++;
-            d->m.memo_hits++;
-            cache_note_hit(d->cache, &e->key);
-            call_enqueue(c, srv_reply_from_slice(e->reply));
-            call_finish(c, GRPC_STATUS_OK, NULL);
-            call_pump(c);
             return;
         }
     }
@@ -1089,6 +1125,8 @@ method_simulate(srv_call *c)
         srv_job *job = job_new(d, JOB_DECODE);
         job->call = c;
         job->who = c->who;
+        /* A large Simulate: its digest first (on the worker), so that a repeat is a memo hit. */
+        job->digest_only = c->method == SRV_M_SIMULATE;
         job->req_kind = kind;
         job->bytes = s;
         job->limits = d->limits;

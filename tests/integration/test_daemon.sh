@@ -84,7 +84,8 @@ stop_daemon
 check "second run exits 0" [ $? -eq 0 ]
 
 # Every request decoded on a worker: hits through the worker's own connection.
-start_daemon main --inline-decode-kb 0 || { fail "daemon start (worker decode)"; finish; }
+start_daemon main --inline-decode-kb 0 --metrics-listen 127.0.0.1:0 ||
+    { fail "daemon start (worker decode)"; finish; }
 $T "$DISTIR" simulate $MLP --hw a100-dgx --server "$ADDR" --json >"$TMP/w1.json"
 check "worker-decoded request hits the cache" grep -q "^{\"cache\":\"hit\",\"cache_key\":\"$key1\"" "$TMP/w1.json"
 $T "$DISTIR" simulate $MLP --hw h100-dgx --server "$ADDR" --json >"$TMP/w2.json"
@@ -92,6 +93,20 @@ check "worker-decoded new request is a miss" grep -q '^{"cache":"miss"' "$TMP/w2
 $T "$DISTIR" simulate $MLP --hw h100-dgx --json >"$TMP/w2.inproc"
 strip_cache "$TMP/w2.json" >"$TMP/w2.stripped"
 check "worker-decoded result equals the in-process result" cmp -s "$TMP/w2.stripped" "$TMP/w2.inproc"
+# A large request seen before is answered from the memo: its digest is computed on a worker
+# and the cached reply sent without decoding it.
+$T "$DISTIR" simulate $MLP --hw h100-dgx --server "$ADDR" --json >"$TMP/w3.json"
+check "worker-decoded repeat is a hit" grep -q '^{"cache":"hit"' "$TMP/w3.json"
+strip_cache "$TMP/w3.json" >"$TMP/w3.stripped"
+check "... equal to the in-process result" cmp -s "$TMP/w3.stripped" "$TMP/w2.inproc"
+metric() {
+    /usr/bin/python3 -c 'import sys, urllib.request
+for l in urllib.request.urlopen("http://%s/metrics" % sys.argv[1], timeout=5).read().decode().splitlines():
+    if l.startswith(sys.argv[2] + " "): print(int(float(l.split()[-1])))' "$1" "$2"
+}
+M=$(sed -n 's/^distird metrics on //p' "$TMP/main.out")
+check "... answered by the memo without a decode (memo hits: $(metric "$M" distird_cache_memo_hits_total))" \
+    [ "$(metric "$M" distird_cache_memo_hits_total)" = 1 ]
 stop_daemon
 check "worker-decode run exits 0" [ $? -eq 0 ]
 
