@@ -144,8 +144,9 @@ $(SRVA): $(filter-out $(B)/obj/server/main.o,$(SRV_OBJS))
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/distir: $(CLI_OBJS) $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
+# The CLI takes the daemon's database code (cache.c, baseline.c) from its archive for --db.
+$(B)/distir: $(CLI_OBJS) $(SRVA) $(LIBA)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(SRVA) $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
 
 $(B)/distird: $(B)/obj/server/main.o $(SRVA) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_SRV) $(LIBS_LIB)

@@ -64,3 +64,24 @@ CREATE INDEX searches_last_hit ON searches (last_hit);
 -- before this version, which are read unverified until written again.
 ALTER TABLE results ADD COLUMN checksum BLOB;
 ALTER TABLE searches ADD COLUMN checksum BLOB;
+
+-- version 5
+-- CI baselines (server/baseline.c): every SetBaseline adds a row, the latest
+-- of a (tenant, project, name) is the baseline, the rest its history. The
+-- result is copied here (packed distir.v1.SimResult with its SHA-256), so a
+-- baseline outlives the result's eviction from the cache. cache_key is the
+-- key clients see (unscoped); tenant is '' without a token file.
+CREATE TABLE baselines (
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    project TEXT NOT NULL,
+    name TEXT NOT NULL,
+    label TEXT NOT NULL,                    -- e.g. a commit id
+    created REAL NOT NULL,                  -- Unix time, seconds
+    cache_key BLOB NOT NULL CHECK (typeof(cache_key) = 'blob' AND length(cache_key) = 32),
+    step_time_s REAL NOT NULL,
+    peak_memory_bytes INTEGER NOT NULL,
+    result BLOB NOT NULL,
+    checksum BLOB NOT NULL
+);
+CREATE INDEX baselines_by_name ON baselines (tenant, project, name, id);

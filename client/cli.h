@@ -58,6 +58,20 @@ int cli_load_module(const char *path, ir_module **out);
  */
 int cli_write_module(const ir_module *m, const char *path, cli_format fmt);
 
+/*
+ * A Simulate on the daemon at server (hardware by preset name, or in full
+ * when hw has tables or came from a file): CLI_OK with *reply (free with
+ * protobuf_c_message_free_unpacked), or CLI_FAIL after printing why.
+ */
+struct hw_model;
+struct strategy;
+struct sim_options;
+struct Distir__V1__SimulateReply;
+int cli_simulate_remote(const char *server, const ir_module *m, const char *hwname,
+                        const struct hw_model *hw, const struct strategy *strat,
+                        const struct sim_options *o, int timeout_ms,
+                        struct Distir__V1__SimulateReply **reply);
+
 /* Option parsing helpers: match "--name VALUE" or "--name=VALUE". */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
 int cli_flag(const char *arg, const char *name);

@@ -143,18 +143,16 @@ warn_estimates(const ir_module *m, const hw_model *hw)
                 n, names);
 }
 
-static int
-simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
-                const strategy *strat, const sim_options *o, int timeout_ms, int json,
-                int fail_on_oom)
+int
+cli_simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
+                    const strategy *strat, const sim_options *o, int timeout_ms,
+                    Distir__V1__SimulateReply **reply)
 {
     Distir__V1__SimulateRequest req = DISTIR__V1__SIMULATE_REQUEST__INIT;
     Distir__V1__Strategy sp = DISTIR__V1__STRATEGY__INIT;
     Distir__V1__HardwareRef ref = DISTIR__V1__HARDWARE_REF__INIT;
     Distir__V1__SimOptions opts = DISTIR__V1__SIM_OPTIONS__INIT;
     Distir__V1__Hardware hwp;
-    Distir__V1__SimulateReply *reply = NULL;
-    sim_result *r = NULL;
     di_error err;
     int rc, own_hw = 0;
 
@@ -175,7 +173,7 @@ simulate_remote(const char *server, const ir_module *m, const char *hwname, cons
     opts.want_timeline = o->want_timeline;
     opts.timeline_max_points = o->timeline_max_points;
     req.options = &opts;
-    rc = rpc_simulate(server, &req, timeout_ms, &reply, &err);
+    rc = rpc_simulate(server, &req, timeout_ms, reply, &err);
     ir_proto_free(req.module);
     strategy_proto_fini(&sp);
     if (own_hw)
@@ -184,9 +182,28 @@ simulate_remote(const char *server, const ir_module *m, const char *hwname, cons
         cli_error("simulate on '%s' failed: %s", server, err.msg);
         return CLI_FAIL;
     }
-    if (reply->result == NULL || sim_result_from_proto(reply->result, &r, &err) != 0) {
-        cli_error("bad reply from '%s': %s", server,
-                  reply->result ? err.msg : "no result in reply");
+    if ((*reply)->result == NULL) {
+        cli_error("bad reply from '%s': no result in reply", server);
+        protobuf_c_message_free_unpacked(&(*reply)->base, NULL);
+        *reply = NULL;
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+static int
+simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
+                const strategy *strat, const sim_options *o, int timeout_ms, int json,
+                int fail_on_oom)
+{
+    Distir__V1__SimulateReply *reply = NULL;
+    sim_result *r = NULL;
+    di_error err;
+    int rc = cli_simulate_remote(server, m, hwname, hw, strat, o, timeout_ms, &reply);
+    if (rc != CLI_OK)
+        return rc;
+    if (sim_result_from_proto(reply->result, &r, &err) != 0) {
+        cli_error("bad reply from '%s': %s", server, err.msg);
         protobuf_c_message_free_unpacked(&reply->base, NULL);
         return CLI_FAIL;
     }

@@ -13,5 +13,8 @@
     X(transform, "apply a parallel strategy and write the distributed module")                    \
     X(simulate, "predict step time and memory of a module on hardware")                           \
     X(search, "search the strategies of a module on N devices for the best (in-process)")         \
+    X(baseline, "set a CI baseline: a module's result under a name (--server or --db)")           \
+    X(compare, "compare a module with a baseline or another module; exit 1 on regression")        \
+    X(history, "list a baseline's history, or draw it as an SVG chart")                           \
     X(hw, "show hardware presets and files")                                                      \
     X(info, "print the daemon's ServerInfo")

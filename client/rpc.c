@@ -293,6 +293,14 @@ rpc_simulate(const char *server, const Distir__V1__SimulateRequest *req, int tim
 }
 
 int
+rpc_call(const char *server, const char *method, const ProtobufCMessage *req,
+         const ProtobufCMessageDescriptor *reply_desc, int timeout_ms, ProtobufCMessage **reply,
+         di_error *err)
+{
+    return rpc_unary(server, method, req, reply_desc, timeout_ms, reply, err);
+}
+
+int
 rpc_server_info(const char *server, int timeout_ms, Distir__V1__ServerInfoReply **reply,
                 di_error *err)
 {

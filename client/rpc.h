@@ -23,6 +23,10 @@ int rpc_server_info(const char *server, int timeout_ms, Distir__V1__ServerInfoRe
 typedef int (*rpc_search_event_fn)(void *ctx, const Distir__V1__SearchEvent *ev);
 int rpc_search(const char *server, const Distir__V1__SearchRequest *req, int timeout_ms,
                rpc_search_event_fn on_event, void *ctx, di_error *err);
+/* Any unary method ("/distir.v1.CostModel/Compare") with its request and reply types. */
+int rpc_call(const char *server, const char *method, const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *reply_desc, int timeout_ms, ProtobufCMessage **reply,
+             di_error *err);
 /* Free replies with protobuf_c_message_free_unpacked(&reply->base, NULL). */
 
 #endif

@@ -757,6 +757,19 @@ cache_evicted_count(cache *c)
     return c->evicted;
 }
 
+sqlite3 *
+cache_sqlite(cache *c)
+{
+    release_active(c);
+    return c->db;
+}
+
+int
+cache_writable(const cache *c)
+{
+    return !c->readonly;
+}
+
 /* cache_hits and cache_search_hits. */
 static int64_t
 stored_hits(cache *c, const di_hash *key, int search)

@@ -80,6 +80,14 @@ uint64_t cache_count(cache *c);
 uint64_t cache_corrupt_count(cache *c);
 /* Rows this handle evicted to make room. */
 uint64_t cache_evicted_count(cache *c);
+/*
+ * The connection, for the other tables' modules (baseline.c): same thread
+ * rules; any row cache_get lent out is released first.
+ */
+struct sqlite3;
+struct sqlite3 *cache_sqlite(cache *c);
+/* Writable (not CACHE_READONLY). */
+int cache_writable(const cache *c);
 /* Stored hit count of key (including unflushed ones), or -1 when absent. */
 int64_t cache_hits(cache *c, const di_hash *key);
 

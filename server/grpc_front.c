@@ -36,12 +36,14 @@
 #include <time.h>
 
 #include "base/pb.h"
+#include "baseline.h"
 #include "daemon.h"
 #include "distir.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
 #include "reply.h"
 #include "search.h"
+#include "sim/compare.h"
 #include "sim/sim.h"
 #include "status.h"
 
@@ -49,10 +51,13 @@ const char *const srv_method_paths[SRV_NREGISTERED] = {
     "/distir.v1.CostModel/Simulate",  "/distir.v1.CostModel/SimulateBatch",
     "/distir.v1.CostModel/GetResult", "/distir.v1.CostModel/ServerInfo",
     "/grpc.health.v1.Health/Check",   "/distir.v1.CostModel/Search",
+    "/distir.v1.CostModel/SetBaseline", "/distir.v1.CostModel/Compare",
+    "/distir.v1.CostModel/History",
 };
 
 const char *const srv_method_names[SRV_NMETHOD] = {
-    "Simulate", "SimulateBatch", "GetResult", "ServerInfo", "HealthCheck", "Search", "unknown",
+    "Simulate", "SimulateBatch", "GetResult", "ServerInfo", "HealthCheck", "Search",
+    "SetBaseline", "Compare", "History", "unknown",
 };
 
 /* Requests kept posted per method, so that calls never wait for a request. */
@@ -1212,6 +1217,260 @@ out:
     call_pump(c);
 }
 
+/* ---------------------------------------------------------------- CI baselines */
+
+static const char *
+project_of(const char *p)
+{
+    return p != NULL && p[0] != '\0' ? p : "default";
+}
+
+static void
+entry_to_proto(const baseline_entry *e, Distir__V1__BaselineEntry *p, char hex[65])
+{
+    distir__v1__baseline_entry__init(p);
+    di_hash_hex(&e->cache_key, hex);
+    p->label = (char *)e->label;
+    p->created = e->created;
+    p->cache_key = hex;
+    p->step_time_s = e->step_time_s;
+    p->peak_memory_bytes = e->peak_memory_bytes;
+}
+
+/*
+ * The stored result of the 64-hex-digit key a client gives (scoped to its
+ * tenant), copied: 0, or the call is finished with NOT_FOUND or another error.
+ */
+static int
+stored_result(srv_call *c, const char *what, const char *hex, di_hash *shown, uint8_t **data,
+              size_t *len)
+{
+    srv_daemon *d = c->d;
+    di_hash key;
+    const uint8_t *p;
+    di_error err;
+    char msg[200];
+    if (hex == NULL || di_hash_from_hex(hex, shown) != 0) {
+        snprintf(msg, sizeof msg, "%s: expected 64 hexadecimal digits", what);
+        call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg);
+        return -1;
+    }
+    srv_scope_key(&c->who, shown, &key);
+    di_error_clear(&err);
+    int rc = cache_get(d->cache, &key, &p, len, &err);
+    if (rc == DI_ENOTFOUND) {
+        snprintf(msg, sizeof msg, "%s: no stored result for key %.64s (Simulate it first)", what,
+                 hex);
+        call_finish(c, GRPC_STATUS_NOT_FOUND, msg);
+        return -1;
+    }
+    if (rc != 0) {
+        call_fail(c, rc, err.msg);
+        return -1;
+    }
+    *data = di_xmalloc(*len ? *len : 1);
+    memcpy(*data, p, *len);
+    return 0;
+}
+
+static void
+method_set_baseline(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    Distir__V1__SetBaselineRequest *req =
+        (void *)unpack_small(c, &distir__v1__set_baseline_request__descriptor);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    di_hash shown;
+    di_error err;
+    sim_result *res = NULL;
+    baseline_entry *hist = NULL;
+    size_t nhist = 0;
+    if (req == NULL)
+        goto out;
+    di_error_clear(&err);
+    const char *project = project_of(req->project);
+    if (baseline_check_name("project", project, &err) != 0 ||
+        baseline_check_name("name", req->name, &err) != 0 ||
+        (req->label[0] != '\0' && baseline_check_name("label", req->label, &err) != 0)) {
+        call_fail(c, DI_EINVAL, err.msg);
+        goto out;
+    }
+    if (stored_result(c, "cache_key", req->cache_key, &shown, &data, &len) != 0)
+        goto out;
+    if (sim_result_unpack(data, len, &res, &err) != 0 ||
+        baseline_add(d->cache, c->who.tenant, project, req->name, req->label, &shown, data, len,
+                     res->step_time_s, res->peak_memory_bytes, &err) != 0 ||
+        baseline_history(d->cache, c->who.tenant, project, req->name, &hist, &nhist, &err) != 0 ||
+        nhist == 0) {
+        call_fail(c, err.code ? err.code : DI_EINTERNAL, err.msg);
+        goto out;
+    }
+    {
+        Distir__V1__BaselineReply r = DISTIR__V1__BASELINE_REPLY__INIT;
+        Distir__V1__BaselineEntry e;
+        char hex[65];
+        entry_to_proto(&hist[nhist - 1], &e, hex);
+        r.entry = &e;
+        r.history_length = (uint32_t)nhist;
+        call_enqueue(c, srv_reply_pack(&r.base));
+        call_finish(c, GRPC_STATUS_OK, NULL);
+    }
+    srv_log(SRV_LOG_INFO, "baseline_set", "project=%s name=%s label=%s history=%zu", project,
+            req->name, req->label, nhist);
+out:
+    sim_result_free(res);
+    di_free(data);
+    di_free(hist);
+    if (req != NULL)
+        protobuf_c_message_free_unpacked(&req->base, NULL);
+    call_pump(c);
+}
+
+static void
+method_compare(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    Distir__V1__CompareRequest *req =
+        (void *)unpack_small(c, &distir__v1__compare_request__descriptor);
+    uint8_t *base = NULL, *cand = NULL;
+    size_t nbase = 0, ncand = 0;
+    di_hash shown;
+    di_error err;
+    sim_result *rb = NULL, *rc_ = NULL;
+    baseline_entry be;
+    int have_baseline = 0;
+    Distir__V1__SimResult *pb = NULL, *pc = NULL;
+    di_buf json, text;
+    di_buf_init(&json);
+    di_buf_init(&text);
+    memset(&be, 0, sizeof be);
+    if (req == NULL)
+        goto out;
+    di_error_clear(&err);
+    if (req->base_cache_key[0] != '\0') {
+        if (stored_result(c, "base_cache_key", req->base_cache_key, &shown, &base, &nbase) != 0)
+            goto out;
+    } else {
+        const char *project = project_of(req->project);
+        int rc = baseline_check_name("baseline", req->baseline, &err);
+        if (rc == 0)
+            rc = baseline_latest(d->cache, c->who.tenant, project, req->baseline, &be, &err);
+        if (rc != 0) {
+            call_fail(c, rc, err.msg);
+            goto out;
+        }
+        have_baseline = 1;
+        base = be.result;
+        nbase = be.result_len;
+        be.result = NULL;
+    }
+    if (stored_result(c, "cache_key", req->cache_key, &shown, &cand, &ncand) != 0)
+        goto out;
+    if (sim_result_unpack(base, nbase, &rb, &err) != 0 ||
+        sim_result_unpack(cand, ncand, &rc_, &err) != 0) {
+        call_fail(c, DI_EINTERNAL, err.msg);
+        goto out;
+    }
+    {
+        sim_compare_limits lim;
+        sim_compare cmp;
+        memset(&lim, 0, sizeof lim);
+        if (req->limits != NULL) {
+            lim.time_rel = req->limits->time_rel;
+            lim.time_abs_s = req->limits->time_abs_s;
+            lim.memory_rel = req->limits->memory_rel;
+            lim.memory_abs = req->limits->memory_abs_bytes;
+        }
+        if (!(lim.time_rel >= 0 && lim.time_abs_s >= 0 && lim.memory_rel >= 0)) {
+            call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "limits: expected non-negative values");
+            goto out;
+        }
+        sim_compare_results(rb, rc_, &lim, &cmp);
+        sim_compare_json(&cmp, &json);
+        sim_compare_text(&cmp, &text);
+        di_buf_put(&json, "", 1);
+        di_buf_put(&text, "", 1);
+        pb = distir__v1__sim_result__unpack(NULL, nbase, base);
+        pc = distir__v1__sim_result__unpack(NULL, ncand, cand);
+        Distir__V1__CompareReply r = DISTIR__V1__COMPARE_REPLY__INIT;
+        Distir__V1__BaselineEntry e;
+        char hex[65];
+        r.regressed = cmp.regressed;
+        r.json = json.data;
+        r.text = text.data;
+        r.baseline_result = pb;
+        r.candidate_result = pc;
+        if (have_baseline) {
+            entry_to_proto(&be, &e, hex);
+            r.baseline = &e;
+        }
+        call_enqueue(c, srv_reply_pack(&r.base));
+        call_finish(c, GRPC_STATUS_OK, NULL);
+    }
+out:
+    if (pb != NULL)
+        protobuf_c_message_free_unpacked(&pb->base, NULL);
+    if (pc != NULL)
+        protobuf_c_message_free_unpacked(&pc->base, NULL);
+    di_buf_fini(&json);
+    di_buf_fini(&text);
+    sim_result_free(rb);
+    sim_result_free(rc_);
+    di_free(base);
+    di_free(cand);
+    if (req != NULL)
+        protobuf_c_message_free_unpacked(&req->base, NULL);
+    call_pump(c);
+}
+
+static void
+method_history(srv_call *c)
+{
+    srv_daemon *d = c->d;
+    Distir__V1__HistoryRequest *req =
+        (void *)unpack_small(c, &distir__v1__history_request__descriptor);
+    baseline_entry *hist = NULL;
+    size_t n = 0;
+    di_error err;
+    if (req == NULL)
+        goto out;
+    di_error_clear(&err);
+    const char *project = project_of(req->project);
+    if (baseline_check_name("name", req->name, &err) != 0 ||
+        baseline_history(d->cache, c->who.tenant, project, req->name, &hist, &n, &err) != 0) {
+        call_fail(c, err.code, err.msg);
+        goto out;
+    }
+    if (n == 0) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "no baseline '%s' in project '%s'", req->name, project);
+        call_finish(c, GRPC_STATUS_NOT_FOUND, msg);
+        goto out;
+    }
+    {
+        Distir__V1__HistoryReply r = DISTIR__V1__HISTORY_REPLY__INIT;
+        Distir__V1__BaselineEntry *es = di_xcalloc(n, sizeof *es), **ep = di_xcalloc(n, sizeof *ep);
+        char(*hex)[65] = di_xcalloc(n, sizeof *hex);
+        for (size_t i = 0; i < n; i++) {
+            entry_to_proto(&hist[i], &es[i], hex[i]);
+            ep[i] = &es[i];
+        }
+        r.n_entries = n;
+        r.entries = ep;
+        call_enqueue(c, srv_reply_pack(&r.base));
+        call_finish(c, GRPC_STATUS_OK, NULL);
+        di_free(es);
+        di_free(ep);
+        di_free(hex);
+    }
+out:
+    di_free(hist);
+    if (req != NULL)
+        protobuf_c_message_free_unpacked(&req->base, NULL);
+    call_pump(c);
+}
+
 static void
 method_server_info(srv_call *c)
 {
@@ -1312,6 +1571,15 @@ call_dispatch(srv_call *c)
         break;
     case SRV_M_SEARCH:
         method_search(c);
+        break;
+    case SRV_M_SET_BASELINE:
+        method_set_baseline(c);
+        break;
+    case SRV_M_COMPARE:
+        method_compare(c);
+        break;
+    case SRV_M_HISTORY:
+        method_history(c);
         break;
     default:
         method_unknown(c);

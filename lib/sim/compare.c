@@ -1,0 +1,201 @@
+/*
+ * compare.c: a candidate result against a baseline (compare.h).
+ */
+#include "sim/compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int
+sim_compare_parse_limit(const char *text, int memory, double *rel, double *abs_value,
+                        di_error *err)
+{
+    char *end;
+    double v = strtod(text, &end);
+    *rel = 0;
+    *abs_value = 0;
+    if (end == text || !isfinite(v) || v < 0)
+        return di_error_set(err, DI_EINVAL, "'%s': expected a non-negative number with a unit",
+                            text);
+    if (strcmp(end, "%") == 0) {
+        *rel = v / 100;
+        return 0;
+    }
+    if (*end == '\0') { /* a bare number is a fraction */
+        *rel = v;
+        return 0;
+    }
+    static const struct {
+        const char *unit;
+        double scale;
+        int memory;
+    } units[] = {{"s", 1, 0},         {"ms", 1e-3, 0},          {"us", 1e-6, 0},
+                 {"B", 1, 1},         {"KB", 1e3, 1},           {"MB", 1e6, 1},
+                 {"GB", 1e9, 1},      {"KiB", 1024.0, 1},       {"MiB", 1048576.0, 1},
+                 {"GiB", 1073741824.0, 1}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(end, units[i].unit) == 0) {
+            if (units[i].memory != memory)
+                break;
+            *abs_value = v * units[i].scale;
+            return 0;
+        }
+    return di_error_set(err, DI_EINVAL, "'%s': expected a percentage or %s", text,
+                        memory ? "bytes (B, KB, MB, GB, KiB, MiB, GiB)" : "a time (s, ms, us)");
+}
+
+/* The device with the largest busy time (the one that sets the step), or NULL. */
+static const sim_device_result *
+busiest(const sim_result *r)
+{
+    const sim_device_result *best = NULL;
+    for (uint32_t i = 0; i < r->ndevice; i++)
+        if (best == NULL || r->devices[i].busy_s > best->busy_s)
+            best = &r->devices[i];
+    return best;
+}
+
+/* The device at the peak memory, or NULL. */
+static const sim_device_result *
+at_peak(const sim_result *r)
+{
+    const sim_device_result *best = NULL;
+    for (uint32_t i = 0; i < r->ndevice; i++)
+        if (best == NULL || r->devices[i].peak_memory_bytes > best->peak_memory_bytes)
+            best = &r->devices[i];
+    return best;
+}
+
+static void
+metric(sim_compare_metric *m, const char *name, double base, double cand, double rel_limit,
+       double abs_limit)
+{
+    m->name = name;
+    m->base = base;
+    m->cand = cand;
+    m->delta = cand - base;
+    m->rel = base != 0 ? m->delta / base : (m->delta != 0 ? INFINITY : 0);
+    m->allowed = fmax(rel_limit * base, abs_limit);
+    m->regressed = m->delta > m->allowed;
+}
+
+void
+sim_compare_results(const sim_result *base, const sim_result *cand,
+                    const sim_compare_limits *lim, sim_compare *out)
+{
+    memset(out, 0, sizeof *out);
+    metric(&out->m[SIM_CMP_TIME], "step_time_s", base->step_time_s, cand->step_time_s,
+           lim->time_rel, lim->time_abs_s);
+    metric(&out->m[SIM_CMP_MEMORY], "peak_memory_bytes", (double)base->peak_memory_bytes,
+           (double)cand->peak_memory_bytes, lim->memory_rel, (double)lim->memory_abs);
+    out->regressed = out->m[SIM_CMP_TIME].regressed || out->m[SIM_CMP_MEMORY].regressed;
+    const sim_device_result *bt = busiest(base), *ct = busiest(cand);
+    if (bt != NULL && ct != NULL) {
+        out->d_compute_s = ct->compute_s - bt->compute_s;
+        out->d_exposed_comm_s = ct->exposed_comm_s - bt->exposed_comm_s;
+        out->d_idle_s = ct->idle_s - bt->idle_s;
+    }
+    out->d_flops = cand->flops - base->flops;
+    const sim_device_result *bm = at_peak(base), *cm = at_peak(cand);
+    for (int k = 0; k < SIM_NMEMCLASS && bm != NULL && cm != NULL; k++)
+        out->d_by_class[k] = (int64_t)cm->peak_by_class[k] - (int64_t)bm->peak_by_class[k];
+}
+
+static void
+signed_bytes(di_buf *b, double v)
+{
+    double a = fabs(v);
+    const char *sign = v < 0 ? "-" : "+";
+    if (a >= 1073741824.0)
+        di_buf_printf(b, "%s%.2f GiB", sign, a / 1073741824.0);
+    else if (a >= 1048576.0)
+        di_buf_printf(b, "%s%.2f MiB", sign, a / 1048576.0);
+    else if (a >= 1024.0)
+        di_buf_printf(b, "%s%.2f KiB", sign, a / 1024.0);
+    else
+        di_buf_printf(b, "%s%.0f B", sign, a);
+}
+
+static void
+signed_time(di_buf *b, double v)
+{
+    double a = fabs(v);
+    const char *sign = v < 0 ? "-" : "+";
+    if (a >= 1)
+        di_buf_printf(b, "%s%.4f s", sign, a);
+    else if (a >= 1e-3)
+        di_buf_printf(b, "%s%.4f ms", sign, a * 1e3);
+    else
+        di_buf_printf(b, "%s%.3f us", sign, a * 1e6);
+}
+
+void
+sim_compare_text(const sim_compare *c, di_buf *out)
+{
+    for (int i = 0; i < SIM_CMP_NMETRIC; i++) {
+        const sim_compare_metric *m = &c->m[i];
+        int mem = i == SIM_CMP_MEMORY;
+        di_buf_printf(out, "%-12s %s ", mem ? "peak memory" : "step time",
+                      m->regressed ? "REGRESSED" : "ok       ");
+        if (mem) {
+            signed_bytes(out, m->delta);
+            di_buf_printf(out, " (%+.2f%%; allowed ", m->rel * 100);
+            signed_bytes(out, m->allowed);
+        } else {
+            signed_time(out, m->delta);
+            di_buf_printf(out, " (%+.2f%%; allowed ", m->rel * 100);
+            signed_time(out, m->allowed);
+        }
+        di_buf_puts(out, ")\n");
+    }
+    di_buf_puts(out, "where the time changed (busiest device): compute ");
+    signed_time(out, c->d_compute_s);
+    di_buf_puts(out, ", exposed communication ");
+    signed_time(out, c->d_exposed_comm_s);
+    di_buf_puts(out, ", idle ");
+    signed_time(out, c->d_idle_s);
+    di_buf_printf(out, "; FLOPs %+.4g\n", c->d_flops);
+    di_buf_puts(out, "where the memory changed (peak device):");
+    int any = 0;
+    for (int k = 0; k < SIM_NMEMCLASS; k++)
+        if (c->d_by_class[k] != 0) {
+            di_buf_printf(out, " %s ", sim_memclass_name(k));
+            signed_bytes(out, (double)c->d_by_class[k]);
+            any = 1;
+        }
+    di_buf_puts(out, any ? "\n" : " no class changed\n");
+}
+
+void
+sim_compare_json(const sim_compare *c, di_buf *out)
+{
+    di_buf_printf(out, "{\"regressed\":%s,\"metrics\":[", c->regressed ? "true" : "false");
+    for (int i = 0; i < SIM_CMP_NMETRIC; i++) {
+        const sim_compare_metric *m = &c->m[i];
+        di_buf_printf(out, "%s{\"name\":\"%s\",\"baseline\":", i ? "," : "", m->name);
+        di_buf_double(out, m->base);
+        di_buf_puts(out, ",\"candidate\":");
+        di_buf_double(out, m->cand);
+        di_buf_puts(out, ",\"delta\":");
+        di_buf_double(out, m->delta);
+        di_buf_puts(out, ",\"relative\":");
+        di_buf_double(out, isfinite(m->rel) ? m->rel : 1e308);
+        di_buf_puts(out, ",\"allowed\":");
+        di_buf_double(out, m->allowed);
+        di_buf_printf(out, ",\"regressed\":%s}", m->regressed ? "true" : "false");
+    }
+    di_buf_puts(out, "],\"explanation\":{\"compute_s\":");
+    di_buf_double(out, c->d_compute_s);
+    di_buf_puts(out, ",\"exposed_comm_s\":");
+    di_buf_double(out, c->d_exposed_comm_s);
+    di_buf_puts(out, ",\"idle_s\":");
+    di_buf_double(out, c->d_idle_s);
+    di_buf_puts(out, ",\"flops\":");
+    di_buf_double(out, c->d_flops);
+    di_buf_puts(out, ",\"memory_by_class\":{");
+    for (int k = 0; k < SIM_NMEMCLASS; k++)
+        di_buf_printf(out, "%s\"%s\":%lld", k ? "," : "", sim_memclass_name(k),
+                      (long long)c->d_by_class[k]);
+    di_buf_puts(out, "}}}");
+}
