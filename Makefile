@@ -97,6 +97,8 @@ TEST_SUPPORT_OBJS := $(TEST_SUPPORT:%.c=$(B)/obj/%.o)
 FUZZ_SRCS := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAYS := $(FUZZ_SRCS:fuzz/%.c=$(B)/fuzz/%)
 BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
+PY_SRCS := $(sort $(wildcard client/python/distir/*.py))
+PY_PKG := $(B)/python/distir
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(B)/bench/%)
 
 LIBA := $(B)/libdistir.a
@@ -105,7 +107,7 @@ SRVA := $(B)/libdistird.a
 .PHONY: all deps test demo asan fuzz bench clean lint check-build
 # Keep the objects of tests, fuzz targets and benches (make would delete them as intermediates).
 .SECONDARY:
-all: $(B)/distir $(B)/distird $(TEST_BINS) $(FUZZ_REPLAYS) $(BENCH_BINS)
+all: $(B)/distir $(B)/distird $(TEST_BINS) $(FUZZ_REPLAYS) $(BENCH_BINS) $(PY_PKG)/distir_pb2.py
 
 # ---- dependencies ----
 # Installs what is missing when run as root; otherwise prints the command.
@@ -143,6 +145,13 @@ $(LIBA): $(LIB_OBJS)
 $(SRVA): $(filter-out $(B)/obj/server/main.o,$(SRV_OBJS))
 	@rm -f $@
 	ar rcs $@ $^
+
+# The Python client (client/python/distir) with its generated messages, importable from
+# $(B)/python.
+$(PY_PKG)/distir_pb2.py: proto/distir.proto $(PY_SRCS)
+	@mkdir -p $(PY_PKG)
+	cp $(PY_SRCS) $(PY_PKG)/
+	protoc --python_out=$(PY_PKG) -Iproto proto/distir.proto
 
 # The CLI takes the daemon's database code (cache.c, baseline.c) from its archive for --db.
 $(B)/distir: $(CLI_OBJS) $(SRVA) $(LIBA)

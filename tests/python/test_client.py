@@ -1,0 +1,125 @@
+"""test_client.py: the Python client package (client/python/distir) against a
+real distird on loopback, with Debian's python3-grpcio.
+
+    test_client.py BUILD_DIR
+
+Prints "ok - ..." / "FAIL - ..." per check; exit status 1 on any failure.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build/release"
+sys.path.insert(0, os.path.join(BUILD, "python"))
+import distir  # noqa: E402
+
+DISTIR = os.path.join(BUILD, "distir")
+TMP = tempfile.mkdtemp(prefix="distir-pyc.")
+FAILURES = []
+
+
+def check(desc, cond, detail=""):
+    print(("ok - " if cond else "FAIL - ") + desc + ("" if cond or detail == "" else f": {detail}"))
+    if not cond:
+        FAILURES.append(desc)
+
+
+def gen(name, layers, seq):
+    path = os.path.join(TMP, name + ".pb")
+    subprocess.run([DISTIR, "model", "gpt", "--layers", str(layers), "--hidden", "64", "--heads",
+                    "4", "--seq", str(seq), "--vocab", "64", "--batch", "8", "-o", path],
+                   check=True, capture_output=True)
+    return path
+
+
+def main():
+    base, deeper, wider = gen("base", 2, 16), gen("deeper", 3, 16), gen("wider", 2, 32)
+    out = open(os.path.join(TMP, "d.out"), "w+")
+    proc = subprocess.Popen([os.path.join(BUILD, "distird"), "--listen", "127.0.0.1:0", "--db",
+                             os.path.join(TMP, "d.db"), "--log-file", os.path.join(TMP, "d.log")],
+                            stdout=out, stderr=subprocess.STDOUT)
+    addr = None
+    for _ in range(200):
+        out.seek(0)
+        for line in out.read().splitlines():
+            if line.startswith("distird listening on "):
+                addr = line.split()[-1]
+        if addr or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if addr is None:
+        print("FAIL - distird did not start")
+        return 1
+    try:
+        with distir.Client(addr, distir=DISTIR, project="pytest") as c:
+            r1 = c.simulate(base, "a100-dgx")
+            r2 = c.simulate(base, "a100-dgx")
+            check("simulate: a miss then a hit with the same key",
+                  not r1.cache_hit and r2.cache_hit and r1.cache_key == r2.cache_key)
+            inproc = subprocess.run([DISTIR, "simulate", base, "--hw", "a100-dgx", "--json"],
+                                    capture_output=True, text=True, check=True).stdout
+            import json
+            check("simulate: the step time is the CLI's in-process one, exactly",
+                  r1.step_time_s == json.loads(inproc)["step_time_s"])
+            text = c.simulate(os.path.join("tests", "ir", "seed001_mlp.dir"), "a100-dgx")
+            check("simulate: IR text converted through the CLI", text.step_time_s > 0)
+            batch = c.simulate_batch(base, "a100-dgx:8", [{"dp": 1}, {"dp": 2}, {"dp": 3}])
+            check("simulate_batch: one entry per strategy, an error for dp=3",
+                  isinstance(batch[0], distir.Result) and isinstance(batch[1], distir.Result)
+                  and isinstance(batch[2], distir.DistirError), batch)
+            check("get_result by key", c.get_result(r1.cache_key).step_time_s == r1.step_time_s)
+            try:
+                c.get_result("0" * 64)
+                check("get_result of an unknown key raises", False)
+            except distir.DistirError as e:
+                check("get_result of an unknown key raises NOT_FOUND", e.code.name == "NOT_FOUND")
+            e1 = c.set_baseline("train", base, "a100-dgx", label="c1")
+            check("set_baseline returns the entry", e1.label == "c1" and e1.step_time_s == r1.step_time_s)
+            same = c.compare(base, baseline="train", hardware="a100-dgx")
+            check("compare: the unchanged model does not regress",
+                  not same.regressed and same.metrics["step_time_s"].delta == 0)
+            deep = c.compare(deeper, baseline="train", hardware="a100-dgx")
+            check("compare: one more layer regresses step time",
+                  deep.regressed and deep.metrics["step_time_s"].regressed
+                  and deep.metrics["step_time_s"].delta > 0)
+            check("compare: the baseline entry is returned", deep.baseline.label == "c1")
+            wide = c.compare(wider, baseline="train", hardware="a100-dgx", max_time_regression=1.0)
+            check("compare: wider activations regress memory, time within 100%",
+                  wide.metrics["peak_memory_bytes"].regressed
+                  and not wide.metrics["step_time_s"].regressed
+                  and wide.explanation["memory_by_class"]["activations"] > 0)
+            d = deep.metrics["peak_memory_bytes"].delta
+            edge = c.compare(deeper, baseline="train", hardware="a100-dgx",
+                             max_time_regression=1.0, max_memory_regression_bytes=int(d))
+            below = c.compare(deeper, baseline="train", hardware="a100-dgx",
+                              max_time_regression=1.0, max_memory_regression_bytes=int(d) - 1)
+            check("compare: a memory allowance equal to the growth passes, one byte less fails",
+                  not edge.regressed and below.regressed)
+            two = c.compare(deeper, against=base, hardware="a100-dgx")
+            check("compare: two modules without a baseline", two.regressed and two.baseline is None)
+            c.set_baseline("train", deeper, "a100-dgx", label="c2")
+            h = c.history("train")
+            check("history: every baseline, oldest first", [e.label for e in h] == ["c1", "c2"])
+            try:
+                c.history("train", project="elsewhere")
+                check("another project sees no history", False)
+            except distir.DistirError as e:
+                check("another project sees no history (NOT_FOUND)", e.code.name == "NOT_FOUND")
+            events = []
+            s = c.search(base, "a100-dgx", devices=4, top_k=3, progress=events.append)
+            check("search: a result with top points",
+                  len(s.top) >= 1 and s.top[0].step_time_s > 0 and s.json["top"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+        check("distird exits 0", rc == 0, rc)
+        shutil.rmtree(TMP, ignore_errors=True)
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
