@@ -25,15 +25,15 @@
 #include "strategy_flags.h"
 
 static const char usage_baseline[] =
-    "usage: distir baseline set NAME FILE [--hw PRESET|FILE] [strategy flags] [--label TEXT]\n"
+    "baseline set NAME FILE [--hw PRESET|FILE] [strategy flags] [--label TEXT]\n"
     "                           [--project NAME] (--server ADDR | --db PATH)";
 static const char usage_compare[] =
-    "usage: distir compare FILE (--baseline NAME | --against FILE) [--hw PRESET|FILE]\n"
+    "compare FILE (--baseline NAME | --against FILE) [--hw PRESET|FILE]\n"
     "                      [strategy flags] [--project NAME] [--max-time-regression 2%|50ms]\n"
     "                      [--max-memory-regression 5%|1GiB] [--junit OUT.xml] [--json]\n"
     "                      (--server ADDR | --db PATH)";
 static const char usage_history[] =
-    "usage: distir history NAME [--project NAME] [--metric step_time|peak_memory] [--svg OUT.svg]\n"
+    "history NAME [--project NAME] [--metric step_time|peak_memory] [--svg OUT.svg]\n"
     "                      [--json] (--server ADDR | --db PATH)";
 
 /* What the three commands share. */
@@ -208,6 +208,8 @@ print_bytes(FILE *f, double b)
         fprintf(f, "%.2f GiB", b / 1073741824.0);
     else if (b >= 1048576.0)
         fprintf(f, "%.2f MiB", b / 1048576.0);
+    else if (b >= 1024.0)
+        fprintf(f, "%.2f KiB", b / 1024.0);
     else
         fprintf(f, "%.0f B", b);
 }
