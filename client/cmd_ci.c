@@ -576,6 +576,7 @@ cmd_compare(int argc, char **argv)
             sim_compare_text(&cmp, &b);
         }
         fwrite(b.data, 1, b.len, stdout);
+        fflush(stdout); /* before the verdicts on stderr, in a log that merges both */
         di_buf_fini(&b);
         rc = junit ? write_junit(junit, &cmp, base_name ? base_name : "against") : CLI_OK;
         for (int i = 0; i < SIM_CMP_NMETRIC && rc == CLI_OK; i++)

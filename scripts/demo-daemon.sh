@@ -3,7 +3,8 @@
 # ephemeral port with a temporary database, simulates a bundled model twice
 # through the CLI (the second answer comes from the cache and says so),
 # prints both results, searches the strategies of a small GPT on the daemon's
-# workers, prints `distir info`, then stops the daemon with SIGTERM
+# workers, sets a CI baseline and compares a deeper model with it (a
+# regression, exit 1), prints `distir info`, then stops the daemon with SIGTERM
 # and checks that it exited 0 and left an intact database. Exits non-zero if
 # any step fails.
 B=${1:-${DISTIR_BUILD:-build/release}}
@@ -67,6 +68,19 @@ echo
 "$DISTIR" model gpt --preset gpt3-125m --batch 16 --dtype bf16 -o "$TMP/g125.pb" || die "model failed"
 echo "\$ distir search g125.pb --hw a100-dgx --top 3 --server $ADDR    # GPT-3 125M, every strategy on 8 GPUs"
 "$DISTIR" search "$TMP/g125.pb" --hw a100-dgx --top 3 --server "$ADDR" || die "search failed"
+
+echo
+echo "# CI: the step as a baseline, then a change with two more layers compared with it"
+"$DISTIR" model gpt --preset gpt3-125m --batch 16 --dtype bf16 --layers 14 -o "$TMP/g125-14.pb" ||
+    die "model failed"
+echo "\$ distir baseline set train-step g125.pb --hw a100-dgx --dp 8 --label v1 --server $ADDR"
+"$DISTIR" baseline set train-step "$TMP/g125.pb" --hw a100-dgx --dp 8 --label v1 --server "$ADDR" ||
+    die "baseline set failed"
+echo "\$ distir compare g125-14.pb --baseline train-step --hw a100-dgx --dp 8 --max-time-regression 2% --server $ADDR"
+"$DISTIR" compare "$TMP/g125-14.pb" --baseline train-step --hw a100-dgx --dp 8 \
+    --max-time-regression 2% --server "$ADDR"
+[ $? -eq 1 ] || die "two more layers should regress the step time (exit 1)"
+echo "(exit 1: the CI job fails and says why)"
 
 echo
 echo "\$ distir info --server $ADDR"
