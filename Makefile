@@ -25,7 +25,7 @@ PACKAGES := build-essential pkg-config clang libclang-rt-14-dev \
 	libprotobuf-c-dev protobuf-c-compiler protobuf-compiler \
 	libgrpc-dev libuv1-dev libsqlite3-dev sqlite3 libssl-dev libjansson-dev libcmocka-dev \
 	grpc-proto python3-onnx libonnx-testdata python3-grpcio python3-protobuf python3-numpy \
-	python3-torch systemd openssl
+	python3-torch systemd openssl man-db
 
 WARN := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 	-Wvla -Wformat=2 -Wno-format-nonliteral -Wno-format-truncation
@@ -104,7 +104,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(B)/bench/%)
 LIBA := $(B)/libdistir.a
 SRVA := $(B)/libdistird.a
 
-.PHONY: all deps test demo asan fuzz bench clean lint check-build
+.PHONY: all deps test demo asan fuzz bench clean lint check-build install
 # Keep the objects of tests, fuzz targets and benches (make would delete them as intermediates).
 .SECONDARY:
 all: $(B)/distir $(B)/distird $(TEST_BINS) $(FUZZ_REPLAYS) $(BENCH_BINS) $(PY_PKG)/distir_pb2.py
@@ -212,6 +212,23 @@ fuzz: | build/release/deps.stamp
 bench: $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
 	@for s in bench/*.sh; do echo "== $$s"; sh $$s || exit 1; done
+
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the two programs, their man pages, the
+# systemd unit (ExecStart pointing into PREFIX), a sample config, the documentation and the
+# Python client, where Debian's python3 finds it for that PREFIX.
+PREFIX ?= /usr/local
+PYDIR ?= $(PREFIX)/$(shell /usr/bin/python3 -c 'import sys; print("lib/python3/dist-packages" if "$(PREFIX)" == "/usr" else "lib/python%d.%d/dist-packages" % sys.version_info[:2])' 2>/dev/null || echo lib/python3/dist-packages)
+install: $(B)/distir $(B)/distird $(PY_PKG)/distir_pb2.py
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/lib/systemd/system \
+	  $(DESTDIR)$(PREFIX)/share/doc/distir $(DESTDIR)$(PYDIR)/distir
+	install -m 755 $(B)/distir $(B)/distird $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 man/distir.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 man/distird.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	sed 's|/usr/local/bin/distird|$(PREFIX)/bin/distird|' deploy/distird.service \
+	  >$(DESTDIR)$(PREFIX)/lib/systemd/system/distird.service
+	install -m 644 deploy/distird.conf docs/*.md $(DESTDIR)$(PREFIX)/share/doc/distir/
+	install -m 644 $(PY_PKG)/*.py $(DESTDIR)$(PYDIR)/distir/
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \

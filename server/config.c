@@ -313,7 +313,8 @@ srv_config_usage(FILE *f)
         fprintf(f, "  --%-22s %s\n  %-24s (default: %s)\n", flag, d->help, "",
                 d->dflt[0] ? d->dflt : "\"\"");
     }
-    fprintf(f, "\nSignals: SIGTERM/SIGINT drain and exit, SIGHUP reopens the log file.\n");
+    fprintf(f, "\nSignals: SIGTERM/SIGINT drain and exit; SIGHUP reopens the log file and\n"
+               "reloads --tokens and the TLS files.\n");
 }
 
 void
