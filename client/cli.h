@@ -72,6 +72,13 @@ int cli_simulate_remote(const char *server, const ir_module *m, const char *hwna
                         const struct sim_options *o, int timeout_ms,
                         struct Distir__V1__SimulateReply **reply);
 
+/*
+ * A built-in model from `distir model` arguments (argv[0] "mlp" or "gpt",
+ * then its options): CLI_OK with *out, or a CLI code after a message.
+ * *outpath (may be NULL) gets the -o option's value ("-" when absent).
+ */
+int cli_model_build(int argc, char **argv, ir_module **out, const char **outpath);
+
 /* Option parsing helpers: match "--name VALUE" or "--name=VALUE". */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
 int cli_flag(const char *arg, const char *name);

@@ -117,11 +117,10 @@ int_opt(int argc, char **argv, int *i, const char *name, int64_t *out)
 }
 
 static int
-model_mlp(int argc, char **argv)
+model_mlp(int argc, char **argv, ir_module **out, const char **outpath_out)
 {
     models_mlp c;
     const char *outpath = "-", *v;
-    ir_module *m;
     di_error err;
     int64_t layers = 0;
     int rc;
@@ -172,21 +171,19 @@ model_mlp(int argc, char **argv)
         return cli_usage(MODEL_USAGE);
     }
     di_error_clear(&err);
-    if ((rc = models_mlp_build(&c, &m, &err)) != 0) {
+    if ((rc = models_mlp_build(&c, out, &err)) != 0) {
         cli_error("cannot build the MLP: %s", err.msg);
         return rc == DI_EINVAL ? CLI_USAGE : CLI_FAIL;
     }
-    rc = cli_write_module(m, outpath, CLI_FORMAT_UNKNOWN);
-    ir_module_free(m);
-    return rc;
+    *outpath_out = outpath;
+    return CLI_OK;
 }
 
 static int
-model_gpt(int argc, char **argv)
+model_gpt(int argc, char **argv, ir_module **out, const char **outpath_out)
 {
     models_gpt c;
     const char *outpath = "-", *v, *preset = NULL;
-    ir_module *m;
     di_error err;
     int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, batch = 0;
     int rc;
@@ -246,13 +243,12 @@ model_gpt(int argc, char **argv)
         c.vocab = vocab;
     if (batch)
         c.batch = batch;
-    if ((rc = models_gpt_build(&c, &m, &err)) != 0) {
+    if ((rc = models_gpt_build(&c, out, &err)) != 0) {
         cli_error("cannot build the GPT: %s", err.msg);
         return rc == DI_EINVAL ? CLI_USAGE : CLI_FAIL;
     }
-    rc = cli_write_module(m, outpath, CLI_FORMAT_UNKNOWN);
-    ir_module_free(m);
-    return rc;
+    *outpath_out = outpath;
+    return CLI_OK;
 }
 
 static int
@@ -271,14 +267,33 @@ model_presets(void)
 }
 
 int
+cli_model_build(int argc, char **argv, ir_module **out, const char **outpath)
+{
+    const char *ignored;
+    *out = NULL;
+    if (strcmp(argv[0], "mlp") == 0)
+        return model_mlp(argc, argv, out, outpath ? outpath : &ignored);
+    if (strcmp(argv[0], "gpt") == 0)
+        return model_gpt(argc, argv, out, outpath ? outpath : &ignored);
+    cli_error("unknown model '%s' (mlp, gpt, or a preset: distir model presets)", argv[0]);
+    return CLI_USAGE;
+}
+
+int
 cmd_model(int argc, char **argv)
 {
     if (argc < 2)
         return cli_usage(MODEL_USAGE);
-    if (strcmp(argv[1], "mlp") == 0)
-        return model_mlp(argc - 1, argv + 1);
-    if (strcmp(argv[1], "gpt") == 0)
-        return model_gpt(argc - 1, argv + 1);
+    if (strcmp(argv[1], "mlp") == 0 || strcmp(argv[1], "gpt") == 0) {
+        ir_module *m;
+        const char *outpath;
+        int rc = cli_model_build(argc - 1, argv + 1, &m, &outpath);
+        if (rc != CLI_OK)
+            return rc;
+        rc = cli_write_module(m, outpath, CLI_FORMAT_UNKNOWN);
+        ir_module_free(m);
+        return rc;
+    }
     if (strcmp(argv[1], "presets") == 0 && argc == 2)
         return model_presets();
     if (cli_is_help(argv[1]))

@@ -20,9 +20,12 @@
 #include "strategy_flags.h"
 
 static const char usage[] =
-    "simulate FILE [--hw PRESET|FILE.json] [--json] [--trace OUT.json] [--no-overlap]\n"
-    "                [--fail-on-oom] [--strict] [--server ADDR] [--timeout-ms N] [--op-times CSV]\n"
-    "                [--collective-table all_reduce:N:CSV] [strategy flags]";
+    "simulate (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--json]\n"
+    "                [--trace OUT.json] [--no-overlap] [--fail-on-oom] [--strict] [--server ADDR]\n"
+    "                [--timeout-ms N] [--op-times CSV] [--collective-table all_reduce:N:CSV]\n"
+    "                [strategy flags]\n"
+    "--model: a GPT preset (distir model presets), gpt or mlp, with the options of\n"
+    "`distir model` (--batch, --seq, --dtype, --layers, --optimizer, ...): no file needed";
 
 static int
 collective_kind(const char *name)
@@ -215,13 +218,41 @@ simulate_remote(const char *server, const ir_module *m, const char *hwname, cons
     return rc;
 }
 
+/* The options of `distir model` that simulate passes to the generator with --model. */
+static const char *const model_options[] = {
+    "--layers", "--hidden", "--heads", "--seq", "--vocab", "--batch", "--dropout", "--dtype",
+    "--optimizer", "--lr", "--input", "--classes", "--activation", "--loss",
+    "--final-ln-params", "--forward-only", "--no-annotations"};
+
+/* The flags among them (no value). */
+static int
+is_model_flag(const char *arg)
+{
+    return strcmp(arg, "--final-ln-params") == 0 || strcmp(arg, "--forward-only") == 0 ||
+           strcmp(arg, "--no-annotations") == 0;
+}
+
+static int
+is_model_option(const char *arg)
+{
+    for (size_t k = 0; k < sizeof model_options / sizeof model_options[0]; k++) {
+        size_t n = strlen(model_options[k]);
+        if (strncmp(arg, model_options[k], n) == 0 && (arg[n] == '\0' || arg[n] == '='))
+            return 1;
+    }
+    return 0;
+}
+
 /* The command, with its strategy (s) owned by cmd_simulate. */
 static int
 simulate_cmd(int argc, char **argv, strategy *s)
 {
     const char *file = NULL, *hwname = "a100-dgx", *trace = NULL, *server = NULL, *v;
-    const char *optimes = NULL;
+    const char *optimes = NULL, *model = NULL;
     const char *tables[16];
+    /* --model NAME: the generator's options, gathered from the command line */
+    char *margv[64];
+    int margc = 0;
     int ntable = 0, json = 0, timeout_ms = 60000, fail_on_oom = 0, rc;
     sim_options o;
     hw_model *hw = NULL;
@@ -269,9 +300,22 @@ simulate_cmd(int argc, char **argv, strategy *s)
                 return CLI_USAGE;
             }
             tables[ntable++] = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--model", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            model = v;
         } else if ((r = cli_strategy_flag(argc, argv, &i, s)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
+        } else if (is_model_option(argv[i])) {
+            /* A generator option (for --model): kept with its value, checked when building. */
+            if (margc + 2 >= (int)(sizeof margv / sizeof margv[0])) {
+                cli_error("too many model options");
+                return CLI_USAGE;
+            }
+            margv[1 + margc++] = argv[i];
+            if (!strchr(argv[i], '=') && !is_model_flag(argv[i]) && i + 1 < argc)
+                margv[1 + margc++] = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             cli_error("unknown option '%s'", argv[i]);
             return cli_usage(usage);
@@ -281,8 +325,15 @@ simulate_cmd(int argc, char **argv, strategy *s)
             return cli_usage(usage);
         }
     }
-    if (file == NULL)
+    if ((file == NULL) == (model == NULL)) {
+        if (file != NULL)
+            cli_error("give a FILE or --model NAME, not both");
         return cli_usage(usage);
+    }
+    if (margc > 0 && model == NULL) {
+        cli_error("'%s' is a model option: it needs --model NAME", margv[1]);
+        return cli_usage(usage);
+    }
     if (cli_strategy_finish(s) != 0)
         return CLI_USAGE;
     if (trace && server) {
@@ -307,7 +358,25 @@ simulate_cmd(int argc, char **argv, strategy *s)
         hw_free(hw);
         return CLI_FAIL;
     }
-    if (cli_load_module(file, &m) != 0) {
+    if (model != NULL) {
+        /* "gpt" or "mlp" with their options, or a preset name (gpt3-175b, ...): gpt --preset. */
+        char *pargv[66];
+        int pargc = 0;
+        int builtin = strcmp(model, "gpt") == 0 || strcmp(model, "mlp") == 0;
+        pargv[pargc++] = builtin ? (char *)model : (char *)"gpt";
+        if (!builtin) {
+            pargv[pargc++] = (char *)"--preset";
+            pargv[pargc++] = (char *)model;
+        }
+        for (int k = 1; k <= margc; k++)
+            pargv[pargc++] = margv[k];
+        pargv[pargc] = NULL;
+        if ((rc = cli_model_build(pargc, pargv, &m, NULL)) != CLI_OK) {
+            hw_free(hw);
+            return rc;
+        }
+        file = model;
+    } else if (cli_load_module(file, &m) != 0) {
         hw_free(hw);
         return CLI_FAIL;
     }

@@ -1,0 +1,35 @@
+#!/bin/sh
+# test_cli_model.sh: `distir simulate --model NAME [model options]` simulates
+# a built-in model with no file: the same result, bit for bit, as the file
+# `distir model` writes with the same options, in-process and through the
+# daemon, where it has the same cache key (the second request is a hit).
+. tests/integration/lib.sh
+
+T="timeout 120"
+OPTS="--batch 16 --dtype bf16"
+$T "$DISTIR" model gpt --preset gpt3-125m $OPTS -o "$TMP/g.pb" || fail "model gpt"
+$T "$DISTIR" simulate "$TMP/g.pb" --hw a100-dgx:8 --dp 8 --json >"$TMP/file.json" || fail "file"
+$T "$DISTIR" simulate --model gpt3-125m $OPTS --hw a100-dgx:8 --dp 8 --json >"$TMP/model.json"
+check "--model gpt3-125m simulates (exit 0)" [ $? -eq 0 ]
+check "... equal to the file's result bit for bit" cmp -s "$TMP/file.json" "$TMP/model.json"
+$T "$DISTIR" simulate --model gpt --layers 2 --hidden 64 --heads 4 --seq 16 --vocab 64 --batch 8 \
+    --json >"$TMP/gpt.json"
+check "--model gpt with generator options" grep -q '"step_time_s"' "$TMP/gpt.json"
+$T "$DISTIR" simulate --model mlp --batch=8 --hidden 32 --json >"$TMP/mlp.json"
+check "--model mlp with --batch=8" grep -q '"step_time_s"' "$TMP/mlp.json"
+"$DISTIR" simulate --model nope 2>"$TMP/nope.err"
+check "an unknown model is a usage error (exit 2)" [ $? -eq 2 ]
+check "... naming the presets" grep -q 'known: gpt3-125m' "$TMP/nope.err"
+"$DISTIR" simulate "$TMP/g.pb" --batch 4 >/dev/null 2>"$TMP/opt.err"
+check "a model option without --model is a usage error (exit 2)" [ $? -eq 2 ]
+
+start_daemon model || { fail "daemon start"; finish; }
+$T "$DISTIR" simulate "$TMP/g.pb" --hw a100-dgx:8 --dp 8 --server "$ADDR" --json >"$TMP/s1.json"
+$T "$DISTIR" simulate --model gpt3-125m $OPTS --hw a100-dgx:8 --dp 8 --server "$ADDR" --json \
+    >"$TMP/s2.json"
+k1=$(sed -n 's/.*"cache_key":"\([0-9a-f]*\)".*/\1/p' "$TMP/s1.json")
+k2=$(sed -n 's/.*"cache_key":"\([0-9a-f]*\)".*/\1/p' "$TMP/s2.json")
+check "through the daemon --model has the file's cache key" [ -n "$k1" ] && [ "$k1" = "$k2" ]
+check "... and is answered from the cache" grep -q '^{"cache":"hit"' "$TMP/s2.json"
+stop_daemon
+finish
