@@ -88,8 +88,11 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/gen/distir.pb-c.o $(B)/obj/gen
 SRV_SRCS := $(sort $(wildcard server/*.c))
 SRV_OBJS := $(SRV_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/gen/grpc/health/v1/health.pb-c.o \
 	$(B)/obj/gen/schema_sql.o
-CLI_SRCS := $(sort $(wildcard client/*.c))
+# client/rpc.c (the gRPC client) is not linked into distir: it is the shared object
+# distir-rpc.so, opened by client/rpc_load.c on the first --server call.
+CLI_SRCS := $(sort $(filter-out client/rpc.c,$(wildcard client/*.c)))
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
+RPC_SO := $(B)/distir-rpc.so
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(sort $(wildcard tests/support/*.c))
@@ -153,9 +156,18 @@ $(PY_PKG)/distir_pb2.py: proto/distir.proto $(PY_SRCS)
 	cp $(PY_SRCS) $(PY_PKG)/
 	protoc --python_out=$(PY_PKG) -Iproto proto/distir.proto
 
-# The CLI takes the daemon's database code (cache.c, baseline.c) from its archive for --db.
-$(B)/distir: $(CLI_OBJS) $(SRVA) $(LIBA)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(SRVA) $(LIBA) $(LIBS_SRV) $(LIBS_LIB)
+# The CLI takes the daemon's database code (cache.c, baseline.c) from its archive for --db,
+# and links no gRPC: it exports its symbols (--export-dynamic) for distir-rpc.so to use.
+LIBS_CLI = $(shell pkg-config --libs sqlite3 2>/dev/null) -ldl -lpthread
+$(B)/distir: $(CLI_OBJS) $(SRVA) $(LIBA) | $(RPC_SO)
+	$(CC) $(LDFLAGS_ALL) -Wl,--export-dynamic -o $@ $(CLI_OBJS) $(SRVA) $(LIBA) $(LIBS_CLI) $(LIBS_LIB)
+
+$(B)/obj/client/rpc.pic.o: client/rpc.c $(GEN_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fPIC -c $< -o $@
+
+$(RPC_SO): $(B)/obj/client/rpc.pic.o
+	$(CC) $(LDFLAGS_ALL) -shared -o $@ $< $(shell pkg-config --libs grpc 2>/dev/null)
 
 $(B)/distird: $(B)/obj/server/main.o $(SRVA) $(LIBA)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_SRV) $(LIBS_LIB)
@@ -213,16 +225,18 @@ bench: $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
 	@for s in bench/*.sh; do echo "== $$s"; sh $$s || exit 1; done
 
-# make install [PREFIX=/usr/local] [DESTDIR=...]: the two programs, their man pages, the
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the two programs (and distir's RPC client,
+# PREFIX/lib/distir/distir-rpc.so, which it finds from its own location), their man pages, the
 # systemd unit (ExecStart pointing into PREFIX), a sample config, the documentation and the
 # Python client, where Debian's python3 finds it for that PREFIX.
 PREFIX ?= /usr/local
 PYDIR ?= $(PREFIX)/$(shell /usr/bin/python3 -c 'import sys; print("lib/python3/dist-packages" if "$(PREFIX)" == "/usr" else "lib/python%d.%d/dist-packages" % sys.version_info[:2])' 2>/dev/null || echo lib/python3/dist-packages)
-install: $(B)/distir $(B)/distird $(PY_PKG)/distir_pb2.py
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+install: $(B)/distir $(B)/distird $(RPC_SO) $(PY_PKG)/distir_pb2.py
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/distir $(DESTDIR)$(PREFIX)/share/man/man1 \
 	  $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/lib/systemd/system \
 	  $(DESTDIR)$(PREFIX)/share/doc/distir $(DESTDIR)$(PYDIR)/distir
 	install -m 755 $(B)/distir $(B)/distird $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(RPC_SO) $(DESTDIR)$(PREFIX)/lib/distir/
 	install -m 644 man/distir.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/distird.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	sed 's|/usr/local/bin/distird|$(PREFIX)/bin/distird|' deploy/distird.service \

@@ -1,5 +1,10 @@
 /*
- * rpc.c: the CLI's gRPC core client for distird (rpc.h). Every call is one
+ * rpc.c: the CLI's gRPC core client for distird (rpc.h), built as the shared
+ * object distir-rpc.so that rpc_load.c opens on the first call, so that a
+ * command without --server never loads gRPC. Its functions are the rpc_*
+ * of rpc.h with an rpc_impl_ prefix; the library and protobuf-c symbols it
+ * needs come from the distir executable (linked with --export-dynamic).
+ * Every call is one
  * batch of six ops (send initial metadata, send message, close from client,
  * receive initial metadata, receive message, receive status) on its own
  * channel and completion queue, torn down before returning, with
@@ -7,7 +12,7 @@
  * calls. Replies are untrusted bytes like any other: they go through the
  * depth-checked unpack.
  */
-#include "rpc.h"
+#include "rpc_impl.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -282,7 +287,7 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
 }
 
 int
-rpc_simulate(const char *server, const Distir__V1__SimulateRequest *req, int timeout_ms,
+rpc_impl_simulate(const char *server, const Distir__V1__SimulateRequest *req, int timeout_ms,
              Distir__V1__SimulateReply **reply, di_error *err)
 {
     ProtobufCMessage *m;
@@ -293,7 +298,7 @@ rpc_simulate(const char *server, const Distir__V1__SimulateRequest *req, int tim
 }
 
 int
-rpc_call(const char *server, const char *method, const ProtobufCMessage *req,
+rpc_impl_call(const char *server, const char *method, const ProtobufCMessage *req,
          const ProtobufCMessageDescriptor *reply_desc, int timeout_ms, ProtobufCMessage **reply,
          di_error *err)
 {
@@ -301,7 +306,7 @@ rpc_call(const char *server, const char *method, const ProtobufCMessage *req,
 }
 
 int
-rpc_server_info(const char *server, int timeout_ms, Distir__V1__ServerInfoReply **reply,
+rpc_impl_server_info(const char *server, int timeout_ms, Distir__V1__ServerInfoReply **reply,
                 di_error *err)
 {
     Distir__V1__ServerInfoRequest req = DISTIR__V1__SERVER_INFO_REQUEST__INIT;
@@ -329,7 +334,7 @@ wait_tag(grpc_completion_queue *cq, void *tag)
  * RECV_STATUS_ON_CLIENT.
  */
 int
-rpc_search(const char *server, const Distir__V1__SearchRequest *req, int timeout_ms,
+rpc_impl_search(const char *server, const Distir__V1__SearchRequest *req, int timeout_ms,
            rpc_search_event_fn on_event, void *ctx, di_error *err)
 {
     grpc_channel *ch;

@@ -2,7 +2,8 @@
 # test_install.sh: `make install DESTDIR=... PREFIX=/usr/local` puts distir,
 # distird, both man pages, the systemd unit, a sample config, the
 # documentation and the Python client in place; the man pages render with
-# `man -l` without warnings; the installed programs and the installed Python
+# `man -l` without warnings; the installed programs (distir finding its RPC
+# client in PREFIX/lib/distir) and the installed Python
 # package work. And deploy/Containerfile's runtime stage names packages that
 # provide (with their dependencies) every shared library the binaries load.
 . tests/integration/lib.sh
@@ -12,7 +13,7 @@ D=$TMP/root
 make --no-print-directory MODE="$mode" install DESTDIR="$D" PREFIX=/usr/local >"$TMP/install.log" 2>&1
 check "make install exits 0" [ $? -eq 0 ]
 pydir=$(/usr/bin/python3 -c 'import sys; print("lib/python%d.%d/dist-packages" % sys.version_info[:2])')
-for f in bin/distir bin/distird share/man/man1/distir.1 share/man/man8/distird.8 \
+for f in bin/distir bin/distird lib/distir/distir-rpc.so share/man/man1/distir.1 share/man/man8/distird.8 \
     lib/systemd/system/distird.service share/doc/distir/distird.conf share/doc/distir/daemon.md \
     share/doc/distir/ci.md "$pydir/distir/__init__.py" "$pydir/distir/client.py" \
     "$pydir/distir/distir_pb2.py"; do
@@ -27,6 +28,10 @@ for page in share/man/man1/distir.1 share/man/man8/distird.8; do
 done
 check "the installed distir runs" sh -c "'$D/usr/local/bin/distir' --version | grep -q '^distir '"
 check "the installed distird runs" sh -c "'$D/usr/local/bin/distird' --help | grep -q 'usage: distird'"
+start_daemon inst || { fail "daemon start"; finish; }
+check "the installed distir talks to a daemon (its RPC client found from its own place)" \
+    sh -c "'$D/usr/local/bin/distir' info --server '$ADDR' | grep -q version"
+stop_daemon
 check "the installed unit starts the installed distird" \
     grep -q '^ExecStart=/usr/local/bin/distird ' "$D/usr/local/lib/systemd/system/distird.service"
 check "the installed Python client imports" env PYTHONPATH="$D/usr/local/$pydir" \
@@ -55,7 +60,7 @@ print(" ".join(sorted(seen)))
 PY
 )
 missing=
-for bin in "$B/distird" "$B/distir"; do
+for bin in "$B/distird" "$B/distir" "$B/distir-rpc.so"; do
     for lib in $(ldd "$bin" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p'); do
         pkg=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | head -n 1 | cut -d: -f1)
         case $pkg in libc6 | libgcc-s1 | libstdc++6 | "") continue ;; esac
