@@ -79,6 +79,9 @@ int cli_simulate_remote(const char *server, const ir_module *m, const char *hwna
  */
 int cli_model_build(int argc, char **argv, ir_module **out, const char **outpath);
 
+/* Parameters of a training step: the elements of entry arguments an optimizer updates. */
+uint64_t cli_module_parameters(const ir_module *m);
+
 /* Option parsing helpers: match "--name VALUE" or "--name=VALUE". */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
 int cli_flag(const char *arg, const char *name);

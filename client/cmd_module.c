@@ -62,6 +62,28 @@ region_flops(const ir_module *m, ir_id r, double *memo, int depth)
     return total;
 }
 
+uint64_t
+cli_module_parameters(const ir_module *m)
+{
+    ir_id entry = ir_module_entry(m);
+    uint64_t params = 0;
+    /* The elements of entry arguments updated by an optimizer. */
+    if (entry) {
+        const ir_region *r = &m->regions[entry];
+        uint8_t *updated = di_xcalloc(m->nvalue, 1);
+        for (ir_id op = 1; op < m->nop; op++) {
+            const ir_op *o = &m->ops[op];
+            if ((ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) && o->ninput)
+                updated[m->refs[o->inputs]] = 1;
+        }
+        for (uint32_t a = 0; a < r->narg; a++)
+            if (updated[r->args[a]])
+                params += (uint64_t)ir_type_numel(m, m->values[r->args[a]].type);
+        di_free(updated);
+    }
+    return params;
+}
+
 static void
 print_stats(const ir_module *m, int json)
 {
@@ -79,20 +101,7 @@ print_stats(const ir_module *m, int json)
         flops = region_flops(m, entry, memo, 0);
         di_free(memo);
     }
-    /* Parameters: the elements of entry arguments updated by an optimizer. */
-    if (entry) {
-        const ir_region *r = &m->regions[entry];
-        uint8_t *updated = di_xcalloc(m->nvalue, 1);
-        for (ir_id op = 1; op < m->nop; op++) {
-            const ir_op *o = &m->ops[op];
-            if ((ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) && o->ninput)
-                updated[m->refs[o->inputs]] = 1;
-        }
-        for (uint32_t a = 0; a < r->narg; a++)
-            if (updated[r->args[a]])
-                params += (uint64_t)ir_type_numel(m, m->values[r->args[a]].type);
-        di_free(updated);
-    }
+    params = cli_module_parameters(m);
     if (json)
         printf("{\"ops\":%llu,\"values\":%u,\"parameters\":%llu,\"flops\":%.17g}\n",
                (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params, flops);

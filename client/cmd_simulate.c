@@ -20,7 +20,7 @@
 #include "strategy_flags.h"
 
 static const char usage[] =
-    "simulate (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--json]\n"
+    "simulate (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--json] [--devices]\n"
     "                [--trace OUT.json] [--no-overlap] [--fail-on-oom] [--strict] [--server ADDR]\n"
     "                [--timeout-ms N] [--op-times CSV] [--collective-table all_reduce:N:CSV]\n"
     "                [strategy flags]\n"
@@ -69,8 +69,47 @@ load_table(hw_model *hw, const char *spec)
     return CLI_OK;
 }
 
+/* What was simulated, for the text result's first lines. */
+typedef struct sim_inputs {
+    const char *model; /* file name or --model name */
+    uint64_t parameters;
+    const char *hwname;
+    const hw_model *hw;
+    const strategy *strat;
+    int devices; /* --devices: the per-device table instead of the per-stage one */
+} sim_inputs;
+
+/* The pipeline stage of each device of r under s (rank order of strategy.h), UINT32_MAX if none. */
+static uint32_t
+stage_map(const sim_result *r, const strategy *s, uint32_t *stage_of)
+{
+    uint32_t pp = s->pp ? s->pp : 1, rank = 0;
+    for (uint32_t i = 0; i < r->ndevice; i++)
+        stage_of[i] = UINT32_MAX;
+    for (uint32_t g = 0; g < pp; g++) {
+        uint32_t size = s->nstages ? (s->stages[g].dp ? s->stages[g].dp : 1) *
+                                         (s->stages[g].tp ? s->stages[g].tp : 1)
+                                   : (s->dp ? s->dp : 1) * (s->tp ? s->tp : 1);
+        for (uint32_t k = 0; k < size; k++, rank++) {
+            uint32_t dev = rank < s->ndevice_order ? s->device_order[rank] : rank;
+            uint32_t lo = 0, hi = r->ndevice; /* devices are in ascending id */
+            while (lo < hi) {
+                uint32_t mid = (lo + hi) / 2;
+                if ((uint32_t)r->devices[mid].id < dev)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo < r->ndevice && (uint32_t)r->devices[lo].id == dev)
+                stage_of[lo] = g;
+        }
+    }
+    return pp;
+}
+
 static void
-print_result(const sim_result *r, int json, const char *cache, const char *key)
+print_result(const sim_result *r, int json, const char *cache, const char *key,
+             const sim_inputs *in)
 {
     char *s;
     if (json) {
@@ -79,13 +118,40 @@ print_result(const sim_result *r, int json, const char *cache, const char *key)
             printf("{\"cache\":\"%s\",\"cache_key\":\"%s\",%s\n", cache, key, s + 1);
         else
             printf("%s\n", s);
-    } else {
-        s = sim_result_to_table(r);
-        if (cache)
-            printf("cache            %s (key %s)\n", cache, key);
-        fputs(s, stdout);
+        di_free(s);
+        return;
     }
-    di_free(s);
+    di_buf b;
+    char strat[512];
+    di_buf_init(&b);
+    strategy_format(in->strat, strat, sizeof strat);
+    if (cache)
+        di_buf_printf(&b, "cache            %s (key %s)\n", cache, key);
+    di_buf_printf(&b, "model            %s (%.4g parameters)\n", in->model,
+                  (double)in->parameters);
+    di_buf_printf(&b, "hardware         %s: %u devices, %u per node\n", in->hwname,
+                  in->hw->ndevice, in->hw->devices_per_node);
+    di_buf_printf(&b, "strategy         %s\n", strat);
+    sim_result_summary(r, &b);
+    di_buf_puts(&b, "\n");
+    fwrite(b.data, 1, b.len, stdout);
+    di_buf_fini(&b);
+    if (in->devices) {
+        /* The per-device table: sim_result_to_table after its summary lines. */
+        s = sim_result_to_table(r);
+        const char *t = strstr(s, "\n\n");
+        fputs(t ? t + 2 : s, stdout);
+        di_free(s);
+        return;
+    }
+    uint32_t *stage_of = di_xmalloc((r->ndevice ? r->ndevice : 1) * sizeof *stage_of);
+    uint32_t nstage = stage_map(r, in->strat, stage_of);
+    di_buf_init(&b);
+    sim_result_stages(r, nstage, stage_of, &b);
+    di_buf_puts(&b, "(per stage: mean over its devices; --devices for every device)\n");
+    fwrite(b.data, 1, b.len, stdout);
+    di_buf_fini(&b);
+    di_free(stage_of);
 }
 
 /*
@@ -197,7 +263,7 @@ cli_simulate_remote(const char *server, const ir_module *m, const char *hwname, 
 static int
 simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
                 const strategy *strat, const sim_options *o, int timeout_ms, int json,
-                int fail_on_oom)
+                int fail_on_oom, const sim_inputs *in)
 {
     Distir__V1__SimulateReply *reply = NULL;
     sim_result *r = NULL;
@@ -211,7 +277,7 @@ simulate_remote(const char *server, const ir_module *m, const char *hwname, cons
         return CLI_FAIL;
     }
     print_result(r, json, reply->cache == DISTIR__V1__CACHE_STATUS__CACHE_HIT ? "hit" : "miss",
-                 reply->cache_key);
+                 reply->cache_key, in);
     rc = fail_on_oom ? check_oom(r) : CLI_OK;
     sim_result_free(r);
     protobuf_c_message_free_unpacked(&reply->base, NULL);
@@ -253,7 +319,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
     /* --model NAME: the generator's options, gathered from the command line */
     char *margv[64];
     int margc = 0;
-    int ntable = 0, json = 0, timeout_ms = 60000, fail_on_oom = 0, rc;
+    int ntable = 0, json = 0, timeout_ms = 60000, fail_on_oom = 0, per_device = 0, rc;
     sim_options o;
     hw_model *hw = NULL;
     ir_module *m = NULL;
@@ -266,6 +332,8 @@ simulate_cmd(int argc, char **argv, strategy *s)
             return cli_help(usage);
         if (cli_flag(argv[i], "--json")) {
             json = 1;
+        } else if (cli_flag(argv[i], "--devices")) {
+            per_device = 1;
         } else if (cli_flag(argv[i], "--no-overlap")) {
             o.no_overlap = 1;
         } else if (cli_flag(argv[i], "--fail-on-oom")) {
@@ -371,9 +439,9 @@ simulate_cmd(int argc, char **argv, strategy *s)
         for (int k = 1; k <= margc; k++)
             pargv[pargc++] = margv[k];
         pargv[pargc] = NULL;
-        if ((rc = cli_model_build(pargc, pargv, &m, NULL)) != CLI_OK) {
+        if ((rc = cli_model_build(pargc, pargv, &m, NULL)) != CLI_OK || m == NULL) {
             hw_free(hw);
-            return rc;
+            return rc != CLI_OK ? rc : CLI_USAGE;
         }
         file = model;
     } else if (cli_load_module(file, &m) != 0) {
@@ -388,8 +456,9 @@ simulate_cmd(int argc, char **argv, strategy *s)
     }
     if (!o.strict)
         warn_estimates(m, hw);
+    sim_inputs inputs = {file, cli_module_parameters(m), hwname, hw, s, per_device};
     if (server) {
-        rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json, fail_on_oom);
+        rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json, fail_on_oom, &inputs);
     } else {
         sim_result *r = NULL;
         sim_event *ev = NULL;
@@ -408,7 +477,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
                 cli_error("%s", err.msg);
                 rc = CLI_FAIL;
             }
-            print_result(r, json, NULL, NULL);
+            print_result(r, json, NULL, NULL, &inputs);
             if (rc == CLI_OK && fail_on_oom)
                 rc = check_oom(r);
         }

@@ -229,21 +229,66 @@ human_time(char *out, size_t n, double s)
         snprintf(out, n, "%.3f us", s * 1e6);
 }
 
+void
+sim_result_summary(const sim_result *r, di_buf *b)
+{
+    char t1[32], m1[32];
+    human_time(t1, sizeof t1, r->step_time_s);
+    human_bytes(m1, sizeof m1, r->peak_memory_bytes);
+    di_buf_printf(b, "step time        %s\n", t1);
+    di_buf_printf(b, "peak memory      %s (max over devices)\n", m1);
+    di_buf_printf(b, "FLOPs            %.6g\n", r->flops);
+    di_buf_printf(b, "MFU              %.2f%%\n", r->mfu * 100);
+    di_buf_printf(b, "compute idle     %.2f%% (bubbles and exposed communication)\n",
+                  r->bubble_fraction * 100);
+    di_buf_printf(b, "ops simulated    %" PRIu64 "\n", r->ops);
+}
+
+void
+sim_result_stages(const sim_result *r, uint32_t nstage, const uint32_t *stage_of, di_buf *b)
+{
+    char t1[32], t2[32], t3[32], m1[32], m2[32], m3[32], m4[32], m5[32];
+    di_buf_printf(b, "%5s %9s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "devices",
+                  "compute", "exposed", "idle", "peak mem", "weights", "grads", "optimizer",
+                  "activations");
+    for (uint32_t g = 0; g < nstage; g++) {
+        uint32_t n = 0;
+        double compute = 0, exposed = 0, idle = 0;
+        const sim_device_result *peak = NULL;
+        for (uint32_t i = 0; i < r->ndevice; i++) {
+            const sim_device_result *d = &r->devices[i];
+            if (stage_of[i] != g)
+                continue;
+            n++;
+            compute += d->compute_s;
+            exposed += d->exposed_comm_s;
+            idle += d->idle_s;
+            if (peak == NULL || d->peak_memory_bytes > peak->peak_memory_bytes)
+                peak = d;
+        }
+        if (n == 0)
+            continue;
+        human_time(t1, sizeof t1, compute / n);
+        human_time(t2, sizeof t2, exposed / n);
+        human_time(t3, sizeof t3, idle / n);
+        human_bytes(m1, sizeof m1, peak->peak_memory_bytes);
+        human_bytes(m2, sizeof m2, peak->peak_by_class[SIM_MEM_WEIGHTS]);
+        human_bytes(m3, sizeof m3, peak->peak_by_class[SIM_MEM_GRADIENTS]);
+        human_bytes(m4, sizeof m4, peak->peak_by_class[SIM_MEM_OPTIMIZER]);
+        human_bytes(m5, sizeof m5, peak->peak_by_class[SIM_MEM_ACTIVATIONS]);
+        di_buf_printf(b, "%5u %9u %11s %11s %11s %11s %11s %11s %11s %11s%s\n", g, n, t1, t2, t3,
+                      m1, m2, m3, m4, m5, peak->oom ? "  OUT OF MEMORY" : "");
+    }
+}
+
 char *
 sim_result_to_table(const sim_result *r)
 {
     di_buf b;
     char t1[32], t2[32], t3[32], t4[32], t5[32], m1[32], m2[32];
     di_buf_init(&b);
-    human_time(t1, sizeof t1, r->step_time_s);
-    human_bytes(m1, sizeof m1, r->peak_memory_bytes);
-    di_buf_printf(&b, "step time        %s\n", t1);
-    di_buf_printf(&b, "peak memory      %s (max over devices)\n", m1);
-    di_buf_printf(&b, "FLOPs            %.6g\n", r->flops);
-    di_buf_printf(&b, "MFU              %.2f%%\n", r->mfu * 100);
-    di_buf_printf(&b, "compute idle     %.2f%% (bubbles and exposed communication)\n",
-                  r->bubble_fraction * 100);
-    di_buf_printf(&b, "ops simulated    %" PRIu64 "\n\n", r->ops);
+    sim_result_summary(r, &b);
+    di_buf_puts(&b, "\n");
     di_buf_printf(&b, "%6s %12s %12s %12s %12s %12s %12s %12s %4s\n", "device", "busy",
                   "compute", "comm", "exposed", "idle", "peak mem", "capacity", "oom");
     for (uint32_t i = 0; i < r->ndevice; i++) {

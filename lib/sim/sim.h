@@ -146,6 +146,15 @@ void sim_sort_keys(uint64_t *keys, uint32_t n);
 char *sim_result_to_json(const sim_result *r);
 /* A human-readable table. Caller frees. */
 char *sim_result_to_table(const sim_result *r);
+/* The summary lines of sim_result_to_table (step time, peak memory, FLOPs, MFU, idle, ops). */
+void sim_result_summary(const sim_result *r, di_buf *b);
+/*
+ * A table per pipeline stage: stage_of[i] is the stage of r->devices[i]
+ * (UINT32_MAX: none). Per stage: its devices, their mean compute, exposed
+ * communication and idle time, and the peak memory of its fullest device
+ * with that device's weights, gradients, optimizer state and activations.
+ */
+void sim_result_stages(const sim_result *r, uint32_t nstage, const uint32_t *stage_of, di_buf *b);
 
 /* Protobuf form (distir.v1.SimResult). */
 struct Distir__V1__SimResult;

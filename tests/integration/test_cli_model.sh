@@ -1,5 +1,7 @@
 #!/bin/sh
-# test_cli_model.sh: `distir simulate --model NAME [model options]` simulates
+# test_cli_model.sh: the text result names what was simulated and has a row
+# per pipeline stage (--devices: per device); and
+# `distir simulate --model NAME [model options]` simulates
 # a built-in model with no file: the same result, bit for bit, as the file
 # `distir model` writes with the same options, in-process and through the
 # daemon, where it has the same cache key (the second request is a hit).
@@ -22,6 +24,18 @@ check "an unknown model is a usage error (exit 2)" [ $? -eq 2 ]
 check "... naming the presets" grep -q 'known: gpt3-125m' "$TMP/nope.err"
 "$DISTIR" simulate "$TMP/g.pb" --batch 4 >/dev/null 2>"$TMP/opt.err"
 check "a model option without --model is a usage error (exit 2)" [ $? -eq 2 ]
+
+# The text result: what was simulated first, then one row per pipeline stage (--devices: per device).
+$T "$DISTIR" simulate --model gpt3-125m $OPTS --hw a100-dgx:2 --dp 2 --tp 2 --pp 4 \
+    --microbatches 8 >"$TMP/text.txt"
+check "the text names the model and its parameters" grep -q '^model  *gpt3-125m (1\.2[0-9]*e+08 parameters)' "$TMP/text.txt"
+check "... the hardware" grep -q '^hardware  *a100-dgx:2: 16 devices, 8 per node' "$TMP/text.txt"
+check "... the strategy" grep -q '^strategy  *dp=2 tp=2 pp=4 m=8 schedule=1f1b' "$TMP/text.txt"
+check "... one row per stage, each of dp x tp = 4 devices" \
+    [ "$(grep -c '^ *[0-3]  *4 ' "$TMP/text.txt")" -eq 4 ]
+$T "$DISTIR" simulate --model gpt3-125m $OPTS --hw a100-dgx:2 --dp 2 --tp 2 --pp 4 \
+    --microbatches 8 --devices >"$TMP/devices.txt"
+check "--devices: one row per device (16)" [ "$(grep -c '^ *[0-9][0-9]*  *[0-9.]* [mu]*s ' "$TMP/devices.txt")" -eq 16 ]
 
 start_daemon model || { fail "daemon start"; finish; }
 $T "$DISTIR" simulate "$TMP/g.pb" --hw a100-dgx:8 --dp 8 --server "$ADDR" --json >"$TMP/s1.json"
