@@ -68,20 +68,15 @@ code_from_status(grpc_status_code s)
 static char *
 read_pem(const char *path, const char *what, di_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    di_buf b;
-    char chunk[4096];
-    size_t n, len;
-    if (f == NULL) {
-        di_error_set(err, DI_EIO, "%s: cannot open '%s'", what, path);
+    uint8_t *data;
+    size_t len;
+    if (di_read_file(path, (size_t)1 << 24, &data, &len, err) != 0) {
+        di_error_prefix(err, "%s", what);
         return NULL;
     }
-    di_buf_init(&b);
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        di_buf_put(&b, chunk, n);
-    fclose(f);
-    di_buf_put(&b, "", 1);
-    return di_buf_take(&b, &len);
+    data = di_xrealloc(data, len + 1);
+    data[len] = '\0';
+    return (char *)data;
 }
 
 static const char *

@@ -26,12 +26,11 @@
  */
 typedef void (*any_fn)(void);
 static const any_fn exported_fns[] = {
-    (any_fn)di_buf_init,
-    (any_fn)di_buf_put,
-    (any_fn)di_buf_take,
     (any_fn)di_error_prefix,
     (any_fn)di_error_set,
     (any_fn)di_free,
+    (any_fn)di_read_file,
+    (any_fn)di_xrealloc,
     (any_fn)di_grpc_status_name,
     (any_fn)pb_unpack_checked,
     (any_fn)protobuf_c_message_free_unpacked,

@@ -36,19 +36,14 @@
 int
 srv_tenants_load(const char *path, srv_tenants **out, di_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    di_buf b;
-    char chunk[4096];
-    size_t n, len;
+    uint8_t *text;
+    size_t len;
     *out = NULL;
-    if (f == NULL)
-        return di_error_set(err, DI_EIO, "--tokens: cannot open '%s'", path);
-    di_buf_init(&b);
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && b.len < (1u << 24))
-        di_buf_put(&b, chunk, n);
-    fclose(f);
-    char *text = di_buf_take(&b, &len);
-    int rc = srv_tenants_parse(text ? text : "", len, path, out, err);
+    if (di_read_file(path, (size_t)1 << 24, &text, &len, err) != 0) {
+        di_error_prefix(err, "--tokens");
+        return err ? err->code : DI_EIO;
+    }
+    int rc = srv_tenants_parse((const char *)text, len, path, out, err);
     di_free(text);
     return rc;
 }
@@ -113,24 +108,19 @@ struct srv_tls {
     char *cert, *key, *client_ca;
 };
 
+/* A PEM file as a NUL-terminated string (di_free), or NULL with err set. */
 static char *
 read_file(const char *path, di_error *err, const char *what)
 {
-    FILE *f = fopen(path, "rb");
-    di_buf b;
-    char chunk[4096];
-    size_t n;
-    if (f == NULL) {
-        di_error_set(err, DI_EIO, "%s: cannot open '%s'", what, path);
+    uint8_t *data;
+    size_t len;
+    if (di_read_file(path, (size_t)1 << 24, &data, &len, err) != 0) {
+        di_error_prefix(err, "%s", what);
         return NULL;
     }
-    di_buf_init(&b);
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        di_buf_put(&b, chunk, n);
-    fclose(f);
-    di_buf_put(&b, "", 1);
-    size_t len;
-    return di_buf_take(&b, &len);
+    data = di_xrealloc(data, len + 1);
+    data[len] = '\0';
+    return (char *)data;
 }
 
 /* A certificate config from the files, or NULL with err set. */

@@ -11,18 +11,6 @@ struct srv_tenants {
     srv_tenant *t;
 };
 
-static int
-hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Splits line into at most 4 blank-separated words; returns their count. */
 static int
 words(char *line, char **w)
@@ -78,15 +66,11 @@ srv_tenants_parse(const char *text, size_t len, const char *what, srv_tenants **
         srv_tenant t;
         memset(&t, 0, sizeof t);
         snprintf(t.name, sizeof t.name, "%s", w[0]);
-        for (int i = 0; i < 32; i++) {
-            int hi = hexval(w[1][2 * i]), lo = hexval(w[1][2 * i + 1]);
-            if (hi < 0 || lo < 0) {
-                srv_tenants_free(ts);
-                return di_error_set(err, DI_EINVAL,
-                                    "--tokens: '%s' line %u: the SHA-256 is not hexadecimal", what,
-                                    lineno);
-            }
-            t.token_hash.b[i] = (uint8_t)(hi << 4 | lo);
+        if (di_hash_from_hex(w[1], &t.token_hash) != 0) {
+            srv_tenants_free(ts);
+            return di_error_set(err, DI_EINVAL,
+                                "--tokens: '%s' line %u: the SHA-256 is not hexadecimal", what,
+                                lineno);
         }
         t.admin = n == 3;
         for (uint32_t i = 0; i < ts->n; i++)
