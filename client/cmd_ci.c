@@ -415,6 +415,7 @@ db_baseline(const ci_args *a, const char *name, sim_result **out, baseline_entry
     cache *c = ci_open_db(a->db);
     di_error err;
     int rc;
+    memset(e, 0, sizeof *e); /* e->result stays NULL when there is no baseline */
     if (c == NULL)
         return CLI_FAIL;
     di_error_clear(&err);

@@ -100,6 +100,7 @@ baseline_latest(cache *c, const char *tenant, const char *project, const char *n
 {
     sqlite3 *db = cache_sqlite(c);
     sqlite3_stmt *st;
+    memset(e, 0, sizeof *e);
     int rc = select_rows(db,
                          "SELECT label, created, cache_key, step_time_s, peak_memory_bytes, "
                          "result, checksum FROM baselines WHERE tenant = ?1 AND project = ?2 "
