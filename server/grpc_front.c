@@ -60,6 +60,13 @@ const char *const srv_method_names[SRV_NMETHOD] = {
     "SetBaseline", "Compare", "History", "unknown",
 };
 
+/*
+ * A search's work job evaluates candidates for at most this long, then goes
+ * back to the end of the pool's queue: concurrent searches (and simulations)
+ * share the workers round-robin instead of first come, first served.
+ */
+#define SEARCH_SLICE_NS (20u * 1000000u)
+
 /* Requests kept posted per method, so that calls never wait for a request. */
 #define REQUESTS_PER_METHOD 8
 
@@ -105,6 +112,7 @@ struct srv_job {
     /* JOB_SEARCH_*: the call's search, and the part of the result this job fills. */
     srv_search *search;
     unsigned part;
+    int more; /* JOB_SEARCH_WORK: stopped at the end of its slice with candidates left */
 
     /* JOB_DECODE and JOB_SEARCH_* */
     srv_call *call;
@@ -594,7 +602,7 @@ job_run(pool_job *pj, pool_worker *w)
         if (job->rc == 0)
             srv_search_lookup(job->search, w->local);
     } else if (job->kind == JOB_SEARCH_WORK)
-        srv_search_work(job->search, job->part);
+        job->more = srv_search_work(job->search, job->part, SEARCH_SLICE_NS);
     else
         job_run_simulate(job);
     job->run_s = (double)(now_ns() - t0) / 1e9;
@@ -1712,8 +1720,15 @@ static void
 job_finished_search(srv_daemon *d, srv_job *job)
 {
     srv_call *c = job->call;
-    c->search_jobs--;
     d->m.job_seconds_sum += job->run_s;
+    if (job->kind == JOB_SEARCH_WORK && job->more && !c->dead &&
+        !srv_search_cancelled(c->search)) {
+        /* Its slice is over: back in the queue behind other calls' work (fairness). */
+        job->more = 0;
+        job_submit(d, job);
+        return;
+    }
+    c->search_jobs--;
     if (job->kind == JOB_SEARCH_PREPARE) {
         if (job->rc != 0) {
             if (!c->dead)

@@ -239,15 +239,27 @@ point_better(search_objective o, const search_point *a, const search_point *b)
     return a->cand.index < b->cand.index;
 }
 
-void
-srv_search_work(srv_search *s, unsigned part)
+int
+srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
 {
     search_evaluator ev;
     search_result *r = &s->parts[part];
+    struct timespec ts;
+    uint64_t t0;
+    int more = 0;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     search_evaluator_init(&ev, &s->space);
     while (!atomic_load(&s->cancel)) {
-        uint64_t k = atomic_fetch_add(&s->cursor, 1);
+        uint64_t k, now;
         search_point p;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        if (slice_ns > 0 && now - t0 >= slice_ns) {
+            more = atomic_load(&s->cursor) < s->total; /* the rest in a later slice */
+            break;
+        }
+        k = atomic_fetch_add(&s->cursor, 1);
         if (k >= s->total)
             break;
         if (s->test_delay_ms > 0)
@@ -266,6 +278,7 @@ srv_search_work(srv_search *s, unsigned part)
         }
     }
     search_evaluator_fini(&ev);
+    return more;
 }
 
 void

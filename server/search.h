@@ -49,7 +49,13 @@ void srv_search_free(srv_search *s);
 int srv_search_prepare(srv_search *s, di_error *err);
 /* Worker: evaluates candidates from the shared cursor into part `part` (< nparts) until the
  * space is exhausted or the search cancelled. */
-void srv_search_work(srv_search *s, unsigned part);
+/*
+ * Evaluates candidates from the shared cursor into part `part` until the
+ * space is done, the search is cancelled, or slice_ns (0: no limit) has
+ * passed; returns 1 when it stopped for the slice with candidates left, so
+ * that the caller queues it again behind other work.
+ */
+int srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns);
 /* Any thread: asks the workers to stop after their current candidate. */
 void srv_search_cancel(srv_search *s);
 int srv_search_cancelled(srv_search *s);
