@@ -250,6 +250,7 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     search_evaluator_init(&ev, &s->space);
+    ev.cancel = &s->cancel; /* a cancel reaches into the candidate's simulation */
     while (!atomic_load(&s->cancel)) {
         uint64_t k, now;
         search_point p;

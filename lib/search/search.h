@@ -30,6 +30,7 @@
 #ifndef DISTIR_SEARCH_H
 #define DISTIR_SEARCH_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "base/base.h"
@@ -221,6 +222,12 @@ typedef struct search_evaluator {
     int have_base;
     search_candidate base;
     int base_rc;
+    /*
+     * If non-NULL (the caller sets it after search_evaluator_init): polled by
+     * the simulation of each candidate, which stops when it is set (the
+     * candidate then counts as failed; a cancelled search is discarded).
+     */
+    const atomic_int *cancel;
 } search_evaluator;
 
 void search_evaluator_init(search_evaluator *ev, const search_space *sp);

@@ -643,6 +643,7 @@ search_eval(search_evaluator *ev, const search_candidate *c, search_point *out)
         goto done;
     }
     sim_options_default(&o);
+    o.cancel = ev->cancel;
     if (xform_apply(sp->module, &s, sp->hw, &dm, &err) != 0 ||
         sim_run_ws(ev->ws, dm, sp->hw, &o, &r, NULL, NULL, &err) != 0) {
         out->status = SEARCH_FAILED;
