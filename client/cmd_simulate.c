@@ -127,8 +127,11 @@ print_result(const sim_result *r, int json, const char *cache, const char *key,
     strategy_format(in->strat, strat, sizeof strat);
     if (cache)
         di_buf_printf(&b, "cache            %s (key %s)\n", cache, key);
-    di_buf_printf(&b, "model            %s (%.4g parameters)\n", in->model,
-                  (double)in->parameters);
+    if (in->parameters > 0)
+        di_buf_printf(&b, "model            %s (%.4g parameters)\n", in->model,
+                      (double)in->parameters);
+    else
+        di_buf_printf(&b, "model            %s\n", in->model);
     di_buf_printf(&b, "hardware         %s: %u devices, %u per node\n", in->hwname,
                   in->hw->ndevice, in->hw->devices_per_node);
     di_buf_printf(&b, "strategy         %s\n", strat);
@@ -136,8 +139,11 @@ print_result(const sim_result *r, int json, const char *cache, const char *key,
     di_buf_puts(&b, "\n");
     fwrite(b.data, 1, b.len, stdout);
     di_buf_fini(&b);
-    if (in->devices) {
-        /* The per-device table: sim_result_to_table after its summary lines. */
+    if (in->devices || strategy_is_trivial(in->strat)) {
+        /*
+         * The per-device table (sim_result_to_table after its summary lines): asked for, or
+         * no strategy was applied (a sequential module, or one distributed already).
+         */
         s = sim_result_to_table(r);
         const char *t = strstr(s, "\n\n");
         fputs(t ? t + 2 : s, stdout);
