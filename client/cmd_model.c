@@ -288,7 +288,7 @@ cmd_model(int argc, char **argv)
         ir_module *m;
         const char *outpath;
         int rc = cli_model_build(argc - 1, argv + 1, &m, &outpath);
-        if (rc != CLI_OK)
+        if (rc != CLI_OK || m == NULL) /* an error, or --help answered */
             return rc;
         rc = cli_write_module(m, outpath, CLI_FORMAT_UNKNOWN);
         ir_module_free(m);
