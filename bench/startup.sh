@@ -21,6 +21,10 @@ run() { # run N COMMAND...: best per-run milliseconds over 5 rounds of N runs
 }
 sim=$(run 100 "$D" simulate tests/ir/seed001_mlp.dir --hw a100-dgx)
 ver=$(run 100 "$D" --version)
+base=$(run 100 /bin/true)
+grpc=$(run 100 "$B/distird" --help)
+echo "/bin/true (the shell's own cost of a process): $(awk "BEGIN { printf \"%.2f\", $base / 1000 }") ms"
+echo "distird --help (a binary that links gRPC): $(awk "BEGIN { printf \"%.2f\", $grpc / 1000 }") ms"
 echo "distir --version: $(awk "BEGIN { printf \"%.2f\", $ver / 1000 }") ms per process (best of 5 x 100)"
 echo "distir simulate (seed 001 MLP, local): $(awk "BEGIN { printf \"%.2f\", $sim / 1000 }") ms per process (best of 5 x 100)"
 echo "shared libraries: distir $(ldd "$D" | wc -l), distir-rpc.so $(ldd "$B/distir-rpc.so" | wc -l) (opened only with --server)"
