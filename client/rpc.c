@@ -8,7 +8,8 @@
  * batch of six ops (send initial metadata, send message, close from client,
  * receive initial metadata, receive message, receive status) on its own
  * channel and completion queue, torn down before returning, with
- * grpc_init/grpc_shutdown around it so the CLI holds no gRPC state between
+ * grpc_init/grpc_shutdown_blocking around it so the CLI holds no gRPC state (and
+ * no gRPC thread: a process may exit right after) between
  * calls. Replies are untrusted bytes like any other: they go through the
  * depth-checked unpack.
  */
@@ -153,7 +154,7 @@ open_call(const char *server, const char *method, int timeout_ms, grpc_channel *
     grpc_init();
     creds = channel_creds(err);
     if (creds == NULL) {
-        grpc_shutdown();
+        grpc_shutdown_blocking();
         *ch = NULL;
         *cq = NULL;
         return NULL;
@@ -277,7 +278,7 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
     }
     grpc_completion_queue_destroy(cq);
     grpc_channel_destroy(ch);
-    grpc_shutdown();
+    grpc_shutdown_blocking();
     return rc;
 }
 
@@ -454,6 +455,6 @@ out:
     }
     grpc_completion_queue_destroy(cq);
     grpc_channel_destroy(ch);
-    grpc_shutdown();
+    grpc_shutdown_blocking();
     return rc;
 }
