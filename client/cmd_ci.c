@@ -190,30 +190,6 @@ ci_open_db(const char *path)
     return c;
 }
 
-static void
-print_time(FILE *f, double s)
-{
-    if (s >= 1)
-        fprintf(f, "%.4f s", s);
-    else if (s >= 1e-3)
-        fprintf(f, "%.4f ms", s * 1e3);
-    else
-        fprintf(f, "%.3f us", s * 1e6);
-}
-
-static void
-print_bytes(FILE *f, double b)
-{
-    if (b >= 1073741824.0)
-        fprintf(f, "%.2f GiB", b / 1073741824.0);
-    else if (b >= 1048576.0)
-        fprintf(f, "%.2f MiB", b / 1048576.0);
-    else if (b >= 1024.0)
-        fprintf(f, "%.2f KiB", b / 1024.0);
-    else
-        fprintf(f, "%.0f B", b);
-}
-
 /* ---- baseline set ---- */
 
 int
@@ -308,12 +284,12 @@ cmd_baseline(int argc, char **argv)
         di_free(hist);
         cache_close(c);
     }
-    printf("baseline '%s' of project '%s' set%s%s: step time ", name, a.project,
-           label[0] ? " to " : "", label);
-    print_time(stdout, res.r->step_time_s);
-    printf(", peak memory ");
-    print_bytes(stdout, (double)res.r->peak_memory_bytes);
-    printf(" (key %.16s..., %zu in its history)\n", res.key, history);
+    char t[32], mem[32];
+    sim_format_time(t, sizeof t, res.r->step_time_s);
+    sim_format_bytes(mem, sizeof mem, res.r->peak_memory_bytes);
+    printf("baseline '%s' of project '%s' set%s%s: step time %s, peak memory %s (key %.16s..., "
+           "%zu in its history)\n",
+           name, a.project, label[0] ? " to " : "", label, t, mem, res.key, history);
     rc = CLI_OK;
 out:
     ci_result_fini(&res);

@@ -45,25 +45,17 @@ sim_compare_parse_limit(const char *text, int memory, double *rel, double *abs_v
                         memory ? "bytes (B, KB, MB, GB, KiB, MiB, GiB)" : "a time (s, ms, us)");
 }
 
-/* The device with the largest busy time (the one that sets the step), or NULL. */
+/* The device with the largest busy time (busy = 1, the one that sets the step) or peak memory. */
 static const sim_device_result *
-busiest(const sim_result *r)
+largest(const sim_result *r, int busy)
 {
     const sim_device_result *best = NULL;
-    for (uint32_t i = 0; i < r->ndevice; i++)
-        if (best == NULL || r->devices[i].busy_s > best->busy_s)
-            best = &r->devices[i];
-    return best;
-}
-
-/* The device at the peak memory, or NULL. */
-static const sim_device_result *
-at_peak(const sim_result *r)
-{
-    const sim_device_result *best = NULL;
-    for (uint32_t i = 0; i < r->ndevice; i++)
-        if (best == NULL || r->devices[i].peak_memory_bytes > best->peak_memory_bytes)
-            best = &r->devices[i];
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        const sim_device_result *d = &r->devices[i];
+        if (best == NULL || (busy ? d->busy_s > best->busy_s
+                                  : d->peak_memory_bytes > best->peak_memory_bytes))
+            best = d;
+    }
     return best;
 }
 
@@ -90,14 +82,14 @@ sim_compare_results(const sim_result *base, const sim_result *cand,
     metric(&out->m[SIM_CMP_MEMORY], "peak_memory_bytes", (double)base->peak_memory_bytes,
            (double)cand->peak_memory_bytes, lim->memory_rel, (double)lim->memory_abs);
     out->regressed = out->m[SIM_CMP_TIME].regressed || out->m[SIM_CMP_MEMORY].regressed;
-    const sim_device_result *bt = busiest(base), *ct = busiest(cand);
+    const sim_device_result *bt = largest(base, 1), *ct = largest(cand, 1);
     if (bt != NULL && ct != NULL) {
         out->d_compute_s = ct->compute_s - bt->compute_s;
         out->d_exposed_comm_s = ct->exposed_comm_s - bt->exposed_comm_s;
         out->d_idle_s = ct->idle_s - bt->idle_s;
     }
     out->d_flops = cand->flops - base->flops;
-    const sim_device_result *bm = at_peak(base), *cm = at_peak(cand);
+    const sim_device_result *bm = largest(base, 0), *cm = largest(cand, 0);
     for (int k = 0; k < SIM_NMEMCLASS && bm != NULL && cm != NULL; k++)
         out->d_by_class[k] = (int64_t)cm->peak_by_class[k] - (int64_t)bm->peak_by_class[k];
 }
@@ -105,29 +97,17 @@ sim_compare_results(const sim_result *base, const sim_result *cand,
 static void
 signed_bytes(di_buf *b, double v)
 {
-    double a = fabs(v);
-    const char *sign = v < 0 ? "-" : "+";
-    if (a >= 1073741824.0)
-        di_buf_printf(b, "%s%.2f GiB", sign, a / 1073741824.0);
-    else if (a >= 1048576.0)
-        di_buf_printf(b, "%s%.2f MiB", sign, a / 1048576.0);
-    else if (a >= 1024.0)
-        di_buf_printf(b, "%s%.2f KiB", sign, a / 1024.0);
-    else
-        di_buf_printf(b, "%s%.0f B", sign, a);
+    char t[32];
+    sim_format_bytes(t, sizeof t, (uint64_t)fabs(v));
+    di_buf_printf(b, "%s%s", v < 0 ? "-" : "+", t);
 }
 
 static void
 signed_time(di_buf *b, double v)
 {
-    double a = fabs(v);
-    const char *sign = v < 0 ? "-" : "+";
-    if (a >= 1)
-        di_buf_printf(b, "%s%.4f s", sign, a);
-    else if (a >= 1e-3)
-        di_buf_printf(b, "%s%.4f ms", sign, a * 1e3);
-    else
-        di_buf_printf(b, "%s%.3f us", sign, a * 1e6);
+    char t[32];
+    sim_format_time(t, sizeof t, fabs(v));
+    di_buf_printf(b, "%s%s", v < 0 ? "-" : "+", t);
 }
 
 void

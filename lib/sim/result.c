@@ -202,8 +202,8 @@ sim_result_to_json(const sim_result *r)
     return di_buf_take(&b, NULL);
 }
 
-static void
-human_bytes(char *out, size_t n, uint64_t v)
+void
+sim_format_bytes(char *out, size_t n, uint64_t v)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     double x = (double)v;
@@ -218,8 +218,8 @@ human_bytes(char *out, size_t n, uint64_t v)
         snprintf(out, n, "%.2f %s", x, units[u]);
 }
 
-static void
-human_time(char *out, size_t n, double s)
+void
+sim_format_time(char *out, size_t n, double s)
 {
     if (s >= 1)
         snprintf(out, n, "%.4f s", s);
@@ -233,8 +233,8 @@ void
 sim_result_summary(const sim_result *r, di_buf *b)
 {
     char t1[32], m1[32];
-    human_time(t1, sizeof t1, r->step_time_s);
-    human_bytes(m1, sizeof m1, r->peak_memory_bytes);
+    sim_format_time(t1, sizeof t1, r->step_time_s);
+    sim_format_bytes(m1, sizeof m1, r->peak_memory_bytes);
     di_buf_printf(b, "step time        %s\n", t1);
     di_buf_printf(b, "peak memory      %s (max over devices)\n", m1);
     di_buf_printf(b, "FLOPs            %.6g\n", r->flops);
@@ -268,14 +268,14 @@ sim_result_stages(const sim_result *r, uint32_t nstage, const uint32_t *stage_of
         }
         if (n == 0)
             continue;
-        human_time(t1, sizeof t1, compute / n);
-        human_time(t2, sizeof t2, exposed / n);
-        human_time(t3, sizeof t3, idle / n);
-        human_bytes(m1, sizeof m1, peak->peak_memory_bytes);
-        human_bytes(m2, sizeof m2, peak->peak_by_class[SIM_MEM_WEIGHTS]);
-        human_bytes(m3, sizeof m3, peak->peak_by_class[SIM_MEM_GRADIENTS]);
-        human_bytes(m4, sizeof m4, peak->peak_by_class[SIM_MEM_OPTIMIZER]);
-        human_bytes(m5, sizeof m5, peak->peak_by_class[SIM_MEM_ACTIVATIONS]);
+        sim_format_time(t1, sizeof t1, compute / n);
+        sim_format_time(t2, sizeof t2, exposed / n);
+        sim_format_time(t3, sizeof t3, idle / n);
+        sim_format_bytes(m1, sizeof m1, peak->peak_memory_bytes);
+        sim_format_bytes(m2, sizeof m2, peak->peak_by_class[SIM_MEM_WEIGHTS]);
+        sim_format_bytes(m3, sizeof m3, peak->peak_by_class[SIM_MEM_GRADIENTS]);
+        sim_format_bytes(m4, sizeof m4, peak->peak_by_class[SIM_MEM_OPTIMIZER]);
+        sim_format_bytes(m5, sizeof m5, peak->peak_by_class[SIM_MEM_ACTIVATIONS]);
         di_buf_printf(b, "%5u %9u %11s %11s %11s %11s %11s %11s %11s %11s%s\n", g, n, t1, t2, t3,
                       m1, m2, m3, m4, m5, peak->oom ? "  OUT OF MEMORY" : "");
     }
@@ -293,13 +293,13 @@ sim_result_to_table(const sim_result *r)
                   "compute", "comm", "exposed", "idle", "peak mem", "capacity", "oom");
     for (uint32_t i = 0; i < r->ndevice; i++) {
         const sim_device_result *d = &r->devices[i];
-        human_time(t1, sizeof t1, d->busy_s);
-        human_time(t2, sizeof t2, d->compute_s);
-        human_time(t3, sizeof t3, d->comm_s);
-        human_time(t4, sizeof t4, d->exposed_comm_s);
-        human_time(t5, sizeof t5, d->idle_s);
-        human_bytes(m1, sizeof m1, d->peak_memory_bytes);
-        human_bytes(m2, sizeof m2, d->capacity_bytes);
+        sim_format_time(t1, sizeof t1, d->busy_s);
+        sim_format_time(t2, sizeof t2, d->compute_s);
+        sim_format_time(t3, sizeof t3, d->comm_s);
+        sim_format_time(t4, sizeof t4, d->exposed_comm_s);
+        sim_format_time(t5, sizeof t5, d->idle_s);
+        sim_format_bytes(m1, sizeof m1, d->peak_memory_bytes);
+        sim_format_bytes(m2, sizeof m2, d->capacity_bytes);
         di_buf_printf(&b, "%6d %12s %12s %12s %12s %12s %12s %12s %4s\n", d->id, t1, t2, t3, t4,
                       t5, m1, m2, d->oom ? "YES" : "no");
     }

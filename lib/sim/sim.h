@@ -146,6 +146,10 @@ void sim_sort_keys(uint64_t *keys, uint32_t n);
 char *sim_result_to_json(const sim_result *r);
 /* A human-readable table. Caller frees. */
 char *sim_result_to_table(const sim_result *r);
+/* "512 B", "1.50 KiB", ... "2.00 GiB" (binary units, two decimals) and "1.2345 s", "12.3456 ms",
+ * "123.456 us": the units of every table. */
+void sim_format_bytes(char *out, size_t n, uint64_t v);
+void sim_format_time(char *out, size_t n, double s);
 /* The summary lines of sim_result_to_table (step time, peak memory, FLOPs, MFU, idle, ops). */
 void sim_result_summary(const sim_result *r, di_buf *b);
 /*
