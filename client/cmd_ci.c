@@ -157,6 +157,9 @@ ci_simulate(const ci_args *a, const char *file, ci_result *out)
             goto out;
         }
         ir_module_free(dm);
+        sim_model_stats st;
+        sim_model_stats_of(m, &st);
+        sim_result_set_model(out->r, &st);
         if (sim_result_pack(out->r, &out->data, &out->len) != 0) {
             cli_error("cannot encode the result");
             goto out;

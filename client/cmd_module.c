@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "sim/sim.h"
 #include "ir/pb.h"
 
 /*
@@ -65,23 +66,9 @@ region_flops(const ir_module *m, ir_id r, double *memo, int depth)
 uint64_t
 cli_module_parameters(const ir_module *m)
 {
-    ir_id entry = ir_module_entry(m);
-    uint64_t params = 0;
-    /* The elements of entry arguments updated by an optimizer. */
-    if (entry) {
-        const ir_region *r = &m->regions[entry];
-        uint8_t *updated = di_xcalloc(m->nvalue, 1);
-        for (ir_id op = 1; op < m->nop; op++) {
-            const ir_op *o = &m->ops[op];
-            if ((ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) && o->ninput)
-                updated[m->refs[o->inputs]] = 1;
-        }
-        for (uint32_t a = 0; a < r->narg; a++)
-            if (updated[r->args[a]])
-                params += (uint64_t)ir_type_numel(m, m->values[r->args[a]].type);
-        di_free(updated);
-    }
-    return params;
+    sim_model_stats st;
+    sim_model_stats_of(m, &st);
+    return st.parameters;
 }
 
 static void

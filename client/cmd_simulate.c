@@ -18,6 +18,7 @@
 #include "rpc.h"
 #include "sim/sim.h"
 #include "strategy_flags.h"
+#include "xform/xform.h"
 
 static const char usage[] =
     "simulate (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--json] [--devices]\n"
@@ -72,7 +73,8 @@ load_table(hw_model *hw, const char *spec)
 /* What was simulated, for the text result's first lines. */
 typedef struct sim_inputs {
     const char *model; /* file name or --model name */
-    uint64_t parameters;
+    const ir_module *module; /* sequential */
+    sim_model_stats stats;
     const char *hwname;
     const hw_model *hw;
     const strategy *strat;
@@ -107,18 +109,64 @@ stage_map(const sim_result *r, const strategy *s, uint32_t *stage_of)
     return pp;
 }
 
+/* Per stage: stage_of (r->ndevice entries) and the layers of each stage (NULL if unknown). */
+static uint32_t
+stages_of(const sim_result *r, const sim_inputs *in, uint32_t **stage_of, uint32_t **layers)
+{
+    uint32_t nstage, ngroup = 0;
+    di_error err;
+    *stage_of = di_xmalloc((r->ndevice ? r->ndevice : 1) * sizeof **stage_of);
+    nstage = stage_map(r, in->strat, *stage_of);
+    if (xform_stage_layers(in->module, in->strat, in->hw, layers, &ngroup, &err) != 0 ||
+        ngroup != nstage) {
+        di_free(*layers);
+        *layers = NULL;
+    }
+    return nstage;
+}
+
+static void
+print_json(const sim_result *r, const char *cache, const char *key, const sim_inputs *in)
+{
+    char strat[512], *s = sim_result_to_json(r);
+    uint32_t *stage_of, *layers;
+    uint32_t nstage = stages_of(r, in, &stage_of, &layers);
+    di_buf b;
+    di_buf_init(&b);
+    di_buf_putc(&b, '{');
+    if (cache)
+        di_buf_printf(&b, "\"cache\":\"%s\",\"cache_key\":\"%s\",", cache, key);
+    strategy_format(in->strat, strat, sizeof strat);
+    di_buf_puts(&b, "\"inputs\":{\"model\":");
+    di_buf_json_str(&b, in->model);
+    di_buf_printf(&b, ",\"parameters\":%llu,\"tokens\":", (unsigned long long)in->stats.parameters);
+    di_buf_double(&b, in->stats.tokens);
+    di_buf_puts(&b, ",\"flops_6n\":");
+    di_buf_double(&b, in->stats.flops_6n);
+    di_buf_puts(&b, ",\"attention_flops\":");
+    di_buf_double(&b, in->stats.attention_flops);
+    di_buf_puts(&b, ",\"hardware\":");
+    di_buf_json_str(&b, in->hwname);
+    di_buf_printf(&b, ",\"devices\":%u,\"devices_per_node\":%u,\"strategy\":", in->hw->ndevice,
+                  in->hw->devices_per_node);
+    di_buf_json_str(&b, strat);
+    di_buf_puts(&b, "},\"stages\":");
+    sim_result_stages_json(r, nstage, stage_of, layers, &b);
+    di_buf_printf(&b, ",%s\n", s + 1);
+    fwrite(b.data, 1, b.len, stdout);
+    di_buf_fini(&b);
+    di_free(s);
+    di_free(stage_of);
+    di_free(layers);
+}
+
 static void
 print_result(const sim_result *r, int json, const char *cache, const char *key,
              const sim_inputs *in)
 {
     char *s;
     if (json) {
-        s = sim_result_to_json(r);
-        if (cache)
-            printf("{\"cache\":\"%s\",\"cache_key\":\"%s\",%s\n", cache, key, s + 1);
-        else
-            printf("%s\n", s);
-        di_free(s);
+        print_json(r, cache, key, in);
         return;
     }
     di_buf b;
@@ -127,9 +175,9 @@ print_result(const sim_result *r, int json, const char *cache, const char *key,
     strategy_format(in->strat, strat, sizeof strat);
     if (cache)
         di_buf_printf(&b, "cache            %s (key %s)\n", cache, key);
-    if (in->parameters > 0)
-        di_buf_printf(&b, "model            %s (%.4g parameters)\n", in->model,
-                      (double)in->parameters);
+    if (in->stats.parameters > 0)
+        di_buf_printf(&b, "model            %s (%.4g parameters, %.6g tokens per step)\n",
+                      in->model, (double)in->stats.parameters, in->stats.tokens);
     else
         di_buf_printf(&b, "model            %s\n", in->model);
     di_buf_printf(&b, "hardware         %s: %u devices, %u per node\n", in->hwname,
@@ -150,14 +198,15 @@ print_result(const sim_result *r, int json, const char *cache, const char *key,
         di_free(s);
         return;
     }
-    uint32_t *stage_of = di_xmalloc((r->ndevice ? r->ndevice : 1) * sizeof *stage_of);
-    uint32_t nstage = stage_map(r, in->strat, stage_of);
+    uint32_t *stage_of, *layers;
+    uint32_t nstage = stages_of(r, in, &stage_of, &layers);
     di_buf_init(&b);
-    sim_result_stages(r, nstage, stage_of, &b);
+    sim_result_stages(r, nstage, stage_of, layers, &b);
     di_buf_puts(&b, "(per stage: mean over its devices; --devices for every device)\n");
     fwrite(b.data, 1, b.len, stdout);
     di_buf_fini(&b);
     di_free(stage_of);
+    di_free(layers);
 }
 
 /*
@@ -315,6 +364,31 @@ is_model_option(const char *arg)
     return 0;
 }
 
+/*
+ * --model with the generator's defaults that a planner rarely wants: f32 on
+ * a device with a faster bf16 rate, SGD for a language model. Warned once
+ * each on stderr; giving --dtype or --optimizer silences them.
+ */
+static void
+warn_defaults(const char *model, int margc, char **margv, const hw_model *hw)
+{
+    int dtype = 0, optimizer = 0;
+    for (int k = 1; k <= margc; k++) {
+        dtype |= strncmp(margv[k], "--dtype", 7) == 0;
+        optimizer |= strncmp(margv[k], "--optimizer", 11) == 0;
+    }
+    if (!dtype && hw->device.flops[IR_BF16] > 1.5 * hw->device.flops[IR_F32])
+        fprintf(stderr,
+                "distir: warning: the model computes in f32 (the default) while %s runs bf16 "
+                "%.0fx faster; training runs use --dtype bf16\n",
+                hw->device.kind[0] ? hw->device.kind : hw->name,
+                hw->device.flops[IR_BF16] / hw->device.flops[IR_F32]);
+    if (!optimizer && strcmp(model, "mlp") != 0)
+        fprintf(stderr, "distir: warning: the model trains with SGD (the default); language "
+                        "models train with Adam (--optimizer adam), whose moments take 8 more "
+                        "bytes per parameter\n");
+}
+
 /* The command, with its strategy (s) owned by cmd_simulate. */
 static int
 simulate_cmd(int argc, char **argv, strategy *s)
@@ -450,6 +524,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
             return rc != CLI_OK ? rc : CLI_USAGE;
         }
         file = model;
+        warn_defaults(model, margc, margv, hw);
     } else if (cli_load_module(file, &m) != 0) {
         hw_free(hw);
         return CLI_FAIL;
@@ -462,7 +537,9 @@ simulate_cmd(int argc, char **argv, strategy *s)
     }
     if (!o.strict)
         warn_estimates(m, hw);
-    sim_inputs inputs = {file, cli_module_parameters(m), hwname, hw, s, per_device};
+    sim_inputs inputs = {.model = file, .module = m, .hwname = hwname, .hw = hw, .strat = s,
+                         .devices = per_device};
+    sim_model_stats_of(m, &inputs.stats);
     if (server) {
         rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json, fail_on_oom, &inputs);
     } else {
@@ -479,6 +556,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
             cli_error("cannot simulate '%s': %s", file, err.msg);
             rc = CLI_FAIL;
         } else {
+            sim_result_set_model(r, &inputs.stats);
             if (trace && sim_trace_write(trace, sm, r, ev, nev, &err) != 0) {
                 cli_error("%s", err.msg);
                 rc = CLI_FAIL;

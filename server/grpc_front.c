@@ -535,6 +535,7 @@ job_run_simulate(srv_job *job)
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled");
         return;
     }
+    sim_result_set_model(res, &job->input->stats);
     job->step_time_s = res->step_time_s;
     job->peak_memory_bytes = res->peak_memory_bytes;
     rc = sim_result_pack(res, &job->result, &job->result_len);

@@ -23,6 +23,7 @@
 #include "exec/exec.h"
 #include "ir/ir.h"
 #include "models/models.h"
+#include "sim/sim.h"
 #include "support/support.h"
 
 /* Parameters as `distir print --stats` counts them. */
@@ -204,6 +205,48 @@ test_gpt_flops(void **state)
     printf("gpt3-175b batch 4: %.5g FLOPs per step, Megatron's formula %.5g (%+.3f%%)\n", flops,
            want, 100 * (flops / want - 1));
     assert_true(flops >= want && flops < 1.01 * want);
+    ir_module_free(m);
+}
+
+/*
+ * sim_model_stats_of: parameters as counted above, tokens = batch x seq, and
+ * model FLOPs = 6 N T plus attention 12 l h s T (PaLM's 12 L H Q T), found in
+ * the module as the forward matmuls between two activations; an MLP has no
+ * attention and counts samples; a module without an optimizer has no
+ * parameters, hence no model FLOPs.
+ */
+static void
+test_model_stats(void **state)
+{
+    sim_model_stats st;
+    models_mlp mc;
+    ir_module *m = gpt(3, 64, 4, 32, 100, 5);
+    di_error err;
+    double l = 3, h = 64, s = 32, T = 5 * 32;
+    (void)state;
+    sim_model_stats_of(m, &st);
+    assert_int_equal(st.parameters, formula(3, 64, 100, 32));
+    assert_true(st.tokens == T);
+    assert_true(st.flops_6n == 6.0 * (double)st.parameters * T);
+    assert_true(fabs(st.attention_flops - 12 * l * h * s * T) <= 1e-9 * st.attention_flops);
+    assert_true(st.model_flops == st.flops_6n + st.attention_flops);
+    ir_module_free(m);
+
+    models_mlp_init(&mc);
+    mc.batch = 7;
+    assert_int_equal(models_mlp_build(&mc, &m, &err), 0);
+    sim_model_stats_of(m, &st);
+    assert_int_equal(st.parameters, models_mlp_parameters(&mc));
+    assert_true(st.tokens == 7);
+    assert_true(st.attention_flops == 0);
+    assert_true(st.model_flops == 6.0 * (double)st.parameters * 7);
+    ir_module_free(m);
+
+    mc.train.forward_only = 1;
+    assert_int_equal(models_mlp_build(&mc, &m, &err), 0);
+    sim_model_stats_of(m, &st);
+    assert_int_equal(st.parameters, 0);
+    assert_true(st.model_flops == 0);
     ir_module_free(m);
 }
 
@@ -538,6 +581,7 @@ main(void)
         cmocka_unit_test(test_presets),
         cmocka_unit_test(test_gpt3_175b),
         cmocka_unit_test(test_gpt_flops),
+        cmocka_unit_test(test_model_stats),
         cmocka_unit_test(test_unknown_preset),
         cmocka_unit_test(test_bad_shapes),
         cmocka_unit_test(test_linear_in_layers),

@@ -5,6 +5,7 @@
  * depth pre-check has already bounded the recursion here.
  */
 #include "request/request.h"
+#include "sim/sim.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -177,6 +178,7 @@ decode_module(const Distir__V1__Module *pm, const request_limits *lim, request_i
         return rc;
     }
     ir_hash(in->module, &in->module_hash);
+    sim_model_stats_of(in->module, &in->stats);
     return 0;
 }
 

@@ -38,6 +38,7 @@
 #include "base/base.h"
 #include "ir/ir.h"
 #include "sim/hw.h"
+#include "sim/sim.h"
 #include "strategy/strategy.h"
 
 struct Distir__V1__SimOptions;
@@ -50,6 +51,7 @@ typedef struct request_input {
     hw_model *hw_owned;
     di_hash module_hash;
     di_hash hw_hash;
+    sim_model_stats stats; /* parameters, tokens and model FLOPs of the module */
     char hw_name[64]; /* the preset name or the model's name, for logs */
 } request_input;
 

@@ -36,6 +36,7 @@
 #include "base/base.h"
 #include "ir/ir.h"
 #include "sim/hw.h"
+#include "sim/sim.h"
 #include "strategy/strategy.h"
 
 /* The largest number of values an allowed set of one axis may list. */
@@ -131,6 +132,7 @@ typedef struct search_space {
     int64_t batch;           /* dimension 0 of the batch data, -1 when none */
     uint32_t layers;         /* distinct dist.layer values */
     double tokens_per_step;  /* elements of the "tokens" argument, else the batch */
+    sim_model_stats stats;   /* of the module (model FLOPs for the MFU) */
     uint64_t state_bytes;    /* the module's floating-point non-data arguments: weights and
                                 optimizer state, bytes */
     uint64_t data_bytes;     /* its batch-data arguments, bytes */

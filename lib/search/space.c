@@ -448,20 +448,6 @@ space_key(search_space *sp)
     di_sha256_final(&h, &sp->key);
 }
 
-/* Elements of the entry function's "tokens" argument, or 0. */
-static double
-module_tokens(const ir_module *m)
-{
-    ir_id f = ir_module_entry(m);
-    const ir_region *r = &m->regions[f];
-    for (uint32_t a = 0; a < r->narg; a++) {
-        const ir_value *v = &m->values[r->args[a]];
-        if (strcmp(ir_str_get(m, v->name), "tokens") == 0)
-            return (double)ir_type_numel(m, v->type);
-    }
-    return 0;
-}
-
 int
 search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
                   const search_config *cfg, di_error *err)
@@ -498,9 +484,8 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     for (uint32_t d = 0; d < hw->ndevice; d++)
         if (hw_device_spec(hw, d)->memory_bytes > sp->max_capacity)
             sp->max_capacity = hw_device_spec(hw, d)->memory_bytes;
-    sp->tokens_per_step = module_tokens(m);
-    if (sp->tokens_per_step == 0)
-        sp->tokens_per_step = sp->batch > 0 ? (double)sp->batch : 1.0;
+    sim_model_stats_of(m, &sp->stats);
+    sp->tokens_per_step = sp->stats.tokens > 0 ? sp->stats.tokens : 1.0;
     space_key(sp);
     b.sp = sp;
     b.cap = 0;
@@ -652,6 +637,7 @@ search_eval(search_evaluator *ev, const search_candidate *c, search_point *out)
     out->status = SEARCH_OK;
     out->step_time_s = r->step_time_s;
     out->peak_memory_bytes = r->peak_memory_bytes;
+    sim_result_set_model(r, &sp->stats);
     out->mfu = r->mfu;
     out->tokens_per_s = r->step_time_s > 0 ? sp->tokens_per_step / r->step_time_s / sp->devices : 0;
     for (uint32_t d = 0; d < r->ndevice; d++) {

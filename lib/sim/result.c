@@ -142,7 +142,17 @@ sim_result_to_json(const sim_result *r)
     di_buf_putc(&b, ',');
     json_double(&b, "flops", r->flops);
     di_buf_putc(&b, ',');
+    json_double(&b, "peak_flops", r->peak_flops);
+    di_buf_putc(&b, ',');
+    json_double(&b, "hfu", r->hfu);
+    di_buf_putc(&b, ',');
+    json_double(&b, "model_flops", r->model_flops);
+    di_buf_putc(&b, ',');
     json_double(&b, "mfu", r->mfu);
+    di_buf_putc(&b, ',');
+    json_double(&b, "tokens", r->tokens);
+    di_buf_putc(&b, ',');
+    json_double(&b, "tokens_per_s", r->tokens_per_s);
     di_buf_putc(&b, ',');
     json_double(&b, "bubble_fraction", r->bubble_fraction);
     di_buf_putc(&b, ',');
@@ -232,53 +242,134 @@ sim_format_time(char *out, size_t n, double s)
 void
 sim_result_summary(const sim_result *r, di_buf *b)
 {
-    char t1[32], m1[32];
-    sim_format_time(t1, sizeof t1, r->step_time_s);
-    sim_format_bytes(m1, sizeof m1, r->peak_memory_bytes);
-    di_buf_printf(b, "step time        %s\n", t1);
-    di_buf_printf(b, "peak memory      %s (max over devices)\n", m1);
-    di_buf_printf(b, "FLOPs            %.6g\n", r->flops);
-    di_buf_printf(b, "MFU              %.2f%%\n", r->mfu * 100);
-    di_buf_printf(b, "compute idle     %.2f%% (bubbles and exposed communication)\n",
+    char t[32], m1[32], m2[32];
+    const sim_device_result *peak = NULL, *exposed = NULL;
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        const sim_device_result *d = &r->devices[i];
+        if (peak == NULL || d->peak_memory_bytes > peak->peak_memory_bytes)
+            peak = d;
+        if (exposed == NULL || d->exposed_comm_s > exposed->exposed_comm_s)
+            exposed = d;
+    }
+    sim_format_time(t, sizeof t, r->step_time_s);
+    di_buf_printf(b, "step time        %s\n", t);
+    if (r->tokens_per_s > 0 && r->ndevice)
+        di_buf_printf(b, "tokens/s         %.6g (%.6g per device)\n", r->tokens_per_s,
+                      r->tokens_per_s / r->ndevice);
+    if (r->model_flops > 0)
+        di_buf_printf(b, "MFU              %.2f%% (model FLOPs, 6N per token + attention: %.6g)\n",
+                      r->mfu * 100, r->model_flops);
+    di_buf_printf(b, "HFU              %.2f%% (hardware FLOPs, recomputation included: %.6g)\n",
+                  r->hfu * 100, r->flops);
+    di_buf_printf(b, "bubble fraction  %.2f%% (compute idle: bubbles, exposed communication)\n",
                   r->bubble_fraction * 100);
+    if (exposed != NULL) {
+        sim_format_time(t, sizeof t, exposed->exposed_comm_s);
+        di_buf_printf(b, "exposed comm     %s (most on device %d)\n", t, exposed->id);
+    }
+    if (peak != NULL) {
+        sim_format_bytes(m1, sizeof m1, peak->peak_memory_bytes);
+        sim_format_bytes(m2, sizeof m2, peak->capacity_bytes);
+        di_buf_printf(b, "peak memory      %s of %s (%.1f%%, device %d)%s\n", m1, m2,
+                      peak->capacity_bytes ? 100.0 * (double)peak->peak_memory_bytes /
+                                                 (double)peak->capacity_bytes
+                                           : 0.0,
+                      peak->id, peak->oom ? "  OUT OF MEMORY" : "");
+    }
     di_buf_printf(b, "ops simulated    %" PRIu64 "\n", r->ops);
 }
 
 void
-sim_result_stages(const sim_result *r, uint32_t nstage, const uint32_t *stage_of, di_buf *b)
+sim_result_stage_stats(const sim_result *r, uint32_t nstage, const uint32_t *stage_of,
+                       sim_stage *out)
+{
+    memset(out, 0, nstage * sizeof *out);
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        const sim_device_result *d = &r->devices[i];
+        sim_stage *g;
+        if (stage_of[i] >= nstage)
+            continue;
+        g = &out[stage_of[i]];
+        g->devices++;
+        g->compute_s += d->compute_s;
+        g->exposed_comm_s += d->exposed_comm_s;
+        g->idle_s += d->idle_s;
+        g->flops += d->flops;
+        if (g->peak == NULL || d->peak_memory_bytes > g->peak->peak_memory_bytes)
+            g->peak = d;
+    }
+}
+
+void
+sim_result_stages(const sim_result *r, uint32_t nstage, const uint32_t *stage_of,
+                  const uint32_t *layers, di_buf *b)
 {
     char t1[32], t2[32], t3[32], m1[32], m2[32], m3[32], m4[32], m5[32];
-    di_buf_printf(b, "%5s %9s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "devices",
-                  "compute", "exposed", "idle", "peak mem", "weights", "grads", "optimizer",
-                  "activations");
+    sim_stage *st = di_xmalloc((nstage ? nstage : 1) * sizeof *st);
+    sim_result_stage_stats(r, nstage, stage_of, st);
+    di_buf_printf(b, "%5s %7s %6s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage",
+                  "devices", "layers", "compute", "exposed", "idle", "peak mem", "weights",
+                  "grads", "optimizer", "activations");
     for (uint32_t g = 0; g < nstage; g++) {
-        uint32_t n = 0;
-        double compute = 0, exposed = 0, idle = 0;
-        const sim_device_result *peak = NULL;
-        for (uint32_t i = 0; i < r->ndevice; i++) {
-            const sim_device_result *d = &r->devices[i];
-            if (stage_of[i] != g)
-                continue;
-            n++;
-            compute += d->compute_s;
-            exposed += d->exposed_comm_s;
-            idle += d->idle_s;
-            if (peak == NULL || d->peak_memory_bytes > peak->peak_memory_bytes)
-                peak = d;
-        }
-        if (n == 0)
+        const sim_stage *x = &st[g];
+        const sim_device_result *peak = x->peak;
+        char nl[16] = "-";
+        if (x->devices == 0)
             continue;
-        sim_format_time(t1, sizeof t1, compute / n);
-        sim_format_time(t2, sizeof t2, exposed / n);
-        sim_format_time(t3, sizeof t3, idle / n);
+        if (layers)
+            snprintf(nl, sizeof nl, "%u", layers[g]);
+        sim_format_time(t1, sizeof t1, x->compute_s / x->devices);
+        sim_format_time(t2, sizeof t2, x->exposed_comm_s / x->devices);
+        sim_format_time(t3, sizeof t3, x->idle_s / x->devices);
         sim_format_bytes(m1, sizeof m1, peak->peak_memory_bytes);
         sim_format_bytes(m2, sizeof m2, peak->peak_by_class[SIM_MEM_WEIGHTS]);
         sim_format_bytes(m3, sizeof m3, peak->peak_by_class[SIM_MEM_GRADIENTS]);
         sim_format_bytes(m4, sizeof m4, peak->peak_by_class[SIM_MEM_OPTIMIZER]);
         sim_format_bytes(m5, sizeof m5, peak->peak_by_class[SIM_MEM_ACTIVATIONS]);
-        di_buf_printf(b, "%5u %9u %11s %11s %11s %11s %11s %11s %11s %11s%s\n", g, n, t1, t2, t3,
-                      m1, m2, m3, m4, m5, peak->oom ? "  OUT OF MEMORY" : "");
+        di_buf_printf(b, "%5u %7u %6s %11s %11s %11s %11s %11s %11s %11s %11s%s\n", g, x->devices,
+                      nl, t1, t2, t3, m1, m2, m3, m4, m5, peak->oom ? "  OUT OF MEMORY" : "");
     }
+    di_free(st);
+}
+
+void
+sim_result_stages_json(const sim_result *r, uint32_t nstage, const uint32_t *stage_of,
+                       const uint32_t *layers, di_buf *b)
+{
+    sim_stage *st = di_xmalloc((nstage ? nstage : 1) * sizeof *st);
+    int first = 1;
+    sim_result_stage_stats(r, nstage, stage_of, st);
+    di_buf_putc(b, '[');
+    for (uint32_t g = 0; g < nstage; g++) {
+        const sim_stage *x = &st[g];
+        if (x->devices == 0)
+            continue;
+        if (!first)
+            di_buf_putc(b, ',');
+        first = 0;
+        di_buf_printf(b, "{\"stage\":%u,\"devices\":%u,", g, x->devices);
+        if (layers)
+            di_buf_printf(b, "\"layers\":%u,", layers[g]);
+        json_double(b, "compute_s", x->compute_s / x->devices);
+        di_buf_putc(b, ',');
+        json_double(b, "exposed_comm_s", x->exposed_comm_s / x->devices);
+        di_buf_putc(b, ',');
+        json_double(b, "idle_s", x->idle_s / x->devices);
+        di_buf_putc(b, ',');
+        json_double(b, "flops", x->flops / x->devices);
+        di_buf_putc(b, ',');
+        json_u64(b, "peak_memory_bytes", x->peak->peak_memory_bytes);
+        di_buf_printf(b, ",\"peak_device\":%d,\"oom\":%s,\"peak_by_class\":{", x->peak->id,
+                      x->peak->oom ? "true" : "false");
+        for (int c = 0; c < SIM_NMEMCLASS; c++) {
+            if (c)
+                di_buf_putc(b, ',');
+            json_u64(b, sim_memclass_name(c), x->peak->peak_by_class[c]);
+        }
+        di_buf_puts(b, "}}");
+    }
+    di_buf_putc(b, ']');
+    di_free(st);
 }
 
 char *
@@ -318,6 +409,11 @@ sim_result_to_proto(const sim_result *r)
     p->peak_memory_bytes = r->peak_memory_bytes;
     p->flops = r->flops;
     p->mfu = r->mfu;
+    p->hfu = r->hfu;
+    p->peak_flops = r->peak_flops;
+    p->model_flops = r->model_flops;
+    p->tokens = r->tokens;
+    p->tokens_per_s = r->tokens_per_s;
     p->bubble_fraction = r->bubble_fraction;
     p->ops = r->ops;
     p->simulator_version = di_xstrdup(SIM_VERSION);
@@ -395,6 +491,11 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
     r->peak_memory_bytes = p->peak_memory_bytes;
     r->flops = p->flops;
     r->mfu = p->mfu;
+    r->hfu = p->hfu;
+    r->peak_flops = p->peak_flops;
+    r->model_flops = p->model_flops;
+    r->tokens = p->tokens;
+    r->tokens_per_s = p->tokens_per_s;
     r->bubble_fraction = p->bubble_fraction;
     r->ops = p->ops;
     r->ndevice = (uint32_t)p->n_devices;

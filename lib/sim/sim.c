@@ -217,7 +217,8 @@ build_result(sim *s, sim_result **out)
     di_free(have);
     r->step_time_s = step;
     r->ops = s->nops;
-    r->mfu = (step > 0 && peak_sum > 0) ? r->flops / (step * peak_sum) : 0;
+    r->peak_flops = peak_sum;
+    r->hfu = (step > 0 && peak_sum > 0) ? r->flops / (step * peak_sum) : 0;
     if (step > 0 && r->ndevice) {
         double mean = 0;
         for (uint32_t i = 0; i < r->ndevice; i++)

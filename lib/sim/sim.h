@@ -22,7 +22,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 
-#define SIM_VERSION "distir-sim-3"
+#define SIM_VERSION "distir-sim-4"
 
 /* Memory classes; the order is the proto enum MemoryClass. */
 #define SIM_MEMCLASS_LIST(X)                                                                       \
@@ -87,12 +87,39 @@ typedef struct sim_result {
     uint32_t ndevice;
     sim_device_result *devices; /* ascending id */
     uint64_t peak_memory_bytes; /* max over devices */
-    double flops;               /* total over devices */
-    double mfu;                 /* flops / (step_time * sum of device peaks) */
+    double flops;               /* total over devices: hardware FLOPs, recomputation and
+                                   replicated work included */
+    double peak_flops;          /* sum of the devices' peak FLOP/s (best floating dtype) */
+    double hfu;                 /* flops / (step_time * peak_flops) */
+    /* Set by sim_result_set_model (0 until then): */
+    double model_flops;         /* per step: 6N per token plus attention */
+    double tokens;              /* per step ("tokens" argument, else samples) */
+    double mfu;                 /* model_flops / (step_time * peak_flops) */
+    double tokens_per_s;        /* tokens / step_time */
     double bubble_fraction;     /* 1 - mean compute time / step time: compute idle (pipeline
                                    bubbles, exposed communication, load imbalance) */
     uint64_t ops;               /* ops simulated (pmap bodies counted per device) */
 } sim_result;
+
+/*
+ * What a sequential training step is worth (modelstats.c): parameters (the
+ * entry arguments an optimizer updates), tokens per step (elements of the
+ * "tokens" argument, else dimension 0 of the first argument), and model
+ * FLOPs as Megatron-LM and PaLM count them: 6 N per token plus attention
+ * (3x the forward matmuls between two activations). model_flops is 0 when
+ * the module has no optimizer (no parameters).
+ */
+typedef struct sim_model_stats {
+    uint64_t parameters;
+    double tokens;
+    double flops_6n;
+    double attention_flops;
+    double model_flops;
+} sim_model_stats;
+
+void sim_model_stats_of(const ir_module *m, sim_model_stats *out);
+/* Sets r's model_flops, tokens, mfu and tokens_per_s from the stats of the module simulated. */
+void sim_result_set_model(sim_result *r, const sim_model_stats *st);
 
 /* One scheduled op, for the trace. */
 typedef struct sim_event {
@@ -153,12 +180,28 @@ void sim_format_time(char *out, size_t n, double s);
 /* The summary lines of sim_result_to_table (step time, peak memory, FLOPs, MFU, idle, ops). */
 void sim_result_summary(const sim_result *r, di_buf *b);
 /*
- * A table per pipeline stage: stage_of[i] is the stage of r->devices[i]
- * (UINT32_MAX: none). Per stage: its devices, their mean compute, exposed
- * communication and idle time, and the peak memory of its fullest device
- * with that device's weights, gradients, optimizer state and activations.
+ * Per pipeline stage: stage_of[i] is the stage of r->devices[i] (UINT32_MAX
+ * or >= nstage: none). Times and FLOPs are sums over the stage's devices
+ * (so the stages add up to the devices); peak is its fullest device.
  */
-void sim_result_stages(const sim_result *r, uint32_t nstage, const uint32_t *stage_of, di_buf *b);
+typedef struct sim_stage {
+    uint32_t devices;
+    double compute_s, exposed_comm_s, idle_s, flops;
+    const sim_device_result *peak;
+} sim_stage;
+void sim_result_stage_stats(const sim_result *r, uint32_t nstage, const uint32_t *stage_of,
+                            sim_stage *out);
+/*
+ * The table of the text result: per stage its devices, layers (layers[g];
+ * layers may be NULL), mean compute, exposed communication and idle time,
+ * and the peak memory of its fullest device with that device's weights,
+ * gradients, optimizer state and activations.
+ */
+void sim_result_stages(const sim_result *r, uint32_t nstage, const uint32_t *stage_of,
+                       const uint32_t *layers, di_buf *b);
+/* The same as a JSON array ("stages" of `distir simulate --json`), the same means. */
+void sim_result_stages_json(const sim_result *r, uint32_t nstage, const uint32_t *stage_of,
+                            const uint32_t *layers, di_buf *b);
 
 /* Protobuf form (distir.v1.SimResult). */
 struct Distir__V1__SimResult;

@@ -231,3 +231,43 @@ xform_apply(const ir_module *m, const strategy *s, const hw_model *hw, ir_module
 {
     return xform_apply_layout(m, s, hw, out, NULL, err);
 }
+
+/* The arguments of xform_stage_layers, for its allocation scope. */
+struct stage_layers_call {
+    const ir_module *m;
+    const strategy *s;
+    const hw_model *hw;
+    uint32_t **out;
+    uint32_t *ngroup;
+    di_error *err;
+};
+
+static int
+stage_layers_run(void *arg)
+{
+    struct stage_layers_call *a = arg;
+    xf_ctx c;
+    int rc;
+    if ((rc = xf_ctx_init(&c, a->m, a->s, a->hw, a->err)) != 0)
+        return rc;
+    if ((rc = xf_assign_stages(&c)) == 0) {
+        uint32_t *n = di_xcalloc(c.pp, sizeof *n);
+        for (uint32_t l = 0; l < c.nlayer; l++)
+            if (c.layer_stage[l] >= 0)
+                n[(uint32_t)c.layer_stage[l] % c.pp]++;
+        *a->out = n;
+        *a->ngroup = c.pp;
+    }
+    xf_ctx_fini(&c);
+    return rc;
+}
+
+int
+xform_stage_layers(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t **out,
+                   uint32_t *ngroup, di_error *err)
+{
+    struct stage_layers_call a = {m, s, hw, out, ngroup, err};
+    *out = NULL;
+    *ngroup = 0;
+    return di_scope_run(stage_layers_run, &a, err);
+}

@@ -128,6 +128,14 @@ void xform_estimate_cost(const ir_module *m, const strategy *s, xform_estimate *
 int xform_apply(const ir_module *m, const strategy *s, const hw_model *hw, ir_module **out,
                 di_error *err);
 
+/*
+ * The layers (distinct dist.layer values) each pipeline group holds under s,
+ * by the analysis of xform_apply without building the module: *out gets
+ * *ngroup = pp counts (caller frees with di_free).
+ */
+int xform_stage_layers(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t **out,
+                       uint32_t *ngroup, di_error *err);
+
 /* ---- layouts: what the distributed module's arguments and results hold ---- */
 
 #define XFORM_AXIS_MB 0 /* microbatches (a loop in time, not devices) */

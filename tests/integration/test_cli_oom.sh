@@ -10,7 +10,7 @@ T="timeout 60"
 $T "$DISTIR" model gpt --layers 4 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 \
     -o "$TMP/gpt.pb" || fail "model gpt"
 $T "$DISTIR" simulate "$TMP/gpt.pb" --pp 2 --json >"$TMP/r.json" || fail "simulate --json"
-peak=$(sed -n 's/^{"step_time_s":[^,]*,"peak_memory_bytes":\([0-9]*\),.*/\1/p' "$TMP/r.json")
+peak=$(sed -n 's/.*,"step_time_s":[^,]*,"peak_memory_bytes":\([0-9]*\),.*/\1/p' "$TMP/r.json")
 [ -n "$peak" ] && [ "$peak" -gt 0 ] || fail "no peak_memory_bytes in the JSON"
 
 # hw_with CAPACITY OUT: a100-dgx with the device memory set to CAPACITY bytes.

@@ -65,6 +65,10 @@ def main():
             import json
             check("simulate: the step time is the CLI's in-process one, exactly",
                   r1.step_time_s == json.loads(inproc)["step_time_s"])
+            local = json.loads(inproc)
+            check("simulate: MFU, HFU and tokens/s are the CLI's, computed by the daemon",
+                  r1.mfu == local["mfu"] and r1.hfu == local["hfu"] and r1.mfu > 0
+                  and r1.tokens_per_s == local["tokens_per_s"] and r1.tokens_per_s > 0)
             text = c.simulate(os.path.join("tests", "ir", "seed001_mlp.dir"), "a100-dgx")
             check("simulate: IR text converted through the CLI", text.step_time_s > 0)
             batch = c.simulate_batch(base, "a100-dgx:8", [{"dp": 1}, {"dp": 2}, {"dp": 3}])

@@ -35,6 +35,8 @@ class Result:
     peak_memory_bytes: int
     mfu: float
     bubble_fraction: float
+    hfu: float
+    tokens_per_s: float
     cache_hit: bool
     cache_key: str
     message: "pb.SimResult" = field(repr=False)
@@ -133,8 +135,8 @@ def _entry(e) -> BaselineEntry:
 
 def _result(reply) -> Result:
     r = reply.result
-    return Result(r.step_time_s, r.peak_memory_bytes, r.mfu, r.bubble_fraction,
-                  reply.cache == pb.CACHE_HIT, reply.cache_key, r)
+    return Result(r.step_time_s, r.peak_memory_bytes, r.mfu, r.bubble_fraction, r.hfu,
+                  r.tokens_per_s, reply.cache == pb.CACHE_HIT, reply.cache_key, r)
 
 
 class Client:

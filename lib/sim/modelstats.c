@@ -1,0 +1,93 @@
+/*
+ * modelstats.c: what a training step is worth, independent of how it runs:
+ * parameters, tokens and model FLOPs of a sequential module, and the MFU and
+ * tokens/s a result earns with them (docs/simulator.md, "MFU and HFU").
+ *
+ * Model FLOPs follow Megatron-LM and PaLM: 6 N per token for the weights
+ * (forward 2N, backward 4N) plus attention, the matmuls between two
+ * activations (QK^T and AV), counted three times their forward FLOPs. The
+ * attention term comes from the module, not from a formula: a forward
+ * MatMul whose operands both derive from no parameter. Recomputation and
+ * work replicated by the strategy do not count (that is HFU's business).
+ */
+#include "sim/sim.h"
+
+#include <string.h>
+
+#include "ir/ops.h"
+
+/* Ops through which a parameter stays a parameter (views, casts, copies). */
+static int
+passes_weight(int kind)
+{
+    return kind == IR_OP_RESHAPE || kind == IR_OP_TRANSPOSE || kind == IR_OP_CAST ||
+           kind == IR_OP_IDENTITY || kind == IR_OP_UNSQUEEZE || kind == IR_OP_SQUEEZE ||
+           kind == IR_OP_SLICE || kind == IR_OP_SPLIT;
+}
+
+void
+sim_model_stats_of(const ir_module *m, sim_model_stats *out)
+{
+    ir_id entry = ir_module_entry(m);
+    uint8_t *weight;
+    int annotated = 0;
+
+    memset(out, 0, sizeof *out);
+    if (entry == 0)
+        return;
+    const ir_region *f = &m->regions[entry];
+    weight = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    /* Parameters: the entry arguments an optimizer updates. */
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        if (o->kind != IR_OP_NONE && (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) && o->ninput)
+            weight[m->refs[o->inputs]] = 1;
+        if (o->kind != IR_OP_NONE && ir_op_attr(m, op, "dist.phase") != NULL)
+            annotated = 1;
+    }
+    for (uint32_t a = 0; a < f->narg; a++) {
+        const ir_value *v = &m->values[f->args[a]];
+        if (weight[f->args[a]])
+            out->parameters += (uint64_t)ir_type_numel(m, v->type);
+        if (strcmp(ir_str_get(m, v->name), "tokens") == 0)
+            out->tokens = (double)ir_type_numel(m, v->type);
+    }
+    /* Without a "tokens" argument a sample is the unit: dimension 0 of the first argument. */
+    if (out->tokens == 0 && f->narg > 0) {
+        const ir_type *t = &m->types[m->values[f->args[0]].type];
+        out->tokens = t->kind == IR_TYPE_TENSOR && t->rank > 0 ? (double)m->ints[t->dims] : 1;
+    }
+    /* Attention: forward matmuls between activations (ops are in topological order). */
+    for (uint32_t k = 0; k < f->nop; k++) {
+        ir_id op = f->ops[k];
+        const ir_op *o = &m->ops[op];
+        if (passes_weight(o->kind) && o->ninput && weight[m->refs[o->inputs]]) {
+            for (uint32_t r = 0; r < o->noutput; r++)
+                weight[o->outputs + r] = 1;
+            continue;
+        }
+        if ((o->kind != IR_OP_MATMUL && o->kind != IR_OP_GEMM) || o->ninput < 2)
+            continue;
+        if (annotated && strcmp(ir_op_string(m, op, "dist.phase", ""), "forward") != 0)
+            continue;
+        if (weight[m->refs[o->inputs]] || weight[m->refs[o->inputs + 1]])
+            continue;
+        ir_cost c;
+        ir_op_cost(m, op, &c);
+        out->attention_flops += 3 * c.flops;
+    }
+    di_free(weight);
+    out->flops_6n = 6.0 * (double)out->parameters * out->tokens;
+    out->model_flops = out->parameters ? out->flops_6n + out->attention_flops : 0;
+}
+
+void
+sim_result_set_model(sim_result *r, const sim_model_stats *st)
+{
+    r->model_flops = st->model_flops;
+    r->tokens = st->tokens;
+    r->mfu = r->step_time_s > 0 && r->peak_flops > 0
+                 ? st->model_flops / (r->step_time_s * r->peak_flops)
+                 : 0;
+    r->tokens_per_s = r->step_time_s > 0 ? st->tokens / r->step_time_s : 0;
+}

@@ -1,0 +1,79 @@
+#!/bin/sh
+# test_cli_results.sh: what `distir simulate` says about a result.
+#   - the text starts with the model, hardware and strategy simulated, then
+#     step time, tokens/s, MFU, HFU, bubble fraction, exposed communication
+#     and peak memory against capacity, and a table per pipeline stage;
+#   - --json carries the same inputs and per-stage records beside the
+#     per-device ones, and the stages add up to the devices (devices, compute,
+#     exposed communication, idle time, FLOPs, layers; the largest stage peak
+#     is the result's peak);
+#   - MFU of GPT-3 175B on 1,024 A100s equals the hand computation
+#     (6 N + 12 l h s) T / (step x 1024 x 312 TFLOP/s) within 0.5%, N by
+#     Megatron-LM's formula;
+#   - --model with the generator's defaults warns about f32 and SGD, and
+#     does not once --dtype and --optimizer are given.
+. tests/integration/lib.sh
+
+PY=/usr/bin/python3
+T="timeout 120"
+SMALL="--model gpt --layers 8 --hidden 64 --heads 4 --seq 32 --vocab 128 --batch 16 --dtype bf16 --optimizer adam"
+
+# shellcheck disable=SC2086
+$T "$DISTIR" simulate $SMALL --hw a100-dgx:1 --dp 2 --tp 2 --pp 2 --microbatches 4 \
+    >"$TMP/t.out" 2>"$TMP/t.err" || fail "simulate (text): $(cat "$TMP/t.err")"
+check "the text names the model first" sh -c "head -1 '$TMP/t.out' | grep -q '^model  *gpt ('"
+check "... the hardware" grep -q '^hardware  *a100-dgx:1: 8 devices, 8 per node' "$TMP/t.out"
+check "... and the strategy" grep -q '^strategy  *dp=2 tp=2 pp=2 m=4' "$TMP/t.out"
+for k in "step time" "tokens/s" "MFU" "HFU" "bubble fraction" "exposed comm" "peak memory"; do
+    check "... then '$k'" grep -q "^$k " "$TMP/t.out"
+done
+check "a table per pipeline stage, with its layers" \
+    grep -q '^stage devices layers  *compute  *exposed  *idle' "$TMP/t.out"
+check "no warning when --dtype and --optimizer are given" test ! -s "$TMP/t.err"
+
+# shellcheck disable=SC2086
+$T "$DISTIR" simulate $SMALL --hw a100-dgx:1 --dp 2 --tp 2 --pp 2 --microbatches 4 --json \
+    >"$TMP/r.json" || fail "simulate --json"
+if $PY - "$TMP/r.json" <<'EOF'; then ok "JSON: inputs, and stages that add up to the devices"; else fail "JSON stages and inputs"; fi
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+i = r["inputs"]
+assert i["model"] == "gpt" and i["hardware"] == "a100-dgx:1" and i["devices"] == 8, i
+assert i["strategy"].startswith("dp=2 tp=2 pp=2 m=4"), i
+assert i["parameters"] > 0 and i["tokens"] == 16 * 32, i
+st, dev = r["stages"], r["devices"]
+assert len(st) == 2 and sum(s["devices"] for s in st) == len(dev) == 8, st
+assert sum(s["layers"] for s in st) == 8, st
+for k in ("compute_s", "exposed_comm_s", "idle_s", "flops"):
+    a = sum(s[k] * s["devices"] for s in st)
+    b = sum(d[k] for d in dev)
+    assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), (k, a, b)
+assert max(s["peak_memory_bytes"] for s in st) == r["peak_memory_bytes"]
+for s in st:
+    d = next(d for d in dev if d["id"] == s["peak_device"])
+    assert d["peak_memory_bytes"] == s["peak_memory_bytes"]
+assert math.isclose(sum(d["flops"] for d in dev), r["flops"], rel_tol=1e-12)
+assert 0 < r["mfu"] < 1 and 0 < r["hfu"] < 1, r
+assert math.isclose(r["tokens_per_s"], 16 * 32 / r["step_time_s"], rel_tol=1e-12)
+EOF
+
+# GPT-3 175B, global batch 1,536 of 2,048 tokens, bf16, Adam, 1,024 A100s.
+$T "$DISTIR" simulate --model gpt3-175b --batch 1536 --dtype bf16 --optimizer adam \
+    --hw a100-dgx:128 --dp 8 --tp 8 --pp 16 --microbatches 192 --json >"$TMP/g.json" ||
+    fail "simulate gpt3-175b"
+if $PY - "$TMP/g.json" <<'EOF'; then ok "GPT-3 175B: MFU equals the 6N + attention hand computation"; else fail "GPT-3 175B MFU"; fi
+import json, sys
+r = json.load(open(sys.argv[1]))
+l, h, V, s, T = 96, 12288, 51200, 2048, 1536 * 2048
+N = 12 * l * h * h + 13 * l * h + (V + s) * h
+hand = (6 * N + 12 * l * h * s) * T / (r["step_time_s"] * 1024 * 312e12)
+print("# MFU %.4f%%, hand %.4f%%, HFU %.4f%%" % (100 * r["mfu"], 100 * hand, 100 * r["hfu"]))
+assert abs(r["mfu"] / hand - 1) < 0.005, (r["mfu"], hand)
+assert r["inputs"]["parameters"] == N
+EOF
+
+$T "$DISTIR" simulate --model gpt3-125m --hw a100-dgx:1 >/dev/null 2>"$TMP/w.err" ||
+    fail "simulate with defaults"
+check "defaults: a warning about f32 on a bf16 device" grep -q "computes in f32 (the default)" "$TMP/w.err"
+check "defaults: a warning about SGD" grep -q "trains with SGD (the default)" "$TMP/w.err"
+finish
