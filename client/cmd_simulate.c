@@ -22,7 +22,9 @@
 
 static const char usage[] =
     "simulate (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--json] [--devices]\n"
-    "                [--trace OUT.json] [--no-overlap] [--fail-on-oom] [--strict] [--server ADDR]\n"
+    "                [--trace OUT.json [--trace-devices all|first-of-each-stage|0,8,16-23]\n"
+    "                 [--trace-detail auto|op|layer]]\n"
+    "                [--no-overlap] [--fail-on-oom] [--strict] [--server ADDR]\n"
     "                [--timeout-ms N] [--op-times CSV] [--collective-table all_reduce:N:CSV]\n"
     "                [strategy flags]\n"
     "--model: a GPT preset (distir model presets), gpt or mlp, with the options of\n"
@@ -81,31 +83,42 @@ typedef struct sim_inputs {
     int devices; /* --devices: the per-device table instead of the per-stage one */
 } sim_inputs;
 
-/* The pipeline stage of each device of r under s (rank order of strategy.h), UINT32_MAX if none. */
+/*
+ * The pipeline stage of each device id under s (rank order of strategy.h:
+ * group after group, each dp x tp ranks, mapped by device_order), or
+ * UINT32_MAX for a device no stage uses. stage has ndevice entries. Returns
+ * the number of stages.
+ */
 static uint32_t
-stage_map(const sim_result *r, const strategy *s, uint32_t *stage_of)
+device_stages(const strategy *s, uint32_t ndevice, uint32_t *stage)
 {
     uint32_t pp = s->pp ? s->pp : 1, rank = 0;
-    for (uint32_t i = 0; i < r->ndevice; i++)
-        stage_of[i] = UINT32_MAX;
+    for (uint32_t d = 0; d < ndevice; d++)
+        stage[d] = UINT32_MAX;
     for (uint32_t g = 0; g < pp; g++) {
         uint32_t size = s->nstages ? (s->stages[g].dp ? s->stages[g].dp : 1) *
                                          (s->stages[g].tp ? s->stages[g].tp : 1)
                                    : (s->dp ? s->dp : 1) * (s->tp ? s->tp : 1);
         for (uint32_t k = 0; k < size; k++, rank++) {
             uint32_t dev = rank < s->ndevice_order ? s->device_order[rank] : rank;
-            uint32_t lo = 0, hi = r->ndevice; /* devices are in ascending id */
-            while (lo < hi) {
-                uint32_t mid = (lo + hi) / 2;
-                if ((uint32_t)r->devices[mid].id < dev)
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            if (lo < r->ndevice && (uint32_t)r->devices[lo].id == dev)
-                stage_of[lo] = g;
+            if (dev < ndevice)
+                stage[dev] = g;
         }
     }
+    return pp;
+}
+
+/* The stage of each device of r (r->ndevice entries), UINT32_MAX if none. */
+static uint32_t
+stage_map(const sim_result *r, const strategy *s, uint32_t ndevice, uint32_t *stage_of)
+{
+    uint32_t *stage = di_xmalloc((ndevice ? ndevice : 1) * sizeof *stage);
+    uint32_t pp = device_stages(s, ndevice, stage);
+    for (uint32_t i = 0; i < r->ndevice; i++) {
+        uint32_t id = (uint32_t)r->devices[i].id;
+        stage_of[i] = id < ndevice ? stage[id] : UINT32_MAX;
+    }
+    di_free(stage);
     return pp;
 }
 
@@ -116,7 +129,7 @@ stages_of(const sim_result *r, const sim_inputs *in, uint32_t **stage_of, uint32
     uint32_t nstage, ngroup = 0;
     di_error err;
     *stage_of = di_xmalloc((r->ndevice ? r->ndevice : 1) * sizeof **stage_of);
-    nstage = stage_map(r, in->strat, *stage_of);
+    nstage = stage_map(r, in->strat, in->hw->ndevice, *stage_of);
     if (xform_stage_layers(in->module, in->strat, in->hw, layers, &ngroup, &err) != 0 ||
         ngroup != nstage) {
         di_free(*layers);
@@ -389,11 +402,106 @@ warn_defaults(const char *model, int margc, char **margv, const hw_model *hw)
                         "bytes per parameter\n");
 }
 
+/*
+ * --trace-devices: "all" (the default), "first-of-each-stage" (the lowest
+ * device id of each pipeline stage) or a list of ids and ranges
+ * ("0,8,16-23"). Sets sel[0..ndevice).
+ */
+static int
+trace_select(const char *spec, const strategy *s, uint32_t ndevice, const uint32_t *stage,
+             uint8_t *sel)
+{
+    memset(sel, 0, ndevice);
+    if (spec == NULL || strcmp(spec, "all") == 0) {
+        memset(sel, 1, ndevice);
+        return 0;
+    }
+    if (strcmp(spec, "first-of-each-stage") == 0) {
+        uint32_t pp = s->pp ? s->pp : 1;
+        uint8_t *seen = di_xcalloc(pp, 1);
+        for (uint32_t d = 0; d < ndevice; d++)
+            if (stage[d] < pp && !seen[stage[d]])
+                seen[stage[d]] = sel[d] = 1;
+        di_free(seen);
+        return 0;
+    }
+    for (const char *p = spec; *p;) {
+        char *end;
+        unsigned long lo = strtoul(p, &end, 10), hi = lo;
+        if (end == p)
+            goto bad;
+        if (*end == '-') {
+            p = end + 1;
+            hi = strtoul(p, &end, 10);
+            if (end == p || hi < lo)
+                goto bad;
+        }
+        if (hi >= ndevice) {
+            cli_error("--trace-devices: device %lu does not exist (the hardware has %u)", hi,
+                      ndevice);
+            return -1;
+        }
+        for (unsigned long d = lo; d <= hi; d++)
+            sel[d] = 1;
+        if (*end != ',' && *end != '\0')
+            goto bad;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+bad:
+    cli_error("bad --trace-devices '%s': expected all, first-of-each-stage or ids and ranges "
+              "(0,8,16-23)",
+              spec);
+    return -1;
+}
+
+/* Opens the streamed trace of sm (warning first when it will be large). */
+enum { TRACE_AUTO, TRACE_OP, TRACE_LAYER };
+
+static int
+trace_open(const char *path, const char *spec, int detail, const ir_module *sm,
+           const hw_model *hw, const strategy *s, sim_trace_file **out)
+{
+    uint32_t n = hw->ndevice;
+    uint8_t *sel = di_xmalloc(n ? n : 1);
+    uint32_t *stage = di_xmalloc((n ? n : 1) * sizeof *stage);
+    di_error err;
+    int rc = CLI_OK;
+    device_stages(s, n, stage);
+    if (trace_select(spec, s, n, stage, sel) != 0) {
+        rc = CLI_USAGE;
+    } else {
+        const uint8_t *use = spec == NULL || strcmp(spec, "all") == 0 ? NULL : sel;
+        double est = sim_trace_estimate(sm, n, use);
+        int merge = detail == TRACE_LAYER || (detail == TRACE_AUTO && est > 100e6);
+        if (detail == TRACE_AUTO && merge)
+            fprintf(stderr,
+                    "distir: trace: every op would take about %.0f MB; each layer's consecutive "
+                    "ops are merged into one slice (--trace-detail op keeps every op)\n",
+                    est / 1e6);
+        else if (!merge && est > 1e9)
+            fprintf(stderr,
+                    "distir: warning: the trace will take about %.1f GB; --trace-devices "
+                    "first-of-each-stage (or a list of devices) records fewer devices\n",
+                    est / 1e9);
+        if (sim_trace_open(path, sm, n, use, strategy_is_trivial(s) ? NULL : stage, merge, out,
+                           &err) != 0) {
+            cli_error("%s", err.msg);
+            rc = CLI_FAIL;
+        }
+    }
+    di_free(sel);
+    di_free(stage);
+    return rc;
+}
+
 /* The command, with its strategy (s) owned by cmd_simulate. */
 static int
 simulate_cmd(int argc, char **argv, strategy *s)
 {
     const char *file = NULL, *hwname = "a100-dgx", *trace = NULL, *server = NULL, *v;
+    const char *trace_devices = NULL;
+    int trace_detail = TRACE_AUTO;
     const char *optimes = NULL, *model = NULL;
     const char *tables[16];
     /* --model NAME: the generator's options, gathered from the command line */
@@ -428,6 +536,23 @@ simulate_cmd(int argc, char **argv, strategy *s)
             if (r < 0)
                 return CLI_USAGE;
             trace = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--trace-detail", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            if (strcmp(v, "auto") == 0)
+                trace_detail = TRACE_AUTO;
+            else if (strcmp(v, "op") == 0)
+                trace_detail = TRACE_OP;
+            else if (strcmp(v, "layer") == 0)
+                trace_detail = TRACE_LAYER;
+            else {
+                cli_error("--trace-detail needs auto, op or layer, got '%s'", v);
+                return CLI_USAGE;
+            }
+        } else if ((r = cli_opt(argc, argv, &i, "--trace-devices", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            trace_devices = v;
         } else if ((r = cli_opt(argc, argv, &i, "--server", &v)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
@@ -484,6 +609,10 @@ simulate_cmd(int argc, char **argv, strategy *s)
     }
     if (cli_strategy_finish(s) != 0)
         return CLI_USAGE;
+    if ((trace_devices || trace_detail != TRACE_AUTO) && !trace) {
+        cli_error("--trace-devices and --trace-detail shape --trace OUT.json: give --trace");
+        return CLI_USAGE;
+    }
     if (trace && server) {
         cli_error("--trace runs the simulation in-process: drop --server");
         return CLI_USAGE;
@@ -544,28 +673,38 @@ simulate_cmd(int argc, char **argv, strategy *s)
         rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json, fail_on_oom, &inputs);
     } else {
         sim_result *r = NULL;
-        sim_event *ev = NULL;
-        uint32_t nev = 0;
+        sim_trace_file *tf = NULL;
         const ir_module *sm = NULL;
         ir_module *dm = NULL;
         rc = CLI_OK;
         if (request_apply_strategy(m, s, hw, &sm, &dm, &err) != 0) {
             cli_error("cannot apply the strategy: %s", err.msg);
             rc = CLI_FAIL;
-        } else if (sim_run(sm, hw, &o, &r, trace ? &ev : NULL, trace ? &nev : NULL, &err) != 0) {
+        } else if (trace && (rc = trace_open(trace, trace_devices, trace_detail, sm, hw, s, &tf)) != CLI_OK) {
+            /* said why */
+        } else if ((o.trace = tf ? sim_trace_sink_of(tf) : NULL, sim_run(sm, hw, &o, &r, NULL,
+                                                                          NULL, &err)) != 0) {
             cli_error("cannot simulate '%s': %s", file, err.msg);
             rc = CLI_FAIL;
         } else {
             sim_result_set_model(r, &inputs.stats);
-            if (trace && sim_trace_write(trace, sm, r, ev, nev, &err) != 0) {
-                cli_error("%s", err.msg);
-                rc = CLI_FAIL;
+            if (tf) {
+                uint64_t nev = sim_trace_events(tf), nsl = sim_trace_slices(tf), bytes = 0;
+                int trc = sim_trace_close(tf, r, &bytes, &err);
+                tf = NULL;
+                if (trc != 0) {
+                    cli_error("%s", err.msg);
+                    rc = CLI_FAIL;
+                } else {
+                    fprintf(stderr, "distir: trace: %llu ops in %llu slices, %.1f MB in '%s'\n",
+                            (unsigned long long)nev, (unsigned long long)nsl, bytes / 1e6, trace);
+                }
             }
             print_result(r, json, NULL, NULL, &inputs);
             if (rc == CLI_OK && fail_on_oom)
                 rc = check_oom(r);
         }
-        di_free(ev);
+        sim_trace_discard(tf);
         sim_result_free(r);
         ir_module_free(dm);
     }

@@ -122,18 +122,52 @@ inst_produce(sim_inst *in, double start, double end)
     in->last_use = end;
 }
 
+/* Sends e to the trace when its device is recorded. */
 static void
-record_event(sim *s, ir_id op, int32_t dev, int stream, double start, double end)
+emit(sim *s, const sim_event *e)
 {
-    if (!s->want_events)
+    if (s->trace->select == NULL || s->trace->select[e->device])
+        s->trace->event(s->trace->ctx, e);
+}
+
+/*
+ * An op on one stream of dev. When sym is set, dev is a representative and
+ * the op is recorded for each selected device it stands for.
+ */
+static void
+record_event(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int sym)
+{
+    sim_event e = {op, s->chunk, dev, -1, 0, (uint8_t)stream, start, end};
+    if (s->trace == NULL)
         return;
-    DI_GROW(&s->events, &s->cevent, s->nevent + 1);
-    s->events[s->nevent].op = op;
-    s->events[s->nevent].device = dev;
-    s->events[s->nevent].stream = (uint8_t)stream;
-    s->events[s->nevent].start = start;
-    s->events[s->nevent].end = end;
-    s->nevent++;
+    if (!sym || s->trace->select == NULL) {
+        emit(s, &e);
+        return;
+    }
+    for (uint32_t i = 0; i < s->ntsel; i++) {
+        int32_t d = s->tsel[i];
+        if (d == dev || s->devs[d].rep == dev) {
+            e.device = d;
+            s->trace->event(s->trace->ctx, &e);
+        }
+    }
+}
+
+/* The n transfers src[j] -> dst[j] of op, each with a flow number, at both ends. */
+static void
+record_transfers(sim *s, ir_id op, const int32_t *src, const int32_t *dst, uint32_t n, double start,
+                 double end)
+{
+    if (s->trace == NULL)
+        return;
+    for (uint32_t j = 0; j < n; j++) {
+        sim_event e = {op, s->chunk, src[j], dst[j], ++s->flow, STREAM_SEND, start, end};
+        emit(s, &e);
+        e.device = dst[j];
+        e.peer = src[j];
+        e.stream = STREAM_RECV;
+        emit(s, &e);
+    }
 }
 
 static uint64_t
@@ -166,7 +200,8 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
         d->free[stream] = end;
     }
     ivec_push(&d->busy[stream], start, end);
-    record_event(s, op, dev, stream, start, end);
+    if (stream != STREAM_SEND && stream != STREAM_RECV) /* transfers: record_transfers */
+        record_event(s, op, dev, stream, start, end, sym);
 }
 
 static double
@@ -701,6 +736,7 @@ sim_send(sim *s, ir_id op, const ctx *c)
             }
             occupy(s, op, rs, STREAM_SEND, start, end, 1);
             occupy(s, op, rd, STREAM_RECV, start, end, 1);
+            record_transfers(s, op, src, dst, n, start, end);
             s->nops += n;
             for (uint32_t j = 0; j < n; j++)
                 inst_use(vinst(s, in, 0, j), end);
@@ -740,6 +776,7 @@ sim_send(sim *s, ir_id op, const ctx *c)
             end = start + t;
             occupy(s, op, from, STREAM_SEND, start, end, 0);
             occupy(s, op, to, STREAM_RECV, start, end, 0);
+            record_transfers(s, op, &from, &to, 1, start, end);
             s->nops++;
             inst_use(x, end);
             inst_produce(y, start, end);
@@ -1038,8 +1075,13 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
                                (uint32_t)(input_at(s, in, q, src_j) - s->inst));
                 }
         }
-        if (rc == 0)
+        if (rc == 0) {
+            ir_id outer = s->chunk;
+            if (c->devs == NULL)
+                s->chunk = op;
             rc = sim_region(s, o->body, &bc);
+            s->chunk = outer;
+        }
         if (bc.sym > 1) {
             /* One instance per result, aliasing the representative's. */
             for (uint32_t i = 0; rc == 0 && i < o->noutput && i < body->nresult; i++) {

@@ -254,13 +254,14 @@ sim_fini(sim *s, sim_workspace *ws)
     di_free(s->tloc_off);
     di_free(s->tloc_n);
     di_free(s->tlocs);
-    di_free(s->events);
+    di_free(s->tsel);
 }
 
 /* One simulation; with symmetric set it may stop with s->broken (see pmap_symmetric). */
 static int
 sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
-         const sim_options *opt, int symmetric, int want_events, sim_result **out, di_error *err)
+         const sim_options *opt, int symmetric, const sim_trace_sink *trace, sim_result **out,
+         di_error *err)
 {
     sim s;
     ir_id entry = ir_module_entry(m);
@@ -274,7 +275,13 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
     s.opt = opt;
     s.err = err;
     s.ndev = hw->ndevice;
-    s.want_events = want_events;
+    s.trace = trace;
+    if (trace && trace->select) {
+        s.tsel = di_xmalloc(s.ndev * sizeof *s.tsel);
+        for (uint32_t d = 0; d < s.ndev; d++)
+            if (trace->select[d])
+                s.tsel[s.ntsel++] = (int32_t)d;
+    }
     s.symmetric = symmetric;
     s.entry = entry;
     s.devs = di_xcalloc(s.ndev, sizeof *s.devs);
@@ -350,6 +357,27 @@ sim_run(const ir_module *m, const hw_model *hw, const sim_options *opt, sim_resu
     return sim_run_ws(NULL, m, hw, opt, out, events, nevent, err);
 }
 
+/* sim_run's array of events, as a trace sink. */
+typedef struct event_array {
+    sim_event *v;
+    uint32_t n, cap;
+} event_array;
+
+static int
+array_restart(void *arg)
+{
+    ((event_array *)arg)->n = 0;
+    return 0;
+}
+
+static void
+array_event(void *arg, const sim_event *e)
+{
+    event_array *a = arg;
+    DI_GROW(&a->v, &a->cap, a->n + 1);
+    a->v[a->n++] = *e;
+}
+
 static int
 run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_options *opt,
        sim_result **out, sim_event **events, uint32_t *nevent, di_error *err)
@@ -357,6 +385,9 @@ run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_opti
     sim s;
     sim_options dflt;
     sim_workspace local;
+    event_array arr = {NULL, 0, 0};
+    sim_trace_sink asink = {NULL, &arr, array_restart, array_event};
+    const sim_trace_sink *trace;
     int rc, symmetric;
 
     *out = NULL;
@@ -372,23 +403,32 @@ run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_opti
         return di_error_set(err, DI_EINVAL, "the module has no function to simulate");
     if (hw->ndevice == 0)
         return di_error_set(err, DI_EINVAL, "hardware '%s' has no devices", hw->name);
-    /* A trace shows every device's own events, so it is made without symmetry. */
-    symmetric = !opt->no_symmetry && events == NULL;
+    trace = events ? &asink : opt->trace;
+    /*
+     * A trace of every device shows each device's own events, so it is made
+     * without symmetry; one of selected devices keeps it (record_event).
+     */
+    symmetric = !opt->no_symmetry && (trace == NULL || trace->select != NULL);
     memset(&local, 0, sizeof local);
     if (ws == NULL)
         ws = &local; /* a rerun reuses the first run's tables */
-    rc = sim_once(&s, ws, m, hw, opt, symmetric, events != NULL, out, err);
+    rc = sim_once(&s, ws, m, hw, opt, symmetric, trace, out, err);
     if (s.broken) {
         sim_result_free(*out);
         *out = NULL;
         sim_fini(&s, ws);
-        rc = sim_once(&s, ws, m, hw, opt, 0, events != NULL, out, err);
+        rc = trace ? trace->restart(trace->ctx) : 0;
+        if (rc != 0)
+            rc = di_error_set(err, rc, "cannot restart the trace");
+        else
+            rc = sim_once(&s, ws, m, hw, opt, 0, trace, out, err);
     }
     if (rc == 0 && events) {
-        *events = s.events;
-        *nevent = s.nevent;
-        s.events = NULL;
+        *events = arr.v;
+        *nevent = arr.n;
+        arr.v = NULL;
     }
+    di_free(arr.v);
     sim_fini(&s, ws);
     sim_workspace_release(&local);
     if (rc != 0) {

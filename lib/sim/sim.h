@@ -43,6 +43,8 @@ typedef enum sim_memclass {
 
 const char *sim_memclass_name(int c);
 
+typedef struct sim_trace_sink sim_trace_sink; /* below */
+
 typedef struct sim_options {
     int no_overlap;                 /* serialize compute and communication per device */
     int no_symmetry;                /* simulate every pmap instance (same results, slower) */
@@ -51,6 +53,7 @@ typedef struct sim_options {
     const atomic_int *cancel;       /* if non-NULL and set, the run stops with DI_ECANCELLED */
     int strict;                     /* refuse ops with no cost rule (ir_op_has_cost_rule) instead
                                        of pricing them by their bytes */
+    const sim_trace_sink *trace;    /* if non-NULL, every scheduled op goes there */
 } sim_options;
 
 void sim_options_default(sim_options *o);
@@ -124,10 +127,30 @@ void sim_result_set_model(sim_result *r, const sim_model_stats *st);
 /* One scheduled op, for the trace. */
 typedef struct sim_event {
     ir_id op;
+    ir_id chunk;      /* the top-level pmap the op runs in (its dist.mb, dist.stage,
+                         dist.phase name the pipeline chunk), or 0 */
     int32_t device;
+    int32_t peer;     /* a transfer's other end, else -1 */
+    uint64_t flow;    /* a transfer's number, the same at both ends (from 1), else 0 */
     uint8_t stream;   /* 0 compute, 1 send, 2 receive, 3 collective */
     double start, end;
 } sim_event;
+
+/*
+ * Where scheduled ops go as they are scheduled (sim_options.trace), so a
+ * trace never has to be held in memory. With select (per device id,
+ * non-zero: record) the simulator keeps its symmetry and records a
+ * representative's ops once for each selected device it stands for; with
+ * select NULL every device is recorded and symmetry is off. The simulator
+ * may start a run again without symmetry (docs/simulator.md): restart is
+ * called first and must drop what was recorded.
+ */
+struct sim_trace_sink {
+    const uint8_t *select;
+    void *ctx;
+    int (*restart)(void *ctx);
+    void (*event)(void *ctx, const sim_event *e);
+};
 
 /*
  * Simulates the entry function of m on hw. On success *out holds a result the
@@ -215,7 +238,30 @@ int sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **ou
 int sim_result_pack(const sim_result *r, uint8_t **data, size_t *len);
 int sim_result_unpack(const uint8_t *data, size_t len, sim_result **out, di_error *err);
 
-/* Writes a Chrome trace-event JSON file (one process per device, a thread per stream). */
+/*
+ * The Chrome trace-event file (trace.c), streamed while simulating: open it
+ * for the distributed module m on ndevice devices, pass sim_trace_sink_of
+ * as sim_options.trace, then close it with the result (names, memory
+ * counters; the file appears only then, complete) or discard it. select
+ * (per device id, copied) limits it to some devices, NULL records all;
+ * stage (per device id, UINT32_MAX: none; copied) names each
+ * device's pipeline stage, or NULL. With merge, consecutive ops of one
+ * layer, chunk and phase on a stream become one slice ("forward L5", args
+ * "ops"), which keeps a large model's trace small; otherwise every op is a
+ * slice. sim_trace_events counts ops recorded, sim_trace_slices slices.
+ */
+typedef struct sim_trace_file sim_trace_file;
+int sim_trace_open(const char *path, const ir_module *m, uint32_t ndevice, const uint8_t *select,
+                   const uint32_t *stage, int merge, sim_trace_file **out, di_error *err);
+const sim_trace_sink *sim_trace_sink_of(sim_trace_file *t);
+/* *bytes (may be NULL): the file's size. */
+int sim_trace_close(sim_trace_file *t, const sim_result *r, uint64_t *bytes, di_error *err);
+void sim_trace_discard(sim_trace_file *t);
+uint64_t sim_trace_events(const sim_trace_file *t);
+uint64_t sim_trace_slices(const sim_trace_file *t);
+/* The trace's approximate size in bytes for module m with that selection, before simulating. */
+double sim_trace_estimate(const ir_module *m, uint32_t ndevice, const uint8_t *select);
+/* A whole trace from recorded events (sim_run's events array). */
 int sim_trace_write(const char *path, const ir_module *m, const sim_result *r,
                     const sim_event *events, uint32_t nevent, di_error *err);
 

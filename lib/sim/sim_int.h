@@ -135,9 +135,11 @@ typedef struct sim {
     size_t ctmp;
     uint32_t *count;   /* radix counters (65536) */
 
-    sim_event *events;
-    uint32_t nevent, cevent;
-    int want_events;
+    const sim_trace_sink *trace; /* opt->trace, or sim_run's array of events */
+    int32_t *tsel;     /* with trace->select: the selected devices */
+    uint32_t ntsel;
+    uint64_t flow;     /* transfers numbered so far */
+    ir_id chunk;       /* the top-level pmap being simulated, or 0 */
     int symmetric;     /* simulate symmetric pmaps once (see sim_pmap) */
     ir_id entry;       /* the entry function */
     double *memo;      /* per op: compute time and FLOPs (sim_cost_op), or NULL */

@@ -650,6 +650,16 @@ xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
         memcpy(nv->pl, pls, nin * sizeof *pls);
         memcpy(nv->opl, opl, nres * sizeof *opl);
     }
+    /*
+     * What the chunk is, for traces and tools (discardable): its microbatch,
+     * model stage and phase. A once-per-step program is the optimizer step.
+     */
+    if (p->kind != PROG_S) {
+        ir_op_set_int(P->out, pm, "dist.mb", mb);
+        ir_op_set_int(P->out, pm, "dist.stage", p->stage);
+    }
+    ir_op_set_string(P->out, pm, "dist.phase",
+                     p->kind == PROG_F ? "forward" : p->kind == PROG_B ? "backward" : "optimizer");
     /* Register the results and send them where they are needed. */
     {
         uint32_t k = 0;
