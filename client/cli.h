@@ -67,7 +67,10 @@ struct hw_model;
 struct strategy;
 struct sim_options;
 struct Distir__V1__SimulateReply;
-int cli_simulate_remote(const char *server, const ir_module *m, const char *hwname,
+struct Distir__V1__ModelSpec;
+/* spec non-NULL: the daemon generates the module from it (m is not sent). */
+int cli_simulate_remote(const char *server, const ir_module *m,
+                        const struct Distir__V1__ModelSpec *spec, const char *hwname,
                         const struct hw_model *hw, const struct strategy *strat,
                         const struct sim_options *o, int timeout_ms,
                         struct Distir__V1__SimulateReply **reply);
@@ -78,6 +81,24 @@ int cli_simulate_remote(const char *server, const ir_module *m, const char *hwna
  * *outpath (may be NULL) gets the -o option's value ("-" when absent).
  */
 int cli_model_build(int argc, char **argv, ir_module **out, const char **outpath);
+
+/*
+ * --model NAME and the generator's options (--batch 8, --dtype=bf16,
+ * --final-ln-params, ...), as simulate and search take them: gathered as
+ * given, then built here or sent to the daemon as a ModelSpec.
+ */
+typedef struct cli_model_ref {
+    const char *name; /* NULL: no --model */
+    int argc;
+    char *argv[64];
+} cli_model_ref;
+/* 1: argv[*i] was a generator option (taken with its value), 0: it was not, -1: error said. */
+int cli_model_opt(int argc, char **argv, int *i, cli_model_ref *mr);
+int cli_model_ref_has(const cli_model_ref *mr, const char *key);
+int cli_model_ref_build(const cli_model_ref *mr, ir_module **out);
+struct Distir__V1__ModelSpec;
+void cli_model_ref_proto(const cli_model_ref *mr, struct Distir__V1__ModelSpec *ms);
+void cli_model_ref_proto_fini(struct Distir__V1__ModelSpec *ms);
 
 /* Parameters of a training step: the elements of entry arguments an optimizer updates. */
 uint64_t cli_module_parameters(const ir_module *m);

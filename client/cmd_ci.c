@@ -129,7 +129,7 @@ ci_simulate(const ci_args *a, const char *file, ci_result *out)
     }
     if (a->server != NULL) {
         Distir__V1__SimulateReply *reply = NULL;
-        if ((rc = cli_simulate_remote(a->server, m, a->hwname, hw, &a->strat, &o, a->timeout_ms,
+        if ((rc = cli_simulate_remote(a->server, m, NULL, a->hwname, hw, &a->strat, &o, a->timeout_ms,
                                       &reply)) != CLI_OK)
             goto out;
         rc = CLI_FAIL;

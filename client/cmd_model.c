@@ -5,12 +5,11 @@
  * GPT presets with their parameter counts. docs/models.md describes the
  * models and the conventions the strategy transforms rely on.
  */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "distir.pb-c.h"
 #include "ir/pb.h"
 #include "models/models.h"
 
@@ -24,230 +23,75 @@
     "COMMON: [--dtype f32|f16|bf16|f64] [--optimizer sgd|adam|none] [--lr LR] [--forward-only]\n" \
     "        [--no-annotations]; FILE ending .pb is protobuf, anything else (or -) IR text"
 
-static int
-parse_i64(const char *opt, const char *s, int64_t *out)
-{
-    char *end;
-    long long v;
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v <= 0) {
-        cli_error("option '%s' needs a positive integer, got '%s'", opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int
-parse_double(const char *opt, const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    *out = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0') {
-        cli_error("option '%s' needs a number, got '%s'", opt, s);
-        return -1;
-    }
-    return 0;
-}
-
 /*
- * Matches one of the options both models take. Returns 1 when argv[*i] was
- * one (consumed), 0 when it was not, -1 on a bad value.
+ * Parses `distir model mlp|gpt [OPTIONS]` (argv[0] is the model) into *sp
+ * (lib/models/spec.c checks each option). Returns CLI_OK, CLI_USAGE, or
+ * CLI_OK with sp->kind 0 when --help was answered.
  */
 static int
-common_opt(int argc, char **argv, int *i, ir_dtype *dtype, models_train *t, const char **outpath)
+model_spec(int argc, char **argv, models_spec *sp, const char **outpath)
 {
-    const char *v;
-    int r;
-    if ((r = cli_opt(argc, argv, i, "--dtype", &v)) != 0) {
-        if (r < 0)
-            return -1;
-        *dtype = ir_dtype_from_name(v, strlen(v));
-        if (!ir_dtype_is_float(*dtype)) {
-            cli_error("option '--dtype' needs f32, f16, bf16 or f64, got '%s'", v);
-            return -1;
-        }
-        return 1;
-    }
-    if ((r = cli_opt(argc, argv, i, "--optimizer", &v)) != 0) {
-        if (r < 0)
-            return -1;
-        if (strcmp(v, "sgd") == 0)
-            t->optimizer = XFORM_OPTIM_SGD;
-        else if (strcmp(v, "adam") == 0)
-            t->optimizer = XFORM_OPTIM_ADAM;
-        else if (strcmp(v, "none") == 0)
-            t->optimizer = XFORM_OPTIM_NONE;
-        else {
-            cli_error("option '--optimizer' needs sgd, adam or none, got '%s'", v);
-            return -1;
-        }
-        return 1;
-    }
-    if ((r = cli_opt(argc, argv, i, "--lr", &v)) != 0)
-        return r < 0 || parse_double("--lr", v, &t->lr) != 0 ? -1 : 1;
-    if ((r = cli_opt(argc, argv, i, "-o", &v)) != 0) {
-        if (r < 0)
-            return -1;
-        *outpath = v;
-        return 1;
-    }
-    if (cli_flag(argv[*i], "--forward-only")) {
-        t->forward_only = 1;
-        return 1;
-    }
-    if (cli_flag(argv[*i], "--no-annotations")) {
-        t->annotate = 0;
-        return 1;
-    }
-    return 0;
-}
-
-/* Matches "--name N" into *out; same returns as common_opt. */
-static int
-int_opt(int argc, char **argv, int *i, const char *name, int64_t *out)
-{
-    const char *v;
-    int r = cli_opt(argc, argv, i, name, &v);
-    if (r <= 0)
-        return r;
-    return parse_i64(name, v, out) != 0 ? -1 : 1;
-}
-
-static int
-model_mlp(int argc, char **argv, ir_module **out, const char **outpath_out)
-{
-    models_mlp c;
-    const char *outpath = "-", *v;
+    const char *name = argv[0], *v;
     di_error err;
-    int64_t layers = 0;
-    int rc;
-    models_mlp_init(&c);
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if (cli_is_help(argv[i]))
-            return cli_help(MODEL_USAGE);
-        if ((r = common_opt(argc, argv, &i, &c.dtype, &c.train, &outpath)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--layers", &layers)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--hidden", &c.hidden)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--batch", &c.batch)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--input", &c.input)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--classes", &c.classes)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            if (layers)
-                c.layers = layers > 100000 ? 100001 : (uint32_t)layers;
-            continue;
-        }
-        if ((r = cli_opt(argc, argv, &i, "--activation", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            if (strcmp(v, "relu") == 0)
-                c.act = MODELS_ACT_RELU;
-            else if (strcmp(v, "gelu") == 0)
-                c.act = MODELS_ACT_GELU;
-            else {
-                cli_error("option '--activation' needs relu or gelu, got '%s'", v);
-                return CLI_USAGE;
-            }
-            continue;
-        }
-        if ((r = cli_opt(argc, argv, &i, "--loss", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            if (strcmp(v, "sce") == 0)
-                c.loss = MODELS_LOSS_SCE;
-            else if (strcmp(v, "mse") == 0)
-                c.loss = MODELS_LOSS_MSE;
-            else {
-                cli_error("option '--loss' needs sce or mse, got '%s'", v);
-                return CLI_USAGE;
-            }
-            continue;
-        }
-        cli_error("unknown option '%s' for 'model mlp'", argv[i]);
-        return cli_usage(MODEL_USAGE);
-    }
-    di_error_clear(&err);
-    if ((rc = models_mlp_build(&c, out, &err)) != 0) {
-        cli_error("cannot build the MLP: %s", err.msg);
-        return rc == DI_EINVAL ? CLI_USAGE : CLI_FAIL;
-    }
-    *outpath_out = outpath;
-    return CLI_OK;
-}
-
-static int
-model_gpt(int argc, char **argv, ir_module **out, const char **outpath_out)
-{
-    models_gpt c;
-    const char *outpath = "-", *v, *preset = NULL;
-    di_error err;
-    int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, batch = 0;
-    int rc;
-    models_gpt_init(&c);
     /* The preset first, so that the other options override it whatever their order. */
     for (int i = 1; i < argc; i++) {
         int r;
-        if (cli_is_help(argv[i]))
+        if (cli_is_help(argv[i])) {
+            memset(sp, 0, sizeof *sp);
             return cli_help(MODEL_USAGE);
-        r = cli_opt(argc, argv, &i, "--preset", &v);
-        if (r < 0)
-            return CLI_USAGE;
-        if (r > 0)
-            preset = v;
+        }
+        if (strcmp(argv[0], "gpt") == 0 && (r = cli_opt(argc, argv, &i, "--preset", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            name = v;
+        }
     }
     di_error_clear(&err);
-    if (preset && models_gpt_preset(preset, &c, &err) != 0) {
+    if (models_spec_init(sp, name, &err) != 0) {
         cli_error("%s", err.msg);
         return CLI_USAGE;
     }
     for (int i = 1; i < argc; i++) {
-        int r;
-        if ((r = cli_opt(argc, argv, &i, "--preset", &v)) != 0)
+        const char *arg = argv[i], *eq;
+        char key[32];
+        size_t n;
+        int arity, r;
+        if (strcmp(argv[0], "gpt") == 0 && (r = cli_opt(argc, argv, &i, "--preset", &v)) != 0)
             continue;
-        if ((r = common_opt(argc, argv, &i, &c.dtype, &c.train, &outpath)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--layers", &layers)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--hidden", &hidden)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--heads", &heads)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--seq", &seq)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--vocab", &vocab)) != 0 ||
-            (r = int_opt(argc, argv, &i, "--batch", &batch)) != 0) {
+        if ((r = cli_opt(argc, argv, &i, "-o", &v)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
+            *outpath = v;
             continue;
         }
-        if ((r = cli_opt(argc, argv, &i, "--dropout", &v)) != 0) {
-            if (r < 0 || parse_double("--dropout", v, &c.dropout) != 0)
+        eq = strchr(arg, '=');
+        n = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (strncmp(arg, "--", 2) != 0 || n - 2 >= sizeof key)
+            goto unknown;
+        memcpy(key, arg + 2, n - 2);
+        key[n - 2] = '\0';
+        if ((arity = models_spec_arity(key)) < 0)
+            goto unknown;
+        if (arity == 1 && eq == NULL) {
+            if (i + 1 >= argc) {
+                cli_error("option '%s' needs a value", arg);
                 return CLI_USAGE;
-            continue;
+            }
+            v = argv[++i];
+        } else {
+            v = eq ? eq + 1 : NULL;
         }
-        if (cli_flag(argv[i], "--final-ln-params")) {
-            c.final_ln_params = 1;
-            continue;
+        if ((r = models_spec_set(sp, key, v, &err)) != 0) {
+            if (r == DI_ENOTFOUND)
+                goto unknown;
+            cli_error("%s", err.msg);
+            return CLI_USAGE;
         }
-        cli_error("unknown option '%s' for 'model gpt'", argv[i]);
+        continue;
+    unknown:
+        cli_error("unknown option '%s' for 'model %s'", arg, argv[0]);
         return cli_usage(MODEL_USAGE);
     }
-    if (layers)
-        c.layers = layers > 100000 ? 100001 : (uint32_t)layers;
-    if (hidden)
-        c.hidden = hidden;
-    if (heads)
-        c.heads = heads;
-    if (seq)
-        c.seq = seq;
-    if (vocab)
-        c.vocab = vocab;
-    if (batch)
-        c.batch = batch;
-    if ((rc = models_gpt_build(&c, out, &err)) != 0) {
-        cli_error("cannot build the GPT: %s", err.msg);
-        return rc == DI_EINVAL ? CLI_USAGE : CLI_FAIL;
-    }
-    *outpath_out = outpath;
     return CLI_OK;
 }
 
@@ -269,14 +113,126 @@ model_presets(void)
 int
 cli_model_build(int argc, char **argv, ir_module **out, const char **outpath)
 {
-    const char *ignored;
+    const char *path = "-";
+    models_spec sp;
+    di_error err;
+    int rc;
     *out = NULL;
-    if (strcmp(argv[0], "mlp") == 0)
-        return model_mlp(argc, argv, out, outpath ? outpath : &ignored);
-    if (strcmp(argv[0], "gpt") == 0)
-        return model_gpt(argc, argv, out, outpath ? outpath : &ignored);
-    cli_error("unknown model '%s' (mlp, gpt, or a preset: distir model presets)", argv[0]);
-    return CLI_USAGE;
+    if (strcmp(argv[0], "mlp") != 0 && strcmp(argv[0], "gpt") != 0) {
+        cli_error("unknown model '%s' (mlp, gpt, or a preset: distir model presets)", argv[0]);
+        return CLI_USAGE;
+    }
+    if ((rc = model_spec(argc, argv, &sp, &path)) != CLI_OK || sp.kind == 0)
+        return rc;
+    di_error_clear(&err);
+    if ((rc = models_spec_build(&sp, out, &err)) != 0) {
+        cli_error("cannot build the %s: %s", sp.kind == MODELS_SPEC_GPT ? "GPT" : "MLP",
+                  err.msg);
+        return rc == DI_EINVAL ? CLI_USAGE : CLI_FAIL;
+    }
+    if (outpath)
+        *outpath = path;
+    return CLI_OK;
+}
+
+/* ---- --model NAME [options] of simulate and search ---- */
+
+/* "--key" or "--key=value" of a generator option: its arity (0 flag, 1 value), or -1. */
+static int
+model_option(const char *arg, char *key, size_t n)
+{
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (strncmp(arg, "--", 2) != 0 || len < 3 || len - 2 >= n)
+        return -1;
+    memcpy(key, arg + 2, len - 2);
+    key[len - 2] = '\0';
+    return models_spec_arity(key);
+}
+
+int
+cli_model_opt(int argc, char **argv, int *i, cli_model_ref *mr)
+{
+    char key[32];
+    int arity = model_option(argv[*i], key, sizeof key);
+    if (arity < 0)
+        return 0;
+    if (mr->argc + 2 > (int)(sizeof mr->argv / sizeof mr->argv[0])) {
+        cli_error("too many model options");
+        return -1;
+    }
+    mr->argv[mr->argc++] = argv[*i];
+    if (!strchr(argv[*i], '=') && arity == 1) {
+        if (*i + 1 >= argc) {
+            cli_error("option '%s' needs a value", argv[*i]);
+            return -1;
+        }
+        mr->argv[mr->argc++] = argv[++*i];
+    }
+    return 1;
+}
+
+int
+cli_model_ref_has(const cli_model_ref *mr, const char *key)
+{
+    char k[32];
+    for (int j = 0; j < mr->argc; j++)
+        if (model_option(mr->argv[j], k, sizeof k) >= 0 && strcmp(k, key) == 0)
+            return 1;
+    return 0;
+}
+
+int
+cli_model_ref_build(const cli_model_ref *mr, ir_module **out)
+{
+    /* "gpt" or "mlp" with their options, or a preset name (gpt3-175b, ...): gpt --preset. */
+    char *pargv[3 + sizeof mr->argv / sizeof mr->argv[0]];
+    int pargc = 0, rc;
+    int builtin = strcmp(mr->name, "gpt") == 0 || strcmp(mr->name, "mlp") == 0;
+    pargv[pargc++] = builtin ? (char *)mr->name : (char *)"gpt";
+    if (!builtin) {
+        pargv[pargc++] = (char *)"--preset";
+        pargv[pargc++] = (char *)mr->name;
+    }
+    for (int j = 0; j < mr->argc; j++)
+        pargv[pargc++] = mr->argv[j];
+    if ((rc = cli_model_build(pargc, pargv, out, NULL)) != CLI_OK || *out == NULL)
+        return rc != CLI_OK ? rc : CLI_USAGE;
+    return CLI_OK;
+}
+
+void
+cli_model_ref_proto(const cli_model_ref *mr, Distir__V1__ModelSpec *ms)
+{
+    distir__v1__model_spec__init(ms);
+    ms->name = (char *)mr->name;
+    ms->options = di_xcalloc((size_t)mr->argc + 1, sizeof *ms->options);
+    for (int j = 0; j < mr->argc; j++) {
+        Distir__V1__ModelOption *o = di_xcalloc(1, sizeof *o);
+        char key[32];
+        const char *eq = strchr(mr->argv[j], '=');
+        int arity = model_option(mr->argv[j], key, sizeof key);
+        distir__v1__model_option__init(o);
+        o->key = di_xstrdup(key);
+        if (eq)
+            o->value = di_xstrdup(eq + 1);
+        else if (arity == 1 && j + 1 < mr->argc)
+            o->value = di_xstrdup(mr->argv[++j]);
+        else
+            o->value = di_xstrdup("");
+        ms->options[ms->n_options++] = o;
+    }
+}
+
+void
+cli_model_ref_proto_fini(Distir__V1__ModelSpec *ms)
+{
+    for (size_t k = 0; k < ms->n_options; k++) {
+        di_free(ms->options[k]->key);
+        di_free(ms->options[k]->value);
+        di_free(ms->options[k]);
+    }
+    di_free(ms->options);
 }
 
 int

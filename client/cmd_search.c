@@ -26,7 +26,8 @@
 #include "sim/hw.h"
 
 static const char usage[] =
-    "search FILE [--hw PRESET|FILE.json] [--devices N] [--objective time|throughput]\n"
+    "search (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--devices N]\n"
+    "              [--objective time|throughput]\n"
     "              [--top K] [--json] [--shard i/n] [--headroom F]\n"
     "              [--dp L] [--tp L] [--pp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
@@ -112,8 +113,18 @@ progress(const search_result *r, uint64_t total)
     fflush(stderr);
 }
 
+/* The module to search: FILE, or --model NAME built here. */
 static int
-search(const char *file, const char *hwname, const search_config *cfg, int json)
+load(const char *file, const cli_model_ref *mr, ir_module **m)
+{
+    if (mr->name != NULL)
+        return cli_model_ref_build(mr, m);
+    return cli_load_module(file, m) != 0 ? CLI_FAIL : CLI_OK;
+}
+
+static int
+search(const char *file, const cli_model_ref *mr, const char *hwname, const search_config *cfg,
+       int json)
 {
     hw_model *hw = NULL;
     ir_module *m = NULL;
@@ -123,16 +134,18 @@ search(const char *file, const char *hwname, const search_config *cfg, int json)
     const search_candidate *c;
     uint64_t cursor = 0;
     double t0, shown;
-    int tty = isatty(STDERR_FILENO);
+    int tty = isatty(STDERR_FILENO), rc;
     di_error err;
 
+    if (file == NULL)
+        file = mr->name; /* for messages */
     if (hw_load(hwname, &hw, &err) != 0) {
         cli_error("%s", err.msg);
         return CLI_FAIL;
     }
-    if (cli_load_module(file, &m) != 0) {
+    if ((rc = load(file, mr, &m)) != CLI_OK) {
         hw_free(hw);
-        return CLI_FAIL;
+        return rc;
     }
     if (ir_verify(m, &err) != 0) {
         cli_error("'%s' is not a valid module: %s", file, err.msg);
@@ -254,8 +267,8 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
 }
 
 static int
-search_remote(const char *server, const char *file, const char *hwname, const search_config *cfg,
-              int json, int timeout_ms)
+search_remote(const char *server, const char *file, const cli_model_ref *mr, const char *hwname,
+              const search_config *cfg, int json, int timeout_ms)
 {
     Distir__V1__SearchRequest req = DISTIR__V1__SEARCH_REQUEST__INIT;
     Distir__V1__SearchConstraints cons = DISTIR__V1__SEARCH_CONSTRAINTS__INIT;
@@ -271,11 +284,18 @@ search_remote(const char *server, const char *file, const char *hwname, const se
         cli_error("%s", err.msg);
         return CLI_FAIL;
     }
-    if (cli_load_module(file, &m) != 0) {
-        hw_free(hw);
-        return CLI_FAIL;
+    Distir__V1__ModelSpec ms;
+    if (mr->name != NULL) {
+        /* A built-in model goes by name: the daemon generates the same module. */
+        cli_model_ref_proto(mr, &ms);
+        req.model = &ms;
+    } else {
+        if (cli_load_module(file, &m) != 0) {
+            hw_free(hw);
+            return CLI_FAIL;
+        }
+        req.module = ir_to_proto(m);
     }
-    req.module = ir_to_proto(m);
     if (hw->ntable == 0 && hw->nop_time == 0 && !strstr(hwname, ".json")) {
         ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
         ref.preset = (char *)hwname;
@@ -292,6 +312,8 @@ search_remote(const char *server, const char *file, const char *hwname, const se
     di_error_clear(&st.err);
     rc = rpc_search(server, &req, timeout_ms, remote_event, &st, &err);
     ir_proto_free(req.module);
+    if (req.model != NULL)
+        cli_model_ref_proto_fini(&ms);
     if (own_hw)
         hw_proto_fini(&hwp);
     if (st.shown)
@@ -326,6 +348,7 @@ int
 cmd_search(int argc, char **argv)
 {
     const char *file = NULL, *hwname = "a100-dgx", *server = NULL, *v;
+    cli_model_ref mr = {NULL, 0, {NULL}};
     search_config cfg;
     di_error err;
     int json = 0, nmerge = 0, merging = 0, timeout_ms = 0;
@@ -375,6 +398,17 @@ cmd_search(int argc, char **argv)
             timeout_ms = (int)t;
             continue;
         }
+        if ((r = cli_opt(argc, argv, &i, "--model", &v)) != 0) {
+            if (r < 0)
+                goto usage;
+            mr.name = v;
+            continue;
+        }
+        if ((r = cli_model_opt(argc, argv, &i, &mr)) != 0) {
+            if (r < 0)
+                goto usage;
+            continue;
+        }
         if ((r = cli_opt(argc, argv, &i, "--fix", &v)) != 0) {
             if (r < 0)
                 goto usage;
@@ -410,16 +444,22 @@ cmd_search(int argc, char **argv)
         else
             goto usage;
     }
+    if (mr.argc > 0 && mr.name == NULL) {
+        cli_error("'%s' is a model option: it needs --model NAME", mr.argv[0]);
+        goto usage;
+    }
     if (merging) {
-        if (file != NULL || nmerge == 0)
+        if (file != NULL || mr.name != NULL || nmerge == 0)
             goto usage;
         rc = merge(nmerge, merge_files, json);
-    } else if (file == NULL) {
+    } else if ((file == NULL) == (mr.name == NULL)) {
+        if (file != NULL)
+            cli_error("give a FILE or --model NAME, not both");
         goto usage;
     } else if (server != NULL) {
-        rc = search_remote(server, file, hwname, &cfg, json, timeout_ms);
+        rc = search_remote(server, file, &mr, hwname, &cfg, json, timeout_ms);
     } else {
-        rc = search(file, hwname, &cfg, json);
+        rc = search(file, &mr, hwname, &cfg, json);
     }
     free(merge_files);
     return rc;

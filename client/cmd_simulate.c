@@ -281,9 +281,9 @@ warn_estimates(const ir_module *m, const hw_model *hw)
 }
 
 int
-cli_simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
-                    const strategy *strat, const sim_options *o, int timeout_ms,
-                    Distir__V1__SimulateReply **reply)
+cli_simulate_remote(const char *server, const ir_module *m, const Distir__V1__ModelSpec *spec,
+                    const char *hwname, const hw_model *hw, const strategy *strat,
+                    const sim_options *o, int timeout_ms, Distir__V1__SimulateReply **reply)
 {
     Distir__V1__SimulateRequest req = DISTIR__V1__SIMULATE_REQUEST__INIT;
     Distir__V1__Strategy sp = DISTIR__V1__STRATEGY__INIT;
@@ -293,7 +293,10 @@ cli_simulate_remote(const char *server, const ir_module *m, const char *hwname, 
     di_error err;
     int rc, own_hw = 0;
 
-    req.module = ir_to_proto(m);
+    if (spec != NULL)
+        req.model = (Distir__V1__ModelSpec *)spec; /* the daemon generates the module */
+    else
+        req.module = ir_to_proto(m);
     if (hw->ntable == 0 && hw->nop_time == 0 && hwname && !strstr(hwname, ".json")) {
         ref.spec_case = DISTIR__V1__HARDWARE_REF__SPEC_PRESET;
         ref.preset = (char *)hwname;
@@ -329,14 +332,15 @@ cli_simulate_remote(const char *server, const ir_module *m, const char *hwname, 
 }
 
 static int
-simulate_remote(const char *server, const ir_module *m, const char *hwname, const hw_model *hw,
-                const strategy *strat, const sim_options *o, int timeout_ms, int json,
-                int fail_on_oom, const sim_inputs *in)
+simulate_remote(const char *server, const ir_module *m, const Distir__V1__ModelSpec *spec,
+                const char *hwname, const hw_model *hw, const strategy *strat,
+                const sim_options *o, int timeout_ms, int json, int fail_on_oom,
+                const sim_inputs *in)
 {
     Distir__V1__SimulateReply *reply = NULL;
     sim_result *r = NULL;
     di_error err;
-    int rc = cli_simulate_remote(server, m, hwname, hw, strat, o, timeout_ms, &reply);
+    int rc = cli_simulate_remote(server, m, spec, hwname, hw, strat, o, timeout_ms, &reply);
     if (rc != CLI_OK)
         return rc;
     if (sim_result_from_proto(reply->result, &r, &err) != 0) {
@@ -352,51 +356,22 @@ simulate_remote(const char *server, const ir_module *m, const char *hwname, cons
     return rc;
 }
 
-/* The options of `distir model` that simulate passes to the generator with --model. */
-static const char *const model_options[] = {
-    "--layers", "--hidden", "--heads", "--seq", "--vocab", "--batch", "--dropout", "--dtype",
-    "--optimizer", "--lr", "--input", "--classes", "--activation", "--loss",
-    "--final-ln-params", "--forward-only", "--no-annotations"};
-
-/* The flags among them (no value). */
-static int
-is_model_flag(const char *arg)
-{
-    return strcmp(arg, "--final-ln-params") == 0 || strcmp(arg, "--forward-only") == 0 ||
-           strcmp(arg, "--no-annotations") == 0;
-}
-
-static int
-is_model_option(const char *arg)
-{
-    for (size_t k = 0; k < sizeof model_options / sizeof model_options[0]; k++) {
-        size_t n = strlen(model_options[k]);
-        if (strncmp(arg, model_options[k], n) == 0 && (arg[n] == '\0' || arg[n] == '='))
-            return 1;
-    }
-    return 0;
-}
-
 /*
  * --model with the generator's defaults that a planner rarely wants: f32 on
  * a device with a faster bf16 rate, SGD for a language model. Warned once
  * each on stderr; giving --dtype or --optimizer silences them.
  */
 static void
-warn_defaults(const char *model, int margc, char **margv, const hw_model *hw)
+warn_defaults(const cli_model_ref *mr, const hw_model *hw)
 {
-    int dtype = 0, optimizer = 0;
-    for (int k = 1; k <= margc; k++) {
-        dtype |= strncmp(margv[k], "--dtype", 7) == 0;
-        optimizer |= strncmp(margv[k], "--optimizer", 11) == 0;
-    }
+    int dtype = cli_model_ref_has(mr, "dtype"), optimizer = cli_model_ref_has(mr, "optimizer");
     if (!dtype && hw->device.flops[IR_BF16] > 1.5 * hw->device.flops[IR_F32])
         fprintf(stderr,
                 "distir: warning: the model computes in f32 (the default) while %s runs bf16 "
                 "%.0fx faster; training runs use --dtype bf16\n",
                 hw->device.kind[0] ? hw->device.kind : hw->name,
                 hw->device.flops[IR_BF16] / hw->device.flops[IR_F32]);
-    if (!optimizer && strcmp(model, "mlp") != 0)
+    if (!optimizer && strcmp(mr->name, "mlp") != 0)
         fprintf(stderr, "distir: warning: the model trains with SGD (the default); language "
                         "models train with Adam (--optimizer adam), whose moments take 8 more "
                         "bytes per parameter\n");
@@ -505,8 +480,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
     const char *optimes = NULL, *model = NULL;
     const char *tables[16];
     /* --model NAME: the generator's options, gathered from the command line */
-    char *margv[64];
-    int margc = 0;
+    cli_model_ref mr = {NULL, 0, {NULL}};
     int ntable = 0, json = 0, timeout_ms = 60000, fail_on_oom = 0, per_device = 0, rc;
     sim_options o;
     hw_model *hw = NULL;
@@ -580,15 +554,10 @@ simulate_cmd(int argc, char **argv, strategy *s)
         } else if ((r = cli_strategy_flag(argc, argv, &i, s)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
-        } else if (is_model_option(argv[i])) {
+        } else if ((r = cli_model_opt(argc, argv, &i, &mr)) != 0) {
             /* A generator option (for --model): kept with its value, checked when building. */
-            if (margc + 2 >= (int)(sizeof margv / sizeof margv[0])) {
-                cli_error("too many model options");
+            if (r < 0)
                 return CLI_USAGE;
-            }
-            margv[1 + margc++] = argv[i];
-            if (!strchr(argv[i], '=') && !is_model_flag(argv[i]) && i + 1 < argc)
-                margv[1 + margc++] = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             cli_error("unknown option '%s'", argv[i]);
             return cli_usage(usage);
@@ -603,8 +572,8 @@ simulate_cmd(int argc, char **argv, strategy *s)
             cli_error("give a FILE or --model NAME, not both");
         return cli_usage(usage);
     }
-    if (margc > 0 && model == NULL) {
-        cli_error("'%s' is a model option: it needs --model NAME", margv[1]);
+    if (mr.argc > 0 && model == NULL) {
+        cli_error("'%s' is a model option: it needs --model NAME", mr.argv[0]);
         return cli_usage(usage);
     }
     if (cli_strategy_finish(s) != 0)
@@ -636,24 +605,13 @@ simulate_cmd(int argc, char **argv, strategy *s)
         return CLI_FAIL;
     }
     if (model != NULL) {
-        /* "gpt" or "mlp" with their options, or a preset name (gpt3-175b, ...): gpt --preset. */
-        char *pargv[66];
-        int pargc = 0;
-        int builtin = strcmp(model, "gpt") == 0 || strcmp(model, "mlp") == 0;
-        pargv[pargc++] = builtin ? (char *)model : (char *)"gpt";
-        if (!builtin) {
-            pargv[pargc++] = (char *)"--preset";
-            pargv[pargc++] = (char *)model;
-        }
-        for (int k = 1; k <= margc; k++)
-            pargv[pargc++] = margv[k];
-        pargv[pargc] = NULL;
-        if ((rc = cli_model_build(pargc, pargv, &m, NULL)) != CLI_OK || m == NULL) {
+        mr.name = model;
+        if ((rc = cli_model_ref_build(&mr, &m)) != CLI_OK) {
             hw_free(hw);
-            return rc != CLI_OK ? rc : CLI_USAGE;
+            return rc;
         }
         file = model;
-        warn_defaults(model, margc, margv, hw);
+        warn_defaults(&mr, hw);
     } else if (cli_load_module(file, &m) != 0) {
         hw_free(hw);
         return CLI_FAIL;
@@ -670,7 +628,14 @@ simulate_cmd(int argc, char **argv, strategy *s)
                          .devices = per_device};
     sim_model_stats_of(m, &inputs.stats);
     if (server) {
-        rc = simulate_remote(server, m, hwname, hw, s, &o, timeout_ms, json, fail_on_oom, &inputs);
+        /* A built-in model goes by name: the daemon generates the same module. */
+        Distir__V1__ModelSpec ms;
+        if (model != NULL)
+            cli_model_ref_proto(&mr, &ms);
+        rc = simulate_remote(server, m, model != NULL ? &ms : NULL, hwname, hw, s, &o, timeout_ms,
+                             json, fail_on_oom, &inputs);
+        if (model != NULL)
+            cli_model_ref_proto_fini(&ms);
     } else {
         sim_result *r = NULL;
         sim_trace_file *tf = NULL;

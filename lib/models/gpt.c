@@ -285,8 +285,9 @@ check_sizes(const models_gpt *c, di_error *err)
         (rc = check_positive("--vocab", c->vocab, err)) != 0 ||
         (rc = check_positive("--batch", c->batch, err)) != 0)
         return rc;
-    if (c->layers < 1 || c->layers > 100000)
-        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and 100000");
+    if (c->layers < 1 || c->layers > MODELS_MAX_LAYERS)
+        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and %u",
+                            MODELS_MAX_LAYERS);
     if (c->hidden % c->heads != 0)
         return di_error_set(err, DI_EINVAL,
                             "model: --hidden %lld is not divisible by --heads %lld",

@@ -261,8 +261,9 @@ models_mlp_build(const models_mlp *c, ir_module **out, di_error *err)
         (rc = check_dim("--input", in, err)) != 0 ||
         (rc = check_dim("--classes", classes, err)) != 0)
         return rc;
-    if (c->layers < 1 || c->layers > 100000)
-        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and 100000");
+    if (c->layers < 1 || c->layers > MODELS_MAX_LAYERS)
+        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and %u",
+                            MODELS_MAX_LAYERS);
     if (!ir_dtype_is_float(c->dtype))
         return di_error_set(err, DI_EINVAL, "model: --dtype must be floating-point, got %s",
                             ir_dtype_name(c->dtype));

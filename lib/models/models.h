@@ -76,6 +76,33 @@ typedef struct models_gpt {
     models_train train;
 } models_gpt;
 
+#define MODELS_MAX_LAYERS 100000u
+
+/*
+ * A built-in model by name and options (spec.c): "mlp", "gpt" or a GPT
+ * preset, then options named as on the command line without "--"
+ * ("batch" "1536", "dtype" "bf16", "final-ln-params" with no value),
+ * applied in order on top of the preset. `distir model`, `simulate
+ * --model`, the daemon's ModelSpec and the Python client all go through it.
+ */
+typedef enum models_spec_kind { MODELS_SPEC_MLP = 1, MODELS_SPEC_GPT } models_spec_kind;
+
+typedef struct models_spec {
+    models_spec_kind kind;
+    char name[32];
+    models_mlp mlp;
+    models_gpt gpt;
+} models_spec;
+
+/* 0 or DI_EINVAL/DI_ENOTFOUND (an unknown preset: the message lists them). */
+int models_spec_init(models_spec *sp, const char *name, di_error *err);
+/* One option; value NULL (or "") for a flag. DI_ENOTFOUND: not an option of this model. */
+int models_spec_set(models_spec *sp, const char *key, const char *value, di_error *err);
+/* 1: the option takes a value, 0: a flag, -1: no model has it. */
+int models_spec_arity(const char *key);
+uint32_t models_spec_layers(const models_spec *sp);
+int models_spec_build(const models_spec *sp, ir_module **out, di_error *err);
+
 /* Defaults: SGD, lr 0.01, annotated. */
 void models_train_init(models_train *t);
 /* Defaults: 2 layers, hidden 16, batch 8, ReLU, softmax cross-entropy, f32. */

@@ -13,6 +13,7 @@
 #include "base/pb.h"
 #include "distir.pb-c.h"
 #include "ir/pb.h"
+#include "models/models.h"
 #include "xform/xform.h"
 
 /* Bump when the encoding of the key changes (request.h). */
@@ -146,14 +147,66 @@ resolve_hw(const Distir__V1__HardwareRef *ref, request_hwcache *hc, request_inpu
     return 0;
 }
 
+/*
+ * A ModelSpec: checked option by option (models_spec_set), its size bounded
+ * before anything is built (a generated GPT has about 80 ops and 160
+ * values per layer with Adam, an MLP about 10 and 20), then generated.
+ */
 static int
-decode_module(const Distir__V1__Module *pm, const request_limits *lim, request_input *in,
-              di_error *err)
+build_spec(const Distir__V1__ModelSpec *ms, const request_limits *lim, request_input *in,
+           di_error *err)
+{
+    models_spec sp;
+    uint64_t layers, per_layer;
+    int rc;
+    if (ms->n_options > REQUEST_MAX_MODEL_OPTIONS)
+        return di_error_set(err, DI_ETOOBIG, "model: %zu options (limit %u)", ms->n_options,
+                            REQUEST_MAX_MODEL_OPTIONS);
+    if ((rc = models_spec_init(&sp, ms->name, err)) != 0) {
+        rc = DI_EINVAL; /* an unknown preset is a bad argument, not a missing resource */
+        goto fail;
+    }
+    for (size_t i = 0; i < ms->n_options; i++) {
+        const Distir__V1__ModelOption *o = ms->options[i];
+        if ((rc = models_spec_set(&sp, o->key, o->value, err)) != 0) {
+            if (rc == DI_ENOTFOUND)
+                rc = DI_EINVAL;
+            goto fail;
+        }
+    }
+    layers = models_spec_layers(&sp);
+    per_layer = sp.kind == MODELS_SPEC_GPT ? 80 : 10;
+    if (layers * per_layer > lim->ir.max_ops || 2 * layers * per_layer > lim->ir.max_values)
+        return di_error_set(err, DI_ETOOBIG,
+                            "model: %llu layers make about %llu ops, over the limit of %u "
+                            "(--max-ops)",
+                            (unsigned long long)layers, (unsigned long long)(layers * per_layer),
+                            lim->ir.max_ops);
+    if ((rc = models_spec_build(&sp, &in->module, err)) != 0)
+        goto fail;
+    return 0;
+fail:
+    if (err != NULL)
+        err->code = rc;
+    di_error_prefix(err, "model");
+    return rc;
+}
+
+static int
+decode_module(const Distir__V1__Module *pm, const Distir__V1__ModelSpec *ms,
+              const request_limits *lim, request_input *in, di_error *err)
 {
     uint64_t nop = 0;
     int rc;
+    if (pm != NULL && ms != NULL)
+        return di_error_set(err, DI_EINVAL, "request has both a module and a model: send one");
+    if (ms != NULL) {
+        if ((rc = build_spec(ms, lim, in, err)) != 0)
+            return rc;
+        goto verify;
+    }
     if (pm == NULL)
-        return di_error_set(err, DI_EINVAL, "request has no module");
+        return di_error_set(err, DI_EINVAL, "request has no module (or model)");
     for (size_t i = 0; i < pm->n_functions && nop <= lim->ir.max_ops; i++)
         nop = count_ops(pm->functions[i]->body, nop, lim->ir.max_ops);
     if (nop > lim->ir.max_ops)
@@ -167,6 +220,7 @@ decode_module(const Distir__V1__Module *pm, const request_limits *lim, request_i
         di_error_prefix(err, "module");
         return rc;
     }
+verify:
     if (in->module->nop > lim->ir.max_ops)
         return di_error_set(err, DI_ETOOBIG, "module: %u ops exceed the limit of %u",
                             in->module->nop, lim->ir.max_ops);
@@ -207,14 +261,14 @@ candidate_init(request_candidate *c, const Distir__V1__Strategy *s, const ir_mod
 }
 
 int
-request_decode_input(const Distir__V1__Module *pm, const Distir__V1__HardwareRef *ref,
-                     const request_limits *lim, request_hwcache *hc, request_input **out,
-                     di_error *err)
+request_decode_input(const Distir__V1__Module *pm, const Distir__V1__ModelSpec *ms,
+                     const Distir__V1__HardwareRef *ref, const request_limits *lim,
+                     request_hwcache *hc, request_input **out, di_error *err)
 {
     request_input *in = di_xcalloc(1, sizeof *in);
     int rc;
     in->refs = 1;
-    rc = decode_module(pm, lim, in, err);
+    rc = decode_module(pm, ms, lim, in, err);
     if (rc == 0)
         rc = resolve_hw(ref, hc, in, err);
     if (rc != 0) {
@@ -234,6 +288,7 @@ request_decode(int kind, const uint8_t *data, size_t len, const request_limits *
                                                  : &distir__v1__simulate_request__descriptor;
     ProtobufCMessage *msg = NULL;
     const Distir__V1__Module *pm;
+    const Distir__V1__ModelSpec *ms;
     const Distir__V1__HardwareRef *href;
     const Distir__V1__SimOptions *popts;
     int rc;
@@ -249,6 +304,7 @@ request_decode(int kind, const uint8_t *data, size_t len, const request_limits *
     if (kind == REQUEST_BATCH) {
         const Distir__V1__SimulateBatchRequest *b = (const void *)msg;
         pm = b->module;
+        ms = b->model;
         href = b->hardware;
         popts = b->options;
         if (b->n_strategies == 0) {
@@ -263,12 +319,13 @@ request_decode(int kind, const uint8_t *data, size_t len, const request_limits *
     } else {
         const Distir__V1__SimulateRequest *s = (const void *)msg;
         pm = s->module;
+        ms = s->model;
         href = s->hardware;
         popts = s->options;
     }
     out->input = di_xcalloc(1, sizeof *out->input);
     out->input->refs = 1;
-    rc = decode_module(pm, lim, out->input, err);
+    rc = decode_module(pm, ms, lim, out->input, err);
     if (rc != 0)
         goto fail;
     rc = resolve_hw(href, hc, out->input, err);

@@ -8,7 +8,9 @@
  *   1. message size        the transport (GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH)
  *   2. nesting depth       pb_unpack_checked (pre-check, capped unpack, UTF-8/enums)
  *   3. counts              ops and values against the limits, before conversion
- *   4. conversion          ir_from_proto (every index bounds-checked)
+ *   4. conversion          ir_from_proto (every index bounds-checked), or for a
+ *                          ModelSpec its options checked, its size bounded
+ *                          and the module generated (models_spec_build)
  *   5. semantics           ir_verify
  *   6. identity            ir_hash, hw_hash
  *   7. strategies          strategy_from_proto, one candidate each
@@ -95,6 +97,9 @@ typedef struct request {
     request_candidate *cands; /* ncand entries; Simulate has exactly one */
 } request;
 
+/* Options of a ModelSpec (a model has 17 at most; repeats are allowed). */
+#define REQUEST_MAX_MODEL_OPTIONS 64u
+
 #define REQUEST_SIMULATE 0 /* SimulateRequest */
 #define REQUEST_BATCH 1    /* SimulateBatchRequest */
 
@@ -107,12 +112,15 @@ int request_decode(int kind, const uint8_t *data, size_t len, const request_limi
                    request_hwcache *hc, request *out, di_error *err);
 /*
  * Steps 3 to 6 for a message already unpacked (with the depth check) that
- * carries a module and a hardware reference, as SearchRequest does: *out is
+ * carries a module (or a ModelSpec, ms) and a hardware reference, as
+ * SearchRequest does: *out is
  * a new input with one reference, or NULL on failure (err says why).
  */
 struct Distir__V1__Module;
+struct Distir__V1__ModelSpec;
 struct Distir__V1__HardwareRef;
 int request_decode_input(const struct Distir__V1__Module *pm,
+                         const struct Distir__V1__ModelSpec *ms,
                          const struct Distir__V1__HardwareRef *ref, const request_limits *lim,
                          request_hwcache *hc, request_input **out, di_error *err);
 /* Frees the candidates and drops the request's reference to its input. */

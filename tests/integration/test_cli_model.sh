@@ -4,7 +4,9 @@
 # `distir simulate --model NAME [model options]` simulates
 # a built-in model with no file: the same result, bit for bit, as the file
 # `distir model` writes with the same options, in-process and through the
-# daemon, where it has the same cache key (the second request is a hit).
+# daemon, where it has the same cache key (the second request is a hit): the CLI
+# sends a ModelSpec and the daemon generates the module. `distir search
+# --model` answers as the search of the file, in-process and through the daemon.
 . tests/integration/lib.sh
 
 T="timeout 120"
@@ -50,5 +52,23 @@ k1=$(sed -n 's/.*"cache_key":"\([0-9a-f]*\)".*/\1/p' "$TMP/s1.json")
 k2=$(sed -n 's/.*"cache_key":"\([0-9a-f]*\)".*/\1/p' "$TMP/s2.json")
 check "through the daemon --model has the file's cache key" [ -n "$k1" ] && [ "$k1" = "$k2" ]
 check "... and is answered from the cache" grep -q '^{"cache":"hit"' "$TMP/s2.json"
+
+# search --model: the same answer as the file's, in-process and through the daemon (which
+# generates the module from the ModelSpec the CLI sends).
+SM="--layers 2 --hidden 64 --heads 4 --seq 16 --vocab 64 --batch 8"
+# shellcheck disable=SC2086
+$T "$DISTIR" model gpt $SM -o "$TMP/s.pb" || fail "model gpt (search)"
+$T "$DISTIR" search "$TMP/s.pb" --hw a100-dgx:1 --devices 4 --json >"$TMP/sf.json"
+# shellcheck disable=SC2086
+$T "$DISTIR" search --model gpt $SM --hw a100-dgx:1 --devices 4 --json >"$TMP/sm.json"
+check "search --model equals the search of the file" cmp -s "$TMP/sf.json" "$TMP/sm.json"
+# shellcheck disable=SC2086
+$T "$DISTIR" search --model gpt $SM --hw a100-dgx:1 --devices 4 --json --server "$ADDR" \
+    >"$TMP/sr.json"
+check "... and through the daemon" cmp -s "$TMP/sf.json" "$TMP/sr.json"
+"$DISTIR" search --model gpt --wings 3 --hw a100-dgx:1 >/dev/null 2>"$TMP/sw.err"
+check "search: an unknown model option is a usage error (exit 2)" [ $? -eq 2 ]
+"$DISTIR" search "$TMP/s.pb" --batch 3 >/dev/null 2>"$TMP/sb.err"
+check "search: a model option without --model is a usage error (exit 2)" [ $? -eq 2 ]
 stop_daemon
 finish

@@ -16,6 +16,7 @@ import time
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build/release"
 sys.path.insert(0, os.path.join(BUILD, "python"))
 import distir  # noqa: E402
+from distir import distir_pb2 as distir_pb  # noqa: E402
 
 DISTIR = os.path.join(BUILD, "distir")
 TMP = tempfile.mkdtemp(prefix="distir-pyc.")
@@ -113,6 +114,39 @@ def main():
                 check("another project sees no history", False)
             except distir.DistirError as e:
                 check("another project sees no history (NOT_FOUND)", e.code.name == "NOT_FOUND")
+            # A model by name: the daemon generates the module the CLI writes.
+            opts = ["--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "16",
+                    "--vocab", "64", "--batch", "8", "--dtype", "bf16", "--optimizer", "adam"]
+            gpt_file = os.path.join(TMP, "gpt.pb")
+            subprocess.run([DISTIR, "model", "gpt", *opts, "-o", gpt_file], check=True)
+            spec = distir.Model("gpt", layers=2, hidden=64, heads=4, seq=16, vocab=64, batch=8,
+                                dtype="bf16", optimizer="adam")
+            by_file = c.simulate(gpt_file, "a100-dgx:1", {"dp": 2, "pp": 2})
+            by_name = c.simulate(spec, "a100-dgx:1", {"dp": 2, "pp": 2})
+            check("Model: the file's cache key and result, answered from the cache",
+                  by_name.cache_key == by_file.cache_key and by_name.cache_hit
+                  and by_name.step_time_s == by_file.step_time_s)
+            batch = c.simulate_batch(spec, "a100-dgx:1", [{"dp": 2}, {"tp": 2}])
+            check("Model: SimulateBatch", all(isinstance(b, distir.Result) for b in batch))
+            for bad, why in ((distir.Model("gpt", layers="x"), "positive integer"),
+                             (distir.Model("gpt", wings=2), "unknown option '--wings'"),
+                             (distir.Model("gpt9"), "known: gpt3-125m"),
+                             (distir.Model("gpt", layers=10**9), "over the limit")):
+                try:
+                    c.simulate(bad, "a100-dgx:1")
+                    check(f"Model: {bad!r} is refused", False)
+                except distir.DistirError as e:
+                    check(f"Model: {bad!r} is refused with a clear error ({e.code.name})",
+                          e.code.name in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")
+                          and why in e.message, e.message)
+            both = distir_pb.SimulateRequest(module=distir.load_module(gpt_file, DISTIR),
+                                             model=spec.message())
+            try:
+                c._unary("Simulate", both, distir_pb.SimulateReply)
+                check("a module and a model together are refused", False)
+            except distir.DistirError as e:
+                check("a module and a model together are refused (INVALID_ARGUMENT)",
+                      e.code.name == "INVALID_ARGUMENT" and "send one" in e.message, e.message)
             events = []
             s = c.search(base, "a100-dgx", devices=4, top_k=3, progress=events.append)
             check("search: a result with top points",
