@@ -65,20 +65,7 @@ code_from_status(grpc_status_code s)
     }
 }
 
-/* A PEM file's text (NUL-terminated; di_free), or NULL with err set. */
-static char *
-read_pem(const char *path, const char *what, di_error *err)
-{
-    uint8_t *data;
-    size_t len;
-    if (di_read_file(path, (size_t)1 << 24, &data, &len, err) != 0) {
-        di_error_prefix(err, "%s", what);
-        return NULL;
-    }
-    data = di_xrealloc(data, len + 1);
-    data[len] = '\0';
-    return (char *)data;
-}
+#define PEM_MAX ((size_t)1 << 24) /* bytes of a PEM file */
 
 static const char *
 env(const char *name)
@@ -106,9 +93,9 @@ channel_creds(di_error *err)
         di_error_set(err, DI_EINVAL, "a client certificate needs --tls-cert and --tls-key");
         return NULL;
     }
-    if ((ca == NULL || (ca_pem = read_pem(ca, "--tls-ca", err)) != NULL) &&
-        (cert == NULL || ((cert_pem = read_pem(cert, "--tls-cert", err)) != NULL &&
-                          (key_pem = read_pem(key, "--tls-key", err)) != NULL))) {
+    if ((ca == NULL || (ca_pem = di_read_text(ca, PEM_MAX, "--tls-ca", err)) != NULL) &&
+        (cert == NULL || ((cert_pem = di_read_text(cert, PEM_MAX, "--tls-cert", err)) != NULL &&
+                          (key_pem = di_read_text(key, PEM_MAX, "--tls-key", err)) != NULL))) {
         grpc_ssl_pem_key_cert_pair pair = {key_pem, cert_pem};
         c = grpc_ssl_credentials_create(ca_pem, cert ? &pair : NULL, NULL, NULL);
         if (c == NULL)
@@ -239,7 +226,8 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
         }
         if (status != GRPC_STATUS_OK) {
             char *d = grpc_slice_to_c_string(details);
-            rc = di_error_set(err, code_from_status(status), "%s: %s", di_grpc_status_name((int)status),
+            rc = di_error_set(err, code_from_status(status), "%s: %s",
+                              di_grpc_status_name((int)status),
                               d[0] ? d : (error_string ? error_string : "no details"));
             gpr_free(d);
         } else if (recv_bb == NULL) {
@@ -284,7 +272,7 @@ rpc_unary(const char *server, const char *method, const ProtobufCMessage *req,
 
 int
 rpc_impl_simulate(const char *server, const Distir__V1__SimulateRequest *req, int timeout_ms,
-             Distir__V1__SimulateReply **reply, di_error *err)
+                  Distir__V1__SimulateReply **reply, di_error *err)
 {
     ProtobufCMessage *m;
     int rc = rpc_unary(server, "/distir.v1.CostModel/Simulate", &req->base,
@@ -295,15 +283,15 @@ rpc_impl_simulate(const char *server, const Distir__V1__SimulateRequest *req, in
 
 int
 rpc_impl_call(const char *server, const char *method, const ProtobufCMessage *req,
-         const ProtobufCMessageDescriptor *reply_desc, int timeout_ms, ProtobufCMessage **reply,
-         di_error *err)
+              const ProtobufCMessageDescriptor *reply_desc, int timeout_ms,
+              ProtobufCMessage **reply, di_error *err)
 {
     return rpc_unary(server, method, req, reply_desc, timeout_ms, reply, err);
 }
 
 int
 rpc_impl_server_info(const char *server, int timeout_ms, Distir__V1__ServerInfoReply **reply,
-                di_error *err)
+                     di_error *err)
 {
     Distir__V1__ServerInfoRequest req = DISTIR__V1__SERVER_INFO_REQUEST__INIT;
     ProtobufCMessage *m;
@@ -331,7 +319,7 @@ wait_tag(grpc_completion_queue *cq, void *tag)
  */
 int
 rpc_impl_search(const char *server, const Distir__V1__SearchRequest *req, int timeout_ms,
-           rpc_search_event_fn on_event, void *ctx, di_error *err)
+                rpc_search_event_fn on_event, void *ctx, di_error *err)
 {
     grpc_channel *ch;
     grpc_completion_queue *cq;

@@ -108,38 +108,24 @@ struct srv_tls {
     char *cert, *key, *client_ca;
 };
 
-/* A PEM file as a NUL-terminated string (di_free), or NULL with err set. */
-static char *
-read_file(const char *path, di_error *err, const char *what)
-{
-    uint8_t *data;
-    size_t len;
-    if (di_read_file(path, (size_t)1 << 24, &data, &len, err) != 0) {
-        di_error_prefix(err, "%s", what);
-        return NULL;
-    }
-    data = di_xrealloc(data, len + 1);
-    data[len] = '\0';
-    return (char *)data;
-}
+#define PEM_MAX ((size_t)1 << 24) /* bytes of a PEM file */
 
 /* A certificate config from the files, or NULL with err set. */
 static grpc_ssl_server_certificate_config *
 load_config(const srv_config *cfg, di_error *err)
 {
-    char *cert = read_file(cfg->tls_cert, err, "--tls-cert");
-    char *key = cert ? read_file(cfg->tls_key, err, "--tls-key") : NULL;
+    char *cert = di_read_text(cfg->tls_cert, PEM_MAX, "--tls-cert", err);
+    char *key = cert ? di_read_text(cfg->tls_key, PEM_MAX, "--tls-key", err) : NULL;
     char *ca = NULL;
     grpc_ssl_server_certificate_config *c = NULL;
     if (key != NULL && cfg->tls_client_ca[0] != '\0')
-        ca = read_file(cfg->tls_client_ca, err, "--tls-client-ca");
+        ca = di_read_text(cfg->tls_client_ca, PEM_MAX, "--tls-client-ca", err);
     if (key != NULL && (cfg->tls_client_ca[0] == '\0' || ca != NULL)) {
         if (strstr(cert, "-----BEGIN CERTIFICATE-----") == NULL)
             di_error_set(err, DI_EINVAL, "--tls-cert: '%s' holds no PEM certificate",
                          cfg->tls_cert);
         else if (strstr(key, "PRIVATE KEY-----") == NULL)
-            di_error_set(err, DI_EINVAL, "--tls-key: '%s' holds no PEM private key",
-                         cfg->tls_key);
+            di_error_set(err, DI_EINVAL, "--tls-key: '%s' holds no PEM private key", cfg->tls_key);
         else if (ca != NULL && strstr(ca, "-----BEGIN CERTIFICATE-----") == NULL)
             di_error_set(err, DI_EINVAL, "--tls-client-ca: '%s' holds no PEM certificate",
                          cfg->tls_client_ca);

@@ -697,8 +697,8 @@ di_read_file(const char *path, size_t max, uint8_t **data, size_t *len, di_error
             if (f != stdin)
                 fclose(f);
             di_free(p);
-            return di_error_set(err, DI_ETOOBIG, "'%s' is larger than the limit of %zu bytes",
-                                path, max);
+            return di_error_set(err, DI_ETOOBIG, "'%s' is larger than the limit of %zu bytes", path,
+                                max);
         }
         if (got == 0)
             break;
@@ -715,6 +715,20 @@ di_read_file(const char *path, size_t max, uint8_t **data, size_t *len, di_error
     *data = p;
     *len = n;
     return 0;
+}
+
+char *
+di_read_text(const char *path, size_t max, const char *what, di_error *err)
+{
+    uint8_t *data;
+    size_t len;
+    if (di_read_file(path, max, &data, &len, err) != 0) {
+        di_error_prefix(err, "%s", what);
+        return NULL;
+    }
+    data = di_xrealloc(data, len + 1);
+    data[len] = '\0';
+    return (char *)data;
 }
 
 int
@@ -754,8 +768,7 @@ di_write_file(const char *path, const void *data, size_t len, di_error *err)
     if (rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
-        return di_error_set(err, DI_EIO, "cannot rename '%s' to '%s': %s", tmp, path,
-                            strerror(e));
+        return di_error_set(err, DI_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
     }
     return 0;
 }
@@ -817,8 +830,7 @@ di_sha256_init(di_sha256 *s)
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     call_once(&sha256_once, sha256_fetch);
-    if (ctx == NULL ||
-        EVP_DigestInit_ex(ctx, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1)
+    if (ctx == NULL || EVP_DigestInit_ex(ctx, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1)
         di_oom();
     s->ctx = ctx;
 }

@@ -186,6 +186,12 @@ char *di_buf_take(di_buf *b, size_t *len);
 
 /* Reads a whole file; the caller frees *data with di_free. Limit: max bytes. */
 int di_read_file(const char *path, size_t max, uint8_t **data, size_t *len, di_error *err);
+/*
+ * A whole text file (at most max bytes), NUL-terminated; the caller frees it
+ * with di_free. NULL with err set, its message prefixed by what (an option
+ * name such as "--tls-cert").
+ */
+char *di_read_text(const char *path, size_t max, const char *what, di_error *err);
 /* Writes a whole file atomically (temporary file, fsync, rename). */
 int di_write_file(const char *path, const void *data, size_t len, di_error *err);
 
