@@ -100,7 +100,6 @@ struct cache {
     int checksums; /* the schema has checksum columns (version 4 on) */
     uint64_t corrupt; /* rows found corrupt (and dropped when writable) */
     uint64_t evicted; /* rows evicted to make room under the size limit */
-    int full_errcode; /* SQLITE_FULL when the last store failed for room, else 0 */
     sqlite3_stmt *st[NSTMT];
     sqlite3_stmt *active; /* the statement whose row cache_get lent out */
     uint64_t count;
@@ -501,48 +500,44 @@ is_full(cache *c)
     return (sqlite3_extended_errcode(c->db) & 0xff) == SQLITE_FULL;
 }
 
-static int put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len,
-                    const char *simulator_version, double step_time_s,
-                    uint64_t peak_memory_bytes, di_error *err);
+/* What a store writes: a result (simulator_version set) or a search. */
+typedef struct store_args {
+    const di_hash *key;
+    const uint8_t *data;
+    size_t len;
+    const char *simulator_version;
+    double step_time_s;
+    uint64_t peak_memory_bytes;
+} store_args;
 
-int
-cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
-          const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
-          di_error *err)
+/* A failed write: rolled back, err says why, *full when for want of room. */
+static int
+write_failed(cache *c, const char *what, int *full, di_error *err)
 {
-    int rc;
-    if (c->readonly)
-        return di_error_set(err, DI_EINVAL, "cache: put on a read-only connection");
-    /* Full: evict least recently used rows and try again (a few rounds at most). */
-    for (int round = 0;; round++) {
-        rc = put_once(c, key, data, len, simulator_version, step_time_s, peak_memory_bytes, err);
-        if (rc != DI_EIO || c->full_errcode != SQLITE_FULL || round == 8 || evict(c) == 0)
-            return rc;
-        di_error_clear(err);
-    }
+    *full = is_full(c);
+    db_error(c, err, DI_EIO, what);
+    exec_stmt(c, ST_ROLLBACK);
+    return DI_EIO;
 }
 
 static int
-put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len,
-         const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
-         di_error *err)
+put_once(cache *c, const store_args *a, int *full, di_error *err)
 {
     sqlite3_stmt *st = c->st[ST_PUT];
     di_hash sum;
     int rc;
-    release_active(c);
-    c->full_errcode = 0;
     if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
         return db_error(c, err, DI_EIO, "cannot begin a write");
-    sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
-    sqlite3_bind_blob64(st, 2, len ? data : (const uint8_t *)"", len, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, simulator_version, -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 4, step_time_s);
-    sqlite3_bind_int64(
-        st, 5, peak_memory_bytes > INT64_MAX ? INT64_MAX : (sqlite3_int64)peak_memory_bytes);
+    sqlite3_bind_blob(st, 1, a->key->b, sizeof a->key->b, SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 2, a->len ? a->data : (const uint8_t *)"", a->len, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, a->simulator_version, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 4, a->step_time_s);
+    sqlite3_bind_int64(st, 5,
+                       a->peak_memory_bytes > INT64_MAX ? INT64_MAX
+                                                        : (sqlite3_int64)a->peak_memory_bytes);
     sqlite3_bind_double(st, 6, now_unix());
     if (c->checksums) {
-        di_sha256_once(data, len, &sum);
+        di_sha256_once(a->data, a->len, &sum);
         sqlite3_bind_blob(st, 7, sum.b, sizeof sum.b, SQLITE_STATIC);
     }
     rc = sqlite3_step(st);
@@ -551,81 +546,83 @@ put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len,
     int added = rc == SQLITE_DONE && sqlite3_changes(c->db) > 0;
     if (rc == SQLITE_DONE && !added && c->checksums) {
         st = c->st[ST_REPAIR];
-        sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
-        sqlite3_bind_blob64(st, 2, len ? data : (const uint8_t *)"", len, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 1, a->key->b, sizeof a->key->b, SQLITE_STATIC);
+        sqlite3_bind_blob64(st, 2, a->len ? a->data : (const uint8_t *)"", a->len,
+                            SQLITE_STATIC);
         sqlite3_bind_blob(st, 3, sum.b, sizeof sum.b, SQLITE_STATIC);
         rc = sqlite3_step(st);
         sqlite3_clear_bindings(st);
         sqlite3_reset(st);
     }
-    if (rc != SQLITE_DONE) {
-        c->full_errcode = is_full(c) ? SQLITE_FULL : 0;
-        db_error(c, err, DI_EIO, "cannot store a result");
-        exec_stmt(c, ST_ROLLBACK);
-        return DI_EIO;
-    }
-    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
-        c->full_errcode = is_full(c) ? SQLITE_FULL : 0;
-        db_error(c, err, DI_EIO, "cannot commit a result");
-        exec_stmt(c, ST_ROLLBACK);
-        return DI_EIO;
-    }
+    if (rc != SQLITE_DONE)
+        return write_failed(c, "cannot store a result", full, err);
+    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE)
+        return write_failed(c, "cannot commit a result", full, err);
     c->count += (uint64_t)added;
     return 0;
 }
 
-static int search_put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len,
-                           di_error *err);
-
-int
-cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err)
-{
-    int rc;
-    if (c->readonly)
-        return di_error_set(err, DI_EINVAL, "cache: put on a read-only connection");
-    if (c->st[ST_SEARCH_PUT] == NULL)
-        return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no searches table");
-    for (int round = 0;; round++) {
-        rc = search_put_once(c, key, data, len, err);
-        if (rc != DI_EIO || c->full_errcode != SQLITE_FULL || round == 8 || evict(c) == 0)
-            return rc;
-        di_error_clear(err);
-    }
-}
-
 static int
-search_put_once(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err)
+search_put_once(cache *c, const store_args *a, int *full, di_error *err)
 {
     sqlite3_stmt *st = c->st[ST_SEARCH_PUT];
     int rc;
-    release_active(c);
-    c->full_errcode = 0;
     if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
         return db_error(c, err, DI_EIO, "cannot begin a write");
-    sqlite3_bind_blob(st, 1, key->b, sizeof key->b, SQLITE_STATIC);
-    sqlite3_bind_blob64(st, 2, len ? data : (const uint8_t *)"", len, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 1, a->key->b, sizeof a->key->b, SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 2, a->len ? a->data : (const uint8_t *)"", a->len, SQLITE_STATIC);
     sqlite3_bind_double(st, 3, now_unix());
     if (c->checksums) {
         di_hash sum;
-        di_sha256_once(data, len, &sum);
+        di_sha256_once(a->data, a->len, &sum);
         sqlite3_bind_blob(st, 4, sum.b, sizeof sum.b, SQLITE_TRANSIENT);
     }
     rc = sqlite3_step(st);
     sqlite3_clear_bindings(st);
     sqlite3_reset(st);
-    if (rc != SQLITE_DONE) {
-        c->full_errcode = is_full(c) ? SQLITE_FULL : 0;
-        db_error(c, err, DI_EIO, "cannot store a search");
-        exec_stmt(c, ST_ROLLBACK);
-        return DI_EIO;
-    }
-    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
-        c->full_errcode = is_full(c) ? SQLITE_FULL : 0;
-        db_error(c, err, DI_EIO, "cannot commit a search");
-        exec_stmt(c, ST_ROLLBACK);
-        return DI_EIO;
-    }
+    if (rc != SQLITE_DONE)
+        return write_failed(c, "cannot store a search", full, err);
+    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE)
+        return write_failed(c, "cannot commit a search", full, err);
     return 0;
+}
+
+/*
+ * One store, and when the database or the disk is full, least recently
+ * used rows evicted and the store tried again (8 rounds at most).
+ */
+static int
+store(cache *c, int (*once)(cache *, const store_args *, int *, di_error *), const store_args *a,
+      di_error *err)
+{
+    if (c->readonly)
+        return di_error_set(err, DI_EINVAL, "cache: put on a read-only connection");
+    for (int round = 0;; round++) {
+        int full = 0, rc;
+        release_active(c);
+        rc = once(c, a, &full, err);
+        if (rc != DI_EIO || !full || round == 8 || evict(c) == 0)
+            return rc;
+        di_error_clear(err);
+    }
+}
+
+int
+cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
+          const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
+          di_error *err)
+{
+    store_args a = {key, data, len, simulator_version, step_time_s, peak_memory_bytes};
+    return store(c, put_once, &a, err);
+}
+
+int
+cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err)
+{
+    store_args a = {key, data, len, NULL, 0, 0};
+    if (!c->readonly && c->st[ST_SEARCH_PUT] == NULL)
+        return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no searches table");
+    return store(c, search_put_once, &a, err);
 }
 
 static void
