@@ -273,18 +273,16 @@ cmd_baseline(int argc, char **argv)
     } else {
         cache *c = ci_open_db(a.db);
         di_hash key;
-        baseline_entry *hist = NULL;
         if (c == NULL)
             goto out;
         di_hash_from_hex(res.key, &key);
         if (baseline_add(c, "", a.project, name, label, &key, res.data, res.len,
-                         res.r->step_time_s, res.r->peak_memory_bytes, &err) != 0 ||
-            baseline_history(c, "", a.project, name, &hist, &history, &err) != 0) {
+                         res.r->step_time_s, res.r->peak_memory_bytes, NULL, &history,
+                         &err) != 0) {
             cli_error("%s", err.msg);
             cache_close(c);
             goto out;
         }
-        di_free(hist);
         cache_close(c);
     }
     char t[32], mem[32];

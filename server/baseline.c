@@ -26,10 +26,14 @@ baseline_check_name(const char *what, const char *s, di_error *err)
     return 0;
 }
 
+static int select_rows(sqlite3 *db, const char *sql, const char *tenant, const char *project,
+                       const char *name, sqlite3_stmt **st, di_error *err);
+
 int
 baseline_add(cache *c, const char *tenant, const char *project, const char *name,
              const char *label, const di_hash *key, const uint8_t *result, size_t len,
-             double step_time_s, uint64_t peak_memory_bytes, di_error *err)
+             double step_time_s, uint64_t peak_memory_bytes, baseline_entry *added,
+             size_t *history, di_error *err)
 {
     sqlite3 *db = cache_sqlite(c);
     sqlite3_stmt *st = NULL;
@@ -63,6 +67,26 @@ baseline_add(cache *c, const char *tenant, const char *project, const char *name
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return sql_error(db, err, "cannot store the baseline");
+    if (added != NULL) {
+        memset(added, 0, sizeof *added);
+        snprintf(added->label, sizeof added->label, "%s", label ? label : "");
+        added->created = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+        added->cache_key = *key;
+        added->step_time_s = step_time_s;
+        added->peak_memory_bytes = peak_memory_bytes;
+    }
+    if (history != NULL) {
+        if ((rc = select_rows(db,
+                              "SELECT count(*) FROM baselines WHERE tenant = ?1 AND project = ?2 "
+                              "AND name = ?3",
+                              tenant, project, name, &st, err)) != 0)
+            return rc;
+        rc = sqlite3_step(st);
+        *history = rc == SQLITE_ROW ? (size_t)sqlite3_column_int64(st, 0) : 0;
+        sqlite3_finalize(st);
+        if (rc != SQLITE_ROW)
+            return sql_error(db, err, "cannot count the history");
+    }
     return 0;
 }
 

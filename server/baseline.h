@@ -25,10 +25,14 @@ typedef struct baseline_entry {
 
 /* Names: 1 to 127 printable characters. */
 int baseline_check_name(const char *what, const char *s, di_error *err);
-/* Adds a row (writer connection). Returns 0 or DI_EIO. */
+/*
+ * Adds a row (writer connection): *added (may be NULL) is its entry and
+ * *history (may be NULL) the rows of the name now. Returns 0 or DI_EIO.
+ */
 int baseline_add(cache *c, const char *tenant, const char *project, const char *name,
                  const char *label, const di_hash *key, const uint8_t *result, size_t len,
-                 double step_time_s, uint64_t peak_memory_bytes, di_error *err);
+                 double step_time_s, uint64_t peak_memory_bytes, baseline_entry *added,
+                 size_t *history, di_error *err);
 /*
  * The latest row with its result (checked against its checksum:
  * DI_ECORRUPT), DI_ENOTFOUND when the name has none. Free e->result.

@@ -1293,7 +1293,7 @@ method_set_baseline(srv_call *c)
     di_hash shown;
     di_error err;
     sim_result *res = NULL;
-    baseline_entry *hist = NULL;
+    baseline_entry added;
     size_t nhist = 0;
     if (req == NULL)
         goto out;
@@ -1309,9 +1309,7 @@ method_set_baseline(srv_call *c)
         goto out;
     if (sim_result_unpack(data, len, &res, &err) != 0 ||
         baseline_add(d->cache, c->who.tenant, project, req->name, req->label, &shown, data, len,
-                     res->step_time_s, res->peak_memory_bytes, &err) != 0 ||
-        baseline_history(d->cache, c->who.tenant, project, req->name, &hist, &nhist, &err) != 0 ||
-        nhist == 0) {
+                     res->step_time_s, res->peak_memory_bytes, &added, &nhist, &err) != 0) {
         call_fail(c, err.code ? err.code : DI_EINTERNAL, err.msg);
         goto out;
     }
@@ -1319,7 +1317,7 @@ method_set_baseline(srv_call *c)
         Distir__V1__BaselineReply r = DISTIR__V1__BASELINE_REPLY__INIT;
         Distir__V1__BaselineEntry e;
         char hex[65];
-        entry_to_proto(&hist[nhist - 1], &e, hex);
+        entry_to_proto(&added, &e, hex);
         r.entry = &e;
         r.history_length = (uint32_t)nhist;
         call_enqueue(c, srv_reply_pack(&r.base));
@@ -1330,7 +1328,6 @@ method_set_baseline(srv_call *c)
 out:
     sim_result_free(res);
     di_free(data);
-    di_free(hist);
     if (req != NULL)
         protobuf_c_message_free_unpacked(&req->base, NULL);
     call_pump(c);

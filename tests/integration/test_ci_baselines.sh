@@ -28,6 +28,7 @@ run_checks() {
     $T "$DISTIR" baseline set train "$TMP/base.pb" --label c1 $W >"$TMP/$tag.set1" ||
         fail "$tag: baseline set"
     check "$tag: baseline set reports it" grep -q "baseline 'train' of project 'default' set to c1" "$TMP/$tag.set1"
+    check "$tag: ... the first of its history" grep -q ", 1 in its history)" "$TMP/$tag.set1"
     $T "$DISTIR" compare "$TMP/base.pb" --baseline train $W --junit "$TMP/$tag.same.xml" \
         >"$TMP/$tag.same" 2>&1
     check "$tag: the unchanged model compares equal (exit 0)" [ $? -eq 0 ]
@@ -68,7 +69,8 @@ sys.exit(not json.load(open(sys.argv[1]))["explanation"]["memory_by_class"]["act
     check "$tag: a time allowance a hair below the growth fails" [ $? -eq 1 ]
     # History: every set, in order.
     $T "$DISTIR" baseline set train "$TMP/deeper.pb" --label c2 $W >/dev/null || fail "$tag: set c2"
-    $T "$DISTIR" baseline set train "$TMP/base.pb" --label c3 $W >/dev/null || fail "$tag: set c3"
+    $T "$DISTIR" baseline set train "$TMP/base.pb" --label c3 $W >"$TMP/$tag.set3" || fail "$tag: set c3"
+    check "$tag: the third set is the third of its history" grep -q ", 3 in its history)" "$TMP/$tag.set3"
     $T "$DISTIR" history train $W --json >"$TMP/$tag.hist.json"
     check "$tag: history lists c1, c2, c3 in order" [ "$(/usr/bin/python3 -c 'import sys, json
 print(",".join(e["label"] for e in json.load(open(sys.argv[1]))["entries"]))' "$TMP/$tag.hist.json")" = c1,c2,c3 ]
