@@ -16,5 +16,6 @@
     X(baseline, "set a CI baseline: a module's result under a name (--server or --db)")           \
     X(compare, "compare a module with a baseline or another module; exit 1 on regression")        \
     X(history, "list a baseline's history, or draw it as an SVG chart")                           \
+    X(validate, "compare predictions with measured training runs (a CSV of runs)")                \
     X(hw, "show hardware presets and files")                                                      \
     X(info, "print the daemon's ServerInfo")

@@ -439,6 +439,16 @@ static const preset presets[] = {
      0.8, 5e8, 0.8,
      300e9, 3e-6, 25e9, 5e-6,
      HW_ALGO_AUTO, 3e-6},
+    /*
+     * vTrain's measurement cluster (../shared/data/vtrain): DGX A100 80 GB
+     * nodes with 800 Gb/s per node between nodes, 100 Gb/s per GPU.
+     */
+    {"a100-vtrain", "A100-SXM4-80GB", 8, 1,
+     19.5e12, 312e12, 312e12, 0, 0, 156e12,
+     80 * GIB, 2039e9, 4e-6,
+     0.8, 5e8, 0.8,
+     300e9, 3e-6, 12.5e9, 5e-6,
+     HW_ALGO_AUTO, 3e-6},
     /* DGX H100: NVSwitch 450 GB/s per direction; one 400 Gb/s NDR port per GPU. */
     {"h100-dgx", "H100-SXM5-80GB", 8, 1,
      67e12, 989e12, 989e12, 0, 1979e12, 495e12,
@@ -468,7 +478,8 @@ static const preset presets[] = {
 #define NPRESET (sizeof presets / sizeof presets[0])
 
 static const char *const preset_name_list[NPRESET + 1] = {
-    "v100-dgx1", "a100-dgx", "a100-40g-dgx", "h100-dgx", "h200-dgx", "distir-classic", NULL,
+    "v100-dgx1", "a100-dgx", "a100-40g-dgx", "a100-vtrain", "h100-dgx", "h200-dgx",
+    "distir-classic", NULL,
 };
 
 const char *const *

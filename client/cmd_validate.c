@@ -1,0 +1,281 @@
+/*
+ * cmd_validate.c: `distir validate --runs CSV [--hw PRESET|FILE.json]
+ * [--sample N] [--json]`: simulates every measured run of a runs file
+ * (lib/validate: vTrain's CSV columns as they are) and prints predicted
+ * against measured iteration time per row, then MAPE, median and max error,
+ * mean signed error and Spearman's rank correlation per model size and over
+ * all rows. Rows that cannot be expressed are listed with the reason.
+ * docs/validation.md has the figures.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "request/request.h"
+#include "sim/sim.h"
+#include "validate/validate.h"
+
+static const char usage[] =
+    "validate --runs CSV [--hw PRESET|FILE.json] [--sample N] [--json]\n"
+    "Simulates each measured run (GPT shape, batch, micro batch, tp/dp/pp, sequence; f16, Adam,\n"
+    "full activation recomputation, 1F1B, vocabulary 50,257) and compares the predicted with the\n"
+    "measured iteration time. --sample N takes N rows evenly spread over the file.";
+
+#define MAX_ROWS 100000u
+
+/* Simulates row r: its predicted iteration time, or the reason in r->error. */
+static void
+simulate_row(validate_row *r, const validate_setup *v, const hw_model *hw)
+{
+    models_gpt g;
+    strategy s;
+    ir_module *m = NULL, *dm = NULL;
+    const ir_module *sm;
+    sim_result *res = NULL;
+    sim_options o;
+    di_error err;
+    if (validate_row_setup(r, v, &g, &s) != 0) {
+        strategy_fini(&s);
+        return;
+    }
+    if (hw == NULL || hw->ndevice < r->gpus) {
+        snprintf(r->error, sizeof r->error, "%u GPUs, the hardware has %u", r->gpus,
+                 hw ? hw->ndevice : 0);
+        strategy_fini(&s);
+        return;
+    }
+    di_error_clear(&err);
+    sim_options_default(&o);
+    o.want_timeline = 0;
+    if (models_gpt_build(&g, &m, &err) != 0 || strategy_normalize(&s, &err) != 0 ||
+        request_apply_strategy(m, &s, hw, &sm, &dm, &err) != 0 ||
+        sim_run(sm, hw, &o, &res, NULL, NULL, &err) != 0)
+        snprintf(r->error, sizeof r->error, "%s", err.msg);
+    else
+        r->predicted_ms = res->step_time_s * 1e3;
+    sim_result_free(res);
+    ir_module_free(dm);
+    ir_module_free(m);
+    strategy_fini(&s);
+}
+
+/*
+ * The hardware of a row: hw, or for a preset named without a node count
+ * ("a100-vtrain") and a row with more GPUs, that preset with enough nodes
+ * (kept in *scaled until a row needs another count).
+ */
+static const hw_model *
+hardware_for(const char *name, const hw_model *hw, uint32_t gpus, hw_model **scaled)
+{
+    char spec[96];
+    uint32_t per = hw->devices_per_node ? hw->devices_per_node : 1, nodes;
+    di_error err;
+    if (gpus <= hw->ndevice || strchr(name, ':') != NULL || strstr(name, ".json") != NULL)
+        return hw;
+    nodes = (gpus + per - 1) / per;
+    if (*scaled != NULL && (*scaled)->ndevice == nodes * per)
+        return *scaled;
+    hw_free(*scaled);
+    *scaled = NULL;
+    snprintf(spec, sizeof spec, "%s:%u", name, nodes);
+    return hw_load(spec, scaled, &err) == 0 ? *scaled : NULL;
+}
+
+static void
+json_stats(const validate_stats *st)
+{
+    printf("\"rows\":%u,\"mape\":%.4f,\"median\":%.4f,\"max\":%.4f,\"bias\":%.4f,", st->rows,
+           st->mape, st->median, st->max, st->bias);
+    if (isnan(st->spearman))
+        printf("\"spearman\":null");
+    else
+        printf("\"spearman\":%.4f", st->spearman);
+}
+
+static void
+text_stats(const char *label, const validate_stats *st)
+{
+    char rho[16] = "-";
+    if (!isnan(st->spearman))
+        snprintf(rho, sizeof rho, "%.3f", st->spearman);
+    printf("%-10s %5u %8.2f%% %8.2f%% %8.2f%% %+8.2f%% %9s\n", label, st->rows, st->mape,
+           st->median, st->max, st->bias, rho);
+}
+
+int
+cmd_validate(int argc, char **argv)
+{
+    const char *runs = NULL, *hwname = "a100-vtrain", *v;
+    int json = 0;
+    uint32_t sample = 0, n = 0, nidx = 0, ngroup = 0;
+    validate_row *rows = NULL;
+    validate_setup setup;
+    hw_model *hw = NULL, *scaled = NULL;
+    uint8_t *text = NULL;
+    size_t len;
+    di_error err;
+    char(*labels)[16] = NULL;
+    uint32_t *idx = NULL, *group = NULL;
+    int rc = CLI_FAIL;
+
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cli_is_help(argv[i]))
+            return cli_help(usage);
+        if (cli_flag(argv[i], "--json")) {
+            json = 1;
+        } else if ((r = cli_opt(argc, argv, &i, "--runs", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            runs = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--hw", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            hwname = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--sample", &v)) != 0) {
+            char *end;
+            long k;
+            if (r < 0)
+                return CLI_USAGE;
+            k = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || k < 1 || k > (long)MAX_ROWS) {
+                cli_error("--sample needs a positive number of rows, got '%s'", v);
+                return CLI_USAGE;
+            }
+            sample = (uint32_t)k;
+        } else {
+            cli_error("unknown option '%s'", argv[i]);
+            return cli_usage(usage);
+        }
+    }
+    if (runs == NULL)
+        return cli_usage(usage);
+    validate_setup_default(&setup);
+    if (hw_load(hwname, &hw, &err) != 0) {
+        cli_error("%s", err.msg);
+        return CLI_FAIL;
+    }
+    if (di_read_file(runs, (size_t)1 << 28, &text, &len, &err) != 0 ||
+        validate_parse_csv((const char *)text, len, MAX_ROWS, &rows, &n, &err) != 0) {
+        cli_error("%s: %s", runs, err.msg);
+        goto out;
+    }
+    /* The rows to simulate: all, or `sample` evenly spread (first and last included). */
+    idx = di_xmalloc((n ? n : 1) * sizeof *idx);
+    if (sample == 0 || sample >= n) {
+        for (uint32_t i = 0; i < n; i++)
+            idx[nidx++] = i;
+    } else {
+        for (uint32_t k = 0; k < sample; k++)
+            idx[nidx++] = sample == 1 ? 0 : (uint32_t)((uint64_t)k * (n - 1) / (sample - 1));
+    }
+    for (uint32_t k = 0; k < nidx; k++)
+        simulate_row(&rows[idx[k]], &setup, hardware_for(hwname, hw, rows[idx[k]].gpus, &scaled));
+    /* Groups: model sizes, in order of first appearance. */
+    labels = di_xcalloc(nidx ? nidx : 1, sizeof *labels);
+    group = di_xmalloc((nidx ? nidx : 1) * sizeof *group);
+    for (uint32_t k = 0; k < nidx; k++) {
+        char l[16];
+        uint32_t g;
+        validate_size_label(&rows[idx[k]], &setup, l, sizeof l);
+        for (g = 0; g < ngroup && strcmp(labels[g], l) != 0; g++)
+            ;
+        if (g == ngroup)
+            memcpy(labels[ngroup++], l, sizeof l);
+        group[k] = g;
+    }
+    uint32_t *sub = di_xmalloc((nidx ? nidx : 1) * sizeof *sub);
+    validate_stats all;
+    validate_stats_of(rows, idx, nidx, &all);
+    if (json) {
+        printf("{\"runs\":");
+        {
+            di_buf b;
+            di_buf_init(&b);
+            di_buf_json_str(&b, runs);
+            fwrite(b.data, 1, b.len, stdout);
+            di_buf_fini(&b);
+        }
+        printf(",\"hardware\":\"%s\",\"rows\":[", hwname);
+        for (uint32_t k = 0; k < nidx; k++) {
+            const validate_row *r = &rows[idx[k]];
+            printf("%s{\"line\":%u,\"size\":\"%s\",\"gpus\":%u,\"global_batch\":%u,"
+                   "\"micro_batch\":%u,\"hidden\":%u,\"heads\":%u,\"layers\":%u,\"seq\":%u,"
+                   "\"tp\":%u,\"dp\":%u,\"pp\":%u,\"measured_ms\":%.17g,",
+                   k ? "," : "", r->line, labels[group[k]], r->gpus, r->global_batch,
+                   r->micro_batch, r->hidden, r->heads, r->layers, r->seq, r->tp, r->dp, r->pp,
+                   r->measured_ms);
+            if (r->predicted_ms >= 0)
+                printf("\"predicted_ms\":%.17g,\"error\":%.6f}", r->predicted_ms,
+                       100 * (r->predicted_ms - r->measured_ms) / r->measured_ms);
+            else {
+                di_buf b;
+                di_buf_init(&b);
+                di_buf_json_str(&b, r->error);
+                printf("\"predicted_ms\":null,\"skipped\":%.*s}", (int)b.len, b.data);
+                di_buf_fini(&b);
+            }
+        }
+        printf("],\"groups\":[");
+        for (uint32_t g = 0; g < ngroup; g++) {
+            validate_stats st;
+            uint32_t m = 0;
+            for (uint32_t k = 0; k < nidx; k++)
+                if (group[k] == g)
+                    sub[m++] = idx[k];
+            validate_stats_of(rows, sub, m, &st);
+            printf("%s{\"size\":\"%s\",", g ? "," : "", labels[g]);
+            json_stats(&st);
+            printf("}");
+        }
+        printf("],\"all\":{");
+        json_stats(&all);
+        printf("}}\n");
+    } else {
+        uint32_t skipped = 0;
+        printf("%5s %6s %5s %4s %4s %4s %4s %12s %12s %8s\n", "line", "size", "gpus", "tp",
+               "dp", "pp", "mb", "measured", "predicted", "error");
+        for (uint32_t k = 0; k < nidx; k++) {
+            const validate_row *r = &rows[idx[k]];
+            if (r->predicted_ms < 0) {
+                skipped++;
+                continue;
+            }
+            printf("%5u %6s %5u %4u %4u %4u %4u %9.1f ms %9.1f ms %+7.1f%%\n", r->line,
+                   labels[group[k]], r->gpus, r->tp, r->dp, r->pp, r->micro_batch,
+                   r->measured_ms, r->predicted_ms,
+                   100 * (r->predicted_ms - r->measured_ms) / r->measured_ms);
+        }
+        printf("\n%-10s %5s %9s %9s %9s %9s %9s\n", "size", "rows", "MAPE", "median", "max",
+               "bias", "spearman");
+        for (uint32_t g = 0; g < ngroup; g++) {
+            validate_stats st;
+            uint32_t m = 0;
+            for (uint32_t k = 0; k < nidx; k++)
+                if (group[k] == g)
+                    sub[m++] = idx[k];
+            validate_stats_of(rows, sub, m, &st);
+            text_stats(labels[g], &st);
+        }
+        text_stats("all", &all);
+        if (skipped) {
+            printf("\nnot simulated (%u):\n", skipped);
+            for (uint32_t k = 0; k < nidx; k++)
+                if (rows[idx[k]].predicted_ms < 0)
+                    printf("  line %u: %s\n", rows[idx[k]].line, rows[idx[k]].error);
+        }
+    }
+    di_free(sub);
+    rc = CLI_OK;
+out:
+    di_free(text);
+    di_free(rows);
+    di_free(idx);
+    di_free(labels);
+    di_free(group);
+    hw_free(hw);
+    hw_free(scaled);
+    return rc;
+}

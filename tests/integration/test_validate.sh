@@ -1,0 +1,96 @@
+#!/bin/sh
+# test_validate.sh: `distir validate` against vTrain's measured runs.
+#   - a 20-row sample of each CSV (evenly spread, first and last rows
+#     included) is simulated row by row: every row is expressible, the
+#     per-row errors are (predicted - measured) / measured, and MAPE, median,
+#     max, mean signed error and Spearman's rho per model size and overall
+#     equal a recomputation from the rows;
+#   - fidelity cannot silently regress: the sample's MAPE stays within its
+#     recorded level (ground_truth_single 24.6%, ground_truth_multi 15.2%
+#     when this test was written, with 10% headroom). These are the tool's
+#     figures today, not the targets (8% and 10%): docs/validation.md;
+#   - rows that cannot be expressed are listed with the reason, a file
+#     without a required column fails, and the text form has the tables.
+. tests/integration/lib.sh
+
+PY=/usr/bin/python3
+T="timeout 300"
+DATA=tests/data/vtrain
+
+# shellcheck disable=SC2016
+CHECK='
+import json, math, sys
+r = json.load(open(sys.argv[1])); limit = float(sys.argv[2])
+rows = r["rows"]
+assert len(rows) == 20 and rows[0]["line"] == 2, (len(rows), rows[0]["line"])
+assert len({x["line"] for x in rows}) == 20
+assert all(x["predicted_ms"] is not None for x in rows), [x for x in rows if x["predicted_ms"] is None]
+for x in rows:
+    e = 100 * (x["predicted_ms"] - x["measured_ms"]) / x["measured_ms"]
+    assert abs(e - x["error"]) < 1e-4, (x, e)
+def ranks(v):
+    return [sum(w < a for w in v) + (sum(w == a for w in v) + 1) / 2 for a in v]
+def stats(rs):
+    ape = sorted(abs(x["error"]) for x in rs); n = len(ape)
+    s = {"rows": n, "mape": sum(ape) / n, "max": ape[-1],
+         "median": ape[n // 2] if n % 2 else (ape[n // 2 - 1] + ape[n // 2]) / 2,
+         "bias": sum(x["error"] for x in rs) / n, "spearman": None}
+    if n >= 3:
+        a, b = ranks([x["predicted_ms"] for x in rs]), ranks([x["measured_ms"] for x in rs])
+        ma, mb = sum(a) / n, sum(b) / n
+        sab = sum((p - ma) * (q - mb) for p, q in zip(a, b))
+        saa = sum((p - ma) ** 2 for p in a); sbb = sum((q - mb) ** 2 for q in b)
+        s["spearman"] = sab / math.sqrt(saa * sbb) if saa > 0 and sbb > 0 else None
+    return s
+def same(got, want):
+    for k, v in want.items():
+        if v is None or got[k] is None:
+            assert v is None and got[k] is None, (k, got, want)
+        else:
+            assert abs(got[k] - v) < 1e-3, (k, got[k], v)
+same(r["all"], stats(rows))
+for g in r["groups"]:
+    same(g, stats([x for x in rows if x["size"] == g["size"]]))
+assert {g["size"] for g in r["groups"]} == {x["size"] for x in rows}
+print("# %s: MAPE %.2f%%, median %.2f%%, max %.2f%%, rho %.3f (bound %.1f%%)" % (
+    sys.argv[1].rsplit("/", 1)[-1], r["all"]["mape"], r["all"]["median"], r["all"]["max"],
+    r["all"]["spearman"], limit))
+assert r["all"]["mape"] <= limit, (r["all"]["mape"], limit)
+'
+
+for f in single:27 multi:17; do
+    name=${f%%:*} limit=${f#*:}
+    $T "$DISTIR" validate --runs "$DATA/ground_truth_$name.csv" --sample 20 --json \
+        >"$TMP/$name.json" 2>"$TMP/$name.err" || fail "validate $name: $(cat "$TMP/$name.err")"
+    if $PY -c "$CHECK" "$TMP/$name.json" "$limit"; then
+        ok "ground_truth_$name: 20 rows, statistics recomputed from the rows, MAPE within $limit%"
+    else
+        fail "ground_truth_$name sample"
+    fi
+done
+
+$T "$DISTIR" validate --runs "$DATA/ground_truth_multi.csv" --sample 5 >"$TMP/multi.txt"
+check "the text has a row per run and a table per model size" \
+    sh -c "grep -q '^ *line  *size  *gpus' '$TMP/multi.txt' && grep -q '^size  *rows  *MAPE' '$TMP/multi.txt' && grep -q '^all ' '$TMP/multi.txt'"
+
+cat >"$TMP/bad.csv" <<'EOF'
+# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)
+8,16,2,1024,16,4,256,2,2,2,100.0
+8,16,2,1024,16,4,256,2,2,4,100.0
+8,15,2,1024,16,4,256,2,2,2,100.0
+8,16,2,1024,16,4,256,2,2,two,100.0
+8,16,2,1024,16,4,256,2,2,2
+EOF
+$T "$DISTIR" validate --runs "$TMP/bad.csv" >"$TMP/bad.txt" 2>&1
+check "a file with bad rows still validates the good ones (exit 0)" [ $? -eq 0 ]
+check "... listing each bad row with its reason" sh -c "
+    grep -q 'line 3: tp 2 x dp 2 x pp 4 is not the 8 GPUs' '$TMP/bad.txt' &&
+    grep -q 'line 4: global batch 15 is not a multiple of dp 2 x micro batch 2' '$TMP/bad.txt' &&
+    grep -q \"line 5: 'pipeline parallelism' is not a positive integer: 'two'\" '$TMP/bad.txt' &&
+    grep -q 'line 6: 10 fields where the header has 11' '$TMP/bad.txt' &&
+    grep -q '^not simulated (4):' '$TMP/bad.txt'"
+printf 'a,b\n1,2\n' >"$TMP/nohdr.csv"
+"$DISTIR" validate --runs "$TMP/nohdr.csv" >/dev/null 2>"$TMP/nohdr.err"
+check "a file without the required columns fails (exit 1)" [ $? -eq 1 ]
+check "... naming the missing column" grep -q "the header has no column '# gpus'" "$TMP/nohdr.err"
+finish
