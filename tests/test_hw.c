@@ -86,7 +86,23 @@ test_preset_names(void **state)
         assert_int_equal(hw->ndevice, hw->num_nodes * hw->devices_per_node);
         hw_free(hw);
     }
-    assert_int_equal(n, 6);
+    assert_int_equal(n, 7);
+}
+
+/* vTrain's cluster: a100-dgx's devices, 800 Gb/s per node between nodes (12.5 GB/s per GPU). */
+static void
+test_preset_vtrain(void **state)
+{
+    hw_model *hw = preset("a100-vtrain:4"), *dgx = preset("a100-dgx:4");
+    (void)state;
+    assert_int_equal(hw->ndevice, 32);
+    assert_memory_equal(&hw->device.flops, &dgx->device.flops, sizeof hw->device.flops);
+    assert_true(hw->device.memory_bytes == dgx->device.memory_bytes);
+    assert_true(hw->intra_node.bandwidth == dgx->intra_node.bandwidth);
+    assert_true(hw->inter_node.bandwidth == 12.5e9);
+    assert_true(hw->inter_node.bandwidth * 8 * 8 == 800e9);
+    hw_free(hw);
+    hw_free(dgx);
 }
 
 static void
@@ -986,7 +1002,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_preset_names),    cmocka_unit_test(test_preset_v100),
+        cmocka_unit_test(test_preset_names),
+        cmocka_unit_test(test_preset_vtrain),    cmocka_unit_test(test_preset_v100),
         cmocka_unit_test(test_preset_a100),     cmocka_unit_test(test_preset_hopper),
         cmocka_unit_test(test_preset_classic),  cmocka_unit_test(test_preset_errors),
         cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_minimal),

@@ -461,6 +461,38 @@ test_dp_tuple_many_inputs(void **state)
  * chunk over a [2, 1] mesh, mesh-form all-reduces of the gradients in the
  * optimizer's pmap; tests/ir/dp_mlp_general.dir holds it.
  */
+/*
+ * Full recomputation redoes the transformer layers, not the head: as in
+ * Megatron-LM the logits GEMM runs once forward (plus the two GEMMs of its
+ * gradient), 3 GEMMs per microbatch, where recomputing it made 4. The
+ * layers' matmuls do run again.
+ */
+static void
+test_recompute_full_keeps_head(void **state)
+{
+    ir_module *m = gpt(2, 16, 2, 8, 4), *none, *full;
+    strategy s;
+    (void)state;
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.microbatches = 4;
+    s.schedule = STRATEGY_SCHEDULE_1F1B;
+    none = apply_ok(m, &s);
+    s.recompute = STRATEGY_RECOMPUTE_FULL;
+    full = apply_ok(m, &s);
+    /* The tied logits are a Gemm (transB); their gradient two more: 3 per microbatch. */
+    assert_int_equal(count_ops(none, IR_OP_GEMM, "dist.part", "head"), 3 * 4);
+    assert_int_equal(count_ops(full, IR_OP_GEMM, "dist.part", "head"), 3 * 4);
+    assert_int_equal(count_ops(full, IR_OP_SCELOSS, "dist.part", "head"), 4);
+    assert_true(count_ops(full, IR_OP_MATMUL, "dist.part", "block") >
+                count_ops(none, IR_OP_MATMUL, "dist.part", "block"));
+    assert_int_equal(count_ops(full, IR_OP_GATHER, "dist.part", "embed"),
+                     count_ops(none, IR_OP_GATHER, "dist.part", "embed"));
+    ir_module_free(none);
+    ir_module_free(full);
+    ir_module_free(m);
+}
+
 static void
 test_golden_general(void **state)
 {
@@ -1126,6 +1158,7 @@ main(void)
         cmocka_unit_test(test_dp_tuple_many_weights),
         cmocka_unit_test(test_dp_tuple_many_inputs),
         cmocka_unit_test(test_golden_general),
+        cmocka_unit_test(test_recompute_full_keeps_head),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_forward_only),
         cmocka_unit_test(test_tp_collectives),

@@ -2,10 +2,12 @@
  * recompute.c: activation recomputation (Chen et al. 2016; Korthikanti et
  * al. 2022), as the choice of forward ops a backward chunk runs again.
  *
- *   - full: every forward op of the stage whose result the backward chunk
- *     needs, transitively, except the layer checkpoints: the results that
- *     cross from one transformer layer (dist.layer) to the next are kept,
- *     as Megatron-LM keeps each layer's input. chunk.c emits each
+ *   - full: every forward op of the stage's transformer layers whose result
+ *     the backward chunk needs, transitively, except the layer checkpoints:
+ *     the results that cross from one transformer layer (dist.layer) to the
+ *     next are kept, as Megatron-LM keeps each layer's input. Ops outside
+ *     the layers (dist.layer < 0: embedding, final norm, logits, loss) are
+ *     not recomputed: their activations are kept, as in Megatron-LM. chunk.c emits each
  *     recomputed op right before its first use, so one layer's activations
  *     are live at a time; without layer annotations the whole stage is
  *     recomputed from its inputs;
@@ -55,6 +57,19 @@ xf_recompute_mark(xf_ctx *c)
 }
 
 
+/*
+ * Does full recomputation redo op d? Transformer layers' ops (dist.layer >=
+ * 0) yes; ops outside every layer (dist.layer < 0: the embedding, the final
+ * layer norm, the logits and the loss) no: Megatron-LM checkpoints layers,
+ * so the head runs once forward and keeps its activations. Without layer
+ * annotations everything is recomputed.
+ */
+static int
+in_layers(const xf_ctx *c, ir_id d)
+{
+    return c->op[d].layer == INT32_MIN || c->op[d].layer >= 0;
+}
+
 /* Marks forward op d of program fhome as needed when the mode recomputes it. */
 static void
 need_inputs(const xf_ctx *c, const ir_op *o, const int32_t *home, int32_t fhome,
@@ -64,7 +79,8 @@ need_inputs(const xf_ctx *c, const ir_op *o, const int32_t *home, int32_t fhome,
     for (uint32_t q = 0; q < o->ninput; q++) {
         ir_id d = m->values[m->refs[o->inputs + q]].def;
         if (d && home[d] == fhome &&
-            ((c->s.recompute == STRATEGY_RECOMPUTE_FULL && !ckpt[d]) || c->op[d].recompute))
+            ((c->s.recompute == STRATEGY_RECOMPUTE_FULL && !ckpt[d] && in_layers(c, d)) ||
+             c->op[d].recompute))
             needed[d] = 1;
     }
 }

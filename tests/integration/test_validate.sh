@@ -6,8 +6,8 @@
 #     max, mean signed error and Spearman's rho per model size and overall
 #     equal a recomputation from the rows;
 #   - fidelity cannot silently regress: the sample's MAPE stays within its
-#     recorded level (ground_truth_single 24.6%, ground_truth_multi 15.2%
-#     when this test was written, with 10% headroom). These are the tool's
+#     recorded level (ground_truth_single 25.4%, ground_truth_multi 12.0%
+#     when this test was last changed, with about 10% headroom). These are the tool's
 #     figures today, not the targets (8% and 10%): docs/validation.md;
 #   - rows that cannot be expressed are listed with the reason, a file
 #     without a required column fails, and the text form has the tables.
@@ -58,7 +58,7 @@ print("# %s: MAPE %.2f%%, median %.2f%%, max %.2f%%, rho %.3f (bound %.1f%%)" % 
 assert r["all"]["mape"] <= limit, (r["all"]["mape"], limit)
 '
 
-for f in single:27 multi:17; do
+for f in single:28 multi:13.5; do
     name=${f%%:*} limit=${f#*:}
     $T "$DISTIR" validate --runs "$DATA/ground_truth_$name.csv" --sample 20 --json \
         >"$TMP/$name.json" 2>"$TMP/$name.err" || fail "validate $name: $(cat "$TMP/$name.err")"
