@@ -2,7 +2,8 @@
 # demo.sh BUILD_DIR: shows distir working end to end on a bundled model:
 # the module in text form, its canonical hash, a text -> protobuf -> text
 # round trip, a simulation on an A100 node (table), strategies of GPT-3 1.3B,
-# and then the daemon: the same simulation twice over gRPC (the second a
+# a GPT-3 175B plan by model name, predictions against measured runs, and
+# then the daemon: the same simulation twice over gRPC (the second a
 # cache hit) and a strategy search on its workers.
 set -eu
 B=${1:-build/release}
@@ -43,5 +44,13 @@ for s in "--dp 16" "--dp 8 --tp 2" "--dp 4 --tp 4" "--dp 4 --tp 2 --pp 2 --micro
 print("%-48s %10.2f ms %8.2f GiB %7.1f%%" % (sys.argv[2], r["step_time_s"]*1e3,
       r["peak_memory_bytes"]/2**30, r["mfu"]*100))' "$tmp/r.json" "$s"
 done
+echo
+echo "== a plan by model name: GPT-3 175B (batch 1,536, bf16, Adam) on 1,024 A100s (128 DGX nodes)"
+"$D" simulate --model gpt3-175b --batch 1536 --dtype bf16 --optimizer adam --hw a100-dgx:128 \
+    --dp 8 --tp 8 --pp 16 --microbatches 192 --recompute full
+echo
+echo "== predictions against measured runs: vTrain's multi-node file (20 of 109 runs, A100s)"
+"$D" validate --runs tests/data/vtrain/ground_truth_multi.csv --sample 20 | sed -n '/^size/,/^all/p'
+echo "(distir validate: docs/validation.md; targets not met yet)"
 echo
 sh scripts/demo-daemon.sh "$B"
