@@ -165,7 +165,7 @@ ci_simulate(const ci_args *a, const char *file, ci_result *out)
             goto out;
         }
         /* Content-derived, as a daemon's; it identifies the result in this database. */
-        memset(&opts, 0, sizeof opts);
+        request_simopts_of(&o, &opts);
         ir_hash(m, &mh);
         hw_hash(hw, &hh);
         request_cache_key(&mh, &hh, &a->strat, &opts, SIM_VERSION, &key);

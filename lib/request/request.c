@@ -364,6 +364,15 @@ request_simopts_normalize(const Distir__V1__SimOptions *p, request_simopts *out)
 }
 
 void
+request_simopts_of(const sim_options *o, request_simopts *out)
+{
+    memset(out, 0, sizeof *out);
+    out->no_overlap = o->no_overlap != 0;
+    out->want_timeline = o->want_timeline != 0;
+    out->timeline_max_points = out->want_timeline ? o->timeline_max_points : 0;
+}
+
+void
 request_cache_key(const di_hash *module, const di_hash *hw, const strategy *s,
                   const request_simopts *o, const char *sim_version, di_hash *out)
 {

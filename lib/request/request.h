@@ -130,6 +130,8 @@ void request_input_ref(request_input *in);
 void request_input_unref(request_input *in);
 
 void request_simopts_normalize(const struct Distir__V1__SimOptions *p, request_simopts *out);
+/* The same from in-process options, so that a local result's key is the daemon's. */
+void request_simopts_of(const sim_options *o, request_simopts *out);
 
 /* The cache key (see the top); sim_version is SIM_VERSION (a parameter for the tests). */
 void request_cache_key(const di_hash *module, const di_hash *hw, const strategy *s,

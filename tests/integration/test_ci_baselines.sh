@@ -101,6 +101,11 @@ start_daemon ci || { fail "daemon start"; finish; }
 run_checks "--server $ADDR" server
 stop_daemon
 check "daemon exits 0" [ $? -eq 0 ]
+# One key: the same module, hardware and strategy get the same cache key from --db and
+# from the daemon (so a result can move between them).
+kd=$(sed -n 's/.*(key \([0-9a-f]*\)\.\.\..*/\1/p' "$TMP/db.set1")
+ks=$(sed -n 's/.*(key \([0-9a-f]*\)\.\.\..*/\1/p' "$TMP/server.set1")
+check "--db and the daemon give the same cache key ($kd)" [ -n "$kd" ] && [ "$kd" = "$ks" ]
 # One format: the daemon's baselines read from its database file directly.
 $T "$DISTIR" history train --db "$TMP/ci.db" --json >"$TMP/same.json"
 check "the daemon's database read with --db has its history" [ "$(/usr/bin/python3 -c 'import sys, json
