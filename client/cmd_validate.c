@@ -186,8 +186,16 @@ cmd_validate(int argc, char **argv)
             memcpy(labels[ngroup++], l, sizeof l);
         group[k] = g;
     }
+    /* Statistics per model size and over all rows. */
     uint32_t *sub = di_xmalloc((nidx ? nidx : 1) * sizeof *sub);
-    validate_stats all;
+    validate_stats all, *gst = di_xmalloc((ngroup ? ngroup : 1) * sizeof *gst);
+    for (uint32_t g = 0; g < ngroup; g++) {
+        uint32_t m = 0;
+        for (uint32_t k = 0; k < nidx; k++)
+            if (group[k] == g)
+                sub[m++] = idx[k];
+        validate_stats_of(rows, sub, m, &gst[g]);
+    }
     validate_stats_of(rows, idx, nidx, &all);
     if (json) {
         printf("{\"runs\":");
@@ -220,14 +228,8 @@ cmd_validate(int argc, char **argv)
         }
         printf("],\"groups\":[");
         for (uint32_t g = 0; g < ngroup; g++) {
-            validate_stats st;
-            uint32_t m = 0;
-            for (uint32_t k = 0; k < nidx; k++)
-                if (group[k] == g)
-                    sub[m++] = idx[k];
-            validate_stats_of(rows, sub, m, &st);
             printf("%s{\"size\":\"%s\",", g ? "," : "", labels[g]);
-            json_stats(&st);
+            json_stats(&gst[g]);
             printf("}");
         }
         printf("],\"all\":{");
@@ -250,15 +252,8 @@ cmd_validate(int argc, char **argv)
         }
         printf("\n%-10s %5s %9s %9s %9s %9s %9s\n", "size", "rows", "MAPE", "median", "max",
                "bias", "spearman");
-        for (uint32_t g = 0; g < ngroup; g++) {
-            validate_stats st;
-            uint32_t m = 0;
-            for (uint32_t k = 0; k < nidx; k++)
-                if (group[k] == g)
-                    sub[m++] = idx[k];
-            validate_stats_of(rows, sub, m, &st);
-            text_stats(labels[g], &st);
-        }
+        for (uint32_t g = 0; g < ngroup; g++)
+            text_stats(labels[g], &gst[g]);
         text_stats("all", &all);
         if (skipped) {
             printf("\nnot simulated (%u):\n", skipped);
@@ -268,6 +263,7 @@ cmd_validate(int argc, char **argv)
         }
     }
     di_free(sub);
+    di_free(gst);
     rc = CLI_OK;
 out:
     di_free(text);
