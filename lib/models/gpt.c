@@ -21,6 +21,7 @@
  * and constants, and no [s, s] tensor crosses a pipeline stage.
  */
 #include "models/models.h"
+#include "models/models_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -58,13 +59,6 @@ typedef struct gpt_gen {
 } gpt_gen;
 
 static ir_id
-op2(models_builder *b, int kind, ir_id x, ir_id y, const char *name)
-{
-    ir_id in[2] = {x, y};
-    return models_op(b, kind, 2, in, name);
-}
-
-static ir_id
 layernorm(gpt_gen *g, ir_id x, ir_id scale, ir_id bias, const char *name)
 {
     ir_id in[3] = {x, scale, bias};
@@ -94,85 +88,6 @@ dropout(gpt_gen *g, ir_id x, const char *name, int seq)
     return models_end(g->b, op);
 }
 
-static ir_id
-reshape(models_builder *b, ir_id x, uint32_t n, const int64_t *shape, const char *name)
-{
-    ir_id op = models_begin(b, IR_OP_RESHAPE, 1, &x, 1, name);
-    if (op)
-        ir_op_set_ints(b->m, op, "shape", n, shape);
-    return models_end(b, op);
-}
-
-static ir_id
-transpose(models_builder *b, ir_id x, uint32_t n, const int64_t *perm, const char *name)
-{
-    ir_id op = models_begin(b, IR_OP_TRANSPOSE, 1, &x, 1, name);
-    if (op)
-        ir_op_set_ints(b->m, op, "perm", n, perm);
-    return models_end(b, op);
-}
-
-/* A rank-1 constant of n elements on the builder's device. */
-static ir_id
-vector_const(models_builder *b, ir_dtype dt, int64_t n, double (*fn)(int64_t), const char *name)
-{
-    uint8_t one[8];
-    uint32_t sz = xform_scalar_bytes(dt, 0, one);
-    uint8_t *bytes = di_xmalloc((size_t)n * sz + 1);
-    ir_id op;
-    for (int64_t i = 0; i < n; i++) {
-        xform_scalar_bytes(dt, fn(i), one);
-        memcpy(bytes + (size_t)i * sz, one, sz);
-    }
-    op = models_begin(b, IR_OP_CONSTANT, 0, NULL, 1, name);
-    if (op) {
-        ir_op_set_tensor(b->m, op, "value", ir_type_tensor(b->m, dt, 1, &n, IR_DEVICE_NONE),
-                         bytes, (size_t)n * sz);
-        ir_op_set_int(b->m, op, "device", b->device);
-    }
-    di_free(bytes);
-    return models_end(b, op);
-}
-
-static double
-index_value(int64_t i)
-{
-    return (double)i;
-}
-
-static double
-one_value(int64_t i)
-{
-    (void)i;
-    return 1.0;
-}
-
-/* The additive causal mask [s, s]: 0 where j <= i, -1e4 * (j - i) above the diagonal. */
-static ir_id
-causal_mask(gpt_gen *g, const char *prefix)
-{
-    models_builder *b = g->b;
-    char name[64];
-    int64_t col[2] = {g->c->seq, 1};
-    ir_id row, diff, mask;
-    const char *tp = b->tp;
-    /* The mask is the same for every head: not split by tensor parallelism. */
-    b->tp = "none";
-    snprintf(name, sizeof name, "%s.mask", prefix);
-    row = reshape(b, g->idx, 2, col, name);
-    diff = op2(b, IR_OP_SUB, g->idx, row, name);
-    diff = models_op(b, IR_OP_RELU, 1, &diff, name);
-    mask = op2(b, IR_OP_MUL, diff, models_scalar(b, IR_F32, -1e4), name);
-    if (g->dt != IR_F32) {
-        ir_id op = models_begin(b, IR_OP_CAST, 1, &mask, 1, name);
-        if (op)
-            ir_op_set_int(b->m, op, "to", ir_dtype_onnx(g->dt));
-        mask = models_end(b, op);
-    }
-    b->tp = tp;
-    return mask;
-}
-
 /* One transformer block; returns the new residual stream. */
 static ir_id
 block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
@@ -193,12 +108,12 @@ block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
     a = layernorm(g, x, w[W_LN1_SCALE], w[W_LN1_BIAS], name);
     b->tp = "column";
     snprintf(name, sizeof name, "%s.qkv", p);
-    qkv = op2(b, IR_OP_MATMUL, a, w[W_QKV], name);
-    qkv = op2(b, IR_OP_ADD, qkv, w[W_QKV_B], name);
+    qkv = models_op2(b, IR_OP_MATMUL, a, w[W_QKV], name);
+    qkv = models_op2(b, IR_OP_ADD, qkv, w[W_QKV_B], name);
     b->tp = "heads";
     snprintf(name, sizeof name, "%s.heads", p);
-    qkv = reshape(b, qkv, 4, heads_shape, name);
-    qkv = transpose(b, qkv, 4, perm, name);
+    qkv = models_reshape(b, qkv, 4, heads_shape, name);
+    qkv = models_transpose(b, qkv, 4, perm, name);
     op = models_begin(b, IR_OP_SPLIT, 1, &qkv, 3, name);
     if (op) {
         ir_op_set_int(m, op, "axis", 3);
@@ -216,12 +131,12 @@ block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
     snprintf(name, sizeof name, "%s.v", p);
     m->values[v].name = ir_str(m, name);
     snprintf(name, sizeof name, "%s.kt", p);
-    k = transpose(b, k, 4, kperm, name);
+    k = models_transpose(b, k, 4, kperm, name);
     snprintf(name, sizeof name, "%s.scores", p);
-    s = op2(b, IR_OP_MATMUL, q, k, name);
-    s = op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
-    mask = causal_mask(g, p);
-    s = op2(b, IR_OP_ADD, s, mask, name);
+    s = models_op2(b, IR_OP_MATMUL, q, k, name);
+    s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
+    mask = models_causal_mask(b, g->idx, g->c->seq, g->dt, p);
+    s = models_op2(b, IR_OP_ADD, s, mask, name);
     op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
     if (op)
         ir_op_set_int(m, op, "axis", -1);
@@ -229,39 +144,39 @@ block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
     s = models_end(b, op);
     s = dropout(g, s, name, 0);
     snprintf(name, sizeof name, "%s.ctx", p);
-    ctx = op2(b, IR_OP_MATMUL, s, v, name);
-    ctx = transpose(b, ctx, 4, perm, name);
-    ctx = reshape(b, ctx, 3, merged, name);
+    ctx = models_op2(b, IR_OP_MATMUL, s, v, name);
+    ctx = models_transpose(b, ctx, 4, perm, name);
+    ctx = models_reshape(b, ctx, 3, merged, name);
     b->tp = "row";
     snprintf(name, sizeof name, "%s.attn", p);
-    r = op2(b, IR_OP_MATMUL, ctx, w[W_O], name);
+    r = models_op2(b, IR_OP_MATMUL, ctx, w[W_O], name);
     b->tp = "none";
     b->seq = 1;
-    r = op2(b, IR_OP_ADD, r, w[W_O_B], name);
+    r = models_op2(b, IR_OP_ADD, r, w[W_O_B], name);
     r = dropout(g, r, name, 1);
     snprintf(name, sizeof name, "%s.res1", p);
     b->seq = 1;
-    x = op2(b, IR_OP_ADD, x, r, name);
+    x = models_op2(b, IR_OP_ADD, x, r, name);
 
     /* MLP. */
     snprintf(name, sizeof name, "%s.ln2", p);
     a = layernorm(g, x, w[W_LN2_SCALE], w[W_LN2_BIAS], name);
     b->tp = "column";
     snprintf(name, sizeof name, "%s.fc1", p);
-    r = op2(b, IR_OP_MATMUL, a, w[W_1], name);
-    r = op2(b, IR_OP_ADD, r, w[W_1_B], name);
+    r = models_op2(b, IR_OP_MATMUL, a, w[W_1], name);
+    r = models_op2(b, IR_OP_ADD, r, w[W_1_B], name);
     snprintf(name, sizeof name, "%s.gelu", p);
     r = models_op(b, IR_OP_GELU, 1, &r, name);
     b->tp = "row";
     snprintf(name, sizeof name, "%s.fc2", p);
-    r = op2(b, IR_OP_MATMUL, r, w[W_2], name);
+    r = models_op2(b, IR_OP_MATMUL, r, w[W_2], name);
     b->tp = "none";
     b->seq = 1;
-    r = op2(b, IR_OP_ADD, r, w[W_2_B], name);
+    r = models_op2(b, IR_OP_ADD, r, w[W_2_B], name);
     r = dropout(g, r, name, 1);
     snprintf(name, sizeof name, "%s.res2", p);
     b->seq = 1;
-    return op2(b, IR_OP_ADD, x, r, name);
+    return models_op2(b, IR_OP_ADD, x, r, name);
 }
 
 static int
@@ -385,12 +300,12 @@ models_gpt_build(const models_gpt *c, ir_module **out, di_error *err)
     b.layer = -1;
     b.part = "embed";
     b.tp = "vocab";
-    x = op2(&b, IR_OP_GATHER, wte, tokens, "embed.tok");
+    x = models_op2(&b, IR_OP_GATHER, wte, tokens, "embed.tok");
     b.tp = "none";
     b.seq = 1;
-    x = op2(&b, IR_OP_ADD, x, wpe, "embed.out");
+    x = models_op2(&b, IR_OP_ADD, x, wpe, "embed.out");
     x = dropout(&g, x, "embed.out", 1);
-    g.idx = vector_const(&b, IR_F32, c->seq, index_value, "positions");
+    g.idx = models_vector_const(&b, IR_F32, c->seq, models_index, "positions");
 
     for (uint32_t l = 0; l < c->layers && b.rc == 0; l++)
         x = block(&g, l, x, w + (size_t)l * W_PER_LAYER);
@@ -401,11 +316,11 @@ models_gpt_build(const models_gpt *c, ir_module **out, di_error *err)
     b.part = "head";
     b.tp = "none";
     if (!c->final_ln_params)
-        lnf_scale = vector_const(&b, c->dtype, h, one_value, "ln_f.scale");
+        lnf_scale = models_vector_const(&b, c->dtype, h, models_one, "ln_f.scale");
     x = layernorm(&g, x, lnf_scale, lnf_bias, "ln_f");
     dims[0] = -1;
     dims[1] = h;
-    x = reshape(&b, x, 2, dims, "ln_f.flat");
+    x = models_reshape(&b, x, 2, dims, "ln_f.flat");
     b.tp = "vocab";
     op = models_begin(&b, IR_OP_GEMM, 2, (ir_id[]){x, wte}, 1, "logits");
     if (op)
@@ -413,7 +328,7 @@ models_gpt_build(const models_gpt *c, ir_module **out, di_error *err)
     x = models_end(&b, op);
     b.tp = "none";
     dims[0] = -1;
-    labels = reshape(&b, labels, 1, dims, "labels.flat");
+    labels = models_reshape(&b, labels, 1, dims, "labels.flat");
     b.tp = "vocab";
     op = models_begin(&b, IR_OP_SCELOSS, 2, (ir_id[]){x, labels}, 1, "loss");
     if (op)

@@ -10,6 +10,7 @@
  * returns 0 and adds nothing, so a generator checks b->rc once at the end.
  */
 #include "models/models.h"
+#include "models/models_int.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -330,4 +331,91 @@ models_mlp_build(const models_mlp *c, ir_module **out, di_error *err)
     }
     *out = m;
     return 0;
+}
+
+/* ---- shared by the generators (models_int.h) ---- */
+
+ir_id
+models_op2(models_builder *b, int kind, ir_id x, ir_id y, const char *name)
+{
+    ir_id in[2] = {x, y};
+    return models_op(b, kind, 2, in, name);
+}
+
+ir_id
+models_reshape(models_builder *b, ir_id x, uint32_t n, const int64_t *shape, const char *name)
+{
+    ir_id op = models_begin(b, IR_OP_RESHAPE, 1, &x, 1, name);
+    if (op)
+        ir_op_set_ints(b->m, op, "shape", n, shape);
+    return models_end(b, op);
+}
+
+ir_id
+models_transpose(models_builder *b, ir_id x, uint32_t n, const int64_t *perm, const char *name)
+{
+    ir_id op = models_begin(b, IR_OP_TRANSPOSE, 1, &x, 1, name);
+    if (op)
+        ir_op_set_ints(b->m, op, "perm", n, perm);
+    return models_end(b, op);
+}
+
+/* A rank-1 constant of n elements on the builder's device. */
+ir_id
+models_vector_const(models_builder *b, ir_dtype dt, int64_t n, double (*fn)(int64_t), const char *name)
+{
+    uint8_t one[8];
+    uint32_t sz = xform_scalar_bytes(dt, 0, one);
+    uint8_t *bytes = di_xmalloc((size_t)n * sz + 1);
+    ir_id op;
+    for (int64_t i = 0; i < n; i++) {
+        xform_scalar_bytes(dt, fn(i), one);
+        memcpy(bytes + (size_t)i * sz, one, sz);
+    }
+    op = models_begin(b, IR_OP_CONSTANT, 0, NULL, 1, name);
+    if (op) {
+        ir_op_set_tensor(b->m, op, "value", ir_type_tensor(b->m, dt, 1, &n, IR_DEVICE_NONE),
+                         bytes, (size_t)n * sz);
+        ir_op_set_int(b->m, op, "device", b->device);
+    }
+    di_free(bytes);
+    return models_end(b, op);
+}
+
+double
+models_index(int64_t i)
+{
+    return (double)i;
+}
+
+double
+models_one(int64_t i)
+{
+    (void)i;
+    return 1.0;
+}
+
+/* The additive causal mask [s, s]: 0 where j <= i, -1e4 * (j - i) above the diagonal. */
+ir_id
+models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt, const char *prefix)
+{
+    char name[64];
+    int64_t col[2] = {seq, 1};
+    ir_id row, diff, mask;
+    const char *tp = b->tp;
+    /* The mask is the same for every head: not split by tensor parallelism. */
+    b->tp = "none";
+    snprintf(name, sizeof name, "%s.mask", prefix);
+    row = models_reshape(b, idx, 2, col, name);
+    diff = models_op2(b, IR_OP_SUB, idx, row, name);
+    diff = models_op(b, IR_OP_RELU, 1, &diff, name);
+    mask = models_op2(b, IR_OP_MUL, diff, models_scalar(b, IR_F32, -1e4), name);
+    if (dt != IR_F32) {
+        ir_id op = models_begin(b, IR_OP_CAST, 1, &mask, 1, name);
+        if (op)
+            ir_op_set_int(b->m, op, "to", ir_dtype_onnx(dt));
+        mask = models_end(b, op);
+    }
+    b->tp = tp;
+    return mask;
 }

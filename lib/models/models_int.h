@@ -1,0 +1,28 @@
+/*
+ * models_int.h: building blocks the generators share (models.c): typed ops
+ * with their attributes, constants and the causal mask.
+ */
+#ifndef DISTIR_MODELS_INT_H
+#define DISTIR_MODELS_INT_H
+
+#include "models/models.h"
+
+ir_id models_op2(models_builder *b, int kind, ir_id x, ir_id y, const char *name);
+ir_id models_reshape(models_builder *b, ir_id x, uint32_t n, const int64_t *shape,
+                     const char *name);
+ir_id models_transpose(models_builder *b, ir_id x, uint32_t n, const int64_t *perm,
+                       const char *name);
+/* A rank-1 constant of n elements fn(0), ..., fn(n - 1) on the builder's device. */
+ir_id models_vector_const(models_builder *b, ir_dtype dt, int64_t n, double (*fn)(int64_t),
+                          const char *name);
+double models_index(int64_t i); /* i */
+double models_one(int64_t i);   /* 1 */
+/*
+ * The additive causal mask [s, s] from idx (f32[s] 0, 1, ..., s - 1): 0
+ * where j <= i, -1e4 * (j - i) above the diagonal, in dtype dt; computed in
+ * the layer so that no [s, s] tensor crosses a pipeline stage.
+ */
+ir_id models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt,
+                         const char *prefix);
+
+#endif
