@@ -19,6 +19,9 @@
     "   or: distir model gpt [--preset NAME] [--layers L] [--hidden H] [--heads A] [--seq S]\n"   \
     "                    [--vocab V] [--batch B] [--dropout P] [--final-ln-params] [COMMON]\n"     \
     "                    [-o FILE]\n"                                                              \
+    "   or: distir model llama [--preset NAME] [--layers L] [--hidden H] [--heads A]\n"           \
+    "                    [--kv-heads K] [--ffn F] [--seq S] [--vocab V] [--batch B] [COMMON]\n"   \
+    "                    [-o FILE]\n"                                                              \
     "   or: distir model presets\n"                                                                \
     "COMMON: [--dtype f32|f16|bf16|f64] [--optimizer sgd|adam|none] [--lr LR] [--forward-only]\n" \
     "        [--no-annotations]; FILE ending .pb is protobuf, anything else (or -) IR text"
@@ -40,7 +43,7 @@ model_spec(int argc, char **argv, models_spec *sp, const char **outpath)
             memset(sp, 0, sizeof *sp);
             return cli_help(MODEL_USAGE);
         }
-        if (strcmp(argv[0], "gpt") == 0 && (r = cli_opt(argc, argv, &i, "--preset", &v)) != 0) {
+        if (strcmp(argv[0], "mlp") != 0 && (r = cli_opt(argc, argv, &i, "--preset", &v)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
             name = v;
@@ -56,7 +59,7 @@ model_spec(int argc, char **argv, models_spec *sp, const char **outpath)
         char key[32];
         size_t n;
         int arity, r;
-        if (strcmp(argv[0], "gpt") == 0 && (r = cli_opt(argc, argv, &i, "--preset", &v)) != 0)
+        if (strcmp(argv[0], "mlp") != 0 && (r = cli_opt(argc, argv, &i, "--preset", &v)) != 0)
             continue;
         if ((r = cli_opt(argc, argv, &i, "-o", &v)) != 0) {
             if (r < 0)
@@ -107,6 +110,16 @@ model_presets(void)
                models_gpt_preset_name(i), c.layers, (long long)c.hidden, (long long)c.heads,
                (long long)c.seq, (long long)c.vocab, (double)models_gpt_parameters(&c) / 1e9);
     }
+    for (uint32_t i = 0; models_llama_preset_name(i); i++) {
+        models_llama c;
+        models_llama_init(&c);
+        models_llama_preset(models_llama_preset_name(i), &c, NULL);
+        printf("%-11s layers %-4u hidden %-6lld heads %-4lld kv-heads %-3lld ffn %-6lld seq %lld "
+               "vocab %lld: %.4g B parameters\n",
+               models_llama_preset_name(i), c.layers, (long long)c.hidden, (long long)c.heads,
+               (long long)c.kv_heads, (long long)c.ffn, (long long)c.seq, (long long)c.vocab,
+               (double)models_llama_parameters(&c) / 1e9);
+    }
     return CLI_OK;
 }
 
@@ -118,7 +131,8 @@ cli_model_build(int argc, char **argv, ir_module **out, const char **outpath)
     di_error err;
     int rc;
     *out = NULL;
-    if (strcmp(argv[0], "mlp") != 0 && strcmp(argv[0], "gpt") != 0) {
+    if (strcmp(argv[0], "mlp") != 0 && strcmp(argv[0], "gpt") != 0 &&
+        strcmp(argv[0], "llama") != 0) {
         cli_error("unknown model '%s' (mlp, gpt, or a preset: distir model presets)", argv[0]);
         return CLI_USAGE;
     }
@@ -126,7 +140,10 @@ cli_model_build(int argc, char **argv, ir_module **out, const char **outpath)
         return rc;
     di_error_clear(&err);
     if ((rc = models_spec_build(&sp, out, &err)) != 0) {
-        cli_error("cannot build the %s: %s", sp.kind == MODELS_SPEC_GPT ? "GPT" : "MLP",
+        cli_error("cannot build the %s: %s",
+                  sp.kind == MODELS_SPEC_GPT     ? "GPT"
+                  : sp.kind == MODELS_SPEC_LLAMA ? "Llama"
+                                                 : "MLP",
                   err.msg);
         return rc == DI_EINVAL ? CLI_USAGE : CLI_FAIL;
     }
@@ -185,11 +202,14 @@ cli_model_ref_has(const cli_model_ref *mr, const char *key)
 int
 cli_model_ref_build(const cli_model_ref *mr, ir_module **out)
 {
-    /* "gpt" or "mlp" with their options, or a preset name (gpt3-175b, ...): gpt --preset. */
+    /* "gpt", "mlp" or "llama" with their options, or a preset name: gpt or llama --preset. */
     char *pargv[3 + sizeof mr->argv / sizeof mr->argv[0]];
     int pargc = 0, rc;
-    int builtin = strcmp(mr->name, "gpt") == 0 || strcmp(mr->name, "mlp") == 0;
-    pargv[pargc++] = builtin ? (char *)mr->name : (char *)"gpt";
+    models_llama probe;
+    int builtin = strcmp(mr->name, "gpt") == 0 || strcmp(mr->name, "mlp") == 0 ||
+                  strcmp(mr->name, "llama") == 0;
+    int llama = models_llama_preset(mr->name, &probe, NULL) == 0;
+    pargv[pargc++] = builtin ? (char *)mr->name : llama ? (char *)"llama" : (char *)"gpt";
     if (!builtin) {
         pargv[pargc++] = (char *)"--preset";
         pargv[pargc++] = (char *)mr->name;
@@ -240,7 +260,8 @@ cmd_model(int argc, char **argv)
 {
     if (argc < 2)
         return cli_usage(MODEL_USAGE);
-    if (strcmp(argv[1], "mlp") == 0 || strcmp(argv[1], "gpt") == 0) {
+    if (strcmp(argv[1], "mlp") == 0 || strcmp(argv[1], "gpt") == 0 ||
+        strcmp(argv[1], "llama") == 0) {
         ir_module *m;
         const char *outpath;
         int rc = cli_model_build(argc - 1, argv + 1, &m, &outpath);
@@ -254,6 +275,6 @@ cmd_model(int argc, char **argv)
         return model_presets();
     if (cli_is_help(argv[1]))
         return cli_help(MODEL_USAGE);
-    cli_error("unknown model '%s' (mlp, gpt or presets)", argv[1]);
+    cli_error("unknown model '%s' (mlp, gpt, llama or presets)", argv[1]);
     return cli_usage(MODEL_USAGE);
 }

@@ -49,6 +49,10 @@ echo "== a plan by model name: GPT-3 175B (batch 1,536, bf16, Adam) on 1,024 A10
 "$D" simulate --model gpt3-175b --batch 1536 --dtype bf16 --optimizer adam --hw a100-dgx:128 \
     --dp 8 --tp 8 --pp 16 --microbatches 192 --recompute full
 echo
+echo "== a Llama plan: Llama-3-70B (grouped-query attention, SwiGLU), 8,192 tokens per sequence, on 64 H100s"
+"$D" simulate --model llama3-70b --batch 256 --dtype bf16 --optimizer adam --hw h100-dgx:8 \
+    --tp 8 --pp 4 --dp 2 --microbatches 64 --recompute full --sequence-parallel | sed -n '1,11p'
+echo
 echo "== predictions against measured runs: vTrain's multi-node file (20 of 109 runs, A100s)"
 "$D" validate --runs tests/data/vtrain/ground_truth_multi.csv --sample 20 | sed -n '/^size/,/^all/p'
 echo "(distir validate: docs/validation.md; targets not met yet)"

@@ -250,6 +250,53 @@ test_model_stats(void **state)
     ir_module_free(m);
 }
 
+/*
+ * The Llama presets have their published parameter counts (within 0.1%:
+ * Llama 2 paper, Meta's Llama 3 / 3.1 model cards, Mistral 7B), and the
+ * generated module's parameters equal the formula.
+ */
+static void
+test_llama_presets(void **state)
+{
+    static const struct {
+        const char *name;
+        double published;
+    } want[] = {
+        {"llama2-7b", 6.74e9},   {"llama2-13b", 13.02e9},  {"llama2-70b", 68.98e9},
+        {"llama3-8b", 8.03e9},   {"llama3-70b", 70.6e9},   {"llama3-405b", 405.9e9},
+        {"mistral-7b", 7.24e9},
+    };
+    models_llama c;
+    ir_module *m;
+    di_error err;
+    sim_model_stats st;
+    (void)state;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        double n;
+        models_llama_init(&c);
+        assert_int_equal(models_llama_preset(want[i].name, &c, &err), 0);
+        n = (double)models_llama_parameters(&c);
+        printf("%-12s %.4g parameters, published %.4g (%+.3f%%)\n", want[i].name, n,
+               want[i].published, 100 * (n / want[i].published - 1));
+        assert_true(fabs(n / want[i].published - 1) < 1e-3);
+    }
+    assert_null(models_llama_preset_name(sizeof want / sizeof want[0]));
+    assert_int_equal(models_llama_preset("llama4", &c, &err), DI_ENOTFOUND);
+    /* A small model: the module's trained arguments are the formula's count. */
+    models_llama_init(&c);
+    c.train.optimizer = XFORM_OPTIM_ADAM;
+    assert_int_equal(models_llama_build(&c, &m, &err), 0);
+    assert_int_equal(ir_verify(m, &err), 0);
+    sim_model_stats_of(m, &st);
+    assert_int_equal(st.parameters, models_llama_parameters(&c));
+    assert_int_equal(count_parameters(m), models_llama_parameters(&c));
+    ir_module_free(m);
+    /* Grouped-query attention needs heads to be a multiple of the key/value heads. */
+    c.kv_heads = 3;
+    assert_int_equal(models_llama_build(&c, &m, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "--kv-heads"));
+}
+
 static void
 test_unknown_preset(void **state)
 {
@@ -582,6 +629,7 @@ main(void)
         cmocka_unit_test(test_gpt3_175b),
         cmocka_unit_test(test_gpt_flops),
         cmocka_unit_test(test_model_stats),
+        cmocka_unit_test(test_llama_presets),
         cmocka_unit_test(test_unknown_preset),
         cmocka_unit_test(test_bad_shapes),
         cmocka_unit_test(test_linear_in_layers),

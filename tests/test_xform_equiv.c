@@ -1,6 +1,7 @@
 /*
  * test_xform_equiv.c: every strategy transform preserves numerics. For a
- * small MLP and a small GPT (dropout 0: the executor's dropout mask depends
+ * small MLP, a small GPT and a small Llama (grouped-query attention, RMSNorm,
+ * SwiGLU, untied embeddings; the grid only) (dropout 0: the executor's dropout mask depends
  * on an element's index within the local tensor, so a split changes it),
  * every (dp, tp, pp) in {1, 2, 4}^3 that divides the model, and every row of
  * the variant table (schedules, recomputation, ZeRO stages, stashing,
@@ -98,7 +99,22 @@ build(int gpt, int adam)
     ir_module *m = NULL;
     di_error err;
     int rc;
-    if (gpt) {
+    if (gpt == 2) {
+        /* Grouped-query attention: 8 query heads share 4 key/value heads (tp up to 4). */
+        models_llama c;
+        models_llama_init(&c);
+        c.layers = 4;
+        c.hidden = 32;
+        c.heads = 8;
+        c.kv_heads = 4;
+        c.ffn = 24;
+        c.dtype = IR_F64; /* f32 Adam moments of near-zero gradients differ by 2e-5 */
+        c.seq = 4;
+        c.vocab = 11;
+        c.batch = 8;
+        c.train.optimizer = adam ? XFORM_OPTIM_ADAM : XFORM_OPTIM_SGD;
+        rc = models_llama_build(&c, &m, &err);
+    } else if (gpt) {
         models_gpt c;
         models_gpt_init(&c);
         c.layers = 4;
@@ -309,7 +325,7 @@ nested_grid(int gpt)
     model_case sgd, adam;
     case_init(&sgd, gpt, 0);
     case_init(&adam, gpt, 1);
-    sgd.name = adam.name = gpt ? "gpt" : "mlp";
+    sgd.name = adam.name = gpt == 2 ? "llama" : gpt ? "gpt" : "mlp";
     nrun = nskip = 0;
     for (size_t n = 0; n < sizeof nests / sizeof nests[0]; n++) {
         const nested *ne = &nests[n];
@@ -386,7 +402,7 @@ grid(int gpt)
     model_case sgd, adam;
     case_init(&sgd, gpt, 0);
     case_init(&adam, gpt, 1);
-    sgd.name = adam.name = gpt ? "gpt" : "mlp";
+    sgd.name = adam.name = gpt == 2 ? "llama" : gpt ? "gpt" : "mlp";
     nrun = nskip = 0;
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 3; b++)
@@ -418,12 +434,20 @@ test_gpt_grid(void **state)
     grid(1);
 }
 
+static void
+test_llama_grid(void **state)
+{
+    (void)state;
+    grid(2);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_grid),
         cmocka_unit_test(test_gpt_grid),
+        cmocka_unit_test(test_llama_grid),
         cmocka_unit_test(test_mlp_nested),
         cmocka_unit_test(test_gpt_nested),
     };

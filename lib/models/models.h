@@ -76,6 +76,28 @@ typedef struct models_gpt {
     models_train train;
 } models_gpt;
 
+/*
+ * Llama family (llama.c): RMSNorm, grouped-query attention (kv_heads key
+ * and value heads shared by heads / kv_heads query heads; 1 is multi-query
+ * attention), a SwiGLU MLP of ffn units, untied embeddings, no biases.
+ */
+typedef struct models_llama {
+    uint32_t layers;
+    int64_t hidden, heads, kv_heads, ffn, seq, vocab, batch;
+    ir_dtype dtype;
+    double norm_eps;
+    models_train train;
+} models_llama;
+
+/* Defaults: a small model (2 layers, hidden 256, 8 heads, 2 key/value heads, ffn 688). */
+void models_llama_init(models_llama *c);
+/* Sets the shape of a preset (llama2-7b/13b/70b, llama3-8b/70b/405b, mistral-7b). */
+int models_llama_preset(const char *name, models_llama *c, di_error *err);
+const char *models_llama_preset_name(uint32_t i);
+/* 2 V h + L (2 h + h (h + 2 KV d) + h h + 3 h ffn) + h. */
+uint64_t models_llama_parameters(const models_llama *c);
+int models_llama_build(const models_llama *c, ir_module **out, di_error *err);
+
 #define MODELS_MAX_LAYERS 100000u
 
 /*
@@ -85,16 +107,22 @@ typedef struct models_gpt {
  * applied in order on top of the preset. `distir model`, `simulate
  * --model`, the daemon's ModelSpec and the Python client all go through it.
  */
-typedef enum models_spec_kind { MODELS_SPEC_MLP = 1, MODELS_SPEC_GPT } models_spec_kind;
+typedef enum models_spec_kind {
+    MODELS_SPEC_MLP = 1,
+    MODELS_SPEC_GPT,
+    MODELS_SPEC_LLAMA
+} models_spec_kind;
 
 typedef struct models_spec {
     models_spec_kind kind;
     char name[32];
     models_mlp mlp;
     models_gpt gpt;
+    models_llama llama;
 } models_spec;
 
-/* 0 or DI_EINVAL/DI_ENOTFOUND (an unknown preset: the message lists them). */
+/* "llama" or a Llama preset picks models_llama, "mlp" the MLP, "gpt" or a GPT preset the GPT.
+ * 0 or DI_EINVAL/DI_ENOTFOUND (an unknown preset: the message lists them). */
 int models_spec_init(models_spec *sp, const char *name, di_error *err);
 /* One option; value NULL (or "") for a flag. DI_ENOTFOUND: not an option of this model. */
 int models_spec_set(models_spec *sp, const char *key, const char *value, di_error *err);

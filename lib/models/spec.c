@@ -13,19 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The options and the models that take them (bit 0 MLP, bit 1 GPT); arity 0 is a flag. */
+/* The options and the models that take them (bit 0 MLP, 1 GPT, 2 Llama); arity 0 is a flag. */
 static const struct spec_opt {
     const char *key;
     int arity;
     unsigned models;
 } spec_opts[] = {
-    {"layers", 1, 3},       {"hidden", 1, 3},         {"batch", 1, 3},
-    {"dtype", 1, 3},        {"optimizer", 1, 3},      {"lr", 1, 3},
-    {"forward-only", 0, 3}, {"no-annotations", 0, 3}, {"input", 1, 1},
+    {"layers", 1, 7},       {"hidden", 1, 7},         {"batch", 1, 7},
+    {"dtype", 1, 7},        {"optimizer", 1, 7},      {"lr", 1, 7},
+    {"forward-only", 0, 7}, {"no-annotations", 0, 7}, {"input", 1, 1},
     {"classes", 1, 1},      {"activation", 1, 1},     {"loss", 1, 1},
-    {"heads", 1, 2},        {"seq", 1, 2},            {"vocab", 1, 2},
-    {"dropout", 1, 2},      {"final-ln-params", 0, 2},
+    {"heads", 1, 6},        {"seq", 1, 6},            {"vocab", 1, 6},
+    {"dropout", 1, 2},      {"final-ln-params", 0, 2}, {"kv-heads", 1, 4},
+    {"ffn", 1, 4},
 };
+
+static const char *const kind_names[] = {"", "mlp", "gpt", "llama"};
 
 #define NOPT (sizeof spec_opts / sizeof spec_opts[0])
 
@@ -59,11 +62,29 @@ models_spec_init(models_spec *sp, const char *name, di_error *err)
         models_mlp_init(&sp->mlp);
         return 0;
     }
+    if (strcmp(name, "llama") == 0 || models_llama_preset(name, &sp->llama, NULL) == 0) {
+        sp->kind = MODELS_SPEC_LLAMA;
+        models_llama_init(&sp->llama);
+        return strcmp(name, "llama") == 0 ? 0 : models_llama_preset(name, &sp->llama, err);
+    }
     sp->kind = MODELS_SPEC_GPT;
     models_gpt_init(&sp->gpt);
     if (strcmp(name, "gpt") == 0)
         return 0;
-    return models_gpt_preset(name, &sp->gpt, err);
+    if (models_gpt_preset(name, &sp->gpt, NULL) == 0)
+        return 0;
+    {
+        char known[512];
+        size_t len = 0;
+        const char *n;
+        for (uint32_t i = 0; (n = models_gpt_preset_name(i)) != NULL; i++)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s, ", n);
+        for (uint32_t i = 0; (n = models_llama_preset_name(i)) != NULL; i++)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", n);
+        return di_error_set(err, DI_ENOTFOUND, "unknown model '%s' (mlp, gpt, llama or a preset; "
+                                               "known: %s)",
+                            name, known);
+    }
 }
 
 static int
@@ -118,13 +139,14 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
     static const char *const acts[] = {"relu", "gelu", NULL};
     static const char *const losses[] = {"sce", "mse", NULL};
     const struct spec_opt *o = find_opt(key);
-    int gpt = sp->kind == MODELS_SPEC_GPT, w;
-    models_train *t = gpt ? &sp->gpt.train : &sp->mlp.train;
+    int gpt = sp->kind == MODELS_SPEC_GPT, llama = sp->kind == MODELS_SPEC_LLAMA, w;
+    models_train *t = gpt ? &sp->gpt.train : llama ? &sp->llama.train : &sp->mlp.train;
+    ir_dtype *dtype = gpt ? &sp->gpt.dtype : llama ? &sp->llama.dtype : &sp->mlp.dtype;
     int64_t n = 0;
     double x = 0;
-    if (o == NULL || !(o->models & (gpt ? 2u : 1u)))
+    if (o == NULL || !(o->models & (1u << (sp->kind - 1))))
         return di_error_set(err, DI_ENOTFOUND, "unknown option '--%s' for model %s", key,
-                            gpt ? "gpt" : "mlp");
+                            kind_names[sp->kind]);
     if (o->arity == 1 && value == NULL)
         return di_error_set(err, DI_EINVAL, "option '--%s' needs a value", key);
     if (o->arity == 0) {
@@ -141,7 +163,7 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
     if (strcmp(key, "dtype") == 0) {
         if (parse_word(key, value, dtypes, &w, err) != 0)
             return DI_EINVAL;
-        *(gpt ? &sp->gpt.dtype : &sp->mlp.dtype) = dtype_ids[w];
+        *dtype = dtype_ids[w];
     } else if (strcmp(key, "optimizer") == 0) {
         if (parse_word(key, value, optims, &w, err) != 0)
             return DI_EINVAL;
@@ -164,21 +186,25 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
         if (strcmp(key, "layers") == 0) {
             /* Beyond any real model; the generator refuses it by name. */
             uint32_t l = n > MODELS_MAX_LAYERS ? MODELS_MAX_LAYERS + 1 : (uint32_t)n;
-            *(gpt ? &sp->gpt.layers : &sp->mlp.layers) = l;
+            *(gpt ? &sp->gpt.layers : llama ? &sp->llama.layers : &sp->mlp.layers) = l;
         } else if (strcmp(key, "hidden") == 0) {
-            *(gpt ? &sp->gpt.hidden : &sp->mlp.hidden) = n;
+            *(gpt ? &sp->gpt.hidden : llama ? &sp->llama.hidden : &sp->mlp.hidden) = n;
         } else if (strcmp(key, "batch") == 0) {
-            *(gpt ? &sp->gpt.batch : &sp->mlp.batch) = n;
+            *(gpt ? &sp->gpt.batch : llama ? &sp->llama.batch : &sp->mlp.batch) = n;
         } else if (strcmp(key, "input") == 0) {
             sp->mlp.input = n;
         } else if (strcmp(key, "classes") == 0) {
             sp->mlp.classes = n;
         } else if (strcmp(key, "heads") == 0) {
-            sp->gpt.heads = n;
+            *(gpt ? &sp->gpt.heads : &sp->llama.heads) = n;
         } else if (strcmp(key, "seq") == 0) {
-            sp->gpt.seq = n;
+            *(gpt ? &sp->gpt.seq : &sp->llama.seq) = n;
+        } else if (strcmp(key, "vocab") == 0) {
+            *(gpt ? &sp->gpt.vocab : &sp->llama.vocab) = n;
+        } else if (strcmp(key, "kv-heads") == 0) {
+            sp->llama.kv_heads = n;
         } else {
-            sp->gpt.vocab = n;
+            sp->llama.ffn = n;
         }
     }
     return 0;
@@ -187,12 +213,16 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
 uint32_t
 models_spec_layers(const models_spec *sp)
 {
-    return sp->kind == MODELS_SPEC_GPT ? sp->gpt.layers : sp->mlp.layers;
+    return sp->kind == MODELS_SPEC_GPT     ? sp->gpt.layers
+           : sp->kind == MODELS_SPEC_LLAMA ? sp->llama.layers
+                                           : sp->mlp.layers;
 }
 
 int
 models_spec_build(const models_spec *sp, ir_module **out, di_error *err)
 {
+    if (sp->kind == MODELS_SPEC_LLAMA)
+        return models_llama_build(&sp->llama, out, err);
     return sp->kind == MODELS_SPEC_GPT ? models_gpt_build(&sp->gpt, out, err)
                                        : models_mlp_build(&sp->mlp, out, err);
 }

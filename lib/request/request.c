@@ -150,7 +150,8 @@ resolve_hw(const Distir__V1__HardwareRef *ref, request_hwcache *hc, request_inpu
 /*
  * A ModelSpec: checked option by option (models_spec_set), its size bounded
  * before anything is built (a generated GPT has about 80 ops and 160
- * values per layer with Adam, an MLP about 10 and 20), then generated.
+ * values per layer with Adam, a Llama 150 and 200, an MLP about 10 and 20),
+ * then generated.
  */
 static int
 build_spec(const Distir__V1__ModelSpec *ms, const request_limits *lim, request_input *in,
@@ -175,7 +176,7 @@ build_spec(const Distir__V1__ModelSpec *ms, const request_limits *lim, request_i
         }
     }
     layers = models_spec_layers(&sp);
-    per_layer = sp.kind == MODELS_SPEC_GPT ? 80 : 10;
+    per_layer = sp.kind == MODELS_SPEC_GPT ? 80 : sp.kind == MODELS_SPEC_LLAMA ? 150 : 10;
     if (layers * per_layer > lim->ir.max_ops || 2 * layers * per_layer > lim->ir.max_values)
         return di_error_set(err, DI_ETOOBIG,
                             "model: %llu layers make about %llu ops, over the limit of %u "

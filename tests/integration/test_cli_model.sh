@@ -32,6 +32,19 @@ check "... naming the presets" grep -q 'known: gpt3-125m' "$TMP/nope.err"
 "$DISTIR" simulate "$TMP/g.pb" --batch 4 >/dev/null 2>"$TMP/opt.err"
 check "a model option without --model is a usage error (exit 2)" [ $? -eq 2 ]
 
+# Llama: a preset by name, its parameter count, a plan, and a bad grouping refused.
+$T "$DISTIR" model llama --preset llama3-8b --batch 8 -o "$TMP/l8.pb" || fail "model llama"
+check "llama3-8b has 8,030,261,248 parameters" \
+    sh -c "'$DISTIR' print --stats '$TMP/l8.pb' | grep -q '^parameters  *8030261248$'"
+$T "$DISTIR" simulate --model llama3-8b --batch 8 --dtype bf16 --optimizer adam --hw h100-dgx:1 \
+    --tp 8 --json >"$TMP/l8.json"
+check "simulate --model llama3-8b --tp 8 (exit 0)" [ $? -eq 0 ]
+check "... names it in its inputs" grep -q '"inputs":{"model":"llama3-8b","parameters":8030261248,' \
+    "$TMP/l8.json"
+"$DISTIR" model llama --heads 8 --kv-heads 3 >/dev/null 2>"$TMP/kv.err"
+check "--kv-heads that does not divide --heads is a usage error (exit 2)" [ $? -eq 2 ]
+check "... naming the option" grep -q "not a multiple of --kv-heads 3" "$TMP/kv.err"
+
 # The text result: what was simulated first, then one row per pipeline stage (--devices: per device).
 $T "$DISTIR" simulate --model gpt3-125m $OPTS --hw a100-dgx:2 --dp 2 --tp 2 --pp 4 \
     --microbatches 8 >"$TMP/text.txt"

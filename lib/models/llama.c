@@ -1,0 +1,384 @@
+/*
+ * llama.c: the Llama-family generator (models.h): a decoder-only
+ * transformer with RMSNorm, grouped-query attention, a SwiGLU MLP of a given
+ * FFN size, untied input and output embeddings and no biases, in the
+ * Megatron-LM tensor-parallel layout, as one training step.
+ *
+ *   x = Gather(embed, tokens)                                [b, s, h]   embed
+ *   per layer:
+ *     a = RMSNorm(x) = x * (mean(x^2) + eps)^-1/2 * g
+ *     q = a @ wq, k = a @ wk, v = a @ wv                      column
+ *     heads: q [b, H, s, d]; k, v [b, KV, s, d] repeated to H heads
+ *            (Unsqueeze, a broadcasting Mul by ones, Reshape)  heads
+ *     p = Softmax(q @ k^T * 1/sqrt(d) + mask); ctx = p @ v, merged to [b, s, h]
+ *     x = x + ctx @ wo                                        row
+ *     a = RMSNorm(x); x = x + (Silu(a @ w1) * (a @ w3)) @ w2  column, column, row
+ *   logits = RMSNorm(x) @ head  ([h, V], untied)               head
+ *   loss = SoftmaxCrossEntropyLoss(logits, labels)
+ *
+ * Rotary position embedding is not generated: it has no parameters and
+ * costs two element-wise passes over Q and K per layer (about 1% of a
+ * layer's time at these sizes); the IR has no sine or cosine. The
+ * parameter count is 2 V h + L (2 h + h (h + 2 KV d) + h h + 3 h f) + h,
+ * exactly the published figures of the presets (tests/test_models.c).
+ */
+#include "models/models.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "models/models_int.h"
+
+enum { L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_W1, L_W3, L_W2, L_PER_LAYER };
+
+static const char *const lweight_names[L_PER_LAYER] = {
+    "attn_norm.scale", "attn.wq", "attn.wk", "attn.wv", "attn.wo",
+    "mlp_norm.scale",  "mlp.w1",  "mlp.w3",  "mlp.w2",
+};
+
+/* Published shapes (Touvron et al. 2023; Meta's Llama 3 and 3.1 model cards; Mistral 7B). */
+static const struct llama_preset {
+    const char *name;
+    uint32_t layers;
+    int64_t hidden, heads, kv_heads, ffn, vocab, seq;
+} llama_presets[] = {
+    {"llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096},
+    {"llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096},
+    {"llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096},
+    {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192},
+    {"llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192},
+    {"llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 8192},
+};
+
+#define NLPRESET (sizeof llama_presets / sizeof llama_presets[0])
+
+void
+models_llama_init(models_llama *c)
+{
+    memset(c, 0, sizeof *c);
+    c->layers = 2;
+    c->hidden = 256;
+    c->heads = 8;
+    c->kv_heads = 2;
+    c->ffn = 688;
+    c->seq = 128;
+    c->vocab = 32000;
+    c->batch = 1;
+    c->dtype = IR_F32;
+    c->norm_eps = 1e-5;
+    models_train_init(&c->train);
+}
+
+const char *
+models_llama_preset_name(uint32_t i)
+{
+    return i < NLPRESET ? llama_presets[i].name : NULL;
+}
+
+int
+models_llama_preset(const char *name, models_llama *c, di_error *err)
+{
+    char known[256];
+    size_t len = 0;
+    for (size_t i = 0; i < NLPRESET; i++) {
+        const struct llama_preset *p = &llama_presets[i];
+        if (strcmp(p->name, name) == 0) {
+            c->layers = p->layers;
+            c->hidden = p->hidden;
+            c->heads = p->heads;
+            c->kv_heads = p->kv_heads;
+            c->ffn = p->ffn;
+            c->vocab = p->vocab;
+            c->seq = p->seq;
+            return 0;
+        }
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", p->name);
+    }
+    return di_error_set(err, DI_ENOTFOUND, "unknown Llama preset '%s' (known: %s)", name, known);
+}
+
+uint64_t
+models_llama_parameters(const models_llama *c)
+{
+    uint64_t l = c->layers, h = (uint64_t)c->hidden, kv = (uint64_t)c->kv_heads;
+    uint64_t d = c->heads ? h / (uint64_t)c->heads : 0, f = (uint64_t)c->ffn;
+    uint64_t per_layer = 2 * h + h * (h + 2 * kv * d) + h * h + 3 * h * f;
+    return 2 * (uint64_t)c->vocab * h + l * per_layer + h;
+}
+
+typedef struct llama_gen {
+    models_builder *b;
+    const models_llama *c;
+    int64_t d;
+    ir_id idx;
+    ir_dtype dt;
+} llama_gen;
+
+/* RMSNorm over the last dimension, with scale g (every op sequence-parallel). */
+static ir_id
+rmsnorm(llama_gen *g, ir_id x, ir_id scale, const char *name)
+{
+    models_builder *b = g->b;
+    /* The constants first: dist.seq marks the next op only. */
+    ir_id eps = models_scalar(b, g->dt, g->c->norm_eps), half = models_scalar(b, g->dt, -0.5);
+    ir_id sq, ms, op;
+    b->seq = 1;
+    sq = models_op2(b, IR_OP_MUL, x, x, name);
+    op = models_begin(b, IR_OP_REDUCEMEAN, 1, &sq, 1, name);
+    if (op) {
+        ir_op_set_ints(b->m, op, "axes", 1, (int64_t[]){-1});
+        ir_op_set_int(b->m, op, "keepdims", 1);
+    }
+    b->seq = 1;
+    ms = models_end(b, op);
+    b->seq = 1;
+    ms = models_op2(b, IR_OP_ADD, ms, eps, name);
+    b->seq = 1;
+    ms = models_op2(b, IR_OP_POW, ms, half, name);
+    b->seq = 1;
+    x = models_op2(b, IR_OP_MUL, x, ms, name);
+    b->seq = 1;
+    return models_op2(b, IR_OP_MUL, x, scale, name);
+}
+
+/* [b, s, n*d] -> [b, n, s, d] (n inferred: it is what tensor parallelism splits). */
+static ir_id
+to_heads(llama_gen *g, ir_id x, const char *name)
+{
+    int64_t shape[4] = {0, 0, -1, g->d}, perm[4] = {0, 2, 1, 3};
+    x = models_reshape(g->b, x, 4, shape, name);
+    return models_transpose(g->b, x, 4, perm, name);
+}
+
+/*
+ * K or V [b, KV, s, d] repeated to [b, H, s, d]: head i uses group i / (H / KV).
+ * One broadcasting Mul by ones [H/KV, 1, 1] (a copy, as repeat_interleave
+ * makes one), so the op count does not grow with the group size.
+ */
+static ir_id
+repeat_kv(llama_gen *g, ir_id x, const char *name)
+{
+    models_builder *b = g->b;
+    int64_t rep = g->c->heads / g->c->kv_heads, shape[4] = {0, -1, g->c->seq, g->d};
+    int64_t oshape[3] = {rep, 1, 1};
+    ir_id op, ones;
+    if (rep == 1)
+        return x;
+    op = models_begin(b, IR_OP_UNSQUEEZE, 1, &x, 1, name);
+    if (op)
+        ir_op_set_ints(b->m, op, "axes", 1, (int64_t[]){2});
+    x = models_end(b, op);
+    ones = models_vector_const(b, g->dt, rep, models_one, name);
+    ones = models_reshape(b, ones, 3, oshape, name);
+    x = models_op2(b, IR_OP_MUL, x, ones, name);
+    return models_reshape(b, x, 4, shape, name);
+}
+
+static ir_id
+lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
+{
+    models_builder *b = g->b;
+    ir_module *m = b->m;
+    char p[32], name[96];
+    int64_t perm[4] = {0, 2, 1, 3}, kperm[4] = {0, 1, 3, 2}, merged[3] = {0, 0, -1};
+    ir_id a, q, k, v, s, op, ctx, r, gate, up;
+    snprintf(p, sizeof p, "l%u", l);
+    b->layer = l;
+    b->part = "block";
+
+    /* Attention. */
+    b->tp = "none";
+    snprintf(name, sizeof name, "%s.attn_norm", p);
+    a = rmsnorm(g, x, w[L_NORM1], name);
+    b->tp = "column";
+    snprintf(name, sizeof name, "%s.q", p);
+    q = models_op2(b, IR_OP_MATMUL, a, w[L_Q], name);
+    snprintf(name, sizeof name, "%s.k", p);
+    k = models_op2(b, IR_OP_MATMUL, a, w[L_K], name);
+    snprintf(name, sizeof name, "%s.v", p);
+    v = models_op2(b, IR_OP_MATMUL, a, w[L_V], name);
+    b->tp = "heads";
+    snprintf(name, sizeof name, "%s.q.heads", p);
+    q = to_heads(g, q, name);
+    snprintf(name, sizeof name, "%s.k.heads", p);
+    k = repeat_kv(g, to_heads(g, k, name), name);
+    snprintf(name, sizeof name, "%s.v.heads", p);
+    v = repeat_kv(g, to_heads(g, v, name), name);
+    snprintf(name, sizeof name, "%s.kt", p);
+    k = models_transpose(b, k, 4, kperm, name);
+    snprintf(name, sizeof name, "%s.scores", p);
+    s = models_op2(b, IR_OP_MATMUL, q, k, name);
+    s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
+    s = models_op2(b, IR_OP_ADD, s, models_causal_mask(b, g->idx, g->c->seq, g->dt, p), name);
+    op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
+    if (op)
+        ir_op_set_int(m, op, "axis", -1);
+    snprintf(name, sizeof name, "%s.probs", p);
+    s = models_end(b, op);
+    snprintf(name, sizeof name, "%s.ctx", p);
+    ctx = models_op2(b, IR_OP_MATMUL, s, v, name);
+    ctx = models_transpose(b, ctx, 4, perm, name);
+    ctx = models_reshape(b, ctx, 3, merged, name);
+    b->tp = "row";
+    snprintf(name, sizeof name, "%s.attn", p);
+    r = models_op2(b, IR_OP_MATMUL, ctx, w[L_O], name);
+    b->tp = "none";
+    snprintf(name, sizeof name, "%s.res1", p);
+    b->seq = 1;
+    x = models_op2(b, IR_OP_ADD, x, r, name);
+
+    /* SwiGLU MLP. */
+    snprintf(name, sizeof name, "%s.mlp_norm", p);
+    a = rmsnorm(g, x, w[L_NORM2], name);
+    b->tp = "column";
+    snprintf(name, sizeof name, "%s.gate", p);
+    gate = models_op2(b, IR_OP_MATMUL, a, w[L_W1], name);
+    snprintf(name, sizeof name, "%s.up", p);
+    up = models_op2(b, IR_OP_MATMUL, a, w[L_W3], name);
+    snprintf(name, sizeof name, "%s.silu", p);
+    r = models_op(b, IR_OP_SIGMOID, 1, &gate, name);
+    r = models_op2(b, IR_OP_MUL, gate, r, name);
+    r = models_op2(b, IR_OP_MUL, r, up, name);
+    b->tp = "row";
+    snprintf(name, sizeof name, "%s.down", p);
+    r = models_op2(b, IR_OP_MATMUL, r, w[L_W2], name);
+    b->tp = "none";
+    snprintf(name, sizeof name, "%s.res2", p);
+    b->seq = 1;
+    return models_op2(b, IR_OP_ADD, x, r, name);
+}
+
+static int
+check_llama(const models_llama *c, di_error *err)
+{
+    uint64_t lim = (uint64_t)1 << 62, bs;
+    const int64_t *v[] = {&c->hidden, &c->heads, &c->kv_heads, &c->ffn,
+                          &c->seq,    &c->vocab, &c->batch};
+    const char *names[] = {"--hidden", "--heads", "--kv-heads", "--ffn",
+                           "--seq",    "--vocab", "--batch"};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (*v[i] <= 0 || *v[i] > ((int64_t)1 << 40))
+            return di_error_set(err, DI_EINVAL, "model: %s must be between 1 and 2^40, got %lld",
+                                names[i], (long long)*v[i]);
+    if (c->layers < 1 || c->layers > MODELS_MAX_LAYERS)
+        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and %u",
+                            MODELS_MAX_LAYERS);
+    if (c->hidden % c->heads != 0)
+        return di_error_set(err, DI_EINVAL, "model: --hidden %lld is not divisible by --heads %lld",
+                            (long long)c->hidden, (long long)c->heads);
+    if (c->heads % c->kv_heads != 0)
+        return di_error_set(err, DI_EINVAL,
+                            "model: --heads %lld is not a multiple of --kv-heads %lld",
+                            (long long)c->heads, (long long)c->kv_heads);
+    if (c->heads / c->kv_heads > 256)
+        return di_error_set(err, DI_EINVAL, "model: more than 256 query heads per key/value head");
+    if (!ir_dtype_is_float(c->dtype))
+        return di_error_set(err, DI_EINVAL, "model: --dtype must be floating-point");
+    if (c->seq > (1 << 24))
+        return di_error_set(err, DI_EINVAL, "model: --seq must be at most 2^24");
+    if (!(c->norm_eps > 0))
+        return di_error_set(err, DI_EINVAL, "model: the norm epsilon must be positive");
+    bs = (uint64_t)c->batch * (uint64_t)c->seq;
+    uint64_t biggest = (uint64_t)c->vocab;
+    if ((uint64_t)c->heads * (uint64_t)c->seq > biggest)
+        biggest = (uint64_t)c->heads * (uint64_t)c->seq;
+    if ((uint64_t)c->ffn > biggest)
+        biggest = (uint64_t)c->ffn;
+    if ((uint64_t)c->hidden > biggest)
+        biggest = (uint64_t)c->hidden;
+    if (bs > lim / biggest || (uint64_t)c->vocab * (uint64_t)c->hidden > lim ||
+        (uint64_t)c->ffn * (uint64_t)c->hidden > lim || (uint64_t)c->seq * (uint64_t)c->seq > lim)
+        return di_error_set(err, DI_EINVAL,
+                            "model: batch x seq x max(vocab, heads x seq, ffn) overflows");
+    return 0;
+}
+
+int
+models_llama_build(const models_llama *c, ir_module **out, di_error *err)
+{
+    models_builder b;
+    llama_gen g;
+    ir_module *m;
+    int64_t h = c->hidden, dims[2], kvd;
+    ir_id tokens, labels, embed, head, norm_f, *w, x, loss, op;
+    char name[64];
+    int rc;
+    *out = NULL;
+    if ((rc = check_llama(c, err)) != 0)
+        return rc;
+    m = ir_module_new();
+    models_builder_init(&b, m, "llama", err);
+    b.annotate = c->train.annotate;
+    memset(&g, 0, sizeof g);
+    g.b = &b;
+    g.c = c;
+    g.d = h / c->heads;
+    g.dt = c->dtype;
+    kvd = c->kv_heads * g.d;
+
+    dims[0] = c->batch;
+    dims[1] = c->seq;
+    tokens = models_arg(&b, "tokens", IR_I64, 2, dims);
+    labels = models_arg(&b, "labels", IR_I64, 2, dims);
+    dims[0] = c->vocab;
+    dims[1] = h;
+    embed = models_arg(&b, "embed.weight", c->dtype, 2, dims);
+    w = di_xmalloc((size_t)c->layers * L_PER_LAYER * sizeof *w);
+    for (uint32_t l = 0; l < c->layers; l++)
+        for (uint32_t j = 0; j < L_PER_LAYER; j++) {
+            int64_t wd[2] = {h, h};
+            uint32_t rank = 2;
+            if (j == L_NORM1 || j == L_NORM2)
+                rank = 1;
+            else if (j == L_K || j == L_V)
+                wd[1] = kvd;
+            else if (j == L_W1 || j == L_W3)
+                wd[1] = c->ffn;
+            else if (j == L_W2)
+                wd[0] = c->ffn;
+            snprintf(name, sizeof name, "l%u.%s", l, lweight_names[j]);
+            w[(size_t)l * L_PER_LAYER + j] = models_arg(&b, name, c->dtype, rank, wd);
+        }
+    norm_f = models_arg(&b, "norm_f.scale", c->dtype, 1, &h);
+    dims[0] = h;
+    dims[1] = c->vocab;
+    head = models_arg(&b, "head.weight", c->dtype, 2, dims);
+
+    b.layer = -1;
+    b.part = "embed";
+    b.tp = "vocab";
+    x = models_op2(&b, IR_OP_GATHER, embed, tokens, "embed.tok");
+    b.tp = "none";
+    g.idx = models_vector_const(&b, IR_F32, c->seq, models_index, "positions");
+
+    for (uint32_t l = 0; l < c->layers && b.rc == 0; l++)
+        x = lblock(&g, l, x, w + (size_t)l * L_PER_LAYER);
+    di_free(w);
+
+    b.layer = -1;
+    b.part = "head";
+    b.tp = "none";
+    x = rmsnorm(&g, x, norm_f, "norm_f");
+    dims[0] = -1;
+    dims[1] = h;
+    x = models_reshape(&b, x, 2, dims, "norm_f.flat");
+    b.tp = "vocab";
+    x = models_op2(&b, IR_OP_MATMUL, x, head, "logits");
+    b.tp = "none";
+    dims[0] = -1;
+    labels = models_reshape(&b, labels, 1, dims, "labels.flat");
+    b.tp = "vocab";
+    op = models_begin(&b, IR_OP_SCELOSS, 2, (ir_id[]){x, labels}, 1, "loss");
+    if (op)
+        ir_op_set_string(m, op, "reduction", "mean");
+    loss = models_end(&b, op);
+    rc = models_train_step(&b, loss, &c->train);
+    if (rc != 0) {
+        ir_module_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
