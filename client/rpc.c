@@ -151,7 +151,7 @@ count_threads(void)
 static int threads_before; /* before grpc_init: the CLI's own */
 
 /*
- * grpc_shutdown_blocking, then a wait (1 s at most) until gRPC's threads
+ * grpc_shutdown_blocking, then a wait (10 s at most) until gRPC's threads
  * have exited, not only been told to: gRPC 1.51 lets some finish after it
  * returns, and a process that exits while one is half torn down can crash
  * at exit (LeakSanitizer's final scan did, about one remote search in ten).
@@ -160,7 +160,7 @@ static void
 grpc_done(void)
 {
     grpc_shutdown_blocking();
-    for (int i = 0; i < 1000 && threads_before > 0 && count_threads() > threads_before; i++) {
+    for (int i = 0; i < 10000 && threads_before > 0 && count_threads() > threads_before; i++) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
