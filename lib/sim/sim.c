@@ -417,11 +417,13 @@ run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_opti
         sim_result_free(*out);
         *out = NULL;
         sim_fini(&s, ws);
-        rc = trace ? trace->restart(trace->ctx) : 0;
-        if (rc != 0)
-            rc = di_error_set(err, rc, "cannot restart the trace");
-        else
-            rc = sim_once(&s, ws, m, hw, opt, 0, trace, out, err);
+        if (trace && (rc = trace->restart(trace->ctx)) != 0) {
+            /* s is finished already: nothing more to release but the events. */
+            di_free(arr.v);
+            sim_workspace_release(&local);
+            return di_error_set(err, rc, "cannot restart the trace");
+        }
+        rc = sim_once(&s, ws, m, hw, opt, 0, trace, out, err);
     }
     if (rc == 0 && events) {
         *events = arr.v;
