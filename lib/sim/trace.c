@@ -151,12 +151,16 @@ write_slice(sim_trace_file *t, const slice *x)
     sep(t);
     di_buf_puts(b, "{\"ph\":\"X\",\"name\":");
     if (x->nops > 1) {
-        di_buf_printf(b, "\"%s L%" PRId64 "\"", x->phase, x->layer);
+        char label[96];
+        snprintf(label, sizeof label, "%s L%" PRId64, x->phase, x->layer);
+        di_buf_json_str(b, label);
     } else {
         di_buf_json_str(b, ir_op_name(m, e->op));
     }
-    di_buf_printf(b, ",\"cat\":\"%s\",\"pid\":%d,\"tid\":%u,\"ts\":", x->phase, e->device,
-                  e->stream);
+    /* The phase may come from a module's dist.phase: escaped like every string. */
+    di_buf_puts(b, ",\"cat\":");
+    di_buf_json_str(b, x->phase);
+    di_buf_printf(b, ",\"pid\":%d,\"tid\":%u,\"ts\":", e->device, e->stream);
     put_us(b, e->start);
     di_buf_puts(b, ",\"dur\":");
     put_us(b, e->end - e->start);

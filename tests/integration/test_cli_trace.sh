@@ -93,6 +93,14 @@ check "--trace-devices without --trace is a usage error (exit 2)" [ $? -eq 2 ]
 "$DISTIR" simulate $SMALL $STRAT --trace "$TMP/none/t.json" >/dev/null 2>"$TMP/nodir.err"
 check "an unwritable trace fails (exit 1)" [ $? -eq 1 ]
 check "... and leaves no file" [ -z "$(ls "$TMP/none" 2>/dev/null)" ]
+# A module's own dist.phase (any string) is escaped in the trace.
+printf 'func @f(%%x: !dist.tensor<4x4xf32, 0>) -> (!dist.tensor<4x4xf32, 0>) {\n  %%y = "Relu"(%%x) {dist.phase = "a\\"b\\\\"} : (!dist.tensor<4x4xf32, 0>) -> !dist.tensor<4x4xf32, 0>\n  return %%y : !dist.tensor<4x4xf32, 0>\n}\n' >"$TMP/q.dir"
+"$DISTIR" simulate "$TMP/q.dir" --trace "$TMP/q.json" >/dev/null 2>&1 || fail "simulate q.dir"
+check "a phase with quotes and backslashes stays valid JSON" $PY -c '
+import json, sys
+x = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+assert [e["cat"] for e in x] == ["a\"b\\"], x' "$TMP/q.json"
+
 # A write that fails midway (as on a full disk): a file size limit makes write(2) fail with EFBIG.
 # shellcheck disable=SC2086
 (ulimit -f 64 && trap '' XFSZ && "$DISTIR" simulate $SMALL $STRAT --trace "$TMP/f.json" \
