@@ -175,11 +175,16 @@ build_spec(const Distir__V1__ModelSpec *ms, const request_limits *lim, request_i
             goto fail;
         }
     }
-    /* The position constant holds seq floats: bounded, as a module's size would be. */
-    if ((sp.kind == MODELS_SPEC_GPT && sp.gpt.seq > REQUEST_MAX_MODEL_SEQ) ||
+    /*
+     * Constants of the generated module hold seq (positions) and, for a GPT
+     * without final layer-norm parameters, hidden floats: bounded, as a
+     * module's size would be.
+     */
+    if ((sp.kind == MODELS_SPEC_GPT &&
+         (sp.gpt.seq > REQUEST_MAX_MODEL_SEQ || sp.gpt.hidden > REQUEST_MAX_MODEL_SEQ)) ||
         (sp.kind == MODELS_SPEC_LLAMA && sp.llama.seq > REQUEST_MAX_MODEL_SEQ))
-        return di_error_set(err, DI_ETOOBIG, "model: --seq above %u (the generated module's "
-                            "position constant) is refused here",
+        return di_error_set(err, DI_ETOOBIG, "model: --seq or --hidden above %u (the generated "
+                            "module's constants) is refused here",
                             REQUEST_MAX_MODEL_SEQ);
     layers = models_spec_layers(&sp);
     per_layer = sp.kind == MODELS_SPEC_GPT ? 80 : sp.kind == MODELS_SPEC_LLAMA ? 150 : 10;

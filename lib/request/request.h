@@ -99,7 +99,7 @@ typedef struct request {
 
 /* Options of a ModelSpec (a model has 17 at most; repeats are allowed). */
 #define REQUEST_MAX_MODEL_OPTIONS 64u
-/* Sequence length of a ModelSpec (its module holds a constant of that many floats). */
+/* Sequence length and GPT hidden size of a ModelSpec (its module holds constants that long). */
 #define REQUEST_MAX_MODEL_SEQ (1u << 20)
 
 #define REQUEST_SIMULATE 0 /* SimulateRequest */

@@ -132,7 +132,8 @@ def main():
                              (distir.Model("gpt", wings=2), "unknown option '--wings'"),
                              (distir.Model("gpt9"), "known: gpt3-125m"),
                              (distir.Model("gpt", layers=10**9), "over the limit"),
-                             (distir.Model("gpt", seq=2**22), "is refused here")):
+                             (distir.Model("gpt", seq=2**22), "is refused here"),
+                             (distir.Model("gpt", hidden=2**36, heads=1), "is refused here")):
                 try:
                     c.simulate(bad, "a100-dgx:1")
                     check(f"Model: {bad!r} is refused", False)
