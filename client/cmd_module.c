@@ -88,13 +88,27 @@ print_stats(const ir_module *m, int json)
         flops = region_flops(m, entry, memo, 0);
         di_free(memo);
     }
-    params = cli_module_parameters(m);
+    sim_model_stats st;
+    sim_model_stats_of(m, &st);
+    params = st.parameters;
+    /*
+     * Per token: 6N (forward 2N, backward 4N) and the model FLOPs with attention
+     * (what MFU counts, docs/simulator.md). Every parameter is active (no experts yet).
+     */
+    double per6n = st.tokens > 0 ? st.flops_6n / st.tokens : 0;
+    double permodel = st.tokens > 0 ? st.model_flops / st.tokens : 0;
     if (json)
-        printf("{\"ops\":%llu,\"values\":%u,\"parameters\":%llu,\"flops\":%.17g}\n",
-               (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params, flops);
+        printf("{\"ops\":%llu,\"values\":%u,\"parameters\":%llu,\"active_parameters\":%llu,"
+               "\"flops\":%.17g,\"tokens\":%.17g,\"flops_per_token_6n\":%.17g,"
+               "\"model_flops_per_token\":%.17g}\n",
+               (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params,
+               (unsigned long long)params, flops, st.tokens, per6n, permodel);
     else
-        printf("ops         %llu\nvalues      %u\nparameters  %llu\nflops       %.6g\n",
-               (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params, flops);
+        printf("ops         %llu\nvalues      %u\nparameters  %llu\nactive      %llu\n"
+               "flops       %.6g\ntokens      %.6g per step\n"
+               "per token   %.6g FLOPs by 6N, %.6g with attention (model FLOPs)\n",
+               (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params,
+               (unsigned long long)params, flops, st.tokens, per6n, permodel);
 }
 
 int
