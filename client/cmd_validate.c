@@ -237,8 +237,8 @@ cmd_validate(int argc, char **argv)
         printf("}}\n");
     } else {
         uint32_t skipped = 0;
-        printf("%5s %6s %5s %4s %4s %4s %4s %12s %12s %8s\n", "line", "size", "gpus", "tp",
-               "dp", "pp", "mb", "measured", "predicted", "error");
+        printf("%5s %6s %5s %4s %4s %4s %4s %12s %12s %8s\n", "line", "size", "gpus", "tp", "dp",
+               "pp", "mb", "measured", "predicted", "error");
         for (uint32_t k = 0; k < nidx; k++) {
             const validate_row *r = &rows[idx[k]];
             if (r->predicted_ms < 0) {
@@ -246,12 +246,11 @@ cmd_validate(int argc, char **argv)
                 continue;
             }
             printf("%5u %6s %5u %4u %4u %4u %4u %9.1f ms %9.1f ms %+7.1f%%\n", r->line,
-                   labels[group[k]], r->gpus, r->tp, r->dp, r->pp, r->micro_batch,
-                   r->measured_ms, r->predicted_ms,
-                   100 * (r->predicted_ms - r->measured_ms) / r->measured_ms);
+                   labels[group[k]], r->gpus, r->tp, r->dp, r->pp, r->micro_batch, r->measured_ms,
+                   r->predicted_ms, 100 * (r->predicted_ms - r->measured_ms) / r->measured_ms);
         }
-        printf("\n%-10s %5s %9s %9s %9s %9s %9s\n", "size", "rows", "MAPE", "median", "max",
-               "bias", "spearman");
+        printf("\n%-10s %5s %9s %9s %9s %9s %9s\n", "size", "rows", "MAPE", "median", "max", "bias",
+               "spearman");
         for (uint32_t g = 0; g < ngroup; g++)
             text_stats(labels[g], &gst[g]);
         text_stats("all", &all);

@@ -94,7 +94,9 @@ models_llama_preset(const char *name, models_llama *c, di_error *err)
             c->seq = p->seq;
             return 0;
         }
-        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", p->name);
+        if (len < sizeof known)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
+                                    p->name);
     }
     return di_error_set(err, DI_ENOTFOUND, "unknown Llama preset '%s' (known: %s)", name, known);
 }

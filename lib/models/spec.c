@@ -19,13 +19,11 @@ static const struct spec_opt {
     int arity;
     unsigned models;
 } spec_opts[] = {
-    {"layers", 1, 7},       {"hidden", 1, 7},         {"batch", 1, 7},
-    {"dtype", 1, 7},        {"optimizer", 1, 7},      {"lr", 1, 7},
-    {"forward-only", 0, 7}, {"no-annotations", 0, 7}, {"input", 1, 1},
-    {"classes", 1, 1},      {"activation", 1, 1},     {"loss", 1, 1},
-    {"heads", 1, 6},        {"seq", 1, 6},            {"vocab", 1, 6},
-    {"dropout", 1, 2},      {"final-ln-params", 0, 2}, {"kv-heads", 1, 4},
-    {"ffn", 1, 4},
+    {"layers", 1, 7},          {"hidden", 1, 7},   {"batch", 1, 7},        {"dtype", 1, 7},
+    {"optimizer", 1, 7},       {"lr", 1, 7},       {"forward-only", 0, 7}, {"no-annotations", 0, 7},
+    {"input", 1, 1},           {"classes", 1, 1},  {"activation", 1, 1},   {"loss", 1, 1},
+    {"heads", 1, 6},           {"seq", 1, 6},      {"vocab", 1, 6},        {"dropout", 1, 2},
+    {"final-ln-params", 0, 2}, {"kv-heads", 1, 4}, {"ffn", 1, 4},
 };
 
 static const char *const kind_names[] = {"", "mlp", "gpt", "llama"};
@@ -77,12 +75,13 @@ models_spec_init(models_spec *sp, const char *name, di_error *err)
         char known[512];
         size_t len = 0;
         const char *n;
-        for (uint32_t i = 0; (n = models_gpt_preset_name(i)) != NULL; i++)
+        for (uint32_t i = 0; (n = models_gpt_preset_name(i)) != NULL && len < sizeof known; i++)
             len += (size_t)snprintf(known + len, sizeof known - len, "%s, ", n);
-        for (uint32_t i = 0; (n = models_llama_preset_name(i)) != NULL; i++)
+        for (uint32_t i = 0; (n = models_llama_preset_name(i)) != NULL && len < sizeof known; i++)
             len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", n);
-        return di_error_set(err, DI_ENOTFOUND, "unknown model '%s' (mlp, gpt, llama or a preset; "
-                                               "known: %s)",
+        return di_error_set(err, DI_ENOTFOUND,
+                            "unknown model '%s' (mlp, gpt, llama or a preset; "
+                            "known: %s)",
                             name, known);
     }
 }
@@ -95,8 +94,8 @@ parse_pos(const char *key, const char *v, int64_t *out, di_error *err)
     errno = 0;
     x = strtoll(v, &end, 10);
     if (errno != 0 || end == v || *end != '\0' || x <= 0)
-        return di_error_set(err, DI_EINVAL, "option '--%s' needs a positive integer, got '%s'",
-                            key, v);
+        return di_error_set(err, DI_EINVAL, "option '--%s' needs a positive integer, got '%s'", key,
+                            v);
     *out = x;
     return 0;
 }
@@ -124,7 +123,10 @@ parse_word(const char *key, const char *v, const char *const *names, int *out, d
             return 0;
         }
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
-                                i == 0 ? "" : names[i + 1] ? ", " : " or ", names[i]);
+                                i == 0         ? ""
+                                : names[i + 1] ? ", "
+                                               : " or ",
+                                names[i]);
     }
     return di_error_set(err, DI_EINVAL, "option '--%s' needs %s, got '%s'", key, list, v);
 }

@@ -34,23 +34,23 @@ typedef struct slice {
     sim_event e;       /* chunk resolved; end extended when merged */
     const char *phase; /* a string of the module or a literal */
     int64_t layer;
-    uint32_t nops;     /* 0: none pending */
+    uint32_t nops; /* 0: none pending */
 } slice;
 
 struct sim_trace_file {
     sim_trace_sink sink;
     const ir_module *m;
     uint32_t ndevice;
-    uint8_t *select;      /* copy of the selection, or NULL: every device */
-    uint32_t *stage;      /* per device id: stage for the process names (copy), or NULL */
-    int merge;            /* merge each layer's consecutive ops into one slice */
-    slice *pending;       /* with merge: per device and stream, the slice being extended */
+    uint8_t *select; /* copy of the selection, or NULL: every device */
+    uint32_t *stage; /* per device id: stage for the process names (copy), or NULL */
+    int merge;       /* merge each layer's consecutive ops into one slice */
+    slice *pending;  /* with merge: per device and stream, the slice being extended */
     uint64_t nslice;
     char path[4096], tmp[4096];
     int fd;
-    int err;              /* errno of the first failed write, or 0 */
-    int first;            /* no event written yet (the next one has no comma) */
-    uint64_t written;     /* bytes, after the last restart */
+    int err;          /* errno of the first failed write, or 0 */
+    int first;        /* no event written yet (the next one has no comma) */
+    uint64_t written; /* bytes, after the last restart */
     uint64_t nevent;
     di_buf b;
 };
@@ -178,7 +178,8 @@ write_slice(sim_trace_file *t, const slice *x)
         di_buf_printf(b, ",\"layer\":%" PRId64, x->layer);
     if (e->chunk && ir_op_int(m, e->chunk, "dist.mb", -1) >= 0)
         di_buf_printf(b, ",\"stage\":%" PRId64 ",\"microbatch\":%" PRId64,
-                      ir_op_int(m, e->chunk, "dist.stage", -1), ir_op_int(m, e->chunk, "dist.mb", -1));
+                      ir_op_int(m, e->chunk, "dist.stage", -1),
+                      ir_op_int(m, e->chunk, "dist.mb", -1));
     if (e->peer >= 0)
         di_buf_printf(b, ",\"%s\":%d", e->stream == 1 ? "to" : "from", e->peer);
     di_buf_puts(b, "}}");
@@ -251,8 +252,7 @@ sim_trace_open(const char *path, const ir_module *m, uint32_t ndevice, const uin
     *out = NULL;
     t = di_xcalloc(1, sizeof *t);
     if (snprintf(t->path, sizeof t->path, "%s", path) >= (int)sizeof t->path ||
-        snprintf(t->tmp, sizeof t->tmp, "%s.tmp.%ld", path, (long)getpid()) >=
-            (int)sizeof t->tmp) {
+        snprintf(t->tmp, sizeof t->tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof t->tmp) {
         di_free(t);
         return di_error_set(err, DI_EINVAL, "path too long: '%s'", path);
     }
@@ -346,8 +346,9 @@ sim_trace_close(sim_trace_file *t, const sim_result *r, uint64_t *bytes, di_erro
                           "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":"
                           "{\"name\":\"device %d\"}}",
                           id, id);
-        di_buf_printf(b, ",\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":"
-                         "{\"sort_index\":%d}}",
+        di_buf_printf(b,
+                      ",\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":"
+                      "{\"sort_index\":%d}}",
                       id, id);
         for (int st = 0; st < 4; st++)
             di_buf_printf(b,
@@ -377,8 +378,8 @@ sim_trace_close(sim_trace_file *t, const sim_result *r, uint64_t *bytes, di_erro
     if (close(t->fd) != 0 && t->err == 0)
         t->err = errno;
     if (t->err != 0) {
-        rc = di_error_set(err, DI_EIO, "cannot write the trace '%s': %s", t->path,
-                          strerror(t->err));
+        rc =
+            di_error_set(err, DI_EIO, "cannot write the trace '%s': %s", t->path, strerror(t->err));
         unlink(t->tmp);
     } else if (rename(t->tmp, t->path) != 0) {
         int e = errno;
@@ -424,8 +425,8 @@ sim_trace_estimate(const ir_module *m, uint32_t ndevice, const uint8_t *select)
 }
 
 int
-sim_trace_write(const char *path, const ir_module *m, const sim_result *r,
-                const sim_event *events, uint32_t nevent, di_error *err)
+sim_trace_write(const char *path, const ir_module *m, const sim_result *r, const sim_event *events,
+                uint32_t nevent, di_error *err)
 {
     sim_trace_file *t;
     uint32_t ndev = 0;

@@ -28,9 +28,18 @@ enum {
 
 /* Header names (vTrain's), lowercase; the parameters column is optional. */
 static const char *const col_names[NCOL] = {
-    "parameters (billion)", "# gpus", "global batch", "micro batch", "hidden size",
-    "attention heads", "# layers", "sequence length", "tensor parallelism",
-    "data parallelism", "pipeline parallelism", "iteration time (ms)",
+    "parameters (billion)",
+    "# gpus",
+    "global batch",
+    "micro batch",
+    "hidden size",
+    "attention heads",
+    "# layers",
+    "sequence length",
+    "tensor parallelism",
+    "data parallelism",
+    "pipeline parallelism",
+    "iteration time (ms)",
 };
 
 #define MAX_FIELDS 64
@@ -150,9 +159,9 @@ validate_parse_csv(const char *text, size_t len, uint32_t max_rows, validate_row
             snprintf(r->error, sizeof r->error, "%d fields where the header has %d", nf, ncols);
             continue;
         }
-        uint32_t *counts[NCOL] = {NULL,      &r->gpus, &r->global_batch, &r->micro_batch,
-                                  &r->hidden, &r->heads, &r->layers, &r->seq,
-                                  &r->tp,     &r->dp,    &r->pp,     NULL};
+        uint32_t *counts[NCOL] = {NULL,       &r->gpus,  &r->global_batch, &r->micro_batch,
+                                  &r->hidden, &r->heads, &r->layers,       &r->seq,
+                                  &r->tp,     &r->dp,    &r->pp,           NULL};
         for (int c = COL_GPUS; c < COL_TIME && r->error[0] == '\0'; c++)
             if (!parse_count(fields[col[c]], counts[c]))
                 snprintf(r->error, sizeof r->error, "'%s' is not a positive integer: '%s'",
@@ -163,8 +172,8 @@ validate_parse_csv(const char *text, size_t len, uint32_t max_rows, validate_row
         r->measured_ms = r->error[0] == '\0' ? t : 0;
         if (r->error[0] == '\0' && col[COL_PARAMS] >= 0 &&
             (!parse_num(fields[col[COL_PARAMS]], &r->params_b) || r->params_b < 0))
-            snprintf(r->error, sizeof r->error, "'%s' is not a number: '%s'",
-                     col_names[COL_PARAMS], fields[col[COL_PARAMS]]);
+            snprintf(r->error, sizeof r->error, "'%s' is not a number: '%s'", col_names[COL_PARAMS],
+                     fields[col[COL_PARAMS]]);
     }
     di_free(fields);
     *rows = out;
@@ -194,15 +203,15 @@ validate_row_setup(validate_row *row, const validate_setup *v, models_gpt *g, st
     if (row->error[0] != '\0')
         return DI_EINVAL;
     if ((uint64_t)row->tp * row->dp * row->pp != row->gpus) {
-        snprintf(row->error, sizeof row->error, "tp %u x dp %u x pp %u is not the %u GPUs",
-                 row->tp, row->dp, row->pp, row->gpus);
+        snprintf(row->error, sizeof row->error, "tp %u x dp %u x pp %u is not the %u GPUs", row->tp,
+                 row->dp, row->pp, row->gpus);
         return DI_EINVAL;
     }
     per_step = (uint64_t)row->dp * row->micro_batch;
     if (row->global_batch % per_step != 0) {
         snprintf(row->error, sizeof row->error,
-                 "global batch %u is not a multiple of dp %u x micro batch %u",
-                 row->global_batch, row->dp, row->micro_batch);
+                 "global batch %u is not a multiple of dp %u x micro batch %u", row->global_batch,
+                 row->dp, row->micro_batch);
         return DI_EINVAL;
     }
     if (row->hidden % row->heads != 0 || row->heads % row->tp != 0) {
