@@ -236,7 +236,7 @@ models_gpt_build(const models_gpt *c, ir_module **out, di_error *err)
     gpt_gen g;
     ir_module *m;
     int64_t h = c->hidden, dims[2];
-    ir_id tokens, labels, wte, wpe, *w, x, lnf_scale = 0, lnf_bias = 0, loss, op;
+    ir_id tokens, labels, wte, wpe, *w, x, lnf_scale = 0, lnf_bias = 0, op;
     char name[64];
     int rc;
     *out = NULL;
@@ -326,19 +326,5 @@ models_gpt_build(const models_gpt *c, ir_module **out, di_error *err)
     if (op)
         ir_op_set_int(m, op, "transB", 1);
     x = models_end(&b, op);
-    b.tp = "none";
-    dims[0] = -1;
-    labels = models_reshape(&b, labels, 1, dims, "labels.flat");
-    b.tp = "vocab";
-    op = models_begin(&b, IR_OP_SCELOSS, 2, (ir_id[]){x, labels}, 1, "loss");
-    if (op)
-        ir_op_set_string(m, op, "reduction", "mean");
-    loss = models_end(&b, op);
-    rc = models_train_step(&b, loss, &c->train);
-    if (rc != 0) {
-        ir_module_free(m);
-        return rc;
-    }
-    *out = m;
-    return 0;
+    return models_loss_step(&b, x, labels, &c->train, out);
 }

@@ -304,7 +304,7 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
     llama_gen g;
     ir_module *m;
     int64_t h = c->hidden, dims[2], kvd;
-    ir_id tokens, labels, embed, head, norm_f, *w, x, loss, op;
+    ir_id tokens, labels, embed, head, norm_f, *w, x;
     char name[64];
     int rc;
     *out = NULL;
@@ -368,19 +368,5 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
     x = models_reshape(&b, x, 2, dims, "norm_f.flat");
     b.tp = "vocab";
     x = models_op2(&b, IR_OP_MATMUL, x, head, "logits");
-    b.tp = "none";
-    dims[0] = -1;
-    labels = models_reshape(&b, labels, 1, dims, "labels.flat");
-    b.tp = "vocab";
-    op = models_begin(&b, IR_OP_SCELOSS, 2, (ir_id[]){x, labels}, 1, "loss");
-    if (op)
-        ir_op_set_string(m, op, "reduction", "mean");
-    loss = models_end(&b, op);
-    rc = models_train_step(&b, loss, &c->train);
-    if (rc != 0) {
-        ir_module_free(m);
-        return rc;
-    }
-    *out = m;
-    return 0;
+    return models_loss_step(&b, x, labels, &c->train, out);
 }

@@ -419,3 +419,26 @@ models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt, const
     b->tp = tp;
     return mask;
 }
+
+int
+models_loss_step(models_builder *b, ir_id logits, ir_id labels, const models_train *t,
+                 ir_module **out)
+{
+    int64_t flat = -1;
+    ir_id op, loss;
+    int rc;
+    b->tp = "none";
+    labels = models_reshape(b, labels, 1, &flat, "labels.flat");
+    b->tp = "vocab";
+    op = models_begin(b, IR_OP_SCELOSS, 2, (ir_id[]){logits, labels}, 1, "loss");
+    if (op)
+        ir_op_set_string(b->m, op, "reduction", "mean");
+    loss = models_end(b, op);
+    rc = models_train_step(b, loss, t);
+    if (rc != 0) {
+        ir_module_free(b->m);
+        return rc;
+    }
+    *out = b->m;
+    return 0;
+}

@@ -25,4 +25,12 @@ double models_one(int64_t i);   /* 1 */
 ir_id models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt,
                          const char *prefix);
 
+/*
+ * The end of a language model: mean softmax cross-entropy of logits [b*s, V]
+ * against labels [b, s] (flattened), then the training step; *out is the
+ * builder's module, or on failure it is freed and the code returned.
+ */
+int models_loss_step(models_builder *b, ir_id logits, ir_id labels, const models_train *t,
+                     ir_module **out);
+
 #endif
