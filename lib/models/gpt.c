@@ -179,30 +179,20 @@ block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
     return models_op2(b, IR_OP_ADD, x, r, name);
 }
 
-static int
-check_positive(const char *what, int64_t v, di_error *err)
-{
-    if (v <= 0 || v > ((int64_t)1 << 40))
-        return di_error_set(err, DI_EINVAL, "model: %s must be between 1 and 2^40, got %lld",
-                            what, (long long)v);
-    return 0;
-}
-
 /* Every element count the model forms stays below 2^62. */
 static int
 check_sizes(const models_gpt *c, di_error *err)
 {
     uint64_t lim = (uint64_t)1 << 62, bs, biggest;
     int rc;
-    if ((rc = check_positive("--hidden", c->hidden, err)) != 0 ||
-        (rc = check_positive("--heads", c->heads, err)) != 0 ||
-        (rc = check_positive("--seq", c->seq, err)) != 0 ||
-        (rc = check_positive("--vocab", c->vocab, err)) != 0 ||
-        (rc = check_positive("--batch", c->batch, err)) != 0)
+    if ((rc = models_check_size("--hidden", c->hidden, err)) != 0 ||
+        (rc = models_check_size("--heads", c->heads, err)) != 0 ||
+        (rc = models_check_size("--seq", c->seq, err)) != 0 ||
+        (rc = models_check_size("--vocab", c->vocab, err)) != 0 ||
+        (rc = models_check_size("--batch", c->batch, err)) != 0)
         return rc;
-    if (c->layers < 1 || c->layers > MODELS_MAX_LAYERS)
-        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and %u",
-                            MODELS_MAX_LAYERS);
+    if ((rc = models_check_layers(c->layers, err)) != 0)
+        return rc;
     if (c->hidden % c->heads != 0)
         return di_error_set(err, DI_EINVAL,
                             "model: --hidden %lld is not divisible by --heads %lld",

@@ -260,13 +260,12 @@ check_llama(const models_llama *c, di_error *err)
                           &c->seq,    &c->vocab, &c->batch};
     const char *names[] = {"--hidden", "--heads", "--kv-heads", "--ffn",
                            "--seq",    "--vocab", "--batch"};
+    int rc;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-        if (*v[i] <= 0 || *v[i] > ((int64_t)1 << 40))
-            return di_error_set(err, DI_EINVAL, "model: %s must be between 1 and 2^40, got %lld",
-                                names[i], (long long)*v[i]);
-    if (c->layers < 1 || c->layers > MODELS_MAX_LAYERS)
-        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and %u",
-                            MODELS_MAX_LAYERS);
+        if ((rc = models_check_size(names[i], *v[i], err)) != 0)
+            return rc;
+    if ((rc = models_check_layers(c->layers, err)) != 0)
+        return rc;
     if (c->hidden % c->heads != 0)
         return di_error_set(err, DI_EINVAL, "model: --hidden %lld is not divisible by --heads %lld",
                             (long long)c->hidden, (long long)c->heads);

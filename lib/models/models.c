@@ -237,15 +237,6 @@ models_train_step(models_builder *b, ir_id loss, const models_train *t)
 
 /* ---- the MLP ---- */
 
-static int
-check_dim(const char *what, int64_t v, di_error *err)
-{
-    if (v <= 0 || v > ((int64_t)1 << 40))
-        return di_error_set(err, DI_EINVAL, "model: %s must be between 1 and 2^40, got %lld",
-                            what, (long long)v);
-    return 0;
-}
-
 int
 models_mlp_build(const models_mlp *c, ir_module **out, di_error *err)
 {
@@ -257,14 +248,13 @@ models_mlp_build(const models_mlp *c, ir_module **out, di_error *err)
     char name[64];
     int rc;
     *out = NULL;
-    if ((rc = check_dim("--hidden", c->hidden, err)) != 0 ||
-        (rc = check_dim("--batch", c->batch, err)) != 0 ||
-        (rc = check_dim("--input", in, err)) != 0 ||
-        (rc = check_dim("--classes", classes, err)) != 0)
+    if ((rc = models_check_size("--hidden", c->hidden, err)) != 0 ||
+        (rc = models_check_size("--batch", c->batch, err)) != 0 ||
+        (rc = models_check_size("--input", in, err)) != 0 ||
+        (rc = models_check_size("--classes", classes, err)) != 0)
         return rc;
-    if (c->layers < 1 || c->layers > MODELS_MAX_LAYERS)
-        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and %u",
-                            MODELS_MAX_LAYERS);
+    if ((rc = models_check_layers(c->layers, err)) != 0)
+        return rc;
     if (!ir_dtype_is_float(c->dtype))
         return di_error_set(err, DI_EINVAL, "model: --dtype must be floating-point, got %s",
                             ir_dtype_name(c->dtype));
@@ -440,5 +430,23 @@ models_loss_step(models_builder *b, ir_id logits, ir_id labels, const models_tra
         return rc;
     }
     *out = b->m;
+    return 0;
+}
+
+int
+models_check_size(const char *what, int64_t v, di_error *err)
+{
+    if (v <= 0 || v > ((int64_t)1 << 40))
+        return di_error_set(err, DI_EINVAL, "model: %s must be between 1 and 2^40, got %lld",
+                            what, (long long)v);
+    return 0;
+}
+
+int
+models_check_layers(uint32_t layers, di_error *err)
+{
+    if (layers < 1 || layers > MODELS_MAX_LAYERS)
+        return di_error_set(err, DI_EINVAL, "model: --layers must be between 1 and %u",
+                            MODELS_MAX_LAYERS);
     return 0;
 }

@@ -25,6 +25,10 @@ double models_one(int64_t i);   /* 1 */
 ir_id models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt,
                          const char *prefix);
 
+/* The generators' size checks: 1 to 2^40 (what names the option), 1 to MODELS_MAX_LAYERS. */
+int models_check_size(const char *what, int64_t v, di_error *err);
+int models_check_layers(uint32_t layers, di_error *err);
+
 /*
  * The end of a language model: mean softmax cross-entropy of logits [b*s, V]
  * against labels [b, s] (flattened), then the training step; *out is the
