@@ -41,17 +41,17 @@
 #include <string.h>
 
 typedef struct slot {
-    uint32_t nlane;  /* lanes holding the value; 0 = not computed */
-    uint32_t nleaf;  /* tensors per lane */
-    ex_tensor *t;    /* nlane * nleaf tensors, lane-major */
+    uint32_t nlane; /* lanes holding the value; 0 = not computed */
+    uint32_t nleaf; /* tensors per lane */
+    ex_tensor *t;   /* nlane * nleaf tensors, lane-major */
 } slot;
 
 typedef struct exec {
     const ir_module *m;
-    slot *vals;       /* one per value id */
-    uint32_t *uses;   /* remaining uses of each top-level value (for early freeing) */
+    slot *vals;     /* one per value id */
+    uint32_t *uses; /* remaining uses of each top-level value (for early freeing) */
     di_error *err;
-    uint32_t depth;   /* pmaps running inside each other */
+    uint32_t depth; /* pmaps running inside each other */
 } exec;
 
 /* ---- helpers ---- */
@@ -206,8 +206,7 @@ mesh_group(exec *x, ir_id op, const lanes *ln, uint32_t l, uint32_t *members, ui
             axes[i] = i;
     } else {
         if (na > mrank)
-            return xfail(x, op, DI_EVERIFY, "mesh_axes has %u entries for a %u-d mesh", na,
-                         mrank);
+            return xfail(x, op, DI_EVERIFY, "mesh_axes has %u entries for a %u-d mesh", na, mrank);
         for (uint32_t i = 0; i < na; i++) {
             if (ax[i] < 0 || ax[i] >= (int64_t)mrank)
                 return xfail(x, op, DI_EVERIFY, "mesh_axes[%u] is not an axis", i);
@@ -235,8 +234,10 @@ mesh_group(exec *x, ir_id op, const lanes *ln, uint32_t l, uint32_t *members, ui
             }
         if (lane == UINT32_MAX) {
             di_free(posn);
-            return xfail(x, op, DI_EVERIFY, "group member device %lld runs no instance of the "
-                         "enclosing dist.pmap", (long long)dev);
+            return xfail(x, op, DI_EVERIFY,
+                         "group member device %lld runs no instance of the "
+                         "enclosing dist.pmap",
+                         (long long)dev);
         }
         members[k] = lane;
     }
@@ -446,7 +447,8 @@ run_comm(exec *x, ir_id op, const lanes *ln)
         const ex_tensor **gin;
         if (ln->dev == NULL) {
             slot_free(&s);
-            return xfail(x, op, DI_EVERIFY, "the mesh form on a device tensor runs only inside "
+            return xfail(x, op, DI_EVERIFY,
+                         "the mesh form on a device tensor runs only inside "
                          "a dist.pmap (or give a distributed tensor)");
         }
         members = di_calloc(ln->n + 1, sizeof *members);
@@ -457,8 +459,10 @@ run_comm(exec *x, ir_id op, const lanes *ln)
             if ((rc = mesh_group(x, op, ln, l, members, &g, &pos, &root)) != 0)
                 break;
             if (g > ln->n) {
-                rc = xfail(x, op, DI_EVERIFY, "the group has %u members, more than the %u "
-                           "instances of the enclosing dist.pmap", g, ln->n);
+                rc = xfail(x, op, DI_EVERIFY,
+                           "the group has %u members, more than the %u "
+                           "instances of the enclosing dist.pmap",
+                           g, ln->n);
                 break;
             }
             for (uint32_t k = 0; k < g; k++)
@@ -506,8 +510,8 @@ run_comm(exec *x, ir_id op, const lanes *ln)
                 break;
             default:
                 if (nleaf_out != n) {
-                    rc = xfail(x, op, DI_EVERIFY, "result has %u elements for %u inputs",
-                               nleaf_out, n);
+                    rc = xfail(x, op, DI_EVERIFY, "result has %u elements for %u inputs", nleaf_out,
+                               n);
                     break;
                 }
                 for (uint32_t k = 0; k < n && rc == 0; k++)
@@ -584,6 +588,7 @@ run_compute(exec *x, ir_id op, const lanes *ln)
     const ex_tensor **in = di_calloc(nin ? nin : 1, sizeof *in);
     ex_tensor *out = di_calloc(nout ? nout : 1, sizeof *out);
     slot *res = di_calloc(nout ? nout : 1, sizeof *res);
+    ex_shard shard = {0, 1};
     int rc = 0;
     if (in == NULL || out == NULL || res == NULL) {
         rc = xfail(x, op, DI_ENOMEM, "out of memory");
@@ -603,7 +608,19 @@ run_compute(exec *x, ir_id op, const lanes *ln)
         }
         if (rc != 0)
             break;
-        if ((rc = ex_kernel_run(m, op, in, nin, out, nout, x->err)) != 0)
+        if (ir_op_attr(m, op, "mesh") != NULL) {
+            uint32_t *members, root;
+            if (ln->dev == NULL) {
+                rc = xfail(x, op, DI_EVERIFY, "an op on a mesh group runs only inside a dist.pmap");
+                break;
+            }
+            members = di_xcalloc(ln->n + 1, sizeof *members);
+            rc = mesh_group(x, op, ln, l, members, &shard.n, &shard.pos, &root);
+            di_free(members);
+            if (rc != 0)
+                break;
+        }
+        if ((rc = ex_kernel_run(m, op, in, nin, out, nout, shard, x->err)) != 0)
             break;
         for (uint32_t i = 0; i < nout; i++)
             res[i].t[l] = out[i];
@@ -715,7 +732,8 @@ assemble(exec *x, ir_id op, ir_id ty, ir_id mesh, const ex_tensor *const *locals
             mode = mode == 1 ? -1 : 2;
     }
     if (mode < 0)
-        return xfail(x, op, DI_EUNSUPPORTED, "a result is partial-sum on one axis and "
+        return xfail(x, op, DI_EUNSUPPORTED,
+                     "a result is partial-sum on one axis and "
                      "partial-max on another");
     if ((rc = ex_tensor_init(out, (ir_dtype)t->dtype, t->rank, m->ints + t->dims)) != 0)
         return xfail(x, op, rc, "cannot allocate a result");
@@ -734,7 +752,8 @@ assemble(exec *x, ir_id op, ir_id ty, ir_id mesh, const ex_tensor *const *locals
         for (uint32_t d = 0; d < t->rank; d++)
             if (off[d] + locals[k]->dims[d] > out->dims[d]) {
                 ex_tensor_fini(out);
-                return xfail(x, op, DI_EVERIFY, "a body result does not fit its declared "
+                return xfail(x, op, DI_EVERIFY,
+                             "a body result does not fit its declared "
                              "distributed type");
             }
         ex_put_block(out, off, locals[k], mode);
@@ -931,8 +950,8 @@ run_region(exec *x, ir_id r, const lanes *ln, int top)
             if (v == 0 || v >= m->nvalue)
                 return xfail(x, op, DI_EVERIFY, "input %u is not a value", j);
             if (x->vals[v].nlane == 0)
-                return xfail(x, op, DI_EVERIFY, "input %u (%s) is used before it is computed",
-                             j, m->values[v].name ? ir_str_get(m, m->values[v].name) : "unnamed");
+                return xfail(x, op, DI_EVERIFY, "input %u (%s) is used before it is computed", j,
+                             m->values[v].name ? ir_str_get(m, m->values[v].name) : "unnamed");
         }
         if ((rc = run_op(x, op, ln)) != 0)
             return rc;
@@ -979,8 +998,8 @@ init_from_value(const ir_module *m, ir_id v, ir_id ty, ex_tensor *t, di_error *e
 }
 
 int
-ex_random_args(const ir_module *m, uint64_t seed, int64_t bound, ex_tensor **args,
-               uint32_t *nargs, di_error *err)
+ex_random_args(const ir_module *m, uint64_t seed, int64_t bound, ex_tensor **args, uint32_t *nargs,
+               di_error *err)
 {
     ir_id f = ir_module_entry(m);
     uint32_t n = ex_num_args(m), loc = 0;
@@ -1121,8 +1140,8 @@ ex_run(const ir_module *m, const ex_tensor *args, uint32_t nargs, ex_tensor **re
             ex_tensor *t = &x.vals[v].t[j];
             if (args[loc].data == NULL) {
                 if (nl != 1) {
-                    rc = di_error_set(err, DI_EINVAL, "argument '%s' element %u has no value",
-                                      name, j);
+                    rc = di_error_set(err, DI_EINVAL, "argument '%s' element %u has no value", name,
+                                      j);
                     break;
                 }
                 rc = init_from_value(m, v, lt, t, err);
@@ -1131,12 +1150,12 @@ ex_run(const ir_module *m, const ex_tensor *args, uint32_t nargs, ex_tensor **re
             if (args[loc].dtype != tp->dtype || args[loc].rank != tp->rank ||
                 (tp->rank && memcmp(args[loc].dims, m->ints + tp->dims,
                                     tp->rank * sizeof args[loc].dims[0]) != 0)) {
-                rc = di_error_set(err, DI_EINVAL, "argument '%s'%s is %s%s, expected %s%s", name,
-                                  nl > 1 ? " (a tuple element)" : "",
-                                  ir_dtype_name(args[loc].dtype),
-                                  ex_shape_str(a, sizeof a, args[loc].rank, args[loc].dims),
-                                  ir_dtype_name((ir_dtype)tp->dtype),
-                                  ex_shape_str(b, sizeof b, tp->rank, m->ints + tp->dims));
+                rc =
+                    di_error_set(err, DI_EINVAL, "argument '%s'%s is %s%s, expected %s%s", name,
+                                 nl > 1 ? " (a tuple element)" : "", ir_dtype_name(args[loc].dtype),
+                                 ex_shape_str(a, sizeof a, args[loc].rank, args[loc].dims),
+                                 ir_dtype_name((ir_dtype)tp->dtype),
+                                 ex_shape_str(b, sizeof b, tp->rank, m->ints + tp->dims));
                 break;
             }
             if ((rc = ex_tensor_copy(t, &args[loc])) != 0) {

@@ -46,8 +46,17 @@ const char *ex_shape_str(char *buf, size_t n, uint32_t rank, const int64_t *dims
  * optional input) and initializes out[0..nout) (the op's result count).
  * On error nothing in out needs freeing. The label names the op in errors.
  */
+/*
+ * A compute op that holds a block of a tensor split over a mesh group (a
+ * Gather from a vocabulary shard, the vocabulary-parallel cross-entropy)
+ * runs as member `pos` of `n`; every other op as member 0 of 1.
+ */
+typedef struct ex_shard {
+    uint32_t pos, n;
+} ex_shard;
+
 int ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t nin,
-                  ex_tensor *out, uint32_t nout, di_error *err);
+                  ex_tensor *out, uint32_t nout, ex_shard shard, di_error *err);
 
 /* Concatenates parts[0..n) along dim into out (initialized here). */
 int ex_concat(const ex_tensor *const *parts, uint32_t n, uint32_t dim, ex_tensor *out,

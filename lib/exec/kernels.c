@@ -37,6 +37,7 @@ typedef struct kctx {
     const ir_module *m;
     ir_id op;
     di_error *err;
+    ex_shard shard; /* this device's block of a tensor split over a mesh group */
 } kctx;
 
 static int kfail(const kctx *k, int code, const char *fmt, ...)
@@ -283,11 +284,10 @@ k_binary(const kctx *k, const ex_tensor *a, const ex_tensor *b, ex_tensor *out)
     sbuf sx, sy;
     int rc;
     if (a->dtype != b->dtype)
-        return kfail(k, DI_EINVAL, "input 1 has dtype %s, input 0 has %s",
-                     ir_dtype_name(b->dtype), ir_dtype_name(a->dtype));
+        return kfail(k, DI_EINVAL, "input 1 has dtype %s, input 0 has %s", ir_dtype_name(b->dtype),
+                     ir_dtype_name(a->dtype));
     if (broadcast2(a->rank, a->dims, b->rank, b->dims, &r, dims) != 0)
-        return kfail(k, DI_EINVAL, "shapes %s and %s do not broadcast", shp(&sx, a),
-                     shp(&sy, b));
+        return kfail(k, DI_EINVAL, "shapes %s and %s do not broadcast", shp(&sx, a), shp(&sy, b));
     if ((rc = kalloc(k, out, a->dtype, r, dims)) != 0)
         return rc;
     if (out->numel == 0)
@@ -308,7 +308,7 @@ k_binary(const kctx *k, const ex_tensor *a, const ex_tensor *b, ex_tensor *out)
             BIN_ROWS(float, x - y);
             break;
         case IR_OP_MUL:
-            BIN_ROWS(float, x * y);
+            BIN_ROWS(float, x *y);
             break;
         case IR_OP_DIV:
             BIN_ROWS(float, x / y);
@@ -327,7 +327,7 @@ k_binary(const kctx *k, const ex_tensor *a, const ex_tensor *b, ex_tensor *out)
             BIN_ROWS(double, x - y);
             break;
         case IR_OP_MUL:
-            BIN_ROWS(double, x * y);
+            BIN_ROWS(double, x *y);
             break;
         case IR_OP_DIV:
             BIN_ROWS(double, x / y);
@@ -483,8 +483,7 @@ k_reshape(const kctx *k, const ex_tensor *x, ex_tensor *out)
         int64_t d = shape[i];
         if (d == 0) {
             if (i >= x->rank)
-                return kfail(k, DI_EINVAL, "shape[%u] is 0 but the input has rank %u", i,
-                             x->rank);
+                return kfail(k, DI_EINVAL, "shape[%u] is 0 but the input has rank %u", i, x->rank);
             d = x->dims[i];
         } else if (d == -1) {
             if (at >= 0)
@@ -573,8 +572,7 @@ k_cast(const kctx *k, const ex_tensor *x, ex_tensor *out)
 }
 
 static int
-k_where(const kctx *k, const ex_tensor *c, const ex_tensor *x, const ex_tensor *y,
-        ex_tensor *out)
+k_where(const kctx *k, const ex_tensor *c, const ex_tensor *x, const ex_tensor *y, ex_tensor *out)
 {
     int64_t d1[IR_MAX_RANK], dims[IR_MAX_RANK], st[3][IR_MAX_RANK], base[3];
     uint32_t r1, r;
@@ -585,12 +583,12 @@ k_where(const kctx *k, const ex_tensor *c, const ex_tensor *x, const ex_tensor *
         return kfail(k, DI_EINVAL, "the condition has dtype %s, expected i1",
                      ir_dtype_name(c->dtype));
     if (x->dtype != y->dtype)
-        return kfail(k, DI_EINVAL, "inputs 1 and 2 have dtypes %s and %s",
-                     ir_dtype_name(x->dtype), ir_dtype_name(y->dtype));
+        return kfail(k, DI_EINVAL, "inputs 1 and 2 have dtypes %s and %s", ir_dtype_name(x->dtype),
+                     ir_dtype_name(y->dtype));
     if (broadcast2(c->rank, c->dims, x->rank, x->dims, &r1, d1) != 0 ||
         broadcast2(r1, d1, y->rank, y->dims, &r, dims) != 0)
-        return kfail(k, DI_EINVAL, "shapes %s, %s and %s do not broadcast", shp(&a, c),
-                     shp(&b, x), shp(&e, y));
+        return kfail(k, DI_EINVAL, "shapes %s, %s and %s do not broadcast", shp(&a, c), shp(&b, x),
+                     shp(&e, y));
     if ((rc = kalloc(k, out, x->dtype, r, dims)) != 0)
         return rc;
     if (out->numel == 0)
@@ -683,8 +681,7 @@ mm_f32(const float *restrict A, const float *restrict B, float *restrict C, int6
             /* Pack B[k0:k0+kb, j0:j0+nb] into panels of 8 columns, zero-padded. */
             for (int64_t p = 0; p < npanel; p++) {
                 float *dst = Bp + p * kb * MM_NR;
-                int64_t c0 = j0 + p * MM_NR, cols = nb - p * MM_NR < MM_NR ? nb - p * MM_NR
-                                                                           : MM_NR;
+                int64_t c0 = j0 + p * MM_NR, cols = nb - p * MM_NR < MM_NR ? nb - p * MM_NR : MM_NR;
                 for (int64_t kk = 0; kk < kb; kk++) {
                     const float *src = B + (k0 + kk) * N + c0;
                     for (int64_t c = 0; c < MM_NR; c++)
@@ -695,8 +692,8 @@ mm_f32(const float *restrict A, const float *restrict B, float *restrict C, int6
                 int64_t rows = M - i < MM_MR ? M - i : MM_MR;
                 for (int64_t p = 0; p < npanel; p++) {
                     int64_t cols = nb - p * MM_NR < MM_NR ? nb - p * MM_NR : MM_NR;
-                    mm_micro(A + i * K + k0, K, Bp + p * kb * MM_NR, kb,
-                             C + i * N + j0 + p * MM_NR, N, rows, cols);
+                    mm_micro(A + i * K + k0, K, Bp + p * kb * MM_NR, kb, C + i * N + j0 + p * MM_NR,
+                             N, rows, cols);
                 }
             }
         }
@@ -705,8 +702,8 @@ mm_f32(const float *restrict A, const float *restrict B, float *restrict C, int6
 }
 
 static void
-mm_f64(const double *restrict A, const double *restrict B, double *restrict C, int64_t M,
-       int64_t K, int64_t N)
+mm_f64(const double *restrict A, const double *restrict B, double *restrict C, int64_t M, int64_t K,
+       int64_t N)
 {
     for (int64_t i = 0; i < M; i++)
         for (int64_t kk = 0; kk < K; kk++) {
@@ -763,13 +760,13 @@ transpose2(const void *p, int64_t R, int64_t C, size_t es)
 /* The numpy matmul geometry of a @ b. */
 typedef struct mmgeo {
     int64_t M, K, N;
-    uint32_t nb;                 /* batch rank */
-    int64_t bdims[IR_MAX_RANK];  /* broadcast batch dims */
-    int64_t ast[IR_MAX_RANK];    /* batch strides in matrices, 0 when broadcast */
+    uint32_t nb;                /* batch rank */
+    int64_t bdims[IR_MAX_RANK]; /* broadcast batch dims */
+    int64_t ast[IR_MAX_RANK];   /* batch strides in matrices, 0 when broadcast */
     int64_t bst[IR_MAX_RANK];
     int64_t nbatch;
-    uint32_t rank;               /* result rank */
-    int64_t dims[IR_MAX_RANK];   /* result dims */
+    uint32_t rank;             /* result rank */
+    int64_t dims[IR_MAX_RANK]; /* result dims */
 } mmgeo;
 
 static int
@@ -782,8 +779,8 @@ mm_geometry(const kctx *k, const ex_tensor *a, const ex_tensor *b, mmgeo *g)
     if (ra == 0 || rb == 0)
         return kfail(k, DI_EINVAL, "matmul needs inputs of rank >= 1");
     if (a->dtype != b->dtype)
-        return kfail(k, DI_EINVAL, "input 1 has dtype %s, input 0 has %s",
-                     ir_dtype_name(b->dtype), ir_dtype_name(a->dtype));
+        return kfail(k, DI_EINVAL, "input 1 has dtype %s, input 0 has %s", ir_dtype_name(b->dtype),
+                     ir_dtype_name(a->dtype));
     if (ra == 1) {
         ad[0] = 1;
         ad[1] = a->dims[0];
@@ -814,8 +811,8 @@ mm_geometry(const kctx *k, const ex_tensor *a, const ex_tensor *b, mmgeo *g)
         memcpy(ta.dims, ad, rba * sizeof ad[0]);
         memcpy(tb.dims, bd, rbb * sizeof bd[0]);
         if (broadcast2(rba, ad, rbb, bd, &g->nb, g->bdims) != 0)
-            return kfail(k, DI_EINVAL, "batch dimensions of %s and %s do not broadcast",
-                         shp(&x, a), shp(&y, b));
+            return kfail(k, DI_EINVAL, "batch dimensions of %s and %s do not broadcast", shp(&x, a),
+                         shp(&y, b));
         bc_strides(&ta, g->nb, g->bdims, g->ast);
         bc_strides(&tb, g->nb, g->bdims, g->bst);
     }
@@ -908,10 +905,10 @@ k_matmulgrad(const kctx *k, const ex_tensor *a, const ex_tensor *b, const ex_ten
             return kfail(k, DI_ENOMEM, "out of memory");
         }
         /* da[M,K] += dy[M,N] @ bT[N,K]; db[K,N] += aT[K,M] @ dy[M,N]. */
-        mm_any(a->dtype, pd, bt, (uint8_t *)out[0].data + (size_t)(oa * g.M * g.K) * es, g.M,
-               g.N, g.K);
-        mm_any(a->dtype, at, pd, (uint8_t *)out[1].data + (size_t)(ob * g.K * g.N) * es, g.K,
-               g.M, g.N);
+        mm_any(a->dtype, pd, bt, (uint8_t *)out[0].data + (size_t)(oa * g.M * g.K) * es, g.M, g.N,
+               g.K);
+        mm_any(a->dtype, at, pd, (uint8_t *)out[1].data + (size_t)(ob * g.K * g.N) * es, g.K, g.M,
+               g.N);
         di_free(bt);
         di_free(at);
     }
@@ -938,8 +935,8 @@ k_gemm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *out)
         return kfail(k, DI_EINVAL, "inputs must be matrices, got %s and %s", shp(&x, a),
                      shp(&y, b));
     if (a->dtype != b->dtype)
-        return kfail(k, DI_EINVAL, "inputs 0 and 1 have dtypes %s and %s",
-                     ir_dtype_name(a->dtype), ir_dtype_name(b->dtype));
+        return kfail(k, DI_EINVAL, "inputs 0 and 1 have dtypes %s and %s", ir_dtype_name(a->dtype),
+                     ir_dtype_name(b->dtype));
     M = ta ? a->dims[1] : a->dims[0];
     K = ta ? a->dims[0] : a->dims[1];
     N = tb ? b->dims[0] : b->dims[1];
@@ -1113,13 +1110,14 @@ norm_param(const kctx *k, const ex_tensor *t, uint32_t i, int64_t size)
     sbuf a;
     if ((int64_t)t->numel == size || t->numel == 1)
         return 0;
-    return kfail(k, DI_EINVAL, "input %u has shape %s, which does not match the %lld normalized "
-                 "elements", i, shp(&a, t), (long long)size);
+    return kfail(k, DI_EINVAL,
+                 "input %u has shape %s, which does not match the %lld normalized "
+                 "elements",
+                 i, shp(&a, t), (long long)size);
 }
 
 static int
-k_layernorm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *out,
-            uint32_t nout)
+k_layernorm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *out, uint32_t nout)
 {
     const ex_tensor *x = in[0];
     double eps = ir_op_float(k->m, k->op, "epsilon", 1e-5);
@@ -1220,8 +1218,8 @@ k_layernormgrad(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tens
         return rc;
     for (uint32_t i = 3; i < nin; i++)
         if ((int64_t)in[i]->numel != outer)
-            return kfail(k, DI_EINVAL, "input %u has %zu elements, expected %lld", i,
-                         in[i]->numel, (long long)outer);
+            return kfail(k, DI_EINVAL, "input %u has %zu elements, expected %lld", i, in[i]->numel,
+                         (long long)outer);
     if ((rc = dload_all(k, in, nin, v)) != 0)
         return rc;
     dx = di_calloc((x->numel ? x->numel : 1), sizeof *dx);
@@ -1486,8 +1484,8 @@ k_reducesumto(const kctx *k, const ex_tensor *x, ex_tensor *out)
     ex_tensor_fini(&tmp);
     return rc;
 bad:
-    return kfail(k, DI_EINVAL, "input has shape %s, which does not broadcast from %s",
-                 shp(&a, x), ex_shape_str(b.s, sizeof b.s, n, shape));
+    return kfail(k, DI_EINVAL, "input has shape %s, which does not broadcast from %s", shp(&a, x),
+                 ex_shape_str(b.s, sizeof b.s, n, shape));
 }
 
 /* ---- data movement ---- */
@@ -1584,8 +1582,8 @@ k_split(const kctx *k, const ex_tensor *x, ex_tensor *out, uint32_t nout)
             return kfail(k, DI_EINVAL, "split sizes add up to %lld, axis %u has %lld",
                          (long long)sum, axis, (long long)x->dims[axis]);
     } else if (nout == 0 || x->dims[axis] % nout != 0) {
-        return kfail(k, DI_EINVAL, "axis %u of size %lld does not split into %u equal parts",
-                     axis, (long long)x->dims[axis], nout);
+        return kfail(k, DI_EINVAL, "axis %u of size %lld does not split into %u equal parts", axis,
+                     (long long)x->dims[axis], nout);
     }
     memset(off, 0, sizeof off);
     memcpy(dims, x->dims, x->rank * sizeof dims[0]);
@@ -1703,7 +1701,7 @@ static int
 k_gather(const kctx *k, const ex_tensor *data, const ex_tensor *ind, ex_tensor *out)
 {
     uint32_t axis, r = 0;
-    int64_t dims[IR_MAX_RANK], outer = 1, inner = 1, dim;
+    int64_t dims[IR_MAX_RANK], outer = 1, inner = 1, dim, gdim, off;
     size_t es = ex_elem_size(data->dtype);
     int rc;
     if ((rc = need_indices(k, ind, 1)) != 0)
@@ -1724,21 +1722,28 @@ k_gather(const kctx *k, const ex_tensor *data, const ex_tensor *ind, ex_tensor *
         dims[r++] = data->dims[i];
         inner *= data->dims[i];
     }
+    /* On a mesh group, data is block shard.pos of the gathered axis: rows elsewhere give zeros. */
     dim = data->dims[axis];
+    gdim = dim * (int64_t)k->shard.n;
+    off = dim * (int64_t)k->shard.pos;
     for (size_t j = 0; j < ind->numel; j++)
-        if (index_at(ind, j, dim) < 0)
-            return kfail(k, DI_EINVAL, "index %lld (element %zu) is out of range for a dimension "
-                         "of size %lld", (long long)((const int64_t *)ind->data)[j], j,
-                         (long long)dim);
+        if (index_at(ind, j, gdim) < 0)
+            return kfail(k, DI_EINVAL,
+                         "index %lld (element %zu) is out of range for a dimension "
+                         "of size %lld",
+                         (long long)((const int64_t *)ind->data)[j], j, (long long)gdim);
     if ((rc = kalloc(k, out, data->dtype, r, dims)) != 0)
         return rc;
     for (int64_t o = 0; o < outer; o++)
         for (size_t j = 0; j < ind->numel; j++) {
-            int64_t v = index_at(ind, j, dim);
+            int64_t v = index_at(ind, j, gdim) - off;
             size_t dst = (size_t)((o * (int64_t)ind->numel + (int64_t)j) * inner);
-            memcpy((uint8_t *)out->data + dst * es,
-                   (const uint8_t *)data->data + (size_t)((o * dim + v) * inner) * es,
-                   (size_t)inner * es);
+            if (v < 0 || v >= dim)
+                memset((uint8_t *)out->data + dst * es, 0, (size_t)inner * es);
+            else
+                memcpy((uint8_t *)out->data + dst * es,
+                       (const uint8_t *)data->data + (size_t)((o * dim + v) * inner) * es,
+                       (size_t)inner * es);
         }
     return 0;
 }
@@ -1749,7 +1754,7 @@ k_gathergrad(const kctx *k, const ex_tensor *ind, const ex_tensor *dy, ex_tensor
 {
     uint32_t n, axis;
     const int64_t *shape = ir_op_ints(k->m, k->op, "shape", &n);
-    int64_t outer = 1, inner = 1, dim, want[IR_MAX_RANK];
+    int64_t outer = 1, inner = 1, dim, gdim, off, want[IR_MAX_RANK];
     uint32_t r = 0;
     double *acc;
     sbuf a, b;
@@ -1776,10 +1781,12 @@ k_gathergrad(const kctx *k, const ex_tensor *ind, const ex_tensor *dy, ex_tensor
         return kfail(k, DI_EINVAL, "dy has shape %s, expected %s", shp(&a, dy),
                      ex_shape_str(b.s, sizeof b.s, r, want));
     dim = shape[axis];
+    gdim = dim * (int64_t)k->shard.n;
+    off = dim * (int64_t)k->shard.pos;
     for (size_t j = 0; j < ind->numel; j++)
-        if (index_at(ind, j, dim) < 0)
+        if (index_at(ind, j, gdim) < 0)
             return kfail(k, DI_EINVAL, "index %lld is out of range for a dimension of size %lld",
-                         (long long)((const int64_t *)ind->data)[j], (long long)dim);
+                         (long long)((const int64_t *)ind->data)[j], (long long)gdim);
     if ((rc = kalloc(k, out, dy->dtype, n, shape)) != 0)
         return rc;
     acc = di_calloc(out->numel ? out->numel : 1, sizeof *acc);
@@ -1789,7 +1796,9 @@ k_gathergrad(const kctx *k, const ex_tensor *ind, const ex_tensor *dy, ex_tensor
     }
     for (int64_t o = 0; o < outer; o++)
         for (size_t j = 0; j < ind->numel; j++) {
-            int64_t v = index_at(ind, j, dim);
+            int64_t v = index_at(ind, j, gdim) - off;
+            if (v < 0 || v >= dim)
+                continue;
             for (int64_t i = 0; i < inner; i++)
                 acc[(o * dim + v) * inner + i] +=
                     ex_get(dy, (size_t)((o * (int64_t)ind->numel + (int64_t)j) * inner + i));
@@ -1880,8 +1889,10 @@ sce_geometry(const kctx *k, const ex_tensor *lg, uint32_t il, const ex_tensor *l
     for (uint32_t i = 2; ok && i < lg->rank; i++)
         ok = lb->dims[i - 1] == lg->dims[i];
     if (!ok)
-        return kfail(k, DI_EINVAL, "labels %s do not match logits %s (expected [N,d...] for "
-                     "[N,C,d...])", shp(&a, lb), shp(&b, lg));
+        return kfail(k, DI_EINVAL,
+                     "labels %s do not match logits %s (expected [N,d...] for "
+                     "[N,C,d...])",
+                     shp(&a, lb), shp(&b, lg));
     *n = lg->dims[0];
     *c = lg->dims[1];
     *d = 1;
@@ -1988,8 +1999,8 @@ k_scelossgrad(const kctx *k, const ex_tensor *dl, const ex_tensor *lg, const ex_
     if ((rc = sce_geometry(k, lg, 1, lb, 2, &n, &c, &d)) != 0)
         return rc;
     if (red == IR_REDUCTION_NONE ? !same_shape(dl, lb) : dl->numel != 1)
-        return kfail(k, DI_EINVAL, "input 0 (dloss) has %zu elements, expected %zu",
-                     dl->numel, red == IR_REDUCTION_NONE ? lb->numel : (size_t)1);
+        return kfail(k, DI_EINVAL, "input 0 (dloss) has %zu elements, expected %zu", dl->numel,
+                     red == IR_REDUCTION_NONE ? lb->numel : (size_t)1);
     x = dload(lg);
     p = di_malloc((lg->numel ? lg->numel : 1) * sizeof *p);
     g = di_calloc(lg->numel ? lg->numel : 1, sizeof *g);
@@ -2032,6 +2043,213 @@ done:
     di_free(p);
     di_free(g);
     return rc;
+}
+
+/*
+ * Vocabulary-parallel cross-entropy (docs/ops.md). Logits [N, C] are block
+ * shard.pos of the classes; labels [N] are global class ids.
+ */
+static int
+vocab_rows(const kctx *k, const ex_tensor *lg, uint32_t il, const ex_tensor *lb, uint32_t ib)
+{
+    int64_t n, c, d;
+    int rc;
+    if ((rc = sce_geometry(k, lg, il, lb, ib, &n, &c, &d)) != 0)
+        return rc;
+    if (lg->rank != 2)
+        return kfail(k, DI_EINVAL, "logits must be [N,C]");
+    return 0;
+}
+
+/* Is label t (row i) counted: not the ignore_index, and in range of the global classes. */
+static int
+vocab_label(const kctx *k, const ex_tensor *lb, int64_t i, int64_t classes, int64_t *t)
+{
+    int has_ii = ir_op_attr(k->m, k->op, "ignore_index") != NULL;
+    int64_t ii = ir_op_int(k->m, k->op, "ignore_index", 0);
+    *t = ((const int64_t *)lb->data)[i];
+    if (has_ii && *t == ii)
+        return 0;
+    if (*t < 0 || *t >= classes)
+        return kfail(k, DI_EINVAL, "label %lld is out of range for %lld classes", (long long)*t,
+                     (long long)classes);
+    return 1;
+}
+
+/* (local max, sum of exp(x - local max), the label's logit here or 0) per row. */
+static int
+k_vocabstats(const kctx *k, const ex_tensor *lg, const ex_tensor *lb, ex_tensor *out)
+{
+    int64_t n, c, dims[2];
+    double *x, *st;
+    int rc;
+    if ((rc = vocab_rows(k, lg, 0, lb, 1)) != 0)
+        return rc;
+    n = lg->dims[0];
+    c = lg->dims[1];
+    x = dload(lg);
+    st = di_calloc((size_t)(n ? n : 1) * 3, sizeof *st);
+    if (x == NULL || st == NULL) {
+        rc = kfail(k, DI_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const double *px = x + i * c;
+        double mx = -INFINITY, sum = 0;
+        int64_t t, local;
+        if ((rc = vocab_label(k, lb, i, c * (int64_t)k->shard.n, &t)) < 0)
+            goto done;
+        for (int64_t l = 0; l < c; l++)
+            mx = px[l] > mx ? px[l] : mx;
+        for (int64_t l = 0; l < c; l++)
+            sum += exp(px[l] - mx);
+        local = t - c * (int64_t)k->shard.pos;
+        st[i * 3] = mx;
+        st[i * 3 + 1] = sum;
+        st[i * 3 + 2] = rc == 1 && local >= 0 && local < c ? px[local] : 0.0;
+    }
+    dims[0] = n;
+    dims[1] = 3;
+    if ((rc = kalloc(k, out, lg->dtype, 2, dims)) == 0)
+        dstore(out, st);
+done:
+    di_free(x);
+    di_free(st);
+    return rc < 0 ? rc : 0;
+}
+
+/* log of the sum of exp over every class of row i, from the group's stats [N, 3n]. */
+static double
+vocab_lse(const double *st, int64_t i, int64_t w)
+{
+    const double *r = st + i * w;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t g = 0; g < w; g += 3)
+        mx = r[g] > mx ? r[g] : mx;
+    for (int64_t g = 0; g < w; g += 3)
+        sum += r[g + 1] * exp(r[g] - mx);
+    return mx + log(sum);
+}
+
+static double
+vocab_target(const double *st, int64_t i, int64_t w)
+{
+    double t = 0;
+    for (int64_t g = 0; g < w; g += 3)
+        t += st[i * w + g + 2];
+    return t;
+}
+
+static int
+vocab_stats(const kctx *k, const ex_tensor *st, uint32_t is, const ex_tensor *lb)
+{
+    sbuf a;
+    int rc;
+    if ((rc = need_float(k, st, is)) != 0)
+        return rc;
+    if (st->rank != 2 || lb->rank != 1 || st->dims[0] != lb->dims[0] || st->dims[1] < 3 ||
+        st->dims[1] % 3 != 0)
+        return kfail(k, DI_EINVAL, "stats %s do not match %lld labels", shp(&a, st),
+                     (long long)(lb->rank ? lb->dims[0] : 0));
+    return 0;
+}
+
+static int
+k_vocabloss(const kctx *k, const ex_tensor *st, const ex_tensor *lb, ex_tensor *out)
+{
+    ir_reduction red = ir_sce_reduction(k->m, k->op);
+    int64_t n, w, count = 0, t;
+    double *s, *loss, total = 0;
+    int rc;
+    if (red == IR_REDUCTION_INVALID)
+        return kfail(k, DI_EINVAL, "reduction must be mean, sum or none");
+    if ((rc = need_indices(k, lb, 1)) != 0 || (rc = vocab_stats(k, st, 0, lb)) != 0)
+        return rc;
+    n = st->dims[0];
+    w = st->dims[1];
+    s = dload(st);
+    loss = di_calloc((size_t)(n ? n : 1), sizeof *loss);
+    if (s == NULL || loss == NULL) {
+        rc = kfail(k, DI_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        /* The classes are not known here: the stats op checked the labels' range. */
+        if ((rc = vocab_label(k, lb, i, INT64_MAX, &t)) < 0)
+            goto done;
+        if (rc == 0)
+            continue;
+        loss[i] = vocab_lse(s, i, w) - vocab_target(s, i, w);
+        total += loss[i];
+        count++;
+    }
+    if (red == IR_REDUCTION_NONE)
+        rc = kalloc(k, out, st->dtype, 1, lb->dims);
+    else
+        rc = kalloc(k, out, st->dtype, 0, NULL);
+    if (rc != 0)
+        goto done;
+    if (red == IR_REDUCTION_NONE)
+        dstore(out, loss);
+    else
+        ex_set(out, 0, red == IR_REDUCTION_SUM ? total : total / (double)count);
+done:
+    di_free(s);
+    di_free(loss);
+    return rc < 0 ? rc : 0;
+}
+
+/* (dloss, logits, labels, stats) -> (softmax - onehot) on this block, scaled as the loss. */
+static int
+k_vocabgrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
+{
+    const ex_tensor *dl = in[0], *lg = in[1], *lb = in[2], *st = in[3];
+    ir_reduction red = ir_sce_reduction(k->m, k->op);
+    int64_t n, c, w, count = 0, t;
+    double *x = NULL, *s = NULL, *g = NULL;
+    int rc;
+    if (red == IR_REDUCTION_INVALID)
+        return kfail(k, DI_EINVAL, "reduction must be mean, sum or none");
+    if ((rc = vocab_rows(k, lg, 1, lb, 2)) != 0 || (rc = vocab_stats(k, st, 3, lb)) != 0)
+        return rc;
+    if (red == IR_REDUCTION_NONE ? !same_shape(dl, lb) : dl->numel != 1)
+        return kfail(k, DI_EINVAL, "input 0 (dloss) has %zu elements, expected %zu", dl->numel,
+                     red == IR_REDUCTION_NONE ? lb->numel : (size_t)1);
+    n = lg->dims[0];
+    c = lg->dims[1];
+    w = st->dims[1];
+    x = dload(lg);
+    s = dload(st);
+    g = di_calloc(lg->numel ? lg->numel : 1, sizeof *g);
+    if (x == NULL || s == NULL || g == NULL) {
+        rc = kfail(k, DI_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if ((rc = vocab_label(k, lb, i, c * (int64_t)k->shard.n, &t)) < 0)
+            goto done;
+        count += rc;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double lse, sc;
+        int64_t local;
+        if ((rc = vocab_label(k, lb, i, c * (int64_t)k->shard.n, &t)) <= 0)
+            continue;
+        lse = vocab_lse(s, i, w);
+        sc = red == IR_REDUCTION_NONE ? ex_get(dl, (size_t)i) : ex_get(dl, 0);
+        if (red == IR_REDUCTION_MEAN)
+            sc /= (double)count;
+        local = t - c * (int64_t)k->shard.pos;
+        for (int64_t l = 0; l < c; l++)
+            g[i * c + l] = sc * (exp(x[i * c + l] - lse) - (l == local ? 1.0 : 0.0));
+    }
+    if ((rc = kalloc(k, out, lg->dtype, lg->rank, lg->dims)) == 0)
+        dstore(out, g);
+done:
+    di_free(x);
+    di_free(s);
+    di_free(g);
+    return rc < 0 ? rc : 0;
 }
 
 /* ---- optimizers ---- */
@@ -2089,9 +2307,9 @@ k_adam(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
 
 int
 ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t nin,
-              ex_tensor *out, uint32_t nout, di_error *err)
+              ex_tensor *out, uint32_t nout, ex_shard shard, di_error *err)
 {
-    kctx k = {m, op, err};
+    kctx k = {m, op, err, shard};
     int kind = m->ops[op].kind;
     const ir_opinfo *info;
     if (kind <= IR_OP_NONE || kind >= IR_NOPKIND)
@@ -2179,6 +2397,12 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
         return k_scelossgrad(&k, in[0], in[1], in[2], out);
     case IR_OP_GATHERGRAD:
         return k_gathergrad(&k, in[0], in[1], out);
+    case IR_OP_VOCABSTATS:
+        return k_vocabstats(&k, in[0], in[1], out);
+    case IR_OP_VOCABLOSS:
+        return k_vocabloss(&k, in[0], in[1], out);
+    case IR_OP_VOCABGRAD:
+        return k_vocabgrad(&k, in, out);
     case IR_OP_REDUCESUMTO:
         return k_reducesumto(&k, in[0], out);
     case IR_OP_SGD:
@@ -2186,7 +2410,8 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
     case IR_OP_ADAM:
         return k_adam(&k, in, out);
     case IR_OP_OPAQUE:
-        return kfail(&k, DI_EUNSUPPORTED, "an opaque op has no kernel (it can be simulated "
+        return kfail(&k, DI_EUNSUPPORTED,
+                     "an opaque op has no kernel (it can be simulated "
                      "with a measured time, not executed)");
     default:
         return kfail(&k, DI_EUNSUPPORTED, "no kernel for this op");

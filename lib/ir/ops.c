@@ -268,8 +268,8 @@ is_floating(const tensor *t)
  * inputs seen float).
  */
 static int
-merge_site(const ir_module *m, ir_id op, site *acc, int64_t *acc_index, const tensor *t,
-           uint32_t i, di_error *err)
+merge_site(const ir_module *m, ir_id op, site *acc, int64_t *acc_index, const tensor *t, uint32_t i,
+           di_error *err)
 {
     pbuf a, b;
     if (is_floating(t))
@@ -347,8 +347,8 @@ numel_checked(uint32_t rank, const int64_t *dims)
 static int
 dims_equal(const tensor *a, const tensor *b)
 {
-    return a->rank == b->rank && (a->rank == 0 || memcmp(a->dims, b->dims,
-                                                         a->rank * sizeof a->dims[0]) == 0);
+    return a->rank == b->rank &&
+           (a->rank == 0 || memcmp(a->dims, b->dims, a->rank * sizeof a->dims[0]) == 0);
 }
 
 static int
@@ -529,13 +529,15 @@ infer_where(ir_module *m, ir_id op, ir_id *out, di_error *err)
         return fail(m, op, err, "input 0 (the condition) has dtype %s, expected i1",
                     ir_dtype_name(in[0].dtype));
     if (broadcast_dims(in[0].rank, in[0].dims, in[1].rank, in[1].dims, &r1, d1, &bad) != 0)
-        return fail(m, op, err, "input 1 has shape %s, which does not broadcast with input 0's "
-                    "shape %s", shape_str(&x, in[1].rank, in[1].dims),
-                    shape_str(&y, in[0].rank, in[0].dims));
+        return fail(m, op, err,
+                    "input 1 has shape %s, which does not broadcast with input 0's "
+                    "shape %s",
+                    shape_str(&x, in[1].rank, in[1].dims), shape_str(&y, in[0].rank, in[0].dims));
     if (broadcast_dims(r1, d1, in[2].rank, in[2].dims, &r2, d2, &bad) != 0)
-        return fail(m, op, err, "input 2 has shape %s, which does not broadcast with %s (inputs "
-                    "0 and 1 broadcast)", shape_str(&x, in[2].rank, in[2].dims),
-                    shape_str(&y, r1, d1));
+        return fail(m, op, err,
+                    "input 2 has shape %s, which does not broadcast with %s (inputs "
+                    "0 and 1 broadcast)",
+                    shape_str(&x, in[2].rank, in[2].dims), shape_str(&y, r1, d1));
     out[0] = result_type(m, &s, in[1].dtype, r2, d2);
     return 0;
 }
@@ -548,8 +550,7 @@ infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
     tensor x;
     site s;
     int rc;
-    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
-        (rc = common_site(m, op, &x, 1, &s, err)) != 0)
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 || (rc = common_site(m, op, &x, 1, &s, err)) != 0)
         return rc;
     if (kind != IR_OP_RELU && kind != IR_OP_IDENTITY && (rc = check_float(m, op, &x, 0, err)) != 0)
         return rc;
@@ -636,8 +637,7 @@ matmul_shape(const ir_module *m, ir_id op, const tensor *a, const tensor *b, uin
     rba = a->rank > 2 ? a->rank - 2 : 0;
     rbb = b->rank > 2 ? b->rank - 2 : 0;
     if (broadcast_dims(rba, a->dims, rbb, b->dims, &rbatch, bd, &bad) != 0)
-        return fail(m, op, err,
-                    "batch dimensions of input 0 %s and input 1 %s do not broadcast",
+        return fail(m, op, err, "batch dimensions of input 0 %s and input 1 %s do not broadcast",
                     shape_str(&x, a->rank, a->dims), shape_str(&y, b->rank, b->dims));
     for (uint32_t i = 0; i < rbatch; i++)
         dims[r++] = bd[i];
@@ -694,8 +694,8 @@ infer_gemm(ir_module *m, ir_id op, ir_id *out, di_error *err)
         return fail(m, op, err,
                     "input 1 has shape %s, expected %s%lld%s (inner dimensions differ; transA=%d "
                     "transB=%d)",
-                    shape_str(&x, 2, in[1].dims), tb ? "[*," : "[", (long long)k,
-                    tb ? "]" : ",*]", ta, tb);
+                    shape_str(&x, 2, in[1].dims), tb ? "[*," : "[", (long long)k, tb ? "]" : ",*]",
+                    ta, tb);
     dims[0] = mm;
     dims[1] = nn;
     if (n == 3) {
@@ -730,9 +730,10 @@ infer_matmulgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
         (rc = matmul_shape(m, op, &in[0], &in[1], &rank, dims, err)) != 0)
         return rc;
     if (rank != in[2].rank || (rank && memcmp(dims, in[2].dims, rank * sizeof dims[0]) != 0))
-        return fail(m, op, err, "input 2 (dy) has shape %s, expected %s (the shape of matmul of "
-                    "inputs 0 and 1)", shape_str(&x, in[2].rank, in[2].dims),
-                    shape_str(&y, rank, dims));
+        return fail(m, op, err,
+                    "input 2 (dy) has shape %s, expected %s (the shape of matmul of "
+                    "inputs 0 and 1)",
+                    shape_str(&x, in[2].rank, in[2].dims), shape_str(&y, rank, dims));
     out[0] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
     out[1] = result_type(m, &s, in[1].dtype, in[1].rank, in[1].dims);
     return 0;
@@ -819,8 +820,7 @@ infer_layernormgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
         return rc;
     stat_dims(&in[1], axis, sd);
     for (uint32_t i = 3; i < n; i++)
-        if (in[i].rank != in[1].rank ||
-            memcmp(in[i].dims, sd, in[1].rank * sizeof sd[0]) != 0)
+        if (in[i].rank != in[1].rank || memcmp(in[i].dims, sd, in[1].rank * sizeof sd[0]) != 0)
             return fail(m, op, err, "input %u (%s) has shape %s, expected %s", i,
                         i == 3 ? "mean" : "inv_std_dev", shape_str(&a, in[i].rank, in[i].dims),
                         shape_str(&b, in[1].rank, sd));
@@ -853,8 +853,10 @@ infer_reshape(ir_module *m, ir_id op, ir_id *out, di_error *err)
         int64_t d = shape[i];
         if (d == 0) {
             if (i >= x.rank)
-                return fail(m, op, err, "shape[%u] is 0 (copy the input's dimension) but input 0 "
-                            "has rank %u", i, x.rank);
+                return fail(m, op, err,
+                            "shape[%u] is 0 (copy the input's dimension) but input 0 "
+                            "has rank %u",
+                            i, x.rank);
             d = x.dims[i];
         } else if (d == -1) {
             if (infer_at >= 0)
@@ -863,8 +865,10 @@ infer_reshape(ir_module *m, ir_id op, ir_id *out, di_error *err)
             infer_at = i;
             continue;
         } else if (d < -1) {
-            return fail(m, op, err, "shape[%u] is %lld; only -1 (infer) and 0 (copy) may be "
-                        "negative or zero", i, (long long)d);
+            return fail(m, op, err,
+                        "shape[%u] is %lld; only -1 (infer) and 0 (copy) may be "
+                        "negative or zero",
+                        i, (long long)d);
         }
         dims[i] = d;
         if (mul_dim(known, d, &known) != 0)
@@ -873,9 +877,11 @@ infer_reshape(ir_module *m, ir_id op, ir_id *out, di_error *err)
     }
     if (infer_at >= 0) {
         if (known == 0 || total % known != 0)
-            return fail(m, op, err, "cannot infer the -1 in shape %s from input 0's shape %s "
-                        "(%lld elements)", shape_str(&a, (uint32_t)n, shape),
-                        shape_str(&b, x.rank, x.dims), (long long)total);
+            return fail(m, op, err,
+                        "cannot infer the -1 in shape %s from input 0's shape %s "
+                        "(%lld elements)",
+                        shape_str(&a, (uint32_t)n, shape), shape_str(&b, x.rank, x.dims),
+                        (long long)total);
         dims[infer_at] = total / known;
     } else if (known != total) {
         return fail(m, op, err, "shape %s has %lld elements, input 0 has shape %s with %lld",
@@ -904,8 +910,7 @@ infer_transpose(ir_module *m, ir_id op, ir_id *out, di_error *err)
             perm[i] = x.rank - 1 - i;
     }
     if ((uint32_t)n != x.rank)
-        return fail(m, op, err, "perm has %lld entries, input 0 has rank %u", (long long)n,
-                    x.rank);
+        return fail(m, op, err, "perm has %lld entries, input 0 has rank %u", (long long)n, x.rank);
     memset(seen, 0, sizeof seen);
     for (uint32_t i = 0; i < x.rank; i++) {
         if (perm[i] < 0 || perm[i] >= (int64_t)x.rank || seen[perm[i]])
@@ -945,9 +950,11 @@ infer_concat(ir_module *m, ir_id op, ir_id *out, di_error *err)
             return rc;
         for (uint32_t d = 0; d < first.rank; d++)
             if (t.rank != first.rank || (d != axis && t.dims[d] != first.dims[d]))
-                return fail(m, op, err, "input %u has shape %s, which differs from input 0's "
-                            "shape %s outside axis %u", i, shape_str(&a, t.rank, t.dims),
-                            shape_str(&b, first.rank, first.dims), axis);
+                return fail(m, op, err,
+                            "input %u has shape %s, which differs from input 0's "
+                            "shape %s outside axis %u",
+                            i, shape_str(&a, t.rank, t.dims), shape_str(&b, first.rank, first.dims),
+                            axis);
         if (first.dims[axis] > INT64_MAX - t.dims[axis])
             return fail(m, op, err, "the concatenated dimension overflows");
         first.dims[axis] += t.dims[axis];
@@ -965,8 +972,7 @@ infer_split(ir_module *m, ir_id op, ir_id *out, di_error *err)
     int64_t *sizes, n, sum = 0;
     const ir_attr *sa;
     int rc;
-    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
-        (rc = common_site(m, op, &x, 1, &s, err)) != 0)
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 || (rc = common_site(m, op, &x, 1, &s, err)) != 0)
         return rc;
     if (x.rank == 0)
         return fail(m, op, err, "input 0 is a scalar; split needs rank >= 1");
@@ -992,15 +998,19 @@ infer_split(ir_module *m, ir_id op, ir_id *out, di_error *err)
         }
         if (sum != x.dims[axis]) {
             di_free(sizes);
-            return fail(m, op, err, "split sizes add up to %lld, but axis %u of input 0 has "
-                        "size %lld", (long long)sum, axis, (long long)x.dims[axis]);
+            return fail(m, op, err,
+                        "split sizes add up to %lld, but axis %u of input 0 has "
+                        "size %lld",
+                        (long long)sum, axis, (long long)x.dims[axis]);
         }
     } else {
         n = nout;
         if (x.dims[axis] % n != 0) {
             di_free(sizes);
-            return fail(m, op, err, "axis %u of input 0 has size %lld, which does not split "
-                        "evenly into %u parts", axis, (long long)x.dims[axis], nout);
+            return fail(m, op, err,
+                        "axis %u of input 0 has size %lld, which does not split "
+                        "evenly into %u parts",
+                        axis, (long long)x.dims[axis], nout);
         }
         for (uint32_t i = 0; i < nout; i++)
             sizes[i] = x.dims[axis] / n;
@@ -1070,8 +1080,7 @@ infer_slice(ir_module *m, ir_id op, ir_id *out, di_error *err)
         } else {
             b = clamp64(b, 0, d - 1);
             e = clamp64(e, -1, d - 1);
-            len = (d > 0 && b > e) ? ceil_div_u((uint64_t)(b - e), (uint64_t)0 - (uint64_t)st)
-                                   : 0;
+            len = (d > 0 && b > e) ? ceil_div_u((uint64_t)(b - e), (uint64_t)0 - (uint64_t)st) : 0;
         }
         x.dims[a] = len;
     }
@@ -1125,8 +1134,8 @@ infer_unsqueeze(ir_module *m, ir_id op, ir_id *out, di_error *err)
     if (n < 0)
         return fail(m, op, err, "missing ints attribute axes");
     if (x.rank + (uint32_t)n > IR_MAX_RANK)
-        return fail(m, op, err, "the result would have rank %u, more than %d",
-                    x.rank + (uint32_t)n, IR_MAX_RANK);
+        return fail(m, op, err, "the result would have rank %u, more than %d", x.rank + (uint32_t)n,
+                    IR_MAX_RANK);
     r = x.rank + (uint32_t)n;
     if ((rc = norm_axes(m, op, "axes", axes, (uint32_t)n, r, mask, err)) != 0)
         return rc;
@@ -1331,8 +1340,116 @@ infer_scelossgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
         return fail(m, op, err, "reduction must be mean, sum or none");
     if (red == IR_REDUCTION_NONE) {
         if (!dims_equal(&in[0], &in[2]))
-            return fail(m, op, err, "input 0 has shape %s, expected %s (the labels' shape, "
-                        "reduction none)", shape_str(&a, in[0].rank, in[0].dims),
+            return fail(m, op, err,
+                        "input 0 has shape %s, expected %s (the labels' shape, "
+                        "reduction none)",
+                        shape_str(&a, in[0].rank, in[0].dims),
+                        shape_str(&b, in[2].rank, in[2].dims));
+    } else if ((rc = check_scalar_like(m, op, &in[0], 0, err)) != 0) {
+        return rc;
+    }
+    out[0] = result_type(m, &s, in[1].dtype, in[1].rank, in[1].dims);
+    return 0;
+}
+
+/*
+ * Vocabulary-parallel cross-entropy (docs/ops.md): logits [N, C] hold this
+ * device's block of the classes. dist.vocab_ce_stats(logits, labels) gives
+ * per row (local max, sum of exp(x - local max), the label's logit where
+ * this device holds the label's class, else 0) as [N, 3]; an all_gather
+ * along dimension 1 gives the group's [N, 3n]; dist.vocab_ce_loss(stats,
+ * labels) and dist.vocab_ce_grad(dloss, logits, labels, stats) finish.
+ */
+static int
+check_vocab_rows(const ir_module *m, ir_id op, const tensor *lg, uint32_t il, const tensor *lb,
+                 uint32_t ib, di_error *err)
+{
+    sbuf a;
+    int rc;
+    if ((rc = check_sce_labels(m, op, lg, il, lb, ib, err)) != 0)
+        return rc;
+    if (lg->rank != 2)
+        return fail(m, op, err, "input %u has shape %s, expected [N,C]", il,
+                    shape_str(&a, lg->rank, lg->dims));
+    return 0;
+}
+
+/* stats [N, 3n] for labels [N]. */
+static int
+check_vocab_stats(const ir_module *m, ir_id op, const tensor *st, uint32_t is, const tensor *lb,
+                  di_error *err)
+{
+    sbuf a;
+    int rc;
+    if ((rc = check_float(m, op, st, is, err)) != 0)
+        return rc;
+    if (st->rank != 2 || lb->rank != 1 || st->dims[0] != lb->dims[0] || st->dims[1] < 3 ||
+        st->dims[1] % 3 != 0)
+        return fail(m, op, err, "input %u (stats) has shape %s, expected [%lld, 3n]", is,
+                    shape_str(&a, st->rank, st->dims), (long long)(lb->rank ? lb->dims[0] : 0));
+    return 0;
+}
+
+static int
+infer_vocabstats(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int64_t dims[2];
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_vocab_rows(m, op, &in[0], 0, &in[1], 1, err)) != 0)
+        return rc;
+    dims[0] = in[0].dims[0];
+    dims[1] = 3;
+    out[0] = result_type(m, &s, in[0].dtype, 2, dims);
+    return 0;
+}
+
+static int
+infer_vocabloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    ir_reduction red = ir_sce_reduction(m, op);
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_index_dtype(m, op, &in[1], 1, err)) != 0 ||
+        (rc = check_vocab_stats(m, op, &in[0], 0, &in[1], err)) != 0)
+        return rc;
+    if (red == IR_REDUCTION_INVALID)
+        return fail(m, op, err, "reduction must be mean, sum or none");
+    if (red == IR_REDUCTION_NONE)
+        out[0] = result_type(m, &s, in[0].dtype, in[1].rank, in[1].dims);
+    else
+        out[0] = result_type(m, &s, in[0].dtype, 0, NULL);
+    return 0;
+}
+
+static int
+infer_vocabgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[4];
+    site s;
+    sbuf a, b;
+    ir_reduction red = ir_sce_reduction(m, op);
+    int rc;
+    if ((rc = load_inputs(m, op, 4, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 4, &s, err)) != 0 ||
+        (rc = check_vocab_rows(m, op, &in[1], 1, &in[2], 2, err)) != 0 ||
+        (rc = check_vocab_stats(m, op, &in[3], 3, &in[2], err)) != 0 ||
+        (rc = check_same_dtype(m, op, &in[1], 1, &in[0], 0, err)) != 0)
+        return rc;
+    if (red == IR_REDUCTION_INVALID)
+        return fail(m, op, err, "reduction must be mean, sum or none");
+    if (red == IR_REDUCTION_NONE) {
+        if (!dims_equal(&in[0], &in[2]))
+            return fail(m, op, err,
+                        "input 0 has shape %s, expected %s (the labels' shape, "
+                        "reduction none)",
+                        shape_str(&a, in[0].rank, in[0].dims),
                         shape_str(&b, in[2].rank, in[2].dims));
     } else if ((rc = check_scalar_like(m, op, &in[0], 0, err)) != 0) {
         return rc;
@@ -1364,8 +1481,8 @@ infer_grad_like_x(ir_module *m, ir_id op, ir_id *out, di_error *err)
     if (kind == IR_OP_SOFTMAXGRAD) {
         if (in[0].rank == 0)
             return fail(m, op, err, "input 0 is a scalar; softmax needs rank >= 1");
-        if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", -1), in[0].rank, &axis,
-                            err)) != 0)
+        if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", -1), in[0].rank, &axis, err)) !=
+            0)
             return rc;
     }
     if (kind == IR_OP_MSELOSSGRAD && n == 3 && (rc = check_scalar_like(m, op, &in[2], 2, err)) != 0)
@@ -1644,9 +1761,10 @@ div_dim(const ir_module *m, ir_id op, const tensor *t, uint32_t d, int64_t n, co
 {
     sbuf a;
     if (n <= 0 || t->dims[d] % n != 0)
-        return fail(m, op, err, "%s has shape %s: dimension %u (size %lld) does not divide into "
-                    "%lld parts", what, shape_str(&a, t->rank, t->dims), d,
-                    (long long)t->dims[d], (long long)n);
+        return fail(m, op, err,
+                    "%s has shape %s: dimension %u (size %lld) does not divide into "
+                    "%lld parts",
+                    what, shape_str(&a, t->rank, t->dims), d, (long long)t->dims[d], (long long)n);
     dims[d] = t->dims[d] / n;
     return 0;
 }
@@ -1752,8 +1870,9 @@ comm_dtensor(ir_module *m, ir_id op, const group *g, const tensor *t, const comm
                 ok = p == IR_PLACE_PMAX;
             else
                 ok = p == IR_PLACE_PSUM;
-            want_s = red == NULL ? "P(sum) or P(max)" : strcmp(red, "max") == 0 ? "P(max)"
-                                                                                 : "P(sum)";
+            want_s = red == NULL               ? "P(sum) or P(max)"
+                     : strcmp(red, "max") == 0 ? "P(max)"
+                                               : "P(sum)";
             become = kind == IR_OP_ALLREDUCE ? IR_PLACE_R : (int64_t)cd->dim;
             break;
         case IR_OP_ALLGATHER:
@@ -1781,8 +1900,7 @@ comm_dtensor(ir_module *m, ir_id op, const group *g, const tensor *t, const comm
         }
         if (!ok)
             return fail(m, op, err, "input 0 has placement %s on mesh axis %u, expected %s",
-                        place_str(p, &pa), a,
-                        *want_s ? want_s : place_str(want, &pb));
+                        place_str(p, &pa), a, *want_s ? want_s : place_str(want, &pb));
         place[a] = become;
     }
     /* New splits must divide the global dimension by the product of their axes. */
@@ -1792,9 +1910,10 @@ comm_dtensor(ir_module *m, ir_id op, const group *g, const tensor *t, const comm
             if (place[a] == (int64_t)d && mul_dim(parts, ir_mesh_shape(m, g->mesh)[a], &parts) != 0)
                 parts = 0;
         if (parts <= 0 || t->dims[d] % parts != 0)
-            return fail(m, op, err, "input 0 has shape %s: dimension %u does not divide over "
-                        "the %lld devices that would split it", shape_str(&sa, t->rank, t->dims),
-                        d, (long long)parts);
+            return fail(m, op, err,
+                        "input 0 has shape %s: dimension %u does not divide over "
+                        "the %lld devices that would split it",
+                        shape_str(&sa, t->rank, t->dims), d, (long long)parts);
     }
     out[0] = ir_type_dtensor(m, t->dtype, t->rank, t->dims, g->mesh, place);
     return 0;
@@ -1809,8 +1928,7 @@ comm_mesh(ir_module *m, ir_id op, const group *g, ir_id *out, di_error *err)
     const char *red = NULL;
     int64_t dims[IR_MAX_RANK];
     int rc;
-    if ((rc = load_input(m, op, 0, &t, err)) != 0 ||
-        (rc = load_reduction(m, op, &red, err)) != 0)
+    if ((rc = load_input(m, op, 0, &t, err)) != 0 || (rc = load_reduction(m, op, &red, err)) != 0)
         return rc;
     if (t.rank == 0 && m->ops[op].kind != IR_OP_ALLREDUCE && m->ops[op].kind != IR_OP_BROADCAST)
         return fail(m, op, err, "input 0 is a scalar; this collective needs rank >= 1");
@@ -1857,8 +1975,10 @@ load_tuple_input(const ir_module *m, ir_id op, int64_t except_dim, tensor *first
     pbuf pb;
     int rc = 0;
     if (ty == 0 || ty >= m->ntype || m->types[ty].kind != IR_TYPE_TUPLE)
-        return fail(m, op, err, "input 0 is %s; the tuple form takes a tuple with one tensor per "
-                    "device (or give mesh and mesh_axes)", type_str(m, ty, &tb));
+        return fail(m, op, err,
+                    "input 0 is %s; the tuple form takes a tuple with one tensor per "
+                    "device (or give mesh and mesh_axes)",
+                    type_str(m, ty, &tb));
     *n = m->types[ty].nelem;
     if (*n == 0)
         return fail(m, op, err, "input 0 is an empty tuple");
@@ -1976,7 +2096,8 @@ infer_send(ir_module *m, ir_id op, ir_id *out, di_error *err)
         const int64_t *devs = ir_op_ints(m, op, "devices", &n);
         ir_id *elems;
         if (ir_op_attr(m, op, "device") != NULL)
-            return fail(m, op, err, "a tuple is sent with `devices` (one per element), not `device`");
+            return fail(m, op, err,
+                        "a tuple is sent with `devices` (one per element), not `device`");
         if (devs == NULL || n != tt->nelem)
             return fail(m, op, err, "input 0 is a tuple of %u tensors: `devices` needs %u entries",
                         tt->nelem, tt->nelem);
@@ -2154,9 +2275,10 @@ shard_dims(const ir_module *m, ir_id op, const tensor *t, const char *what, uint
         if (!IR_PLACE_IS_SPLIT(p))
             continue;
         if (shape[ax] < 1 || dims[p] % shape[ax] != 0)
-            return fail(m, op, err, "%s %u has shape %s, split over mesh axis %u (size %lld): "
-                        "dimension %lld does not divide", what, i,
-                        shape_str(&a, t->rank, t->dims), ax, (long long)shape[ax],
+            return fail(m, op, err,
+                        "%s %u has shape %s, split over mesh axis %u (size %lld): "
+                        "dimension %lld does not divide",
+                        what, i, shape_str(&a, t->rank, t->dims), ax, (long long)shape[ax],
                         (long long)p);
         dims[p] /= shape[ax];
     }
@@ -2196,8 +2318,10 @@ pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_er
         ir_id argty = m->values[m->regions[body].args[i]].type;
         if (ty == 0 || ty >= m->ntype || m->types[ty].kind != IR_TYPE_TUPLE ||
             m->types[ty].nelem != n) {
-            rc = fail(m, op, err, "input %u is %s, expected a tuple of %u tensors (one per "
-                      "device)", i, type_str(m, ty, &ta), n);
+            rc = fail(m, op, err,
+                      "input %u is %s, expected a tuple of %u tensors (one per "
+                      "device)",
+                      i, type_str(m, ty, &ta), n);
             break;
         }
         for (uint32_t k = 0; k < n; k++) {
@@ -2205,16 +2329,20 @@ pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_er
             if ((rc = load_type(m, op, et, "input element", i, &t, err)) != 0)
                 break;
             if (t.at.mesh || t.at.devvar || t.at.device != devs[k]) {
-                rc = fail(m, op, err, "input %u element %u lives on %s, expected device %lld "
-                          "(devices[%u])", i, k, site_str(m, &t.at, &pb), (long long)devs[k], k);
+                rc = fail(m, op, err,
+                          "input %u element %u lives on %s, expected device %lld "
+                          "(devices[%u])",
+                          i, k, site_str(m, &t.at, &pb), (long long)devs[k], k);
                 break;
             }
             local = ir_type_with_device(m, et, IR_DEVICE_NONE, devvar);
             if (local != argty) {
                 char w[96];
-                rc = fail(m, op, err, "%s argument %u has type %s, expected %s (input %u "
-                          "element %u)", pmap_body_word(m, op, w, sizeof w), i,
-                          type_str(m, argty, &ta), type_str(m, local, &tb), i, k);
+                rc = fail(m, op, err,
+                          "%s argument %u has type %s, expected %s (input %u "
+                          "element %u)",
+                          pmap_body_word(m, op, w, sizeof w), i, type_str(m, argty, &ta),
+                          type_str(m, local, &tb), i, k);
                 break;
             }
         }
@@ -2261,17 +2389,21 @@ pmap_mesh(ir_module *m, ir_id op, ir_id devvar, ir_id mesh, ir_id body, ir_id *o
         local = ir_type_tensor_var(m, t.dtype, t.rank, dims, devvar);
         if (local != argty) {
             char w[96];
-            return fail(m, op, err, "%s argument %u has type %s, expected %s (the local shard "
-                        "of input %u)", pmap_body_word(m, op, w, sizeof w), i,
-                        type_str(m, argty, &ta), type_str(m, local, &tb), i);
+            return fail(m, op, err,
+                        "%s argument %u has type %s, expected %s (the local shard "
+                        "of input %u)",
+                        pmap_body_word(m, op, w, sizeof w), i, type_str(m, argty, &ta),
+                        type_str(m, local, &tb), i);
         }
     }
     for (uint32_t i = 0; i < m->ops[op].noutput; i++) {
         ir_id decl = m->values[ir_op_output(m, op, i)].type, local;
         ir_id rty = m->values[m->regions[body].results[i]].type;
         if (decl == 0)
-            return fail(m, op, err, "result %u needs a declared type: a dist.pmap over a mesh "
-                        "cannot infer the placements of its results", i);
+            return fail(m, op, err,
+                        "result %u needs a declared type: a dist.pmap over a mesh "
+                        "cannot infer the placements of its results",
+                        i);
         if ((rc = load_type(m, op, decl, "result", i, &t, err)) != 0)
             return rc;
         if (t.at.mesh != mesh)
@@ -2282,8 +2414,10 @@ pmap_mesh(ir_module *m, ir_id op, ir_id devvar, ir_id mesh, ir_id body, ir_id *o
         local = ir_type_tensor_var(m, t.dtype, t.rank, dims, devvar);
         if (local != rty) {
             char w[96];
-            return fail(m, op, err, "result %u is declared %s, whose local shard is %s, but the "
-                        "%s returns %s", i, type_str(m, decl, &ta), type_str(m, local, &tb),
+            return fail(m, op, err,
+                        "result %u is declared %s, whose local shard is %s, but the "
+                        "%s returns %s",
+                        i, type_str(m, decl, &ta), type_str(m, local, &tb),
                         pmap_body_word(m, op, w, sizeof w), type_str(m, rty, &tc));
         }
         out[i] = decl;
@@ -2676,11 +2810,10 @@ cost_comm(const ir_module *m, ir_id op, ir_cost *c)
 
 /* ---- the table ---- */
 
-const ir_opinfo ir_opinfos[IR_NOPKIND] = {
-    [IR_OP_NONE] = {"none", 0, 0, 0, 0, 0, "", NULL, NULL},
+const ir_opinfo ir_opinfos[IR_NOPKIND] = {[IR_OP_NONE] = {"none", 0, 0, 0, 0, 0, "", NULL, NULL},
 #define IR_OP_ROW_(e, name, a, b, c, d, fl, at, inf, cost)                                         \
     [IR_OP_##e] = {name, a, b, c, d, fl, at, infer_##inf, cost_##cost},
-    IR_OP_LIST(IR_OP_ROW_)
+                                          IR_OP_LIST(IR_OP_ROW_)
 #undef IR_OP_ROW_
 };
 

@@ -61,7 +61,7 @@
     X(CONCAT, "Concat", 1, -1, 1, 1, 0, "axis:i", concat, copy)                                    \
     X(SPLIT, "Split", 1, 1, 1, -1, 0, "axis:i? split:I?", split, copy)                             \
     X(SLICE, "Slice", 1, 1, 1, 1, 0, "starts:I ends:I axes:I? steps:I?", slice, copy)              \
-    X(GATHER, "Gather", 2, 2, 1, 1, 0, "axis:i?", gather, copy)                                    \
+    X(GATHER, "Gather", 2, 2, 1, 1, 0, "axis:i? mesh:m? mesh_axes:I?", gather, copy)                                    \
     X(UNSQUEEZE, "Unsqueeze", 1, 1, 1, 1, IR_OPF_FREE, "axes:I", unsqueeze, none)                  \
     X(SQUEEZE, "Squeeze", 1, 1, 1, 1, IR_OPF_FREE, "axes:I?", squeeze, none)                       \
     X(REDUCEMEAN, "ReduceMean", 1, 1, 1, 1, 0, "axes:I? keepdims:i?", reduce, reduce)              \
@@ -85,7 +85,8 @@
     X(MSELOSSGRAD, "MSELossGrad", 3, 3, 1, 1, IR_OPF_GRAD, "", grad_like_x, elemwise)              \
     X(SCELOSSGRAD, "SoftmaxCrossEntropyLossGrad", 3, 3, 1, 1, IR_OPF_GRAD,                         \
       "ignore_index:i? reduction:s?", scelossgrad, softmax)                                        \
-    X(GATHERGRAD, "GatherGrad", 2, 2, 1, 1, IR_OPF_GRAD, "axis:i? shape:I", gathergrad, copy)      \
+    X(GATHERGRAD, "GatherGrad", 2, 2, 1, 1, IR_OPF_GRAD, "axis:i? shape:I mesh:m? mesh_axes:I?",   \
+      gathergrad, copy)      \
     X(REDUCESUMTO, "ReduceSumTo", 1, 1, 1, 1, IR_OPF_GRAD, "shape:I", reshape_reduce, reduce)      \
     /* optimizers */                                                                              \
     X(SGD, "SGDOptimizer", 2, 2, 1, 1, IR_OPF_OPTIM, "lr:f?", first_input, elemwise)               \
@@ -107,6 +108,13 @@
       "dim:i mesh:m? mesh_axes:I? reduction:s?", reducescatter, comm)                              \
     X(ALLTOALL, "dist.all_to_all", 1, 1, 1, 1, IR_OPF_COMM | IR_OPF_COLLECTIVE,                    \
       "split_dim:i concat_dim:i mesh:m? mesh_axes:I?", alltoall, comm)                             \
+    /* vocabulary-parallel cross-entropy (Megatron-LM), the logits split over a mesh group */   \
+    X(VOCABSTATS, "dist.vocab_ce_stats", 2, 2, 1, 1, 0, "mesh:m mesh_axes:I? ignore_index:i?",     \
+      vocabstats, softmax)                                                                         \
+    X(VOCABLOSS, "dist.vocab_ce_loss", 2, 2, 1, 1, 0, "ignore_index:i? reduction:s?", vocabloss,   \
+      elemwise)                                                                                    \
+    X(VOCABGRAD, "dist.vocab_ce_grad", 4, 4, 1, 1, IR_OPF_GRAD,                                    \
+      "mesh:m mesh_axes:I? ignore_index:i? reduction:s?", vocabgrad, softmax)                      \
     /* structure */                                                                               \
     X(TUPLE, "dist.tuple", 0, -1, 1, 1, IR_OPF_FREE, "", tuple, none)                              \
     X(TUPLEGET, "dist.tuple_get", 1, 1, 1, 1, IR_OPF_FREE, "index:i", tupleget, none)              \

@@ -225,7 +225,11 @@ validate_row_setup(validate_row *row, const validate_setup *v, models_gpt *g, st
     g->hidden = row->hidden;
     g->heads = row->heads;
     g->seq = row->seq;
-    g->vocab = v->vocab;
+    {
+        /* Megatron-LM pads the vocabulary to a multiple of 128 x tp (make-vocab-size-divisible-by). */
+        uint64_t q = 128 * (uint64_t)row->tp;
+        g->vocab = (int64_t)(((uint64_t)v->vocab + q - 1) / q * q);
+    }
     g->batch = row->global_batch;
     g->dtype = v->dtype;
     g->dropout = v->dropout;

@@ -380,8 +380,7 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
         if (!XF_IS_S(p) || p == q)
             continue;
         if (a == XF_TP && cur.pl.a[XF_DP] == p)
-            return unsupported(b, src, &in->pl, to,
-                               "the dimension is also split on the data axis");
+            return unsupported(b, src, &in->pl, to, "the dimension is also split on the data axis");
         if (XF_IS_S(q)) {
             if (a == XF_TP && cur.pl.a[XF_DP] == q)
                 return unsupported(b, src, &in->pl, to,
@@ -598,6 +597,86 @@ normalized(const xf_body *b, const xf_place *p)
     return q;
 }
 
+/* Marks local op lop as running on the tensor-axis group of the body's mesh. */
+static void
+on_tensor_group(xf_body *b, ir_id lop)
+{
+    int64_t ax = 1;
+    ir_op_set_mesh(b->out, lop, "mesh", b->mesh);
+    ir_op_set_ints(b->out, lop, "mesh_axes", 1, &ax);
+}
+
+/*
+ * Does source op split its vocabulary on the tensor axis (shard.c's
+ * F_VOCAB): a Gather from a table split along the gathered axis, the
+ * gradient of one, a cross-entropy or its gradient over split classes?
+ */
+static int
+vocab_split(const xf_body *b, ir_id op)
+{
+    const xf_ctx *c = b->c;
+    const ir_module *m = c->m;
+    const ir_op *o = &m->ops[op];
+    int64_t axis;
+    if (b->n[XF_TP] <= 1)
+        return 0;
+    switch (o->kind) {
+    case IR_OP_GATHER:
+        axis = ir_op_int(m, op, "axis", 0);
+        return axis >= 0 && c->req[o->inputs].a[XF_TP] == axis;
+    case IR_OP_GATHERGRAD:
+        axis = ir_op_int(m, op, "axis", 0);
+        return axis >= 0 && c->place[o->outputs].a[XF_TP] == axis;
+    case IR_OP_SCELOSS:
+        return c->req[o->inputs].a[XF_TP] == 1;
+    case IR_OP_SCELOSSGRAD:
+        return c->req[o->inputs + 1].a[XF_TP] == 1;
+    default:
+        return 0;
+    }
+}
+
+/*
+ * The vocabulary-parallel cross-entropy (or its gradient) of source op on
+ * local inputs lin[]: local statistics, one all_gather of them over the
+ * tensor axis, then the loss or the gradient (docs/transforms.md). *last is
+ * the op whose result is the source op's.
+ */
+static int
+emit_vocab_ce(xf_body *b, ir_id op, const ir_id *lin, ir_id *last)
+{
+    const ir_module *m = b->c->m;
+    int grad = m->ops[op].kind == IR_OP_SCELOSSGRAD;
+    ir_id lg = lin[grad], lb = lin[grad + 1], in[4], st, sop, fop;
+    int rc;
+    in[0] = lg;
+    in[1] = lb;
+    sop = ir_op_add(b->out, b->region, IR_OP_VOCABSTATS, 2, in, 1, NULL, NULL);
+    xf_copy_attrs(b->out, sop, m, op, "reduction", NULL);
+    on_tensor_group(b, sop);
+    if ((rc = infer_one(b, sop)) != 0 ||
+        (rc = collective(b, IR_OP_ALLGATHER, ir_op_output(b->out, sop, 0), XF_TP, 1, 0, &st)) != 0)
+        return rc;
+    name_value(b, ir_op_output(b->out, sop, 0), m->refs[m->ops[op].inputs + grad], ".vstats");
+    name_value(b, st, m->refs[m->ops[op].inputs + grad], ".vstats.ag");
+    if (grad) {
+        in[0] = lin[0];
+        in[1] = lg;
+        in[2] = lb;
+        in[3] = st;
+        fop = ir_op_add(b->out, b->region, IR_OP_VOCABGRAD, 4, in, 1, NULL, NULL);
+        on_tensor_group(b, fop);
+    } else {
+        in[0] = st;
+        in[1] = lb;
+        fop = ir_op_add(b->out, b->region, IR_OP_VOCABLOSS, 2, in, 1, NULL, NULL);
+    }
+    copy_attrs_fast(b, fop, op, 0);
+    b->out->ops[fop].name = m->ops[op].name ? xf_str(b, m->ops[op].name) : 0;
+    *last = fop;
+    return infer_one(b, fop);
+}
+
 /* xf_body_emit with room for the op's local inputs in lin[]. */
 static int
 emit_op(xf_body *b, ir_id op, ir_id *lin)
@@ -607,7 +686,7 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
     const ir_op *o = &m->ops[op];
     const xf_opinfo *oi = &c->op[op];
     ir_id nop;
-    int rc, hit = 0;
+    int rc, hit = 0, vocab;
     for (uint32_t k = 0; k < o->ninput; k++) {
         ir_id v = m->refs[o->inputs + k];
         xf_local l, cv;
@@ -624,8 +703,20 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
             (rc = scaled(b, lin[k], oi->scale, &lin[k])) != 0)
             return rc;
     }
+    vocab = vocab_split(b, op);
+    if (vocab && (o->kind == IR_OP_SCELOSS || o->kind == IR_OP_SCELOSSGRAD)) {
+        if ((rc = emit_vocab_ce(b, op, lin, &nop)) != 0) {
+            ir_label lab = ir_op_label(m, op);
+            di_error_prefix(c->err, "%s", lab.s);
+            return rc;
+        }
+        hit = 1;
+        goto bind;
+    }
     nop = ir_op_add(b->out, b->region, o->kind, o->ninput, lin, o->noutput, NULL, NULL);
     b->out->ops[nop].name = o->name ? xf_str(b, o->name) : 0;
+    if (vocab)
+        on_tensor_group(b, nop);
     if (o->kind == IR_OP_CONSTANT) {
         const ir_attr *va = ir_op_attr(m, op, "value");
         xf_place r = {{XF_R, XF_R, XF_R}};
@@ -642,8 +733,8 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
         b->out->values[ir_op_output(b->out, nop, 0)].type = ty;
         hit = 1;
     } else {
-        int shaped = o->kind == IR_OP_RESHAPE || o->kind == IR_OP_GATHERGRAD ||
-                     o->kind == IR_OP_REDUCESUMTO;
+        int shaped =
+            o->kind == IR_OP_RESHAPE || o->kind == IR_OP_GATHERGRAD || o->kind == IR_OP_REDUCESUMTO;
         copy_attrs_fast(b, nop, op, shaped);
         if (shaped) {
             int64_t dims[IR_MAX_RANK];
@@ -689,6 +780,7 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
         for (uint32_t k = 0; k < o->noutput; k++)
             b->tpool[b->ntpool++] = b->out->values[ir_op_output(b->out, nop, k)].type;
     }
+bind:
     for (uint32_t k = 0; k < o->noutput; k++) {
         ir_id sv = o->outputs + k, lv = ir_op_output(b->out, nop, k);
         xf_place p = normalized(b, &c->place[sv]);

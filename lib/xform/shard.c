@@ -37,7 +37,15 @@
 #define XF_MAXF 40
 #define XF_MAXO 16
 
-enum { F_FREE = 0, F_SUM, F_MEAN, F_MEANG, F_WHOLE };
+/*
+ * Factor kinds. F_VOCAB is a class or vocabulary dimension that splits on
+ * the tensor axis only, as Megatron-LM's vocabulary-parallel embedding and
+ * cross-entropy do: a Gather from a table split along the gathered axis
+ * gives a partial sum (rows outside a device's block are zeros), a
+ * cross-entropy over split classes is lowered to local statistics, one
+ * all_gather of them and the loss (lower.c), complete on every device.
+ */
+enum { F_FREE = 0, F_SUM, F_MEAN, F_MEANG, F_WHOLE, F_VOCAB };
 enum { LIN_NONE = 0, LIN_ALL, LIN_FIRST, LIN_ONE };
 
 typedef struct rule {
@@ -425,7 +433,7 @@ r_gather(const ir_module *m, ir_id op, rule *r)
         else
             r->map[0][d - ri + 1] = (int8_t)f;
     }
-    r->map[0][axis] = (int8_t)newf(r, F_WHOLE);
+    r->map[0][axis] = (int8_t)newf(r, F_VOCAB);
     return 0;
 }
 
@@ -446,7 +454,7 @@ r_gathergrad(const ir_module *m, ir_id op, rule *r)
         r->map[1][axis + d] = (int8_t)f;
     }
     for (uint32_t d = 0; d < ro; d++) {
-        int f = newf(r, (int64_t)d == axis ? F_WHOLE : F_FREE);
+        int f = newf(r, (int64_t)d == axis ? F_VOCAB : F_FREE);
         r->map[2][d] = (int8_t)f;
         if ((int64_t)d < axis)
             r->map[1][d] = (int8_t)f;
@@ -539,10 +547,11 @@ r_sceloss(const ir_module *m, ir_id op, rule *r)
     ir_reduction red = ir_sce_reduction(m, op);
     int kind = red == IR_REDUCTION_MEAN ? F_MEAN : red == IR_REDUCTION_SUM ? F_SUM : F_FREE;
     uint32_t rl = r->rank[0];
+    int classes = rl == 2 && r->nout == 1 ? F_VOCAB : F_WHOLE;
     if (rl < 2 || r->rank[1] != rl - 1)
         return -1;
     for (uint32_t d = 0; d < rl; d++) {
-        int f = newf(r, d == 1 ? F_WHOLE : kind);
+        int f = newf(r, d == 1 ? classes : kind);
         r->map[0][d] = (int8_t)f;
         if (d != 1) {
             uint32_t ld = d == 0 ? 0 : d - 1;
@@ -566,7 +575,7 @@ r_scelossgrad(const ir_module *m, ir_id op, rule *r)
     if (rl < 2 || r->rank[2] != rl - 1)
         return -1;
     for (uint32_t d = 0; d < rl; d++) {
-        int f = newf(r, d == 1 ? F_WHOLE : mean ? F_MEANG : F_FREE);
+        int f = newf(r, d == 1 ? (rl == 2 ? F_VOCAB : F_WHOLE) : mean ? F_MEANG : F_FREE);
         r->map[1][d] = (int8_t)f;
         r->map[3][d] = (int8_t)f;
         if (d != 1) {
@@ -717,11 +726,11 @@ dim_of(const rule *r, uint32_t k, int f)
     return -1;
 }
 
-/* True when factor f can split on an axis of size n. */
+/* True when factor f can split on mesh axis a of size n. */
 static int
-factor_ok(const rule *r, int f, uint32_t n)
+factor_ok(const rule *r, int f, int a, uint32_t n)
 {
-    if (f < 0 || r->kind[f] == F_WHOLE)
+    if (f < 0 || r->kind[f] == F_WHOLE || (r->kind[f] == F_VOCAB && a != XF_TP))
         return 0;
     for (uint32_t k = 0; k < r->nin + r->nout; k++) {
         int d = dim_of(r, k, f);
@@ -755,10 +764,20 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
             if (!(c->vflags[v] & XF_V_BATCH) || r->rank[k] <= (uint32_t)c->op[op].seq)
                 continue;
             f = r->map[k][c->op[op].seq];
-            if (factor_ok(r, f, n))
+            if (factor_ok(r, f, a, n))
                 return f;
             break;
         }
+    }
+    if (a == XF_TP && c->vocab_parallel && m->ops[op].kind == IR_OP_GATHERGRAD &&
+        c->op[op].tp == XF_TP_VOCAB) {
+        /* The embedding's gradient is split as its table: no input says so. */
+        int f = -1;
+        for (uint32_t d = 0; d < r->rank[r->nin]; d++)
+            if (r->map[r->nin][d] >= 0 && r->kind[r->map[r->nin][d]] == F_VOCAB)
+                f = r->map[r->nin][d];
+        if (factor_ok(r, f, a, n))
+            return f;
     }
     for (pass = 0; pass < 2; pass++) {
         for (uint32_t k = 0; k < r->nin; k++) {
@@ -774,7 +793,7 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
             if (a == XF_TP && batch && c->op[op].phase == XF_PH_STEP)
                 continue;
             f = r->map[k][p];
-            if (!factor_ok(r, f, n))
+            if (!factor_ok(r, f, a, n))
                 continue;
             if (a == XF_TP && batch && (r->kind[f] == F_SUM || r->kind[f] == F_MEAN))
                 continue;
@@ -917,7 +936,8 @@ xf_propagate(xf_ctx *c)
                 int d = dim_of(&r, r.nin + k, f);
                 if (d >= 0)
                     c->place[o->outputs + k].a[a] = (int8_t)d;
-                else if (r.kind[f] == F_SUM || r.kind[f] == F_MEAN)
+                else if (r.kind[f] == F_SUM || r.kind[f] == F_MEAN ||
+                         (r.kind[f] == F_VOCAB && o->kind == IR_OP_GATHER))
                     c->place[o->outputs + k].a[a] = XF_P;
             }
             if (r.kind[f] == F_MEAN) {

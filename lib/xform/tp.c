@@ -9,9 +9,12 @@
  * bias's dimension (S[0]); a row-parallel MatMul's weight along its first
  * dimension (S[0]), its bias replicated; everything else replicated
  * (attention heads then follow from the column split of the QKV weight,
- * through the reshapes; vocabulary-parallel embeddings are not implemented,
- * so "vocab" means replicated). Optimizer moments take their weight's
- * placement.
+ * through the reshapes). A "vocab" weight (the embedding table, the output
+ * layer) is split along its vocabulary, as Megatron-LM's vocabulary-parallel
+ * embedding and output layer are, when tp divides the vocabulary, and stays
+ * replicated otherwise: the Gather becomes a masked lookup plus a reduction,
+ * the logits come out split by vocabulary and the loss uses them so (shard.c).
+ * Optimizer moments take their weight's placement.
  *
  * With sequence parallelism (Korthikanti et al.) ops marked dist.seq get a
  * hint in shard.c; here a weight that such an op broadcasts along the
@@ -22,6 +25,27 @@
 #include "xform/xform_int.h"
 
 #include <string.h>
+
+/* The vocabulary dimension of table v (input k of op) when tp divides it, else R. */
+static int8_t
+vocab_dim(const xf_ctx *c, ir_id op, uint32_t k, ir_id v)
+{
+    const ir_module *m = c->m;
+    const ir_op *o = &m->ops[op];
+    const int64_t *wd = ir_type_dims(m, m->values[v].type);
+    int d = -1;
+    if (m->types[m->values[v].type].rank != 2)
+        return XF_R;
+    if (o->kind == IR_OP_GATHER && k == 0 && ir_op_int(m, op, "axis", 0) == 0)
+        d = 0;
+    else if (o->kind == IR_OP_GEMM && k == 1)
+        d = ir_op_int(m, op, "transB", 0) ? 0 : 1;
+    else if (o->kind == IR_OP_MATMUL && k == 1)
+        d = 1;
+    if (d < 0 || wd[d] % c->gtp[xf_op_group(c, op)] != 0)
+        return XF_R;
+    return (int8_t)d;
+}
 
 /* The placement consumer `op` wants for weight v (input k), on the tensor axis. */
 static int8_t
@@ -34,6 +58,8 @@ wanted(const xf_ctx *c, ir_id op, uint32_t k, ir_id v)
     int tp = c->op[op].tp;
     if (ot == NULL || wt->rank == 0 || !xf_layer_is_tp(c, c->op[op].layer))
         return XF_R;
+    if (tp == XF_TP_VOCAB)
+        return vocab_dim(c, op, k, v);
     if (o->kind == IR_OP_MATMUL && k == 1 && wt->rank >= 2) {
         if (tp == XF_TP_COLUMN)
             return (int8_t)(wt->rank - 1);
@@ -88,9 +114,9 @@ xf_annotate_tp(xf_ctx *c)
                 seen[v] = 1;
             } else if ((c->vflags[v] & XF_V_DATA) && c->s.sequence_parallel &&
                        o->kind == IR_OP_GATHER && k == 1 &&
+                       wanted(c, op, 0, m->refs[o->inputs]) == XF_R &&
                        m->types[m->values[v].type].rank >= 2 &&
-                       ir_type_dims(m, m->values[v].type)[1] % c->gtp[xf_op_group(c, op)] ==
-                           0) {
+                       ir_type_dims(m, m->values[v].type)[1] % c->gtp[xf_op_group(c, op)] == 0) {
                 c->place[v].a[XF_TP] = 1;
             }
         }
@@ -115,14 +141,26 @@ xf_annotate_tp(xf_ctx *c)
             di_free(seen);
             return di_error_set(c->err, DI_ESTRATEGY,
                                 "%stp=%u does not divide dimension %d (%lld) of weight %%%s",
-                                xf_stage_prefix(c, g, pre, sizeof pre),
-                                tp, dim, (long long)d, ir_str_get(m, m->values[v].name));
+                                xf_stage_prefix(c, g, pre, sizeof pre), tp, dim, (long long)d,
+                                ir_str_get(m, m->values[v].name));
         }
     }
     for (uint32_t a = 0; a < fr->narg; a++) {
         ir_id v = fr->args[a];
         if (seen[v] && want[v] != XF_R)
             c->place[v].a[XF_TP] = want[v];
+    }
+    /* A split table: the lookups and the loss use the split (shard.c). */
+    for (uint32_t i = 0; i < fr->nop && !c->vocab_parallel; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        if (c->op[op].tp != XF_TP_VOCAB || c->op[op].phase != XF_PH_FORWARD)
+            continue;
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = m->refs[o->inputs + k];
+            if ((c->vflags[v] & XF_V_ARG) && seen[v] && want[v] != XF_R)
+                c->vocab_parallel = 1;
+        }
     }
     di_free(want);
     di_free(seen);

@@ -88,6 +88,7 @@ typedef struct xf_ctx {
     uint32_t *gdp, *gtp, *goff;
     uint64_t ndev;      /* ranks in all */
     int hetero;
+    int vocab_parallel; /* some table is split along its vocabulary (tp.c) */
     uint8_t *tplayer;   /* per index into layers: tensor parallel (tp_layers; NULL: all) */
     di_error *err;
 
