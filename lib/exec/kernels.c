@@ -2269,7 +2269,7 @@ k_sgd(const kctx *k, const ex_tensor *w, const ex_tensor *dw, ex_tensor *out)
 
 /* AdamOptimizer(w, dw, m, v){lr, beta1, beta2, epsilon, step} -> (w', m', v'). */
 static int
-k_adam(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
+k_adam(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *out)
 {
     double lr = ir_op_float(k->m, k->op, "lr", 1e-3);
     double b1 = ir_op_float(k->m, k->op, "beta1", 0.9);
@@ -2280,10 +2280,10 @@ k_adam(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
     int rc;
     if (step < 1)
         return kfail(k, DI_EINVAL, "step %lld must be >= 1", (long long)step);
-    for (uint32_t i = 0; i < 4; i++)
+    for (uint32_t i = 0; i < nin; i++)
         if ((rc = need_float(k, in[i], i)) != 0 || (rc = need_same_shape(k, in[0], 0, in[i], i)))
             return rc;
-    for (uint32_t i = 0; i < 3; i++)
+    for (uint32_t i = 0; i + 1 < nin; i++)
         if ((rc = kalloc(k, &out[i], in[i == 0 ? 0 : i + 1]->dtype, in[0]->rank, in[0]->dims))) {
             for (uint32_t j = 0; j < i; j++)
                 ex_tensor_fini(&out[j]);
@@ -2291,15 +2291,21 @@ k_adam(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
         }
     c1 = 1.0 - pow(b1, (double)step);
     c2 = 1.0 - pow(b2, (double)step);
+    /* With master weights (input 4) the update applies to them; w becomes their rounded copy. */
     for (size_t i = 0; i < in[0]->numel; i++) {
         double g = ex_get(in[1], i);
         double m = b1 * ex_get(in[2], i) + (1.0 - b1) * g;
         double v = b2 * ex_get(in[3], i) + (1.0 - b2) * g * g;
         double mh = m / c1, vh = v / c2;
-        ex_set(&out[0], i, ex_get(in[0], i) - lr * mh / (sqrt(vh) + eps));
+        double w = ex_get(in[nin == 5 ? 4 : 0], i) - lr * mh / (sqrt(vh) + eps);
+        ex_set(&out[0], i, w);
         ex_set(&out[1], i, m);
         ex_set(&out[2], i, v);
+        if (nin == 5)
+            ex_set(&out[3], i, w);
     }
+    for (uint32_t i = 0; i + 1 < nin; i++)
+        ex_fixup(&out[i]);
     return 0;
 }
 
@@ -2408,7 +2414,7 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
     case IR_OP_SGD:
         return k_sgd(&k, in[0], in[1], out);
     case IR_OP_ADAM:
-        return k_adam(&k, in, out);
+        return k_adam(&k, in, nin, out);
     case IR_OP_OPAQUE:
         return kfail(&k, DI_EUNSUPPORTED,
                      "an opaque op has no kernel (it can be simulated "

@@ -1581,19 +1581,24 @@ infer_first_input(ir_module *m, ir_id op, ir_id *out, di_error *err)
 static int
 infer_adam(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    tensor in[4];
+    /* (w, g, m, v[, master]) -> (w, m, v[, master]): with master weights w is their copy. */
+    tensor in[5];
     site s;
+    uint32_t n = m->ops[op].ninput;
     int rc;
-    if ((rc = load_inputs(m, op, 4, in, err)) != 0 ||
-        (rc = common_site(m, op, in, 4, &s, err)) != 0)
+    if (n > 5 || m->ops[op].noutput != n - 1)
+        return fail(m, op, err, "has %u inputs and %u results: expected 4 and 3, or 5 and 4 (with "
+                    "master weights)", n, m->ops[op].noutput);
+    if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
+        (rc = common_site(m, op, in, n, &s, err)) != 0)
         return rc;
-    for (uint32_t i = 0; i < 4; i++)
+    for (uint32_t i = 0; i < n; i++)
         if ((rc = check_float(m, op, &in[i], i, err)) != 0 ||
             (rc = check_same_shape(m, op, &in[0], 0, &in[i], i, err)) != 0)
             return rc;
     out[0] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
-    out[1] = result_type(m, &s, in[2].dtype, in[2].rank, in[2].dims);
-    out[2] = result_type(m, &s, in[3].dtype, in[3].rank, in[3].dims);
+    for (uint32_t i = 1; i + 1 < n; i++)
+        out[i] = result_type(m, &s, in[i + 1].dtype, in[i + 1].rank, in[i + 1].dims);
     return 0;
 }
 

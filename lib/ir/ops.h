@@ -90,7 +90,7 @@
     X(REDUCESUMTO, "ReduceSumTo", 1, 1, 1, 1, IR_OPF_GRAD, "shape:I", reshape_reduce, reduce)      \
     /* optimizers */                                                                              \
     X(SGD, "SGDOptimizer", 2, 2, 1, 1, IR_OPF_OPTIM, "lr:f?", first_input, elemwise)               \
-    X(ADAM, "AdamOptimizer", 4, 4, 3, 3, IR_OPF_OPTIM,                                             \
+    X(ADAM, "AdamOptimizer", 4, 5, 3, 4, IR_OPF_OPTIM,                                             \
       "lr:f? beta1:f? beta2:f? epsilon:f? step:i?", adam, adam)                                    \
     /* communication (DistIR local view and MLIR mesh forms) */                                   \
     X(SEND, "dist.send", 1, 1, 1, 1, IR_OPF_COMM, "device:i? devices:I?", send, comm)                          \

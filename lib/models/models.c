@@ -232,6 +232,8 @@ models_train_step(models_builder *b, ir_id loss, const models_train *t)
     o.optimizer = t->optimizer;
     o.lr = t->lr;
     o.annotate = t->annotate;
+    o.master_weights = t->precision != MODELS_PRECISION_PURE;
+    o.grad_accum_16 = t->precision == MODELS_PRECISION_MIXED_GRAD16;
     return xform_autodiff(b->m, b->func, loss, &o, b->err);
 }
 

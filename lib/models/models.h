@@ -44,7 +44,17 @@ typedef struct models_train {
     xform_optim optimizer; /* SGD (default), Adam, or none (the gradients are the results) */
     double lr;             /* learning rate */
     int annotate;          /* 1 (default): add the dist.* attributes */
+    int precision;         /* MODELS_PRECISION_*: how f16/bf16 weights train under Adam */
 } models_train;
+
+/*
+ * Mixed precision as Megatron-LM trains 16-bit models with Adam (the
+ * default): f32 master weights and moments, gradients accumulated and
+ * reduced in f32 (18 bytes per parameter); or accumulated in the model's
+ * dtype and cast for the update (16 bytes); or pure: everything in the
+ * model's dtype (8 bytes with bf16). f32 models and SGD are unaffected.
+ */
+enum { MODELS_PRECISION_MIXED = 0, MODELS_PRECISION_MIXED_GRAD16, MODELS_PRECISION_PURE };
 
 /*
  * MLP: layers Linear layers (MatMul + bias Add), an activation after each

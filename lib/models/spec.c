@@ -23,7 +23,7 @@ static const struct spec_opt {
     {"optimizer", 1, 7},       {"lr", 1, 7},       {"forward-only", 0, 7}, {"no-annotations", 0, 7},
     {"input", 1, 1},           {"classes", 1, 1},  {"activation", 1, 1},   {"loss", 1, 1},
     {"heads", 1, 6},           {"seq", 1, 6},      {"vocab", 1, 6},        {"dropout", 1, 2},
-    {"final-ln-params", 0, 2}, {"kv-heads", 1, 4}, {"ffn", 1, 4},
+    {"final-ln-params", 0, 2}, {"kv-heads", 1, 4}, {"ffn", 1, 4},       {"precision", 1, 7},
 };
 
 static const char *const kind_names[] = {"", "mlp", "gpt", "llama"};
@@ -140,6 +140,7 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
     static const xform_optim optim_ids[] = {XFORM_OPTIM_SGD, XFORM_OPTIM_ADAM, XFORM_OPTIM_NONE};
     static const char *const acts[] = {"relu", "gelu", NULL};
     static const char *const losses[] = {"sce", "mse", NULL};
+    static const char *const precisions[] = {"mixed", "mixed-grad16", "pure", NULL};
     const struct spec_opt *o = find_opt(key);
     int gpt = sp->kind == MODELS_SPEC_GPT, llama = sp->kind == MODELS_SPEC_LLAMA, w;
     models_train *t = gpt ? &sp->gpt.train : llama ? &sp->llama.train : &sp->mlp.train;
@@ -170,6 +171,10 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
         if (parse_word(key, value, optims, &w, err) != 0)
             return DI_EINVAL;
         t->optimizer = optim_ids[w];
+    } else if (strcmp(key, "precision") == 0) {
+        if (parse_word(key, value, precisions, &w, err) != 0)
+            return DI_EINVAL;
+        t->precision = w;
     } else if (strcmp(key, "activation") == 0) {
         if (parse_word(key, value, acts, &w, err) != 0)
             return DI_EINVAL;

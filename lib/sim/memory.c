@@ -240,6 +240,11 @@ mark_chain(sim *s, ir_id v, uint8_t cls, uint32_t depth)
         } else if (info->flags & IR_OPF_OPTIM) {
             v = val->index < o->ninput ? m->refs[o->inputs + (val->index ? val->index + 1 : 0)]
                                        : 0;
+        } else if (o->ninput && o->nattr && ir_op_attr(m, val->def, "dist.accumulate")) {
+            v = m->refs[o->inputs]; /* an in-place gradient accumulation */
+        } else if (o->kind == IR_OP_CAST && o->nattr &&
+                   strcmp(ir_op_string(m, val->def, "dist.phase", ""), "optimizer") == 0) {
+            v = m->refs[o->inputs]; /* the update's cast of an accumulated gradient */
         } else {
             return;
         }
@@ -468,7 +473,13 @@ sim_build_memory(sim *s, double step)
         if (in->owner != i || (bytes = s->tlocs[in->loc].bytes) == 0)
             continue;
         d = &s->devs[in->dev];
-        s->ev[d->evoff + d->nalloc].key = time_key(in->alloc, 1);
+        /*
+         * Gradient buffers (a gradient the backward pass makes, accumulated in
+         * place) exist for the whole step, as Megatron-LM's contiguous gradient
+         * buffer and PyTorch's persistent .grad do; reduction buckets do not.
+         */
+        s->ev[d->evoff + d->nalloc].key = time_key(
+            in->cls == SIM_MEM_GRADIENTS && (in->flags & INST_GRADBUF) ? 0.0 : in->alloc, 1);
         s->ev[d->evoff + d->nalloc++].val = bytes << 3 | in->cls;
         if (!(in->flags & INST_PERSISTENT)) {
             double t = in->last_use > in->ready ? in->last_use : in->ready;

@@ -415,6 +415,9 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
     const ir_module *m = s->m;
     const ir_op *o = &m->ops[op];
     int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
+    /* A gradient accumulation (dist.accumulate) adds into its first input's storage. */
+    int accum = o->nattr && o->ninput && ir_op_attr(m, op, "dist.accumulate") != NULL;
+    int bwd = o->nattr && strcmp(ir_op_string(m, op, "dist.phase", ""), "backward") == 0;
     uint32_t nloc;
     int rc = op_results(s, op, c);
     if (rc)
@@ -447,15 +450,27 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                 inst_use(input_at(s, m->refs[o->inputs + i], k, j), end);
             for (uint32_t i = 0; i < o->noutput; i++) {
                 uint32_t idx = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + j;
-                if (optim && i < o->ninput) {
+                if ((optim && i < o->ninput) || (accum && i == 0)) {
                     /* Optimizer updates run in place: w' is w's storage. */
                     uint32_t src = (uint32_t)(input_at(s, m->refs[o->inputs + (i ? i + 1 : 0)],
                                                         k, j) -
                                               s->inst);
                     inst_alias(s, idx, src);
                     s->inst[idx].ready = end;
+                    if (accum && s->vclass[o->outputs] == SIM_MEM_GRADIENTS) {
+                        /*
+                         * The last accumulation of a gradient: its buffer, made by an
+                         * earlier microbatch's chunk (a shared function the class
+                         * analysis does not follow back), is a gradient buffer.
+                         */
+                        sim_inst *ow = &s->inst[s->inst[idx].owner];
+                        ow->cls = SIM_MEM_GRADIENTS;
+                        ow->flags |= INST_GRADBUF;
+                    }
                 } else {
                     inst_produce(&s->inst[idx], start, end);
+                    if (bwd)
+                        s->inst[idx].flags |= INST_GRADBUF;
                 }
             }
         }

@@ -31,6 +31,7 @@
 #define NSTREAM 4
 
 #define INST_PERSISTENT 1u
+#define INST_GRADBUF 2u /* made by the backward pass: a gradient buffer if classified so */
 
 #define LOC_DEVVAR (-2) /* location is the device of the current pmap instance */
 

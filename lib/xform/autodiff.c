@@ -1212,6 +1212,33 @@ backward(ad *a, ir_id loss, uint32_t nop)
     }
 }
 
+static int
+is_16bit(const ir_module *m, ir_id ty)
+{
+    const ir_type *t = &m->types[ty];
+    return t->kind == IR_TYPE_TENSOR && (t->dtype == IR_F16 || t->dtype == IR_BF16);
+}
+
+/* Type ty with dtype f32. */
+static ir_id
+f32_like(ir_module *m, ir_id ty)
+{
+    const ir_type *t = &m->types[ty];
+    int64_t dims[IR_MAX_RANK];
+    memcpy(dims, ir_type_dims(m, ty), t->rank * sizeof *dims);
+    return ir_type_tensor(m, IR_F32, t->rank, dims, t->device);
+}
+
+/* How many of weights 0..i-1 have master weights (their results come in weight order). */
+static uint32_t
+nmaster_seen(const ir_id *st, uint32_t nw, uint32_t i)
+{
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < i; j++)
+        n += st[2 * nw + j] != 0;
+    return n;
+}
+
 /* Step 4: the optimizer and the new result list. */
 static void
 optimize(ad *a, ir_id loss)
@@ -1222,7 +1249,7 @@ optimize(ad *a, ir_id loss)
     uint32_t narg = r->narg, nres = r->nresult, nw = 0, nnew = 0;
     ir_id *old = di_xmalloc((nres + 1) * sizeof *old);
     ir_id *weights = di_xmalloc((narg + 1) * sizeof *weights);
-    ir_id *newres = di_xmalloc((3 * narg + nres + 1) * sizeof *newres);
+    ir_id *newres = di_xmalloc((4 * narg + nres + 1) * sizeof *newres);
     int has_loss = 0;
     char nb[256];
     for (uint32_t i = 0; i < nres; i++) {
@@ -1237,35 +1264,59 @@ optimize(ad *a, ir_id loss)
     a->phase = "optimizer";
     a->optimizer_phase = 1;
     if (o->optimizer == XFORM_OPTIM_ADAM) {
-        ir_id *mom = di_xmalloc(2 * nw * sizeof *mom);
-        for (uint32_t i = 0; i < nw; i++)
-            mom[i] = ir_region_add_arg(m, a->func, m->values[weights[i]].type,
-                                       derived_name(m, weights[i], ".adam_m", nb, sizeof nb));
-        for (uint32_t i = 0; i < nw; i++)
-            mom[nw + i] = ir_region_add_arg(m, a->func, m->values[weights[i]].type,
-                                            derived_name(m, weights[i], ".adam_v", nb, sizeof nb));
+        /* Per weight: m, v and (mixed precision) master weights, each an f32 copy of its type. */
+        ir_id *st = di_xmalloc(3 * nw * sizeof *st);
+        uint32_t nmaster = 0;
+        static const char *const sfx[3] = {".adam_m", ".adam_v", ".master"};
+        for (uint32_t k = 0; k < 3; k++)
+            for (uint32_t i = 0; i < nw; i++) {
+                ir_id ty = m->values[weights[i]].type;
+                st[k * nw + i] = 0;
+                if (o->master_weights && is_16bit(m, ty))
+                    ty = f32_like(m, ty);
+                else if (k == 2)
+                    continue;
+                nmaster += k == 2;
+                st[k * nw + i] =
+                    ir_region_add_arg(m, a->func, ty, derived_name(m, weights[i], sfx[k], nb,
+                                                                    sizeof nb));
+            }
         for (uint32_t i = 0; i < nw; i++) {
-            ir_id w = weights[i], g = a->grad[w], op, base;
-            ir_id in[4];
-            const char *names[3];
-            char n1[256], n2[256];
+            ir_id w = weights[i], g = a->grad[w], op, base, master = st[2 * nw + i];
+            ir_id in[5];
+            const char *names[4];
+            char n1[256], n2[256], n3[256];
+            uint32_t nin = master ? 5 : 4;
             if (g == 0) {
                 newres[nnew + i] = w;
-                newres[nnew + nw + i] = mom[i];
-                newres[nnew + 2 * nw + i] = mom[nw + i];
+                newres[nnew + nw + i] = st[i];
+                newres[nnew + 2 * nw + i] = st[nw + i];
+                if (master)
+                    newres[nnew + 3 * nw + nmaster_seen(st, nw, i)] = master;
                 continue;
+            }
+            a->src = a->first_use[w];
+            if (master) {
+                /* The gradient in f32: before the accumulation (backward) or after it. */
+                ir_id c;
+                a->phase = o->grad_accum_16 ? "optimizer" : "backward";
+                c = begin(a, IR_OP_CAST, 1, &g, 1, derived_name(m, w, ".grad.f32", nb, sizeof nb));
+                set_int(a, c, "to", 1); /* ONNX FLOAT */
+                g = finish(a, c);
+                a->phase = "optimizer";
             }
             in[0] = w;
             in[1] = g;
-            in[2] = mom[i];
-            in[3] = mom[nw + i];
-            a->src = a->first_use[w];
+            in[2] = st[i];
+            in[3] = st[nw + i];
+            in[4] = master;
             names[0] = derived_name(m, w, ".new", nb, sizeof nb);
             names[1] = derived_name(m, w, ".adam_m.new", n1, sizeof n1);
             names[2] = derived_name(m, w, ".adam_v.new", n2, sizeof n2);
+            names[3] = derived_name(m, w, ".master.new", n3, sizeof n3);
             if (a->rc != 0)
                 break;
-            op = ir_op_add(m, a->func, IR_OP_ADAM, 4, in, 3, NULL, names);
+            op = ir_op_add(m, a->func, IR_OP_ADAM, nin, in, nin - 1, NULL, names);
             set_float(a, op, "lr", o->lr);
             set_float(a, op, "beta1", o->beta1);
             set_float(a, op, "beta2", o->beta2);
@@ -1274,9 +1325,11 @@ optimize(ad *a, ir_id loss)
             newres[nnew + i] = base;
             newres[nnew + nw + i] = base + 1;
             newres[nnew + 2 * nw + i] = base + 2;
+            if (master)
+                newres[nnew + 3 * nw + nmaster_seen(st, nw, i)] = base + 3;
         }
-        nnew += 3 * nw;
-        di_free(mom);
+        nnew += 3 * nw + nmaster;
+        di_free(st);
     } else {
         /* Per value added by the pass: already named as some weight's gradient. */
         uint8_t *claimed = di_xcalloc(m->nvalue - a->nvalue0 + 4 * nw + 1, 1);

@@ -52,6 +52,17 @@ typedef struct xform_autodiff_opts {
     const char *const *trainable;
     uint32_t ntrainable;
     int annotate; /* 1 (default): add dist.phase and copy the forward op's dist.* attributes */
+    /*
+     * Mixed precision (Adam only, for f16 and bf16 weights, as Megatron-LM
+     * trains): f32 master weights and moments (extra arguments "<w>.master",
+     * f32 "<w>.adam_m", "<w>.adam_v"), the gradient cast to f32, and the
+     * update on the master weights, of which the 16-bit weights are the
+     * rounded copy. grad_accum_16: the cast comes after the accumulation over
+     * microbatches and the data-parallel reduction (in the optimizer step),
+     * not before them (in the backward pass: Megatron-LM's f32 main_grad).
+     */
+    int master_weights;
+    int grad_accum_16;
 } xform_autodiff_opts;
 
 /* Defaults: SGD with lr 0.01; Adam betas 0.9/0.999, epsilon 1e-8; default data names;

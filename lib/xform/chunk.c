@@ -354,6 +354,8 @@ leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l
         ty = P->out->values[l.v].type;
         op = ir_op_add(P->out, b->region, IR_OP_ADD, 2, in2, 1, &ty, NULL);
         ir_op_set_string(P->out, op, "dist.phase", "backward");
+        /* In place, as frameworks add into the gradient buffer (the simulator aliases it). */
+        ir_op_set_int(P->out, op, "dist.accumulate", 1);
         l.v = ir_op_output(P->out, op, 0);
         {
             char nm[256];

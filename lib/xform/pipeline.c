@@ -11,7 +11,9 @@
  *   - S[g]: the ops that run once per step on group g, after the last
  *     microbatch: the optimizer, and backward ops that only combine
  *     gradient contributions (an Add of two partial sums across
- *     microbatches, such as the tied embedding's two gradients).
+ *     microbatches, such as the tied embedding's two gradients), but for a
+ *     widening Cast (mixed precision's gradient to f32), which runs per
+ *     microbatch so that the accumulation is in the wider type.
  * Constants are cloned into every body that uses them. With recomputation a
  * backward chunk also recomputes forward ops of its stage (recompute.c): all
  * of them (full: only the stage's inputs are kept) or the attention scores,
@@ -188,6 +190,15 @@ build_programs(pl *P)
             continue;
         if (o->noutput && (c->vflags[o->outputs] & XF_V_CONST))
             continue;
+        /* A widening Cast (a gradient to f32) runs per microbatch: accumulation is in f32. */
+        if (o->kind == IR_OP_CAST && o->noutput &&
+            ir_dtype_size((ir_dtype)m->types[m->values[o->outputs].type].dtype) >
+                ir_dtype_size((ir_dtype)m->types[m->values[m->refs[o->inputs]].type].dtype)) {
+            ir_id d = m->values[m->refs[o->inputs]].def;
+            /* Unless its input is itself combined once per step (a tied weight's gradients). */
+            if (d == 0 || c->op[d].phase != XF_PH_STEP)
+                continue;
+        }
         for (uint32_t k = 0; k < o->ninput; k++) {
             ir_id v = m->refs[o->inputs + k];
             if (c->vflags[v] & XF_V_CONST)

@@ -170,7 +170,7 @@ xf_annotate_tp(xf_ctx *c)
         const ir_op *o = &m->ops[op];
         if (o->kind != IR_OP_ADAM || o->ninput < 4)
             continue;
-        for (uint32_t k = 2; k < 4; k++) {
+        for (uint32_t k = 2; k < o->ninput; k++) {
             ir_id v = m->refs[o->inputs + k];
             if (c->vflags[v] & XF_V_ARG)
                 c->place[v].a[XF_TP] = c->place[m->refs[o->inputs]].a[XF_TP];
