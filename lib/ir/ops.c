@@ -1290,6 +1290,38 @@ check_sce_labels(const ir_module *m, ir_id op, const tensor *lg, uint32_t il, co
     return 0;
 }
 
+/* A loss's result: the labels' shape for reduction none, else a scalar. */
+static ir_id
+loss_result(ir_module *m, const site *s, ir_dtype dt, ir_reduction red, const tensor *labels)
+{
+    if (red == IR_REDUCTION_NONE)
+        return result_type(m, s, dt, labels->rank, labels->dims);
+    return result_type(m, s, dt, 0, NULL);
+}
+
+/* Checks reduction and the seed dloss of a loss gradient: labels-shaped for none, else scalar. */
+static int check_scalar_like(const ir_module *m, ir_id op, const tensor *t, uint32_t i,
+                             di_error *err);
+
+static int
+check_loss_seed(const ir_module *m, ir_id op, const tensor *dloss, const tensor *labels,
+                di_error *err)
+{
+    ir_reduction red = ir_sce_reduction(m, op);
+    sbuf a, b;
+    if (red == IR_REDUCTION_INVALID)
+        return fail(m, op, err, "reduction must be mean, sum or none");
+    if (red != IR_REDUCTION_NONE)
+        return check_scalar_like(m, op, dloss, 0, err);
+    if (!dims_equal(dloss, labels))
+        return fail(m, op, err,
+                    "input 0 has shape %s, expected %s (the labels' shape, reduction "
+                    "none)",
+                    shape_str(&a, dloss->rank, dloss->dims),
+                    shape_str(&b, labels->rank, labels->dims));
+    return 0;
+}
+
 static int
 infer_sceloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
@@ -1303,10 +1335,7 @@ infer_sceloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
         return rc;
     if (red == IR_REDUCTION_INVALID)
         return fail(m, op, err, "reduction must be mean, sum or none");
-    if (red == IR_REDUCTION_NONE)
-        out[0] = result_type(m, &s, in[0].dtype, in[1].rank, in[1].dims);
-    else
-        out[0] = result_type(m, &s, in[0].dtype, 0, NULL);
+    out[0] = loss_result(m, &s, in[0].dtype, red, &in[1]);
     if (m->ops[op].noutput > 1)
         out[1] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
     return 0;
@@ -1328,26 +1357,14 @@ infer_scelossgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     tensor in[3];
     site s;
-    sbuf a, b;
-    ir_reduction red = ir_sce_reduction(m, op);
     int rc;
     if ((rc = load_inputs(m, op, 3, in, err)) != 0 ||
         (rc = common_site(m, op, in, 3, &s, err)) != 0 ||
         (rc = check_sce_labels(m, op, &in[1], 1, &in[2], 2, err)) != 0 ||
         (rc = check_same_dtype(m, op, &in[1], 1, &in[0], 0, err)) != 0)
         return rc;
-    if (red == IR_REDUCTION_INVALID)
-        return fail(m, op, err, "reduction must be mean, sum or none");
-    if (red == IR_REDUCTION_NONE) {
-        if (!dims_equal(&in[0], &in[2]))
-            return fail(m, op, err,
-                        "input 0 has shape %s, expected %s (the labels' shape, "
-                        "reduction none)",
-                        shape_str(&a, in[0].rank, in[0].dims),
-                        shape_str(&b, in[2].rank, in[2].dims));
-    } else if ((rc = check_scalar_like(m, op, &in[0], 0, err)) != 0) {
+    if ((rc = check_loss_seed(m, op, &in[0], &in[2], err)) != 0)
         return rc;
-    }
     out[0] = result_type(m, &s, in[1].dtype, in[1].rank, in[1].dims);
     return 0;
 }
@@ -1421,10 +1438,7 @@ infer_vocabloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
         return rc;
     if (red == IR_REDUCTION_INVALID)
         return fail(m, op, err, "reduction must be mean, sum or none");
-    if (red == IR_REDUCTION_NONE)
-        out[0] = result_type(m, &s, in[0].dtype, in[1].rank, in[1].dims);
-    else
-        out[0] = result_type(m, &s, in[0].dtype, 0, NULL);
+    out[0] = loss_result(m, &s, in[0].dtype, red, &in[1]);
     return 0;
 }
 
@@ -1433,8 +1447,6 @@ infer_vocabgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     tensor in[4];
     site s;
-    sbuf a, b;
-    ir_reduction red = ir_sce_reduction(m, op);
     int rc;
     if ((rc = load_inputs(m, op, 4, in, err)) != 0 ||
         (rc = common_site(m, op, in, 4, &s, err)) != 0 ||
@@ -1442,18 +1454,8 @@ infer_vocabgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
         (rc = check_vocab_stats(m, op, &in[3], 3, &in[2], err)) != 0 ||
         (rc = check_same_dtype(m, op, &in[1], 1, &in[0], 0, err)) != 0)
         return rc;
-    if (red == IR_REDUCTION_INVALID)
-        return fail(m, op, err, "reduction must be mean, sum or none");
-    if (red == IR_REDUCTION_NONE) {
-        if (!dims_equal(&in[0], &in[2]))
-            return fail(m, op, err,
-                        "input 0 has shape %s, expected %s (the labels' shape, "
-                        "reduction none)",
-                        shape_str(&a, in[0].rank, in[0].dims),
-                        shape_str(&b, in[2].rank, in[2].dims));
-    } else if ((rc = check_scalar_like(m, op, &in[0], 0, err)) != 0) {
+    if ((rc = check_loss_seed(m, op, &in[0], &in[2], err)) != 0)
         return rc;
-    }
     out[0] = result_type(m, &s, in[1].dtype, in[1].rank, in[1].dims);
     return 0;
 }
@@ -1587,8 +1589,10 @@ infer_adam(ir_module *m, ir_id op, ir_id *out, di_error *err)
     uint32_t n = m->ops[op].ninput;
     int rc;
     if (n > 5 || m->ops[op].noutput != n - 1)
-        return fail(m, op, err, "has %u inputs and %u results: expected 4 and 3, or 5 and 4 (with "
-                    "master weights)", n, m->ops[op].noutput);
+        return fail(m, op, err,
+                    "has %u inputs and %u results: expected 4 and 3, or 5 and 4 (with "
+                    "master weights)",
+                    n, m->ops[op].noutput);
     if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
         (rc = common_site(m, op, in, n, &s, err)) != 0)
         return rc;

@@ -191,8 +191,10 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
     assert(end >= start);
     if (!sym && (d->rep != dev || d->class_n > 1))
         s->broken = 1;
-    d->hist = sim_hash_combine(sim_hash_combine(sim_hash_combine(d->hist, (uint64_t)op << 2 | (uint64_t)stream), dbits(start)),
-                    dbits(end));
+    d->hist = sim_hash_combine(
+        sim_hash_combine(sim_hash_combine(d->hist, (uint64_t)op << 2 | (uint64_t)stream),
+                         dbits(start)),
+        dbits(end));
     if (s->opt->no_overlap) {
         for (int st = 0; st < NSTREAM; st++)
             d->free[st] = end;
@@ -248,12 +250,12 @@ same_signature(const ir_module *m, ir_id a, ir_id b)
     return 1;
 }
 
-
 static uint64_t
 signature_hash(const ir_module *m, ir_id op)
 {
     const ir_op *o = &m->ops[op];
-    uint64_t h = sim_hash_combine((uint64_t)o->kind << 32 | o->nattr, (uint64_t)o->ninput << 32 | o->noutput);
+    uint64_t h = sim_hash_combine((uint64_t)o->kind << 32 | o->nattr,
+                                  (uint64_t)o->ninput << 32 | o->noutput);
     for (uint32_t i = 0; i < o->ninput; i++)
         h = sim_hash_combine(h, m->values[m->refs[o->inputs + i]].type);
     for (uint32_t i = 0; i < o->noutput; i++)
@@ -330,7 +332,6 @@ op_time(sim *s, ir_id op, int32_t dev, double *t, double *flops)
 }
 
 /* ---- ops ---- */
-
 
 /* Creates instances for every result of op in context c. */
 static int
@@ -417,7 +418,6 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
     int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
     /* A gradient accumulation (dist.accumulate) adds into its first input's storage. */
     int accum = o->nattr && o->ninput && ir_op_attr(m, op, "dist.accumulate") != NULL;
-    int bwd = o->nattr && strcmp(ir_op_string(m, op, "dist.phase", ""), "backward") == 0;
     uint32_t nloc;
     int rc = op_results(s, op, c);
     if (rc)
@@ -452,9 +452,9 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                 uint32_t idx = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + j;
                 if ((optim && i < o->ninput) || (accum && i == 0)) {
                     /* Optimizer updates run in place: w' is w's storage. */
-                    uint32_t src = (uint32_t)(input_at(s, m->refs[o->inputs + (i ? i + 1 : 0)],
-                                                        k, j) -
-                                              s->inst);
+                    uint32_t src =
+                        (uint32_t)(input_at(s, m->refs[o->inputs + (i ? i + 1 : 0)], k, j) -
+                                   s->inst);
                     inst_alias(s, idx, src);
                     s->inst[idx].ready = end;
                     if (accum && s->vclass[o->outputs] == SIM_MEM_GRADIENTS) {
@@ -469,7 +469,9 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                     }
                 } else {
                     inst_produce(&s->inst[idx], start, end);
-                    if (bwd)
+                    /* A gradient the backward pass makes: a gradient buffer. */
+                    if (s->vclass[o->outputs + i] == SIM_MEM_GRADIENTS &&
+                        strcmp(ir_op_string(m, op, "dist.phase", ""), "backward") == 0)
                         s->inst[idx].flags |= INST_GRADBUF;
                 }
             }
@@ -489,8 +491,8 @@ mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint3
     const int64_t *ax = ir_op_ints(m, op, "mesh_axes", &naxes);
     uint32_t *members;
     if (ms->rank > IR_MAX_RANK || (ax != NULL && naxes > ms->rank))
-        return di_error_set(s->err, DI_EINVAL, "%s: mesh rank %u too large",
-                            ir_op_label(m, op).s, ms->rank);
+        return di_error_set(s->err, DI_EINVAL, "%s: mesh rank %u too large", ir_op_label(m, op).s,
+                            ms->rank);
     for (uint32_t a = 0; ax != NULL && a < naxes; a++) {
         if (ax[a] < 0 || ax[a] >= (int64_t)ms->rank)
             return di_error_set(s->err, DI_EINVAL, "%s: mesh_axes[%u] is not an axis",
@@ -503,8 +505,7 @@ mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint3
             break;
         }
     if (pos == UINT32_MAX)
-        return di_error_set(s->err, DI_EINVAL,
-                            "%s: device %d is not in mesh '%s'",
+        return di_error_set(s->err, DI_EINVAL, "%s: device %d is not in mesh '%s'",
                             ir_op_label(m, op).s, dev, ir_str_get(m, ms->name));
     members = di_xcalloc(ms->ndevice, sizeof *members);
     ir_mesh_group(m, mesh, ax ? axes : NULL, ax ? naxes : 0, pos, members, n, &self);
@@ -866,7 +867,8 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             uint32_t n = 0;
             double ready = 0, start, end, t;
             unsigned levels;
-            const int32_t *mg; /* the group's devices (the table does not move until the next lookup) */
+            const int32_t
+                *mg; /* the group's devices (the table does not move until the next lookup) */
             if (done[idx])
                 continue;
             sim_inst *first = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? idx : idx % nin)];
@@ -1116,10 +1118,10 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
                     uint32_t oj = k * nl + l;
                     if (oj >= nout)
                         continue;
-                    inst_alias(s, s->vbase[out] + q * nout + oj,
-                               (uint32_t)(vinst(s, res, s->vrep[res] > 1 && bc.sym == 1 ? k : 0,
-                                                l) -
-                                          s->inst));
+                    inst_alias(
+                        s, s->vbase[out] + q * nout + oj,
+                        (uint32_t)(vinst(s, res, s->vrep[res] > 1 && bc.sym == 1 ? k : 0, l) -
+                                   s->inst));
                 }
         }
     }

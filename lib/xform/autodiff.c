@@ -178,14 +178,14 @@ typedef struct ad {
     ir_id func;
     const xform_autodiff_opts *o;
     di_error *err;
-    int rc;            /* sticky: the first emission error */
-    uint32_t nvalue0;  /* values that existed before the pass */
-    ir_id *grad;       /* per forward value: its gradient so far, 0 none */
-    uint8_t *active;   /* per forward value */
-    uint8_t *useful;   /* per forward value */
-    ir_id *first_use;  /* per forward value: its first consumer op, 0 none */
-    ir_id src;         /* the forward op whose dist.* attributes new ops copy, 0 none */
-    const char *phase; /* dist.phase of new ops */
+    int rc;              /* sticky: the first emission error */
+    uint32_t nvalue0;    /* values that existed before the pass */
+    ir_id *grad;         /* per forward value: its gradient so far, 0 none */
+    uint8_t *active;     /* per forward value */
+    uint8_t *useful;     /* per forward value */
+    ir_id *first_use;    /* per forward value: its first consumer op, 0 none */
+    ir_id src;           /* the forward op whose dist.* attributes new ops copy, 0 none */
+    const char *phase;   /* dist.phase of new ops */
     int optimizer_phase; /* update ops take no dist.seq: a weight has no sequence dimension */
     struct {
         ir_dtype dtype;
@@ -1097,8 +1097,8 @@ mark_trainable(ad *a, uint32_t *ntrain)
                 if (strcmp(ir_str_get(m, m->values[r->args[j]].name), o->trainable[i]) == 0)
                     break;
             if (j == r->narg)
-                return di_error_set(a->err, DI_EINVAL,
-                                    "autodiff: no argument named '%s' to train", o->trainable[i]);
+                return di_error_set(a->err, DI_EINVAL, "autodiff: no argument named '%s' to train",
+                                    o->trainable[i]);
             if (!value_is_float_tensor(m, r->args[j]))
                 return di_error_set(a->err, DI_EINVAL,
                                     "autodiff: argument '%s' is not a floating-point tensor",
@@ -1229,16 +1229,6 @@ f32_like(ir_module *m, ir_id ty)
     return ir_type_tensor(m, IR_F32, t->rank, dims, t->device);
 }
 
-/* How many of weights 0..i-1 have master weights (their results come in weight order). */
-static uint32_t
-nmaster_seen(const ir_id *st, uint32_t nw, uint32_t i)
-{
-    uint32_t n = 0;
-    for (uint32_t j = 0; j < i; j++)
-        n += st[2 * nw + j] != 0;
-    return n;
-}
-
 /* Step 4: the optimizer and the new result list. */
 static void
 optimize(ad *a, ir_id loss)
@@ -1266,7 +1256,7 @@ optimize(ad *a, ir_id loss)
     if (o->optimizer == XFORM_OPTIM_ADAM) {
         /* Per weight: m, v and (mixed precision) master weights, each an f32 copy of its type. */
         ir_id *st = di_xmalloc(3 * nw * sizeof *st);
-        uint32_t nmaster = 0;
+        uint32_t nmaster = 0, mi = 0; /* master weights: in all, and placed so far */
         static const char *const sfx[3] = {".adam_m", ".adam_v", ".master"};
         for (uint32_t k = 0; k < 3; k++)
             for (uint32_t i = 0; i < nw; i++) {
@@ -1277,9 +1267,8 @@ optimize(ad *a, ir_id loss)
                 else if (k == 2)
                     continue;
                 nmaster += k == 2;
-                st[k * nw + i] =
-                    ir_region_add_arg(m, a->func, ty, derived_name(m, weights[i], sfx[k], nb,
-                                                                    sizeof nb));
+                st[k * nw + i] = ir_region_add_arg(
+                    m, a->func, ty, derived_name(m, weights[i], sfx[k], nb, sizeof nb));
             }
         for (uint32_t i = 0; i < nw; i++) {
             ir_id w = weights[i], g = a->grad[w], op, base, master = st[2 * nw + i];
@@ -1292,7 +1281,7 @@ optimize(ad *a, ir_id loss)
                 newres[nnew + nw + i] = st[i];
                 newres[nnew + 2 * nw + i] = st[nw + i];
                 if (master)
-                    newres[nnew + 3 * nw + nmaster_seen(st, nw, i)] = master;
+                    newres[nnew + 3 * nw + mi++] = master;
                 continue;
             }
             a->src = a->first_use[w];
@@ -1326,7 +1315,7 @@ optimize(ad *a, ir_id loss)
             newres[nnew + nw + i] = base + 1;
             newres[nnew + 2 * nw + i] = base + 2;
             if (master)
-                newres[nnew + 3 * nw + nmaster_seen(st, nw, i)] = base + 3;
+                newres[nnew + 3 * nw + mi++] = base + 3;
         }
         nnew += 3 * nw + nmaster;
         di_free(st);
@@ -1383,8 +1372,7 @@ optimize(ad *a, ir_id loss)
 }
 
 int
-xform_autodiff(ir_module *m, ir_id func, ir_id loss, const xform_autodiff_opts *opts,
-               di_error *err)
+xform_autodiff(ir_module *m, ir_id func, ir_id loss, const xform_autodiff_opts *opts, di_error *err)
 {
     xform_autodiff_opts dflt;
     ad a;

@@ -282,12 +282,21 @@ infer_one(xf_body *b, ir_id op)
     return xf_infer(b->out, op, b->c->err);
 }
 
+/* Puts local op lop on the groups along mesh axis `axis` of the body's mesh [dp, tp]. */
+static void
+on_axis(xf_body *b, ir_id lop, int axis)
+{
+    int64_t ax = axis == XF_DP ? 0 : 1;
+    ir_op_set_mesh(b->out, lop, "mesh", b->mesh);
+    ir_op_set_ints(b->out, lop, "mesh_axes", 1, &ax);
+}
+
 /* Emits a mesh-form collective of kind on mesh axis `axis` of the body's mesh. */
 static int
 collective(xf_body *b, int kind, ir_id in, int axis, int64_t dim, int64_t dim2, ir_id *out)
 {
     ir_id op = ir_op_add(b->out, b->region, kind, 1, &in, 1, NULL, NULL);
-    int64_t ax = axis == XF_DP ? 0 : 1, root = 0;
+    int64_t root = 0;
     int rc;
     switch (kind) {
     case IR_OP_ALLGATHER:
@@ -302,8 +311,7 @@ collective(xf_body *b, int kind, ir_id in, int axis, int64_t dim, int64_t dim2, 
     default:
         break;
     }
-    ir_op_set_mesh(b->out, op, "mesh", b->mesh);
-    ir_op_set_ints(b->out, op, "mesh_axes", 1, &ax);
+    on_axis(b, op, axis);
     if (kind == IR_OP_SCATTER)
         ir_op_set_ints(b->out, op, "root", 1, &root);
     if ((rc = infer_one(b, op)) != 0)
@@ -597,15 +605,6 @@ normalized(const xf_body *b, const xf_place *p)
     return q;
 }
 
-/* Marks local op lop as running on the tensor-axis group of the body's mesh. */
-static void
-on_tensor_group(xf_body *b, ir_id lop)
-{
-    int64_t ax = 1;
-    ir_op_set_mesh(b->out, lop, "mesh", b->mesh);
-    ir_op_set_ints(b->out, lop, "mesh_axes", 1, &ax);
-}
-
 /*
  * Does source op split its vocabulary on the tensor axis (shard.c's
  * F_VOCAB): a Gather from a table split along the gathered axis, the
@@ -653,7 +652,7 @@ emit_vocab_ce(xf_body *b, ir_id op, const ir_id *lin, ir_id *last)
     in[1] = lb;
     sop = ir_op_add(b->out, b->region, IR_OP_VOCABSTATS, 2, in, 1, NULL, NULL);
     xf_copy_attrs(b->out, sop, m, op, "reduction", NULL);
-    on_tensor_group(b, sop);
+    on_axis(b, sop, XF_TP);
     if ((rc = infer_one(b, sop)) != 0 ||
         (rc = collective(b, IR_OP_ALLGATHER, ir_op_output(b->out, sop, 0), XF_TP, 1, 0, &st)) != 0)
         return rc;
@@ -665,7 +664,7 @@ emit_vocab_ce(xf_body *b, ir_id op, const ir_id *lin, ir_id *last)
         in[2] = lb;
         in[3] = st;
         fop = ir_op_add(b->out, b->region, IR_OP_VOCABGRAD, 4, in, 1, NULL, NULL);
-        on_tensor_group(b, fop);
+        on_axis(b, fop, XF_TP);
     } else {
         in[0] = st;
         in[1] = lb;
@@ -716,7 +715,7 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
     nop = ir_op_add(b->out, b->region, o->kind, o->ninput, lin, o->noutput, NULL, NULL);
     b->out->ops[nop].name = o->name ? xf_str(b, o->name) : 0;
     if (vocab)
-        on_tensor_group(b, nop);
+        on_axis(b, nop, XF_TP);
     if (o->kind == IR_OP_CONSTANT) {
         const ir_attr *va = ir_op_attr(m, op, "value");
         xf_place r = {{XF_R, XF_R, XF_R}};
