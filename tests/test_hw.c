@@ -146,6 +146,8 @@ test_preset_a100(void **state)
     assert_true(hw->device.flops[IR_F32] == 19.5e12);
     assert_true(hw->device.flops_tf32 == 156e12);
     assert_true(hw->device.memory_bytes == 80 * GIB);
+    /* The process's reserve: 1 GiB plus 5% (docs/hardware.md): 75 GiB usable. */
+    assert_true(hw->device.memory_reserved == GIB + 0.05 * 80 * GIB);
     assert_true(hw->device.memory_bandwidth == 2039e9);
     assert_true(hw->device.max_efficiency == 0.8);
     assert_true(hw->device.half_flops == 5e8);
@@ -354,6 +356,9 @@ test_json_errors(void **state)
         {"{" COUNTS ", \"device\": {\"flops\": {\"f16\": 1e14}, \"memory_bytes\": 8e10, "
          "\"memory_bandwidth\": 1e12, \"max_efficiency\": 1.5}, " LINKS "}",
          "device.max_efficiency: expected a number in (0, 1], got 1.5"},
+        {"{" COUNTS ", \"device\": {\"flops\": {\"f16\": 1e14}, \"memory_bytes\": 8e10, "
+         "\"memory_bandwidth\": 1e12, \"memory_reserved\": 8e10}, " LINKS "}",
+         "device.memory_reserved: 80000000000 bytes leave nothing of memory_bytes 80000000000"},
         {"{" COUNTS ", \"device\": {\"flops\": {\"f16\": 0}, \"memory_bytes\": 8e10, "
          "\"memory_bandwidth\": 1e12}, " LINKS "}",
          "device.flops: expected a positive peak for at least one dtype"},
@@ -476,6 +481,7 @@ test_set_overrides(void **state)
     specs[1] = hw->device;
     specs[0].flops[IR_F16] = 1e14;
     specs[1].memory_bytes = 1e9;
+    specs[1].memory_reserved = 0; /* the default reserve (5 GiB) exceeds 1 GB */
     assert_int_equal(hw_set_overrides(hw, 2, ids, specs, &err), 0);
     assert_true(hw_device_spec(hw, 5)->flops[IR_F16] == 1e14);
     assert_true(hw_device_spec(hw, 1)->memory_bytes == 1e9);

@@ -288,6 +288,7 @@ test_memory_bound(void **state)
     search_space_fini(&sp);
     assert_true(lo < hi);
     hw->device.memory_bytes = (double)(lo + hi) / 2;
+    hw->device.memory_reserved = 0; /* the capacity is all of it */
     check_brute_force(m, hw, &cfg, &nfeasible, &nbound);
     assert_true(nbound > 0);
     hw_free(hw);

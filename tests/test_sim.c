@@ -375,6 +375,32 @@ test_oom(void **state)
     hw_free(hw);
 }
 
+/* Out of memory is judged against the usable memory: memory_bytes less memory_reserved. */
+static void
+test_oom_reserve(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    hw->device.memory_bytes = 800000;
+    hw->device.memory_reserved = 100000;
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id t = t2(m, 256, 256, 0);
+    ir_id x = ir_region_add_arg(m, f, t, "x");
+    ir_id a = op1(m, f, IR_OP_RELU, 1, &x, t, "a");
+    ir_id b = op1(m, f, IR_OP_RELU, 1, &a, t, "b");
+    ir_region_add_result(m, f, b);
+    sim_result *r = run(m, hw, 0);
+    const sim_device_result *d = dev_result(r, 0);
+    /* 786,432 B fit in 800,000 B but not in the 700,000 B usable: over by 86,432 B. */
+    assert_int_equal(d->capacity_bytes, 700000);
+    assert_true(d->oom);
+    assert_int_equal(d->oom_by_bytes, 86432);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
 /* SGD updates in place: w' adds no memory; dw is a gradient; w is a weight. */
 static void
 test_memory_classes(void **state)
@@ -1151,6 +1177,7 @@ main(void)
         cmocka_unit_test(test_link_levels),
         cmocka_unit_test(test_memory_chain),
         cmocka_unit_test(test_oom),
+        cmocka_unit_test(test_oom_reserve),
         cmocka_unit_test(test_memory_classes),
         cmocka_unit_test(test_opaque_needs_profile),
         cmocka_unit_test(test_xform_cost),

@@ -482,8 +482,8 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     sp->state_bytes = facts.weight_bytes;
     xform_model_facts_fini(&facts);
     for (uint32_t d = 0; d < hw->ndevice; d++)
-        if (hw_device_spec(hw, d)->memory_bytes > sp->max_capacity)
-            sp->max_capacity = hw_device_spec(hw, d)->memory_bytes;
+        if (hw_device_capacity(hw_device_spec(hw, d)) > sp->max_capacity)
+            sp->max_capacity = hw_device_capacity(hw_device_spec(hw, d));
     sim_model_stats_of(m, &sp->stats);
     sp->tokens_per_step = sp->stats.tokens > 0 ? sp->stats.tokens : 1.0;
     space_key(sp);

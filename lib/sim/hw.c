@@ -196,6 +196,10 @@ validate_device(const hw_device *d, const char *path, di_error *err)
         return DI_EINVAL;
     HW_DEVICE_FIGURES(HW_CHECK_)
 #undef HW_CHECK_
+    if (d->memory_reserved >= d->memory_bytes)
+        return di_error_set(err, DI_EINVAL,
+                            "%smemory_reserved: %.17g bytes leave nothing of memory_bytes %.17g",
+                            path, d->memory_reserved, d->memory_bytes);
     return 0;
 }
 
@@ -415,7 +419,16 @@ typedef struct preset {
     double inter_bw, inter_lat; /* bytes/s, seconds */
     hw_algo algorithm;
     double step_latency; /* seconds */
+    double memory_reserved; /* bytes */
 } preset;
+
+/*
+ * What a training process cannot use of a GPU's memory: about 1 GiB for the
+ * CUDA context, cuBLAS/NCCL workspaces and communication buffers, and 5% of
+ * the memory for the caching allocator's fragmentation (an estimate, not a
+ * measurement: override it in a hardware file).
+ */
+#define RESERVE(mem) (GIB + 0.05 * (mem))
 
 /* clang-format off */
 static const preset presets[] = {
@@ -425,20 +438,20 @@ static const preset presets[] = {
      32 * GIB, 900e9, 4e-6,
      0.8, 2e8, 0.8,
      150e9, 3e-6, 6.25e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6},
+     HW_ALGO_AUTO, 3e-6, RESERVE(32 * GIB)},
     /* DGX A100: NVSwitch 300 GB/s per direction; one 200 Gb/s HDR port per GPU. */
     {"a100-dgx", "A100-SXM4-80GB", 8, 1,
      19.5e12, 312e12, 312e12, 0, 0, 156e12,
      80 * GIB, 2039e9, 4e-6,
      0.8, 5e8, 0.8,
      300e9, 3e-6, 25e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6},
+     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB)},
     {"a100-40g-dgx", "A100-SXM4-40GB", 8, 1,
      19.5e12, 312e12, 312e12, 0, 0, 156e12,
      40 * GIB, 1555e9, 4e-6,
      0.8, 5e8, 0.8,
      300e9, 3e-6, 25e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6},
+     HW_ALGO_AUTO, 3e-6, RESERVE(40 * GIB)},
     /*
      * vTrain's measurement cluster (../shared/data/vtrain): DGX A100 80 GB
      * nodes with 800 Gb/s per node between nodes, 100 Gb/s per GPU.
@@ -448,20 +461,20 @@ static const preset presets[] = {
      80 * GIB, 2039e9, 4e-6,
      0.8, 5e8, 0.8,
      300e9, 3e-6, 12.5e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6},
+     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB)},
     /* DGX H100: NVSwitch 450 GB/s per direction; one 400 Gb/s NDR port per GPU. */
     {"h100-dgx", "H100-SXM5-80GB", 8, 1,
      67e12, 989e12, 989e12, 0, 1979e12, 495e12,
      80 * GIB, 3350e9, 4e-6,
      0.8, 1.6e9, 0.8,
      450e9, 3e-6, 50e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6},
+     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB)},
     {"h200-dgx", "H200-SXM-141GB", 8, 1,
      67e12, 989e12, 989e12, 0, 1979e12, 495e12,
      141 * GIB, 4800e9, 4e-6,
      0.8, 1.6e9, 0.8,
      450e9, 3e-6, 50e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6},
+     HW_ALGO_AUTO, 3e-6, RESERVE(141 * GIB)},
     /*
      * The original DistIR simulator: one roofline for every float dtype, no
      * efficiency curve, 25 Gbit/s between every pair of devices, no
@@ -472,7 +485,7 @@ static const preset presets[] = {
      16 * GIB, 9e11, 1e-5,
      1.0, 0, 1.0,
      3.125e9, 0, 3.125e9, 0,
-     HW_ALGO_RING, 0},
+     HW_ALGO_RING, 0, 0},
 };
 /* clang-format on */
 #define NPRESET (sizeof presets / sizeof presets[0])
@@ -556,6 +569,7 @@ hw_preset(const char *name, hw_model **out, di_error *err)
     hw->device.max_efficiency = p->max_efficiency;
     hw->device.half_flops = p->half_flops;
     hw->device.elementwise_efficiency = p->elementwise_efficiency;
+    hw->device.memory_reserved = p->memory_reserved;
     hw->intra_node.bandwidth = p->intra_bw;
     hw->intra_node.latency = p->intra_lat;
     hw->inter_node.bandwidth = p->inter_bw;

@@ -59,6 +59,12 @@ typedef struct hw_device {
     double max_efficiency;         /* fraction of peak, (0, 1] */
     double half_flops;             /* FLOPs */
     double elementwise_efficiency; /* fraction of memory bandwidth, (0, 1] */
+    /*
+     * Bytes of memory_bytes a training process cannot use for its tensors
+     * (CUDA context, library workspaces, communication buffers, allocator
+     * fragmentation); out-of-memory is judged against the rest.
+     */
+    double memory_reserved;
 } hw_device;
 
 /*
@@ -76,7 +82,8 @@ typedef struct hw_device {
     X(launch_overhead, HW_RULE_NONNEG)                                                             \
     X(max_efficiency, HW_RULE_FRACTION)                                                            \
     X(half_flops, HW_RULE_NONNEG)                                                                  \
-    X(elementwise_efficiency, HW_RULE_FRACTION)
+    X(elementwise_efficiency, HW_RULE_FRACTION)                                                    \
+    X(memory_reserved, HW_RULE_NONNEG)
 
 typedef struct hw_link {
     double bandwidth; /* bytes/s per direction */
@@ -159,6 +166,12 @@ void hw_free(hw_model *hw);
 
 /* The spec of device id (an override or the default). */
 const hw_device *hw_device_spec(const hw_model *hw, uint32_t id);
+/* The bytes a device's tensors can use: its memory less the process's reserve. */
+static inline double
+hw_device_capacity(const hw_device *d)
+{
+    return d->memory_reserved < d->memory_bytes ? d->memory_bytes - d->memory_reserved : 0.0;
+}
 static inline uint32_t
 hw_node_of(const hw_model *hw, uint32_t id)
 {

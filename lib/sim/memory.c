@@ -599,7 +599,7 @@ sim_device_memory(sim *s, int32_t dev, sim_device_result *r)
     assert(live >= 0); /* every free has its allocation */
     r->timeline = pts;
     r->ntimeline = npoint;
-    r->capacity_bytes = (uint64_t)hw_device_spec(s->hw, (uint32_t)dev)->memory_bytes;
+    r->capacity_bytes = (uint64_t)hw_device_capacity(hw_device_spec(s->hw, (uint32_t)dev));
     r->oom = r->capacity_bytes && r->peak_memory_bytes > r->capacity_bytes;
     r->oom_by_bytes = r->oom ? r->peak_memory_bytes - r->capacity_bytes : 0;
 }

@@ -7,7 +7,8 @@
 # 1% (the embedding sits on the first and last stages only); 8 bytes with
 # --precision pure. (With mixed-grad16 the peak can fall in the update, where
 # the f32 copies of the 16-bit gradients exist too, as in Megatron-LM's
-# optimizer.) Every device's and stage's memory classes add up to its peak.
+# optimizer.) Every device's and stage's memory classes add up to its peak, and
+# the capacity they are judged against is the usable 75 GiB of an 80 GiB A100.
 . tests/integration/lib.sh
 
 PY=/usr/bin/python3
@@ -39,6 +40,9 @@ for s in d["stages"][1:-1]:
     if abs(err) > 0.01:
         bad.append("stage %d: %d bytes of model state, want %.0f (%+.2f%%)"
                    % (s["stage"], state, model, 100 * err))
+# Out of memory is judged against the usable memory: 80 GiB less 1 GiB and 5%.
+if d["devices"][0]["capacity_bytes"] != 75 * 2**30:
+    bad.append("capacity %d, want 75 GiB" % d["devices"][0]["capacity_bytes"])
 for x in d["stages"] + d["devices"]:
     if sum(x["peak_by_class"].values()) != x["peak_memory_bytes"]:
         bad.append("classes do not add up to the peak: %s" % x.get("stage", x.get("id")))

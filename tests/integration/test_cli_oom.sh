@@ -13,10 +13,11 @@ $T "$DISTIR" simulate "$TMP/gpt.pb" --pp 2 --json >"$TMP/r.json" || fail "simula
 peak=$(sed -n 's/.*,"step_time_s":[^,]*,"peak_memory_bytes":\([0-9]*\),.*/\1/p' "$TMP/r.json")
 [ -n "$peak" ] && [ "$peak" -gt 0 ] || fail "no peak_memory_bytes in the JSON"
 
-# hw_with CAPACITY OUT: a100-dgx with the device memory set to CAPACITY bytes.
+# hw_with CAPACITY OUT: a100-dgx with the device memory set to CAPACITY bytes, none reserved.
 hw_with() {
     "$DISTIR" hw show a100-dgx |
-        sed "s/\"memory_bytes\": [0-9]*/\"memory_bytes\": $1/" >"$2"
+        sed -e "s/\"memory_bytes\": [0-9]*/\"memory_bytes\": $1/" \
+            -e "s/\"memory_reserved\": [0-9.e+]*/\"memory_reserved\": 0/" >"$2"
 }
 hw_with "$peak" "$TMP/fits.json"
 hw_with $((peak - 1)) "$TMP/over.json"
