@@ -6,6 +6,11 @@
  * mean signed error and Spearman's rank correlation per model size and over
  * all rows. Rows that cannot be expressed are listed with the reason.
  * docs/validation.md has the figures.
+ *
+ * `distir calibrate --runs CSV [--hw PRESET|FILE.json] [--sample N]
+ * [-o OUT.json]` fits the hardware's free parameter, host_overhead, to the
+ * measured runs (least MAPE; a grid, then a golden-section search) and
+ * writes the hardware with the fitted value.
  */
 #include <math.h>
 #include <stdio.h>
@@ -81,6 +86,30 @@ hardware_for(const char *name, const hw_model *hw, uint32_t gpus, hw_model **sca
     *scaled = NULL;
     snprintf(spec, sizeof spec, "%s:%u", name, nodes);
     return hw_load(spec, scaled, &err) == 0 ? *scaled : NULL;
+}
+
+/* The rows to simulate: all, or `sample` evenly spread (first and last included). */
+static uint32_t *
+select_rows(uint32_t n, uint32_t sample, uint32_t *nidx)
+{
+    uint32_t *idx = di_xmalloc((n ? n : 1) * sizeof *idx);
+    *nidx = 0;
+    if (sample == 0 || sample >= n) {
+        for (uint32_t i = 0; i < n; i++)
+            idx[(*nidx)++] = i;
+    } else {
+        for (uint32_t k = 0; k < sample; k++)
+            idx[(*nidx)++] = sample == 1 ? 0 : (uint32_t)((uint64_t)k * (n - 1) / (sample - 1));
+    }
+    return idx;
+}
+
+static void
+simulate_rows(validate_row *rows, const uint32_t *idx, uint32_t nidx, const validate_setup *v,
+              const char *hwname, const hw_model *hw, hw_model **scaled)
+{
+    for (uint32_t k = 0; k < nidx; k++)
+        simulate_row(&rows[idx[k]], v, hardware_for(hwname, hw, rows[idx[k]].gpus, scaled));
 }
 
 static void
@@ -162,17 +191,8 @@ cmd_validate(int argc, char **argv)
         cli_error("%s: %s", runs, err.msg);
         goto out;
     }
-    /* The rows to simulate: all, or `sample` evenly spread (first and last included). */
-    idx = di_xmalloc((n ? n : 1) * sizeof *idx);
-    if (sample == 0 || sample >= n) {
-        for (uint32_t i = 0; i < n; i++)
-            idx[nidx++] = i;
-    } else {
-        for (uint32_t k = 0; k < sample; k++)
-            idx[nidx++] = sample == 1 ? 0 : (uint32_t)((uint64_t)k * (n - 1) / (sample - 1));
-    }
-    for (uint32_t k = 0; k < nidx; k++)
-        simulate_row(&rows[idx[k]], &setup, hardware_for(hwname, hw, rows[idx[k]].gpus, &scaled));
+    idx = select_rows(n, sample, &nidx);
+    simulate_rows(rows, idx, nidx, &setup, hwname, hw, &scaled);
     /* Groups: model sizes, in order of first appearance. */
     labels = di_xcalloc(nidx ? nidx : 1, sizeof *labels);
     group = di_xmalloc((nidx ? nidx : 1) * sizeof *group);
@@ -272,5 +292,189 @@ out:
     di_free(group);
     hw_free(hw);
     hw_free(scaled);
+    return rc;
+}
+
+/* ---- calibrate ---- */
+
+static const char calibrate_usage[] =
+    "calibrate --runs CSV [--hw PRESET|FILE.json] [--sample N] [-o OUT.json]\n"
+    "Fits the hardware's host_overhead (seconds the host spends issuing each kernel) to measured\n"
+    "runs, as `distir validate` simulates them: the value of least mean absolute percentage error\n"
+    "(a grid from 0 to 200 us, then a golden-section search). Writes the hardware with the\n"
+    "fitted value to OUT.json (default: standard output). --sample N (default 240) fits on N rows\n"
+    "evenly spread. Fit on runs you do not validate on.";
+
+#define CAL_MAX 2e-4 /* seconds: the search range of host_overhead is [0, CAL_MAX] */
+#define CAL_GRID 20
+#define CAL_GOLDEN 16
+
+typedef struct cal {
+    validate_row *rows;
+    const uint32_t *idx;
+    uint32_t nidx;
+    const validate_setup *setup;
+    const char *hwname;
+    hw_model *hw, *scaled;
+    uint32_t evals;
+} cal;
+
+/* MAPE of the rows with host_overhead h (every row that is simulated at all counts). */
+static double
+cal_mape(cal *c, double h)
+{
+    validate_stats st;
+    c->hw->device.host_overhead = h;
+    for (uint32_t i = 0; i < c->hw->noverride; i++)
+        c->hw->overrides[i].host_overhead = h;
+    hw_free(c->scaled); /* a scaled preset is loaded again, then given h below */
+    c->scaled = NULL;
+    for (uint32_t k = 0; k < c->nidx; k++) {
+        validate_row *r = &c->rows[c->idx[k]];
+        const hw_model *rh = hardware_for(c->hwname, c->hw, r->gpus, &c->scaled);
+        if (c->scaled != NULL)
+            c->scaled->device.host_overhead = h;
+        simulate_row(r, c->setup, rh);
+    }
+    validate_stats_of(c->rows, c->idx, c->nidx, &st);
+    c->evals++;
+    return st.rows ? st.mape : INFINITY;
+}
+
+int
+cmd_calibrate(int argc, char **argv)
+{
+    const char *runs = NULL, *hwname = "a100-vtrain", *out = NULL, *v;
+    uint32_t sample = 240, n = 0, nidx = 0;
+    validate_row *rows = NULL;
+    validate_setup setup;
+    uint8_t *text = NULL;
+    size_t len;
+    di_error err;
+    uint32_t *idx = NULL;
+    cal c;
+    int rc = CLI_FAIL;
+    double best_h = 0, best = INFINITY, lo, hi, x1, x2, f1, f2;
+    const double gr = 0.6180339887498949;
+    char *json = NULL;
+
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cli_is_help(argv[i]))
+            return cli_help(calibrate_usage);
+        if ((r = cli_opt(argc, argv, &i, "--runs", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            runs = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--hw", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            hwname = v;
+        } else if ((r = cli_opt(argc, argv, &i, "-o", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            out = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--sample", &v)) != 0) {
+            char *end;
+            long k;
+            if (r < 0)
+                return CLI_USAGE;
+            k = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || k < 1 || k > (long)MAX_ROWS) {
+                cli_error("--sample needs a positive number of rows, got '%s'", v);
+                return CLI_USAGE;
+            }
+            sample = (uint32_t)k;
+        } else {
+            cli_error("unknown option '%s'", argv[i]);
+            return cli_usage(calibrate_usage);
+        }
+    }
+    if (runs == NULL)
+        return cli_usage(calibrate_usage);
+    memset(&c, 0, sizeof c);
+    validate_setup_default(&setup);
+    if (hw_load(hwname, &c.hw, &err) != 0) {
+        cli_error("%s", err.msg);
+        return CLI_FAIL;
+    }
+    if (di_read_file(runs, (size_t)1 << 28, &text, &len, &err) != 0 ||
+        validate_parse_csv((const char *)text, len, MAX_ROWS, &rows, &n, &err) != 0) {
+        cli_error("%s: %s", runs, err.msg);
+        goto done;
+    }
+    idx = select_rows(n, sample, &nidx);
+    c.rows = rows;
+    c.idx = idx;
+    c.nidx = nidx;
+    c.setup = &setup;
+    c.hwname = hwname;
+    /* A grid first (the error need not be unimodal far from its minimum) ... */
+    fprintf(stderr, "%14s %10s\n", "host_overhead", "MAPE");
+    for (int k = 0; k <= CAL_GRID; k++) {
+        double h = CAL_MAX * k / CAL_GRID, e = cal_mape(&c, h);
+        fprintf(stderr, "%11.2f us %9.2f%%\n", h * 1e6, e);
+        if (e < best) {
+            best = e;
+            best_h = h;
+        }
+    }
+    if (!isfinite(best)) {
+        cli_error("%s: no row could be simulated", runs);
+        goto done;
+    }
+    /* ... then a golden-section search in the grid cells around its best point. */
+    lo = best_h - CAL_MAX / CAL_GRID;
+    hi = best_h + CAL_MAX / CAL_GRID;
+    lo = lo < 0 ? 0 : lo;
+    x1 = hi - gr * (hi - lo);
+    x2 = lo + gr * (hi - lo);
+    f1 = cal_mape(&c, x1);
+    f2 = cal_mape(&c, x2);
+    for (int k = 0; k < CAL_GOLDEN; k++) {
+        if (f1 <= f2) {
+            hi = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = hi - gr * (hi - lo);
+            f1 = cal_mape(&c, x1);
+        } else {
+            lo = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = lo + gr * (hi - lo);
+            f2 = cal_mape(&c, x2);
+        }
+    }
+    if (f1 < best) {
+        best = f1;
+        best_h = x1;
+    }
+    if (f2 < best) {
+        best = f2;
+        best_h = x2;
+    }
+    fprintf(stderr,
+            "fitted host_overhead %.4g s (%.2f us): MAPE %.2f%% on %u rows of %s, %u "
+            "evaluations\n",
+            best_h, best_h * 1e6, best, nidx, runs, c.evals);
+    c.hw->device.host_overhead = best_h;
+    for (uint32_t i = 0; i < c.hw->noverride; i++)
+        c.hw->overrides[i].host_overhead = best_h;
+    json = hw_to_json(c.hw);
+    if (out == NULL || strcmp(out, "-") == 0) {
+        fputs(json, stdout);
+    } else if (di_write_file(out, json, strlen(json), &err) != 0) {
+        cli_error("%s: %s", out, err.msg);
+        goto done;
+    }
+    rc = CLI_OK;
+done:
+    di_free(json);
+    di_free(text);
+    di_free(rows);
+    di_free(idx);
+    hw_free(c.hw);
+    hw_free(c.scaled);
     return rc;
 }

@@ -17,5 +17,6 @@
     X(compare, "compare a module with a baseline or another module; exit 1 on regression")        \
     X(history, "list a baseline's history, or draw it as an SVG chart")                           \
     X(validate, "compare predictions with measured training runs (a CSV of runs)")                \
+    X(calibrate, "fit the hardware's host overhead to measured training runs")                    \
     X(hw, "show hardware presets and files")                                                      \
     X(info, "print the daemon's ServerInfo")

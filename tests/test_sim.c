@@ -375,6 +375,39 @@ test_oom(void **state)
     hw_free(hw);
 }
 
+/*
+ * Host overhead: the host issues kernels host_overhead apart, and a kernel
+ * starts once issued and once the device is free. Four Relus of 256 KiB each
+ * take t = 524,288 B / 100 GB/s + 10 us launch = 15.24288 us on the device.
+ */
+static void
+test_host_overhead(void **state)
+{
+    static const double hs[2] = {40e-6, 1e-6};
+    const double t = 524288.0 / 1e11 + 1e-5;
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        hw_model *hw = test_hw(1, 1);
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        ir_id ty = t2(m, 256, 256, 0);
+        ir_id x = ir_region_add_arg(m, f, ty, "x");
+        sim_result *r;
+        for (int k = 0; k < 4; k++)
+            x = op1(m, f, IR_OP_RELU, 1, &x, ty, "y");
+        ir_region_add_result(m, f, x);
+        hw->device.host_overhead = hs[i];
+        r = run(m, hw, 0);
+        if (i == 0)
+            assert_close(r->step_time_s, 4 * hs[i] + t); /* host-bound: the last issue, then t */
+        else
+            assert_close(r->step_time_s, hs[i] + 4 * t); /* device-bound: one issue, then 4 t */
+        sim_result_free(r);
+        ir_module_free(m);
+        hw_free(hw);
+    }
+}
+
 /* Out of memory is judged against the usable memory: memory_bytes less memory_reserved. */
 static void
 test_oom_reserve(void **state)
@@ -1178,6 +1211,7 @@ main(void)
         cmocka_unit_test(test_memory_chain),
         cmocka_unit_test(test_oom),
         cmocka_unit_test(test_oom_reserve),
+        cmocka_unit_test(test_host_overhead),
         cmocka_unit_test(test_memory_classes),
         cmocka_unit_test(test_opaque_needs_profile),
         cmocka_unit_test(test_xform_cost),

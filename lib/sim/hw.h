@@ -65,6 +65,13 @@ typedef struct hw_device {
      * fragmentation); out-of-memory is judged against the rest.
      */
     double memory_reserved;
+    /*
+     * Seconds the host spends issuing each kernel (an eager framework's
+     * Python and dispatch cost). The host issues kernels in program order
+     * ahead of the device, which cannot start a kernel before it is issued:
+     * small kernels run at the host's pace, large ones hide it. 0: never.
+     */
+    double host_overhead;
 } hw_device;
 
 /*
@@ -83,7 +90,8 @@ typedef struct hw_device {
     X(max_efficiency, HW_RULE_FRACTION)                                                            \
     X(half_flops, HW_RULE_NONNEG)                                                                  \
     X(elementwise_efficiency, HW_RULE_FRACTION)                                                    \
-    X(memory_reserved, HW_RULE_NONNEG)
+    X(memory_reserved, HW_RULE_NONNEG)                                                             \
+    X(host_overhead, HW_RULE_NONNEG)
 
 typedef struct hw_link {
     double bandwidth; /* bytes/s per direction */

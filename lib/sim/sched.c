@@ -434,6 +434,15 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
             else
                 dev = c->devs ? c->devs[k] : 0;
             start = stream_free(s, dev, STREAM_COMPUTE);
+            {
+                /* The host issues kernels in program order, host_overhead apart. */
+                double h = hw_device_spec(s->hw, (uint32_t)dev)->host_overhead;
+                if (h > 0) {
+                    s->devs[dev].host += h;
+                    if (s->devs[dev].host > start)
+                        start = s->devs[dev].host;
+                }
+            }
             for (uint32_t i = 0; i < o->ninput; i++) {
                 sim_inst *in = input_at(s, m->refs[o->inputs + i], k, j);
                 if (in->ready > start)

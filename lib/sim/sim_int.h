@@ -73,6 +73,7 @@ typedef struct memev {
 
 typedef struct sim_dev {
     double free[NSTREAM]; /* seconds: when each stream is next free */
+    double host;          /* when the host has issued every kernel so far (host_overhead) */
     ivec busy[NSTREAM];   /* intervals per stream */
     ivec link[2];         /* intervals the intra- (0) and inter-node (1) links carry a transfer */
     double flops;
