@@ -1,6 +1,6 @@
 /*
  * cmd_simulate.c: `distir simulate FILE [--hw PRESET|FILE] [--json] [--trace OUT]
- * [--no-overlap] [--fail-on-oom] [--strict] [--server ADDR] [--op-times CSV]
+ * [--no-overlap] [--math tf32|ieee] [--fail-on-oom] [--strict] [--server ADDR] [--op-times CSV]
  * [--collective-table OP:N:CSV]`.
  *
  * Without --server the library runs in-process; with it the daemon does the
@@ -24,7 +24,8 @@ static const char usage[] =
     "simulate (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--json] [--devices]\n"
     "                [--trace OUT.json [--trace-devices all|first-of-each-stage|0,8,16-23]\n"
     "                 [--trace-detail auto|op|layer]]\n"
-    "                [--no-overlap] [--fail-on-oom] [--strict] [--server ADDR]\n"
+    "                [--no-overlap] [--math tf32|ieee] [--fail-on-oom] [--strict]\n"
+    "                [--server ADDR]\n"
     "                [--timeout-ms N] [--op-times CSV] [--collective-table all_reduce:N:CSV]\n"
     "                [strategy flags]\n"
     "--model: a GPT preset (distir model presets), gpt or mlp, with the options of\n"
@@ -310,6 +311,7 @@ cli_simulate_remote(const char *server, const ir_module *m, const Distir__V1__Mo
     strategy_to_proto(strat, &sp);
     req.strategy = &sp;
     opts.no_overlap = o->no_overlap;
+    opts.tf32 = o->tf32;
     opts.want_timeline = o->want_timeline;
     opts.timeline_max_points = o->timeline_max_points;
     req.options = &opts;
@@ -368,7 +370,8 @@ warn_defaults(const cli_model_ref *mr, const hw_model *hw)
     if (!dtype && hw->device.flops[IR_BF16] > 1.5 * hw->device.flops[IR_F32])
         fprintf(stderr,
                 "distir: warning: the model computes in f32 (the default) while %s runs bf16 "
-                "%.0fx faster; training runs use --dtype bf16\n",
+                "%.0fx faster; training runs use --dtype bf16 (or --math tf32 for f32 matrix "
+                "products on tensor cores)\n",
                 hw->device.kind[0] ? hw->device.kind : hw->name,
                 hw->device.flops[IR_BF16] / hw->device.flops[IR_F32]);
     if (!optimizer && strcmp(mr->name, "mlp") != 0)
@@ -498,6 +501,14 @@ simulate_cmd(int argc, char **argv, strategy *s)
             per_device = 1;
         } else if (cli_flag(argv[i], "--no-overlap")) {
             o.no_overlap = 1;
+        } else if ((r = cli_opt(argc, argv, &i, "--math", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            if (strcmp(v, "tf32") != 0 && strcmp(v, "ieee") != 0) {
+                cli_error("--math takes tf32 or ieee, got '%s'", v);
+                return CLI_USAGE;
+            }
+            o.tf32 = strcmp(v, "tf32") == 0;
         } else if (cli_flag(argv[i], "--fail-on-oom")) {
             fail_on_oom = 1;
         } else if (cli_flag(argv[i], "--strict")) {

@@ -408,6 +408,37 @@ test_host_overhead(void **state)
     }
 }
 
+/* --math tf32: an f32 MatMul runs at the device's TF32 peak; element-wise ops do not change. */
+static void
+test_tf32(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id a = ir_region_add_arg(m, f, t2(m, 64, 128, 0), "a");
+    ir_id b = ir_region_add_arg(m, f, t2(m, 128, 256, 0), "b");
+    ir_id in[2] = {a, b};
+    ir_id y = op1(m, f, IR_OP_MATMUL, 2, in, t2(m, 64, 256, 0), "y");
+    sim_options o;
+    sim_result *r = NULL;
+    di_error err;
+    ir_region_add_result(m, f, y);
+    hw->device.flops_tf32 = 8e12;
+    sim_options_default(&o);
+    o.tf32 = 1;
+    if (sim_run(m, hw, &o, &r, NULL, NULL, &err) != 0)
+        fail_msg("sim_run: %s", err.msg);
+    /* 4,194,304 FLOPs at 8 TFLOP/s = 0.524288 us; bytes take 2.29376 us: memory-bound now. */
+    assert_close(r->step_time_s, 229376.0 / 1e11 + 1e-5);
+    sim_result_free(r);
+    r = run(m, hw, 0); /* without: 4.194304 us at the 1 TFLOP/s f32 peak */
+    assert_close(r->step_time_s, 4.194304e-6 + 1e-5);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
 /* Out of memory is judged against the usable memory: memory_bytes less memory_reserved. */
 static void
 test_oom_reserve(void **state)
@@ -1212,6 +1243,7 @@ main(void)
         cmocka_unit_test(test_oom),
         cmocka_unit_test(test_oom_reserve),
         cmocka_unit_test(test_host_overhead),
+        cmocka_unit_test(test_tf32),
         cmocka_unit_test(test_memory_classes),
         cmocka_unit_test(test_opaque_needs_profile),
         cmocka_unit_test(test_xform_cost),

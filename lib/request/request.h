@@ -78,6 +78,7 @@ typedef struct request_limits {
 /* The options that affect a result (proto SimOptions), normalized. */
 typedef struct request_simopts {
     int no_overlap;
+    int tf32;
     int want_timeline;
     uint32_t timeline_max_points; /* 0 unless want_timeline */
 } request_simopts;

@@ -71,6 +71,9 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
             dt = (ir_dtype)ty->dtype;
     }
     peak = d->flops[dt];
+    /* TF32 (PyTorch's allow_tf32): f32 matrix products on tensor cores. */
+    if (s->opt && s->opt->tf32 && dt == IR_F32 && is_gemm(o->kind) && d->flops_tf32 > 0)
+        peak = d->flops_tf32;
     if (!(peak > 0) && ir_dtype_is_float(dt))
         peak = d->flops[IR_F32];
     if (!(peak > 0)) {

@@ -47,6 +47,7 @@ typedef struct sim_trace_sink sim_trace_sink; /* below */
 
 typedef struct sim_options {
     int no_overlap;                 /* serialize compute and communication per device */
+    int tf32;                       /* f32 GEMMs run as TF32 at the device's flops_tf32 peak */
     int no_symmetry;                /* simulate every pmap instance (same results, slower) */
     int want_timeline;              /* record the live-memory timeline */
     uint32_t timeline_max_points;   /* per device; 0 = unlimited */
