@@ -12,6 +12,7 @@
  * measured runs (least MAPE; a grid, then a golden-section search) and
  * writes the hardware with the fitted value.
  */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,12 @@ hardware_for(const char *name, const hw_model *hw, uint32_t gpus, hw_model **sca
     *scaled = NULL;
     snprintf(spec, sizeof spec, "%s:%u", name, nodes);
     return hw_load(spec, scaled, &err) == 0 ? *scaled : NULL;
+}
+
+static int
+cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* The rows to simulate: all, or `sample` evenly spread (first and last included). */
@@ -298,12 +305,14 @@ out:
 /* ---- calibrate ---- */
 
 static const char calibrate_usage[] =
-    "calibrate --runs CSV [--hw PRESET|FILE.json] [--sample N] [-o OUT.json]\n"
+    "calibrate --runs CSV [--hw PRESET|FILE.json] [--allreduce-lut DIR] [--sample N] [-o OUT.json]\n"
     "Fits the hardware's host_overhead (seconds the host spends issuing each kernel) to measured\n"
     "runs, as `distir validate` simulates them: the value of least mean absolute percentage error\n"
     "(a grid from 0 to 200 us, then a golden-section search). Writes the hardware with the\n"
     "fitted value to OUT.json (default: standard output). --sample N (default 240) fits on N rows\n"
-    "evenly spread. Fit on runs you do not validate on.";
+    "evenly spread. --allreduce-lut DIR adds the measured all-reduce tables of DIR (vTrain's\n"
+    "AR_GPU<n>_*.csv: n GPUs inside one node) to the hardware, for the fit and in OUT.json.\n"
+    "Fit on runs you do not validate on.";
 
 #define CAL_MAX 2e-4 /* seconds: the search range of host_overhead is [0, CAL_MAX] */
 #define CAL_GRID 20
@@ -318,6 +327,56 @@ typedef struct cal {
     hw_model *hw, *scaled;
     uint32_t evals;
 } cal;
+
+/*
+ * Adds every AR_GPU<n>_*.csv of dir (vTrain's measured NCCL all-reduce
+ * tables, one node) to hw as the intra-node all-reduce table of n devices,
+ * in name order. Returns the number added, or -1 with a message.
+ */
+static int
+load_lut_dir(hw_model *hw, const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char **names = NULL;
+    uint32_t n = 0, cap = 0;
+    int added = 0;
+    di_error err;
+    if (d == NULL) {
+        cli_error("%s: cannot open the directory", dir);
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        unsigned g;
+        int end = 0;
+        size_t len = strlen(e->d_name);
+        if (sscanf(e->d_name, "AR_GPU%u_%*[^.].csv%n", &g, &end) < 1 || end == 0 ||
+            (size_t)end != len)
+            continue;
+        DI_GROW(&names, &cap, n + 1);
+        names[n++] = di_xstrdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_name);
+    for (uint32_t i = 0; i < n && added >= 0; i++) {
+        char path[4096];
+        unsigned g = 0;
+        sscanf(names[i], "AR_GPU%u_", &g);
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (g < 2 || hw_load_collective_csv(hw, IR_OP_ALLREDUCE, g, 0, path, &err) != 0) {
+            cli_error("%s: %s", path, g < 2 ? "a table needs at least 2 GPUs" : err.msg);
+            added = -1;
+        } else {
+            added++;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++)
+        di_free(names[i]);
+    di_free(names);
+    if (added == 0)
+        cli_error("%s: no AR_GPU<n>_*.csv table", dir);
+    return added > 0 ? added : -1;
+}
 
 /* MAPE of the rows with host_overhead h (every row that is simulated at all counts). */
 static double
@@ -344,7 +403,7 @@ cal_mape(cal *c, double h)
 int
 cmd_calibrate(int argc, char **argv)
 {
-    const char *runs = NULL, *hwname = "a100-vtrain", *out = NULL, *v;
+    const char *runs = NULL, *hwname = "a100-vtrain", *out = NULL, *lut = NULL, *v;
     uint32_t sample = 240, n = 0, nidx = 0;
     validate_row *rows = NULL;
     validate_setup setup;
@@ -374,6 +433,10 @@ cmd_calibrate(int argc, char **argv)
             if (r < 0)
                 return CLI_USAGE;
             out = v;
+        } else if ((r = cli_opt(argc, argv, &i, "--allreduce-lut", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            lut = v;
         } else if ((r = cli_opt(argc, argv, &i, "--sample", &v)) != 0) {
             char *end;
             long k;
@@ -397,6 +460,12 @@ cmd_calibrate(int argc, char **argv)
     if (hw_load(hwname, &c.hw, &err) != 0) {
         cli_error("%s", err.msg);
         return CLI_FAIL;
+    }
+    if (lut != NULL) {
+        int k = load_lut_dir(c.hw, lut);
+        if (k < 0)
+            goto done;
+        fprintf(stderr, "%d all-reduce tables from %s\n", k, lut);
     }
     if (di_read_file(runs, (size_t)1 << 28, &text, &len, &err) != 0 ||
         validate_parse_csv((const char *)text, len, MAX_ROWS, &rows, &n, &err) != 0) {

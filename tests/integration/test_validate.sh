@@ -86,6 +86,15 @@ echo "# 12 single-node rows: MAPE $with% fitted, $without% without host overhead
 check "the fitted host_overhead predicts its rows better than none" \
     $PY -c "import sys; sys.exit(0 if 0 < $with < $without else 1)"
 check "... and the file says so" grep -q '"host_overhead": [1-9]' "$TMP/cal.json"
+$T "$DISTIR" calibrate --runs "$DATA/ground_truth_single.csv" --sample 4 \
+    --allreduce-lut "$DATA/allreduce/a100" -o "$TMP/lut.json" 2>"$TMP/lut.err"
+check "calibrate --allreduce-lut adds the 7 measured all-reduce tables (2-8 GPUs)" sh -c "
+    grep -q '^7 all-reduce tables from' '$TMP/lut.err' &&
+    [ \$(grep -c '\"op\": \"all_reduce\"' '$TMP/lut.json') -eq 7 ]"
+"$DISTIR" calibrate --runs "$DATA/ground_truth_single.csv" --allreduce-lut "$TMP" \
+    >/dev/null 2>"$TMP/nolut.err"
+check "... and a directory without tables is an error (exit 1)" sh -c "
+    [ $? -eq 1 ] && grep -q 'no AR_GPU<n>_\*.csv table' '$TMP/nolut.err'"
 
 $T "$DISTIR" validate --runs "$DATA/ground_truth_multi.csv" --sample 5 >"$TMP/multi.txt"
 check "the text has a row per run and a table per model size" \
