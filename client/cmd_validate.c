@@ -7,8 +7,8 @@
  * all rows. Rows that cannot be expressed are listed with the reason.
  * docs/validation.md has the figures.
  *
- * `distir calibrate --runs CSV [--hw PRESET|FILE.json] [--sample N]
- * [-o OUT.json]` fits the hardware's free parameter, host_overhead, to the
+ * `distir calibrate --runs CSV [--hw PRESET|FILE.json] [--allreduce-lut DIR]
+ * [--sample N] [-o OUT.json]` fits the hardware's free parameter, host_overhead, to the
  * measured runs (least MAPE; a grid, then a golden-section search) and
  * writes the hardware with the fitted value.
  */
@@ -305,7 +305,8 @@ out:
 /* ---- calibrate ---- */
 
 static const char calibrate_usage[] =
-    "calibrate --runs CSV [--hw PRESET|FILE.json] [--allreduce-lut DIR] [--sample N] [-o OUT.json]\n"
+    "calibrate --runs CSV [--hw PRESET|FILE.json] [--allreduce-lut DIR] [--sample N]\n"
+    "                [-o OUT.json]\n"
     "Fits the hardware's host_overhead (seconds the host spends issuing each kernel) to measured\n"
     "runs, as `distir validate` simulates them: the value of least mean absolute percentage error\n"
     "(a grid from 0 to 200 us, then a golden-section search). Writes the hardware with the\n"
