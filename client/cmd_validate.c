@@ -358,7 +358,8 @@ load_lut_dir(hw_model *hw, const char *dir)
         names[n++] = di_xstrdup(e->d_name);
     }
     closedir(d);
-    qsort(names, n, sizeof *names, cmp_name);
+    if (n > 1)
+        qsort(names, n, sizeof *names, cmp_name);
     for (uint32_t i = 0; i < n && added >= 0; i++) {
         char path[4096];
         unsigned g = 0;
