@@ -28,7 +28,7 @@
 static const char usage[] =
     "search (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--devices N]\n"
     "              [--objective time|throughput]\n"
-    "              [--top K] [--json] [--shard i/n] [--headroom F]\n"
+    "              [--top K] [--json] [--shard i/n] [--headroom F] [--compose 0|1]\n"
     "              [--dp L] [--tp L] [--pp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
@@ -38,6 +38,8 @@ static const char usage[] =
     "Enumerates the strategies that use N devices (default: every device of the\n"
     "hardware), simulates each with the real transforms and simulator, and prints\n"
     "the top K by the objective and the Pareto set over (step time, peak memory).\n"
+    "Candidates with many microbatches are composed from two shorter simulations\n"
+    "(--compose 0: every one in full); the points reported are simulated in full.\n"
     "L is a comma-separated list of allowed values; --fix pp=8 allows one value.\n"
     "The search runs in this process, or with --server on distird's workers.";
 
@@ -45,7 +47,7 @@ static const char usage[] =
 static const char *const list_options[] = {
     "dp",        "tp",        "pp",       "microbatches",      "virtual-stages",      "schedule",
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
-    "top",       "objective", "shard",
+    "top",       "objective", "shard",    "compose",
 };
 
 static int
@@ -167,6 +169,7 @@ search(const char *file, const cli_model_ref *mr, const char *hwname, const sear
             shown = seconds_now();
         }
     }
+    search_result_refine(&ev, &r);
     search_evaluator_fini(&ev);
     if (tty && shown > t0)
         fputs("\r\033[K", stderr);
@@ -263,6 +266,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     c->sequence_parallel = cfg->sequence_parallel;
     c->overlap_grad_reduce = cfg->overlap;
     c->memory_headroom = cfg->memory_headroom;
+    c->full_simulation = cfg->no_compose != 0;
     req->constraints = c;
 }
 

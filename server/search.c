@@ -176,6 +176,7 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
                                 c->memory_headroom);
         cfg->memory_headroom = c->memory_headroom;
     }
+    cfg->no_compose = c->full_simulation;
     return 0;
 }
 
@@ -262,8 +263,11 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
             break;
         }
         k = atomic_fetch_add(&s->cursor, 1);
-        if (k >= s->total)
+        if (k >= s->total) {
+            /* This part's composed best are re-simulated in full before the merge. */
+            search_result_refine(&ev, r);
             break;
+        }
         if (s->test_delay_ms > 0)
             test_delay(s);
         search_eval(&ev, search_space_at(&s->space, k), &p);

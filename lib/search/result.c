@@ -153,6 +153,8 @@ search_result_add(search_result *r, const search_point *p)
     r->enumerated++;
     if (p->status >= 0 && p->status < SEARCH_NSTATUS)
         r->count[p->status]++;
+    if (p->composed)
+        r->composed++;
     add_point(r, p);
 }
 
@@ -167,11 +169,58 @@ search_result_merge(search_result *dst, const search_result *src, di_error *err)
     dst->enumerated += src->enumerated;
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         dst->count[s] += src->count[s];
+    dst->composed += src->composed;
     for (uint32_t i = 0; i < src->ntop; i++)
         add_point(dst, &src->top[i]);
     for (uint32_t i = 0; i < src->npareto; i++)
         add_point(dst, &src->pareto[i]);
     return 0;
+}
+
+/* Re-simulates p in full if it is composed and not re-simulated yet; 1 if it was. */
+static int
+refine_point(search_evaluator *ev, search_point *p)
+{
+    search_point q;
+    if (!p->composed || p->refined)
+        return 0;
+    search_eval_full(ev, &p->cand, &q);
+    p->refined = 1;
+    p->full.status = q.status;
+    p->full.step_time_s = q.step_time_s;
+    p->full.peak_memory_bytes = q.peak_memory_bytes;
+    p->full.tokens_per_s = q.tokens_per_s;
+    p->full.mfu = q.mfu;
+    return 1;
+}
+
+uint32_t
+search_result_refine(search_evaluator *ev, search_result *r)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->ntop; i++)
+        n += (uint32_t)refine_point(ev, &r->top[i]);
+    /* A point of both sets is re-simulated once. */
+    for (uint32_t i = 0; i < r->npareto; i++) {
+        search_point *p = &r->pareto[i];
+        uint32_t j;
+        for (j = 0; j < r->ntop && r->top[j].cand.index != p->cand.index; j++)
+            ;
+        if (j < r->ntop) {
+            *p = r->top[j];
+            continue;
+        }
+        n += (uint32_t)refine_point(ev, p);
+    }
+    return n;
+}
+
+static int
+figures_equal(const search_figures *a, const search_figures *b)
+{
+    return a->status == b->status && a->step_time_s == b->step_time_s &&
+           a->peak_memory_bytes == b->peak_memory_bytes && a->tokens_per_s == b->tokens_per_s &&
+           a->mfu == b->mfu;
 }
 
 int
@@ -184,7 +233,8 @@ search_point_equal(const search_point *a, const search_point *b)
            x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
            a->status == b->status && a->step_time_s == b->step_time_s &&
            a->peak_memory_bytes == b->peak_memory_bytes && a->tokens_per_s == b->tokens_per_s &&
-           a->mfu == b->mfu;
+           a->mfu == b->mfu && a->composed == b->composed && a->refined == b->refined &&
+           (!a->refined || figures_equal(&a->full, &b->full));
 }
 
 int
@@ -192,6 +242,7 @@ search_result_equal(const search_result *a, const search_result *b)
 {
     if (memcmp(&a->key, &b->key, sizeof a->key) != 0 || a->objective != b->objective ||
         a->top_k != b->top_k || a->devices != b->devices || a->enumerated != b->enumerated ||
+        a->composed != b->composed ||
         a->ntop != b->ntop || a->npareto != b->npareto)
         return 0;
     for (int s = 0; s < SEARCH_NSTATUS; s++)
@@ -215,8 +266,9 @@ point_to_json(const search_point *p)
 {
     char name[256];
     const search_candidate *c = &p->cand;
+    json_t *o;
     search_candidate_format(c, name, sizeof name);
-    return json_pack("{s:I, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, "
+    o = json_pack("{s:I, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:f, "
                      "s:I, s:f, s:f}",
                      "index", (json_int_t)c->index, "strategy", name, "dp", (int)c->dp, "tp",
                      (int)c->tp, "pp", (int)c->pp, "microbatches", (int)c->microbatches, "schedule",
@@ -226,6 +278,20 @@ point_to_json(const search_point *p)
                      search_status_name(p->status), "step_time_s", p->step_time_s,
                      "peak_memory_bytes", (json_int_t)p->peak_memory_bytes, "tokens_per_s",
                      p->tokens_per_s, "mfu", p->mfu);
+    if (o == NULL)
+        abort();
+    json_object_set_new(o, "composed", json_boolean(p->composed));
+    if (p->refined) {
+        json_t *f = json_pack("{s:s, s:f, s:I, s:f, s:f}", "status",
+                              search_status_name(p->full.status), "step_time_s",
+                              p->full.step_time_s, "peak_memory_bytes",
+                              (json_int_t)p->full.peak_memory_bytes, "tokens_per_s",
+                              p->full.tokens_per_s, "mfu", p->full.mfu);
+        if (f == NULL)
+            abort();
+        json_object_set_new(o, "simulated", f);
+    }
+    return o;
 }
 
 char *
@@ -243,10 +309,11 @@ search_result_to_json(const search_result *r)
     pareto = json_array();
     for (uint32_t i = 0; i < r->npareto; i++)
         json_array_append_new(pareto, point_to_json(&r->pareto[i]));
-    root = json_pack("{s:s, s:s, s:i, s:i, s:I, s:o, s:o, s:o}", "search_key", key, "objective",
-                     objective_names[r->objective], "top_k", (int)r->top_k, "devices",
-                     (int)r->devices, "enumerated", (json_int_t)r->enumerated, "counts", counts,
-                     "top", top, "pareto", pareto);
+    root = json_pack("{s:s, s:s, s:i, s:i, s:I, s:o, s:I, s:o, s:o}", "search_key", key,
+                     "objective", objective_names[r->objective], "top_k", (int)r->top_k,
+                     "devices", (int)r->devices, "enumerated", (json_int_t)r->enumerated,
+                     "counts", counts, "composed", (json_int_t)r->composed, "top", top,
+                     "pareto", pareto);
     if (root == NULL)
         abort();
     text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17) | JSON_COMPACT);
@@ -303,6 +370,7 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
     };
     uint64_t v[sizeof fields / sizeof fields[0]];
     const char *status;
+    const json_t *f;
     int rc;
     if (!json_is_object(o))
         return di_error_set(err, DI_EINVAL, "search result: a point is not an object");
@@ -339,6 +407,29 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
         (rc = get_real(o, "tokens_per_s", &p->tokens_per_s, err)) != 0 ||
         (rc = get_real(o, "mfu", &p->mfu, err)) != 0)
         return rc;
+    p->composed = json_is_true(json_object_get(o, "composed"));
+    f = json_object_get(o, "simulated");
+    if (f != NULL) {
+        uint64_t peak;
+        int st = -1;
+        const char *name = json_string_value(json_object_get(f, "status"));
+        for (int k = 0; name && k < SEARCH_NSTATUS; k++)
+            if (strcmp(name, status_names[k]) == 0)
+                st = k;
+        if (!p->composed || !json_is_object(f) || st < 0)
+            return di_error_set(err, DI_EINVAL,
+                                "search result: point %llu: 'simulated' is not the full "
+                                "simulation of a composed point",
+                                (unsigned long long)p->cand.index);
+        if ((rc = get_real(f, "step_time_s", &p->full.step_time_s, err)) != 0 ||
+            (rc = get_uint(f, "peak_memory_bytes", UINT64_MAX / 2, &peak, err)) != 0 ||
+            (rc = get_real(f, "tokens_per_s", &p->full.tokens_per_s, err)) != 0 ||
+            (rc = get_real(f, "mfu", &p->full.mfu, err)) != 0)
+            return rc;
+        p->refined = 1;
+        p->full.status = st;
+        p->full.peak_memory_bytes = peak;
+    }
     return 0;
 }
 
@@ -467,6 +558,14 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
         if (sum <= r->enumerated)
             sum += r->count[s];
     }
+    if (json_object_get(root, "composed") != NULL &&
+        (rc = get_uint(root, "composed", UINT64_MAX / 2, &r->composed, err)) != 0)
+        goto out;
+    if (r->composed > r->count[SEARCH_OK] + r->count[SEARCH_OOM]) {
+        rc = di_error_set(err, DI_EINVAL,
+                          "search result: more candidates composed than simulated");
+        goto out;
+    }
     if (sum != r->enumerated) {
         rc = di_error_set(err, DI_EINVAL,
                           "search result: the counts do not add up to the %llu candidates "
@@ -496,10 +595,17 @@ table(di_buf *b, const char *title, const search_point *p, uint32_t n)
                   "tokens/s/dev", "MFU %", "strategy");
     for (uint32_t i = 0; i < n; i++) {
         char name[256];
+        search_figures f = {p[i].status, p[i].step_time_s, p[i].peak_memory_bytes,
+                            p[i].tokens_per_s, p[i].mfu};
+        const char *mark = p[i].composed ? "~" : " ";
         search_candidate_format(&p[i].cand, name, sizeof name);
-        di_buf_printf(b, "  %4u  %12.3f  %12.3f  %14.1f  %6.2f  %s\n", i + 1,
-                      p[i].step_time_s * 1e3, (double)p[i].peak_memory_bytes / (1u << 20),
-                      p[i].tokens_per_s, p[i].mfu * 100, name);
+        if (p[i].refined) { /* the full simulation's figures */
+            f = p[i].full;
+            mark = f.status == SEARCH_OK ? " " : "!";
+        }
+        di_buf_printf(b, "  %4u %s%12.3f  %12.3f  %14.1f  %6.2f  %s\n", i + 1, mark,
+                      f.step_time_s * 1e3, (double)f.peak_memory_bytes / (1u << 20),
+                      f.tokens_per_s, f.mfu * 100, name);
     }
     if (n == 0)
         di_buf_puts(b, "  (no candidate fits)\n");
@@ -520,5 +626,11 @@ search_result_to_table(const search_result *r)
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         di_buf_printf(&b, " %s %llu", status_names[s], (unsigned long long)r->count[s]);
     di_buf_putc(&b, '\n');
+    di_buf_printf(&b, "simulated: %llu in full, %llu composed\n",
+                  (unsigned long long)(r->count[SEARCH_OK] + r->count[SEARCH_OOM] - r->composed),
+                  (unsigned long long)r->composed);
+    if (r->composed > 0)
+        di_buf_puts(&b, "(composed points in the tables are re-simulated in full; ~: not, !: out "
+                        "of memory in the full simulation)\n");
     return di_buf_take(&b, NULL);
 }

@@ -67,6 +67,7 @@ typedef struct search_config {
     uint32_t sequence_parallel; /* mask: bit 0 off, bit 1 on */
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
+    int no_compose;             /* simulate every candidate in full (no composed estimates) */
     search_objective objective;
     uint32_t top_k;                    /* default 10, at most SEARCH_MAX_TOP */
     uint32_t shard_index, shard_count; /* this process evaluates index % count == shard_index */
@@ -198,6 +199,15 @@ typedef enum search_status {
 
 const char *search_status_name(int status);
 
+/* A point's figures: what a simulation (full or composed) says of a candidate. */
+typedef struct search_figures {
+    int status;                 /* search_status */
+    double step_time_s;         /* seconds; simulated candidates only */
+    uint64_t peak_memory_bytes; /* the largest per-device peak */
+    double tokens_per_s;        /* per device */
+    double mfu;
+} search_figures;
+
 typedef struct search_point {
     search_candidate cand;
     int status;                 /* search_status */
@@ -205,6 +215,16 @@ typedef struct search_point {
     uint64_t peak_memory_bytes; /* the largest per-device peak */
     double tokens_per_s;        /* per device */
     double mfu;
+    /*
+     * composed: the figures above are the composed estimate (search_eval,
+     * docs/search.md), not a full simulation. They rank the point (top K,
+     * Pareto set) whatever happens next, so that rankings do not depend on
+     * which points were re-simulated. full: set by search_result_refine for
+     * a composed point of the top K or the Pareto set: the full simulation
+     * of the same candidate, the figures reported.
+     */
+    uint8_t composed, refined;
+    search_figures full;
 } search_point;
 
 /*
@@ -241,6 +261,16 @@ void search_evaluator_fini(search_evaluator *ev);
  * *out; returns its status.
  */
 int search_eval(search_evaluator *ev, const search_candidate *c, search_point *out);
+/*
+ * The microbatch counts m1 < m2 whose simulations compose candidate c
+ * (search_eval), or 0 when c is simulated in full (composition off, or c
+ * has too few microbatches for it to save anything).
+ */
+int search_compose_counts(const search_space *sp, const search_candidate *c, uint32_t *m1,
+                          uint32_t *m2);
+/* Evaluates c with a full simulation whatever the config (the reference composition is checked
+ * against). */
+int search_eval_full(search_evaluator *ev, const search_candidate *c, search_point *out);
 
 /*
  * Counts, the top K by the objective (ties by enumeration index) and the
@@ -256,6 +286,7 @@ typedef struct search_result {
     uint32_t devices;
     uint64_t enumerated;            /* candidates seen (added) */
     uint64_t count[SEARCH_NSTATUS]; /* by status */
+    uint64_t composed;              /* of the simulated (ok or out_of_memory): composed */
     uint32_t ntop;
     search_point *top; /* best first */
     uint32_t npareto, capacity_pareto;
@@ -272,6 +303,15 @@ void search_result_add(search_result *r, const search_point *p);
  * parts of a space gives the result of the whole.
  */
 int search_result_merge(search_result *dst, const search_result *src, di_error *err);
+/*
+ * Re-simulates in full every composed point of the top K and the Pareto
+ * set not re-simulated yet (search_point.full), so that what is reported
+ * is a full simulation. Ranks do not change. Returns the number
+ * re-simulated. Call it on each part before merging (a worker's, a
+ * shard's): the whole's points are among the parts' and carry their
+ * figures.
+ */
+uint32_t search_result_refine(search_evaluator *ev, search_result *r);
 /* Whether the two results are equal (counts, top and Pareto points). */
 int search_result_equal(const search_result *a, const search_result *b);
 /* Field by field (structure padding is not part of a point). */

@@ -153,8 +153,8 @@ check_after(const xf_apply *a, int i, di_error *err)
 #endif
 
 static int
-apply_layout(const ir_module *m, const strategy *s, const hw_model *hw, ir_module **out,
-             xform_layout **layout, di_error *err)
+apply_layout(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t m_emit,
+             ir_module **out, xform_layout **layout, di_error *err)
 {
     xf_apply a;
     size_t nplace;
@@ -165,6 +165,8 @@ apply_layout(const ir_module *m, const strategy *s, const hw_model *hw, ir_modul
     memset(&a, 0, sizeof a);
     if ((rc = xf_ctx_init(&a.c, m, s, hw, err)) != 0)
         return rc;
+    if (m_emit > 0 && m_emit < a.c.m_emit)
+        a.c.m_emit = m_emit;
     nplace = a.c.m->nvalue ? a.c.m->nvalue : 1;
     a.c.place = di_xmalloc(nplace * sizeof *a.c.place);
     memset(a.c.place, XF_R, nplace * sizeof *a.c.place);
@@ -198,6 +200,7 @@ struct apply_call {
     const ir_module *m;
     const strategy *s;
     const hw_model *hw;
+    uint32_t m_emit;
     ir_module **out;
     xform_layout **layout;
     di_error *err;
@@ -207,7 +210,7 @@ static int
 apply_call_run(void *arg)
 {
     struct apply_call *c = arg;
-    return apply_layout(c->m, c->s, c->hw, c->out, c->layout, c->err);
+    return apply_layout(c->m, c->s, c->hw, c->m_emit, c->out, c->layout, c->err);
 }
 
 /* The transform runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
@@ -215,7 +218,7 @@ int
 xform_apply_layout(const ir_module *m, const strategy *s, const hw_model *hw,
                    ir_module **out, xform_layout **layout, di_error *err)
 {
-    struct apply_call c = {m, s, hw, out, layout, err};
+    struct apply_call c = {m, s, hw, 0, out, layout, err};
     int rc = di_scope_run(apply_call_run, &c, err);
     if (rc != 0) {
         *out = NULL;
@@ -230,6 +233,17 @@ xform_apply(const ir_module *m, const strategy *s, const hw_model *hw, ir_module
             di_error *err)
 {
     return xform_apply_layout(m, s, hw, out, NULL, err);
+}
+
+int
+xform_apply_partial(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t microbatches,
+                    ir_module **out, di_error *err)
+{
+    struct apply_call c = {m, s, hw, microbatches ? microbatches : 1, out, NULL, err};
+    int rc = di_scope_run(apply_call_run, &c, err);
+    if (rc != 0)
+        *out = NULL;
+    return rc;
 }
 
 /* The arguments of xform_stage_layers, for its allocation scope. */

@@ -30,7 +30,7 @@ variant_key(const pl *P, const prog *p, uint32_t mb)
     uint8_t key = 0;
     if (mb > 0 && p->leaf.n > 0)
         key |= VAR_ACC;
-    if (mb == c->n[XF_MB] - 1 && (p->leaf.n > 0 || p->res.n > 0))
+    if (mb == c->m_emit - 1 && (p->leaf.n > 0 || p->res.n > 0))
         key |= VAR_LAST;
     if (p->kind == PROG_F && c->s.stash == STRATEGY_STASH_2BW && xf_stash_copies(c, mb) &&
         p->stash.n > 0)
@@ -335,7 +335,7 @@ leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l
     xf_ctx *c = P->c;
     xf_body *b = &P->body;
     const ir_module *m = c->m;
-    uint32_t last = c->n[XF_MB] - 1;
+    uint32_t last = c->m_emit - 1;
     ir_id v = p->leaf.v[j];
     int8_t tgt = P->leaftgt[v];
     if (mb > 0) {
@@ -483,7 +483,7 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
     xf_ctx *c = P->c;
     xf_body *b = &P->body;
     const ir_module *m = c->m;
-    uint32_t last = c->n[XF_MB] - 1, nres = 0;
+    uint32_t last = c->m_emit - 1, nres = 0;
     ir_id *acc_in = di_xmalloc((p->leaf.n + 1) * sizeof *acc_in);
     leafbuf lb;
     int rc = 0;
@@ -576,7 +576,7 @@ xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
     xf_ctx *c = P->c;
     xf_body *b = &P->body;
     const ir_module *m = c->m;
-    uint32_t g = p->group, last = c->n[XF_MB] - 1, nin = 0, nres = 0;
+    uint32_t g = p->group, last = c->m_emit - 1, nin = 0, nres = 0;
     uint32_t nmax = p->in.n + p->leaf.n + 1;
     ir_id *inputs, *lts, pm;
     xf_place *pls, *opl;

@@ -790,7 +790,7 @@ xf_pl_resolve(pl *P, const prog *p, ir_id v, uint32_t mb)
 {
     xf_ctx *c = P->c;
     const ir_module *m = c->m;
-    uint32_t g = p->group, last = c->n[XF_MB] - 1;
+    uint32_t g = p->group, last = c->m_emit - 1;
     ir_id d = m->values[v].def;
     if (d == 0) {
         if (c->vflags[v] & XF_V_DATA)
@@ -933,7 +933,7 @@ emit_args(pl *P)
             /* On this group's axes (an axis of size 1 holds the whole). */
             xf_group_n(c, g, n);
             gpl = xf_place_on(&c->place[v], n);
-            for (uint32_t mb = 0; mb < (data ? c->n[XF_MB] : 1); mb++) {
+            for (uint32_t mb = 0; mb < (data ? c->m_emit : 1); mb++) {
                 ir_id lt = group_local_type(P, v, &gpl, g);
                 ir_id ty = group_tuple(P, lt, g), av;
                 char nm[256];
@@ -1107,11 +1107,11 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
                 if (done[g])
                     continue;
                 for (uint32_t j = 0; j < p->in.n && ready; j++)
-                    ready = xf_pl_resolve(&P, p, p->in.v[j], c->n[XF_MB] - 1) != NULL;
+                    ready = xf_pl_resolve(&P, p, p->in.v[j], c->m_emit - 1) != NULL;
                 if (!ready)
                     continue;
                 if (p->ops.n || p->res.n || p->out.n)
-                    rc = xf_pl_emit_chunk(&P, p, c->n[XF_MB] - 1);
+                    rc = xf_pl_emit_chunk(&P, p, c->m_emit - 1);
                 done[g] = 1;
                 left--;
                 progress++;

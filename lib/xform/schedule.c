@@ -36,7 +36,7 @@ push(xf_event *ev, uint32_t *n, int kind, uint32_t stage, uint32_t mb)
 static void
 group_sequence(const xf_ctx *c, uint32_t g, xf_event *ev)
 {
-    uint32_t p = c->pp, m = c->n[XF_MB], V = c->V, n = 0;
+    uint32_t p = c->pp, m = c->m_emit, V = c->V, n = 0;
     if (c->s.schedule == STRATEGY_SCHEDULE_GPIPE) {
         for (uint32_t i = 0; i < m; i++)
             push(ev, &n, XF_EV_F, g, i);
@@ -83,7 +83,7 @@ group_sequence(const xf_ctx *c, uint32_t g, xf_event *ev)
 int
 xf_schedule(const xf_ctx *c, xf_event **out, uint32_t *nout)
 {
-    uint32_t p = c->pp, m = c->n[XF_MB], K = c->K, per = 2 * c->V * m;
+    uint32_t p = c->pp, m = c->m_emit, K = c->K, per = 2 * c->V * m;
     uint64_t total = (uint64_t)2 * K * m;
     xf_event *seq, *ev;
     uint32_t *pos, n = 0;

@@ -462,6 +462,7 @@ static void
 groups_init(xf_ctx *c)
 {
     c->n[XF_MB] = c->s.microbatches;
+    c->m_emit = c->s.microbatches;
     c->gdp = di_xmalloc(c->pp * sizeof *c->gdp);
     c->gtp = di_xmalloc(c->pp * sizeof *c->gtp);
     c->goff = di_xmalloc(c->pp * sizeof *c->goff);

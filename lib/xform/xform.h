@@ -129,6 +129,18 @@ int xform_apply(const ir_module *m, const strategy *s, const hw_model *hw, ir_mo
                 di_error *err);
 
 /*
+ * As xform_apply, but only the first `microbatches` of the strategy's
+ * microbatches are emitted (every shape as with all of them; the last one
+ * emitted is treated as the step's last: it completes the gradients and the
+ * optimizer step follows). The module times a step with fewer microbatches
+ * of the same size, for extrapolation (lib/search compose); it is not the
+ * step (its gradients sum fewer microbatches) and has no layout.
+ * microbatches >= the strategy's gives xform_apply's module.
+ */
+int xform_apply_partial(const ir_module *m, const strategy *s, const hw_model *hw,
+                        uint32_t microbatches, ir_module **out, di_error *err);
+
+/*
  * The layers (distinct dist.layer values) each pipeline group holds under s,
  * by the analysis of xform_apply without building the module: *out gets
  * *ngroup = pp counts (caller frees with di_free).

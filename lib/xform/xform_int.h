@@ -76,6 +76,7 @@ typedef struct xf_ctx {
     strategy s;   /* normalized: degrees >= 1, schedule resolved */
     xform_cost cost;    /* the target hardware (xform_cost_known: there is one) */
     uint32_t n[XF_NAXIS]; /* microbatches, and the largest dp and tp of any group */
+    uint32_t m_emit;      /* microbatches emitted: n[XF_MB], or fewer (xform_apply_partial) */
     uint32_t pp, V, K;  /* pipeline groups, virtual stages, model stages (pp * V) */
     /*
      * Per pipeline group: its data and tensor degrees and first rank
