@@ -415,11 +415,15 @@ point_to_proto(const search_point *p, Distir__V1__SearchPoint *pp, Distir__V1__S
     pp->index = p->cand.index;
     pp->strategy = text;
     pp->spec = spec;
-    pp->status = (char *)search_status_name(p->status);
-    pp->step_time_s = p->step_time_s;
-    pp->peak_memory_bytes = p->peak_memory_bytes;
-    pp->tokens_per_s = p->tokens_per_s;
-    pp->mfu = p->mfu;
+    search_figures f = search_point_reported(p);
+    pp->status = (char *)search_status_name(f.status);
+    pp->step_time_s = f.step_time_s;
+    pp->peak_memory_bytes = f.peak_memory_bytes;
+    pp->tokens_per_s = f.tokens_per_s;
+    pp->mfu = f.mfu;
+    pp->composed = p->composed;
+    pp->estimate_step_time_s = p->step_time_s;
+    pp->estimate_peak_memory_bytes = p->peak_memory_bytes;
 }
 
 /* counts[i] for every status into n entries (storage from the caller). */
@@ -535,6 +539,7 @@ srv_search_result(srv_search *s, grpc_byte_buffer **out, uint8_t **stored, size_
     Distir__V1__SearchCount store[SEARCH_NSTATUS], *ptrs[SEARCH_NSTATUS];
     search_result total;
     proto_points top, pareto;
+    search_point *ordered;
     char key[65], *json;
     int rc = 0;
     *out = NULL;
@@ -557,7 +562,10 @@ srv_search_result(srv_search *s, grpc_byte_buffer **out, uint8_t **stored, size_
     json = search_result_to_json(&total);
     di_hash_hex(&total.key, key);
     counts_to_proto(total.count, store, ptrs);
-    points_init(&top, total.top, total.ntop);
+    ordered = di_xmalloc((total.ntop ? total.ntop : 1) * sizeof *ordered);
+    search_result_reported_top(&total, ordered);
+    points_init(&top, ordered, total.ntop);
+    di_free(ordered);
     points_init(&pareto, total.pareto, total.npareto);
     res.search_key = key;
     res.objective = total.objective == SEARCH_MAX_THROUGHPUT

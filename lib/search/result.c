@@ -215,6 +215,51 @@ search_result_refine(search_evaluator *ev, search_result *r)
     return n;
 }
 
+search_figures
+search_point_reported(const search_point *p)
+{
+    search_figures f = {p->status, p->step_time_s, p->peak_memory_bytes, p->tokens_per_s, p->mfu};
+    return p->refined ? p->full : f;
+}
+
+static int
+reported_cmp(search_objective o, const search_point *a, const search_point *b)
+{
+    search_figures fa = search_point_reported(a), fb = search_point_reported(b);
+    search_point ra = *a, rb = *b;
+    int oa = fa.status != SEARCH_OK, ob = fb.status != SEARCH_OK;
+    if (oa != ob)
+        return oa - ob;
+    ra.step_time_s = fa.step_time_s;
+    ra.tokens_per_s = fa.tokens_per_s;
+    rb.step_time_s = fb.step_time_s;
+    rb.tokens_per_s = fb.tokens_per_s;
+    return top_cmp(o, &ra, &rb);
+}
+
+/* qsort has no context argument: one comparator per objective. */
+static int
+reported_cmp_time(const void *x, const void *y)
+{
+    return reported_cmp(SEARCH_MIN_TIME, x, y);
+}
+
+static int
+reported_cmp_throughput(const void *x, const void *y)
+{
+    return reported_cmp(SEARCH_MAX_THROUGHPUT, x, y);
+}
+
+void
+search_result_reported_top(const search_result *r, search_point *out)
+{
+    if (r->ntop == 0)
+        return;
+    memcpy(out, r->top, r->ntop * sizeof *out);
+    qsort(out, r->ntop, sizeof *out,
+          r->objective == SEARCH_MAX_THROUGHPUT ? reported_cmp_throughput : reported_cmp_time);
+}
+
 static int
 figures_equal(const search_figures *a, const search_figures *b)
 {
@@ -298,14 +343,18 @@ char *
 search_result_to_json(const search_result *r)
 {
     json_t *root, *counts, *top, *pareto;
+    search_point *ordered;
     char *text, *out, key[65];
     di_hash_hex(&r->key, key);
     counts = json_object();
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         json_object_set_new(counts, status_names[s], json_integer((json_int_t)r->count[s]));
     top = json_array();
+    ordered = di_xmalloc((r->ntop ? r->ntop : 1) * sizeof *ordered);
+    search_result_reported_top(r, ordered);
     for (uint32_t i = 0; i < r->ntop; i++)
-        json_array_append_new(top, point_to_json(&r->top[i]));
+        json_array_append_new(top, point_to_json(&ordered[i]));
+    di_free(ordered);
     pareto = json_array();
     for (uint32_t i = 0; i < r->npareto; i++)
         json_array_append_new(pareto, point_to_json(&r->pareto[i]));
@@ -595,14 +644,11 @@ table(di_buf *b, const char *title, const search_point *p, uint32_t n)
                   "tokens/s/dev", "MFU %", "strategy");
     for (uint32_t i = 0; i < n; i++) {
         char name[256];
-        search_figures f = {p[i].status, p[i].step_time_s, p[i].peak_memory_bytes,
-                            p[i].tokens_per_s, p[i].mfu};
-        const char *mark = p[i].composed ? "~" : " ";
+        search_figures f = search_point_reported(&p[i]);
+        const char *mark = p[i].refined ? (f.status == SEARCH_OK ? " " : "!")
+                           : p[i].composed ? "~"
+                                           : " ";
         search_candidate_format(&p[i].cand, name, sizeof name);
-        if (p[i].refined) { /* the full simulation's figures */
-            f = p[i].full;
-            mark = f.status == SEARCH_OK ? " " : "!";
-        }
         di_buf_printf(b, "  %4u %s%12.3f  %12.3f  %14.1f  %6.2f  %s\n", i + 1, mark,
                       f.step_time_s * 1e3, (double)f.peak_memory_bytes / (1u << 20),
                       f.tokens_per_s, f.mfu * 100, name);
@@ -620,7 +666,12 @@ search_result_to_table(const search_result *r)
     snprintf(title, sizeof title, "top %u by %s on %u devices", r->top_k,
              r->objective == SEARCH_MAX_THROUGHPUT ? "tokens/s per device" : "step time",
              r->devices);
-    table(&b, title, r->top, r->ntop);
+    {
+        search_point *ordered = di_xmalloc((r->ntop ? r->ntop : 1) * sizeof *ordered);
+        search_result_reported_top(r, ordered);
+        table(&b, title, ordered, r->ntop);
+        di_free(ordered);
+    }
     table(&b, "pareto set over (step time, peak memory)", r->pareto, r->npareto);
     di_buf_printf(&b, "candidates %llu:", (unsigned long long)r->enumerated);
     for (int s = 0; s < SEARCH_NSTATUS; s++)

@@ -312,6 +312,18 @@ int search_result_merge(search_result *dst, const search_result *src, di_error *
  * figures.
  */
 uint32_t search_result_refine(search_evaluator *ev, search_result *r);
+/*
+ * The figures a point reports: the full simulation's when it has one
+ * (search_result_refine), else its own.
+ */
+search_figures search_point_reported(const search_point *p);
+/*
+ * The top K as reported, into out (r->ntop points): ordered by the reported
+ * figures (a point out of memory in its full simulation last), ties by
+ * index. The set is the top K by rank (the estimates); the order within it
+ * is the full simulations'. A function of the set, so merges keep it.
+ */
+void search_result_reported_top(const search_result *r, search_point *out);
 /* Whether the two results are equal (counts, top and Pareto points). */
 int search_result_equal(const search_result *a, const search_result *b);
 /* Field by field (structure padding is not part of a point). */
