@@ -26,8 +26,9 @@
 #include "sim/hw.h"
 
 static const char usage[] =
-    "search (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--devices N]\n"
-    "              [--objective time|throughput]\n"
+    "search (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--devices N[,N...]]\n"
+    "              [--objective time|throughput|devices|cost] [--target-step S]\n"
+    "              [--price P] [--train-tokens T]\n"
     "              [--top K] [--json] [--shard i/n] [--headroom F] [--compose 0|1]\n"
     "              [--dp L] [--tp L] [--pp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
@@ -36,8 +37,12 @@ static const char usage[] =
     "       distir search --merge A.json B.json ... [--json]\n"
     "\n"
     "Enumerates the strategies that use N devices (default: every device of the\n"
-    "hardware), simulates each with the real transforms and simulator, and prints\n"
-    "the top K by the objective and the Pareto set over (step time, peak memory).\n"
+    "hardware; a list: each count), simulates each with the real transforms and\n"
+    "simulator, and prints the top K by the objective and the Pareto set over (step\n"
+    "time, peak memory). Objectives: the step time, tokens/s per device, the fewest\n"
+    "devices reaching --target-step S seconds per step, or the least device time\n"
+    "per step (cost; within --target-step when given). --price P (per device-hour)\n"
+    "and --train-tokens T add the cost and the time to train for T tokens.\n"
     "Candidates with many microbatches are composed from two shorter simulations\n"
     "(--compose 0: every one in full); the points reported are simulated in full.\n"
     "L is a comma-separated list of allowed values; --fix pp=8 allows one value.\n"
@@ -47,7 +52,8 @@ static const char usage[] =
 static const char *const list_options[] = {
     "dp",        "tp",        "pp",       "microbatches",      "virtual-stages",      "schedule",
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
-    "top",       "objective", "shard",    "compose",
+    "top",       "objective", "shard",    "compose",           "target-step",         "price",
+    "train-tokens",
 };
 
 static int
@@ -174,9 +180,9 @@ search(const char *file, const cli_model_ref *mr, const char *hwname, const sear
     if (tty && shown > t0)
         fputs("\r\033[K", stderr);
     if (!json)
-        printf("space: %llu candidates on %u devices of %s (batch %lld, %u layers)\n",
-               (unsigned long long)sp.ncandidate, sp.devices, hw->name, (long long)sp.batch,
-               sp.layers);
+        printf("space: %llu candidates on %s%u devices of %s (batch %lld, %u layers)\n",
+               (unsigned long long)sp.ncandidate, sp.cfg.ndevice_counts ? "up to " : "",
+               sp.devices, hw->name, (long long)sp.batch, sp.layers);
     if (!json && cfg->shard_count > 1)
         printf("shard %u/%u: %llu candidates\n", cfg->shard_index, cfg->shard_count,
                (unsigned long long)r.enumerated);
@@ -249,9 +255,13 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
                     Distir__V1__SearchConstraints *c)
 {
     req->devices = cfg->devices;
-    req->objective = cfg->objective == SEARCH_MAX_THROUGHPUT
-                         ? DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MAX_THROUGHPUT
-                         : DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MIN_TIME;
+    /* The proto's values are search_objective's. */
+    req->objective = (Distir__V1__SearchObjective)cfg->objective;
+    req->n_device_counts = cfg->ndevice_counts;
+    req->device_counts = (uint32_t *)cfg->device_counts;
+    req->target_step_s = cfg->target_step_s;
+    req->price_per_device_hour = cfg->price_per_device_hour;
+    req->train_tokens = cfg->train_tokens;
     req->top_k = cfg->top_k;
     req->shard_index = cfg->shard_index;
     req->shard_count = cfg->shard_count;

@@ -47,7 +47,8 @@ check_point(const search_result *r, const search_point *p)
     const search_candidate *c = &p->cand;
     char name[256];
     check(p->status == SEARCH_OK, "a point that is not ok", NULL);
-    check((uint64_t)c->dp * c->tp * c->pp == r->devices, "a point not on the result's devices",
+    check(search_result_has_devices(r, (uint64_t)c->dp * c->tp * c->pp),
+          "a point not on the result's devices",
           NULL);
     /* Formatting normalizes the strategy, which aborts on one out of range. */
     search_candidate_format(c, name, sizeof name);
@@ -69,12 +70,9 @@ check_invariants(const search_result *r)
     check((r->ntop == 0) == (r->npareto == 0), "a top point without a Pareto set", NULL);
     for (uint32_t i = 0; i < r->ntop; i++) {
         check_point(r, &r->top[i]);
-        if (i > 0) {
-            double a = search_point_cost(r->objective, &r->top[i - 1]);
-            double b = search_point_cost(r->objective, &r->top[i]);
-            check(a < b || (a == b && r->top[i - 1].cand.index < r->top[i].cand.index),
-                  "the top is not in (cost, index) order", NULL);
-        }
+        if (i > 0)
+            check(search_point_compare(r, &r->top[i - 1], &r->top[i]) < 0,
+                  "the top is not in (objective, index) order", NULL);
     }
     for (uint32_t i = 0; i < r->npareto; i++) {
         const search_point *p = &r->pareto[i];

@@ -134,13 +134,39 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
     int rc = 0;
     search_config_init(cfg);
     cfg->devices = req->devices;
-    if (req->objective != DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MIN_TIME &&
-        req->objective != DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MAX_THROUGHPUT)
+    if ((unsigned)req->objective >= SEARCH_NOBJECTIVE)
         return di_error_set(err, DI_EINVAL, "objective %d is not a SearchObjective",
                             (int)req->objective);
-    cfg->objective = req->objective == DISTIR__V1__SEARCH_OBJECTIVE__SEARCH_MAX_THROUGHPUT
-                         ? SEARCH_MAX_THROUGHPUT
-                         : SEARCH_MIN_TIME;
+    /* The proto's values are search_objective's. */
+    cfg->objective = (search_objective)req->objective;
+    if (req->n_device_counts > SEARCH_MAX_SET)
+        return di_error_set(err, DI_EINVAL, "more than %u device counts", SEARCH_MAX_SET);
+    for (size_t i = 0; i < req->n_device_counts; i++) {
+        uint32_t d = req->device_counts[i], k;
+        if (d < 1 || d > HW_MAX_DEVICES)
+            return di_error_set(err, DI_EINVAL, "device count %u is not in 1..%u", d,
+                                HW_MAX_DEVICES);
+        for (k = 0; k < cfg->ndevice_counts && cfg->device_counts[k] != d; k++)
+            ;
+        if (k == cfg->ndevice_counts)
+            cfg->device_counts[cfg->ndevice_counts++] = d;
+    }
+    if (cfg->ndevice_counts == 1) { /* one count is `devices` */
+        cfg->devices = cfg->device_counts[0];
+        cfg->ndevice_counts = 0;
+        cfg->device_counts[0] = 0;
+    }
+    {
+        const double v[3] = {req->target_step_s, req->price_per_device_hour, req->train_tokens};
+        for (int i = 0; i < 3; i++)
+            if (!(v[i] >= 0 && v[i] < 1e30))
+                return di_error_set(err, DI_EINVAL,
+                                    "target_step_s, price_per_device_hour and train_tokens must "
+                                    "be non-negative numbers");
+        cfg->target_step_s = v[0];
+        cfg->price_per_device_hour = v[1];
+        cfg->train_tokens = v[2];
+    }
     if (req->top_k > SEARCH_MAX_TOP)
         return di_error_set(err, DI_EINVAL, "top_k %u is above %u", req->top_k, SEARCH_MAX_TOP);
     if (req->top_k > 0)
@@ -231,14 +257,11 @@ test_delay(srv_search *s)
     }
 }
 
-/* Whether a is better than b by the objective, ties by enumeration index. */
+/* Whether a is better than b by the search's objective, ties by enumeration index. */
 static int
-point_better(search_objective o, const search_point *a, const search_point *b)
+point_better(const search_result *r, const search_point *a, const search_point *b)
 {
-    double ca = search_point_cost(o, a), cb = search_point_cost(o, b);
-    if (ca != cb)
-        return ca < cb;
-    return a->cand.index < b->cand.index;
+    return search_point_compare(r, a, b) < 0;
 }
 
 int
@@ -276,7 +299,7 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
         atomic_fetch_add(&s->done, 1);
         if (p.status == SEARCH_OK) {
             pthread_mutex_lock(&s->best_lock);
-            if (!s->have_best || point_better(s->cfg.objective, &p, &s->best)) {
+            if (!s->have_best || point_better(r, &p, &s->best)) {
                 s->best = p;
                 s->have_best = 1;
             }

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "models/models.h"
 #include "search/search.h"
 #include "sim/hw.h"
@@ -867,6 +869,129 @@ test_key(void **state)
 }
 
 /* The throughput objective ranks by tokens/s per device, best first. */
+/*
+ * Several device counts and the devices and cost objectives: the space on
+ * {2, 4, 8} is the spaces on 2, 4 and 8 in turn; the devices objective's
+ * best reaches the target with the fewest devices (then the fastest), the
+ * cost objective's best has the least devices x step time among those
+ * reaching the target, both checked against every feasible point; the
+ * training figures in the JSON follow from the step time; shards merge to
+ * the whole; the devices objective without a target is refused.
+ */
+static void
+test_objectives(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 24);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg, one;
+    search_space sp, sp1;
+    search_result all, dev, cost, merged;
+    double target;
+    uint64_t n1 = 0;
+    di_error err;
+    (void)state;
+    small_config(&cfg, 0);
+    assert_int_equal(search_config_set(&cfg, "devices", "8,2,4", &err), 0);
+    assert_int_equal(cfg.devices, 8);
+    space_ok(&sp, m, hw, &cfg);
+    for (uint32_t k = 0; k < 3; k++) { /* the union, ascending counts outermost */
+        static const uint32_t counts[3] = {2, 4, 8};
+        small_config(&one, counts[k]);
+        space_ok(&sp1, m, hw, &one);
+        for (uint64_t i = 0; i < sp1.ncandidate; i++) {
+            const search_candidate *a = &sp.candidates[n1 + i], *b = &sp1.candidates[i];
+            assert_true(a->dp == b->dp && a->tp == b->tp && a->pp == b->pp &&
+                        a->microbatches == b->microbatches && a->schedule == b->schedule &&
+                        a->recompute == b->recompute && a->zero == b->zero);
+        }
+        n1 += sp1.ncandidate;
+        search_space_fini(&sp1);
+    }
+    assert_int_equal(n1, sp.ncandidate);
+    search_space_fini(&sp);
+
+    /* Every feasible point, by time. */
+    cfg.top_k = SEARCH_MAX_TOP;
+    run(m, hw, &cfg, &all);
+    assert_int_equal(all.ntop, all.count[SEARCH_OK]);
+    assert_true(all.ntop > 10);
+    target = all.top[all.ntop / 3].step_time_s; /* some points reach it, some do not */
+
+    cfg.top_k = 5;
+    cfg.objective = SEARCH_MIN_DEVICES;
+    cfg.target_step_s = target;
+    cfg.price_per_device_hour = 2.5;
+    cfg.train_tokens = 1e9;
+    run(m, hw, &cfg, &dev);
+    cfg.objective = SEARCH_MIN_COST;
+    run(m, hw, &cfg, &cost);
+    {
+        const search_point *bd = NULL, *bc = NULL;
+        for (uint32_t i = 0; i < all.ntop; i++) {
+            const search_point *p = &all.top[i];
+            double d = search_point_devices(p);
+            if (p->step_time_s > target)
+                continue;
+            if (bd == NULL || d < search_point_devices(bd) ||
+                (d == search_point_devices(bd) && p->step_time_s < bd->step_time_s))
+                bd = p;
+            if (bc == NULL || d * p->step_time_s < search_point_devices(bc) * bc->step_time_s)
+                bc = p;
+        }
+        assert_non_null(bd);
+        assert_int_equal(dev.top[0].cand.index, bd->cand.index);
+        assert_int_equal(cost.top[0].cand.index, bc->cand.index);
+        for (uint32_t i = 1; i < dev.ntop; i++) /* the points reaching the target come first */
+            assert_true(dev.top[i - 1].step_time_s <= target || dev.top[i].step_time_s > target);
+    }
+    {
+        /* The JSON: the training figures, and a round trip that keeps everything. */
+        char *json = search_result_to_json(&cost);
+        search_result back;
+        json_t *root = json_loads(json, 0, NULL), *p0;
+        double steps = 1e9 / cost.tokens_per_step;
+        assert_non_null(root);
+        p0 = json_array_get(json_object_get(root, "top"), 0);
+        assert_true(fabs(json_real_value(json_object_get(p0, "train_time_s")) -
+                         steps * cost.top[0].step_time_s) <= 1e-9 * steps);
+        assert_true(fabs(json_real_value(json_object_get(p0, "train_cost")) -
+                         steps * cost.top[0].step_time_s * search_point_devices(&cost.top[0]) *
+                             2.5 / 3600) <= 1e-9 * steps);
+        assert_int_equal(json_array_size(json_object_get(root, "device_counts")), 3);
+        if (search_result_from_json(json, strlen(json), &back, &err) != 0)
+            fail_msg("from_json: %s", err.msg);
+        assert_true(search_result_equal(&cost, &back));
+        json_decref(root);
+        di_free(json);
+        search_result_fini(&back);
+    }
+    /* Shards of the several-count space merge to the whole. */
+    space_ok(&sp, m, hw, &cfg);
+    search_result_init(&merged, &sp);
+    for (uint32_t i = 0; i < 3; i++) {
+        search_config c = cfg;
+        search_result part;
+        c.shard_index = i;
+        c.shard_count = 3;
+        run(m, hw, &c, &part);
+        assert_int_equal(search_result_merge(&merged, &part, &err), 0);
+        search_result_fini(&part);
+    }
+    assert_true(search_result_equal(&cost, &merged));
+    search_space_fini(&sp);
+    /* The devices objective needs a target. */
+    cfg.objective = SEARCH_MIN_DEVICES;
+    cfg.target_step_s = 0;
+    assert_int_equal(search_space_init(&sp, m, hw, &cfg, &err), DI_EINVAL);
+    assert_non_null(strstr(err.msg, "target"));
+    search_result_fini(&merged);
+    search_result_fini(&all);
+    search_result_fini(&dev);
+    search_result_fini(&cost);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 static void
 test_throughput(void **state)
 {
@@ -963,6 +1088,7 @@ main(void)
         cmocka_unit_test(test_any_order),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_throughput),
+        cmocka_unit_test(test_objectives),
         cmocka_unit_test(test_key),
         cmocka_unit_test(test_model_facts),
     };

@@ -31,20 +31,69 @@ search_status_name(int status)
     return status >= 0 && status < SEARCH_NSTATUS ? status_names[status] : "unknown";
 }
 
-double
-search_point_cost(search_objective o, const search_point *p)
+static const char *const objective_names[SEARCH_NOBJECTIVE] = {"time", "throughput", "devices",
+                                                               "cost"};
+
+const char *
+search_objective_name(search_objective o)
 {
-    return o == SEARCH_MAX_THROUGHPUT ? -p->tokens_per_s : p->step_time_s;
+    return (unsigned)o < SEARCH_NOBJECTIVE ? objective_names[o] : "unknown";
 }
 
-/* Orders points by (cost, index): negative when a comes first. */
-static int
-top_cmp(search_objective o, const search_point *a, const search_point *b)
+uint32_t
+search_point_devices(const search_point *p)
 {
-    double ca = search_point_cost(o, a), cb = search_point_cost(o, b);
-    if (ca != cb)
-        return ca < cb ? -1 : 1;
+    return p->cand.dp * p->cand.tp * p->cand.pp;
+}
+
+/* -1, 0 or 1 as x is below, equal to or above y. */
+static int
+order(double x, double y)
+{
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+int
+search_point_compare(const search_result *r, const search_point *a, const search_point *b)
+{
+    double ta = a->step_time_s, tb = b->step_time_s;
+    double da = search_point_devices(a), db = search_point_devices(b);
+    int c = 0;
+    if ((r->objective == SEARCH_MIN_DEVICES || r->objective == SEARCH_MIN_COST) &&
+        r->target_step_s > 0) {
+        int ma = ta > r->target_step_s, mb = tb > r->target_step_s;
+        c = order(ma, mb); /* those that reach it first */
+        if (c == 0 && ma) /* neither does: the closest first */
+            c = order(ta, tb);
+    }
+    if (c == 0) {
+        switch (r->objective) {
+        case SEARCH_MAX_THROUGHPUT:
+            c = order(b->tokens_per_s, a->tokens_per_s);
+            break;
+        case SEARCH_MIN_DEVICES:
+            c = order(da, db);
+            if (c == 0)
+                c = order(ta, tb);
+            break;
+        case SEARCH_MIN_COST:
+            c = order(da * ta, db * tb);
+            break;
+        default:
+            c = order(ta, tb);
+            break;
+        }
+    }
+    if (c != 0)
+        return c;
     return (a->cand.index > b->cand.index) - (a->cand.index < b->cand.index);
+}
+
+/* Orders points by the objective, then index: negative when a comes first. */
+static int
+top_cmp(const search_result *r, const search_point *a, const search_point *b)
+{
+    return search_point_compare(r, a, b);
 }
 
 /* Whether a dominates b (search.h). */
@@ -64,8 +113,14 @@ search_result_init(search_result *r, const search_space *sp)
     memset(r, 0, sizeof *r);
     r->key = sp->key;
     r->objective = sp->cfg.objective;
+    r->target_step_s = sp->cfg.target_step_s;
+    r->price_per_device_hour = sp->cfg.price_per_device_hour;
+    r->train_tokens = sp->cfg.train_tokens;
+    r->tokens_per_step = sp->tokens_per_step;
     r->top_k = sp->cfg.top_k;
     r->devices = sp->devices;
+    r->ndevice_counts = sp->cfg.ndevice_counts;
+    memcpy(r->device_counts, sp->cfg.device_counts, sizeof r->device_counts);
     r->top = di_xcalloc(r->top_k, sizeof *r->top);
 }
 
@@ -81,10 +136,10 @@ static void
 top_insert(search_result *r, const search_point *p)
 {
     uint32_t i;
-    if (r->ntop == r->top_k && top_cmp(r->objective, p, &r->top[r->ntop - 1]) >= 0)
+    if (r->ntop == r->top_k && top_cmp(r, p, &r->top[r->ntop - 1]) >= 0)
         return;
     i = r->ntop < r->top_k ? r->ntop++ : r->ntop - 1;
-    while (i > 0 && top_cmp(r->objective, p, &r->top[i - 1]) < 0) {
+    while (i > 0 && top_cmp(r, p, &r->top[i - 1]) < 0) {
         r->top[i] = r->top[i - 1];
         i--;
     }
@@ -223,7 +278,7 @@ search_point_reported(const search_point *p)
 }
 
 static int
-reported_cmp(search_objective o, const search_point *a, const search_point *b)
+reported_cmp(const search_result *r, const search_point *a, const search_point *b)
 {
     search_figures fa = search_point_reported(a), fb = search_point_reported(b);
     search_point ra = *a, rb = *b;
@@ -234,20 +289,7 @@ reported_cmp(search_objective o, const search_point *a, const search_point *b)
     ra.tokens_per_s = fa.tokens_per_s;
     rb.step_time_s = fb.step_time_s;
     rb.tokens_per_s = fb.tokens_per_s;
-    return top_cmp(o, &ra, &rb);
-}
-
-/* qsort has no context argument: one comparator per objective. */
-static int
-reported_cmp_time(const void *x, const void *y)
-{
-    return reported_cmp(SEARCH_MIN_TIME, x, y);
-}
-
-static int
-reported_cmp_throughput(const void *x, const void *y)
-{
-    return reported_cmp(SEARCH_MAX_THROUGHPUT, x, y);
+    return top_cmp(r, &ra, &rb);
 }
 
 void
@@ -256,8 +298,26 @@ search_result_reported_top(const search_result *r, search_point *out)
     if (r->ntop == 0)
         return;
     memcpy(out, r->top, r->ntop * sizeof *out);
-    qsort(out, r->ntop, sizeof *out,
-          r->objective == SEARCH_MAX_THROUGHPUT ? reported_cmp_throughput : reported_cmp_time);
+    /* Insertion sort: qsort has no context argument, and K is small (the order is by the
+     * estimates already, the full simulations move a point a few places at most). */
+    for (uint32_t i = 1; i < r->ntop; i++) {
+        search_point p = out[i];
+        uint32_t j = i;
+        while (j > 0 && reported_cmp(r, &p, &out[j - 1]) < 0) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = p;
+    }
+}
+
+void
+search_point_train(const search_result *r, const search_figures *f, const search_point *p,
+                   double *step_cost, double *train_s)
+{
+    double devices = search_point_devices(p);
+    *step_cost = devices * f->step_time_s * r->price_per_device_hour / 3600;
+    *train_s = r->tokens_per_step > 0 ? r->train_tokens / r->tokens_per_step * f->step_time_s : 0;
 }
 
 static int
@@ -287,7 +347,11 @@ search_result_equal(const search_result *a, const search_result *b)
 {
     if (memcmp(&a->key, &b->key, sizeof a->key) != 0 || a->objective != b->objective ||
         a->top_k != b->top_k || a->devices != b->devices || a->enumerated != b->enumerated ||
-        a->composed != b->composed ||
+        a->composed != b->composed || a->target_step_s != b->target_step_s ||
+        a->price_per_device_hour != b->price_per_device_hour ||
+        a->train_tokens != b->train_tokens || a->tokens_per_step != b->tokens_per_step ||
+        a->ndevice_counts != b->ndevice_counts ||
+        memcmp(a->device_counts, b->device_counts, sizeof a->device_counts) != 0 ||
         a->ntop != b->ntop || a->npareto != b->npareto)
         return 0;
     for (int s = 0; s < SEARCH_NSTATUS; s++)
@@ -304,10 +368,9 @@ search_result_equal(const search_result *a, const search_result *b)
 
 /* ---- JSON ---- */
 
-static const char *const objective_names[] = {"time", "throughput"};
 
 static json_t *
-point_to_json(const search_point *p)
+point_to_json(const search_result *r, const search_point *p)
 {
     char name[256];
     const search_candidate *c = &p->cand;
@@ -336,6 +399,19 @@ point_to_json(const search_point *p)
             abort();
         json_object_set_new(o, "simulated", f);
     }
+    {
+        search_figures f = search_point_reported(p);
+        double step_cost = 0, train_s = 0;
+        search_point_train(r, &f, p, &step_cost, &train_s);
+        if (r->price_per_device_hour > 0)
+            json_object_set_new(o, "step_cost", json_real(step_cost));
+        if (r->train_tokens > 0) {
+            json_object_set_new(o, "train_time_s", json_real(train_s));
+            if (r->price_per_device_hour > 0)
+                json_object_set_new(o, "train_cost",
+                                    json_real(step_cost * train_s / f.step_time_s));
+        }
+    }
     return o;
 }
 
@@ -353,18 +429,34 @@ search_result_to_json(const search_result *r)
     ordered = di_xmalloc((r->ntop ? r->ntop : 1) * sizeof *ordered);
     search_result_reported_top(r, ordered);
     for (uint32_t i = 0; i < r->ntop; i++)
-        json_array_append_new(top, point_to_json(&ordered[i]));
+        json_array_append_new(top, point_to_json(r, &ordered[i]));
     di_free(ordered);
     pareto = json_array();
     for (uint32_t i = 0; i < r->npareto; i++)
-        json_array_append_new(pareto, point_to_json(&r->pareto[i]));
-    root = json_pack("{s:s, s:s, s:i, s:i, s:I, s:o, s:I, s:o, s:o}", "search_key", key,
-                     "objective", objective_names[r->objective], "top_k", (int)r->top_k,
-                     "devices", (int)r->devices, "enumerated", (json_int_t)r->enumerated,
-                     "counts", counts, "composed", (json_int_t)r->composed, "top", top,
-                     "pareto", pareto);
+        json_array_append_new(pareto, point_to_json(r, &r->pareto[i]));
+    root = json_pack("{s:s, s:s, s:i, s:i}", "search_key", key, "objective",
+                     objective_names[r->objective], "top_k", (int)r->top_k, "devices",
+                     (int)r->devices);
     if (root == NULL)
         abort();
+    if (r->ndevice_counts > 0) {
+        json_t *a = json_array();
+        for (uint32_t i = 0; i < r->ndevice_counts; i++)
+            json_array_append_new(a, json_integer(r->device_counts[i]));
+        json_object_set_new(root, "device_counts", a);
+    }
+    if (r->target_step_s > 0)
+        json_object_set_new(root, "target_step_s", json_real(r->target_step_s));
+    if (r->price_per_device_hour > 0)
+        json_object_set_new(root, "price_per_device_hour", json_real(r->price_per_device_hour));
+    if (r->train_tokens > 0)
+        json_object_set_new(root, "train_tokens", json_real(r->train_tokens));
+    json_object_set_new(root, "tokens_per_step", json_real(r->tokens_per_step));
+    json_object_set_new(root, "enumerated", json_integer((json_int_t)r->enumerated));
+    json_object_set_new(root, "counts", counts);
+    json_object_set_new(root, "composed", json_integer((json_int_t)r->composed));
+    json_object_set_new(root, "top", top);
+    json_object_set_new(root, "pareto", pareto);
     text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17) | JSON_COMPACT);
     json_decref(root);
     if (text == NULL)
@@ -383,6 +475,35 @@ get_uint(const json_t *o, const char *key, uint64_t max, uint64_t *out, di_error
         return di_error_set(err, DI_EINVAL, "search result: '%s' is not an integer in 0..%llu", key,
                             (unsigned long long)max);
     *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+int
+search_result_has_devices(const search_result *r, uint64_t n)
+{
+    if (r->ndevice_counts == 0)
+        return n == r->devices;
+    for (uint32_t i = 0; i < r->ndevice_counts; i++)
+        if (r->device_counts[i] == n)
+            return 1;
+    return 0;
+}
+
+static int get_real(const json_t *o, const char *key, double *out, di_error *err);
+
+/* A non-negative number or absent (0). */
+static int
+get_optional_real(const json_t *o, const char *key, double *out, di_error *err)
+{
+    int rc;
+    *out = 0;
+    if (json_object_get(o, key) == NULL)
+        return 0;
+    if ((rc = get_real(o, key, out, err)) != 0)
+        return rc;
+    if (!(*out >= 0 && *out < 1e300))
+        return di_error_set(err, DI_EINVAL, "search result: '%s' is not a non-negative number",
+                            key);
     return 0;
 }
 
@@ -502,9 +623,10 @@ points_from_json(const json_t *root, const char *key, const search_result *r, se
         if ((rc = point_from_json(json_array_get(a, i), p, err)) != 0)
             return rc;
         c = &p->cand;
-        if ((uint64_t)c->dp * c->tp * c->pp != r->devices)
+        if (!search_result_has_devices(r, (uint64_t)c->dp * c->tp * c->pp))
             return di_error_set(err, DI_EINVAL,
-                                "search result: point %llu uses dp*tp*pp = %llu devices, not %u",
+                                "search result: point %llu uses dp*tp*pp = %llu devices, not a device "
+                                "count of the search (at most %u)",
                                 (unsigned long long)c->index,
                                 (unsigned long long)c->dp * c->tp * c->pp, r->devices);
         ++*npoint;
@@ -568,11 +690,21 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
     if (root == NULL)
         return di_error_set(err, DI_EINVAL, "search result: line %d: %s", je.line, je.text);
     obj = json_string_value(json_object_get(root, "objective"));
-    if (obj == NULL || (strcmp(obj, "time") != 0 && strcmp(obj, "throughput") != 0)) {
-        rc = di_error_set(err, DI_EINVAL, "search result: 'objective' is not time or throughput");
+    r->objective = SEARCH_NOBJECTIVE;
+    for (int o = 0; obj != NULL && o < SEARCH_NOBJECTIVE; o++)
+        if (strcmp(obj, objective_names[o]) == 0)
+            r->objective = (search_objective)o;
+    if (r->objective == SEARCH_NOBJECTIVE) {
+        rc = di_error_set(err, DI_EINVAL,
+                          "search result: 'objective' is not time, throughput, devices or cost");
         goto out;
     }
-    r->objective = strcmp(obj, "time") == 0 ? SEARCH_MIN_TIME : SEARCH_MAX_THROUGHPUT;
+    if ((rc = get_optional_real(root, "target_step_s", &r->target_step_s, err)) != 0 ||
+        (rc = get_optional_real(root, "price_per_device_hour", &r->price_per_device_hour, err)) !=
+            0 ||
+        (rc = get_optional_real(root, "train_tokens", &r->train_tokens, err)) != 0 ||
+        (rc = get_optional_real(root, "tokens_per_step", &r->tokens_per_step, err)) != 0)
+        goto out;
     obj = json_string_value(json_object_get(root, "search_key"));
     if (obj == NULL || di_hash_from_hex(obj, &r->key) != 0) {
         rc = di_error_set(err, DI_EINVAL, "search result: 'search_key' is not 64 hex digits");
@@ -593,6 +725,26 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
         goto out;
     }
     r->devices = (uint32_t)v;
+    if (json_object_get(root, "device_counts") != NULL) {
+        const json_t *a = json_object_get(root, "device_counts");
+        if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > SEARCH_MAX_SET) {
+            rc = di_error_set(err, DI_EINVAL,
+                              "search result: 'device_counts' is not a list of 1 to %u counts",
+                              SEARCH_MAX_SET);
+            goto out;
+        }
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            json_int_t d = json_integer_value(json_array_get(a, i));
+            if (!json_is_integer(json_array_get(a, i)) || d < 1 || d > r->devices ||
+                (i > 0 && d <= (json_int_t)r->device_counts[i - 1])) {
+                rc = di_error_set(err, DI_EINVAL,
+                                  "search result: 'device_counts' is not ascending counts up to "
+                                  "'devices'");
+                goto out;
+            }
+            r->device_counts[r->ndevice_counts++] = (uint32_t)d;
+        }
+    }
     if ((rc = get_uint(root, "enumerated", UINT64_MAX / 2, &r->enumerated, err)) != 0)
         goto out;
     counts = json_object_get(root, "counts");
@@ -637,21 +789,40 @@ out:
 /* ---- tables ---- */
 
 static void
-table(di_buf *b, const char *title, const search_point *p, uint32_t n)
+table(di_buf *b, const search_result *r, const char *title, const search_point *p, uint32_t n)
 {
+    int cost = r->price_per_device_hour > 0, train = r->train_tokens > 0;
     di_buf_printf(b, "%s\n", title);
-    di_buf_printf(b, "  %4s  %12s  %12s  %14s  %6s  %s\n", "#", "step time ms", "peak mem MiB",
-                  "tokens/s/dev", "MFU %", "strategy");
+    di_buf_printf(b, "  %4s  %12s  %12s  %14s  %6s", "#", "step time ms", "peak mem MiB",
+                  "tokens/s/dev", "MFU %");
+    if (r->ndevice_counts > 0)
+        di_buf_printf(b, "  %7s", "devices");
+    if (train)
+        di_buf_printf(b, "  %12s", "train days");
+    if (cost)
+        di_buf_printf(b, "  %12s", train ? "train cost" : "step cost");
+    di_buf_puts(b, "  strategy\n");
     for (uint32_t i = 0; i < n; i++) {
         char name[256];
         search_figures f = search_point_reported(&p[i]);
         const char *mark = p[i].refined ? (f.status == SEARCH_OK ? " " : "!")
                            : p[i].composed ? "~"
                                            : " ";
+        double step_cost, train_s;
+        search_point_train(r, &f, &p[i], &step_cost, &train_s);
         search_candidate_format(&p[i].cand, name, sizeof name);
-        di_buf_printf(b, "  %4u %s%12.3f  %12.3f  %14.1f  %6.2f  %s\n", i + 1, mark,
+        di_buf_printf(b, "  %4u %s%12.3f  %12.3f  %14.1f  %6.2f", i + 1, mark,
                       f.step_time_s * 1e3, (double)f.peak_memory_bytes / (1u << 20),
-                      f.tokens_per_s, f.mfu * 100, name);
+                      f.tokens_per_s, f.mfu * 100);
+        if (r->ndevice_counts > 0)
+            di_buf_printf(b, "  %7u", search_point_devices(&p[i]));
+        if (train)
+            di_buf_printf(b, "  %12.2f", train_s / 86400);
+        if (cost)
+            di_buf_printf(b, "  %12.2f",
+                          train && f.step_time_s > 0 ? step_cost * train_s / f.step_time_s
+                                                     : step_cost);
+        di_buf_printf(b, "  %s\n", name);
     }
     if (n == 0)
         di_buf_puts(b, "  (no candidate fits)\n");
@@ -660,19 +831,29 @@ table(di_buf *b, const char *title, const search_point *p, uint32_t n)
 char *
 search_result_to_table(const search_result *r)
 {
+    static const char *const by[SEARCH_NOBJECTIVE] = {
+        "step time", "tokens/s per device", "fewest devices", "device time per step"};
     di_buf b;
-    char title[96];
+    char title[256], on[160];
+    int w = 0;
     di_buf_init(&b);
-    snprintf(title, sizeof title, "top %u by %s on %u devices", r->top_k,
-             r->objective == SEARCH_MAX_THROUGHPUT ? "tokens/s per device" : "step time",
-             r->devices);
+    if (r->ndevice_counts == 0)
+        snprintf(on, sizeof on, "%u", r->devices);
+    for (uint32_t i = 0; i < r->ndevice_counts && w >= 0 && (size_t)w < sizeof on; i++)
+        w += snprintf(on + w, sizeof on - (size_t)w, "%s%u", i ? "," : "", r->device_counts[i]);
+    snprintf(title, sizeof title, "top %u by %s on %s devices", r->top_k,
+             (unsigned)r->objective < SEARCH_NOBJECTIVE ? by[r->objective] : "?", on);
+    if (r->target_step_s > 0) {
+        size_t len = strlen(title);
+        snprintf(title + len, sizeof title - len, " (target step time %.3f s)", r->target_step_s);
+    }
     {
         search_point *ordered = di_xmalloc((r->ntop ? r->ntop : 1) * sizeof *ordered);
         search_result_reported_top(r, ordered);
-        table(&b, title, ordered, r->ntop);
+        table(&b, r, title, ordered, r->ntop);
         di_free(ordered);
     }
-    table(&b, "pareto set over (step time, peak memory)", r->pareto, r->npareto);
+    table(&b, r, "pareto set over (step time, peak memory)", r->pareto, r->npareto);
     di_buf_printf(&b, "candidates %llu:", (unsigned long long)r->enumerated);
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         di_buf_printf(&b, " %s %llu", status_names[s], (unsigned long long)r->count[s]);
@@ -683,5 +864,7 @@ search_result_to_table(const search_result *r)
     if (r->composed > 0)
         di_buf_puts(&b, "(composed points in the tables are re-simulated in full; ~: not, !: out "
                         "of memory in the full simulation)\n");
+    if (r->target_step_s > 0 && r->ntop > 0 && r->top[0].step_time_s > r->target_step_s)
+        di_buf_puts(&b, "(no candidate reaches the target step time: the closest first)\n");
     return di_buf_take(&b, NULL);
 }

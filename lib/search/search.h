@@ -47,7 +47,13 @@
 typedef enum search_objective {
     SEARCH_MIN_TIME = 0,       /* minimise the step time (default) */
     SEARCH_MAX_THROUGHPUT = 1, /* maximise tokens (or samples) per second per device */
+    SEARCH_MIN_DEVICES = 2,    /* the fewest devices that reach target_step_s, then time */
+    SEARCH_MIN_COST = 3,       /* the least device time per step (devices x step time), within
+                                  target_step_s when one is given */
 } search_objective;
+#define SEARCH_NOBJECTIVE 4
+/* "time", "throughput", "devices", "cost". */
+const char *search_objective_name(search_objective o);
 
 /*
  * The constraints that shape the space. A list axis with n == 0 allows
@@ -56,6 +62,12 @@ typedef enum search_objective {
  */
 typedef struct search_config {
     uint32_t devices; /* N; 0: every device of the hardware */
+    /*
+     * Several device counts (ascending once the space is built): the space
+     * is the union of the spaces on each, device count outermost; devices is
+     * then the largest. n == 0: the one count `devices`.
+     */
+    uint32_t ndevice_counts, device_counts[SEARCH_MAX_SET];
     uint32_t ndp, dp[SEARCH_MAX_SET];
     uint32_t ntp, tp[SEARCH_MAX_SET];
     uint32_t npp, pp[SEARCH_MAX_SET];
@@ -69,6 +81,11 @@ typedef struct search_config {
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
     int no_compose;             /* simulate every candidate in full (no composed estimates) */
     search_objective objective;
+    double target_step_s;         /* SEARCH_MIN_DEVICES (required), SEARCH_MIN_COST: a step time
+                                     to reach; points slower rank after every point that reaches
+                                     it. 0: none */
+    double price_per_device_hour; /* reported: the cost of a step, of training (0: not) */
+    double train_tokens;          /* reported: time and cost to train for these tokens (0: not) */
     uint32_t top_k;                    /* default 10, at most SEARCH_MAX_TOP */
     uint32_t shard_index, shard_count; /* this process evaluates index % count == shard_index */
 } search_config;
@@ -282,8 +299,13 @@ int search_eval_full(search_evaluator *ev, const search_candidate *c, search_poi
 typedef struct search_result {
     di_hash key; /* the space's key */
     search_objective objective;
+    double target_step_s;         /* the config's, for the ranking */
+    double price_per_device_hour; /* the config's, for the report */
+    double train_tokens;          /* the config's, for the report */
+    double tokens_per_step;       /* the module's */
     uint32_t top_k;
-    uint32_t devices;
+    uint32_t devices; /* the largest device count of the space */
+    uint32_t ndevice_counts, device_counts[SEARCH_MAX_SET]; /* every count (ascending) */
     uint64_t enumerated;            /* candidates seen (added) */
     uint64_t count[SEARCH_NSTATUS]; /* by status */
     uint64_t composed;              /* of the simulated (ok or out_of_memory): composed */
@@ -330,10 +352,23 @@ int search_result_equal(const search_result *a, const search_result *b);
 int search_point_equal(const search_point *a, const search_point *b);
 
 /*
- * The objective's value of a point, oriented so that smaller is better
- * (step time, or minus tokens/s per device).
+ * Orders two points by the objective of r (its target for the devices and
+ * cost objectives), ties by enumeration index: negative when a is better.
+ * Total and a function of the two points only, so every set ordered by it
+ * is the same whatever the order of additions.
  */
-double search_point_cost(search_objective o, const search_point *p);
+int search_point_compare(const search_result *r, const search_point *a, const search_point *b);
+/* Whether n is a device count of r's space (devices, or one of device_counts). */
+int search_result_has_devices(const search_result *r, uint64_t n);
+/* The devices a point uses (dp x tp x pp). */
+uint32_t search_point_devices(const search_point *p);
+/*
+ * For figures f of point p in r: the cost of one step (devices x step time x
+ * r's price per device-hour) and the time to train for r's train_tokens
+ * (train_tokens / tokens per step x step time; 0 without tokens per step).
+ */
+void search_point_train(const search_result *r, const search_figures *f, const search_point *p,
+                        double *step_cost, double *train_s);
 
 /*
  * JSON: {"search_key":"hex", "objective":..., "top_k":..., "devices":..., "enumerated":...,

@@ -109,6 +109,14 @@ add_degree(search_config *cfg, const char *name, const char *item, di_error *err
 }
 
 static int
+add_device_count(search_config *cfg, const char *name, const char *item, di_error *err)
+{
+    uint32_t v;
+    int rc = parse_u32(name, item, 1, HW_MAX_DEVICES, &v, err);
+    return rc != 0 ? rc : set_add(cfg->device_counts, &cfg->ndevice_counts, name, v, err);
+}
+
+static int
 add_schedule(search_config *cfg, const char *name, const char *item, di_error *err)
 {
     if (strcmp(item, "gpipe") == 0) {
@@ -184,19 +192,50 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
         return parse_list(cfg, name, value, add_zero, err);
     if (strcmp(name, "sequence-parallel") == 0 || strcmp(name, "overlap-grad-reduce") == 0)
         return parse_list(cfg, name, value, add_switch, err);
-    if (strcmp(name, "devices") == 0)
-        return parse_u32(name, value, 1, HW_MAX_DEVICES, &cfg->devices, err);
+    if (strcmp(name, "devices") == 0) {
+        /* One count, or a list: the space on each. */
+        int rc;
+        cfg->ndevice_counts = 0;
+        if (value != NULL && strchr(value, ',') == NULL)
+            return parse_u32(name, value, 1, HW_MAX_DEVICES, &cfg->devices, err);
+        if ((rc = parse_list(cfg, name, value, add_device_count, err)) != 0)
+            return rc;
+        cfg->devices = 0;
+        for (uint32_t i = 0; i < cfg->ndevice_counts; i++)
+            if (cfg->device_counts[i] > cfg->devices)
+                cfg->devices = cfg->device_counts[i];
+        if (cfg->ndevice_counts == 1) { /* "8,8" is "8" */
+            cfg->ndevice_counts = 0;
+            cfg->device_counts[0] = 0;
+        }
+        return 0;
+    }
+    if (strcmp(name, "target-step") == 0 || strcmp(name, "price") == 0 ||
+        strcmp(name, "train-tokens") == 0) {
+        char *end;
+        double v = value ? strtod(value, &end) : 0;
+        if (value == NULL || end == value || *end != '\0' || !(v > 0 && v < 1e30))
+            return di_error_set(err, DI_EINVAL, "%s: '%s' is not a positive number", name,
+                                value ? value : "");
+        if (name[0] == 't' && name[1] == 'a')
+            cfg->target_step_s = v;
+        else if (name[0] == 'p')
+            cfg->price_per_device_hour = v;
+        else
+            cfg->train_tokens = v;
+        return 0;
+    }
     if (strcmp(name, "top") == 0)
         return parse_u32(name, value, 1, SEARCH_MAX_TOP, &cfg->top_k, err);
     if (strcmp(name, "objective") == 0) {
-        if (value && strcmp(value, "time") == 0)
-            cfg->objective = SEARCH_MIN_TIME;
-        else if (value && strcmp(value, "throughput") == 0)
-            cfg->objective = SEARCH_MAX_THROUGHPUT;
-        else
-            return di_error_set(err, DI_EINVAL, "objective: '%s' is not time or throughput",
-                                value ? value : "");
-        return 0;
+        for (int o = 0; value != NULL && o < SEARCH_NOBJECTIVE; o++)
+            if (strcmp(value, search_objective_name((search_objective)o)) == 0) {
+                cfg->objective = (search_objective)o;
+                return 0;
+            }
+        return di_error_set(err, DI_EINVAL,
+                            "objective: '%s' is not time, throughput, devices or cost",
+                            value ? value : "");
     }
     if (strcmp(name, "compose") == 0) {
         if (value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0))
@@ -331,22 +370,23 @@ push_options(space_builder *b, search_candidate *c)
     }
 }
 
+/* The space on n devices. */
 static void
-enumerate(space_builder *b)
+enumerate_on(space_builder *b, uint32_t n)
 {
     search_space *sp = b->sp;
     const search_config *cfg = &sp->cfg;
     uint32_t *pps, *tps, *vs;
-    uint32_t npps = divisors(sp->devices, &pps);
+    uint32_t npps = divisors(n, &pps);
     uint32_t nvs = divisors(sp->layers ? sp->layers : 1, &vs);
     for (uint32_t i = 0; i < npps; i++) {
         uint32_t pp = pps[i];
         uint32_t ntps;
         if (!in_set(cfg->pp, cfg->npp, pp))
             continue;
-        ntps = divisors(sp->devices / pp, &tps);
+        ntps = divisors(n / pp, &tps);
         for (uint32_t j = 0; j < ntps; j++) {
-            uint32_t tp = tps[j], dp = sp->devices / pp / tp;
+            uint32_t tp = tps[j], dp = n / pp / tp;
             uint32_t *ms, nms;
             if (!in_set(cfg->tp, cfg->ntp, tp) || !in_set(cfg->dp, cfg->ndp, dp))
                 continue;
@@ -390,6 +430,19 @@ enumerate(space_builder *b)
     }
     di_free(vs);
     di_free(pps);
+}
+
+/* Every device count's space, ascending. */
+static void
+enumerate(space_builder *b)
+{
+    const search_config *cfg = &b->sp->cfg;
+    if (cfg->ndevice_counts == 0) {
+        enumerate_on(b, b->sp->devices);
+        return;
+    }
+    for (uint32_t i = 0; i < cfg->ndevice_counts; i++)
+        enumerate_on(b, cfg->device_counts[i]);
 }
 
 static int
@@ -450,6 +503,17 @@ space_key(search_space *sp)
     di_sha256_u64(&h, headroom);
     di_sha256_u64(&h, (uint64_t)cfg->objective);
     di_sha256_u64(&h, cfg->no_compose ? 1 : 0);
+    /* Added only when set, so the keys of searches without them stay what they were. */
+    if (cfg->ndevice_counts > 0)
+        hash_set(&h, cfg->device_counts, cfg->ndevice_counts);
+    if (cfg->target_step_s > 0 || cfg->price_per_device_hour > 0 || cfg->train_tokens > 0) {
+        double v[3] = {cfg->target_step_s, cfg->price_per_device_hour, cfg->train_tokens};
+        for (int i = 0; i < 3; i++) {
+            uint64_t bits;
+            memcpy(&bits, &v[i], sizeof bits);
+            di_sha256_u64(&h, bits);
+        }
+    }
     di_sha256_u64(&h, cfg->top_k);
     di_sha256_u64(&h, sizeof SIM_VERSION - 1);
     di_sha256_update(&h, SIM_VERSION, sizeof SIM_VERSION - 1);
@@ -476,14 +540,29 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     if (cfg->devices > hw->ndevice)
         return di_error_set(err, DI_EINVAL, "%u devices asked for, but %s has %u", cfg->devices,
                             hw->name, hw->ndevice);
+    if (cfg->objective == SEARCH_MIN_DEVICES && !(cfg->target_step_s > 0))
+        return di_error_set(err, DI_EINVAL,
+                            "the devices objective needs a target step time (--target-step S)");
+    if ((unsigned)cfg->objective >= SEARCH_NOBJECTIVE)
+        return di_error_set(err, DI_EINVAL, "objective %d is unknown", (int)cfg->objective);
     if ((rc = xform_model_facts_init(&facts, m, err)) != 0) {
         di_error_prefix(err, "cannot search this module");
         return rc;
     }
     sp->cfg = *cfg;
+    if (sp->cfg.ndevice_counts > 0) { /* ascending, the largest is the space's N */
+        qsort(sp->cfg.device_counts, sp->cfg.ndevice_counts, sizeof *sp->cfg.device_counts,
+              cmp_u32);
+        memset(sp->cfg.device_counts + sp->cfg.ndevice_counts, 0,
+               (SEARCH_MAX_SET - sp->cfg.ndevice_counts) * sizeof *sp->cfg.device_counts);
+        sp->cfg.devices = sp->cfg.device_counts[sp->cfg.ndevice_counts - 1];
+        if (sp->cfg.devices > hw->ndevice)
+            return di_error_set(err, DI_EINVAL, "%u devices asked for, but %s has %u",
+                                sp->cfg.devices, hw->name, hw->ndevice);
+    }
     sp->module = m;
     sp->hw = hw;
-    sp->devices = cfg->devices ? cfg->devices : hw->ndevice;
+    sp->devices = sp->cfg.devices ? sp->cfg.devices : hw->ndevice;
     sp->batch = facts.batch;
     sp->layers = facts.layers;
     sp->data_bytes = facts.data_bytes;
@@ -571,10 +650,11 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
 {
     uint64_t held;
     /* Saturating, and floor division keeps it a lower bound. */
+    uint64_t n = (uint64_t)c->dp * c->tp * c->pp;
     if (di_mul_u64(sp->state_bytes, c->zero ? 1 : c->dp, &held) != 0 ||
         held + sp->data_bytes < held)
-        return UINT64_MAX / sp->devices;
-    return (held + sp->data_bytes) / sp->devices;
+        return UINT64_MAX / n;
+    return (held + sp->data_bytes) / n;
 }
 
 void
@@ -640,7 +720,7 @@ figures(const search_space *sp, double T, const uint64_t *peak, const sim_result
             f->status = SEARCH_OOM;
     }
     f->mfu = T > 0 && r->peak_flops > 0 ? sp->stats.model_flops / (T * r->peak_flops) : 0;
-    f->tokens_per_s = T > 0 ? sp->tokens_per_step / T / sp->devices : 0;
+    f->tokens_per_s = T > 0 ? sp->tokens_per_step / T / r->ndevice : 0;
 }
 
 int

@@ -161,6 +161,44 @@ def main():
     check("the result counts the whole space", res.space_candidates == res.enumerated == 572,
           (res.space_candidates, res.enumerated))
 
+    # ---------------------------------------------------------------- objectives, composition
+    # The fewest devices among 2, 4 and 8 that reach a target step time, with the cost and
+    # the time to train, and candidates with many microbatches composed: the daemon's JSON
+    # equals the CLI's, and composed points carry their full simulation.
+    gpt96 = os.path.join(TMP, "gpt96.pb")
+    subprocess.run([DISTIR, "model", "gpt", "--layers", "4", "--hidden", "48", "--heads", "6",
+                    "--seq", "8", "--vocab", "13", "--batch", "96", "-o", gpt96], check=True)
+    with open(gpt96, "rb") as f:
+        module96 = pb.Module.FromString(f.read())
+    oflags = ["--devices", "2,4,8", "--objective", "devices", "--target-step", "0.01",
+              "--price", "2.5", "--train-tokens", "1e9", "--recompute", "none", "--zero", "0",
+              "--microbatches", "4,16,24", "--schedule", "1f1b", "--top", "3"]
+    olocal = subprocess.run([DISTIR, "search", gpt96, "--json"] + oflags, check=True,
+                            capture_output=True, text=True).stdout
+    oreq = pb.SearchRequest(module=module96, hardware=pb.HardwareRef(preset="a100-dgx"),
+                            top_k=3, objective=pb.SEARCH_MIN_DEVICES, target_step_s=0.01,
+                            price_per_device_hour=2.5, train_tokens=1e9)
+    oreq.device_counts.extend([2, 4, 8])
+    oreq.constraints.microbatches.extend([4, 16, 24])
+    oreq.constraints.recomputes = 1 << pb.RECOMPUTE_NONE
+    oreq.constraints.zero = 1 << 0
+    oreq.constraints.schedules = 1 << pb.SCHEDULE_1F1B
+    ores = list(d.search(oreq))[-1].result
+    oj = json.loads(ores.json)
+    check("devices objective: the daemon's JSON equals `distir search --json` byte for byte",
+          ores.json + "\n" == olocal, (ores.json[:300], olocal[:300]))
+    reach = [p for p in oj["top"] if p["step_time_s"] <= 0.01]
+    check("devices objective: the best reaches the target with the fewest devices",
+          reach and oj["top"][0] is reach[0]
+          and all(p["dp"] * p["tp"] * p["pp"] >= reach[0]["dp"] * reach[0]["tp"] * reach[0]["pp"]
+                  for p in reach)
+          and oj["device_counts"] == [2, 4, 8] and "train_cost" in oj["top"][0], oj["top"][:1])
+    comp = [p for p in ores.pareto if p.composed]
+    check("composed points come with their full simulation and their estimate",
+          oj["composed"] > 0 and comp
+          and all(abs(p.step_time_s - p.estimate_step_time_s) <= 0.01 * p.step_time_s
+                  for p in comp), (oj["composed"], [str(p) for p in comp[:1]]))
+
     try:
         list(d.search(b"\xff\xff\xff"))
         code = grpc.StatusCode.OK

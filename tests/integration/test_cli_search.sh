@@ -51,7 +51,8 @@ check "a shard alone differs from the whole" sh -c '! cmp -s "$1" "$2"' sh "$TMP
 # the merge is still the whole, byte for byte; the reported top is a full simulation's.
 $T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 96 \
     -o "$TMP/gpt96.pb" || fail "model gpt --batch 96"
-CLIMITS="--devices 8 --recompute none --zero 0 --microbatches 4,16,24 --schedule 1f1b"
+CLIMITS_NODEV="--recompute none --zero 0 --microbatches 4,16,24 --schedule 1f1b"
+CLIMITS="--devices 8 $CLIMITS_NODEV"
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json >"$TMP/cwhole.json" ||
     fail "search (composed)"
@@ -83,6 +84,21 @@ r = json.load(open(sys.argv[1]))
 assert r["composed"] == 0 and not any(p["composed"] for p in r["top"] + r["pareto"])
 ' "$TMP/cfull.json"
 
+# Several device counts and the devices objective with a target, the price and the tokens.
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt96.pb" --devices 2,4,8 --objective devices --target-step 0.01 \
+    --price 2.5 --train-tokens 1e9 $CLIMITS_NODEV --top 3 >"$TMP/dev.out" || fail "--objective devices"
+check "--objective devices: the table says so, with devices, training days and cost" \
+    sh -c 'grep -q "^top 3 by fewest devices on 2,4,8 devices (target step time 0.010 s)" "$1" &&
+           grep -q "devices    train days    train cost" "$1"' sh "$TMP/dev.out"
+quiet() { "$@" >/dev/null 2>&1; }
+# shellcheck disable=SC2086
+quiet $T "$DISTIR" search "$TMP/gpt96.pb" --devices 2,4 --objective devices $CLIMITS_NODEV
+check "--objective devices without --target-step fails (exit 1)" [ $? = 1 ]
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt96.pb" --devices 2,4 --objective devices $CLIMITS_NODEV 2>&1 |
+    grep -q "target step time" || fail "... without saying what is missing"
+
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --tp 1,2 --fix pp=2 --json >"$TMP/fixed.json" ||
     fail "search --tp --fix"
@@ -93,7 +109,6 @@ pts = r["top"] + r["pareto"]
 assert pts and all(p["pp"] == 2 and p["tp"] in (1, 2) for p in pts)
 ' "$TMP/fixed.json"
 
-quiet() { "$@" >/dev/null 2>&1; }
 $T "$DISTIR" search "$TMP/gpt.pb" --tp 0 >/dev/null 2>"$TMP/bad.err"
 check "--tp 0 exits 2" [ $? = 2 ]
 check "... saying what is wrong" grep -q 'bad --tp' "$TMP/bad.err"

@@ -153,6 +153,22 @@ def main():
             s = c.search(base, "a100-dgx", devices=4, top_k=3, progress=events.append)
             check("search: a result with top points",
                   len(s.top) >= 1 and s.top[0].step_time_s > 0 and s.json["top"])
+            target = s.top[0].step_time_s * 1.5
+            d = c.search(base, "a100-dgx", devices=[1, 2, 4], top_k=3, objective="devices",
+                         target_step_s=target, price_per_device_hour=2.0, train_tokens=1e9)
+            best = d.json["top"][0]
+            check("search: the devices objective over counts 1, 2, 4 reaches the target with "
+                  "no more devices than the time objective's best",
+                  d.json["device_counts"] == [1, 2, 4] and best["step_time_s"] <= target
+                  and best["dp"] * best["tp"] * best["pp"] <= 4 and best["train_cost"] > 0,
+                  best)
+            try:
+                c.search(base, "a100-dgx", devices=4, objective="devices")
+                check("search: the devices objective without a target is refused", False)
+            except distir.DistirError as e:
+                check("search: the devices objective without a target is refused "
+                      "(INVALID_ARGUMENT)", e.code.name == "INVALID_ARGUMENT"
+                      and "target" in e.message, e.message)
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=30)

@@ -306,14 +306,29 @@ class Client:
                                                          name=name), pb.HistoryReply)
         return [_entry(e) for e in reply.entries]
 
+    _OBJECTIVES = {"time": pb.SEARCH_MIN_TIME, "throughput": pb.SEARCH_MAX_THROUGHPUT,
+                   "devices": pb.SEARCH_MIN_DEVICES, "cost": pb.SEARCH_MIN_COST}
+
     def search(self, module, hardware="a100-dgx", *, devices=0, top_k=0,
-               objective="time", progress=None) -> SearchOutcome:
+               objective="time", target_step_s=0.0, price_per_device_hour=0.0,
+               train_tokens=0.0, progress=None) -> SearchOutcome:
         """The strategy search on the daemon's workers; progress(event) gets each
-        SearchProgress message as it streams."""
+        SearchProgress message as it streams. devices: a count, or a list of
+        counts (the space on each). objective: "time", "throughput", "devices"
+        (the fewest reaching target_step_s) or "cost" (the least device time per
+        step); price_per_device_hour and train_tokens add the cost and the time
+        to train to each point of the JSON."""
+        if objective not in self._OBJECTIVES:
+            raise ValueError("objective must be one of " + ", ".join(self._OBJECTIVES))
+        counts = list(devices) if isinstance(devices, (list, tuple)) else []
         req = pb.SearchRequest(**_source(module, self.distir),
-                               hardware=_hardware(hardware), devices=devices, top_k=top_k,
-                               objective=pb.SEARCH_MIN_TIME if objective == "time"
-                               else pb.SEARCH_MAX_THROUGHPUT)
+                               hardware=_hardware(hardware),
+                               devices=0 if counts else devices, top_k=top_k,
+                               objective=self._OBJECTIVES[objective],
+                               target_step_s=target_step_s,
+                               price_per_device_hour=price_per_device_hour,
+                               train_tokens=train_tokens)
+        req.device_counts.extend(counts)
         for ev in self._stream("Search", req, pb.SearchEvent):
             if ev.HasField("progress"):
                 if progress is not None:
