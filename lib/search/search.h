@@ -154,6 +154,8 @@ typedef struct search_space {
     uint64_t state_bytes;    /* the module's floating-point non-data arguments: weights and
                                 optimizer state, bytes */
     uint64_t data_bytes;     /* its batch-data arguments, bytes */
+    uint64_t saved_min[3];   /* the activations a layer keeps per recomputation mode, the
+                                least over the layers (xform_model_facts) */
     double max_capacity;     /* the largest device memory of the hardware, bytes */
     /*
      * Identifies the search, whatever the shard: SHA-256 over "distir.search.v1",

@@ -566,6 +566,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     sp->batch = facts.batch;
     sp->layers = facts.layers;
     sp->data_bytes = facts.data_bytes;
+    memcpy(sp->saved_min, facts.saved_min, sizeof sp->saved_min);
     sp->state_bytes = facts.weight_bytes;
     xform_model_facts_fini(&facts);
     for (uint32_t d = 0; d < hw->ndevice; d++)
@@ -645,16 +646,73 @@ search_candidate_format(const search_candidate *c, char *buf, size_t size)
 
 /* ---- evaluation ---- */
 
+/*
+ * The microbatch-chunks group g of c holds at once, per model stage, at
+ * least: just before its first backward chunk it has run the warm-up
+ * forwards and one more (the schedule's order, schedule.c), and none of
+ * their activations is freed yet. GPipe: m; 1F1B: min(pp - g, m); pp = 1:
+ * 1; interleaved: the fewest of those forward chunks on any of the group's
+ * V model stages (chunk k runs model stage (k / pp) mod V of the group).
+ */
+static double
+in_flight(const search_candidate *c, uint32_t g)
+{
+    uint32_t p = c->pp, m = c->microbatches, V = c->virtual_stages;
+    if (p == 1)
+        return 1;
+    if (c->schedule == STRATEGY_SCHEDULE_GPIPE)
+        return m;
+    if (c->schedule == STRATEGY_SCHEDULE_1F1B)
+        return p - g < m ? p - g : m;
+    {
+        uint64_t warm = (uint64_t)(p - g - 1) * 2 + (uint64_t)(V - 1) * p, n, least = UINT64_MAX;
+        n = warm + 1 < (uint64_t)m * V ? warm + 1 : (uint64_t)m * V;
+        for (uint32_t j = 0; j < V; j++) {
+            /* Chunks k < n with (k / p) mod V == j: whole rounds of p V, then the rest. */
+            uint64_t full = n / ((uint64_t)p * V), rest = n % ((uint64_t)p * V), cnt = full * p;
+            if (rest > (uint64_t)j * p)
+                cnt += rest - (uint64_t)j * p < p ? rest - (uint64_t)j * p : p;
+            if (cnt < least)
+                least = cnt;
+        }
+        return least > 0 ? (double)least : 1;
+    }
+}
+
+/*
+ * The activations some device holds at once. Per microbatch and device a
+ * layer keeps at least a = saved_min[recompute] / (dp m tp) (the batch is
+ * split over dp and m, a value at most over tp more). Group g holds w_g
+ * microbatches in flight (in_flight) on each of its L_g layers; however the
+ * L layers are split, some group holds at least max_g w_g L_g >= L / sum_g
+ * 1 / w_g layer-microbatches.
+ */
+static uint64_t
+activation_bound(const search_space *sp, const search_candidate *c)
+{
+    double a, inv = 0;
+    uint64_t kept = sp->saved_min[c->recompute < 3 ? c->recompute : 2];
+    if (kept == 0 || sp->layers == 0)
+        return 0;
+    a = floor((double)kept / ((double)c->dp * c->microbatches * c->tp));
+    for (uint32_t g = 0; g < c->pp; g++)
+        inv += 1 / in_flight(c, g);
+    /* Rounded down, with a margin for the floating-point sum. */
+    return (uint64_t)floor(a * sp->layers / inv * (1 - 1e-9));
+}
+
 uint64_t
 search_memory_bound(const search_space *sp, const search_candidate *c)
 {
-    uint64_t held;
+    uint64_t held, state, act = activation_bound(sp, c);
     /* Saturating, and floor division keeps it a lower bound. */
     uint64_t n = (uint64_t)c->dp * c->tp * c->pp;
     if (di_mul_u64(sp->state_bytes, c->zero ? 1 : c->dp, &held) != 0 ||
         held + sp->data_bytes < held)
         return UINT64_MAX / n;
-    return (held + sp->data_bytes) / n;
+    state = (held + sp->data_bytes) / n;
+    /* Two bounds that may hold on different devices: the larger. */
+    return state > act ? state : act;
 }
 
 void

@@ -581,6 +581,101 @@ xform_validate(const ir_module *m, const strategy *s, const hw_model *hw, di_err
     return 0;
 }
 
+/* The value whose storage v shares (through views and plumbing), or v. */
+static ir_id
+storage_of(const xf_ctx *c, ir_id v)
+{
+    const ir_module *m = c->m;
+    for (uint32_t depth = 0; depth < 1u << 16; depth++) {
+        ir_id d = m->values[v].def;
+        if (d == 0 || m->ops[d].ninput == 0 ||
+            !(ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE))
+            return v;
+        v = m->refs[m->ops[d].inputs];
+    }
+    return v;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void
+sort_u64(uint64_t *v, uint32_t n)
+{
+    if (n > 1)
+        qsort(v, n, sizeof *v, cmp_u64);
+}
+
+/* Adds b to layer index li's figure of mode r (0 none, 1 selective, 2 full). */
+static void
+layer_add(uint64_t *per, uint32_t nlayer, int32_t li, int r, uint64_t b)
+{
+    if (li >= 0 && (uint32_t)li < nlayer)
+        per[(size_t)r * nlayer + (uint32_t)li] += b;
+}
+
+/* xform_model_facts.saved_min. c's recompute marks are set (selective). */
+static void
+saved_min(xf_ctx *c, uint64_t out[3])
+{
+    const ir_module *m = c->m;
+    const ir_region *r = &m->regions[c->func];
+    uint32_t L = c->nlayer;
+    uint64_t *per = di_xcalloc(3 * (size_t)(L ? L : 1), sizeof *per);
+    uint8_t *seen = di_xcalloc(m->nvalue ? m->nvalue : 1, 1); /* counted for the backward */
+    uint64_t *pairs = NULL;                                  /* (value << 32 | layer) inputs */
+    uint32_t npair = 0, cpair = 0;
+    memset(out, 0, 3 * sizeof *out);
+    xf_recompute_mark(c);
+    for (uint32_t i = 0; i < r->nop && L > 0; i++) {
+        ir_id op = r->ops[i];
+        const ir_op *o = &m->ops[op];
+        const xf_opinfo *oi = &c->op[op];
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = storage_of(c, m->refs[o->inputs + k]), d = m->values[v].def;
+            uint64_t b;
+            if (d == 0 || (ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE) ||
+                c->op[d].phase != XF_PH_FORWARD)
+                continue;
+            b = ir_type_bytes(m, m->values[v].type);
+            if (oi->phase == XF_PH_BACKWARD && c->op[d].layer >= 0 && !seen[v]) {
+                int32_t li = xf_layer_index(c, c->op[d].layer);
+                seen[v] = 1;
+                layer_add(per, L, li, 0, b);
+                if (!c->op[d].recompute)
+                    layer_add(per, L, li, 1, b);
+            }
+            /* A layer's input from outside it: its checkpoint under full recomputation. */
+            if (oi->phase == XF_PH_FORWARD && oi->layer >= 0 && c->op[d].layer != oi->layer) {
+                int32_t li = xf_layer_index(c, oi->layer);
+                if (li >= 0) {
+                    DI_GROW(&pairs, &cpair, npair + 1);
+                    pairs[npair++] = (uint64_t)v << 32 | (uint32_t)li;
+                }
+            }
+        }
+    }
+    /* Each (value, layer) once. */
+    sort_u64(pairs, npair);
+    for (uint32_t i = 0; i < npair; i++)
+        if (i == 0 || pairs[i] != pairs[i - 1])
+            layer_add(per, L, (int32_t)(uint32_t)pairs[i], 2,
+                      ir_type_bytes(m, m->values[(ir_id)(pairs[i] >> 32)].type));
+    for (int k = 0; k < 3 && L > 0; k++) {
+        out[k] = per[(size_t)k * L];
+        for (uint32_t l = 1; l < L; l++)
+            if (per[(size_t)k * L + l] < out[k])
+                out[k] = per[(size_t)k * L + l];
+    }
+    di_free(per);
+    di_free(seen);
+    di_free(pairs);
+}
+
 int
 xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
 {
@@ -606,6 +701,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
         f->hidden = heads ? wd[0] : wd[1];
     }
     r = &c.m->regions[c.func];
+    saved_min(&c, f->saved_min);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
     for (uint32_t a = 0; a < r->narg; a++) {

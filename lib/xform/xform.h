@@ -87,6 +87,18 @@ typedef struct xform_model_facts {
     uint8_t *arg_kind;     /* per argument: XFORM_ARG_DATA or XFORM_ARG_WEIGHT */
     uint64_t data_bytes;   /* the batch-data arguments, bytes */
     uint64_t weight_bytes; /* the weight arguments (optimizer state included), bytes */
+    /*
+     * Activations a layer keeps for the backward pass, for the whole batch,
+     * the least over the layers (0 without layers), per recomputation mode
+     * (strategy_recompute: none, selective, full). A view counts as the
+     * value it views, each storage once. Kept values are live from their
+     * forward op until the layer's backward has read them:
+     *   none: every value a forward op of the layer makes and a backward op
+     *         reads;
+     *   selective: those but the attention core's (recomputed);
+     *   full: the layer's inputs from outside it (its checkpoint).
+     */
+    uint64_t saved_min[3];
 } xform_model_facts;
 
 /*
