@@ -156,6 +156,18 @@ typedef struct search_space {
     uint64_t data_bytes;     /* its batch-data arguments, bytes */
     uint64_t saved_min[3];   /* the activations a layer keeps per recomputation mode, the
                                 least over the layers (xform_model_facts) */
+    uint64_t state_min;      /* a layer's weights and optimizer state, the least */
+    /*
+     * The same per device under each tensor parallelism of the space, with
+     * and without sequence parallelism (xform_layer_memory), for the memory
+     * bound; ok 0 where the analysis refused the degree.
+     */
+    uint32_t nlayer_mem;
+    struct search_layer_mem {
+        uint32_t tp;
+        uint8_t sequence_parallel, ok;
+        uint64_t saved_min[3], state_min;
+    } *layer_mem;
     double max_capacity;     /* the largest device memory of the hardware, bytes */
     /*
      * Identifies the search, whatever the shard: SHA-256 over "distir.search.v1",

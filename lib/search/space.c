@@ -520,6 +520,42 @@ space_key(search_space *sp)
     di_sha256_final(&h, &sp->key);
 }
 
+/* The layer_mem entry of (tp, sp), or NULL. */
+static const struct search_layer_mem *
+find_layer_mem(const search_space *sp, uint32_t tp, uint8_t seq)
+{
+    for (uint32_t i = 0; i < sp->nlayer_mem; i++)
+        if (sp->layer_mem[i].tp == tp && sp->layer_mem[i].sequence_parallel == seq)
+            return &sp->layer_mem[i];
+    return NULL;
+}
+
+/* search_space.layer_mem: one analysis per (tp, sp) of the space, dp = pp = m = 1. */
+static void
+layer_memory(search_space *sp)
+{
+    uint32_t cap = 0;
+    for (uint64_t i = 0; i < sp->ncandidate; i++) {
+        const search_candidate *c = &sp->candidates[i];
+        struct search_layer_mem *e;
+        strategy s;
+        di_error err;
+        if (c->tp == 1 || find_layer_mem(sp, c->tp, c->sequence_parallel) != NULL)
+            continue;
+        DI_GROW(&sp->layer_mem, &cap, sp->nlayer_mem + 1);
+        e = &sp->layer_mem[sp->nlayer_mem++];
+        memset(e, 0, sizeof *e);
+        e->tp = c->tp;
+        e->sequence_parallel = c->sequence_parallel;
+        strategy_init(&s);
+        s.tp = c->tp;
+        s.sequence_parallel = c->sequence_parallel;
+        e->ok = strategy_normalize(&s, NULL) == 0 &&
+                xform_layer_memory(sp->module, &s, sp->hw, e->saved_min, &e->state_min, &err) == 0;
+        strategy_fini(&s);
+    }
+}
+
 int
 search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
                   const search_config *cfg, di_error *err)
@@ -567,6 +603,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     sp->layers = facts.layers;
     sp->data_bytes = facts.data_bytes;
     memcpy(sp->saved_min, facts.saved_min, sizeof sp->saved_min);
+    sp->state_min = facts.state_min;
     sp->state_bytes = facts.weight_bytes;
     xform_model_facts_fini(&facts);
     for (uint32_t d = 0; d < hw->ndevice; d++)
@@ -578,6 +615,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     b.sp = sp;
     b.cap = 0;
     enumerate(&b);
+    layer_memory(sp);
     return 0;
 }
 
@@ -585,6 +623,7 @@ void
 search_space_fini(search_space *sp)
 {
     di_free(sp->candidates);
+    di_free(sp->layer_mem);
     memset(sp, 0, sizeof *sp);
 }
 
@@ -680,31 +719,46 @@ in_flight(const search_candidate *c, uint32_t g)
 }
 
 /*
- * The activations some device holds at once. Per microbatch and device a
- * layer keeps at least a = saved_min[recompute] / (dp m tp) (the batch is
- * split over dp and m, a value at most over tp more). Group g holds w_g
- * microbatches in flight (in_flight) on each of its L_g layers; however the
- * L layers are split, some group holds at least max_g w_g L_g >= L / sum_g
- * 1 / w_g layer-microbatches.
+ * What some device holds at once by its layers. Per microbatch and device
+ * a layer keeps at least a = kept / (dp m) of activations and s = state /
+ * (zero ? dp : 1) of weights and optimizer state for the whole step, kept
+ * and state per device under the candidate's tp and sp (layer_mem; without
+ * that analysis the sequential figures divided by tp: every value at most
+ * split over it). The batch is split over dp and m. Group g holds w_g
+ * microbatches in flight (in_flight) on each of its L_g layers, so a device
+ * of it L_g (w_g a + s); however the L layers are split over the groups,
+ * max_g L_g (w_g a + s) >= L / sum_g 1 / (w_g a + s).
  */
 static uint64_t
-activation_bound(const search_space *sp, const search_candidate *c)
+layer_bound(const search_space *sp, const search_candidate *c)
 {
-    double a, inv = 0;
-    uint64_t kept = sp->saved_min[c->recompute < 3 ? c->recompute : 2];
-    if (kept == 0 || sp->layers == 0)
+    const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
+    int r = c->recompute < 3 ? c->recompute : 2;
+    double a, s, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
+    uint64_t kept = sp->saved_min[r], state = sp->state_min;
+    if (e != NULL && e->ok) { /* per device already */
+        kept = e->saved_min[r];
+        state = e->state_min;
+        split = 1;
+    }
+    if (sp->layers == 0 || (kept == 0 && state == 0))
         return 0;
-    a = floor((double)kept / ((double)c->dp * c->microbatches * c->tp));
-    for (uint32_t g = 0; g < c->pp; g++)
-        inv += 1 / in_flight(c, g);
+    a = floor((double)kept / ((double)c->dp * c->microbatches * split));
+    s = floor((double)state / (split * (c->zero ? c->dp : 1)));
+    for (uint32_t g = 0; g < c->pp; g++) {
+        double held = in_flight(c, g) * a + s;
+        if (held <= 0)
+            return 0; /* a group may hold nothing */
+        inv += 1 / held;
+    }
     /* Rounded down, with a margin for the floating-point sum. */
-    return (uint64_t)floor(a * sp->layers / inv * (1 - 1e-9));
+    return (uint64_t)floor(sp->layers / inv * (1 - 1e-9));
 }
 
 uint64_t
 search_memory_bound(const search_space *sp, const search_candidate *c)
 {
-    uint64_t held, state, act = activation_bound(sp, c);
+    uint64_t held, state, act = layer_bound(sp, c);
     /* Saturating, and floor division keeps it a lower bound. */
     uint64_t n = (uint64_t)c->dp * c->tp * c->pp;
     if (di_mul_u64(sp->state_bytes, c->zero ? 1 : c->dp, &held) != 0 ||

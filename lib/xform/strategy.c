@@ -610,6 +610,20 @@ sort_u64(uint64_t *v, uint32_t n)
         qsort(v, n, sizeof *v, cmp_u64);
 }
 
+/*
+ * The bytes of v on one device: its type's, divided by the tensor
+ * parallelism when c's placements (after propagation; NULL before) split it
+ * over the tensor axis.
+ */
+static uint64_t
+device_bytes(const xf_ctx *c, ir_id v)
+{
+    uint64_t b = ir_type_bytes(c->m, c->m->values[v].type);
+    if (c->place != NULL && c->place[v].a[XF_TP] >= 0 && c->n[XF_TP] > 1)
+        b /= c->n[XF_TP];
+    return b;
+}
+
 /* Adds b to layer index li's figure of mode r (0 none, 1 selective, 2 full). */
 static void
 layer_add(uint64_t *per, uint32_t nlayer, int32_t li, int r, uint64_t b)
@@ -641,7 +655,7 @@ saved_min(xf_ctx *c, uint64_t out[3])
             if (d == 0 || (ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE) ||
                 c->op[d].phase != XF_PH_FORWARD)
                 continue;
-            b = ir_type_bytes(m, m->values[v].type);
+            b = device_bytes(c, v);
             if (oi->phase == XF_PH_BACKWARD && c->op[d].layer >= 0 && !seen[v]) {
                 int32_t li = xf_layer_index(c, c->op[d].layer);
                 seen[v] = 1;
@@ -664,7 +678,7 @@ saved_min(xf_ctx *c, uint64_t out[3])
     for (uint32_t i = 0; i < npair; i++)
         if (i == 0 || pairs[i] != pairs[i - 1])
             layer_add(per, L, (int32_t)(uint32_t)pairs[i], 2,
-                      ir_type_bytes(m, m->values[(ir_id)(pairs[i] >> 32)].type));
+                      device_bytes(c, (ir_id)(pairs[i] >> 32)));
     for (int k = 0; k < 3 && L > 0; k++) {
         out[k] = per[(size_t)k * L];
         for (uint32_t l = 1; l < L; l++)
@@ -674,6 +688,56 @@ saved_min(xf_ctx *c, uint64_t out[3])
     di_free(per);
     di_free(seen);
     di_free(pairs);
+}
+
+/* xform_model_facts.state_min. */
+static uint64_t
+state_min(const xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *r = &m->regions[c->func];
+    uint32_t L = c->nlayer;
+    int32_t *layer = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *layer);
+    uint64_t *per = di_xcalloc(L ? L : 1, sizeof *per), least = 0;
+    for (uint32_t v = 0; v < m->nvalue; v++)
+        layer[v] = -1;
+    /* A weight belongs to the layer whose forward op reads it first. */
+    for (uint32_t i = 0; i < r->nop; i++) {
+        const ir_op *o = &m->ops[r->ops[i]];
+        const xf_opinfo *oi = &c->op[r->ops[i]];
+        if (oi->phase != XF_PH_FORWARD || oi->layer < 0)
+            continue;
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = storage_of(c, m->refs[o->inputs + k]);
+            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && layer[v] < 0)
+                layer[v] = xf_layer_index(c, oi->layer);
+        }
+    }
+    /* The other arguments of its update (moments, master weights) with it. */
+    for (uint32_t i = 0; i < r->nop; i++) {
+        const ir_op *o = &m->ops[r->ops[i]];
+        int32_t li = -1;
+        if (!(ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM))
+            continue;
+        for (uint32_t k = 0; k < o->ninput && li < 0; k++)
+            li = layer[storage_of(c, m->refs[o->inputs + k])];
+        for (uint32_t k = 0; k < o->ninput && li >= 0; k++) {
+            ir_id v = storage_of(c, m->refs[o->inputs + k]);
+            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && layer[v] < 0)
+                layer[v] = li;
+        }
+    }
+    for (uint32_t a = 0; a < r->narg; a++) {
+        ir_id v = r->args[a];
+        if (layer[v] >= 0 && (uint32_t)layer[v] < L)
+            per[layer[v]] += device_bytes(c, v);
+    }
+    for (uint32_t l = 0; l < L; l++)
+        if (l == 0 || per[l] < least)
+            least = per[l];
+    di_free(layer);
+    di_free(per);
+    return least;
 }
 
 int
@@ -702,6 +766,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     }
     r = &c.m->regions[c.func];
     saved_min(&c, f->saved_min);
+    f->state_min = state_min(&c);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
     for (uint32_t a = 0; a < r->narg; a++) {
@@ -717,6 +782,30 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     }
     xf_ctx_fini(&c);
     return 0;
+}
+
+int
+xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
+                   uint64_t saved[3], uint64_t *state, di_error *err)
+{
+    xf_ctx c;
+    size_t nplace;
+    int rc;
+    memset(saved, 0, 3 * sizeof *saved);
+    *state = 0;
+    if ((rc = xf_ctx_init(&c, m, s, hw, err)) != 0)
+        return rc;
+    /* The analysis passes of xform_apply (apply.c), without building the module. */
+    nplace = c.m->nvalue ? c.m->nvalue : 1;
+    c.place = di_xmalloc(nplace * sizeof *c.place);
+    memset(c.place, XF_R, nplace * sizeof *c.place);
+    if ((rc = xf_assign_stages(&c)) == 0 && (rc = xf_annotate_tp(&c)) == 0 &&
+        (rc = xf_annotate_dp(&c)) == 0 && (rc = xf_propagate(&c)) == 0) {
+        saved_min(&c, saved);
+        *state = state_min(&c);
+    }
+    xf_ctx_fini(&c);
+    return rc;
 }
 
 void

@@ -99,6 +99,12 @@ typedef struct xform_model_facts {
      *   full: the layer's inputs from outside it (its checkpoint).
      */
     uint64_t saved_min[3];
+    /*
+     * The least over the layers of a layer's weights and optimizer state
+     * (the weight arguments its forward ops read, and the arguments an
+     * optimizer update of one of them reads), bytes; 0 without layers.
+     */
+    uint64_t state_min;
 } xform_model_facts;
 
 /*
@@ -108,6 +114,15 @@ typedef struct xform_model_facts {
  * xform_model_facts_fini.
  */
 int xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err);
+/*
+ * saved_min and state_min of xform_model_facts per device under s: each
+ * value's bytes divided by the tensor parallelism where s's placements (the
+ * analysis of xform_apply, without building the module) split it over the
+ * tensor axis. The batch split (dp, microbatches) is not applied. Fails as
+ * xform_validate does.
+ */
+int xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
+                       uint64_t saved[3], uint64_t *state, di_error *err);
 void xform_model_facts_fini(xform_model_facts *f);
 
 /*
