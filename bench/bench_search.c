@@ -413,10 +413,13 @@ bench_gpt3(uint64_t base_step)
         printf("   %llu of the candidates left (%.0f%%) have enough microbatches to be composed\n",
                (unsigned long long)ncomposable, nleft ? 100.0 * (double)ncomposable / nleft : 0);
         printf("   sample: %u candidates, %u of them composed; search_eval %.3f s each on "
-               "average, a full simulation %.3f s; composed against full: worst step time "
-               "error %.3f%%, worst peak memory error %.3f%% (targets 1%%, 0.5%%); the best of "
-               "them %.3f s per step (%s)\n",
-               nsample, ncomposed, per, t_full / nsample, worst_t * 100, worst_m * 100, best,
+               "average, a full simulation %.3f s; ",
+               nsample, ncomposed, per, t_full / nsample);
+        if (ncomposed > 0)
+            printf("composed against full: worst step time error %.3f%%, worst peak memory "
+                   "error %.3f%% (targets 1%%, 0.5%%); ",
+                   worst_t * 100, worst_m * 100);
+        printf("the best of them %.3f s per step (%s)\n", best,
                best_name[0] ? best_name : "none fits");
         printf("target: the full space of gpt3-175b batch 1,536 on a100-dgx:128 under 10 s "
                "on 2 cores (cold cache); measured: space %.2f s + validation %.2f s + "

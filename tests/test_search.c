@@ -277,7 +277,8 @@ llama(uint32_t layers, int64_t hidden, int64_t heads, int64_t kv, int64_t seq, i
  * candidate's microbatch count) against the full simulation of the same
  * candidate, on a sample of the composed candidates of several models'
  * spaces: within 1% in step time and 0.5% in peak memory, with the same
- * status. The worst errors are printed (bench/ reports them too).
+ * status. The worst errors are printed (bench/ reports them too). Only
+ * pp = 1 and 1F1B candidates are composed (search_compose_counts).
  */
 static void
 test_compose_agreement(void **state)
