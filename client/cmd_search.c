@@ -4,8 +4,10 @@
  * [--headroom F] [--tp 1,2,4 ...] [--fix pp=2 ...] [--server ADDR [--timeout-ms N]]` and
  * `distir search --merge A.json B.json ...`.
  *
- * Without --server the search runs in-process, one candidate after another
- * (lib/search); with --server ADDR the daemon runs it on its workers (the
+ * Without --server the search runs in-process on --jobs threads (default:
+ * the online CPUs) that share a cursor over the candidates, each with its
+ * own evaluator and result, merged at the end: the result is the same
+ * whatever the thread count (lib/search); with --server ADDR the daemon runs it on its workers (the
  * Search RPC) and streams progress events and the result, which prints the
  * same tables and the same JSON, byte for byte. Either way a progress line
  * goes to standard error when it is a terminal.
@@ -13,6 +15,8 @@
  * cover the space once; --merge combines their --json outputs into the
  * unsharded answer.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,7 @@ static const char usage[] =
     "              [--objective time|throughput|devices|cost] [--target-step S]\n"
     "              [--price P] [--train-tokens T]\n"
     "              [--top K] [--json] [--shard i/n] [--headroom F] [--compose 0|1]\n"
+    "              [--jobs N]\n"
     "              [--dp L] [--tp L] [--pp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
@@ -46,7 +51,8 @@ static const char usage[] =
     "Candidates with many microbatches are composed from two shorter simulations\n"
     "(--compose 0: every one in full); the points reported are simulated in full.\n"
     "L is a comma-separated list of allowed values; --fix pp=8 allows one value.\n"
-    "The search runs in this process, or with --server on distird's workers.";
+    "The search runs in this process on --jobs threads (default: every CPU; the\n"
+    "result does not depend on it), or with --server on distird's workers.";
 
 /* The list-valued constraints: "--tp 1,2" is search_config_set(cfg, "tp", "1,2"). */
 static const char *const list_options[] = {
@@ -112,13 +118,109 @@ seconds_now(void)
 
 /* One progress line on a terminal's standard error, redrawn in place. */
 static void
-progress(const search_result *r, uint64_t total)
+progress(uint64_t done, uint64_t total, uint64_t fit)
 {
-    fprintf(stderr, "\rsearch: %llu/%llu candidates, %llu fit", (unsigned long long)r->enumerated,
-            (unsigned long long)total, (unsigned long long)r->count[SEARCH_OK]);
-    if (r->ntop > 0)
-        fprintf(stderr, ", best %.3f ms", r->top[0].step_time_s * 1e3);
+    fprintf(stderr, "\rsearch: %llu/%llu candidates, %llu fit", (unsigned long long)done,
+            (unsigned long long)total, (unsigned long long)fit);
     fflush(stderr);
+}
+
+/* The online CPUs, 1 to 64. */
+static unsigned
+default_jobs(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (unsigned)n;
+}
+
+/* The in-process search's threads: a shared cursor, a result per thread. */
+typedef struct local_search {
+    const search_space *sp;
+    atomic_uint_fast64_t cursor, done, fit;
+} local_search;
+
+typedef struct local_part {
+    local_search *ls;
+    search_result r;
+} local_part;
+
+static void *
+local_worker(void *arg)
+{
+    local_part *part = arg;
+    local_search *ls = part->ls;
+    search_evaluator ev;
+    uint64_t n = search_space_shard_size(ls->sp);
+    search_evaluator_init(&ev, ls->sp);
+    for (;;) {
+        uint64_t k = atomic_fetch_add(&ls->cursor, 1);
+        search_point p;
+        if (k >= n)
+            break;
+        if (search_eval(&ev, search_space_at(ls->sp, k), &p) == SEARCH_OK)
+            atomic_fetch_add(&ls->fit, 1);
+        search_result_add(&part->r, &p);
+        atomic_fetch_add(&ls->done, 1);
+    }
+    /* This part's composed best, re-simulated in full before the merge. */
+    search_result_refine(&ev, &part->r);
+    search_evaluator_fini(&ev);
+    return NULL;
+}
+
+/*
+ * Runs sp's shard on `jobs` threads into *r (initialized here). Returns 0,
+ * or -1 when a thread cannot start (then nothing is left to free).
+ */
+static int
+local_run(const search_space *sp, unsigned jobs, int tty, search_result *r)
+{
+    local_search ls;
+    local_part *parts = calloc(jobs, sizeof *parts);
+    pthread_t *tids = calloc(jobs, sizeof *tids);
+    uint64_t total = search_space_shard_size(sp);
+    unsigned started = 0;
+    int shown = 0, rc = 0;
+    di_error err;
+    if (parts == NULL || tids == NULL)
+        abort();
+    ls.sp = sp;
+    atomic_init(&ls.cursor, 0);
+    atomic_init(&ls.done, 0);
+    atomic_init(&ls.fit, 0);
+    for (unsigned i = 0; i < jobs; i++) {
+        parts[i].ls = &ls;
+        search_result_init(&parts[i].r, sp);
+    }
+    for (; started < jobs; started++)
+        if (pthread_create(&tids[started], NULL, local_worker, &parts[started]) != 0)
+            break;
+    if (started == 0) {
+        rc = -1;
+    } else {
+        while (tty && atomic_load(&ls.done) < total) {
+            struct timespec ts = {0, 250000000};
+            nanosleep(&ts, NULL);
+            progress(atomic_load(&ls.done), total, atomic_load(&ls.fit));
+            shown = 1;
+        }
+        for (unsigned i = 0; i < started; i++)
+            pthread_join(tids[i], NULL);
+    }
+    if (shown)
+        fputs("\r\033[K", stderr);
+    /* Merge into an empty result: the parts are disjoint, so the merge is the whole. */
+    search_result_init(r, sp);
+    for (unsigned i = 0; i < jobs; i++) {
+        if (rc == 0 && search_result_merge(r, &parts[i].r, &err) != 0)
+            abort(); /* parts of one space always merge */
+        search_result_fini(&parts[i].r);
+    }
+    if (rc != 0)
+        search_result_fini(r);
+    free(parts);
+    free(tids);
+    return rc;
 }
 
 /* The module to search: FILE, or --model NAME built here. */
@@ -132,16 +234,13 @@ load(const char *file, const cli_model_ref *mr, ir_module **m)
 
 static int
 search(const char *file, const cli_model_ref *mr, const char *hwname, const search_config *cfg,
-       int json)
+       int json, unsigned jobs)
 {
     hw_model *hw = NULL;
     ir_module *m = NULL;
     search_space sp;
-    search_evaluator ev;
     search_result r;
-    const search_candidate *c;
-    uint64_t cursor = 0;
-    double t0, shown;
+    double t0;
     int tty = isatty(STDERR_FILENO), rc;
     di_error err;
 
@@ -163,22 +262,12 @@ search(const char *file, const cli_model_ref *mr, const char *hwname, const sear
         cli_error("cannot search '%s': %s", file, err.msg);
         goto fail;
     }
-    t0 = shown = seconds_now();
-    search_evaluator_init(&ev, &sp);
-    search_result_init(&r, &sp);
-    while ((c = search_space_next(&sp, &cursor)) != NULL) {
-        search_point p;
-        search_eval(&ev, c, &p);
-        search_result_add(&r, &p);
-        if (tty && seconds_now() - shown >= 0.25) {
-            progress(&r, search_space_shard_size(&sp));
-            shown = seconds_now();
-        }
+    t0 = seconds_now();
+    if (local_run(&sp, jobs, tty, &r) != 0) {
+        cli_error("cannot start a search thread");
+        search_space_fini(&sp);
+        goto fail;
     }
-    search_result_refine(&ev, &r);
-    search_evaluator_fini(&ev);
-    if (tty && shown > t0)
-        fputs("\r\033[K", stderr);
     if (!json)
         printf("space: %llu candidates on %s%u devices of %s (batch %lld, %u layers)\n",
                (unsigned long long)sp.ncandidate, sp.cfg.ndevice_counts ? "up to " : "",
@@ -366,6 +455,7 @@ cmd_search(int argc, char **argv)
     search_config cfg;
     di_error err;
     int json = 0, nmerge = 0, merging = 0, timeout_ms = 0;
+    unsigned jobs = 0;
     char **merge_files = NULL;
     int rc;
 
@@ -410,6 +500,19 @@ cmd_search(int argc, char **argv)
                 goto usage;
             }
             timeout_ms = (int)t;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--jobs", &v)) != 0) {
+            char *end;
+            long t;
+            if (r < 0)
+                goto usage;
+            t = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || t < 1 || t > 256) {
+                cli_error("bad --jobs '%s' (1 to 256 threads)", v);
+                goto usage;
+            }
+            jobs = (unsigned)t;
             continue;
         }
         if ((r = cli_opt(argc, argv, &i, "--model", &v)) != 0) {
@@ -473,7 +576,7 @@ cmd_search(int argc, char **argv)
     } else if (server != NULL) {
         rc = search_remote(server, file, &mr, hwname, &cfg, json, timeout_ms);
     } else {
-        rc = search(file, &mr, hwname, &cfg, json);
+        rc = search(file, &mr, hwname, &cfg, json, jobs ? jobs : default_jobs());
     }
     free(merge_files);
     return rc;

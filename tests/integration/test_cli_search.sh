@@ -9,6 +9,7 @@
 . tests/integration/lib.sh
 
 T="timeout 60"
+quiet() { "$@" >/dev/null 2>&1; }
 $T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 24 \
     -o "$TMP/gpt.pb" || fail "model gpt"
 LIMITS="--devices 8 --recompute none,full --zero 0,3 --microbatches 1,2,4"
@@ -76,6 +77,16 @@ assert all(abs(p["simulated"]["step_time_s"] - p["step_time_s"]) <= 0.01 * p["st
            for p in comp)
 ' "$TMP/cwhole.json"
 # shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json --jobs 1 >"$TMP/cj1.json" &&
+    $T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json --jobs 3 >"$TMP/cj3.json" ||
+    fail "search --jobs"
+check "--jobs 1 and --jobs 3 print the same JSON byte for byte (and the default's)" \
+    sh -c 'cmp -s "$1" "$2" && cmp -s "$1" "$3"' sh "$TMP/cj1.json" "$TMP/cj3.json" \
+    "$TMP/cwhole.json"
+quiet "$DISTIR" search "$TMP/gpt96.pb" --jobs 0
+check "--jobs 0 is a usage error (exit 2)" [ $? = 2 ]
+
+# shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --compose 0 --json >"$TMP/cfull.json" ||
     fail "search --compose 0"
 check "--compose 0 simulates every candidate in full" /usr/bin/python3 -c '
@@ -91,7 +102,6 @@ $T "$DISTIR" search "$TMP/gpt96.pb" --devices 2,4,8 --objective devices --target
 check "--objective devices: the table says so, with devices, training days and cost" \
     sh -c 'grep -q "^top 3 by fewest devices on 2,4,8 devices (target step time 0.010 s)" "$1" &&
            grep -q "devices    train days    train cost" "$1"' sh "$TMP/dev.out"
-quiet() { "$@" >/dev/null 2>&1; }
 # shellcheck disable=SC2086
 quiet $T "$DISTIR" search "$TMP/gpt96.pb" --devices 2,4 --objective devices $CLIMITS_NODEV
 check "--objective devices without --target-step fails (exit 1)" [ $? = 1 ]
