@@ -80,6 +80,7 @@ typedef struct search_config {
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
     int no_compose;             /* simulate every candidate in full (no composed estimates) */
+    int tf32;                   /* f32 GEMMs as TF32 (sim_options.tf32; "math" "tf32") */
     search_objective objective;
     double target_step_s;         /* SEARCH_MIN_DEVICES (required), SEARCH_MIN_COST: a step time
                                      to reach; points slower rank after every point that reaches

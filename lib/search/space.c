@@ -237,6 +237,14 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
                             "objective: '%s' is not time, throughput, devices or cost",
                             value ? value : "");
     }
+    if (strcmp(name, "math") == 0) {
+        if (value && (strcmp(value, "tf32") == 0 || strcmp(value, "ieee") == 0))
+            cfg->tf32 = value[0] == 't';
+        else
+            return di_error_set(err, DI_EINVAL, "math: '%s' is not tf32 or ieee",
+                                value ? value : "");
+        return 0;
+    }
     if (strcmp(name, "compose") == 0) {
         if (value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0))
             cfg->no_compose = value[0] == '0';
@@ -504,6 +512,8 @@ space_key(search_space *sp)
     di_sha256_u64(&h, (uint64_t)cfg->objective);
     di_sha256_u64(&h, cfg->no_compose ? 1 : 0);
     /* Added only when set, so the keys of searches without them stay what they were. */
+    if (cfg->tf32)
+        di_sha256_update(&h, "tf32", 4);
     if (cfg->ndevice_counts > 0)
         hash_set(&h, cfg->device_counts, cfg->ndevice_counts);
     if (cfg->target_step_s > 0 || cfg->price_per_device_hour > 0 || cfg->train_tokens > 0) {
@@ -805,6 +815,7 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     *r = NULL;
     sim_options_default(&o);
     o.cancel = ev->cancel;
+    o.tf32 = sp->cfg.tf32;
     rc = mb > 0 ? xform_apply_partial(sp->module, s, sp->hw, mb, &dm, &err)
                 : xform_apply(sp->module, s, sp->hw, &dm, &err);
     if (rc == 0)

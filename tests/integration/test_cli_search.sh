@@ -83,6 +83,17 @@ $T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json --jobs 1 >"$TMP/cj1.
 check "--jobs 1 and --jobs 3 print the same JSON byte for byte (and the default's)" \
     sh -c 'cmp -s "$1" "$2" && cmp -s "$1" "$3"' sh "$TMP/cj1.json" "$TMP/cj3.json" \
     "$TMP/cwhole.json"
+# --math tf32: f32 GEMMs at the TF32 peak, so a faster best step, and another search key.
+$T "$DISTIR" model mlp --layers 4 --hidden 256 --batch 64 -o "$TMP/mlp.pb" || fail "model mlp"
+$T "$DISTIR" search "$TMP/mlp.pb" --devices 4 --top 1 --json >"$TMP/ieee.json" &&
+    $T "$DISTIR" search "$TMP/mlp.pb" --devices 4 --top 1 --json --math tf32 >"$TMP/tf32.json" ||
+    fail "search --math tf32"
+check "--math tf32: a faster best step under another search key" /usr/bin/python3 -c '
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert b["search_key"] != a["search_key"]
+assert b["top"][0]["step_time_s"] < 0.8 * a["top"][0]["step_time_s"]
+' "$TMP/ieee.json" "$TMP/tf32.json"
 quiet "$DISTIR" search "$TMP/gpt96.pb" --jobs 0
 check "--jobs 0 is a usage error (exit 2)" [ $? = 2 ]
 
