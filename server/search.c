@@ -287,11 +287,8 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
             break;
         }
         k = atomic_fetch_add(&s->cursor, 1);
-        if (k >= s->total) {
-            /* This part's composed best are re-simulated in full before the merge. */
-            search_result_refine(&ev, r);
+        if (k >= s->total)
             break;
-        }
         if (s->test_delay_ms > 0)
             test_delay(s);
         search_eval(&ev, search_space_at(&s->space, k), &p);
@@ -307,6 +304,13 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
             pthread_mutex_unlock(&s->best_lock);
         }
     }
+    /*
+     * No more candidates for this part (it is not called again): its composed
+     * best are re-simulated in full before the merge (not sliced; points
+     * already re-simulated are skipped).
+     */
+    if (!more && !atomic_load(&s->cancel))
+        search_result_refine(&ev, r);
     search_evaluator_fini(&ev);
     return more;
 }

@@ -825,13 +825,15 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
 }
 
 /*
- * The figures of a step of time T whose device d peaks at peak[d] (r: a
- * simulation of the candidate's devices, for capacities and peak FLOP/s).
+ * The figures of candidate c's step of time T whose device d peaks at
+ * peak[d] (r: a simulation of the candidate, for capacities and peak
+ * FLOP/s).
  */
 static void
-figures(const search_space *sp, double T, const uint64_t *peak, const sim_result *r,
-        search_figures *f)
+figures(const search_space *sp, const search_candidate *c, double T, const uint64_t *peak,
+        const sim_result *r, search_figures *f)
 {
+    double n = (double)c->dp * c->tp * c->pp;
     f->status = SEARCH_OK;
     f->step_time_s = T;
     f->peak_memory_bytes = 0;
@@ -843,7 +845,7 @@ figures(const search_space *sp, double T, const uint64_t *peak, const sim_result
             f->status = SEARCH_OOM;
     }
     f->mfu = T > 0 && r->peak_flops > 0 ? sp->stats.model_flops / (T * r->peak_flops) : 0;
-    f->tokens_per_s = T > 0 ? sp->tokens_per_step / T / r->ndevice : 0;
+    f->tokens_per_s = T > 0 ? sp->tokens_per_step / T / n : 0;
 }
 
 int
@@ -913,7 +915,7 @@ compose(search_evaluator *ev, const search_candidate *c, const strategy *s, uint
         peak[d] = v > 0 ? (uint64_t)llround(v) : 0;
     }
     T = r1->step_time_s + (r2->step_time_s - r1->step_time_s) * k;
-    figures(sp, T, peak, r2, f);
+    figures(sp, c, T, peak, r2, f);
     di_free(peak);
     sim_result_free(r1);
     sim_result_free(r2);
@@ -922,7 +924,7 @@ compose(search_evaluator *ev, const search_candidate *c, const strategy *s, uint
 
 /* A full simulation of c (strategy s). */
 static int
-full(search_evaluator *ev, const strategy *s, search_figures *f)
+full(search_evaluator *ev, const search_candidate *c, const strategy *s, search_figures *f)
 {
     sim_result *r = NULL;
     uint64_t *peak;
@@ -933,7 +935,7 @@ full(search_evaluator *ev, const strategy *s, search_figures *f)
     peak = di_xmalloc((r->ndevice ? r->ndevice : 1) * sizeof *peak);
     for (uint32_t d = 0; d < r->ndevice; d++)
         peak[d] = r->devices[d].peak_memory_bytes;
-    figures(ev->space, r->step_time_s, peak, r, f);
+    figures(ev->space, c, r->step_time_s, peak, r, f);
     di_free(peak);
     sim_result_free(r);
     return 0;
@@ -987,7 +989,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int all
         out->composed = 1;
         rc = compose(ev, c, &s, m1, m2, &f);
     } else {
-        rc = full(ev, &s, &f);
+        rc = full(ev, c, &s, &f);
     }
     if (rc != 0) {
         out->status = SEARCH_FAILED;
