@@ -433,8 +433,9 @@ search_remote(const char *server, const char *file, const cli_model_ref *mr, con
         return CLI_FAIL;
     }
     if (!json)
-        printf("space: %llu candidates on %u devices of %s (searched by %s%s)\n",
-               (unsigned long long)st.space_candidates, st.result.devices, hw->name, server,
+        printf("space: %llu candidates on %s%u devices of %s (searched by %s%s)\n",
+               (unsigned long long)st.space_candidates,
+               st.result.ndevice_counts ? "up to " : "", st.result.devices, hw->name, server,
                st.cached ? ", cache hit" : "");
     if (!json && cfg->shard_count > 1)
         printf("shard %u/%u: %llu candidates\n", cfg->shard_index, cfg->shard_count,

@@ -3,7 +3,8 @@
 # ephemeral port with a temporary database, simulates a bundled model twice
 # through the CLI (the second answer comes from the cache and says so),
 # prints both results, searches the strategies of a small GPT on the daemon's
-# workers, sets a CI baseline and compares a deeper model with it (a
+# workers (the best on 8 GPUs, then the fewest of 1, 2, 4, 8 GPUs reaching a
+# step time, with the cost and time to train), sets a CI baseline and compares a deeper model with it (a
 # regression, exit 1), prints `distir info`, then stops the daemon with SIGTERM
 # and checks that it exited 0 and left an intact database. Exits non-zero if
 # any step fails.
@@ -68,6 +69,12 @@ echo
 "$DISTIR" model gpt --preset gpt3-125m --batch 16 --dtype bf16 -o "$TMP/g125.pb" || die "model failed"
 echo "\$ distir search g125.pb --hw a100-dgx --top 3 --server $ADDR    # GPT-3 125M, every strategy on 8 GPUs"
 "$DISTIR" search "$TMP/g125.pb" --hw a100-dgx --top 3 --server "$ADDR" || die "search failed"
+echo
+echo "\$ distir search g125.pb --hw a100-dgx --devices 1,2,4,8 --objective devices --target-step 0.15 \\"
+echo "      --price 2 --train-tokens 3e9 --top 3 --server $ADDR    # the fewest GPUs for 150 ms a step"
+"$DISTIR" search "$TMP/g125.pb" --hw a100-dgx --devices 1,2,4,8 --objective devices \
+    --target-step 0.15 --price 2 --train-tokens 3e9 --top 3 --server "$ADDR" ||
+    die "search (devices objective) failed"
 
 echo
 echo "# CI: the step as a baseline, then a change with two more layers compared with it"
