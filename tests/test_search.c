@@ -111,17 +111,21 @@ run(const ir_module *m, const hw_model *hw, const search_config *cfg, search_res
  */
 static void
 check_brute_force(const ir_module *m, const hw_model *hw, const search_config *cfg,
-                  uint32_t *nfeasible, uint32_t *nbound, uint32_t *ncomposed)
+                  uint32_t *nfeasible, uint32_t *nbound, uint32_t *ncomposed, uint32_t *nduplicate)
 {
     search_space sp;
     search_evaluator ev;
     search_result r;
     search_point *all;
+    double *bt;   /* per index: the full simulation's step time (-1: not transformed) */
+    uint64_t *bp; /* and its peak */
     uint32_t n = 0, best = UINT32_MAX, npareto = 0;
     space_ok(&sp, m, hw, cfg);
     search_evaluator_init(&ev, &sp);
     search_result_init(&r, &sp);
     all = calloc(sp.ncandidate + 1, sizeof *all);
+    bt = calloc(sp.ncandidate + 1, sizeof *bt);
+    bp = calloc(sp.ncandidate + 1, sizeof *bp);
     for (uint64_t i = 0; i < sp.ncandidate; i++) {
         const search_candidate *c = &sp.candidates[i];
         strategy s;
@@ -136,10 +140,44 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
         st = search_eval(&ev, c, &p);
         search_result_add(&r, &p);
         search_candidate_strategy(c, &s);
+        bt[i] = -1;
         if (xform_apply(m, &s, hw, &dm, &err) != 0) {
             /* Pruned or failed: the search must not have simulated it. */
             assert_true(st == SEARCH_INDIVISIBLE || st == SEARCH_UNSUPPORTED ||
                         st == SEARCH_FAILED);
+            strategy_fini(&s);
+            continue;
+        }
+        sim_options_default(&o);
+        if (sim_run(dm, hw, &o, &res, NULL, NULL, &err) != 0)
+            fail_msg("sim_run: %s", err.msg);
+        bt[i] = res->step_time_s;
+        bp[i] = res->peak_memory_bytes;
+        if (st == SEARCH_DUPLICATE) {
+            /* Its twin comes earlier in the space and simulates exactly as it does. */
+            search_candidate twin;
+            uint64_t j;
+            assert_true(search_twin(&sp, c, &twin));
+            for (j = 0; j < i; j++) {
+                const search_candidate *t = &sp.candidates[j];
+                if (t->dp == twin.dp && t->tp == twin.tp && t->pp == twin.pp &&
+                    t->microbatches == twin.microbatches && t->schedule == twin.schedule &&
+                    t->virtual_stages == twin.virtual_stages && t->recompute == twin.recompute &&
+                    t->zero == twin.zero && t->sequence_parallel == twin.sequence_parallel &&
+                    t->overlap == twin.overlap)
+                    break;
+            }
+            assert_true(j < i);
+            if (!(bt[j] == bt[i] && bp[j] == bp[i])) {
+                char a[256], b[256];
+                search_candidate_format(c, a, sizeof a);
+                search_candidate_format(&sp.candidates[j], b, sizeof b);
+                fail_msg("duplicate %s: %.9g s %llu B; its twin %s: %.9g s %llu B", a, bt[i],
+                         (unsigned long long)bp[i], b, bt[j], (unsigned long long)bp[j]);
+            }
+            (*nduplicate)++;
+            sim_result_free(res);
+            ir_module_free(dm);
             strategy_fini(&s);
             continue;
         }
@@ -148,9 +186,6 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
          * memory bound, and then the full simulation does not fit either.
          */
         assert_true(st == SEARCH_OK || st == SEARCH_OOM || st == SEARCH_MEMORY_BOUND);
-        sim_options_default(&o);
-        if (sim_run(dm, hw, &o, &res, NULL, NULL, &err) != 0)
-            fail_msg("sim_run: %s", err.msg);
         for (uint32_t d = 0; d < res->ndevice; d++)
             if ((double)res->devices[d].peak_memory_bytes >
                 cfg->memory_headroom * (double)res->devices[d].capacity_bytes)
@@ -205,6 +240,8 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
     if (*ncomposed > 0) { /* the Pareto set below is by the estimates: skip it */
         *nfeasible = n;
         free(all);
+        free(bt);
+        free(bp);
         search_result_fini(&r);
         search_evaluator_fini(&ev);
         search_space_fini(&sp);
@@ -233,6 +270,8 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
     assert_int_equal(r.enumerated, sp.ncandidate);
     *nfeasible = n;
     free(all);
+    free(bt);
+    free(bp);
     search_result_fini(&r);
     search_evaluator_fini(&ev);
     search_space_fini(&sp);
@@ -356,29 +395,37 @@ test_brute_force(void **state)
     static const struct {
         const char *hw;
         uint32_t devices;
-        int model; /* 0 gpt, 1 mlp */
+        int model; /* 0 gpt, 1 mlp, 2 gpt with composed candidates, 3 gpt with ZeRO-2 */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
-        {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, /* composed candidates */
+        {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ir_module *m = cases[i].model == 0   ? gpt(4, 48, 6, 8, 24)
-                       : cases[i].model == 1 ? mlp(4, 48, 24)
-                                             : gpt(4, 48, 6, 8, 96);
+        ir_module *m = cases[i].model == 1   ? mlp(4, 48, 24)
+                       : cases[i].model == 2 ? gpt(4, 48, 6, 8, 96)
+                                             : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
-        uint32_t nfeasible = 0, nbound = 0, ncomposed = 0;
+        uint32_t nfeasible = 0, nbound = 0, ncomposed = 0, nduplicate = 0;
         di_error err;
         small_config(&cfg, cases[i].devices);
         if (cases[i].model == 2) {
             assert_int_equal(search_config_set(&cfg, "microbatches", "2,8,16,24", &err), 0);
             assert_int_equal(search_config_set(&cfg, "schedule", "1f1b,interleaved", &err), 0);
         }
-        check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed);
+        if (cases[i].model == 3) {
+            assert_int_equal(search_config_set(&cfg, "zero", "1,2", &err), 0);
+            assert_int_equal(search_config_set(&cfg, "microbatches", "1,2", &err), 0);
+        }
+        check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed, &nduplicate);
         assert_true(nfeasible > 0);
         assert_true((ncomposed > 0) == (cases[i].model == 2));
+        if (cases[i].model == 0 || cases[i].model == 3) /* 1F1B with one microbatch; ZeRO-2 */
+            assert_true(nduplicate > 0);
+        if (cases[i].model == 2) /* no candidate with one microbatch */
+            assert_int_equal(nduplicate, 0);
         hw_free(hw);
         ir_module_free(m);
     }
@@ -400,7 +447,7 @@ test_memory_bound(void **state)
     search_space sp;
     di_error err;
     uint64_t lo = UINT64_MAX, hi = 0;
-    uint32_t nfeasible = 0, nbound = 0, ncomposed = 0;
+    uint32_t nfeasible = 0, nbound = 0, ncomposed = 0, nduplicate = 0;
     (void)state;
     models_gpt_init(&g);
     g.layers = 4;
@@ -425,7 +472,7 @@ test_memory_bound(void **state)
     assert_true(lo < hi);
     hw->device.memory_bytes = (double)(lo + hi) / 2;
     hw->device.memory_reserved = 0; /* the capacity is all of it */
-    check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed);
+    check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed, &nduplicate);
     assert_true(nbound > 0);
     hw_free(hw);
     ir_module_free(m);
@@ -439,7 +486,7 @@ test_headroom(void **state)
     hw_model *hw = preset("a100-dgx");
     search_config cfg;
     search_result all, tight;
-    uint32_t nfeasible, nbound = 0, ncomposed = 0;
+    uint32_t nfeasible, nbound = 0, ncomposed = 0, nduplicate = 0;
     uint64_t lo = UINT64_MAX, hi = 0;
     (void)state;
     small_config(&cfg, 8);
@@ -463,7 +510,7 @@ test_headroom(void **state)
         assert_true((double)tight.top[i].peak_memory_bytes <=
                     cfg.memory_headroom * hw->device.memory_bytes);
     assert_true(tight.top[0].step_time_s >= all.top[0].step_time_s);
-    check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed);
+    check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed, &nduplicate);
     search_result_fini(&all);
     search_result_fini(&tight);
     hw_free(hw);

@@ -220,7 +220,8 @@ uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
     X(INDIVISIBLE, "indivisible")   /* pruned: xform_validate refuses the shapes */                \
     X(MEMORY_BOUND, "memory_bound") /* pruned: search_memory_bound above the usable memory */      \
     X(UNSUPPORTED, "unsupported")   /* pruned: the transforms cannot take the module so */         \
-    X(FAILED, "failed")             /* valid, but the transform or the simulation failed */
+    X(FAILED, "failed")             /* valid, but the transform or the simulation failed */   \
+    X(DUPLICATE, "duplicate")       /* pruned: simulates as an earlier candidate (search_twin) */
 
 typedef enum search_status {
 #define SEARCH_STATUS_ENUM_(e, name) SEARCH_##e,
@@ -288,11 +289,22 @@ void search_evaluator_init(search_evaluator *ev, const search_space *sp);
 void search_evaluator_fini(search_evaluator *ev);
 /*
  * Evaluates c: xform_validate of its base strategy, then of c itself (a
- * refusal prunes it: INDIVISIBLE or UNSUPPORTED), the memory bound (MEMORY_BOUND), xform_apply,
- * sim_run, then the memory check against memory_headroom times each device's capacity. Always fills
- * *out; returns its status.
+ * refusal prunes it: INDIVISIBLE or UNSUPPORTED), a duplicate of an earlier
+ * candidate (search_twin: DUPLICATE), the memory bound (MEMORY_BOUND), xform_apply,
+ * sim_run (or the composed estimate), then the memory check against memory_headroom times each
+ * device's capacity. Always fills *out; returns its status.
  */
 int search_eval(search_evaluator *ev, const search_candidate *c, search_point *out);
+/*
+ * Whether c simulates exactly as an earlier candidate of the space, its
+ * twin (into *twin, whose index is unset): with one microbatch, 1F1B runs
+ * GPipe's order, and without overlap ZeRO-2's reduce-scatter of the
+ * gradients is ZeRO-1's (there is one reduction either way; with overlap the
+ * buckets differ). Only when the twin's schedule and ZeRO stage are allowed,
+ * so the twin is in the space. The tests check every pruned duplicate's full
+ * simulation against its twin's.
+ */
+int search_twin(const search_space *sp, const search_candidate *c, search_candidate *twin);
 /*
  * The microbatch counts m1 < m2 whose simulations compose candidate c
  * (search_eval), or 0 when c is simulated in full (composition off, or c
@@ -300,8 +312,8 @@ int search_eval(search_evaluator *ev, const search_candidate *c, search_point *o
  */
 int search_compose_counts(const search_space *sp, const search_candidate *c, uint32_t *m1,
                           uint32_t *m2);
-/* Evaluates c with a full simulation whatever the config (the reference composition is checked
- * against). */
+/* Evaluates c with a full simulation whatever the config, duplicates too (the reference
+ * composition is checked against, and the figures of a point reported). */
 int search_eval_full(search_evaluator *ev, const search_candidate *c, search_point *out);
 
 /*

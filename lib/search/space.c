@@ -951,13 +951,32 @@ set_figures(search_point *p, const search_figures *f)
     p->mfu = f->mfu;
 }
 
-/* search_eval, composed (allow_compose) where search_compose_counts says so. */
+int
+search_twin(const search_space *sp, const search_candidate *c, search_candidate *twin)
+{
+    if (c->microbatches != 1)
+        return 0;
+    *twin = *c;
+    if (c->schedule == STRATEGY_SCHEDULE_1F1B && in_mask(sp->cfg.schedules, STRATEGY_SCHEDULE_GPIPE))
+        twin->schedule = STRATEGY_SCHEDULE_GPIPE;
+    else if (c->zero == 2 && !c->overlap && in_mask(sp->cfg.zeros, 1))
+        twin->zero = 1;
+    else
+        return 0;
+    return 1;
+}
+
+/*
+ * search_eval (searching: duplicates pruned, composed where
+ * search_compose_counts says so) or search_eval_full (neither).
+ */
 static int
-eval(search_evaluator *ev, const search_candidate *c, search_point *out, int allow_compose)
+eval(search_evaluator *ev, const search_candidate *c, search_point *out, int searching)
 {
     const search_space *sp = ev->space;
     strategy s;
     search_figures f;
+    search_candidate twin;
     di_error err;
     uint32_t m1, m2;
     int rc;
@@ -981,11 +1000,15 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int all
         out->status = rc == DI_ESTRATEGY ? SEARCH_INDIVISIBLE : SEARCH_UNSUPPORTED;
         goto done;
     }
+    if (searching && search_twin(sp, c, &twin)) {
+        out->status = SEARCH_DUPLICATE;
+        goto done;
+    }
     if ((double)search_memory_bound(sp, c) > sp->cfg.memory_headroom * sp->max_capacity) {
         out->status = SEARCH_MEMORY_BOUND;
         goto done;
     }
-    if (allow_compose && search_compose_counts(sp, c, &m1, &m2)) {
+    if (searching && search_compose_counts(sp, c, &m1, &m2)) {
         out->composed = 1;
         rc = compose(ev, c, &s, m1, m2, &f);
     } else {
