@@ -1,15 +1,16 @@
 /*
- * cmd_search.c: `distir search FILE [--hw PRESET|FILE] [--devices N]
- * [--objective time|throughput] [--top K] [--json] [--shard i/n]
- * [--headroom F] [--tp 1,2,4 ...] [--fix pp=2 ...] [--server ADDR [--timeout-ms N]]` and
- * `distir search --merge A.json B.json ...`.
+ * cmd_search.c: `distir search FILE [--hw PRESET|FILE] [--devices N[,N...]]
+ * [--objective time|throughput|devices|cost] [--target-step S] [--price P]
+ * [--train-tokens T] [--top K] [--json] [--shard i/n] [--headroom F]
+ * [--compose 0|1] [--jobs N] [--math tf32|ieee] [--tp 1,2,4 ...] [--fix pp=2 ...]
+ * [--server ADDR [--timeout-ms N]]` and `distir search --merge A.json B.json ...`.
  *
  * Without --server the search runs in-process on --jobs threads (default:
  * the online CPUs) that share a cursor over the candidates, each with its
  * own evaluator and result, merged at the end: the result is the same
- * whatever the thread count (lib/search); with --server ADDR the daemon runs it on its workers (the
- * Search RPC) and streams progress events and the result, which prints the
- * same tables and the same JSON, byte for byte. Either way a progress line
+ * whatever the thread count (lib/search); with --server ADDR the daemon
+ * runs it on its workers (the Search RPC) and streams progress events and
+ * the result, which prints the same tables and the same JSON, byte for byte. Either way a progress line
  * goes to standard error when it is a terminal.
  * --shard i/n evaluates every n-th candidate from i, so that n processes
  * cover the space once; --merge combines their --json outputs into the
