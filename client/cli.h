@@ -106,5 +106,7 @@ uint64_t cli_module_parameters(const ir_module *m);
 /* Option parsing helpers: match "--name VALUE" or "--name=VALUE". */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
 int cli_flag(const char *arg, const char *name);
+/* Whether text is a whole decimal in [lo, hi]; its value into *out. */
+int cli_long_in(const char *text, long lo, long hi, long *out);
 
 #endif

@@ -450,18 +450,6 @@ search_remote(const char *server, const char *file, const cli_model_ref *mr, con
     return CLI_OK;
 }
 
-/* Whether text is a decimal in [lo, hi] (into *out). */
-static int
-int_in(const char *text, long lo, long hi, long *out)
-{
-    char *end;
-    long t = strtol(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || t < lo || t > hi)
-        return 0;
-    *out = t;
-    return 1;
-}
-
 int
 cmd_search(int argc, char **argv)
 {
@@ -506,7 +494,7 @@ cmd_search(int argc, char **argv)
         }
         if ((r = cli_opt(argc, argv, &i, "--timeout-ms", &v)) != 0) {
             long t;
-            if (r < 0 || !int_in(v, 0, 86400000L, &t)) {
+            if (r < 0 || !cli_long_in(v, 0, 86400000L, &t)) {
                 cli_error("bad --timeout-ms '%s'", r < 0 ? "" : v);
                 goto usage;
             }
@@ -515,7 +503,7 @@ cmd_search(int argc, char **argv)
         }
         if ((r = cli_opt(argc, argv, &i, "--jobs", &v)) != 0) {
             long t;
-            if (r < 0 || !int_in(v, 1, 256, &t)) {
+            if (r < 0 || !cli_long_in(v, 1, 256, &t)) {
                 cli_error("bad --jobs '%s' (1 to 256 threads)", r < 0 ? "" : v);
                 goto usage;
             }

@@ -171,12 +171,10 @@ cmd_validate(int argc, char **argv)
                 return CLI_USAGE;
             hwname = v;
         } else if ((r = cli_opt(argc, argv, &i, "--sample", &v)) != 0) {
-            char *end;
             long k;
             if (r < 0)
                 return CLI_USAGE;
-            k = strtol(v, &end, 10);
-            if (*v == '\0' || *end != '\0' || k < 1 || k > (long)MAX_ROWS) {
+            if (!cli_long_in(v, 1, (long)MAX_ROWS, &k)) {
                 cli_error("--sample needs a positive number of rows, got '%s'", v);
                 return CLI_USAGE;
             }
@@ -440,12 +438,10 @@ cmd_calibrate(int argc, char **argv)
                 return CLI_USAGE;
             lut = v;
         } else if ((r = cli_opt(argc, argv, &i, "--sample", &v)) != 0) {
-            char *end;
             long k;
             if (r < 0)
                 return CLI_USAGE;
-            k = strtol(v, &end, 10);
-            if (*v == '\0' || *end != '\0' || k < 1 || k > (long)MAX_ROWS) {
+            if (!cli_long_in(v, 1, (long)MAX_ROWS, &k)) {
                 cli_error("--sample needs a positive number of rows, got '%s'", v);
                 return CLI_USAGE;
             }

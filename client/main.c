@@ -3,6 +3,7 @@
  * table in commands.h and holds the helpers every command shares (error
  * output, module loading by content, option matching).
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,19 @@ int
 cli_flag(const char *arg, const char *name)
 {
     return strcmp(arg, name) == 0;
+}
+
+int
+cli_long_in(const char *text, long lo, long hi, long *out)
+{
+    char *end;
+    long t;
+    errno = 0;
+    t = strtol(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || errno != 0 || t < lo || t > hi)
+        return 0;
+    *out = t;
+    return 1;
 }
 
 int

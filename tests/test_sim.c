@@ -317,6 +317,21 @@ test_link_levels(void **state)
     hw_free(hw);
 }
 
+/* main(x) = relu^n(x) on 256x256 f32 (256 KiB a value), the last result returned. */
+static ir_module *
+relu_chain(uint32_t n)
+{
+    static const char *const names[] = {"a", "b", "c", "d"};
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id t = t2(m, 256, 256, 0);
+    ir_id v = ir_region_add_arg(m, f, t, "x");
+    for (uint32_t i = 0; i < n && i < 4; i++)
+        v = op1(m, f, IR_OP_RELU, 1, &v, t, names[i]);
+    ir_region_add_result(m, f, v);
+    return m;
+}
+
 /*
  * Peak memory of a chain x -> a -> b -> c (Relu each) on [256,256] f32
  * (256 KiB each): x is resident; a lives until b ends, b until c ends, c is
@@ -329,14 +344,7 @@ test_memory_chain(void **state)
 {
     (void)state;
     hw_model *hw = test_hw(1, 1);
-    ir_module *m = ir_module_new();
-    ir_id f = ir_func_new(m, "main");
-    ir_id t = t2(m, 256, 256, 0);
-    ir_id x = ir_region_add_arg(m, f, t, "x");
-    ir_id a = op1(m, f, IR_OP_RELU, 1, &x, t, "a");
-    ir_id b = op1(m, f, IR_OP_RELU, 1, &a, t, "b");
-    ir_id c = op1(m, f, IR_OP_RELU, 1, &b, t, "c");
-    ir_region_add_result(m, f, c);
+    ir_module *m = relu_chain(3);
     sim_result *r = run(m, hw, 0);
     const sim_device_result *d = dev_result(r, 0);
     assert_int_equal(d->peak_memory_bytes, 786432);
@@ -356,13 +364,7 @@ test_oom(void **state)
     (void)state;
     hw_model *hw = test_hw(1, 1);
     hw->device.memory_bytes = 600000;
-    ir_module *m = ir_module_new();
-    ir_id f = ir_func_new(m, "main");
-    ir_id t = t2(m, 256, 256, 0);
-    ir_id x = ir_region_add_arg(m, f, t, "x");
-    ir_id a = op1(m, f, IR_OP_RELU, 1, &x, t, "a");
-    ir_id b = op1(m, f, IR_OP_RELU, 1, &a, t, "b");
-    ir_region_add_result(m, f, b);
+    ir_module *m = relu_chain(2);
     sim_result *r = run(m, hw, 0);
     const sim_device_result *d = dev_result(r, 0);
     /* Peak: x + a + b = 786,432 B > 600,000 B capacity by 186,432 B. */
@@ -447,13 +449,7 @@ test_oom_reserve(void **state)
     hw_model *hw = test_hw(1, 1);
     hw->device.memory_bytes = 800000;
     hw->device.memory_reserved = 100000;
-    ir_module *m = ir_module_new();
-    ir_id f = ir_func_new(m, "main");
-    ir_id t = t2(m, 256, 256, 0);
-    ir_id x = ir_region_add_arg(m, f, t, "x");
-    ir_id a = op1(m, f, IR_OP_RELU, 1, &x, t, "a");
-    ir_id b = op1(m, f, IR_OP_RELU, 1, &a, t, "b");
-    ir_region_add_result(m, f, b);
+    ir_module *m = relu_chain(2);
     sim_result *r = run(m, hw, 0);
     const sim_device_result *d = dev_result(r, 0);
     /* 786,432 B fit in 800,000 B but not in the 700,000 B usable: over by 86,432 B. */

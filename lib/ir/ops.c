@@ -1290,6 +1290,16 @@ check_sce_labels(const ir_module *m, ir_id op, const tensor *lg, uint32_t il, co
     return 0;
 }
 
+/* A loss's reduction attribute into *red: mean, sum or none, else an error. */
+static int
+loss_reduction(const ir_module *m, ir_id op, ir_reduction *red, di_error *err)
+{
+    *red = ir_sce_reduction(m, op);
+    if (*red == IR_REDUCTION_INVALID)
+        return fail(m, op, err, "reduction must be mean, sum or none");
+    return 0;
+}
+
 /* A loss's result: the labels' shape for reduction none, else a scalar. */
 static ir_id
 loss_result(ir_module *m, const site *s, ir_dtype dt, ir_reduction red, const tensor *labels)
@@ -1307,10 +1317,11 @@ static int
 check_loss_seed(const ir_module *m, ir_id op, const tensor *dloss, const tensor *labels,
                 di_error *err)
 {
-    ir_reduction red = ir_sce_reduction(m, op);
+    ir_reduction red;
     sbuf a, b;
-    if (red == IR_REDUCTION_INVALID)
-        return fail(m, op, err, "reduction must be mean, sum or none");
+    int rc;
+    if ((rc = loss_reduction(m, op, &red, err)) != 0)
+        return rc;
     if (red != IR_REDUCTION_NONE)
         return check_scalar_like(m, op, dloss, 0, err);
     if (!dims_equal(dloss, labels))
@@ -1327,14 +1338,13 @@ infer_sceloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     tensor in[2];
     site s;
-    ir_reduction red = ir_sce_reduction(m, op);
+    ir_reduction red;
     int rc;
     if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
         (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
-        (rc = check_sce_labels(m, op, &in[0], 0, &in[1], 1, err)) != 0)
+        (rc = check_sce_labels(m, op, &in[0], 0, &in[1], 1, err)) != 0 ||
+        (rc = loss_reduction(m, op, &red, err)) != 0)
         return rc;
-    if (red == IR_REDUCTION_INVALID)
-        return fail(m, op, err, "reduction must be mean, sum or none");
     out[0] = loss_result(m, &s, in[0].dtype, red, &in[1]);
     if (m->ops[op].noutput > 1)
         out[1] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
@@ -1429,15 +1439,14 @@ infer_vocabloss(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     tensor in[2];
     site s;
-    ir_reduction red = ir_sce_reduction(m, op);
+    ir_reduction red;
     int rc;
     if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
         (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
         (rc = check_index_dtype(m, op, &in[1], 1, err)) != 0 ||
-        (rc = check_vocab_stats(m, op, &in[0], 0, &in[1], err)) != 0)
+        (rc = check_vocab_stats(m, op, &in[0], 0, &in[1], err)) != 0 ||
+        (rc = loss_reduction(m, op, &red, err)) != 0)
         return rc;
-    if (red == IR_REDUCTION_INVALID)
-        return fail(m, op, err, "reduction must be mean, sum or none");
     out[0] = loss_result(m, &s, in[0].dtype, red, &in[1]);
     return 0;
 }

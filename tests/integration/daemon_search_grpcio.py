@@ -116,12 +116,17 @@ def search_ends(d):
     return out
 
 
-def main():
-    gpt = os.path.join(TMP, "gpt.pb")
+def small_gpt(batch):
+    """A 4-layer GPT of the given batch: its file and its Module message."""
+    path = os.path.join(TMP, "gpt%d.pb" % batch)
     subprocess.run([DISTIR, "model", "gpt", "--layers", "4", "--hidden", "48", "--heads", "6",
-                    "--seq", "8", "--vocab", "13", "--batch", "24", "-o", gpt], check=True)
-    with open(gpt, "rb") as f:
-        module = pb.Module.FromString(f.read())
+                    "--seq", "8", "--vocab", "13", "--batch", str(batch), "-o", path], check=True)
+    with open(path, "rb") as f:
+        return path, pb.Module.FromString(f.read())
+
+
+def main():
+    gpt, module = small_gpt(24)
     flags = ["--devices", "8", "--recompute", "none,full", "--zero", "0,3",
              "--microbatches", "1,2,4", "--top", "3"]
     local = subprocess.run([DISTIR, "search", gpt, "--json"] + flags, check=True,
@@ -165,11 +170,7 @@ def main():
     # The fewest devices among 2, 4 and 8 that reach a target step time, with the cost and
     # the time to train, and candidates with many microbatches composed: the daemon's JSON
     # equals the CLI's, and composed points carry their full simulation.
-    gpt96 = os.path.join(TMP, "gpt96.pb")
-    subprocess.run([DISTIR, "model", "gpt", "--layers", "4", "--hidden", "48", "--heads", "6",
-                    "--seq", "8", "--vocab", "13", "--batch", "96", "-o", gpt96], check=True)
-    with open(gpt96, "rb") as f:
-        module96 = pb.Module.FromString(f.read())
+    gpt96, module96 = small_gpt(96)
     oflags = ["--devices", "2,4,8", "--objective", "devices", "--target-step", "0.01",
               "--price", "2.5", "--train-tokens", "1e9", "--recompute", "none", "--zero", "0",
               "--microbatches", "4,16,24", "--schedule", "1f1b", "--top", "3"]
