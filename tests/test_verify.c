@@ -974,7 +974,7 @@ test_callee(void **state)
     m = ir_module_new();
     build_dp_callee(m, &p);
     m->ops[1].flags |= IR_OPFLAG_CALLEE;
-    expect_error(m, "only dist.pmap may call a function, but the op has the callee flag");
+    expect_error(m, "only dist.pmap and func.call may call a function, but the op has the callee flag");
     ir_module_free(m);
 
     /* Calls must not form a cycle: @main -> @a -> @b -> @a. */

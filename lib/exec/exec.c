@@ -389,6 +389,12 @@ collective(exec *x, ir_id op, int kind, const ex_tensor *const *in, uint32_t g, 
             return rc;
         rc = ex_split_part(in[root], dim, g, pos, out, x->err);
         return rc ? relabel(x, op, rc) : 0;
+    case IR_OP_ALLSLICE:
+        /* Each member keeps its own block of its own (replicated) copy. */
+        if ((rc = dim_attr(x, op, "dim", in[pos]->rank, &dim)) != 0)
+            return rc;
+        rc = ex_split_part(in[pos], dim, g, pos, out, x->err);
+        return rc ? relabel(x, op, rc) : 0;
     default:
         return xfail(x, op, DI_EUNSUPPORTED, "not a collective");
     }
@@ -915,6 +921,74 @@ run_pmap(exec *x, ir_id op, const lanes *ln)
 
 /* ---- regions ---- */
 
+static int run_region(exec *x, ir_id r, const lanes *ln, int top);
+
+/*
+ * Ops that do not change a global (logical) value: annotate_sharding and
+ * redistribute, and so the executor of the global view copies it.
+ */
+static int
+run_identity(exec *x, ir_id op, const lanes *ln)
+{
+    ir_id in = ir_op_input(x->m, op, 0);
+    slot s, *si = &x->vals[in];
+    int rc = slot_alloc(x, &s, si->nlane, si->nleaf);
+    for (size_t k = 0; rc == 0 && k < (size_t)si->nlane * si->nleaf; k++)
+        if ((rc = ex_tensor_copy(&s.t[k], &si->t[k])) != 0)
+            rc = xfail(x, op, rc, "cannot allocate the result");
+    if (rc != 0) {
+        slot_free(&s);
+        return rc;
+    }
+    return store_result(x, op, 0, &s, ln);
+}
+
+/* func.call: the callee's body on the caller's lanes. */
+static int
+run_call(exec *x, ir_id op, const lanes *ln)
+{
+    const ir_module *m = x->m;
+    const ir_op *o = &m->ops[op];
+    const ir_region *reg;
+    int rc = 0;
+    if (!(o->flags & IR_OPFLAG_CALLEE) || o->body == 0 || o->body >= m->nregion)
+        return xfail(x, op, DI_EVERIFY, "names no function");
+    reg = &m->regions[o->body];
+    if (reg->narg != o->ninput || reg->nresult != o->noutput)
+        return xfail(x, op, DI_EVERIFY, "the callee's arguments or results do not match the call");
+    if (x->depth >= 64)
+        return xfail(x, op, DI_EVERIFY, "calls nest more than 64 deep");
+    for (uint32_t i = 0; i < o->ninput && rc == 0; i++) {
+        slot *si = &x->vals[ir_op_input(m, op, i)], *sa = &x->vals[reg->args[i]];
+        slot_free(sa);
+        if ((rc = slot_alloc(x, sa, si->nlane, si->nleaf)) != 0)
+            break;
+        for (size_t k = 0; rc == 0 && k < (size_t)si->nlane * si->nleaf; k++)
+            if ((rc = ex_tensor_copy(&sa->t[k], &si->t[k])) != 0)
+                rc = xfail(x, op, rc, "cannot copy input %u", i);
+    }
+    x->depth++;
+    if (rc == 0)
+        rc = run_region(x, o->body, ln, 0);
+    x->depth--;
+    for (uint32_t i = 0; i < o->noutput && rc == 0; i++) {
+        slot *sr = &x->vals[reg->results[i]], s;
+        if (sr->nlane == 0)
+            return xfail(x, op, DI_EVERIFY, "the callee's result %u is not computed", i);
+        if ((rc = slot_alloc(x, &s, sr->nlane, sr->nleaf)) != 0)
+            break;
+        for (size_t k = 0; rc == 0 && k < (size_t)sr->nlane * sr->nleaf; k++)
+            if ((rc = ex_tensor_copy(&s.t[k], &sr->t[k])) != 0)
+                rc = xfail(x, op, rc, "cannot copy result %u", i);
+        if (rc != 0) {
+            slot_free(&s);
+            break;
+        }
+        rc = store_result(x, op, i, &s, ln);
+    }
+    return rc;
+}
+
 static int
 run_op(exec *x, ir_id op, const lanes *ln)
 {
@@ -926,6 +1000,13 @@ run_op(exec *x, ir_id op, const lanes *ln)
         return 0;
     case IR_OP_PMAP:
         return run_pmap(x, op, ln);
+    case IR_OP_CALL:
+        return run_call(x, op, ln);
+    case IR_OP_ANNOTATE:
+    case IR_OP_REDISTRIBUTE:
+        return run_identity(x, op, ln);
+    case IR_OP_ALLSLICE:
+        return run_comm(x, op, ln);
     case IR_OP_TUPLE:
     case IR_OP_TUPLEGET:
         return run_tuple(x, op, ln);

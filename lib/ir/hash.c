@@ -823,7 +823,7 @@ find_calls(hasher *h, uint32_t *nedge)
                     continue;
                 o = &m->ops[op];
                 b = o->body;
-                if (o->kind != IR_OP_PMAP || b == 0 || b >= m->nregion)
+                if (!ir_opkind_calls(o->kind) || b == 0 || b >= m->nregion)
                     continue;
                 if ((o->flags & IR_OPFLAG_CALLEE) && m->regions[b].parent == 0 &&
                     lists_ok(&m->regions[b])) {

@@ -332,6 +332,14 @@ ir_op_callee(const ir_module *m, ir_id op)
 {
     return (m->ops[op].flags & IR_OPFLAG_CALLEE) ? m->ops[op].body : 0;
 }
+/*
+ * Placements as text: "S[1]", "R, S[0]", "[P(sum), R]" (one per mesh axis,
+ * comma-separated, brackets optional). ir_placement_parse writes up to max
+ * to out and their count to *n; -1 when the text is not such a list.
+ * ir_placement_format writes the canonical form ("S[1], R") into buf.
+ */
+int ir_placement_parse(const char *s, int64_t *out, uint32_t max, uint32_t *n);
+const char *ir_placement_format(const int64_t *p, uint32_t n, char *buf, size_t size);
 /* Finds a top-level function by name; 0 if absent. */
 ir_id ir_func_find(const ir_module *m, const char *name);
 /*

@@ -1815,7 +1815,7 @@ load_comm_dims(const ir_module *m, ir_id op, uint32_t rank, comm_dims *cd, di_er
             (rc = norm_axis(m, op, "concat_dim", v, rank, &cd->concat_dim, err)) != 0)
             return rc;
     } else if (kind == IR_OP_SCATTER || kind == IR_OP_GATHERTO || kind == IR_OP_ALLGATHER ||
-               kind == IR_OP_REDUCESCATTER) {
+               kind == IR_OP_REDUCESCATTER || kind == IR_OP_ALLSLICE) {
         if ((rc = attr_int_req(m, op, "dim", &v, err)) != 0 ||
             (rc = norm_axis(m, op, "dim", v, rank, &cd->dim, err)) != 0)
             return rc;
@@ -1841,6 +1841,7 @@ local_comm_dims(const ir_module *m, ir_id op, const tensor *t, const comm_dims *
         break;
     case IR_OP_REDUCESCATTER:
     case IR_OP_SCATTER:
+    case IR_OP_ALLSLICE:
         rc = div_dim(m, op, t, cd->dim, n, what, dims, err);
         break;
     case IR_OP_ALLTOALL:
@@ -1906,6 +1907,7 @@ comm_dtensor(ir_module *m, ir_id op, const group *g, const tensor *t, const comm
             become = cd->split_dim;
             break;
         case IR_OP_SCATTER:
+        case IR_OP_ALLSLICE:
             want = IR_PLACE_R;
             ok = p == want;
             become = cd->dim;
@@ -2094,6 +2096,187 @@ static int
 infer_alltoall(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     return infer_allreduce(m, op, out, err);
+}
+
+/* dist.all_slice: each member keeps its block of a replicated value (mesh form only). */
+static int
+infer_allslice(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    group g;
+    int rc = load_group(m, op, &g, err);
+    if (rc != 0)
+        return rc;
+    if (g.mesh == 0)
+        return fail(m, op, err, "needs a mesh (there is no tuple form)");
+    return comm_mesh(m, op, &g, out, err);
+}
+
+int
+ir_placement_parse(const char *s, int64_t *out, uint32_t max, uint32_t *n)
+{
+    uint32_t k = 0;
+    int bracket;
+    while (*s == ' ')
+        s++;
+    bracket = *s == '[';
+    if (bracket)
+        s++;
+    for (;;) {
+        int64_t p;
+        while (*s == ' ')
+            s++;
+        if (*s == 'R') {
+            p = IR_PLACE_R;
+            s++;
+        } else if (strncmp(s, "P(sum)", 6) == 0 || strncmp(s, "P(max)", 6) == 0) {
+            p = s[2] == 's' ? IR_PLACE_PSUM : IR_PLACE_PMAX;
+            s += 6;
+        } else if (s[0] == 'S' && s[1] == '[' && s[2] >= '0' && s[2] <= '9') {
+            p = 0;
+            for (s += 2; *s >= '0' && *s <= '9'; s++)
+                if ((p = p * 10 + (*s - '0')) >= IR_MAX_RANK)
+                    return -1;
+            if (*s++ != ']')
+                return -1;
+        } else {
+            return -1;
+        }
+        if (k >= max)
+            return -1;
+        out[k++] = p;
+        while (*s == ' ')
+            s++;
+        if (*s != ',')
+            break;
+        s++;
+    }
+    if (bracket && *s++ != ']')
+        return -1;
+    while (*s == ' ')
+        s++;
+    if (*s != '\0')
+        return -1;
+    *n = k;
+    return 0;
+}
+
+const char *
+ir_placement_format(const int64_t *p, uint32_t n, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (uint32_t a = 0; a < n && len < size; a++) {
+        pbuf b;
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", a ? ", " : "", place_str(p[a], &b));
+    }
+    return buf;
+}
+
+/*
+ * The mesh and placements attributes of annotate_sharding and redistribute,
+ * checked against a tensor t: one placement per mesh axis, splits of
+ * dimensions below the rank that divide.
+ */
+static int
+load_sharding(const ir_module *m, ir_id op, const tensor *t, ir_id *mesh, int64_t *place,
+              di_error *err)
+{
+    const ir_attr *ma = ir_op_attr(m, op, "mesh");
+    const ir_attr *pa = ir_op_attr(m, op, "placement");
+    const int64_t *shape;
+    uint32_t n, mrank;
+    sbuf sa;
+    if (ma == NULL || ma->kind != IR_ATTR_MESH || ma->s == 0 || ma->s >= m->nmesh)
+        return fail(m, op, err, "mesh does not name a mesh of the module");
+    if (pa == NULL || pa->kind != IR_ATTR_STRING)
+        return fail(m, op, err, "needs a string attribute placement (\"S[1]\", \"R, S[0]\", ...)");
+    *mesh = ma->s;
+    mrank = m->meshes[ma->s].rank;
+    shape = ir_mesh_shape(m, ma->s);
+    if (ir_placement_parse(ir_str_get(m, pa->s), place, IR_MAX_RANK, &n) != 0)
+        return fail(m, op, err,
+                    "placement \"%.64s\" is not a list of R, S[dim], P(sum) or P(max)",
+                    ir_str_get(m, pa->s));
+    if (n != mrank)
+        return fail(m, op, err, "placement \"%.64s\" has %u entries for the %u axes of @%s",
+                    ir_str_get(m, pa->s), n, mrank, ir_str_get(m, m->meshes[ma->s].name));
+    for (uint32_t d = 0; d < t->rank; d++) {
+        int64_t parts = 1;
+        for (uint32_t a = 0; a < mrank; a++)
+            if (place[a] == (int64_t)d && mul_dim(parts, shape[a], &parts) != 0)
+                parts = 0;
+        if (parts <= 0 || t->dims[d] % parts != 0)
+            return fail(m, op, err,
+                        "input 0 has shape %s: dimension %u does not divide over the %lld "
+                        "devices that split it",
+                        shape_str(&sa, t->rank, t->dims), d, (long long)parts);
+    }
+    for (uint32_t a = 0; a < mrank; a++)
+        if (IR_PLACE_IS_SPLIT(place[a]) && place[a] >= (int64_t)t->rank)
+            return fail(m, op, err, "placement splits dimension %lld of a rank-%u tensor",
+                        (long long)place[a], t->rank);
+    return 0;
+}
+
+/*
+ * dist.annotate_sharding: the user's wish for a value's placement; the
+ * value's type is unchanged until sharding propagation, which removes it.
+ */
+static int
+infer_annotate(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor t;
+    ir_id mesh;
+    int64_t place[IR_MAX_RANK];
+    int rc;
+    if ((rc = load_input(m, op, 0, &t, err)) != 0 ||
+        (rc = load_sharding(m, op, &t, &mesh, place, err)) != 0)
+        return rc;
+    if (t.at.device != IR_DEVICE_NONE || t.at.devvar)
+        return fail(m, op, err, "input 0 lives on a device; annotate values of the global view");
+    out[0] = t.type;
+    return 0;
+}
+
+/* dist.redistribute: a global value to another placement, on its mesh or another. */
+static int
+infer_redistribute(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor t;
+    ir_id mesh;
+    int64_t place[IR_MAX_RANK];
+    int rc;
+    if ((rc = load_input(m, op, 0, &t, err)) != 0 ||
+        (rc = load_sharding(m, op, &t, &mesh, place, err)) != 0)
+        return rc;
+    if (t.at.device != IR_DEVICE_NONE || t.at.devvar)
+        return fail(m, op, err, "input 0 lives on a device; redistribute values of the global view");
+    out[0] = ir_type_dtensor(m, t.dtype, t.rank, t.dims, mesh, place);
+    return 0;
+}
+
+/* func.call: the callee's signature, the inputs' types equal to its arguments'. */
+static int
+infer_call(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    ir_id f = m->ops[op].body;
+    const ir_region *r;
+    if (!(m->ops[op].flags & IR_OPFLAG_CALLEE) || f == 0 || f >= m->nregion ||
+        m->regions[f].parent != 0)
+        return fail(m, op, err, "names no function (give callee = @f)");
+    r = &m->regions[f];
+    if (r->narg != m->ops[op].ninput || r->nresult != m->ops[op].noutput)
+        return fail(m, op, err, "@%s takes %u arguments and returns %u values; the call has %u "
+                    "and %u",
+                    ir_str_get(m, r->name), r->narg, r->nresult, m->ops[op].ninput,
+                    m->ops[op].noutput);
+    for (uint32_t i = 0; i < r->narg; i++)
+        if (m->values[ir_op_input(m, op, i)].type != m->values[r->args[i]].type)
+            return fail(m, op, err, "input %u's type differs from argument %u of @%s", i, i,
+                        ir_str_get(m, r->name));
+    for (uint32_t i = 0; i < r->nresult; i++)
+        out[i] = m->values[r->results[i]].type;
+    return 0;
 }
 
 /*
@@ -2693,6 +2876,18 @@ cost_copy(const ir_module *m, ir_id op, ir_cost *c)
     } else if (kind == IR_OP_GATHERGRAD) {
         c->flops = input_numel(m, op, 1);
     }
+}
+
+static double local_bytes(const ir_module *m, ir_id ty);
+
+/* A local slice: the slice is read and written. */
+static void
+cost_allslice(const ir_module *m, ir_id op, ir_cost *c)
+{
+    memset(c, 0, sizeof *c);
+    if (m->ops[op].noutput < 1)
+        return;
+    c->bytes_read = c->bytes_write = local_bytes(m, m->values[ir_op_output(m, op, 0)].type);
 }
 
 /*

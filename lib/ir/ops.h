@@ -108,6 +108,13 @@
       "dim:i mesh:m? mesh_axes:I? reduction:s?", reducescatter, comm)                              \
     X(ALLTOALL, "dist.all_to_all", 1, 1, 1, 1, IR_OPF_COMM | IR_OPF_COLLECTIVE,                    \
       "split_dim:i concat_dim:i mesh:m? mesh_axes:I?", alltoall, comm)                             \
+    /* the global view: a local slice (R -> S[dim], no communication), annotations */            \
+    X(ALLSLICE, "dist.all_slice", 1, 1, 1, 1, IR_OPF_COLLECTIVE, "dim:i mesh:m mesh_axes:I?",      \
+      allslice, allslice)                                                                          \
+    X(ANNOTATE, "dist.annotate_sharding", 1, 1, 1, 1, IR_OPF_FREE, "mesh:m placement:s", annotate, \
+      none)                                                                                        \
+    X(REDISTRIBUTE, "dist.redistribute", 1, 1, 1, 1, IR_OPF_COMM, "mesh:m placement:s",            \
+      redistribute, comm)                                                                          \
     /* vocabulary-parallel cross-entropy (Megatron-LM), the logits split over a mesh group */   \
     X(VOCABSTATS, "dist.vocab_ce_stats", 2, 2, 1, 1, 0, "mesh:m mesh_axes:I? ignore_index:i?",     \
       vocabstats, softmax)                                                                         \
@@ -120,6 +127,7 @@
     X(TUPLEGET, "dist.tuple_get", 1, 1, 1, 1, IR_OPF_FREE, "index:i", tupleget, none)              \
     X(PMAP, "dist.pmap", 0, -1, 0, -1, IR_OPF_REGION, "device_var:s devices:I? mesh:m?", pmap,     \
       none)                                                                                        \
+    X(CALL, "func.call", 0, -1, 0, -1, IR_OPF_REGION, "", call, none)                             \
     X(RETURN, "dist.return", 0, -1, 0, 0, IR_OPF_TERM | IR_OPF_FREE, "", none, none)               \
     X(OPAQUE, "dist.opaque", 0, -1, 0, -1, 0, "op_type:s", opaque, opaque)
 
@@ -160,6 +168,12 @@ static inline const char *
 ir_opkind_name(int kind)
 {
     return ir_opinfos[kind].name;
+}
+/* Can ops of this kind call a function (dist.pmap, func.call)? */
+static inline int
+ir_opkind_calls(int kind)
+{
+    return kind == IR_OP_PMAP || kind == IR_OP_CALL;
 }
 /* Looks up a kind by text name, including DistIR's aliases; IR_OP_NONE if unknown. */
 int ir_opkind_from_name(const char *s, size_t len);

@@ -1295,7 +1295,7 @@ parse_attr_dict(parser *p, uint32_t base, int kind)
         } else {
             return expected(p, "an attribute name");
         }
-        if (kind == IR_OP_PMAP && p->sbuf.len == 6 && memcmp(p->sbuf.data, "callee", 6) == 0) {
+        if (ir_opkind_calls(kind) && p->sbuf.len == 6 && memcmp(p->sbuf.data, "callee", 6) == 0) {
             size_t sym;
             if (p->callee != 0)
                 return fail(p, at, "duplicate attribute 'callee'");

@@ -1256,7 +1256,7 @@ check_callee(verifier *vf, ir_id op)
     const char *name;
     int ok = 1;
     if (b == 0) {
-        report(vf, op, 0, "dist.pmap has the callee flag but names no function");
+        report(vf, op, 0, "%s has the callee flag but names no function", ir_opkind_name(o->kind));
         return 0;
     }
     if (b >= m->nregion) {
@@ -1270,7 +1270,7 @@ check_callee(verifier *vf, ir_id op)
     }
     name = m->chars + f->name;
     if (b == vf->entry) {
-        report(vf, op, 0, "dist.pmap calls @%s, the entry function", name);
+        report(vf, op, 0, "%s calls @%s, the entry function", ir_opkind_name(o->kind), name);
         return 0;
     }
     if (!region_lists_ok(f))
@@ -1381,11 +1381,16 @@ check_op(verifier *vf, ir_id r, ir_id op)
     }
     check_devices(vf, op);
 
-    if ((o->flags & IR_OPFLAG_CALLEE) && o->kind != IR_OP_PMAP) {
-        report(vf, op, 0, "only dist.pmap may call a function, but the op has the callee flag");
+    if ((o->flags & IR_OPFLAG_CALLEE) && !ir_opkind_calls(o->kind)) {
+        report(vf, op, 0,
+               "only dist.pmap and func.call may call a function, but the op has the callee flag");
         return;
     }
-    if (o->kind == IR_OP_PMAP && (o->flags & IR_OPFLAG_CALLEE)) {
+    if (o->kind == IR_OP_CALL && !(o->flags & IR_OPFLAG_CALLEE)) {
+        report(vf, op, 0, "func.call names no function (give callee = @f)");
+        return;
+    }
+    if (ir_opkind_calls(o->kind) && (o->flags & IR_OPFLAG_CALLEE)) {
         if (check_callee(vf, op) && vf->count == before && inputs_ok && !vf->no_infer)
             check_infer(vf, op);
         return;
@@ -1568,7 +1573,7 @@ check_calls(verifier *vf)
                     continue;
                 o = &m->ops[op];
                 b = o->body;
-                if (o->kind != IR_OP_PMAP || b == 0 || b >= m->nregion)
+                if (!ir_opkind_calls(o->kind) || b == 0 || b >= m->nregion)
                     continue;
                 if (o->flags & IR_OPFLAG_CALLEE) {
                     if (m->regions[b].parent != 0)

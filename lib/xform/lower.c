@@ -76,8 +76,13 @@ xf_copy_attrs_one(ir_module *dst, ir_id dop, const ir_module *src, const ir_attr
         ir_op_set_tensor(dst, dop, key, ty, src->data + a->off, a->n);
         break;
     }
+    case IR_ATTR_MESH:
+        /* The global view keeps the source's meshes in order (global.c). */
+        if (a->s < dst->nmesh)
+            ir_op_set_mesh(dst, dop, key, a->s);
+        break;
     default:
-        break; /* meshes: a sequential source has none */
+        break;
     }
 }
 

@@ -34,33 +34,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define XF_MAXF 40
-#define XF_MAXO 16
-
-/*
- * Factor kinds. F_VOCAB is a class or vocabulary dimension that splits on
- * the tensor axis only, as Megatron-LM's vocabulary-parallel embedding and
- * cross-entropy do: a Gather from a table split along the gathered axis
- * gives a partial sum (rows outside a device's block are zeros), a
- * cross-entropy over split classes is lowered to local statistics, one
- * all_gather of them and the loss (lower.c), complete on every device.
- */
-enum { F_FREE = 0, F_SUM, F_MEAN, F_MEANG, F_WHOLE, F_VOCAB };
-enum { LIN_NONE = 0, LIN_ALL, LIN_FIRST, LIN_ONE };
-
-typedef struct rule {
-    uint32_t nf;
-    uint8_t kind[XF_MAXF];
-    uint8_t explicit_kind[XF_MAXF];
-    uint32_t nin, nout;
-    uint8_t rank[XF_MAXO];
-    const int64_t *dims[XF_MAXO];
-    int8_t map[XF_MAXO][IR_MAX_RANK];
-    uint8_t sums;    /* a factor missing from an output is summed over */
-    uint8_t lin;     /* LIN_*: partial sums that pass through */
-    int8_t scale_in; /* for F_MEANG: the input that takes the scale */
-} rule;
-
 typedef int (*rule_fn)(const ir_module *m, ir_id op, rule *r);
 
 static int
@@ -654,8 +627,8 @@ static const rule_entry rules[IR_NOPKIND] = {
 };
 
 /* Fills r for op; an op without a rule (or whose shapes the rule rejects) gets "replicate all". */
-static void
-rule_build(const ir_module *m, ir_id op, rule *r)
+void
+xf_rule_build(const ir_module *m, ir_id op, rule *r)
 {
     const ir_op *o = &m->ops[op];
     const rule_entry *e = o->kind < IR_NOPKIND ? &rules[o->kind] : NULL;
@@ -717,8 +690,8 @@ rule_build(const ir_module *m, ir_id op, rule *r)
 /* ---- propagation ---- */
 
 /* The dimension of operand k that factor f maps to, or -1. */
-static int
-dim_of(const rule *r, uint32_t k, int f)
+int
+xf_rule_dim(const rule *r, uint32_t k, int f)
 {
     for (uint32_t d = 0; d < r->rank[k]; d++)
         if (r->map[k][d] == f)
@@ -732,8 +705,14 @@ factor_ok(const rule *r, int f, int a, uint32_t n)
 {
     if (f < 0 || r->kind[f] == F_WHOLE || (r->kind[f] == F_VOCAB && a != XF_TP))
         return 0;
+    return xf_rule_divides(r, f, n);
+}
+
+int
+xf_rule_divides(const rule *r, int f, uint32_t n)
+{
     for (uint32_t k = 0; k < r->nin + r->nout; k++) {
-        int d = dim_of(r, k, f);
+        int d = xf_rule_dim(r, k, f);
         if (d >= 0 && r->dims[k][d] % n != 0)
             return 0;
     }
@@ -804,8 +783,8 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
 }
 
 /* True when the partial-sum inputs on axis a can pass through op unreduced. */
-static int
-passes(const rule *r, int a, const xf_place *in)
+int
+xf_rule_passes(const rule *r, int a, const xf_place *in)
 {
     uint32_t np = 0, nother_r = 0;
     int first_p = 0;
@@ -908,7 +887,7 @@ xf_propagate(xf_ctx *c)
         }
         for (uint32_t k = 0; k < o->ninput; k++)
             in[k] = input_place(c, op, k);
-        rule_build(m, op, &r);
+        xf_rule_build(m, op, &r);
         for (uint32_t k = 0; k < o->ninput; k++)
             memset(c->req[o->inputs + k].a, XF_R, XF_NAXIS);
         for (uint32_t k = 0; k < o->noutput; k++)
@@ -918,7 +897,7 @@ xf_propagate(xf_ctx *c)
             /* An axis some group has: placements are the same on every group. */
             if (c->n[a] <= 1)
                 continue;
-            if (passes(&r, a, in)) {
+            if (xf_rule_passes(&r, a, in)) {
                 for (uint32_t k = 0; k < o->ninput; k++)
                     c->req[o->inputs + k].a[a] = in[k].a[a];
                 for (uint32_t k = 0; k < o->noutput; k++)
@@ -929,11 +908,11 @@ xf_propagate(xf_ctx *c)
             if (f < 0)
                 continue;
             for (uint32_t k = 0; k < o->ninput && k < XF_MAXO; k++) {
-                int d = dim_of(&r, k, f);
+                int d = xf_rule_dim(&r, k, f);
                 c->req[o->inputs + k].a[a] = (int8_t)(d >= 0 ? d : XF_R);
             }
             for (uint32_t k = 0; k < o->noutput; k++) {
-                int d = dim_of(&r, r.nin + k, f);
+                int d = xf_rule_dim(&r, r.nin + k, f);
                 if (d >= 0)
                     c->place[o->outputs + k].a[a] = (int8_t)d;
                 else if (r.kind[f] == F_SUM || r.kind[f] == F_MEAN ||

@@ -160,6 +160,41 @@ int xf_annotate_dp(xf_ctx *c);
 int xf_annotate_tp(xf_ctx *c);
 
 /* shard.c */
+#define XF_MAXF 40
+#define XF_MAXO 16
+
+/*
+ * Factor kinds. F_VOCAB is a class or vocabulary dimension that splits on
+ * the tensor axis only, as Megatron-LM's vocabulary-parallel embedding and
+ * cross-entropy do: a Gather from a table split along the gathered axis
+ * gives a partial sum (rows outside a device's block are zeros), a
+ * cross-entropy over split classes is lowered to local statistics, one
+ * all_gather of them and the loss (lower.c), complete on every device.
+ */
+enum { F_FREE = 0, F_SUM, F_MEAN, F_MEANG, F_WHOLE, F_VOCAB };
+enum { LIN_NONE = 0, LIN_ALL, LIN_FIRST, LIN_ONE };
+
+typedef struct rule {
+    uint32_t nf;
+    uint8_t kind[XF_MAXF];
+    uint8_t explicit_kind[XF_MAXF];
+    uint32_t nin, nout;
+    uint8_t rank[XF_MAXO];
+    const int64_t *dims[XF_MAXO];
+    int8_t map[XF_MAXO][IR_MAX_RANK];
+    uint8_t sums;    /* a factor missing from an output is summed over */
+    uint8_t lin;     /* LIN_*: partial sums that pass through */
+    int8_t scale_in; /* for F_MEANG: the input that takes the scale */
+} rule;
+
+/* The factor rule of op (an op without one, or whose shapes it rejects: replicate all). */
+void xf_rule_build(const ir_module *m, ir_id op, rule *r);
+/* The dimension of operand k (inputs, then results) that factor f maps to, or -1. */
+int xf_rule_dim(const rule *r, uint32_t k, int f);
+/* Does n divide every operand dimension that factor f maps to? */
+int xf_rule_divides(const rule *r, int f, uint32_t n);
+/* True when the partial-sum inputs on axis a (placements in[]) can pass through the op unreduced. */
+int xf_rule_passes(const rule *r, int a, const xf_place *in);
 int xf_propagate(xf_ctx *c);
 /*
  * Local dims of a source value's type under placement p on axes of sizes n
