@@ -12,6 +12,8 @@
  * result is summarized on stdout (name, dtype, shape, min, max, mean) and,
  * with -o DIR, written to DIR/NAME.npy (characters other than letters,
  * digits, '.', '-' and '_' in NAME become '_'; tuple elements are NAME.K).
+ * An annotated global-view module runs as its lowering (xform_global_local):
+ * per-device programs whose results are assembled into global values.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,6 +25,7 @@
 
 #include "cli.h"
 #include "exec/exec.h"
+#include "xform/xform.h"
 
 static const char run_usage[] =
     "run FILE [--input NAME=FILE.npy ...] [--random-seed S] [--int-bound N] [-o DIR]";
@@ -215,6 +218,16 @@ cmd_run(int argc, char **argv)
     if (ir_verify(m, &err) != 0) {
         cli_error("'%s' is not a valid module: %s", path, err.msg);
         goto done;
+    }
+    if (xform_is_global(m)) {
+        /* An annotated module runs as its lowering (per-device programs). */
+        ir_module *lm;
+        if (xform_global_local(m, &lm, &err) != 0) {
+            cli_error("cannot lower the annotated module '%s': %s", path, err.msg);
+            goto done;
+        }
+        ir_module_free(m);
+        m = lm;
     }
     if (ex_random_args(m, seed, bound ? bound : int_bound(m), &args, &nargs, &err) != 0) {
         cli_error("%s", err.msg);

@@ -11,6 +11,7 @@
     X(model, "generate a built-in model (mlp, gpt)")                                              \
     X(run, "execute a module on the CPU with real numbers")                                       \
     X(transform, "apply a parallel strategy and write the distributed module")                    \
+    X(shard, "propagate sharding annotations (global view) and lower them to devices")            \
     X(simulate, "predict step time and memory of a module on hardware")                           \
     X(search, "search the strategies of a module on N devices for the best (in-process)")         \
     X(baseline, "set a CI baseline: a module's result under a name (--server or --db)")           \

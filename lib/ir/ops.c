@@ -3013,6 +3013,7 @@ cost_comm(const ir_module *m, ir_id op, ir_cost *c)
     switch (m->ops[op].kind) {
     case IR_OP_GATHERTO:
     case IR_OP_ALLGATHER:
+    case IR_OP_REDISTRIBUTE: /* each device receives its shard */
         c->bytes_comm = res;
         break;
     default: /* send, broadcast, scatter, all_reduce, reduce_scatter, all_to_all */

@@ -413,6 +413,18 @@ request_apply_strategy(const ir_module *m, const strategy *s, const hw_model *hw
     int rc;
     *owned = NULL;
     *out = NULL;
+    if (xform_is_global(m)) {
+        /* Annotated (global-view) modules carry their own placements: lower them. */
+        if (!strategy_is_trivial(s))
+            return di_error_set(err, DI_EINVAL,
+                                "the module is annotated (dist.annotate_sharding or "
+                                "dist.redistribute): its placements come from the annotations, "
+                                "so it takes no strategy");
+        if ((rc = xform_global_local(m, owned, err)) != 0)
+            return rc;
+        *out = *owned;
+        return 0;
+    }
     if (strategy_is_trivial(s)) {
         *out = m;
         return 0;

@@ -145,7 +145,9 @@ void request_cache_key(const di_hash *module, const di_hash *hw, const strategy 
  * itself for a trivial strategy (*owned = NULL), or a new module that the
  * caller frees (*owned = *out) from xform_apply. An impossible strategy is
  * DI_ESTRATEGY with the message naming the constraint ("dp*tp*pp = N
- * exceeds the M devices of HW").
+ * exceeds the M devices of HW"). An annotated global-view module
+ * (xform_is_global) takes no strategy: it is propagated and lowered
+ * (xform_global_local) into *owned.
  */
 int request_apply_strategy(const ir_module *m, const strategy *s, const hw_model *hw,
                            const ir_module **out, ir_module **owned, di_error *err);

@@ -700,7 +700,10 @@ form_class(sim *s, const int32_t *devs, uint32_t n, int32_t rep)
  * dist.send: one transfer, or (a tuple) one per element. The element-wise
  * form is symmetric when the senders form one class, the receivers another,
  * every element is ready at once and every pair uses the same kind of link:
- * then one transfer between the representatives stands for all.
+ * then one transfer between the representatives stands for all. A
+ * dist.redistribute between two meshes (the global view's cross-mesh
+ * transfer) is priced the same way: device j of the destination mesh
+ * receives its shard (bytes_comm) from device j mod n of the source mesh.
  */
 static int
 sim_send(sim *s, ir_id op, const ctx *c)
@@ -708,17 +711,18 @@ sim_send(sim *s, ir_id op, const ctx *c)
     const ir_module *m = s->m;
     const ir_op *o = &m->ops[op];
     ir_id in = m->refs[o->inputs], out = o->outputs;
-    uint32_t n;
+    uint32_t n, nin;
     ir_cost cost;
     const tloc *locs;
     int rc = sim_type_locs(s, m->values[out].type, &locs, &n);
     if (rc)
         return rc;
     ir_op_cost(m, op, &cost);
-    if (vnloc(s, in) != n)
+    nin = vnloc(s, in);
+    if (nin == 0 || (nin != n && o->kind == IR_OP_SEND))
         return di_error_set(s->err, DI_EINVAL, "%s: %u inputs for %u results", ir_op_label(m, op).s,
                             vnloc(s, in), n);
-    if (c->rep == 1 && c->devs == NULL && n > 1 && s->symmetric) {
+    if (c->rep == 1 && c->devs == NULL && n > 1 && nin == n && s->symmetric) {
         int32_t *src = di_xmalloc(2 * n * sizeof *src), *dst = src + n, rs, rd;
         int sym = 1;
         const hw_link *l0 = NULL;
@@ -780,9 +784,9 @@ sim_send(sim *s, ir_id op, const ctx *c)
         return rc;
     for (uint32_t k = 0; k < c->rep; k++)
         for (uint32_t j = 0; j < n; j++) {
-            sim_inst *x = input_at(s, in, k, j);
+            sim_inst *x = input_at(s, in, k, j % nin);
             sim_inst *y = vinst(s, out, k, j);
-            int32_t from = vdev(s, in, s->vrep[in] > 1 ? k : 0, j), to = y->dev;
+            int32_t from = vdev(s, in, s->vrep[in] > 1 ? k : 0, j % nin), to = y->dev;
             double start = x->ready, t = 0, end;
             if (from != to) {
                 const hw_link *l = hw_link_between(s->hw, (uint32_t)from, (uint32_t)to);
@@ -1153,7 +1157,7 @@ sim_op(sim *s, ir_id op, const ctx *c)
         return di_error_set(s->err, DI_EINVAL, "op %u: dist.return stored as an op", op);
     if (flags & IR_OPF_FREE)
         return sim_free_op(s, op, c);
-    if (o->kind == IR_OP_SEND)
+    if (o->kind == IR_OP_SEND || o->kind == IR_OP_REDISTRIBUTE)
         return sim_send(s, op, c);
     if (flags & IR_OPF_COMM) {
         if (o->ninput != 1 || o->noutput != 1)

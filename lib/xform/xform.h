@@ -229,4 +229,24 @@ void xform_layout_free(xform_layout *l);
 int xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *devices,
                               int grad_mean, ir_module **out, di_error *err);
 
+/*
+ * The global view (docs/transforms.md, "The global view"). xform_annotate
+ * inserts a dist.annotate_sharding of the value named value (placement text
+ * as "S[1], R", one entry per axis of mesh) after its definition, for the
+ * later uses to read. xform_shard propagates the annotations of a module
+ * written sequentially into a global-view module: every tensor a dtensor
+ * with a placement chosen by the factor rules, a dist.redistribute where
+ * placements conflict, called functions specialised per call site.
+ * xform_lower_global turns a global-view module into per-device programs
+ * (dist.pmap over each mesh, mesh collectives). xform_global_local runs
+ * both when the module is global (xform_is_global), else copies nothing and
+ * sets *out to NULL. Callers free *out.
+ */
+int xform_annotate(ir_module *m, const char *value, const char *mesh, const char *placement,
+                   di_error *err);
+int xform_shard(const ir_module *m, ir_module **out, di_error *err);
+int xform_lower_global(const ir_module *g, ir_module **out, di_error *err);
+int xform_is_global(const ir_module *m);
+int xform_global_local(const ir_module *m, ir_module **out, di_error *err);
+
 #endif
