@@ -285,3 +285,35 @@ xform_stage_layers(const ir_module *m, const strategy *s, const hw_model *hw, ui
     *ngroup = 0;
     return di_scope_run(stage_layers_run, &a, err);
 }
+
+/*
+ * The placements sharding propagation decides for training step m under s,
+ * one per value of m (the global view's tests compare xform_shard with
+ * them). m must not be forward-only (the transform would differentiate a
+ * copy with other value ids).
+ */
+int
+xf_placements(const ir_module *m, const strategy *s, const hw_model *hw, xf_place **place,
+              di_error *err)
+{
+    xf_apply a;
+    int rc;
+    *place = NULL;
+    memset(&a, 0, sizeof a);
+    if ((rc = xf_ctx_init(&a.c, m, s, hw, err)) != 0)
+        return rc;
+    if (a.c.owned) {
+        xf_ctx_fini(&a.c);
+        return di_error_set(err, DI_EINVAL, "the module is forward-only");
+    }
+    a.c.place = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *a.c.place);
+    memset(a.c.place, XF_R, (m->nvalue ? m->nvalue : 1) * sizeof *a.c.place);
+    for (size_t i = 0; rc == 0 && i + 1 < sizeof passes / sizeof passes[0]; i++)
+        rc = passes[i].run(&a);
+    if (rc == 0) {
+        *place = a.c.place;
+        a.c.place = NULL;
+    }
+    xf_ctx_fini(&a.c);
+    return rc;
+}

@@ -150,7 +150,8 @@ factor_splits(const ir_module *m, ir_id op, const rule *r, int f, uint32_t n)
     if (f < 0 || (uint32_t)f >= r->nf || r->kind[f] == F_WHOLE)
         return 0;
     if (r->kind[f] == F_VOCAB && m->ops[op].kind != IR_OP_GATHER &&
-        m->ops[op].kind != IR_OP_GATHERGRAD)
+        m->ops[op].kind != IR_OP_GATHERGRAD && m->ops[op].kind != IR_OP_SCELOSS &&
+        m->ops[op].kind != IR_OP_SCELOSSGRAD)
         return 0;
     return xf_rule_divides(r, f, n);
 }
@@ -195,6 +196,8 @@ visit(geng *e, ir_id op, gpl *des, int forward)
         ir_id in = m->refs[o->inputs];
         return gpl_merge(m, &des[in], &des[o->outputs]);
     }
+    if (o->kind == IR_OP_REDISTRIBUTE)
+        return 0; /* the input keeps its own placement */
     if (o->kind == IR_OP_CALL) {
         const ir_region *fr = &m->regions[o->body];
         gpl *a = di_xcalloc(fr->narg + 1, sizeof *a);
@@ -299,7 +302,9 @@ propagate(geng *e, ir_id f, const gpl *args, gpl *des)
     }
     for (uint32_t i = 0; i < fr->nop; i++) {
         ir_id op = fr->ops[i];
-        if (m->ops[op].kind == IR_OP_ANNOTATE && attr_gpl(m, op, &des[m->ops[op].outputs]) != 0) {
+        int kind = m->ops[op].kind;
+        if ((kind == IR_OP_ANNOTATE || kind == IR_OP_REDISTRIBUTE) &&
+            attr_gpl(m, op, &des[m->ops[op].outputs]) != 0) {
             e->depth--;
             return di_error_set(e->err, DI_EVERIFY, "%s: bad mesh or placement",
                                 ir_op_label(m, op).s);
@@ -430,7 +435,7 @@ decide(gfun *g, ir_id op)
     double scale = 1;
     int scale_in = -1;
     rule r;
-    if (o->kind == IR_OP_ANNOTATE) {
+    if (o->kind == IR_OP_ANNOTATE || o->kind == IR_OP_REDISTRIBUTE) {
         ir_id in = m->refs[o->inputs];
         g->act[o->outputs] = g->des[o->outputs];
         g->map[o->outputs] = converted(g, in, &g->des[o->outputs]);
@@ -569,7 +574,16 @@ decide(gfun *g, ir_id op)
         names[k] = ir_str_get(m, m->values[v].name);
     }
     nop = ir_op_add(e->out, g->dst, o->kind, o->ninput, ins, o->noutput, tys, names);
-    xf_copy_attrs(e->out, nop, m, op, NULL, NULL);
+    if (o->kind == IR_OP_CONSTANT) {
+        /* The value becomes a replicated distributed tensor (no device). */
+        const ir_attr *va = ir_op_attr(m, op, "value");
+        xf_copy_attrs(e->out, nop, m, op, "value", "device");
+        if (va == NULL || va->kind != IR_ATTR_TENSOR)
+            return di_error_set(e->err, DI_EVERIFY, "%s: no value", ir_op_label(m, op).s);
+        ir_op_set_tensor(e->out, nop, "value", tys[0], m->data + va->off, va->n);
+    } else {
+        xf_copy_attrs(e->out, nop, m, op, NULL, NULL);
+    }
     if (o->kind == IR_OP_OPAQUE)
         e->out->ops[nop].opaque = ir_str(e->out, ir_str_get(m, o->opaque));
     e->out->ops[nop].name = o->name ? ir_str(e->out, ir_str_get(m, o->name)) : 0;

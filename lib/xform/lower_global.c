@@ -275,6 +275,62 @@ split_axis(const ir_module *g, ir_id ty, int64_t d)
     return found;
 }
 
+/*
+ * A cross-entropy (or its gradient) over classes split on mesh axis a, as
+ * Megatron-LM's vocabulary-parallel cross-entropy (docs/ops.md): local
+ * statistics, one all_gather of them over the axis, then the loss or the
+ * gradient, never gathering the logits. lin holds the local inputs.
+ */
+static int
+emit_vocab_ce(lg *L, ir_id r, ir_id op, const ir_id *lin, ir_id mesh, uint32_t a, double scale,
+              int64_t scale_in)
+{
+    const ir_module *g = L->g;
+    const ir_op *o = &g->ops[op];
+    int grad = o->kind == IR_OP_SCELOSSGRAD;
+    int64_t ax = a;
+    ir_id in[4], sop, fop, st, lv, ty;
+    int rc;
+    in[0] = lin[grad];
+    in[1] = lin[grad + 1];
+    sop = ir_op_add(L->out, r, IR_OP_VOCABSTATS, 2, in, 1, NULL, NULL);
+    xf_copy_attrs(L->out, sop, g, op, "reduction", "dist.scale");
+    ir_op_set_mesh(L->out, sop, "mesh", mesh);
+    ir_op_set_ints(L->out, sop, "mesh_axes", 1, &ax);
+    if ((rc = infer(L, sop)) != 0)
+        return rc;
+    st = ir_op_output(L->out, sop, 0);
+    if ((rc = coll(L, r, IR_OP_ALLGATHER, mesh, a, 1, 0, 0, &st)) != 0)
+        return rc;
+    if (grad) {
+        in[0] = lin[0];
+        in[1] = lin[1];
+        in[2] = lin[2];
+        in[3] = st;
+        fop = ir_op_add(L->out, r, IR_OP_VOCABGRAD, 4, in, 1, NULL, NULL);
+        xf_copy_attrs(L->out, fop, g, op, "dist.scale", "dist.scale_in");
+        ir_op_set_mesh(L->out, fop, "mesh", mesh);
+        ir_op_set_ints(L->out, fop, "mesh_axes", 1, &ax);
+    } else {
+        in[0] = st;
+        in[1] = lin[1];
+        fop = ir_op_add(L->out, r, IR_OP_VOCABLOSS, 2, in, 1, NULL, NULL);
+        xf_copy_attrs(L->out, fop, g, op, "dist.scale", "dist.scale_in");
+    }
+    if ((rc = infer(L, fop)) != 0)
+        return rc;
+    lv = ir_op_output(L->out, fop, 0);
+    if ((rc = local_type(L, o->outputs, &ty)) != 0)
+        return rc;
+    if (ty != L->out->values[lv].type)
+        return di_error_set(L->err, DI_EINTERNAL, "%s: the vocabulary-parallel loss has another "
+                            "local shape", ir_op_label(g, op).s);
+    if (scale != 1 && scale_in < 0 && (rc = scaled(L, r, lv, scale, &lv)) != 0)
+        return rc;
+    L->env[o->outputs] = lv;
+    return 0;
+}
+
 /* Emits global op op of the current region into local region r (values through L->env). */
 static int
 emit_local(lg *L, ir_id r, ir_id op)
@@ -319,6 +375,19 @@ emit_local(lg *L, ir_id r, ir_id op)
                             "%s: not in a function that a pmap runs (annotations are removed by "
                             "`distir shard`; calls nest at most one deep)",
                             lab.s);
+    if (o->kind == IR_OP_SCELOSS || o->kind == IR_OP_SCELOSSGRAD) {
+        int grad = o->kind == IR_OP_SCELOSSGRAD;
+        ir_id logits = g->refs[o->inputs + grad];
+        int a = split_axis(g, g->values[logits].type, 1);
+        if (a == -2 || (a >= 0 && o->noutput != 1))
+            return di_error_set(L->err, DI_EUNSUPPORTED,
+                                "%s: the classes are split on two mesh axes, or the loss "
+                                "returns its log-probabilities; gather the logits first",
+                                lab.s);
+        if (a >= 0)
+            return emit_vocab_ce(L, r, op, lin, g->types[g->values[logits].type].mesh,
+                                 (uint32_t)a, scale, scale_in);
+    }
     nop = ir_op_add(L->out, r, o->kind, o->ninput, lin, o->noutput, NULL, NULL);
     xf_copy_attrs(L->out, nop, g, op, "dist.scale", "dist.scale_in");
     if (o->kind == IR_OP_OPAQUE)
@@ -335,10 +404,8 @@ emit_local(lg *L, ir_id r, ir_id op)
                                     lab.s);
         if (va == NULL || va->kind != IR_ATTR_TENSOR)
             return di_error_set(L->err, DI_EVERIFY, "%s: no value", lab.s);
-        ty = t->rank == 0 ? ir_type_tensor(L->out, (ir_dtype)t->dtype, 0, NULL, IR_DEVICE_NONE)
-                          : ir_type_tensor_var(L->out, (ir_dtype)t->dtype, t->rank,
-                                               ir_type_dims(g, g->values[o->outputs].type),
-                                               L->devvar);
+        if ((rc = local_type(L, o->outputs, &ty)) != 0)
+            return rc;
         ir_op_set_tensor(L->out, nop, "value", ty, g->data + va->off, va->n);
     }
     if (o->kind == IR_OP_RESHAPE || o->kind == IR_OP_GATHERGRAD || o->kind == IR_OP_REDUCESUMTO) {
@@ -362,13 +429,6 @@ emit_local(lg *L, ir_id r, ir_id op)
             ir_op_set_ints(L->out, nop, "mesh_axes", 1, &ax);
         }
     }
-    if ((o->kind == IR_OP_SCELOSS && split_axis(g, g->values[g->refs[o->inputs]].type, 1) != -1) ||
-        (o->kind == IR_OP_SCELOSSGRAD &&
-         split_axis(g, g->values[g->refs[o->inputs + 1]].type, 1) != -1))
-        return di_error_set(L->err, DI_EUNSUPPORTED,
-                            "%s: a cross-entropy over classes split on the mesh; gather the "
-                            "logits first (redistribute to R on that axis)",
-                            lab.s);
     if ((rc = infer(L, nop)) != 0) {
         di_error_prefix(L->err, "%s", lab.s);
         return rc;

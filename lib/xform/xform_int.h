@@ -222,6 +222,10 @@ xf_place_eq(const xf_place *a, const xf_place *b)
     return a->a[0] == b->a[0] && a->a[1] == b->a[1] && a->a[2] == b->a[2];
 }
 
+/* apply.c: the placements propagation decides for m under s (caller frees *place). */
+int xf_placements(const ir_module *m, const strategy *s, const hw_model *hw, xf_place **place,
+                  di_error *err);
+
 /* ---- lowering (lower.c) ---- */
 
 /* A source value's local copy inside the body being built. */
