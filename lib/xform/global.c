@@ -421,6 +421,27 @@ converted(gfun *g, ir_id v, const gpl *p)
 
 static int specialise(geng *e, ir_id f, const gpl *args, uint32_t *spec);
 
+/* Does placement p split every dimension of value v evenly? Else an error naming it. */
+static int
+check_even(gfun *g, ir_id v, const gpl *p)
+{
+    const ir_module *m = g->e->m;
+    const int64_t *dims = ir_type_dims(m, m->values[v].type), *shape = ir_mesh_shape(m, p->mesh);
+    for (uint32_t d = 0; d < m->types[m->values[v].type].rank; d++) {
+        int64_t parts = 1;
+        for (uint32_t a = 0; a < m->meshes[p->mesh].rank; a++)
+            if (p->a[a] == (int8_t)d)
+                parts *= shape[a];
+        if (dims[d] % parts != 0)
+            return di_error_set(g->e->err, DI_ESTRATEGY,
+                                "%%%s: dimension %u (size %lld) does not divide over the %lld "
+                                "devices that split it (uneven shards are not supported)",
+                                ir_str_get(m, m->values[v].name), d, (long long)dims[d],
+                                (long long)parts);
+    }
+    return 0;
+}
+
 /* Decides op's placements per axis and emits it into the output function. */
 static int
 decide(gfun *g, ir_id op)
@@ -437,6 +458,9 @@ decide(gfun *g, ir_id op)
     rule r;
     if (o->kind == IR_OP_ANNOTATE || o->kind == IR_OP_REDISTRIBUTE) {
         ir_id in = m->refs[o->inputs];
+        int rc = check_even(g, o->outputs, &g->des[o->outputs]);
+        if (rc != 0)
+            return rc;
         g->act[o->outputs] = g->des[o->outputs];
         g->map[o->outputs] = converted(g, in, &g->des[o->outputs]);
         return 0;
@@ -626,6 +650,8 @@ emit_function(geng *e, ir_id f, const gpl *args, const char *name, ir_id *out_fu
             }
             g.act[v] = g.des[v];
             gpl_settle(e, &g.act[v]);
+            if ((rc = check_even(&g, v, &g.act[v])) != 0)
+                break;
             g.map[v] = ir_region_add_arg(e->out, g.dst, dtype_of(&g, v, &g.act[v]),
                                          ir_str_get(m, m->values[v].name));
             if (m->values[v].init) {
