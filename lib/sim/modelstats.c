@@ -22,7 +22,8 @@ passes_weight(int kind)
 {
     return kind == IR_OP_RESHAPE || kind == IR_OP_TRANSPOSE || kind == IR_OP_CAST ||
            kind == IR_OP_IDENTITY || kind == IR_OP_UNSQUEEZE || kind == IR_OP_SQUEEZE ||
-           kind == IR_OP_SLICE || kind == IR_OP_SPLIT;
+           kind == IR_OP_SLICE || kind == IR_OP_SPLIT || kind == IR_OP_ANNOTATE ||
+           kind == IR_OP_REDISTRIBUTE;
 }
 
 void
