@@ -13,10 +13,8 @@
  *   P(sum) -> S[d]   reduce_scatter (dim d)
  *   S[d] -> R        all_gather (dim d)
  *   S[d] -> S[e]     all_to_all (split e, concat d)
- *   R -> S[d]        scatter from in-group coordinate 0 (every member holds
- *                    the same value, so this is a slice; it is priced as a
- *                    scatter because the op set has no communication-free
- *                    slice yet; the models never need it)
+ *   R -> S[d]        all_slice (every member holds the same value and keeps
+ *                    its block: no communication)
  *
  * then clones the op with local shapes: attributes that spell a shape
  * (Reshape, GatherGrad and ReduceSumTo "shape") are rewritten to the local
@@ -307,6 +305,7 @@ collective(xf_body *b, int kind, ir_id in, int axis, int64_t dim, int64_t dim2, 
     case IR_OP_ALLGATHER:
     case IR_OP_REDUCESCATTER:
     case IR_OP_SCATTER:
+    case IR_OP_ALLSLICE:
         ir_op_set_int(b->out, op, "dim", dim);
         break;
     case IR_OP_ALLTOALL:
@@ -433,7 +432,7 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
                 return rc;
             name_value(b, cur.v, src, ".rs");
         } else {
-            if ((rc = collective(b, IR_OP_SCATTER, cur.v, a, q, 0, &cur.v)) != 0)
+            if ((rc = collective(b, IR_OP_ALLSLICE, cur.v, a, q, 0, &cur.v)) != 0)
                 return rc;
             name_value(b, cur.v, src, ".slice");
         }
