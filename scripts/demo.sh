@@ -2,7 +2,8 @@
 # demo.sh BUILD_DIR: shows distir working end to end on a bundled model:
 # the module in text form, its canonical hash, a text -> protobuf -> text
 # round trip, a simulation on an A100 node (table), strategies of GPT-3 1.3B,
-# a GPT-3 175B plan by model name, predictions against measured runs, and
+# a GPT-3 175B plan by model name, a Llama plan, the global view (seed
+# 003's annotated MLP propagated and lowered), predictions against measured runs, and
 # then the daemon: the same simulation twice over gRPC (the second a
 # cache hit) and a strategy search on its workers.
 set -eu
@@ -52,6 +53,14 @@ echo
 echo "== a Llama plan: Llama-3-70B (grouped-query attention, SwiGLU), 8,192 tokens per sequence, on 64 H100s"
 "$D" simulate --model llama3-70b --batch 256 --dtype bf16 --optimizer adam --hw h100-dgx:8 \
     --tp 8 --pp 4 --dp 2 --microbatches 64 --recompute full --sequence-parallel | sed -n '1,11p'
+echo
+echo "== the global view: seed 003's MLP with one annotation (lv1 split along columns on mesh0)"
+# Types shortened to their placement: !dist.dtensor<128x128xf32, @mesh0, [S[1]]> -> [S[1]].
+"$D" shard tests/ir/seed003_annotated.dir | grep -E 'func|MatMul|Gelu|redistribute' |
+    sed 's/!dist.dtensor<128x128xf32, @mesh0, \(\[[^]]*\]*\]\)>/\1/g'
+echo "-- lowered to each device: 128x64 shards and one all-reduce"
+"$D" shard tests/ir/seed003_annotated.dir --lower | grep -E '"(MatMul|Gelu|dist.all_reduce)"' |
+    sed 's/!dist.tensor<\([0-9x]*\)xf32, d>/\1/g'
 echo
 echo "== predictions against measured runs: vTrain's multi-node file (20 of 109 runs, A100s)"
 "$D" validate --runs tests/data/vtrain/ground_truth_multi.csv --sample 20 | sed -n '/^size/,/^all/p'
