@@ -2232,8 +2232,10 @@ infer_annotate(ir_module *m, ir_id op, ir_id *out, di_error *err)
     if ((rc = load_input(m, op, 0, &t, err)) != 0 ||
         (rc = load_sharding(m, op, &t, &mesh, place, err)) != 0)
         return rc;
-    if (t.at.device != IR_DEVICE_NONE || t.at.devvar)
-        return fail(m, op, err, "input 0 lives on a device; annotate values of the global view");
+    /* A sequential module may live on one device (as an ONNX import does); not a pmap body. */
+    if (t.at.devvar)
+        return fail(m, op, err, "input 0 lives on a pmap's device variable; annotate values of "
+                    "the global view");
     out[0] = t.type;
     return 0;
 }

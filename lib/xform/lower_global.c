@@ -388,7 +388,16 @@ emit_local(lg *L, ir_id r, ir_id op)
             return emit_vocab_ce(L, r, op, lin, g->types[g->values[logits].type].mesh,
                                  (uint32_t)a, scale, scale_in);
     }
-    nop = ir_op_add(L->out, r, o->kind, o->ninput, lin, o->noutput, NULL, NULL);
+    if (o->kind == IR_OP_OPAQUE) {
+        /* An op the table does not know declares its results: their local shards. */
+        ir_id tys[XF_MAXO];
+        for (uint32_t k = 0; k < o->noutput; k++)
+            if ((rc = local_type(L, o->outputs + k, &tys[k])) != 0)
+                return rc;
+        nop = ir_op_add(L->out, r, o->kind, o->ninput, lin, o->noutput, tys, NULL);
+    } else {
+        nop = ir_op_add(L->out, r, o->kind, o->ninput, lin, o->noutput, NULL, NULL);
+    }
     xf_copy_attrs(L->out, nop, g, op, "dist.scale", "dist.scale_in");
     if (o->kind == IR_OP_OPAQUE)
         L->out->ops[nop].opaque = ir_str(L->out, ir_str_get(g, o->opaque));

@@ -6,7 +6,8 @@
 # use; bad flags fail with a message and exit 1 or 2; `distir run` of the
 # annotated module, of its lowering and of the plain module agree; `distir
 # simulate` of the annotated module equals the simulation of its lowering;
-# the protobuf form keeps the annotation; the daemon simulates an annotated
+# the protobuf form keeps the annotation; an imported ONNX Runtime training
+# graph shards, lowers and simulates; the daemon simulates an annotated
 # module as in-process (bit for bit) and keys its cache on the annotation.
 . tests/integration/lib.sh
 
@@ -78,6 +79,22 @@ check "a strategy on an annotated module is refused" grep -q 'takes no strategy'
 $T "$DISTIR" convert $S3 -o "$TMP/s3.pb" || fail "convert to protobuf"
 $T "$DISTIR" shard "$TMP/s3.pb" -o "$TMP/g_pb.dir"
 check "the protobuf form shards as the text form" cmp -s "$TMP/g_pb.dir" "$TMP/g_file.dir"
+
+# An imported ONNX Runtime training graph (on device 0, with opaque loss ops): W1 split by
+# columns propagates Megatron-style through the forward and backward pass and the SGD update,
+# with one reduction (after the row-parallel W2 Gemm).
+ORT=tests/data/onnx/mnist_gemm_bw_running.onnx
+$T "$DISTIR" import $ORT -o "$TMP/ort.dir" || fail "import the ORT graph"
+$T "$DISTIR" shard "$TMP/ort.dir" --mesh m=2 --annotate W1=m:S[1] -o "$TMP/ort_g.dir"
+check "an imported module shards" [ $? -eq 0 ]
+check "... W2 comes out row-parallel" grep -q '%W2: !dist.dtensor<128x32xf32, @m, \[S\[0\]\]>' "$TMP/ort_g.dir"
+check "... the W1 update stays split" \
+    grep -q '%W1_SGD_out = "Sub".*-> !dist.dtensor<784x128xf32, @m, \[S\[1\]\]>' "$TMP/ort_g.dir"
+check "... with one redistribution" [ "$(grep -c '"dist.redistribute"' "$TMP/ort_g.dir")" -eq 1 ]
+$T "$DISTIR" shard "$TMP/ort.dir" --mesh m=2 --annotate W1=m:S[1] --lower -o "$TMP/ort_l.dir"
+check "... and lowers (opaque ops keep their declared shards)" [ $? -eq 0 ]
+$T "$DISTIR" simulate "$TMP/ort_l.dir" --hw a100-dgx >/dev/null
+check "... and simulates" [ $? -eq 0 ]
 
 # The daemon.
 start_daemon shard || { fail "daemon start"; finish; }
