@@ -708,8 +708,11 @@ test_space(void **state)
         if (i > 0)
             assert_true(memcmp(c, c - 1, sizeof *c) != 0);
     }
-    /* 12 = 2^2 * 3: the ordered triples with product 12 number 18. */
-    assert_int_equal(triples, 18);
+    /*
+     * Ordered triples with product 12 whose pp divides the 6 layers (the space keeps
+     * equal stages): pp 1, 2, 3, 6 leave 6 + 4 + 3 + 2 = 15 (tp, dp) pairs.
+     */
+    assert_int_equal(triples, 15);
     search_space_fini(&sp);
 
     assert_int_equal(search_config_set(&cfg, "tp", "1,3", &err), 0);
@@ -1105,7 +1108,8 @@ test_model_facts(void **state)
         xform_strategy_init(&s);
         s.pp = k;
         s.schedule = k > 1 ? STRATEGY_SCHEDULE_1F1B : STRATEGY_SCHEDULE_DEFAULT;
-        assert_int_equal(xform_validate(m, &s, NULL, &err) == 0, f.layers % k == 0);
+        /* A degree that does not divide the layers balances them; more stages than layers fail. */
+        assert_int_equal(xform_validate(m, &s, NULL, &err) == 0, k <= f.layers);
     }
     xform_model_facts_fini(&f);
     assert_null(f.arg_kind);

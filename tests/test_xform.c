@@ -182,7 +182,20 @@ test_validate_messages(void **state)
     expect_reject(g16, &s, hw, "dp*tp*pp = 32 exceeds the 16 devices of a100-dgx:2");
     xform_strategy_init(&s);
     s.pp = 5;
-    expect_reject(g16, &s, NULL, "pp=5 does not divide the 24 layers");
+    s.schedule = STRATEGY_SCHEDULE_1F1B;
+    {
+        /* pp=5 on 24 layers: five stages balanced by cost (4 or 5 layers, 24 in all). */
+        uint32_t *per = NULL, ng = 0, sum = 0;
+        assert_int_equal(xform_validate(g16, &s, NULL, &err), 0);
+        assert_int_equal(xform_stage_layers(g16, &s, NULL, &per, &ng, &err), 0);
+        assert_int_equal(ng, 5);
+        for (uint32_t k = 0; k < ng; k++) {
+            assert_true(per[k] >= 4 && per[k] <= 5);
+            sum += per[k];
+        }
+        assert_int_equal(sum, 24);
+        di_free(per);
+    }
     xform_strategy_init(&s);
     s.dp = 4;
     expect_reject(g16, &s, NULL, "dp=4 does not divide the batch 6");
@@ -212,7 +225,7 @@ test_validate_messages(void **state)
     }
     xform_strategy_init(&s);
     s.pp = 3;
-    expect_reject(g5, &s, NULL, "pp=3 does not divide the 2 layers");
+    expect_reject(g5, &s, NULL, "3 model stages need at least as many layers (the module has 2)");
     xform_strategy_init(&s);
     s.dp = 2;
     s.ndevice_order = 1;

@@ -430,6 +430,33 @@ grid(int gpt)
     case_fini(&adam);
 }
 
+/*
+ * Pipelines whose degree does not divide the layers (4 layers on pp 3, as
+ * Llama-3.1-405B's 126 on 16): stages balanced by cost, every variant that
+ * applies, with and without data and tensor parallelism.
+ */
+static void
+test_uneven_pipeline(void **state)
+{
+    model_case sgd, adam;
+    (void)state;
+    for (int gpt = 0; gpt <= 1; gpt++) {
+        case_init(&sgd, gpt, 0);
+        case_init(&adam, gpt, 1);
+        sgd.name = adam.name = gpt ? "gpt" : "mlp";
+        nrun = nskip = 0;
+        for (uint32_t dp = 1; dp <= 2; dp++)
+            for (uint32_t tp = 1; tp <= 2; tp++)
+                for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++)
+                    run_one(variants[k].adam ? &adam : &sgd, dp, tp, 3, &variants[k]);
+        fprintf(stderr, "%s: %u strategies on 3 uneven stages equal the sequential step\n",
+                sgd.name, nrun);
+        assert_true(nrun >= 40);
+        case_fini(&sgd);
+        case_fini(&adam);
+    }
+}
+
 static void
 test_mlp_grid(void **state)
 {
@@ -456,6 +483,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_grid),
+        cmocka_unit_test(test_uneven_pipeline),
         cmocka_unit_test(test_gpt_grid),
         cmocka_unit_test(test_llama_grid),
         cmocka_unit_test(test_mlp_nested),

@@ -390,7 +390,8 @@ enumerate_on(space_builder *b, uint32_t n)
     for (uint32_t i = 0; i < npps; i++) {
         uint32_t pp = pps[i];
         uint32_t ntps;
-        if (!in_set(cfg->pp, cfg->npp, pp))
+        /* The space keeps pipelines whose stages hold equal layer counts. */
+        if (!in_set(cfg->pp, cfg->npp, pp) || (sp->layers && pp > 1 && sp->layers % pp != 0))
             continue;
         ntps = divisors(n / pp, &tps);
         for (uint32_t j = 0; j < ntps; j++) {
