@@ -71,7 +71,7 @@ $T "$DISTIR" search "$TMP/gpt.pb" --devices 4096 --server "$ADDR" >/dev/null 2>"
 check "too many devices is INVALID_ARGUMENT" grep -q 'INVALID_ARGUMENT: .*4096 devices' "$TMP/bad.err"
 stop_daemon
 
-# Every candidate waits 20 ms: the space's 572 candidates take about 6 s on 2 workers.
+# Every candidate waits 20 ms: the space's 548 candidates take about 6 s on 2 workers.
 start_daemon slow --workers 2 --test-delay-ms 20 || { fail "daemon start (slow)"; finish; }
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --server "$ADDR" --timeout-ms 400 >/dev/null \
