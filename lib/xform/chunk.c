@@ -590,6 +590,9 @@ xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
     opl = di_xmalloc((p->out.n + p->leaf.n + p->stash.n + p->res.n + 1) * sizeof *opl);
     if (p->argc == NULL)
         p->argc = di_xcalloc(p->in.n + 1, sizeof *p->argc);
+    /* The group's own pending sends go first, then what it receives (xf_pl_defer). */
+    if ((rc = xf_pl_flush(P, g, p, mb)) != 0)
+        goto done;
     for (uint32_t j = 0; j < p->in.n; j++) {
         ir_id v = p->in.v[j];
         const reg_ent *e = p->argc[j].kind ? &p->argc[j] : xf_pl_resolve(P, p, v, mb);
@@ -685,8 +688,12 @@ xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
                 ne->pl = opl[k];
                 e = ne;
             }
-            if ((rc = xf_pl_send_needs(P, e, 0)) != 0)
-                goto done;
+            if (p->kind == PROG_S) {
+                if ((rc = xf_pl_send_needs(P, e, 0)) != 0)
+                    goto done;
+            } else {
+                xf_pl_defer(P, e);
+            }
             if (p->kind == PROG_S) /* sending may have grown the registry: find it again */
                 e = xf_pl_reg_find(P, REG_STEP, v, 0, g);
             if ((p->kind == PROG_S || mb == last) && (rc = xf_pl_send_needs(P, e, 1)) != 0)

@@ -741,6 +741,33 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
     return rc;
 }
 
+void
+xf_pl_defer(pl *P, const reg_ent *e)
+{
+    DI_GROW(&P->pend, &P->cpend, P->npend + 1);
+    P->pend[P->npend++] = *e;
+}
+
+int
+xf_pl_flush(pl *P, int64_t g, const prog *p, uint32_t mb)
+{
+    uint32_t keep = 0;
+    int rc = 0;
+    for (uint32_t i = 0; i < P->npend; i++) {
+        reg_ent e = P->pend[i];
+        int now = g < 0 || e.g == (uint32_t)g;
+        for (uint32_t j = 0; p && !now && j < p->in.n; j++)
+            now = p->in.v[j] == e.v && e.mb == mb;
+        if (!now || rc != 0) {
+            P->pend[keep++] = e;
+            continue;
+        }
+        rc = xf_pl_send_needs(P, &e, 0);
+    }
+    P->npend = keep;
+    return rc;
+}
+
 /* Sends registry entry e to every group that needs its value at this level. */
 int
 xf_pl_send_needs(pl *P, const reg_ent *e0, int step)
@@ -1095,6 +1122,8 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
         if ((rc = xf_pl_emit_chunk(&P, p, ev[i].mb)) != 0)
             goto fail;
     }
+    if ((rc = xf_pl_flush(&P, -1, NULL, 0)) != 0)
+        goto fail;
     /* Once-per-step programs, each after the step programs it reads from. */
     {
         uint8_t *done = di_xcalloc(c->pp, 1);
@@ -1148,6 +1177,7 @@ static void
 pl_fini(pl *P)
 {
     xf_body_tables_fini(&P->body);
+    di_free(P->pend);
     for (uint32_t i = 0; P->prog && i < P->nprog; i++) {
         prog *p = &P->prog[i];
         di_free(p->ops.v);

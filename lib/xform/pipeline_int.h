@@ -101,6 +101,14 @@ typedef struct pl {
     /* registry */
     reg_ent *reg;
     uint32_t creg, nreg;
+    /*
+     * Chunk outputs not sent yet (xf_pl_defer): a value goes to the group that
+     * needs it right before its sender's next chunk or its receiver's chunk,
+     * whichever comes first in program order, as Megatron-LM's blocking
+     * send/receive pairs place a transfer in both devices' sequences.
+     */
+    reg_ent *pend;
+    uint32_t cpend, npend;
     xf_body body;
     xform_layout *lay;
     uint32_t cargs, cres;
@@ -111,6 +119,14 @@ typedef struct pl {
 } pl;
 
 /* ---- pipeline.c ---- */
+
+/* Defers sending chunk output e (per-microbatch needs) until xf_pl_flush. */
+void xf_pl_defer(pl *P, const reg_ent *e);
+/*
+ * Sends the deferred outputs of group g and those that chunk mb of program p
+ * reads (g < 0: every deferred output).
+ */
+int xf_pl_flush(pl *P, int64_t g, const prog *p, uint32_t mb);
 
 /* The registry: where a value's top-level tuple is, by (kind REG_*, value, microbatch, group). */
 reg_ent *xf_pl_reg_find(pl *P, uint32_t kind, uint32_t v, uint32_t mb, uint32_t g);
