@@ -1155,6 +1155,12 @@ sim_op(sim *s, ir_id op, const ctx *c)
         return sim_pmap(s, op, c);
     if (o->kind == IR_OP_RETURN)
         return di_error_set(s->err, DI_EINVAL, "op %u: dist.return stored as an op", op);
+    if (o->kind == IR_OP_CALL || o->kind == IR_OP_ANNOTATE)
+        return di_error_set(s->err, DI_EUNSUPPORTED,
+                            "%s: the simulator runs per-device programs; declare a mesh and "
+                            "lower the module first (distir shard --lower, or simulate it "
+                            "annotated)",
+                            ir_op_label(m, op).s);
     if (flags & IR_OPF_FREE)
         return sim_free_op(s, op, c);
     if (o->kind == IR_OP_SEND || o->kind == IR_OP_REDISTRIBUTE)

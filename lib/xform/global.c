@@ -777,7 +777,8 @@ xform_is_global(const ir_module *m)
 {
     for (ir_id op = 1; op < m->nop; op++) {
         int k = m->ops[op].kind;
-        if (k == IR_OP_ANNOTATE || k == IR_OP_REDISTRIBUTE)
+        /* Calls on a module with meshes: the global view places them (one mesh or more). */
+        if (k == IR_OP_ANNOTATE || k == IR_OP_REDISTRIBUTE || (k == IR_OP_CALL && m->nmesh > 1))
             return 1;
     }
     return 0;

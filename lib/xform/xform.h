@@ -238,9 +238,10 @@ int xform_data_parallel_tuple(const ir_module *m, uint32_t n, const int32_t *dev
  * with a placement chosen by the factor rules, a dist.redistribute where
  * placements conflict, called functions specialised per call site.
  * xform_lower_global turns a global-view module into per-device programs
- * (dist.pmap over each mesh, mesh collectives). xform_global_local runs
- * both when the module is global (xform_is_global), else copies nothing and
- * sets *out to NULL. Callers free *out.
+ * (dist.pmap over each mesh, mesh collectives). xform_is_global: the module
+ * has annotations, redistributions, or calls and a mesh. xform_global_local
+ * runs both when the module is global, else copies nothing and sets *out to
+ * NULL. Callers free *out.
  */
 int xform_annotate(ir_module *m, const char *value, const char *mesh, const char *placement,
                    di_error *err);

@@ -96,6 +96,23 @@ check "... and lowers (opaque ops keep their declared shards)" [ $? -eq 0 ]
 $T "$DISTIR" simulate "$TMP/ort_l.dir" --hw a100-dgx >/dev/null
 check "... and simulates" [ $? -eq 0 ]
 
+# A call without a mesh is refused by the simulator with the way out; with a mesh it lowers.
+cat >"$TMP/call.dir" <<'EOF2'
+func @main(%x: !dist.tensor<8x8xf32>) -> (!dist.tensor<8x8xf32>) {
+  %y = "func.call"(%x) {callee = @f} : (!dist.tensor<8x8xf32>) -> !dist.tensor<8x8xf32>
+  return %y : !dist.tensor<8x8xf32>
+}
+func @f(%x: !dist.tensor<8x8xf32>) -> (!dist.tensor<8x8xf32>) {
+  %y = "Relu"(%x) : (!dist.tensor<8x8xf32>) -> !dist.tensor<8x8xf32>
+  return %y : !dist.tensor<8x8xf32>
+}
+EOF2
+"$DISTIR" simulate "$TMP/call.dir" --hw a100-dgx >/dev/null 2>"$TMP/e6"
+check "a call without a mesh is not simulated" grep -q 'lower the module first' "$TMP/e6"
+{ echo 'dist.mesh @m = <[2]>'; cat "$TMP/call.dir"; } >"$TMP/callmesh.dir"
+$T "$DISTIR" simulate "$TMP/callmesh.dir" --hw a100-dgx >/dev/null
+check "a call on a module with a mesh is lowered and simulated" [ $? -eq 0 ]
+
 # The daemon.
 start_daemon shard || { fail "daemon start"; finish; }
 $T "$DISTIR" simulate $S3 --hw a100-dgx --server "$ADDR" --json >"$TMP/r1.json"
