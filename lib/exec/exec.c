@@ -986,6 +986,7 @@ run_call(exec *x, ir_id op, const lanes *ln)
         }
         rc = store_result(x, op, i, &s, ln);
     }
+    free_region_values(x, o->body, 0); /* the function's values, until its next call */
     return rc;
 }
 
