@@ -5,7 +5,8 @@
  * on two meshes, specialises the callee per call site; every resharding
  * pair lowers to its collective on 1-d and 2-d meshes; random modules with
  * random annotations execute as their sequential form does; a GPT annotated
- * like Megatron-LM propagates to the placements xform_apply picks; bad
+ * like Megatron-LM (tensor axis, and data x tensor on a 2x2 mesh) propagates
+ * to the placements xform_apply picks on every axis; bad
  * annotations and impossible layouts fail with a message. The executor is
  * the judge: an annotated module runs sequentially (an annotation is the
  * identity), its lowering runs per device. Run from the repository root.
@@ -633,12 +634,15 @@ test_random_modules(void **state)
 
 /*
  * A small GPT training step annotated as xform_apply lays out tensor
- * parallelism (its weights' placements on a 1-d mesh of tp devices)
- * propagates to the placements xform_apply decides for every value, and
- * the lowering computes the sequential step.
+ * parallelism (its weights' placements on the tensor axis) propagates to the
+ * placements xform_apply decides for every one of its values, and the
+ * lowering computes the sequential step. With dp = 2 the mesh is 2x2, the
+ * batch data split on axis 0 and the weights on axis 1: both axes must
+ * match xform_apply's data and tensor axes (gradient partial sums and their
+ * reductions included).
  */
 static void
-test_megatron_layout(void **state)
+megatron_case(uint32_t dp)
 {
     models_gpt c;
     ir_module *m, *a, *g, *l;
@@ -646,9 +650,8 @@ test_megatron_layout(void **state)
     xf_place *pl;
     di_error err;
     ir_id fa, fg;
-    uint32_t j = 0, compared = 0, split = 0;
-    int64_t two = 2;
-    (void)state;
+    uint32_t j = 0, compared = 0, split = 0, rank = dp > 1 ? 2 : 1;
+    int64_t shape[2] = {2, 2};
     di_error_clear(&err);
     models_gpt_init(&c);
     c.layers = 2;
@@ -661,18 +664,23 @@ test_megatron_layout(void **state)
     assert_int_equal(models_gpt_build(&c, &m, &err), 0);
     strategy_init(&s);
     s.tp = 2;
+    s.dp = dp;
     if (xf_placements(m, &s, NULL, &pl, &err) != 0)
         fail_msg("%s", err.msg);
     a = ir_module_clone(m);
-    ir_mesh_add(a, "tp", 1, &two, NULL);
+    ir_mesh_add(a, "m", rank, shape, NULL);
     fa = ir_module_entry(m);
     for (uint32_t i = 0; i < m->regions[fa].narg; i++) {
         ir_id v = m->regions[fa].args[i];
-        char b[16];
-        if (pl[v].a[XF_TP] < 0)
+        const char *name = ir_str_get(m, m->values[v].name);
+        char b[32];
+        if (dp > 1 && (strcmp(name, "tokens") == 0 || strcmp(name, "labels") == 0))
+            snprintf(b, sizeof b, "S[0], R");
+        else if (pl[v].a[XF_TP] >= 0)
+            snprintf(b, sizeof b, "%sS[%d]", dp > 1 ? "R, " : "", pl[v].a[XF_TP]);
+        else
             continue;
-        snprintf(b, sizeof b, "S[%d]", pl[v].a[XF_TP]);
-        if (xform_annotate(a, ir_str_get(m, m->values[v].name), "tp", b, &err) != 0)
+        if (xform_annotate(a, name, "m", b, &err) != 0)
             fail_msg("%s", err.msg);
     }
     g = shard_ok(a);
@@ -690,19 +698,21 @@ test_megatron_layout(void **state)
         for (uint32_t k = 0; k < a->ops[op].noutput; k++) {
             ir_id v = a->ops[op].outputs + k, gv = g->ops[gop].outputs + k;
             const ir_type *t = &g->types[g->values[gv].type];
-            int8_t got;
             if (t->kind != IR_TYPE_TENSOR || t->mesh == 0)
                 continue;
-            got = (int8_t)g->ints[t->placements];
-            if (got != pl[v].a[XF_TP])
-                fail_msg("%s result %u: xform_apply %d, the global view %d",
-                         ir_op_label(a, op).s, k, pl[v].a[XF_TP], got);
-            compared++;
-            split += got != XF_R;
+            for (uint32_t ax = 0; ax < rank; ax++) {
+                int8_t got = (int8_t)g->ints[t->placements + ax];
+                int8_t want = pl[v].a[rank == 2 && ax == 0 ? XF_DP : XF_TP];
+                if (got != want)
+                    fail_msg("%s result %u, mesh axis %u: xform_apply %d, the global view %d",
+                             ir_op_label(a, op).s, k, ax, want, got);
+                compared++;
+                split += got != XF_R;
+            }
         }
     }
-    assert_true(compared > 150);
-    assert_true(split > 40);
+    assert_true(compared > 150 * rank);
+    assert_true(split > 40 * rank);
     l = lower_ok(g);
     assert_same_results(a, l, c.vocab, 1e-4);
     di_free(pl);
@@ -710,6 +720,20 @@ test_megatron_layout(void **state)
     ir_module_free(g);
     ir_module_free(a);
     ir_module_free(m);
+}
+
+static void
+test_megatron_layout(void **state)
+{
+    (void)state;
+    megatron_case(1);
+}
+
+static void
+test_megatron_dp_tp(void **state)
+{
+    (void)state;
+    megatron_case(2);
 }
 
 /* ---- simulation and requests ---- */
@@ -764,6 +788,7 @@ main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_random_modules),
         cmocka_unit_test(test_megatron_layout),
+        cmocka_unit_test(test_megatron_dp_tp),
         cmocka_unit_test(test_simulate_annotated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
