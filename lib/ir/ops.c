@@ -2221,39 +2221,26 @@ load_sharding(const ir_module *m, ir_id op, const tensor *t, ir_id *mesh, int64_
 /*
  * dist.annotate_sharding: the user's wish for a value's placement; the
  * value's type is unchanged until sharding propagation, which removes it.
+ * dist.redistribute: a global value to another placement, on its mesh or
+ * another; the result is that distributed tensor.
  */
 static int
-infer_annotate(ir_module *m, ir_id op, ir_id *out, di_error *err)
+infer_sharding(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
+    int annotate = m->ops[op].kind == IR_OP_ANNOTATE;
     tensor t;
-    ir_id mesh;
+    ir_id mesh = 0;
     int64_t place[IR_MAX_RANK];
     int rc;
     if ((rc = load_input(m, op, 0, &t, err)) != 0 ||
         (rc = load_sharding(m, op, &t, &mesh, place, err)) != 0)
         return rc;
     /* A sequential module may live on one device (as an ONNX import does); not a pmap body. */
-    if (t.at.devvar)
-        return fail(m, op, err, "input 0 lives on a pmap's device variable; annotate values of "
-                    "the global view");
-    out[0] = t.type;
-    return 0;
-}
-
-/* dist.redistribute: a global value to another placement, on its mesh or another. */
-static int
-infer_redistribute(ir_module *m, ir_id op, ir_id *out, di_error *err)
-{
-    tensor t;
-    ir_id mesh;
-    int64_t place[IR_MAX_RANK];
-    int rc;
-    if ((rc = load_input(m, op, 0, &t, err)) != 0 ||
-        (rc = load_sharding(m, op, &t, &mesh, place, err)) != 0)
-        return rc;
-    if (t.at.device != IR_DEVICE_NONE || t.at.devvar)
-        return fail(m, op, err, "input 0 lives on a device; redistribute values of the global view");
-    out[0] = ir_type_dtensor(m, t.dtype, t.rank, t.dims, mesh, place);
+    if (t.at.devvar || (!annotate && t.at.device != IR_DEVICE_NONE))
+        return fail(m, op, err, "input 0 lives on a %s; %s values of the global view",
+                    t.at.devvar ? "pmap's device variable" : "device",
+                    annotate ? "annotate" : "redistribute");
+    out[0] = annotate ? t.type : ir_type_dtensor(m, t.dtype, t.rank, t.dims, mesh, place);
     return 0;
 }
 

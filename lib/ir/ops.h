@@ -111,10 +111,10 @@
     /* the global view: a local slice (R -> S[dim], no communication), annotations */            \
     X(ALLSLICE, "dist.all_slice", 1, 1, 1, 1, IR_OPF_COLLECTIVE, "dim:i mesh:m mesh_axes:I?",      \
       allslice, allslice)                                                                          \
-    X(ANNOTATE, "dist.annotate_sharding", 1, 1, 1, 1, IR_OPF_FREE, "mesh:m placement:s", annotate, \
+    X(ANNOTATE, "dist.annotate_sharding", 1, 1, 1, 1, IR_OPF_FREE, "mesh:m placement:s", sharding, \
       none)                                                                                        \
     X(REDISTRIBUTE, "dist.redistribute", 1, 1, 1, 1, IR_OPF_COMM, "mesh:m placement:s",            \
-      redistribute, comm)                                                                          \
+      sharding, comm)                                                                          \
     /* vocabulary-parallel cross-entropy (Megatron-LM), the logits split over a mesh group */   \
     X(VOCABSTATS, "dist.vocab_ce_stats", 2, 2, 1, 1, 0, "mesh:m mesh_axes:I? ignore_index:i?",     \
       vocabstats, softmax)                                                                         \

@@ -572,20 +572,11 @@ decide(gfun *g, ir_id op)
     }
     /* Every local shape must exist (two axes may split one dimension). */
     for (uint32_t k = 0; k < nk; k++) {
-        ir_id v = operand(m, op, k);
-        const int64_t *dims = ir_type_dims(m, m->values[v].type);
-        for (uint32_t d = 0; d < m->types[m->values[v].type].rank; d++) {
-            int64_t parts = 1;
-            for (uint32_t a = 0; a < m->meshes[mesh].rank; a++)
-                if (req[k].a[a] == (int8_t)d)
-                    parts *= ir_mesh_shape(m, mesh)[a];
-            if (dims[d] % parts != 0)
-                return di_error_set(e->err, DI_ESTRATEGY,
-                                    "%s: %s %u: dimension %u (size %lld) does not divide over "
-                                    "the %lld devices that split it",
-                                    ir_op_label(m, op).s, k < o->ninput ? "input" : "result",
-                                    k < o->ninput ? k : k - o->ninput, d, (long long)dims[d],
-                                    (long long)parts);
+        int rc = check_even(g, operand(m, op, k), &req[k]);
+        if (rc != 0) {
+            di_error_prefix(e->err, "%s, %s %u", ir_op_label(m, op).s,
+                            k < o->ninput ? "input" : "result", k < o->ninput ? k : k - o->ninput);
+            return rc;
         }
     }
     for (uint32_t k = 0; k < o->ninput; k++)
