@@ -1159,6 +1159,68 @@ test_nested_memory(void **state)
     hw_free(hw);
 }
 
+/*
+ * 16-bit gradients (fp16 training as Megatron-LM defaults to it: gradients
+ * accumulated and all-reduced in fp16, cast to f32 for the optimizer once
+ * per step): the data-parallel reduction runs on the f16 accumulators, in
+ * buckets, before the cast (half the bytes of the f32 path), and the cast
+ * keeps the gradients' tensor-parallel split (no all_gather of gradients):
+ * the module has the collectives of the f32-gradient one, in f16.
+ */
+static void
+test_grad16_reduction(void **state)
+{
+    ir_module *mods[2], *dm[2];
+    strategy s;
+    uint32_t ar[2][2] = {{0}}, ag[2] = {0};
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        models_gpt c;
+        di_error err;
+        models_gpt_init(&c);
+        c.layers = 2;
+        c.hidden = 64;
+        c.heads = 4;
+        c.seq = 16;
+        c.vocab = 128;
+        c.batch = 16;
+        c.dtype = IR_F16;
+        c.train.optimizer = XFORM_OPTIM_ADAM;
+        c.train.precision = k ? MODELS_PRECISION_MIXED_GRAD16 : MODELS_PRECISION_MIXED;
+        if (models_gpt_build(&c, &mods[k], &err) != 0)
+            fail_msg("%s", err.msg);
+        xform_strategy_init(&s);
+        s.dp = 2;
+        s.tp = 2;
+        s.pp = 2;
+        s.microbatches = 4;
+        s.schedule = STRATEGY_SCHEDULE_1F1B;
+        dm[k] = apply_ok(mods[k], &s);
+        for (ir_id op = 1; op < dm[k]->nop; op++) {
+            const ir_module *d = dm[k];
+            int kind = d->ops[op].kind;
+            uint32_t n;
+            const int64_t *ax = ir_op_ints(d, op, "mesh_axes", &n);
+            ir_dtype dt;
+            if (kind == IR_OP_ALLGATHER)
+                ag[k]++;
+            if (kind != IR_OP_ALLREDUCE || ax == NULL || n != 1 || ax[0] != 0)
+                continue;
+            /* A data-axis all-reduce: count by dtype. */
+            dt = (ir_dtype)d->types[d->values[d->refs[d->ops[op].inputs]].type].dtype;
+            ar[k][dt == IR_F32]++;
+        }
+    }
+    assert_true(ar[0][1] > 0);           /* f32 gradients: reduced in f32 */
+    assert_int_equal(ar[1][1], 0);       /* f16 gradients: nothing reduced in f32 */
+    assert_int_equal(ar[1][0], ar[0][0] + ar[0][1]); /* the same buckets (and loss), in f16 */
+    assert_int_equal(ag[1], ag[0]);
+    for (int k = 0; k < 2; k++) {
+        ir_module_free(dm[k]);
+        ir_module_free(mods[k]);
+    }
+}
+
 int
 main(void)
 {
@@ -1183,6 +1245,7 @@ main(void)
         cmocka_unit_test(test_nested_structure),
         cmocka_unit_test(test_tp_layers),
         cmocka_unit_test(test_nested_memory),
+        cmocka_unit_test(test_grad16_reduction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

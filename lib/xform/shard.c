@@ -769,7 +769,8 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
             if (a == XF_TP ? batch != pass : batch == pass)
                 continue;
             /* An update is split on the tensor axis as its weight is, whatever its gradient. */
-            if (a == XF_TP && batch && c->op[op].phase == XF_PH_STEP)
+            if (a == XF_TP && batch && c->op[op].phase == XF_PH_STEP &&
+                (ir_opkind_info(m->ops[op].kind)->flags & IR_OPF_OPTIM))
                 continue;
             f = r->map[k][p];
             if (!factor_ok(r, f, a, n))
@@ -863,6 +864,25 @@ input_place(const xf_ctx *c, ir_id op, uint32_t k)
     return xf_xfer_place(c, v, &c->place[v], xf_op_group(c, d), xf_op_group(c, op));
 }
 
+/*
+ * A Cast to a wider float once per step (16-bit gradients accumulated in
+ * their own dtype, then cast for the f32 optimizer: Megatron-LM's fp16
+ * default) keeps partial sums from passing: they are reduced in the narrow
+ * dtype first, half the bytes, and bucketed with the other gradients. A
+ * per-microbatch widening Cast (f32 accumulation) lets them pass, so that
+ * the f32 accumulators are what the step reduces.
+ */
+static int
+widening_step_cast(const xf_ctx *c, ir_id op)
+{
+    const ir_module *m = c->m;
+    const ir_op *o = &m->ops[op];
+    if (o->kind != IR_OP_CAST || c->op[op].phase != XF_PH_STEP || o->ninput < 1 || o->noutput < 1)
+        return 0;
+    return ir_dtype_size((ir_dtype)m->types[m->values[o->outputs].type].dtype) >
+           ir_dtype_size((ir_dtype)m->types[m->values[m->refs[o->inputs]].type].dtype);
+}
+
 int
 xf_propagate(xf_ctx *c)
 {
@@ -897,7 +917,7 @@ xf_propagate(xf_ctx *c)
             /* An axis some group has: placements are the same on every group. */
             if (c->n[a] <= 1)
                 continue;
-            if (xf_rule_passes(&r, a, in)) {
+            if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op)) {
                 for (uint32_t k = 0; k < o->ninput; k++)
                     c->req[o->inputs + k].a[a] = in[k].a[a];
                 for (uint32_t k = 0; k < o->noutput; k++)
