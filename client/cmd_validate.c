@@ -26,8 +26,9 @@
 static const char usage[] =
     "validate --runs CSV [--hw PRESET|FILE.json] [--sample N] [--json]\n"
     "Simulates each measured run (GPT shape, batch, micro batch, tp/dp/pp, sequence; f16, Adam,\n"
-    "full activation recomputation, 1F1B, vocabulary 50,257) and compares the predicted with the\n"
-    "measured iteration time. --sample N takes N rows evenly spread over the file.";
+    "f16 gradients, full activation recomputation, 1F1B, vocabulary 50,257) and compares the\n"
+    "predicted with the measured iteration time. --sample N takes N rows evenly spread over the\n"
+    "file.";
 
 #define MAX_ROWS 100000u
 
