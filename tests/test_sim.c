@@ -1226,6 +1226,17 @@ test_sort_keys(void **state)
         }
 }
 
+/* The token after the one at p in a space-separated list (the end: ""). */
+static const char *
+next_token(const char *p)
+{
+    while (*p && *p != ' ')
+        p++;
+    while (*p == ' ')
+        p++;
+    return p;
+}
+
 /*
  * Single-clock 1F1B (no_overlap: one stream per device, as the original
  * DistIR simulator) against the schedule derived by hand. Two stages, four
@@ -1326,11 +1337,11 @@ test_single_clock_1f1b(void **state)
                 if (strncmp(pos[d], pos[1 - d], 2) != 0)
                     continue;
                 clock[0] = clock[1] = fmax(clock[0], clock[1]) + T;
-                pos[1 - d] += pos[1 - d][2] ? 3 : 2;
+                pos[1 - d] = next_token(pos[1 - d]);
             } else {
                 continue;
             }
-            pos[d] += pos[d][2] ? 3 : 2;
+            pos[d] = next_token(pos[d]);
             moved = 1;
         }
         assert_true(moved);
