@@ -2486,6 +2486,27 @@ pmap_body_word(const ir_module *m, ir_id op, char *buf, size_t n)
     return buf;
 }
 
+/*
+ * Is tensor type a type b placed on device dev instead (same dtype and
+ * shape, a concrete device, no mesh or device variable)? A group's tuple
+ * holds one such type per device: the first is checked in full, the others
+ * by this comparison, without interning a type per element.
+ */
+static int
+same_but_device(const ir_module *m, ir_id a, ir_id b, int64_t dev)
+{
+    const ir_type *x, *y;
+    if (a == 0 || b == 0 || a >= m->ntype || b >= m->ntype)
+        return 0;
+    x = &m->types[a];
+    y = &m->types[b];
+    return x->kind == IR_TYPE_TENSOR && y->kind == IR_TYPE_TENSOR && x->dtype == y->dtype &&
+           x->rank == y->rank && x->mesh == 0 && y->mesh == 0 && x->devvar == 0 &&
+           y->devvar == 0 && (int64_t)x->device == dev &&
+           (x->rank == 0 || x->dims == y->dims ||
+            memcmp(m->ints + x->dims, m->ints + y->dims, x->rank * sizeof(int64_t)) == 0);
+}
+
 static int
 pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_error *err)
 {
@@ -2516,6 +2537,8 @@ pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_er
         }
         for (uint32_t k = 0; k < n; k++) {
             ir_id et = m->refs[m->types[ty].elems + k], local;
+            if (k > 0 && same_but_device(m, et, m->refs[m->types[ty].elems], devs[k]))
+                continue; /* element 0 was checked: this one differs in its device only */
             if ((rc = load_type(m, op, et, "input element", i, &t, err)) != 0)
                 break;
             if (t.at.mesh || t.at.devvar || t.at.device != devs[k]) {
@@ -2547,6 +2570,19 @@ pmap_devices(ir_module *m, ir_id op, ir_id devvar, ir_id body, ir_id *out, di_er
                       pmap_body_word(m, op, w, sizeof w), i, site_str(m, &t.at, &pb),
                       ir_str_get(m, devvar));
             break;
+        }
+        /* The declared type when it is that tuple (checked without interning n types). */
+        {
+            ir_id dty = m->values[ir_op_output(m, op, i)].type;
+            const ir_type *dt = dty && dty < m->ntype ? &m->types[dty] : NULL;
+            int same = dt && dt->kind == IR_TYPE_TUPLE && dt->nelem == n && n > 0 &&
+                       m->refs[dt->elems] == ir_type_with_device(m, rty, (int32_t)devs[0], 0);
+            for (uint32_t k = 1; k < n && same; k++)
+                same = same_but_device(m, m->refs[dt->elems + k], m->refs[dt->elems], devs[k]);
+            if (same) {
+                out[i] = dty;
+                continue;
+            }
         }
         for (uint32_t k = 0; k < n; k++)
             elems[k] = ir_type_with_device(m, rty, (int32_t)devs[k], 0);
