@@ -24,8 +24,8 @@
     "                    [-o FILE]\n"                                                              \
     "   or: distir model presets\n"                                                                \
     "COMMON: [--dtype f32|f16|bf16|f64] [--optimizer sgd|adam|none] [--lr LR] [--forward-only]\n" \
-    "        [--precision mixed|mixed-grad16|pure] [--no-annotations]; FILE ending .pb is\n"    \
-    "        protobuf, anything else (or -) IR text"
+    "        [--precision mixed|mixed-grad16|mixed-grad32|pure] [--no-annotations]; FILE\n"        \
+    "        ending .pb is protobuf, anything else (or -) IR text"
 
 /*
  * Parses `distir model mlp|gpt [OPTIONS]` (argv[0] is the model) into *sp

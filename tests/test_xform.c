@@ -1165,16 +1165,19 @@ test_nested_memory(void **state)
  * per step): the data-parallel reduction runs on the f16 accumulators, in
  * buckets, before the cast (half the bytes of the f32 path), and the cast
  * keeps the gradients' tensor-parallel split (no all_gather of gradients):
- * the module has the collectives of the f32-gradient one, in f16.
+ * the module has the collectives of the f32-gradient one, in f16. The
+ * default precision for fp16 is that one.
  */
 static void
 test_grad16_reduction(void **state)
 {
-    ir_module *mods[2], *dm[2];
+    ir_module *mods[3], *dm[3];
     strategy s;
-    uint32_t ar[2][2] = {{0}}, ag[2] = {0};
+    uint32_t ar[3][2] = {{0}}, ag[3] = {0};
+    static const int prec[3] = {MODELS_PRECISION_MIXED_GRAD32, MODELS_PRECISION_MIXED_GRAD16,
+                                MODELS_PRECISION_MIXED};
     (void)state;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         models_gpt c;
         di_error err;
         models_gpt_init(&c);
@@ -1186,7 +1189,7 @@ test_grad16_reduction(void **state)
         c.batch = 16;
         c.dtype = IR_F16;
         c.train.optimizer = XFORM_OPTIM_ADAM;
-        c.train.precision = k ? MODELS_PRECISION_MIXED_GRAD16 : MODELS_PRECISION_MIXED;
+        c.train.precision = prec[k];
         if (models_gpt_build(&c, &mods[k], &err) != 0)
             fail_msg("%s", err.msg);
         xform_strategy_init(&s);
@@ -1215,7 +1218,10 @@ test_grad16_reduction(void **state)
     assert_int_equal(ar[1][1], 0);       /* f16 gradients: nothing reduced in f32 */
     assert_int_equal(ar[1][0], ar[0][0] + ar[0][1]); /* the same buckets (and loss), in f16 */
     assert_int_equal(ag[1], ag[0]);
-    for (int k = 0; k < 2; k++) {
+    /* The default for fp16 is Megatron-LM's: 16-bit gradients. */
+    assert_int_equal(ar[2][0], ar[1][0]);
+    assert_int_equal(ar[2][1], 0);
+    for (int k = 0; k < 3; k++) {
         ir_module_free(dm[k]);
         ir_module_free(mods[k]);
     }

@@ -234,6 +234,13 @@ models_train_step(models_builder *b, ir_id loss, const models_train *t)
     o.annotate = t->annotate;
     o.master_weights = t->precision != MODELS_PRECISION_PURE;
     o.grad_accum_16 = t->precision == MODELS_PRECISION_MIXED_GRAD16;
+    if (t->precision == MODELS_PRECISION_MIXED) {
+        /* Megatron-LM's default: fp16 weights keep 16-bit gradients, bf16 accumulates in f32. */
+        const ir_region *fr = &b->m->regions[b->func];
+        for (uint32_t i = 0; i < fr->narg; i++)
+            if (b->m->types[b->m->values[fr->args[i]].type].dtype == IR_F16)
+                o.grad_accum_16 = 1;
+    }
     return xform_autodiff(b->m, b->func, loss, &o, b->err);
 }
 

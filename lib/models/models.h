@@ -48,13 +48,21 @@ typedef struct models_train {
 } models_train;
 
 /*
- * Mixed precision as Megatron-LM trains 16-bit models with Adam (the
- * default): f32 master weights and moments, gradients accumulated and
- * reduced in f32 (18 bytes per parameter); or accumulated in the model's
- * dtype and cast for the update (16 bytes); or pure: everything in the
- * model's dtype (8 bytes with bf16). f32 models and SGD are unaffected.
+ * Mixed precision as Megatron-LM trains 16-bit models with Adam: f32 master
+ * weights and moments, and gradients either accumulated and reduced in f32
+ * (GRAD32: 18 bytes per parameter) or accumulated in the model's dtype and
+ * cast for the update (GRAD16: 16 bytes). MIXED, the default, is
+ * Megatron-LM's choice for the dtype: f32 gradients for bf16, f16 gradients
+ * for fp16 (its --accumulate-allreduce-grads-in-fp32 is off unless bf16
+ * turns it on). PURE keeps everything in the model's dtype (8 bytes with
+ * bf16). f32 models and SGD are unaffected.
  */
-enum { MODELS_PRECISION_MIXED = 0, MODELS_PRECISION_MIXED_GRAD16, MODELS_PRECISION_PURE };
+enum {
+    MODELS_PRECISION_MIXED = 0,
+    MODELS_PRECISION_MIXED_GRAD16,
+    MODELS_PRECISION_PURE,
+    MODELS_PRECISION_MIXED_GRAD32
+};
 
 /*
  * MLP: layers Linear layers (MatMul + bias Add), an activation after each

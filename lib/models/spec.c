@@ -140,7 +140,8 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
     static const xform_optim optim_ids[] = {XFORM_OPTIM_SGD, XFORM_OPTIM_ADAM, XFORM_OPTIM_NONE};
     static const char *const acts[] = {"relu", "gelu", NULL};
     static const char *const losses[] = {"sce", "mse", NULL};
-    static const char *const precisions[] = {"mixed", "mixed-grad16", "pure", NULL};
+    static const char *const precisions[] = {"mixed", "mixed-grad16", "pure", "mixed-grad32",
+                                             NULL};
     const struct spec_opt *o = find_opt(key);
     int gpt = sp->kind == MODELS_SPEC_GPT, llama = sp->kind == MODELS_SPEC_LLAMA, w;
     models_train *t = gpt ? &sp->gpt.train : llama ? &sp->llama.train : &sp->mlp.train;

@@ -235,9 +235,6 @@ validate_row_setup(validate_row *row, const validate_setup *v, models_gpt *g, st
     g->dropout = v->dropout;
     g->final_ln_params = 1; /* Megatron-LM's final layer norm has its scale and bias */
     g->train.optimizer = v->optimizer;
-    /* fp16 as Megatron-LM and DeepSpeed train it: gradients accumulated and reduced in f16. */
-    if (g->dtype == IR_F16)
-        g->train.precision = MODELS_PRECISION_MIXED_GRAD16;
     s->dp = row->dp;
     s->tp = row->tp;
     s->pp = row->pp;
