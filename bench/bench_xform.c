@@ -12,6 +12,7 @@
  *    so its size grows with microbatches only by a call and a few sends per
  *    chunk; the figure shows where the time goes. `bench_xform quick` runs
  *    the 175b case with 8 microbatches.
+ * 3. llama3-405b on 16,384 H100s (below).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <malloc.h>
@@ -103,6 +104,76 @@ per_op(const char *preset, int64_t batch, uint32_t dp, uint32_t tp, uint32_t pp,
     ir_module_free(src);
 }
 
+/*
+ * 3. llama3-405b (bf16, Adam, 2,048 sequences of 8,192 tokens) on 16,384
+ *    H100s (h100-dgx:2048), tp 8, pp 16 (126 layers: stages balanced by
+ *    cost), dp 128, 16 microbatches, 1F1B, full recomputation: model build,
+ *    transform and simulation as `distir simulate --model` does them
+ *    (target: under 1 s; best of 3, and the MFU it predicts).
+ */
+static int
+llama405b(int quick)
+{
+    models_llama c;
+    ir_module *m = NULL, *out = NULL;
+    hw_model *hw = NULL;
+    sim_options o;
+    strategy s;
+    di_error err;
+    double best = 1e30, mfu = 0, step = 0;
+    printf("== llama3-405b on h100-dgx:2048: tp 8, pp 16, dp 128, seq 8192, 16 microbatches, "
+           "full recomputation: build + transform + simulate (target < 1 s)\n");
+    if (hw_preset("h100-dgx:2048", &hw, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    sim_options_default(&o);
+    xform_strategy_init(&s);
+    s.tp = 8;
+    s.pp = 16;
+    s.dp = 128;
+    s.microbatches = 16;
+    s.schedule = STRATEGY_SCHEDULE_1F1B;
+    s.recompute = STRATEGY_RECOMPUTE_FULL;
+    for (int rep = 0; rep < (quick ? 1 : 3); rep++) {
+        double t0 = now(), t;
+        sim_result *r = NULL;
+        models_llama_init(&c);
+        if (models_llama_preset("llama3-405b", &c, &err) != 0) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        c.seq = 8192;
+        c.batch = 2048;
+        c.dtype = IR_BF16;
+        c.train.optimizer = XFORM_OPTIM_ADAM;
+        if (models_llama_build(&c, &m, &err) != 0 || xform_apply(m, &s, hw, &out, &err) != 0 ||
+            sim_run(out, hw, &o, &r, NULL, NULL, &err) != 0) {
+            fprintf(stderr, "llama3-405b: %s\n", err.msg);
+            return 1;
+        }
+        {
+            sim_model_stats st;
+            sim_model_stats_of(m, &st);
+            sim_result_set_model(r, &st);
+        }
+        t = now() - t0;
+        if (t < best)
+            best = t;
+        step = r->step_time_s;
+        mfu = r->mfu;
+        sim_result_free(r);
+        ir_module_free(out);
+        ir_module_free(m);
+        out = m = NULL;
+    }
+    printf("build + transform + simulate %.3f s (best of %d); predicted step %.3f s, MFU %.2f%%\n",
+           best, quick ? 1 : 3, step, 100 * mfu);
+    printf("target: under 1 s: %s\n", best < 1 ? "met" : "not met");
+    hw_free(hw);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -180,5 +251,5 @@ main(int argc, char **argv)
     hw_free(hw);
     ir_module_free(out);
     ir_module_free(src);
-    return 0;
+    return llama405b(quick);
 }
