@@ -409,7 +409,25 @@ converted(gfun *g, ir_id v, const gpl *p)
             in = converted(g, v, &whole);
     }
     ty = dtype_of(g, v, p);
-    op = ir_op_add(g->e->out, g->dst, IR_OP_REDISTRIBUTE, 1, &in, 1, &ty, NULL);
+    {
+        /* Named after the value and where it goes: %lv3.R, %x.S0.R, %lv0.mesh1.R. */
+        const char *src = ir_str_get(m, m->values[v].name);
+        char name[192];
+        size_t w = (size_t)snprintf(name, sizeof name, "%s", *src ? src : "v");
+        if (p->mesh != g->act[v].mesh && w < sizeof name)
+            w += (size_t)snprintf(name + w, sizeof name - w, ".%s",
+                                  ir_str_get(m, m->meshes[p->mesh].name));
+        for (uint32_t a = 0; a < m->meshes[p->mesh].rank && w < sizeof name; a++) {
+            int8_t x = p->a[a];
+            if (XF_IS_S(x))
+                w += (size_t)snprintf(name + w, sizeof name - w, ".S%d", x);
+            else
+                w += (size_t)snprintf(name + w, sizeof name - w, ".%s",
+                                      x == IR_PLACE_R ? "R" : x == IR_PLACE_PMAX ? "Pmax" : "P");
+        }
+        const char *names[1] = {name};
+        op = ir_op_add(g->e->out, g->dst, IR_OP_REDISTRIBUTE, 1, &in, 1, &ty, names);
+    }
     ir_op_set_mesh(g->e->out, op, "mesh", p->mesh);
     ir_op_set_string(g->e->out, op, "placement", gpl_str(m, p, buf, sizeof buf));
     DI_GROW(&g->conv, &g->cconv, g->nconv + 1);

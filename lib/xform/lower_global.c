@@ -366,6 +366,8 @@ emit_local(lg *L, ir_id r, ir_id op)
         if ((rc = redistribute(L, r, in, ti->mesh, g->ints + ti->placements,
                                g->ints + tr->placements, &v)) != 0)
             return rc;
+        if (v != lin[0] && g->values[o->outputs].name)
+            L->out->values[v].name = ir_str(L->out, vname(g, o->outputs));
         L->env[o->outputs] = v;
         return 0;
     }
