@@ -680,23 +680,6 @@ shard_offsets(const ir_module *m, ir_id ty, const int64_t *c, const int64_t *ldi
     }
 }
 
-/* Local dims of ty on its mesh, or -1 if a split does not divide. */
-static int
-shard_dims(const ir_module *m, ir_id ty, int64_t *dims)
-{
-    const ir_type *t = &m->types[ty];
-    const int64_t *shape = ir_mesh_shape(m, t->mesh);
-    const int64_t *place = m->ints + t->placements;
-    memcpy(dims, m->ints + t->dims, t->rank * sizeof dims[0]);
-    for (uint32_t a = 0; a < m->meshes[t->mesh].rank; a++)
-        if (IR_PLACE_IS_SPLIT(place[a])) {
-            if (place[a] >= t->rank || shape[a] < 1 || dims[place[a]] % shape[a] != 0)
-                return -1;
-            dims[place[a]] /= shape[a];
-        }
-    return 0;
-}
-
 /* The shard of global tensor g (type ty) for coordinate c into out. */
 static int
 make_shard(exec *x, ir_id op, const ex_tensor *g, ir_id ty, const int64_t *c, ex_tensor *out)
@@ -706,7 +689,7 @@ make_shard(exec *x, ir_id op, const ex_tensor *g, ir_id ty, const int64_t *c, ex
     const int64_t *place = m->ints + t->placements;
     int64_t ldims[IR_MAX_RANK], off[IR_MAX_RANK];
     int zero = 0, rc;
-    if (shard_dims(m, ty, ldims) != 0)
+    if (ir_type_shard_dims(m, ty, ldims) != 0)
         return xfail(x, op, DI_EVERIFY, "an input's split does not divide its shape");
     for (uint32_t a = 0; a < m->meshes[t->mesh].rank; a++)
         if (place[a] == IR_PLACE_PSUM && c[a] != 0)

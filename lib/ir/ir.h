@@ -308,6 +308,13 @@ void ir_mesh_group(const ir_module *m, ir_id mesh, const uint32_t *axes, uint32_
                    uint32_t self, uint32_t *members, uint32_t *n, uint32_t *pos);
 
 /*
+ * The local shard of tensor type ty: each dimension divided by the sizes of
+ * the mesh axes that split it (ty itself when it has no mesh); -1 when a
+ * split does not divide. dims has room for the rank.
+ */
+int ir_type_shard_dims(const ir_module *m, ir_id ty, int64_t *dims);
+
+/*
  * Initializer data of a value (usually a function argument: a weight with
  * its values). The bytes are copied; len must equal the type's byte size.
  */

@@ -1004,3 +1004,19 @@ ir_op_ints(const ir_module *m, ir_id op, const char *key, uint32_t *n)
     *n = 0;
     return NULL;
 }
+
+int
+ir_type_shard_dims(const ir_module *m, ir_id ty, int64_t *dims)
+{
+    const ir_type *t = &m->types[ty];
+    const int64_t *shape = ir_mesh_shape(m, t->mesh);
+    const int64_t *place = m->ints + t->placements;
+    memcpy(dims, m->ints + t->dims, t->rank * sizeof dims[0]);
+    for (uint32_t a = 0; t->mesh && a < m->meshes[t->mesh].rank; a++)
+        if (IR_PLACE_IS_SPLIT(place[a])) {
+            if (place[a] >= t->rank || shape[a] < 1 || dims[place[a]] % shape[a] != 0)
+                return -1;
+            dims[place[a]] /= shape[a];
+        }
+    return 0;
+}

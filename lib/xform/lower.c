@@ -572,32 +572,31 @@ xf_body_scatter_ok(const xf_body *b, const xf_local *l)
 
 /* ---- ops ---- */
 
-/* An unplaced scalar constant of dtype dt. */
-static ir_id
-scalar_const(xf_body *b, ir_dtype dt, double v)
+int
+xf_scaled(ir_module *out, ir_id region, ir_id x, double scale, di_error *err, ir_id *res)
 {
+    ir_dtype dt = (ir_dtype)out->types[out->values[x].type].dtype;
     uint8_t bytes[8];
-    uint32_t n = xform_scalar_bytes(dt, v, bytes);
-    ir_id ty = ir_type_tensor(b->out, dt, 0, NULL, IR_DEVICE_NONE);
-    ir_id op = ir_op_add(b->out, b->region, IR_OP_CONSTANT, 0, NULL, 1, &ty, NULL);
-    ir_op_set_tensor(b->out, op, "value", ty, bytes, n);
-    return ir_op_output(b->out, op, 0);
+    uint32_t n = xform_scalar_bytes(dt, scale, bytes);
+    ir_id ty = ir_type_tensor(out, dt, 0, NULL, IR_DEVICE_NONE), in[2], op;
+    int rc;
+    /* An unplaced scalar constant: it joins the tensor wherever it lives. */
+    op = ir_op_add(out, region, IR_OP_CONSTANT, 0, NULL, 1, &ty, NULL);
+    ir_op_set_tensor(out, op, "value", ty, bytes, n);
+    in[0] = x;
+    in[1] = ir_op_output(out, op, 0);
+    op = ir_op_add(out, region, IR_OP_MUL, 2, in, 1, NULL, NULL);
+    if ((rc = xf_infer(out, op, err)) != 0)
+        return rc;
+    *res = ir_op_output(out, op, 0);
+    return 0;
 }
 
 /* x * scale (x local, any placement). */
 static int
 scaled(xf_body *b, ir_id x, double scale, ir_id *out)
 {
-    const ir_type *t = &b->out->types[b->out->values[x].type];
-    ir_id in[2], op;
-    int rc;
-    in[0] = x;
-    in[1] = scalar_const(b, (ir_dtype)t->dtype, scale);
-    op = ir_op_add(b->out, b->region, IR_OP_MUL, 2, in, 1, NULL, NULL);
-    if ((rc = infer_one(b, op)) != 0)
-        return rc;
-    *out = ir_op_output(b->out, op, 0);
-    return 0;
+    return xf_scaled(b->out, b->region, x, scale, b->c->err, out);
 }
 
 static xf_place

@@ -40,8 +40,6 @@
  */
 #include "xform/xform_int.h"
 
-#include "xform/autodiff.h"
-
 #include <stdio.h>
 #include <string.h>
 
@@ -82,22 +80,6 @@ copy_type(lg *L, ir_id ty)
     return ir_type_tensor(L->out, (ir_dtype)t->dtype, t->rank, ir_type_dims(g, ty), t->device);
 }
 
-/* Local dims of a shard of rank-r tensor dims under placement pl on mesh; -1 when uneven. */
-static int
-shard_dims(const ir_module *g, ir_id mesh, uint32_t r, const int64_t *dims, const int64_t *pl,
-           int64_t *out)
-{
-    const int64_t *shape = ir_mesh_shape(g, mesh);
-    memcpy(out, dims, r * sizeof *out);
-    for (uint32_t a = 0; a < g->meshes[mesh].rank; a++)
-        if (IR_PLACE_IS_SPLIT(pl[a])) {
-            if (pl[a] >= (int64_t)r || out[pl[a]] % shape[a] != 0)
-                return -1;
-            out[pl[a]] /= shape[a];
-        }
-    return 0;
-}
-
 /* The local (per-device, on "d") type of global value v's shard. */
 static int
 local_type(lg *L, ir_id v, ir_id *ty)
@@ -110,8 +92,7 @@ local_type(lg *L, ir_id v, ir_id *ty)
                             "%%%s is not a distributed tensor; lowering takes a global-view "
                             "module (every tensor a !dist.dtensor)",
                             vname(g, v));
-    if (shard_dims(g, t->mesh, t->rank, ir_type_dims(g, g->values[v].type),
-                   g->ints + t->placements, dims) != 0)
+    if (ir_type_shard_dims(g, g->values[v].type, dims) != 0)
         return di_error_set(L->err, DI_ESTRATEGY,
                             "%%%s: a split does not divide its dimension (uneven shards are "
                             "not supported)",
@@ -131,21 +112,7 @@ infer(lg *L, ir_id op)
 static int
 scaled(lg *L, ir_id r, ir_id x, double s, ir_id *out)
 {
-    const ir_type *t = &L->out->types[L->out->values[x].type];
-    ir_dtype dt = (ir_dtype)t->dtype;
-    uint8_t bytes[8];
-    uint32_t n = xform_scalar_bytes(dt, s, bytes);
-    ir_id ty = ir_type_tensor(L->out, dt, 0, NULL, IR_DEVICE_NONE), in[2], op;
-    int rc;
-    op = ir_op_add(L->out, r, IR_OP_CONSTANT, 0, NULL, 1, &ty, NULL);
-    ir_op_set_tensor(L->out, op, "value", ty, bytes, n);
-    in[0] = x;
-    in[1] = ir_op_output(L->out, op, 0);
-    op = ir_op_add(L->out, r, IR_OP_MUL, 2, in, 1, NULL, NULL);
-    if ((rc = infer(L, op)) != 0)
-        return rc;
-    *out = ir_op_output(L->out, op, 0);
-    return 0;
+    return xf_scaled(L->out, r, x, s, L->err, out);
 }
 
 /* ---- redistribution on one mesh ---- */

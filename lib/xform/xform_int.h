@@ -301,6 +301,8 @@ int xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n
                          ir_id red);
 /* Can gradient l join a reduce-scatter bucket (xf_body_bucket_reduce with scatter)? */
 int xf_body_scatter_ok(const xf_body *b, const xf_local *l);
+/* Appends x * scale (a scalar constant and a Mul) to region; the product in *res. */
+int xf_scaled(ir_module *out, ir_id region, ir_id x, double scale, di_error *err, ir_id *res);
 /* Infers and sets the result types of an op the transform made (DI_EINTERNAL if invalid). */
 int xf_infer(ir_module *out, ir_id op, di_error *err);
 /* Local type of source value v under placement pl on the device variable (or device). */
