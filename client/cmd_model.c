@@ -20,8 +20,10 @@
     "                    [--vocab V] [--batch B] [--dropout P] [--final-ln-params] [COMMON]\n"     \
     "                    [-o FILE]\n"                                                              \
     "   or: distir model llama [--preset NAME] [--layers L] [--hidden H] [--heads A]\n"           \
-    "                    [--kv-heads K] [--ffn F] [--seq S] [--vocab V] [--batch B] [COMMON]\n"   \
-    "                    [-o FILE]\n"                                                              \
+    "                    [--kv-heads K] [--ffn F] [--seq S] [--vocab V] [--batch B]\n"            \
+    "                    [--experts E [--top-k K] [--moe-ffn F] [--shared-experts N]\n"          \
+    "                    [--moe-every N] [--first-dense N] [--capacity-factor F]\n"              \
+    "                    [--imbalance X]] [COMMON] [-o FILE]\n"                                   \
     "   or: distir model presets\n"                                                                \
     "COMMON: [--dtype f32|f16|bf16|f64] [--optimizer sgd|adam|none] [--lr LR] [--forward-only]\n" \
     "        [--precision mixed|mixed-grad16|mixed-grad32|pure] [--no-annotations]; FILE\n"        \
@@ -120,6 +122,12 @@ model_presets(void)
                models_llama_preset_name(i), c.layers, (long long)c.hidden, (long long)c.heads,
                (long long)c.kv_heads, (long long)c.ffn, (long long)c.seq, (long long)c.vocab,
                (double)models_llama_parameters(&c) / 1e9);
+        if (c.experts)
+            printf("%-11s experts %lld of ffn %lld, top %lld, %lld shared, MoE from layer %u: "
+                   "%.4g B active\n",
+                   "", (long long)c.experts, (long long)c.moe_ffn, (long long)c.top_k,
+                   (long long)c.shared_experts, c.first_dense,
+                   (double)models_llama_active_parameters(&c) / 1e9);
     }
     return CLI_OK;
 }

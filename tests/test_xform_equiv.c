@@ -1,7 +1,10 @@
 /*
  * test_xform_equiv.c: every strategy transform preserves numerics. For a
  * small MLP, a small GPT and a small Llama (grouped-query attention, RMSNorm,
- * SwiGLU, untied embeddings; the grid only) (dropout 0: the executor's dropout mask depends
+ * SwiGLU, untied embeddings; the grid only) and a small mixture of experts
+ * (a dense layer, then MoE layers with a shared expert; dropless: every
+ * expert's capacity holds a whole sequence; dp, tp, pp in {1, 2}, with and
+ * without expert parallelism) (dropout 0: the executor's dropout mask depends
  * on an element's index within the local tensor, so a split changes it),
  * every (dp, tp, pp) in {1, 2, 4}^3 that divides the model, and every row of
  * the variant table (schedules, recomputation, ZeRO stages, stashing,
@@ -91,6 +94,7 @@ typedef struct model_case {
     int64_t batch;
     uint32_t layers;
     int64_t heads; /* tensor-parallel divisibility */
+    uint32_t ep;   /* expert parallelism of the strategies run_one makes (0: none) */
 } model_case;
 
 static ir_module *
@@ -99,7 +103,31 @@ build(int gpt, int adam)
     ir_module *m = NULL;
     di_error err;
     int rc;
-    if (gpt == 2) {
+    if (gpt == 3) {
+        /* Mixture of experts: layer 0 dense, layers 1-3 4 experts (top 2) and a shared one. */
+        models_llama c;
+        models_llama_init(&c);
+        c.layers = 4;
+        c.hidden = 32;
+        c.heads = 8;
+        c.kv_heads = 4;
+        c.ffn = 24;
+        c.experts = 4;
+        c.top_k = 2;
+        c.moe_ffn = 8;
+        c.shared_experts = 1;
+        c.first_dense = 1;
+        c.imbalance = 2; /* capacity = seq: dropless, whatever the routing */
+        c.dtype = IR_F64;
+        c.seq = 4;
+        c.vocab = 12;
+        c.batch = 8;
+        c.train.optimizer = adam ? XFORM_OPTIM_ADAM : XFORM_OPTIM_SGD;
+        rc = models_llama_build(&c, &m, &err);
+        if (rc == 0 && models_llama_capacity(&c) != c.seq)
+            fail_msg("the MoE test model drops tokens (capacity %lld)",
+                     (long long)models_llama_capacity(&c));
+    } else if (gpt == 2) {
         /* Grouped-query attention: 8 query heads share 4 key/value heads (tp up to 4). */
         models_llama c;
         models_llama_init(&c);
@@ -280,6 +308,7 @@ run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
     strategy_of(v, pp, &s);
     s.dp = dp;
     s.tp = tp;
+    s.ep = mc->ep;
     if (v->sp && (!mc->gpt || tp == 1)) {
         nskip++;
         return;
@@ -457,6 +486,41 @@ test_uneven_pipeline(void **state)
     }
 }
 
+/*
+ * The mixture of experts: every dp, tp, pp in {1, 2}, expert parallelism
+ * off and (dp = 2) over the data-parallel group, every variant; the expert
+ * weights' all_to_all dispatch and combine and their unreduced gradients
+ * give the sequential step.
+ */
+static void
+test_moe_grid(void **state)
+{
+    model_case sgd, adam;
+    uint32_t nep = 0;
+    (void)state;
+    case_init(&sgd, 3, 0);
+    case_init(&adam, 3, 1);
+    sgd.name = adam.name = "moe";
+    nrun = nskip = nvocab = 0;
+    for (uint32_t dp = 1; dp <= 2; dp++)
+        for (uint32_t tp = 1; tp <= 2; tp++)
+            for (uint32_t pp = 1; pp <= 2; pp++)
+                for (uint32_t ep = 1; ep <= dp; ep++) {
+                    uint32_t before = nrun;
+                    sgd.ep = adam.ep = ep;
+                    for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++)
+                        run_one(variants[k].adam ? &adam : &sgd, dp, tp, pp, &variants[k]);
+                    if (ep > 1)
+                        nep += nrun - before;
+                }
+    fprintf(stderr, "moe: %u strategies equal the sequential step (%u with ep=2), %u not "
+            "applicable\n", nrun, nep, nskip);
+    assert_true(nrun > 80);
+    assert_true(nep > 20);
+    case_fini(&sgd);
+    case_fini(&adam);
+}
+
 static void
 test_mlp_grid(void **state)
 {
@@ -486,6 +550,7 @@ main(void)
         cmocka_unit_test(test_uneven_pipeline),
         cmocka_unit_test(test_gpt_grid),
         cmocka_unit_test(test_llama_grid),
+        cmocka_unit_test(test_moe_grid),
         cmocka_unit_test(test_mlp_nested),
         cmocka_unit_test(test_gpt_nested),
     };

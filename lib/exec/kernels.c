@@ -1748,6 +1748,187 @@ k_gather(const kctx *k, const ex_tensor *data, const ex_tensor *ind, ex_tensor *
     return 0;
 }
 
+/* Element i of an i32 or i64 tensor. */
+static int64_t
+int_at(const ex_tensor *t, size_t i)
+{
+    return t->dtype == IR_I32 ? (int64_t)((const int32_t *)t->data)[i]
+                              : ((const int64_t *)t->data)[i];
+}
+
+/* TopK(x){k}: the k largest along the last axis, descending, ties to the lower index. */
+static int
+k_topk(const kctx *k, const ex_tensor *x, ex_tensor *out)
+{
+    int64_t kk = ir_op_int(k->m, k->op, "k", 0), dims[IR_MAX_RANK], n, rows;
+    uint8_t *taken;
+    int rc;
+    if ((rc = need_float(k, x, 0)) != 0)
+        return rc;
+    if (x->rank == 0 || kk < 1 || kk > x->dims[x->rank - 1])
+        return kfail(k, DI_EINVAL, "k %lld does not fit the input", (long long)kk);
+    n = x->dims[x->rank - 1];
+    rows = n ? (int64_t)(x->numel / (size_t)n) : 0;
+    memcpy(dims, x->dims, x->rank * sizeof dims[0]);
+    dims[x->rank - 1] = kk;
+    if ((rc = kalloc(k, &out[0], x->dtype, x->rank, dims)) != 0)
+        return rc;
+    if ((rc = kalloc(k, &out[1], IR_I64, x->rank, dims)) != 0) {
+        ex_tensor_fini(&out[0]);
+        return rc;
+    }
+    taken = di_xcalloc((size_t)n, 1);
+    for (int64_t r = 0; r < rows; r++) {
+        memset(taken, 0, (size_t)n);
+        for (int64_t j = 0; j < kk; j++) {
+            int64_t best = -1;
+            double bv = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                double v = ex_get(x, (size_t)(r * n + i));
+                if (!taken[i] && (best < 0 || v > bv))
+                    best = i, bv = v;
+            }
+            taken[best] = 1;
+            ex_set(&out[0], (size_t)(r * kk + j), bv);
+            ((int64_t *)out[1].data)[r * kk + j] = best;
+        }
+    }
+    di_free(taken);
+    return 0;
+}
+
+/* TopKGrad(dvalues, indices){size}: dvalues scattered into zeros of [.., size]. */
+static int
+k_topkgrad(const kctx *k, const ex_tensor *dv, const ex_tensor *ind, ex_tensor *out)
+{
+    int64_t size = ir_op_int(k->m, k->op, "size", 0), dims[IR_MAX_RANK], kk, rows;
+    double *acc;
+    int rc;
+    if ((rc = need_float(k, dv, 0)) != 0 || (rc = need_indices(k, ind, 1)) != 0)
+        return rc;
+    if ((rc = need_same_shape(k, dv, 0, ind, 1)) != 0)
+        return rc;
+    if (dv->rank == 0 || size < dv->dims[dv->rank - 1])
+        return kfail(k, DI_EINVAL, "size %lld does not fit the input", (long long)size);
+    kk = dv->dims[dv->rank - 1];
+    rows = kk ? (int64_t)(dv->numel / (size_t)kk) : 0;
+    memcpy(dims, dv->dims, dv->rank * sizeof dims[0]);
+    dims[dv->rank - 1] = size;
+    if ((rc = kalloc(k, out, dv->dtype, dv->rank, dims)) != 0)
+        return rc;
+    acc = di_xcalloc(out->numel ? out->numel : 1, sizeof *acc);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < kk; j++) {
+            int64_t i = int_at(ind, (size_t)(r * kk + j));
+            if (i < 0 || i >= size) {
+                di_free(acc);
+                ex_tensor_fini(out);
+                return kfail(k, DI_EINVAL, "index %lld is out of range for size %lld",
+                             (long long)i, (long long)size);
+            }
+            acc[r * size + i] += ex_get(dv, (size_t)(r * kk + j));
+        }
+    dstore(out, acc);
+    di_free(acc);
+    return 0;
+}
+
+/* moe.slots(indices [B, S, k]){experts, capacity}: expert e's c-th choice in a row gets e*C+c. */
+static int
+k_moeslots(const kctx *k, const ex_tensor *ind, ex_tensor *out)
+{
+    int64_t e = ir_op_int(k->m, k->op, "experts", 0), cap = ir_op_int(k->m, k->op, "capacity", 0);
+    int64_t per_row, *fill, *o;
+    int rc;
+    if ((rc = need_indices(k, ind, 0)) != 0)
+        return rc;
+    if (ind->rank != 3 || e < 1 || cap < 1)
+        return kfail(k, DI_EINVAL, "needs [B, S, k] indices and positive experts and capacity");
+    if ((rc = kalloc(k, out, IR_I64, 3, ind->dims)) != 0)
+        return rc;
+    per_row = ind->dims[1] * ind->dims[2];
+    fill = di_xmalloc((size_t)e * sizeof *fill);
+    o = out->data;
+    for (int64_t b = 0; b < ind->dims[0]; b++) {
+        memset(fill, 0, (size_t)e * sizeof *fill);
+        for (int64_t j = 0; j < per_row; j++) {
+            size_t at = (size_t)(b * per_row + j);
+            int64_t x = int_at(ind, at);
+            if (x < 0 || x >= e) {
+                di_free(fill);
+                ex_tensor_fini(out);
+                return kfail(k, DI_EINVAL, "expert %lld is out of range (%lld experts)",
+                             (long long)x, (long long)e);
+            }
+            o[at] = fill[x] < cap ? x * cap + fill[x] : -1;
+            fill[x]++;
+        }
+    }
+    di_free(fill);
+    return 0;
+}
+
+/* The slot of element at of slots (a [B, S, k] tensor), -1 when dropped; -2 when out of range. */
+static int64_t
+slot_at(const ex_tensor *slots, size_t at, int64_t nslot)
+{
+    int64_t v = int_at(slots, at);
+    return v < -1 || v >= nslot ? -2 : v;
+}
+
+/*
+ * moe.dispatch (scatter, x [B, S, k, h] -> [B, E, C, h]) when `combine` is 0,
+ * moe.combine (gather, y [B, E, C, h] -> [B, S, k, h]) when it is 1.
+ */
+static int
+k_moemove(const kctx *k, const ex_tensor *x, const ex_tensor *slots, int combine, ex_tensor *out)
+{
+    int64_t dims[4], nslot, per_row, h;
+    size_t es = ex_elem_size(x->dtype);
+    int rc;
+    if ((rc = need_float(k, x, 0)) != 0 || (rc = need_indices(k, slots, 1)) != 0)
+        return rc;
+    if (x->rank != 4 || slots->rank != 3 || x->dims[0] != slots->dims[0] ||
+        (!combine && (x->dims[1] != slots->dims[1] || x->dims[2] != slots->dims[2])))
+        return kfail(k, DI_EINVAL, "the input and the slots do not match");
+    h = x->dims[3];
+    per_row = slots->dims[1] * slots->dims[2];
+    if (combine) {
+        nslot = x->dims[1] * x->dims[2];
+        memcpy(dims, slots->dims, 3 * sizeof dims[0]);
+    } else {
+        int64_t e = ir_op_int(k->m, k->op, "experts", 0), cap = ir_op_int(k->m, k->op, "capacity", 0);
+        if (e < 1 || cap < 1)
+            return kfail(k, DI_EINVAL, "experts and capacity must be positive");
+        nslot = e * cap;
+        dims[0] = x->dims[0];
+        dims[1] = e;
+        dims[2] = cap;
+    }
+    dims[3] = h;
+    if ((rc = kalloc(k, out, x->dtype, 4, dims)) != 0)
+        return rc;
+    memset(out->data, 0, out->numel * es);
+    for (int64_t b = 0; b < slots->dims[0]; b++)
+        for (int64_t j = 0; j < per_row; j++) {
+            int64_t sl = slot_at(slots, (size_t)(b * per_row + j), nslot);
+            size_t tok = (size_t)((b * per_row + j) * h) * es, slot;
+            if (sl == -2) {
+                ex_tensor_fini(out);
+                return kfail(k, DI_EINVAL, "slot %lld is out of range (%lld slots)",
+                             (long long)int_at(slots, (size_t)(b * per_row + j)), (long long)nslot);
+            }
+            if (sl < 0)
+                continue;
+            slot = (size_t)((b * nslot + sl) * h) * es;
+            if (combine)
+                memcpy((uint8_t *)out->data + tok, (const uint8_t *)x->data + slot, (size_t)h * es);
+            else
+                memcpy((uint8_t *)out->data + slot, (const uint8_t *)x->data + tok, (size_t)h * es);
+        }
+    return 0;
+}
+
 /* GatherGrad(indices, dy){axis, shape}: scatter-adds dy into zeros of shape. */
 static int
 k_gathergrad(const kctx *k, const ex_tensor *ind, const ex_tensor *dy, ex_tensor *out)
@@ -2371,6 +2552,16 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
         return k_slice(&k, in[0], out);
     case IR_OP_GATHER:
         return k_gather(&k, in[0], in[1], out);
+    case IR_OP_TOPK:
+        return k_topk(&k, in[0], out);
+    case IR_OP_MOESLOTS:
+        return k_moeslots(&k, in[0], out);
+    case IR_OP_MOEDISPATCH:
+        return k_moemove(&k, in[0], in[1], 0, out);
+    case IR_OP_MOECOMBINE:
+        return k_moemove(&k, in[0], in[1], 1, out);
+    case IR_OP_TOPKGRAD:
+        return k_topkgrad(&k, in[0], in[1], out);
     case IR_OP_UNSQUEEZE:
         return k_unsqueeze(&k, in[0], out);
     case IR_OP_SQUEEZE:

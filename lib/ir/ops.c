@@ -1542,6 +1542,156 @@ infer_gathergrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
+/*
+ * Mixture of experts (docs/ops.md). TopK(x){k} along the last axis:
+ * (values, indices), the k largest in descending order, ties to the lower
+ * index. moe.slots(indices [B, S, k]){experts, capacity}: per batch row,
+ * each (token, choice) in order gets the next free slot e * capacity + c of
+ * its expert e, or -1 once the expert's capacity is full (dropped).
+ * moe.dispatch(x [B, S, k, h], slots){experts, capacity} scatters into
+ * [B, experts, capacity, h] (empty slots zero); moe.combine(y [B, E, C, h],
+ * slots) gathers back [B, S, k, h] (dropped choices zero). Each of the two
+ * is the other's gradient.
+ */
+static int
+infer_topk(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t k = ir_op_int(m, op, "k", 0), dims[IR_MAX_RANK];
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 || (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = check_float(m, op, &x, 0, err)) != 0)
+        return rc;
+    if (x.rank == 0)
+        return fail(m, op, err, "input 0 is a scalar; TopK needs rank >= 1");
+    if (k < 1 || k > x.dims[x.rank - 1])
+        return fail(m, op, err, "k %lld is out of range for a last dimension of %lld",
+                    (long long)k, (long long)x.dims[x.rank - 1]);
+    memcpy(dims, x.dims, x.rank * sizeof dims[0]);
+    dims[x.rank - 1] = k;
+    out[0] = result_type(m, &s, x.dtype, x.rank, dims);
+    out[1] = result_type(m, &s, IR_I64, x.rank, dims);
+    return 0;
+}
+
+/* TopKGrad(dvalues, indices){size}: dvalues scattered to [.., size]. */
+static int
+infer_topkgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int64_t size = ir_op_int(m, op, "size", 0), dims[IR_MAX_RANK];
+    sbuf a, b;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_float(m, op, &in[0], 0, err)) != 0 ||
+        (rc = check_index_dtype(m, op, &in[1], 1, err)) != 0)
+        return rc;
+    if (in[0].rank == 0 || in[0].rank != in[1].rank ||
+        memcmp(in[0].dims, in[1].dims, in[0].rank * sizeof in[0].dims[0]) != 0)
+        return fail(m, op, err, "dvalues %s and indices %s differ in shape",
+                    shape_str(&a, in[0].rank, in[0].dims), shape_str(&b, in[1].rank, in[1].dims));
+    if (size < in[0].dims[in[0].rank - 1])
+        return fail(m, op, err, "size %lld is smaller than k %lld", (long long)size,
+                    (long long)in[0].dims[in[0].rank - 1]);
+    memcpy(dims, in[0].dims, in[0].rank * sizeof dims[0]);
+    dims[in[0].rank - 1] = size;
+    out[0] = result_type(m, &s, in[0].dtype, in[0].rank, dims);
+    return 0;
+}
+
+/* experts and capacity of a moe op: both >= 1, and their product an index. */
+static int
+moe_sizes(const ir_module *m, ir_id op, int64_t *e, int64_t *cap, di_error *err)
+{
+    *e = ir_op_int(m, op, "experts", 0);
+    *cap = ir_op_int(m, op, "capacity", 0);
+    if (*e < 1 || *cap < 1 || *e > (INT64_C(1) << 24) || *cap > (INT64_C(1) << 30))
+        return fail(m, op, err, "experts %lld and capacity %lld must be positive (experts at most "
+                    "2^24, capacity at most 2^30)",
+                    (long long)*e, (long long)*cap);
+    return 0;
+}
+
+static int
+check_slots(const ir_module *m, ir_id op, const tensor *t, uint32_t i, di_error *err)
+{
+    sbuf a;
+    int rc;
+    if ((rc = check_index_dtype(m, op, t, i, err)) != 0)
+        return rc;
+    if (t->rank != 3)
+        return fail(m, op, err, "input %u has shape %s, expected [B, S, k] slots", i,
+                    shape_str(&a, t->rank, t->dims));
+    return 0;
+}
+
+static int
+infer_moeslots(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor x;
+    site s;
+    int64_t e, cap;
+    int rc;
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 || (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+        (rc = check_slots(m, op, &x, 0, err)) != 0 || (rc = moe_sizes(m, op, &e, &cap, err)) != 0)
+        return rc;
+    out[0] = result_type(m, &s, IR_I64, 3, x.dims);
+    return 0;
+}
+
+static int
+infer_moedispatch(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int64_t e, cap, dims[4];
+    sbuf a, b;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_float(m, op, &in[0], 0, err)) != 0 ||
+        (rc = check_slots(m, op, &in[1], 1, err)) != 0 || (rc = moe_sizes(m, op, &e, &cap, err)) != 0)
+        return rc;
+    if (in[0].rank != 4 || memcmp(in[0].dims, in[1].dims, 3 * sizeof in[0].dims[0]) != 0)
+        return fail(m, op, err, "input 0 has shape %s, expected [B, S, k, h] for slots %s",
+                    shape_str(&a, in[0].rank, in[0].dims), shape_str(&b, 3, in[1].dims));
+    dims[0] = in[0].dims[0];
+    dims[1] = e;
+    dims[2] = cap;
+    dims[3] = in[0].dims[3];
+    if (numel_checked(4, dims) < 0)
+        return fail(m, op, err, "the result has too many elements");
+    out[0] = result_type(m, &s, in[0].dtype, 4, dims);
+    return 0;
+}
+
+static int
+infer_moecombine(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[2];
+    site s;
+    int64_t dims[4];
+    sbuf a, b;
+    int rc;
+    if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
+        (rc = check_float(m, op, &in[0], 0, err)) != 0 ||
+        (rc = check_slots(m, op, &in[1], 1, err)) != 0)
+        return rc;
+    if (in[0].rank != 4 || in[0].dims[0] != in[1].dims[0])
+        return fail(m, op, err, "input 0 has shape %s, expected [B, E, C, h] for slots %s",
+                    shape_str(&a, in[0].rank, in[0].dims), shape_str(&b, 3, in[1].dims));
+    memcpy(dims, in[1].dims, 3 * sizeof dims[0]);
+    dims[3] = in[0].dims[3];
+    if (numel_checked(4, dims) < 0)
+        return fail(m, op, err, "the result has too many elements");
+    out[0] = result_type(m, &s, in[0].dtype, 4, dims);
+    return 0;
+}
+
 /* ReduceSumTo(x){shape}: sums x over the dimensions that broadcasting from shape added. */
 static int
 infer_reshape_reduce(ir_module *m, ir_id op, ir_id *out, di_error *err)
@@ -2900,6 +3050,12 @@ cost_copy(const ir_module *m, ir_id op, ir_cost *c)
         c->bytes_read = input_bytes(m, op, 1) + c->bytes_write;
     } else if (kind == IR_OP_GATHERGRAD) {
         c->flops = input_numel(m, op, 1);
+    } else if (kind == IR_OP_MOECOMBINE) {
+        /* The slots and the rows they name, not the whole expert output. */
+        c->bytes_read = input_bytes(m, op, 1) + c->bytes_write;
+    } else if (kind == IR_OP_TOPKGRAD) {
+        /* Zeros, then the k values per row. */
+        c->bytes_read = input_bytes(m, op, 0) + input_bytes(m, op, 1);
     }
 }
 

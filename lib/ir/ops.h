@@ -62,6 +62,10 @@
     X(SPLIT, "Split", 1, 1, 1, -1, 0, "axis:i? split:I?", split, copy)                             \
     X(SLICE, "Slice", 1, 1, 1, 1, 0, "starts:I ends:I axes:I? steps:I?", slice, copy)              \
     X(GATHER, "Gather", 2, 2, 1, 1, 0, "axis:i? mesh:m? mesh_axes:I?", gather, copy)                                    \
+    X(TOPK, "TopK", 1, 1, 2, 2, 0, "k:i", topk, reduce)                                            \
+    X(MOESLOTS, "moe.slots", 1, 1, 1, 1, 0, "experts:i capacity:i", moeslots, copy)                \
+    X(MOEDISPATCH, "moe.dispatch", 2, 2, 1, 1, 0, "experts:i capacity:i", moedispatch, copy)       \
+    X(MOECOMBINE, "moe.combine", 2, 2, 1, 1, 0, "", moecombine, copy)                              \
     X(UNSQUEEZE, "Unsqueeze", 1, 1, 1, 1, IR_OPF_FREE, "axes:I", unsqueeze, none)                  \
     X(SQUEEZE, "Squeeze", 1, 1, 1, 1, IR_OPF_FREE, "axes:I?", squeeze, none)                       \
     X(REDUCEMEAN, "ReduceMean", 1, 1, 1, 1, 0, "axes:I? keepdims:i?", reduce, reduce)              \
@@ -87,6 +91,7 @@
       "ignore_index:i? reduction:s?", scelossgrad, softmax)                                        \
     X(GATHERGRAD, "GatherGrad", 2, 2, 1, 1, IR_OPF_GRAD, "axis:i? shape:I mesh:m? mesh_axes:I?",   \
       gathergrad, copy)      \
+    X(TOPKGRAD, "TopKGrad", 2, 2, 1, 1, IR_OPF_GRAD, "size:i", topkgrad, copy)                     \
     X(REDUCESUMTO, "ReduceSumTo", 1, 1, 1, 1, IR_OPF_GRAD, "shape:I", reshape_reduce, reduce)      \
     /* optimizers */                                                                              \
     X(SGD, "SGDOptimizer", 2, 2, 1, 1, IR_OPF_OPTIM, "lr:f?", first_input, elemwise)               \

@@ -30,26 +30,42 @@
 
 #include "models/models_int.h"
 
-enum { L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_W1, L_W3, L_W2, L_PER_LAYER };
-
-static const char *const lweight_names[L_PER_LAYER] = {
-    "attn_norm.scale", "attn.wq", "attn.wk", "attn.wv", "attn.wo",
-    "mlp_norm.scale",  "mlp.w1",  "mlp.w3",  "mlp.w2",
+enum {
+    L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_W1, L_W3, L_W2, /* a dense layer's, in order */
+    L_ROUTER, L_E1, L_E3, L_E2, L_S1, L_S3, L_S2,           /* an MoE layer's MLP instead */
+    L_PER_LAYER
 };
 
-/* Published shapes (Touvron et al. 2023; Meta's Llama 3 and 3.1 model cards; Mistral 7B). */
+static const char *const lweight_names[L_PER_LAYER] = {
+    "attn_norm.scale", "attn.wq",        "attn.wk",        "attn.wv",
+    "attn.wo",         "mlp_norm.scale", "mlp.w1",         "mlp.w3",
+    "mlp.w2",          "moe.router",     "moe.experts.w1", "moe.experts.w3",
+    "moe.experts.w2",  "moe.shared.w1",  "moe.shared.w3",  "moe.shared.w2",
+};
+
+/*
+ * Published shapes (Touvron et al. 2023; Meta's Llama 3 and 3.1 model cards;
+ * Mistral 7B; Mixtral of Experts (Jiang et al. 2024): 8 experts, top 2, every
+ * layer; DeepSeekMoE (Dai et al. 2024), its 16B model: the first layer dense,
+ * then 64 fine-grained experts of 1,408 units, top 6, 2 shared experts).
+ * Mixtral's sequence is 4,096 here (its context is 32,768; --seq sets it).
+ */
 static const struct llama_preset {
     const char *name;
     uint32_t layers;
     int64_t hidden, heads, kv_heads, ffn, vocab, seq;
+    int64_t experts, top_k, moe_ffn, shared;
+    uint32_t first_dense;
 } llama_presets[] = {
-    {"llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096},
-    {"llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096},
-    {"llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096},
-    {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192},
-    {"llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192},
-    {"llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192},
-    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 8192},
+    {"llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 0, 0, 0, 0, 0},
+    {"llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096, 0, 0, 0, 0, 0},
+    {"llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 0, 0, 0, 0, 0},
+    {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 0, 0, 0, 0, 0},
+    {"llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 0, 0, 0, 0, 0},
+    {"llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192, 0, 0, 0, 0, 0},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 8192, 0, 0, 0, 0, 0},
+    {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, 8, 2, 14336, 0, 0},
+    {"deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096, 64, 6, 1408, 2, 1},
 };
 
 #define NLPRESET (sizeof llama_presets / sizeof llama_presets[0])
@@ -68,6 +84,9 @@ models_llama_init(models_llama *c)
     c->batch = 1;
     c->dtype = IR_F32;
     c->norm_eps = 1e-5;
+    c->top_k = 2;
+    c->moe_every = 1;
+    c->imbalance = 1.0;
     models_train_init(&c->train);
 }
 
@@ -92,6 +111,12 @@ models_llama_preset(const char *name, models_llama *c, di_error *err)
             c->ffn = p->ffn;
             c->vocab = p->vocab;
             c->seq = p->seq;
+            c->experts = p->experts;
+            c->top_k = p->experts ? p->top_k : 2;
+            c->moe_ffn = p->moe_ffn;
+            c->shared_experts = p->shared;
+            c->first_dense = p->first_dense;
+            c->moe_every = 1;
             return 0;
         }
         if (len < sizeof known)
@@ -101,13 +126,55 @@ models_llama_preset(const char *name, models_llama *c, di_error *err)
     return di_error_set(err, DI_ENOTFOUND, "unknown Llama preset '%s' (known: %s)", name, known);
 }
 
+int
+models_llama_is_moe(const models_llama *c, uint32_t l)
+{
+    return c->experts > 0 && l >= c->first_dense &&
+           (l - c->first_dense) % (c->moe_every ? c->moe_every : 1) == 0;
+}
+
+int64_t
+models_llama_capacity(const models_llama *c)
+{
+    double f = c->capacity_factor > 0 ? c->capacity_factor : c->imbalance;
+    double cap = ceil((double)c->seq * (double)c->top_k / (double)c->experts * f - 1e-9);
+    if (c->experts <= 0)
+        return 0;
+    if (cap < 1)
+        cap = 1;
+    return cap >= (double)c->seq ? c->seq : (int64_t)cap;
+}
+
+/* Parameters of the model; active: an MoE layer counts only the experts a token uses. */
+static uint64_t
+llama_params(const models_llama *c, int active)
+{
+    uint64_t h = (uint64_t)c->hidden, kv = (uint64_t)c->kv_heads;
+    uint64_t d = c->heads ? h / (uint64_t)c->heads : 0, f = (uint64_t)c->ffn;
+    uint64_t attn = 2 * h + h * (h + 2 * kv * d) + h * h, n = 2 * (uint64_t)c->vocab * h + h;
+    for (uint32_t l = 0; l < c->layers; l++) {
+        n += attn;
+        if (models_llama_is_moe(c, l)) {
+            uint64_t e = (uint64_t)(active ? c->top_k : c->experts);
+            n += h * (uint64_t)c->experts +
+                 (e + (uint64_t)c->shared_experts) * 3 * h * (uint64_t)c->moe_ffn;
+        } else {
+            n += 3 * h * f;
+        }
+    }
+    return n;
+}
+
 uint64_t
 models_llama_parameters(const models_llama *c)
 {
-    uint64_t l = c->layers, h = (uint64_t)c->hidden, kv = (uint64_t)c->kv_heads;
-    uint64_t d = c->heads ? h / (uint64_t)c->heads : 0, f = (uint64_t)c->ffn;
-    uint64_t per_layer = 2 * h + h * (h + 2 * kv * d) + h * h + 3 * h * f;
-    return 2 * (uint64_t)c->vocab * h + l * per_layer + h;
+    return llama_params(c, 0);
+}
+
+uint64_t
+models_llama_active_parameters(const models_llama *c)
+{
+    return llama_params(c, 1);
 }
 
 typedef struct llama_gen {
@@ -178,6 +245,115 @@ repeat_kv(llama_gen *g, ir_id x, const char *name)
     return models_reshape(b, x, 4, shape, name);
 }
 
+/* SwiGLU: (Silu(a @ w[0]) * (a @ w[1])) @ w[2]; column, column, row. Leaves b->tp at "row". */
+static ir_id
+swiglu(llama_gen *g, ir_id a, const ir_id *w, const char *prefix)
+{
+    models_builder *b = g->b;
+    char name[96];
+    ir_id gate, up, r;
+    b->tp = "column";
+    snprintf(name, sizeof name, "%s.gate", prefix);
+    gate = models_op2(b, IR_OP_MATMUL, a, w[0], name);
+    snprintf(name, sizeof name, "%s.up", prefix);
+    up = models_op2(b, IR_OP_MATMUL, a, w[1], name);
+    snprintf(name, sizeof name, "%s.silu", prefix);
+    r = models_op(b, IR_OP_SIGMOID, 1, &gate, name);
+    r = models_op2(b, IR_OP_MUL, gate, r, name);
+    r = models_op2(b, IR_OP_MUL, r, up, name);
+    b->tp = "row";
+    snprintf(name, sizeof name, "%s.down", prefix);
+    return models_op2(b, IR_OP_MATMUL, r, w[2], name);
+}
+
+/* An op with one input and one int-list attribute. */
+static ir_id
+op_ints(models_builder *b, int kind, ir_id x, const char *key, int64_t v, const char *name)
+{
+    ir_id op = models_begin(b, kind, 1, &x, 1, name);
+    if (op)
+        ir_op_set_ints(b->m, op, key, 1, &v);
+    return models_end(b, op);
+}
+
+/*
+ * The MoE MLP of a layer (models.h): router, top-k gates, slots, dispatch
+ * to [b, E, C, h], the experts' SwiGLU as batched MatMuls over [E, h, f]
+ * weights (what expert parallelism splits), combine, the gate-weighted sum
+ * of the k choices, plus the shared experts.
+ */
+static ir_id
+moe(llama_gen *g, ir_id a, const ir_id *w, const char *p)
+{
+    models_builder *b = g->b;
+    const models_llama *c = g->c;
+    int64_t cap = models_llama_capacity(c), kshape[2] = {c->top_k, 1};
+    char name[96];
+    ir_id probs, op, gates, idx, slots, xk, ones, y, sum;
+    b->tp = "none";
+    snprintf(name, sizeof name, "%s.router", p);
+    probs = models_op2(b, IR_OP_MATMUL, a, w[L_ROUTER], name);
+    op = models_begin(b, IR_OP_SOFTMAX, 1, &probs, 1, name);
+    if (op)
+        ir_op_set_int(b->m, op, "axis", -1);
+    probs = models_end(b, op);
+    snprintf(name, sizeof name, "%s.topk", p);
+    op = models_begin(b, IR_OP_TOPK, 1, &probs, 2, name);
+    if (op)
+        ir_op_set_int(b->m, op, "k", c->top_k);
+    gates = models_end(b, op);
+    idx = op ? gates + 1 : 0;
+    snprintf(name, sizeof name, "%s.gates", p);
+    op = models_begin(b, IR_OP_REDUCESUM, 1, &gates, 1, name);
+    if (op) {
+        ir_op_set_ints(b->m, op, "axes", 1, (int64_t[]){-1});
+        ir_op_set_int(b->m, op, "keepdims", 1);
+    }
+    sum = models_end(b, op);
+    gates = models_op2(b, IR_OP_DIV, gates, sum, name);
+    snprintf(name, sizeof name, "%s.slots", p);
+    op = models_begin(b, IR_OP_MOESLOTS, 1, &idx, 1, name);
+    if (op) {
+        ir_op_set_int(b->m, op, "experts", c->experts);
+        ir_op_set_int(b->m, op, "capacity", cap);
+    }
+    slots = models_end(b, op);
+    snprintf(name, sizeof name, "%s.dispatch", p);
+    xk = op_ints(b, IR_OP_UNSQUEEZE, a, "axes", 2, name);
+    ones = models_vector_const(b, g->dt, c->top_k, models_one, name);
+    ones = models_reshape(b, ones, 2, kshape, name);
+    xk = models_op2(b, IR_OP_MUL, xk, ones, name);
+    {
+        ir_id in[2] = {xk, slots};
+        op = models_begin(b, IR_OP_MOEDISPATCH, 2, in, 1, name);
+    }
+    if (op) {
+        ir_op_set_int(b->m, op, "experts", c->experts);
+        ir_op_set_int(b->m, op, "capacity", cap);
+    }
+    xk = models_end(b, op);
+    snprintf(name, sizeof name, "%s.experts", p);
+    y = swiglu(g, xk, w + L_E1, name);
+    b->tp = "none";
+    snprintf(name, sizeof name, "%s.combine", p);
+    y = models_op2(b, IR_OP_MOECOMBINE, y, slots, name);
+    y = models_op2(b, IR_OP_MUL, y, op_ints(b, IR_OP_UNSQUEEZE, gates, "axes", -1, name), name);
+    op = models_begin(b, IR_OP_REDUCESUM, 1, &y, 1, name);
+    if (op) {
+        ir_op_set_ints(b->m, op, "axes", 1, (int64_t[]){2});
+        ir_op_set_int(b->m, op, "keepdims", 0);
+    }
+    y = models_end(b, op);
+    if (w[L_S1]) {
+        ir_id sh;
+        snprintf(name, sizeof name, "%s.shared", p);
+        sh = swiglu(g, a, w + L_S1, name);
+        b->tp = "none";
+        y = models_op2(b, IR_OP_ADD, y, sh, name);
+    }
+    return y;
+}
+
 static ir_id
 lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
 {
@@ -185,7 +361,7 @@ lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
     ir_module *m = b->m;
     char p[32], name[96];
     int64_t perm[4] = {0, 2, 1, 3}, kperm[4] = {0, 1, 3, 2}, merged[3] = {0, 0, -1};
-    ir_id a, q, k, v, s, op, ctx, r, gate, up;
+    ir_id a, q, k, v, s, op, ctx, r;
     snprintf(p, sizeof p, "l%u", l);
     b->layer = l;
     b->part = "block";
@@ -231,21 +407,14 @@ lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
     b->seq = 1;
     x = models_op2(b, IR_OP_ADD, x, r, name);
 
-    /* SwiGLU MLP. */
     snprintf(name, sizeof name, "%s.mlp_norm", p);
     a = rmsnorm(g, x, w[L_NORM2], name);
-    b->tp = "column";
-    snprintf(name, sizeof name, "%s.gate", p);
-    gate = models_op2(b, IR_OP_MATMUL, a, w[L_W1], name);
-    snprintf(name, sizeof name, "%s.up", p);
-    up = models_op2(b, IR_OP_MATMUL, a, w[L_W3], name);
-    snprintf(name, sizeof name, "%s.silu", p);
-    r = models_op(b, IR_OP_SIGMOID, 1, &gate, name);
-    r = models_op2(b, IR_OP_MUL, gate, r, name);
-    r = models_op2(b, IR_OP_MUL, r, up, name);
-    b->tp = "row";
-    snprintf(name, sizeof name, "%s.down", p);
-    r = models_op2(b, IR_OP_MATMUL, r, w[L_W2], name);
+    if (w[L_ROUTER]) {
+        r = moe(g, a, w, p);
+    } else {
+        snprintf(name, sizeof name, "%s.mlp", p);
+        r = swiglu(g, a, w + L_W1, name);
+    }
     b->tp = "none";
     snprintf(name, sizeof name, "%s.res2", p);
     b->seq = 1;
@@ -273,6 +442,27 @@ check_llama(const models_llama *c, di_error *err)
         return di_error_set(err, DI_EINVAL,
                             "model: --heads %lld is not a multiple of --kv-heads %lld",
                             (long long)c->heads, (long long)c->kv_heads);
+    if (c->experts < 0 || c->experts > 65536)
+        return di_error_set(err, DI_EINVAL, "model: --experts must be 0 (dense) to 65536");
+    if (c->experts > 0) {
+        if (c->top_k < 1 || c->top_k > c->experts)
+            return di_error_set(err, DI_EINVAL, "model: --top-k %lld must be 1 to --experts %lld",
+                                (long long)c->top_k, (long long)c->experts);
+        if ((rc = models_check_size("--moe-ffn", c->moe_ffn, err)) != 0)
+            return rc;
+        if (c->shared_experts < 0 || c->shared_experts > 64)
+            return di_error_set(err, DI_EINVAL, "model: --shared-experts must be 0 to 64");
+        if (c->moe_every < 1 || c->moe_every > MODELS_MAX_LAYERS)
+            return di_error_set(err, DI_EINVAL, "model: --moe-every must be at least 1");
+        if (!(c->imbalance >= 1.0 && c->imbalance <= 1e6) ||
+            !(c->capacity_factor >= 0.0 && c->capacity_factor <= 1e6))
+            return di_error_set(err, DI_EINVAL,
+                                "model: --imbalance must be at least 1 and --capacity-factor 0 "
+                                "(none) or positive");
+        if ((uint64_t)c->batch * (uint64_t)c->experts * (uint64_t)c->seq >
+            ((uint64_t)1 << 62) / (uint64_t)(c->hidden > c->moe_ffn ? c->hidden : c->moe_ffn))
+            return di_error_set(err, DI_EINVAL, "model: batch x experts x seq x hidden overflows");
+    }
     if (c->heads / c->kv_heads > 256)
         return di_error_set(err, DI_EINVAL, "model: more than 256 query heads per key/value head");
     if (!ir_dtype_is_float(c->dtype))
@@ -326,11 +516,16 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
     dims[0] = c->vocab;
     dims[1] = h;
     embed = models_arg(&b, "embed.weight", c->dtype, 2, dims);
-    w = di_xmalloc((size_t)c->layers * L_PER_LAYER * sizeof *w);
-    for (uint32_t l = 0; l < c->layers; l++)
+    w = di_xcalloc((size_t)c->layers * L_PER_LAYER, sizeof *w);
+    for (uint32_t l = 0; l < c->layers; l++) {
+        int is_moe = models_llama_is_moe(c, l);
+        int64_t sf = c->shared_experts * c->moe_ffn;
         for (uint32_t j = 0; j < L_PER_LAYER; j++) {
-            int64_t wd[2] = {h, h};
+            int64_t wd[3] = {h, h, 0};
             uint32_t rank = 2;
+            if ((j >= L_W1 && j <= L_W2 && is_moe) || (j >= L_ROUTER && !is_moe) ||
+                (j >= L_S1 && sf == 0))
+                continue;
             if (j == L_NORM1 || j == L_NORM2)
                 rank = 1;
             else if (j == L_K || j == L_V)
@@ -339,9 +534,20 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
                 wd[1] = c->ffn;
             else if (j == L_W2)
                 wd[0] = c->ffn;
+            else if (j == L_ROUTER)
+                wd[1] = c->experts;
+            else if (j == L_S1 || j == L_S3)
+                wd[1] = sf;
+            else if (j == L_S2)
+                wd[0] = sf;
+            else if (j == L_E1 || j == L_E3)
+                rank = 3, wd[0] = c->experts, wd[1] = h, wd[2] = c->moe_ffn;
+            else if (j == L_E2)
+                rank = 3, wd[0] = c->experts, wd[1] = c->moe_ffn, wd[2] = h;
             snprintf(name, sizeof name, "l%u.%s", l, lweight_names[j]);
             w[(size_t)l * L_PER_LAYER + j] = models_arg(&b, name, c->dtype, rank, wd);
         }
+    }
     norm_f = models_arg(&b, "norm_f.scale", c->dtype, 1, &h);
     dims[0] = h;
     dims[1] = c->vocab;

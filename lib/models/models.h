@@ -104,16 +104,38 @@ typedef struct models_llama {
     int64_t hidden, heads, kv_heads, ffn, seq, vocab, batch;
     ir_dtype dtype;
     double norm_eps;
+    /*
+     * Mixture of experts (experts > 0): layer l is an MoE layer when
+     * l >= first_dense and (l - first_dense) % moe_every == 0; its MLP is a
+     * router ([h, experts], softmax, top_k, the k gates renormalized), experts
+     * SwiGLU MLPs of moe_ffn units and shared_experts more that every token
+     * uses (one SwiGLU of shared_experts * moe_ffn units). Tokens go to their
+     * experts in slots of `capacity` per expert and sequence (moe.slots):
+     * capacity = min(seq, ceil(seq * top_k / experts * f)), f the capacity
+     * factor when one is set (tokens above it are dropped, GShard), else the
+     * imbalance (dropless routing priced for the busiest expert's share: 1 is
+     * a balanced router). docs/models.md.
+     */
+    int64_t experts, top_k, moe_ffn, shared_experts;
+    uint32_t moe_every, first_dense;
+    double capacity_factor, imbalance;
     models_train train;
 } models_llama;
 
 /* Defaults: a small model (2 layers, hidden 256, 8 heads, 2 key/value heads, ffn 688). */
 void models_llama_init(models_llama *c);
-/* Sets the shape of a preset (llama2-7b/13b/70b, llama3-8b/70b/405b, mistral-7b). */
+/* Sets the shape of a preset (llama2-7b/13b/70b, llama3-8b/70b/405b, mistral-7b, mixtral-8x7b,
+ * deepseek-moe-16b). */
 int models_llama_preset(const char *name, models_llama *c, di_error *err);
 const char *models_llama_preset_name(uint32_t i);
-/* 2 V h + L (2 h + h (h + 2 KV d) + h h + 3 h ffn) + h. */
+/* 2 V h + L (2 h + h (h + 2 KV d) + h h + 3 h ffn) + h; an MoE layer's MLP is
+ * h E + (E + shared) 3 h moe_ffn. */
 uint64_t models_llama_parameters(const models_llama *c);
+/* The parameters one token uses: an MoE layer counts top_k + shared experts, and its router. */
+uint64_t models_llama_active_parameters(const models_llama *c);
+/* Is layer l an MoE layer; the per-sequence expert capacity. */
+int models_llama_is_moe(const models_llama *c, uint32_t l);
+int64_t models_llama_capacity(const models_llama *c);
 int models_llama_build(const models_llama *c, ir_module **out, di_error *err);
 
 #define MODELS_MAX_LAYERS 100000u

@@ -24,6 +24,8 @@ static const struct spec_opt {
     {"input", 1, 1},           {"classes", 1, 1},  {"activation", 1, 1},   {"loss", 1, 1},
     {"heads", 1, 6},           {"seq", 1, 6},      {"vocab", 1, 6},        {"dropout", 1, 2},
     {"final-ln-params", 0, 2}, {"kv-heads", 1, 4}, {"ffn", 1, 4},       {"precision", 1, 7},
+    {"experts", 1, 4},         {"top-k", 1, 4},    {"moe-ffn", 1, 4},   {"shared-experts", 1, 4},
+    {"moe-every", 1, 4},       {"first-dense", 1, 4}, {"capacity-factor", 1, 4}, {"imbalance", 1, 4},
 };
 
 static const char *const kind_names[] = {"", "mlp", "gpt", "llama"};
@@ -184,6 +186,23 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
         if (parse_word(key, value, losses, &w, err) != 0)
             return DI_EINVAL;
         sp->mlp.loss = w ? MODELS_LOSS_MSE : MODELS_LOSS_SCE;
+    } else if (strcmp(key, "capacity-factor") == 0 || strcmp(key, "imbalance") == 0) {
+        if (parse_real(key, value, &x, err) != 0)
+            return DI_EINVAL;
+        *(key[0] == 'c' ? &sp->llama.capacity_factor : &sp->llama.imbalance) = x;
+    } else if (strcmp(key, "experts") == 0 || strcmp(key, "shared-experts") == 0 ||
+               strcmp(key, "first-dense") == 0) {
+        /* 0 allowed: a dense model, no shared expert, no dense layer first. */
+        if (strcmp(value, "0") != 0 && parse_pos(key, value, &n, err) != 0)
+            return DI_EINVAL;
+        if (strcmp(value, "0") == 0)
+            n = 0;
+        if (key[0] == 'e')
+            sp->llama.experts = n;
+        else if (key[0] == 's')
+            sp->llama.shared_experts = n;
+        else
+            sp->llama.first_dense = n > MODELS_MAX_LAYERS ? MODELS_MAX_LAYERS + 1 : (uint32_t)n;
     } else if (strcmp(key, "lr") == 0 || strcmp(key, "dropout") == 0) {
         if (parse_real(key, value, &x, err) != 0)
             return DI_EINVAL;
@@ -211,6 +230,12 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
             *(gpt ? &sp->gpt.vocab : &sp->llama.vocab) = n;
         } else if (strcmp(key, "kv-heads") == 0) {
             sp->llama.kv_heads = n;
+        } else if (strcmp(key, "top-k") == 0) {
+            sp->llama.top_k = n;
+        } else if (strcmp(key, "moe-ffn") == 0) {
+            sp->llama.moe_ffn = n;
+        } else if (strcmp(key, "moe-every") == 0) {
+            sp->llama.moe_every = n > MODELS_MAX_LAYERS ? MODELS_MAX_LAYERS + 1 : (uint32_t)n;
         } else {
             sp->llama.ffn = n;
         }

@@ -4,7 +4,8 @@
  * tokens/s a result earns with them (docs/simulator.md, "MFU and HFU").
  *
  * Model FLOPs follow Megatron-LM and PaLM: 6 N per token for the weights
- * (forward 2N, backward 4N) plus attention, the matmuls between two
+ * (forward 2N, backward 4N; N the active parameters: of a mixture of
+ * experts' expert weights a token uses top_k of E) plus attention, the matmuls between two
  * activations (QK^T and AV), counted three times their forward FLOPs. The
  * attention term comes from the module, not from a formula: a forward
  * MatMul whose operands both derive from no parameter. Recomputation and
@@ -77,8 +78,35 @@ sim_model_stats_of(const ir_module *m, sim_model_stats *out)
         ir_op_cost(m, op, &c);
         out->attention_flops += 3 * c.flops;
     }
+    /* Experts: a forward MatMul of dispatched tokens [.., E, C, in] by a weight [E, in, out]. */
+    {
+        int64_t topk = 0;
+        uint8_t *seen = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+        double inactive = 0;
+        for (uint32_t k = 0; k < f->nop && topk == 0; k++)
+            if (m->ops[f->ops[k]].kind == IR_OP_TOPK)
+                topk = ir_op_int(m, f->ops[k], "k", 0);
+        for (uint32_t k = 0; k < f->nop && topk > 0; k++) {
+            const ir_op *o = &m->ops[f->ops[k]];
+            ir_id w;
+            const ir_type *wt;
+            if (o->kind != IR_OP_MATMUL || o->ninput != 2)
+                continue;
+            w = m->refs[o->inputs + 1];
+            wt = &m->types[m->values[w].type];
+            if (m->values[w].def != 0 || seen[w] || wt->kind != IR_TYPE_TENSOR || wt->rank != 3 ||
+                m->types[m->values[m->refs[o->inputs]].type].rank < 4)
+                continue;
+            seen[w] = 1;
+            int64_t e = m->ints[wt->dims];
+            if (e > topk)
+                inactive += (double)ir_type_numel(m, m->values[w].type) * (double)(e - topk) / (double)e;
+        }
+        di_free(seen);
+        out->active_parameters = out->parameters - (uint64_t)(inactive + 0.5);
+    }
     di_free(weight);
-    out->flops_6n = 6.0 * (double)out->parameters * out->tokens;
+    out->flops_6n = 6.0 * (double)out->active_parameters * out->tokens;
     out->model_flops = out->parameters ? out->flops_6n + out->attention_flops : 0;
 }
 

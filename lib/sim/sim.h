@@ -115,6 +115,12 @@ typedef struct sim_result {
  */
 typedef struct sim_model_stats {
     uint64_t parameters;
+    /*
+     * The parameters a token uses: each expert weight (an [E, in, out]
+     * argument a MatMul applies per expert) counts top_k / E of itself, k
+     * from the module's TopK; the same as parameters without experts.
+     */
+    uint64_t active_parameters;
     double tokens;
     double flops_6n;
     double attention_flops;

@@ -156,6 +156,7 @@ strategy_check_values(const strategy *s, di_error *err)
     if ((rc = check_max(err, "dp", s->dp, STRATEGY_MAX_DEGREE)) != 0 ||
         (rc = check_max(err, "tp", s->tp, STRATEGY_MAX_DEGREE)) != 0 ||
         (rc = check_max(err, "pp", s->pp, STRATEGY_MAX_DEGREE)) != 0 ||
+        (rc = check_max(err, "ep", s->ep, STRATEGY_MAX_DEGREE)) != 0 ||
         (rc = check_max(err, "microbatches", s->microbatches, STRATEGY_MAX_MICROBATCHES)) != 0 ||
         (rc = check_max(err, "virtual_stages", s->virtual_stages, STRATEGY_MAX_VIRTUAL_STAGES)) !=
             0 ||
@@ -177,6 +178,8 @@ strategy_normalize(strategy *s, di_error *err)
         s->tp = 1;
     if (s->pp == 0)
         s->pp = s->nstages ? s->nstages : 1;
+    if (s->ep == 0)
+        s->ep = 1;
     if (s->microbatches == 0)
         s->microbatches = s->pp;
     if (s->virtual_stages == 0)
@@ -225,6 +228,22 @@ strategy_normalize(strategy *s, di_error *err)
             maxtp = st->tp;
     }
 
+    if (s->ep > 1 && s->nstages > 0)
+        return di_error_set(err, DI_ESTRATEGY,
+                            "ep=%u with per-stage degrees: expert parallelism needs one dp for "
+                            "every stage",
+                            s->ep);
+    if (s->ep > 1 && s->dp % s->ep != 0)
+        return di_error_set(err, DI_ESTRATEGY,
+                            "ep=%u does not divide dp=%u (expert parallelism splits the "
+                            "data-parallel group)",
+                            s->ep, s->dp);
+    if (s->ep > 1 && s->ep != s->dp)
+        return di_error_set(err, DI_ESTRATEGY,
+                            "ep=%u is smaller than dp=%u: expert parallelism over part of the "
+                            "data-parallel group is not supported yet (use ep=%u)",
+                            s->ep, s->dp, s->dp);
+
     /* tp_layers: a set (sorted, distinct), and only with tensor parallelism. */
     if (s->ntp_layers > 0) {
         uint32_t n = 0;
@@ -266,6 +285,7 @@ static const option options[] = {
     {"dp", "dp", OPT_UINT, FIELD(dp), 1, STRATEGY_MAX_DEGREE},
     {"tp", "tp", OPT_UINT, FIELD(tp), 1, STRATEGY_MAX_DEGREE},
     {"pp", "pp", OPT_UINT, FIELD(pp), 1, STRATEGY_MAX_DEGREE},
+    {"ep", "ep", OPT_UINT, FIELD(ep), 1, STRATEGY_MAX_DEGREE},
     {"microbatches", "microbatches", OPT_UINT, FIELD(microbatches), 0, STRATEGY_MAX_MICROBATCHES},
     {"schedule", "schedule", OPT_SCHEDULE, 0, 0, 0},
     {"virtual-stages", "virtual_stages", OPT_UINT, FIELD(virtual_stages), 0,
@@ -505,6 +525,7 @@ strategy_from_proto(const Distir__V1__Strategy *p, strategy *s, di_error *err)
     s->sequence_parallel = p->sequence_parallel != 0;
     s->overlap_grad_reduce = p->overlap_grad_reduce != 0;
     s->bucket_mb = p->bucket_mb;
+    s->ep = p->ep;
     s->ndevice_order = (uint32_t)p->n_device_order;
     s->device_order = dup_array(p->device_order, p->n_device_order, sizeof(uint32_t));
     s->ntp_layers = (uint32_t)p->n_tp_layers;
@@ -538,6 +559,7 @@ strategy_to_proto(const strategy *s, Distir__V1__Strategy *p)
     p->sequence_parallel = s->sequence_parallel != 0;
     p->overlap_grad_reduce = s->overlap_grad_reduce != 0;
     p->bucket_mb = s->bucket_mb;
+    p->ep = s->ep;
     p->n_device_order = s->ndevice_order;
     p->device_order = dup_array(s->device_order, s->ndevice_order, sizeof(uint32_t));
     p->n_tp_layers = s->ntp_layers;
@@ -579,7 +601,7 @@ strategy_is_trivial(const strategy *s)
            s->schedule == STRATEGY_SCHEDULE_DEFAULT && s->virtual_stages <= 1 &&
            s->recompute == STRATEGY_RECOMPUTE_NONE && s->stash == STRATEGY_STASH_NONE &&
            s->zero == 0 && !s->sequence_parallel && !s->overlap_grad_reduce &&
-           s->ndevice_order == 0 && s->nstages == 0 && s->ntp_layers == 0;
+           s->ndevice_order == 0 && s->nstages == 0 && s->ntp_layers == 0 && s->ep <= 1;
 }
 
 void
@@ -596,6 +618,11 @@ strategy_format(const strategy *s, char *buf, size_t size)
              s->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? s->virtual_stages : 0u,
              recompute_names[s->recompute % 3], stash_names[s->stash % 3], s->zero,
              s->sequence_parallel ? " sp" : "", overlap);
+    if (s->ep > 1) {
+        size_t w = strlen(buf);
+        if (w + 1 < size)
+            snprintf(buf + w, size - w, " ep=%u", s->ep);
+    }
     /* Nested parallelism: " stages=4x1:10,2x2:14 tp_layers=0-11,16". */
     for (uint32_t g = 0; g < s->nstages; g++) {
         size_t w = strlen(buf);
@@ -650,4 +677,9 @@ strategy_hash(const strategy *s, di_sha256 *h)
     di_sha256_u64(h, s->ntp_layers);
     for (uint32_t i = 0; i < s->ntp_layers; i++)
         di_sha256_u64(h, s->tp_layers[i]);
+    /* Only when set, so that the keys of strategies without experts stay as they were. */
+    if (s->ep > 1) {
+        di_sha256_update(h, "ep", 2);
+        di_sha256_u64(h, s->ep);
+    }
 }

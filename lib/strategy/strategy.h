@@ -114,6 +114,14 @@ typedef struct strategy {
      */
     uint32_t ntp_layers;
     uint32_t *tp_layers;
+    /*
+     * Expert parallelism: the experts of MoE layers (weights a MatMul applies
+     * per expert, [E, in, out]) split over ep data-parallel ranks, tokens
+     * dispatched to them and back by all_to_all; their gradients are
+     * reduced over the other dp / ep ranks only. ep divides dp; 1 or dp
+     * today (xform_validate). 0 reads as 1.
+     */
+    uint32_t ep;
 } strategy;
 
 /*

@@ -719,6 +719,39 @@ rule_gather(ad *a, ir_id op, const ir_id *dy)
     accum(a, IN(0), finish(a, g));
 }
 
+/* TopK: the values' gradient goes back to the positions they came from. */
+static void
+rule_topk(ad *a, ir_id op, const ir_id *dy)
+{
+    char nb[256];
+    shape s;
+    ir_id in[2] = {dy[0], OUT(1)}, g;
+    if (dy[0] == 0)
+        return;
+    value_shape(a->m, IN(0), &s);
+    g = begin(a, IR_OP_TOPKGRAD, 2, in, 1, gname(a, IN(0), nb, sizeof nb));
+    set_int(a, g, "size", s.dims[s.rank - 1]);
+    accum(a, IN(0), finish(a, g));
+}
+
+/* moe.dispatch and moe.combine: each is the other's gradient (a scatter and its gather). */
+static void
+rule_moe(ad *a, ir_id op, const ir_id *dy)
+{
+    char nb[256];
+    ir_id in[2] = {dy[0], IN(1)}, g;
+    if (a->m->ops[op].kind == IR_OP_MOEDISPATCH) {
+        g = begin(a, IR_OP_MOECOMBINE, 2, in, 1, gname(a, IN(0), nb, sizeof nb));
+    } else {
+        shape s;
+        value_shape(a->m, IN(0), &s);
+        g = begin(a, IR_OP_MOEDISPATCH, 2, in, 1, gname(a, IN(0), nb, sizeof nb));
+        set_int(a, g, "experts", s.dims[1]);
+        set_int(a, g, "capacity", s.dims[2]);
+    }
+    accum(a, IN(0), finish(a, g));
+}
+
 /*
  * Reshape back to x's shape, as flexibly as the forward reshape: a dimension
  * the forward shape copied (0) is copied back, and the first other dimension
@@ -1072,6 +1105,9 @@ static const struct {
     [IR_OP_SPLIT] = {rule_split, NULL},
     [IR_OP_SLICE] = {rule_slice, check_slice},
     [IR_OP_GATHER] = {rule_gather, NULL},
+    [IR_OP_TOPK] = {rule_topk, NULL},
+    [IR_OP_MOEDISPATCH] = {rule_moe, NULL},
+    [IR_OP_MOECOMBINE] = {rule_moe, NULL},
     [IR_OP_UNSQUEEZE] = {rule_unsqueeze, NULL},
     [IR_OP_SQUEEZE] = {rule_squeeze, NULL},
     [IR_OP_REDUCEMEAN] = {rule_reduce, NULL},

@@ -35,6 +35,64 @@ zero_divides(const xf_ctx *c, ir_id v, uint32_t g)
     return d0 % c->gdp[g] == 0;
 }
 
+/*
+ * The expert weights: arguments a forward MatMul applies per slice of a
+ * batch dimension, [E, in, out] against [.., E, C, in] (docs/models.md).
+ * Returns the expert count of the first (0 when there are none); marks them
+ * in mark[] when mark is not NULL.
+ */
+int64_t
+xf_expert_weights(const xf_ctx *c, uint8_t *mark)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    int64_t experts = 0;
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i], w, x;
+        const ir_op *o = &m->ops[op];
+        if (o->kind != IR_OP_MATMUL || c->op[op].phase != XF_PH_FORWARD || o->ninput != 2)
+            continue;
+        x = m->refs[o->inputs];
+        w = m->refs[o->inputs + 1];
+        if (!(c->vflags[w] & XF_V_WEIGHT) || m->types[m->values[w].type].rank != 3 ||
+            m->types[m->values[x].type].rank < 4)
+            continue;
+        if (experts == 0)
+            experts = ir_type_dims(m, m->values[w].type)[0];
+        if (mark)
+            mark[w] = 1;
+    }
+    return experts;
+}
+
+/* Expert parallelism: expert weights and their optimizer state split along the experts. */
+static void
+annotate_ep(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    uint8_t *mark = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    xf_expert_weights(c, mark);
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        if (!(ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) || o->ninput < 1 ||
+            !mark[m->refs[o->inputs]])
+            continue;
+        for (uint32_t k = 2; k < o->ninput; k++)
+            if (c->vflags[m->refs[o->inputs + k]] & XF_V_ARG)
+                mark[m->refs[o->inputs + k]] = 1;
+    }
+    for (uint32_t a = 0; a < fr->narg; a++) {
+        ir_id v = fr->args[a];
+        if (!mark[v])
+            continue;
+        c->place[v].a[XF_DP] = 0;
+        c->vflags[v] |= XF_V_EXPERT;
+    }
+    di_free(mark);
+}
+
 int
 xf_annotate_dp(xf_ctx *c)
 {
@@ -50,6 +108,8 @@ xf_annotate_dp(xf_ctx *c)
         if (c->n[XF_DP] > 1)
             c->place[v].a[XF_DP] = 0;
     }
+    if (c->s.ep > 1 && c->n[XF_DP] > 1)
+        annotate_ep(c);
     if (c->s.zero == 0 || c->n[XF_DP] <= 1)
         return 0;
     /* Candidates: optimizer state and weights (1), unless a group cannot split them (2). */

@@ -410,6 +410,49 @@ r_gather(const ir_module *m, ir_id op, rule *r)
     return 0;
 }
 
+/* TopK (x -> values, indices) and TopKGrad (dvalues, indices -> dx): every dimension but the last. */
+static int
+r_topk(const ir_module *m, ir_id op, rule *r)
+{
+    uint32_t rk = r->rank[0];
+    (void)m;
+    (void)op;
+    if (rk == 0 || r->nin + r->nout != 3 || r->rank[1] != rk || r->rank[2] != rk)
+        return -1;
+    for (uint32_t d = 0; d + 1 < rk; d++) {
+        int f = newf(r, F_FREE);
+        for (uint32_t k = 0; k < 3; k++)
+            r->map[k][d] = (int8_t)f;
+    }
+    return 0;
+}
+
+/*
+ * moe.slots, moe.dispatch, moe.combine: the batch (dimension 0 of every
+ * operand: slots are counted per row) and the hidden dimension (the last of
+ * the tensors of rank 4). The tokens, choices, experts and capacity are not
+ * factors: a slot depends on the whole row, and the expert-parallel split is
+ * a resharding of the dispatched tensor (all_to_all).
+ */
+static int
+r_moe(const ir_module *m, ir_id op, rule *r)
+{
+    int fb = newf(r, F_FREE), fh = -1;
+    (void)m;
+    (void)op;
+    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+        if (r->rank[k] == 0)
+            return -1;
+        r->map[k][0] = (int8_t)fb;
+        if (r->rank[k] == 4) {
+            if (fh < 0)
+                fh = newf(r, F_FREE);
+            r->map[k][3] = (int8_t)fh;
+        }
+    }
+    return 0;
+}
+
 static int
 r_gathergrad(const ir_module *m, ir_id op, rule *r)
 {
@@ -603,6 +646,10 @@ static const rule_entry rules[IR_NOPKIND] = {
     [IR_OP_SPLIT] = {r_concat_split, LIN_FIRST},
     [IR_OP_SLICE] = {r_slice, LIN_FIRST},
     [IR_OP_GATHER] = {r_gather, LIN_NONE},
+    [IR_OP_TOPK] = {r_topk, LIN_NONE},
+    [IR_OP_MOESLOTS] = {r_moe, LIN_NONE},
+    [IR_OP_MOEDISPATCH] = {r_moe, LIN_FIRST},
+    [IR_OP_MOECOMBINE] = {r_moe, LIN_FIRST},
     [IR_OP_UNSQUEEZE] = {r_squeeze_like, LIN_FIRST},
     [IR_OP_SQUEEZE] = {r_squeeze_like, LIN_FIRST},
     [IR_OP_REDUCEMEAN] = {r_reduce, LIN_FIRST},
@@ -621,6 +668,7 @@ static const rule_entry rules[IR_NOPKIND] = {
     [IR_OP_MSELOSSGRAD] = {r_mselossgrad, LIN_NONE},
     [IR_OP_SCELOSSGRAD] = {r_scelossgrad, LIN_NONE},
     [IR_OP_GATHERGRAD] = {r_gathergrad, LIN_NONE},
+    [IR_OP_TOPKGRAD] = {r_topk, LIN_FIRST},
     [IR_OP_REDUCESUMTO] = {r_reducesumto, LIN_FIRST},
     [IR_OP_SGD] = {r_elemwise, LIN_NONE},
     [IR_OP_ADAM] = {r_elemwise, LIN_NONE},
@@ -757,6 +805,16 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
                 f = r->map[r->nin][d];
         if (factor_ok(r, f, a, n))
             return f;
+    }
+    if (a == XF_DP) {
+        /* An op on expert weights split by expert parallelism works on its experts. */
+        for (uint32_t k = 0; k < r->nin; k++) {
+            ir_id v = m->refs[m->ops[op].inputs + k];
+            int8_t p = in[k].a[a];
+            if ((c->vflags[v] & XF_V_EXPERT) && XF_IS_S(p) && p < (int)r->rank[k] &&
+                factor_ok(r, r->map[k][p], a, n))
+                return r->map[k][p];
+        }
     }
     for (pass = 0; pass < 2; pass++) {
         for (uint32_t k = 0; k < r->nin; k++) {

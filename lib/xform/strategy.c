@@ -395,6 +395,21 @@ validate(xf_ctx *c)
                             s->microbatches, STRATEGY_MAX_MICROBATCHES);
     if ((rc = tp_layers_init(c)) != 0)
         return rc;
+    if (s->ep > 1) {
+        int64_t experts = xf_expert_weights(c, NULL);
+        if (experts == 0)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "ep=%u splits experts and the module has none (no MoE layer)",
+                                s->ep);
+        if (experts % s->ep != 0)
+            return di_error_set(c->err, DI_ESTRATEGY, "ep=%u does not divide the %lld experts",
+                                s->ep, (long long)experts);
+        if (s->ep != s->dp || c->hetero)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "ep=%u must equal dp=%u: expert parallelism over part of the "
+                                "data-parallel group is not supported yet",
+                                s->ep, s->dp);
+    }
     if (c->tplayer && s->sequence_parallel)
         return di_error_set(c->err, DI_ESTRATEGY,
                             "sequence parallelism needs tensor parallelism on every layer "

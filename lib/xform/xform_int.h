@@ -40,6 +40,7 @@ typedef struct xf_place {
 #define XF_V_WEIGHT 0x04 /* a floating-point argument that is not data */
 #define XF_V_BATCH 0x08  /* depends on batch data */
 #define XF_V_CONST 0x10  /* computed from constants only (cloned wherever used) */
+#define XF_V_EXPERT 0x20 /* expert weights (or their optimizer state) split by expert parallelism */
 
 /* Op phases. XF_PH_STEP: runs once per step after the last microbatch. */
 #define XF_PH_FORWARD 0
@@ -157,6 +158,7 @@ int xf_assign_stages(xf_ctx *c);
 
 /* dp.c, tp.c: initial placements of the arguments. */
 int xf_annotate_dp(xf_ctx *c);
+int64_t xf_expert_weights(const xf_ctx *c, uint8_t *mark);
 int xf_annotate_tp(xf_ctx *c);
 
 /* shard.c */
