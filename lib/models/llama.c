@@ -332,6 +332,14 @@ moe(llama_gen *g, ir_id a, const ir_id *w, const char *p)
         ir_op_set_int(b->m, op, "capacity", cap);
     }
     xk = models_end(b, op);
+    /*
+     * The dispatched tokens as the experts hold them: under expert
+     * parallelism (dist.tp "expert") the all_to_all happens here, so the
+     * backward pass reuses what arrived (its weight gradients read it).
+     */
+    b->tp = "expert";
+    snprintf(name, sizeof name, "%s.experts.in", p);
+    xk = models_op(b, IR_OP_IDENTITY, 1, &xk, name);
     snprintf(name, sizeof name, "%s.experts", p);
     y = swiglu(g, xk, w + L_E1, name);
     b->tp = "none";

@@ -221,6 +221,8 @@ analyze(xf_ctx *c)
             oi->tp = XF_TP_HEADS;
         else if (tp && strcmp(tp, "vocab") == 0)
             oi->tp = XF_TP_VOCAB;
+        else if (tp && strcmp(tp, "expert") == 0)
+            oi->tp = XF_TP_EXPERT;
         if (fl & IR_OPF_OPTIM)
             oi->phase = XF_PH_STEP;
         else if (ph && strcmp(ph, "optimizer") == 0)

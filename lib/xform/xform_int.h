@@ -69,6 +69,7 @@ typedef struct xf_opinfo {
 #define XF_TP_ROW 2
 #define XF_TP_HEADS 3
 #define XF_TP_VOCAB 4
+#define XF_TP_EXPERT 5 /* the dispatched tokens, split by expert under expert parallelism */
 
 typedef struct xf_ctx {
     const ir_module *m; /* the sequential source */
