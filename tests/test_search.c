@@ -164,7 +164,7 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
                     t->microbatches == twin.microbatches && t->schedule == twin.schedule &&
                     t->virtual_stages == twin.virtual_stages && t->recompute == twin.recompute &&
                     t->zero == twin.zero && t->sequence_parallel == twin.sequence_parallel &&
-                    t->overlap == twin.overlap)
+                    t->overlap == twin.overlap && t->ep == twin.ep)
                     break;
             }
             assert_true(j < i);
@@ -311,6 +311,34 @@ llama(uint32_t layers, int64_t hidden, int64_t heads, int64_t kv, int64_t seq, i
     return m;
 }
 
+/* A small mixture of experts (bf16, Adam): a dense layer, then 3 MoE layers of 4 experts, top 2. */
+static ir_module *
+moe_llama(void)
+{
+    models_llama c;
+    ir_module *m = NULL;
+    di_error err;
+    models_llama_init(&c);
+    c.layers = 4;
+    c.hidden = 64;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.ffn = 96;
+    c.experts = 4;
+    c.top_k = 2;
+    c.moe_ffn = 32;
+    c.shared_experts = 1;
+    c.first_dense = 1;
+    c.seq = 16;
+    c.vocab = 16;
+    c.batch = 8;
+    c.dtype = IR_BF16;
+    c.train.optimizer = XFORM_OPTIM_ADAM;
+    if (models_llama_build(&c, &m, &err) != 0)
+        fail_msg("moe: %s", err.msg);
+    return m;
+}
+
 /*
  * The composed estimate (two shorter simulations extrapolated to the
  * candidate's microbatch count) against the full simulation of the same
@@ -395,22 +423,37 @@ test_brute_force(void **state)
     static const struct {
         const char *hw;
         uint32_t devices;
-        int model; /* 0 gpt, 1 mlp, 2 gpt with composed candidates, 3 gpt with ZeRO-2 */
+        int model; /* 0 gpt, 1 mlp, 2 gpt with composed candidates, 3 gpt with ZeRO-2, 4 MoE */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
         {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
+        {"a100-dgx", 4, 4},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ir_module *m = cases[i].model == 1   ? mlp(4, 48, 24)
                        : cases[i].model == 2 ? gpt(4, 48, 6, 8, 96)
+                       : cases[i].model == 4 ? moe_llama()
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
         uint32_t nfeasible = 0, nbound = 0, ncomposed = 0, nduplicate = 0;
         di_error err;
         small_config(&cfg, cases[i].devices);
+        if (cases[i].model == 4) {
+            /* The space has expert-parallel twins of every dp = 2 and dp = 4 candidate. */
+            search_space sp;
+            uint64_t nep = 0;
+            space_ok(&sp, m, hw, &cfg);
+            for (uint64_t k = 0; k < sp.ncandidate; k++)
+                if (sp.candidates[k].ep > 1) {
+                    assert_int_equal(sp.candidates[k].ep, sp.candidates[k].dp);
+                    nep++;
+                }
+            assert_true(nep > 0);
+            search_space_fini(&sp);
+        }
         if (cases[i].model == 2) {
             assert_int_equal(search_config_set(&cfg, "microbatches", "2,8,16,24", &err), 0);
             assert_int_equal(search_config_set(&cfg, "schedule", "1f1b,interleaved", &err), 0);

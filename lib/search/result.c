@@ -336,7 +336,7 @@ search_point_equal(const search_point *a, const search_point *b)
            x->microbatches == y->microbatches && x->virtual_stages == y->virtual_stages &&
            x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
            x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
-           a->status == b->status && a->step_time_s == b->step_time_s &&
+           x->ep == y->ep && a->status == b->status && a->step_time_s == b->step_time_s &&
            a->peak_memory_bytes == b->peak_memory_bytes && a->tokens_per_s == b->tokens_per_s &&
            a->mfu == b->mfu && a->composed == b->composed && a->refined == b->refined &&
            (!a->refined || figures_equal(&a->full, &b->full));
@@ -389,6 +389,8 @@ point_to_json(const search_result *r, const search_point *p)
     if (o == NULL)
         abort();
     json_object_set_new(o, "composed", json_boolean(p->composed));
+    if (c->ep > 1)
+        json_object_set_new(o, "ep", json_integer((json_int_t)c->ep));
     if (p->refined) {
         json_t *f = json_pack("{s:s, s:f, s:I, s:f, s:f}", "status",
                               search_status_name(p->full.status), "step_time_s",
@@ -560,6 +562,17 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
     p->cand.sequence_parallel = (uint8_t)v[9];
     p->cand.overlap = (uint8_t)v[10];
     p->peak_memory_bytes = v[11];
+    p->cand.ep = 1;
+    if (json_object_get(o, "ep") != NULL) {
+        uint64_t ep;
+        if ((rc = get_uint(o, "ep", STRATEGY_MAX_DEGREE, &ep, err)) != 0)
+            return rc;
+        if (ep == 0 || (ep > 1 && ep != p->cand.dp))
+            return di_error_set(err, DI_EINVAL, "search result: point %llu has ep=%llu with dp=%u",
+                                (unsigned long long)p->cand.index, (unsigned long long)ep,
+                                p->cand.dp);
+        p->cand.ep = (uint32_t)ep;
+    }
     if (p->cand.dp == 0 || p->cand.tp == 0 || p->cand.pp == 0 || p->cand.microbatches == 0 ||
         p->cand.virtual_stages == 0 ||
         (p->cand.pp == 1) != (p->cand.schedule == STRATEGY_SCHEDULE_DEFAULT) ||

@@ -118,6 +118,7 @@ typedef struct search_candidate {
     uint8_t zero;
     uint8_t sequence_parallel;
     uint8_t overlap;
+    uint32_t ep; /* expert parallelism: 1, or dp when the model's experts divide by it */
 } search_candidate;
 
 /*
@@ -158,6 +159,8 @@ typedef struct search_space {
     uint64_t saved_min[3];   /* the activations a layer keeps per recomputation mode, the
                                 least over the layers (xform_model_facts) */
     uint64_t state_min;      /* a layer's weights and optimizer state, the least */
+    int64_t experts;         /* the MoE layers' experts (0: none): ep in {1, dp} where they divide */
+    uint64_t expert_bytes;   /* the part of state_bytes that expert parallelism splits */
     /*
      * The same per device under each tensor parallelism of the space, with
      * and without sequence parallelism (xform_layer_memory), for the memory

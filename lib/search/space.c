@@ -371,7 +371,13 @@ push_options(space_builder *b, search_candidate *c)
                     if (!in_mask(cfg->overlap, ov))
                         continue;
                     c->overlap = (uint8_t)ov;
+                    /* Expert parallelism over the data-parallel group, where experts divide. */
+                    c->ep = 1;
                     push(b, c);
+                    if (c->dp > 1 && b->sp->experts > 0 && b->sp->experts % c->dp == 0) {
+                        c->ep = c->dp;
+                        push(b, c);
+                    }
                 }
             }
         }
@@ -616,6 +622,8 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     memcpy(sp->saved_min, facts.saved_min, sizeof sp->saved_min);
     sp->state_min = facts.state_min;
     sp->state_bytes = facts.weight_bytes;
+    sp->experts = facts.experts;
+    sp->expert_bytes = facts.expert_bytes;
     xform_model_facts_fini(&facts);
     for (uint32_t d = 0; d < hw->ndevice; d++)
         if (hw_device_capacity(hw_device_spec(hw, d)) > sp->max_capacity)
@@ -677,6 +685,7 @@ search_candidate_strategy(const search_candidate *c, strategy *s)
     s->zero = c->zero;
     s->sequence_parallel = c->sequence_parallel;
     s->overlap_grad_reduce = c->overlap;
+    s->ep = c->ep > 1 ? c->ep : 1;
     /*
      * Every field is in range and the schedule is DEFAULT exactly when pp = 1 by construction,
      * so normalizing only fills in the bucket size.
@@ -752,6 +761,8 @@ layer_bound(const search_space *sp, const search_candidate *c)
         state = e->state_min;
         split = 1;
     }
+    if (c->ep > 1)
+        state = 0; /* a layer's experts are split over ep: the least state is not known here */
     if (sp->layers == 0 || (kept == 0 && state == 0))
         return 0;
     a = floor((double)kept / ((double)c->dp * c->microbatches * split));
@@ -775,6 +786,9 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
     if (di_mul_u64(sp->state_bytes, c->zero ? 1 : c->dp, &held) != 0 ||
         held + sp->data_bytes < held)
         return UINT64_MAX / n;
+    /* Under ep = dp the experts' state is held once over the data-parallel group, not dp times. */
+    if (c->ep > 1 && !c->zero)
+        held -= sp->expert_bytes * (c->dp - c->dp / c->ep);
     state = (held + sp->data_bytes) / n;
     /* Two bounds that may hold on different devices: the larger. */
     return state > act ? state : act;
@@ -995,7 +1009,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
     }
     search_candidate_strategy(c, &s);
     rc = ev->base_rc;
-    if (rc == 0 && (c->recompute || c->zero || c->sequence_parallel || c->overlap))
+    if (rc == 0 && (c->recompute || c->zero || c->sequence_parallel || c->overlap || c->ep > 1))
         rc = xform_validate(sp->module, &s, sp->hw, &err);
     if (rc != 0) {
         out->status = rc == DI_ESTRATEGY ? SEARCH_INDIVISIBLE : SEARCH_UNSUPPORTED;

@@ -65,14 +65,13 @@ xf_expert_weights(const xf_ctx *c, uint8_t *mark)
     return experts;
 }
 
-/* Expert parallelism: expert weights and their optimizer state split along the experts. */
-static void
-annotate_ep(xf_ctx *c)
+/* The expert weights and their optimizer state (arguments of their updates), marked. */
+int64_t
+xf_expert_state(const xf_ctx *c, uint8_t *mark)
 {
     const ir_module *m = c->m;
     const ir_region *fr = &m->regions[c->func];
-    uint8_t *mark = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
-    xf_expert_weights(c, mark);
+    int64_t experts = xf_expert_weights(c, mark);
     for (uint32_t i = 0; i < fr->nop; i++) {
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
@@ -83,6 +82,17 @@ annotate_ep(xf_ctx *c)
             if (c->vflags[m->refs[o->inputs + k]] & XF_V_ARG)
                 mark[m->refs[o->inputs + k]] = 1;
     }
+    return experts;
+}
+
+/* Expert parallelism: expert weights and their optimizer state split along the experts. */
+static void
+annotate_ep(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    uint8_t *mark = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    xf_expert_state(c, mark);
     for (uint32_t a = 0; a < fr->narg; a++) {
         ir_id v = fr->args[a];
         if (!mark[v])

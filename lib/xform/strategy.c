@@ -765,6 +765,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     xf_ctx c;
     const ir_region *r;
     ir_id heads, col;
+    uint8_t *expert;
     int rc;
 
     memset(f, 0, sizeof *f);
@@ -787,9 +788,13 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     f->state_min = state_min(&c);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
+    expert = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
+    f->experts = xf_expert_state(&c, expert);
     for (uint32_t a = 0; a < r->narg; a++) {
         ir_id v = r->args[a];
         uint64_t bytes = ir_type_bytes(c.m, c.m->values[v].type);
+        if (expert[v])
+            f->expert_bytes += bytes;
         if (c.vflags[v] & XF_V_DATA) {
             f->arg_kind[a] = XFORM_ARG_DATA;
             f->data_bytes += bytes;
@@ -798,6 +803,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
             f->weight_bytes += bytes;
         }
     }
+    di_free(expert);
     xf_ctx_fini(&c);
     return 0;
 }

@@ -105,6 +105,14 @@ typedef struct xform_model_facts {
      * optimizer update of one of them reads), bytes; 0 without layers.
      */
     uint64_t state_min;
+    /*
+     * Mixtures of experts: the experts of the MoE layers (the first layer's
+     * count; 0 without experts), which ep must divide, and the bytes of the
+     * expert weights and their optimizer state (part of weight_bytes), what
+     * expert parallelism splits.
+     */
+    int64_t experts;
+    uint64_t expert_bytes;
 } xform_model_facts;
 
 /*

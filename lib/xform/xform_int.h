@@ -160,6 +160,7 @@ int xf_assign_stages(xf_ctx *c);
 /* dp.c, tp.c: initial placements of the arguments. */
 int xf_annotate_dp(xf_ctx *c);
 int64_t xf_expert_weights(const xf_ctx *c, uint8_t *mark);
+int64_t xf_expert_state(const xf_ctx *c, uint8_t *mark);
 int xf_annotate_tp(xf_ctx *c);
 
 /* shard.c */
