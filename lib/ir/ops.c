@@ -1598,6 +1598,8 @@ infer_topkgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
                     (long long)in[0].dims[in[0].rank - 1]);
     memcpy(dims, in[0].dims, in[0].rank * sizeof dims[0]);
     dims[in[0].rank - 1] = size;
+    if (numel_checked(in[0].rank, dims) < 0)
+        return fail(m, op, err, "the result has too many elements");
     out[0] = result_type(m, &s, in[0].dtype, in[0].rank, dims);
     return 0;
 }
