@@ -212,13 +212,21 @@ rmsnorm(llama_gen *g, ir_id x, ir_id scale, const char *name)
     return models_op2(b, IR_OP_MUL, x, scale, name);
 }
 
-/* [b, s, n*d] -> [b, n, s, d] (n inferred: it is what tensor parallelism splits). */
+/*
+ * [b, s, n*d] -> [b, n, s, d] (n inferred: it is what tensor parallelism
+ * splits). Keys and values (kv) mark the Transpose dist.tp "kv": context
+ * parallelism all-gathers them there, before the grouped-query repeat.
+ */
 static ir_id
-to_heads(llama_gen *g, ir_id x, const char *name)
+to_heads(llama_gen *g, ir_id x, int kv, const char *name)
 {
     int64_t shape[4] = {0, 0, -1, g->d}, perm[4] = {0, 2, 1, 3};
     x = models_reshape(g->b, x, 4, shape, name);
-    return models_transpose(g->b, x, 4, perm, name);
+    if (kv)
+        g->b->tp = "kv";
+    x = models_transpose(g->b, x, 4, perm, name);
+    g->b->tp = "heads";
+    return x;
 }
 
 /*
@@ -387,11 +395,11 @@ lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
     v = models_op2(b, IR_OP_MATMUL, a, w[L_V], name);
     b->tp = "heads";
     snprintf(name, sizeof name, "%s.q.heads", p);
-    q = to_heads(g, q, name);
+    q = to_heads(g, q, 0, name);
     snprintf(name, sizeof name, "%s.k.heads", p);
-    k = repeat_kv(g, to_heads(g, k, name), name);
+    k = repeat_kv(g, to_heads(g, k, 1, name), name);
     snprintf(name, sizeof name, "%s.v.heads", p);
-    v = repeat_kv(g, to_heads(g, v, name), name);
+    v = repeat_kv(g, to_heads(g, v, 1, name), name);
     snprintf(name, sizeof name, "%s.kt", p);
     k = models_transpose(b, k, 4, kperm, name);
     snprintf(name, sizeof name, "%s.scores", p);

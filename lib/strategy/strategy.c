@@ -157,6 +157,7 @@ strategy_check_values(const strategy *s, di_error *err)
         (rc = check_max(err, "tp", s->tp, STRATEGY_MAX_DEGREE)) != 0 ||
         (rc = check_max(err, "pp", s->pp, STRATEGY_MAX_DEGREE)) != 0 ||
         (rc = check_max(err, "ep", s->ep, STRATEGY_MAX_DEGREE)) != 0 ||
+        (rc = check_max(err, "cp", s->cp, STRATEGY_MAX_DEGREE)) != 0 ||
         (rc = check_max(err, "microbatches", s->microbatches, STRATEGY_MAX_MICROBATCHES)) != 0 ||
         (rc = check_max(err, "virtual_stages", s->virtual_stages, STRATEGY_MAX_VIRTUAL_STAGES)) !=
             0 ||
@@ -180,6 +181,8 @@ strategy_normalize(strategy *s, di_error *err)
         s->pp = s->nstages ? s->nstages : 1;
     if (s->ep == 0)
         s->ep = 1;
+    if (s->cp == 0)
+        s->cp = 1;
     if (s->microbatches == 0)
         s->microbatches = s->pp;
     if (s->virtual_stages == 0)
@@ -228,6 +231,16 @@ strategy_normalize(strategy *s, di_error *err)
             maxtp = st->tp;
     }
 
+    if (s->cp > 1 && s->nstages > 0)
+        return di_error_set(err, DI_ESTRATEGY,
+                            "cp=%u with per-stage degrees: context parallelism needs the same "
+                            "degrees on every stage",
+                            s->cp);
+    if (s->cp > 1 && s->sequence_parallel)
+        return di_error_set(err, DI_ESTRATEGY,
+                            "cp=%u with sequence parallelism: splitting the sequence over both "
+                            "the context and the tensor ranks is not supported yet",
+                            s->cp);
     if (s->ep > 1 && s->nstages > 0)
         return di_error_set(err, DI_ESTRATEGY,
                             "ep=%u with per-stage degrees: expert parallelism needs one dp for "
@@ -286,6 +299,7 @@ static const option options[] = {
     {"tp", "tp", OPT_UINT, FIELD(tp), 1, STRATEGY_MAX_DEGREE},
     {"pp", "pp", OPT_UINT, FIELD(pp), 1, STRATEGY_MAX_DEGREE},
     {"ep", "ep", OPT_UINT, FIELD(ep), 1, STRATEGY_MAX_DEGREE},
+    {"cp", "cp", OPT_UINT, FIELD(cp), 1, STRATEGY_MAX_DEGREE},
     {"microbatches", "microbatches", OPT_UINT, FIELD(microbatches), 0, STRATEGY_MAX_MICROBATCHES},
     {"schedule", "schedule", OPT_SCHEDULE, 0, 0, 0},
     {"virtual-stages", "virtual_stages", OPT_UINT, FIELD(virtual_stages), 0,
@@ -526,6 +540,7 @@ strategy_from_proto(const Distir__V1__Strategy *p, strategy *s, di_error *err)
     s->overlap_grad_reduce = p->overlap_grad_reduce != 0;
     s->bucket_mb = p->bucket_mb;
     s->ep = p->ep;
+    s->cp = p->cp;
     s->ndevice_order = (uint32_t)p->n_device_order;
     s->device_order = dup_array(p->device_order, p->n_device_order, sizeof(uint32_t));
     s->ntp_layers = (uint32_t)p->n_tp_layers;
@@ -560,6 +575,7 @@ strategy_to_proto(const strategy *s, Distir__V1__Strategy *p)
     p->overlap_grad_reduce = s->overlap_grad_reduce != 0;
     p->bucket_mb = s->bucket_mb;
     p->ep = s->ep;
+    p->cp = s->cp;
     p->n_device_order = s->ndevice_order;
     p->device_order = dup_array(s->device_order, s->ndevice_order, sizeof(uint32_t));
     p->n_tp_layers = s->ntp_layers;
@@ -601,7 +617,8 @@ strategy_is_trivial(const strategy *s)
            s->schedule == STRATEGY_SCHEDULE_DEFAULT && s->virtual_stages <= 1 &&
            s->recompute == STRATEGY_RECOMPUTE_NONE && s->stash == STRATEGY_STASH_NONE &&
            s->zero == 0 && !s->sequence_parallel && !s->overlap_grad_reduce &&
-           s->ndevice_order == 0 && s->nstages == 0 && s->ntp_layers == 0 && s->ep <= 1;
+           s->ndevice_order == 0 && s->nstages == 0 && s->ntp_layers == 0 && s->ep <= 1 &&
+           s->cp <= 1;
 }
 
 void
@@ -622,6 +639,11 @@ strategy_format(const strategy *s, char *buf, size_t size)
         size_t w = strlen(buf);
         if (w + 1 < size)
             snprintf(buf + w, size - w, " ep=%u", s->ep);
+    }
+    if (s->cp > 1) {
+        size_t w = strlen(buf);
+        if (w + 1 < size)
+            snprintf(buf + w, size - w, " cp=%u", s->cp);
     }
     /* Nested parallelism: " stages=4x1:10,2x2:14 tp_layers=0-11,16". */
     for (uint32_t g = 0; g < s->nstages; g++) {
@@ -681,5 +703,9 @@ strategy_hash(const strategy *s, di_sha256 *h)
     if (s->ep > 1) {
         di_sha256_update(h, "ep", 2);
         di_sha256_u64(h, s->ep);
+    }
+    if (s->cp > 1) {
+        di_sha256_update(h, "cp", 2);
+        di_sha256_u64(h, s->cp);
     }
 }

@@ -122,6 +122,14 @@ typedef struct strategy {
      * today (xform_validate). 0 reads as 1.
      */
     uint32_t ep;
+    /*
+     * Context parallelism: the sequence dimension of the batch data (and so
+     * of every activation) split over cp ranks, ranks ordered tensor
+     * innermost, then context, then data; attention all-gathers the keys and
+     * values over the cp group and reduce-scatters their gradients; weight
+     * gradients are reduced over dp x cp. 0 reads as 1.
+     */
+    uint32_t cp;
 } strategy;
 
 /*

@@ -117,6 +117,9 @@ xf_annotate_dp(xf_ctx *c)
             c->place[v].a[XF_MB] = 0;
         if (c->n[XF_DP] > 1)
             c->place[v].a[XF_DP] = 0;
+        /* Context parallelism: the sequence (dimension 1 of tokens and labels). */
+        if (c->n[XF_CP] > 1)
+            c->place[v].a[XF_CP] = 1;
     }
     if (c->s.ep > 1 && c->n[XF_DP] > 1)
         annotate_ep(c);

@@ -1,8 +1,9 @@
 /*
  * layout.c: sequential tensors to distributed ones and back (xform_exec.h).
  *
- * A piece (xform.h) is a tuple over the dp x tp devices of a group (its own
- * degrees), device k at mesh coordinates (k / tp, k % tp). Along each tensor dimension the
+ * A piece (xform.h) is a tuple over the dp x cp x tp devices of a group
+ * (its own degrees), device k at mesh coordinates (k / (cp tp),
+ * (k / tp) % cp, k % tp). Along each tensor dimension the
  * axes that split it do so microbatch-outermost, then tensor, then data, so
  * a device's block index along a dimension is the mixed-radix number of its
  * coordinates on those axes in that order. Replicated axes hold copies;
@@ -13,7 +14,15 @@
 
 #include <string.h>
 
-static const int significance[XFORM_NAXIS] = {XFORM_AXIS_MB, XFORM_AXIS_TP, XFORM_AXIS_DP};
+static const int significance[XFORM_NAXIS] = {XFORM_AXIS_MB, XFORM_AXIS_TP, XFORM_AXIS_DP,
+                                              XFORM_AXIS_CP};
+
+/* The context-parallel degree (0 in layouts made before it existed reads as 1). */
+static uint32_t
+ncp(const xform_layout *l)
+{
+    return l->size[XFORM_AXIS_CP] ? l->size[XFORM_AXIS_CP] : 1;
+}
 
 /* The sizes of the axes of a piece's group. */
 static void
@@ -22,6 +31,7 @@ sizes(const xform_layout *l, const xform_piece *p, uint32_t *n)
     n[XFORM_AXIS_MB] = l->size[XFORM_AXIS_MB];
     n[XFORM_AXIS_DP] = l->group_dp[p->stage];
     n[XFORM_AXIS_TP] = l->group_tp[p->stage];
+    n[XFORM_AXIS_CP] = ncp(l);
 }
 
 /* The coordinates of device k of a piece on the three axes. */
@@ -29,7 +39,8 @@ static void
 coords(const xform_layout *l, const xform_piece *p, uint32_t k, uint32_t *co)
 {
     co[XFORM_AXIS_MB] = p->microbatch;
-    co[XFORM_AXIS_DP] = k / l->group_tp[p->stage];
+    co[XFORM_AXIS_DP] = k / (ncp(l) * l->group_tp[p->stage]);
+    co[XFORM_AXIS_CP] = (k / l->group_tp[p->stage]) % ncp(l);
     co[XFORM_AXIS_TP] = k % l->group_tp[p->stage];
 }
 
@@ -79,7 +90,7 @@ block_copy(ex_tensor *big, ex_tensor *small, const int64_t *off, int to_big, int
 static uint32_t
 ngdev(const xform_layout *l, const xform_piece *p)
 {
-    return l->group_dp[p->stage] * l->group_tp[p->stage];
+    return l->group_dp[p->stage] * ncp(l) * l->group_tp[p->stage];
 }
 
 int
@@ -162,7 +173,7 @@ xform_gather_results(const xform_layout *l, const ex_tensor *res, uint32_t nres,
         uint32_t n = ngdev(l, p);
         if (dst->data == NULL) {
             /* The global shape: the local one times the splits. */
-            uint32_t co[XFORM_NAXIS] = {0, 0, 0};
+            uint32_t co[XFORM_NAXIS] = {0};
             int64_t nblk[IR_MAX_RANK], idx[IR_MAX_RANK], dims[IR_MAX_RANK];
             int rc;
             blocks(l, p, co, first->rank, nblk, idx);

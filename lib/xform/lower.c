@@ -285,11 +285,19 @@ infer_one(xf_body *b, ir_id op)
     return xf_infer(b->out, op, b->c->err);
 }
 
-/* Puts local op lop on the groups along mesh axis `axis` of the body's mesh [dp, tp]. */
+/* The body's mesh dimension of placement axis `axis`: [dp, tp], or [dp, cp, tp]. */
+static int64_t
+mesh_axis(const xf_body *b, int axis)
+{
+    int cp = b->c->n[XF_CP] > 1;
+    return axis == XF_DP ? 0 : axis == XF_CP ? 1 : 1 + cp;
+}
+
+/* Puts local op lop on the groups along mesh axis `axis` of the body's mesh. */
 static void
 on_axis(xf_body *b, ir_id lop, int axis)
 {
-    int64_t ax = axis == XF_DP ? 0 : 1;
+    int64_t ax = mesh_axis(b, axis);
     ir_op_set_mesh(b->out, lop, "mesh", b->mesh);
     ir_op_set_ints(b->out, lop, "mesh_axes", 1, &ax);
 }
@@ -324,7 +332,7 @@ collective(xf_body *b, int kind, ir_id in, int axis, int64_t dim, int64_t dim2, 
     return 0;
 }
 
-static const char *const axis_name[XF_NAXIS] = {"microbatch", "data", "tensor"};
+static const char *const axis_name[XF_NAXIS] = {"microbatch", "data", "tensor", "context"};
 
 static void
 place_str(const xf_place *p, char *buf, size_t n)
@@ -359,7 +367,8 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
     xf_local cur = *in;
     xf_place want = xf_place_on(to, b->n);
     int rc;
-    static const int gather_order[2] = {XF_DP, XF_TP}, split_order[2] = {XF_TP, XF_DP};
+    /* Axes from the least significant in a block index (layout.c) to the most. */
+    static const int gather_order[3] = {XF_CP, XF_DP, XF_TP}, split_order[3] = {XF_TP, XF_DP, XF_CP};
 
     cur.pl = xf_place_on(&cur.pl, b->n);
     if (b->step) {
@@ -386,17 +395,20 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
             }
     }
     /* 1. gathers and all-to-alls, innermost axis first. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         int a = gather_order[i];
         int8_t p = cur.pl.a[a], q = want.a[a];
         if (!XF_IS_S(p) || p == q)
             continue;
-        if (a == XF_TP && cur.pl.a[XF_DP] == p)
-            return unsupported(b, src, &in->pl, to, "the dimension is also split on the data axis");
-        if (XF_IS_S(q)) {
-            if (a == XF_TP && cur.pl.a[XF_DP] == q)
+        for (int j = 0; j < i; j++)
+            if (cur.pl.a[gather_order[j]] == p)
                 return unsupported(b, src, &in->pl, to,
-                                   "the dimension is also split on the data axis");
+                                   "the dimension is also split on a less significant axis");
+        if (XF_IS_S(q)) {
+            for (int j = 0; j < i; j++)
+                if (cur.pl.a[gather_order[j]] == q)
+                    return unsupported(b, src, &in->pl, to,
+                                       "the dimension is also split on a less significant axis");
             if ((rc = collective(b, IR_OP_ALLTOALL, cur.v, a, q, p, &cur.v)) != 0)
                 return rc;
             name_value(b, cur.v, src, ".a2a");
@@ -409,7 +421,7 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
         }
     }
     /* 2. reductions to replicated. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         int a = gather_order[i];
         if (cur.pl.a[a] == XF_P && want.a[a] == XF_R) {
             if ((rc = collective(b, IR_OP_ALLREDUCE, cur.v, a, 0, 0, &cur.v)) != 0)
@@ -419,14 +431,15 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
         }
     }
     /* 3. splits, outermost axis first. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         int a = split_order[i];
         int8_t p = cur.pl.a[a], q = want.a[a];
         if (!XF_IS_S(q) || p == q)
             continue;
-        if (a == XF_TP && cur.pl.a[XF_DP] == q)
-            return unsupported(b, src, &in->pl, to,
-                               "the dimension is already split on the data axis");
+        for (int j = i + 1; j < 3; j++)
+            if (cur.pl.a[split_order[j]] == q)
+                return unsupported(b, src, &in->pl, to,
+                                   "the dimension is already split on a less significant axis");
         if (p == XF_P) {
             if ((rc = collective(b, IR_OP_REDUCESCATTER, cur.v, a, q, 0, &cur.v)) != 0)
                 return rc;
@@ -721,7 +734,7 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
         on_axis(b, nop, XF_TP);
     if (o->kind == IR_OP_CONSTANT) {
         const ir_attr *va = ir_op_attr(m, op, "value");
-        xf_place r = {{XF_R, XF_R, XF_R}};
+        xf_place r = {{XF_R, XF_R, XF_R, XF_R}};
         ir_id ty;
         xf_copy_attrs(b->out, nop, m, op, "value", "device");
         if (va == NULL || va->kind != IR_ATTR_TENSOR)

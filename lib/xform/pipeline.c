@@ -52,7 +52,7 @@ static void pl_fini(pl *P);
 static uint32_t
 gdev(const pl *P, uint32_t g)
 {
-    return P->c->gdp[g] * P->c->gtp[g];
+    return xf_gdev(P->c, g);
 }
 
 static const int32_t *
@@ -1066,6 +1066,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.lay->size[XF_MB] = c->n[XF_MB];
     P.lay->size[XF_DP] = c->hetero ? 0 : c->gdp[0];
     P.lay->size[XF_TP] = c->hetero ? 0 : c->gtp[0];
+    P.lay->size[XF_CP] = c->n[XF_CP];
     P.lay->ngroup = c->pp;
     P.lay->group_dp = di_xmalloc(c->pp * sizeof *P.lay->group_dp);
     P.lay->group_tp = di_xmalloc(c->pp * sizeof *P.lay->group_tp);
@@ -1088,17 +1089,23 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.leafgen = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafgen);
     P.leafop = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafop);
     for (uint32_t g = 0; g < c->pp; g++) {
-        int64_t shape[2] = {c->gdp[g], c->gtp[g]};
+        /* [dp, tp], or [dp, cp, tp] with context parallelism (xf_mesh_axis). */
+        uint32_t ncp = c->n[XF_CP];
+        int64_t shape[3] = {c->gdp[g], ncp, c->gtp[g]};
         int64_t *ids = di_xmalloc(gdev(&P, g) * sizeof *ids);
         char name[32];
         for (uint32_t d = 0; d < c->gdp[g]; d++)
-            for (uint32_t t = 0; t < c->gtp[g]; t++) {
-                int32_t dev = xf_device(c, g, d, t);
-                P.devs[c->goff[g] + d * c->gtp[g] + t] = dev;
-                ids[d * c->gtp[g] + t] = dev;
-            }
+            for (uint32_t k = 0; k < ncp; k++)
+                for (uint32_t t = 0; t < c->gtp[g]; t++) {
+                    int32_t dev = xf_device(c, g, d, k, t);
+                    uint32_t i = (d * ncp + k) * c->gtp[g] + t;
+                    P.devs[c->goff[g] + i] = dev;
+                    ids[i] = dev;
+                }
+        if (ncp == 1)
+            shape[1] = c->gtp[g];
         snprintf(name, sizeof name, "stage%u", g);
-        P.mesh[g] = ir_mesh_add(P.out, name, 2, shape, ids);
+        P.mesh[g] = ir_mesh_add(P.out, name, ncp > 1 ? 3 : 2, shape, ids);
         di_free(ids);
     }
     P.lay->devices = di_xmalloc((c->ndev ? c->ndev : 1) * sizeof *P.lay->devices);

@@ -806,6 +806,8 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
         if (factor_ok(r, f, a, n))
             return f;
     }
+    if (a == XF_CP && c->op[op].tp == XF_TP_KV)
+        return -1; /* keys and values whole on each context rank: gathered here */
     if (a == XF_DP && c->s.ep > 1 && c->op[op].tp == XF_TP_EXPERT && r->nin > 0 &&
         r->rank[0] >= 2 && factor_ok(r, r->map[0][1], a, n))
         return r->map[0][1]; /* tokens laid out by expert [B, E, C, h]: split E */

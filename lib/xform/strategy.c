@@ -43,9 +43,9 @@ xf_op_str(const ir_module *m, ir_id op, const char *key)
 }
 
 int32_t
-xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t t)
+xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t k, uint32_t t)
 {
-    uint32_t r = c->goff[group] + d * c->gtp[group] + t;
+    uint32_t r = c->goff[group] + (d * c->n[XF_CP] + k) * c->gtp[group] + t;
     if (c->s.ndevice_order)
         return (int32_t)c->s.device_order[r];
     return (int32_t)r;
@@ -223,6 +223,8 @@ analyze(xf_ctx *c)
             oi->tp = XF_TP_VOCAB;
         else if (tp && strcmp(tp, "expert") == 0)
             oi->tp = XF_TP_EXPERT;
+        else if (tp && strcmp(tp, "kv") == 0)
+            oi->tp = XF_TP_KV;
         if (fl & IR_OPF_OPTIM)
             oi->phase = XF_PH_STEP;
         else if (ph && strcmp(ph, "optimizer") == 0)
@@ -397,6 +399,39 @@ validate(xf_ctx *c)
                             s->microbatches, STRATEGY_MAX_MICROBATCHES);
     if ((rc = tp_layers_init(c)) != 0)
         return rc;
+    if (c->n[XF_CP] > 1) {
+        const ir_region *fr = &c->m->regions[c->func];
+        uint32_t ndata = 0;
+        if (c->hetero || s->nstages)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "cp=%u needs the same degrees on every pipeline stage", c->n[XF_CP]);
+        if (s->zero > 0)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "cp=%u with ZeRO-%u: sharding the optimizer over the data-parallel "
+                                "ranks with context parallelism is not supported yet",
+                                c->n[XF_CP], s->zero);
+        for (uint32_t a = 0; a < fr->narg; a++) {
+            ir_id v = fr->args[a];
+            const ir_type *t = &c->m->types[c->m->values[v].type];
+            if (!(c->vflags[v] & XF_V_DATA))
+                continue;
+            ndata++;
+            if (t->rank < 2)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "cp=%u splits the sequence (dimension 1) of the batch data, "
+                                    "and %%%s has no dimension 1",
+                                    c->n[XF_CP], ir_str_get(c->m, c->m->values[v].name));
+            if (ir_type_dims(c->m, c->m->values[v].type)[1] % c->n[XF_CP] != 0)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "cp=%u does not divide the sequence length %lld", c->n[XF_CP],
+                                    (long long)ir_type_dims(c->m, c->m->values[v].type)[1]);
+        }
+        if (ndata == 0)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "cp=%u splits the sequence of the batch data, and the module has "
+                                "none",
+                                c->n[XF_CP]);
+    }
     if (s->ep > 1) {
         int64_t experts = xf_expert_weights(c, NULL);
         if (experts == 0)
@@ -480,6 +515,7 @@ static void
 groups_init(xf_ctx *c)
 {
     c->n[XF_MB] = c->s.microbatches;
+    c->n[XF_CP] = c->s.cp > 1 ? c->s.cp : 1;
     c->m_emit = c->s.microbatches;
     c->gdp = di_xmalloc(c->pp * sizeof *c->gdp);
     c->gtp = di_xmalloc(c->pp * sizeof *c->gtp);
@@ -489,7 +525,7 @@ groups_init(xf_ctx *c)
         c->gdp[g] = st ? (st->dp ? st->dp : 1) : c->s.dp;
         c->gtp[g] = st ? (st->tp ? st->tp : 1) : c->s.tp;
         c->goff[g] = (uint32_t)c->ndev;
-        c->ndev += (uint64_t)c->gdp[g] * c->gtp[g];
+        c->ndev += (uint64_t)c->gdp[g] * c->n[XF_CP] * c->gtp[g];
         if (c->gdp[g] > c->n[XF_DP])
             c->n[XF_DP] = c->gdp[g];
         if (c->gtp[g] > c->n[XF_TP])

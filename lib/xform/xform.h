@@ -188,17 +188,19 @@ int xform_stage_layers(const ir_module *m, const strategy *s, const hw_model *hw
 #define XFORM_AXIS_MB 0 /* microbatches (a loop in time, not devices) */
 #define XFORM_AXIS_DP 1
 #define XFORM_AXIS_TP 2
-#define XFORM_NAXIS 3
+#define XFORM_AXIS_CP 3 /* context parallelism: the sequence (uniform over the groups) */
+#define XFORM_NAXIS 4
 #define XFORM_PLACE_R (-1)
 #define XFORM_PLACE_P (-2) /* partial sum */
 
 /*
  * One argument or result of the distributed module: a tuple with one tensor
- * per device of a group, device k at mesh coordinates (k / tp, k % tp) of
- * the group's degrees, and
- * what part of sequential value `index` each holds. A dimension split on
- * several axes is split microbatch-outermost, then tensor, then data
- * (XFORM_AXIS_MB, _TP, _DP from most to least significant).
+ * per device of a group, device k at mesh coordinates (k / (cp tp),
+ * (k / tp) % cp, k % tp) on the data, context and tensor axes of the
+ * group's degrees, and what part of sequential value `index` each holds. A
+ * dimension split on several axes is split microbatch-outermost, then
+ * tensor, then data, then context (XFORM_AXIS_MB, _TP, _DP, _CP from most to
+ * least significant).
  */
 typedef struct xform_piece {
     uint32_t index;      /* the sequential module's argument or result index */
@@ -208,7 +210,7 @@ typedef struct xform_piece {
 } xform_piece;
 
 typedef struct xform_layout {
-    uint32_t size[XFORM_NAXIS]; /* microbatches, dp, tp (dp and tp 0 when groups differ) */
+    uint32_t size[XFORM_NAXIS]; /* microbatches, dp, tp, cp (dp and tp 0 when groups differ) */
     uint32_t ngroup;            /* device groups (pipeline stages) */
     uint32_t *group_dp, *group_tp; /* per group: its degrees */
     uint32_t *group_first;      /* per group: the index of its first device in devices */

@@ -25,6 +25,7 @@
 #define XF_MB XFORM_AXIS_MB
 #define XF_DP XFORM_AXIS_DP
 #define XF_TP XFORM_AXIS_TP
+#define XF_CP XFORM_AXIS_CP
 #define XF_NAXIS XFORM_NAXIS
 #define XF_R XFORM_PLACE_R
 #define XF_P XFORM_PLACE_P
@@ -70,6 +71,7 @@ typedef struct xf_opinfo {
 #define XF_TP_HEADS 3
 #define XF_TP_VOCAB 4
 #define XF_TP_EXPERT 5 /* the dispatched tokens, split by expert under expert parallelism */
+#define XF_TP_KV 6     /* keys or values: whole on the context-parallel axis (all-gathered there) */
 
 typedef struct xf_ctx {
     const ir_module *m; /* the sequential source */
@@ -116,6 +118,14 @@ xf_group_n(const xf_ctx *c, uint32_t g, uint32_t *n)
     n[XF_MB] = c->n[XF_MB];
     n[XF_DP] = c->gdp[g];
     n[XF_TP] = c->gtp[g];
+    n[XF_CP] = c->n[XF_CP];
+}
+
+/* The devices of group g: dp x cp x tp. */
+static inline uint32_t
+xf_gdev(const xf_ctx *c, uint32_t g)
+{
+    return c->gdp[g] * c->n[XF_CP] * c->gtp[g];
 }
 
 /* Do groups g and h have the same degrees (values cross between them as they are)? */
@@ -150,7 +160,7 @@ int xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model
                 di_error *err);
 void xf_ctx_fini(xf_ctx *c);
 /* Device id of rank (stage, d, t). */
-int32_t xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t t);
+int32_t xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t k, uint32_t t);
 /* Value of a source op's discardable string attribute, or NULL. */
 const char *xf_op_str(const ir_module *m, ir_id op, const char *key);
 
@@ -223,7 +233,7 @@ int xf_layer_is_tp(const xf_ctx *c, int32_t layer);
 static inline int
 xf_place_eq(const xf_place *a, const xf_place *b)
 {
-    return a->a[0] == b->a[0] && a->a[1] == b->a[1] && a->a[2] == b->a[2];
+    return a->a[0] == b->a[0] && a->a[1] == b->a[1] && a->a[2] == b->a[2] && a->a[3] == b->a[3];
 }
 
 /* apply.c: the placements propagation decides for m under s (caller frees *place). */
