@@ -110,6 +110,7 @@ typedef struct leafbuf {
     uint64_t bkbytes;
     int bkdtype;
     int bkscatter;       /* the open bucket reduce-scatters */
+    int bkcp;            /* the open bucket's gradients are partial on the context axis */
     uint8_t *pending;    /* per leaf: reduce-scattered per microbatch, accumulated after the split */
     uint32_t *done_bk;   /* launched buckets' leaves, bucket after bucket */
     uint32_t ndone_bk;
@@ -175,6 +176,8 @@ convert_summed(xf_body *b, ir_id src, xf_local *l, int8_t to)
     xf_place want = l->pl;
     int rc, step = b->step;
     want.a[XF_DP] = to;
+    if (want.a[XF_CP] == XF_P)
+        want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
     b->step = 1;
     rc = xf_body_convert(b, src, l, &want, l);
     b->step = step;
@@ -244,12 +247,14 @@ bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
     /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
     if (lb->nflushed == 0 && cap > (1u << 20))
         cap = 1u << 20;
-    if (lb->nbk > 0 && (lb->bkdtype != dtype || lb->bkscatter != scatter) &&
+    int cp = lb->fin[j].pl.a[XF_CP] == XF_P;
+    if (lb->nbk > 0 && (lb->bkdtype != dtype || lb->bkscatter != scatter || lb->bkcp != cp) &&
         (rc = bucket_flush(P, lb)) != 0)
         return rc;
     lb->bk[lb->nbk++] = j;
     lb->bkdtype = dtype;
     lb->bkscatter = scatter;
+    lb->bkcp = cp;
     lb->bkbytes += bytes;
     if (lb->bkbytes >= cap)
         return bucket_flush(P, lb);
@@ -368,10 +373,11 @@ leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l
         return 0;
     lb->fin[j].pl.a[XF_MB] = XF_R;
     l = lb->fin[j];
-    if (!c->s.overlap_grad_reduce || c->s.zero >= 2 || tgt == XF_P || l.pl.a[XF_DP] == tgt)
+    if (!c->s.overlap_grad_reduce || c->s.zero >= 2 || tgt == XF_P ||
+        (l.pl.a[XF_DP] == tgt && l.pl.a[XF_CP] != XF_P))
         return 0;
     /* An all-reduce, or ZeRO-1's reduce-scatter: into a bucket, launched once full. */
-    if (tgt == XF_R && l.pl.a[XF_DP] == XF_P)
+    if (tgt == XF_R && (l.pl.a[XF_DP] == XF_P || l.pl.a[XF_CP] == XF_P))
         return bucket_add(P, lb, j, 0);
     {
         xf_place want = leaf_want(P, v, &l, tgt);
@@ -426,7 +432,10 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
         const ir_type *t;
         int8_t tgt = P->leaftgt[v];
         int scatter;
-        if (pls[j].a[XF_DP] != XF_P || (!P->isleaf[v] && use[v] != 1))
+        if ((pls[j].a[XF_DP] != XF_P && pls[j].a[XF_CP] != XF_P) ||
+            (!P->isleaf[v] && use[v] != 1))
+            continue;
+        if (pls[j].a[XF_CP] == XF_P && tgt != XF_R)
             continue;
         if (tgt != XF_R && tgt != 0)
             continue;
@@ -439,7 +448,9 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
                         leaf_want(P, v, &ls[nm], tgt).a[XF_TP] != ls[nm].pl.a[XF_TP]))
             continue;
         t = &P->out->types[P->out->values[ls[nm].v].type];
-        if (nb == 0 || bytes >= cap || dtype != (int)t->dtype || kind != scatter) {
+        /* A kind: reduce-scatter, or all-reduce over the data and/or the context axis. */
+        int k2 = scatter | (ls[nm].pl.a[XF_CP] == XF_P) << 1 | (ls[nm].pl.a[XF_DP] == XF_P) << 2;
+        if (nb == 0 || bytes >= cap || dtype != (int)t->dtype || kind != k2) {
             bfirst[nb] = nm;
             bsc[nb] = (uint8_t)scatter;
             bn[nb++] = 0;
@@ -449,7 +460,7 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
         bn[nb - 1]++;
         bytes += ir_type_bytes(P->out, P->out->values[ls[nm - 1].v].type);
         dtype = (int)t->dtype;
-        kind = scatter;
+        kind = scatter | (ls[nm - 1].pl.a[XF_CP] == XF_P) << 1 | (ls[nm - 1].pl.a[XF_DP] == XF_P) << 2;
     }
     /* Launch every bucket, then split them back (a lone all-reduce: an ordinary conversion). */
     for (uint32_t i = 0; i < nb && rc == 0; i++) {

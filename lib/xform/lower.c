@@ -302,6 +302,31 @@ on_axis(xf_body *b, ir_id lop, int axis)
     ir_op_set_ints(b->out, lop, "mesh_axes", 1, &ax);
 }
 
+/* A reduction over several placement axes at once (mask: 1 << axis), one collective. */
+static int
+reduce_axes(xf_body *b, ir_id in, uint32_t mask, ir_id *out)
+{
+    ir_id op = ir_op_add(b->out, b->region, IR_OP_ALLREDUCE, 1, &in, 1, NULL, NULL);
+    int64_t ax[XF_NAXIS];
+    uint32_t n = 0;
+    int rc;
+    for (int a = XF_DP; a < XF_NAXIS; a++)
+        if (mask & (1u << a))
+            ax[n++] = mesh_axis(b, a);
+    /* Mesh order: data, then context. */
+    if (n == 2 && ax[0] > ax[1]) {
+        int64_t t = ax[0];
+        ax[0] = ax[1];
+        ax[1] = t;
+    }
+    ir_op_set_mesh(b->out, op, "mesh", b->mesh);
+    ir_op_set_ints(b->out, op, "mesh_axes", n, ax);
+    if ((rc = infer_one(b, op)) != 0)
+        return rc;
+    *out = ir_op_output(b->out, op, 0);
+    return 0;
+}
+
 /* Emits a mesh-form collective of kind on mesh axis `axis` of the body's mesh. */
 static int
 collective(xf_body *b, int kind, ir_id in, int axis, int64_t dim, int64_t dim2, ir_id *out)
@@ -527,9 +552,18 @@ xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_
         if ((rc = infer_one(b, op)) == 0)
             cat = ir_op_output(out, op, 0);
     }
-    if (rc == 0 && (rc = collective(b, scatter ? IR_OP_REDUCESCATTER : IR_OP_ALLREDUCE, cat, XF_DP,
-                                    0, 0, red)) == 0)
-        name_value(b, *red, srcs[0], scatter ? ".bucket.rs" : ".bucket.ar");
+    if (rc == 0 && !scatter) {
+        /* Partial over the data and/or the context axis (every member alike): one all-reduce. */
+        uint32_t mask = 0;
+        static const int axes[2] = {XF_DP, XF_CP};
+        for (int i = 0; i < 2; i++)
+            if (n > 0 && ls[0].pl.a[axes[i]] == XF_P && b->n[axes[i]] > 1)
+                mask |= 1u << axes[i];
+        if ((rc = reduce_axes(b, cat, mask ? mask : 1u << XF_DP, red)) == 0)
+            name_value(b, *red, srcs[0], ".bucket.ar");
+    } else if (rc == 0 && (rc = collective(b, IR_OP_REDUCESCATTER, cat, XF_DP, 0, 0, red)) == 0) {
+        name_value(b, *red, srcs[0], ".bucket.rs");
+    }
     di_free(flat);
     return rc;
 }
@@ -564,6 +598,8 @@ xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, in
         name_value(b, back, srcs[k], scatter ? ".rs" : ".ar");
         ls[k].v = back;
         ls[k].pl.a[XF_DP] = scatter ? 0 : XF_R;
+        if (!scatter && ls[k].pl.a[XF_CP] == XF_P)
+            ls[k].pl.a[XF_CP] = XF_R;
     }
     di_free(sizes);
     return rc;
