@@ -36,7 +36,7 @@ static const char usage[] =
     "              [--price P] [--train-tokens T]\n"
     "              [--top K] [--json] [--shard i/n] [--headroom F] [--compose 0|1]\n"
     "              [--jobs N] [--math tf32|ieee]\n"
-    "              [--dp L] [--tp L] [--pp L] [--microbatches L] [--virtual-stages L]\n"
+    "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
     "              [--fix NAME=VALUE ...] [--server ADDR [--timeout-ms N]]\n"
@@ -60,7 +60,7 @@ static const char *const list_options[] = {
     "dp",        "tp",        "pp",       "microbatches",      "virtual-stages",      "schedule",
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",    "compose",           "target-step",         "price",
-    "train-tokens", "math",
+    "train-tokens", "math", "cp",
 };
 
 static int

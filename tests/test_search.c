@@ -164,7 +164,7 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
                     t->microbatches == twin.microbatches && t->schedule == twin.schedule &&
                     t->virtual_stages == twin.virtual_stages && t->recompute == twin.recompute &&
                     t->zero == twin.zero && t->sequence_parallel == twin.sequence_parallel &&
-                    t->overlap == twin.overlap && t->ep == twin.ep)
+                    t->overlap == twin.overlap && t->ep == twin.ep && t->cp == twin.cp)
                     break;
             }
             assert_true(j < i);
@@ -423,24 +423,36 @@ test_brute_force(void **state)
     static const struct {
         const char *hw;
         uint32_t devices;
-        int model; /* 0 gpt, 1 mlp, 2 gpt with composed candidates, 3 gpt with ZeRO-2, 4 MoE */
+        int model; /* 0 gpt, 1 mlp, 2 gpt with composed candidates, 3 gpt with ZeRO-2, 4 MoE,
+                      5 llama with context parallelism */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
         {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
-        {"a100-dgx", 4, 4},
+        {"a100-dgx", 4, 4}, {"a100-dgx", 4, 5},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ir_module *m = cases[i].model == 1   ? mlp(4, 48, 24)
                        : cases[i].model == 2 ? gpt(4, 48, 6, 8, 96)
                        : cases[i].model == 4 ? moe_llama()
+                       : cases[i].model == 5 ? llama(4, 64, 4, 2, 16, 8)
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
         uint32_t nfeasible = 0, nbound = 0, ncomposed = 0, nduplicate = 0;
         di_error err;
         small_config(&cfg, cases[i].devices);
+        if (cases[i].model == 5) {
+            search_space sp;
+            uint64_t ncp = 0;
+            assert_int_equal(search_config_set(&cfg, "cp", "1,2", &err), 0);
+            space_ok(&sp, m, hw, &cfg);
+            for (uint64_t k = 0; k < sp.ncandidate; k++)
+                ncp += sp.candidates[k].cp == 2;
+            assert_true(ncp > 0);
+            search_space_fini(&sp);
+        }
         if (cases[i].model == 4) {
             /* The space has expert-parallel twins of every dp = 2 and dp = 4 candidate. */
             search_space sp;

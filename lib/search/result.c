@@ -43,7 +43,7 @@ search_objective_name(search_objective o)
 uint32_t
 search_point_devices(const search_point *p)
 {
-    return p->cand.dp * p->cand.tp * p->cand.pp;
+    return p->cand.dp * p->cand.tp * p->cand.pp * (p->cand.cp > 1 ? p->cand.cp : 1);
 }
 
 /* -1, 0 or 1 as x is below, equal to or above y. */
@@ -336,7 +336,7 @@ search_point_equal(const search_point *a, const search_point *b)
            x->microbatches == y->microbatches && x->virtual_stages == y->virtual_stages &&
            x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
            x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
-           x->ep == y->ep && a->status == b->status && a->step_time_s == b->step_time_s &&
+           x->ep == y->ep && x->cp == y->cp && a->status == b->status && a->step_time_s == b->step_time_s &&
            a->peak_memory_bytes == b->peak_memory_bytes && a->tokens_per_s == b->tokens_per_s &&
            a->mfu == b->mfu && a->composed == b->composed && a->refined == b->refined &&
            (!a->refined || figures_equal(&a->full, &b->full));
@@ -391,6 +391,8 @@ point_to_json(const search_result *r, const search_point *p)
     json_object_set_new(o, "composed", json_boolean(p->composed));
     if (c->ep > 1)
         json_object_set_new(o, "ep", json_integer((json_int_t)c->ep));
+    if (c->cp > 1)
+        json_object_set_new(o, "cp", json_integer((json_int_t)c->cp));
     if (p->refined) {
         json_t *f = json_pack("{s:s, s:f, s:I, s:f, s:f}", "status",
                               search_status_name(p->full.status), "step_time_s",
@@ -563,6 +565,16 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
     p->cand.overlap = (uint8_t)v[10];
     p->peak_memory_bytes = v[11];
     p->cand.ep = 1;
+    p->cand.cp = 1;
+    if (json_object_get(o, "cp") != NULL) {
+        uint64_t cp;
+        if ((rc = get_uint(o, "cp", STRATEGY_MAX_DEGREE, &cp, err)) != 0)
+            return rc;
+        if (cp == 0)
+            return di_error_set(err, DI_EINVAL, "search result: point %llu has cp=0",
+                                (unsigned long long)p->cand.index);
+        p->cand.cp = (uint32_t)cp;
+    }
     if (json_object_get(o, "ep") != NULL) {
         uint64_t ep;
         if ((rc = get_uint(o, "ep", STRATEGY_MAX_DEGREE, &ep, err)) != 0)
@@ -636,7 +648,7 @@ points_from_json(const json_t *root, const char *key, const search_result *r, se
         if ((rc = point_from_json(json_array_get(a, i), p, err)) != 0)
             return rc;
         c = &p->cand;
-        if (!search_result_has_devices(r, (uint64_t)c->dp * c->tp * c->pp))
+        if (!search_result_has_devices(r, (uint64_t)c->dp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1)))
             return di_error_set(err, DI_EINVAL,
                                 "search result: point %llu uses dp*tp*pp = %llu devices, not a device "
                                 "count of the search (at most %u)",

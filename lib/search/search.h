@@ -41,6 +41,8 @@
 
 /* The largest number of values an allowed set of one axis may list. */
 #define SEARCH_MAX_SET 64u
+/* The sequence length from which the space has context parallelism unless told (cp). */
+#define SEARCH_LONG_SEQUENCE 32768
 /* The largest K of a top K (results hold K points). */
 #define SEARCH_MAX_TOP 65536u
 
@@ -71,6 +73,12 @@ typedef struct search_config {
     uint32_t ndp, dp[SEARCH_MAX_SET];
     uint32_t ntp, tp[SEARCH_MAX_SET];
     uint32_t npp, pp[SEARCH_MAX_SET];
+    /*
+     * Context parallelism: the allowed cp (dividing the sequence); none
+     * given: cp = 1, and every divisor when the sequence is at least
+     * SEARCH_LONG_SEQUENCE tokens.
+     */
+    uint32_t ncp, cp[SEARCH_MAX_SET];
     uint32_t nmicrobatches, microbatches[SEARCH_MAX_SET];
     uint32_t nvirtual, virtual_stages[SEARCH_MAX_SET]; /* interleaved schedule's V */
     uint32_t schedules;         /* mask of strategy_schedule (GPIPE, 1F1B, INTERLEAVED) */
@@ -119,6 +127,7 @@ typedef struct search_candidate {
     uint8_t sequence_parallel;
     uint8_t overlap;
     uint32_t ep; /* expert parallelism: 1, or dp when the model's experts divide by it */
+    uint32_t cp; /* context parallelism (0 reads as 1) */
 } search_candidate;
 
 /*
@@ -160,6 +169,7 @@ typedef struct search_space {
                                 least over the layers (xform_model_facts) */
     uint64_t state_min;      /* a layer's weights and optimizer state, the least */
     int64_t experts;         /* the MoE layers' experts (0: none): ep in {1, dp} where they divide */
+    int64_t seq;             /* the sequence cp must divide (0: no cp) */
     uint64_t expert_bytes;   /* the part of state_bytes that expert parallelism splits */
     /*
      * The same per device under each tensor parallelism of the space, with

@@ -98,6 +98,8 @@ add_degree(search_config *cfg, const char *name, const char *item, di_error *err
         set = cfg->tp, n = &cfg->ntp;
     } else if (strcmp(name, "pp") == 0) {
         set = cfg->pp, n = &cfg->npp;
+    } else if (strcmp(name, "cp") == 0) {
+        set = cfg->cp, n = &cfg->ncp;
     } else if (strcmp(name, "microbatches") == 0) {
         set = cfg->microbatches, n = &cfg->nmicrobatches;
     } else {
@@ -180,6 +182,7 @@ int
 search_config_set(search_config *cfg, const char *name, const char *value, di_error *err)
 {
     if (strcmp(name, "dp") == 0 || strcmp(name, "tp") == 0 || strcmp(name, "pp") == 0 ||
+        strcmp(name, "cp") == 0 ||
         strcmp(name, "microbatches") == 0 || strcmp(name, "virtual-stages") == 0)
         return parse_list(cfg, name, value, add_degree, err);
     if (strcmp(name, "m") == 0)
@@ -359,11 +362,11 @@ push_options(space_builder *b, search_candidate *c)
         if (!in_mask(cfg->recomputes, rc))
             continue;
         c->recompute = (uint8_t)rc;
-        for (uint32_t z = 0; z <= (c->dp > 1 ? 3u : 0u); z++) {
+        for (uint32_t z = 0; z <= (c->dp > 1 && c->cp <= 1 ? 3u : 0u); z++) {
             if (!in_mask(cfg->zeros, z))
                 continue;
             c->zero = (uint8_t)z;
-            for (uint32_t sq = 0; sq <= (c->tp > 1 ? 1u : 0u); sq++) {
+            for (uint32_t sq = 0; sq <= (c->tp > 1 && c->cp <= 1 ? 1u : 0u); sq++) {
                 if (!in_mask(cfg->sequence_parallel, sq))
                     continue;
                 c->sequence_parallel = (uint8_t)sq;
@@ -384,6 +387,36 @@ push_options(space_builder *b, search_candidate *c)
     }
 }
 
+/*
+ * Context-parallel degrees for the dp x cp part m of the devices: the
+ * allowed ones (or, none given, 1 and on a long sequence every divisor)
+ * that divide the sequence and m. ncps_of counts them, cp_at gives the i-th.
+ */
+static uint32_t
+cp_at(const search_space *sp, uint32_t m, uint32_t i)
+{
+    const search_config *cfg = &sp->cfg;
+    for (uint32_t cp = 1; cp <= m; cp++) {
+        if (m % cp != 0 || (cp > 1 && (sp->seq <= 0 || sp->seq % cp != 0)))
+            continue;
+        if (cfg->ncp ? !in_set(cfg->cp, cfg->ncp, cp)
+                     : cp > 1 && sp->seq < SEARCH_LONG_SEQUENCE)
+            continue;
+        if (i-- == 0)
+            return cp;
+    }
+    return 0;
+}
+
+static uint32_t
+ncps_of(const search_space *sp, uint32_t m)
+{
+    uint32_t n = 0;
+    while (cp_at(sp, m, n) != 0)
+        n++;
+    return n ? n : 1;
+}
+
 /* The space on n devices. */
 static void
 enumerate_on(space_builder *b, uint32_t n)
@@ -400,10 +433,11 @@ enumerate_on(space_builder *b, uint32_t n)
         if (!in_set(cfg->pp, cfg->npp, pp) || (sp->layers && pp > 1 && sp->layers % pp != 0))
             continue;
         ntps = divisors(n / pp, &tps);
-        for (uint32_t j = 0; j < ntps; j++) {
-            uint32_t tp = tps[j], dp = n / pp / tp;
+        for (uint32_t jj = 0; jj < ntps * ncps_of(sp, n / pp); jj++) {
+            uint32_t tp = tps[jj / ncps_of(sp, n / pp)], cp = cp_at(sp, n / pp, jj % ncps_of(sp, n / pp));
+            uint32_t dp = cp && (n / pp / tp) % cp == 0 ? n / pp / tp / cp : 0;
             uint32_t *ms, nms;
-            if (!in_set(cfg->tp, cfg->ntp, tp) || !in_set(cfg->dp, cfg->ndp, dp))
+            if (dp == 0 || !in_set(cfg->tp, cfg->ntp, tp) || !in_set(cfg->dp, cfg->ndp, dp))
                 continue;
             /* Without batch data only m = 1 can apply; dp > 1 is left for validation. */
             nms =
@@ -415,6 +449,7 @@ enumerate_on(space_builder *b, uint32_t n)
                     continue;
                 memset(&c, 0, sizeof c);
                 c.dp = dp, c.tp = tp, c.pp = pp, c.microbatches = ms[k];
+                c.cp = cp;
                 c.virtual_stages = 1;
                 if (pp == 1) {
                     /* One stage has no schedule (strategy_normalize refuses one). */
@@ -505,6 +540,8 @@ space_key(search_space *sp)
     hash_set(&h, cfg->dp, cfg->ndp);
     hash_set(&h, cfg->tp, cfg->ntp);
     hash_set(&h, cfg->pp, cfg->npp);
+    if (cfg->ncp) /* only when set: keys of searches without it stay as they were */
+        hash_set(&h, cfg->cp, cfg->ncp);
     hash_set(&h, cfg->microbatches, cfg->nmicrobatches);
     hash_set(&h, cfg->virtual_stages, cfg->nvirtual);
     hash_mask(&h, cfg->schedules,
@@ -623,6 +660,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     sp->state_min = facts.state_min;
     sp->state_bytes = facts.weight_bytes;
     sp->experts = facts.experts;
+    sp->seq = facts.seq;
     sp->expert_bytes = facts.expert_bytes;
     xform_model_facts_fini(&facts);
     for (uint32_t d = 0; d < hw->ndevice; d++)
@@ -686,6 +724,7 @@ search_candidate_strategy(const search_candidate *c, strategy *s)
     s->sequence_parallel = c->sequence_parallel;
     s->overlap_grad_reduce = c->overlap;
     s->ep = c->ep > 1 ? c->ep : 1;
+    s->cp = c->cp > 1 ? c->cp : 1;
     /*
      * Every field is in range and the schedule is DEFAULT exactly when pp = 1 by construction,
      * so normalizing only fills in the bucket size.
@@ -765,7 +804,8 @@ layer_bound(const search_space *sp, const search_candidate *c)
         state = 0; /* a layer's experts are split over ep: the least state is not known here */
     if (sp->layers == 0 || (kept == 0 && state == 0))
         return 0;
-    a = floor((double)kept / ((double)c->dp * c->microbatches * split));
+    /* Context parallelism splits the activations further (all but the gathered keys, values). */
+    a = floor((double)kept / ((double)c->dp * c->microbatches * split * (c->cp > 1 ? c->cp : 1)));
     s = floor((double)state / (split * (c->zero ? c->dp : 1)));
     for (uint32_t g = 0; g < c->pp; g++) {
         double held = in_flight(c, g) * a + s;
@@ -782,13 +822,13 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
 {
     uint64_t held, state, act = layer_bound(sp, c);
     /* Saturating, and floor division keeps it a lower bound. */
-    uint64_t n = (uint64_t)c->dp * c->tp * c->pp;
-    if (di_mul_u64(sp->state_bytes, c->zero ? 1 : c->dp, &held) != 0 ||
+    uint64_t ncp = c->cp > 1 ? c->cp : 1, n = (uint64_t)c->dp * c->tp * c->pp * ncp;
+    if (di_mul_u64(sp->state_bytes, (c->zero ? 1 : c->dp) * ncp, &held) != 0 ||
         held + sp->data_bytes < held)
         return UINT64_MAX / n;
     /* Under ep = dp the experts' state is held once over the data-parallel group, not dp times. */
     if (c->ep > 1 && !c->zero)
-        held -= sp->expert_bytes * (c->dp - c->dp / c->ep);
+        held -= sp->expert_bytes * (c->dp - c->dp / c->ep) * ncp;
     state = (held + sp->data_bytes) / n;
     /* Two bounds that may hold on different devices: the larger. */
     return state > act ? state : act;
@@ -813,7 +853,7 @@ search_evaluator_fini(search_evaluator *ev)
 static int
 same_base(const search_candidate *a, const search_candidate *b)
 {
-    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp &&
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->ep == b->ep && a->cp == b->cp &&
            a->microbatches == b->microbatches && a->schedule == b->schedule &&
            a->virtual_stages == b->virtual_stages;
 }
@@ -848,7 +888,7 @@ static void
 figures(const search_space *sp, const search_candidate *c, double T, const uint64_t *peak,
         const sim_result *r, search_figures *f)
 {
-    double n = (double)c->dp * c->tp * c->pp;
+    double n = (double)c->dp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1);
     f->status = SEARCH_OK;
     f->step_time_s = T;
     f->peak_memory_bytes = 0;
@@ -1009,7 +1049,8 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
     }
     search_candidate_strategy(c, &s);
     rc = ev->base_rc;
-    if (rc == 0 && (c->recompute || c->zero || c->sequence_parallel || c->overlap || c->ep > 1))
+    if (rc == 0 &&
+        (c->recompute || c->zero || c->sequence_parallel || c->overlap || c->ep > 1 || c->cp > 1))
         rc = xform_validate(sp->module, &s, sp->hw, &err);
     if (rc != 0) {
         out->status = rc == DI_ESTRATEGY ? SEARCH_INDIVISIBLE : SEARCH_UNSUPPORTED;

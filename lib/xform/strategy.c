@@ -832,8 +832,11 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
         if (expert[v])
             f->expert_bytes += bytes;
         if (c.vflags[v] & XF_V_DATA) {
+            const ir_type *t = &c.m->types[c.m->values[v].type];
             f->arg_kind[a] = XFORM_ARG_DATA;
             f->data_bytes += bytes;
+            if (t->rank >= 2 && f->seq == 0)
+                f->seq = ir_type_dims(c.m, c.m->values[v].type)[1];
         } else if (c.vflags[v] & XF_V_WEIGHT) {
             f->arg_kind[a] = XFORM_ARG_WEIGHT;
             f->weight_bytes += bytes;
