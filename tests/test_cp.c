@@ -1,0 +1,217 @@
+/*
+ * test_cp.c: context parallelism (docs/transforms.md, "Context
+ * parallelism"), its communication derived by hand:
+ *   - per layer and microbatch, keys and values are all-gathered over the cp
+ *     group in the forward pass, [b, s / cp, kv heads, d] to [b, s, kv, d]
+ *     (before the grouped-query repeat: key/value heads, not query heads;
+ *     the backward pass reuses them), and their gradients [b, s, kv d]
+ *     reduce-scattered: each device receives (cp - 1) / cp of every full
+ *     key and value tensor, twice;
+ *   - the weight gradients are reduced over the data and context ranks by
+ *     one bucket all-reduce;
+ *   - load balance: every context rank does the same FLOPs;
+ *   - what is refused, by name.
+ * (The numerics of cp = 2 with every dp/tp/pp are in test_xform_equiv.)
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/ir.h"
+#include "models/models.h"
+#include "sim/hw.h"
+#include "sim/sim.h"
+#include "xform/xform.h"
+#include "support/support.h"
+
+enum { L = 2, H = 32, A = 8, KV = 2, S = 16, B = 2 };
+
+static ir_module *
+llama(void)
+{
+    models_llama c;
+    ir_module *m = NULL;
+    di_error err;
+    models_llama_init(&c);
+    c.layers = L;
+    c.hidden = H;
+    c.heads = A;
+    c.kv_heads = KV;
+    c.ffn = 48;
+    c.seq = S;
+    c.vocab = 64;
+    c.batch = B;
+    if (models_llama_build(&c, &m, &err) != 0)
+        fail_msg("llama: %s", err.msg);
+    return m;
+}
+
+static ir_module *
+apply(const ir_module *m, uint32_t dp, uint32_t cp)
+{
+    ir_module *d = NULL;
+    strategy s;
+    di_error err;
+    xform_strategy_init(&s);
+    s.dp = dp;
+    s.cp = cp;
+    if (xform_apply(m, &s, NULL, &d, &err) != 0)
+        fail_msg("apply: %s", err.msg);
+    assert_verifies(d);
+    return d;
+}
+
+static void
+test_kv_exchange(void **state)
+{
+    ir_module *m = llama();
+    const uint32_t cp = 4;
+    ir_module *d = apply(m, 1, cp);
+    uint32_t ngather = 0, nscatter = 0, nbucket = 0;
+    const int64_t d_head = H / A;
+    (void)state;
+    for (ir_id op = 1; op < d->nop; op++) {
+        const ir_op *o = &d->ops[op];
+        ir_id in, out;
+        const int64_t *id, *od;
+        if (o->kind != IR_OP_ALLGATHER && o->kind != IR_OP_REDUCESCATTER &&
+            o->kind != IR_OP_ALLREDUCE)
+            continue;
+        in = d->values[d->refs[o->inputs]].type;
+        out = d->values[o->outputs].type;
+        id = ir_type_dims(d, in);
+        od = ir_type_dims(d, out);
+        if (o->kind == IR_OP_ALLREDUCE) {
+            if (d->types[in].rank == 1 && id[0] > 1000)
+                nbucket++; /* the weight gradients' bucket */
+            continue;
+        }
+        assert_int_equal(id[0], B);
+        if (o->kind == IR_OP_ALLGATHER) {
+            if (d->types[in].rank != 4)
+                continue; /* the head's input and the labels: gathered before the loss */
+            /* Keys or values [b, s / cp, kv heads, d]: before the grouped-query repeat. */
+            assert_int_equal(id[1], S / cp);
+            assert_int_equal(od[1], S);
+            assert_int_equal(id[2], KV);
+            assert_int_equal(id[3], d_head);
+            ngather++;
+        } else {
+            /* Their gradients [b, s, kv d] (the projections' outputs). */
+            assert_int_equal(d->types[in].rank, 3);
+            assert_int_equal(id[1], S);
+            assert_int_equal(od[1], S / cp);
+            assert_int_equal(id[2], KV * d_head);
+            nscatter++;
+        }
+    }
+    fprintf(stderr, "cp=%u: %u key/value all-gathers, %u reduce-scatters, %u gradient buckets\n",
+            cp, ngather, nscatter, nbucket);
+    /* Per layer: keys and values gathered once, their gradients scattered. */
+    assert_int_equal(ngather, 2 * L);
+    assert_int_equal(nscatter, 2 * L);
+    assert_int_equal(nbucket, 1);
+    ir_module_free(d);
+
+    /* With dp = 2 the bucket is reduced over both axes of the stage mesh [dp, cp, tp]. */
+    d = apply(m, 2, 2);
+    nbucket = 0;
+    for (ir_id op = 1; op < d->nop; op++) {
+        uint32_t n;
+        const int64_t *ax;
+        if (d->ops[op].kind != IR_OP_ALLREDUCE)
+            continue;
+        ax = ir_op_ints(d, op, "mesh_axes", &n);
+        if (n == 2) {
+            assert_int_equal(ax[0], 0);
+            assert_int_equal(ax[1], 1);
+            nbucket++;
+        }
+    }
+    assert_int_equal(nbucket, 1);
+    ir_module_free(d);
+    ir_module_free(m);
+}
+
+/* Every context rank does the same work (the same local shapes everywhere). */
+static void
+test_load_balance(void **state)
+{
+    ir_module *m = llama(), *d1 = apply(m, 1, 1), *d2 = apply(m, 1, 2);
+    hw_model *hw = NULL;
+    sim_options o;
+    sim_result *r1 = NULL, *r2 = NULL;
+    di_error err;
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    sim_options_default(&o);
+    assert_int_equal(sim_run(d1, hw, &o, &r1, NULL, NULL, &err), 0);
+    assert_int_equal(sim_run(d2, hw, &o, &r2, NULL, NULL, &err), 0);
+    assert_int_equal(r2->ndevice, 2);
+    fprintf(stderr, "flops per device: cp=1 %.6g; cp=2 %.6g and %.6g\n", r1->devices[0].flops,
+            r2->devices[0].flops, r2->devices[1].flops);
+    assert_true(r2->devices[0].flops == r2->devices[1].flops);
+    /* Each rank does at most half the work plus what the head replicates, and not less. */
+    assert_true(r2->devices[0].flops < 0.75 * r1->devices[0].flops);
+    assert_true(r2->devices[0].flops >= 0.5 * r1->devices[0].flops);
+    sim_result_free(r1);
+    sim_result_free(r2);
+    hw_free(hw);
+    ir_module_free(d1);
+    ir_module_free(d2);
+    ir_module_free(m);
+}
+
+static void
+test_refusals(void **state)
+{
+    ir_module *m = llama(), *d = NULL;
+    strategy s;
+    di_error err;
+    (void)state;
+    xform_strategy_init(&s);
+    s.cp = 3;
+    assert_int_equal(xform_apply(m, &s, NULL, &d, &err), DI_ESTRATEGY);
+    assert_non_null(strstr(err.msg, "does not divide the sequence length 16"));
+    s.cp = 2;
+    s.dp = 2;
+    s.zero = 1;
+    assert_int_equal(xform_apply(m, &s, NULL, &d, &err), DI_ESTRATEGY);
+    assert_non_null(strstr(err.msg, "ZeRO"));
+    strategy_init(&s);
+    assert_int_equal(strategy_set(&s, "cp", "2", &err), 0);
+    assert_int_equal(strategy_set(&s, "tp", "2", &err), 0);
+    assert_int_equal(strategy_set(&s, "sequence-parallel", NULL, &err), 0);
+    assert_int_equal(strategy_normalize(&s, &err), DI_ESTRATEGY);
+    assert_non_null(strstr(err.msg, "sequence parallelism"));
+    strategy_fini(&s);
+    ir_module_free(m);
+    /* An MLP has no sequence to split. */
+    {
+        models_mlp c;
+        models_mlp_init(&c);
+        assert_int_equal(models_mlp_build(&c, &m, &err), 0);
+        xform_strategy_init(&s);
+        s.cp = 2;
+        assert_int_equal(xform_apply(m, &s, NULL, &d, &err), DI_ESTRATEGY);
+        assert_non_null(strstr(err.msg, "no dimension 1"));
+        ir_module_free(m);
+    }
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kv_exchange),
+        cmocka_unit_test(test_load_balance),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
