@@ -8,7 +8,8 @@
  *     reduce-scattered: each device receives (cp - 1) / cp of every full
  *     key and value tensor, twice;
  *   - the weight gradients are reduced over the data and context ranks by
- *     one bucket all-reduce;
+ *     one bucket all-reduce; with one sequence per device the output layer
+ *     and the loss stay on the local tokens (two sequences: gathered first);
  *   - load balance: every context rank does the same FLOPs;
  *   - what is refused, by name.
  * (The numerics of cp = 2 with every dp/tp/pp are in test_xform_equiv.)
@@ -119,12 +120,18 @@ test_kv_exchange(void **state)
     assert_int_equal(nbucket, 1);
     ir_module_free(d);
 
-    /* With dp = 2 the bucket is reduced over both axes of the stage mesh [dp, cp, tp]. */
+    /*
+     * With dp = 2 the bucket is reduced over both axes of the stage mesh [dp, cp, tp]; one
+     * sequence per device, so the output layer and the loss work on the local tokens (the
+     * batch and sequence flattened as one block): nothing but keys and values is gathered.
+     */
     d = apply(m, 2, 2);
     nbucket = 0;
     for (ir_id op = 1; op < d->nop; op++) {
         uint32_t n;
         const int64_t *ax;
+        if (d->ops[op].kind == IR_OP_ALLGATHER)
+            assert_int_equal(d->types[d->values[d->refs[d->ops[op].inputs]].type].rank, 4);
         if (d->ops[op].kind != IR_OP_ALLREDUCE)
             continue;
         ax = ir_op_ints(d, op, "mesh_axes", &n);

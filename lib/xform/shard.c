@@ -341,6 +341,23 @@ r_reshape(const ir_module *m, ir_id op, rule *r)
                 return -1;
             r->map[0][i0] = (int8_t)f;
             r->map[1][j0] = (int8_t)f;
+            /* A merge (or split) of several dimensions: the innermost is F_INNER (xform_int.h). */
+            if ((i - i0 > 1) != (j - j0 > 1)) {
+                uint32_t k = i - i0 > 1 ? 0 : 1, last = k == 0 ? i - 1 : j - 1;
+                uint32_t first = k == 0 ? i0 : j0, merged = k == 0 ? j0 : i0;
+                const int64_t *dd = r->dims[k];
+                int g = newf(r, F_INNER);
+                if (g < 0)
+                    return -1;
+                if (dd[last] > 1 && last > first) {
+                    r->map[k][last] = (int8_t)g;
+                    r->map2[1 - k][merged] = (int8_t)g;
+                    r->outer[g] = (int8_t)f;
+                    r->outer_size[g] = 1;
+                    for (uint32_t x = first; x < last; x++)
+                        r->outer_size[g] *= dd[x];
+                }
+            }
         }
     }
     return 0;
@@ -684,6 +701,7 @@ xf_rule_build(const ir_module *m, ir_id op, rule *r)
     memset(r, 0, sizeof *r);
     r->scale_in = -1;
     memset(r->map, -1, sizeof r->map);
+    memset(r->map2, -1, sizeof r->map2);
     r->nin = o->ninput;
     r->nout = o->noutput;
     if (e && e->fn && r->nin + r->nout <= XF_MAXO && r->nout > 0) {
@@ -715,6 +733,7 @@ xf_rule_build(const ir_module *m, ir_id op, rule *r)
         uint32_t nin = r->nin, nout = r->nout;
         memset(r, 0, sizeof *r);
         memset(r->map, -1, sizeof r->map);
+        memset(r->map2, -1, sizeof r->map2);
         r->scale_in = -1;
         r->nin = nin < XF_MAXO ? nin : XF_MAXO;
         r->nout = nout;
@@ -744,6 +763,9 @@ xf_rule_dim(const rule *r, uint32_t k, int f)
     for (uint32_t d = 0; d < r->rank[k]; d++)
         if (r->map[k][d] == f)
             return (int)d;
+    for (uint32_t d = 0; d < r->rank[k] && f >= 0; d++)
+        if (r->map2[k][d] == f)
+            return (int)d;
     return -1;
 }
 
@@ -751,7 +773,8 @@ xf_rule_dim(const rule *r, uint32_t k, int f)
 static int
 factor_ok(const rule *r, int f, int a, uint32_t n)
 {
-    if (f < 0 || r->kind[f] == F_WHOLE || (r->kind[f] == F_VOCAB && a != XF_TP))
+    if (f < 0 || r->kind[f] == F_WHOLE || (r->kind[f] == F_VOCAB && a != XF_TP) ||
+        (r->kind[f] == F_INNER && a != XF_CP))
         return 0;
     return xf_rule_divides(r, f, n);
 }
@@ -772,6 +795,25 @@ static ir_id
 operand(const ir_module *m, ir_id op, uint32_t k, uint32_t nin)
 {
     return k < nin ? m->refs[m->ops[op].inputs + k] : m->ops[op].outputs + (k - nin);
+}
+
+/*
+ * May inner factor f split axis a: the dimensions outside it (those of its
+ * outer factor in input 0) are whole on no other axis, one element locally?
+ */
+static int
+inner_ok(const xf_ctx *c, ir_id op, const rule *r, int f, int a, const xf_place *in)
+{
+    uint32_t nn[XF_NAXIS];
+    int d = r->outer[f] >= 0 ? xf_rule_dim(r, 0, r->outer[f]) : -1;
+    int64_t local = r->outer_size[f];
+    if (d < 0 || r->nin < 1)
+        return 0;
+    xf_group_n(c, xf_op_group(c, op), nn);
+    for (int x = 0; x < XF_NAXIS; x++)
+        if (x != a && in[0].a[x] == d && nn[x] > 1)
+            local /= nn[x];
+    return local == 1;
 }
 
 /*
@@ -836,7 +878,10 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
                 (ir_opkind_info(m->ops[op].kind)->flags & IR_OPF_OPTIM))
                 continue;
             f = r->map[k][p];
-            if (!factor_ok(r, f, a, n))
+            /* On the context axis a merged dimension's split is its inner factor's. */
+            if (a == XF_CP && r->map2[k][p] >= 0)
+                f = r->map2[k][p];
+            if (!factor_ok(r, f, a, n) || (r->kind[f] == F_INNER && !inner_ok(c, op, r, f, a, in)))
                 continue;
             if (a == XF_TP && batch && (r->kind[f] == F_SUM || r->kind[f] == F_MEAN))
                 continue;

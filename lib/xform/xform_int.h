@@ -185,7 +185,14 @@ int xf_annotate_tp(xf_ctx *c);
  * cross-entropy over split classes is lowered to local statistics, one
  * all_gather of them and the loss (lower.c), complete on every device.
  */
-enum { F_FREE = 0, F_SUM, F_MEAN, F_MEANG, F_WHOLE, F_VOCAB };
+/*
+ * F_INNER: the innermost dimension of a Reshape that merges dimensions (or
+ * splits one), mapped to the merged dimension as its second factor (map2):
+ * it may split only the context axis (the least significant in a block
+ * index, layout.c) and only when the outer dimensions' local extent is 1,
+ * so that a device's rows of the merged dimension stay one block.
+ */
+enum { F_FREE = 0, F_SUM, F_MEAN, F_MEANG, F_WHOLE, F_VOCAB, F_INNER };
 enum { LIN_NONE = 0, LIN_ALL, LIN_FIRST, LIN_ONE };
 
 typedef struct rule {
@@ -196,6 +203,9 @@ typedef struct rule {
     uint8_t rank[XF_MAXO];
     const int64_t *dims[XF_MAXO];
     int8_t map[XF_MAXO][IR_MAX_RANK];
+    int8_t map2[XF_MAXO][IR_MAX_RANK]; /* a second factor of a merged dimension (F_INNER) */
+    int8_t outer[XF_MAXF];             /* F_INNER: the factor of the dimensions outside it */
+    int64_t outer_size[XF_MAXF];       /* F_INNER: their product (global) */
     uint8_t sums;    /* a factor missing from an output is summed over */
     uint8_t lin;     /* LIN_*: partial sums that pass through */
     int8_t scale_in; /* for F_MEANG: the input that takes the scale */
