@@ -128,10 +128,11 @@ build(int gpt, int adam)
         if (rc == 0 && models_llama_capacity(&c) != c.seq)
             fail_msg("the MoE test model drops tokens (capacity %lld)",
                      (long long)models_llama_capacity(&c));
-    } else if (gpt == 2) {
+    } else if (gpt == 2 || gpt == 4) {
         /* Grouped-query attention: 8 query heads share 4 key/value heads (tp up to 4). */
         models_llama c;
         models_llama_init(&c);
+        c.fused_attention = gpt == 4; /* 4: one FlashAttention op per layer */
         c.layers = 4;
         c.hidden = 32;
         c.heads = 8;
@@ -527,18 +528,22 @@ test_moe_grid(void **state)
  * Context parallelism: the sequence split over cp = 2 ranks (keys and values
  * all-gathered for attention, their gradients reduce-scattered, weight
  * gradients reduced over dp x cp) with every dp, tp, pp in {1, 2} and every
- * variant but sequence parallelism and ZeRO (not supported with cp yet), on the GPT, the Llama and the mixture of
- * experts (with and without ep).
+ * variant but sequence parallelism and ZeRO (not supported with cp yet), on the GPT, the Llama (also with fused causal attention: each rank's
+ * query block offsets its mask) and the mixture of experts (with and
+ * without ep).
  */
 static void
 test_cp_grid(void **state)
 {
     (void)state;
-    for (int gpt = 1; gpt <= 3; gpt++) {
+    for (int gpt = 1; gpt <= 4; gpt++) {
         model_case sgd, adam;
         case_init(&sgd, gpt, 0);
         case_init(&adam, gpt, 1);
-        sgd.name = adam.name = gpt == 3 ? "moe" : gpt == 2 ? "llama" : "gpt";
+        sgd.name = adam.name = gpt == 4   ? "llama-fused"
+                               : gpt == 3 ? "moe"
+                               : gpt == 2 ? "llama"
+                                          : "gpt";
         sgd.cp = adam.cp = 2;
         nrun = nskip = nvocab = 0;
         for (uint32_t dp = 1; dp <= 2; dp++)

@@ -1748,6 +1748,163 @@ k_gather(const kctx *k, const ex_tensor *data, const ex_tensor *ind, ex_tensor *
     return 0;
 }
 
+/*
+ * Fused attention (ops.c): per leading index, query row i sees keys
+ * j <= offset + i when causal (offset: the query block's start, the group
+ * position times sq). The forward keeps lse for the backward, which
+ * recomputes the probabilities from it.
+ */
+typedef struct attn_dims {
+    int64_t n, sq, sk, d, dv, off;
+    double scale;
+    int causal;
+} attn_dims;
+
+static int
+attn_setup(const kctx *k, const ex_tensor *q, const ex_tensor *kk, const ex_tensor *v, attn_dims *a)
+{
+    uint32_t r = q->rank;
+    int rc;
+    for (uint32_t i = 0; i < 3; i++)
+        if ((rc = need_float(k, i == 0 ? q : i == 1 ? kk : v, i)) != 0)
+            return rc;
+    if (r < 2 || kk->rank != r || v->rank != r || kk->dims[r - 1] != q->dims[r - 1] ||
+        v->dims[r - 2] != kk->dims[r - 2])
+        return kfail(k, DI_EINVAL, "q, k, v do not match");
+    a->sq = q->dims[r - 2];
+    a->d = q->dims[r - 1];
+    a->sk = kk->dims[r - 2];
+    a->dv = v->dims[r - 1];
+    a->n = a->sq > 0 && a->d > 0 ? (int64_t)(q->numel / (size_t)(a->sq * a->d)) : 0;
+    if ((size_t)(a->n * a->sk * a->d) != kk->numel || (size_t)(a->n * a->sk * a->dv) != v->numel)
+        return kfail(k, DI_EINVAL, "q, k, v differ in their leading dimensions");
+    a->causal = ir_op_int(k->m, k->op, "causal", 0) != 0;
+    a->scale = ir_op_float(k->m, k->op, "scale", a->d > 0 ? 1.0 / sqrt((double)a->d) : 1.0);
+    a->off = a->sq * (int64_t)k->shard.pos;
+    return 0;
+}
+
+/* Row i of head h: the probabilities p[0..sk) (masked ones 0) and the log-sum-exp. */
+static double
+attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h, int64_t i, double *p)
+{
+    double mx = -INFINITY, sum = 0;
+    int64_t last = a->causal ? a->off + i : a->sk - 1;
+    for (int64_t j = 0; j < a->sk; j++) {
+        double s = 0;
+        if (j > last) {
+            p[j] = -INFINITY;
+            continue;
+        }
+        for (int64_t x = 0; x < a->d; x++)
+            s += ex_get(q, (size_t)((h * a->sq + i) * a->d + x)) *
+                 ex_get(kk, (size_t)((h * a->sk + j) * a->d + x));
+        p[j] = s * a->scale;
+        if (p[j] > mx)
+            mx = p[j];
+    }
+    for (int64_t j = 0; j < a->sk; j++) {
+        p[j] = j > last ? 0.0 : exp(p[j] - mx);
+        sum += p[j];
+    }
+    for (int64_t j = 0; j < a->sk; j++)
+        p[j] = sum > 0 ? p[j] / sum : 0.0;
+    return sum > 0 ? mx + log(sum) : -INFINITY;
+}
+
+static int
+k_flashattn(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
+{
+    attn_dims a;
+    int64_t dims[IR_MAX_RANK];
+    uint32_t r = in[0]->rank;
+    double *p;
+    int rc;
+    if ((rc = attn_setup(k, in[0], in[1], in[2], &a)) != 0)
+        return rc;
+    memcpy(dims, in[0]->dims, r * sizeof dims[0]);
+    dims[r - 1] = a.dv;
+    if ((rc = kalloc(k, &out[0], in[0]->dtype, r, dims)) != 0)
+        return rc;
+    if ((rc = kalloc(k, &out[1], IR_F32, r - 1, dims)) != 0) {
+        ex_tensor_fini(&out[0]);
+        return rc;
+    }
+    p = di_xmalloc((size_t)(a.sk ? a.sk : 1) * sizeof *p);
+    for (int64_t h = 0; h < a.n; h++)
+        for (int64_t i = 0; i < a.sq; i++) {
+            ex_set(&out[1], (size_t)(h * a.sq + i), attn_row(&a, in[0], in[1], h, i, p));
+            for (int64_t x = 0; x < a.dv; x++) {
+                double o = 0;
+                for (int64_t j = 0; j < a.sk; j++)
+                    o += p[j] * ex_get(in[2], (size_t)((h * a.sk + j) * a.dv + x));
+                ex_set(&out[0], (size_t)((h * a.sq + i) * a.dv + x), o);
+            }
+        }
+    di_free(p);
+    return 0;
+}
+
+/* dq, dk, dv from q, k, v, o, lse (unused: the row is recomputed exactly), do. */
+static int
+k_flashattngrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
+{
+    attn_dims a;
+    double *p, *dp, *dq, *dk, *dv;
+    int rc;
+    if ((rc = attn_setup(k, in[0], in[1], in[2], &a)) != 0)
+        return rc;
+    if (in[3]->numel != (size_t)(a.n * a.sq * a.dv) || in[5]->numel != in[3]->numel)
+        return kfail(k, DI_EINVAL, "o and do do not match q and v");
+    for (int i = 0; i < 3; i++)
+        if ((rc = kalloc(k, &out[i], in[i]->dtype, in[i]->rank, in[i]->dims)) != 0) {
+            for (int j = 0; j < i; j++)
+                ex_tensor_fini(&out[j]);
+            return rc;
+        }
+    p = di_xmalloc((size_t)(a.sk ? a.sk : 1) * sizeof *p);
+    dp = di_xmalloc((size_t)(a.sk ? a.sk : 1) * sizeof *dp);
+    dq = di_xcalloc(in[0]->numel ? in[0]->numel : 1, sizeof *dq);
+    dk = di_xcalloc(in[1]->numel ? in[1]->numel : 1, sizeof *dk);
+    dv = di_xcalloc(in[2]->numel ? in[2]->numel : 1, sizeof *dv);
+    for (int64_t h = 0; h < a.n; h++)
+        for (int64_t i = 0; i < a.sq; i++) {
+            double dsum = 0;
+            attn_row(&a, in[0], in[1], h, i, p);
+            for (int64_t x = 0; x < a.dv; x++)
+                dsum += ex_get(in[5], (size_t)((h * a.sq + i) * a.dv + x)) *
+                        ex_get(in[3], (size_t)((h * a.sq + i) * a.dv + x));
+            for (int64_t j = 0; j < a.sk; j++) {
+                double g = 0;
+                for (int64_t x = 0; x < a.dv; x++) {
+                    double dout = ex_get(in[5], (size_t)((h * a.sq + i) * a.dv + x));
+                    g += dout * ex_get(in[2], (size_t)((h * a.sk + j) * a.dv + x));
+                    dv[(h * a.sk + j) * a.dv + x] += p[j] * dout;
+                }
+                dp[j] = p[j] * (g - dsum) * a.scale; /* dS / scale-free scores */
+            }
+            for (int64_t j = 0; j < a.sk; j++) {
+                if (dp[j] == 0.0)
+                    continue;
+                for (int64_t x = 0; x < a.d; x++) {
+                    dq[(h * a.sq + i) * a.d + x] +=
+                        dp[j] * ex_get(in[1], (size_t)((h * a.sk + j) * a.d + x));
+                    dk[(h * a.sk + j) * a.d + x] +=
+                        dp[j] * ex_get(in[0], (size_t)((h * a.sq + i) * a.d + x));
+                }
+            }
+        }
+    dstore(&out[0], dq);
+    dstore(&out[1], dk);
+    dstore(&out[2], dv);
+    di_free(p);
+    di_free(dp);
+    di_free(dq);
+    di_free(dk);
+    di_free(dv);
+    return 0;
+}
+
 /* Element i of an i32 or i64 tensor. */
 static int64_t
 int_at(const ex_tensor *t, size_t i)
@@ -2552,6 +2709,10 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
         return k_slice(&k, in[0], out);
     case IR_OP_GATHER:
         return k_gather(&k, in[0], in[1], out);
+    case IR_OP_FLASHATTN:
+        return k_flashattn(&k, in, out);
+    case IR_OP_FLASHATTNGRAD:
+        return k_flashattngrad(&k, in, out);
     case IR_OP_TOPK:
         return k_topk(&k, in[0], out);
     case IR_OP_MOESLOTS:

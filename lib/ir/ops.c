@@ -1553,6 +1553,82 @@ infer_gathergrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
  * slots) gathers back [B, S, k, h] (dropped choices zero). Each of the two
  * is the other's gradient.
  */
+/*
+ * FlashAttention(q [.., sq, d], k [.., sk, d], v [.., sk, dv]){causal, scale}
+ * -> (o [.., sq, dv], lse [.., sq] f32): softmax(scale q k^T, causal mask) v
+ * as one fused kernel (the scores are never materialized) and the
+ * log-sum-exp of each row for the backward pass. Causal: query row i may see
+ * keys j <= offset + i, offset the query block's start (the executor's
+ * position on the op's mesh group times sq; 0 without a mesh).
+ * FlashAttentionGrad(q, k, v, o, lse, do) -> (dq, dk, dv).
+ */
+static int
+check_attention(const ir_module *m, ir_id op, const tensor *t, di_error *err)
+{
+    sbuf a, b, c;
+    uint32_t r = t[0].rank;
+    int rc;
+    for (uint32_t i = 0; i < 3; i++)
+        if ((rc = check_float(m, op, &t[i], i, err)) != 0 ||
+            (rc = check_same_dtype(m, op, &t[0], 0, &t[i], i, err)) != 0)
+            return rc;
+    if (r < 2 || t[1].rank != r || t[2].rank != r ||
+        memcmp(t[0].dims, t[1].dims, (r - 2) * sizeof t[0].dims[0]) != 0 ||
+        memcmp(t[0].dims, t[2].dims, (r - 2) * sizeof t[0].dims[0]) != 0 ||
+        t[0].dims[r - 1] != t[1].dims[r - 1] || t[1].dims[r - 2] != t[2].dims[r - 2])
+        return fail(m, op, err, "q %s, k %s, v %s are not [.., sq, d], [.., sk, d], [.., sk, dv]",
+                    shape_str(&a, t[0].rank, t[0].dims), shape_str(&b, t[1].rank, t[1].dims),
+                    shape_str(&c, t[2].rank, t[2].dims));
+    return 0;
+}
+
+static int
+infer_flashattn(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[3];
+    site s;
+    int64_t dims[IR_MAX_RANK];
+    uint32_t r;
+    int rc;
+    if ((rc = load_inputs(m, op, 3, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 3, &s, err)) != 0 ||
+        (rc = check_attention(m, op, in, err)) != 0)
+        return rc;
+    r = in[0].rank;
+    memcpy(dims, in[0].dims, r * sizeof dims[0]);
+    dims[r - 1] = in[2].dims[r - 1];
+    out[0] = result_type(m, &s, in[0].dtype, r, dims);
+    out[1] = result_type(m, &s, IR_F32, r - 1, dims);
+    return 0;
+}
+
+static int
+infer_flashattngrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    tensor in[6];
+    site s;
+    sbuf a, b;
+    uint32_t r;
+    int rc;
+    if ((rc = load_inputs(m, op, 6, in, err)) != 0 ||
+        (rc = common_site(m, op, in, 6, &s, err)) != 0 ||
+        (rc = check_attention(m, op, in, err)) != 0)
+        return rc;
+    r = in[0].rank;
+    for (uint32_t i = 3; i < 6; i += 2)
+        if (in[i].rank != r || memcmp(in[i].dims, in[0].dims, (r - 1) * sizeof in[0].dims[0]) != 0 ||
+            in[i].dims[r - 1] != in[2].dims[r - 1])
+            return fail(m, op, err, "input %u has shape %s, expected the output's %s", i,
+                        shape_str(&a, in[i].rank, in[i].dims), shape_str(&b, in[3].rank, in[3].dims));
+    if (in[4].rank != r - 1 || memcmp(in[4].dims, in[0].dims, (r - 1) * sizeof in[0].dims[0]) != 0)
+        return fail(m, op, err, "input 4 (lse) has shape %s, expected [.., sq]",
+                    shape_str(&a, in[4].rank, in[4].dims));
+    out[0] = result_type(m, &s, in[0].dtype, r, in[0].dims);
+    out[1] = result_type(m, &s, in[1].dtype, r, in[1].dims);
+    out[2] = result_type(m, &s, in[2].dtype, r, in[2].dims);
+    return 0;
+}
+
 static int
 infer_topk(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
@@ -3036,6 +3112,33 @@ cost_reduce(const ir_module *m, ir_id op, ir_cost *c)
     c->flops = input_numel(m, op, 0);
     if (m->ops[op].kind == IR_OP_REDUCEMEAN && m->ops[op].noutput > 0)
         c->flops += value_numel(m, ir_op_output(m, op, 0));
+}
+
+/*
+ * Fused attention: 2 sq sk (d + dv) FLOPs per head forward (QK^T and PV), 2.5
+ * times that backward (FlashAttention-2: five products, the scores
+ * recomputed); causal: the unmasked half, as a load-balanced split gives every
+ * rank (docs/ops.md). The bytes are the operands' only.
+ */
+static void
+cost_flashattn(const ir_module *m, ir_id op, ir_cost *c)
+{
+    ir_id q = ir_op_input(m, op, 0), k = ir_op_input(m, op, 1), v = ir_op_input(m, op, 2);
+    const ir_type *tq = &m->types[m->values[q].type];
+    double sq, sk, d, dv, heads;
+    cost_base(m, op, c);
+    if (tq->kind != IR_TYPE_TENSOR || tq->rank < 2)
+        return;
+    sq = (double)m->ints[tq->dims + tq->rank - 2];
+    d = (double)m->ints[tq->dims + tq->rank - 1];
+    sk = (double)ir_type_dims(m, m->values[k].type)[tq->rank - 2];
+    dv = (double)ir_type_dims(m, m->values[v].type)[tq->rank - 1];
+    heads = value_numel(m, q) / (sq * d);
+    c->flops = 2.0 * heads * sq * sk * (d + dv);
+    if (ir_op_int(m, op, "causal", 0))
+        c->flops *= 0.5 * (1.0 + 1.0 / sk);
+    if (m->ops[op].kind == IR_OP_FLASHATTNGRAD)
+        c->flops *= 2.5;
 }
 
 /* Data movement: no FLOPs, except GatherGrad's scatter-add (one per dy element). */

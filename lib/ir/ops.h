@@ -62,6 +62,8 @@
     X(SPLIT, "Split", 1, 1, 1, -1, 0, "axis:i? split:I?", split, copy)                             \
     X(SLICE, "Slice", 1, 1, 1, 1, 0, "starts:I ends:I axes:I? steps:I?", slice, copy)              \
     X(GATHER, "Gather", 2, 2, 1, 1, 0, "axis:i? mesh:m? mesh_axes:I?", gather, copy)                                    \
+    X(FLASHATTN, "FlashAttention", 3, 3, 2, 2, 0, "causal:i? scale:f? mesh:m? mesh_axes:I?",       \
+      flashattn, flashattn)                                                                        \
     X(TOPK, "TopK", 1, 1, 2, 2, 0, "k:i", topk, reduce)                                            \
     X(MOESLOTS, "moe.slots", 1, 1, 1, 1, 0, "experts:i capacity:i", moeslots, copy)                \
     X(MOEDISPATCH, "moe.dispatch", 2, 2, 1, 1, 0, "experts:i capacity:i", moedispatch, copy)       \
@@ -92,6 +94,8 @@
     X(GATHERGRAD, "GatherGrad", 2, 2, 1, 1, IR_OPF_GRAD, "axis:i? shape:I mesh:m? mesh_axes:I?",   \
       gathergrad, copy)      \
     X(TOPKGRAD, "TopKGrad", 2, 2, 1, 1, IR_OPF_GRAD, "size:i", topkgrad, copy)                     \
+    X(FLASHATTNGRAD, "FlashAttentionGrad", 6, 6, 3, 3, IR_OPF_GRAD,                                \
+      "causal:i? scale:f? mesh:m? mesh_axes:I?", flashattngrad, flashattn)                         \
     X(REDUCESUMTO, "ReduceSumTo", 1, 1, 1, 1, IR_OPF_GRAD, "shape:I", reshape_reduce, reduce)      \
     /* optimizers */                                                                              \
     X(SGD, "SGDOptimizer", 2, 2, 1, 1, IR_OPF_OPTIM, "lr:f?", first_input, elemwise)               \

@@ -400,19 +400,30 @@ lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
     k = repeat_kv(g, to_heads(g, k, 1, name), name);
     snprintf(name, sizeof name, "%s.v.heads", p);
     v = repeat_kv(g, to_heads(g, v, 1, name), name);
-    snprintf(name, sizeof name, "%s.kt", p);
-    k = models_transpose(b, k, 4, kperm, name);
-    snprintf(name, sizeof name, "%s.scores", p);
-    s = models_op2(b, IR_OP_MATMUL, q, k, name);
-    s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
-    s = models_op2(b, IR_OP_ADD, s, models_causal_mask(b, g->idx, g->c->seq, g->dt, p), name);
-    op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
-    if (op)
-        ir_op_set_int(m, op, "axis", -1);
-    snprintf(name, sizeof name, "%s.probs", p);
-    s = models_end(b, op);
-    snprintf(name, sizeof name, "%s.ctx", p);
-    ctx = models_op2(b, IR_OP_MATMUL, s, v, name);
+    if (g->c->fused_attention) {
+        ir_id in[3] = {q, k, v};
+        snprintf(name, sizeof name, "%s.ctx", p);
+        op = models_begin(b, IR_OP_FLASHATTN, 3, in, 2, name);
+        if (op) {
+            ir_op_set_int(m, op, "causal", 1);
+            ir_op_set_float(m, op, "scale", 1.0 / sqrt((double)g->d));
+        }
+        ctx = models_end(b, op);
+    } else {
+        snprintf(name, sizeof name, "%s.kt", p);
+        k = models_transpose(b, k, 4, kperm, name);
+        snprintf(name, sizeof name, "%s.scores", p);
+        s = models_op2(b, IR_OP_MATMUL, q, k, name);
+        s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
+        s = models_op2(b, IR_OP_ADD, s, models_causal_mask(b, g->idx, g->c->seq, g->dt, p), name);
+        op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
+        if (op)
+            ir_op_set_int(m, op, "axis", -1);
+        snprintf(name, sizeof name, "%s.probs", p);
+        s = models_end(b, op);
+        snprintf(name, sizeof name, "%s.ctx", p);
+        ctx = models_op2(b, IR_OP_MATMUL, s, v, name);
+    }
     ctx = models_transpose(b, ctx, 4, perm, name);
     ctx = models_reshape(b, ctx, 3, merged, name);
     b->tp = "row";
@@ -574,7 +585,8 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
     b.tp = "vocab";
     x = models_op2(&b, IR_OP_GATHER, embed, tokens, "embed.tok");
     b.tp = "none";
-    g.idx = models_vector_const(&b, IR_F32, c->seq, models_index, "positions");
+    if (!c->fused_attention)
+        g.idx = models_vector_const(&b, IR_F32, c->seq, models_index, "positions");
 
     for (uint32_t l = 0; l < c->layers && b.rc == 0; l++)
         x = lblock(&g, l, x, w + (size_t)l * L_PER_LAYER);

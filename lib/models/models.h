@@ -119,6 +119,8 @@ typedef struct models_llama {
     int64_t experts, top_k, moe_ffn, shared_experts;
     uint32_t moe_every, first_dense;
     double capacity_factor, imbalance;
+    /* 1: attention as one fused FlashAttention op (causal); 0 (default): the unfused ops. */
+    int fused_attention;
     models_train train;
 } models_llama;
 

@@ -26,6 +26,7 @@ static const struct spec_opt {
     {"final-ln-params", 0, 2}, {"kv-heads", 1, 4}, {"ffn", 1, 4},       {"precision", 1, 7},
     {"experts", 1, 4},         {"top-k", 1, 4},    {"moe-ffn", 1, 4},   {"shared-experts", 1, 4},
     {"moe-every", 1, 4},       {"first-dense", 1, 4}, {"capacity-factor", 1, 4}, {"imbalance", 1, 4},
+    {"attention", 1, 4},
 };
 
 static const char *const kind_names[] = {"", "mlp", "gpt", "llama"};
@@ -186,6 +187,11 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
         if (parse_word(key, value, losses, &w, err) != 0)
             return DI_EINVAL;
         sp->mlp.loss = w ? MODELS_LOSS_MSE : MODELS_LOSS_SCE;
+    } else if (strcmp(key, "attention") == 0) {
+        static const char *const kinds[] = {"naive", "fused", NULL};
+        if (parse_word(key, value, kinds, &w, err) != 0)
+            return DI_EINVAL;
+        sp->llama.fused_attention = w;
     } else if (strcmp(key, "capacity-factor") == 0 || strcmp(key, "imbalance") == 0) {
         if (parse_real(key, value, &x, err) != 0)
             return DI_EINVAL;

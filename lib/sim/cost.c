@@ -18,7 +18,8 @@
 static int
 is_gemm(int kind)
 {
-    return kind == IR_OP_MATMUL || kind == IR_OP_GEMM || kind == IR_OP_MATMULGRAD;
+    return kind == IR_OP_MATMUL || kind == IR_OP_GEMM || kind == IR_OP_MATMULGRAD ||
+           kind == IR_OP_FLASHATTN || kind == IR_OP_FLASHATTNGRAD;
 }
 
 /*

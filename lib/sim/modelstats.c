@@ -68,6 +68,19 @@ sim_model_stats_of(const ir_module *m, sim_model_stats *out)
                 weight[o->outputs + r] = 1;
             continue;
         }
+        if (o->kind == IR_OP_FLASHATTN && o->ninput == 3 &&
+            (!annotated || strcmp(ir_op_string(m, op, "dist.phase", ""), "forward") == 0)) {
+            /* Fused attention: its two products counted dense, as the unfused form's are. */
+            ir_cost c;
+            ir_op_cost(m, op, &c);
+            if (ir_op_int(m, op, "causal", 0)) {
+                const ir_type *tk = &m->types[m->values[m->refs[o->inputs + 1]].type];
+                double sk = (double)m->ints[tk->dims + tk->rank - 2];
+                c.flops /= 0.5 * (1.0 + 1.0 / sk);
+            }
+            out->attention_flops += 3 * c.flops;
+            continue;
+        }
         if ((o->kind != IR_OP_MATMUL && o->kind != IR_OP_GEMM) || o->ninput < 2)
             continue;
         if (annotated && strcmp(ir_op_string(m, op, "dist.phase", ""), "forward") != 0)

@@ -719,6 +719,25 @@ rule_gather(ad *a, ir_id op, const ir_id *dy)
     accum(a, IN(0), finish(a, g));
 }
 
+/* FlashAttention: its fused gradient (the probabilities recomputed from lse). */
+static void
+rule_flashattn(ad *a, ir_id op, const ir_id *dy)
+{
+    char nb[256];
+    ir_id in[6] = {IN(0), IN(1), IN(2), OUT(0), OUT(1), dy[0]}, g, base;
+    if (dy[0] == 0)
+        return;
+    g = begin(a, IR_OP_FLASHATTNGRAD, 6, in, 3, gname(a, OUT(0), nb, sizeof nb));
+    copy_attr(a, g, op, "causal");
+    copy_attr(a, g, op, "scale");
+    base = finish(a, g);
+    if (base == 0)
+        return;
+    accum(a, IN(0), base);
+    accum(a, IN(1), base + 1);
+    accum(a, IN(2), base + 2);
+}
+
 /* TopK: the values' gradient goes back to the positions they came from. */
 static void
 rule_topk(ad *a, ir_id op, const ir_id *dy)
@@ -1106,6 +1125,7 @@ static const struct {
     [IR_OP_SLICE] = {rule_slice, check_slice},
     [IR_OP_GATHER] = {rule_gather, NULL},
     [IR_OP_TOPK] = {rule_topk, NULL},
+    [IR_OP_FLASHATTN] = {rule_flashattn, NULL},
     [IR_OP_MOEDISPATCH] = {rule_moe, NULL},
     [IR_OP_MOECOMBINE] = {rule_moe, NULL},
     [IR_OP_UNSQUEEZE] = {rule_unsqueeze, NULL},

@@ -147,7 +147,7 @@ type_gpl(const ir_module *m, ir_id v, gpl *p)
 static int
 factor_splits(const ir_module *m, ir_id op, const rule *r, int f, uint32_t n)
 {
-    if (f < 0 || (uint32_t)f >= r->nf || r->kind[f] == F_WHOLE)
+    if (f < 0 || (uint32_t)f >= r->nf || r->kind[f] == F_WHOLE || r->kind[f] == F_INNER)
         return 0;
     if (r->kind[f] == F_VOCAB && m->ops[op].kind != IR_OP_GATHER &&
         m->ops[op].kind != IR_OP_GATHERGRAD && m->ops[op].kind != IR_OP_SCELOSS &&

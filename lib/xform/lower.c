@@ -768,6 +768,10 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
     b->out->ops[nop].name = o->name ? xf_str(b, o->name) : 0;
     if (vocab)
         on_axis(b, nop, XF_TP);
+    /* Fused causal attention on a block of the queries: its offset is the group position. */
+    if ((o->kind == IR_OP_FLASHATTN || o->kind == IR_OP_FLASHATTNGRAD) && b->n[XF_CP] > 1 &&
+        XF_IS_S(c->req[o->inputs].a[XF_CP]))
+        on_axis(b, nop, XF_CP);
     if (o->kind == IR_OP_CONSTANT) {
         const ir_attr *va = ir_op_attr(m, op, "value");
         xf_place r = {{XF_R, XF_R, XF_R, XF_R}};

@@ -427,6 +427,34 @@ r_gather(const ir_module *m, ir_id op, rule *r)
     return 0;
 }
 
+/*
+ * FlashAttention (q, k, v -> o, lse) and its gradient (q, k, v, o, lse, do ->
+ * dq, dk, dv): the leading dimensions (batch, heads) and the query rows;
+ * the keys' rows and the head dimension are whole (context parallelism
+ * gathers the keys and values), and the gradient sums dk and dv over the
+ * query rows (partial sums where the queries are split).
+ */
+static int
+r_flashattn(const ir_module *m, ir_id op, rule *r)
+{
+    uint32_t rk = r->rank[0], nop = r->nin + r->nout;
+    int grad = m->ops[op].kind == IR_OP_FLASHATTNGRAD, fq;
+    /* Operands with query rows: q, o, lse (forward: 0, 3, 4; gradient: 0, 3, 4, 5, 6). */
+    static const uint8_t rows_f[] = {0, 3, 4}, rows_g[] = {0, 3, 4, 5, 6};
+    if (rk < 2 || nop != (grad ? 9u : 5u))
+        return -1;
+    r->sums = (uint8_t)grad;
+    for (uint32_t d = 0; d + 2 < rk; d++) {
+        int f = newf(r, F_FREE);
+        for (uint32_t k = 0; k < nop; k++)
+            r->map[k][d] = (int8_t)f;
+    }
+    fq = newf(r, F_FREE);
+    for (uint32_t i = 0; i < (grad ? 5u : 3u); i++)
+        r->map[grad ? rows_g[i] : rows_f[i]][rk - 2] = (int8_t)fq;
+    return 0;
+}
+
 /* TopK (x -> values, indices) and TopKGrad (dvalues, indices -> dx): every dimension but the last. */
 static int
 r_topk(const ir_module *m, ir_id op, rule *r)
@@ -663,6 +691,7 @@ static const rule_entry rules[IR_NOPKIND] = {
     [IR_OP_SPLIT] = {r_concat_split, LIN_FIRST},
     [IR_OP_SLICE] = {r_slice, LIN_FIRST},
     [IR_OP_GATHER] = {r_gather, LIN_NONE},
+    [IR_OP_FLASHATTN] = {r_flashattn, LIN_NONE},
     [IR_OP_TOPK] = {r_topk, LIN_NONE},
     [IR_OP_MOESLOTS] = {r_moe, LIN_NONE},
     [IR_OP_MOEDISPATCH] = {r_moe, LIN_FIRST},
@@ -686,6 +715,7 @@ static const rule_entry rules[IR_NOPKIND] = {
     [IR_OP_SCELOSSGRAD] = {r_scelossgrad, LIN_NONE},
     [IR_OP_GATHERGRAD] = {r_gathergrad, LIN_NONE},
     [IR_OP_TOPKGRAD] = {r_topk, LIN_FIRST},
+    [IR_OP_FLASHATTNGRAD] = {r_flashattn, LIN_NONE},
     [IR_OP_REDUCESUMTO] = {r_reducesumto, LIN_FIRST},
     [IR_OP_SGD] = {r_elemwise, LIN_NONE},
     [IR_OP_ADAM] = {r_elemwise, LIN_NONE},
