@@ -186,11 +186,6 @@ test_refusals(void **state)
     s.cp = 3;
     assert_int_equal(xform_apply(m, &s, NULL, &d, &err), DI_ESTRATEGY);
     assert_non_null(strstr(err.msg, "does not divide the sequence length 16"));
-    s.cp = 2;
-    s.dp = 2;
-    s.zero = 1;
-    assert_int_equal(xform_apply(m, &s, NULL, &d, &err), DI_ESTRATEGY);
-    assert_non_null(strstr(err.msg, "ZeRO"));
     strategy_init(&s);
     assert_int_equal(strategy_set(&s, "cp", "2", &err), 0);
     assert_int_equal(strategy_set(&s, "tp", "2", &err), 0);

@@ -362,7 +362,7 @@ push_options(space_builder *b, search_candidate *c)
         if (!in_mask(cfg->recomputes, rc))
             continue;
         c->recompute = (uint8_t)rc;
-        for (uint32_t z = 0; z <= (c->dp > 1 && c->cp <= 1 ? 3u : 0u); z++) {
+        for (uint32_t z = 0; z <= (c->dp > 1 ? 3u : 0u); z++) {
             if (!in_mask(cfg->zeros, z))
                 continue;
             c->zero = (uint8_t)z;

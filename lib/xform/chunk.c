@@ -176,8 +176,7 @@ convert_summed(xf_body *b, ir_id src, xf_local *l, int8_t to)
     xf_place want = l->pl;
     int rc, step = b->step;
     want.a[XF_DP] = to;
-    if (want.a[XF_CP] == XF_P)
-        want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
+    want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
     b->step = 1;
     rc = xf_body_convert(b, src, l, &want, l);
     b->step = step;
@@ -300,6 +299,8 @@ leaf_want(const pl *P, ir_id v, const xf_local *l, int8_t tgt)
 {
     xf_place want = l->pl;
     want.a[XF_DP] = tgt;
+    if (tgt != XF_P)
+        want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
     if (XF_IS_S(l->pl.a[XF_TP]) && l->pl.a[XF_TP] == tgt && P->leaftp[v] != l->pl.a[XF_TP])
         want.a[XF_TP] = P->leaftp[v];
     return want;

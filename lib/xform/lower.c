@@ -615,6 +615,12 @@ xf_body_scatter_ok(const xf_body *b, const xf_local *l)
     const ir_type *t = &b->out->types[b->out->values[l->v].type];
     if (l->pl.a[XF_DP] != XF_P || t->rank == 0 || b->n[XF_DP] <= 1)
         return 0;
+    /*
+     * A context split (a gradient of a weight sliced along the sequence) is inside the data
+     * split in a block index: gathered first by an ordinary conversion, not in a bucket.
+     */
+    if (XF_IS_S(l->pl.a[XF_CP]) && b->n[XF_CP] > 1)
+        return 0;
     /* A tensor-axis split of dimension 0 is outside the data split: this is its block's dim 0. */
     return b->out->ints[t->dims] % b->n[XF_DP] == 0;
 }

@@ -903,8 +903,9 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
             /* Batch axes follow activations first; the tensor axis weights first. */
             if (a == XF_TP ? batch != pass : batch == pass)
                 continue;
-            /* An update is split on the tensor axis as its weight is, whatever its gradient. */
-            if (a == XF_TP && batch && c->op[op].phase == XF_PH_STEP &&
+            /* An update is split on the tensor (or context) axis as its weight is, whatever its
+             * gradient. */
+            if ((a == XF_TP || a == XF_CP) && batch && c->op[op].phase == XF_PH_STEP &&
                 (ir_opkind_info(m->ops[op].kind)->flags & IR_OPF_OPTIM))
                 continue;
             f = r->map[k][p];

@@ -405,11 +405,6 @@ validate(xf_ctx *c)
         if (c->hetero || s->nstages)
             return di_error_set(c->err, DI_ESTRATEGY,
                                 "cp=%u needs the same degrees on every pipeline stage", c->n[XF_CP]);
-        if (s->zero > 0)
-            return di_error_set(c->err, DI_ESTRATEGY,
-                                "cp=%u with ZeRO-%u: sharding the optimizer over the data-parallel "
-                                "ranks with context parallelism is not supported yet",
-                                c->n[XF_CP], s->zero);
         for (uint32_t a = 0; a < fr->narg; a++) {
             ir_id v = fr->args[a];
             const ir_type *t = &c->m->types[c->m->values[v].type];
