@@ -23,7 +23,9 @@
     "                    [--kv-heads K] [--ffn F] [--seq S] [--vocab V] [--batch B]\n"            \
     "                    [--experts E [--top-k K] [--moe-ffn F] [--shared-experts N]\n"          \
     "                    [--moe-every N] [--first-dense N] [--capacity-factor F]\n"              \
-    "                    [--imbalance X]] [--attention naive|fused] [COMMON] [-o FILE]\n"        \
+    "                    [--imbalance X]] [--attention naive|fused] [--kv-lora R\n"               \
+    "                    --qk-nope-dim D --rope-dim D --v-head-dim D [--q-lora R]] [COMMON]\n"   \
+    "                    [-o FILE]\n"                                                              \
     "   or: distir model presets\n"                                                                \
     "COMMON: [--dtype f32|f16|bf16|f64] [--optimizer sgd|adam|none] [--lr LR] [--forward-only]\n" \
     "        [--precision mixed|mixed-grad16|mixed-grad32|pure] [--no-annotations]; FILE\n"        \

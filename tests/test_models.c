@@ -280,9 +280,9 @@ test_llama_presets(void **state)
                want[i].published, 100 * (n / want[i].published - 1));
         assert_true(fabs(n / want[i].published - 1) < 1e-3);
     }
-    /* Then the two mixtures of experts (tests/test_moe.c checks them). */
+    /* Then the three mixtures of experts (tests/test_moe.c checks them). */
     assert_string_equal(models_llama_preset_name(sizeof want / sizeof want[0]), "mixtral-8x7b");
-    assert_null(models_llama_preset_name(sizeof want / sizeof want[0] + 2));
+    assert_null(models_llama_preset_name(sizeof want / sizeof want[0] + 3));
     assert_int_equal(models_llama_preset("llama4", &c, &err), DI_ENOTFOUND);
     /* A small model: the module's trained arguments are the formula's count. */
     models_llama_init(&c);

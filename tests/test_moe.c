@@ -40,9 +40,12 @@ test_presets(void **state)
     static const struct {
         const char *name;
         double total, active, digits; /* digits: half a unit of the last published digit */
+        int active_embed;             /* the published active count includes the input embedding */
     } want[] = {
-        {"mixtral-8x7b", 46.7e9, 12.9e9, 0.05e9},    /* Jiang et al. 2024; Mistral AI */
-        {"deepseek-moe-16b", 16.4e9, 2.8e9, 0.05e9}, /* Dai et al. 2024, Table 1 */
+        {"mixtral-8x7b", 46.7e9, 12.9e9, 0.05e9, 1},    /* Jiang et al. 2024; Mistral AI */
+        {"deepseek-moe-16b", 16.4e9, 2.8e9, 0.05e9, 1}, /* Dai et al. 2024, Table 1 */
+        /* DeepSeek-AI 2024 (V3): 671B, 37B activated; the latter without the input embedding. */
+        {"deepseek-v3", 671e9, 37e9, 0.5e9, 0},
     };
     (void)state;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -51,10 +54,12 @@ test_presets(void **state)
         models_llama_init(&c);
         assert_int_equal(models_llama_preset(want[i].name, &c, &err), 0);
         double n = (double)models_llama_parameters(&c), a = (double)models_llama_active_parameters(&c);
+        double a_pub = a - (want[i].active_embed ? 0 : (double)c.vocab * (double)c.hidden);
         printf("%-17s %.6g parameters (published %.3g), %.6g active (published %.3g)\n",
-               want[i].name, n, want[i].total, a, want[i].active);
+               want[i].name, n, want[i].total, a_pub, want[i].active);
         assert_true(fabs(n - want[i].total) <= want[i].digits);
-        assert_true(fabs(a - want[i].active) <= want[i].digits);
+        assert_true(fabs(n / want[i].total - 1) < 2e-3);
+        assert_true(fabs(a_pub - want[i].active) <= want[i].digits);
         assert_true(c.experts > 0 && a < n);
     }
     /* Mixtral's total to 0.1%: 2 V h + 32 (attention + router + 8 experts) + h. */
@@ -121,8 +126,23 @@ test_module_counts(void **state)
     c.capacity_factor = 100;
     assert_int_equal(models_llama_capacity(&c), c.seq);
     ir_module_free(m);
-    /* Bad shapes are refused by name. */
+    /* With multi-head latent attention: the module's trained arguments are the formula's too. */
+    c.q_lora = 12;
+    c.kv_lora = 8;
+    c.qk_nope = 4;
+    c.rope_dim = 2;
+    c.v_head = 6;
     c.capacity_factor = 0;
+    assert_int_equal(models_llama_build(&c, &m, NULL), 0);
+    assert_verifies(m);
+    sim_model_stats_of(m, &st);
+    assert_int_equal(st.parameters, models_llama_parameters(&c));
+    assert_int_equal(st.active_parameters, models_llama_active_parameters(&c));
+    ir_module_free(m);
+    c.rope_dim = 0;
+    assert_int_equal(models_llama_build(&c, &m, NULL), DI_EINVAL);
+    c.kv_lora = 0;
+    /* Bad shapes are refused by name. */
     c.top_k = 9;
     assert_int_equal(models_llama_build(&c, &m, NULL), DI_EINVAL);
 }

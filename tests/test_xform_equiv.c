@@ -4,7 +4,7 @@
  * SwiGLU, untied embeddings; the grid only) and a small mixture of experts
  * (a dense layer, then MoE layers with a shared expert; dropless: every
  * expert's capacity holds a whole sequence; dp, tp, pp in {1, 2}, with and
- * without expert parallelism) (dropout 0: the executor's dropout mask depends
+ * without expert parallelism; also with DeepSeek's latent attention) (dropout 0: the executor's dropout mask depends
  * on an element's index within the local tensor, so a split changes it),
  * every (dp, tp, pp) in {1, 2, 4}^3 that divides the model, and every row of
  * the variant table (schedules, recomputation, ZeRO stages, stashing,
@@ -104,10 +104,18 @@ build(int gpt, int adam)
     ir_module *m = NULL;
     di_error err;
     int rc;
-    if (gpt == 3) {
+    if (gpt == 3 || gpt == 5) {
         /* Mixture of experts: layer 0 dense, layers 1-3 4 experts (top 2) and a shared one. */
         models_llama c;
         models_llama_init(&c);
+        if (gpt == 5) {
+            /* 5: with multi-head latent attention (DeepSeek-V3's shape, scaled down). */
+            c.q_lora = 12;
+            c.kv_lora = 8;
+            c.qk_nope = 4;
+            c.rope_dim = 2;
+            c.v_head = 6;
+        }
         c.layers = 4;
         c.hidden = 32;
         c.heads = 8;
@@ -498,49 +506,55 @@ test_uneven_pipeline(void **state)
 static void
 test_moe_grid(void **state)
 {
-    model_case sgd, adam;
-    uint32_t nep = 0;
     (void)state;
-    case_init(&sgd, 3, 0);
-    case_init(&adam, 3, 1);
-    sgd.name = adam.name = "moe";
-    nrun = nskip = nvocab = 0;
-    for (uint32_t dp = 1; dp <= 2; dp++)
-        for (uint32_t tp = 1; tp <= 2; tp++)
-            for (uint32_t pp = 1; pp <= 2; pp++)
-                for (uint32_t ep = 1; ep <= dp; ep++) {
-                    uint32_t before = nrun;
-                    sgd.ep = adam.ep = ep;
-                    for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++)
-                        run_one(variants[k].adam ? &adam : &sgd, dp, tp, pp, &variants[k]);
-                    if (ep > 1)
-                        nep += nrun - before;
-                }
-    fprintf(stderr, "moe: %u strategies equal the sequential step (%u with ep=2), %u not "
-            "applicable\n", nrun, nep, nskip);
-    assert_true(nrun > 80);
-    assert_true(nep > 20);
-    case_fini(&sgd);
-    case_fini(&adam);
+    /* 3: the MoE with grouped-query attention; 5: with multi-head latent attention. */
+    for (int gpt = 3; gpt <= 5; gpt += 2) {
+        model_case sgd, adam;
+        uint32_t nep = 0;
+        case_init(&sgd, gpt, 0);
+        case_init(&adam, gpt, 1);
+        sgd.name = adam.name = gpt == 5 ? "moe-mla" : "moe";
+        nrun = nskip = nvocab = 0;
+        for (uint32_t dp = 1; dp <= 2; dp++)
+            for (uint32_t tp = 1; tp <= 2; tp++)
+                for (uint32_t pp = 1; pp <= 2; pp++)
+                    for (uint32_t ep = 1; ep <= dp; ep++) {
+                        uint32_t before = nrun;
+                        sgd.ep = adam.ep = ep;
+                        for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++)
+                            run_one(variants[k].adam ? &adam : &sgd, dp, tp, pp, &variants[k]);
+                        if (ep > 1)
+                            nep += nrun - before;
+                    }
+        fprintf(stderr,
+                "%s: %u strategies equal the sequential step (%u with ep=2), %u not applicable\n",
+                sgd.name, nrun, nep, nskip);
+        assert_true(nrun > 80);
+        assert_true(nep > 20);
+        case_fini(&sgd);
+        case_fini(&adam);
+    }
 }
 
 /*
  * Context parallelism: the sequence split over cp = 2 ranks (keys and values
  * all-gathered for attention, their gradients reduce-scattered, weight
  * gradients reduced over dp x cp) with every dp, tp, pp in {1, 2} and every
- * variant but sequence parallelism (not supported with cp yet), on the GPT, the Llama (also with fused causal attention: each rank's
- * query block offsets its mask) and the mixture of experts (with and
- * without ep).
+ * variant but sequence parallelism (not supported with cp yet), on the
+ * GPT, the Llama (also with fused causal attention: each rank's query block
+ * offsets its mask) and the mixtures of experts (with grouped-query and with
+ * latent attention; with and without ep).
  */
 static void
 test_cp_grid(void **state)
 {
     (void)state;
-    for (int gpt = 1; gpt <= 4; gpt++) {
+    for (int gpt = 1; gpt <= 5; gpt++) {
         model_case sgd, adam;
         case_init(&sgd, gpt, 0);
         case_init(&adam, gpt, 1);
-        sgd.name = adam.name = gpt == 4   ? "llama-fused"
+        sgd.name = adam.name = gpt == 5   ? "moe-mla"
+                               : gpt == 4 ? "llama-fused"
                                : gpt == 3 ? "moe"
                                : gpt == 2 ? "llama"
                                           : "gpt";
@@ -549,7 +563,7 @@ test_cp_grid(void **state)
         for (uint32_t dp = 1; dp <= 2; dp++)
             for (uint32_t tp = 1; tp <= 2; tp++)
                 for (uint32_t pp = 1; pp <= 2; pp++)
-                    for (uint32_t ep = 1; ep <= (gpt == 3 ? dp : 1); ep++) {
+                    for (uint32_t ep = 1; ep <= (gpt == 3 || gpt == 5 ? dp : 1); ep++) {
                         sgd.ep = adam.ep = ep;
                         for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++)
                             run_one(variants[k].adam ? &adam : &sgd, dp, tp, pp, &variants[k]);

@@ -33,6 +33,7 @@
 enum {
     L_NORM1, L_Q, L_K, L_V, L_O, L_NORM2, L_W1, L_W3, L_W2, /* a dense layer's, in order */
     L_ROUTER, L_E1, L_E3, L_E2, L_S1, L_S3, L_S2,           /* an MoE layer's MLP instead */
+    L_QA, L_QNORM, L_KVA, L_KVNORM, L_KVB,                  /* latent attention (L_Q: wq_b) */
     L_PER_LAYER
 };
 
@@ -41,6 +42,8 @@ static const char *const lweight_names[L_PER_LAYER] = {
     "attn.wo",         "mlp_norm.scale", "mlp.w1",         "mlp.w3",
     "mlp.w2",          "moe.router",     "moe.experts.w1", "moe.experts.w3",
     "moe.experts.w2",  "moe.shared.w1",  "moe.shared.w3",  "moe.shared.w2",
+    "attn.wq_a",       "attn.q_norm.scale", "attn.wkv_a",  "attn.kv_norm.scale",
+    "attn.wkv_b",
 };
 
 /*
@@ -66,6 +69,7 @@ static const struct llama_preset {
     {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 8192, 0, 0, 0, 0, 0},
     {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, 8, 2, 14336, 0, 0},
     {"deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096, 64, 6, 1408, 2, 1},
+    {"deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096, 256, 8, 2048, 1, 3},
 };
 
 #define NLPRESET (sizeof llama_presets / sizeof llama_presets[0])
@@ -117,6 +121,15 @@ models_llama_preset(const char *name, models_llama *c, di_error *err)
             c->shared_experts = p->shared;
             c->first_dense = p->first_dense;
             c->moe_every = 1;
+            c->q_lora = c->kv_lora = c->qk_nope = c->rope_dim = c->v_head = 0;
+            if (strcmp(p->name, "deepseek-v3") == 0) {
+                /* DeepSeek-V3 (DeepSeek-AI 2024): multi-head latent attention. */
+                c->q_lora = 1536;
+                c->kv_lora = 512;
+                c->qk_nope = 128;
+                c->rope_dim = 64;
+                c->v_head = 128;
+            }
             return 0;
         }
         if (len < sizeof known)
@@ -152,6 +165,13 @@ llama_params(const models_llama *c, int active)
     uint64_t h = (uint64_t)c->hidden, kv = (uint64_t)c->kv_heads;
     uint64_t d = c->heads ? h / (uint64_t)c->heads : 0, f = (uint64_t)c->ffn;
     uint64_t attn = 2 * h + h * (h + 2 * kv * d) + h * h, n = 2 * (uint64_t)c->vocab * h + h;
+    if (c->kv_lora > 0) {
+        uint64_t H = (uint64_t)c->heads, dqk = (uint64_t)(c->qk_nope + c->rope_dim);
+        uint64_t ql = (uint64_t)c->q_lora, kl = (uint64_t)c->kv_lora, dv = (uint64_t)c->v_head;
+        attn = 2 * h + (ql ? h * ql + ql + ql * H * dqk : h * H * dqk) +
+               h * (kl + (uint64_t)c->rope_dim) + kl + kl * H * ((uint64_t)c->qk_nope + dv) +
+               H * dv * h;
+    }
     for (uint32_t l = 0; l < c->layers; l++) {
         n += attn;
         if (models_llama_is_moe(c, l)) {
@@ -181,6 +201,7 @@ typedef struct llama_gen {
     models_builder *b;
     const models_llama *c;
     int64_t d;
+    int64_t dqk; /* the query and key head dimension (d, or nope + rope with latent attention) */
     ir_id idx;
     ir_dtype dt;
 } llama_gen;
@@ -213,20 +234,96 @@ rmsnorm(llama_gen *g, ir_id x, ir_id scale, const char *name)
 }
 
 /*
- * [b, s, n*d] -> [b, n, s, d] (n inferred: it is what tensor parallelism
+ * [b, s, n*hd] -> [b, n, s, hd] (n inferred: it is what tensor parallelism
  * splits). Keys and values (kv) mark the Transpose dist.tp "kv": context
  * parallelism all-gathers them there, before the grouped-query repeat.
  */
 static ir_id
-to_heads(llama_gen *g, ir_id x, int kv, const char *name)
+to_heads_d(llama_gen *g, ir_id x, int kv, int64_t hd, const char *name)
 {
-    int64_t shape[4] = {0, 0, -1, g->d}, perm[4] = {0, 2, 1, 3};
+    int64_t shape[4] = {0, 0, -1, hd}, perm[4] = {0, 2, 1, 3};
     x = models_reshape(g->b, x, 4, shape, name);
     if (kv)
         g->b->tp = "kv";
     x = models_transpose(g->b, x, 4, perm, name);
     g->b->tp = "heads";
     return x;
+}
+
+static ir_id
+to_heads(llama_gen *g, ir_id x, int kv, const char *name)
+{
+    return to_heads_d(g, x, kv, g->d, name);
+}
+
+/* Split of the last dimension of x into parts of sizes a and b. */
+static void
+split_last(models_builder *b, ir_id x, int64_t sa, int64_t sb, const char *name, ir_id *xa,
+           ir_id *xb)
+{
+    ir_id op = models_begin(b, IR_OP_SPLIT, 1, &x, 2, name);
+    if (op) {
+        ir_op_set_int(b->m, op, "axis", -1);
+        ir_op_set_ints(b->m, op, "split", 2, (int64_t[]){sa, sb});
+    }
+    *xa = models_end(b, op);
+    *xb = op ? *xa + 1 : 0;
+}
+
+/*
+ * Multi-head latent attention's q [b, H, s, nope + rope], k (the same) and
+ * v [b, H, s, v_head] (models.h). The latent projections are replicated
+ * across tensor ranks (dist.tp "none"), the up-projections split by heads.
+ */
+static void
+mla_qkv(llama_gen *g, ir_id a, const ir_id *w, const char *p, ir_id *q, ir_id *k, ir_id *v)
+{
+    models_builder *b = g->b;
+    const models_llama *c = g->c;
+    int64_t dqk = c->qk_nope + c->rope_dim, rshape[4] = {0, 0, 1, c->rope_dim};
+    int64_t perm[4] = {0, 2, 1, 3}, oshape[3] = {c->heads, 1, 1};
+    char name[96];
+    ir_id x, lat, kr, kn, ones, op;
+    if (c->q_lora > 0) {
+        b->tp = "none";
+        snprintf(name, sizeof name, "%s.q_a", p);
+        x = models_op2(b, IR_OP_MATMUL, a, w[L_QA], name);
+        x = rmsnorm(g, x, w[L_QNORM], name);
+    } else {
+        x = a;
+    }
+    b->tp = "column";
+    snprintf(name, sizeof name, "%s.q", p);
+    x = models_op2(b, IR_OP_MATMUL, x, w[L_Q], name);
+    b->tp = "heads";
+    snprintf(name, sizeof name, "%s.q.heads", p);
+    *q = to_heads_d(g, x, 0, dqk, name);
+    b->tp = "none";
+    snprintf(name, sizeof name, "%s.kv_a", p);
+    x = models_op2(b, IR_OP_MATMUL, a, w[L_KVA], name);
+    split_last(b, x, c->kv_lora, c->rope_dim, name, &lat, &kr);
+    lat = rmsnorm(g, lat, w[L_KVNORM], name);
+    b->tp = "column";
+    snprintf(name, sizeof name, "%s.kv", p);
+    x = models_op2(b, IR_OP_MATMUL, lat, w[L_KVB], name);
+    b->tp = "heads";
+    snprintf(name, sizeof name, "%s.kv.heads", p);
+    x = to_heads_d(g, x, 1, c->qk_nope + c->v_head, name);
+    split_last(b, x, c->qk_nope, c->v_head, name, &kn, v);
+    /* The rotary key part, one per token, shared by every head: [b, 1, s, rope] broadcast. */
+    snprintf(name, sizeof name, "%s.k_rope", p);
+    kr = models_reshape(b, kr, 4, rshape, name);
+    b->tp = "kv";
+    kr = models_transpose(b, kr, 4, perm, name);
+    b->tp = "heads";
+    ones = models_vector_const(b, g->dt, c->heads, models_one, name);
+    ones = models_reshape(b, ones, 3, oshape, name);
+    kr = models_op2(b, IR_OP_MUL, kr, ones, name);
+    snprintf(name, sizeof name, "%s.k", p);
+    op = models_begin(b, IR_OP_CONCAT, 2, (ir_id[]){kn, kr}, 1, name);
+    if (op)
+        ir_op_set_int(b->m, op, "axis", -1);
+    *k = models_end(b, op);
 }
 
 /*
@@ -386,27 +483,31 @@ lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
     b->tp = "none";
     snprintf(name, sizeof name, "%s.attn_norm", p);
     a = rmsnorm(g, x, w[L_NORM1], name);
-    b->tp = "column";
-    snprintf(name, sizeof name, "%s.q", p);
-    q = models_op2(b, IR_OP_MATMUL, a, w[L_Q], name);
-    snprintf(name, sizeof name, "%s.k", p);
-    k = models_op2(b, IR_OP_MATMUL, a, w[L_K], name);
-    snprintf(name, sizeof name, "%s.v", p);
-    v = models_op2(b, IR_OP_MATMUL, a, w[L_V], name);
-    b->tp = "heads";
-    snprintf(name, sizeof name, "%s.q.heads", p);
-    q = to_heads(g, q, 0, name);
-    snprintf(name, sizeof name, "%s.k.heads", p);
-    k = repeat_kv(g, to_heads(g, k, 1, name), name);
-    snprintf(name, sizeof name, "%s.v.heads", p);
-    v = repeat_kv(g, to_heads(g, v, 1, name), name);
+    if (g->c->kv_lora > 0) {
+        mla_qkv(g, a, w, p, &q, &k, &v);
+    } else {
+        b->tp = "column";
+        snprintf(name, sizeof name, "%s.q", p);
+        q = models_op2(b, IR_OP_MATMUL, a, w[L_Q], name);
+        snprintf(name, sizeof name, "%s.k", p);
+        k = models_op2(b, IR_OP_MATMUL, a, w[L_K], name);
+        snprintf(name, sizeof name, "%s.v", p);
+        v = models_op2(b, IR_OP_MATMUL, a, w[L_V], name);
+        b->tp = "heads";
+        snprintf(name, sizeof name, "%s.q.heads", p);
+        q = to_heads(g, q, 0, name);
+        snprintf(name, sizeof name, "%s.k.heads", p);
+        k = repeat_kv(g, to_heads(g, k, 1, name), name);
+        snprintf(name, sizeof name, "%s.v.heads", p);
+        v = repeat_kv(g, to_heads(g, v, 1, name), name);
+    }
     if (g->c->fused_attention) {
         ir_id in[3] = {q, k, v};
         snprintf(name, sizeof name, "%s.ctx", p);
         op = models_begin(b, IR_OP_FLASHATTN, 3, in, 2, name);
         if (op) {
             ir_op_set_int(m, op, "causal", 1);
-            ir_op_set_float(m, op, "scale", 1.0 / sqrt((double)g->d));
+            ir_op_set_float(m, op, "scale", 1.0 / sqrt((double)g->dqk));
         }
         ctx = models_end(b, op);
     } else {
@@ -414,7 +515,7 @@ lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
         k = models_transpose(b, k, 4, kperm, name);
         snprintf(name, sizeof name, "%s.scores", p);
         s = models_op2(b, IR_OP_MATMUL, q, k, name);
-        s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
+        s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->dqk)), name);
         s = models_op2(b, IR_OP_ADD, s, models_causal_mask(b, g->idx, g->c->seq, g->dt, p), name);
         op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
         if (op)
@@ -469,6 +570,14 @@ check_llama(const models_llama *c, di_error *err)
         return di_error_set(err, DI_EINVAL,
                             "model: --heads %lld is not a multiple of --kv-heads %lld",
                             (long long)c->heads, (long long)c->kv_heads);
+    if (c->kv_lora < 0 || c->q_lora < 0 || c->kv_lora > (1 << 20) || c->q_lora > (1 << 20))
+        return di_error_set(err, DI_EINVAL, "model: --kv-lora and --q-lora must be 0 to 2^20");
+    if (c->kv_lora > 0 &&
+        (c->qk_nope < 1 || c->rope_dim < 1 || c->v_head < 1 || c->qk_nope > 4096 ||
+         c->rope_dim > 4096 || c->v_head > 4096))
+        return di_error_set(err, DI_EINVAL,
+                            "model: latent attention (--kv-lora) needs --qk-nope-dim, --rope-dim "
+                            "and --v-head-dim from 1 to 4096");
     if (c->experts < 0 || c->experts > 65536)
         return di_error_set(err, DI_EINVAL, "model: --experts must be 0 (dense) to 65536");
     if (c->experts > 0) {
@@ -533,6 +642,7 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
     g.b = &b;
     g.c = c;
     g.d = h / c->heads;
+    g.dqk = c->kv_lora > 0 ? c->qk_nope + c->rope_dim : g.d;
     g.dt = c->dtype;
     kvd = c->kv_heads * g.d;
 
@@ -550,8 +660,12 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
         for (uint32_t j = 0; j < L_PER_LAYER; j++) {
             int64_t wd[3] = {h, h, 0};
             uint32_t rank = 2;
-            if ((j >= L_W1 && j <= L_W2 && is_moe) || (j >= L_ROUTER && !is_moe) ||
-                (j >= L_S1 && sf == 0))
+            if ((j >= L_W1 && j <= L_W2 && is_moe) || (j >= L_ROUTER && j <= L_S2 && !is_moe) ||
+                (j >= L_S1 && j <= L_S2 && sf == 0))
+                continue;
+            if (j >= L_QA && (c->kv_lora == 0 || (j <= L_QNORM && c->q_lora == 0)))
+                continue;
+            if (c->kv_lora > 0 && (j == L_K || j == L_V))
                 continue;
             if (j == L_NORM1 || j == L_NORM2)
                 rank = 1;
@@ -571,6 +685,20 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
                 rank = 3, wd[0] = c->experts, wd[1] = h, wd[2] = c->moe_ffn;
             else if (j == L_E2)
                 rank = 3, wd[0] = c->experts, wd[1] = c->moe_ffn, wd[2] = h;
+            else if (j == L_QNORM)
+                rank = 1, wd[0] = c->q_lora;
+            else if (j == L_KVNORM)
+                rank = 1, wd[0] = c->kv_lora;
+            else if (j == L_QA)
+                wd[1] = c->q_lora;
+            else if (j == L_KVA)
+                wd[1] = c->kv_lora + c->rope_dim;
+            else if (j == L_KVB)
+                wd[0] = c->kv_lora, wd[1] = c->heads * (c->qk_nope + c->v_head);
+            if (c->kv_lora > 0 && j == L_Q)
+                wd[0] = c->q_lora ? c->q_lora : h, wd[1] = c->heads * (c->qk_nope + c->rope_dim);
+            if (c->kv_lora > 0 && j == L_O)
+                wd[0] = c->heads * c->v_head;
             snprintf(name, sizeof name, "l%u.%s", l, lweight_names[j]);
             w[(size_t)l * L_PER_LAYER + j] = models_arg(&b, name, c->dtype, rank, wd);
         }

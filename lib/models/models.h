@@ -121,13 +121,21 @@ typedef struct models_llama {
     double capacity_factor, imbalance;
     /* 1: attention as one fused FlashAttention op (causal); 0 (default): the unfused ops. */
     int fused_attention;
+    /*
+     * Multi-head latent attention (DeepSeek-V2/V3) when kv_lora > 0: keys and
+     * values from a kv_lora-dimensional latent (normalized, then up-projected
+     * per head to qk_nope + v_head), a rope_dim key part shared by the heads,
+     * queries through a q_lora-dimensional latent (0: directly); the query and
+     * key head dimension is qk_nope + rope_dim, the value's v_head.
+     */
+    int64_t q_lora, kv_lora, qk_nope, rope_dim, v_head;
     models_train train;
 } models_llama;
 
 /* Defaults: a small model (2 layers, hidden 256, 8 heads, 2 key/value heads, ffn 688). */
 void models_llama_init(models_llama *c);
 /* Sets the shape of a preset (llama2-7b/13b/70b, llama3-8b/70b/405b, mistral-7b, mixtral-8x7b,
- * deepseek-moe-16b). */
+ * deepseek-moe-16b, deepseek-v3). */
 int models_llama_preset(const char *name, models_llama *c, di_error *err);
 const char *models_llama_preset_name(uint32_t i);
 /* 2 V h + L (2 h + h (h + 2 KV d) + h h + 3 h ffn) + h; an MoE layer's MLP is

@@ -26,7 +26,8 @@ static const struct spec_opt {
     {"final-ln-params", 0, 2}, {"kv-heads", 1, 4}, {"ffn", 1, 4},       {"precision", 1, 7},
     {"experts", 1, 4},         {"top-k", 1, 4},    {"moe-ffn", 1, 4},   {"shared-experts", 1, 4},
     {"moe-every", 1, 4},       {"first-dense", 1, 4}, {"capacity-factor", 1, 4}, {"imbalance", 1, 4},
-    {"attention", 1, 4},
+    {"attention", 1, 4},       {"q-lora", 1, 4},   {"kv-lora", 1, 4},   {"qk-nope-dim", 1, 4},
+    {"rope-dim", 1, 4},        {"v-head-dim", 1, 4},
 };
 
 static const char *const kind_names[] = {"", "mlp", "gpt", "llama"};
@@ -196,6 +197,17 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
         if (parse_real(key, value, &x, err) != 0)
             return DI_EINVAL;
         *(key[0] == 'c' ? &sp->llama.capacity_factor : &sp->llama.imbalance) = x;
+    } else if (strcmp(key, "q-lora") == 0 || strcmp(key, "kv-lora") == 0) {
+        /* 0 allowed: no latent (queries directly; no latent attention). */
+        if (strcmp(value, "0") != 0 && parse_pos(key, value, &n, err) != 0)
+            return DI_EINVAL;
+        *(key[0] == 'q' ? &sp->llama.q_lora : &sp->llama.kv_lora) = strcmp(value, "0") ? n : 0;
+    } else if (strcmp(key, "qk-nope-dim") == 0 || strcmp(key, "rope-dim") == 0 ||
+               strcmp(key, "v-head-dim") == 0) {
+        if (parse_pos(key, value, &n, err) != 0)
+            return DI_EINVAL;
+        *(key[0] == 'q' ? &sp->llama.qk_nope : key[0] == 'r' ? &sp->llama.rope_dim
+                                                              : &sp->llama.v_head) = n;
     } else if (strcmp(key, "experts") == 0 || strcmp(key, "shared-experts") == 0 ||
                strcmp(key, "first-dense") == 0) {
         /* 0 allowed: a dense model, no shared expert, no dense layer first. */
