@@ -359,6 +359,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     c->n_dp = cfg->ndp, c->dp = (uint32_t *)cfg->dp;
     c->n_tp = cfg->ntp, c->tp = (uint32_t *)cfg->tp;
     c->n_pp = cfg->npp, c->pp = (uint32_t *)cfg->pp;
+    c->n_cp = cfg->ncp, c->cp = (uint32_t *)cfg->cp;
     c->n_microbatches = cfg->nmicrobatches, c->microbatches = (uint32_t *)cfg->microbatches;
     c->n_virtual_stages = cfg->nvirtual, c->virtual_stages = (uint32_t *)cfg->virtual_stages;
     c->schedules = cfg->schedules;

@@ -182,6 +182,7 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
     if ((rc = config_list(cfg, "dp", c->n_dp, c->dp, err)) != 0 ||
         (rc = config_list(cfg, "tp", c->n_tp, c->tp, err)) != 0 ||
         (rc = config_list(cfg, "pp", c->n_pp, c->pp, err)) != 0 ||
+        (rc = config_list(cfg, "cp", c->n_cp, c->cp, err)) != 0 ||
         (rc = config_list(cfg, "microbatches", c->n_microbatches, c->microbatches, err)) != 0 ||
         (rc = config_list(cfg, "virtual-stages", c->n_virtual_stages, c->virtual_stages, err)) != 0)
         return rc;

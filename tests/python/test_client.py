@@ -162,6 +162,18 @@ def main():
                   d.json["device_counts"] == [1, 2, 4] and best["step_time_s"] <= target
                   and best["dp"] * best["tp"] * best["pp"] <= 4 and best["train_cost"] > 0,
                   best)
+            moe = distir.Model("llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn=96,
+                               experts=4, moe_ffn=32, seq=16, vocab=64, batch=8)
+            x = c.search(moe, "a100-dgx", devices=4, top_k=1000, constraints={"cp": [1, 2],
+                                                                             "dp": [2]})
+            pts = x.json["top"]
+            check("search: constraints reach the daemon; its space has context and expert "
+                  "parallelism for a mixture of experts",
+                  pts and all(p["dp"] == 2 for p in pts)
+                  and any(p.get("cp", 1) == 2 for p in pts)
+                  and any(p.get("ep", 1) == 2 for p in pts)
+                  and any(p.get("ep", 1) == 2 and p.get("cp", 1) == 2 for p in pts),
+                  [(p["strategy"]) for p in pts[:5]])
             try:
                 c.search(base, "a100-dgx", devices=4, objective="devices")
                 check("search: the devices objective without a target is refused", False)

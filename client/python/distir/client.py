@@ -311,13 +311,14 @@ class Client:
 
     def search(self, module, hardware="a100-dgx", *, devices=0, top_k=0,
                objective="time", target_step_s=0.0, price_per_device_hour=0.0,
-               train_tokens=0.0, progress=None) -> SearchOutcome:
+               train_tokens=0.0, constraints=None, progress=None) -> SearchOutcome:
         """The strategy search on the daemon's workers; progress(event) gets each
         SearchProgress message as it streams. devices: a count, or a list of
         counts (the space on each). objective: "time", "throughput", "devices"
         (the fewest reaching target_step_s) or "cost" (the least device time per
         step); price_per_device_hour and train_tokens add the cost and the time
-        to train to each point of the JSON."""
+        to train to each point of the JSON. constraints: a dict of
+        SearchConstraints fields, as {"tp": [1, 2], "cp": [1, 2], "zero": 3}."""
         if objective not in self._OBJECTIVES:
             raise ValueError("objective must be one of " + ", ".join(self._OBJECTIVES))
         counts = list(devices) if isinstance(devices, (list, tuple)) else []
@@ -329,6 +330,8 @@ class Client:
                                price_per_device_hour=price_per_device_hour,
                                train_tokens=train_tokens)
         req.device_counts.extend(counts)
+        if constraints:
+            req.constraints.CopyFrom(pb.SearchConstraints(**constraints))
         for ev in self._stream("Search", req, pb.SearchEvent):
             if ev.HasField("progress"):
                 if progress is not None:
