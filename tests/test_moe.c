@@ -297,34 +297,7 @@ test_ep_all_to_all(void **state)
     }
 }
 
-static sim_result *
-simulate(const ir_module *m, const strategy *s, const hw_model *hw)
-{
-    ir_module *d = NULL;
-    sim_result *r = NULL;
-    sim_options o;
-    di_error err;
-    if (xform_apply(m, s, NULL, &d, &err) != 0)
-        fail_msg("xform_apply: %s", err.msg);
-    sim_options_default(&o);
-    o.timeline_max_points = 0;
-    if (sim_run(d, hw, &o, &r, NULL, NULL, &err) != 0)
-        fail_msg("sim_run: %s", err.msg);
-    ir_module_free(d);
-    return r;
-}
 
-/* The largest live bytes of each class on device 0 over the step. */
-static void
-class_max(const sim_result *r, uint64_t *mx)
-{
-    const sim_device_result *d = &r->devices[0];
-    memset(mx, 0, SIM_NMEMCLASS * sizeof *mx);
-    for (uint32_t i = 0; i < d->ntimeline; i++)
-        for (int k = 0; k < SIM_NMEMCLASS; k++)
-            if (d->timeline[i].by_class[k] > mx[k])
-                mx[k] = d->timeline[i].by_class[k];
-}
 
 /*
  * docs/models.md: per device, weights N_d / tp + N_e / (ep tp) parameters
@@ -352,7 +325,7 @@ test_ep_model_state(void **state)
         s.ep = ep == 1 ? 0 : 4;
         if (ep == 2)
             continue; /* ep < dp: not supported yet */
-        r = simulate(m, &s, hw);
+        r = simulate_strategy(m, &s, hw);
         class_max(r, mx);
         fprintf(stderr, "ep=%u: weights %llu, gradients %llu, optimizer %llu bytes (formula %llu, "
                 "%llu, %llu)\n",

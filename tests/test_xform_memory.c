@@ -74,24 +74,8 @@
 #include "sim/hw.h"
 #include "sim/sim.h"
 #include "xform/xform.h"
+#include "support/support.h"
 
-static sim_result *
-simulate(const ir_module *m, const strategy *s, const hw_model *hw)
-{
-    ir_module *d = NULL;
-    sim_result *r = NULL;
-    sim_options o;
-    di_error err;
-    di_error_clear(&err);
-    if (xform_apply(m, s, NULL, &d, &err) != 0)
-        fail_msg("xform_apply: %s", err.msg);
-    sim_options_default(&o);
-    o.timeline_max_points = 0;
-    if (sim_run(d, hw, &o, &r, NULL, NULL, &err) != 0)
-        fail_msg("sim_run: %s", err.msg);
-    ir_module_free(d);
-    return r;
-}
 
 static hw_model *
 preset(const char *name)
@@ -138,7 +122,7 @@ static double
 activation_peak(uint32_t layers, const strategy *s, const hw_model *hw)
 {
     ir_module *m = gpt_layers(layers);
-    sim_result *r = simulate(m, s, hw);
+    sim_result *r = simulate_strategy(m, s, hw);
     double v = (double)r->devices[0].peak_by_class[SIM_MEM_ACTIVATIONS] +
                (double)r->devices[0].peak_by_class[SIM_MEM_COMM];
     sim_result_free(r);
@@ -226,7 +210,7 @@ check_bubble(uint32_t p, uint32_t m, uint32_t v, strategy_schedule sched)
     s.microbatches = m;
     s.schedule = sched;
     s.virtual_stages = v;
-    r = simulate(mod, &s, hw);
+    r = simulate_strategy(mod, &s, hw);
     assert_int_equal(r->ndevice, p);
     for (uint32_t i = 0; i < r->ndevice; i++) {
         double c0 = r->devices[i].compute_s, got = (r->step_time_s - c0) / c0;
@@ -283,9 +267,9 @@ check_recompute(strategy_schedule sched, uint32_t lowered)
     s.pp = 4;
     s.microbatches = 8;
     s.schedule = sched;
-    none = simulate(m, &s, hw);
+    none = simulate_strategy(m, &s, hw);
     s.recompute = STRATEGY_RECOMPUTE_FULL;
-    full = simulate(m, &s, hw);
+    full = simulate_strategy(m, &s, hw);
     assert_int_equal(none->ndevice, 4);
     assert_int_equal(full->ndevice, 4);
     for (uint32_t i = 0; i < 4; i++) {
@@ -317,17 +301,6 @@ test_full_recompute_every_stage(void **state)
     check_recompute(STRATEGY_SCHEDULE_1F1B, 3);
 }
 
-/* The largest live bytes of each class on device 0 over the step. */
-static void
-class_max(const sim_result *r, uint64_t *mx)
-{
-    const sim_device_result *d = &r->devices[0];
-    memset(mx, 0, SIM_NMEMCLASS * sizeof *mx);
-    for (uint32_t i = 0; i < d->ntimeline; i++)
-        for (int k = 0; k < SIM_NMEMCLASS; k++)
-            if (d->timeline[i].by_class[k] > mx[k])
-                mx[k] = d->timeline[i].by_class[k];
-}
 
 static void
 test_zero_divides(void **state)
@@ -350,14 +323,14 @@ test_zero_divides(void **state)
     s.dp = dp;
     s.microbatches = 2;
     {
-        sim_result *r = simulate(m, &s, hw);
+        sim_result *r = simulate_strategy(m, &s, hw);
         class_max(r, base);
         sim_result_free(r);
     }
     for (uint32_t k = 1; k <= 3; k++) {
         sim_result *r;
         s.zero = k;
-        r = simulate(m, &s, hw);
+        r = simulate_strategy(m, &s, hw);
         class_max(r, z);
         fprintf(stderr,
                 "zero %u: optimizer %llu -> %llu, gradients %llu -> %llu, weights %llu -> %llu "
@@ -408,7 +381,7 @@ test_stash_memory(void **state)
     for (int k = 0; k < 3; k++) {
         sim_result *r;
         s.stash = (strategy_stash)k;
-        r = simulate(m, &s, hw);
+        r = simulate_strategy(m, &s, hw);
         for (uint32_t d = 0; d < 2; d++) {
             uint64_t mx = 0;
             const sim_device_result *dr = &r->devices[d];

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <string.h>
 #include <time.h>
 
 #include "support.h"
@@ -51,4 +52,33 @@ free_tensors(ex_tensor *t, uint32_t n)
     for (uint32_t i = 0; i < n; i++)
         ex_tensor_fini(&t[i]);
     di_free(t);
+}
+
+sim_result *
+simulate_strategy(const ir_module *m, const strategy *s, const hw_model *hw)
+{
+    ir_module *d = NULL;
+    sim_result *r = NULL;
+    sim_options o;
+    di_error err;
+    di_error_clear(&err);
+    if (xform_apply(m, s, NULL, &d, &err) != 0)
+        fail_msg("xform_apply: %s", err.msg);
+    sim_options_default(&o);
+    o.timeline_max_points = 0;
+    if (sim_run(d, hw, &o, &r, NULL, NULL, &err) != 0)
+        fail_msg("sim_run: %s", err.msg);
+    ir_module_free(d);
+    return r;
+}
+
+void
+class_max(const sim_result *r, uint64_t *mx)
+{
+    const sim_device_result *d = &r->devices[0];
+    memset(mx, 0, SIM_NMEMCLASS * sizeof *mx);
+    for (uint32_t i = 0; i < d->ntimeline; i++)
+        for (int k = 0; k < SIM_NMEMCLASS; k++)
+            if (d->timeline[i].by_class[k] > mx[k])
+                mx[k] = d->timeline[i].by_class[k];
 }

@@ -11,6 +11,8 @@
 
 #include "exec/exec.h"
 #include "ir/ir.h"
+#include "sim/sim.h"
+#include "xform/xform.h"
 
 /* Seconds on the monotonic clock, for timing bounds. */
 double monotonic_seconds(void);
@@ -27,5 +29,11 @@ void run_ok(const ir_module *m, const ex_tensor *args, uint32_t nargs, ex_tensor
 
 /* Finalizes the n tensors of t and frees the array (as ex_run returns it). */
 void free_tensors(ex_tensor *t, uint32_t n);
+
+/* xform_apply then sim_run with the memory timeline kept whole (fails the test on an error). */
+sim_result *simulate_strategy(const ir_module *m, const strategy *s, const hw_model *hw);
+
+/* The largest live bytes of each memory class on device 0 over the step (mx[SIM_NMEMCLASS]). */
+void class_max(const sim_result *r, uint64_t *mx);
 
 #endif
