@@ -1,6 +1,6 @@
 /*
  * shard.c: sharding propagation over a sequential training step on the
- * extended mesh [microbatch, dp, tp] (docs/transforms.md).
+ * extended mesh [microbatch, dp, tp, cp] (docs/transforms.md).
  *
  * Every op kind has one rule (the table `rules` below) that describes the
  * op as factors, in the manner of GSPMD and Shardy: each dimension of each
@@ -346,10 +346,10 @@ r_reshape(const ir_module *m, ir_id op, rule *r)
                 uint32_t k = i - i0 > 1 ? 0 : 1, last = k == 0 ? i - 1 : j - 1;
                 uint32_t first = k == 0 ? i0 : j0, merged = k == 0 ? j0 : i0;
                 const int64_t *dd = r->dims[k];
-                int g = newf(r, F_INNER);
-                if (g < 0)
-                    return -1;
                 if (dd[last] > 1 && last > first) {
+                    int g = newf(r, F_INNER);
+                    if (g < 0)
+                        return -1;
                     r->map[k][last] = (int8_t)g;
                     r->map2[1 - k][merged] = (int8_t)g;
                     r->outer[g] = (int8_t)f;

@@ -9,8 +9,9 @@
  * writes it, or a forward function with a scalar loss, which is
  * differentiated first) into a distributed module in the local view:
  *
- *   1. placements on an extended mesh [microbatch, dp, tp] (dp.c, tp.c):
- *      batch data split along dimension 0 on the microbatch and data axes,
+ *   1. placements on an extended mesh [microbatch, dp, tp, cp] (dp.c, tp.c):
+ *      batch data split along dimension 0 on the microbatch and data axes
+ *      (and along the sequence, dimension 1, on the context axis),
  *      weights split by their dist.tp annotation (column, row) on the tensor
  *      axis and, with ZeRO, along dimension 0 on the data axis;
  *   2. sharding propagation over every op of the step (shard.c), one rule
@@ -19,7 +20,8 @@
  *   3. lowering (lower.c): each pipeline chunk (stage, microbatch, forward
  *      or backward) and each stage's optimizer step becomes a dist.pmap over
  *      the stage's devices whose body is the per-device program, with local
- *      shapes and mesh-form collectives on the stage mesh [dp, tp];
+ *      shapes and mesh-form collectives on the stage mesh [dp, tp] ([dp, cp,
+ *      tp] with context parallelism);
  *   4. the pipeline (pipeline.c, schedule.c): stages balanced by cost,
  *      chunks in the schedule's order, activations sent between stages,
  *      gradients accumulated across microbatches, recomputation and weight

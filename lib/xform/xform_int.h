@@ -5,7 +5,7 @@
  * normalized strategy, the analysis of the source (which arguments are batch
  * data and which weights, each op's phase, layer and pipeline stage), the
  * placements that sharding propagation decides (shard.c) on the extended
- * mesh [microbatch, dp, tp], the target hardware's costs (cost.h), and the
+ * mesh [microbatch, dp, tp, cp], the target hardware's costs (cost.h), and the
  * output module that lowering (lower.c) and the pipeline assembly
  * (pipeline.c, chunk.c) build. apply.c runs the passes in order.
  *
