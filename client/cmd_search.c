@@ -10,8 +10,8 @@
  * own evaluator and result, merged at the end: the result is the same
  * whatever the thread count (lib/search); with --server ADDR the daemon
  * runs it on its workers (the Search RPC) and streams progress events and
- * the result, which prints the same tables and the same JSON, byte for byte. Either way a progress line
- * goes to standard error when it is a terminal.
+ * the result, which prints the same tables and the same JSON, byte for byte. Either way a progress
+ * line goes to standard error when it is a terminal.
  * --shard i/n evaluates every n-th candidate from i, so that n processes
  * cover the space once; --merge combines their --json outputs into the
  * unsharded answer.

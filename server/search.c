@@ -226,8 +226,8 @@ srv_search_prepare(srv_search *s, di_error *err)
     req = (const void *)msg;
     rc = config_from_proto(req, &s->cfg, err);
     if (rc == 0)
-        rc = request_decode_input(req->module, req->model, req->hardware, &s->limits, NULL, &s->input,
-                                  err);
+        rc = request_decode_input(req->module, req->model, req->hardware, &s->limits, NULL,
+                                  &s->input, err);
     protobuf_c_message_free_unpacked(msg, NULL);
     if (rc != 0)
         return rc;

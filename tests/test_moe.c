@@ -53,7 +53,8 @@ test_presets(void **state)
         di_error err;
         models_llama_init(&c);
         assert_int_equal(models_llama_preset(want[i].name, &c, &err), 0);
-        double n = (double)models_llama_parameters(&c), a = (double)models_llama_active_parameters(&c);
+        double n = (double)models_llama_parameters(&c),
+               a = (double)models_llama_active_parameters(&c);
         double a_pub = a - (want[i].active_embed ? 0 : (double)c.vocab * (double)c.hidden);
         printf("%-17s %.6g parameters (published %.3g), %.6g active (published %.3g)\n",
                want[i].name, n, want[i].total, a_pub, want[i].active);
@@ -172,7 +173,7 @@ test_routing_ops(void **state)
     /* Tokens 0 and 1 prefer expert 0 (token 1 ties: the lower index), token 2 expert 1. */
     static const float p[6] = {0.9f, 0.1f, 0.5f, 0.5f, 0.2f, 0.8f};
     static const float x[6] = {1, 2, 3, 4, 5, 6};
-    static const float want_d[4] = {1, 2, 5, 6};           /* expert 0: token 0; expert 1: token 2 */
+    static const float want_d[4] = {1, 2, 5, 6}; /* expert 0: token 0; expert 1: token 2 */
     static const float want_c[6] = {1, 2, 0, 0, 5, 6};     /* token 1 dropped */
     static const float want_g[6] = {0.9f, 0, 0.5f, 0, 0, 0.8f};
     static const int64_t want_s[3] = {0, -1, 1};
@@ -254,13 +255,15 @@ test_ep_all_to_all(void **state)
             assert_int_equal(od[0], c.batch / mb);
             assert_int_equal(od[1], c.experts / dp);
             assert_int_equal(type_bytes(d, in), type_bytes(d, out));
-            assert_int_equal(type_bytes(d, in), (c.batch / (dp * mb)) * c.experts * cap * c.hidden * 4);
+            assert_int_equal(type_bytes(d, in),
+                             (c.batch / (dp * mb)) * c.experts * cap * c.hidden * 4);
             na2a++;
         } else if (o->kind == IR_OP_ALLREDUCE) {
             nar++;
         }
     }
-    /* The pmap bodies are shared by microbatches: per body, per MoE layer, 2 forward + 2 backward. */
+    /* The pmap bodies are shared by microbatches: per body, per MoE layer, 2 forward + 2 backward.
+     */
     fprintf(stderr, "ep=%u: %u all_to_all ops in the module's bodies, %u all_reduce\n", dp, na2a,
             nar);
     assert_int_equal(na2a % (4 * moe_layers), 0);

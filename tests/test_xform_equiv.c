@@ -4,12 +4,11 @@
  * SwiGLU, untied embeddings; the grid only) and a small mixture of experts
  * (a dense layer, then MoE layers with a shared expert; dropless: every
  * expert's capacity holds a whole sequence; dp, tp, pp in {1, 2}, with and
- * without expert parallelism; also with DeepSeek's latent attention) (dropout 0: the executor's dropout mask depends
- * on an element's index within the local tensor, so a split changes it),
- * every (dp, tp, pp) in {1, 2, 4}^3 that divides the model, and every row of
- * the variant table (schedules, recomputation, ZeRO stages, stashing,
- * sequence parallelism, overlapped gradient reduction, Adam), the
- * distributed executor's loss and updated weights (and Adam moments) equal
+ * without expert parallelism; also with DeepSeek's latent attention) (dropout 0: the executor's
+ * dropout mask depends on an element's index within the local tensor, so a split changes it), every
+ * (dp, tp, pp) in {1, 2, 4}^3 that divides the model, and every row of the variant table
+ * (schedules, recomputation, ZeRO stages, stashing, sequence parallelism, overlapped gradient
+ * reduction, Adam), the distributed executor's loss and updated weights (and Adam moments) equal
  * the sequential executor's within 1e-5 relative.
  *
  * The arguments go through xform_shard_args and the results through
@@ -52,34 +51,38 @@ typedef struct variant {
 } variant;
 
 static const variant variants[] = {
-    {"1f1b", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0, 0, 0, 4},
-    {"single microbatch", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0,
-     0, 0, 1},
-    {"gpipe", STRATEGY_SCHEDULE_GPIPE, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0, 0, 0, 4},
-    {"interleaved:2", STRATEGY_SCHEDULE_INTERLEAVED, 2, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0,
-     0, 0, 4},
-    {"recompute selective", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE, STRATEGY_STASH_NONE,
-     0, 0, 0, 0, 2},
-    {"recompute full", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 0, 0, 0, 0,
+    {"1f1b", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0, 0, 0,
+     4},
+    {"single microbatch", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE,
+     0, 0, 0, 0, 1},
+    {"gpipe", STRATEGY_SCHEDULE_GPIPE, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0, 0, 0,
+     4},
+    {"interleaved:2", STRATEGY_SCHEDULE_INTERLEAVED, 2, STRATEGY_RECOMPUTE_NONE,
+     STRATEGY_STASH_NONE, 0, 0, 0, 0, 4},
+    {"recompute selective", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE,
+     STRATEGY_STASH_NONE, 0, 0, 0, 0, 2},
+    {"recompute full", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 0,
+     0, 0, 0, 2},
+    {"zero 1 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 1, 0,
+     0, 1, 2},
+    {"zero 2", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 2, 0, 0, 0,
      2},
-    {"zero 1 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 1, 0, 0, 1, 2},
-    {"zero 2", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 2, 0, 0, 0, 2},
-    {"zero 3 adam", STRATEGY_SCHEDULE_GPIPE, 1, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 3, 0, 0, 1,
-     2},
-    {"stash pipedream", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_PIPEDREAM, 0, 0,
-     0, 0, 4},
-    {"stash 2bw zero 1", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_2BW, 1, 0, 0,
-     0, 2},
-    {"sequence parallel", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE, STRATEGY_STASH_NONE, 0,
-     1, 0, 0, 2},
-    {"overlap grad reduce", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0,
-     1, 0, 4},
-    {"overlap zero 2 sp adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 2,
-     1, 1, 1, 2},
-    {"overlap zero 1 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 1, 0,
-     1, 1, 2},
-    {"overlap single microbatch", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE,
-     0, 0, 1, 0, 1},
+    {"zero 3 adam", STRATEGY_SCHEDULE_GPIPE, 1, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 3, 0,
+     0, 1, 2},
+    {"stash pipedream", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
+     STRATEGY_STASH_PIPEDREAM, 0, 0, 0, 0, 4},
+    {"stash 2bw zero 1", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_2BW, 1,
+     0, 0, 0, 2},
+    {"sequence parallel", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE,
+     STRATEGY_STASH_NONE, 0, 1, 0, 0, 2},
+    {"overlap grad reduce", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE,
+     0, 0, 1, 0, 4},
+    {"overlap zero 2 sp adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
+     STRATEGY_STASH_NONE, 2, 1, 1, 1, 2},
+    {"overlap zero 1 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE,
+     1, 0, 1, 1, 2},
+    {"overlap single microbatch", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
+     STRATEGY_STASH_NONE, 0, 0, 1, 0, 1},
     {"overlap single microbatch zero 2 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
      STRATEGY_STASH_NONE, 2, 0, 1, 1, 1},
 };

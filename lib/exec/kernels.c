@@ -1786,7 +1786,8 @@ attn_setup(const kctx *k, const ex_tensor *q, const ex_tensor *kk, const ex_tens
 
 /* Row i of head h: the probabilities p[0..sk) (masked ones 0) and the log-sum-exp. */
 static double
-attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h, int64_t i, double *p)
+attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h, int64_t i,
+         double *p)
 {
     double mx = -INFINITY, sum = 0;
     int64_t last = a->causal ? a->off + i : a->sk - 1;
@@ -2054,7 +2055,8 @@ k_moemove(const kctx *k, const ex_tensor *x, const ex_tensor *slots, int combine
         nslot = x->dims[1] * x->dims[2];
         memcpy(dims, slots->dims, 3 * sizeof dims[0]);
     } else {
-        int64_t e = ir_op_int(k->m, k->op, "experts", 0), cap = ir_op_int(k->m, k->op, "capacity", 0);
+        int64_t e = ir_op_int(k->m, k->op, "experts", 0),
+                cap = ir_op_int(k->m, k->op, "capacity", 0);
         if (e < 1 || cap < 1)
             return kfail(k, DI_EINVAL, "experts and capacity must be positive");
         nslot = e * cap;

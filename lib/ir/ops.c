@@ -1616,10 +1616,12 @@ infer_flashattngrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
         return rc;
     r = in[0].rank;
     for (uint32_t i = 3; i < 6; i += 2)
-        if (in[i].rank != r || memcmp(in[i].dims, in[0].dims, (r - 1) * sizeof in[0].dims[0]) != 0 ||
+        if (in[i].rank != r ||
+            memcmp(in[i].dims, in[0].dims, (r - 1) * sizeof in[0].dims[0]) != 0 ||
             in[i].dims[r - 1] != in[2].dims[r - 1])
             return fail(m, op, err, "input %u has shape %s, expected the output's %s", i,
-                        shape_str(&a, in[i].rank, in[i].dims), shape_str(&b, in[3].rank, in[3].dims));
+                        shape_str(&a, in[i].rank, in[i].dims),
+                        shape_str(&b, in[3].rank, in[3].dims));
     if (in[4].rank != r - 1 || memcmp(in[4].dims, in[0].dims, (r - 1) * sizeof in[0].dims[0]) != 0)
         return fail(m, op, err, "input 4 (lse) has shape %s, expected [.., sq]",
                     shape_str(&a, in[4].rank, in[4].dims));
@@ -1636,7 +1638,8 @@ infer_topk(ir_module *m, ir_id op, ir_id *out, di_error *err)
     site s;
     int64_t k = ir_op_int(m, op, "k", 0), dims[IR_MAX_RANK];
     int rc;
-    if ((rc = load_input(m, op, 0, &x, err)) != 0 || (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
         (rc = check_float(m, op, &x, 0, err)) != 0)
         return rc;
     if (x.rank == 0)
@@ -1713,7 +1716,8 @@ infer_moeslots(ir_module *m, ir_id op, ir_id *out, di_error *err)
     site s;
     int64_t e, cap;
     int rc;
-    if ((rc = load_input(m, op, 0, &x, err)) != 0 || (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
+    if ((rc = load_input(m, op, 0, &x, err)) != 0 ||
+        (rc = common_site(m, op, &x, 1, &s, err)) != 0 ||
         (rc = check_slots(m, op, &x, 0, err)) != 0 || (rc = moe_sizes(m, op, &e, &cap, err)) != 0)
         return rc;
     out[0] = result_type(m, &s, IR_I64, 3, x.dims);
@@ -1731,7 +1735,8 @@ infer_moedispatch(ir_module *m, ir_id op, ir_id *out, di_error *err)
     if ((rc = load_inputs(m, op, 2, in, err)) != 0 ||
         (rc = common_site(m, op, in, 2, &s, err)) != 0 ||
         (rc = check_float(m, op, &in[0], 0, err)) != 0 ||
-        (rc = check_slots(m, op, &in[1], 1, err)) != 0 || (rc = moe_sizes(m, op, &e, &cap, err)) != 0)
+        (rc = check_slots(m, op, &in[1], 1, err)) != 0 ||
+        (rc = moe_sizes(m, op, &e, &cap, err)) != 0)
         return rc;
     if (in[0].rank != 4 || memcmp(in[0].dims, in[1].dims, 3 * sizeof in[0].dims[0]) != 0)
         return fail(m, op, err, "input 0 has shape %s, expected [B, S, k, h] for slots %s",

@@ -149,10 +149,10 @@ models_llama_is_moe(const models_llama *c, uint32_t l)
 int64_t
 models_llama_capacity(const models_llama *c)
 {
-    double f = c->capacity_factor > 0 ? c->capacity_factor : c->imbalance;
-    double cap = ceil((double)c->seq * (double)c->top_k / (double)c->experts * f - 1e-9);
+    double f = c->capacity_factor > 0 ? c->capacity_factor : c->imbalance, cap;
     if (c->experts <= 0)
         return 0;
+    cap = ceil((double)c->seq * (double)c->top_k / (double)c->experts * f - 1e-9);
     if (cap < 1)
         cap = 1;
     return cap >= (double)c->seq ? c->seq : (int64_t)cap;

@@ -336,10 +336,10 @@ search_point_equal(const search_point *a, const search_point *b)
            x->microbatches == y->microbatches && x->virtual_stages == y->virtual_stages &&
            x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
            x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
-           x->ep == y->ep && x->cp == y->cp && a->status == b->status && a->step_time_s == b->step_time_s &&
-           a->peak_memory_bytes == b->peak_memory_bytes && a->tokens_per_s == b->tokens_per_s &&
-           a->mfu == b->mfu && a->composed == b->composed && a->refined == b->refined &&
-           (!a->refined || figures_equal(&a->full, &b->full));
+           x->ep == y->ep && x->cp == y->cp && a->status == b->status &&
+           a->step_time_s == b->step_time_s && a->peak_memory_bytes == b->peak_memory_bytes &&
+           a->tokens_per_s == b->tokens_per_s && a->mfu == b->mfu && a->composed == b->composed &&
+           a->refined == b->refined && (!a->refined || figures_equal(&a->full, &b->full));
 }
 
 int
@@ -648,12 +648,14 @@ points_from_json(const json_t *root, const char *key, const search_result *r, se
         if ((rc = point_from_json(json_array_get(a, i), p, err)) != 0)
             return rc;
         c = &p->cand;
-        if (!search_result_has_devices(r, (uint64_t)c->dp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1)))
-            return di_error_set(err, DI_EINVAL,
-                                "search result: point %llu uses dp*tp*pp = %llu devices, not a device "
-                                "count of the search (at most %u)",
-                                (unsigned long long)c->index,
-                                (unsigned long long)c->dp * c->tp * c->pp, r->devices);
+        if (!search_result_has_devices(r,
+                                       (uint64_t)c->dp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1)))
+            return di_error_set(
+                err, DI_EINVAL,
+                "search result: point %llu uses dp*tp*pp = %llu devices, not a device "
+                "count of the search (at most %u)",
+                (unsigned long long)c->index, (unsigned long long)c->dp * c->tp * c->pp,
+                r->devices);
         ++*npoint;
     }
     return 0;

@@ -168,7 +168,7 @@ typedef struct search_space {
     uint64_t saved_min[3];   /* the activations a layer keeps per recomputation mode, the
                                 least over the layers (xform_model_facts) */
     uint64_t state_min;      /* a layer's weights and optimizer state, the least */
-    int64_t experts;         /* the MoE layers' experts (0: none): ep in {1, dp} where they divide */
+    int64_t experts; /* the MoE layers' experts (0: none): ep in {1, dp} where they divide */
     int64_t seq;             /* the sequence cp must divide (0: no cp) */
     uint64_t expert_bytes;   /* the part of state_bytes that expert parallelism splits */
     /*

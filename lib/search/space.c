@@ -434,7 +434,8 @@ enumerate_on(space_builder *b, uint32_t n)
             continue;
         ntps = divisors(n / pp, &tps);
         for (uint32_t jj = 0; jj < ntps * ncps_of(sp, n / pp); jj++) {
-            uint32_t tp = tps[jj / ncps_of(sp, n / pp)], cp = cp_at(sp, n / pp, jj % ncps_of(sp, n / pp));
+            uint32_t tp = tps[jj / ncps_of(sp, n / pp)],
+                     cp = cp_at(sp, n / pp, jj % ncps_of(sp, n / pp));
             uint32_t dp = cp && (n / pp / tp) % cp == 0 ? n / pp / tp / cp : 0;
             uint32_t *ms, nms;
             if (dp == 0 || !in_set(cfg->tp, cfg->ntp, tp) || !in_set(cfg->dp, cfg->ndp, dp))
@@ -1012,7 +1013,8 @@ search_twin(const search_space *sp, const search_candidate *c, search_candidate 
     if (c->microbatches != 1)
         return 0;
     *twin = *c;
-    if (c->schedule == STRATEGY_SCHEDULE_1F1B && in_mask(sp->cfg.schedules, STRATEGY_SCHEDULE_GPIPE))
+    if (c->schedule == STRATEGY_SCHEDULE_1F1B &&
+        in_mask(sp->cfg.schedules, STRATEGY_SCHEDULE_GPIPE))
         twin->schedule = STRATEGY_SCHEDULE_GPIPE;
     else if (c->zero == 2 && !c->overlap && in_mask(sp->cfg.zeros, 1))
         twin->zero = 1;

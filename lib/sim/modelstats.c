@@ -113,7 +113,8 @@ sim_model_stats_of(const ir_module *m, sim_model_stats *out)
             seen[w] = 1;
             int64_t e = m->ints[wt->dims];
             if (e > topk)
-                inactive += (double)ir_type_numel(m, m->values[w].type) * (double)(e - topk) / (double)e;
+                inactive +=
+                    (double)ir_type_numel(m, m->values[w].type) * (double)(e - topk) / (double)e;
         }
         di_free(seen);
         out->active_parameters = out->parameters - (uint64_t)(inactive + 0.5);

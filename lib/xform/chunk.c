@@ -111,7 +111,7 @@ typedef struct leafbuf {
     int bkdtype;
     int bkscatter;       /* the open bucket reduce-scatters */
     int bkcp;            /* the open bucket's gradients are partial on the context axis */
-    uint8_t *pending;    /* per leaf: reduce-scattered per microbatch, accumulated after the split */
+    uint8_t *pending; /* per leaf: reduce-scattered per microbatch, accumulated after the split */
     uint32_t *done_bk;   /* launched buckets' leaves, bucket after bucket */
     uint32_t ndone_bk;
     struct {
@@ -461,7 +461,7 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
         bn[nb - 1]++;
         bytes += ir_type_bytes(P->out, P->out->values[ls[nm - 1].v].type);
         dtype = (int)t->dtype;
-        kind = scatter | (ls[nm - 1].pl.a[XF_CP] == XF_P) << 1 | (ls[nm - 1].pl.a[XF_DP] == XF_P) << 2;
+        kind = k2;
     }
     /* Launch every bucket, then split them back (a lone all-reduce: an ordinary conversion). */
     for (uint32_t i = 0; i < nb && rc == 0; i++) {

@@ -559,7 +559,8 @@ decide(gfun *g, ir_id op)
                 int8_t want, have;
                 if (k < o->ninput) {
                     have = g->act[v].mesh == mesh ? g->act[v].a[a] : IR_PLACE_R;
-                    want = cand[c] == -1 ? have : implied(m, op, &r, k, cand[c] >= 0 ? cand[c] : -1);
+                    want =
+                        cand[c] == -1 ? have : implied(m, op, &r, k, cand[c] >= 0 ? cand[c] : -1);
                 } else {
                     have = cand[c] == -1 ? IR_PLACE_PSUM : implied(m, op, &r, k, cand[c]);
                     want = g->des[v].mesh == mesh ? g->des[v].a[a] : have;

@@ -393,7 +393,8 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
     xf_place want = xf_place_on(to, b->n);
     int rc;
     /* Axes from the least significant in a block index (layout.c) to the most. */
-    static const int gather_order[3] = {XF_CP, XF_DP, XF_TP}, split_order[3] = {XF_TP, XF_DP, XF_CP};
+    static const int gather_order[3] = {XF_CP, XF_DP, XF_TP},
+                     split_order[3] = {XF_TP, XF_DP, XF_CP};
 
     cur.pl = xf_place_on(&cur.pl, b->n);
     if (b->step) {

@@ -455,7 +455,8 @@ r_flashattn(const ir_module *m, ir_id op, rule *r)
     return 0;
 }
 
-/* TopK (x -> values, indices) and TopKGrad (dvalues, indices -> dx): every dimension but the last. */
+/* TopK (x -> values, indices) and TopKGrad (dvalues, indices -> dx): every dimension but the last.
+ */
 static int
 r_topk(const ir_module *m, ir_id op, rule *r)
 {

@@ -321,7 +321,8 @@ validate_tp(xf_ctx *c, uint32_t g)
         const int64_t *wd = ir_type_dims(m, m->values[ir_op_input(m, col, 1)].type);
         int64_t hidden = heads ? wd[0] : wd[1];
         if (hidden % tp != 0)
-            return di_error_set(c->err, DI_ESTRATEGY, "%stp=%u does not divide the hidden size %lld",
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "%stp=%u does not divide the hidden size %lld",
                                 xf_stage_prefix(c, g, pre, sizeof pre), tp, (long long)hidden);
     }
     if (heads) {
@@ -356,7 +357,9 @@ validate(xf_ctx *c)
 {
     const strategy *s = &c->s;
     uint64_t ndev = c->ndev;
-    const char *what = c->hetero ? "the stages' dp*tp" : "dp*tp*pp";
+    const char *what = c->hetero         ? "the stages' dp*tp"
+                       : c->n[XF_CP] > 1 ? "dp*cp*tp*pp"
+                                         : "dp*tp*pp";
     char pre[32];
     ir_id op = 0;
     int rc;
@@ -377,7 +380,8 @@ validate(xf_ctx *c)
         seen = di_xcalloc(1u << 20, 1);
         for (uint32_t i = 0; i < s->ndevice_order; i++) {
             uint32_t d = s->device_order[i];
-            if (d >= (1u << 20) || (xform_cost_known(&c->cost) && d >= c->cost.ndevice) || seen[d]) {
+            if (d >= (1u << 20) || (xform_cost_known(&c->cost) && d >= c->cost.ndevice) ||
+                seen[d]) {
                 int twice = d < (1u << 20) && seen[d];
                 di_free(seen);
                 return di_error_set(c->err, DI_ESTRATEGY,
@@ -404,7 +408,8 @@ validate(xf_ctx *c)
         uint32_t ndata = 0;
         if (c->hetero || s->nstages)
             return di_error_set(c->err, DI_ESTRATEGY,
-                                "cp=%u needs the same degrees on every pipeline stage", c->n[XF_CP]);
+                                "cp=%u needs the same degrees on every pipeline stage",
+                                c->n[XF_CP]);
         for (uint32_t a = 0; a < fr->narg; a++) {
             ir_id v = fr->args[a];
             const ir_type *t = &c->m->types[c->m->values[v].type];

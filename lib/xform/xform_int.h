@@ -217,7 +217,8 @@ void xf_rule_build(const ir_module *m, ir_id op, rule *r);
 int xf_rule_dim(const rule *r, uint32_t k, int f);
 /* Does n divide every operand dimension that factor f maps to? */
 int xf_rule_divides(const rule *r, int f, uint32_t n);
-/* True when the partial-sum inputs on axis a (placements in[]) can pass through the op unreduced. */
+/* True when the partial-sum inputs on axis a (placements in[]) can pass through the op unreduced.
+ */
 int xf_rule_passes(const rule *r, int a, const xf_place *in);
 int xf_propagate(xf_ctx *c);
 /*
