@@ -522,6 +522,19 @@ get_real(const json_t *o, const char *key, double *out, di_error *err)
     return 0;
 }
 
+/* A degree written only when above 1 (ep, cp): 1 when absent. */
+static int
+opt_degree(const json_t *o, const char *key, uint32_t *v, di_error *err)
+{
+    uint64_t x = 1;
+    int rc;
+    if (json_object_get(o, key) != NULL &&
+        (rc = get_uint(o, key, STRATEGY_MAX_DEGREE, &x, err)) != 0)
+        return rc;
+    *v = (uint32_t)x;
+    return 0;
+}
+
 static int
 point_from_json(const json_t *o, search_point *p, di_error *err)
 {
@@ -564,29 +577,12 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
     p->cand.sequence_parallel = (uint8_t)v[9];
     p->cand.overlap = (uint8_t)v[10];
     p->peak_memory_bytes = v[11];
-    p->cand.ep = 1;
-    p->cand.cp = 1;
-    if (json_object_get(o, "cp") != NULL) {
-        uint64_t cp;
-        if ((rc = get_uint(o, "cp", STRATEGY_MAX_DEGREE, &cp, err)) != 0)
-            return rc;
-        if (cp == 0)
-            return di_error_set(err, DI_EINVAL, "search result: point %llu has cp=0",
-                                (unsigned long long)p->cand.index);
-        p->cand.cp = (uint32_t)cp;
-    }
-    if (json_object_get(o, "ep") != NULL) {
-        uint64_t ep;
-        if ((rc = get_uint(o, "ep", STRATEGY_MAX_DEGREE, &ep, err)) != 0)
-            return rc;
-        if (ep == 0 || (ep > 1 && ep != p->cand.dp))
-            return di_error_set(err, DI_EINVAL, "search result: point %llu has ep=%llu with dp=%u",
-                                (unsigned long long)p->cand.index, (unsigned long long)ep,
-                                p->cand.dp);
-        p->cand.ep = (uint32_t)ep;
-    }
+    if ((rc = opt_degree(o, "ep", &p->cand.ep, err)) != 0 ||
+        (rc = opt_degree(o, "cp", &p->cand.cp, err)) != 0)
+        return rc;
     if (p->cand.dp == 0 || p->cand.tp == 0 || p->cand.pp == 0 || p->cand.microbatches == 0 ||
-        p->cand.virtual_stages == 0 ||
+        p->cand.virtual_stages == 0 || p->cand.ep == 0 || p->cand.cp == 0 ||
+        (p->cand.ep > 1 && p->cand.ep != p->cand.dp) ||
         (p->cand.pp == 1) != (p->cand.schedule == STRATEGY_SCHEDULE_DEFAULT) ||
         (p->cand.virtual_stages > 1) != (p->cand.schedule == STRATEGY_SCHEDULE_INTERLEAVED))
         return di_error_set(err, DI_EINVAL,

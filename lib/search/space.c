@@ -388,33 +388,24 @@ push_options(space_builder *b, search_candidate *c)
 }
 
 /*
- * Context-parallel degrees for the dp x cp part m of the devices: the
- * allowed ones (or, none given, 1 and on a long sequence every divisor)
- * that divide the sequence and m. ncps_of counts them, cp_at gives the i-th.
+ * Context-parallel degrees for the dp x cp part m of the devices, ascending,
+ * into *out (caller frees): the allowed ones (or, none given, 1 and on a long
+ * sequence every divisor) that divide the sequence and m.
  */
 static uint32_t
-cp_at(const search_space *sp, uint32_t m, uint32_t i)
+cp_list(const search_space *sp, uint32_t m, uint32_t **out)
 {
     const search_config *cfg = &sp->cfg;
-    for (uint32_t cp = 1; cp <= m; cp++) {
-        if (m % cp != 0 || (cp > 1 && (sp->seq <= 0 || sp->seq % cp != 0)))
+    uint32_t nd = divisors(m, out), n = 0;
+    for (uint32_t i = 0; i < nd; i++) {
+        uint32_t cp = (*out)[i];
+        if (cp > 1 && (sp->seq <= 0 || sp->seq % cp != 0))
             continue;
-        if (cfg->ncp ? !in_set(cfg->cp, cfg->ncp, cp)
-                     : cp > 1 && sp->seq < SEARCH_LONG_SEQUENCE)
+        if (cfg->ncp ? !in_set(cfg->cp, cfg->ncp, cp) : cp > 1 && sp->seq < SEARCH_LONG_SEQUENCE)
             continue;
-        if (i-- == 0)
-            return cp;
+        (*out)[n++] = cp;
     }
-    return 0;
-}
-
-static uint32_t
-ncps_of(const search_space *sp, uint32_t m)
-{
-    uint32_t n = 0;
-    while (cp_at(sp, m, n) != 0)
-        n++;
-    return n ? n : 1;
+    return n;
 }
 
 /* The space on n devices. */
@@ -423,20 +414,21 @@ enumerate_on(space_builder *b, uint32_t n)
 {
     search_space *sp = b->sp;
     const search_config *cfg = &sp->cfg;
-    uint32_t *pps, *tps, *vs;
+    uint32_t *pps, *tps, *vs, *cps;
     uint32_t npps = divisors(n, &pps);
     uint32_t nvs = divisors(sp->layers ? sp->layers : 1, &vs);
     for (uint32_t i = 0; i < npps; i++) {
         uint32_t pp = pps[i];
-        uint32_t ntps;
+        uint32_t ntps, ncps;
         /* The space keeps pipelines whose stages hold equal layer counts. */
         if (!in_set(cfg->pp, cfg->npp, pp) || (sp->layers && pp > 1 && sp->layers % pp != 0))
             continue;
         ntps = divisors(n / pp, &tps);
-        for (uint32_t jj = 0; jj < ntps * ncps_of(sp, n / pp); jj++) {
-            uint32_t tp = tps[jj / ncps_of(sp, n / pp)],
-                     cp = cp_at(sp, n / pp, jj % ncps_of(sp, n / pp));
-            uint32_t dp = cp && (n / pp / tp) % cp == 0 ? n / pp / tp / cp : 0;
+        ncps = cp_list(sp, n / pp, &cps);
+        /* tp outer, cp inner (cp = 1 alone: the order without context parallelism). */
+        for (uint32_t jj = 0; jj < ntps * ncps; jj++) {
+            uint32_t tp = tps[jj / ncps], cp = cps[jj % ncps];
+            uint32_t dp = (n / pp / tp) % cp == 0 ? n / pp / tp / cp : 0;
             uint32_t *ms, nms;
             if (dp == 0 || !in_set(cfg->tp, cfg->ntp, tp) || !in_set(cfg->dp, cfg->ndp, dp))
                 continue;
@@ -478,6 +470,7 @@ enumerate_on(space_builder *b, uint32_t n)
             di_free(ms);
         }
         di_free(tps);
+        di_free(cps);
     }
     di_free(vs);
     di_free(pps);

@@ -635,15 +635,12 @@ strategy_format(const strategy *s, char *buf, size_t size)
              s->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? s->virtual_stages : 0u,
              recompute_names[s->recompute % 3], stash_names[s->stash % 3], s->zero,
              s->sequence_parallel ? " sp" : "", overlap);
-    if (s->ep > 1) {
+    /* Degrees added later, only when set, so that the text of older strategies stays. */
+    for (int i = 0; i < 2; i++) {
+        uint32_t v = i ? s->cp : s->ep;
         size_t w = strlen(buf);
-        if (w + 1 < size)
-            snprintf(buf + w, size - w, " ep=%u", s->ep);
-    }
-    if (s->cp > 1) {
-        size_t w = strlen(buf);
-        if (w + 1 < size)
-            snprintf(buf + w, size - w, " cp=%u", s->cp);
+        if (v > 1 && w + 1 < size)
+            snprintf(buf + w, size - w, " %s=%u", i ? "cp" : "ep", v);
     }
     /* Nested parallelism: " stages=4x1:10,2x2:14 tp_layers=0-11,16". */
     for (uint32_t g = 0; g < s->nstages; g++) {
@@ -699,13 +696,12 @@ strategy_hash(const strategy *s, di_sha256 *h)
     di_sha256_u64(h, s->ntp_layers);
     for (uint32_t i = 0; i < s->ntp_layers; i++)
         di_sha256_u64(h, s->tp_layers[i]);
-    /* Only when set, so that the keys of strategies without experts stay as they were. */
-    if (s->ep > 1) {
-        di_sha256_update(h, "ep", 2);
-        di_sha256_u64(h, s->ep);
-    }
-    if (s->cp > 1) {
-        di_sha256_update(h, "cp", 2);
-        di_sha256_u64(h, s->cp);
+    /* Only when set, so that the keys of strategies without them stay as they were. */
+    for (int i = 0; i < 2; i++) {
+        uint32_t v = i ? s->cp : s->ep;
+        if (v > 1) {
+            di_sha256_update(h, i ? "cp" : "ep", 2);
+            di_sha256_u64(h, v);
+        }
     }
 }

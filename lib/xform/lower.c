@@ -310,15 +310,10 @@ reduce_axes(xf_body *b, ir_id in, uint32_t mask, ir_id *out)
     int64_t ax[XF_NAXIS];
     uint32_t n = 0;
     int rc;
+    /* In mesh order: data (0), then context (1). */
     for (int a = XF_DP; a < XF_NAXIS; a++)
         if (mask & (1u << a))
             ax[n++] = mesh_axis(b, a);
-    /* Mesh order: data, then context. */
-    if (n == 2 && ax[0] > ax[1]) {
-        int64_t t = ax[0];
-        ax[0] = ax[1];
-        ax[1] = t;
-    }
     ir_op_set_mesh(b->out, op, "mesh", b->mesh);
     ir_op_set_ints(b->out, op, "mesh_axes", n, ax);
     if ((rc = infer_one(b, op)) != 0)
