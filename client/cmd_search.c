@@ -2,12 +2,14 @@
  * cmd_search.c: `distir search FILE [--hw PRESET|FILE] [--devices N[,N...]]
  * [--objective time|throughput|devices|cost] [--target-step S] [--price P]
  * [--train-tokens T] [--top K] [--json] [--shard i/n] [--headroom F]
- * [--compose 0|1] [--jobs N] [--math tf32|ieee] [--tp 1,2,4 ...] [--fix pp=2 ...]
+ * [--compose 0|1] [--time-bound 0|1] [--jobs N] [--math tf32|ieee] [--tp 1,2,4 ...]
+ * [--fix pp=2 ...]
  * [--server ADDR [--timeout-ms N]]` and `distir search --merge A.json B.json ...`.
  *
  * Without --server the search runs in-process on --jobs threads (default:
- * the online CPUs) that share a cursor over the candidates, each with its
- * own evaluator and result, merged at the end: the result is the same
+ * the online CPUs) that share one search_plan (branch and bound: a seed,
+ * then the other candidates, lib/search/plan.c), each with its own
+ * evaluator and result, merged at the end: the result is the same
  * whatever the thread count (lib/search); with --server ADDR the daemon
  * runs it on its workers (the Search RPC) and streams progress events and
  * the result, which prints the same tables and the same JSON, byte for byte. Either way a progress
@@ -35,7 +37,7 @@ static const char usage[] =
     "              [--objective time|throughput|devices|cost] [--target-step S]\n"
     "              [--price P] [--train-tokens T]\n"
     "              [--top K] [--json] [--shard i/n] [--headroom F] [--compose 0|1]\n"
-    "              [--jobs N] [--math tf32|ieee]\n"
+    "              [--time-bound 0|1] [--jobs N] [--math tf32|ieee]\n"
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
@@ -51,6 +53,8 @@ static const char usage[] =
     "and --train-tokens T add the cost and the time to train for T tokens.\n"
     "Candidates with many microbatches are composed from two shorter simulations\n"
     "(--compose 0: every one in full); the points reported are simulated in full.\n"
+    "Candidates whose lower bounds on step time and memory cannot enter the answer\n"
+    "are pruned unsimulated (--time-bound 0: none).\n"
     "L is a comma-separated list of allowed values; --fix pp=8 allows one value.\n"
     "The search runs in this process on --jobs threads (default: every CPU; the\n"
     "result does not depend on it), or with --server on distird's workers.";
@@ -60,7 +64,7 @@ static const char *const list_options[] = {
     "dp",        "tp",        "pp",       "microbatches",      "virtual-stages",      "schedule",
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",    "compose",           "target-step",         "price",
-    "train-tokens", "math", "cp",
+    "train-tokens", "math", "cp", "time-bound",
 };
 
 static int
@@ -134,10 +138,11 @@ default_jobs(void)
     return n < 1 ? 1 : n > 64 ? 64 : (unsigned)n;
 }
 
-/* The in-process search's threads: a shared cursor, a result per thread. */
+/* The in-process search's threads: a shared plan, a result per thread. */
 typedef struct local_search {
     const search_space *sp;
-    atomic_uint_fast64_t cursor, done, fit;
+    search_plan plan;
+    atomic_uint_fast64_t done, fit;
 } local_search;
 
 typedef struct local_part {
@@ -151,20 +156,30 @@ local_worker(void *arg)
     local_part *part = arg;
     local_search *ls = part->ls;
     search_evaluator ev;
-    uint64_t n = search_space_shard_size(ls->sp);
+    search_planner w;
+    int k;
     search_evaluator_init(&ev, ls->sp);
+    search_planner_init(&w, &ls->plan);
     for (;;) {
-        uint64_t k = atomic_fetch_add(&ls->cursor, 1);
         search_point p;
-        if (k >= n)
+        k = search_plan_next(&w, &ev, &p);
+        if (k == SEARCH_PLAN_END)
             break;
-        if (search_eval(&ev, search_space_at(ls->sp, k), &p) == SEARCH_OK)
+        if (k == SEARCH_PLAN_WAIT) { /* another thread is finishing the seed */
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (k != SEARCH_PLAN_POINT)
+            continue;
+        if (p.status == SEARCH_OK)
             atomic_fetch_add(&ls->fit, 1);
         search_result_add(&part->r, &p);
         atomic_fetch_add(&ls->done, 1);
     }
     /* This part's composed best, re-simulated in full before the merge. */
     search_result_refine(&ev, &part->r);
+    search_planner_fini(&w);
     search_evaluator_fini(&ev);
     return NULL;
 }
@@ -186,7 +201,7 @@ local_run(const search_space *sp, unsigned jobs, int tty, search_result *r)
     if (parts == NULL || tids == NULL)
         abort();
     ls.sp = sp;
-    atomic_init(&ls.cursor, 0);
+    search_plan_init(&ls.plan, sp);
     atomic_init(&ls.done, 0);
     atomic_init(&ls.fit, 0);
     for (unsigned i = 0; i < jobs; i++) {
@@ -219,6 +234,7 @@ local_run(const search_space *sp, unsigned jobs, int tty, search_result *r)
     }
     if (rc != 0)
         search_result_fini(r);
+    search_plan_fini(&ls.plan);
     free(parts);
     free(tids);
     return rc;
@@ -369,6 +385,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     c->overlap_grad_reduce = cfg->overlap;
     c->memory_headroom = cfg->memory_headroom;
     c->full_simulation = cfg->no_compose != 0;
+    c->no_time_bound = cfg->no_time_bound != 0;
     req->constraints = c;
 }
 

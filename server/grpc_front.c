@@ -15,7 +15,7 @@
  * way to the workers.
  *
  * Search runs one search shared by every worker (server/search.h): a
- * prepare job, then one work job per worker on the search's shared cursor,
+ * prepare job, then one work job per worker on the search's shared plan,
  * progress events from a loop timer, the merged result when all are back
  * (then stored in the cache); a search found stored by its prepare job gets
  * one progress event and the stored result instead.
@@ -1599,7 +1599,7 @@ call_dispatch(srv_call *c)
 /*
  * A Search call (server/search.h): one prepare job decodes the request and
  * builds the space, then one work job per worker shares the search through
- * its cursor. A uv timer sends progress events while they run (skipping a
+ * its plan. A uv timer sends progress events while they run (skipping a
  * tick while the previous message is still being sent: backpressure); when
  * the last job is back, the merged result goes out, then OK. A cancelled
  * call (client, deadline, lost connection) sets the search's cancel flag,

@@ -4,8 +4,9 @@
  * Threads: srv_search_prepare runs on one worker before any other job of
  * the search starts; afterwards the space, the config and the input are
  * immutable and read by every worker. Each srv_search_work call owns
- * parts[part] and its own search_evaluator; the only shared mutable state is
- * the cursor and the counters (atomics) and the best point (best_lock). The
+ * parts[part], planners[part] and its own search_evaluator; the only shared
+ * mutable state is the plan (its cursor and seed slots: lib/search/plan.c),
+ * the counters (atomics) and the best point (best_lock). The
  * loop thread reads those for progress events and touches the parts only
  * after every work job has been handed back through the inbox (which orders
  * the memory).
@@ -43,7 +44,9 @@ struct srv_search {
     uint64_t total; /* candidates of the shard */
 
     /* Shared by the workers. */
-    atomic_uint_fast64_t cursor; /* the next shard position to take */
+    int planned;                 /* plan and planners are initialized */
+    search_plan plan;            /* branch and bound: the order, the seed, what is pruned */
+    search_planner *planners;    /* per part */
     atomic_uint_fast64_t done;   /* candidates evaluated */
     atomic_uint_fast64_t count[SEARCH_NSTATUS];
     atomic_int cancel;
@@ -69,7 +72,6 @@ srv_search_new(grpc_slice bytes, const request_limits *lim, uint64_t max_candida
     s->test_delay_ms = test_delay_ms;
     s->t0_ns = uv_hrtime();
     s->nparts = nparts > 0 ? nparts : 1;
-    atomic_init(&s->cursor, 0);
     atomic_init(&s->done, 0);
     for (int i = 0; i < SEARCH_NSTATUS; i++)
         atomic_init(&s->count[i], 0);
@@ -84,6 +86,12 @@ srv_search_free(srv_search *s)
 {
     if (s == NULL)
         return;
+    if (s->planned) {
+        for (unsigned i = 0; i < s->nparts; i++)
+            search_planner_fini(&s->planners[i]);
+        search_plan_fini(&s->plan);
+    }
+    di_free(s->planners);
     if (s->prepared) {
         for (unsigned i = 0; i < s->nparts; i++)
             search_result_fini(&s->parts[i]);
@@ -205,6 +213,7 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
         cfg->memory_headroom = c->memory_headroom;
     }
     cfg->no_compose = c->full_simulation;
+    cfg->no_time_bound = c->no_time_bound;
     return 0;
 }
 
@@ -246,6 +255,11 @@ srv_search_prepare(srv_search *s, di_error *err)
                             "%llu (--max-search-candidates): constrain it (--tp, --fix, ...) or "
                             "shard it",
                             (unsigned long long)s->total, (unsigned long long)s->max_candidates);
+    search_plan_init(&s->plan, &s->space);
+    s->planners = di_xcalloc(s->nparts, sizeof *s->planners);
+    for (unsigned i = 0; i < s->nparts; i++)
+        search_planner_init(&s->planners[i], &s->plan);
+    s->planned = 1;
     return 0;
 }
 
@@ -279,20 +293,27 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
     search_evaluator_init(&ev, &s->space);
     ev.cancel = &s->cancel; /* a cancel reaches into the candidate's simulation */
     while (!atomic_load(&s->cancel)) {
-        uint64_t k, now;
+        uint64_t now;
         search_point p;
+        int k;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
         if (slice_ns > 0 && now - t0 >= slice_ns) {
-            more = atomic_load(&s->cursor) < s->total; /* the rest in a later slice */
+            more = 1; /* the rest in a later slice (a later call may find nothing left) */
             break;
         }
-        k = atomic_fetch_add(&s->cursor, 1);
-        if (k >= s->total)
-            break;
         if (s->test_delay_ms > 0)
             test_delay(s);
-        search_eval(&ev, search_space_at(&s->space, k), &p);
+        k = search_plan_next(&s->planners[part], &ev, &p);
+        if (k == SEARCH_PLAN_END)
+            break;
+        if (k == SEARCH_PLAN_WAIT) { /* another worker is finishing the seed */
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+            continue;
+        }
+        if (k != SEARCH_PLAN_POINT)
+            continue;
         search_result_add(r, &p);
         atomic_fetch_add(&s->count[p.status < SEARCH_NSTATUS ? p.status : SEARCH_FAILED], 1);
         atomic_fetch_add(&s->done, 1);

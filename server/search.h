@@ -4,10 +4,11 @@
  *
  * The loop thread creates an srv_search from the request bytes and hands it
  * to one worker job that decodes the request and builds the space
- * (srv_search_prepare); then to one job per worker, each of which takes
- * candidates from the shared cursor (an atomic next index into the space),
- * evaluates them on its own search_evaluator and adds them to its own part
- * of the result (srv_search_work). Counters for the progress events are
+ * (srv_search_prepare, which also builds the search's plan: branch and
+ * bound, lib/search/plan.c); then to one job per worker, each of which takes
+ * candidates from the shared plan (an atomic cursor over the seed, then
+ * the rest of the space), evaluates them on its own search_evaluator and
+ * adds them to its own part of the result (srv_search_work). Counters for the progress events are
  * atomics, and the best point so far sits under a mutex; the loop reads
  * them while the workers run (srv_search_progress). When every work job is
  * back, the loop merges the parts with search_result_merge (srv_search_result):
@@ -19,7 +20,9 @@
  * gives the stored result, marked cached. A computed result comes back
  * packed from srv_search_result for the loop to store.
  *
- * lib/ stays free of threads: the cursor, the atomics and the mutex live here.
+ * lib/ stays free of threads: the threads, the mutex and the waiting (a
+ * worker past the seed before it is complete sleeps a millisecond at a
+ * time) live here.
  */
 #ifndef DISTIRD_SEARCH_H
 #define DISTIRD_SEARCH_H
@@ -47,13 +50,11 @@ void srv_search_free(srv_search *s);
 
 /* Worker: decodes the request and builds the space; 0 or an error in err. */
 int srv_search_prepare(srv_search *s, di_error *err);
-/* Worker: evaluates candidates from the shared cursor into part `part` (< nparts) until the
- * space is exhausted or the search cancelled. */
 /*
- * Evaluates candidates from the shared cursor into part `part` until the
+ * Worker: evaluates candidates from the shared plan into part `part` (< nparts) until the
  * space is done, the search is cancelled, or slice_ns (0: no limit) has
- * passed; returns 1 when it stopped for the slice with candidates left, so
- * that the caller queues it again behind other work.
+ * passed; returns 1 when it stopped for the slice (candidates may be left),
+ * so that the caller queues it again behind other work.
  */
 int srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns);
 /* Any thread: asks the workers to stop after their current candidate. */

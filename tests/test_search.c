@@ -7,7 +7,10 @@
  * through the JSON form; two runs are identical and the enumeration order is
  * stable; the space holds exactly the degree triples whose product is N;
  * the configuration parser and the memory headroom; the transforms' model
- * facts the space is built from.
+ * facts the space is built from. Branch and bound (search_plan): the time
+ * bound stays below every full simulation and every composed estimate of
+ * brute force's spaces, the planned search's answer is brute force's, and
+ * its statuses and counts are the same on 1 or 3 workers and over 4 shards.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -103,6 +106,84 @@ run(const ir_module *m, const hw_model *hw, const search_config *cfg, search_res
 }
 
 /*
+ * The search as the CLI and the daemon run it: a plan (branch and bound)
+ * shared by `workers` planners, each with its evaluator and result, taking
+ * positions in turn on one thread, refined and merged.
+ */
+static void
+run_plan(const ir_module *m, const hw_model *hw, const search_config *cfg, unsigned workers,
+         search_result *r)
+{
+    search_space sp;
+    search_plan pl;
+    search_evaluator ev[3];
+    search_planner w[3];
+    search_result part[3];
+    int live[3];
+    unsigned left = workers;
+    di_error err;
+    assert_true(workers >= 1 && workers <= 3);
+    space_ok(&sp, m, hw, cfg);
+    search_plan_init(&pl, &sp);
+    for (unsigned i = 0; i < workers; i++) {
+        search_evaluator_init(&ev[i], &sp);
+        search_planner_init(&w[i], &pl);
+        search_result_init(&part[i], &sp);
+        live[i] = 1;
+    }
+    while (left > 0)
+        for (unsigned i = 0; i < workers; i++) {
+            search_point p;
+            int k;
+            if (!live[i])
+                continue;
+            k = search_plan_next(&w[i], &ev[i], &p);
+            /* One thread: every seed taken is evaluated before anything waits for it. */
+            assert_true(k != SEARCH_PLAN_WAIT);
+            if (k == SEARCH_PLAN_POINT)
+                search_result_add(&part[i], &p);
+            if (k == SEARCH_PLAN_END) {
+                search_result_refine(&ev[i], &part[i]);
+                live[i] = 0;
+                left--;
+            }
+        }
+    search_result_init(r, &sp);
+    for (unsigned i = 0; i < workers; i++) {
+        assert_int_equal(search_result_merge(r, &part[i], &err), 0);
+        search_result_fini(&part[i]);
+        search_planner_fini(&w[i]);
+        search_evaluator_fini(&ev[i]);
+    }
+    assert_int_equal(r->enumerated, search_space_shard_size(&sp));
+    search_plan_fini(&pl);
+    search_space_fini(&sp);
+}
+
+/* Whether a and b report the same top K (in order) and Pareto set, with the same figures. */
+static void
+assert_same_answer(const search_result *a, const search_result *b)
+{
+    search_point *ta = calloc(a->ntop + 1, sizeof *ta), *tb = calloc(b->ntop + 1, sizeof *tb);
+    assert_int_equal(a->ntop, b->ntop);
+    assert_int_equal(a->npareto, b->npareto);
+    search_result_reported_top(a, ta);
+    search_result_reported_top(b, tb);
+    for (uint32_t i = 0; i < a->ntop; i++) {
+        assert_int_equal(ta[i].cand.index, tb[i].cand.index);
+        assert_true(search_point_reported(&ta[i]).step_time_s ==
+                    search_point_reported(&tb[i]).step_time_s);
+    }
+    for (uint32_t i = 0; i < a->npareto; i++) {
+        assert_int_equal(a->pareto[i].cand.index, b->pareto[i].cand.index);
+        assert_true(a->pareto[i].step_time_s == b->pareto[i].step_time_s);
+        assert_int_equal(a->pareto[i].peak_memory_bytes, b->pareto[i].peak_memory_bytes);
+    }
+    free(ta);
+    free(tb);
+}
+
+/*
  * Brute force, independent of search_eval: every candidate of the space is
  * transformed (no separate validation) and simulated without a workspace.
  * Checks that the search's status of each candidate agrees (pruned ones
@@ -195,6 +276,16 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
             fail_msg("memory bound %llu above the peak %llu of candidate %llu",
                      (unsigned long long)search_memory_bound(&sp, c),
                      (unsigned long long)res->peak_memory_bytes, (unsigned long long)i);
+        /* The time bound is a lower bound of the step, and (with its slack) of an estimate. */
+        if (search_time_bound(&sp, c) > res->step_time_s) {
+            char name[256];
+            search_candidate_format(c, name, sizeof name);
+            fail_msg("time bound %.9g s above the step %.9g s of %s (%s)",
+                     search_time_bound(&sp, c), res->step_time_s, name, hw->name);
+        }
+        if (p.composed && search_time_bound(&sp, c) * (1 - SEARCH_COMPOSE_SLACK) > p.step_time_s)
+            fail_msg("time bound %.9g s above the composed estimate %.9g s of candidate %llu",
+                     search_time_bound(&sp, c), p.step_time_s, (unsigned long long)i);
         if (st == SEARCH_MEMORY_BOUND) {
             assert_false(fits);
             (*nbound)++;
@@ -236,6 +327,15 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
             assert_true(search_point_reported(&top[i - 1]).step_time_s <=
                         search_point_reported(&top[i]).step_time_s);
         free(top);
+    }
+    {
+        /* Branch and bound gives the same answer. */
+        search_result planned;
+        if (n == 0)
+            search_result_refine(&ev, &r);
+        run_plan(m, hw, cfg, 1, &planned);
+        assert_same_answer(&r, &planned);
+        search_result_fini(&planned);
     }
     if (*ncomposed > 0) { /* the Pareto set below is by the estimates: skip it */
         *nfeasible = n;
@@ -484,6 +584,77 @@ test_brute_force(void **state)
         hw_free(hw);
         ir_module_free(m);
     }
+}
+
+/*
+ * Branch and bound prunes: on a GPT whose weights and Adam state dominate
+ * its memory (so the memory bound is close to the peak), the candidates with
+ * many microbatches and without ZeRO are slower and need more memory than
+ * seed points, and are pruned unsimulated; the answer is the one of the
+ * search without the bound (which counts no time_bound), and the statuses
+ * and counts are the same on 1 or 3 workers and over 4 shards merged.
+ */
+static void
+test_branch_and_bound(void **state)
+{
+    models_gpt g;
+    ir_module *m = NULL;
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_result all, one, three, merged;
+    search_space sp;
+    di_error err;
+    (void)state;
+    models_gpt_init(&g);
+    g.layers = 4;
+    g.hidden = 256;
+    g.heads = 8;
+    g.seq = 8;
+    g.vocab = 13;
+    g.batch = 96;
+    g.dtype = IR_BF16;
+    g.train.optimizer = XFORM_OPTIM_ADAM;
+    if (models_gpt_build(&g, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    search_config_init(&cfg);
+    cfg.devices = 8;
+    cfg.top_k = 3;
+    assert_int_equal(search_config_set(&cfg, "recompute", "none,full", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "zero", "0,3", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "microbatches", "1,4,16,48,96", &err), 0);
+    run_plan(m, hw, &cfg, 1, &one);
+    assert_true(one.count[SEARCH_TIME_BOUND] > 0);
+    run_plan(m, hw, &cfg, 3, &three);
+    assert_true(search_result_equal(&one, &three));
+    space_ok(&sp, m, hw, &cfg);
+    search_result_init(&merged, &sp);
+    for (uint32_t i = 0; i < 4; i++) {
+        search_config c = cfg;
+        search_result part;
+        c.shard_index = i;
+        c.shard_count = 4;
+        run_plan(m, hw, &c, 2, &part);
+        assert_int_equal(search_result_merge(&merged, &part, &err), 0);
+        search_result_fini(&part);
+    }
+    assert_true(search_result_equal(&one, &merged));
+    cfg.no_time_bound = 1;
+    run_plan(m, hw, &cfg, 1, &all);
+    assert_int_equal(all.count[SEARCH_TIME_BOUND], 0);
+    assert_same_answer(&all, &one);
+    /* What the bound pruned the search without it evaluated: the same candidates in all. */
+    assert_int_equal(all.enumerated, one.enumerated);
+    assert_true(all.count[SEARCH_OK] + all.count[SEARCH_OOM] + all.count[SEARCH_INDIVISIBLE] +
+                    all.count[SEARCH_UNSUPPORTED] + all.count[SEARCH_DUPLICATE] >
+                one.count[SEARCH_OK] + one.count[SEARCH_OOM] + one.count[SEARCH_INDIVISIBLE] +
+                    one.count[SEARCH_UNSUPPORTED] + one.count[SEARCH_DUPLICATE]);
+    search_result_fini(&all);
+    search_result_fini(&one);
+    search_result_fini(&three);
+    search_result_fini(&merged);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
 }
 
 /*
@@ -1191,6 +1362,7 @@ main(void)
         cmocka_unit_test(test_compose_agreement),
         cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_memory_bound),
+        cmocka_unit_test(test_branch_and_bound),
         cmocka_unit_test(test_shards_merge),
         cmocka_unit_test(test_any_order),
         cmocka_unit_test(test_deterministic),

@@ -38,6 +38,7 @@
 #include "sim/hw.h"
 #include "sim/sim.h"
 #include "strategy/strategy.h"
+#include "xform/xform.h"
 
 /* The largest number of values an allowed set of one axis may list. */
 #define SEARCH_MAX_SET 64u
@@ -88,6 +89,7 @@ typedef struct search_config {
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
     int no_compose;             /* simulate every candidate in full (no composed estimates) */
+    int no_time_bound;          /* no branch and bound (search_plan): evaluate every candidate */
     int tf32;                   /* f32 GEMMs as TF32 (sim_options.tf32; "math" "tf32") */
     search_objective objective;
     double target_step_s;         /* SEARCH_MIN_DEVICES (required), SEARCH_MIN_COST: a step time
@@ -174,14 +176,27 @@ typedef struct search_space {
     /*
      * The same per device under each tensor parallelism of the space, with
      * and without sequence parallelism (xform_layer_memory), for the memory
-     * bound; ok 0 where the analysis refused the degree.
+     * bound; ok 0 where the analysis refused the degree. time: a layer's
+     * compute work there (xform_layer_work), for the time bound; time_ok 0
+     * where that analysis refused it.
      */
     uint32_t nlayer_mem;
     struct search_layer_mem {
         uint32_t tp;
-        uint8_t sequence_parallel, ok;
+        uint8_t sequence_parallel, ok, time_ok;
         uint64_t saved_min[3], state_min;
+        xform_layer_time time;
     } *layer_mem;
+    /*
+     * The layers of each model stage the transforms give a pipeline of pp
+     * groups and V virtual stages (xform_model_stage_layers), once per (pp, V) of
+     * the space, for the time bound; nstage 0 where that was refused.
+     */
+    uint32_t nstage_layout;
+    struct search_stage_layout {
+        uint32_t pp, V, nstage;
+        uint32_t *layers;
+    } *stage_layout;
     double max_capacity;     /* the largest device memory of the hardware, bytes */
     /*
      * Identifies the search, whatever the shard: SHA-256 over "distir.search.v1",
@@ -226,6 +241,33 @@ const search_candidate *search_space_next(const search_space *sp, uint64_t *curs
  */
 uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
 
+/*
+ * A lower bound on the candidate's simulated step time, in seconds (0 when
+ * there is none: context or expert parallelism, no layers, measured op
+ * times, an analysis the transforms refuse). Only the layers' compute ops
+ * count (xform_layer_work), w the least time of one layer's forward,
+ * backward and repeated forward ops for one microbatch on one device, w_g
+ * that of their GEMMs, c_g that of its forward and backward GEMMs. Device d
+ * of the pipeline, whose model stages hold N_d layers, runs its compute ops
+ * one at a time: T >= m N_d w. Its GEMMs all depend on the first
+ * microbatch's activations, which pass the GEMMs of the S_d layers of the
+ * model stages before its first; its last GEMM is a backward one of its
+ * lowest model stage, after which that microbatch's gradient passes the
+ * backward GEMMs of the same S_d layers: T >= S_d c_g + m N_d w_g. (The
+ * ops other than GEMMs and the repeated forward may run while the device
+ * waits: recomputation needs only the stage's checkpoint.) search_plan
+ * prunes on it (SEARCH_TIME_BOUND); the tests check it against full
+ * simulations.
+ */
+double search_time_bound(const search_space *sp, const search_candidate *c);
+/*
+ * The composed estimate that ranks a composed candidate may fall below its
+ * full simulation, which the time bound bounds (by at most 0.79% measured,
+ * docs/search.md): branch and bound takes a composable candidate's bound
+ * this much lower.
+ */
+#define SEARCH_COMPOSE_SLACK 0.02
+
 /* What became of a candidate. */
 #define SEARCH_STATUS_LIST(X)                                                                      \
     X(OK, "ok")                     /* simulated, fits in memory */                                \
@@ -234,7 +276,8 @@ uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
     X(MEMORY_BOUND, "memory_bound") /* pruned: search_memory_bound above the usable memory */      \
     X(UNSUPPORTED, "unsupported")   /* pruned: the transforms cannot take the module so */         \
     X(FAILED, "failed")             /* valid, but the transform or the simulation failed */   \
-    X(DUPLICATE, "duplicate")       /* pruned: simulates as an earlier candidate (search_twin) */
+    X(DUPLICATE, "duplicate")       /* pruned: simulates as an earlier candidate (search_twin) */ \
+    X(TIME_BOUND, "time_bound")     /* pruned: its bounds cannot enter the answer (search_plan) */
 
 typedef enum search_status {
 #define SEARCH_STATUS_ENUM_(e, name) SEARCH_##e,
@@ -328,6 +371,63 @@ int search_compose_counts(const search_space *sp, const search_candidate *c, uin
 /* Evaluates c with a full simulation whatever the config, duplicates too (the reference
  * composition is checked against, and the figures of a point reported). */
 int search_eval_full(search_evaluator *ev, const search_candidate *c, search_point *out);
+
+/*
+ * Branch and bound (plan.c, docs/search.md): the order in which a search's
+ * workers take its candidates, and which ones they prune by the time bound.
+ * A seed (max(2 K, 16) candidates of the whole space that pass the memory
+ * bound and xform_validate, the smallest time bounds first among those
+ * whose memory bound is at most half the usable memory, then among the
+ * others) is evaluated first; then each other candidate of the shard whose time and
+ * memory bounds, as its figures, would rank after K seed points and be
+ * dominated by a seed point is pruned (SEARCH_TIME_BOUND) without being
+ * validated, transformed or simulated, and the rest are evaluated
+ * (search_eval). The decisions depend on the space alone, so the statuses,
+ * counts and result are the same whatever the workers, their interleaving
+ * or the shards. cfg.no_time_bound: no seed, nothing pruned by it.
+ *
+ * One search_plan per search, shared by its workers (read-only but for the
+ * atomics and each seed slot, written once by the worker that evaluates it);
+ * one search_planner per worker:
+ *
+ *   search_plan_init(&pl, &sp);              once, before the workers start
+ *   search_planner_init(&w, &pl);            per worker, with its evaluator
+ *   for (;;) {
+ *       int k = search_plan_next(&w, &ev, &p);
+ *       if (k == SEARCH_PLAN_END) break;
+ *       if (k == SEARCH_PLAN_WAIT) { sleep a little; continue; }
+ *       if (k == SEARCH_PLAN_POINT) search_result_add(&r, &p);
+ *   }
+ */
+typedef struct search_plan {
+    const search_space *sp;
+    uint32_t nseed;
+    uint64_t *seed;           /* whole-space indexes, the smallest time bound first */
+    search_point *seed_point; /* per seed, written by the worker that evaluates it */
+    uint64_t norder;
+    uint64_t *order;          /* the shard's other candidates (indexes), enumeration order */
+    atomic_uint_fast64_t cursor;     /* positions: the seeds, then order */
+    atomic_uint_fast32_t seeds_done; /* seeds evaluated */
+} search_plan;
+
+typedef struct search_planner {
+    search_plan *plan;
+    uint64_t pos;         /* the position taken */
+    int holding;          /* pos waits for the seed */
+    int ready;            /* seeds_result holds the seed's points */
+    struct search_result *seeds_result;
+} search_planner;
+
+#define SEARCH_PLAN_END 0   /* nothing left for this worker */
+#define SEARCH_PLAN_POINT 1 /* *out is a point of the shard: add it to the worker's result */
+#define SEARCH_PLAN_SKIP 2  /* a seed of another shard was evaluated: nothing to add */
+#define SEARCH_PLAN_WAIT 3  /* the seed is not complete yet: call again a little later */
+
+void search_plan_init(search_plan *pl, const search_space *sp);
+void search_plan_fini(search_plan *pl);
+void search_planner_init(search_planner *w, search_plan *pl);
+void search_planner_fini(search_planner *w);
+int search_plan_next(search_planner *w, search_evaluator *ev, search_point *out);
 
 /*
  * Counts, the top K by the objective (ties by enumeration index) and the

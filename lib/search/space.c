@@ -255,6 +255,14 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
             return di_error_set(err, DI_EINVAL, "compose: '%s' is not 0 or 1", value ? value : "");
         return 0;
     }
+    if (strcmp(name, "time-bound") == 0) {
+        if (value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0))
+            cfg->no_time_bound = value[0] == '0';
+        else
+            return di_error_set(err, DI_EINVAL, "time-bound: '%s' is not 0 or 1",
+                                value ? value : "");
+        return 0;
+    }
     if (strcmp(name, "headroom") == 0) {
         char *end;
         double v = value ? strtod(value, &end) : 0;
@@ -552,6 +560,8 @@ space_key(search_space *sp)
     /* Added only when set, so the keys of searches without them stay what they were. */
     if (cfg->tf32)
         di_sha256_update(&h, "tf32", 4);
+    if (cfg->no_time_bound) /* which candidates are counted pruned by the time bound */
+        di_sha256_update(&h, "no-time-bound", 13);
     if (cfg->ndevice_counts > 0)
         hash_set(&h, cfg->device_counts, cfg->ndevice_counts);
     if (cfg->target_step_s > 0 || cfg->price_per_device_hour > 0 || cfg->train_tokens > 0) {
@@ -578,29 +588,91 @@ find_layer_mem(const search_space *sp, uint32_t tp, uint8_t seq)
     return NULL;
 }
 
-/* search_space.layer_mem: one analysis per (tp, sp) of the space, dp = pp = m = 1. */
-static void
-layer_memory(search_space *sp)
+/* The stage layout of (pp, V), or NULL. */
+static const struct search_stage_layout *
+find_stage_layout(const search_space *sp, uint32_t pp, uint32_t V)
 {
-    uint32_t cap = 0;
+    for (uint32_t i = 0; i < sp->nstage_layout; i++)
+        if (sp->stage_layout[i].pp == pp && sp->stage_layout[i].V == V)
+            return &sp->stage_layout[i];
+    return NULL;
+}
+
+/* The virtual stages of c's schedule (1 but for the interleaved one). */
+static uint32_t
+virtual_of(const search_candidate *c)
+{
+    return c->schedule == STRATEGY_SCHEDULE_INTERLEAVED && c->virtual_stages > 1
+               ? c->virtual_stages
+               : 1;
+}
+
+/* search_space.layer_mem for (tp, sp): memory and time analyses, dp = pp = m = 1. */
+static void
+layer_analysis(search_space *sp, struct search_layer_mem *e)
+{
+    strategy s;
+    di_error err;
+    strategy_init(&s);
+    s.tp = e->tp;
+    s.sequence_parallel = e->sequence_parallel;
+    if (strategy_normalize(&s, NULL) == 0) {
+        e->ok = xform_layer_memory(sp->module, &s, sp->hw, e->saved_min, &e->state_min, &err) ==
+                0;
+        e->time_ok = xform_layer_work(sp->module, &s, sp->hw, sp->cfg.tf32, &e->time, &err) == 0;
+    }
+    strategy_fini(&s);
+}
+
+/* search_space.stage_layout for (pp, V): a pipeline of one device per group. */
+static void
+stage_analysis(search_space *sp, struct search_stage_layout *e)
+{
+    strategy s;
+    di_error err;
+    strategy_init(&s);
+    s.pp = e->pp;
+    if (e->V > 1) {
+        s.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
+        s.virtual_stages = e->V;
+        s.microbatches = e->pp;
+    }
+    if (strategy_normalize(&s, NULL) != 0 ||
+        xform_model_stage_layers(sp->module, &s, sp->hw, &e->layers, &e->nstage, &err) != 0 ||
+        e->nstage != e->pp * e->V)
+        e->nstage = 0;
+    strategy_fini(&s);
+}
+
+/*
+ * The analyses behind the bounds: one per (tp, sp) of the space
+ * (layer_mem) and one per (pp, V) (stage_layout).
+ */
+static void
+bound_analyses(search_space *sp)
+{
+    uint32_t cap = 0, cap_st = 0;
     for (uint64_t i = 0; i < sp->ncandidate; i++) {
         const search_candidate *c = &sp->candidates[i];
-        struct search_layer_mem *e;
-        strategy s;
-        di_error err;
-        if (c->tp == 1 || find_layer_mem(sp, c->tp, c->sequence_parallel) != NULL)
-            continue;
-        DI_GROW(&sp->layer_mem, &cap, sp->nlayer_mem + 1);
-        e = &sp->layer_mem[sp->nlayer_mem++];
-        memset(e, 0, sizeof *e);
-        e->tp = c->tp;
-        e->sequence_parallel = c->sequence_parallel;
-        strategy_init(&s);
-        s.tp = c->tp;
-        s.sequence_parallel = c->sequence_parallel;
-        e->ok = strategy_normalize(&s, NULL) == 0 &&
-                xform_layer_memory(sp->module, &s, sp->hw, e->saved_min, &e->state_min, &err) == 0;
-        strategy_fini(&s);
+        uint32_t V = virtual_of(c);
+        if (find_layer_mem(sp, c->tp, c->sequence_parallel) == NULL) {
+            struct search_layer_mem *e;
+            DI_GROW(&sp->layer_mem, &cap, sp->nlayer_mem + 1);
+            e = &sp->layer_mem[sp->nlayer_mem++];
+            memset(e, 0, sizeof *e);
+            e->tp = c->tp;
+            e->sequence_parallel = c->sequence_parallel;
+            layer_analysis(sp, e);
+        }
+        if (find_stage_layout(sp, c->pp, V) == NULL && c->pp * V <= sp->layers) {
+            struct search_stage_layout *e;
+            DI_GROW(&sp->stage_layout, &cap_st, sp->nstage_layout + 1);
+            e = &sp->stage_layout[sp->nstage_layout++];
+            memset(e, 0, sizeof *e);
+            e->pp = c->pp;
+            e->V = V;
+            stage_analysis(sp, e);
+        }
     }
 }
 
@@ -666,7 +738,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     b.sp = sp;
     b.cap = 0;
     enumerate(&b);
-    layer_memory(sp);
+    bound_analyses(sp);
     return 0;
 }
 
@@ -675,6 +747,9 @@ search_space_fini(search_space *sp)
 {
     di_free(sp->candidates);
     di_free(sp->layer_mem);
+    for (uint32_t i = 0; i < sp->nstage_layout; i++)
+        di_free(sp->stage_layout[i].layers);
+    di_free(sp->stage_layout);
     memset(sp, 0, sizeof *sp);
 }
 
@@ -826,6 +901,41 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
     state = (held + sp->data_bytes) / n;
     /* Two bounds that may hold on different devices: the larger. */
     return state > act ? state : act;
+}
+
+double
+search_time_bound(const search_space *sp, const search_candidate *c)
+{
+    const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
+    const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
+    const xform_layer_time *t;
+    double q, w, wg, chain, bound = 0, m = (double)c->microbatches;
+    uint32_t S = 0; /* layers of the model stages before group d's first */
+    int r = c->recompute;
+    if (e == NULL || !e->time_ok || st == NULL || st->nstage == 0 || c->cp > 1 || c->ep > 1 ||
+        sp->batch <= 0 || c->dp == 0 || c->microbatches == 0)
+        return 0;
+    t = &e->time;
+    q = 1.0 / ((double)c->dp * c->microbatches);
+    w = xform_work_time(&t->fwd, q) + xform_work_time(&t->bwd, q);
+    wg = xform_gemm_time(&t->fwd, q) + xform_gemm_time(&t->bwd, q);
+    chain = wg;
+    if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL) {
+        w += xform_work_time(&t->re[r], q);
+        wg += xform_gemm_time(&t->re[r], q);
+    }
+    for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
+        uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
+        double busy, gemms;
+        for (uint32_t k = d; k < st->nstage; k += c->pp)
+            N += st->layers[k];
+        busy = m * N * w;
+        gemms = S * chain + m * N * wg;
+        bound = busy > bound ? busy : bound;
+        bound = gemms > bound ? gemms : bound;
+        S += st->layers[d];
+    }
+    return bound;
 }
 
 void

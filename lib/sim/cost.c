@@ -23,6 +23,46 @@ is_gemm(int kind)
 }
 
 /*
+ * The dtype an op computes in: its first result's if that is a tensor,
+ * unless that is not floating point and its first input is a tensor (a
+ * comparison, an index): then the input's; f32 otherwise.
+ */
+ir_dtype
+sim_op_dtype(const ir_module *m, ir_id op)
+{
+    const ir_op *o = &m->ops[op];
+    ir_dtype dt = IR_F32;
+    if (o->noutput) {
+        const ir_type *ty = &m->types[m->values[o->outputs].type];
+        if (ty->kind == IR_TYPE_TENSOR)
+            dt = (ir_dtype)ty->dtype;
+    }
+    if (o->ninput && !ir_dtype_is_float(dt)) {
+        const ir_type *ty = &m->types[m->values[m->refs[o->inputs]].type];
+        if (ty->kind == IR_TYPE_TENSOR)
+            dt = (ir_dtype)ty->dtype;
+    }
+    return dt;
+}
+
+/*
+ * The peak rate an op of `kind` in dtype dt runs at on d: the dtype's, TF32's
+ * for f32 GEMMs when asked (PyTorch's allow_tf32), the f32 rate for a float
+ * dtype the device lists no rate for and for integer work (index arithmetic
+ * runs on CUDA cores).
+ */
+static double
+gemm_peak(const hw_device *d, int kind, ir_dtype dt, int tf32)
+{
+    double peak = d->flops[dt];
+    if (tf32 && dt == IR_F32 && is_gemm(kind) && d->flops_tf32 > 0)
+        peak = d->flops_tf32;
+    if (!(peak > 0))
+        peak = d->flops[IR_F32];
+    return peak;
+}
+
+/*
  * Roofline: max(flops / (peak(dtype) * efficiency), bytes / (bandwidth *
  * elementwise_efficiency)) + launch. GEMMs reach max_efficiency *
  * f / (f + half_flops) of peak, other ops max_efficiency. A measured time
@@ -38,7 +78,7 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
     const ir_op *o = &m->ops[op];
     ir_cost c;
     double peak, eff, tc, tm;
-    ir_dtype dt = IR_F32;
+    ir_dtype dt;
 
     if (s->hw->nop_time) {
         char sig[HW_SIGNATURE_MAX];
@@ -61,26 +101,8 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
                             ir_op_label(m, op).s, sig);
     }
     ir_op_cost(m, op, &c);
-    if (o->noutput) {
-        const ir_type *ty = &m->types[m->values[o->outputs].type];
-        if (ty->kind == IR_TYPE_TENSOR)
-            dt = (ir_dtype)ty->dtype;
-    }
-    if (o->ninput && !ir_dtype_is_float(dt)) {
-        const ir_type *ty = &m->types[m->values[m->refs[o->inputs]].type];
-        if (ty->kind == IR_TYPE_TENSOR)
-            dt = (ir_dtype)ty->dtype;
-    }
-    peak = d->flops[dt];
-    /* TF32 (PyTorch's allow_tf32): f32 matrix products on tensor cores. */
-    if (s->opt && s->opt->tf32 && dt == IR_F32 && is_gemm(o->kind) && d->flops_tf32 > 0)
-        peak = d->flops_tf32;
-    if (!(peak > 0) && ir_dtype_is_float(dt))
-        peak = d->flops[IR_F32];
-    if (!(peak > 0)) {
-        /* Integer work: use the f32 rate (index arithmetic runs on CUDA cores). */
-        peak = d->flops[IR_F32];
-    }
+    dt = sim_op_dtype(m, op);
+    peak = gemm_peak(d, o->kind, dt, s->opt && s->opt->tf32);
     if (c.flops > 0 && !(peak > 0))
         return di_error_set(s->err, DI_ECOST, "%s: device %d (%s) has no %s peak rate",
                             ir_op_label(m, op).s, dev, d->kind, ir_dtype_name(dt));
@@ -296,4 +318,32 @@ sim_op_time(const ir_module *m, ir_id op, const hw_model *hw, uint32_t device)
     if (compute_time(&s, op, (int32_t)device, dtensor_scale(&s, op), &t, &flops) != 0)
         return -1;
     return t;
+}
+
+int
+sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype dt, int tf32,
+                   sim_op_bound *b)
+{
+    const hw_device *d;
+    double peak, eff, ew;
+    uint32_t flags;
+    memset(b, 0, sizeof *b);
+    if (kind <= IR_OP_NONE || kind >= IR_NOPKIND || device >= hw->ndevice || hw->nop_time)
+        return 0;
+    flags = ir_opkind_info(kind)->flags;
+    if (flags & (IR_OPF_COMM | IR_OPF_FREE | IR_OPF_REGION | IR_OPF_TERM))
+        return 0;
+    d = hw_device_spec(hw, device);
+    peak = gemm_peak(d, kind, dt, tf32);
+    eff = d->max_efficiency > 0 ? d->max_efficiency : 1.0;
+    ew = d->elementwise_efficiency > 0 ? d->elementwise_efficiency : 1.0;
+    if (peak > 0)
+        b->per_flop = 1.0 / (peak * eff);
+    if (is_gemm(kind) && d->half_flops > 0)
+        b->flop_fixed = d->half_flops * b->per_flop;
+    if (d->memory_bandwidth > 0)
+        b->per_byte = 1.0 / (d->memory_bandwidth * ew);
+    b->launch = d->launch_overhead;
+    b->gemm = is_gemm(kind);
+    return 1;
 }

@@ -254,6 +254,7 @@ struct stage_layers_call {
     uint32_t **out;
     uint32_t *ngroup;
     di_error *err;
+    int per_model_stage; /* count per model stage, not per group */
 };
 
 static int
@@ -265,12 +266,13 @@ stage_layers_run(void *arg)
     if ((rc = xf_ctx_init(&c, a->m, a->s, a->hw, a->err)) != 0)
         return rc;
     if ((rc = xf_assign_stages(&c)) == 0) {
-        uint32_t *n = di_xcalloc(c.pp, sizeof *n);
+        uint32_t k = a->per_model_stage ? c.K : c.pp;
+        uint32_t *n = di_xcalloc(k, sizeof *n);
         for (uint32_t l = 0; l < c.nlayer; l++)
             if (c.layer_stage[l] >= 0)
-                n[(uint32_t)c.layer_stage[l] % c.pp]++;
+                n[(uint32_t)c.layer_stage[l] % k]++;
         *a->out = n;
-        *a->ngroup = c.pp;
+        *a->ngroup = k;
     }
     xf_ctx_fini(&c);
     return rc;
@@ -280,9 +282,19 @@ int
 xform_stage_layers(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t **out,
                    uint32_t *ngroup, di_error *err)
 {
-    struct stage_layers_call a = {m, s, hw, out, ngroup, err};
+    struct stage_layers_call a = {m, s, hw, out, ngroup, err, 0};
     *out = NULL;
     *ngroup = 0;
+    return di_scope_run(stage_layers_run, &a, err);
+}
+
+int
+xform_model_stage_layers(const ir_module *m, const strategy *s, const hw_model *hw,
+                         uint32_t **out, uint32_t *nstage, di_error *err)
+{
+    struct stage_layers_call a = {m, s, hw, out, nstage, err, 1};
+    *out = NULL;
+    *nstage = 0;
     return di_scope_run(stage_layers_run, &a, err);
 }
 

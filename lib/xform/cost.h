@@ -14,6 +14,12 @@
 
 struct hw_model;
 
+/* See xform_cost.op_bound. */
+typedef struct xform_op_bound {
+    double per_flop, flop_fixed, per_byte, launch;
+    int gemm; /* GEMM-class: its flop_fixed makes small ones slow */
+} xform_op_bound;
+
 typedef struct xform_cost {
     uint32_t ndevice; /* devices of the target hardware */
     const char *name; /* its name, for messages */
@@ -23,7 +29,15 @@ typedef struct xform_cost {
      * when there is no target hardware (then ndevice and name mean nothing).
      */
     double (*op_time)(const void *ctx, const ir_module *m, ir_id op);
-    const void *ctx;  /* passed to op_time */
+    /*
+     * The terms of a lower bound on op's time on one device (sim_op_bound_terms):
+     * f FLOPs and B bytes of it take at least max(f per_flop + flop_fixed,
+     * B per_byte) + launch seconds. Returns 0 with every term 0 when the op
+     * costs nothing or may cost anything (measured op times).
+     */
+    int (*op_bound)(const void *ctx, const ir_module *m, ir_id op, int tf32,
+                    struct xform_op_bound *b);
+    const void *ctx;  /* passed to op_time and op_bound */
 } xform_cost;
 
 /* The cost interface of hw, which must outlive *c (hw NULL: no hardware). */

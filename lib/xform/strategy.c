@@ -847,28 +847,175 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     return 0;
 }
 
+/*
+ * The analysis passes of xform_apply (apply.c) into c, without building the
+ * module: stages, tensor and data placements, propagation. On failure c is
+ * finalized.
+ */
+static int
+analyse(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw, di_error *err)
+{
+    size_t nplace;
+    int rc;
+    if ((rc = xf_ctx_init(c, m, s, hw, err)) != 0)
+        return rc;
+    nplace = c->m->nvalue ? c->m->nvalue : 1;
+    c->place = di_xmalloc(nplace * sizeof *c->place);
+    memset(c->place, XF_R, nplace * sizeof *c->place);
+    if ((rc = xf_assign_stages(c)) == 0 && (rc = xf_annotate_tp(c)) == 0 &&
+        (rc = xf_annotate_dp(c)) == 0 && (rc = xf_propagate(c)) == 0)
+        return 0;
+    xf_ctx_fini(c);
+    return rc;
+}
+
 int
 xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
                    uint64_t saved[3], uint64_t *state, di_error *err)
 {
     xf_ctx c;
-    size_t nplace;
     int rc;
     memset(saved, 0, 3 * sizeof *saved);
     *state = 0;
-    if ((rc = xf_ctx_init(&c, m, s, hw, err)) != 0)
+    if ((rc = analyse(&c, m, s, hw, err)) != 0)
         return rc;
-    /* The analysis passes of xform_apply (apply.c), without building the module. */
-    nplace = c.m->nvalue ? c.m->nvalue : 1;
-    c.place = di_xmalloc(nplace * sizeof *c.place);
-    memset(c.place, XF_R, nplace * sizeof *c.place);
-    if ((rc = xf_assign_stages(&c)) == 0 && (rc = xf_annotate_tp(&c)) == 0 &&
-        (rc = xf_annotate_dp(&c)) == 0 && (rc = xf_propagate(&c)) == 0) {
-        saved_min(&c, saved);
-        *state = state_min(&c);
-    }
+    saved_min(&c, saved);
+    *state = state_min(&c);
     xf_ctx_fini(&c);
-    return rc;
+    return 0;
+}
+
+/* Does op's work divide over the tensor axis (an input it needs or a result split there)? */
+static int
+tp_divides(const xf_ctx *c, ir_id op)
+{
+    const ir_op *o = &c->m->ops[op];
+    if (c->n[XF_TP] <= 1)
+        return 0;
+    for (uint32_t k = 0; k < o->ninput; k++)
+        if (c->req[o->inputs + k].a[XF_TP] >= 0)
+            return 1;
+    for (uint32_t i = 0; i < o->noutput; i++)
+        if (c->place[o->outputs + i].a[XF_TP] >= 0)
+            return 1;
+    return 0;
+}
+
+/* The number of work terms per (slot, layer): xform_work_bound's fields. */
+#define WORK_TERMS 6
+
+/*
+ * Adds op's lower-bound terms (xform_work_bound) to layer li's slot k of
+ * per: its FLOPs and bytes for the whole batch, divided by the tensor
+ * parallelism where its work splits over the tensor axis.
+ */
+static void
+add_work(const xf_ctx *c, ir_id op, int tf32, double *per, uint32_t L, uint32_t k)
+{
+    int32_t li = xf_layer_index(c, c->op[op].layer);
+    xform_op_bound t;
+    ir_cost cost;
+    double split, f, bytes, *w;
+    if (li < 0 || (uint32_t)li >= L || !c->cost.op_bound(c->cost.ctx, c->m, op, tf32, &t))
+        return;
+    ir_op_cost(c->m, op, &cost);
+    split = tp_divides(c, op) ? c->n[XF_TP] : 1;
+    f = cost.flops / split;
+    bytes = (cost.bytes_read + cost.bytes_write) / split;
+    w = &per[((size_t)k * L + (uint32_t)li) * WORK_TERMS];
+    if (t.gemm) {
+        w[0] += f * t.per_flop;
+        w[1] += t.flop_fixed;
+        w[2] += bytes * t.per_byte;
+        w[3] += t.launch;
+    } else {
+        w[4] += f * t.per_flop > bytes * t.per_byte ? f * t.per_flop : bytes * t.per_byte;
+        w[5] += t.launch;
+    }
+}
+
+/* The least over the layers of each term of slot k into *out. */
+static void
+least_work(const double *per, uint32_t L, uint32_t k, xform_work_bound *out)
+{
+    double least[WORK_TERMS];
+    for (uint32_t l = 0; l < L; l++) {
+        const double *w = &per[((size_t)k * L + l) * WORK_TERMS];
+        for (int j = 0; j < WORK_TERMS; j++)
+            if (l == 0 || w[j] < least[j])
+                least[j] = w[j];
+    }
+    out->gemm_flop_s = least[0];
+    out->gemm_fixed_s = least[1];
+    out->gemm_byte_s = least[2];
+    out->gemm_launch_s = least[3];
+    out->other_s = least[4];
+    out->other_launch_s = least[5];
+}
+
+int
+xform_layer_work(const ir_module *m, const strategy *s, const hw_model *hw, int tf32,
+                 xform_layer_time *out, di_error *err)
+{
+    xf_ctx c;
+    const ir_region *r;
+    ir_id *fops, *bops, *re;
+    int32_t *home;
+    double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
+    uint32_t nf = 0, nb = 0, L;
+    int rc;
+    memset(out, 0, sizeof *out);
+    if ((rc = analyse(&c, m, s, hw, err)) != 0)
+        return rc;
+    L = c.nlayer;
+    if (L == 0 || !xform_cost_known(&c.cost) || c.cost.op_bound == NULL) {
+        xf_ctx_fini(&c);
+        return 0;
+    }
+    r = &c.m->regions[c.func];
+    fops = di_xmalloc((r->nop + 1) * sizeof *fops);
+    bops = di_xmalloc((r->nop + 1) * sizeof *bops);
+    re = di_xmalloc((r->nop + 1) * sizeof *re);
+    home = di_xcalloc(c.m->nop ? c.m->nop : 1, sizeof *home);
+    per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
+    for (uint32_t i = 0; i < r->nop; i++) {
+        ir_id op = r->ops[i];
+        if (c.op[op].phase == XF_PH_FORWARD)
+            fops[nf++] = op;
+        else if (c.op[op].phase == XF_PH_BACKWARD)
+            bops[nb++] = op;
+        if (c.op[op].phase != XF_PH_STEP)
+            add_work(&c, op, tf32, per, L, c.op[op].phase == XF_PH_FORWARD ? 0 : 1);
+    }
+    /*
+     * What each recomputation mode repeats, found as the pipeline assembly
+     * finds it (xf_recompute_ops), over the whole function as one program: a
+     * stage boundary can only make a layer's output a further op to repeat.
+     */
+    for (uint32_t k = 2; k < 4; k++) {
+        strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
+        uint32_t nre;
+        c.s.recompute = mode;
+        if (mode == STRATEGY_RECOMPUTE_SELECTIVE)
+            xf_recompute_mark(&c);
+        else
+            for (uint32_t i = 0; i < c.m->nop; i++)
+                c.op[i].recompute = 0;
+        nre = xf_recompute_ops(&c, fops, nf, bops, nb, home, 0, re);
+        for (uint32_t j = 0; j < nre; j++)
+            add_work(&c, re[j], tf32, per, L, k);
+    }
+    least_work(per, L, 0, &out->fwd);
+    least_work(per, L, 1, &out->bwd);
+    least_work(per, L, 2, &out->re[STRATEGY_RECOMPUTE_SELECTIVE]);
+    least_work(per, L, 3, &out->re[STRATEGY_RECOMPUTE_FULL]);
+    di_free(per);
+    di_free(home);
+    di_free(re);
+    di_free(bops);
+    di_free(fops);
+    xf_ctx_fini(&c);
+    return 0;
 }
 
 void

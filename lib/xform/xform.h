@@ -137,6 +137,52 @@ int xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw
 void xform_model_facts_fini(xform_model_facts *f);
 
 /*
+ * A lower bound on the compute time of a layer on one device under s, for
+ * a lower bound on a step's time (the search's time bound,
+ * docs/search.md). The simulator prices a compute op of f FLOPs and B bytes
+ * at no less than max(f per_flop + flop_fixed, B per_byte) + launch
+ * (sim_op_bound_terms, device 0 of hw); an op's FLOPs and bytes for a
+ * microbatch holding the fraction q of the batch are at least q times those
+ * for the whole batch, and the tensor parallelism divides them where s's
+ * placements split the op's work over the tensor axis. So a layer's ops of
+ * one kind (forward, backward, or the forward ops the backward repeats
+ * under a recomputation mode) take at least
+ *   max(gemm_flop_s q + gemm_fixed_s, gemm_byte_s q) + gemm_launch_s
+ * for their GEMMs (xform_gemm_time) and other_s q + other_launch_s more for
+ * the other ops (xform_work_time: both) on one microbatch. Each term is the
+ * least over the layers.
+ */
+typedef struct xform_work_bound {
+    double gemm_flop_s, gemm_fixed_s, gemm_byte_s, gemm_launch_s;
+    double other_s, other_launch_s;
+} xform_work_bound;
+
+static inline double
+xform_gemm_time(const xform_work_bound *w, double q)
+{
+    double g = w->gemm_flop_s * q + w->gemm_fixed_s, b = w->gemm_byte_s * q;
+    return (g > b ? g : b) + w->gemm_launch_s;
+}
+
+static inline double
+xform_work_time(const xform_work_bound *w, double q)
+{
+    return xform_gemm_time(w, q) + w->other_s * q + w->other_launch_s;
+}
+
+/*
+ * fwd, bwd and re[r], r a strategy_recompute (selective, full: what the
+ * backward repeats, found as the pipeline assembly finds it); all 0 without
+ * layers or hardware. The batch split (dp, microbatches) and context
+ * parallelism are not applied. Fails as xform_validate does.
+ */
+typedef struct xform_layer_time {
+    xform_work_bound fwd, bwd, re[3];
+} xform_layer_time;
+int xform_layer_work(const ir_module *m, const strategy *s, const hw_model *hw, int tf32,
+                     xform_layer_time *out, di_error *err);
+
+/*
  * What a strategy will cost before any of it is done, for admission control
  * (a daemon refuses a request whose estimate exceeds its budget instead of
  * finding out by running out of memory). The simulator replays every op of
@@ -185,6 +231,12 @@ int xform_apply_partial(const ir_module *m, const strategy *s, const hw_model *h
  */
 int xform_stage_layers(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t **out,
                        uint32_t *ngroup, di_error *err);
+/*
+ * The same per model stage: *nstage = pp x V counts, model stage k on
+ * pipeline group k mod pp (caller frees *out with di_free).
+ */
+int xform_model_stage_layers(const ir_module *m, const strategy *s, const hw_model *hw,
+                             uint32_t **out, uint32_t *nstage, di_error *err);
 
 /* ---- layouts: what the distributed module's arguments and results hold ---- */
 

@@ -1,0 +1,226 @@
+/*
+ * plan.c: branch and bound over a search space (docs/search.md, "Branch
+ * and bound"). A seed of candidates with the smallest time bounds is
+ * evaluated first; its points decide, once and for all, which other
+ * candidates cannot enter the answer: a candidate whose time bound
+ * (search_time_bound) and memory bound (search_memory_bound), taken as its
+ * figures, would still rank below K seed points and be dominated by a seed
+ * point, cannot enter the top K or the Pareto set whatever it simulates to,
+ * and is pruned (SEARCH_TIME_BOUND) without being validated, transformed or
+ * simulated.
+ *
+ * The decision depends on the seed's points only, which depend on the space
+ * only (the whole space, whatever the shard), so every candidate's status
+ * is the same whatever the worker count, the interleaving or the sharding:
+ * results merge as before. Workers share the plan (an atomic cursor over
+ * the seed, then the shard's other candidates in enumeration order) and
+ * each keeps its own copy of the seed's result, built once the seed is
+ * complete. No threads here: a worker that reaches past the seed before the
+ * other workers have finished it is told to wait (SEARCH_PLAN_WAIT).
+ */
+#include "search/search.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The seed: this many candidates per point of the top K, and at least SEED_MIN. */
+#define SEED_PER_TOP 2u
+#define SEED_MIN 16u
+
+typedef struct bounded {
+    double t;
+    uint64_t index;
+} bounded;
+
+static int
+cmp_bounded(const void *a, const void *b)
+{
+    const bounded *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Whether c is of this process's shard. */
+static int
+in_shard(const search_space *sp, const search_candidate *c)
+{
+    return c->index % sp->cfg.shard_count == sp->cfg.shard_index;
+}
+
+/*
+ * The seed: candidates of the whole space that the memory bound and
+ * xform_validate let through, up to max(SEED_PER_TOP K, SEED_MIN) of them,
+ * the smallest time bound first (ties by index) among those whose memory
+ * bound is at most SEED_MEMORY of the usable memory, then among the others.
+ * Any seed is sound (pruning needs K better seed points and a dominating
+ * one); the order only makes it useful: the memory bound is often half the
+ * simulated peak or less, so the candidates with the very smallest time
+ * bounds (no recomputation, the most data parallelism) tend to run out of
+ * memory, and a seed of such points prunes nothing.
+ */
+#define SEED_MEMORY 0.5
+
+static void
+choose_seed(search_plan *pl)
+{
+    const search_space *sp = pl->sp;
+    double usable = sp->cfg.memory_headroom * sp->max_capacity;
+    uint32_t want = sp->cfg.top_k * SEED_PER_TOP;
+    bounded *b = di_xmalloc((sp->ncandidate ? sp->ncandidate : 1) * sizeof *b);
+    uint64_t n = 0;
+    if (want < SEED_MIN)
+        want = SEED_MIN;
+    for (int pass = 0; pass < 2; pass++) { /* the low-memory ones, then the others */
+        uint64_t first = n;
+        for (uint64_t i = 0; i < sp->ncandidate; i++) {
+            const search_candidate *c = &sp->candidates[i];
+            double t = search_time_bound(sp, c), mem = (double)search_memory_bound(sp, c);
+            if (t > 0 && mem <= usable && (mem <= SEED_MEMORY * usable) == (pass == 0)) {
+                b[n].t = t;
+                b[n++].index = i;
+            }
+        }
+        qsort(b + first, n - first, sizeof *b, cmp_bounded);
+    }
+    pl->seed = di_xmalloc(want * sizeof *pl->seed);
+    for (uint64_t i = 0; i < n && pl->nseed < want; i++) {
+        strategy s;
+        di_error err;
+        search_candidate_strategy(&sp->candidates[b[i].index], &s);
+        if (xform_validate(sp->module, &s, sp->hw, &err) == 0)
+            pl->seed[pl->nseed++] = b[i].index;
+        strategy_fini(&s);
+    }
+    di_free(b);
+}
+
+void
+search_plan_init(search_plan *pl, const search_space *sp)
+{
+    uint64_t total = search_space_shard_size(sp);
+    memset(pl, 0, sizeof *pl);
+    pl->sp = sp;
+    if (!sp->cfg.no_time_bound)
+        choose_seed(pl);
+    pl->seed_point = di_xcalloc(pl->nseed ? pl->nseed : 1, sizeof *pl->seed_point);
+    /* The shard's candidates but its seeds, in enumeration order. */
+    pl->order = di_xmalloc((total ? total : 1) * sizeof *pl->order);
+    for (uint64_t k = 0; k < total; k++) {
+        const search_candidate *c = search_space_at(sp, k);
+        int seed = 0;
+        for (uint32_t j = 0; j < pl->nseed && !seed; j++)
+            seed = pl->seed[j] == c->index;
+        if (!seed)
+            pl->order[pl->norder++] = c->index;
+    }
+    atomic_init(&pl->cursor, 0);
+    atomic_init(&pl->seeds_done, 0);
+}
+
+void
+search_plan_fini(search_plan *pl)
+{
+    di_free(pl->seed);
+    di_free(pl->seed_point);
+    di_free(pl->order);
+    memset(pl, 0, sizeof *pl);
+}
+
+void
+search_planner_init(search_planner *w, search_plan *pl)
+{
+    memset(w, 0, sizeof *w);
+    w->plan = pl;
+}
+
+void
+search_planner_fini(search_planner *w)
+{
+    if (w->ready) {
+        search_result_fini(w->seeds_result);
+        di_free(w->seeds_result);
+    }
+    memset(w, 0, sizeof *w);
+}
+
+/*
+ * Whether candidate c cannot enter the answer, by the seed's result r: with
+ * its time bound as its step time and its memory bound as its peak, K seed
+ * points would still rank before it, and a seed point would be faster and
+ * need no more memory.
+ */
+static int
+pruned_by_bound(const search_space *sp, const search_result *r, const search_candidate *c)
+{
+    double t = search_time_bound(sp, c), n;
+    uint32_t m1, m2;
+    search_point opt;
+    int dominated = 0;
+    if (!(t > 0) || r->ntop < r->top_k || r->npareto == 0)
+        return 0;
+    /* What the memory bound prunes keeps that reason (search_eval). */
+    if ((double)search_memory_bound(sp, c) > sp->cfg.memory_headroom * sp->max_capacity)
+        return 0;
+    if (search_compose_counts(sp, c, &m1, &m2))
+        t *= 1 - SEARCH_COMPOSE_SLACK;
+    memset(&opt, 0, sizeof opt);
+    opt.cand = *c;
+    opt.status = SEARCH_OK;
+    opt.step_time_s = t;
+    opt.peak_memory_bytes = search_memory_bound(sp, c);
+    n = (double)search_point_devices(&opt);
+    opt.tokens_per_s = sp->tokens_per_step / t / n;
+    if (search_point_compare(r, &r->top[r->top_k - 1], &opt) >= 0)
+        return 0;
+    for (uint32_t i = 0; i < r->npareto && !dominated; i++)
+        dominated = r->pareto[i].step_time_s < t &&
+                    r->pareto[i].peak_memory_bytes <= opt.peak_memory_bytes;
+    return dominated;
+}
+
+int
+search_plan_next(search_planner *w, search_evaluator *ev, search_point *out)
+{
+    search_plan *pl = w->plan;
+    const search_space *sp = pl->sp;
+    const search_candidate *c;
+    uint64_t k;
+    if (w->holding) {
+        k = w->pos;
+    } else {
+        k = atomic_fetch_add(&pl->cursor, 1);
+        w->pos = k;
+    }
+    if (k < pl->nseed) {
+        c = &sp->candidates[pl->seed[k]];
+        search_eval(ev, c, &pl->seed_point[k]);
+        *out = pl->seed_point[k];
+        atomic_fetch_add(&pl->seeds_done, 1); /* after the point is written */
+        return in_shard(sp, c) ? SEARCH_PLAN_POINT : SEARCH_PLAN_SKIP;
+    }
+    k -= pl->nseed;
+    if (k >= pl->norder)
+        return SEARCH_PLAN_END;
+    if (pl->nseed > 0 && !w->ready) {
+        if (atomic_load(&pl->seeds_done) < pl->nseed) {
+            w->holding = 1;
+            return SEARCH_PLAN_WAIT;
+        }
+        w->seeds_result = di_xmalloc(sizeof *w->seeds_result);
+        search_result_init(w->seeds_result, sp);
+        for (uint32_t j = 0; j < pl->nseed; j++)
+            search_result_add(w->seeds_result, &pl->seed_point[j]);
+        w->ready = 1;
+    }
+    w->holding = 0;
+    c = &sp->candidates[pl->order[k]];
+    if (w->ready && pruned_by_bound(sp, w->seeds_result, c)) {
+        memset(out, 0, sizeof *out);
+        out->cand = *c;
+        out->status = SEARCH_TIME_BOUND;
+        return SEARCH_PLAN_POINT;
+    }
+    search_eval(ev, c, out);
+    return SEARCH_PLAN_POINT;
+}
