@@ -1,6 +1,6 @@
 /*
  * plan.c: branch and bound over a search space (docs/search.md, "Branch
- * and bound"). A seed of candidates with the smallest time bounds is
+ * and bound"). A seed of candidates with small bounds (choose_seed) is
  * evaluated first; its points decide, once and for all, which other
  * candidates cannot enter the answer: a candidate whose time bound
  * (search_time_bound) and memory bound (search_memory_bound), taken as its
@@ -23,9 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The seed: this many candidates per point of the top K, and at least SEED_MIN. */
+/*
+ * The seed: this many candidates per point of the top K, at least SEED_MIN
+ * and at most SEED_MAX (with a larger K nothing is pruned: the seed cannot
+ * hold K points).
+ */
 #define SEED_PER_TOP 2u
 #define SEED_MIN 16u
+#define SEED_MAX 64u
 
 typedef struct bounded {
     double t;
@@ -49,48 +54,76 @@ in_shard(const search_space *sp, const search_candidate *c)
 }
 
 /*
- * The seed: candidates of the whole space that the memory bound and
- * xform_validate let through, up to max(SEED_PER_TOP K, SEED_MIN) of them,
- * the smallest time bound first (ties by index) among those whose memory
- * bound is at most SEED_MEMORY of the usable memory, then among the others.
- * Any seed is sound (pruning needs K better seed points and a dominating
- * one); the order only makes it useful: the memory bound is often half the
- * simulated peak or less, so the candidates with the very smallest time
- * bounds (no recomputation, the most data parallelism) tend to run out of
- * memory, and a seed of such points prunes nothing.
+ * The seed: candidates of the whole space that pass the memory bound and
+ * xform_validate, the smallest time bound first (ties by index): 2 K (16 to
+ * 64) of those whose memory bound is at most half the usable memory, then 2
+ * more of those within a quarter, an eighth, a sixteenth and a
+ * thirty-second of it, each time among the candidates without ZeRO-2 or -3
+ * and with tensor parallelism inside a node. Any seed is sound (a candidate
+ * is pruned only below K seed points and dominated by one); the choice only
+ * makes it useful. The time bound counts no communication, so the smallest
+ * bounds are those of ZeRO's per-microbatch reductions and gathers and of
+ * tensor parallelism across nodes, which communication makes slow; the
+ * memory bound is often well below the simulated peak, so a seed of the
+ * smallest time bounds alone runs out of memory; and the Pareto set is
+ * pruned only by a seed point that needs no more memory than a candidate's
+ * bound, hence seeds down the memory scale.
  */
-#define SEED_MEMORY 0.5
+/* Whether communication is not known to make c slow (the seed's choice, above). */
+static int
+likely(const search_space *sp, const search_candidate *c)
+{
+    return !(c->zero > 1 || (c->tp > sp->hw->devices_per_node && sp->hw->devices_per_node > 1));
+}
+
+/* Adds to the seed up to `want` valid candidates not in it yet, of b[0..n) in order. */
+static void
+add_seeds(search_plan *pl, const bounded *b, uint64_t n, uint32_t want)
+{
+    const search_space *sp = pl->sp;
+    uint32_t added = 0;
+    for (uint64_t i = 0; i < n && added < want; i++) {
+        strategy s;
+        di_error err;
+        int dup = 0;
+        for (uint32_t j = 0; j < pl->nseed && !dup; j++)
+            dup = pl->seed[j] == b[i].index;
+        if (dup)
+            continue;
+        search_candidate_strategy(&sp->candidates[b[i].index], &s);
+        if (xform_validate(sp->module, &s, sp->hw, &err) == 0) {
+            pl->seed[pl->nseed++] = b[i].index;
+            added++;
+        }
+        strategy_fini(&s);
+    }
+}
 
 static void
 choose_seed(search_plan *pl)
 {
+    static const double ladder[] = {0.5, 0.25, 0.125, 0.0625, 0.03125};
     const search_space *sp = pl->sp;
     double usable = sp->cfg.memory_headroom * sp->max_capacity;
-    uint32_t want = sp->cfg.top_k * SEED_PER_TOP;
+    uint32_t want = sp->cfg.top_k * SEED_PER_TOP, nl = sizeof ladder / sizeof ladder[0];
     bounded *b = di_xmalloc((sp->ncandidate ? sp->ncandidate : 1) * sizeof *b);
-    uint64_t n = 0;
     if (want < SEED_MIN)
         want = SEED_MIN;
-    for (int pass = 0; pass < 2; pass++) { /* the low-memory ones, then the others */
-        uint64_t first = n;
+    if (want > SEED_MAX)
+        want = SEED_MAX;
+    pl->seed = di_xmalloc((want + (nl - 1) * 2 + 1) * sizeof *pl->seed);
+    for (uint32_t k = 0; k < nl; k++) {
+        uint64_t n = 0;
         for (uint64_t i = 0; i < sp->ncandidate; i++) {
             const search_candidate *c = &sp->candidates[i];
             double t = search_time_bound(sp, c), mem = (double)search_memory_bound(sp, c);
-            if (t > 0 && mem <= usable && (mem <= SEED_MEMORY * usable) == (pass == 0)) {
+            if (t > 0 && mem <= ladder[k] * usable && likely(sp, c)) {
                 b[n].t = t;
                 b[n++].index = i;
             }
         }
-        qsort(b + first, n - first, sizeof *b, cmp_bounded);
-    }
-    pl->seed = di_xmalloc(want * sizeof *pl->seed);
-    for (uint64_t i = 0; i < n && pl->nseed < want; i++) {
-        strategy s;
-        di_error err;
-        search_candidate_strategy(&sp->candidates[b[i].index], &s);
-        if (xform_validate(sp->module, &s, sp->hw, &err) == 0)
-            pl->seed[pl->nseed++] = b[i].index;
-        strategy_fini(&s);
+        qsort(b, n, sizeof *b, cmp_bounded);
+        add_seeds(pl, b, n, k == 0 ? want : 2);
     }
     di_free(b);
 }

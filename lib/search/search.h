@@ -170,6 +170,7 @@ typedef struct search_space {
     uint64_t saved_min[3];   /* the activations a layer keeps per recomputation mode, the
                                 least over the layers (xform_model_facts) */
     uint64_t state_min;      /* a layer's weights and optimizer state, the least */
+    uint64_t param_min;      /* a layer's parameters alone (what its forward reads), the least */
     int64_t experts; /* the MoE layers' experts (0: none): ep in {1, dp} where they divide */
     int64_t seq;             /* the sequence cp must divide (0: no cp) */
     uint64_t expert_bytes;   /* the part of state_bytes that expert parallelism splits */
@@ -184,7 +185,7 @@ typedef struct search_space {
     struct search_layer_mem {
         uint32_t tp;
         uint8_t sequence_parallel, ok, time_ok;
-        uint64_t saved_min[3], state_min;
+        uint64_t saved_min[3], state_min, param_min;
         xform_layer_time time;
     } *layer_mem;
     /*
@@ -375,10 +376,9 @@ int search_eval_full(search_evaluator *ev, const search_candidate *c, search_poi
 /*
  * Branch and bound (plan.c, docs/search.md): the order in which a search's
  * workers take its candidates, and which ones they prune by the time bound.
- * A seed (max(2 K, 16) candidates of the whole space that pass the memory
- * bound and xform_validate, the smallest time bounds first among those
- * whose memory bound is at most half the usable memory, then among the
- * others) is evaluated first; then each other candidate of the shard whose time and
+ * A seed (2 K, from 16 to 64, and 8 more candidates of the whole space
+ * that pass the memory bound and xform_validate, chosen by their time and
+ * memory bounds: plan.c) is evaluated first; then each other candidate of the shard whose time and
  * memory bounds, as its figures, would rank after K seed points and be
  * dominated by a seed point is pruned (SEARCH_TIME_BOUND) without being
  * validated, transformed or simulated, and the rest are evaluated

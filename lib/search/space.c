@@ -617,8 +617,8 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
     s.tp = e->tp;
     s.sequence_parallel = e->sequence_parallel;
     if (strategy_normalize(&s, NULL) == 0) {
-        e->ok = xform_layer_memory(sp->module, &s, sp->hw, e->saved_min, &e->state_min, &err) ==
-                0;
+        e->ok = xform_layer_memory(sp->module, &s, sp->hw, e->saved_min, &e->state_min,
+                                   &e->param_min, &err) == 0;
         e->time_ok = xform_layer_work(sp->module, &s, sp->hw, sp->cfg.tf32, &e->time, &err) == 0;
     }
     strategy_fini(&s);
@@ -724,6 +724,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     sp->data_bytes = facts.data_bytes;
     memcpy(sp->saved_min, facts.saved_min, sizeof sp->saved_min);
     sp->state_min = facts.state_min;
+    sp->param_min = facts.param_min;
     sp->state_bytes = facts.weight_bytes;
     sp->experts = facts.experts;
     sp->seq = facts.seq;
@@ -854,28 +855,50 @@ in_flight(const search_candidate *c, uint32_t g)
  * that analysis the sequential figures divided by tp: every value at most
  * split over it). The batch is split over dp and m. Group g holds w_g
  * microbatches in flight (in_flight) on each of its L_g layers, so a device
- * of it L_g (w_g a + s); however the L layers are split over the groups,
- * max_g L_g (w_g a + s) >= L / sum_g 1 / (w_g a + s).
+ * of it L_g (w_g a + s): the largest of these with the L_g the transforms
+ * give (stage_layout), else, however the L layers are split over the
+ * groups, max_g L_g (w_g a + s) >= L / sum_g 1 / (w_g a + s).
  */
 static uint64_t
 layer_bound(const search_space *sp, const search_candidate *c)
 {
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
+    const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
     int r = c->recompute < 3 ? c->recompute : 2;
     double a, s, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
-    uint64_t kept = sp->saved_min[r], state = sp->state_min;
+    uint64_t kept = sp->saved_min[r], state = sp->state_min, param = sp->param_min;
     if (e != NULL && e->ok) { /* per device already */
         kept = e->saved_min[r];
         state = e->state_min;
+        param = e->param_min;
         split = 1;
     }
     if (c->ep > 1)
-        state = 0; /* a layer's experts are split over ep: the least state is not known here */
+        state = param = 0; /* a layer's experts are split over ep: the least is not known here */
     if (sp->layers == 0 || (kept == 0 && state == 0))
         return 0;
     /* Context parallelism splits the activations further (all but the gathered keys, values). */
     a = floor((double)kept / ((double)c->dp * c->microbatches * split * (c->cp > 1 ? c->cp : 1)));
     s = floor((double)state / (split * (c->zero ? c->dp : 1)));
+    /*
+     * ZeRO-1 and -2 gather a stage's sharded parameters whole before its first
+     * chunk and keep them for the step: a layer holds its parameters whole and
+     * the rest of its state sharded.
+     */
+    if ((c->zero == 1 || c->zero == 2) && param <= state)
+        s = floor((double)(state - param) / (split * c->dp) + (double)param / split);
+    if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
+        /* The layers each group holds are known: the busiest group. */
+        double most = 0;
+        for (uint32_t g = 0; g < c->pp; g++) {
+            uint32_t L = 0;
+            for (uint32_t k = g; k < st->nstage; k += c->pp)
+                L += st->layers[k];
+            if (L * (in_flight(c, g) * a + s) > most)
+                most = L * (in_flight(c, g) * a + s);
+        }
+        return (uint64_t)floor(most * (1 - 1e-9));
+    }
     for (uint32_t g = 0; g < c->pp; g++) {
         double held = in_flight(c, g) * a + s;
         if (held <= 0)

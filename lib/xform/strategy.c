@@ -744,15 +744,19 @@ saved_min(xf_ctx *c, uint64_t out[3])
     di_free(pairs);
 }
 
-/* xform_model_facts.state_min. */
+/*
+ * xform_model_facts.state_min, and into *param_least the least over the
+ * layers of a layer's parameters alone (the weights its forward ops read).
+ */
 static uint64_t
-state_min(const xf_ctx *c)
+state_min(const xf_ctx *c, uint64_t *param_least)
 {
     const ir_module *m = c->m;
     const ir_region *r = &m->regions[c->func];
     uint32_t L = c->nlayer;
     int32_t *layer = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *layer);
-    uint64_t *per = di_xcalloc(L ? L : 1, sizeof *per), least = 0;
+    uint8_t *param = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    uint64_t *per = di_xcalloc(2 * (size_t)(L ? L : 1), sizeof *per), least = 0;
     for (uint32_t v = 0; v < m->nvalue; v++)
         layer[v] = -1;
     /* A weight belongs to the layer whose forward op reads it first. */
@@ -763,8 +767,10 @@ state_min(const xf_ctx *c)
             continue;
         for (uint32_t k = 0; k < o->ninput; k++) {
             ir_id v = storage_of(c, m->refs[o->inputs + k]);
-            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && layer[v] < 0)
+            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && layer[v] < 0) {
                 layer[v] = xf_layer_index(c, oi->layer);
+                param[v] = 1;
+            }
         }
     }
     /* The other arguments of its update (moments, master weights) with it. */
@@ -783,13 +789,21 @@ state_min(const xf_ctx *c)
     }
     for (uint32_t a = 0; a < r->narg; a++) {
         ir_id v = r->args[a];
-        if (layer[v] >= 0 && (uint32_t)layer[v] < L)
+        if (layer[v] >= 0 && (uint32_t)layer[v] < L) {
             per[layer[v]] += device_bytes(c, v);
+            if (param[v])
+                per[L + (uint32_t)layer[v]] += device_bytes(c, v);
+        }
     }
-    for (uint32_t l = 0; l < L; l++)
+    *param_least = 0;
+    for (uint32_t l = 0; l < L; l++) {
         if (l == 0 || per[l] < least)
             least = per[l];
+        if (l == 0 || per[L + l] < *param_least)
+            *param_least = per[L + l];
+    }
     di_free(layer);
+    di_free(param);
     di_free(per);
     return least;
 }
@@ -821,7 +835,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     }
     r = &c.m->regions[c.func];
     saved_min(&c, f->saved_min);
-    f->state_min = state_min(&c);
+    f->state_min = state_min(&c, &f->param_min);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
     expert = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
@@ -871,16 +885,16 @@ analyse(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw, di
 
 int
 xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
-                   uint64_t saved[3], uint64_t *state, di_error *err)
+                   uint64_t saved[3], uint64_t *state, uint64_t *param, di_error *err)
 {
     xf_ctx c;
     int rc;
     memset(saved, 0, 3 * sizeof *saved);
-    *state = 0;
+    *state = *param = 0;
     if ((rc = analyse(&c, m, s, hw, err)) != 0)
         return rc;
     saved_min(&c, saved);
-    *state = state_min(&c);
+    *state = state_min(&c, param);
     xf_ctx_fini(&c);
     return 0;
 }

@@ -107,6 +107,8 @@ typedef struct xform_model_facts {
      * optimizer update of one of them reads), bytes; 0 without layers.
      */
     uint64_t state_min;
+    /* The same of a layer's parameters alone (the weights its forward ops read). */
+    uint64_t param_min;
     /*
      * Mixtures of experts: the experts of the MoE layers (the first layer's
      * count; 0 without experts), which ep must divide, and the bytes of the
@@ -126,14 +128,14 @@ typedef struct xform_model_facts {
  */
 int xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err);
 /*
- * saved_min and state_min of xform_model_facts per device under s: each
+ * saved_min, state_min and param_min of xform_model_facts per device under s: each
  * value's bytes divided by the tensor parallelism where s's placements (the
  * analysis of xform_apply, without building the module) split it over the
  * tensor axis. The batch split (dp, microbatches) is not applied. Fails as
  * xform_validate does.
  */
 int xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
-                       uint64_t saved[3], uint64_t *state, di_error *err);
+                       uint64_t saved[3], uint64_t *state, uint64_t *param, di_error *err);
 void xform_model_facts_fini(xform_model_facts *f);
 
 /*
