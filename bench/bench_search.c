@@ -20,10 +20,12 @@
  *    ones every one up to a time budget, the rest projected from the mean
  *    time per configuration of that model (said so when it happens).
  * 2. gpt3-175b (bf16, Adam, global batch 1,536) on a100-dgx:128 (1,024
- *    GPUs): the size of the space, the time to validate the whole space as
- *    search_eval does before it simulates (xform_validate of each base
- *    strategy, then of each variant of a valid base, then the memory bound),
- *    the candidates left and how many of them are composed, the measured
+ *    GPUs): the size of the space, the time to build the plan (branch and
+ *    bound) and to evaluate its seed, then, for the other candidates, what
+ *    the search does before it simulates: the time bound's pruning
+ *    (search_plan_prunes), xform_validate of each base strategy, then of
+ *    each variant of a valid base, then the memory bound; the candidates
+ *    left and how many of them are composed, the measured
  *    time of search_eval (composed or full) and of a full simulation on a
  *    sample of 20 of them spread over the space, the composed estimates'
  *    errors against the full simulations, and the projected total.
@@ -288,9 +290,14 @@ bench_gpt3(uint64_t base_step)
     search_space sp;
     search_evaluator ev;
     uint8_t *left; /* per candidate: survives validation and the memory bound */
-    uint64_t nbase = 0, nbase_valid = 0, nleft = 0, nbound = 0;
+    uint8_t *seed; /* per candidate: in the plan's seed */
+    uint64_t nbase = 0, nbase_valid = 0, nleft = 0, nbound = 0, ntime = 0;
     uint64_t validated = 0;
-    double t0, t_space, t_valid, t_sample = 0, t_full = 0, best = 0, worst_t = 0, worst_m = 0;
+    double t0, t_space, t_plan, t_seed, t_valid, t_sample = 0, t_full = 0, best = 0, worst_t = 0,
+                                                 worst_m = 0;
+    search_plan plan;
+    search_planner planner;
+    search_evaluator seed_ev;
     uint32_t nsample = 0, ncomposed = 0;
     uint64_t ncomposable = 0;
     char best_name[256] = "";
@@ -312,6 +319,31 @@ bench_gpt3(uint64_t base_step)
     t_space = now() - t0;
     printf("   space: %llu candidates, built in %.3f s\n", (unsigned long long)sp.ncandidate,
            t_space);
+
+    /* Branch and bound: the plan, its seed evaluated (search_plan_next on its positions). */
+    seed = calloc(sp.ncandidate ? sp.ncandidate : 1, 1);
+    if (seed == NULL)
+        abort();
+    t0 = now();
+    search_plan_init(&plan, &sp);
+    t_plan = now() - t0;
+    search_evaluator_init(&seed_ev, &sp);
+    search_planner_init(&planner, &plan);
+    t0 = now();
+    for (uint32_t j = 0; j < plan.nseed; j++) {
+        search_point p;
+        search_plan_next(&planner, &seed_ev, &p);
+        seed[p.cand.index] = 1;
+        if (p.status == SEARCH_OK && (best == 0 || p.step_time_s < best)) {
+            best = p.step_time_s;
+            search_candidate_format(&p.cand, best_name, sizeof best_name);
+        }
+    }
+    t_seed = now() - t0;
+    search_evaluator_fini(&seed_ev);
+    printf("   plan: built in %.3f s; its seed of %u candidates evaluated in %.2f s on 1 core, the "
+           "best of them %.3f s per step (%s)\n",
+           t_plan, plan.nseed, t_seed, best, best_name[0] ? best_name : "none fits");
 
     /*
      * Validation as search_eval does it before simulating: the base strategy (options off)
@@ -336,13 +368,21 @@ bench_gpt3(uint64_t base_step)
         }
         validated += end - i;
         base.recompute = base.zero = base.sequence_parallel = base.overlap = 0;
-        search_candidate_strategy(&base, &s);
-        rc = xform_validate(m, &s, hw, &err);
-        strategy_fini(&s);
-        if (rc == 0)
-            nbase_valid++;
+        rc = -1; /* the base is validated when a candidate of it is not pruned first */
         for (; i < end; i++) {
             c = &sp.candidates[i];
+            if (seed[i])
+                continue;
+            if (search_plan_prunes(&planner, c)) { /* before any validation, as the plan does */
+                ntime++;
+                continue;
+            }
+            if (rc == -1) {
+                search_candidate_strategy(&base, &s);
+                rc = xform_validate(m, &s, hw, &err) == 0 ? 0 : 1;
+                strategy_fini(&s);
+                nbase_valid += rc == 0;
+            }
             if (rc != 0)
                 continue;
             if (c->recompute || c->zero || c->sequence_parallel || c->overlap) {
@@ -361,12 +401,14 @@ bench_gpt3(uint64_t base_step)
         }
     }
     t_valid = now() - t0;
-    printf("   validation: %llu bases, 1 in %llu validated (%llu, with their variants), %llu of "
-           "them valid; %llu candidates left, %llu more pruned by the memory bound; %.2f s on 1 "
+    printf("   pruning: %llu bases, 1 in %llu looked at (%llu, with their variants); %llu "
+           "candidates pruned by the time bound before any validation, %llu bases validated "
+           "valid; %llu candidates left, %llu more pruned by the memory bound; %.2f s on 1 "
            "core\n",
            (unsigned long long)nbase, (unsigned long long)base_step,
-           (unsigned long long)(nbase + base_step - 1) / base_step, (unsigned long long)nbase_valid,
-           (unsigned long long)nleft, (unsigned long long)nbound, t_valid);
+           (unsigned long long)(nbase + base_step - 1) / base_step, (unsigned long long)ntime,
+           (unsigned long long)nbase_valid, (unsigned long long)nleft, (unsigned long long)nbound,
+           t_valid);
 
     for (uint64_t i = 0; i < sp.ncandidate; i++) {
         uint32_t m1, m2;
@@ -409,7 +451,8 @@ bench_gpt3(uint64_t base_step)
         double per = t_sample / nsample;
         /* With a stride over the bases, what was validated stands for 1 / base_step. */
         double nleft_all = (double)nleft * (double)base_step;
-        double total = t_space + t_valid * (double)base_step + per * nleft_all;
+        double total =
+            t_space + t_plan + t_seed + t_valid * (double)base_step + per * nleft_all;
         printf("   %llu of the candidates left (%.0f%%) have enough microbatches to be composed\n",
                (unsigned long long)ncomposable, nleft ? 100.0 * (double)ncomposable / nleft : 0);
         printf("   sample: %u candidates, %u of them composed; search_eval %.3f s each on "
@@ -419,14 +462,18 @@ bench_gpt3(uint64_t base_step)
             printf("composed against full: worst step time error %.3f%%, worst peak memory "
                    "error %.3f%% (targets 1%%, 0.5%%); ",
                    worst_t * 100, worst_m * 100);
-        printf("the best of them %.3f s per step (%s)\n", best,
+        printf("the best point seen (seed or sample) %.3f s per step (%s)\n", best,
                best_name[0] ? best_name : "none fits");
         printf("target: the full space of gpt3-175b batch 1,536 on a100-dgx:128 under 10 s "
-               "on 2 cores (cold cache); measured: space %.2f s + validation %.2f s + "
-               "%.0f candidates x %.3f s = %.0f s on 1 core (%.1f h)%s\n",
-               t_space, t_valid * (double)base_step, nleft_all, per, total, total / 3600,
-               base_step > 1 ? ", validation and candidates projected from a stride" : "");
+               "on 2 cores (cold cache); measured: space %.2f s + plan and seed %.2f s + "
+               "pruning %.2f s + %.0f candidates x %.3f s = %.0f s on 1 core (%.1f h)%s\n",
+               t_space, t_plan + t_seed, t_valid * (double)base_step, nleft_all, per, total,
+               total / 3600,
+               base_step > 1 ? ", pruning and candidates projected from a stride" : "");
     }
+    search_planner_fini(&planner);
+    search_plan_fini(&plan);
+    free(seed);
     free(left);
     search_space_fini(&sp);
     ir_module_free(m);

@@ -212,6 +212,29 @@ pruned_by_bound(const search_space *sp, const search_result *r, const search_can
     return dominated;
 }
 
+/* Whether w holds the seed's result, made once every seed is evaluated. */
+static int
+ready(search_planner *w)
+{
+    search_plan *pl = w->plan;
+    if (w->ready || pl->nseed == 0)
+        return w->ready;
+    if (atomic_load(&pl->seeds_done) < pl->nseed)
+        return 0;
+    w->seeds_result = di_xmalloc(sizeof *w->seeds_result);
+    search_result_init(w->seeds_result, pl->sp);
+    for (uint32_t j = 0; j < pl->nseed; j++)
+        search_result_add(w->seeds_result, &pl->seed_point[j]);
+    w->ready = 1;
+    return 1;
+}
+
+int
+search_plan_prunes(search_planner *w, const search_candidate *c)
+{
+    return ready(w) && pruned_by_bound(w->plan->sp, w->seeds_result, c);
+}
+
 int
 search_plan_next(search_planner *w, search_evaluator *ev, search_point *out)
 {
@@ -235,16 +258,9 @@ search_plan_next(search_planner *w, search_evaluator *ev, search_point *out)
     k -= pl->nseed;
     if (k >= pl->norder)
         return SEARCH_PLAN_END;
-    if (pl->nseed > 0 && !w->ready) {
-        if (atomic_load(&pl->seeds_done) < pl->nseed) {
-            w->holding = 1;
-            return SEARCH_PLAN_WAIT;
-        }
-        w->seeds_result = di_xmalloc(sizeof *w->seeds_result);
-        search_result_init(w->seeds_result, sp);
-        for (uint32_t j = 0; j < pl->nseed; j++)
-            search_result_add(w->seeds_result, &pl->seed_point[j]);
-        w->ready = 1;
+    if (pl->nseed > 0 && !ready(w)) {
+        w->holding = 1;
+        return SEARCH_PLAN_WAIT;
     }
     w->holding = 0;
     c = &sp->candidates[pl->order[k]];

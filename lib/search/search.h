@@ -428,6 +428,12 @@ void search_plan_fini(search_plan *pl);
 void search_planner_init(search_planner *w, search_plan *pl);
 void search_planner_fini(search_planner *w);
 int search_plan_next(search_planner *w, search_evaluator *ev, search_point *out);
+/*
+ * Whether the plan prunes c by the time bound (SEARCH_TIME_BOUND), once its
+ * seed is evaluated (0 before, and without a seed): what search_plan_next
+ * decides for a candidate outside the seed.
+ */
+int search_plan_prunes(search_planner *w, const search_candidate *c);
 
 /*
  * Counts, the top K by the objective (ties by enumeration index) and the
