@@ -411,6 +411,28 @@ llama(uint32_t layers, int64_t hidden, int64_t heads, int64_t kv, int64_t seq, i
     return m;
 }
 
+/* A GPT of wide layers on a short sequence (bf16, Adam): its weights outweigh its compute. */
+static ir_module *
+wide_gpt(void)
+{
+    models_gpt c;
+    ir_module *m = NULL;
+    di_error err;
+    models_gpt_init(&c);
+    c.layers = 4;
+    c.hidden = 1920;
+    c.heads = 6;
+    c.seq = 8;
+    c.vocab = 13;
+    c.batch = 24;
+    c.dropout = 0;
+    c.dtype = IR_BF16;
+    c.train.optimizer = XFORM_OPTIM_ADAM;
+    if (models_gpt_build(&c, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    return m;
+}
+
 /* A small mixture of experts (bf16, Adam): a dense layer, then 3 MoE layers of 4 experts, top 2. */
 static ir_module *
 moe_llama(void)
@@ -524,12 +546,14 @@ test_brute_force(void **state)
         const char *hw;
         uint32_t devices;
         int model; /* 0 gpt, 1 mlp, 2 gpt with composed candidates, 3 gpt with ZeRO-2, 4 MoE,
-                      5 llama with context parallelism */
+                      5 llama with context parallelism, 6 a wide bf16 GPT (Adam) on two nodes,
+                      where the data-parallel communication bound the time bound has exceeds
+                      its compute bound for some ZeRO-3 candidates */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
         {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
-        {"a100-dgx", 4, 4}, {"a100-dgx", 4, 5},
+        {"a100-dgx", 4, 4}, {"a100-dgx", 4, 5}, {"a100-dgx:2", 16, 6},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -537,6 +561,7 @@ test_brute_force(void **state)
                        : cases[i].model == 2 ? gpt(4, 48, 6, 8, 96)
                        : cases[i].model == 4 ? moe_llama()
                        : cases[i].model == 5 ? llama(4, 64, 4, 2, 16, 8)
+                       : cases[i].model == 6 ? wide_gpt()
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
@@ -570,6 +595,8 @@ test_brute_force(void **state)
             assert_int_equal(search_config_set(&cfg, "microbatches", "2,8,16,24", &err), 0);
             assert_int_equal(search_config_set(&cfg, "schedule", "1f1b,interleaved", &err), 0);
         }
+        if (cases[i].model == 6)
+            assert_int_equal(search_config_set(&cfg, "zero", "0,1,2,3", &err), 0);
         if (cases[i].model == 3) {
             assert_int_equal(search_config_set(&cfg, "zero", "1,2", &err), 0);
             assert_int_equal(search_config_set(&cfg, "microbatches", "1,2", &err), 0);

@@ -187,7 +187,25 @@ typedef struct search_space {
         uint8_t sequence_parallel, ok, time_ok;
         uint64_t saved_min[3], state_min, param_min;
         xform_layer_time time;
+        /*
+         * Per dp of the space (dps): the least over the layers of a layer's
+         * parameters ZeRO shards at that dp (xform_layer_params: dp divides
+         * their dimension 0), bytes per device; NULL where refused.
+         */
+        uint64_t *zero_min;
     } *layer_mem;
+    uint32_t ndp, *dps; /* the data-parallel degrees of the space, ascending */
+    /*
+     * The data-parallel group of the first pipeline stage per (dp, tp cp) of
+     * the space (devices k tp cp, k < dp): the least seconds per byte of an
+     * all-reduce, a reduce-scatter and an all-gather over it
+     * (sim_collective_slope), for the time bound.
+     */
+    uint32_t ndp_group;
+    struct search_dp_group {
+        uint32_t dp, stride;
+        double all_reduce, reduce_scatter, all_gather;
+    } *dp_group;
     /*
      * The layers of each model stage the transforms give a pipeline of pp
      * groups and V virtual stages (xform_model_stage_layers), once per (pp, V) of
@@ -256,9 +274,11 @@ uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
  * lowest model stage, after which that microbatch's gradient passes the
  * backward GEMMs of the same S_d layers: T >= S_d c_g + m N_d w_g. (The
  * ops other than GEMMs and the repeated forward may run while the device
- * waits: recomputation needs only the stage's checkpoint.) search_plan
- * prunes on it (SEARCH_TIME_BOUND); the tests check it against full
- * simulations.
+ * waits: recomputation needs only the stage's checkpoint.) And the first
+ * stage's collective stream carries its data-parallel reductions and ZeRO's
+ * gathers one at a time, each at least its bytes at the group's least
+ * slope (dp_comm_bound in space.c). search_plan prunes on it
+ * (SEARCH_TIME_BOUND); the tests check it against full simulations.
  */
 double search_time_bound(const search_space *sp, const search_candidate *c);
 /*

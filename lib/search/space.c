@@ -607,6 +607,52 @@ virtual_of(const search_candidate *c)
                : 1;
 }
 
+/* The index of dp in sp->dps, or -1. */
+static int32_t
+dp_index(const search_space *sp, uint32_t dp)
+{
+    for (uint32_t i = 0; i < sp->ndp; i++)
+        if (sp->dps[i] == dp)
+            return (int32_t)i;
+    return -1;
+}
+
+/* The dp group entry of (dp, stride), or NULL. */
+static const struct search_dp_group *
+find_dp_group(const search_space *sp, uint32_t dp, uint32_t stride)
+{
+    for (uint32_t i = 0; i < sp->ndp_group; i++)
+        if (sp->dp_group[i].dp == dp && sp->dp_group[i].stride == stride)
+            return &sp->dp_group[i];
+    return NULL;
+}
+
+/* e->zero_min from the layers' parameters under its (tp, sp). */
+static void
+zero_analysis(search_space *sp, struct search_layer_mem *e, const strategy *s)
+{
+    xform_layer_param *p = NULL;
+    uint32_t np = 0, L = sp->layers;
+    uint64_t *per;
+    di_error err;
+    if (L == 0 || xform_layer_params(sp->module, s, sp->hw, &p, &np, &err) != 0)
+        return;
+    per = di_xmalloc((size_t)L * sizeof *per);
+    e->zero_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_min);
+    for (uint32_t k = 0; k < sp->ndp; k++) {
+        memset(per, 0, (size_t)L * sizeof *per);
+        for (uint32_t i = 0; i < np; i++)
+            if (p[i].layer < L && p[i].dim0 > 0 && p[i].dim0 % sp->dps[k] == 0)
+                per[p[i].layer] += p[i].bytes;
+        e->zero_min[k] = per[0];
+        for (uint32_t l = 1; l < L; l++)
+            if (per[l] < e->zero_min[k])
+                e->zero_min[k] = per[l];
+    }
+    di_free(per);
+    di_free(p);
+}
+
 /* search_space.layer_mem for (tp, sp): memory and time analyses, dp = pp = m = 1. */
 static void
 layer_analysis(search_space *sp, struct search_layer_mem *e)
@@ -620,8 +666,22 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         e->ok = xform_layer_memory(sp->module, &s, sp->hw, e->saved_min, &e->state_min,
                                    &e->param_min, &err) == 0;
         e->time_ok = xform_layer_work(sp->module, &s, sp->hw, sp->cfg.tf32, &e->time, &err) == 0;
+        zero_analysis(sp, e, &s);
     }
     strategy_fini(&s);
+}
+
+/* search_space.dp_group for (dp, stride): the first stage's data-parallel group. */
+static void
+dp_group_analysis(search_space *sp, struct search_dp_group *g)
+{
+    int32_t *devs = di_xmalloc(g->dp * sizeof *devs);
+    for (uint32_t k = 0; k < g->dp; k++)
+        devs[k] = (int32_t)(k * g->stride);
+    g->all_reduce = sim_collective_slope(sp->hw, IR_OP_ALLREDUCE, devs, g->dp);
+    g->reduce_scatter = sim_collective_slope(sp->hw, IR_OP_REDUCESCATTER, devs, g->dp);
+    g->all_gather = sim_collective_slope(sp->hw, IR_OP_ALLGATHER, devs, g->dp);
+    di_free(devs);
 }
 
 /* search_space.stage_layout for (pp, V): a pipeline of one device per group. */
@@ -651,7 +711,26 @@ stage_analysis(search_space *sp, struct search_stage_layout *e)
 static void
 bound_analyses(search_space *sp)
 {
-    uint32_t cap = 0, cap_st = 0;
+    uint32_t cap = 0, cap_st = 0, cap_dp = 0, cap_g = 0;
+    for (uint64_t i = 0; i < sp->ncandidate; i++) {
+        const search_candidate *c = &sp->candidates[i];
+        uint32_t stride = c->tp * (c->cp > 1 ? c->cp : 1);
+        if (dp_index(sp, c->dp) < 0) {
+            DI_GROW(&sp->dps, &cap_dp, sp->ndp + 1);
+            sp->dps[sp->ndp++] = c->dp;
+        }
+        if (c->dp > 1 && (uint64_t)c->dp * stride <= sp->hw->ndevice &&
+            find_dp_group(sp, c->dp, stride) == NULL) {
+            struct search_dp_group *g;
+            DI_GROW(&sp->dp_group, &cap_g, sp->ndp_group + 1);
+            g = &sp->dp_group[sp->ndp_group++];
+            memset(g, 0, sizeof *g);
+            g->dp = c->dp;
+            g->stride = stride;
+            dp_group_analysis(sp, g);
+        }
+    }
+    qsort(sp->dps, sp->ndp, sizeof *sp->dps, cmp_u32);
     for (uint64_t i = 0; i < sp->ncandidate; i++) {
         const search_candidate *c = &sp->candidates[i];
         uint32_t V = virtual_of(c);
@@ -747,7 +826,11 @@ void
 search_space_fini(search_space *sp)
 {
     di_free(sp->candidates);
+    for (uint32_t i = 0; i < sp->nlayer_mem; i++)
+        di_free(sp->layer_mem[i].zero_min);
     di_free(sp->layer_mem);
+    di_free(sp->dps);
+    di_free(sp->dp_group);
     for (uint32_t i = 0; i < sp->nstage_layout; i++)
         di_free(sp->stage_layout[i].layers);
     di_free(sp->stage_layout);
@@ -926,6 +1009,51 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
     return state > act ? state : act;
 }
 
+/*
+ * What the collective stream of a device of the first pipeline stage
+ * carries at least for the data parallelism of its N0 layers, in seconds:
+ * its collectives run one at a time (docs/simulator.md), each at least its
+ * payload times the group's least slope. A layer's parameters P (bytes per
+ * device), of which Z are sharded by ZeRO at this dp; a gradient has at
+ * least its parameter's bytes. ZeRO 0: one all-reduce of the gradients.
+ * ZeRO-1: a reduce-scatter of the gradients (all-reduce where unsharded)
+ * and an all-gather of the sharded working copy; ZeRO-2: the sharded
+ * gradients reduce-scattered each microbatch; ZeRO-3: also the sharded
+ * parameters gathered before each use, in the forward and the backward
+ * chunks of each microbatch (dp.c, chunk.c).
+ */
+static double
+dp_comm_bound(const search_space *sp, const search_candidate *c,
+              const struct search_layer_mem *e, uint32_t N0)
+{
+    const struct search_dp_group *g;
+    int32_t k;
+    double P, Z, m = (double)c->microbatches, per;
+    if (c->dp <= 1 || N0 == 0 || e->zero_min == NULL || !e->ok ||
+        (g = find_dp_group(sp, c->dp, c->tp * (c->cp > 1 ? c->cp : 1))) == NULL ||
+        (k = dp_index(sp, c->dp)) < 0)
+        return 0;
+    P = (double)e->param_min;
+    Z = (double)e->zero_min[k];
+    if (Z > P)
+        Z = P;
+    switch (c->zero) {
+    case 0:
+        per = P * g->all_reduce;
+        break;
+    case 1:
+        per = P * g->reduce_scatter + Z * g->all_gather;
+        break;
+    case 2:
+        per = Z * (m * g->reduce_scatter + g->all_gather) + (P - Z) * g->reduce_scatter;
+        break;
+    default:
+        per = Z * m * (g->reduce_scatter + 2 * g->all_gather) + (P - Z) * g->reduce_scatter;
+        break;
+    }
+    return N0 * per;
+}
+
 double
 search_time_bound(const search_space *sp, const search_candidate *c)
 {
@@ -956,6 +1084,10 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         gemms = S * chain + m * N * wg;
         bound = busy > bound ? busy : bound;
         bound = gemms > bound ? gemms : bound;
+        if (d == 0) {
+            double comm = dp_comm_bound(sp, c, e, N);
+            bound = comm > bound ? comm : bound;
+        }
         S += st->layers[d];
     }
     return bound;
@@ -996,6 +1128,7 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     int rc;
     *r = NULL;
     sim_options_default(&o);
+    o.want_timeline = 0; /* the search reads the peaks, not the timelines */
     o.cancel = ev->cancel;
     o.tf32 = sp->cfg.tf32;
     rc = mb > 0 ? xform_apply_partial(sp->module, s, sp->hw, mb, &dm, &err)

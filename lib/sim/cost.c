@@ -347,3 +347,24 @@ sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype dt, i
     b->gemm = is_gemm(kind);
     return 1;
 }
+
+double
+sim_collective_slope(const hw_model *hw, int kind, const int32_t *devs, uint32_t n)
+{
+    sim s;
+    di_error err;
+    group_info g;
+    double big = 1e12;
+    memset(&s, 0, sizeof s);
+    s.hw = hw;
+    s.err = &err;
+    if (n <= 1)
+        return 0;
+    sim_group_describe(&s, devs, n, &g);
+    /* A measured table prices the group as it says: no slope from the formulas. */
+    if (hw_table_time(hw, kind, n, g.nodes > 1, 1.0) >= 0)
+        return 0;
+    /* The cheapest algorithm for large payloads has the least slope; latency terms cancel. */
+    return (sim_collective_time(&s, kind, &g, 2 * big) - sim_collective_time(&s, kind, &g, big)) /
+           big;
+}

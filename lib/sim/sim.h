@@ -209,6 +209,14 @@ typedef struct sim_op_bound {
 } sim_op_bound;
 int sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype dt, int tf32,
                        sim_op_bound *b);
+/*
+ * Seconds per byte of payload (ir_cost.bytes_comm) that a collective of
+ * `kind` (IR_OP_ALLREDUCE, ...) over devices devs[0..n) costs at least: any
+ * such collective of S bytes takes at least S times this (the least
+ * bandwidth term of the algorithms the hardware may choose; latencies only
+ * add). 0 for one device and where a measured table prices the group.
+ */
+double sim_collective_slope(const hw_model *hw, int kind, const int32_t *devs, uint32_t n);
 
 /*
  * The memory-event sort, exposed for its test: sorts n 64-bit keys

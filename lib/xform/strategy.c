@@ -899,6 +899,49 @@ xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
     return 0;
 }
 
+int
+xform_layer_params(const ir_module *m, const strategy *s, const hw_model *hw,
+                   xform_layer_param **out, uint32_t *n, di_error *err)
+{
+    xf_ctx c;
+    const ir_region *r;
+    uint8_t *seen;
+    uint32_t cap = 0;
+    int rc;
+    *out = NULL;
+    *n = 0;
+    if ((rc = analyse(&c, m, s, hw, err)) != 0)
+        return rc;
+    r = &c.m->regions[c.func];
+    seen = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
+    /* A layer's parameters: the weight arguments its forward ops read (as state_min). */
+    for (uint32_t i = 0; i < r->nop; i++) {
+        const ir_op *o = &c.m->ops[r->ops[i]];
+        const xf_opinfo *oi = &c.op[r->ops[i]];
+        if (oi->phase != XF_PH_FORWARD || oi->layer < 0)
+            continue;
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = storage_of(&c, c.m->refs[o->inputs + k]);
+            int64_t dims[IR_MAX_RANK];
+            xform_layer_param *p;
+            if (c.m->values[v].def != 0 || !(c.vflags[v] & XF_V_WEIGHT) || seen[v])
+                continue;
+            seen[v] = 1;
+            DI_GROW(out, &cap, *n + 1);
+            p = &(*out)[(*n)++];
+            p->layer = (uint32_t)xf_layer_index(&c, oi->layer);
+            p->bytes = device_bytes(&c, v);
+            p->dim0 = c.m->types[c.m->values[v].type].rank > 0 &&
+                              xf_local_dims(&c, v, &c.place[v], c.n, dims) == 0
+                          ? dims[0]
+                          : 0;
+        }
+    }
+    di_free(seen);
+    xf_ctx_fini(&c);
+    return 0;
+}
+
 /* Does op's work divide over the tensor axis (an input it needs or a result split there)? */
 static int
 tp_divides(const xf_ctx *c, ir_id op)

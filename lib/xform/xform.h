@@ -137,6 +137,21 @@ int xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *e
 int xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
                        uint64_t saved[3], uint64_t *state, uint64_t *param, di_error *err);
 void xform_model_facts_fini(xform_model_facts *f);
+/*
+ * The parameters of the layers under s (the weight arguments a layer's
+ * forward ops read; each once, with the first layer that reads it): its
+ * layer index, its bytes per device and its dimension 0 per device (0 for a
+ * scalar) under the tensor parallelism of s. ZeRO shards a parameter over
+ * the data axis when dp divides that dimension 0 (dp.c). The caller frees
+ * *out with di_free. Fails as xform_validate does.
+ */
+typedef struct xform_layer_param {
+    uint32_t layer;
+    int64_t dim0;
+    uint64_t bytes;
+} xform_layer_param;
+int xform_layer_params(const ir_module *m, const strategy *s, const hw_model *hw,
+                       xform_layer_param **out, uint32_t *n, di_error *err);
 
 /*
  * A lower bound on the compute time of a layer on one device under s, for
