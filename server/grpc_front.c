@@ -600,9 +600,9 @@ job_run(pool_job *pj, pool_worker *w)
         job_run_decode(job, w);
     else if (job->kind == JOB_SEARCH_PREPARE) {
         job->rc = srv_search_prepare(job->search, &job->err);
-        /* A stored search found through this worker's own connection. */
-        if (job->rc == 0)
-            srv_search_lookup(job->search, w->local);
+        /* A stored search found through this worker's own connection; else its plan. */
+        if (job->rc == 0 && !srv_search_lookup(job->search, w->local))
+            srv_search_plan(job->search);
     } else if (job->kind == JOB_SEARCH_WORK)
         job->more = srv_search_work(job->search, job->part, SEARCH_SLICE_NS);
     else

@@ -1,7 +1,8 @@
 /*
  * search.c: one strategy search shared by the daemon's workers (search.h).
  *
- * Threads: srv_search_prepare runs on one worker before any other job of
+ * Threads: srv_search_prepare (then srv_search_lookup, and srv_search_plan
+ * when the search is not stored) runs on one worker before any other job of
  * the search starts; afterwards the space, the config and the input are
  * immutable and read by every worker. Each srv_search_work call owns
  * parts[part], planners[part] and its own search_evaluator; the only shared
@@ -240,7 +241,8 @@ srv_search_prepare(srv_search *s, di_error *err)
     protobuf_c_message_free_unpacked(msg, NULL);
     if (rc != 0)
         return rc;
-    rc = search_space_init(&s->space, s->input->module, s->input->hw, &s->cfg, err);
+    /* The candidates and the key only: a stored search needs no more (srv_search_plan). */
+    rc = search_space_init_keyed(&s->space, s->input->module, s->input->hw, &s->cfg, err);
     if (rc != 0) {
         di_error_prefix(err, "search");
         return rc;
@@ -255,12 +257,20 @@ srv_search_prepare(srv_search *s, di_error *err)
                             "%llu (--max-search-candidates): constrain it (--tp, --fix, ...) or "
                             "shard it",
                             (unsigned long long)s->total, (unsigned long long)s->max_candidates);
+    return 0;
+}
+
+void
+srv_search_plan(srv_search *s)
+{
+    if (!s->prepared || s->planned)
+        return;
+    search_space_analyse(&s->space);
     search_plan_init(&s->plan, &s->space);
     s->planners = di_xcalloc(s->nparts, sizeof *s->planners);
     for (unsigned i = 0; i < s->nparts; i++)
         search_planner_init(&s->planners[i], &s->plan);
     s->planned = 1;
-    return 0;
 }
 
 /* Testing only: waits test_delay_ms, polling the cancel flag every millisecond. */
@@ -288,6 +298,8 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
     struct timespec ts;
     uint64_t t0;
     int more = 0;
+    if (!s->planned)
+        return 0; /* never planned: a stored search, or a failed prepare */
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     search_evaluator_init(&ev, &s->space);

@@ -48,8 +48,16 @@ srv_search *srv_search_new(grpc_slice bytes, const request_limits *lim, uint64_t
                            unsigned nparts, int64_t test_delay_ms);
 void srv_search_free(srv_search *s);
 
-/* Worker: decodes the request and builds the space; 0 or an error in err. */
+/*
+ * Worker: decodes the request and builds the space's candidates and key
+ * (enough to find a stored search); 0 or an error in err.
+ */
 int srv_search_prepare(srv_search *s, di_error *err);
+/*
+ * Worker, after a prepare whose search is not stored: the analyses behind
+ * the bounds and the plan (branch and bound's seed), before any work job.
+ */
+void srv_search_plan(srv_search *s);
 /*
  * Worker: evaluates candidates from the shared plan into part `part` (< nparts) until the
  * space is done, the search is cancelled, or slice_ns (0: no limit) has

@@ -224,6 +224,7 @@ typedef struct search_space {
      * and only results with the same key merge. The daemon's key for a stored search.
      */
     di_hash key;
+    int analysed; /* the bound analyses are made (search_space_analyse) */
     uint64_t ncandidate; /* the whole space (every shard) */
     search_candidate *candidates;
 } search_space;
@@ -236,6 +237,15 @@ typedef struct search_space {
  */
 int search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
                       const search_config *cfg, di_error *err);
+/*
+ * search_space_init in two steps: the candidates and the key first (what a
+ * stored search is found by), the analyses behind the bounds (layer_mem,
+ * stage_layout, dps, dp_group) when search_space_analyse is called, which
+ * must be before any evaluation, bound or plan. search_space_init does both.
+ */
+int search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw,
+                            const search_config *cfg, di_error *err);
+void search_space_analyse(search_space *sp);
 void search_space_fini(search_space *sp);
 /* The number of candidates of this process's shard. */
 uint64_t search_space_shard_size(const search_space *sp);

@@ -756,8 +756,8 @@ bound_analyses(search_space *sp)
 }
 
 int
-search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
-                  const search_config *cfg, di_error *err)
+search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw,
+                        const search_config *cfg, di_error *err)
 {
     xform_model_facts facts;
     space_builder b;
@@ -818,8 +818,25 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
     b.sp = sp;
     b.cap = 0;
     enumerate(&b);
-    bound_analyses(sp);
     return 0;
+}
+
+void
+search_space_analyse(search_space *sp)
+{
+    if (!sp->analysed)
+        bound_analyses(sp);
+    sp->analysed = 1;
+}
+
+int
+search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
+                  const search_config *cfg, di_error *err)
+{
+    int rc = search_space_init_keyed(sp, m, hw, cfg, err);
+    if (rc == 0)
+        search_space_analyse(sp);
+    return rc;
 }
 
 void
