@@ -46,8 +46,9 @@ mlp(uint32_t layers, int64_t hidden, int64_t batch)
     return m;
 }
 
+/* A GPT without dropout, f32 with SGD, or (mixed) bf16 with Adam. */
 static ir_module *
-gpt(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch)
+gpt_as(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch, int mixed)
 {
     models_gpt c;
     ir_module *m = NULL;
@@ -60,9 +61,19 @@ gpt(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch)
     c.vocab = 13;
     c.batch = batch;
     c.dropout = 0;
+    if (mixed) {
+        c.dtype = IR_BF16;
+        c.train.optimizer = XFORM_OPTIM_ADAM;
+    }
     if (models_gpt_build(&c, &m, &err) != 0)
         fail_msg("gpt: %s", err.msg);
     return m;
+}
+
+static ir_module *
+gpt(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch)
+{
+    return gpt_as(layers, hidden, heads, seq, batch, 0);
 }
 
 static hw_model *
@@ -411,28 +422,6 @@ llama(uint32_t layers, int64_t hidden, int64_t heads, int64_t kv, int64_t seq, i
     return m;
 }
 
-/* A GPT of wide layers on a short sequence (bf16, Adam): its weights outweigh its compute. */
-static ir_module *
-wide_gpt(void)
-{
-    models_gpt c;
-    ir_module *m = NULL;
-    di_error err;
-    models_gpt_init(&c);
-    c.layers = 4;
-    c.hidden = 1920;
-    c.heads = 6;
-    c.seq = 8;
-    c.vocab = 13;
-    c.batch = 24;
-    c.dropout = 0;
-    c.dtype = IR_BF16;
-    c.train.optimizer = XFORM_OPTIM_ADAM;
-    if (models_gpt_build(&c, &m, &err) != 0)
-        fail_msg("gpt: %s", err.msg);
-    return m;
-}
-
 /* A small mixture of experts (bf16, Adam): a dense layer, then 3 MoE layers of 4 experts, top 2. */
 static ir_module *
 moe_llama(void)
@@ -561,7 +550,7 @@ test_brute_force(void **state)
                        : cases[i].model == 2 ? gpt(4, 48, 6, 8, 96)
                        : cases[i].model == 4 ? moe_llama()
                        : cases[i].model == 5 ? llama(4, 64, 4, 2, 16, 8)
-                       : cases[i].model == 6 ? wide_gpt()
+                       : cases[i].model == 6 ? gpt_as(4, 1920, 6, 8, 24, 1)
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
@@ -624,25 +613,13 @@ test_brute_force(void **state)
 static void
 test_branch_and_bound(void **state)
 {
-    models_gpt g;
-    ir_module *m = NULL;
+    ir_module *m = gpt_as(4, 256, 8, 8, 96, 1);
     hw_model *hw = preset("a100-dgx");
     search_config cfg;
     search_result all, one, three, merged;
     search_space sp;
     di_error err;
     (void)state;
-    models_gpt_init(&g);
-    g.layers = 4;
-    g.hidden = 256;
-    g.heads = 8;
-    g.seq = 8;
-    g.vocab = 13;
-    g.batch = 96;
-    g.dtype = IR_BF16;
-    g.train.optimizer = XFORM_OPTIM_ADAM;
-    if (models_gpt_build(&g, &m, &err) != 0)
-        fail_msg("gpt: %s", err.msg);
     search_config_init(&cfg);
     cfg.devices = 8;
     cfg.top_k = 3;

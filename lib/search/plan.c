@@ -61,9 +61,9 @@ in_shard(const search_space *sp, const search_candidate *c)
  * thirty-second of it, each time among the candidates without ZeRO-2 or -3
  * and with tensor parallelism inside a node. Any seed is sound (a candidate
  * is pruned only below K seed points and dominated by one); the choice only
- * makes it useful. The time bound counts no communication, so the smallest
- * bounds are those of ZeRO's per-microbatch reductions and gathers and of
- * tensor parallelism across nodes, which communication makes slow; the
+ * makes it useful. The time bound counts little communication (the first
+ * stage's data-parallel part), so small bounds include tensor parallelism
+ * across nodes and ZeRO-2 and -3, which communication makes slow; the
  * memory bound is often well below the simulated peak, so a seed of the
  * smallest time bounds alone runs out of memory; and the Pareto set is
  * pruned only by a seed point that needs no more memory than a candidate's
@@ -106,25 +106,30 @@ choose_seed(search_plan *pl)
     const search_space *sp = pl->sp;
     double usable = sp->cfg.memory_headroom * sp->max_capacity;
     uint32_t want = sp->cfg.top_k * SEED_PER_TOP, nl = sizeof ladder / sizeof ladder[0];
-    bounded *b = di_xmalloc((sp->ncandidate ? sp->ncandidate : 1) * sizeof *b);
+    size_t nc = sp->ncandidate ? sp->ncandidate : 1;
+    bounded *b = di_xmalloc(nc * sizeof *b);
+    double *t = di_xmalloc(nc * sizeof *t), *mem = di_xmalloc(nc * sizeof *mem);
     if (want < SEED_MIN)
         want = SEED_MIN;
     if (want > SEED_MAX)
         want = SEED_MAX;
+    for (uint64_t i = 0; i < sp->ncandidate; i++) {
+        t[i] = likely(sp, &sp->candidates[i]) ? search_time_bound(sp, &sp->candidates[i]) : 0;
+        mem[i] = t[i] > 0 ? (double)search_memory_bound(sp, &sp->candidates[i]) : 0;
+    }
     pl->seed = di_xmalloc((want + (nl - 1) * 2 + 1) * sizeof *pl->seed);
     for (uint32_t k = 0; k < nl; k++) {
         uint64_t n = 0;
-        for (uint64_t i = 0; i < sp->ncandidate; i++) {
-            const search_candidate *c = &sp->candidates[i];
-            double t = search_time_bound(sp, c), mem = (double)search_memory_bound(sp, c);
-            if (t > 0 && mem <= ladder[k] * usable && likely(sp, c)) {
-                b[n].t = t;
+        for (uint64_t i = 0; i < sp->ncandidate; i++)
+            if (t[i] > 0 && mem[i] <= ladder[k] * usable) {
+                b[n].t = t[i];
                 b[n++].index = i;
             }
-        }
         qsort(b, n, sizeof *b, cmp_bounded);
         add_seeds(pl, b, n, k == 0 ? want : 2);
     }
+    di_free(mem);
+    di_free(t);
     di_free(b);
 }
 
