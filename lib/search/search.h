@@ -273,10 +273,11 @@ uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
 /*
  * A lower bound on the candidate's simulated step time, in seconds (0 when
  * there is none: context or expert parallelism, no layers, measured op
- * times, an analysis the transforms refuse). Only the layers' compute ops
- * count (xform_layer_work), w the least time of one layer's forward,
- * backward and repeated forward ops for one microbatch on one device, w_g
- * that of their GEMMs, c_g that of its forward and backward GEMMs. Device d
+ * times, devices of several kinds, an analysis the transforms refuse).
+ * Only the layers' compute ops count (xform_layer_work), w the least time
+ * of one layer's forward, backward and repeated forward ops for one
+ * microbatch on one device, w_g that of their GEMMs, c_g that of its
+ * forward and backward GEMMs. Device d
  * of the pipeline, whose model stages hold N_d layers, runs its compute ops
  * one at a time: T >= m N_d w. Its GEMMs all depend on the first
  * microbatch's activations, which pass the GEMMs of the S_d layers of the

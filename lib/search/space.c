@@ -1080,8 +1080,9 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     double q, w, wg, chain, bound = 0, m = (double)c->microbatches;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
+    /* Devices of other kinds (overrides) may be faster than device 0, which the analyses price. */
     if (e == NULL || !e->time_ok || st == NULL || st->nstage == 0 || c->cp > 1 || c->ep > 1 ||
-        sp->batch <= 0 || c->dp == 0 || c->microbatches == 0)
+        sp->batch <= 0 || c->dp == 0 || c->microbatches == 0 || sp->hw->noverride > 0)
         return 0;
     t = &e->time;
     q = 1.0 / ((double)c->dp * c->microbatches);
