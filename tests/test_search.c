@@ -195,6 +195,33 @@ assert_same_answer(const search_result *a, const search_result *b)
 }
 
 /*
+ * The search over n shards, each run sequentially (workers 0) or on a plan
+ * shared by `workers` planners, merged into *merged (initialized here).
+ */
+static void
+merged_shards(const ir_module *m, const hw_model *hw, const search_config *cfg, uint32_t n,
+              unsigned workers, search_result *merged)
+{
+    search_space sp;
+    di_error err;
+    space_ok(&sp, m, hw, cfg);
+    search_result_init(merged, &sp);
+    for (uint32_t i = 0; i < n; i++) {
+        search_config c = *cfg;
+        search_result part;
+        c.shard_index = i;
+        c.shard_count = n;
+        if (workers == 0)
+            run(m, hw, &c, &part);
+        else
+            run_plan(m, hw, &c, workers, &part);
+        assert_int_equal(search_result_merge(merged, &part, &err), 0);
+        search_result_fini(&part);
+    }
+    search_space_fini(&sp);
+}
+
+/*
  * Brute force, independent of search_eval: every candidate of the space is
  * transformed (no separate validation) and simulated without a workspace.
  * Checks that the search's status of each candidate agrees (pruned ones
@@ -617,7 +644,6 @@ test_branch_and_bound(void **state)
     hw_model *hw = preset("a100-dgx");
     search_config cfg;
     search_result all, one, three, merged;
-    search_space sp;
     di_error err;
     (void)state;
     search_config_init(&cfg);
@@ -630,17 +656,7 @@ test_branch_and_bound(void **state)
     assert_true(one.count[SEARCH_TIME_BOUND] > 0);
     run_plan(m, hw, &cfg, 3, &three);
     assert_true(search_result_equal(&one, &three));
-    space_ok(&sp, m, hw, &cfg);
-    search_result_init(&merged, &sp);
-    for (uint32_t i = 0; i < 4; i++) {
-        search_config c = cfg;
-        search_result part;
-        c.shard_index = i;
-        c.shard_count = 4;
-        run_plan(m, hw, &c, 2, &part);
-        assert_int_equal(search_result_merge(&merged, &part, &err), 0);
-        search_result_fini(&part);
-    }
+    merged_shards(m, hw, &cfg, 4, 2, &merged);
     assert_true(search_result_equal(&one, &merged));
     cfg.no_time_bound = 1;
     run_plan(m, hw, &cfg, 1, &all);
@@ -656,7 +672,6 @@ test_branch_and_bound(void **state)
     search_result_fini(&one);
     search_result_fini(&three);
     search_result_fini(&merged);
-    search_space_fini(&sp);
     hw_free(hw);
     ir_module_free(m);
 }
@@ -1247,19 +1262,8 @@ test_objectives(void **state)
         search_result_fini(&back);
     }
     /* Shards of the several-count space merge to the whole. */
-    space_ok(&sp, m, hw, &cfg);
-    search_result_init(&merged, &sp);
-    for (uint32_t i = 0; i < 3; i++) {
-        search_config c = cfg;
-        search_result part;
-        c.shard_index = i;
-        c.shard_count = 3;
-        run(m, hw, &c, &part);
-        assert_int_equal(search_result_merge(&merged, &part, &err), 0);
-        search_result_fini(&part);
-    }
+    merged_shards(m, hw, &cfg, 3, 0, &merged);
     assert_true(search_result_equal(&cost, &merged));
-    search_space_fini(&sp);
     /* The devices objective needs a target. */
     cfg.objective = SEARCH_MIN_DEVICES;
     cfg.target_step_s = 0;

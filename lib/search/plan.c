@@ -137,21 +137,23 @@ void
 search_plan_init(search_plan *pl, const search_space *sp)
 {
     uint64_t total = search_space_shard_size(sp);
+    uint8_t *seed; /* per candidate of the space: a seed */
     memset(pl, 0, sizeof *pl);
     pl->sp = sp;
     if (!sp->cfg.no_time_bound)
         choose_seed(pl);
     pl->seed_point = di_xcalloc(pl->nseed ? pl->nseed : 1, sizeof *pl->seed_point);
     /* The shard's candidates but its seeds, in enumeration order. */
+    seed = di_xcalloc(sp->ncandidate ? sp->ncandidate : 1, 1);
+    for (uint32_t j = 0; j < pl->nseed; j++)
+        seed[pl->seed[j]] = 1;
     pl->order = di_xmalloc((total ? total : 1) * sizeof *pl->order);
     for (uint64_t k = 0; k < total; k++) {
         const search_candidate *c = search_space_at(sp, k);
-        int seed = 0;
-        for (uint32_t j = 0; j < pl->nseed && !seed; j++)
-            seed = pl->seed[j] == c->index;
-        if (!seed)
+        if (!seed[c->index])
             pl->order[pl->norder++] = c->index;
     }
+    di_free(seed);
     atomic_init(&pl->cursor, 0);
     atomic_init(&pl->seeds_done, 0);
 }

@@ -176,20 +176,19 @@ typedef struct search_space {
     uint64_t expert_bytes;   /* the part of state_bytes that expert parallelism splits */
     /*
      * The same per device under each tensor parallelism of the space, with
-     * and without sequence parallelism (xform_layer_memory), for the memory
-     * bound; ok 0 where the analysis refused the degree. time: a layer's
-     * compute work there (xform_layer_work), for the time bound; time_ok 0
-     * where that analysis refused it.
+     * and without sequence parallelism, for the memory bound, and a layer's
+     * compute work there (time), for the time bound (xform_layer_analysis);
+     * ok 0 where the analysis refused the degree.
      */
     uint32_t nlayer_mem;
     struct search_layer_mem {
         uint32_t tp;
-        uint8_t sequence_parallel, ok, time_ok;
+        uint8_t sequence_parallel, ok;
         uint64_t saved_min[3], state_min, param_min;
         xform_layer_time time;
         /*
          * Per dp of the space (dps): the least over the layers of a layer's
-         * parameters ZeRO shards at that dp (xform_layer_params: dp divides
+         * parameters ZeRO shards at that dp (xform_layer_facts.params: dp divides
          * their dimension 0), bytes per device; NULL where refused.
          */
         uint64_t *zero_min;
@@ -274,7 +273,7 @@ uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
  * A lower bound on the candidate's simulated step time, in seconds (0 when
  * there is none: context or expert parallelism, no layers, measured op
  * times, devices of several kinds, an analysis the transforms refuse).
- * Only the layers' compute ops count (xform_layer_work), w the least time
+ * Only the layers' compute ops count (xform_layer_facts.time), w the least time
  * of one layer's forward, backward and repeated forward ops for one
  * microbatch on one device, w_g that of their GEMMs, c_g that of its
  * forward and backward GEMMs. Device d

@@ -627,15 +627,14 @@ find_dp_group(const search_space *sp, uint32_t dp, uint32_t stride)
     return NULL;
 }
 
-/* e->zero_min from the layers' parameters under its (tp, sp). */
+/* e->zero_min from the layers' parameters p[0..np) under its (tp, sp). */
 static void
-zero_analysis(search_space *sp, struct search_layer_mem *e, const strategy *s)
+zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_param *p,
+              uint32_t np)
 {
-    xform_layer_param *p = NULL;
-    uint32_t np = 0, L = sp->layers;
+    uint32_t L = sp->layers;
     uint64_t *per;
-    di_error err;
-    if (L == 0 || xform_layer_params(sp->module, s, sp->hw, &p, &np, &err) != 0)
+    if (L == 0)
         return;
     per = di_xmalloc((size_t)L * sizeof *per);
     e->zero_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_min);
@@ -650,23 +649,27 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const strategy *s)
                 e->zero_min[k] = per[l];
     }
     di_free(per);
-    di_free(p);
 }
 
-/* search_space.layer_mem for (tp, sp): memory and time analyses, dp = pp = m = 1. */
+/* search_space.layer_mem for (tp, sp): the layers' analysis, dp = pp = m = 1. */
 static void
 layer_analysis(search_space *sp, struct search_layer_mem *e)
 {
     strategy s;
+    xform_layer_facts f;
     di_error err;
     strategy_init(&s);
     s.tp = e->tp;
     s.sequence_parallel = e->sequence_parallel;
-    if (strategy_normalize(&s, NULL) == 0) {
-        e->ok = xform_layer_memory(sp->module, &s, sp->hw, e->saved_min, &e->state_min,
-                                   &e->param_min, &err) == 0;
-        e->time_ok = xform_layer_work(sp->module, &s, sp->hw, sp->cfg.tf32, &e->time, &err) == 0;
-        zero_analysis(sp, e, &s);
+    if (strategy_normalize(&s, NULL) == 0 &&
+        xform_layer_analysis(sp->module, &s, sp->hw, sp->cfg.tf32, &f, &err) == 0) {
+        e->ok = 1;
+        memcpy(e->saved_min, f.saved_min, sizeof e->saved_min);
+        e->state_min = f.state_min;
+        e->param_min = f.param_min;
+        e->time = f.time;
+        zero_analysis(sp, e, f.params, f.nparams);
+        xform_layer_facts_fini(&f);
     }
     strategy_fini(&s);
 }
@@ -1081,7 +1084,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /* Devices of other kinds (overrides) may be faster than device 0, which the analyses price. */
-    if (e == NULL || !e->time_ok || st == NULL || st->nstage == 0 || c->cp > 1 || c->ep > 1 ||
+    if (e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 || c->ep > 1 ||
         sp->batch <= 0 || c->dp == 0 || c->microbatches == 0 || sp->hw->noverride > 0)
         return 0;
     t = &e->time;

@@ -883,63 +883,39 @@ analyse(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw, di
     return rc;
 }
 
-int
-xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
-                   uint64_t saved[3], uint64_t *state, uint64_t *param, di_error *err)
+/* xform_layer_facts.params. */
+static void
+layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
 {
-    xf_ctx c;
-    int rc;
-    memset(saved, 0, 3 * sizeof *saved);
-    *state = *param = 0;
-    if ((rc = analyse(&c, m, s, hw, err)) != 0)
-        return rc;
-    saved_min(&c, saved);
-    *state = state_min(&c, param);
-    xf_ctx_fini(&c);
-    return 0;
-}
-
-int
-xform_layer_params(const ir_module *m, const strategy *s, const hw_model *hw,
-                   xform_layer_param **out, uint32_t *n, di_error *err)
-{
-    xf_ctx c;
-    const ir_region *r;
-    uint8_t *seen;
+    const ir_region *r = &c->m->regions[c->func];
+    uint8_t *seen = di_xcalloc(c->m->nvalue ? c->m->nvalue : 1, 1);
     uint32_t cap = 0;
-    int rc;
     *out = NULL;
     *n = 0;
-    if ((rc = analyse(&c, m, s, hw, err)) != 0)
-        return rc;
-    r = &c.m->regions[c.func];
-    seen = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
     /* A layer's parameters: the weight arguments its forward ops read (as state_min). */
     for (uint32_t i = 0; i < r->nop; i++) {
-        const ir_op *o = &c.m->ops[r->ops[i]];
-        const xf_opinfo *oi = &c.op[r->ops[i]];
+        const ir_op *o = &c->m->ops[r->ops[i]];
+        const xf_opinfo *oi = &c->op[r->ops[i]];
         if (oi->phase != XF_PH_FORWARD || oi->layer < 0)
             continue;
         for (uint32_t k = 0; k < o->ninput; k++) {
-            ir_id v = storage_of(&c, c.m->refs[o->inputs + k]);
+            ir_id v = storage_of(c, c->m->refs[o->inputs + k]);
             int64_t dims[IR_MAX_RANK];
             xform_layer_param *p;
-            if (c.m->values[v].def != 0 || !(c.vflags[v] & XF_V_WEIGHT) || seen[v])
+            if (c->m->values[v].def != 0 || !(c->vflags[v] & XF_V_WEIGHT) || seen[v])
                 continue;
             seen[v] = 1;
             DI_GROW(out, &cap, *n + 1);
             p = &(*out)[(*n)++];
-            p->layer = (uint32_t)xf_layer_index(&c, oi->layer);
-            p->bytes = device_bytes(&c, v);
-            p->dim0 = c.m->types[c.m->values[v].type].rank > 0 &&
-                              xf_local_dims(&c, v, &c.place[v], c.n, dims) == 0
+            p->layer = (uint32_t)xf_layer_index(c, oi->layer);
+            p->bytes = device_bytes(c, v);
+            p->dim0 = c->m->types[c->m->values[v].type].rank > 0 &&
+                              xf_local_dims(c, v, &c->place[v], c->n, dims) == 0
                           ? dims[0]
                           : 0;
         }
     }
     di_free(seen);
-    xf_ctx_fini(&c);
-    return 0;
 }
 
 /* Does op's work divide over the tensor axis (an input it needs or a result split there)? */
@@ -1010,39 +986,34 @@ least_work(const double *per, uint32_t L, uint32_t k, xform_work_bound *out)
     out->other_launch_s = least[5];
 }
 
-int
-xform_layer_work(const ir_module *m, const strategy *s, const hw_model *hw, int tf32,
-                 xform_layer_time *out, di_error *err)
+/*
+ * xform_layer_facts.time. It leaves c's recomputation marks and mode as the
+ * full mode's.
+ */
+static void
+layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
 {
-    xf_ctx c;
-    const ir_region *r;
+    const ir_region *r = &c->m->regions[c->func];
     ir_id *fops, *bops, *re;
     int32_t *home;
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
-    uint32_t nf = 0, nb = 0, L;
-    int rc;
+    uint32_t nf = 0, nb = 0, L = c->nlayer;
     memset(out, 0, sizeof *out);
-    if ((rc = analyse(&c, m, s, hw, err)) != 0)
-        return rc;
-    L = c.nlayer;
-    if (L == 0 || !xform_cost_known(&c.cost) || c.cost.op_bound == NULL) {
-        xf_ctx_fini(&c);
-        return 0;
-    }
-    r = &c.m->regions[c.func];
+    if (L == 0 || !xform_cost_known(&c->cost) || c->cost.op_bound == NULL)
+        return;
     fops = di_xmalloc((r->nop + 1) * sizeof *fops);
     bops = di_xmalloc((r->nop + 1) * sizeof *bops);
     re = di_xmalloc((r->nop + 1) * sizeof *re);
-    home = di_xcalloc(c.m->nop ? c.m->nop : 1, sizeof *home);
+    home = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *home);
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
     for (uint32_t i = 0; i < r->nop; i++) {
         ir_id op = r->ops[i];
-        if (c.op[op].phase == XF_PH_FORWARD)
+        if (c->op[op].phase == XF_PH_FORWARD)
             fops[nf++] = op;
-        else if (c.op[op].phase == XF_PH_BACKWARD)
+        else if (c->op[op].phase == XF_PH_BACKWARD)
             bops[nb++] = op;
-        if (c.op[op].phase != XF_PH_STEP)
-            add_work(&c, op, tf32, per, L, c.op[op].phase == XF_PH_FORWARD ? 0 : 1);
+        if (c->op[op].phase != XF_PH_STEP)
+            add_work(c, op, tf32, per, L, c->op[op].phase == XF_PH_FORWARD ? 0 : 1);
     }
     /*
      * What each recomputation mode repeats, found as the pipeline assembly
@@ -1052,15 +1023,15 @@ xform_layer_work(const ir_module *m, const strategy *s, const hw_model *hw, int 
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
         uint32_t nre;
-        c.s.recompute = mode;
+        c->s.recompute = mode;
         if (mode == STRATEGY_RECOMPUTE_SELECTIVE)
-            xf_recompute_mark(&c);
+            xf_recompute_mark(c);
         else
-            for (uint32_t i = 0; i < c.m->nop; i++)
-                c.op[i].recompute = 0;
-        nre = xf_recompute_ops(&c, fops, nf, bops, nb, home, 0, re);
+            for (uint32_t i = 0; i < c->m->nop; i++)
+                c->op[i].recompute = 0;
+        nre = xf_recompute_ops(c, fops, nf, bops, nb, home, 0, re);
         for (uint32_t j = 0; j < nre; j++)
-            add_work(&c, re[j], tf32, per, L, k);
+            add_work(c, re[j], tf32, per, L, k);
     }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
@@ -1071,8 +1042,30 @@ xform_layer_work(const ir_module *m, const strategy *s, const hw_model *hw, int 
     di_free(re);
     di_free(bops);
     di_free(fops);
+}
+
+int
+xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, int tf32,
+                     xform_layer_facts *out, di_error *err)
+{
+    xf_ctx c;
+    int rc;
+    memset(out, 0, sizeof *out);
+    if ((rc = analyse(&c, m, s, hw, err)) != 0)
+        return rc;
+    saved_min(&c, out->saved_min);
+    out->state_min = state_min(&c, &out->param_min);
+    layer_params(&c, &out->params, &out->nparams);
+    layer_work(&c, tf32, &out->time); /* last: it changes the recomputation marks */
     xf_ctx_fini(&c);
     return 0;
+}
+
+void
+xform_layer_facts_fini(xform_layer_facts *f)
+{
+    di_free(f->params);
+    memset(f, 0, sizeof *f);
 }
 
 void

@@ -127,31 +127,19 @@ typedef struct xform_model_facts {
  * xform_model_facts_fini.
  */
 int xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err);
-/*
- * saved_min, state_min and param_min of xform_model_facts per device under s: each
- * value's bytes divided by the tensor parallelism where s's placements (the
- * analysis of xform_apply, without building the module) split it over the
- * tensor axis. The batch split (dp, microbatches) is not applied. Fails as
- * xform_validate does.
- */
-int xform_layer_memory(const ir_module *m, const strategy *s, const hw_model *hw,
-                       uint64_t saved[3], uint64_t *state, uint64_t *param, di_error *err);
 void xform_model_facts_fini(xform_model_facts *f);
 /*
- * The parameters of the layers under s (the weight arguments a layer's
- * forward ops read; each once, with the first layer that reads it): its
- * layer index, its bytes per device and its dimension 0 per device (0 for a
- * scalar) under the tensor parallelism of s. ZeRO shards a parameter over
- * the data axis when dp divides that dimension 0 (dp.c). The caller frees
- * *out with di_free. Fails as xform_validate does.
+ * A parameter of a layer (xform_layer_facts.params: a weight argument a
+ * layer's forward ops read; each once, with the first layer that reads it):
+ * its layer index, its bytes per device and its dimension 0 per device (0
+ * for a scalar) under the tensor parallelism of the analysis. ZeRO shards a
+ * parameter over the data axis when dp divides that dimension 0 (dp.c).
  */
 typedef struct xform_layer_param {
     uint32_t layer;
     int64_t dim0;
     uint64_t bytes;
 } xform_layer_param;
-int xform_layer_params(const ir_module *m, const strategy *s, const hw_model *hw,
-                       xform_layer_param **out, uint32_t *n, di_error *err);
 
 /*
  * A lower bound on the compute time of a layer on one device under s, for
@@ -190,14 +178,32 @@ xform_work_time(const xform_work_bound *w, double q)
 /*
  * fwd, bwd and re[r], r a strategy_recompute (selective, full: what the
  * backward repeats, found as the pipeline assembly finds it); all 0 without
- * layers or hardware. The batch split (dp, microbatches) and context
- * parallelism are not applied. Fails as xform_validate does.
+ * layers or hardware.
  */
 typedef struct xform_layer_time {
     xform_work_bound fwd, bwd, re[3];
 } xform_layer_time;
-int xform_layer_work(const ir_module *m, const strategy *s, const hw_model *hw, int tf32,
-                     xform_layer_time *out, di_error *err);
+
+/*
+ * What the search's bounds need of the layers under s, from one run of the
+ * analysis passes of xform_apply (without building the module): per
+ * device, each value's bytes divided by the tensor parallelism where s's
+ * placements split it over the tensor axis, saved_min, state_min and
+ * param_min as in xform_model_facts; params, every layer's parameters;
+ * time, a layer's least compute time (xform_layer_time, tf32: f32 GEMMs as
+ * TF32). The batch split (dp, microbatches) and context parallelism are
+ * not applied. Fails as xform_validate does (then there is nothing to
+ * free); on success free with xform_layer_facts_fini.
+ */
+typedef struct xform_layer_facts {
+    uint64_t saved_min[3], state_min, param_min;
+    xform_layer_param *params;
+    uint32_t nparams;
+    xform_layer_time time;
+} xform_layer_facts;
+int xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, int tf32,
+                         xform_layer_facts *out, di_error *err);
+void xform_layer_facts_fini(xform_layer_facts *f);
 
 /*
  * What a strategy will cost before any of it is done, for admission control
