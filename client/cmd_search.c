@@ -37,7 +37,7 @@ static const char usage[] =
     "              [--objective time|throughput|devices|cost] [--target-step S]\n"
     "              [--price P] [--train-tokens T]\n"
     "              [--top K] [--json] [--shard i/n] [--headroom F] [--compose 0|1]\n"
-    "              [--time-bound 0|1] [--jobs N] [--math tf32|ieee]\n"
+    "              [--time-bound 0|1] [--jobs N] [--math tf32|ieee] [--kernels fused|eager]\n"
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
@@ -64,7 +64,7 @@ static const char *const list_options[] = {
     "dp",        "tp",        "pp",       "microbatches",      "virtual-stages",      "schedule",
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",    "compose",           "target-step",         "price",
-    "train-tokens", "math", "cp", "time-bound",
+    "train-tokens", "math", "cp", "time-bound", "kernels",
 };
 
 static int
@@ -369,6 +369,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     req->price_per_device_hour = cfg->price_per_device_hour;
     req->train_tokens = cfg->train_tokens;
     req->tf32 = cfg->tf32 != 0;
+    req->fuse = cfg->fuse != 0;
     req->top_k = cfg->top_k;
     req->shard_index = cfg->shard_index;
     req->shard_count = cfg->shard_count;

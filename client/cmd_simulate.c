@@ -24,7 +24,8 @@ static const char usage[] =
     "simulate (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--json] [--devices]\n"
     "                [--trace OUT.json [--trace-devices all|first-of-each-stage|0,8,16-23]\n"
     "                 [--trace-detail auto|op|layer]]\n"
-    "                [--no-overlap] [--math tf32|ieee] [--fail-on-oom] [--strict]\n"
+    "                [--no-overlap] [--math tf32|ieee] [--kernels fused|eager] [--fail-on-oom]\n"
+    "                [--strict]\n"
     "                [--server ADDR]\n"
     "                [--timeout-ms N] [--op-times CSV] [--collective-table all_reduce:N:CSV]\n"
     "                [strategy flags]\n"
@@ -312,6 +313,7 @@ cli_simulate_remote(const char *server, const ir_module *m, const Distir__V1__Mo
     req.strategy = &sp;
     opts.no_overlap = o->no_overlap;
     opts.tf32 = o->tf32;
+    opts.fuse = o->fuse;
     opts.want_timeline = o->want_timeline;
     opts.timeline_max_points = o->timeline_max_points;
     req.options = &opts;
@@ -509,6 +511,14 @@ simulate_cmd(int argc, char **argv, strategy *s)
                 return CLI_USAGE;
             }
             o.tf32 = strcmp(v, "tf32") == 0;
+        } else if ((r = cli_opt(argc, argv, &i, "--kernels", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            if (strcmp(v, "fused") != 0 && strcmp(v, "eager") != 0) {
+                cli_error("--kernels takes fused or eager, got '%s'", v);
+                return CLI_USAGE;
+            }
+            o.fuse = strcmp(v, "fused") == 0;
         } else if (cli_flag(argv[i], "--fail-on-oom")) {
             fail_on_oom = 1;
         } else if (cli_flag(argv[i], "--strict")) {

@@ -56,12 +56,16 @@ simulate_row(validate_row *r, const validate_setup *v, const hw_model *hw)
     di_error_clear(&err);
     sim_options_default(&o);
     o.want_timeline = 0;
+    o.fuse = v->fuse;
     if (models_gpt_build(&g, &m, &err) != 0 || strategy_normalize(&s, &err) != 0 ||
         request_apply_strategy(m, &s, hw, &sm, &dm, &err) != 0 ||
         sim_run(sm, hw, &o, &res, NULL, NULL, &err) != 0)
         snprintf(r->error, sizeof r->error, "%s", err.msg);
     else
+    {
         r->predicted_ms = res->step_time_s * 1e3;
+        r->peak_gib = (double)res->peak_memory_bytes / 1073741824.0;
+    }
     sim_result_free(res);
     ir_module_free(dm);
     ir_module_free(m);
@@ -242,8 +246,9 @@ cmd_validate(int argc, char **argv)
                    r->micro_batch, r->hidden, r->heads, r->layers, r->seq, r->tp, r->dp, r->pp,
                    r->measured_ms);
             if (r->predicted_ms >= 0)
-                printf("\"predicted_ms\":%.17g,\"error\":%.6f}", r->predicted_ms,
-                       100 * (r->predicted_ms - r->measured_ms) / r->measured_ms);
+                printf("\"predicted_ms\":%.17g,\"error\":%.6f,\"peak_memory_gib\":%.3f}",
+                       r->predicted_ms, 100 * (r->predicted_ms - r->measured_ms) / r->measured_ms,
+                       r->peak_gib);
             else {
                 di_buf b;
                 di_buf_init(&b);
@@ -263,17 +268,18 @@ cmd_validate(int argc, char **argv)
         printf("}}\n");
     } else {
         uint32_t skipped = 0;
-        printf("%5s %6s %5s %4s %4s %4s %4s %12s %12s %8s\n", "line", "size", "gpus", "tp", "dp",
-               "pp", "mb", "measured", "predicted", "error");
+        printf("%5s %6s %5s %4s %4s %4s %4s %12s %12s %8s %9s\n", "line", "size", "gpus", "tp",
+               "dp", "pp", "mb", "measured", "predicted", "error", "peak");
         for (uint32_t k = 0; k < nidx; k++) {
             const validate_row *r = &rows[idx[k]];
             if (r->predicted_ms < 0) {
                 skipped++;
                 continue;
             }
-            printf("%5u %6s %5u %4u %4u %4u %4u %9.1f ms %9.1f ms %+7.1f%%\n", r->line,
+            printf("%5u %6s %5u %4u %4u %4u %4u %9.1f ms %9.1f ms %+7.1f%% %5.1f GiB\n", r->line,
                    labels[group[k]], r->gpus, r->tp, r->dp, r->pp, r->micro_batch, r->measured_ms,
-                   r->predicted_ms, 100 * (r->predicted_ms - r->measured_ms) / r->measured_ms);
+                   r->predicted_ms, 100 * (r->predicted_ms - r->measured_ms) / r->measured_ms,
+                   r->peak_gib);
         }
         printf("\n%-10s %5s %9s %9s %9s %9s %9s\n", "size", "rows", "MAPE", "median", "max", "bias",
                "spearman");
@@ -465,6 +471,16 @@ cmd_calibrate(int argc, char **argv)
         if (k < 0)
             goto done;
         fprintf(stderr, "%d all-reduce tables from %s\n", k, lut);
+        {
+            /* The intra-node link the tables imply, for groups and sizes they do not cover. */
+            double e = 0;
+            uint32_t np = sim_fit_intra_link(c.hw, &c.hw->intra_node, &e);
+            if (np)
+                fprintf(stderr,
+                        "fitted intra_node bandwidth %.4g B/s, latency %.3g s: MAPE %.2f%% on %u "
+                        "all-reduce points\n",
+                        c.hw->intra_node.bandwidth, c.hw->intra_node.latency, e, np);
+        }
     }
     if (di_read_file(runs, (size_t)1 << 28, &text, &len, &err) != 0 ||
         validate_parse_csv((const char *)text, len, MAX_ROWS, &rows, &n, &err) != 0) {

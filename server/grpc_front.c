@@ -518,6 +518,7 @@ job_run_simulate(srv_job *job)
     sim_options_default(&opt);
     opt.no_overlap = job->opts.no_overlap;
     opt.tf32 = job->opts.tf32;
+    opt.fuse = job->opts.fuse;
     opt.want_timeline = job->opts.want_timeline;
     opt.timeline_max_points = job->opts.timeline_max_points;
     opt.cancel = &job->cancel;

@@ -765,7 +765,10 @@ test_simulate_annotated(void **state)
     assert_true(r->step_time_s > 0);
     assert_int_equal(r->ndevice >= 4, 1);
     assert_true(r->devices[0].compute_s > 0 && r->devices[2].compute_s > 0);
-    assert_true(r->devices[2].comm_s > r->devices[0].comm_s);
+    /* Each mesh reduces its partial products and the transfer joins them: mesh 1 waits. */
+    assert_true(r->devices[0].comm_s > 0 && r->devices[2].comm_s > 0);
+    assert_true(r->step_time_s >= r->devices[0].compute_s + r->devices[2].compute_s +
+                                       r->devices[0].comm_s);
     sim_result_free(r);
     ir_module_free(owned);
     s.tp = 2;

@@ -443,6 +443,142 @@ test_tf32(void **state)
     hw_free(hw);
 }
 
+/*
+ * Kernel fusion (sim_options.fuse): a = x + b; g = Relu(a); z = Softmax(g)
+ * fuse into one kernel (element-wise ops, then the row-wise op that ends the
+ * group). In the first round g is returned and w = Relu(z) follows: w
+ * starts a group of its own, alone, so unfused; in the second only z is
+ * returned. The fused kernel reads x and b once, writes z and g when it is
+ * returned, and never materializes a (used only inside), nor g when only
+ * the group reads it: bytes 4 MiB + 4 KiB + 4 MiB (+ 4 MiB), its FLOPs those
+ * of the three ops, one launch. Memory in the second round (x and b are
+ * arguments, resident): one kernel per op peaks at 12 MiB + 4 KiB (x, b, a
+ * and g while Relu runs), fused at 8 MiB + 4 KiB (x, b, z).
+ */
+static void
+test_fusion(void **state)
+{
+    (void)state;
+    for (int ret_g = 1; ret_g >= 0; ret_g--) {
+        hw_model *hw = test_hw(1, 1);
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        ir_id ty = t2(m, 1024, 1024, 0), vt;
+        ir_id x = ir_region_add_arg(m, f, ty, "x"), b, in[2], a, g, z, w = 0;
+        ir_cost ca, cg, cz;
+        sim_options o;
+        sim_result *fused = NULL, *eager;
+        di_error err;
+        int64_t d = 1024;
+        double mib = 1048576.0, kernel, relu = 8 * mib / 1e11 + 1e-5;
+        vt = ir_type_tensor(m, IR_F32, 1, &d, 0);
+        b = ir_region_add_arg(m, f, vt, "b");
+        in[0] = x;
+        in[1] = b;
+        a = op1(m, f, IR_OP_ADD, 2, in, ty, "a");
+        g = op1(m, f, IR_OP_RELU, 1, &a, ty, "g");
+        z = op1(m, f, IR_OP_SOFTMAX, 1, &g, ty, "z");
+        if (ret_g) {
+            w = op1(m, f, IR_OP_RELU, 1, &z, ty, "w");
+            ir_region_add_result(m, f, g);
+            ir_region_add_result(m, f, w);
+        } else {
+            ir_region_add_result(m, f, z);
+        }
+        ir_op_cost(m, m->values[a].def, &ca);
+        ir_op_cost(m, m->values[g].def, &cg);
+        ir_op_cost(m, m->values[z].def, &cz);
+        kernel = fmax((ca.flops + cg.flops + cz.flops) / 1e12,
+                      ((ret_g ? 12 : 8) * mib + 4096) / 1e11) +
+                 1e-5;
+        sim_options_default(&o);
+        o.fuse = 1;
+        if (sim_run(m, hw, &o, &fused, NULL, NULL, &err) != 0)
+            fail_msg("sim_run: %s", err.msg);
+        assert_close(fused->step_time_s, kernel + (ret_g ? relu : 0));
+        assert_close(fused->flops, ca.flops + cg.flops + cz.flops + (ret_g ? 1048576.0 : 0));
+        eager = run(m, hw, 0); /* a kernel per op, each with its own bytes and launch */
+        assert_true(eager->step_time_s > fused->step_time_s + 3e-5);
+        if (!ret_g) {
+            assert_int_equal(eager->peak_memory_bytes, 12 * 1048576 + 4096);
+            assert_int_equal(fused->peak_memory_bytes, 8 * 1048576 + 4096);
+        }
+        sim_result_free(fused);
+        sim_result_free(eager);
+        ir_module_free(m);
+        hw_free(hw);
+    }
+}
+
+/*
+ * Tile and wave quantization on a device of 108 SMs: a MatMul [128, 64] x
+ * [64, 128 n]. With n = 108 the 128 x 128 tiles fill one wave exactly:
+ * full efficiency. With n = 109 they take two waves, the second with one
+ * tile: of the tile shapes, 128 x 128 is still the best, at 109 / 216 of
+ * the device (128 x 256: 55 tiles in one wave, padded 13,952 / 14,080,
+ * 0.5045; 64-wide tiles reach at most 2/3 of peak).
+ */
+static void
+test_gemm_waves(void **state)
+{
+    (void)state;
+    for (int n = 108; n <= 109; n++) {
+        hw_model *hw = test_hw(1, 1);
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        ir_id a = ir_region_add_arg(m, f, t2(m, 128, 64, 0), "a");
+        ir_id b = ir_region_add_arg(m, f, t2(m, 64, 128 * n, 0), "b");
+        ir_id in[2] = {a, b};
+        ir_id y = op1(m, f, IR_OP_MATMUL, 2, in, t2(m, 128, 128 * n, 0), "y");
+        double flops = 2.0 * 128 * 64 * 128 * n;
+        sim_result *r;
+        ir_region_add_result(m, f, y);
+        hw->device.sms = 108;
+        r = run(m, hw, 0);
+        assert_close(r->step_time_s, flops / 1e12 / (n == 108 ? 1.0 : 109.0 / 216.0) + 1e-5);
+        sim_result_free(r);
+        hw->device.sms = 0; /* no SM count: the efficiency curve alone */
+        r = run(m, hw, 0);
+        assert_close(r->step_time_s, flops / 1e12 + 1e-5);
+        sim_result_free(r);
+        ir_module_free(m);
+        hw_free(hw);
+    }
+}
+
+/*
+ * With a host overhead h, a received input synchronizes the host (Megatron-
+ * LM's point-to-point communication ends in torch.cuda.synchronize()): device
+ * 1 issues Relu(recv) only once the transfer has ended. Device 0: issue h,
+ * Relu t; the transfer tt; device 1: issue h, Relu t, Relu t (issued h
+ * later, while the first runs). Without the synchronization device 1's host
+ * would have issued both long before, and the step would be h shorter.
+ */
+static void
+test_host_sync_on_receive(void **state)
+{
+    const double h = 1e-6, t = 524288.0 / 1e11 + 1e-5, tt = 1e-6 + 262144.0 / 1e11;
+    (void)state;
+    hw_model *hw = test_hw(1, 2);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id x = ir_region_add_arg(m, f, t2(m, 256, 256, 0), "x");
+    ir_id y = op1(m, f, IR_OP_RELU, 1, &x, t2(m, 256, 256, 0), "y");
+    ir_id r1 = op1(m, f, IR_OP_SEND, 1, &y, t2(m, 256, 256, 1), "r1");
+    ir_id z, w;
+    sim_result *r;
+    ir_op_set_int(m, m->values[r1].def, "device", 1);
+    z = op1(m, f, IR_OP_RELU, 1, &r1, t2(m, 256, 256, 1), "z");
+    w = op1(m, f, IR_OP_RELU, 1, &z, t2(m, 256, 256, 1), "w");
+    ir_region_add_result(m, f, w);
+    hw->device.host_overhead = h;
+    r = run(m, hw, 0);
+    assert_close(r->step_time_s, 2 * h + 3 * t + tt);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
 /* Out of memory is judged against the usable memory: memory_bytes less memory_reserved. */
 static void
 test_oom_reserve(void **state)
@@ -1373,6 +1509,9 @@ main(void)
         cmocka_unit_test(test_oom_reserve),
         cmocka_unit_test(test_host_overhead),
         cmocka_unit_test(test_tf32),
+        cmocka_unit_test(test_fusion),
+        cmocka_unit_test(test_gemm_waves),
+        cmocka_unit_test(test_host_sync_on_receive),
         cmocka_unit_test(test_memory_classes),
         cmocka_unit_test(test_opaque_needs_profile),
         cmocka_unit_test(test_xform_cost),

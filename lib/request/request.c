@@ -372,6 +372,7 @@ request_simopts_normalize(const Distir__V1__SimOptions *p, request_simopts *out)
         return;
     out->no_overlap = p->no_overlap != 0;
     out->tf32 = p->tf32 != 0;
+    out->fuse = p->fuse != 0;
     out->want_timeline = p->want_timeline != 0;
     out->timeline_max_points = out->want_timeline ? p->timeline_max_points : 0;
 }
@@ -382,6 +383,7 @@ request_simopts_of(const sim_options *o, request_simopts *out)
     memset(out, 0, sizeof *out);
     out->no_overlap = o->no_overlap != 0;
     out->tf32 = o->tf32 != 0;
+    out->fuse = o->fuse != 0;
     out->want_timeline = o->want_timeline != 0;
     out->timeline_max_points = out->want_timeline ? o->timeline_max_points : 0;
 }
@@ -399,6 +401,8 @@ request_cache_key(const di_hash *module, const di_hash *hw, const strategy *s,
     di_sha256_u64(&h, (uint64_t)o->no_overlap);
     if (o->tf32) /* keys of results without it stay as they were */
         di_sha256_u64(&h, 0x74663332u);
+    if (o->fuse)
+        di_sha256_u64(&h, 0x66757365u); /* "fuse" */
     di_sha256_u64(&h, (uint64_t)o->want_timeline);
     di_sha256_u64(&h, o->timeline_max_points);
     di_sha256_u64(&h, strlen(sim_version));

@@ -81,6 +81,7 @@ typedef struct request_simopts {
     int tf32;
     int want_timeline;
     uint32_t timeline_max_points; /* 0 unless want_timeline */
+    int fuse;
 } request_simopts;
 
 /*

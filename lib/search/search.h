@@ -91,6 +91,8 @@ typedef struct search_config {
     int no_compose;             /* simulate every candidate in full (no composed estimates) */
     int no_time_bound;          /* no branch and bound (search_plan): evaluate every candidate */
     int tf32;                   /* f32 GEMMs as TF32 (sim_options.tf32; "math" "tf32") */
+    int fuse;                   /* fused element-wise kernels (sim_options.fuse; "kernels"
+                                   "fused"); the time bound is off with it */
     search_objective objective;
     double target_step_s;         /* SEARCH_MIN_DEVICES (required), SEARCH_MIN_COST: a step time
                                      to reach; points slower rank after every point that reaches

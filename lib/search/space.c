@@ -248,6 +248,14 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
                                 value ? value : "");
         return 0;
     }
+    if (strcmp(name, "kernels") == 0) {
+        if (value && (strcmp(value, "fused") == 0 || strcmp(value, "eager") == 0))
+            cfg->fuse = value[0] == 'f';
+        else
+            return di_error_set(err, DI_EINVAL, "kernels: '%s' is not fused or eager",
+                                value ? value : "");
+        return 0;
+    }
     if (strcmp(name, "compose") == 0) {
         if (value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0))
             cfg->no_compose = value[0] == '0';
@@ -560,6 +568,8 @@ space_key(search_space *sp)
     /* Added only when set, so the keys of searches without them stay what they were. */
     if (cfg->tf32)
         di_sha256_update(&h, "tf32", 4);
+    if (cfg->fuse)
+        di_sha256_update(&h, "fused", 5);
     if (cfg->no_time_bound) /* which candidates are counted pruned by the time bound */
         di_sha256_update(&h, "no-time-bound", 13);
     if (cfg->ndevice_counts > 0)
@@ -1083,8 +1093,11 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     double q, w, wg, chain, bound = 0, m = (double)c->microbatches;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
-    /* Devices of other kinds (overrides) may be faster than device 0, which the analyses price. */
-    if (e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 || c->ep > 1 ||
+    /*
+     * Devices of other kinds (overrides) may be faster than device 0, which the analyses price;
+     * fused kernels share bytes and launches the per-op rooflines count.
+     */
+    if (sp->cfg.fuse || e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 || c->ep > 1 ||
         sp->batch <= 0 || c->dp == 0 || c->microbatches == 0 || sp->hw->noverride > 0)
         return 0;
     t = &e->time;
@@ -1152,6 +1165,7 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     o.want_timeline = 0; /* the search reads the peaks, not the timelines */
     o.cancel = ev->cancel;
     o.tf32 = sp->cfg.tf32;
+    o.fuse = sp->cfg.fuse;
     rc = mb > 0 ? xform_apply_partial(sp->module, s, sp->hw, mb, &dm, &err)
                 : xform_apply(sp->module, s, sp->hw, &dm, &err);
     if (rc == 0)

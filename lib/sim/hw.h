@@ -72,6 +72,13 @@ typedef struct hw_device {
      * small kernels run at the host's pace, large ones hide it. 0: never.
      */
     double host_overhead;
+    /*
+     * Streaming multiprocessors (a count). A GEMM runs as output tiles in
+     * waves over them: tile and wave quantization (cost.c) lower its
+     * efficiency when its shape fills the last wave or the last tiles
+     * partly. 0: the efficiency curve alone.
+     */
+    double sms;
 } hw_device;
 
 /*
@@ -91,7 +98,8 @@ typedef struct hw_device {
     X(half_flops, HW_RULE_NONNEG)                                                                  \
     X(elementwise_efficiency, HW_RULE_FRACTION)                                                    \
     X(memory_reserved, HW_RULE_NONNEG)                                                             \
-    X(host_overhead, HW_RULE_NONNEG)
+    X(host_overhead, HW_RULE_NONNEG)                                                               \
+    X(sms, HW_RULE_NONNEG)
 
 typedef struct hw_link {
     double bandwidth; /* bytes/s per direction */

@@ -442,7 +442,7 @@ sim_build_memory(sim *s, double step)
             if (in->last_use > ow->last_use)
                 ow->last_use = in->last_use;
             ow->flags |= in->flags & INST_PERSISTENT;
-        } else if (s->tlocs[in->loc].bytes) {
+        } else if (s->tlocs[in->loc].bytes && !(in->flags & INST_FUSED)) {
             s->devs[in->dev].nalloc++;
         }
     }
@@ -470,7 +470,7 @@ sim_build_memory(sim *s, double step)
         sim_inst *in = &s->inst[i];
         sim_dev *d;
         uint64_t bytes;
-        if (in->owner != i || (bytes = s->tlocs[in->loc].bytes) == 0)
+        if (in->owner != i || (bytes = s->tlocs[in->loc].bytes) == 0 || (in->flags & INST_FUSED))
             continue;
         d = &s->devs[in->dev];
         /*

@@ -278,6 +278,22 @@ static int
 op_time(sim *s, ir_id op, int32_t dev, double *t, double *flops)
 {
     int rc;
+    if (s->fgrp && s->fgrp[op]) {
+        /* The first op of a fused group: the whole group as one kernel. */
+        sim_fgroup *g = &s->fgroups[s->fgrp[op] - 1];
+        if (g->t < 0 || s->hw->noverride) {
+            ir_cost c;
+            sim_fuse_cost(s, s->fgrp[op] - 1, &c);
+            if ((rc = sim_cost_roofline(s, dev, s->m->ops[op].kind, sim_op_dtype(s->m, op), 1.0,
+                                        &c, t)) != 0)
+                return rc;
+            g->t = *t;
+            g->flops = c.flops;
+        }
+        *t = g->t;
+        *flops = g->flops;
+        return 0;
+    }
     if (s->hw->noverride)
         return sim_cost_compute(s, op, dev, t, flops);
     if (s->m->ops[op].region == s->entry) {
@@ -410,6 +426,64 @@ sim_free_op(sim *s, ir_id op, const ctx *c)
     return 0;
 }
 
+/*
+ * The start of fused group's kernel at instance (k, j) no earlier than t:
+ * when every value its ops read from outside the group is ready (fuse.c
+ * guarantees they are all made before its first op).
+ */
+static double
+fused_start(sim *s, ir_id head, uint32_t k, uint32_t j, double t)
+{
+    const ir_module *m = s->m;
+    uint32_t id = s->fgrp[head];
+    const sim_fgroup *g = &s->fgroups[id - 1];
+    for (uint32_t x = 1; x < g->n; x++) {
+        const ir_op *o = &m->ops[s->fmembers[g->first + x]];
+        for (uint32_t i = 0; i < o->ninput; i++) {
+            ir_id v = m->refs[o->inputs + i], d = m->values[v].def;
+            sim_inst *in;
+            if (d && s->fgrp[d] == id)
+                continue;
+            in = input_at(s, v, k, j);
+            if (in->ready > t)
+                t = in->ready;
+        }
+    }
+    return t;
+}
+
+/*
+ * An op of a fused group after its first: the group's kernel (priced at
+ * its first op) made its results, so it takes no time and no stream; its
+ * results are ready when the inputs it reads from the group are, at the
+ * kernel's end.
+ */
+static int
+fused_member(sim *s, ir_id op, const ctx *c, uint32_t nloc)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    for (uint32_t k = 0; k < c->rep; k++)
+        for (uint32_t j = 0; j < nloc; j++) {
+            double end = 0;
+            for (uint32_t i = 0; i < o->ninput; i++) {
+                sim_inst *in = input_at(s, m->refs[o->inputs + i], k, j);
+                if (in->ready > end)
+                    end = in->ready;
+            }
+            s->nops += c->sym;
+            for (uint32_t i = 0; i < o->ninput; i++)
+                inst_use(input_at(s, m->refs[o->inputs + i], k, j), end);
+            for (uint32_t i = 0; i < o->noutput; i++) {
+                uint32_t idx = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + j;
+                inst_produce(&s->inst[idx], end, end);
+                if (s->vfused[o->outputs + i])
+                    s->inst[idx].flags |= INST_FUSED;
+            }
+        }
+    return 0;
+}
+
 static int
 sim_compute_op(sim *s, ir_id op, const ctx *c)
 {
@@ -423,6 +497,8 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
     if (rc)
         return rc;
     nloc = o->noutput ? vnloc(s, o->outputs) : 1;
+    if (s->fgrp && s->fgrp[op] && s->fgroups[s->fgrp[op] - 1].head != op)
+        return fused_member(s, op, c, nloc);
     for (uint32_t k = 0; k < c->rep; k++) {
         for (uint32_t j = 0; j < nloc; j++) {
             int32_t dev;
@@ -438,6 +514,21 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                 /* The host issues kernels in program order, host_overhead apart. */
                 double h = hw_device_spec(s->hw, (uint32_t)dev)->host_overhead;
                 if (h > 0) {
+                    for (uint32_t i = 0; i < o->ninput; i++) {
+                        /*
+                         * A received input: the host blocked in the receive until it
+                         * arrived and synchronized the device (Megatron-LM's
+                         * point-to-point communication calls torch.cuda.synchronize()),
+                         * so it issues this kernel only after the data and every
+                         * kernel issued before it.
+                         */
+                        sim_inst *in = input_at(s, m->refs[o->inputs + i], k, j);
+                        if (s->inst[in->owner].flags & INST_RECV) {
+                            double sync = in->ready > start ? in->ready : start;
+                            if (sync > s->devs[dev].host)
+                                s->devs[dev].host = sync;
+                        }
+                    }
                     s->devs[dev].host += h;
                     if (s->devs[dev].host > start)
                         start = s->devs[dev].host;
@@ -448,6 +539,8 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                 if (in->ready > start)
                     start = in->ready;
             }
+            if (s->fgrp && s->fgrp[op])
+                start = fused_start(s, op, k, j, start);
             rc = op_time(s, op, dev, &t, &fl);
             if (rc)
                 return rc;
@@ -478,6 +571,8 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                     }
                 } else {
                     inst_produce(&s->inst[idx], start, end);
+                    if (s->vfused && s->vfused[o->outputs + i])
+                        s->inst[idx].flags |= INST_FUSED;
                     /* A gradient the backward pass makes: a gradient buffer. */
                     if (s->vclass[o->outputs + i] == SIM_MEM_GRADIENTS &&
                         strcmp(ir_op_string(m, op, "dist.phase", ""), "backward") == 0)
@@ -776,6 +871,7 @@ sim_send(sim *s, ir_id op, const ctx *c)
                 return rc;
             s->inst[yi].dev = rd;
             inst_produce(&s->inst[yi], start, end);
+            s->inst[yi].flags |= INST_RECV;
             return 0;
         }
         di_free(src);
@@ -809,6 +905,7 @@ sim_send(sim *s, ir_id op, const ctx *c)
             s->nops++;
             inst_use(x, end);
             inst_produce(y, start, end);
+            y->flags |= INST_RECV;
         }
     return 0;
 }

@@ -246,6 +246,7 @@ sim_fini(sim *s, sim_workspace *ws)
     if (s->memo)
         di_big_free(s->memo, 2 * s->m->nop * sizeof *s->memo);
     di_free(s->sigs);
+    sim_fuse_free(s);
     di_free(s->grps);
     di_free(s->grpdev);
     di_free(s->scratch);
@@ -284,6 +285,9 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
     }
     s.symmetric = symmetric;
     s.entry = entry;
+    /* Measured op times are per (unfused) op: with them, nothing fuses. */
+    if (opt && opt->fuse && !hw->nop_time)
+        sim_fuse_plan(&s);
     s.devs = di_xcalloc(s.ndev, sizeof *s.devs);
     for (uint32_t d = 0; d < s.ndev; d++) {
         s.devs[d].rep = (int32_t)d;

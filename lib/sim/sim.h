@@ -22,7 +22,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 
-#define SIM_VERSION "distir-sim-4"
+#define SIM_VERSION "distir-sim-5"
 
 /* Memory classes; the order is the proto enum MemoryClass. */
 #define SIM_MEMCLASS_LIST(X)                                                                       \
@@ -55,6 +55,8 @@ typedef struct sim_options {
     int strict;                     /* refuse ops with no cost rule (ir_op_has_cost_rule) instead
                                        of pricing them by their bytes */
     const sim_trace_sink *trace;    /* if non-NULL, every scheduled op goes there */
+    int fuse;                       /* fuse element-wise chains into one kernel each (fuse.c),
+                                       as Megatron-LM's fused kernels and JIT compilers do */
 } sim_options;
 
 void sim_options_default(sim_options *o);
@@ -217,6 +219,16 @@ int sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype d
  * add). 0 for one device and where a measured table prices the group.
  */
 double sim_collective_slope(const hw_model *hw, int kind, const int32_t *devs, uint32_t n);
+
+/*
+ * Fits hw's intra-node link (bandwidth, latency) to its measured intra-node
+ * all-reduce tables: the pair whose formula times (the preset's algorithm
+ * and step latency, as the simulator prices a group inside one node) have
+ * the least mean absolute percentage error over every table point. Returns
+ * the number of points (0: no such table, nothing fitted) and the error in
+ * *mape (%).
+ */
+uint32_t sim_fit_intra_link(const hw_model *hw, hw_link *out, double *mape);
 
 /*
  * The memory-event sort, exposed for its test: sorts n 64-bit keys

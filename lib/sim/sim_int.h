@@ -32,6 +32,8 @@
 
 #define INST_PERSISTENT 1u
 #define INST_GRADBUF 2u /* made by the backward pass: a gradient buffer if classified so */
+#define INST_FUSED 4u   /* internal to a fused kernel: takes no memory */
+#define INST_RECV 8u    /* made by a point-to-point transfer (the host syncs on it) */
 
 #define LOC_DEVVAR (-2) /* location is the device of the current pmap instance */
 
@@ -100,6 +102,14 @@ typedef struct sim_grp {
     double t;
 } sim_grp;
 
+/* A fused group of ops (fuse.c): its ops are fmembers[first .. first + n). */
+typedef struct sim_fgroup {
+    ir_id head;        /* its first op in program order, where the kernel runs */
+    uint32_t first, n; /* n = 0: not a group (a single op) */
+    int open;          /* planning: more ops may join */
+    double t, flops;   /* its price (t < 0: not priced yet) */
+} sim_fgroup;
+
 /* A priced op signature: its representative op, hash, time and FLOPs. */
 typedef struct sim_sig {
     ir_id op;
@@ -154,6 +164,12 @@ typedef struct sim {
     uint32_t ngrpdev, cgrpdev;
     int32_t *scratch;  /* sim_collective's group buffer */
     uint32_t cscratch;
+    uint32_t *fgrp;    /* with opt->fuse: per op, its fused group + 1, or 0 */
+    uint8_t *vfused;   /* per value: used only inside its group (never materialized) */
+    sim_fgroup *fgroups;
+    uint32_t nfgroup, cfgroup;
+    ir_id *fmembers;
+    uint32_t nfmember;
 } sim;
 
 /* The context an op runs in: top level, or the instances of a pmap body. */
@@ -236,6 +252,20 @@ int sim_cost_compute(sim *s, ir_id op, int32_t dev, double *t, double *flops);
 void sim_group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g);
 /* Seconds a collective of `kind` takes over group g with `bytes` per participant. */
 double sim_collective_time(const sim *s, int kind, const group_info *g, double bytes);
+
+/* ---- fuse.c ---- */
+
+/* Plans the fused groups of s->m (s->fgrp, s->fgroups, s->vfused). */
+void sim_fuse_plan(sim *s);
+/* The FLOPs and bytes of fused group `group` (an index into s->fgroups) as one kernel. */
+void sim_fuse_cost(const sim *s, uint32_t group, ir_cost *c);
+void sim_fuse_free(sim *s);
+/*
+ * Roofline time of work c of an op of `kind` in dtype dt on device dev, its
+ * GEMM efficiency multiplied by q (cost.c).
+ */
+int sim_cost_roofline(sim *s, int32_t dev, int kind, ir_dtype dt, double q, ir_cost *c,
+                      double *t);
 
 /* ---- memory.c ---- */
 

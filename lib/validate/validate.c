@@ -193,6 +193,7 @@ validate_setup_default(validate_setup *v)
     v->optimizer = XFORM_OPTIM_ADAM;
     v->recompute = STRATEGY_RECOMPUTE_FULL;
     v->dropout = 0.1;
+    v->fuse = 1;
 }
 
 int

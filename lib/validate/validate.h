@@ -31,6 +31,7 @@ typedef struct validate_row {
     uint32_t tp, dp, pp;
     double measured_ms;
     double predicted_ms;  /* set by the caller; < 0: not simulated */
+    double peak_gib;      /* set by the caller: the predicted peak memory of the busiest GPU */
     char error[160];      /* why the row is not simulated, or "" */
 } validate_row;
 
@@ -50,6 +51,7 @@ typedef struct validate_setup {
     xform_optim optimizer;  /* Adam */
     int recompute;          /* STRATEGY_RECOMPUTE_FULL (activation checkpointing) */
     double dropout;         /* 0.1 */
+    int fuse;               /* 1: Megatron-LM's fused kernels (sim_options.fuse) */
 } validate_setup;
 
 void validate_setup_default(validate_setup *v);

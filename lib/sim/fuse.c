@@ -1,0 +1,243 @@
+/*
+ * fuse.c: kernel fusion before pricing (sim_options.fuse). Frameworks do not
+ * launch one kernel per element-wise op: Megatron-LM fuses bias+GeLU,
+ * bias+dropout+add and scale+mask+softmax, uses fused layer norms, and JIT
+ * compilers fuse element-wise chains in general. The simulator models that
+ * with one rule over the program, the way loop-fusion compilers form
+ * groups:
+ *
+ *  - element-wise ops (IR_OPF_ELEMWISE, Dropout and its gradient) chain
+ *    into a group when one consumes another's result on the same device,
+ *    in the same region;
+ *  - a row-wise op (Softmax, LayerNormalization, their gradients and the
+ *    reductions) may end a group: it absorbs its element-wise producers
+ *    (scale and mask into the softmax, bias+dropout+add into the next layer
+ *    norm), but nothing fuses after it;
+ *  - an op joins a group only if every other input it reads was made
+ *    before the group's first op in program order (or outside the region),
+ *    so that the group is one kernel that can start once, with all its
+ *    inputs;
+ *  - GEMMs, attention, communication, views, optimizer updates, in-place
+ *    accumulations and ops with an explicit memory class never fuse.
+ *
+ * A group is priced as one kernel: the FLOPs of its ops, the bytes of the
+ * values it reads from outside (each once) and of the results used outside
+ * it (returned, saved for the backward pass, read by another kernel), one
+ * launch; it runs at its first op's place in program order. Results used
+ * only inside the group (internal values) are never materialized: they
+ * occupy no memory. The other ops of the group cost nothing and are ready
+ * when the group ends.
+ */
+#include "sim/sim_int.h"
+
+#include <string.h>
+
+enum { FUSE_NONE, FUSE_ELEM, FUSE_ROW };
+
+static int
+fuse_class(const ir_module *m, ir_id op)
+{
+    const ir_op *o = &m->ops[op];
+    uint32_t flags;
+    int c;
+    if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND || o->opaque || o->noutput == 0)
+        return FUSE_NONE;
+    flags = ir_opkind_info(o->kind)->flags;
+    if (flags & IR_OPF_ELEMWISE)
+        c = FUSE_ELEM;
+    else
+        switch (o->kind) {
+        case IR_OP_DROPOUT:
+        case IR_OP_DROPOUTGRAD:
+            c = FUSE_ELEM;
+            break;
+        case IR_OP_SOFTMAX:
+        case IR_OP_SOFTMAXGRAD:
+        case IR_OP_LAYERNORM:
+        case IR_OP_LAYERNORMGRAD:
+        case IR_OP_REDUCEMEAN:
+        case IR_OP_REDUCESUM:
+        case IR_OP_REDUCESUMTO:
+            c = FUSE_ROW;
+            break;
+        default:
+            return FUSE_NONE;
+        }
+    if (o->nattr &&
+        (ir_op_attr(m, op, "dist.accumulate") != NULL || ir_op_attr(m, op, "dist.mem") != NULL))
+        return FUSE_NONE;
+    for (uint32_t i = 0; i < o->ninput + o->noutput; i++) {
+        ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
+        const ir_type *t = &m->types[m->values[v].type];
+        if (t->kind != IR_TYPE_TENSOR || t->mesh != 0)
+            return FUSE_NONE;
+    }
+    return c;
+}
+
+/* Whether ops a and b place their first results on the same device. */
+static int
+same_place(const ir_module *m, ir_id a, ir_id b)
+{
+    const ir_type *ta = &m->types[m->values[m->ops[a].outputs].type];
+    const ir_type *tb = &m->types[m->values[m->ops[b].outputs].type];
+    return ta->device == tb->device && ta->devvar == tb->devvar;
+}
+
+/* Plans the groups of one region; ids in grp are group index + 1. */
+static void
+plan_region(sim *s, const ir_region *r, const uint32_t *pos)
+{
+    const ir_module *m = s->m;
+    for (uint32_t i = 0; i < r->nop; i++) {
+        ir_id op = r->ops[i];
+        const ir_op *o = &m->ops[op];
+        int c = fuse_class(m, op), joined = 0;
+        if (c == FUSE_NONE)
+            continue;
+        for (uint32_t a = 0; a < o->ninput && !joined; a++) {
+            ir_id p = m->values[m->refs[o->inputs + a]].def;
+            sim_fgroup *g;
+            uint32_t id;
+            int ok = 1;
+            if (p == 0 || (id = s->fgrp[p]) == 0 || m->ops[p].region != o->region)
+                continue;
+            g = &s->fgroups[id - 1];
+            if (!g->open || !same_place(m, g->head, op))
+                continue;
+            for (uint32_t b = 0; b < o->ninput && ok; b++) {
+                ir_id d = m->values[m->refs[o->inputs + b]].def;
+                ok = d == 0 || m->ops[d].region != o->region || s->fgrp[d] == id ||
+                     pos[d] < pos[g->head];
+            }
+            if (!ok)
+                continue;
+            s->fgrp[op] = id;
+            g->n++;
+            g->open = c == FUSE_ELEM;
+            joined = 1;
+        }
+        if (!joined) {
+            sim_fgroup *g;
+            DI_GROW(&s->fgroups, &s->cfgroup, s->nfgroup + 1);
+            g = &s->fgroups[s->nfgroup++];
+            memset(g, 0, sizeof *g);
+            g->head = op;
+            g->n = 1;
+            g->open = c == FUSE_ELEM;
+            s->fgrp[op] = s->nfgroup;
+        }
+    }
+}
+
+void
+sim_fuse_plan(sim *s)
+{
+    const ir_module *m = s->m;
+    uint32_t *pos = di_xcalloc(m->nop, sizeof *pos);
+    uint32_t *uses = di_xcalloc(m->nvalue, sizeof *uses);
+    uint32_t *fill;
+
+    s->fgrp = di_xcalloc(m->nop, sizeof *s->fgrp);
+    s->vfused = di_xcalloc(m->nvalue, 1);
+    for (ir_id r = 1; r < m->nregion; r++)
+        for (uint32_t i = 0; i < m->regions[r].nop; i++)
+            pos[m->regions[r].ops[i]] = i;
+    for (ir_id r = 1; r < m->nregion; r++)
+        plan_region(s, &m->regions[r], pos);
+
+    /* Single ops are not groups; the others list their members in program order. */
+    for (ir_id op = 1; op < m->nop; op++)
+        if (s->fgrp[op] && s->fgroups[s->fgrp[op] - 1].n < 2)
+            s->fgrp[op] = 0;
+    fill = di_xcalloc(s->nfgroup + 1, sizeof *fill);
+    for (uint32_t g = 0; g < s->nfgroup; g++) {
+        s->fgroups[g].first = g ? s->fgroups[g - 1].first + s->fgroups[g - 1].n : 0;
+        s->fgroups[g].t = -1;
+        if (s->fgroups[g].n < 2)
+            s->fgroups[g].n = 0;
+    }
+    s->nfmember = s->nfgroup ? s->fgroups[s->nfgroup - 1].first + s->fgroups[s->nfgroup - 1].n : 0;
+    s->fmembers = di_xmalloc((s->nfmember ? s->nfmember : 1) * sizeof *s->fmembers);
+    for (ir_id r = 1; r < m->nregion; r++)
+        for (uint32_t i = 0; i < m->regions[r].nop; i++) {
+            ir_id op = m->regions[r].ops[i];
+            if (s->fgrp[op]) {
+                sim_fgroup *g = &s->fgroups[s->fgrp[op] - 1];
+                s->fmembers[g->first + fill[s->fgrp[op]]++] = op;
+            }
+        }
+    di_free(fill);
+
+    /* Internal values: every use is by an op of the group that made them (results escape). */
+    for (ir_id r = 1; r < m->nregion; r++)
+        for (uint32_t i = 0; i < m->regions[r].nresult; i++)
+            uses[m->regions[r].results[i]]++;
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        if (o->kind == IR_OP_NONE)
+            continue;
+        for (uint32_t i = 0; i < o->ninput; i++)
+            uses[m->refs[o->inputs + i]]++;
+    }
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        if (!s->fgrp[op])
+            continue;
+        for (uint32_t i = 0; i < o->ninput; i++) {
+            ir_id v = m->refs[o->inputs + i], d = m->values[v].def;
+            if (d && s->fgrp[d] == s->fgrp[op])
+                uses[v]--;
+        }
+    }
+    for (ir_id op = 1; op < m->nop; op++)
+        if (s->fgrp[op])
+            for (uint32_t i = 0; i < m->ops[op].noutput; i++)
+                s->vfused[m->ops[op].outputs + i] = uses[m->ops[op].outputs + i] == 0;
+    di_free(uses);
+    di_free(pos);
+}
+
+void
+sim_fuse_cost(const sim *s, uint32_t group, ir_cost *c)
+{
+    const ir_module *m = s->m;
+    const sim_fgroup *g = &s->fgroups[group];
+    memset(c, 0, sizeof *c);
+    for (uint32_t k = 0; k < g->n; k++) {
+        ir_id op = s->fmembers[g->first + k];
+        const ir_op *o = &m->ops[op];
+        ir_cost oc;
+        ir_op_cost(m, op, &oc);
+        c->flops += oc.flops;
+        for (uint32_t i = 0; i < o->ninput; i++) {
+            ir_id v = m->refs[o->inputs + i], d = m->values[v].def;
+            int seen = d && s->fgrp[d] == group + 1;
+            /* Each outside value is read once, however many ops of the group read it. */
+            for (uint32_t k2 = 0; k2 <= k && !seen; k2++) {
+                const ir_op *o2 = &m->ops[s->fmembers[g->first + k2]];
+                uint32_t lim = k2 == k ? i : o2->ninput;
+                for (uint32_t i2 = 0; i2 < lim && !seen; i2++)
+                    seen = m->refs[o2->inputs + i2] == v;
+            }
+            if (!seen)
+                c->bytes_read += (double)ir_type_bytes(m, m->values[v].type);
+        }
+        for (uint32_t i = 0; i < o->noutput; i++)
+            if (!s->vfused[o->outputs + i])
+                c->bytes_write += (double)ir_type_bytes(m, m->values[o->outputs + i].type);
+    }
+}
+
+void
+sim_fuse_free(sim *s)
+{
+    di_free(s->fgrp);
+    di_free(s->vfused);
+    di_free(s->fgroups);
+    di_free(s->fmembers);
+    s->fgrp = NULL;
+    s->vfused = NULL;
+    s->fgroups = NULL;
+    s->fmembers = NULL;
+}
