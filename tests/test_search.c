@@ -668,6 +668,21 @@ test_branch_and_bound(void **state)
                     all.count[SEARCH_UNSUPPORTED] + all.count[SEARCH_DUPLICATE] >
                 one.count[SEARCH_OK] + one.count[SEARCH_OOM] + one.count[SEARCH_INDIVISIBLE] +
                     one.count[SEARCH_UNSUPPORTED] + one.count[SEARCH_DUPLICATE]);
+    {
+        /*
+         * Fused kernels: another key, no time bound (its per-op rooflines do not
+         * know the bytes fused kernels share), and the fused best is faster.
+         */
+        search_result fused;
+        cfg.no_time_bound = 0;
+        assert_int_equal(search_config_set(&cfg, "kernels", "fused", &err), 0);
+        assert_int_not_equal(search_config_set(&cfg, "kernels", "jit", &err), 0);
+        run_plan(m, hw, &cfg, 2, &fused);
+        assert_int_equal(fused.count[SEARCH_TIME_BOUND], 0);
+        assert_true(memcmp(&fused.key, &one.key, sizeof fused.key) != 0);
+        assert_true(fused.ntop > 0 && fused.top[0].step_time_s < one.top[0].step_time_s);
+        search_result_fini(&fused);
+    }
     search_result_fini(&all);
     search_result_fini(&one);
     search_result_fini(&three);

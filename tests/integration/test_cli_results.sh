@@ -89,4 +89,28 @@ check "--math tf32 is faster, --math ieee is the default" \
 "$DISTIR" simulate --model gpt3-125m --math fp8 >/dev/null 2>"$TMP/m.err"
 check "--math fp8 is a usage error (exit 2)" [ $? -eq 2 ]
 check "... naming the choices" grep -q "math takes tf32 or ieee" "$TMP/m.err"
+
+# --kernels fused: element-wise chains as one kernel each (Megatron-LM's fused kernels): fewer
+# bytes and launches, so a faster step and a lower peak; eager (one kernel per op) is the default.
+peak() {
+    $T "$DISTIR" simulate --model gpt3-125m --batch 8 --optimizer adam --hw a100-dgx:1 --dp 8 "$@" --json \
+        2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["peak_memory_bytes"])'
+}
+fused=$(step --kernels fused) eager=$(step --kernels eager)
+echo "# gpt3-125m f32 on 8 A100s: $ieee s eager, $fused s with --kernels fused"
+check "--kernels fused is faster, --kernels eager is the default" \
+    $PY -c "import sys; sys.exit(0 if $fused < $ieee and $eager == $ieee else 1)"
+check "--kernels fused: a lower peak (values only a fused kernel reads are never materialized)" \
+    $PY -c "import sys; sys.exit(0 if $(peak --kernels fused) < $(peak) else 1)"
+"$DISTIR" simulate --model gpt3-125m --kernels jit >/dev/null 2>"$TMP/k.err"
+check "--kernels jit is a usage error (exit 2) naming the choices" \
+    sh -c "[ $? -eq 2 ] && grep -q 'kernels takes fused or eager' '$TMP/k.err'"
+start_daemon results || { fail "daemon start"; finish; }
+remote=$(step --kernels fused --server "$ADDR")
+check "--kernels fused reaches the daemon (SimOptions.fuse): its step equals the local one" \
+    [ "$remote" = "$fused" ]
+remote_eager=$(step --server "$ADDR")
+check "... and is part of the cache key (the eager step is not the fused one)" \
+    [ "$remote_eager" = "$ieee" ]
+stop_daemon
 finish
