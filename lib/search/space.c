@@ -1111,13 +1111,23 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     }
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
-        double busy, gemms;
+        double busy;
         for (uint32_t k = d; k < st->nstage; k += c->pp)
             N += st->layers[k];
-        busy = m * N * w;
-        gemms = S * chain + m * N * wg;
+        /*
+         * Group d runs its compute ops one at a time, and none before microbatch 0's
+         * forward has crossed the S layers before its first (their GEMMs, on the
+         * dependency chain: its first op in program order reads that activation).
+         * Its last backward GEMM (a MatMulGrad of its lowest layer, last microbatch)
+         * is followed by that microbatch's backward across the same S layers (their
+         * GEMMs; recomputation may run ahead of the gradient, so it is not on that
+         * chain). Only the other ops of that last layer may still run meanwhile: at
+         * most one layer's non-GEMM work for one microbatch, w - wg.
+         */
+        busy = m * N * w + S * chain - (S ? w - wg : 0);
+        if (m * N * w > busy)
+            busy = m * N * w;
         bound = busy > bound ? busy : bound;
-        bound = gemms > bound ? gemms : bound;
         if (d == 0) {
             double comm = dp_comm_bound(sp, c, e, N);
             bound = comm > bound ? comm : bound;
