@@ -614,6 +614,77 @@ test_tp_collectives(void **state)
     ir_module_free(m);
 }
 
+/* Ops of a kind in the module, each once (count_ops counts a shared body per call). */
+static uint32_t
+count_kind_ops(const ir_module *m, int kind)
+{
+    uint32_t n = 0;
+    for (ir_id op = 1; op < m->nop; op++)
+        n += m->ops[op].kind == kind;
+    return n;
+}
+
+/*
+ * Pipeline transfers under tensor parallelism go as Megatron-LM's
+ * scatter/gather: GPT, 2 layers, hidden 16, sequence 4, batch 2, tp 2, pp 2,
+ * 2 microbatches of 1. Each crossing activation (forward) and its gradient
+ * (backward) is [1, 4, 16] and replicated over the two tensor ranks: each
+ * rank keeps its half ([1, 4, 8], an all_slice, no communication), sends it
+ * to its peer of the other stage, and the receivers all-gather the halves:
+ * 4 sends of [1, 4, 8] blocks (2 microbatches x 2 directions), none of a
+ * whole [1, 4, 16] block, 4 all_slices, and a fifth for the tied
+ * embedding's gradient from the output layer ([13, 16]: a vocabulary of 13
+ * does not split over 2 ranks, so it is replicated too). With sequence
+ * parallelism the activations are split over the tensor ranks already and
+ * cross as they are.
+ */
+/* Sends of the entry function whose blocks hold 32 and 64 elements of rank 3. */
+static void
+count_sends(const ir_module *out, uint32_t *half, uint32_t *whole)
+{
+    ir_id entry = ir_module_entry(out);
+    *half = *whole = 0;
+    for (uint32_t i = 0; i < out->regions[entry].nop; i++) {
+        ir_id op = out->regions[entry].ops[i];
+        const ir_type *tt, *et;
+        if (out->ops[op].kind != IR_OP_SEND)
+            continue;
+        tt = &out->types[out->values[out->refs[out->ops[op].inputs]].type];
+        assert_true(tt->kind == IR_TYPE_TUPLE && tt->nelem == 2);
+        et = &out->types[out->refs[tt->elems]];
+        *half += et->rank == 3 && et->numel == 32;
+        *whole += et->rank == 3 && et->numel == 64;
+    }
+}
+
+static void
+test_pipeline_scatter_gather(void **state)
+{
+    ir_module *m = gpt(2, 16, 4, 4, 2), *out;
+    strategy s;
+    uint32_t half, whole;
+    (void)state;
+    xform_strategy_init(&s);
+    s.tp = 2;
+    s.pp = 2;
+    s.microbatches = 2;
+    s.schedule = STRATEGY_SCHEDULE_1F1B;
+    out = apply_ok(m, &s);
+    count_sends(out, &half, &whole);
+    assert_int_equal(half, 4);
+    assert_int_equal(whole, 0);
+    assert_int_equal(count_kind_ops(out, IR_OP_ALLSLICE), 5);
+    ir_module_free(out);
+    /* Sequence parallelism: [1, 2, 16] halves of the sequence, sent as they are. */
+    s.sequence_parallel = 1;
+    out = apply_ok(m, &s);
+    count_sends(out, &half, &whole);
+    assert_int_equal(half, 4);
+    assert_int_equal(whole, 0);
+    ir_module_free(out);
+    ir_module_free(m);
+}
+
 /* Simulates out on hw: device 0's exposed communication and the step time. */
 static void
 sim_exposed(const ir_module *out, const hw_model *hw, double *exposed, double *step)
@@ -1243,6 +1314,7 @@ main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_forward_only),
         cmocka_unit_test(test_tp_collectives),
+        cmocka_unit_test(test_pipeline_scatter_gather),
         cmocka_unit_test(test_zero_and_stash),
         cmocka_unit_test(test_rejects_distributed_input),
         cmocka_unit_test(test_shared_chunks),

@@ -1017,13 +1017,18 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                 s->nops += n;
             }
             for (uint32_t q = idx; q < total; q++) {
+                sim_inst *x;
                 if (done[q] != 2)
                     continue;
                 done[q] = 1;
-                inst_use(&s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)], end);
+                x = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? q : q % nin)];
+                inst_use(x, end);
                 if (q < c->rep * nout) {
                     uint32_t oi = s->vbase[out] + q;
                     inst_produce(&s->inst[oi], start, end);
+                    /* A collective over received data (the all-gather of a pipeline
+                       transfer's tensor-parallel slices) passes the receive on. */
+                    s->inst[oi].flags |= s->inst[x->owner].flags & INST_RECV;
                 }
             }
         }
@@ -1074,10 +1079,18 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             break;
         run_group(s, op, group, n, group_levels(s, &g), ready, t, &start, &end, 0);
         s->nops += n;
-        for (uint32_t j = 0; j < nin; j++)
-            inst_use(input_at(s, in, k, j), end);
-        for (uint32_t j = 0; j < nout; j++)
-            inst_produce(vinst(s, out, k, j), start, end);
+        {
+            uint8_t recv = 0;
+            for (uint32_t j = 0; j < nin; j++) {
+                sim_inst *x = input_at(s, in, k, j);
+                inst_use(x, end);
+                recv |= s->inst[x->owner].flags & INST_RECV;
+            }
+            for (uint32_t j = 0; j < nout; j++) {
+                inst_produce(vinst(s, out, k, j), start, end);
+                vinst(s, out, k, j)->flags |= recv;
+            }
+        }
     }
     return rc;
 }

@@ -535,6 +535,31 @@ assemble(pl *P, piece *ps, uint32_t n, uint32_t rank, ir_id *out)
 }
 
 /*
+ * Converts tuple tv (value v, per-device type lt, placement from, on group
+ * g) to placement to, in a pmap on g with the collectives xf_body_convert
+ * chooses; *out is the pmap's result tuple.
+ */
+static int
+convert_on(pl *P, uint32_t g, ir_id v, ir_id tv, ir_id lt, const xf_place *from,
+           const xf_place *to, ir_id *out)
+{
+    xf_body *b = &P->body;
+    xf_local l, r;
+    ir_id pm;
+    int rc;
+    xf_body_begin(b, P->mesh[g], g);
+    l.v = xf_body_arg_typed(b, v, lt, from);
+    l.pl = *from;
+    if ((rc = xf_body_convert(b, v, &l, to, &r)) != 0)
+        return rc;
+    ir_region_add_result(P->out, b->region, r.v);
+    if ((rc = xf_pl_make_pmap(P, g, &tv, 1, b->region, 0, &pm)) != 0)
+        return rc;
+    *out = ir_op_output(P->out, pm, 0);
+    return 0;
+}
+
+/*
  * Re-lays out registry entry e (on group e->g) for group h of another shape
  * (nested parallelism): partial sums are summed on e->g first (a pmap with
  * the all-reduces), then every device of h gets the parts of its block from
@@ -568,20 +593,8 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
     for (int a = XF_DP; a < XF_NAXIS; a++)
         if (A.a[a] == XF_P)
             A.a[a] = XF_R;
-    if (!xf_place_eq(&A, &e->pl)) {
-        xf_body *b = &P->body;
-        xf_local l, r;
-        ir_id pm;
-        xf_body_begin(b, P->mesh[g], g);
-        l.v = xf_body_arg_typed(b, v, e->lt, &e->pl);
-        l.pl = e->pl;
-        if ((rc = xf_body_convert(b, v, &l, &A, &r)) != 0)
-            return rc;
-        ir_region_add_result(o, b->region, r.v);
-        if ((rc = xf_pl_make_pmap(P, g, &src, 1, b->region, 0, &pm)) != 0)
-            return rc;
-        src = ir_op_output(o, pm, 0);
-    }
+    if (!xf_place_eq(&A, &e->pl) && (rc = convert_on(P, g, v, src, e->lt, &e->pl, &A, &src)) != 0)
+        return rc;
     if (xf_local_dims(c, v, &mbonly, ng, G) != 0)
         return di_error_set(c->err, DI_EINTERNAL, "re-layout: no per-microbatch shape");
     rank = o->types[e->lt].rank;
@@ -768,6 +781,33 @@ xf_pl_flush(pl *P, int64_t g, const prog *p, uint32_t mb)
     return rc;
 }
 
+/*
+ * The dimension along which a value replicated over the tensor-parallel
+ * ranks of its group crosses to another group in tp slices (Megatron-LM's
+ * scatter_gather_tensors_in_pipeline), or -1 (tp 1, a value split or partial
+ * over the tensor axis already, as under sequence parallelism, or no
+ * dimension that tp divides and no other axis splits): the innermost such
+ * dimension of its per-device block.
+ */
+static int
+scatter_dim(pl *P, const reg_ent *e)
+{
+    uint32_t n[XF_NAXIS];
+    const ir_type *t = &P->out->types[e->lt];
+    xf_group_n(P->c, e->g, n);
+    if (n[XF_TP] <= 1 || e->pl.a[XF_TP] != XF_R || t->kind != IR_TYPE_TENSOR)
+        return -1;
+    for (uint32_t d = t->rank; d-- > 0;) {
+        int64_t len = P->out->ints[t->dims + d];
+        int taken = 0;
+        for (int a = 0; a < XF_NAXIS; a++)
+            taken |= e->pl.a[a] == (int8_t)d;
+        if (!taken && len > 0 && len % n[XF_TP] == 0)
+            return (int)d;
+    }
+    return -1;
+}
+
 /* Sends registry entry e to every group that needs its value at this level. */
 int
 xf_pl_send_needs(pl *P, const reg_ent *e0, int step)
@@ -776,6 +816,7 @@ xf_pl_send_needs(pl *P, const reg_ent *e0, int step)
     for (uint32_t i = P->needhead[e.v]; i; i = P->needs[i - 1].next) {
         const need *n = &P->needs[i - 1];
         ir_id tv;
+        int d;
         if (n->step != step || n->g == e.g || xf_pl_reg_find(P, e.kind, e.v, e.mb, n->g))
             continue;
         if (!xf_same_shape(P->c, e.g, n->g)) {
@@ -786,7 +827,25 @@ xf_pl_send_needs(pl *P, const reg_ent *e0, int step)
             xf_pl_reg_put(P, e.kind, e.v, e.mb, n->g, r.tv, r.lt, &r.pl);
             continue;
         }
-        tv = send_tuple(P, e.tv, e.lt, n->g);
+        if ((d = scatter_dim(P, &e)) >= 0) {
+            /*
+             * Megatron-LM's scatter/gather of the tensor-parallel replicas: each rank
+             * sends its 1/tp slice (no copy of the others'), the receiving ranks
+             * all-gather the slices over their tensor axis (inside a node).
+             */
+            xf_place S = e.pl;
+            ir_id lts, ts;
+            int rc;
+            S.a[XF_TP] = (int8_t)d;
+            lts = group_local_type(P, e.v, &S, e.g);
+            if ((rc = convert_on(P, e.g, e.v, e.tv, e.lt, &e.pl, &S, &ts)) != 0)
+                return rc;
+            ts = send_tuple(P, ts, lts, n->g);
+            if ((rc = convert_on(P, n->g, e.v, ts, lts, &S, &e.pl, &tv)) != 0)
+                return rc;
+        } else {
+            tv = send_tuple(P, e.tv, e.lt, n->g);
+        }
         xf_pl_reg_put(P, e.kind, e.v, e.mb, n->g, tv, e.lt, &e.pl);
     }
     return 0;
