@@ -678,6 +678,13 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         e->state_min = f.state_min;
         e->param_min = f.param_min;
         e->time = f.time;
+        if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
+            int32_t *devs = di_xmalloc(e->tp * sizeof *devs);
+            for (uint32_t k = 0; k < e->tp; k++)
+                devs[k] = (int32_t)k;
+            e->tp_slope = sim_collective_slope(sp->hw, IR_OP_REDUCESCATTER, devs, e->tp);
+            di_free(devs);
+        }
         zero_analysis(sp, e, f.params, f.nparams);
         xform_layer_facts_fini(&f);
     }
@@ -1090,7 +1097,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
     const xform_layer_time *t;
-    double q, w, wg, chain, bound = 0, m = (double)c->microbatches;
+    double q, w, wg, red, chain, bound = 0, m = (double)c->microbatches;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1104,11 +1111,18 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     q = 1.0 / ((double)c->dp * c->microbatches);
     w = xform_work_time(&t->fwd, q) + xform_work_time(&t->bwd, q);
     wg = xform_gemm_time(&t->fwd, q) + xform_gemm_time(&t->bwd, q);
-    chain = wg;
+    /*
+     * The forward reductions over the tensor group the next op waits for: on the
+     * dependency chain, and time the compute stream cannot fill.
+     */
+    red = e->tp_slope * t->fwd.tp_reduce_bytes * q;
+    chain = wg + red;
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL) {
         w += xform_work_time(&t->re[r], q);
         wg += xform_gemm_time(&t->re[r], q);
+        red += e->tp_slope * t->re[r].tp_reduce_bytes * q;
     }
+    w += red;
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
         double busy;

@@ -935,7 +935,51 @@ tp_divides(const xf_ctx *c, ir_id op)
 }
 
 /* The number of work terms per (slot, layer): xform_work_bound's fields. */
-#define WORK_TERMS 6
+#define WORK_TERMS 7
+
+/*
+ * Whether forward op op's first result is a partial sum over the tensor
+ * axis that the next compute op of the function (views and plumbing aside)
+ * reads, with no other partial sum, in the same layer (a stage boundary
+ * falls between layers) and, where set is given (the ops a recomputation
+ * repeats), repeated too: that op cannot start before the reduction, and
+ * nothing runs between them (xform_work_bound.tp_reduce_bytes).
+ */
+static int
+tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op)
+{
+    const ir_module *m = c->m;
+    const ir_region *r = &m->regions[c->func];
+    ir_id out, next = 0;
+    int reads = 0;
+    if (c->n[XF_TP] <= 1 || m->ops[op].noutput == 0 ||
+        (ir_opkind_info(m->ops[op].kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)))
+        return 0;
+    out = m->ops[op].outputs;
+    if (c->place[out].a[XF_TP] != XF_P)
+        return 0;
+    for (uint32_t i = pos[op] + 1; i < r->nop && next == 0; i++)
+        if (!(ir_opkind_info(m->ops[r->ops[i]].kind)->flags & IR_OPF_FREE))
+            next = r->ops[i];
+    if (next == 0 || (ir_opkind_info(m->ops[next].kind)->flags & IR_OPF_COMM) ||
+        c->op[next].layer != c->op[op].layer || (set && !set[next]))
+        return 0;
+    for (uint32_t i = 0; i < m->ops[next].ninput; i++) {
+        ir_id v = m->refs[m->ops[next].inputs + i], d = m->values[v].def;
+        /* Through views and plumbing back to their source. */
+        while (d && (ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE) && m->ops[d].ninput &&
+               m->ops[d].kind != IR_OP_CONSTANT) {
+            v = m->refs[m->ops[d].inputs];
+            d = m->values[v].def;
+        }
+        if (v == out)
+            reads = 1;
+        else if (c->place[m->refs[m->ops[next].inputs + i]].a[XF_TP] == XF_P ||
+                 c->place[v].a[XF_TP] == XF_P)
+            return 0;
+    }
+    return reads;
+}
 
 /*
  * Adds op's lower-bound terms (xform_work_bound) to layer li's slot k of
@@ -943,7 +987,8 @@ tp_divides(const xf_ctx *c, ir_id op)
  * parallelism where its work splits over the tensor axis.
  */
 static void
-add_work(const xf_ctx *c, ir_id op, int tf32, double *per, uint32_t L, uint32_t k)
+add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int tf32,
+         double *per, uint32_t L, uint32_t k)
 {
     int32_t li = xf_layer_index(c, c->op[op].layer);
     xform_op_bound t;
@@ -956,6 +1001,8 @@ add_work(const xf_ctx *c, ir_id op, int tf32, double *per, uint32_t L, uint32_t 
     f = cost.flops / split;
     bytes = (cost.bytes_read + cost.bytes_write) / split;
     w = &per[((size_t)k * L + (uint32_t)li) * WORK_TERMS];
+    if (k != 1 && tp_reduced_next(c, pos, set, op))
+        w[6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
     if (t.gemm) {
         w[0] += f * t.per_flop;
         w[1] += t.flop_fixed;
@@ -984,6 +1031,7 @@ least_work(const double *per, uint32_t L, uint32_t k, xform_work_bound *out)
     out->gemm_launch_s = least[3];
     out->other_s = least[4];
     out->other_launch_s = least[5];
+    out->tp_reduce_bytes = least[6];
 }
 
 /*
@@ -996,6 +1044,8 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
     const ir_region *r = &c->m->regions[c->func];
     ir_id *fops, *bops, *re;
     int32_t *home;
+    uint32_t *pos; /* per op: its place in the function */
+    uint8_t *set;  /* per op: repeated by the recomputation mode at hand */
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
     uint32_t nf = 0, nb = 0, L = c->nlayer;
     memset(out, 0, sizeof *out);
@@ -1006,6 +1056,10 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
     re = di_xmalloc((r->nop + 1) * sizeof *re);
     home = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *home);
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
+    pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
+    set = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
+    for (uint32_t i = 0; i < r->nop; i++)
+        pos[r->ops[i]] = i;
     for (uint32_t i = 0; i < r->nop; i++) {
         ir_id op = r->ops[i];
         if (c->op[op].phase == XF_PH_FORWARD)
@@ -1013,7 +1067,7 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
         else if (c->op[op].phase == XF_PH_BACKWARD)
             bops[nb++] = op;
         if (c->op[op].phase != XF_PH_STEP)
-            add_work(c, op, tf32, per, L, c->op[op].phase == XF_PH_FORWARD ? 0 : 1);
+            add_work(c, pos, NULL, op, tf32, per, L, c->op[op].phase == XF_PH_FORWARD ? 0 : 1);
     }
     /*
      * What each recomputation mode repeats, found as the pipeline assembly
@@ -1030,14 +1084,19 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
             for (uint32_t i = 0; i < c->m->nop; i++)
                 c->op[i].recompute = 0;
         nre = xf_recompute_ops(c, fops, nf, bops, nb, home, 0, re);
+        memset(set, 0, c->m->nop ? c->m->nop : 1);
         for (uint32_t j = 0; j < nre; j++)
-            add_work(c, re[j], tf32, per, L, k);
+            set[re[j]] = 1;
+        for (uint32_t j = 0; j < nre; j++)
+            add_work(c, pos, set, re[j], tf32, per, L, k);
     }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
     least_work(per, L, 2, &out->re[STRATEGY_RECOMPUTE_SELECTIVE]);
     least_work(per, L, 3, &out->re[STRATEGY_RECOMPUTE_FULL]);
     di_free(per);
+    di_free(pos);
+    di_free(set);
     di_free(home);
     di_free(re);
     di_free(bops);

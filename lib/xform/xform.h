@@ -160,6 +160,17 @@ typedef struct xform_layer_param {
 typedef struct xform_work_bound {
     double gemm_flop_s, gemm_fixed_s, gemm_byte_s, gemm_launch_s;
     double other_s, other_launch_s;
+    /*
+     * Bytes per device (whole batch) of the partial sums over the tensor axis
+     * that the next op in program order must have reduced first: a forward
+     * op whose result is partial on the tensor axis, followed directly (views
+     * aside) by a compute op that reads it and no other partial sum. The
+     * device's compute stream (in program order) waits for each such
+     * reduction (an all-reduce, or a reduce-scatter under sequence
+     * parallelism), which costs at least its payload times the reduce-scatter
+     * slope of the tensor group. Forward and repeated-forward slots only.
+     */
+    double tp_reduce_bytes;
 } xform_work_bound;
 
 static inline double
