@@ -26,9 +26,9 @@
 static const char usage[] =
     "validate --runs CSV [--hw PRESET|FILE.json] [--sample N] [--json]\n"
     "Simulates each measured run (GPT shape, batch, micro batch, tp/dp/pp, sequence; f16, Adam,\n"
-    "f16 gradients, full activation recomputation, 1F1B, vocabulary 50,257) and compares the\n"
-    "predicted with the measured iteration time. --sample N takes N rows evenly spread over the\n"
-    "file.";
+    "f16 gradients, full activation recomputation, 1F1B, vocabulary 50,257, fused kernels as\n"
+    "Megatron-LM's) and compares the predicted with the measured iteration time. --sample N\n"
+    "takes N rows evenly spread over the file.";
 
 #define MAX_ROWS 100000u
 
@@ -317,8 +317,9 @@ static const char calibrate_usage[] =
     "(a grid from 0 to 200 us, then a golden-section search). Writes the hardware with the\n"
     "fitted value to OUT.json (default: standard output). --sample N (default 240) fits on N rows\n"
     "evenly spread. --allreduce-lut DIR adds the measured all-reduce tables of DIR (vTrain's\n"
-    "AR_GPU<n>_*.csv: n GPUs inside one node) to the hardware, for the fit and in OUT.json.\n"
-    "Fit on runs you do not validate on.";
+    "AR_GPU<n>_*.csv: n GPUs inside one node) to the hardware, for the fit and in OUT.json, and\n"
+    "first fits the intra-node link's bandwidth and latency to them (the formula's least MAPE).\n"
+    "Runs are simulated with fused kernels, as Megatron-LM's. Fit on runs you do not validate on.";
 
 #define CAL_MAX 2e-4 /* seconds: the search range of host_overhead is [0, CAL_MAX] */
 #define CAL_GRID 20
