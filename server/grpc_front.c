@@ -604,10 +604,14 @@ job_run(pool_job *pj, pool_worker *w)
         /* A stored search found through this worker's own connection; else its plan. */
         if (job->rc == 0 && !srv_search_lookup(job->search, w->local))
             srv_search_plan(job->search);
-    } else if (job->kind == JOB_SEARCH_WORK)
-        job->more = srv_search_work(job->search, job->part, SEARCH_SLICE_NS);
-    else
+    } else if (job->kind == JOB_SEARCH_WORK) {
+        sim_workspace *ws = worker_workspace();
+        job->more = srv_search_work(job->search, job->part, SEARCH_SLICE_NS, ws);
+        if (ws)
+            sim_workspace_trim(ws, WS_KEEP_BYTES);
+    } else {
         job_run_simulate(job);
+    }
     job->run_s = (double)(now_ns() - t0) / 1e9;
 }
 

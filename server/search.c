@@ -292,7 +292,7 @@ point_better(const search_result *r, const search_point *a, const search_point *
 }
 
 int
-srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
+srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_workspace *ws)
 {
     search_evaluator ev;
     search_result *r = &s->parts[part];
@@ -303,7 +303,7 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns)
         return 0; /* never planned: a stored search, or a failed prepare */
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    search_evaluator_init(&ev, &s->space);
+    search_evaluator_init_ws(&ev, &s->space, ws);
     ev.cancel = &s->cancel; /* a cancel reaches into the candidate's simulation */
     while (!atomic_load(&s->cancel)) {
         uint64_t now;

@@ -62,9 +62,10 @@ void srv_search_plan(srv_search *s);
  * Worker: evaluates candidates from the shared plan into part `part` (< nparts) until the
  * space is done, the search is cancelled, or slice_ns (0: no limit) has
  * passed; returns 1 when it stopped for the slice (candidates may be left),
- * so that the caller queues it again behind other work.
+ * so that the caller queues it again behind other work. ws: the worker thread's simulation
+ * workspace, kept across its slices (NULL: a new one per call).
  */
-int srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns);
+int srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_workspace *ws);
 /* Any thread: asks the workers to stop after their current candidate. */
 void srv_search_cancel(srv_search *s);
 int srv_search_cancelled(srv_search *s);

@@ -165,7 +165,7 @@ worker(void *p)
 {
     worker_arg *a = p;
     /* 1 ms slices, as the daemon's are 20 ms: a part resumes where its slice ended. */
-    while (srv_search_work(a->s, a->part, 1000000))
+    while (srv_search_work(a->s, a->part, 1000000, NULL))
         ;
     return NULL;
 }
@@ -264,7 +264,7 @@ computed(srv_search *s, size_t *n)
     uint8_t *stored;
     di_error err;
     srv_search_plan(s); /* not stored: planned, as the daemon does */
-    assert_int_equal(srv_search_work(s, 0, 0), 0);
+    assert_int_equal(srv_search_work(s, 0, 0, NULL), 0);
     assert_int_equal(srv_search_result(s, &bb, &stored, n, &err), 0);
     grpc_byte_buffer_destroy(bb);
     assert_non_null(stored);
@@ -382,8 +382,8 @@ test_cancel(void **state)
     assert_false(srv_search_cancelled(s));
     srv_search_cancel(s);
     assert_true(srv_search_cancelled(s));
-    assert_int_equal(srv_search_work(s, 0, 0), 0);
-    assert_int_equal(srv_search_work(s, 1, 0), 0);
+    assert_int_equal(srv_search_work(s, 0, 0, NULL), 0);
+    assert_int_equal(srv_search_work(s, 1, 0, NULL), 0);
     assert_int_equal(srv_search_done(s), 0);
     srv_search_free(s);
     ir_module_free(m);

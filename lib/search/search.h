@@ -359,6 +359,7 @@ typedef struct search_point {
 typedef struct search_evaluator {
     const search_space *space;
     struct sim_workspace *ws;
+    int own_ws; /* ws was made by search_evaluator_init (and is freed by _fini) */
     /*
      * The verdict of xform_validate on the last base strategy: the
      * candidate's degrees, microbatches and schedule with every option off
@@ -378,6 +379,13 @@ typedef struct search_evaluator {
 } search_evaluator;
 
 void search_evaluator_init(search_evaluator *ev, const search_space *sp);
+/*
+ * The same with the caller's simulation workspace (results never depend on
+ * it; a daemon worker keeps one per thread across its slices), or a new one
+ * when ws is NULL; _fini frees only a workspace it made.
+ */
+void search_evaluator_init_ws(search_evaluator *ev, const search_space *sp,
+                              struct sim_workspace *ws);
 void search_evaluator_fini(search_evaluator *ev);
 /*
  * Evaluates c: xform_validate of its base strategy, then of c itself (a

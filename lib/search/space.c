@@ -1154,15 +1154,23 @@ search_time_bound(const search_space *sp, const search_candidate *c)
 void
 search_evaluator_init(search_evaluator *ev, const search_space *sp)
 {
+    search_evaluator_init_ws(ev, sp, NULL);
+}
+
+void
+search_evaluator_init_ws(search_evaluator *ev, const search_space *sp, struct sim_workspace *ws)
+{
     memset(ev, 0, sizeof *ev);
     ev->space = sp;
-    ev->ws = sim_workspace_new();
+    ev->own_ws = ws == NULL;
+    ev->ws = ws ? ws : sim_workspace_new();
 }
 
 void
 search_evaluator_fini(search_evaluator *ev)
 {
-    sim_workspace_free(ev->ws);
+    if (ev->own_ws)
+        sim_workspace_free(ev->ws);
     ev->ws = NULL;
 }
 
