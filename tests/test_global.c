@@ -85,16 +85,6 @@ lower_ok(const ir_module *g)
     return l;
 }
 
-/* Ops of kind in every region of m. */
-static uint32_t
-count_kind(const ir_module *m, int kind)
-{
-    uint32_t n = 0;
-    for (ir_id op = 1; op < m->nop; op++)
-        n += m->ops[op].kind == kind;
-    return n;
-}
-
 /* The placement text of value v's dtensor type ("" when it has none). */
 static const char *
 placement_of(const ir_module *m, ir_id v, char *buf, size_t n)

@@ -31,6 +31,7 @@
 #include "onnx/onnx_ex.h"
 #include "sim/hw.h"
 #include "sim/sim.h"
+#include "support/support.h"
 
 /* ---- building models ---- */
 
@@ -205,14 +206,6 @@ pack_model(const model_spec *s, uint8_t **data, size_t *len)
     }
 }
 
-static int
-count_kind(const ir_module *m, int kind)
-{
-    int n = 0;
-    for (uint32_t i = 1; i < m->nop; i++)
-        n += m->ops[i].kind == kind;
-    return n;
-}
 
 /* ---- the ORT training graph ---- */
 

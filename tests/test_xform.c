@@ -614,16 +614,6 @@ test_tp_collectives(void **state)
     ir_module_free(m);
 }
 
-/* Ops of a kind in the module, each once (count_ops counts a shared body per call). */
-static uint32_t
-count_kind_ops(const ir_module *m, int kind)
-{
-    uint32_t n = 0;
-    for (ir_id op = 1; op < m->nop; op++)
-        n += m->ops[op].kind == kind;
-    return n;
-}
-
 /*
  * Pipeline transfers under tensor parallelism go as Megatron-LM's
  * scatter/gather: GPT, 2 layers, hidden 16, sequence 4, batch 2, tp 2, pp 2,
@@ -673,7 +663,7 @@ test_pipeline_scatter_gather(void **state)
     count_sends(out, &half, &whole);
     assert_int_equal(half, 4);
     assert_int_equal(whole, 0);
-    assert_int_equal(count_kind_ops(out, IR_OP_ALLSLICE), 5);
+    assert_int_equal(count_kind(out, IR_OP_ALLSLICE), 5);
     ir_module_free(out);
     /* Sequence parallelism: [1, 2, 16] halves of the sequence, sent as they are. */
     s.sequence_parallel = 1;

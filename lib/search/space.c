@@ -662,6 +662,19 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
 }
 
 /* search_space.layer_mem for (tp, sp): the layers' analysis, dp = pp = m = 1. */
+/* sim_collective_slope over the group of devices k stride, k < n. */
+static double
+group_slope(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
+{
+    int32_t *devs = di_xmalloc(n * sizeof *devs);
+    double slope;
+    for (uint32_t k = 0; k < n; k++)
+        devs[k] = (int32_t)(k * stride);
+    slope = sim_collective_slope(hw, kind, devs, n);
+    di_free(devs);
+    return slope;
+}
+
 static void
 layer_analysis(search_space *sp, struct search_layer_mem *e)
 {
@@ -678,13 +691,8 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         e->state_min = f.state_min;
         e->param_min = f.param_min;
         e->time = f.time;
-        if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
-            int32_t *devs = di_xmalloc(e->tp * sizeof *devs);
-            for (uint32_t k = 0; k < e->tp; k++)
-                devs[k] = (int32_t)k;
-            e->tp_slope = sim_collective_slope(sp->hw, IR_OP_REDUCESCATTER, devs, e->tp);
-            di_free(devs);
-        }
+        if (e->tp > 1 && e->tp <= sp->hw->ndevice)
+            e->tp_slope = group_slope(sp->hw, IR_OP_REDUCESCATTER, e->tp, 1);
         zero_analysis(sp, e, f.params, f.nparams);
         xform_layer_facts_fini(&f);
     }
@@ -695,13 +703,9 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
 static void
 dp_group_analysis(search_space *sp, struct search_dp_group *g)
 {
-    int32_t *devs = di_xmalloc(g->dp * sizeof *devs);
-    for (uint32_t k = 0; k < g->dp; k++)
-        devs[k] = (int32_t)(k * g->stride);
-    g->all_reduce = sim_collective_slope(sp->hw, IR_OP_ALLREDUCE, devs, g->dp);
-    g->reduce_scatter = sim_collective_slope(sp->hw, IR_OP_REDUCESCATTER, devs, g->dp);
-    g->all_gather = sim_collective_slope(sp->hw, IR_OP_ALLGATHER, devs, g->dp);
-    di_free(devs);
+    g->all_reduce = group_slope(sp->hw, IR_OP_ALLREDUCE, g->dp, g->stride);
+    g->reduce_scatter = group_slope(sp->hw, IR_OP_REDUCESCATTER, g->dp, g->stride);
+    g->all_gather = group_slope(sp->hw, IR_OP_ALLGATHER, g->dp, g->stride);
 }
 
 /* search_space.stage_layout for (pp, V): a pipeline of one device per group. */
@@ -1104,8 +1108,9 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      * Devices of other kinds (overrides) may be faster than device 0, which the analyses price;
      * fused kernels share bytes and launches the per-op rooflines count.
      */
-    if (sp->cfg.fuse || e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 || c->ep > 1 ||
-        sp->batch <= 0 || c->dp == 0 || c->microbatches == 0 || sp->hw->noverride > 0)
+    if (sp->cfg.fuse || e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 ||
+        c->ep > 1 || sp->batch <= 0 || c->dp == 0 || c->microbatches == 0 ||
+        sp->hw->noverride > 0)
         return 0;
     t = &e->time;
     q = 1.0 / ((double)c->dp * c->microbatches);

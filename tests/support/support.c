@@ -27,6 +27,15 @@ t2(ir_module *m, int64_t a, int64_t b, int32_t device)
     return ir_type_tensor(m, IR_F32, 2, d, device);
 }
 
+uint32_t
+count_kind(const ir_module *m, int kind)
+{
+    uint32_t n = 0;
+    for (ir_id op = 1; op < m->nop; op++)
+        n += m->ops[op].kind == kind;
+    return n;
+}
+
 void
 assert_verifies(ir_module *m)
 {

@@ -20,6 +20,9 @@ double monotonic_seconds(void);
 /* The f32 tensor type a x b on device (0: unplaced), interned in m. */
 ir_id t2(ir_module *m, int64_t a, int64_t b, int32_t device);
 
+/* The ops of kind in m, each once (a body called several times counts once). */
+uint32_t count_kind(const ir_module *m, int kind);
+
 /* Fails the running test with the verifier's first message unless m verifies. */
 void assert_verifies(ir_module *m);
 
