@@ -54,8 +54,8 @@ echo "== a Llama plan: Llama-3-70B (grouped-query attention, SwiGLU), 8,192 toke
 "$D" simulate --model llama3-70b --batch 256 --dtype bf16 --optimizer adam --hw h100-dgx:8 \
     --tp 8 --pp 4 --dp 2 --microbatches 64 --recompute full --sequence-parallel | sed -n '1,11p'
 echo
-echo "== a mixture of experts: Mixtral-8x7B (46.7B parameters, 12.9B active) on 64 H100s, without and with expert parallelism"
-for ep in 1 8; do
+echo "== a mixture of experts: Mixtral-8x7B (46.7B parameters, 12.9B active) on 64 H100s, without expert parallelism, over groups of 4 of the 8 data ranks, over all 8"
+for ep in 1 4 8; do
     echo "-- --ep $ep"
     "$D" simulate --model mixtral-8x7b --batch 256 --dtype bf16 --optimizer adam --hw h100-dgx:8 \
         --tp 2 --pp 4 --dp 8 --ep $ep --microbatches 32 --recompute full --sequence-parallel \

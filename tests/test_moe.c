@@ -9,8 +9,10 @@
  *     drops), dispatch and combine (each the other's gradient);
  *   - expert parallelism's communication, derived by hand: per MoE layer and
  *     microbatch four all_to_alls (dispatch and combine, forward and
- *     backward) of [B/dp, E, C, h] blocks, each device keeping 1/ep of them,
- *     and no gradient reduction for the experts;
+ *     backward) of [B/dp, E, C, h] blocks among ep ranks, each device
+ *     keeping 1/ep of them; no gradient reduction for the experts when ep =
+ *     dp, an all-reduce over the dp / ep ranks that hold the same experts
+ *     when ep < dp;
  *   - the model-state memory per device under ep, against the formula in
  *     docs/models.md.
  * (The numerics of every dp/tp/pp/ep combination are in test_xform_equiv.)
@@ -214,6 +216,28 @@ type_bytes(const ir_module *m, ir_id t)
     return (uint64_t)ir_type_numel(m, t) * ir_dtype_size((ir_dtype)m->types[t].dtype);
 }
 
+/* The devices a mesh-form collective op runs among (its group). */
+static int64_t
+group_size(const ir_module *d, ir_id op)
+{
+    uint32_t na = 0;
+    const int64_t *ax = ir_op_ints(d, op, "mesh_axes", &na);
+    const ir_attr *ma = ir_op_attr(d, op, "mesh");
+    int64_t n = 1;
+    assert_non_null(ax);
+    assert_non_null(ma);
+    for (uint32_t i = 0; i < na; i++)
+        n *= ir_mesh_shape(d, ma->s)[ax[i]];
+    return n;
+}
+
+/*
+ * Under ep over dp (ep = dp, then ep = dp / 2): the all_to_alls move
+ * [B/(dp m), E, C, h] token-major blocks to [B ep/(dp m), E/ep, C, h]
+ * expert-major ones among the ep ranks of an expert group; the expert
+ * gradients are reduced among the dp / ep ranks holding the same experts (none
+ * when ep = dp), in all-reduces of E/ep experts' bytes.
+ */
 static void
 test_ep_all_to_all(void **state)
 {
@@ -221,72 +245,99 @@ test_ep_all_to_all(void **state)
     ir_module *m = small_moe(4, 2, 1, IR_F32, XFORM_OPTIM_SGD, &c), *d = NULL;
     strategy s;
     di_error err;
-    const uint32_t dp = 2, mb = 2, moe_layers = 2;
+    const uint32_t mb = 2, moe_layers = 2;
     const int64_t cap = models_llama_capacity(&c); /* 8 * 2 / 4 = 4 */
-    uint32_t na2a = 0, nar = 0;
+    /* Per MoE layer: w1, w3 [E, h, f] and w2 [E, f, h] (small_moe: h 32, moe_ffn 16). */
+    const int64_t expert_params = (int64_t)moe_layers * 3 * c.experts * c.hidden * c.moe_ffn;
+    static const uint32_t dps[2] = {2, 4}, eps[2] = {2, 2};
     (void)state;
-    xform_strategy_init(&s);
-    s.dp = dp;
-    s.ep = dp;
-    s.microbatches = mb;
-    assert_int_equal(xform_apply(m, &s, NULL, &d, &err), 0);
-    assert_verifies(d);
     assert_int_equal(cap, 4);
-    for (ir_id op = 1; op < d->nop; op++) {
-        const ir_op *o = &d->ops[op];
-        if (o->kind == IR_OP_ALLTOALL) {
-            ir_id in = d->values[d->refs[o->inputs]].type, out = d->values[o->outputs].type;
-            const int64_t *id = ir_type_dims(d, in), *od = ir_type_dims(d, out);
-            /*
-             * Token-major [B/(dp m), E, C, h] <-> expert-major [B/m, E/ep, C, h]: the same
-             * bytes, 1/ep of them kept (dispatch one way, combine the other).
-             */
-            if (id[1] != c.experts) {
-                const int64_t *t = id;
-                ir_id tt = in;
-                id = od, od = t;
-                in = out, out = tt;
+    for (int k = 0; k < 2; k++) {
+        const uint32_t dp = dps[k], ep = eps[k];
+        uint32_t na2a = 0, nar = 0, nexpert_ar = 0;
+        int64_t expert_ar_bytes = 0;
+        xform_strategy_init(&s);
+        s.dp = dp;
+        s.ep = ep;
+        s.microbatches = mb;
+        assert_int_equal(xform_apply(m, &s, NULL, &d, &err), 0);
+        assert_verifies(d);
+        for (ir_id op = 1; op < d->nop; op++) {
+            const ir_op *o = &d->ops[op];
+            if (o->kind == IR_OP_ALLTOALL) {
+                ir_id in = d->values[d->refs[o->inputs]].type, out = d->values[o->outputs].type;
+                const int64_t *id = ir_type_dims(d, in), *od = ir_type_dims(d, out);
+                /*
+                 * Token-major [B/(dp m), E, C, h] <-> expert-major [B ep/(dp m), E/ep, C, h]:
+                 * the same bytes, 1/ep of them kept (dispatch one way, combine the other).
+                 */
+                if (id[1] != c.experts) {
+                    const int64_t *t = id;
+                    ir_id tt = in;
+                    id = od, od = t;
+                    in = out, out = tt;
+                }
+                assert_int_equal(d->types[in].rank, 4);
+                assert_int_equal(id[0], c.batch / (dp * mb));
+                assert_int_equal(id[1], c.experts);
+                assert_int_equal(id[2], cap);
+                assert_int_equal(id[3], c.hidden);
+                assert_int_equal(od[0], c.batch * ep / (dp * mb));
+                assert_int_equal(od[1], c.experts / ep);
+                assert_int_equal(type_bytes(d, in), type_bytes(d, out));
+                assert_int_equal(type_bytes(d, in),
+                                 (c.batch / (dp * mb)) * c.experts * cap * c.hidden * 4);
+                assert_int_equal(group_size(d, op), ep);
+                na2a++;
+            } else if (o->kind == IR_OP_ALLREDUCE) {
+                uint32_t na = 0;
+                const int64_t *ax = ir_op_ints(d, op, "mesh_axes", &na);
+                uint64_t bytes = type_bytes(d, d->values[o->outputs].type);
+                nar++;
+                /* Over the outer data axis alone (mesh [dp/ep, ep, ...]), not a scalar. */
+                if (dp > ep && na == 1 && ax[0] == 0 && bytes > 8) {
+                    assert_int_equal(group_size(d, op), dp / ep);
+                    nexpert_ar++;
+                    expert_ar_bytes += (int64_t)bytes;
+                }
             }
-            assert_int_equal(d->types[in].rank, 4);
-            assert_int_equal(id[0], c.batch / (dp * mb));
-            assert_int_equal(id[1], c.experts);
-            assert_int_equal(id[2], cap);
-            assert_int_equal(id[3], c.hidden);
-            assert_int_equal(od[0], c.batch / mb);
-            assert_int_equal(od[1], c.experts / dp);
-            assert_int_equal(type_bytes(d, in), type_bytes(d, out));
-            assert_int_equal(type_bytes(d, in),
-                             (c.batch / (dp * mb)) * c.experts * cap * c.hidden * 4);
-            na2a++;
-        } else if (o->kind == IR_OP_ALLREDUCE) {
-            nar++;
         }
+        /* The pmap bodies are shared by microbatches: per body, per MoE layer, 2 forward + 2
+         * backward. */
+        fprintf(stderr,
+                "dp=%u ep=%u: %u all_to_all ops in the module's bodies, %u all_reduce (%u over "
+                "the %u ranks holding the same experts, %lld bytes)\n",
+                dp, ep, na2a, nar, nexpert_ar, dp / ep, (long long)expert_ar_bytes);
+        assert_int_equal(na2a % (4 * moe_layers), 0);
+        assert_true(na2a >= 4 * moe_layers);
+        /* Every expert gradient once, E/ep experts of it per rank, f32 (by buckets). */
+        if (dp > ep) {
+            assert_true(nexpert_ar >= 1);
+            assert_int_equal(expert_ar_bytes, expert_params / ep * 4);
+        } else {
+            assert_int_equal(nexpert_ar, 0);
+        }
+        ir_module_free(d);
     }
-    /* The pmap bodies are shared by microbatches: per body, per MoE layer, 2 forward + 2 backward.
-     */
-    fprintf(stderr, "ep=%u: %u all_to_all ops in the module's bodies, %u all_reduce\n", dp, na2a,
-            nar);
-    assert_int_equal(na2a % (4 * moe_layers), 0);
-    assert_true(na2a >= 4 * moe_layers);
-    ir_module_free(d);
 
     /* Without ep: no all_to_all; the experts' gradients join the data-parallel reduction. */
+    s.dp = 2;
     s.ep = 1;
     assert_int_equal(xform_apply(m, &s, NULL, &d, &err), 0);
     for (ir_id op = 1; op < d->nop; op++)
         assert_int_not_equal(d->ops[op].kind, IR_OP_ALLTOALL);
     ir_module_free(d);
 
-    /* ep must divide the experts and equal dp (for now); a dense model has no experts. */
+    /* ep must divide the experts and dp; a dense model has no experts. */
     s.dp = 8;
     s.ep = 8;
     s.microbatches = 1;
     assert_int_equal(xform_apply(m, &s, NULL, &d, &err), DI_ESTRATEGY);
     assert_non_null(strstr(err.msg, "does not divide the 4 experts"));
-    s.dp = 4;
-    s.ep = 2;
+    s.dp = 2;
+    s.ep = 4;
     assert_int_equal(xform_apply(m, &s, NULL, &d, &err), DI_ESTRATEGY);
-    assert_non_null(strstr(err.msg, "must equal dp"));
+    assert_non_null(strstr(err.msg, "does not divide dp=2"));
     ir_module_free(m);
     {
         models_llama dense;
@@ -300,14 +351,13 @@ test_ep_all_to_all(void **state)
     }
 }
 
-
-
 /*
  * docs/models.md: per device, weights N_d / tp + N_e / (ep tp) parameters
  * (N_d dense, N_e experts); f32 Adam: 4 bytes each for weights and gradients,
- * 8 for the moments; with dp > 1 (no overlap) the flat bucket of the
- * gradients the data-parallel all-reduce reduces: all of them without ep,
- * the dense ones with it.
+ * 8 for the moments; with dp > 1 (no overlap) the flat buckets of the
+ * gradients the step's all-reduces reduce: all of them without ep, the dense
+ * ones with ep = dp, the dense ones and the rank's experts with ep < dp (the
+ * experts' reduced over the dp / ep ranks that hold them).
  */
 static void
 test_ep_model_state(void **state)
@@ -325,9 +375,7 @@ test_ep_model_state(void **state)
         sim_result *r;
         xform_strategy_init(&s);
         s.dp = 4;
-        s.ep = ep == 1 ? 0 : 4;
-        if (ep == 2)
-            continue; /* ep < dp: not supported yet */
+        s.ep = ep == 1 ? 0 : ep;
         r = simulate_strategy(m, &s, hw);
         class_max(r, mx);
         fprintf(stderr, "ep=%u: weights %llu, gradients %llu, optimizer %llu bytes (formula %llu, "
@@ -335,14 +383,31 @@ test_ep_model_state(void **state)
                 ep, (unsigned long long)mx[SIM_MEM_WEIGHTS],
                 (unsigned long long)mx[SIM_MEM_GRADIENTS],
                 (unsigned long long)mx[SIM_MEM_OPTIMIZER], (unsigned long long)(4 * per),
-                (unsigned long long)(4 * per + 4 * (ep > 1 ? nd : nd + ne)),
+                (unsigned long long)(4 * per +
+                                     4 * (ep == 1 ? nd + ne : ep < 4 ? nd + ne / ep : nd)),
                 (unsigned long long)(8 * per));
         /* Weights: up to the scalar constants (a few bytes) the simulator counts there. */
         assert_true(mx[SIM_MEM_WEIGHTS] >= 4 * per && mx[SIM_MEM_WEIGHTS] <= 4 * per + 512);
         /* The gradients, and the flat bucket the data-parallel all-reduce reduces (dense only
          * under ep: the experts' gradients are complete where they are). */
-        assert_int_equal(mx[SIM_MEM_GRADIENTS], 4 * per + 4 * (ep > 1 ? nd : nd + ne));
+        assert_int_equal(mx[SIM_MEM_GRADIENTS], 4 * per + 4 * (ep == 1 ? nd + ne
+                                                               : ep < 4 ? nd + ne / ep
+                                                                        : nd));
         assert_int_equal(mx[SIM_MEM_OPTIMIZER], 8 * per);
+        sim_result_free(r);
+        /*
+         * ZeRO-1 shards the dense optimizer state over the 4 data ranks and the experts' over
+         * the dp / ep ranks that hold the same experts (ep = dp: the experts are not
+         * replicated, nothing to shard): 8 (N_d / 4 + N_e / (ep (dp / ep))) bytes of moments,
+         * N_e / dp whatever ep (every dimension sharded divides here).
+         */
+        s.zero = 1;
+        r = simulate_strategy(m, &s, hw);
+        class_max(r, mx);
+        fprintf(stderr, "ep=%u, ZeRO-1: optimizer %llu bytes (formula %llu)\n", ep,
+                (unsigned long long)mx[SIM_MEM_OPTIMIZER],
+                (unsigned long long)(8 * (nd / 4 + ne / 4)));
+        assert_int_equal(mx[SIM_MEM_OPTIMIZER], 8 * (nd / 4 + ne / 4));
         sim_result_free(r);
     }
     hw_free(hw);

@@ -595,16 +595,21 @@ test_brute_force(void **state)
             search_space_fini(&sp);
         }
         if (cases[i].model == 4) {
-            /* The space has expert-parallel twins of every dp = 2 and dp = 4 candidate. */
+            /*
+             * The space has expert-parallel twins of every dp = 2 and dp = 4 candidate,
+             * over the whole data group and (dp = 4, ep = 2) over pairs of data ranks.
+             */
             search_space sp;
-            uint64_t nep = 0;
+            uint64_t nep = 0, nsub = 0;
             space_ok(&sp, m, hw, &cfg);
             for (uint64_t k = 0; k < sp.ncandidate; k++)
                 if (sp.candidates[k].ep > 1) {
-                    assert_int_equal(sp.candidates[k].ep, sp.candidates[k].dp);
+                    assert_int_equal(sp.candidates[k].dp % sp.candidates[k].ep, 0);
                     nep++;
+                    nsub += sp.candidates[k].ep < sp.candidates[k].dp;
                 }
             assert_true(nep > 0);
+            assert_true(nsub > 0);
             search_space_fini(&sp);
         }
         if (cases[i].model == 2) {

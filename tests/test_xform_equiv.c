@@ -540,6 +540,40 @@ test_moe_grid(void **state)
 }
 
 /*
+ * Expert parallelism over part of the data group: dp = 4 as (outer, inner)
+ * = (2, 2) with ep = 2, every tp, pp in {1, 2}, with and without cp = 2,
+ * every variant; the all_to_alls run inside each pair of data ranks and the
+ * expert gradients are all-reduced over the outer data axis only.
+ */
+static void
+test_moe_ep_subgroup(void **state)
+{
+    (void)state;
+    for (int gpt = 3; gpt <= 5; gpt += 2) {
+        model_case sgd, adam;
+        case_init(&sgd, gpt, 0);
+        case_init(&adam, gpt, 1);
+        sgd.name = adam.name = gpt == 5 ? "moe-mla" : "moe";
+        sgd.ep = adam.ep = 2;
+        nrun = nskip = nvocab = 0;
+        for (uint32_t cp = 1; cp <= (gpt == 3 ? 2u : 1u); cp++)
+            for (uint32_t tp = 1; tp <= 2; tp++)
+                for (uint32_t pp = 1; pp <= 2; pp++) {
+                    sgd.cp = adam.cp = cp > 1 ? cp : 0;
+                    for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++)
+                        run_one(variants[k].adam ? &adam : &sgd, 4, tp, pp, &variants[k]);
+                }
+        fprintf(stderr,
+                "%s: %u strategies with dp=4, ep=2 equal the sequential step, %u not "
+                "applicable\n",
+                sgd.name, nrun, nskip);
+        assert_true(nrun >= 40);
+        case_fini(&sgd);
+        case_fini(&adam);
+    }
+}
+
+/*
  * Context parallelism: the sequence split over cp = 2 ranks (keys and values
  * all-gathered for attention, their gradients reduce-scattered, weight
  * gradients reduced over dp x cp) with every dp, tp, pp in {1, 2} and every
@@ -609,6 +643,7 @@ main(void)
         cmocka_unit_test(test_gpt_grid),
         cmocka_unit_test(test_llama_grid),
         cmocka_unit_test(test_moe_grid),
+        cmocka_unit_test(test_moe_ep_subgroup),
         cmocka_unit_test(test_cp_grid),
         cmocka_unit_test(test_mlp_nested),
         cmocka_unit_test(test_gpt_nested),

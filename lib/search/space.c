@@ -390,11 +390,16 @@ push_options(space_builder *b, search_candidate *c)
                     if (!in_mask(cfg->overlap, ov))
                         continue;
                     c->overlap = (uint8_t)ov;
-                    /* Expert parallelism over the data-parallel group, where experts divide. */
+                    /*
+                     * Expert parallelism over the data-parallel group or part of it
+                     * (ep consecutive data ranks): every ep > 1 dividing dp and the experts.
+                     */
                     c->ep = 1;
                     push(b, c);
-                    if (c->dp > 1 && b->sp->experts > 0 && b->sp->experts % c->dp == 0) {
-                        c->ep = c->dp;
+                    for (uint32_t ep = 2; ep <= c->dp && b->sp->experts > 0; ep++) {
+                        if (c->dp % ep != 0 || b->sp->experts % ep != 0)
+                            continue;
+                        c->ep = ep;
                         push(b, c);
                     }
                 }
@@ -1042,7 +1047,7 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
     if (di_mul_u64(sp->state_bytes, (c->zero ? 1 : c->dp) * ncp, &held) != 0 ||
         held + sp->data_bytes < held)
         return UINT64_MAX / n;
-    /* Under ep = dp the experts' state is held once over the data-parallel group, not dp times. */
+    /* Under ep the experts' state is held dp / ep times over the data-parallel group, not dp. */
     if (c->ep > 1 && !c->zero)
         held -= sp->expert_bytes * (c->dp - c->dp / c->ep) * ncp;
     state = (held + sp->data_bytes) / n;

@@ -251,11 +251,6 @@ strategy_normalize(strategy *s, di_error *err)
                             "ep=%u does not divide dp=%u (expert parallelism splits the "
                             "data-parallel group)",
                             s->ep, s->dp);
-    if (s->ep > 1 && s->ep != s->dp)
-        return di_error_set(err, DI_ESTRATEGY,
-                            "ep=%u is smaller than dp=%u: expert parallelism over part of the "
-                            "data-parallel group is not supported yet (use ep=%u)",
-                            s->ep, s->dp, s->dp);
 
     /* tp_layers: a set (sorted, distinct), and only with tensor parallelism. */
     if (s->ntp_layers > 0) {

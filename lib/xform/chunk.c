@@ -110,7 +110,7 @@ typedef struct leafbuf {
     uint64_t bkbytes;
     int bkdtype;
     int bkscatter;       /* the open bucket reduce-scatters */
-    int bkcp;            /* the open bucket's gradients are partial on the context axis */
+    int bkaxes;          /* the axes (bit 0 dp, 1 cp, 2 outer dp) its gradients are partial on */
     uint8_t *pending; /* per leaf: reduce-scattered per microbatch, accumulated after the split */
     uint32_t *done_bk;   /* launched buckets' leaves, bucket after bucket */
     uint32_t ndone_bk;
@@ -169,14 +169,21 @@ leaves_end(leafbuf *lb)
     di_free(lb->launched);
 }
 
-/* Converts a gradient whose microbatch sum is complete (to: on the data axis). */
+/*
+ * Converts a gradient whose microbatch sum is complete (to: on the data axis
+ * where it is a partial sum; an expert gradient keeps its split there).
+ */
 static int
-convert_summed(xf_body *b, ir_id src, xf_local *l, int8_t to)
+convert_summed(pl *P, ir_id src, xf_local *l, int8_t to)
 {
+    xf_body *b = &P->body;
     xf_place want = l->pl;
     int rc, step = b->step;
-    want.a[XF_DP] = to;
+    if (l->pl.a[XF_DP] == XF_P || !XF_IS_S(l->pl.a[XF_DP]))
+        want.a[XF_DP] = to;
     want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
+    /* On the outer data axis: whole, or ZeRO's shard (dp.c). */
+    want.a[XF_EDP] = P->leafedp[src] == XF_P ? XF_R : P->leafedp[src];
     b->step = 1;
     rc = xf_body_convert(b, src, l, &want, l);
     b->step = step;
@@ -208,7 +215,7 @@ bucket_flush(pl *P, leafbuf *lb)
         return 0;
     if (lb->nbk == 1 && !lb->bkscatter) {
         uint32_t j = lb->bk[0];
-        rc = convert_summed(b, P->curleaves->v[j], &lb->fin[j], XF_R);
+        rc = convert_summed(P, P->curleaves->v[j], &lb->fin[j], XF_R);
     } else {
         ir_id *srcs, red = 0;
         xf_local *ls;
@@ -246,14 +253,15 @@ bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
     /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
     if (lb->nflushed == 0 && cap > (1u << 20))
         cap = 1u << 20;
-    int cp = lb->fin[j].pl.a[XF_CP] == XF_P;
-    if (lb->nbk > 0 && (lb->bkdtype != dtype || lb->bkscatter != scatter || lb->bkcp != cp) &&
+    const xf_place *fp = &lb->fin[j].pl;
+    int axes = (fp->a[XF_DP] == XF_P) | (fp->a[XF_CP] == XF_P) << 1 | (fp->a[XF_EDP] == XF_P) << 2;
+    if (lb->nbk > 0 && (lb->bkdtype != dtype || lb->bkscatter != scatter || lb->bkaxes != axes) &&
         (rc = bucket_flush(P, lb)) != 0)
         return rc;
     lb->bk[lb->nbk++] = j;
     lb->bkdtype = dtype;
     lb->bkscatter = scatter;
-    lb->bkcp = cp;
+    lb->bkaxes = axes;
     lb->bkbytes += bytes;
     if (lb->bkbytes >= cap)
         return bucket_flush(P, lb);
@@ -299,8 +307,11 @@ leaf_want(const pl *P, ir_id v, const xf_local *l, int8_t tgt)
 {
     xf_place want = l->pl;
     want.a[XF_DP] = tgt;
-    if (tgt != XF_P)
+    if (tgt != XF_P) {
         want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
+        /* On the outer data axis: whole, or ZeRO's shard (dp.c). */
+        want.a[XF_EDP] = P->leafedp[v] == XF_P ? XF_R : P->leafedp[v];
+    }
     if (XF_IS_S(l->pl.a[XF_TP]) && l->pl.a[XF_TP] == tgt && P->leaftp[v] != l->pl.a[XF_TP])
         want.a[XF_TP] = P->leaftp[v];
     return want;
@@ -375,17 +386,23 @@ leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l
     lb->fin[j].pl.a[XF_MB] = XF_R;
     l = lb->fin[j];
     if (!c->s.overlap_grad_reduce || c->s.zero >= 2 || tgt == XF_P ||
-        (l.pl.a[XF_DP] == tgt && l.pl.a[XF_CP] != XF_P))
+        (l.pl.a[XF_DP] == tgt && l.pl.a[XF_CP] != XF_P && l.pl.a[XF_EDP] != XF_P))
         return 0;
-    /* An all-reduce, or ZeRO-1's reduce-scatter: into a bucket, launched once full. */
-    if (tgt == XF_R && (l.pl.a[XF_DP] == XF_P || l.pl.a[XF_CP] == XF_P))
+    /*
+     * An all-reduce, or ZeRO-1's reduce-scatter: into a bucket, launched once
+     * full. Expert gradients (split on the data axis, partial on the outer
+     * one) are all-reduced over the outer data axis only.
+     */
+    if (tgt == XF_R && (l.pl.a[XF_DP] == XF_P || l.pl.a[XF_CP] == XF_P || l.pl.a[XF_EDP] == XF_P))
+        return bucket_add(P, lb, j, 0);
+    if (l.pl.a[XF_DP] == tgt && l.pl.a[XF_CP] != XF_P && l.pl.a[XF_EDP] == XF_P)
         return bucket_add(P, lb, j, 0);
     {
         xf_place want = leaf_want(P, v, &l, tgt);
         if (tgt == 0 && want.a[XF_TP] == l.pl.a[XF_TP] && xf_body_scatter_ok(b, &l))
             return bucket_add(P, lb, j, 1);
         if (want.a[XF_TP] == l.pl.a[XF_TP])
-            return convert_summed(b, v, &lb->fin[j], tgt);
+            return convert_summed(P, v, &lb->fin[j], tgt);
         return xf_body_convert(b, v, &l, &want, &lb->fin[j]);
     }
 }
@@ -427,46 +444,58 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
     bfirst = di_xmalloc((n + 1) * sizeof *bfirst);
     bn = di_xmalloc((n + 1) * sizeof *bn);
     bsc = di_xmalloc(n + 1);
-    /* Group the candidates into buckets (members srcs/ls[bfirst[i] .. + bn[i])). */
-    for (uint32_t j = 0; j < n && rc == 0; j++) {
-        ir_id v = p->in.v[j];
-        const ir_type *t;
-        int8_t tgt = P->leaftgt[v];
-        int scatter;
-        if ((pls[j].a[XF_DP] != XF_P && pls[j].a[XF_CP] != XF_P) ||
-            (!P->isleaf[v] && use[v] != 1))
-            continue;
-        if (pls[j].a[XF_CP] == XF_P && tgt != XF_R)
-            continue;
-        if (tgt != XF_R && tgt != 0)
-            continue;
-        if ((rc = xf_body_get(b, v, &ls[nm])) != 0)
-            break;
-        ls[nm].pl = xf_place_on(&ls[nm].pl, b->n);
-        ls[nm].pl.a[XF_MB] = XF_R;
-        scatter = tgt == 0;
-        if (scatter && (!xf_body_scatter_ok(b, &ls[nm]) ||
-                        leaf_want(P, v, &ls[nm], tgt).a[XF_TP] != ls[nm].pl.a[XF_TP]))
-            continue;
-        t = &P->out->types[P->out->values[ls[nm].v].type];
-        /* A kind: reduce-scatter, or all-reduce over the data and/or the context axis. */
-        int k2 = scatter | (ls[nm].pl.a[XF_CP] == XF_P) << 1 | (ls[nm].pl.a[XF_DP] == XF_P) << 2;
-        if (nb == 0 || bytes >= cap || dtype != (int)t->dtype || kind != k2) {
-            bfirst[nb] = nm;
-            bsc[nb] = (uint8_t)scatter;
-            bn[nb++] = 0;
-            bytes = 0;
+    /*
+     * Group the candidates into buckets (members srcs/ls[bfirst[i] .. + bn[i])):
+     * the data-parallel ones, then (pass 1) the expert gradients that only
+     * the outer data axis reduces, so that each kind fills its own buckets.
+     */
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        for (uint32_t j = 0; j < n && rc == 0; j++) {
+            ir_id v = p->in.v[j];
+            const ir_type *t;
+            int8_t tgt = P->leaftgt[v];
+            int scatter, expert = pls[j].a[XF_DP] != XF_P && pls[j].a[XF_EDP] == XF_P;
+            if (expert != (pass == 1) ||
+                (pls[j].a[XF_DP] != XF_P && pls[j].a[XF_CP] != XF_P && !expert) ||
+                (!P->isleaf[v] && use[v] != 1))
+                continue;
+            if (pls[j].a[XF_CP] == XF_P && tgt != XF_R)
+                continue;
+            if (tgt != XF_R && tgt != 0)
+                continue;
+            if ((rc = xf_body_get(b, v, &ls[nm])) != 0)
+                break;
+            ls[nm].pl = xf_place_on(&ls[nm].pl, b->n);
+            ls[nm].pl.a[XF_MB] = XF_R;
+            /* Expert gradients: already split on the data axis, all-reduced on the outer one. */
+            if (ls[nm].pl.a[XF_DP] != XF_P && ls[nm].pl.a[XF_DP] != tgt && tgt != XF_R)
+                continue;
+            scatter = tgt == 0 && ls[nm].pl.a[XF_DP] == XF_P;
+            if (scatter && (!xf_body_scatter_ok(b, &ls[nm]) ||
+                            leaf_want(P, v, &ls[nm], tgt).a[XF_TP] != ls[nm].pl.a[XF_TP]))
+                continue;
+            t = &P->out->types[P->out->values[ls[nm].v].type];
+            /* A kind: reduce-scatter, or all-reduce over data, context and/or outer data. */
+            const xf_place *q = &ls[nm].pl;
+            int k2 = scatter | (q->a[XF_CP] == XF_P) << 1 | (q->a[XF_DP] == XF_P) << 2 |
+                     (q->a[XF_EDP] == XF_P) << 3;
+            if (nb == 0 || bytes >= cap || dtype != (int)t->dtype || kind != k2) {
+                bfirst[nb] = nm;
+                bsc[nb] = (uint8_t)scatter;
+                bn[nb++] = 0;
+                bytes = 0;
+            }
+            srcs[nm++] = v;
+            bn[nb - 1]++;
+            bytes += ir_type_bytes(P->out, P->out->values[ls[nm - 1].v].type);
+            dtype = (int)t->dtype;
+            kind = k2;
         }
-        srcs[nm++] = v;
-        bn[nb - 1]++;
-        bytes += ir_type_bytes(P->out, P->out->values[ls[nm - 1].v].type);
-        dtype = (int)t->dtype;
-        kind = k2;
     }
     /* Launch every bucket, then split them back (a lone all-reduce: an ordinary conversion). */
     for (uint32_t i = 0; i < nb && rc == 0; i++) {
         if (bn[i] == 1 && !bsc[i])
-            rc = convert_summed(b, srcs[bfirst[i]], &ls[bfirst[i]], XF_R);
+            rc = convert_summed(P, srcs[bfirst[i]], &ls[bfirst[i]], XF_R);
         else
             rc = xf_body_bucket_reduce(b, srcs + bfirst[i], ls + bfirst[i], bn[i], bsc[i],
                                        &red[i]);
@@ -771,8 +800,14 @@ xf_pl_emit_gathers(pl *P, uint32_t g)
             continue;
         for (uint32_t j = 0; j < p->in.n; j++) {
             ir_id v = p->in.v[j];
-            if (!(c->vflags[v] & XF_V_WEIGHT) || c->place[v].a[XF_DP] == XF_R ||
-                c->gdp[g] <= 1 || P->mark[v] == P->markgen)
+            /*
+             * Sharded by ZeRO: on the data axes, or, expert weights split by expert
+             * parallelism, on the outer data axis (dp.c).
+             */
+            int expert = (c->vflags[v] & XF_V_EXPERT) != 0;
+            if (!(c->vflags[v] & XF_V_WEIGHT) || xf_gdata(c, g) <= 1 ||
+                (expert ? c->place[v].a[XF_EDP] : c->place[v].a[XF_DP]) == XF_R ||
+                P->mark[v] == P->markgen)
                 continue;
             P->mark[v] = P->markgen;
             idl_push(&ws, v);
@@ -798,7 +833,9 @@ xf_pl_emit_gathers(pl *P, uint32_t g)
         l.v = a;
         l.pl = e->pl;
         want = e->pl;
-        want.a[XF_DP] = XF_R;
+        if (!(c->vflags[v] & XF_V_EXPERT))
+            want.a[XF_DP] = XF_R;
+        want.a[XF_EDP] = XF_R;
         if ((rc = xf_body_convert(b, v, &l, &want, &o)) != 0)
             break;
         if (P->out->values[o.v].def)

@@ -21,6 +21,8 @@
  */
 #include "xform/xform_int.h"
 
+#include <string.h>
+
 /* Can v be split along dimension 0 on the data axis of group g (its tensor shard's dimension 0)? */
 static int
 zero_divides(const xf_ctx *c, ir_id v, uint32_t g)
@@ -32,7 +34,7 @@ zero_divides(const xf_ctx *c, ir_id v, uint32_t g)
             return 0;
         d0 /= c->gtp[g];
     }
-    return d0 % c->gdp[g] == 0;
+    return d0 % xf_gdata(c, g) == 0;
 }
 
 /*
@@ -117,6 +119,8 @@ xf_annotate_dp(xf_ctx *c)
             c->place[v].a[XF_MB] = 0;
         if (c->n[XF_DP] > 1)
             c->place[v].a[XF_DP] = 0;
+        if (c->n[XF_EDP] > 1)
+            c->place[v].a[XF_EDP] = 0;
         /* Context parallelism: the sequence (dimension 1 of tokens and labels). */
         if (c->n[XF_CP] > 1)
             c->place[v].a[XF_CP] = 1;
@@ -149,9 +153,35 @@ xf_annotate_dp(xf_ctx *c)
                 cand[v] = 2;
         }
     }
+    /* Over the whole data group: outer x inner under expert parallelism over part of it. */
     for (uint32_t a = 0; a < fr->narg; a++)
-        if (cand[fr->args[a]] == 1)
+        if (cand[fr->args[a]] == 1) {
             c->place[fr->args[a]].a[XF_DP] = 0;
+            if (c->n[XF_EDP] > 1)
+                c->place[fr->args[a]].a[XF_EDP] = 0;
+        }
+    if (c->s.ep > 1 && c->n[XF_EDP] > 1) {
+        /*
+         * The experts' state over the ranks that hold the same experts (the
+         * outer data axis), as Megatron-LM's distributed optimizer shards it
+         * over the expert-data-parallel group: along dimension 1, as
+         * dimension 0 (the experts) is split by expert parallelism.
+         */
+        memset(cand, 0, m->nvalue ? m->nvalue : 1);
+        xf_expert_state(c, cand);
+        for (uint32_t a = 0; a < fr->narg; a++) {
+            ir_id v = fr->args[a];
+            const ir_type *t = &m->types[m->values[v].type];
+            int64_t d1;
+            if (!cand[v] || t->rank < 2)
+                continue;
+            d1 = ir_type_dims(m, m->values[v].type)[1];
+            if (c->place[v].a[XF_TP] == 1)
+                d1 = d1 % c->gtp[0] == 0 ? d1 / c->gtp[0] : 1;
+            if (d1 % c->n[XF_EDP] == 0)
+                c->place[v].a[XF_EDP] = 1;
+        }
+    }
     di_free(cand);
     return 0;
 }

@@ -3,7 +3,8 @@
  *
  * A piece (xform.h) is a tuple over the dp x cp x tp devices of a group
  * (its own degrees), device k at mesh coordinates (k / (cp tp),
- * (k / tp) % cp, k % tp). Along each tensor dimension the
+ * (k / tp) % cp, k % tp), the data coordinate being (outer, inner) under
+ * expert parallelism over part of the data group. Along each tensor dimension the
  * axes that split it do so microbatch-outermost, then tensor, then data, so
  * a device's block index along a dimension is the mixed-radix number of its
  * coordinates on those axes in that order. Replicated axes hold copies;
@@ -14,14 +15,21 @@
 
 #include <string.h>
 
-static const int significance[XFORM_NAXIS] = {XFORM_AXIS_MB, XFORM_AXIS_TP, XFORM_AXIS_DP,
-                                              XFORM_AXIS_CP};
+static const int significance[XFORM_NAXIS] = {XFORM_AXIS_MB, XFORM_AXIS_TP, XFORM_AXIS_EDP,
+                                              XFORM_AXIS_DP, XFORM_AXIS_CP};
 
 /* The context-parallel degree (0 in layouts made before it existed reads as 1). */
 static uint32_t
 ncp(const xform_layout *l)
 {
     return l->size[XFORM_AXIS_CP] ? l->size[XFORM_AXIS_CP] : 1;
+}
+
+/* The outer data degree (0 reads as 1, as ncp). */
+static uint32_t
+nedp(const xform_layout *l)
+{
+    return l->size[XFORM_AXIS_EDP] ? l->size[XFORM_AXIS_EDP] : 1;
 }
 
 /* The sizes of the axes of a piece's group. */
@@ -32,14 +40,17 @@ sizes(const xform_layout *l, const xform_piece *p, uint32_t *n)
     n[XFORM_AXIS_DP] = l->group_dp[p->stage];
     n[XFORM_AXIS_TP] = l->group_tp[p->stage];
     n[XFORM_AXIS_CP] = ncp(l);
+    n[XFORM_AXIS_EDP] = nedp(l);
 }
 
-/* The coordinates of device k of a piece on the three axes. */
+/* The coordinates of device k of a piece on the axes. */
 static void
 coords(const xform_layout *l, const xform_piece *p, uint32_t k, uint32_t *co)
 {
+    uint32_t d = k / (ncp(l) * l->group_tp[p->stage]);
     co[XFORM_AXIS_MB] = p->microbatch;
-    co[XFORM_AXIS_DP] = k / (ncp(l) * l->group_tp[p->stage]);
+    co[XFORM_AXIS_DP] = d % l->group_dp[p->stage];
+    co[XFORM_AXIS_EDP] = d / l->group_dp[p->stage];
     co[XFORM_AXIS_CP] = (k / l->group_tp[p->stage]) % ncp(l);
     co[XFORM_AXIS_TP] = k % l->group_tp[p->stage];
 }
@@ -90,7 +101,7 @@ block_copy(ex_tensor *big, ex_tensor *small, const int64_t *off, int to_big, int
 static uint32_t
 ngdev(const xform_layout *l, const xform_piece *p)
 {
-    return l->group_dp[p->stage] * ncp(l) * l->group_tp[p->stage];
+    return nedp(l) * l->group_dp[p->stage] * ncp(l) * l->group_tp[p->stage];
 }
 
 int

@@ -285,12 +285,17 @@ infer_one(xf_body *b, ir_id op)
     return xf_infer(b->out, op, b->c->err);
 }
 
-/* The body's mesh dimension of placement axis `axis`: [dp, tp], or [dp, cp, tp]. */
+/*
+ * The body's mesh dimension of placement axis `axis`: [dp, tp], [dp, cp,
+ * tp], with an outer data dimension first when there is one ([edp, dp, ...]).
+ */
 static int64_t
 mesh_axis(const xf_body *b, int axis)
 {
-    int cp = b->c->n[XF_CP] > 1;
-    return axis == XF_DP ? 0 : axis == XF_CP ? 1 : 1 + cp;
+    int cp = b->c->n[XF_CP] > 1, e = b->c->n[XF_EDP] > 1;
+    if (axis == XF_EDP)
+        return 0;
+    return e + (axis == XF_DP ? 0 : axis == XF_CP ? 1 : 1 + cp);
 }
 
 /* Puts local op lop on the groups along mesh axis `axis` of the body's mesh. */
@@ -310,10 +315,11 @@ reduce_axes(xf_body *b, ir_id in, uint32_t mask, ir_id *out)
     int64_t ax[XF_NAXIS];
     uint32_t n = 0;
     int rc;
-    /* In mesh order: data (0), then context (1). */
-    for (int a = XF_DP; a < XF_NAXIS; a++)
-        if (mask & (1u << a))
-            ax[n++] = mesh_axis(b, a);
+    /* In mesh order: outer data, data, context. */
+    static const int order[3] = {XF_EDP, XF_DP, XF_CP};
+    for (int i = 0; i < 3; i++)
+        if (mask & (1u << order[i]))
+            ax[n++] = mesh_axis(b, order[i]);
     ir_op_set_mesh(b->out, op, "mesh", b->mesh);
     ir_op_set_ints(b->out, op, "mesh_axes", n, ax);
     if ((rc = infer_one(b, op)) != 0)
@@ -352,7 +358,8 @@ collective(xf_body *b, int kind, ir_id in, int axis, int64_t dim, int64_t dim2, 
     return 0;
 }
 
-static const char *const axis_name[XF_NAXIS] = {"microbatch", "data", "tensor", "context"};
+static const char *const axis_name[XF_NAXIS] = {"microbatch", "data", "tensor", "context",
+                                                "outer data"};
 
 static void
 place_str(const xf_place *p, char *buf, size_t n)
@@ -388,8 +395,8 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
     xf_place want = xf_place_on(to, b->n);
     int rc;
     /* Axes from the least significant in a block index (layout.c) to the most. */
-    static const int gather_order[3] = {XF_CP, XF_DP, XF_TP},
-                     split_order[3] = {XF_TP, XF_DP, XF_CP};
+    static const int gather_order[4] = {XF_CP, XF_DP, XF_EDP, XF_TP},
+                     split_order[4] = {XF_TP, XF_EDP, XF_DP, XF_CP};
 
     cur.pl = xf_place_on(&cur.pl, b->n);
     if (b->step) {
@@ -416,7 +423,7 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
             }
     }
     /* 1. gathers and all-to-alls, innermost axis first. */
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         int a = gather_order[i];
         int8_t p = cur.pl.a[a], q = want.a[a];
         if (!XF_IS_S(p) || p == q)
@@ -442,7 +449,7 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
         }
     }
     /* 2. reductions to replicated. */
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         int a = gather_order[i];
         if (cur.pl.a[a] == XF_P && want.a[a] == XF_R) {
             if ((rc = collective(b, IR_OP_ALLREDUCE, cur.v, a, 0, 0, &cur.v)) != 0)
@@ -452,12 +459,12 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
         }
     }
     /* 3. splits, outermost axis first. */
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         int a = split_order[i];
         int8_t p = cur.pl.a[a], q = want.a[a];
         if (!XF_IS_S(q) || p == q)
             continue;
-        for (int j = i + 1; j < 3; j++)
+        for (int j = i + 1; j < 4; j++)
             if (cur.pl.a[split_order[j]] == q)
                 return unsupported(b, src, &in->pl, to,
                                    "the dimension is already split on a less significant axis");
@@ -549,10 +556,10 @@ xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_
             cat = ir_op_output(out, op, 0);
     }
     if (rc == 0 && !scatter) {
-        /* Partial over the data and/or the context axis (every member alike): one all-reduce. */
+        /* Partial over the data axes and/or the context axis (members alike): one all-reduce. */
         uint32_t mask = 0;
-        static const int axes[2] = {XF_DP, XF_CP};
-        for (int i = 0; i < 2; i++)
+        static const int axes[3] = {XF_DP, XF_CP, XF_EDP};
+        for (int i = 0; i < 3; i++)
             if (n > 0 && ls[0].pl.a[axes[i]] == XF_P && b->n[axes[i]] > 1)
                 mask |= 1u << axes[i];
         if ((rc = reduce_axes(b, cat, mask ? mask : 1u << XF_DP, red)) == 0)
@@ -593,9 +600,12 @@ xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, in
         back = ir_op_output(out, rop, 0);
         name_value(b, back, srcs[k], scatter ? ".rs" : ".ar");
         ls[k].v = back;
-        ls[k].pl.a[XF_DP] = scatter ? 0 : XF_R;
+        if (scatter || ls[k].pl.a[XF_DP] == XF_P)
+            ls[k].pl.a[XF_DP] = scatter ? 0 : XF_R;
         if (!scatter && ls[k].pl.a[XF_CP] == XF_P)
             ls[k].pl.a[XF_CP] = XF_R;
+        if (!scatter && ls[k].pl.a[XF_EDP] == XF_P)
+            ls[k].pl.a[XF_EDP] = XF_R;
     }
     di_free(sizes);
     return rc;
@@ -616,6 +626,9 @@ xf_body_scatter_ok(const xf_body *b, const xf_local *l)
      * split in a block index: gathered first by an ordinary conversion, not in a bucket.
      */
     if (XF_IS_S(l->pl.a[XF_CP]) && b->n[XF_CP] > 1)
+        return 0;
+    /* Partial on the outer data axis too: all-reduced there by an ordinary conversion. */
+    if (l->pl.a[XF_EDP] == XF_P && b->n[XF_EDP] > 1)
         return 0;
     /* A tensor-axis split of dimension 0 is outside the data split: this is its block's dim 0. */
     return b->out->ints[t->dims] % b->n[XF_DP] == 0;
@@ -776,7 +789,7 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
         on_axis(b, nop, XF_CP);
     if (o->kind == IR_OP_CONSTANT) {
         const ir_attr *va = ir_op_attr(m, op, "value");
-        xf_place r = {{XF_R, XF_R, XF_R, XF_R}};
+        xf_place r = xf_place_rep();
         ir_id ty;
         xf_copy_attrs(b->out, nop, m, op, "value", "device");
         if (va == NULL || va->kind != IR_ATTR_TENSOR)

@@ -305,7 +305,8 @@ build_programs(pl *P)
              */
             if (p->kind == PROG_S && h->kind != PROG_S &&
                 (c->place[v].a[XF_MB] == XF_P ||
-                 (c->n[XF_MB] == 1 && c->s.overlap_grad_reduce && c->place[v].a[XF_DP] == XF_P))) {
+                 (c->n[XF_MB] == 1 && c->s.overlap_grad_reduce &&
+                  (c->place[v].a[XF_DP] == XF_P || c->place[v].a[XF_EDP] == XF_P)))) {
                 if (!P->isleaf[v]) {
                     P->isleaf[v] = 1;
                     idl_push(&h->leaf, v);
@@ -577,10 +578,11 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
     ir_id v = e->v, src = e->tv, *from, lt, *sget, *el;
     uint32_t nr = gdev(P, h), *first, *cnt, *idx, rounds = 0;
     int64_t *dl;
-    xf_place A = e->pl, T = e->pl, mbonly = {{e->pl.a[XF_MB], XF_R, XF_R}};
+    xf_place A = e->pl, T = e->pl, mbonly = xf_place_rep();
     int64_t G[IR_MAX_RANK];
     piece *ps;
     int rc = 0;
+    mbonly.a[XF_MB] = e->pl.a[XF_MB];
     xf_group_n(c, g, ng);
     xf_group_n(c, h, nh);
     /* The target: where g's axis has size 1 the value is whole, and follows the plan. */
@@ -971,6 +973,8 @@ leaf_targets(pl *P)
     memset(P->leaftgt, XF_P, (m->nvalue ? m->nvalue : 1) * sizeof *P->leaftgt);
     P->leaftp = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *P->leaftp);
     memset(P->leaftp, XF_P, (m->nvalue ? m->nvalue : 1) * sizeof *P->leaftp);
+    P->leafedp = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *P->leafedp);
+    memset(P->leafedp, XF_R, (m->nvalue ? m->nvalue : 1) * sizeof *P->leafedp);
     for (uint32_t i = fr->nop; i-- > 0;) {
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
@@ -979,6 +983,7 @@ leaf_targets(pl *P)
         for (uint32_t k = 0; k < o->ninput; k++) {
             P->leaftgt[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_DP];
             P->leaftp[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_TP];
+            P->leafedp[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_EDP];
         }
     }
 }
@@ -1126,6 +1131,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.lay->size[XF_DP] = c->hetero ? 0 : c->gdp[0];
     P.lay->size[XF_TP] = c->hetero ? 0 : c->gtp[0];
     P.lay->size[XF_CP] = c->n[XF_CP];
+    P.lay->size[XF_EDP] = c->n[XF_EDP];
     P.lay->ngroup = c->pp;
     P.lay->group_dp = di_xmalloc(c->pp * sizeof *P.lay->group_dp);
     P.lay->group_tp = di_xmalloc(c->pp * sizeof *P.lay->group_tp);
@@ -1148,12 +1154,15 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.leafgen = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafgen);
     P.leafop = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafop);
     for (uint32_t g = 0; g < c->pp; g++) {
-        /* [dp, tp], or [dp, cp, tp] with context parallelism (xf_mesh_axis). */
-        uint32_t ncp = c->n[XF_CP];
-        int64_t shape[3] = {c->gdp[g], ncp, c->gtp[g]};
+        /*
+         * [dp, tp], or [dp, cp, tp] with context parallelism, after the outer
+         * data axis when there is one (mesh_axis in lower.c).
+         */
+        uint32_t ncp = c->n[XF_CP], nd = xf_gdata(c, g), r = 0;
+        int64_t shape[4];
         int64_t *ids = di_xmalloc(gdev(&P, g) * sizeof *ids);
         char name[32];
-        for (uint32_t d = 0; d < c->gdp[g]; d++)
+        for (uint32_t d = 0; d < nd; d++)
             for (uint32_t k = 0; k < ncp; k++)
                 for (uint32_t t = 0; t < c->gtp[g]; t++) {
                     int32_t dev = xf_device(c, g, d, k, t);
@@ -1161,10 +1170,14 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
                     P.devs[c->goff[g] + i] = dev;
                     ids[i] = dev;
                 }
-        if (ncp == 1)
-            shape[1] = c->gtp[g];
+        if (c->n[XF_EDP] > 1)
+            shape[r++] = c->n[XF_EDP];
+        shape[r++] = c->gdp[g];
+        if (ncp > 1)
+            shape[r++] = ncp;
+        shape[r++] = c->gtp[g];
         snprintf(name, sizeof name, "stage%u", g);
-        P.mesh[g] = ir_mesh_add(P.out, name, ncp > 1 ? 3 : 2, shape, ids);
+        P.mesh[g] = ir_mesh_add(P.out, name, r, shape, ids);
         di_free(ids);
     }
     P.lay->devices = di_xmalloc((c->ndev ? c->ndev : 1) * sizeof *P.lay->devices);
@@ -1267,6 +1280,7 @@ pl_fini(pl *P)
     di_free(P->isout);
     di_free(P->leaftgt);
     di_free(P->leaftp);
+    di_free(P->leafedp);
     di_free(P->reg);
     di_free(P->devs);
     di_free(P->mesh);

@@ -98,6 +98,7 @@ typedef struct pl {
     uint32_t *isout;    /* per source value: 1 + its index in its home program's outputs */
     int8_t *leaftgt;    /* per source value: see leaf_targets */
     int8_t *leaftp;     /* per source value: its first step consumer's tensor-axis placement */
+    int8_t *leafedp;    /* per source value: and its outer-data-axis placement */
     /* registry */
     reg_ent *reg;
     uint32_t creg, nreg;

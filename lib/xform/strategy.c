@@ -45,7 +45,7 @@ xf_op_str(const ir_module *m, ir_id op, const char *key)
 int32_t
 xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t k, uint32_t t)
 {
-    uint32_t r = c->goff[group] + (d * c->n[XF_CP] + k) * c->gtp[group] + t;
+    uint32_t r = c->goff[group] + (d * c->n[XF_CP] + k) * c->gtp[group] + t; /* d: outer x inner */
     if (c->s.ndevice_order)
         return (int32_t)c->s.device_order[r];
     return (int32_t)r;
@@ -441,10 +441,13 @@ validate(xf_ctx *c)
         if (experts % s->ep != 0)
             return di_error_set(c->err, DI_ESTRATEGY, "ep=%u does not divide the %lld experts",
                                 s->ep, (long long)experts);
-        if (s->ep != s->dp || c->hetero)
+        if (c->hetero)
             return di_error_set(c->err, DI_ESTRATEGY,
-                                "ep=%u must equal dp=%u: expert parallelism over part of the "
-                                "data-parallel group is not supported yet",
+                                "ep=%u needs the same dp on every pipeline stage", s->ep);
+        if (s->dp % s->ep != 0)
+            return di_error_set(c->err, DI_ESTRATEGY,
+                                "ep=%u does not divide dp=%u (expert parallelism splits the "
+                                "data-parallel group)",
                                 s->ep, s->dp);
     }
     if (c->tplayer && s->sequence_parallel)
@@ -454,7 +457,7 @@ validate(xf_ctx *c)
 
     /* Batch, and tensor parallelism, per group (once when the groups are alike). */
     for (uint32_t g = 0; g < (c->hetero ? c->pp : 1); g++) {
-        uint32_t dp = c->gdp[g];
+        uint32_t dp = xf_gdata(c, g);
         if (c->batch < 0 && (dp > 1 || s->microbatches > 1))
             return di_error_set(c->err, DI_ESTRATEGY,
                                 "the module has no batch-data argument (tokens, labels, x, ...) "
@@ -516,16 +519,24 @@ groups_init(xf_ctx *c)
 {
     c->n[XF_MB] = c->s.microbatches;
     c->n[XF_CP] = c->s.cp > 1 ? c->s.cp : 1;
+    /*
+     * Expert parallelism over part of the data group: the data ranks as
+     * (outer, inner) = (dp / ep, ep), experts split on the inner axis
+     * (Megatron-LM's expert group: ep consecutive data ranks).
+     */
+    c->n[XF_EDP] = 1;
+    if (c->s.ep > 1 && c->s.ep < c->s.dp && c->s.dp % c->s.ep == 0 && c->s.nstages == 0)
+        c->n[XF_EDP] = c->s.dp / c->s.ep;
     c->m_emit = c->s.microbatches;
     c->gdp = di_xmalloc(c->pp * sizeof *c->gdp);
     c->gtp = di_xmalloc(c->pp * sizeof *c->gtp);
     c->goff = di_xmalloc(c->pp * sizeof *c->goff);
     for (uint32_t g = 0; g < c->pp; g++) {
         const strategy_stage *st = c->s.nstages ? &c->s.stages[g] : NULL;
-        c->gdp[g] = st ? (st->dp ? st->dp : 1) : c->s.dp;
+        c->gdp[g] = st ? (st->dp ? st->dp : 1) : c->s.dp / c->n[XF_EDP];
         c->gtp[g] = st ? (st->tp ? st->tp : 1) : c->s.tp;
         c->goff[g] = (uint32_t)c->ndev;
-        c->ndev += (uint64_t)c->gdp[g] * c->n[XF_CP] * c->gtp[g];
+        c->ndev += (uint64_t)xf_gdev(c, g);
         if (c->gdp[g] > c->n[XF_DP])
             c->n[XF_DP] = c->gdp[g];
         if (c->gtp[g] > c->n[XF_TP])

@@ -278,7 +278,13 @@ int xform_model_stage_layers(const ir_module *m, const strategy *s, const hw_mod
 #define XFORM_AXIS_DP 1
 #define XFORM_AXIS_TP 2
 #define XFORM_AXIS_CP 3 /* context parallelism: the sequence (uniform over the groups) */
-#define XFORM_NAXIS 4
+/*
+ * The outer data axis: under expert parallelism over part of the data group
+ * (1 < ep < dp) the data ranks are (outer, inner) = (dp / ep, ep), the inner
+ * one XFORM_AXIS_DP (the expert group); size 1 otherwise.
+ */
+#define XFORM_AXIS_EDP 4
+#define XFORM_NAXIS 5
 #define XFORM_PLACE_R (-1)
 #define XFORM_PLACE_P (-2) /* partial sum */
 
@@ -286,10 +292,12 @@ int xform_model_stage_layers(const ir_module *m, const strategy *s, const hw_mod
  * One argument or result of the distributed module: a tuple with one tensor
  * per device of a group, device k at mesh coordinates (k / (cp tp),
  * (k / tp) % cp, k % tp) on the data, context and tensor axes of the
- * group's degrees, and what part of sequential value `index` each holds. A
- * dimension split on several axes is split microbatch-outermost, then
- * tensor, then data, then context (XFORM_AXIS_MB, _TP, _DP, _CP from most to
- * least significant).
+ * group's degrees (the data coordinate x being (x / dp, x % dp) on the outer
+ * and inner data axes when size[XFORM_AXIS_EDP] > 1, dp the group's), and
+ * what part of sequential value `index` each holds. A dimension split on
+ * several axes is split microbatch-outermost, then tensor, then outer data,
+ * data, context (XFORM_AXIS_MB, _TP, _EDP, _DP, _CP from most to least
+ * significant).
  */
 typedef struct xform_piece {
     uint32_t index;      /* the sequential module's argument or result index */
@@ -299,7 +307,8 @@ typedef struct xform_piece {
 } xform_piece;
 
 typedef struct xform_layout {
-    uint32_t size[XFORM_NAXIS]; /* microbatches, dp, tp, cp (dp and tp 0 when groups differ) */
+    uint32_t size[XFORM_NAXIS]; /* microbatches, dp, tp, cp, outer dp (dp and tp 0 when groups
+                                   differ; 0 read as 1 for cp and outer dp) */
     uint32_t ngroup;            /* device groups (pipeline stages) */
     uint32_t *group_dp, *group_tp; /* per group: its degrees */
     uint32_t *group_first;      /* per group: the index of its first device in devices */

@@ -5,7 +5,7 @@
  * normalized strategy, the analysis of the source (which arguments are batch
  * data and which weights, each op's phase, layer and pipeline stage), the
  * placements that sharding propagation decides (shard.c) on the extended
- * mesh [microbatch, dp, tp, cp], the target hardware's costs (cost.h), and the
+ * mesh [microbatch, dp, tp, cp, outer dp], the target hardware's costs (cost.h), and the
  * output module that lowering (lower.c) and the pipeline assembly
  * (pipeline.c, chunk.c) build. apply.c runs the passes in order.
  *
@@ -26,6 +26,7 @@
 #define XF_DP XFORM_AXIS_DP
 #define XF_TP XFORM_AXIS_TP
 #define XF_CP XFORM_AXIS_CP
+#define XF_EDP XFORM_AXIS_EDP
 #define XF_NAXIS XFORM_NAXIS
 #define XF_R XFORM_PLACE_R
 #define XF_P XFORM_PLACE_P
@@ -111,7 +112,7 @@ typedef struct xf_ctx {
     xf_place *rreq;     /* per result of the function */
 } xf_ctx;
 
-/* The sizes of group g's axes: microbatches, dp, tp. */
+/* The sizes of group g's axes: microbatches, dp, tp, cp, outer dp. */
 static inline void
 xf_group_n(const xf_ctx *c, uint32_t g, uint32_t *n)
 {
@@ -119,13 +120,21 @@ xf_group_n(const xf_ctx *c, uint32_t g, uint32_t *n)
     n[XF_DP] = c->gdp[g];
     n[XF_TP] = c->gtp[g];
     n[XF_CP] = c->n[XF_CP];
+    n[XF_EDP] = c->n[XF_EDP];
 }
 
-/* The devices of group g: dp x cp x tp. */
+/* The data-parallel ranks of group g: outer x inner data axis. */
+static inline uint32_t
+xf_gdata(const xf_ctx *c, uint32_t g)
+{
+    return c->n[XF_EDP] * c->gdp[g];
+}
+
+/* The devices of group g: outer dp x dp x cp x tp. */
 static inline uint32_t
 xf_gdev(const xf_ctx *c, uint32_t g)
 {
-    return c->gdp[g] * c->n[XF_CP] * c->gtp[g];
+    return xf_gdata(c, g) * c->n[XF_CP] * c->gtp[g];
 }
 
 /* Do groups g and h have the same degrees (values cross between them as they are)? */
@@ -159,7 +168,7 @@ const char *xf_stage_prefix(const xf_ctx *c, uint32_t g, char *buf, size_t n);
 int xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw,
                 di_error *err);
 void xf_ctx_fini(xf_ctx *c);
-/* Device id of rank (stage, d, t). */
+/* Device id of rank (stage, d, k, t), d the data rank (outer x inner, xf_gdata). */
 int32_t xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t k, uint32_t t);
 /* Value of a source op's discardable string attribute, or NULL. */
 const char *xf_op_str(const ir_module *m, ir_id op, const char *key);
@@ -240,11 +249,22 @@ int32_t xf_layer_index(const xf_ctx *c, int32_t layer);
  * tensor parallel? Always without tp_layers.
  */
 int xf_layer_is_tp(const xf_ctx *c, int32_t layer);
+/* The placement replicated on every axis. */
+static inline xf_place
+xf_place_rep(void)
+{
+    xf_place p;
+    for (int a = 0; a < XF_NAXIS; a++)
+        p.a[a] = XF_R;
+    return p;
+}
+
 /* True when two placements are equal. */
 static inline int
 xf_place_eq(const xf_place *a, const xf_place *b)
 {
-    return a->a[0] == b->a[0] && a->a[1] == b->a[1] && a->a[2] == b->a[2] && a->a[3] == b->a[3];
+    return a->a[0] == b->a[0] && a->a[1] == b->a[1] && a->a[2] == b->a[2] && a->a[3] == b->a[3] &&
+           a->a[4] == b->a[4];
 }
 
 /* apply.c: the placements propagation decides for m under s (caller frees *place). */
