@@ -62,9 +62,9 @@ for ep in 1 4 8; do
         --zero 1 | grep -E '^(strategy|step time|MFU|exposed comm|peak memory) '
 done
 echo
-echo "== long context: Llama-3-8B at 131,072 tokens on 64 H100s, sequence split over 8 ranks (--cp 8), fused attention"
+echo "== long context: Llama-3-8B at 131,072 tokens on 64 H100s, sequence split over 8 ranks (--cp 8) and within them over the tensor ranks (sequence parallelism), fused attention"
 "$D" simulate --model llama3-8b --attention fused --seq 131072 --batch 16 --dtype bf16 --optimizer adam \
-    --hw h100-dgx:8 --tp 4 --cp 8 --dp 2 --microbatches 8 --recompute full --zero 1 |
+    --hw h100-dgx:8 --tp 4 --cp 8 --dp 2 --microbatches 8 --recompute full --zero 1 --sequence-parallel |
     grep -E '^(strategy|step time|MFU|HFU|exposed comm|peak memory) '
 echo "(MFU counts attention dense, as PaLM does; the causal kernel does half of it: HFU)"
 echo

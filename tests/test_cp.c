@@ -11,6 +11,11 @@
  *     one bucket all-reduce; with one sequence per device the output layer
  *     and the loss stay on the local tokens (two sequences: gathered first);
  *   - load balance: every context rank does the same FLOPs;
+ *   - with sequence parallelism (cp 2, tp 2): the tensor ranks split each
+ *     context rank's block of the sequence, [b, s / (cp tp), h] in the
+ *     norms' region, all-gathered over the tensor ranks only to [b, s / cp,
+ *     h] (the numerics, device (c, t) holding block c tp + t of the sequence,
+ *     are in test_xform_equiv);
  *   - what is refused, by name.
  * (The numerics of cp = 2 with every dp/tp/pp are in test_xform_equiv.)
  */
@@ -175,6 +180,62 @@ test_load_balance(void **state)
     ir_module_free(m);
 }
 
+/* The mesh dimensions a collective runs over, as a bit set (mesh [dp, cp, tp]: tp is bit 2). */
+static uint32_t
+axes_of(const ir_module *d, ir_id op)
+{
+    uint32_t n = 0, mask = 0;
+    const int64_t *ax = ir_op_ints(d, op, "mesh_axes", &n);
+    for (uint32_t i = 0; i < n; i++)
+        mask |= 1u << ax[i];
+    return mask;
+}
+
+static void
+test_sp_with_cp(void **state)
+{
+    ir_module *m = llama(), *d = NULL;
+    strategy s;
+    di_error err;
+    uint32_t ngather = 0, nscatter = 0;
+    const uint32_t cp = 2, tp = 2;
+    (void)state;
+    xform_strategy_init(&s);
+    s.cp = cp;
+    s.tp = tp;
+    s.sequence_parallel = 1;
+    assert_int_equal(xform_apply(m, &s, NULL, &d, &err), 0);
+    assert_verifies(d);
+    for (ir_id op = 1; op < d->nop; op++) {
+        const ir_op *o = &d->ops[op];
+        ir_id in, out;
+        if ((o->kind != IR_OP_ALLGATHER && o->kind != IR_OP_REDUCESCATTER) ||
+            axes_of(d, op) != 1u << 2)
+            continue;
+        in = d->values[d->refs[o->inputs]].type;
+        out = d->values[o->outputs].type;
+        if (d->types[in].rank != 3 || ir_type_dims(d, in)[2] != H)
+            continue; /* not an activation [b, s, h] */
+        /* Over the tensor ranks, inside the context rank's block: s / (cp tp) <-> s / cp. */
+        if (o->kind == IR_OP_ALLGATHER) {
+            assert_int_equal(ir_type_dims(d, in)[1], S / (cp * tp));
+            assert_int_equal(ir_type_dims(d, out)[1], S / cp);
+            ngather++;
+        } else {
+            assert_int_equal(ir_type_dims(d, in)[1], S / cp);
+            assert_int_equal(ir_type_dims(d, out)[1], S / (cp * tp));
+            nscatter++;
+        }
+    }
+    fprintf(stderr, "cp=%u tp=%u sp: %u all-gathers and %u reduce-scatters of activations over "
+            "the tensor ranks\n", cp, tp, ngather, nscatter);
+    /* Per layer, before and after attention and the MLP; the backward pass mirrors them. */
+    assert_true(ngather >= 2 * L);
+    assert_true(nscatter >= 2 * L);
+    ir_module_free(d);
+    ir_module_free(m);
+}
+
 static void
 test_refusals(void **state)
 {
@@ -186,13 +247,6 @@ test_refusals(void **state)
     s.cp = 3;
     assert_int_equal(xform_apply(m, &s, NULL, &d, &err), DI_ESTRATEGY);
     assert_non_null(strstr(err.msg, "does not divide the sequence length 16"));
-    strategy_init(&s);
-    assert_int_equal(strategy_set(&s, "cp", "2", &err), 0);
-    assert_int_equal(strategy_set(&s, "tp", "2", &err), 0);
-    assert_int_equal(strategy_set(&s, "sequence-parallel", NULL, &err), 0);
-    assert_int_equal(strategy_normalize(&s, &err), DI_ESTRATEGY);
-    assert_non_null(strstr(err.msg, "sequence parallelism"));
-    strategy_fini(&s);
     ir_module_free(m);
     /* An MLP has no sequence to split. */
     {
@@ -213,6 +267,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_exchange),
         cmocka_unit_test(test_load_balance),
+        cmocka_unit_test(test_sp_with_cp),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -323,7 +323,7 @@ run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
     s.tp = tp;
     s.ep = mc->ep;
     s.cp = mc->cp;
-    if (v->sp && (!mc->gpt || tp == 1 || mc->cp > 1)) {
+    if (v->sp && (!mc->gpt || tp == 1)) {
         nskip++;
         return;
     }

@@ -382,7 +382,7 @@ push_options(space_builder *b, search_candidate *c)
             if (!in_mask(cfg->zeros, z))
                 continue;
             c->zero = (uint8_t)z;
-            for (uint32_t sq = 0; sq <= (c->tp > 1 && c->cp <= 1 ? 1u : 0u); sq++) {
+            for (uint32_t sq = 0; sq <= (c->tp > 1 ? 1u : 0u); sq++) {
                 if (!in_mask(cfg->sequence_parallel, sq))
                     continue;
                 c->sequence_parallel = (uint8_t)sq;

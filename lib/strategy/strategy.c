@@ -236,11 +236,6 @@ strategy_normalize(strategy *s, di_error *err)
                             "cp=%u with per-stage degrees: context parallelism needs the same "
                             "degrees on every stage",
                             s->cp);
-    if (s->cp > 1 && s->sequence_parallel)
-        return di_error_set(err, DI_ESTRATEGY,
-                            "cp=%u with sequence parallelism: splitting the sequence over both "
-                            "the context and the tensor ranks is not supported yet",
-                            s->cp);
     if (s->ep > 1 && s->nstages > 0)
         return di_error_set(err, DI_ESTRATEGY,
                             "ep=%u with per-stage degrees: expert parallelism needs one dp for "

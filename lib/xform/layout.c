@@ -4,10 +4,11 @@
  * A piece (xform.h) is a tuple over the dp x cp x tp devices of a group
  * (its own degrees), device k at mesh coordinates (k / (cp tp),
  * (k / tp) % cp, k % tp), the data coordinate being (outer, inner) under
- * expert parallelism over part of the data group. Along each tensor dimension the
- * axes that split it do so microbatch-outermost, then tensor, then data, so
- * a device's block index along a dimension is the mixed-radix number of its
- * coordinates on those axes in that order. Replicated axes hold copies;
+ * expert parallelism over part of the data group. Along each tensor
+ * dimension the axes that split it do so in xform_axis_outer's order
+ * (microbatch outermost, then tensor, then data, context inside data but
+ * outside tensor), so a device's block index along a dimension is the
+ * mixed-radix number of its coordinates on those axes in that order. Replicated axes hold copies;
  * partial sums are summed when gathering (and given to coordinate 0, zeros
  * elsewhere, when sharding, though no argument is ever a partial sum).
  */
@@ -15,8 +16,6 @@
 
 #include <string.h>
 
-static const int significance[XFORM_NAXIS] = {XFORM_AXIS_MB, XFORM_AXIS_TP, XFORM_AXIS_EDP,
-                                              XFORM_AXIS_DP, XFORM_AXIS_CP};
 
 /* The context-parallel degree (0 in layouts made before it existed reads as 1). */
 static uint32_t
@@ -63,14 +62,24 @@ blocks(const xform_layout *l, const xform_piece *p, const uint32_t *co, uint32_t
     uint32_t n[XFORM_NAXIS];
     sizes(l, p, n);
     for (uint32_t d = 0; d < rank; d++) {
+        int ax[XFORM_NAXIS], na = 0;
         nblk[d] = 1;
         idx[d] = 0;
-        for (int s = 0; s < XFORM_NAXIS; s++) {
-            int a = significance[s];
-            if (p->place[a] == (int8_t)d) {
-                idx[d] = idx[d] * n[a] + co[a];
-                nblk[d] *= n[a];
+        /* The axes splitting d, outermost first (insertion by xform_axis_outer). */
+        for (int a = 0; a < XFORM_NAXIS; a++) {
+            int i;
+            if (p->place[a] != (int8_t)d)
+                continue;
+            i = na++;
+            while (i > 0 && xform_axis_outer(a, ax[i - 1])) {
+                ax[i] = ax[i - 1];
+                i--;
             }
+            ax[i] = a;
+        }
+        for (int i = 0; i < na; i++) {
+            idx[d] = idx[d] * n[ax[i]] + co[ax[i]];
+            nblk[d] *= n[ax[i]];
         }
     }
 }

@@ -388,15 +388,48 @@ unsupported(xf_body *b, ir_id src, const xf_place *from, const xf_place *to, con
                         ir_str_get(b->c->m, b->c->m->values[src].name), f, t, why);
 }
 
+/* Does an axis other than a split dimension d of p inside a (less significant: layout.c)? */
+static int
+split_inside(const xf_place *p, int a, int8_t d)
+{
+    for (int x = XF_DP; x < XF_NAXIS; x++)
+        if (x != a && p->a[x] == d && xform_axis_outer(a, x))
+            return 1;
+    return 0;
+}
+
+/*
+ * Must axis a's split of dimension p come off: it changes, or an axis
+ * outside it on p changes (an outer split can only come off after the inner
+ * ones; an inner one that stays is split again in step 3)?
+ */
+static int
+unsplit(const xf_place *cur, const xf_place *want, int a)
+{
+    int8_t p = cur->a[a];
+    if (!XF_IS_S(p))
+        return 0;
+    if (want->a[a] != p)
+        return 1;
+    for (int x = XF_DP; x < XF_NAXIS; x++)
+        if (x != a && cur->a[x] == p && want->a[x] != p && xform_axis_outer(x, a))
+            return 1;
+    return 0;
+}
+
 int
 xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, xf_local *out)
 {
     xf_local cur = *in;
     xf_place want = xf_place_on(to, b->n);
-    int rc;
-    /* Axes from the least significant in a block index (layout.c) to the most. */
-    static const int gather_order[4] = {XF_CP, XF_DP, XF_EDP, XF_TP},
-                     split_order[4] = {XF_TP, XF_EDP, XF_DP, XF_CP};
+    int rc, progress;
+    /*
+     * The device axes, innermost first and outermost first where one
+     * dimension's splits do not decide (the order within a dimension is
+     * xform_axis_outer's).
+     */
+    static const int axes[4] = {XF_CP, XF_DP, XF_EDP, XF_TP},
+                     split_axes[4] = {XF_TP, XF_EDP, XF_DP, XF_CP};
 
     cur.pl = xf_place_on(&cur.pl, b->n);
     if (b->step) {
@@ -422,35 +455,39 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
                 return 0;
             }
     }
-    /* 1. gathers and all-to-alls, innermost axis first. */
-    for (int i = 0; i < 4; i++) {
-        int a = gather_order[i];
-        int8_t p = cur.pl.a[a], q = want.a[a];
-        if (!XF_IS_S(p) || p == q)
-            continue;
-        for (int j = 0; j < i; j++)
-            if (cur.pl.a[gather_order[j]] == p)
-                return unsupported(b, src, &in->pl, to,
-                                   "the dimension is also split on a less significant axis");
-        if (XF_IS_S(q)) {
-            for (int j = 0; j < i; j++)
-                if (cur.pl.a[gather_order[j]] == q)
-                    return unsupported(b, src, &in->pl, to,
-                                       "the dimension is also split on a less significant axis");
-            if ((rc = collective(b, IR_OP_ALLTOALL, cur.v, a, q, p, &cur.v)) != 0)
-                return rc;
-            name_value(b, cur.v, src, ".a2a");
-            cur.pl.a[a] = q;
-        } else {
-            if ((rc = collective(b, IR_OP_ALLGATHER, cur.v, a, p, 0, &cur.v)) != 0)
-                return rc;
-            name_value(b, cur.v, src, ".ag");
-            cur.pl.a[a] = XF_R;
+    /*
+     * 1. gathers and all-to-alls, the innermost split of a dimension first
+     * (an all-to-all's new split becomes the innermost of its dimension).
+     */
+    do {
+        progress = 0;
+        for (int i = 0; i < 4; i++) {
+            int a = axes[i];
+            int8_t p = cur.pl.a[a], q = want.a[a];
+            if (!unsplit(&cur.pl, &want, a) || split_inside(&cur.pl, a, p) ||
+                (XF_IS_S(q) && q != p && split_inside(&cur.pl, a, q)))
+                continue;
+            if (XF_IS_S(q) && q != p) {
+                if ((rc = collective(b, IR_OP_ALLTOALL, cur.v, a, q, p, &cur.v)) != 0)
+                    return rc;
+                name_value(b, cur.v, src, ".a2a");
+                cur.pl.a[a] = q;
+            } else {
+                if ((rc = collective(b, IR_OP_ALLGATHER, cur.v, a, p, 0, &cur.v)) != 0)
+                    return rc;
+                name_value(b, cur.v, src, ".ag");
+                cur.pl.a[a] = XF_R;
+            }
+            progress = 1;
         }
-    }
+    } while (progress);
+    for (int i = 0; i < 4; i++)
+        if (XF_IS_S(cur.pl.a[axes[i]]) && cur.pl.a[axes[i]] != want.a[axes[i]])
+            return unsupported(b, src, &in->pl, to,
+                               "the dimension is also split on a less significant axis");
     /* 2. reductions to replicated. */
     for (int i = 0; i < 4; i++) {
-        int a = gather_order[i];
+        int a = axes[i];
         if (cur.pl.a[a] == XF_P && want.a[a] == XF_R) {
             if ((rc = collective(b, IR_OP_ALLREDUCE, cur.v, a, 0, 0, &cur.v)) != 0)
                 return rc;
@@ -458,32 +495,44 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
             cur.pl.a[a] = XF_R;
         }
     }
-    /* 3. splits, outermost axis first. */
-    for (int i = 0; i < 4; i++) {
-        int a = split_order[i];
-        int8_t p = cur.pl.a[a], q = want.a[a];
-        if (!XF_IS_S(q) || p == q)
-            continue;
-        for (int j = i + 1; j < 4; j++)
-            if (cur.pl.a[split_order[j]] == q)
-                return unsupported(b, src, &in->pl, to,
-                                   "the dimension is already split on a less significant axis");
-        if (p == XF_P) {
-            if ((rc = collective(b, IR_OP_REDUCESCATTER, cur.v, a, q, 0, &cur.v)) != 0)
-                return rc;
-            name_value(b, cur.v, src, ".rs");
-        } else {
-            if ((rc = collective(b, IR_OP_ALLSLICE, cur.v, a, q, 0, &cur.v)) != 0)
-                return rc;
-            name_value(b, cur.v, src, ".slice");
+    /*
+     * 3. splits (and reduce-scatters), the outermost of a dimension first: a
+     * new split is the innermost of its dimension.
+     */
+    do {
+        progress = 0;
+        for (int i = 0; i < 4; i++) {
+            int a = split_axes[i], later = 0;
+            int8_t p = cur.pl.a[a], q = want.a[a];
+            if (!XF_IS_S(q) || p == q || split_inside(&cur.pl, a, q))
+                continue;
+            /* A split of q still to make outside this one goes first. */
+            for (int x = XF_DP; x < XF_NAXIS; x++)
+                later |= x != a && want.a[x] == q && cur.pl.a[x] != q && xform_axis_outer(x, a);
+            if (later)
+                continue;
+            if (p == XF_P) {
+                if ((rc = collective(b, IR_OP_REDUCESCATTER, cur.v, a, q, 0, &cur.v)) != 0)
+                    return rc;
+                name_value(b, cur.v, src, ".rs");
+            } else {
+                if ((rc = collective(b, IR_OP_ALLSLICE, cur.v, a, q, 0, &cur.v)) != 0)
+                    return rc;
+                name_value(b, cur.v, src, ".slice");
+            }
+            cur.pl.a[a] = q;
+            progress = 1;
         }
-        cur.pl.a[a] = q;
-    }
+    } while (progress);
     if (!xf_place_eq(&cur.pl, &want)) {
         for (int a = 0; a < XF_NAXIS; a++)
             if (want.a[a] == XF_P && cur.pl.a[a] != XF_P)
                 return unsupported(b, src, &in->pl, to,
                                    "a partial sum cannot be made from a complete value");
+        for (int i = 0; i < 4; i++)
+            if (XF_IS_S(want.a[axes[i]]) && cur.pl.a[axes[i]] != want.a[axes[i]])
+                return unsupported(b, src, &in->pl, to,
+                                   "the dimension is already split on a less significant axis");
         return unsupported(b, src, &in->pl, to, axis_name[0]);
     }
     xf_body_remember(b, src, &cur);

@@ -75,8 +75,14 @@ wanted(const xf_ctx *c, ir_id op, uint32_t k, ir_id v)
             return (int8_t)(wt->rank - 1);
         return XF_R;
     }
+    /*
+     * A weight along the sequence (learned positions) added where sequence
+     * parallelism splits it: split with it, unless context parallelism splits
+     * the sequence outside the tensor ranks (it stays whole and each rank
+     * slices its block).
+     */
     if (c->s.sequence_parallel && c->op[op].seq >= 0 && (o->kind == IR_OP_ADD) &&
-        ot->rank >= wt->rank) {
+        ot->rank >= wt->rank && c->n[XF_CP] <= 1) {
         uint32_t s = (uint32_t)c->op[op].seq, off = ot->rank - wt->rank;
         const int64_t *wd = ir_type_dims(m, m->values[v].type);
         const int64_t *od = ir_type_dims(m, m->values[o->outputs].type);

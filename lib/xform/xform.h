@@ -285,6 +285,23 @@ int xform_model_stage_layers(const ir_module *m, const strategy *s, const hw_mod
  */
 #define XFORM_AXIS_EDP 4
 #define XFORM_NAXIS 5
+/*
+ * Is axis a outside (more significant than) axis b in the block index of a
+ * dimension both split? Microbatch, then tensor, outer data, data, context;
+ * but context outside tensor. Tensor, data and context never split one
+ * dimension together (the order would be a cycle).
+ */
+static inline int
+xform_axis_outer(int a, int b)
+{
+    static const int base[XFORM_NAXIS] = {0, 3, 1, 4, 2}; /* MB, DP, TP, CP, EDP */
+    if (a == b)
+        return 0;
+    if ((a == XFORM_AXIS_CP && b == XFORM_AXIS_TP) || (a == XFORM_AXIS_TP && b == XFORM_AXIS_CP))
+        return a == XFORM_AXIS_CP;
+    return base[a] < base[b];
+}
+
 #define XFORM_PLACE_R (-1)
 #define XFORM_PLACE_P (-2) /* partial sum */
 
@@ -297,7 +314,8 @@ int xform_model_stage_layers(const ir_module *m, const strategy *s, const hw_mod
  * what part of sequential value `index` each holds. A dimension split on
  * several axes is split microbatch-outermost, then tensor, then outer data,
  * data, context (XFORM_AXIS_MB, _TP, _EDP, _DP, _CP from most to least
- * significant).
+ * significant), except that context is outside tensor (sequence parallelism
+ * splits a context rank's block of the sequence): xform_axis_outer.
  */
 typedef struct xform_piece {
     uint32_t index;      /* the sequential module's argument or result index */
