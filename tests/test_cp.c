@@ -16,6 +16,13 @@
  *     norms' region, all-gathered over the tensor ranks only to [b, s / cp,
  *     h] (the numerics, device (c, t) holding block c tp + t of the sequence,
  *     are in test_xform_equiv);
+ *   - ring attention (fused attention): per layer and microbatch the keys
+ *     and values travel the ring in cp - 1 dist.shift steps of one block
+ *     [b, heads, s / cp, d] each forward ((cp - 1) / cp of them received,
+ *     as the all-gather form), the backward pass again plus their
+ *     gradients' buffers (cp steps each); each shift is issued before the
+ *     attention step it overlaps, and with blocks whose attention takes
+ *     longer than a shift the steps follow each other without a gap;
  *   - what is refused, by name.
  * (The numerics of cp = 2 with every dp/tp/pp are in test_xform_equiv.)
  */
@@ -237,6 +244,112 @@ test_sp_with_cp(void **state)
 }
 
 static void
+test_ring_attention(void **state)
+{
+    enum { RS = 4096, RH = 8, RD = 64, RB = 1, RCP = 4 };
+    models_llama c;
+    ir_module *m = NULL, *d = NULL;
+    strategy s;
+    di_error err;
+    hw_model *hw = NULL;
+    sim_options so;
+    sim_result *r = NULL;
+    sim_event *ev = NULL;
+    uint32_t nev = 0, nshift = 0, nfa = 0, nfag = 0;
+    const uint64_t block = (uint64_t)RB * RH * (RS / RCP) * RD * 4; /* f32 keys of one rank */
+    double fa_start[RCP], fa_end[RCP], sh_start[RCP], sh_end[RCP];
+    ir_id fa_op[RCP] = {0}, sh_op[RCP] = {0};
+    uint32_t nf = 0, nsh = 0;
+    (void)state;
+    models_llama_init(&c);
+    c.layers = 1;
+    c.hidden = RH * RD;
+    c.heads = RH;
+    c.kv_heads = RH;
+    c.ffn = 2 * RH * RD;
+    c.seq = RS;
+    c.vocab = 256;
+    c.batch = RB;
+    c.fused_attention = 1;
+    assert_int_equal(models_llama_build(&c, &m, &err), 0);
+    xform_strategy_init(&s);
+    s.cp = RCP;
+    assert_int_equal(xform_apply(m, &s, NULL, &d, &err), 0);
+    assert_verifies(d);
+    for (ir_id op = 1; op < d->nop; op++) {
+        const ir_op *o = &d->ops[op];
+        if (o->kind == IR_OP_SHIFT) {
+            /* One block of keys, values or their gradients, to the next context rank. */
+            assert_int_equal(ir_type_bytes(d, d->values[o->outputs].type), block);
+            nshift++;
+        }
+        nfa += o->kind == IR_OP_FLASHATTN;
+        nfag += o->kind == IR_OP_FLASHATTNGRAD;
+        assert_int_not_equal(o->kind, IR_OP_ALLGATHER); /* no key/value gather (one sequence) */
+    }
+    fprintf(stderr, "ring, cp=%u: %u attention steps, %u gradient steps, %u shifts of %llu bytes\n",
+            RCP, nfa, nfag, nshift, (unsigned long long)block);
+    /* Forward: cp steps, cp - 1 shifts of k and of v; backward: the same, plus cp of dk, dv. */
+    assert_int_equal(nfa, RCP);
+    assert_int_equal(nfag, RCP);
+    assert_int_equal(nshift, 2 * (RCP - 1) + 2 * (RCP - 1) + 2 * RCP);
+
+    /*
+     * The timeline on context rank 0: the forward steps (kv_shift 0 .. cp - 1) and the shifts
+     * that bring step j + 1 its keys (the op defining that step's input 1).
+     */
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    sim_options_default(&so);
+    assert_int_equal(sim_run(d, hw, &so, &r, &ev, &nev, &err), 0);
+    for (ir_id op = 1; op < d->nop; op++) {
+        const ir_op *o = &d->ops[op];
+        int64_t j = ir_op_int(d, op, "kv_shift", -1);
+        if (o->kind != IR_OP_FLASHATTN || j < 0 || j >= RCP)
+            continue;
+        fa_op[j] = op;
+        if (j > 0) {
+            sh_op[j - 1] = d->values[d->refs[o->inputs + 1]].def;
+            assert_int_equal(d->ops[sh_op[j - 1]].kind, IR_OP_SHIFT);
+        }
+    }
+    for (uint32_t i = 0; i < nev; i++) {
+        if (ev[i].device != 0)
+            continue;
+        for (uint32_t j = 0; j < RCP; j++) {
+            if (ev[i].op == fa_op[j]) {
+                fa_start[j] = ev[i].start;
+                fa_end[j] = ev[i].end;
+                nf++;
+            }
+            if (j + 1 < RCP && ev[i].op == sh_op[j]) {
+                sh_start[j] = ev[i].start;
+                sh_end[j] = ev[i].end;
+                nsh++;
+            }
+        }
+    }
+    assert_int_equal(nsh, RCP - 1);
+    assert_int_equal(nf, RCP);
+    for (uint32_t j = 0; j + 1 < RCP; j++) {
+        double b = fa_end[j] - fa_start[j], t = sh_end[j] - sh_start[j];
+        fprintf(stderr, "step %u: attention %.2f us, key shift %.2f us (from %.2f, the step "
+                "from %.2f), gap to the next step %.3f us\n",
+                j, b * 1e6, t * 1e6, sh_start[j] * 1e6, fa_start[j] * 1e6,
+                (fa_start[j + 1] - fa_end[j]) * 1e6);
+        /* The shift for the next step runs (at the latest) while this step computes... */
+        assert_true(sh_start[j] < fa_end[j]);
+        /* ...and, shorter than it, leaves no gap before the next step. */
+        if (t < b)
+            assert_true(fa_start[j + 1] - fa_end[j] < 1e-9);
+    }
+    di_free(ev);
+    sim_result_free(r);
+    hw_free(hw);
+    ir_module_free(d);
+    ir_module_free(m);
+}
+
+static void
 test_refusals(void **state)
 {
     ir_module *m = llama(), *d = NULL;
@@ -268,6 +381,7 @@ main(void)
         cmocka_unit_test(test_kv_exchange),
         cmocka_unit_test(test_load_balance),
         cmocka_unit_test(test_sp_with_cp),
+        cmocka_unit_test(test_ring_attention),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

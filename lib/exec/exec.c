@@ -389,6 +389,14 @@ collective(exec *x, ir_id op, int kind, const ex_tensor *const *in, uint32_t g, 
             return rc;
         rc = ex_split_part(in[root], dim, g, pos, out, x->err);
         return rc ? relabel(x, op, rc) : 0;
+    case IR_OP_SHIFT: {
+        /* Member pos receives member pos - offset's tensor (cyclically). */
+        int64_t off = ir_op_int(x->m, op, "offset", 1) % (int64_t)g;
+        uint32_t from = (uint32_t)(((int64_t)pos - off + (int64_t)g) % (int64_t)g);
+        if ((rc = ex_tensor_copy(out, in[from])) != 0)
+            return xfail(x, op, rc, "cannot allocate the result");
+        return 0;
+    }
     case IR_OP_ALLSLICE:
         /* Each member keeps its own block of its own (replicated) copy. */
         if ((rc = dim_attr(x, op, "dim", in[pos]->rank, &dim)) != 0)

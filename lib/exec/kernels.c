@@ -1751,13 +1751,17 @@ k_gather(const kctx *k, const ex_tensor *data, const ex_tensor *ind, ex_tensor *
 /*
  * Fused attention (ops.c): per leading index, query row i sees keys
  * j <= offset + i when causal (offset: the query block's start, the group
- * position times sq). The forward keeps lse for the backward, which
- * recomputes the probabilities from it.
+ * position times sq, less the key block's start). The forward keeps lse for
+ * the backward, which recomputes the probabilities from it. A ring step
+ * (kv_shift s, ring attention under context parallelism) holds the keys and
+ * values of the member s places before this one in its group: its block
+ * starts at that member's position times sk, and the backward normalizes by
+ * the lse of every block (its input), not by this block's.
  */
 typedef struct attn_dims {
     int64_t n, sq, sk, d, dv, off;
     double scale;
-    int causal;
+    int causal, ring;
 } attn_dims;
 
 static int
@@ -1781,16 +1785,27 @@ attn_setup(const kctx *k, const ex_tensor *q, const ex_tensor *kk, const ex_tens
     a->causal = ir_op_int(k->m, k->op, "causal", 0) != 0;
     a->scale = ir_op_float(k->m, k->op, "scale", a->d > 0 ? 1.0 / sqrt((double)a->d) : 1.0);
     a->off = a->sq * (int64_t)k->shard.pos;
+    a->ring = ir_op_attr(k->m, k->op, "kv_shift") != NULL;
+    if (a->ring) {
+        int64_t g = k->shard.n ? (int64_t)k->shard.n : 1;
+        int64_t from = (((int64_t)k->shard.pos - ir_op_int(k->m, k->op, "kv_shift", 0)) % g + g) % g;
+        a->off -= a->sk * from;
+    }
     return 0;
 }
 
-/* Row i of head h: the probabilities p[0..sk) (masked ones 0) and the log-sum-exp. */
+/*
+ * Row i of head h: the probabilities p[0..sk) (masked ones 0) and the
+ * log-sum-exp; normalized by lse when given (a ring step's backward).
+ */
 static double
 attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h, int64_t i,
-         double *p)
+         double *p, const double *lse)
 {
     double mx = -INFINITY, sum = 0;
     int64_t last = a->causal ? a->off + i : a->sk - 1;
+    if (last >= a->sk)
+        last = a->sk - 1;
     for (int64_t j = 0; j < a->sk; j++) {
         double s = 0;
         if (j > last) {
@@ -1804,6 +1819,11 @@ attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h,
         if (p[j] > mx)
             mx = p[j];
     }
+    if (lse != NULL) {
+        for (int64_t j = 0; j < a->sk; j++)
+            p[j] = j > last ? 0.0 : exp(p[j] - *lse);
+        return *lse;
+    }
     for (int64_t j = 0; j < a->sk; j++) {
         p[j] = j > last ? 0.0 : exp(p[j] - mx);
         sum += p[j];
@@ -1814,7 +1834,7 @@ attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h,
 }
 
 static int
-k_flashattn(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
+k_flashattn(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *out)
 {
     attn_dims a;
     int64_t dims[IR_MAX_RANK];
@@ -1834,11 +1854,24 @@ k_flashattn(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
     p = di_xmalloc((size_t)(a.sk ? a.sk : 1) * sizeof *p);
     for (int64_t h = 0; h < a.n; h++)
         for (int64_t i = 0; i < a.sq; i++) {
-            ex_set(&out[1], (size_t)(h * a.sq + i), attn_row(&a, in[0], in[1], h, i, p));
+            size_t row = (size_t)(h * a.sq + i);
+            double l = attn_row(&a, in[0], in[1], h, i, p, NULL), wprev = 0, wnew = 1;
+            if (nin == 5) {
+                /* Merged with the earlier blocks: weights exp(lse_b - lse) of the two parts. */
+                double lp = ex_get(in[4], row), mx = lp > l ? lp : l;
+                double lse = isinf(mx) ? mx : mx + log(exp(lp - mx) + exp(l - mx));
+                wprev = isinf(lse) ? 0 : exp(lp - lse);
+                wnew = isinf(lse) ? 0 : exp(l - lse);
+                l = lse;
+            }
+            ex_set(&out[1], row, l);
             for (int64_t x = 0; x < a.dv; x++) {
                 double o = 0;
                 for (int64_t j = 0; j < a.sk; j++)
                     o += p[j] * ex_get(in[2], (size_t)((h * a.sk + j) * a.dv + x));
+                o *= wnew;
+                if (wprev != 0)
+                    o += wprev * ex_get(in[3], (size_t)((h * a.sq + i) * a.dv + x));
                 ex_set(&out[0], (size_t)((h * a.sq + i) * a.dv + x), o);
             }
         }
@@ -1846,7 +1879,10 @@ k_flashattn(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
     return 0;
 }
 
-/* dq, dk, dv from q, k, v, o, lse (unused: the row is recomputed exactly), do. */
+/*
+ * dq, dk, dv from q, k, v, o, lse, do (lse unused, the row recomputed exactly,
+ * except in a ring step, whose block the lse of every block normalizes).
+ */
 static int
 k_flashattngrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
 {
@@ -1870,8 +1906,8 @@ k_flashattngrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
     dv = di_xcalloc(in[2]->numel ? in[2]->numel : 1, sizeof *dv);
     for (int64_t h = 0; h < a.n; h++)
         for (int64_t i = 0; i < a.sq; i++) {
-            double dsum = 0;
-            attn_row(&a, in[0], in[1], h, i, p);
+            double dsum = 0, lse = a.ring ? ex_get(in[4], (size_t)(h * a.sq + i)) : 0;
+            attn_row(&a, in[0], in[1], h, i, p, a.ring ? &lse : NULL);
             for (int64_t x = 0; x < a.dv; x++)
                 dsum += ex_get(in[5], (size_t)((h * a.sq + i) * a.dv + x)) *
                         ex_get(in[3], (size_t)((h * a.sq + i) * a.dv + x));
@@ -2712,7 +2748,7 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
     case IR_OP_GATHER:
         return k_gather(&k, in[0], in[1], out);
     case IR_OP_FLASHATTN:
-        return k_flashattn(&k, in, out);
+        return k_flashattn(&k, in, nin, out);
     case IR_OP_FLASHATTNGRAD:
         return k_flashattngrad(&k, in, out);
     case IR_OP_TOPK:

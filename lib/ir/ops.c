@@ -1582,21 +1582,39 @@ check_attention(const ir_module *m, ir_id op, const tensor *t, di_error *err)
     return 0;
 }
 
+/*
+ * FlashAttention (q, k, v[, o, lse] -> o, lse): with five inputs, one step
+ * of ring attention: the block of keys and values given is attended and
+ * merged into the running output and log-sum-exp (o, lse) of the earlier
+ * blocks.
+ */
 static int
 infer_flashattn(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
-    tensor in[3];
+    tensor in[5];
     site s;
+    sbuf a, b;
     int64_t dims[IR_MAX_RANK];
-    uint32_t r;
+    uint32_t r, n = m->ops[op].ninput == 5 ? 5 : 3;
     int rc;
-    if ((rc = load_inputs(m, op, 3, in, err)) != 0 ||
-        (rc = common_site(m, op, in, 3, &s, err)) != 0 ||
+    if (m->ops[op].ninput != 3 && m->ops[op].ninput != 5)
+        return fail(m, op, err, "takes 3 inputs (q, k, v) or 5 (q, k, v, o, lse), not %u",
+                    m->ops[op].ninput);
+    if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
+        (rc = common_site(m, op, in, n, &s, err)) != 0 ||
         (rc = check_attention(m, op, in, err)) != 0)
         return rc;
     r = in[0].rank;
     memcpy(dims, in[0].dims, r * sizeof dims[0]);
     dims[r - 1] = in[2].dims[r - 1];
+    if (n == 5 && (in[3].rank != r || memcmp(in[3].dims, dims, r * sizeof dims[0]) != 0 ||
+                   in[3].dtype != in[0].dtype))
+        return fail(m, op, err, "input 3 (o) has shape %s, expected %s",
+                    shape_str(&a, in[3].rank, in[3].dims), shape_str(&b, r, dims));
+    if (n == 5 && (in[4].rank != r - 1 || memcmp(in[4].dims, dims, (r - 1) * sizeof dims[0]) != 0 ||
+                   in[4].dtype != IR_F32))
+        return fail(m, op, err, "input 4 (lse) has shape %s, expected f32 %s",
+                    shape_str(&a, in[4].rank, in[4].dims), shape_str(&b, r - 1, dims));
     out[0] = result_type(m, &s, in[0].dtype, r, dims);
     out[1] = result_type(m, &s, IR_F32, r - 1, dims);
     return 0;
@@ -2329,6 +2347,30 @@ static int
 infer_alltoall(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     return infer_allreduce(m, op, out, err);
+}
+
+/*
+ * dist.shift: member i's tensor goes to member i + offset (1 by default) of
+ * its group, cyclically, along the mesh axes (MLIR's mesh.shift with
+ * rotation): a ring step. On per-device tensors only: on a distributed
+ * tensor it would move blocks between devices, which no placement says.
+ */
+static int
+infer_shift(ir_module *m, ir_id op, ir_id *out, di_error *err)
+{
+    group g;
+    tensor t;
+    int rc = load_group(m, op, &g, err);
+    if (rc != 0)
+        return rc;
+    if (g.mesh == 0)
+        return fail(m, op, err, "needs a mesh (there is no tuple form)");
+    if ((rc = load_input(m, op, 0, &t, err)) != 0)
+        return rc;
+    if (t.at.mesh)
+        return fail(m, op, err, "input 0 is a distributed tensor; a shift moves per-device ones");
+    out[0] = t.type;
+    return 0;
 }
 
 /* dist.all_slice: each member keeps its block of a replicated value (mesh form only). */

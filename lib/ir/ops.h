@@ -62,8 +62,8 @@
     X(SPLIT, "Split", 1, 1, 1, -1, 0, "axis:i? split:I?", split, copy)                             \
     X(SLICE, "Slice", 1, 1, 1, 1, 0, "starts:I ends:I axes:I? steps:I?", slice, copy)              \
     X(GATHER, "Gather", 2, 2, 1, 1, 0, "axis:i? mesh:m? mesh_axes:I?", gather, copy)                                    \
-    X(FLASHATTN, "FlashAttention", 3, 3, 2, 2, 0, "causal:i? scale:f? mesh:m? mesh_axes:I?",       \
-      flashattn, flashattn)                                                                        \
+    X(FLASHATTN, "FlashAttention", 3, 5, 2, 2, 0,                                                  \
+      "causal:i? scale:f? mesh:m? mesh_axes:I? kv_shift:i?", flashattn, flashattn)                 \
     X(TOPK, "TopK", 1, 1, 2, 2, 0, "k:i", topk, reduce)                                            \
     X(MOESLOTS, "moe.slots", 1, 1, 1, 1, 0, "experts:i capacity:i", moeslots, copy)                \
     X(MOEDISPATCH, "moe.dispatch", 2, 2, 1, 1, 0, "experts:i capacity:i", moedispatch, copy)       \
@@ -95,7 +95,7 @@
       gathergrad, copy)      \
     X(TOPKGRAD, "TopKGrad", 2, 2, 1, 1, IR_OPF_GRAD, "size:i", topkgrad, copy)                     \
     X(FLASHATTNGRAD, "FlashAttentionGrad", 6, 6, 3, 3, IR_OPF_GRAD,                                \
-      "causal:i? scale:f? mesh:m? mesh_axes:I?", flashattngrad, flashattn)                         \
+      "causal:i? scale:f? mesh:m? mesh_axes:I? kv_shift:i?", flashattngrad, flashattn)             \
     X(REDUCESUMTO, "ReduceSumTo", 1, 1, 1, 1, IR_OPF_GRAD, "shape:I", reshape_reduce, reduce)      \
     /* optimizers */                                                                              \
     X(SGD, "SGDOptimizer", 2, 2, 1, 1, IR_OPF_OPTIM, "lr:f?", first_input, elemwise)               \
@@ -117,6 +117,9 @@
       "dim:i mesh:m? mesh_axes:I? reduction:s?", reducescatter, comm)                              \
     X(ALLTOALL, "dist.all_to_all", 1, 1, 1, 1, IR_OPF_COMM | IR_OPF_COLLECTIVE,                    \
       "split_dim:i concat_dim:i mesh:m? mesh_axes:I?", alltoall, comm)                             \
+    /* a ring step: each member's tensor to the next member along the axes (MLIR mesh.shift) */   \
+    X(SHIFT, "dist.shift", 1, 1, 1, 1, IR_OPF_COMM | IR_OPF_COLLECTIVE,                            \
+      "mesh:m mesh_axes:I? offset:i?", shift, comm)                                                \
     /* the global view: a local slice (R -> S[dim], no communication), annotations */            \
     X(ALLSLICE, "dist.all_slice", 1, 1, 1, 1, IR_OPF_COLLECTIVE, "dim:i mesh:m mesh_axes:I?",      \
       allslice, allslice)                                                                          \

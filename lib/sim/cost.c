@@ -291,6 +291,7 @@ log2ceil(uint32_t n)
  *   all_reduce tree: 2 S/B + 2 ceil(log2 n) alpha
  *   all_gather, reduce_scatter, all_to_all ring: (n-1)/n S/B + (n-1) alpha
  *   broadcast (pipelined ring): S/B + (n-1) alpha; scatter/gather: (n-1)/n S/B + (n-1) alpha
+ *   shift (one ring step): S/B + alpha
  *   hierarchical (spanning nodes, g per node, N nodes): intra reduce-scatter,
  *   inter-node ring on S/g, intra all-gather (all_reduce); the analogous
  *   split for the others.
@@ -335,6 +336,10 @@ sim_collective_time(const sim *s, int kind, const group_info *g, double bytes)
             hier = ring_time((double)(gp - 1) / gp, bytes / N, gp - 1, &g->intra, sl) +
                    ring_time((double)(N - 1) / N, bytes, N - 1, &g->inter, sl);
         }
+        break;
+    case IR_OP_SHIFT:
+        /* One ring step: every member sends its tensor to the next at once. */
+        ring = tree = bytes / flat->bandwidth + flat->latency + sl;
         break;
     case IR_OP_BROADCAST:
         ring = bytes / flat->bandwidth + (n - 1) * (flat->latency + sl);

@@ -792,6 +792,101 @@ emit_vocab_ce(xf_body *b, ir_id op, const ir_id *lin, ir_id *last)
     return infer_one(b, fop);
 }
 
+/* A ring step on the context axis: each rank's x to the next rank. */
+static int
+ring_shift(xf_body *b, ir_id x, ir_id src, const char *suffix, ir_id *out)
+{
+    ir_id op = ir_op_add(b->out, b->region, IR_OP_SHIFT, 1, &x, 1, NULL, NULL);
+    int rc;
+    on_axis(b, op, XF_CP);
+    if ((rc = infer_one(b, op)) != 0)
+        return rc;
+    *out = ir_op_output(b->out, op, 0);
+    name_value(b, *out, src, suffix);
+    return 0;
+}
+
+/* x + y (local values of one type), for the ring's accumulations. */
+static int
+ring_add(xf_body *b, ir_id x, ir_id y, ir_id *out)
+{
+    ir_id in[2] = {x, y}, op = ir_op_add(b->out, b->region, IR_OP_ADD, 2, in, 1, NULL, NULL);
+    int rc = infer_one(b, op);
+    *out = ir_op_output(b->out, op, 0);
+    return rc;
+}
+
+/* One attention step of the ring: source op `op` on keys and values kb, vb (held kv_shift j). */
+static int
+ring_step(xf_body *b, ir_id op, const ir_id *in, uint32_t nin, uint32_t j, ir_id *step)
+{
+    const ir_op *o = &b->c->m->ops[op];
+    int64_t shift = j;
+    *step = ir_op_add(b->out, b->region, o->kind, nin, in, o->noutput, NULL, NULL);
+    b->out->ops[*step].name = o->name ? xf_str(b, o->name) : 0;
+    copy_attrs_fast(b, *step, op, 0);
+    on_axis(b, *step, XF_CP);
+    ir_op_set_int(b->out, *step, "kv_shift", shift);
+    return infer_one(b, *step);
+}
+
+/*
+ * Ring attention (xf_ctx.ring): fused attention with the keys and values
+ * split along the sequence over the cp context ranks, as Megatron-LM's
+ * context parallelism runs it. Forward: cp steps; step j attends to the
+ * block that rank r - j holds, merged into the running output and
+ * log-sum-exp (FlashAttention's five-input form), while dist.shift brings
+ * the next block (emitted before the step, so that it overlaps it). Backward:
+ * cp steps of the gradient on the same blocks, normalized by the forward's
+ * log-sum-exp; dq accumulates in place, the blocks' dk and dv accumulate in
+ * buffers that travel with the blocks and reach their owner after one more
+ * shift. The local results in outs[0..noutput).
+ */
+static int
+emit_ring_attention(xf_body *b, ir_id op, const ir_id *lin, ir_id *outs)
+{
+    const ir_module *m = b->c->m;
+    const ir_op *o = &m->ops[op];
+    uint32_t cp = b->n[XF_CP];
+    ir_id kb = lin[1], vb = lin[2], kn = 0, vn = 0, in[6], step;
+    ir_id sk = m->refs[o->inputs + 1], sv = m->refs[o->inputs + 2];
+    int grad = o->kind == IR_OP_FLASHATTNGRAD, rc = 0;
+    memset(outs, 0, 3 * sizeof *outs);
+    for (uint32_t j = 0; j < cp && rc == 0; j++) {
+        if (j + 1 < cp && ((rc = ring_shift(b, kb, sk, ".ring", &kn)) != 0 ||
+                           (rc = ring_shift(b, vb, sv, ".ring", &vn)) != 0))
+            break;
+        memcpy(in, lin, o->ninput * sizeof *in);
+        in[1] = kb;
+        in[2] = vb;
+        if (!grad) {
+            in[3] = outs[0];
+            in[4] = outs[1];
+            if ((rc = ring_step(b, op, in, j ? 5 : 3, j, &step)) != 0)
+                break;
+            outs[0] = ir_op_output(b->out, step, 0);
+            outs[1] = ir_op_output(b->out, step, 1);
+        } else {
+            if ((rc = ring_step(b, op, in, 6, j, &step)) != 0)
+                break;
+            for (uint32_t k = 0; k < 3 && rc == 0; k++) {
+                ir_id g = ir_op_output(b->out, step, k), acc = outs[k];
+                /* The dk, dv buffers arrive from the previous rank with their block. */
+                if (j > 0 && k > 0)
+                    rc = ring_shift(b, acc, o->outputs + k, ".ring", &acc);
+                if (rc == 0)
+                    rc = j > 0 ? ring_add(b, acc, g, &outs[k]) : (outs[k] = g, 0);
+            }
+        }
+        kb = kn;
+        vb = vn;
+    }
+    /* The dk, dv buffers one step more, to the rank that holds their block. */
+    for (uint32_t k = 1; grad && k < 3 && rc == 0; k++)
+        rc = ring_shift(b, outs[k], o->outputs + k, ".ring", &outs[k]);
+    return rc;
+}
+
 /* xf_body_emit with room for the op's local inputs in lin[]. */
 static int
 emit_op(xf_body *b, ir_id op, ir_id *lin)
@@ -827,6 +922,22 @@ emit_op(xf_body *b, ir_id op, ir_id *lin)
         }
         hit = 1;
         goto bind;
+    }
+    if ((o->kind == IR_OP_FLASHATTN || o->kind == IR_OP_FLASHATTNGRAD) && c->ring &&
+        b->n[XF_CP] > 1 && XF_IS_S(c->req[o->inputs + 1].a[XF_CP])) {
+        ir_id outs[3];
+        if ((rc = emit_ring_attention(b, op, lin, outs)) != 0) {
+            ir_label lab = ir_op_label(m, op);
+            di_error_prefix(c->err, "%s", lab.s);
+            return rc;
+        }
+        for (uint32_t k = 0; k < o->noutput && k < 3; k++) {
+            ir_id sv = o->outputs + k;
+            xf_place p = normalized(b, &c->place[sv]);
+            name_value(b, outs[k], sv, NULL);
+            xf_body_bind(b, sv, outs[k], &p);
+        }
+        return 0;
     }
     nop = ir_op_add(b->out, b->region, o->kind, o->ninput, lin, o->noutput, NULL, NULL);
     b->out->ops[nop].name = o->name ? xf_str(b, o->name) : 0;

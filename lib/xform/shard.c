@@ -879,7 +879,7 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
         if (factor_ok(r, f, a, n))
             return f;
     }
-    if (a == XF_CP && c->op[op].tp == XF_TP_KV)
+    if (a == XF_CP && c->op[op].tp == XF_TP_KV && !c->ring)
         return -1; /* keys and values whole on each context rank: gathered here */
     if (a == XF_DP && c->s.ep > 1 && c->op[op].tp == XF_TP_EXPERT && r->nin > 0 &&
         r->rank[0] >= 2 && factor_ok(r, r->map[0][1], a, n))
@@ -1086,6 +1086,23 @@ xf_propagate(xf_ctx *c)
                 oi->scale /= n[a];
                 oi->scale_at = XF_SCALE_IN;
                 oi->scale_in = (uint8_t)r.scale_in;
+            }
+        }
+        /*
+         * Ring attention: the keys and values (and their gradients) stay split
+         * along the sequence where the queries are; the ring brings the
+         * other blocks (lower.c).
+         */
+        if (c->ring && n[XF_CP] > 1 &&
+            (o->kind == IR_OP_FLASHATTN || o->kind == IR_OP_FLASHATTNGRAD) && o->ninput >= 3) {
+            int8_t rows = (int8_t)(c->m->types[c->m->values[m->refs[o->inputs]].type].rank - 2);
+            if (c->req[o->inputs].a[XF_CP] == rows) {
+                c->req[o->inputs + 1].a[XF_CP] = rows;
+                c->req[o->inputs + 2].a[XF_CP] = rows;
+                if (o->kind == IR_OP_FLASHATTNGRAD && o->noutput == 3) {
+                    c->place[o->outputs + 1].a[XF_CP] = rows;
+                    c->place[o->outputs + 2].a[XF_CP] = rows;
+                }
             }
         }
         /* Every operand's local shape must exist. */

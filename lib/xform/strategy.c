@@ -614,6 +614,11 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw
         xf_ctx_fini(c);
         return rc;
     }
+    if (c->n[XF_CP] > 1) {
+        const ir_region *fr = &c->m->regions[c->func];
+        for (uint32_t i = 0; i < fr->nop && !c->ring; i++)
+            c->ring = c->m->ops[fr->ops[i]].kind == IR_OP_FLASHATTN;
+    }
     return 0;
 }
 

@@ -72,7 +72,8 @@ typedef struct xf_opinfo {
 #define XF_TP_HEADS 3
 #define XF_TP_VOCAB 4
 #define XF_TP_EXPERT 5 /* the dispatched tokens, split by expert under expert parallelism */
-#define XF_TP_KV 6     /* keys or values: whole on the context-parallel axis (all-gathered there) */
+#define XF_TP_KV 6     /* keys or values: whole on the context-parallel axis (all-gathered there;
+                          with ring attention they stay split, xf_ctx.ring) */
 
 typedef struct xf_ctx {
     const ir_module *m; /* the sequential source */
@@ -95,6 +96,12 @@ typedef struct xf_ctx {
     uint64_t ndev;      /* ranks in all */
     int hetero;
     int vocab_parallel; /* some table is split along its vocabulary (tp.c) */
+    /*
+     * Ring attention: under context parallelism a fused attention's keys and
+     * values stay split along the sequence, and the op is lowered to cp ring
+     * steps (lower.c), instead of being gathered whole.
+     */
+    int ring;
     uint8_t *tplayer;   /* per index into layers: tensor parallel (tp_layers; NULL: all) */
     di_error *err;
 
