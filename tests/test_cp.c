@@ -18,7 +18,7 @@
  *     are in test_xform_equiv);
  *   - ring attention (fused attention): per layer and microbatch the keys
  *     and values travel the ring in cp - 1 dist.shift steps of one block
- *     [b, heads, s / cp, d] each forward ((cp - 1) / cp of them received,
+ *     [b, kv heads, s / cp, d] each forward ((cp - 1) / cp of them received,
  *     as the all-gather form), the backward pass again plus their
  *     gradients' buffers (cp steps each); each shift is issued before the
  *     attention step it overlaps, and with blocks whose attention takes
@@ -246,7 +246,7 @@ test_sp_with_cp(void **state)
 static void
 test_ring_attention(void **state)
 {
-    enum { RS = 4096, RH = 8, RD = 64, RB = 1, RCP = 4 };
+    enum { RS = 4096, RH = 8, RKV = 2, RD = 64, RB = 1, RCP = 4 };
     models_llama c;
     ir_module *m = NULL, *d = NULL;
     strategy s;
@@ -256,7 +256,8 @@ test_ring_attention(void **state)
     sim_result *r = NULL;
     sim_event *ev = NULL;
     uint32_t nev = 0, nshift = 0, nfa = 0, nfag = 0;
-    const uint64_t block = (uint64_t)RB * RH * (RS / RCP) * RD * 4; /* f32 keys of one rank */
+    /* f32 keys of one rank: key/value heads (the fused kernel takes them before any repeat). */
+    const uint64_t block = (uint64_t)RB * RKV * (RS / RCP) * RD * 4;
     double fa_start[RCP], fa_end[RCP], sh_start[RCP], sh_end[RCP];
     ir_id fa_op[RCP] = {0}, sh_op[RCP] = {0};
     uint32_t nf = 0, nsh = 0;
@@ -265,7 +266,7 @@ test_ring_attention(void **state)
     c.layers = 1;
     c.hidden = RH * RD;
     c.heads = RH;
-    c.kv_heads = RH;
+    c.kv_heads = RKV;
     c.ffn = 2 * RH * RD;
     c.seq = RS;
     c.vocab = 256;

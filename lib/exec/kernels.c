@@ -1760,9 +1760,17 @@ k_gather(const kctx *k, const ex_tensor *data, const ex_tensor *ind, ex_tensor *
  */
 typedef struct attn_dims {
     int64_t n, sq, sk, d, dv, off;
+    int64_t hq, hk; /* query and key/value heads (grouped-query attention: hk divides hq) */
     double scale;
     int causal, ring;
 } attn_dims;
+
+/* The key/value leading index of query leading index h. */
+static inline int64_t
+attn_kv(const attn_dims *a, int64_t h)
+{
+    return (h / a->hq) * a->hk + (h % a->hq) / (a->hq / a->hk);
+}
 
 static int
 attn_setup(const kctx *k, const ex_tensor *q, const ex_tensor *kk, const ex_tensor *v, attn_dims *a)
@@ -1779,8 +1787,12 @@ attn_setup(const kctx *k, const ex_tensor *q, const ex_tensor *kk, const ex_tens
     a->d = q->dims[r - 1];
     a->sk = kk->dims[r - 2];
     a->dv = v->dims[r - 1];
+    a->hq = r >= 3 ? q->dims[r - 3] : 1;
+    a->hk = r >= 3 ? kk->dims[r - 3] : 1;
     a->n = a->sq > 0 && a->d > 0 ? (int64_t)(q->numel / (size_t)(a->sq * a->d)) : 0;
-    if ((size_t)(a->n * a->sk * a->d) != kk->numel || (size_t)(a->n * a->sk * a->dv) != v->numel)
+    if (a->hk <= 0 || a->hq % a->hk != 0 || a->hq <= 0 ||
+        (size_t)(a->n / a->hq * a->hk * a->sk * a->d) != kk->numel ||
+        (size_t)(a->n / a->hq * a->hk * a->sk * a->dv) != v->numel)
         return kfail(k, DI_EINVAL, "q, k, v differ in their leading dimensions");
     a->causal = ir_op_int(k->m, k->op, "causal", 0) != 0;
     a->scale = ir_op_float(k->m, k->op, "scale", a->d > 0 ? 1.0 / sqrt((double)a->d) : 1.0);
@@ -1814,7 +1826,7 @@ attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h,
         }
         for (int64_t x = 0; x < a->d; x++)
             s += ex_get(q, (size_t)((h * a->sq + i) * a->d + x)) *
-                 ex_get(kk, (size_t)((h * a->sk + j) * a->d + x));
+                 ex_get(kk, (size_t)((attn_kv(a, h) * a->sk + j) * a->d + x));
         p[j] = s * a->scale;
         if (p[j] > mx)
             mx = p[j];
@@ -1868,7 +1880,7 @@ k_flashattn(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *
             for (int64_t x = 0; x < a.dv; x++) {
                 double o = 0;
                 for (int64_t j = 0; j < a.sk; j++)
-                    o += p[j] * ex_get(in[2], (size_t)((h * a.sk + j) * a.dv + x));
+                    o += p[j] * ex_get(in[2], (size_t)((attn_kv(&a, h) * a.sk + j) * a.dv + x));
                 o *= wnew;
                 if (wprev != 0)
                     o += wprev * ex_get(in[3], (size_t)((h * a.sq + i) * a.dv + x));
@@ -1915,8 +1927,8 @@ k_flashattngrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
                 double g = 0;
                 for (int64_t x = 0; x < a.dv; x++) {
                     double dout = ex_get(in[5], (size_t)((h * a.sq + i) * a.dv + x));
-                    g += dout * ex_get(in[2], (size_t)((h * a.sk + j) * a.dv + x));
-                    dv[(h * a.sk + j) * a.dv + x] += p[j] * dout;
+                    g += dout * ex_get(in[2], (size_t)((attn_kv(&a, h) * a.sk + j) * a.dv + x));
+                    dv[(attn_kv(&a, h) * a.sk + j) * a.dv + x] += p[j] * dout;
                 }
                 dp[j] = p[j] * (g - dsum) * a.scale; /* dS / scale-free scores */
             }
@@ -1925,8 +1937,8 @@ k_flashattngrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
                     continue;
                 for (int64_t x = 0; x < a.d; x++) {
                     dq[(h * a.sq + i) * a.d + x] +=
-                        dp[j] * ex_get(in[1], (size_t)((h * a.sk + j) * a.d + x));
-                    dk[(h * a.sk + j) * a.d + x] +=
+                        dp[j] * ex_get(in[1], (size_t)((attn_kv(&a, h) * a.sk + j) * a.d + x));
+                    dk[(attn_kv(&a, h) * a.sk + j) * a.d + x] +=
                         dp[j] * ex_get(in[0], (size_t)((h * a.sq + i) * a.d + x));
                 }
             }

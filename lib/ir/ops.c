@@ -1559,7 +1559,9 @@ infer_gathergrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
  * as one fused kernel (the scores are never materialized) and the
  * log-sum-exp of each row for the backward pass. Causal: query row i may see
  * keys j <= offset + i, offset the query block's start (the executor's
- * position on the op's mesh group times sq; 0 without a mesh).
+ * position on the op's mesh group times sq; 0 without a mesh). Grouped-query
+ * attention: k and v may have fewer heads (dimension -3) than q, a divisor;
+ * query head i uses key/value head i / (H / KV).
  * FlashAttentionGrad(q, k, v, o, lse, do) -> (dq, dk, dv).
  */
 static int
@@ -1567,14 +1569,16 @@ check_attention(const ir_module *m, ir_id op, const tensor *t, di_error *err)
 {
     sbuf a, b, c;
     uint32_t r = t[0].rank;
-    int rc;
+    int rc, lead = 1;
     for (uint32_t i = 0; i < 3; i++)
         if ((rc = check_float(m, op, &t[i], i, err)) != 0 ||
             (rc = check_same_dtype(m, op, &t[0], 0, &t[i], i, err)) != 0)
             return rc;
-    if (r < 2 || t[1].rank != r || t[2].rank != r ||
-        memcmp(t[0].dims, t[1].dims, (r - 2) * sizeof t[0].dims[0]) != 0 ||
-        memcmp(t[0].dims, t[2].dims, (r - 2) * sizeof t[0].dims[0]) != 0 ||
+    for (uint32_t d = 0; r >= 2 && d + 2 < r && t[1].rank == r && t[2].rank == r; d++)
+        lead &= t[1].dims[d] == t[2].dims[d] &&
+                (d + 3 == r ? t[1].dims[d] > 0 && t[0].dims[d] % t[1].dims[d] == 0
+                            : t[0].dims[d] == t[1].dims[d]);
+    if (r < 2 || t[1].rank != r || t[2].rank != r || !lead ||
         t[0].dims[r - 1] != t[1].dims[r - 1] || t[1].dims[r - 2] != t[2].dims[r - 2])
         return fail(m, op, err, "q %s, k %s, v %s are not [.., sq, d], [.., sk, d], [.., sk, dv]",
                     shape_str(&a, t[0].rank, t[0].dims), shape_str(&b, t[1].rank, t[1].dims),

@@ -10,6 +10,7 @@
  *     q = a @ wq, k = a @ wk, v = a @ wv                      column
  *     heads: q [b, H, s, d]; k, v [b, KV, s, d] repeated to H heads
  *            (Unsqueeze, a broadcasting Mul by ones, Reshape)  heads
+ *            (fused attention takes the KV heads as they are)
  *     p = Softmax(q @ k^T * 1/sqrt(d) + mask); ctx = p @ v, merged to [b, s, h]
  *     x = x + ctx @ wo                                        row
  *     a = RMSNorm(x); x = x + (Silu(a @ w1) * (a @ w3)) @ w2  column, column, row
@@ -496,10 +497,15 @@ lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
         b->tp = "heads";
         snprintf(name, sizeof name, "%s.q.heads", p);
         q = to_heads(g, q, 0, name);
+        /* The fused kernel takes key/value heads as they are (grouped-query attention). */
         snprintf(name, sizeof name, "%s.k.heads", p);
-        k = repeat_kv(g, to_heads(g, k, 1, name), name);
+        k = to_heads(g, k, 1, name);
+        if (!g->c->fused_attention)
+            k = repeat_kv(g, k, name);
         snprintf(name, sizeof name, "%s.v.heads", p);
-        v = repeat_kv(g, to_heads(g, v, 1, name), name);
+        v = to_heads(g, v, 1, name);
+        if (!g->c->fused_attention)
+            v = repeat_kv(g, v, name);
     }
     if (g->c->fused_attention) {
         ir_id in[3] = {q, k, v};
