@@ -1800,7 +1800,8 @@ attn_setup(const kctx *k, const ex_tensor *q, const ex_tensor *kk, const ex_tens
     a->ring = ir_op_attr(k->m, k->op, "kv_shift") != NULL;
     if (a->ring) {
         int64_t g = k->shard.n ? (int64_t)k->shard.n : 1;
-        int64_t from = (((int64_t)k->shard.pos - ir_op_int(k->m, k->op, "kv_shift", 0)) % g + g) % g;
+        int64_t back = ir_op_int(k->m, k->op, "kv_shift", 0);
+        int64_t from = (((int64_t)k->shard.pos - back) % g + g) % g;
         a->off -= a->sk * from;
     }
     return 0;
