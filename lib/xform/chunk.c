@@ -110,7 +110,7 @@ typedef struct leafbuf {
     uint64_t bkbytes;
     int bkdtype;
     int bkscatter;       /* the open bucket reduce-scatters */
-    int bkaxes;          /* the axes (bit 0 dp, 1 cp, 2 outer dp) its gradients are partial on */
+    uint32_t bkaxes;     /* the axes its gradients are partial on (xf_partial_axes) */
     uint8_t *pending; /* per leaf: reduce-scattered per microbatch, accumulated after the split */
     uint32_t *done_bk;   /* launched buckets' leaves, bucket after bucket */
     uint32_t ndone_bk;
@@ -169,6 +169,13 @@ leaves_end(leafbuf *lb)
     di_free(lb->launched);
 }
 
+/* What leaf v's step consumer wants on the outer data axis: whole, or ZeRO's shard (dp.c). */
+static int8_t
+leaf_edp(const pl *P, ir_id v)
+{
+    return P->leafedp[v] == XF_P ? XF_R : P->leafedp[v];
+}
+
 /*
  * Converts a gradient whose microbatch sum is complete (to: on the data axis
  * where it is a partial sum; an expert gradient keeps its split there).
@@ -182,8 +189,7 @@ convert_summed(pl *P, ir_id src, xf_local *l, int8_t to)
     if (l->pl.a[XF_DP] == XF_P || !XF_IS_S(l->pl.a[XF_DP]))
         want.a[XF_DP] = to;
     want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
-    /* On the outer data axis: whole, or ZeRO's shard (dp.c). */
-    want.a[XF_EDP] = P->leafedp[src] == XF_P ? XF_R : P->leafedp[src];
+    want.a[XF_EDP] = leaf_edp(P, src);
     b->step = 1;
     rc = xf_body_convert(b, src, l, &want, l);
     b->step = step;
@@ -253,8 +259,7 @@ bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
     /* As DDP, the first bucket holds at most 1 MiB, so that reduction starts early. */
     if (lb->nflushed == 0 && cap > (1u << 20))
         cap = 1u << 20;
-    const xf_place *fp = &lb->fin[j].pl;
-    int axes = (fp->a[XF_DP] == XF_P) | (fp->a[XF_CP] == XF_P) << 1 | (fp->a[XF_EDP] == XF_P) << 2;
+    uint32_t axes = xf_partial_axes(&lb->fin[j].pl);
     if (lb->nbk > 0 && (lb->bkdtype != dtype || lb->bkscatter != scatter || lb->bkaxes != axes) &&
         (rc = bucket_flush(P, lb)) != 0)
         return rc;
@@ -309,8 +314,7 @@ leaf_want(const pl *P, ir_id v, const xf_local *l, int8_t tgt)
     want.a[XF_DP] = tgt;
     if (tgt != XF_P) {
         want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
-        /* On the outer data axis: whole, or ZeRO's shard (dp.c). */
-        want.a[XF_EDP] = P->leafedp[v] == XF_P ? XF_R : P->leafedp[v];
+        want.a[XF_EDP] = leaf_edp(P, v);
     }
     if (XF_IS_S(l->pl.a[XF_TP]) && l->pl.a[XF_TP] == tgt && P->leaftp[v] != l->pl.a[XF_TP])
         want.a[XF_TP] = P->leaftp[v];
@@ -393,7 +397,7 @@ leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l
      * full. Expert gradients (split on the data axis, partial on the outer
      * one) are all-reduced over the outer data axis only.
      */
-    if (tgt == XF_R && (l.pl.a[XF_DP] == XF_P || l.pl.a[XF_CP] == XF_P || l.pl.a[XF_EDP] == XF_P))
+    if (tgt == XF_R && xf_partial_axes(&l.pl) != 0)
         return bucket_add(P, lb, j, 0);
     if (l.pl.a[XF_DP] == tgt && l.pl.a[XF_CP] != XF_P && l.pl.a[XF_EDP] == XF_P)
         return bucket_add(P, lb, j, 0);
@@ -476,9 +480,7 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
                 continue;
             t = &P->out->types[P->out->values[ls[nm].v].type];
             /* A kind: reduce-scatter, or all-reduce over data, context and/or outer data. */
-            const xf_place *q = &ls[nm].pl;
-            int k2 = scatter | (q->a[XF_CP] == XF_P) << 1 | (q->a[XF_DP] == XF_P) << 2 |
-                     (q->a[XF_EDP] == XF_P) << 3;
+            int k2 = scatter | (int)xf_partial_axes(&ls[nm].pl) << 1;
             if (nb == 0 || bytes >= cap || dtype != (int)t->dtype || kind != k2) {
                 bfirst[nb] = nm;
                 bsc[nb] = (uint8_t)scatter;

@@ -417,6 +417,23 @@ unsplit(const xf_place *cur, const xf_place *want, int a)
     return 0;
 }
 
+/*
+ * One step of a conversion: collective `kind` on axis a of the local value
+ * in *cur (dim, dim2 as collective() takes them), the result named src plus
+ * suffix and placed `place` on a.
+ */
+static int
+convert_step(xf_body *b, ir_id src, xf_local *cur, int kind, int a, int64_t dim, int64_t dim2,
+             const char *suffix, int8_t place)
+{
+    int rc = collective(b, kind, cur->v, a, dim, dim2, &cur->v);
+    if (rc != 0)
+        return rc;
+    name_value(b, cur->v, src, suffix);
+    cur->pl.a[a] = place;
+    return 0;
+}
+
 int
 xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, xf_local *out)
 {
@@ -467,17 +484,10 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
             if (!unsplit(&cur.pl, &want, a) || split_inside(&cur.pl, a, p) ||
                 (XF_IS_S(q) && q != p && split_inside(&cur.pl, a, q)))
                 continue;
-            if (XF_IS_S(q) && q != p) {
-                if ((rc = collective(b, IR_OP_ALLTOALL, cur.v, a, q, p, &cur.v)) != 0)
-                    return rc;
-                name_value(b, cur.v, src, ".a2a");
-                cur.pl.a[a] = q;
-            } else {
-                if ((rc = collective(b, IR_OP_ALLGATHER, cur.v, a, p, 0, &cur.v)) != 0)
-                    return rc;
-                name_value(b, cur.v, src, ".ag");
-                cur.pl.a[a] = XF_R;
-            }
+            if ((rc = XF_IS_S(q) && q != p
+                          ? convert_step(b, src, &cur, IR_OP_ALLTOALL, a, q, p, ".a2a", q)
+                          : convert_step(b, src, &cur, IR_OP_ALLGATHER, a, p, 0, ".ag", XF_R)) != 0)
+                return rc;
             progress = 1;
         }
     } while (progress);
@@ -488,12 +498,9 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
     /* 2. reductions to replicated. */
     for (int i = 0; i < 4; i++) {
         int a = axes[i];
-        if (cur.pl.a[a] == XF_P && want.a[a] == XF_R) {
-            if ((rc = collective(b, IR_OP_ALLREDUCE, cur.v, a, 0, 0, &cur.v)) != 0)
-                return rc;
-            name_value(b, cur.v, src, ".ar");
-            cur.pl.a[a] = XF_R;
-        }
+        if (cur.pl.a[a] == XF_P && want.a[a] == XF_R &&
+            (rc = convert_step(b, src, &cur, IR_OP_ALLREDUCE, a, 0, 0, ".ar", XF_R)) != 0)
+            return rc;
     }
     /*
      * 3. splits (and reduce-scatters), the outermost of a dimension first: a
@@ -511,16 +518,10 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
                 later |= x != a && want.a[x] == q && cur.pl.a[x] != q && xform_axis_outer(x, a);
             if (later)
                 continue;
-            if (p == XF_P) {
-                if ((rc = collective(b, IR_OP_REDUCESCATTER, cur.v, a, q, 0, &cur.v)) != 0)
-                    return rc;
-                name_value(b, cur.v, src, ".rs");
-            } else {
-                if ((rc = collective(b, IR_OP_ALLSLICE, cur.v, a, q, 0, &cur.v)) != 0)
-                    return rc;
-                name_value(b, cur.v, src, ".slice");
-            }
-            cur.pl.a[a] = q;
+            if ((rc = p == XF_P
+                          ? convert_step(b, src, &cur, IR_OP_REDUCESCATTER, a, q, 0, ".rs", q)
+                          : convert_step(b, src, &cur, IR_OP_ALLSLICE, a, q, 0, ".slice", q)) != 0)
+                return rc;
             progress = 1;
         }
     } while (progress);
@@ -607,10 +608,9 @@ xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_
     if (rc == 0 && !scatter) {
         /* Partial over the data axes and/or the context axis (members alike): one all-reduce. */
         uint32_t mask = 0;
-        static const int axes[3] = {XF_DP, XF_CP, XF_EDP};
-        for (int i = 0; i < 3; i++)
-            if (n > 0 && ls[0].pl.a[axes[i]] == XF_P && b->n[axes[i]] > 1)
-                mask |= 1u << axes[i];
+        for (int a = XF_DP; a < XF_NAXIS && n > 0; a++)
+            if ((xf_partial_axes(&ls[0].pl) & 1u << a) && b->n[a] > 1)
+                mask |= 1u << a;
         if ((rc = reduce_axes(b, cat, mask ? mask : 1u << XF_DP, red)) == 0)
             name_value(b, *red, srcs[0], ".bucket.ar");
     } else if (rc == 0 && (rc = collective(b, IR_OP_REDUCESCATTER, cat, XF_DP, 0, 0, red)) == 0) {

@@ -256,6 +256,14 @@ int32_t xf_layer_index(const xf_ctx *c, int32_t layer);
  * tensor parallel? Always without tp_layers.
  */
 int xf_layer_is_tp(const xf_ctx *c, int32_t layer);
+/* The data, context and outer data axes p is a partial sum on (1 << axis each). */
+static inline uint32_t
+xf_partial_axes(const xf_place *p)
+{
+    return (uint32_t)(p->a[XF_DP] == XF_P) << XF_DP | (uint32_t)(p->a[XF_CP] == XF_P) << XF_CP |
+           (uint32_t)(p->a[XF_EDP] == XF_P) << XF_EDP;
+}
+
 /* The placement replicated on every axis. */
 static inline xf_place
 xf_place_rep(void)
