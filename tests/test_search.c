@@ -564,12 +564,15 @@ test_brute_force(void **state)
         int model; /* 0 gpt, 1 mlp, 2 gpt with composed candidates, 3 gpt with ZeRO-2, 4 MoE,
                       5 llama with context parallelism, 6 a wide bf16 GPT (Adam) on two nodes,
                       where the data-parallel communication bound the time bound has exceeds
-                      its compute bound for some ZeRO-3 candidates */
+                      its compute bound for some ZeRO-3 candidates, 7 a bf16 GPT of long
+                      sequences on two nodes, whose tensor-parallel collectives (across the
+                      nodes from tp 16) weigh in the step, with selective recomputation */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
         {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
         {"a100-dgx", 4, 4}, {"a100-dgx", 4, 5}, {"a100-dgx:2", 16, 6},
+        {"a100-dgx:2", 16, 7},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -578,6 +581,7 @@ test_brute_force(void **state)
                        : cases[i].model == 4 ? moe_llama()
                        : cases[i].model == 5 ? llama(4, 64, 4, 2, 16, 8)
                        : cases[i].model == 6 ? gpt_as(4, 1920, 6, 8, 24, 1)
+                       : cases[i].model == 7 ? gpt_as(2, 512, 16, 1024, 8, 1)
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
@@ -618,6 +622,12 @@ test_brute_force(void **state)
         }
         if (cases[i].model == 6)
             assert_int_equal(search_config_set(&cfg, "zero", "0,1,2,3", &err), 0);
+        if (cases[i].model == 7) {
+            assert_int_equal(search_config_set(&cfg, "recompute", "none,selective,full", &err),
+                             0);
+            assert_int_equal(search_config_set(&cfg, "zero", "0", &err), 0);
+            assert_int_equal(search_config_set(&cfg, "tp", "8,16", &err), 0);
+        }
         if (cases[i].model == 3) {
             assert_int_equal(search_config_set(&cfg, "zero", "1,2", &err), 0);
             assert_int_equal(search_config_set(&cfg, "microbatches", "1,2", &err), 0);

@@ -188,8 +188,9 @@ typedef struct search_space {
         uint8_t sequence_parallel, ok;
         uint64_t saved_min[3], state_min, param_min;
         xform_layer_time time;
-        /* The least seconds per byte of a reduce-scatter over a tensor group (devices
-           0 .. tp - 1; sim_collective_slope), for the time bound's reductions. */
+        /* The least seconds per byte of a reduce-scatter or an all-gather over a tensor
+           group (devices 0 .. tp - 1; sim_collective_slope), for the time bound's
+           tensor-axis collectives. */
         double tp_slope;
         /*
          * Per dp of the space (dps): the least over the layers of a layer's

@@ -696,8 +696,12 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         e->state_min = f.state_min;
         e->param_min = f.param_min;
         e->time = f.time;
-        if (e->tp > 1 && e->tp <= sp->hw->ndevice)
+        if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
+            double ag = group_slope(sp->hw, IR_OP_ALLGATHER, e->tp, 1);
             e->tp_slope = group_slope(sp->hw, IR_OP_REDUCESCATTER, e->tp, 1);
+            if (ag < e->tp_slope)
+                e->tp_slope = ag;
+        }
         zero_analysis(sp, e, f.params, f.nparams);
         xform_layer_facts_fini(&f);
     }
@@ -1132,6 +1136,9 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         wg += xform_gemm_time(&t->re[r], q);
         red += e->tp_slope * t->re[r].tp_reduce_bytes * q;
     }
+    /* And the backward's (not on the chain counted above: the forward's GEMMs). */
+    if (r >= 0 && r < 3)
+        red += e->tp_slope * t->bwd_tp_reduce_bytes[r] * q;
     w += red;
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */

@@ -768,11 +768,19 @@ xf_pl_flush(pl *P, int64_t g, const prog *p, uint32_t mb)
 {
     uint32_t keep = 0;
     int rc = 0;
+    /* p's inputs marked once (a chunk of a stage reads many, and many are pending). */
+    if (p) {
+        if (++P->inmark_gen == 0) {
+            memset(P->inmark, 0, P->c->m->nvalue * sizeof *P->inmark);
+            P->inmark_gen = 1;
+        }
+        for (uint32_t j = 0; j < p->in.n; j++)
+            P->inmark[p->in.v[j]] = P->inmark_gen;
+    }
     for (uint32_t i = 0; i < P->npend; i++) {
         reg_ent e = P->pend[i];
-        int now = g < 0 || e.g == (uint32_t)g;
-        for (uint32_t j = 0; p && !now && j < p->in.n; j++)
-            now = p->in.v[j] == e.v && e.mb == mb;
+        int now = g < 0 || e.g == (uint32_t)g ||
+                  (p && e.mb == mb && P->inmark[e.v] == P->inmark_gen);
         if (!now || rc != 0) {
             P->pend[keep++] = e;
             continue;
@@ -1141,6 +1149,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     memcpy(P.lay->group_first, c->goff, c->pp * sizeof *c->goff);
     P.mark = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.mark);
     P.needhead = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.needhead);
+    P.inmark = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.inmark);
     P.isleaf = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
     P.isout = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.isout);
     for (uint32_t g = 0; g < c->pp; g++)
@@ -1276,6 +1285,7 @@ pl_fini(pl *P)
     di_free(P->mark);
     di_free(P->needs);
     di_free(P->needhead);
+    di_free(P->inmark);
     di_free(P->isleaf);
     di_free(P->isout);
     di_free(P->leaftgt);

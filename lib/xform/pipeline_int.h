@@ -110,6 +110,7 @@ typedef struct pl {
      */
     reg_ent *pend;
     uint32_t cpend, npend;
+    uint32_t *inmark, inmark_gen; /* per source value: xf_pl_flush's mark of a chunk's inputs */
     xf_body body;
     xform_layout *lay;
     uint32_t cargs, cres;

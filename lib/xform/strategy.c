@@ -954,25 +954,30 @@ tp_divides(const xf_ctx *c, ir_id op)
 #define WORK_TERMS 7
 
 /*
- * Whether forward op op's first result is a partial sum over the tensor
- * axis that the next compute op of the function (views and plumbing aside)
- * reads, with no other partial sum, in the same layer (a stage boundary
- * falls between layers) and, where set is given (the ops a recomputation
- * repeats), repeated too: that op cannot start before the reduction, and
- * nothing runs between them (xform_work_bound.tp_reduce_bytes).
+ * Whether op's first result needs a collective over the tensor axis before
+ * the next compute op of the function (views and plumbing aside) reads it:
+ * a partial sum to reduce (an all-reduce, a reduce-scatter under sequence
+ * parallelism), or a value split over the tensor axis that the next op
+ * needs whole (sequence parallelism's all-gather); that op reads no other
+ * value needing one, is in the same layer (a stage boundary falls between
+ * layers) and, where set is given (the ops a recomputation repeats), is
+ * repeated too. The next op cannot start before the collective, which
+ * cannot start before op ends, and nothing the bound counts runs between
+ * them (xform_work_bound.tp_reduce_bytes). *nextp: that next op.
  */
 static int
-tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op)
+tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, ir_id *nextp)
 {
     const ir_module *m = c->m;
     const ir_region *r = &m->regions[c->func];
     ir_id out, next = 0;
     int reads = 0;
+    *nextp = 0;
     if (c->n[XF_TP] <= 1 || m->ops[op].noutput == 0 ||
         (ir_opkind_info(m->ops[op].kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)))
         return 0;
     out = m->ops[op].outputs;
-    if (c->place[out].a[XF_TP] != XF_P)
+    if (c->place[out].a[XF_TP] == XF_R)
         return 0;
     for (uint32_t i = pos[op] + 1; i < r->nop && next == 0; i++)
         if (!(ir_opkind_info(m->ops[r->ops[i]].kind)->flags & IR_OPF_FREE))
@@ -981,20 +986,49 @@ tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id 
         c->op[next].layer != c->op[op].layer || (set && !set[next]))
         return 0;
     for (uint32_t i = 0; i < m->ops[next].ninput; i++) {
-        ir_id v = m->refs[m->ops[next].inputs + i], d = m->values[v].def;
+        uint32_t ref = m->ops[next].inputs + i;
+        ir_id v = m->refs[ref], d = m->values[v].def;
+        int8_t have = c->place[v].a[XF_TP];
+        int need = have == XF_P || (have >= 0 && c->req[ref].a[XF_TP] == XF_R);
         /* Through views and plumbing back to their source. */
         while (d && (ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE) && m->ops[d].ninput &&
                m->ops[d].kind != IR_OP_CONSTANT) {
             v = m->refs[m->ops[d].inputs];
             d = m->values[v].def;
         }
-        if (v == out)
+        need |= c->place[v].a[XF_TP] == XF_P;
+        if (need && v == out)
             reads = 1;
-        else if (c->place[m->refs[m->ops[next].inputs + i]].a[XF_TP] == XF_P ||
-                 c->place[v].a[XF_TP] == XF_P)
+        else if (need)
             return 0;
     }
+    *nextp = next;
     return reads;
+}
+
+/*
+ * Whether op (of the sequential function) reads, directly or through views
+ * and plumbing, a value made by an op of set: the pipeline assembly emits
+ * such a repeated op (lazily, at its first use in the backward chunk) right
+ * before op.
+ */
+static int
+reads_repeated(const xf_ctx *c, const uint8_t *set, ir_id op)
+{
+    const ir_module *m = c->m;
+    for (uint32_t i = 0; i < m->ops[op].ninput; i++) {
+        ir_id v = m->refs[m->ops[op].inputs + i], d = m->values[v].def;
+        for (;;) {
+            if (d && set[d])
+                return 1;
+            if (!d || !(ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE) ||
+                m->ops[d].ninput == 0 || m->ops[d].kind == IR_OP_CONSTANT)
+                break;
+            v = m->refs[m->ops[d].inputs];
+            d = m->values[v].def;
+        }
+    }
+    return 0;
 }
 
 /*
@@ -1009,6 +1043,7 @@ add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int
     int32_t li = xf_layer_index(c, c->op[op].layer);
     xform_op_bound t;
     ir_cost cost;
+    ir_id next;
     double split, f, bytes, *w;
     if (li < 0 || (uint32_t)li >= L || !c->cost.op_bound(c->cost.ctx, c->m, op, tf32, &t))
         return;
@@ -1017,7 +1052,7 @@ add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int
     f = cost.flops / split;
     bytes = (cost.bytes_read + cost.bytes_write) / split;
     w = &per[((size_t)k * L + (uint32_t)li) * WORK_TERMS];
-    if (k != 1 && tp_reduced_next(c, pos, set, op))
+    if (k != 1 && tp_reduced_next(c, pos, set, op, &next))
         w[6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
     if (t.gemm) {
         w[0] += f * t.per_flop;
@@ -1051,6 +1086,27 @@ least_work(const double *per, uint32_t L, uint32_t k, xform_work_bound *out)
 }
 
 /*
+ * Adds to red[layer] the bytes (whole batch, per device) of each backward
+ * op's partial sum over the tensor axis that the next op reads first
+ * (tp_reduced_next), where the op that reads it reads nothing set repeats:
+ * the pipeline assembly emits a repeated op at its first use, so one that
+ * op read would run between them (xform_layer_time.bwd_tp_reduce_bytes).
+ */
+static void
+bwd_reductions(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, const ir_id *bops,
+               uint32_t nb, double *red)
+{
+    for (uint32_t j = 0; j < nb; j++) {
+        ir_id op = bops[j], next;
+        int32_t li = xf_layer_index(c, c->op[op].layer);
+        if (li < 0 || (uint32_t)li >= c->nlayer || !tp_reduced_next(c, pos, NULL, op, &next) ||
+            reads_repeated(c, set, next))
+            continue;
+        red[li] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
+    }
+}
+
+/*
  * xform_layer_facts.time. It leaves c's recomputation marks and mode as the
  * full mode's.
  */
@@ -1063,6 +1119,7 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
     uint32_t *pos; /* per op: its place in the function */
     uint8_t *set;  /* per op: repeated by the recomputation mode at hand */
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
+    double *red; /* recomputation mode x layer: the backward's reductions (bwd_reductions) */
     uint32_t nf = 0, nb = 0, L = c->nlayer;
     memset(out, 0, sizeof *out);
     if (L == 0 || !xform_cost_known(&c->cost) || c->cost.op_bound == NULL)
@@ -1072,6 +1129,7 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
     re = di_xmalloc((r->nop + 1) * sizeof *re);
     home = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *home);
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
+    red = di_xcalloc((size_t)3 * L, sizeof *red);
     pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
     set = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     for (uint32_t i = 0; i < r->nop; i++)
@@ -1090,6 +1148,7 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
      * finds it (xf_recompute_ops), over the whole function as one program: a
      * stage boundary can only make a layer's output a further op to repeat.
      */
+    bwd_reductions(c, pos, set, bops, nb, red + (size_t)STRATEGY_RECOMPUTE_NONE * L);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
         uint32_t nre;
@@ -1105,12 +1164,18 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
             set[re[j]] = 1;
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, set, re[j], tf32, per, L, k);
+        bwd_reductions(c, pos, set, bops, nb, red + (size_t)mode * L);
     }
+    for (uint32_t mode = 0; mode < 3; mode++)
+        for (uint32_t l = 0; l < L; l++)
+            if (l == 0 || red[mode * L + l] < out->bwd_tp_reduce_bytes[mode])
+                out->bwd_tp_reduce_bytes[mode] = red[mode * L + l];
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
     least_work(per, L, 2, &out->re[STRATEGY_RECOMPUTE_SELECTIVE]);
     least_work(per, L, 3, &out->re[STRATEGY_RECOMPUTE_FULL]);
     di_free(per);
+    di_free(red);
     di_free(pos);
     di_free(set);
     di_free(home);

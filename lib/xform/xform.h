@@ -161,14 +161,17 @@ typedef struct xform_work_bound {
     double gemm_flop_s, gemm_fixed_s, gemm_byte_s, gemm_launch_s;
     double other_s, other_launch_s;
     /*
-     * Bytes per device (whole batch) of the partial sums over the tensor axis
-     * that the next op in program order must have reduced first: a forward
-     * op whose result is partial on the tensor axis, followed directly (views
-     * aside) by a compute op that reads it and no other partial sum. The
-     * device's compute stream (in program order) waits for each such
-     * reduction (an all-reduce, or a reduce-scatter under sequence
-     * parallelism), which costs at least its payload times the reduce-scatter
-     * slope of the tensor group. Forward and repeated-forward slots only.
+     * Bytes per device (whole batch) of the values that need a collective
+     * over the tensor axis before the next op in program order reads them: a
+     * forward op whose result is partial on the tensor axis (an all-reduce, a
+     * reduce-scatter under sequence parallelism), or split on it where the
+     * next op needs it whole (sequence parallelism's all-gather), followed
+     * directly (views aside) by a compute op that reads it and no other value
+     * needing one. The device's compute stream (in program order) waits for
+     * each such collective, which costs at least its payload times the least
+     * reduce-scatter or all-gather slope of the tensor group. Forward and
+     * repeated-forward slots only (the backward's:
+     * xform_layer_time.bwd_tp_reduce_bytes).
      */
     double tp_reduce_bytes;
 } xform_work_bound;
@@ -193,6 +196,16 @@ xform_work_time(const xform_work_bound *w, double q)
  */
 typedef struct xform_layer_time {
     xform_work_bound fwd, bwd, re[3];
+    /*
+     * Per recomputation mode: bytes per device (whole batch) of the backward
+     * ops' results that need a collective over the tensor axis before the
+     * next op in program order reads them, as tp_reduce_bytes (the
+     * column-parallel GEMMs' input gradients; under sequence parallelism the
+     * gathered output gradients too), counted only where that next op reads nothing
+     * the mode repeats (a repeated op is emitted right before its first
+     * reader, and could run during the reduction). The least over the layers.
+     */
+    double bwd_tp_reduce_bytes[3];
 } xform_layer_time;
 
 /*
