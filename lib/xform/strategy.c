@@ -964,6 +964,12 @@ tp_divides(const xf_ctx *c, ir_id op)
  * repeated too. The next op cannot start before the collective, which
  * cannot start before op ends, and nothing the bound counts runs between
  * them (xform_work_bound.tp_reduce_bytes). *nextp: that next op.
+ *
+ * Gathers count only outside the repeated forward (set NULL): the pipeline
+ * assembly emits a repeated op at its first use, so between a repeated op
+ * and the next in program order the order is what the uses make it, and a
+ * value several ops read (a layer norm's, before the query, key and value
+ * GEMMs) may be made long before the op counted as reading it.
  */
 static int
 tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, ir_id *nextp)
@@ -989,7 +995,7 @@ tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id 
         uint32_t ref = m->ops[next].inputs + i;
         ir_id v = m->refs[ref], d = m->values[v].def;
         int8_t have = c->place[v].a[XF_TP];
-        int need = have == XF_P || (have >= 0 && c->req[ref].a[XF_TP] == XF_R);
+        int need = have == XF_P || (!set && have >= 0 && c->req[ref].a[XF_TP] == XF_R);
         /* Through views and plumbing back to their source. */
         while (d && (ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE) && m->ops[d].ninput &&
                m->ops[d].kind != IR_OP_CONSTANT) {

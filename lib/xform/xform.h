@@ -165,7 +165,8 @@ typedef struct xform_work_bound {
      * over the tensor axis before the next op in program order reads them: a
      * forward op whose result is partial on the tensor axis (an all-reduce, a
      * reduce-scatter under sequence parallelism), or split on it where the
-     * next op needs it whole (sequence parallelism's all-gather), followed
+     * next op needs it whole (sequence parallelism's all-gather; not in the
+     * repeated-forward slots, emitted in the order of their uses), followed
      * directly (views aside) by a compute op that reads it and no other value
      * needing one. The device's compute stream (in program order) waits for
      * each such collective, which costs at least its payload times the least
