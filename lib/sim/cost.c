@@ -231,6 +231,13 @@ sim_cost_roofline(sim *s, int32_t dev, int kind, ir_dtype dt, double q, ir_cost 
     return 0;
 }
 
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
 void
 sim_group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g)
 {
@@ -240,23 +247,39 @@ sim_group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g)
     g->per_node = 0;
     g->intra = hw->intra_node;
     g->inter = hw->inter_node;
-    /* Devices are few per group; count nodes with a small quadratic scan over distinct nodes. */
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t node = hw_node_of(hw, (uint32_t)devs[i]), cnt = 0;
-        int seen = 0;
-        for (uint32_t j = 0; j < i; j++)
-            if (hw_node_of(hw, (uint32_t)devs[j]) == node) {
-                seen = 1;
+    /*
+     * The nodes and the most members on one: runs of equal nodes in node
+     * order. Groups list their devices in ascending order almost always (a
+     * data-parallel group of 1,024 devices is described once per collective,
+     * so no quadratic scan); otherwise a sorted copy of their nodes.
+     */
+    {
+        uint32_t prev = 0, run = 0, *nodes = NULL;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t node = hw_node_of(hw, (uint32_t)devs[i]);
+            if (i > 0 && node < prev) {
+                nodes = di_xmalloc(n * sizeof *nodes);
                 break;
             }
-        if (seen)
-            continue;
-        g->nodes++;
-        for (uint32_t j = i; j < n; j++)
-            if (hw_node_of(hw, (uint32_t)devs[j]) == node)
-                cnt++;
-        if (cnt > g->per_node)
-            g->per_node = cnt;
+            run = i > 0 && node == prev ? run + 1 : 1;
+            g->nodes += run == 1;
+            if (run > g->per_node)
+                g->per_node = run;
+            prev = node;
+        }
+        if (nodes) {
+            for (uint32_t i = 0; i < n; i++)
+                nodes[i] = hw_node_of(hw, (uint32_t)devs[i]);
+            qsort(nodes, n, sizeof *nodes, cmp_u32);
+            g->nodes = g->per_node = 0;
+            for (uint32_t i = 0; i < n; i++) {
+                run = i > 0 && nodes[i] == nodes[i - 1] ? run + 1 : 1;
+                g->nodes += run == 1;
+                if (run > g->per_node)
+                    g->per_node = run;
+            }
+            di_free(nodes);
+        }
     }
     if (hw->devices_per_node <= 1) {
         /* One device per node (distir-classic): every link is the inter-node one. */
