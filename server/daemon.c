@@ -456,6 +456,8 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
     pc.stack_bytes = (size_t)cfg->worker_stack_mb << 20;
     pc.thread_init = srv_worker_init;
     pc.thread_fini = srv_worker_fini;
+    pc.thread_idle = srv_worker_idle;
+    pc.idle_ms = SRV_WORKER_IDLE_MS;
     pc.ctx = d;
     rc = pool_new(&pc, &d->pool, err);
     if (rc != 0)

@@ -214,6 +214,9 @@ void srv_front_fini(srv_daemon *d);
 /* Worker-side hooks for the pool. */
 int srv_worker_init(pool_worker *w, void *ctx, di_error *err);
 void srv_worker_fini(pool_worker *w, void *ctx);
+/* A worker idle for SRV_WORKER_IDLE_MS: gives back its simulation workspace beyond what it keeps. */
+void srv_worker_idle(pool_worker *w, void *ctx);
+#define SRV_WORKER_IDLE_MS 1000u
 
 /* ---- metrics.c ---- */
 int srv_http_start(srv_daemon *d, const char *addr, di_error *err);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct pool_thread {
     pool_worker worker;
@@ -49,6 +50,26 @@ pool_main(void *arg)
         return NULL;
     for (;;) {
         pthread_mutex_lock(&p->lock);
+        if (p->head == NULL && !p->stopping && p->cfg.thread_idle != NULL &&
+            p->cfg.idle_ms > 0) {
+            /* Idle for idle_ms with nothing queued: thread_idle, once per idle spell. */
+            struct timespec until;
+            int waited = 0;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += p->cfg.idle_ms / 1000;
+            until.tv_nsec += (long)(p->cfg.idle_ms % 1000) * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            while (p->head == NULL && !p->stopping && waited == 0)
+                waited = pthread_cond_timedwait(&p->wake, &p->lock, &until);
+            if (p->head == NULL && !p->stopping) {
+                pthread_mutex_unlock(&p->lock);
+                p->cfg.thread_idle(&t->worker, p->cfg.ctx);
+                pthread_mutex_lock(&p->lock);
+            }
+        }
         while (p->head == NULL && !p->stopping)
             pthread_cond_wait(&p->wake, &p->lock);
         pool_job *job = p->head;

@@ -4,7 +4,8 @@
  * the libuv pool is shared with fs work, has no per-thread hooks and its stack
  * size follows RLIMIT_STACK). Each worker runs thread_init once when it
  * starts (distird opens the worker's read-only SQLite connection there) and
- * thread_fini before it exits, on its own thread.
+ * thread_fini before it exits, on its own thread; thread_idle when it has
+ * waited idle_ms for a job.
  *
  * A job is caller storage: run() executes on a worker, then done() on the
  * same worker, which hands the job back (distird pushes it to the event
@@ -39,6 +40,13 @@ typedef struct pool_config {
     /* Called on each worker as it starts; non-zero fails pool_new. */
     int (*thread_init)(pool_worker *w, void *ctx, di_error *err);
     void (*thread_fini)(pool_worker *w, void *ctx);
+    /*
+     * Called on a worker that has had nothing to do for idle_ms (once per
+     * idle spell; NULL or idle_ms 0: never), to give back what it keeps for
+     * the next job.
+     */
+    void (*thread_idle)(pool_worker *w, void *ctx);
+    unsigned idle_ms;
     void *ctx;
 } pool_config;
 

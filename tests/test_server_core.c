@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../server/pool.h"
 #include "../server/reply.h"
@@ -378,7 +379,8 @@ static void
 test_pool(void **state)
 {
     pool *p;
-    pool_config cfg = {3, 8u << 20, count_init, count_fini, NULL};
+    pool_config cfg = {.nthreads = 3, .stack_bytes = 8u << 20, .thread_init = count_init,
+                       .thread_fini = count_fini};
     atomic_int ran = 0, done = 0;
     count_job jobs[200];
     (void)state;
@@ -406,6 +408,58 @@ test_pool(void **state)
     }
 }
 
+static atomic_int idles;
+
+static void
+count_idle(pool_worker *w, void *ctx)
+{
+    (void)w;
+    (void)ctx;
+    atomic_fetch_add(&idles, 1);
+}
+
+static void
+sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/*
+ * thread_idle runs on each worker once it has waited idle_ms with nothing
+ * queued, once per idle spell: not again while it stays idle, again after
+ * it has run a job and waited once more.
+ */
+static void
+test_pool_idle(void **state)
+{
+    pool *p;
+    pool_config cfg = {.nthreads = 2, .stack_bytes = 1u << 20, .thread_idle = count_idle,
+                       .idle_ms = 20};
+    atomic_int ran = 0, done = 0;
+    count_job job;
+    (void)state;
+    atomic_store(&idles, 0);
+    assert_int_equal(pool_new(&cfg, &p, NULL), 0);
+    for (int i = 0; i < 500 && atomic_load(&idles) < 2; i++)
+        sleep_ms(10);
+    assert_int_equal(atomic_load(&idles), 2);
+    sleep_ms(100); /* five more idle periods: still one call per worker */
+    assert_int_equal(atomic_load(&idles), 2);
+    memset(&job, 0, sizeof job);
+    job.pj.run = count_run;
+    job.pj.done = count_done;
+    job.ran = &ran;
+    job.done = &done;
+    pool_submit(p, &job.pj);
+    for (int i = 0; i < 500 && atomic_load(&idles) < 3; i++)
+        sleep_ms(10);
+    assert_int_equal(atomic_load(&ran), 1);
+    assert_int_equal(atomic_load(&idles), 3); /* the worker that ran it, idle again */
+    pool_free(p);
+    assert_int_equal(atomic_load(&idles), 3);
+}
+
 static int
 failing_init(pool_worker *w, void *ctx, di_error *err)
 {
@@ -419,7 +473,7 @@ static void
 test_pool_init_failure(void **state)
 {
     pool *p = (pool *)1;
-    pool_config cfg = {2, 1u << 20, failing_init, NULL, NULL};
+    pool_config cfg = {.nthreads = 2, .stack_bytes = 1u << 20, .thread_init = failing_init};
     di_error err;
     (void)state;
     di_error_clear(&err);
@@ -763,7 +817,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_normalization), cmocka_unit_test(test_strategy_checks),
         cmocka_unit_test(test_reply_encoding),    cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_pool_init_failure), cmocka_unit_test(test_input_good),
+        cmocka_unit_test(test_pool_init_failure), cmocka_unit_test(test_pool_idle),
+        cmocka_unit_test(test_input_good),
         cmocka_unit_test(test_input_errors),      cmocka_unit_test(test_input_too_deep),
         cmocka_unit_test(test_input_mutations),
     };
