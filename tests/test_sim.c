@@ -319,6 +319,69 @@ test_link_levels(void **state)
     hw_free(hw);
 }
 
+/*
+ * The step of one all-reduce of a 1024x1024 f32 tensor held by devs[0..n)
+ * (a tuple in that order) on two nodes of eight devices (test_hw), with
+ * the hierarchical algorithm.
+ */
+static double
+all_reduce_step(const int *devs, uint32_t n)
+{
+    char tup[512], text[2048];
+    size_t w = 0;
+    ir_module *m = NULL;
+    sim_result *r = NULL;
+    sim_options o;
+    hw_model *hw = test_hw(2, 8);
+    di_error err;
+    double t;
+    hw->algorithm = HW_ALGO_HIERARCHICAL; /* priced by the nodes and the members per node */
+    w += (size_t)snprintf(tup + w, sizeof tup - w, "tuple<");
+    for (uint32_t i = 0; i < n; i++)
+        w += (size_t)snprintf(tup + w, sizeof tup - w, "%s!dist.tensor<1024x1024xf32, %d>",
+                              i ? ", " : "", devs[i]);
+    snprintf(tup + w, sizeof tup - w, ">");
+    snprintf(text, sizeof text,
+             "func @main(%%x: %s) -> (%s) {\n"
+             "  %%y = \"dist.all_reduce\"(%%x) : (%s) -> %s\n"
+             "  return %%y : %s\n"
+             "}\n",
+             tup, tup, tup, tup, tup);
+    if (ir_parse(text, strlen(text), &m, &err) != 0)
+        fail_msg("ir_parse: %s\n%s", err.msg, text);
+    sim_options_default(&o);
+    if (sim_run(m, hw, &o, &r, NULL, NULL, &err) != 0)
+        fail_msg("sim_run: %s", err.msg);
+    t = r->step_time_s;
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+    return t;
+}
+
+/*
+ * A collective's group is priced by its nodes and its most members on one
+ * node, whatever order the group lists its devices in: the same step for
+ * every order of {0, 1, 8, 9} (two nodes, two on each) and of {0, 1, 8};
+ * one node's four devices are faster (intra-node links only), and three on
+ * one node and one on the other differ from two and two.
+ */
+static void
+test_group_order(void **state)
+{
+    static const int asc[] = {0, 1, 8, 9}, perm1[] = {9, 0, 8, 1}, perm2[] = {8, 9, 1, 0};
+    static const int three[] = {0, 1, 8}, three_perm[] = {8, 0, 1}, intra[] = {0, 1, 2, 3};
+    static const int lopsided[] = {0, 1, 2, 8}; /* three members on one node */
+    double t = all_reduce_step(asc, 4);
+    (void)state;
+    assert_true(t > 0);
+    assert_true(all_reduce_step(perm1, 4) == t);
+    assert_true(all_reduce_step(perm2, 4) == t);
+    assert_true(all_reduce_step(three_perm, 3) == all_reduce_step(three, 3));
+    assert_true(all_reduce_step(intra, 4) < t);
+    assert_true(all_reduce_step(lopsided, 4) != t);
+}
+
 /* main(x) = relu^n(x) on 256x256 f32 (256 KiB a value), the last result returned. */
 static ir_module *
 relu_chain(uint32_t n)
@@ -1505,6 +1568,7 @@ main(void)
         cmocka_unit_test(test_link_contention),
         cmocka_unit_test(test_link_levels),
         cmocka_unit_test(test_memory_chain),
+        cmocka_unit_test(test_group_order),
         cmocka_unit_test(test_oom),
         cmocka_unit_test(test_oom_reserve),
         cmocka_unit_test(test_host_overhead),
