@@ -458,7 +458,7 @@ job_test_delay(srv_job *job)
  * worker has been idle for SRV_WORKER_IDLE_MS): its candidates are alike, and a
  * candidate of a large model outlasts a slice, so trimming after each slice
  * mapped and zeroed the tables again for every candidate (gpt3-175b on
- * 1,024 GPUs: a fifth of the search in page faults).
+ * 1,024 GPUs: a fifth of a 20 s profile of the search in page faults).
  */
 #define WS_KEEP_BYTES ((size_t)256 << 20)
 static tss_t ws_key;
