@@ -1816,7 +1816,7 @@ attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h,
          double *p, const double *lse)
 {
     double mx = -INFINITY, sum = 0;
-    int64_t last = a->causal ? a->off + i : a->sk - 1;
+    int64_t last = a->causal ? a->off + i : a->sk - 1, kh = attn_kv(a, h);
     if (last >= a->sk)
         last = a->sk - 1;
     for (int64_t j = 0; j < a->sk; j++) {
@@ -1827,7 +1827,7 @@ attn_row(const attn_dims *a, const ex_tensor *q, const ex_tensor *kk, int64_t h,
         }
         for (int64_t x = 0; x < a->d; x++)
             s += ex_get(q, (size_t)((h * a->sq + i) * a->d + x)) *
-                 ex_get(kk, (size_t)((attn_kv(a, h) * a->sk + j) * a->d + x));
+                 ex_get(kk, (size_t)((kh * a->sk + j) * a->d + x));
         p[j] = s * a->scale;
         if (p[j] > mx)
             mx = p[j];
@@ -1865,7 +1865,8 @@ k_flashattn(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *
         return rc;
     }
     p = di_xmalloc((size_t)(a.sk ? a.sk : 1) * sizeof *p);
-    for (int64_t h = 0; h < a.n; h++)
+    for (int64_t h = 0; h < a.n; h++) {
+        int64_t kh = attn_kv(&a, h); /* its key/value head */
         for (int64_t i = 0; i < a.sq; i++) {
             size_t row = (size_t)(h * a.sq + i);
             double l = attn_row(&a, in[0], in[1], h, i, p, NULL), wprev = 0, wnew = 1;
@@ -1881,13 +1882,14 @@ k_flashattn(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *
             for (int64_t x = 0; x < a.dv; x++) {
                 double o = 0;
                 for (int64_t j = 0; j < a.sk; j++)
-                    o += p[j] * ex_get(in[2], (size_t)((attn_kv(&a, h) * a.sk + j) * a.dv + x));
+                    o += p[j] * ex_get(in[2], (size_t)((kh * a.sk + j) * a.dv + x));
                 o *= wnew;
                 if (wprev != 0)
                     o += wprev * ex_get(in[3], (size_t)((h * a.sq + i) * a.dv + x));
                 ex_set(&out[0], (size_t)((h * a.sq + i) * a.dv + x), o);
             }
         }
+    }
     di_free(p);
     return 0;
 }
@@ -1917,7 +1919,8 @@ k_flashattngrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
     dq = di_xcalloc(in[0]->numel ? in[0]->numel : 1, sizeof *dq);
     dk = di_xcalloc(in[1]->numel ? in[1]->numel : 1, sizeof *dk);
     dv = di_xcalloc(in[2]->numel ? in[2]->numel : 1, sizeof *dv);
-    for (int64_t h = 0; h < a.n; h++)
+    for (int64_t h = 0; h < a.n; h++) {
+        int64_t kh = attn_kv(&a, h); /* its key/value head */
         for (int64_t i = 0; i < a.sq; i++) {
             double dsum = 0, lse = a.ring ? ex_get(in[4], (size_t)(h * a.sq + i)) : 0;
             attn_row(&a, in[0], in[1], h, i, p, a.ring ? &lse : NULL);
@@ -1928,8 +1931,8 @@ k_flashattngrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
                 double g = 0;
                 for (int64_t x = 0; x < a.dv; x++) {
                     double dout = ex_get(in[5], (size_t)((h * a.sq + i) * a.dv + x));
-                    g += dout * ex_get(in[2], (size_t)((attn_kv(&a, h) * a.sk + j) * a.dv + x));
-                    dv[(attn_kv(&a, h) * a.sk + j) * a.dv + x] += p[j] * dout;
+                    g += dout * ex_get(in[2], (size_t)((kh * a.sk + j) * a.dv + x));
+                    dv[(kh * a.sk + j) * a.dv + x] += p[j] * dout;
                 }
                 dp[j] = p[j] * (g - dsum) * a.scale; /* dS / scale-free scores */
             }
@@ -1938,12 +1941,13 @@ k_flashattngrad(const kctx *k, const ex_tensor *const *in, ex_tensor *out)
                     continue;
                 for (int64_t x = 0; x < a.d; x++) {
                     dq[(h * a.sq + i) * a.d + x] +=
-                        dp[j] * ex_get(in[1], (size_t)((attn_kv(&a, h) * a.sk + j) * a.d + x));
-                    dk[(attn_kv(&a, h) * a.sk + j) * a.d + x] +=
+                        dp[j] * ex_get(in[1], (size_t)((kh * a.sk + j) * a.d + x));
+                    dk[(kh * a.sk + j) * a.d + x] +=
                         dp[j] * ex_get(in[0], (size_t)((h * a.sq + i) * a.d + x));
                 }
             }
         }
+    }
     dstore(&out[0], dq);
     dstore(&out[1], dk);
     dstore(&out[2], dv);

@@ -254,32 +254,23 @@ sim_group_describe(const sim *s, const int32_t *devs, uint32_t n, group_info *g)
      * so no quadratic scan); otherwise a sorted copy of their nodes.
      */
     {
-        uint32_t prev = 0, run = 0, *nodes = NULL;
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t node = hw_node_of(hw, (uint32_t)devs[i]);
-            if (i > 0 && node < prev) {
-                nodes = di_xmalloc(n * sizeof *nodes);
-                break;
+        uint32_t prev = 0, run = 0, *sorted = NULL;
+        for (uint32_t i = 1; i < n && sorted == NULL; i++)
+            if (hw_node_of(hw, (uint32_t)devs[i]) < hw_node_of(hw, (uint32_t)devs[i - 1])) {
+                sorted = di_xmalloc(n * sizeof *sorted);
+                for (uint32_t j = 0; j < n; j++)
+                    sorted[j] = hw_node_of(hw, (uint32_t)devs[j]);
+                qsort(sorted, n, sizeof *sorted, cmp_u32);
             }
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t node = sorted ? sorted[i] : hw_node_of(hw, (uint32_t)devs[i]);
             run = i > 0 && node == prev ? run + 1 : 1;
             g->nodes += run == 1;
             if (run > g->per_node)
                 g->per_node = run;
             prev = node;
         }
-        if (nodes) {
-            for (uint32_t i = 0; i < n; i++)
-                nodes[i] = hw_node_of(hw, (uint32_t)devs[i]);
-            qsort(nodes, n, sizeof *nodes, cmp_u32);
-            g->nodes = g->per_node = 0;
-            for (uint32_t i = 0; i < n; i++) {
-                run = i > 0 && nodes[i] == nodes[i - 1] ? run + 1 : 1;
-                g->nodes += run == 1;
-                if (run > g->per_node)
-                    g->per_node = run;
-            }
-            di_free(nodes);
-        }
+        di_free(sorted);
     }
     if (hw->devices_per_node <= 1) {
         /* One device per node (distir-classic): every link is the inter-node one. */

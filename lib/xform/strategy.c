@@ -993,15 +993,10 @@ tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id 
         return 0;
     for (uint32_t i = 0; i < m->ops[next].ninput; i++) {
         uint32_t ref = m->ops[next].inputs + i;
-        ir_id v = m->refs[ref], d = m->values[v].def;
+        ir_id v = m->refs[ref];
         int8_t have = c->place[v].a[XF_TP];
         int need = have == XF_P || (!set && have >= 0 && c->req[ref].a[XF_TP] == XF_R);
-        /* Through views and plumbing back to their source. */
-        while (d && (ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE) && m->ops[d].ninput &&
-               m->ops[d].kind != IR_OP_CONSTANT) {
-            v = m->refs[m->ops[d].inputs];
-            d = m->values[v].def;
-        }
+        v = storage_of(c, v); /* through views and plumbing back to their source */
         need |= c->place[v].a[XF_TP] == XF_P;
         if (need && v == out)
             reads = 1;
