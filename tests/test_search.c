@@ -1375,8 +1375,56 @@ test_model_facts(void **state)
         /* A degree that does not divide the layers balances them; more stages than layers fail. */
         assert_int_equal(xform_validate(m, &s, NULL, &err) == 0, k <= f.layers);
     }
+    /*
+     * A layer of hidden h = 48 holds 12 h^2 + 13 h = 28,272 parameters (QKV, projection, two
+     * MLP GEMMs with biases, two layer norms): f32 weights, and gradients of the same dtype.
+     */
+    assert_int_equal(f.param_min, 28272 * 4);
+    assert_int_equal(f.grad_min, 28272 * 4);
     xform_model_facts_fini(&f);
     assert_null(f.arg_kind);
+    {
+        /*
+         * Mixed precision (bf16, Adam): 2-byte weights, 14 bytes of state per parameter
+         * (weights, fp32 master copy and moments), gradients accumulated in fp32.
+         */
+        ir_module *mx = gpt_as(4, 48, 6, 8, 24, 1);
+        assert_int_equal(xform_model_facts_init(&f, mx, &err), 0);
+        assert_int_equal(f.param_min, 28272 * 2);
+        assert_int_equal(f.state_min, 28272 * 14);
+        assert_int_equal(f.grad_min, 28272 * 4);
+        xform_model_facts_fini(&f);
+        ir_module_free(mx);
+    }
+    {
+        /*
+         * fp16 as Megatron-LM trains it by default: the gradients accumulated and reduced in
+         * fp16, cast to f32 only in the optimizer step, so 2 bytes per parameter.
+         */
+        models_gpt c;
+        ir_module *h = NULL;
+        models_gpt_init(&c);
+        c.layers = 4;
+        c.hidden = 48;
+        c.heads = 6;
+        c.seq = 8;
+        c.vocab = 13;
+        c.batch = 24;
+        c.dtype = IR_F16;
+        c.train.optimizer = XFORM_OPTIM_ADAM;
+        assert_int_equal(models_gpt_build(&c, &h, &err), 0);
+        assert_int_equal(xform_model_facts_init(&f, h, &err), 0);
+        assert_int_equal(f.param_min, 28272 * 2);
+        assert_int_equal(f.grad_min, 28272 * 2);
+        xform_model_facts_fini(&f);
+        ir_module_free(h);
+        c.train.precision = MODELS_PRECISION_MIXED_GRAD32; /* Megatron's f32 main_grad */
+        assert_int_equal(models_gpt_build(&c, &h, &err), 0);
+        assert_int_equal(xform_model_facts_init(&f, h, &err), 0);
+        assert_int_equal(f.grad_min, 28272 * 4);
+        xform_model_facts_fini(&f);
+        ir_module_free(h);
+    }
 
     assert_int_equal(xform_model_facts_init(&f, p, &err), 0);
     assert_int_equal(f.batch, 8);

@@ -124,7 +124,10 @@ unpack_event(grpc_byte_buffer *bb)
     return ev;
 }
 
-/* The sequential library search of the same space, as JSON. */
+/*
+ * The sequential library search of the same space, as JSON: one thread on the
+ * plan (branch and bound), as `distir search` without --server runs it.
+ */
 static char *
 local_json(const ir_module *m)
 {
@@ -132,22 +135,29 @@ local_json(const ir_module *m)
     search_config cfg;
     search_space sp;
     search_evaluator ev;
+    search_plan plan;
+    search_planner w;
     search_result r;
-    const search_candidate *c;
-    uint64_t cursor = 0;
+    search_point p;
     di_error err;
     char *json;
+    int k;
     assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
     config(&cfg);
     assert_int_equal(search_space_init(&sp, m, hw, &cfg, &err), 0);
     search_evaluator_init(&ev, &sp);
+    search_plan_init(&plan, &sp);
+    search_planner_init(&w, &plan);
     search_result_init(&r, &sp);
-    while ((c = search_space_next(&sp, &cursor)) != NULL) {
-        search_point p;
-        search_eval(&ev, c, &p);
-        search_result_add(&r, &p);
+    while ((k = search_plan_next(&w, &ev, &p)) != SEARCH_PLAN_END) {
+        assert_int_not_equal(k, SEARCH_PLAN_WAIT); /* no other thread holds the seed */
+        if (k == SEARCH_PLAN_POINT)
+            search_result_add(&r, &p);
     }
+    search_result_refine(&ev, &r);
     json = search_result_to_json(&r);
+    search_planner_fini(&w);
+    search_plan_fini(&plan);
     search_evaluator_fini(&ev);
     search_result_fini(&r);
     search_space_fini(&sp);

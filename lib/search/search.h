@@ -42,6 +42,13 @@
 
 /* The largest number of values an allowed set of one axis may list. */
 #define SEARCH_MAX_SET 64u
+/*
+ * Part of every search key with SIM_VERSION: changed whenever the bounds or the
+ * plan change which candidates are counted under which status (the answer's
+ * counts), so that a stored search of an older version is not served.
+ */
+#define SEARCH_VERSION "distir-search-2"
+
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
 /* The largest K of a top K (results hold K points). */
@@ -173,6 +180,7 @@ typedef struct search_space {
                                 least over the layers (xform_model_facts) */
     uint64_t state_min;      /* a layer's weights and optimizer state, the least */
     uint64_t param_min;      /* a layer's parameters alone (what its forward reads), the least */
+    uint64_t grad_min;       /* a layer's gradient buffers (what its updates read), the least */
     int64_t experts; /* the MoE layers' experts (0: none): ep in {1, dp} where they divide */
     int64_t seq;             /* the sequence cp must divide (0: no cp) */
     uint64_t expert_bytes;   /* the part of state_bytes that expert parallelism splits */
@@ -186,7 +194,7 @@ typedef struct search_space {
     struct search_layer_mem {
         uint32_t tp;
         uint8_t sequence_parallel, ok;
-        uint64_t saved_min[3], state_min, param_min;
+        uint64_t saved_min[3], state_min, param_min, grad_min;
         xform_layer_time time;
         /* The least seconds per byte of a reduce-scatter or an all-gather over a tensor
            group (devices 0 .. tp - 1; sim_collective_slope), for the time bound's
@@ -198,6 +206,7 @@ typedef struct search_space {
          * their dimension 0), bytes per device; NULL where refused.
          */
         uint64_t *zero_min;
+        uint64_t *zero_grad_min; /* the same of those parameters' gradients (grad_bytes) */
     } *layer_mem;
     uint32_t ndp, *dps; /* the data-parallel degrees of the space, ascending */
     /*
@@ -225,7 +234,7 @@ typedef struct search_space {
     /*
      * Identifies the search, whatever the shard: SHA-256 over "distir.search.v1",
      * ir_hash(module), hw_hash(hardware), N, every constraint (lists sorted, masks with
-     * "0: every value" spelled out), the objective, K and SIM_VERSION. Results carry it,
+     * "0: every value" spelled out), the objective, K, SIM_VERSION and SEARCH_VERSION. Results carry it,
      * and only results with the same key merge. The daemon's key for a stored search.
      */
     di_hash key;

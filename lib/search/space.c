@@ -590,6 +590,8 @@ space_key(search_space *sp)
     di_sha256_u64(&h, cfg->top_k);
     di_sha256_u64(&h, sizeof SIM_VERSION - 1);
     di_sha256_update(&h, SIM_VERSION, sizeof SIM_VERSION - 1);
+    di_sha256_u64(&h, sizeof SEARCH_VERSION - 1);
+    di_sha256_update(&h, SEARCH_VERSION, sizeof SEARCH_VERSION - 1);
     di_sha256_final(&h, &sp->key);
 }
 
@@ -642,7 +644,7 @@ find_dp_group(const search_space *sp, uint32_t dp, uint32_t stride)
     return NULL;
 }
 
-/* e->zero_min from the layers' parameters p[0..np) under its (tp, sp). */
+/* e->zero_min and zero_grad_min from the layers' parameters p[0..np) under its (tp, sp). */
 static void
 zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_param *p,
               uint32_t np)
@@ -651,17 +653,24 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
     uint64_t *per;
     if (L == 0)
         return;
-    per = di_xmalloc((size_t)L * sizeof *per);
+    per = di_xmalloc(2 * (size_t)L * sizeof *per);
     e->zero_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_min);
+    e->zero_grad_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_grad_min);
     for (uint32_t k = 0; k < sp->ndp; k++) {
-        memset(per, 0, (size_t)L * sizeof *per);
+        memset(per, 0, 2 * (size_t)L * sizeof *per);
         for (uint32_t i = 0; i < np; i++)
-            if (p[i].layer < L && p[i].dim0 > 0 && p[i].dim0 % sp->dps[k] == 0)
+            if (p[i].layer < L && p[i].dim0 > 0 && p[i].dim0 % sp->dps[k] == 0) {
                 per[p[i].layer] += p[i].bytes;
+                per[L + p[i].layer] += p[i].grad_bytes;
+            }
         e->zero_min[k] = per[0];
-        for (uint32_t l = 1; l < L; l++)
+        e->zero_grad_min[k] = per[L];
+        for (uint32_t l = 1; l < L; l++) {
             if (per[l] < e->zero_min[k])
                 e->zero_min[k] = per[l];
+            if (per[L + l] < e->zero_grad_min[k])
+                e->zero_grad_min[k] = per[L + l];
+        }
     }
     di_free(per);
 }
@@ -695,6 +704,7 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         memcpy(e->saved_min, f.saved_min, sizeof e->saved_min);
         e->state_min = f.state_min;
         e->param_min = f.param_min;
+        e->grad_min = f.grad_min;
         e->time = f.time;
         if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
             double ag = group_slope(sp->hw, IR_OP_ALLGATHER, e->tp, 1);
@@ -837,6 +847,7 @@ search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw
     memcpy(sp->saved_min, facts.saved_min, sizeof sp->saved_min);
     sp->state_min = facts.state_min;
     sp->param_min = facts.param_min;
+    sp->grad_min = facts.grad_min;
     sp->state_bytes = facts.weight_bytes;
     sp->experts = facts.experts;
     sp->seq = facts.seq;
@@ -876,8 +887,10 @@ void
 search_space_fini(search_space *sp)
 {
     di_free(sp->candidates);
-    for (uint32_t i = 0; i < sp->nlayer_mem; i++)
+    for (uint32_t i = 0; i < sp->nlayer_mem; i++) {
         di_free(sp->layer_mem[i].zero_min);
+        di_free(sp->layer_mem[i].zero_grad_min);
+    }
     di_free(sp->layer_mem);
     di_free(sp->dps);
     di_free(sp->dp_group);
@@ -991,23 +1004,56 @@ in_flight(const search_candidate *c, uint32_t g)
  * of it L_g (w_g a + s): the largest of these with the L_g the transforms
  * give (stage_layout), else, however the L layers are split over the
  * groups, max_g L_g (w_g a + s) >= L / sum_g 1 / (w_g a + s).
+ *
+ * Without ZeRO and under ZeRO-1 a layer also accumulates its whole gradient
+ * buffers, g (grad_min), over the microbatches, and reduces them only after
+ * its last accumulation. With m >= 2 microbatches, when a device starts its
+ * last backward chunk (microbatch m's), every layer it holds has run the
+ * backward of microbatch 1, and the chunk's own layers still hold microbatch
+ * m's activations: per layer s + g + a when the device holds one chunk
+ * function (V = 1). Interleaved, the other chunks' buffers may be reduced
+ * and freed by then under ZeRO-1 with overlap; an all-reduce (ZeRO 0) runs in
+ * place, and without overlap nothing is reduced before the backward ends:
+ * per layer s + g there. So w_g a + s above becomes the larger of the two.
  */
+/*
+ * Per layer, what a device of group k holds at once at least (layer_bound):
+ * a activations per microbatch, s state, g gradient buffers (0 when they are
+ * not held whole over the microbatches).
+ */
+static double
+held(const search_candidate *c, uint32_t k, double a, double s, double g)
+{
+    double warm = in_flight(c, k) * a + s, last;
+    if (g <= 0)
+        return warm;
+    if (virtual_of(c) == 1)
+        last = s + g + a;
+    else if (c->zero == 0 || !c->overlap)
+        last = s + g;
+    else
+        return warm;
+    return warm > last ? warm : last;
+}
+
 static uint64_t
 layer_bound(const search_space *sp, const search_candidate *c)
 {
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
     int r = c->recompute < 3 ? c->recompute : 2;
-    double a, s, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
-    uint64_t kept = sp->saved_min[r], state = sp->state_min, param = sp->param_min;
+    double a, s, g = 0, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
+    uint64_t kept = sp->saved_min[r], state = sp->state_min, param = sp->param_min,
+             grad = sp->grad_min;
     if (e != NULL && e->ok) { /* per device already */
         kept = e->saved_min[r];
         state = e->state_min;
         param = e->param_min;
+        grad = e->grad_min;
         split = 1;
     }
     if (c->ep > 1)
-        state = param = 0; /* a layer's experts are split over ep: the least is not known here */
+        state = param = grad = 0; /* a layer's experts are split over ep: the least is not known */
     if (sp->layers == 0 || (kept == 0 && state == 0))
         return 0;
     /* Context parallelism splits the activations further (all but the gathered keys, values). */
@@ -1020,23 +1066,26 @@ layer_bound(const search_space *sp, const search_candidate *c)
      */
     if ((c->zero == 1 || c->zero == 2) && param <= state)
         s = floor((double)(state - param) / (split * c->dp) + (double)param / split);
+    /* The gradient buffers at the last backward chunk (above): g, and whether a stays held. */
+    if (c->zero <= 1 && c->microbatches >= 2)
+        g = floor((double)grad / split);
     if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
         /* The layers each group holds are known: the busiest group. */
         double most = 0;
-        for (uint32_t g = 0; g < c->pp; g++) {
+        for (uint32_t k = 0; k < c->pp; k++) {
             uint32_t L = 0;
-            for (uint32_t k = g; k < st->nstage; k += c->pp)
-                L += st->layers[k];
-            if (L * (in_flight(c, g) * a + s) > most)
-                most = L * (in_flight(c, g) * a + s);
+            for (uint32_t j = k; j < st->nstage; j += c->pp)
+                L += st->layers[j];
+            if (L * held(c, k, a, s, g) > most)
+                most = L * held(c, k, a, s, g);
         }
         return (uint64_t)floor(most * (1 - 1e-9));
     }
-    for (uint32_t g = 0; g < c->pp; g++) {
-        double held = in_flight(c, g) * a + s;
-        if (held <= 0)
+    for (uint32_t k = 0; k < c->pp; k++) {
+        double h = held(c, k, a, s, g);
+        if (h <= 0)
             return 0; /* a group may hold nothing */
-        inv += 1 / held;
+        inv += 1 / h;
     }
     /* Rounded down, with a margin for the floating-point sum. */
     return (uint64_t)floor(sp->layers / inv * (1 - 1e-9));
@@ -1064,8 +1113,10 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
  * carries at least for the data parallelism of its N0 layers, in seconds:
  * its collectives run one at a time (docs/simulator.md), each at least its
  * payload times the group's least slope. A layer's parameters P (bytes per
- * device), of which Z are sharded by ZeRO at this dp; a gradient has at
- * least its parameter's bytes. ZeRO 0: one all-reduce of the gradients.
+ * device), of which Z are sharded by ZeRO at this dp; its gradients G
+ * (at the dtype the updates read them, which the reductions carry: Megatron's
+ * fp32 accumulation doubles a bf16 model's), Zg of them sharded; a gradient
+ * has at least its parameter's bytes. ZeRO 0: one all-reduce of the gradients.
  * ZeRO-1: a reduce-scatter of the gradients (all-reduce where unsharded)
  * and an all-gather of the sharded working copy; ZeRO-2: the sharded
  * gradients reduce-scattered each microbatch; ZeRO-3: also the sharded
@@ -1078,7 +1129,7 @@ dp_comm_bound(const search_space *sp, const search_candidate *c,
 {
     const struct search_dp_group *g;
     int32_t k;
-    double P, Z, m = (double)c->microbatches, per;
+    double P, Z, G, Zg, m = (double)c->microbatches, per;
     if (c->dp <= 1 || N0 == 0 || e->zero_min == NULL || !e->ok ||
         (g = find_dp_group(sp, c->dp, c->tp * (c->cp > 1 ? c->cp : 1))) == NULL ||
         (k = dp_index(sp, c->dp)) < 0)
@@ -1087,18 +1138,27 @@ dp_comm_bound(const search_space *sp, const search_candidate *c,
     Z = (double)e->zero_min[k];
     if (Z > P)
         Z = P;
+    G = (double)e->grad_min > P ? (double)e->grad_min : P;
+    Zg = e->zero_grad_min && (double)e->zero_grad_min[k] > Z ? (double)e->zero_grad_min[k] : Z;
+    if (Zg > G)
+        Zg = G;
+    /*
+     * Each term grows with each of P, Z, G and Zg (m >= 1), so the least of each over the
+     * layers gives the least of the whole.
+     */
     switch (c->zero) {
     case 0:
-        per = P * g->all_reduce;
+        per = G * g->all_reduce;
         break;
     case 1:
-        per = P * g->reduce_scatter + Z * g->all_gather;
+        per = G * g->reduce_scatter + Z * g->all_gather;
         break;
     case 2:
-        per = Z * (m * g->reduce_scatter + g->all_gather) + (P - Z) * g->reduce_scatter;
+        per = Zg * m * g->reduce_scatter + (G - Zg) * g->reduce_scatter + Z * g->all_gather;
         break;
     default:
-        per = Z * m * (g->reduce_scatter + 2 * g->all_gather) + (P - Z) * g->reduce_scatter;
+        per = Zg * m * g->reduce_scatter + (G - Zg) * g->reduce_scatter +
+              2 * Z * m * g->all_gather;
         break;
     }
     return N0 * per;

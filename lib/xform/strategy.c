@@ -761,18 +761,43 @@ saved_min(xf_ctx *c, uint64_t out[3])
 }
 
 /*
- * xform_model_facts.state_min, and into *param_least the least over the
- * layers of a layer's parameters alone (the weights its forward ops read).
+ * Bytes per device of the gradient that optimizer update op (SGD(w, dw),
+ * Adam(w, dw, m, v)) reads, as the microbatches accumulate it and the
+ * data-parallel reduction carries it: where the update's input is a cast of
+ * the step phase (mixed precision with 16-bit accumulation, autodiff.c), the
+ * value it casts; the fewer bytes of the two.
  */
 static uint64_t
-state_min(const xf_ctx *c, uint64_t *param_least)
+grad_bytes(const xf_ctx *c, ir_id op)
+{
+    const ir_module *m = c->m;
+    ir_id v = storage_of(c, m->refs[m->ops[op].inputs + 1]), d = m->values[v].def;
+    uint64_t b = device_bytes(c, v);
+    while (d != 0 && m->ops[d].kind == IR_OP_CAST && c->op[d].phase == XF_PH_STEP &&
+           m->ops[d].ninput == 1) {
+        v = storage_of(c, m->refs[m->ops[d].inputs]);
+        d = m->values[v].def;
+        if (device_bytes(c, v) < b)
+            b = device_bytes(c, v);
+    }
+    return b;
+}
+
+/*
+ * xform_model_facts.state_min, into *param_least the least over the layers
+ * of a layer's parameters alone (the weights its forward ops read), and into
+ * *grad_least the least of a layer's gradients (grad_bytes: the accumulation
+ * buffers).
+ */
+static uint64_t
+state_min(const xf_ctx *c, uint64_t *param_least, uint64_t *grad_least)
 {
     const ir_module *m = c->m;
     const ir_region *r = &m->regions[c->func];
     uint32_t L = c->nlayer;
     int32_t *layer = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *layer);
     uint8_t *param = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
-    uint64_t *per = di_xcalloc(2 * (size_t)(L ? L : 1), sizeof *per), least = 0;
+    uint64_t *per = di_xcalloc(3 * (size_t)(L ? L : 1), sizeof *per), least = 0;
     for (uint32_t v = 0; v < m->nvalue; v++)
         layer[v] = -1;
     /* A weight belongs to the layer whose forward op reads it first. */
@@ -802,6 +827,8 @@ state_min(const xf_ctx *c, uint64_t *param_least)
             if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && layer[v] < 0)
                 layer[v] = li;
         }
+        if (li >= 0 && (uint32_t)li < L && o->ninput > 1)
+            per[2 * (size_t)L + (uint32_t)li] += grad_bytes(c, r->ops[i]);
     }
     for (uint32_t a = 0; a < r->narg; a++) {
         ir_id v = r->args[a];
@@ -811,12 +838,14 @@ state_min(const xf_ctx *c, uint64_t *param_least)
                 per[L + (uint32_t)layer[v]] += device_bytes(c, v);
         }
     }
-    *param_least = 0;
+    *param_least = *grad_least = 0;
     for (uint32_t l = 0; l < L; l++) {
         if (l == 0 || per[l] < least)
             least = per[l];
         if (l == 0 || per[L + l] < *param_least)
             *param_least = per[L + l];
+        if (l == 0 || per[2 * (size_t)L + l] < *grad_least)
+            *grad_least = per[2 * (size_t)L + l];
     }
     di_free(layer);
     di_free(param);
@@ -851,7 +880,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     }
     r = &c.m->regions[c.func];
     saved_min(&c, f->saved_min);
-    f->state_min = state_min(&c, &f->param_min);
+    f->state_min = state_min(&c, &f->param_min, &f->grad_min);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
     expert = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
@@ -905,9 +934,16 @@ layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
 {
     const ir_region *r = &c->m->regions[c->func];
     uint8_t *seen = di_xcalloc(c->m->nvalue ? c->m->nvalue : 1, 1);
+    uint64_t *grad = di_xcalloc(c->m->nvalue ? c->m->nvalue : 1, sizeof *grad);
     uint32_t cap = 0;
     *out = NULL;
     *n = 0;
+    /* SGD(w, dw) and Adam(w, dw, m, v): w's gradient as it is accumulated and reduced. */
+    for (uint32_t i = 0; i < r->nop; i++) {
+        const ir_op *o = &c->m->ops[r->ops[i]];
+        if ((ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) && o->ninput > 1)
+            grad[storage_of(c, c->m->refs[o->inputs])] = grad_bytes(c, r->ops[i]);
+    }
     /* A layer's parameters: the weight arguments its forward ops read (as state_min). */
     for (uint32_t i = 0; i < r->nop; i++) {
         const ir_op *o = &c->m->ops[r->ops[i]];
@@ -925,6 +961,7 @@ layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
             p = &(*out)[(*n)++];
             p->layer = (uint32_t)xf_layer_index(c, oi->layer);
             p->bytes = device_bytes(c, v);
+            p->grad_bytes = grad[v];
             p->dim0 = c->m->types[c->m->values[v].type].rank > 0 &&
                               xf_local_dims(c, v, &c->place[v], c->n, dims) == 0
                           ? dims[0]
@@ -932,6 +969,7 @@ layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
         }
     }
     di_free(seen);
+    di_free(grad);
 }
 
 /* Does op's work divide over the tensor axis (an input it needs or a result split there)? */
@@ -1195,7 +1233,7 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     if ((rc = analyse(&c, m, s, hw, err)) != 0)
         return rc;
     saved_min(&c, out->saved_min);
-    out->state_min = state_min(&c, &out->param_min);
+    out->state_min = state_min(&c, &out->param_min, &out->grad_min);
     layer_params(&c, &out->params, &out->nparams);
     layer_work(&c, tf32, &out->time); /* last: it changes the recomputation marks */
     xf_ctx_fini(&c);

@@ -110,6 +110,13 @@ typedef struct xform_model_facts {
     /* The same of a layer's parameters alone (the weights its forward ops read). */
     uint64_t param_min;
     /*
+     * The same of a layer's gradients as the microbatches accumulate them and
+     * the data-parallel reduction carries them: the gradient inputs of the
+     * optimizer updates of its weights, at their dtype, or at the dtype before
+     * the step's cast where mixed precision accumulates in 16 bits.
+     */
+    uint64_t grad_min;
+    /*
      * Mixtures of experts: the experts of the MoE layers (the first layer's
      * count; 0 without experts), which ep must divide, and the bytes of the
      * expert weights and their optimizer state (part of weight_bytes), what
@@ -139,6 +146,7 @@ typedef struct xform_layer_param {
     uint32_t layer;
     int64_t dim0;
     uint64_t bytes;
+    uint64_t grad_bytes; /* its gradient's as accumulated (grad_min; 0: no update) */
 } xform_layer_param;
 
 /*
@@ -213,15 +221,15 @@ typedef struct xform_layer_time {
  * What the search's bounds need of the layers under s, from one run of the
  * analysis passes of xform_apply (without building the module): per
  * device, each value's bytes divided by the tensor parallelism where s's
- * placements split it over the tensor axis, saved_min, state_min and
- * param_min as in xform_model_facts; params, every layer's parameters;
+ * placements split it over the tensor axis, saved_min, state_min,
+ * param_min and grad_min as in xform_model_facts; params, every layer's parameters;
  * time, a layer's least compute time (xform_layer_time, tf32: f32 GEMMs as
  * TF32). The batch split (dp, microbatches) and context parallelism are
  * not applied. Fails as xform_validate does (then there is nothing to
  * free); on success free with xform_layer_facts_fini.
  */
 typedef struct xform_layer_facts {
-    uint64_t saved_min[3], state_min, param_min;
+    uint64_t saved_min[3], state_min, param_min, grad_min;
     xform_layer_param *params;
     uint32_t nparams;
     xform_layer_time time;
