@@ -46,9 +46,10 @@ mlp(uint32_t layers, int64_t hidden, int64_t batch)
     return m;
 }
 
-/* A GPT without dropout, f32 with SGD, or (mixed) bf16 with Adam. */
+/* A GPT without dropout: f32 with SGD, or 16-bit dt with Adam in the given precision. */
 static ir_module *
-gpt_as(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch, int mixed)
+gpt_in(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch, ir_dtype dt,
+       int precision)
 {
     models_gpt c;
     ir_module *m = NULL;
@@ -61,13 +62,22 @@ gpt_as(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batc
     c.vocab = 13;
     c.batch = batch;
     c.dropout = 0;
-    if (mixed) {
-        c.dtype = IR_BF16;
+    if (dt != IR_F32) { /* 16-bit weights: Adam, with the given precision */
+        c.dtype = dt;
         c.train.optimizer = XFORM_OPTIM_ADAM;
+        c.train.precision = precision;
     }
     if (models_gpt_build(&c, &m, &err) != 0)
         fail_msg("gpt: %s", err.msg);
     return m;
+}
+
+/* mixed: bf16 with Adam (Megatron-LM's mixed precision), else f32 with SGD. */
+static ir_module *
+gpt_as(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch, int mixed)
+{
+    return gpt_in(layers, hidden, heads, seq, batch, mixed ? IR_BF16 : IR_F32,
+                  MODELS_PRECISION_MIXED);
 }
 
 static ir_module *
@@ -1401,25 +1411,14 @@ test_model_facts(void **state)
          * fp16 as Megatron-LM trains it by default: the gradients accumulated and reduced in
          * fp16, cast to f32 only in the optimizer step, so 2 bytes per parameter.
          */
-        models_gpt c;
-        ir_module *h = NULL;
-        models_gpt_init(&c);
-        c.layers = 4;
-        c.hidden = 48;
-        c.heads = 6;
-        c.seq = 8;
-        c.vocab = 13;
-        c.batch = 24;
-        c.dtype = IR_F16;
-        c.train.optimizer = XFORM_OPTIM_ADAM;
-        assert_int_equal(models_gpt_build(&c, &h, &err), 0);
+        ir_module *h = gpt_in(4, 48, 6, 8, 24, IR_F16, MODELS_PRECISION_MIXED);
         assert_int_equal(xform_model_facts_init(&f, h, &err), 0);
         assert_int_equal(f.param_min, 28272 * 2);
         assert_int_equal(f.grad_min, 28272 * 2);
         xform_model_facts_fini(&f);
         ir_module_free(h);
-        c.train.precision = MODELS_PRECISION_MIXED_GRAD32; /* Megatron's f32 main_grad */
-        assert_int_equal(models_gpt_build(&c, &h, &err), 0);
+        /* Megatron's f32 main_grad */
+        h = gpt_in(4, 48, 6, 8, 24, IR_F16, MODELS_PRECISION_MIXED_GRAD32);
         assert_int_equal(xform_model_facts_init(&f, h, &err), 0);
         assert_int_equal(f.grad_min, 28272 * 4);
         xform_model_facts_fini(&f);

@@ -994,6 +994,26 @@ in_flight(const search_candidate *c, uint32_t g)
 }
 
 /*
+ * Per layer, what a device of group k holds at once at least (layer_bound):
+ * a activations per microbatch, s state, g gradient buffers (0 when they are
+ * not held whole over the microbatches).
+ */
+static double
+held(const search_candidate *c, uint32_t k, double a, double s, double g)
+{
+    double warm = in_flight(c, k) * a + s, last;
+    if (g <= 0)
+        return warm;
+    if (virtual_of(c) == 1)
+        last = s + g + a;
+    else if (c->zero == 0 || !c->overlap)
+        last = s + g;
+    else
+        return warm;
+    return warm > last ? warm : last;
+}
+
+/*
  * What some device holds at once by its layers. Per microbatch and device
  * a layer keeps at least a = kept / (dp m) of activations and s = state /
  * (zero ? dp : 1) of weights and optimizer state for the whole step, kept
@@ -1016,26 +1036,6 @@ in_flight(const search_candidate *c, uint32_t g)
  * place, and without overlap nothing is reduced before the backward ends:
  * per layer s + g there. So w_g a + s above becomes the larger of the two.
  */
-/*
- * Per layer, what a device of group k holds at once at least (layer_bound):
- * a activations per microbatch, s state, g gradient buffers (0 when they are
- * not held whole over the microbatches).
- */
-static double
-held(const search_candidate *c, uint32_t k, double a, double s, double g)
-{
-    double warm = in_flight(c, k) * a + s, last;
-    if (g <= 0)
-        return warm;
-    if (virtual_of(c) == 1)
-        last = s + g + a;
-    else if (c->zero == 0 || !c->overlap)
-        last = s + g;
-    else
-        return warm;
-    return warm > last ? warm : last;
-}
-
 static uint64_t
 layer_bound(const search_space *sp, const search_candidate *c)
 {
