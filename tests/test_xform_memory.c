@@ -117,17 +117,47 @@ gpt_layers(uint32_t layers)
     return gpt_batch(layers, B);
 }
 
+/*
+ * Mixed precision as Megatron-LM trains: bf16 weights and activations, Adam
+ * on f32 master weights, gradients accumulated in f32.
+ */
+static ir_module *
+gpt_mixed(uint32_t layers)
+{
+    models_gpt c;
+    ir_module *m = NULL;
+    di_error err;
+    models_gpt_init(&c);
+    c.layers = layers;
+    c.hidden = H;
+    c.heads = A;
+    c.seq = S;
+    c.vocab = V;
+    c.batch = B;
+    c.dtype = IR_BF16;
+    c.dropout = 0.1;
+    c.train.optimizer = XFORM_OPTIM_ADAM;
+    if (models_gpt_build(&c, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    return m;
+}
+
 /* Device 0's activation peak (activations + communication buffers at the peak). */
 static double
-activation_peak(uint32_t layers, const strategy *s, const hw_model *hw)
+activation_peak_of(ir_module *m, const strategy *s, const hw_model *hw)
 {
-    ir_module *m = gpt_layers(layers);
     sim_result *r = simulate_strategy(m, s, hw);
     double v = (double)r->devices[0].peak_by_class[SIM_MEM_ACTIVATIONS] +
                (double)r->devices[0].peak_by_class[SIM_MEM_COMM];
     sim_result_free(r);
     ir_module_free(m);
     return v;
+}
+
+static double
+activation_peak(uint32_t layers, const strategy *s, const hw_model *hw)
+{
+    return activation_peak_of(gpt_layers(layers), s, hw);
 }
 
 static void
@@ -182,6 +212,35 @@ test_activations_selective_sp(void **state)
     double s = S, b = B, h = H, t = 2;
     (void)state;
     check_layer(2, 1, STRATEGY_RECOMPUTE_SELECTIVE, 34 * s * b * h / t, "34 sbh/t");
+}
+
+/*
+ * Full recomputation keeps a layer's input alone, 2sbh bytes in 16 bits, split
+ * by t under sequence parallelism (Korthikanti et al., section 5). In mixed
+ * precision too: each weight's gradient is cast to its f32 accumulator as the
+ * backward pass completes it, so no layer's 16-bit gradients stay live until
+ * the end of the pass (they did: the per-layer peak grew by the layer's
+ * gradients, 24h^2/t bytes).
+ */
+static void
+test_full_recompute_mixed(void **state)
+{
+    hw_model *hw = preset("a100-dgx");
+    strategy s;
+    double want = 2.0 * S * B * H / 2, d[2];
+    (void)state;
+    xform_strategy_init(&s);
+    s.tp = 2;
+    s.sequence_parallel = 1;
+    s.recompute = STRATEGY_RECOMPUTE_FULL;
+    for (uint32_t k = 0; k < 2; k++)
+        d[k] = activation_peak_of(gpt_mixed(3 + 2 * k), &s, hw) -
+               activation_peak_of(gpt_mixed(2 + 2 * k), &s, hw);
+    fprintf(stderr, "mixed precision, full recomputation, sp: per layer %.0f bytes, 2sbh/t %.0f\n",
+            d[0], want);
+    assert_true(fabs(d[0] - want) <= 0.005 * want);
+    assert_true(fabs(d[1] - d[0]) <= 1e-9 * want);
+    hw_free(hw);
 }
 
 /* ---- 2. pipeline bubble ---- */
@@ -411,6 +470,7 @@ main(void)
         cmocka_unit_test(test_activations_tensor_parallel),
         cmocka_unit_test(test_activations_sequence_parallel),
         cmocka_unit_test(test_activations_selective_sp),
+        cmocka_unit_test(test_full_recompute_mixed),
         cmocka_unit_test(test_bubble_1f1b),
         cmocka_unit_test(test_bubble_interleaved),
         cmocka_unit_test(test_full_recompute_every_stage),
