@@ -1383,7 +1383,11 @@ optimize(ad *a, ir_id loss)
             if (master && a->grad32[w] != 0) {
                 g = a->grad32[w]; /* cast in the backward pass (cast_complete_grads) */
             } else if (master) {
-                /* The gradient in f32: after the accumulation (the optimizer step). */
+                /*
+                 * The gradient in f32: after the accumulation (grad_accum_16: the optimizer
+                 * step), else in the backward pass for a gradient cast_complete_grads did not
+                 * see complete.
+                 */
                 ir_id c;
                 a->phase = o->grad_accum_16 ? "optimizer" : "backward";
                 c = begin(a, IR_OP_CAST, 1, &g, 1, derived_name(m, w, ".grad.f32", nb, sizeof nb));
