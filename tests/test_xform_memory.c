@@ -91,8 +91,9 @@ preset(const char *name)
 
 enum { S = 64, B = 2, H = 64, A = 4, V = 64 };
 
+/* The shapes above, with dropout, in dtype dt with the given optimizer. */
 static ir_module *
-gpt_batch(uint32_t layers, int64_t batch)
+gpt_as(uint32_t layers, int64_t batch, ir_dtype dt, xform_optim optimizer)
 {
     models_gpt c;
     ir_module *m = NULL;
@@ -104,11 +105,20 @@ gpt_batch(uint32_t layers, int64_t batch)
     c.seq = S;
     c.vocab = V;
     c.batch = batch;
-    c.dtype = IR_F16;
+    c.dtype = dt;
     c.dropout = 0.1;
+    c.train.optimizer = optimizer;
     if (models_gpt_build(&c, &m, &err) != 0)
         fail_msg("gpt: %s", err.msg);
     return m;
+}
+
+static ir_module *
+gpt_batch(uint32_t layers, int64_t batch)
+{
+    models_gpt c;
+    models_gpt_init(&c); /* the default optimizer */
+    return gpt_as(layers, batch, IR_F16, c.train.optimizer);
 }
 
 static ir_module *
@@ -124,22 +134,7 @@ gpt_layers(uint32_t layers)
 static ir_module *
 gpt_mixed(uint32_t layers)
 {
-    models_gpt c;
-    ir_module *m = NULL;
-    di_error err;
-    models_gpt_init(&c);
-    c.layers = layers;
-    c.hidden = H;
-    c.heads = A;
-    c.seq = S;
-    c.vocab = V;
-    c.batch = B;
-    c.dtype = IR_BF16;
-    c.dropout = 0.1;
-    c.train.optimizer = XFORM_OPTIM_ADAM;
-    if (models_gpt_build(&c, &m, &err) != 0)
-        fail_msg("gpt: %s", err.msg);
-    return m;
+    return gpt_as(layers, B, IR_BF16, XFORM_OPTIM_ADAM);
 }
 
 /* Device 0's activation peak (activations + communication buffers at the peak). */
