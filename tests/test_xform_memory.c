@@ -116,9 +116,7 @@ gpt_as(uint32_t layers, int64_t batch, ir_dtype dt, xform_optim optimizer)
 static ir_module *
 gpt_batch(uint32_t layers, int64_t batch)
 {
-    models_gpt c;
-    models_gpt_init(&c); /* the default optimizer */
-    return gpt_as(layers, batch, IR_F16, c.train.optimizer);
+    return gpt_as(layers, batch, IR_F16, XFORM_OPTIM_SGD);
 }
 
 static ir_module *

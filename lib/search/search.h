@@ -180,7 +180,7 @@ typedef struct search_space {
                                 least over the layers (xform_model_facts) */
     uint64_t state_min;      /* a layer's weights and optimizer state, the least */
     uint64_t param_min;      /* a layer's parameters alone (what its forward reads), the least */
-    uint64_t grad_min;       /* a layer's gradient buffers (what its updates read), the least */
+    uint64_t grad_min;       /* a layer's gradients as accumulated (xform_model_facts), the least */
     int64_t experts; /* the MoE layers' experts (0: none): ep in {1, dp} where they divide */
     int64_t seq;             /* the sequence cp must divide (0: no cp) */
     uint64_t expert_bytes;   /* the part of state_bytes that expert parallelism splits */

@@ -1076,8 +1076,9 @@ layer_bound(const search_space *sp, const search_candidate *c)
             uint32_t L = 0;
             for (uint32_t j = k; j < st->nstage; j += c->pp)
                 L += st->layers[j];
-            if (L * held(c, k, a, s, g) > most)
-                most = L * held(c, k, a, s, g);
+            double h = L * held(c, k, a, s, g);
+            if (h > most)
+                most = h;
         }
         return (uint64_t)floor(most * (1 - 1e-9));
     }
@@ -1139,7 +1140,7 @@ dp_comm_bound(const search_space *sp, const search_candidate *c,
     if (Z > P)
         Z = P;
     G = (double)e->grad_min > P ? (double)e->grad_min : P;
-    Zg = e->zero_grad_min && (double)e->zero_grad_min[k] > Z ? (double)e->zero_grad_min[k] : Z;
+    Zg = (double)e->zero_grad_min[k] > Z ? (double)e->zero_grad_min[k] : Z; /* with zero_min */
     if (Zg > G)
         Zg = G;
     /*

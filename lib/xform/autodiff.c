@@ -1233,6 +1233,16 @@ analyze(ad *a, ir_id loss, uint32_t nop)
 
 static int is_16bit(const ir_module *m, ir_id ty);
 
+/* Weight w's gradient g cast to f32 ("<w>.grad.f32"), with a's phase and source. */
+static ir_id
+grad_f32(ad *a, ir_id w, ir_id g)
+{
+    char nb[256];
+    ir_id c = begin(a, IR_OP_CAST, 1, &g, 1, derived_name(a->m, w, ".grad.f32", nb, sizeof nb));
+    set_int(a, c, "to", 1); /* ONNX FLOAT */
+    return finish(a, c);
+}
+
 /*
  * Mixed precision with f32 accumulation (Megatron-LM's main_grad, not
  * grad_accum_16): each 16-bit weight's gradient is cast to f32 as soon as it
@@ -1249,21 +1259,17 @@ cast_complete_grads(ad *a, ir_id op)
 {
     ir_module *m = a->m;
     const xform_autodiff_opts *o = a->o;
-    char nb[256];
     if (o->optimizer != XFORM_OPTIM_ADAM || !o->master_weights || o->grad_accum_16)
         return;
     for (uint32_t i = 0; i < m->ops[op].ninput && a->rc == 0; i++) {
-        ir_id w = ir_op_input(m, op, i), c;
+        ir_id w = ir_op_input(m, op, i);
         if (w >= a->nvalue0 || m->values[w].def != 0 || !a->active[w] ||
             a->first_use[w] != op || a->grad[w] == 0 || a->grad32[w] != 0 ||
             !is_16bit(m, m->values[w].type))
             continue;
         a->src = op;
-        c = begin(a, IR_OP_CAST, 1, &a->grad[w], 1,
-                  derived_name(m, w, ".grad.f32", nb, sizeof nb));
-        set_int(a, c, "to", 1); /* ONNX FLOAT */
         a->optimizer_phase = 1; /* as the update's ops: a weight has no sequence dimension */
-        a->grad32[w] = finish(a, c);
+        a->grad32[w] = grad_f32(a, w, a->grad[w]);
         a->optimizer_phase = 0;
     }
 }
@@ -1388,11 +1394,8 @@ optimize(ad *a, ir_id loss)
                  * step), else in the backward pass for a gradient cast_complete_grads did not
                  * see complete.
                  */
-                ir_id c;
                 a->phase = o->grad_accum_16 ? "optimizer" : "backward";
-                c = begin(a, IR_OP_CAST, 1, &g, 1, derived_name(m, w, ".grad.f32", nb, sizeof nb));
-                set_int(a, c, "to", 1); /* ONNX FLOAT */
-                g = finish(a, c);
+                g = grad_f32(a, w, g);
                 a->phase = "optimizer";
             }
             in[0] = w;
