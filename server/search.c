@@ -6,7 +6,7 @@
  * the search starts; afterwards the space, the config and the input are
  * immutable and read by every worker. Each srv_search_work call owns
  * parts[part], planners[part] and its own search_evaluator; the only shared
- * mutable state is the plan (its cursor and seed slots: lib/search/plan.c),
+ * mutable state is the plan (its cursor, seed slots and rounds: lib/search/plan.c),
  * the counters (atomics) and the best point (best_lock). The
  * loop thread reads those for progress events and touches the parts only
  * after every work job has been handed back through the inbox (which orders

@@ -717,6 +717,70 @@ test_branch_and_bound(void **state)
 }
 
 /*
+ * The seed's rounds: on the space of test_branch_and_bound the seed grows
+ * past its first round, and it holds every point of the top K: a point of
+ * the top K could enter it by the points before it, so a round takes it
+ * before the seed is complete. The first round alone does not hold them.
+ */
+static void
+test_seed_rounds(void **state)
+{
+    ir_module *m = gpt_as(4, 256, 8, 8, 96, 1);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    search_plan pl;
+    search_planner w;
+    search_evaluator ev;
+    search_result r;
+    uint32_t first = 0;
+    di_error err;
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 8;
+    cfg.top_k = 3;
+    assert_int_equal(search_config_set(&cfg, "recompute", "none,full", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "zero", "0,3", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "microbatches", "1,4,16,48,96", &err), 0);
+    space_ok(&sp, m, hw, &cfg);
+    search_plan_init(&pl, &sp);
+    first = (uint32_t)atomic_load(&pl.nseed);
+    assert_true(first > 0 && pl.rounds == 1 && !search_plan_seeded(&pl));
+    search_evaluator_init(&ev, &sp);
+    search_planner_init(&w, &pl);
+    search_result_init(&r, &sp);
+    for (;;) {
+        search_point p;
+        int k = search_plan_next(&w, &ev, &p);
+        assert_int_not_equal(k, SEARCH_PLAN_WAIT); /* one worker: never waits */
+        if (k == SEARCH_PLAN_END)
+            break;
+        if (k == SEARCH_PLAN_POINT)
+            search_result_add(&r, &p);
+    }
+    assert_true(search_plan_seeded(&pl));
+    assert_true(pl.rounds > 1 && atomic_load(&pl.nseed) > first);
+    assert_true(r.ntop == cfg.top_k && r.npareto > 0);
+    for (uint32_t i = 0; i < r.ntop; i++)
+        assert_true(pl.is_seed[r.top[i].cand.index]);
+    /* ... which the first round alone does not hold. */
+    {
+        uint32_t in_first = 0;
+        for (uint32_t i = 0; i < r.ntop; i++)
+            for (uint32_t j = 0; j < first; j++)
+                in_first += pl.seed[j] == r.top[i].cand.index;
+        assert_true(in_first < r.ntop);
+    }
+    search_result_fini(&r);
+    search_planner_fini(&w);
+    search_evaluator_fini(&ev);
+    search_plan_fini(&pl);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
  * The memory bound prunes: with Adam (three times the weights in state) and
  * a device memory between the space's smallest and largest bound, some
  * candidates are pruned, each of which a full simulation finds out of
@@ -1448,6 +1512,7 @@ main(void)
         cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_memory_bound),
         cmocka_unit_test(test_branch_and_bound),
+        cmocka_unit_test(test_seed_rounds),
         cmocka_unit_test(test_shards_merge),
         cmocka_unit_test(test_any_order),
         cmocka_unit_test(test_deterministic),

@@ -9,14 +9,23 @@
  * and is pruned (SEARCH_TIME_BOUND) without being validated, transformed or
  * simulated.
  *
- * The decision depends on the seed's points only, which depend on the space
- * only (the whole space, whatever the shard), so every candidate's status
- * is the same whatever the worker count, the interleaving or the sharding:
+ * The seed grows in rounds (extend): once a round is evaluated, the next
+ * takes the candidates of the whole space that could still enter the top K
+ * by the points so far, best optimistic point first, until none can. So
+ * the seed is, nearly, what a sequential best-first branch and bound would
+ * evaluate for the top K, and its points prune the rest for the top K and
+ * the Pareto set.
+ *
+ * The decisions depend on the seed's points only, which depend on the space
+ * only (the whole space, whatever the shard; a round on the rounds before
+ * it, never on which worker evaluated what), so every candidate's status is
+ * the same whatever the worker count, the interleaving or the sharding:
  * results merge as before. Workers share the plan (an atomic cursor over
  * the seed, then the shard's other candidates in enumeration order) and
  * each keeps its own copy of the seed's result, built once the seed is
  * complete. No threads here: a worker that reaches past the seed before the
- * other workers have finished it is told to wait (SEARCH_PLAN_WAIT).
+ * other workers have finished it is told to wait (SEARCH_PLAN_WAIT); the
+ * worker that finds a round complete chooses the next.
  */
 #include "search/search.h"
 
@@ -31,6 +40,13 @@
 #define SEED_PER_TOP 2u
 #define SEED_MIN 16u
 #define SEED_MAX 64u
+/*
+ * The rounds after the first: at least SEED_ROUND candidates, or an eighth of
+ * the seed so far (fewer rounds, fewer waits, as the threshold settles), and
+ * at most SEED_CAP seeds in all (then the rest is left to the shards).
+ */
+#define SEED_ROUND 16u
+#define SEED_CAP 4096u
 
 typedef struct bounded {
     double t;
@@ -76,27 +92,42 @@ likely(const search_space *sp, const search_candidate *c)
     return !(c->zero > 1 || (c->tp > sp->hw->devices_per_node && sp->hw->devices_per_node > 1));
 }
 
+/* Whether c passes xform_validate (a seed must: its point is worth ranking). */
+static int
+valid(const search_space *sp, uint64_t index)
+{
+    strategy s;
+    di_error err;
+    int rc;
+    search_candidate_strategy(&sp->candidates[index], &s);
+    rc = xform_validate(sp->module, &s, sp->hw, &err);
+    strategy_fini(&s);
+    return rc == 0;
+}
+
+/*
+ * Appends a seed and publishes it: its slot is written before nseed counts
+ * it, so a worker that reads nseed may evaluate it at once.
+ */
+static void
+push_seed(search_plan *pl, uint64_t index)
+{
+    uint32_t n = (uint32_t)atomic_load(&pl->nseed);
+    pl->seed[n] = index;
+    pl->is_seed[index] = 1;
+    atomic_store(&pl->nseed, n + 1);
+}
+
 /* Adds to the seed up to `want` valid candidates not in it yet, of b[0..n) in order. */
 static void
 add_seeds(search_plan *pl, const bounded *b, uint64_t n, uint32_t want)
 {
-    const search_space *sp = pl->sp;
     uint32_t added = 0;
-    for (uint64_t i = 0; i < n && added < want; i++) {
-        strategy s;
-        di_error err;
-        int dup = 0;
-        for (uint32_t j = 0; j < pl->nseed && !dup; j++)
-            dup = pl->seed[j] == b[i].index;
-        if (dup)
-            continue;
-        search_candidate_strategy(&sp->candidates[b[i].index], &s);
-        if (xform_validate(sp->module, &s, sp->hw, &err) == 0) {
-            pl->seed[pl->nseed++] = b[i].index;
+    for (uint64_t i = 0; i < n && added < want; i++)
+        if (!pl->is_seed[b[i].index] && valid(pl->sp, b[i].index)) {
+            push_seed(pl, b[i].index);
             added++;
         }
-        strategy_fini(&s);
-    }
 }
 
 static void
@@ -117,7 +148,6 @@ choose_seed(search_plan *pl)
         t[i] = likely(sp, &sp->candidates[i]) ? search_time_bound(sp, &sp->candidates[i]) : 0;
         mem[i] = t[i] > 0 ? (double)search_memory_bound(sp, &sp->candidates[i]) : 0;
     }
-    pl->seed = di_xmalloc((want + (nl - 1) * 2 + 1) * sizeof *pl->seed);
     for (uint32_t k = 0; k < nl; k++) {
         uint64_t n = 0;
         for (uint64_t i = 0; i < sp->ncandidate; i++)
@@ -133,27 +163,177 @@ choose_seed(search_plan *pl)
     di_free(b);
 }
 
+/*
+ * c's optimistic point: its time bound as its step time (lowered by
+ * SEARCH_COMPOSE_SLACK when it will be composed), its memory bound as its
+ * peak. 0 when it has no time bound, or when the memory bound prunes it
+ * (that reason is kept: search_eval).
+ */
+static int
+optimistic(const search_space *sp, const search_candidate *c, search_point *opt)
+{
+    double t = search_time_bound(sp, c);
+    uint64_t mem;
+    uint32_t m1, m2;
+    if (!(t > 0))
+        return 0;
+    mem = search_memory_bound(sp, c);
+    if ((double)mem > sp->cfg.memory_headroom * sp->max_capacity)
+        return 0;
+    if (search_compose_counts(sp, c, &m1, &m2))
+        t *= 1 - SEARCH_COMPOSE_SLACK;
+    memset(opt, 0, sizeof *opt);
+    opt->cand = *c;
+    opt->status = SEARCH_OK;
+    opt->step_time_s = t;
+    opt->peak_memory_bytes = mem;
+    opt->tokens_per_s = sp->tokens_per_step / t / (double)search_point_devices(opt);
+    return 1;
+}
+
+/* Whether a point as good as opt could enter r's top K: r does not hold K points ranking first. */
+static int
+may_top(const search_result *r, const search_point *opt)
+{
+    return r->ntop < r->top_k || search_point_compare(r, &r->top[r->top_k - 1], opt) >= 0;
+}
+
+/*
+ * Whether candidate c cannot enter the answer, by the seed's result r: with
+ * its time bound as its step time and its memory bound as its peak, K seed
+ * points would still rank before it, and a seed point would be faster and
+ * need no more memory.
+ */
+static int
+pruned_by_bound(const search_space *sp, const search_result *r, const search_candidate *c)
+{
+    search_point opt;
+    int dominated = 0;
+    if (r->npareto == 0 || !optimistic(sp, c, &opt) || may_top(r, &opt))
+        return 0;
+    for (uint32_t i = 0; i < r->npareto && !dominated; i++)
+        dominated = r->pareto[i].step_time_s < opt.step_time_s &&
+                    r->pareto[i].peak_memory_bytes <= opt.peak_memory_bytes;
+    return dominated;
+}
+
+/*
+ * The candidates a round may take: those of the whole space with an
+ * optimistic point, ordered as their optimistic points rank by the
+ * objective (ties by index). A merge sort: qsort has no context argument,
+ * and the order must be total and the same on every machine.
+ */
+static void
+rank_candidates(search_plan *pl)
+{
+    const search_space *sp = pl->sp;
+    search_result r;
+    search_point *opt = di_xmalloc((sp->ncandidate ? sp->ncandidate : 1) * sizeof *opt);
+    uint64_t n = 0, *a, *b;
+    for (uint64_t i = 0; i < sp->ncandidate; i++)
+        if (optimistic(sp, &sp->candidates[i], &opt[n]))
+            n++;
+    search_result_init(&r, sp);
+    a = di_xmalloc((n ? n : 1) * sizeof *a);
+    b = di_xmalloc((n ? n : 1) * sizeof *b);
+    for (uint64_t i = 0; i < n; i++)
+        a[i] = i;
+    for (uint64_t w = 1; w < n; w *= 2) {
+        for (uint64_t lo = 0; lo < n; lo += 2 * w) {
+            uint64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            uint64_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                b[k++] = search_point_compare(&r, &opt[a[j]], &opt[a[i]]) < 0 ? a[j++] : a[i++];
+            while (i < mid)
+                b[k++] = a[i++];
+            while (j < hi)
+                b[k++] = a[j++];
+        }
+        uint64_t *x = a;
+        a = b;
+        b = x;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        a[i] = opt[a[i]].cand.index;
+    search_result_fini(&r);
+    di_free(b);
+    di_free(opt);
+    pl->ranked = a;
+    pl->nranked = n;
+}
+
+/*
+ * The next round, once every seed so far is evaluated: the candidates
+ * next in rank order that are not seeds yet, pass xform_validate and could
+ * still enter the top K by the points so far; the seed is complete
+ * (`seeded`) when there are none. Called by one worker at a time (the
+ * `planning` flag). Its choice depends on the seed's points, whoever
+ * evaluated them, so it is the same whatever the workers.
+ */
+static void
+extend(search_plan *pl)
+{
+    const search_space *sp = pl->sp;
+    uint32_t n = (uint32_t)atomic_load(&pl->nseed), want = n / 8, added = 0;
+    search_result r;
+    if (want < SEED_ROUND)
+        want = SEED_ROUND;
+    if (want > pl->seed_cap - n)
+        want = pl->seed_cap - n;
+    search_result_init(&r, sp);
+    for (uint32_t j = 0; j < n; j++)
+        search_result_add(&r, &pl->seed_point[j]);
+    while (added < want && pl->ranked_pos < pl->nranked) {
+        uint64_t index = pl->ranked[pl->ranked_pos];
+        search_point opt;
+        if (!pl->is_seed[index]) {
+            optimistic(sp, &sp->candidates[index], &opt);
+            if (!may_top(&r, &opt)) { /* nor any after it */
+                pl->ranked_pos = pl->nranked;
+                break;
+            }
+            if (valid(sp, index)) {
+                push_seed(pl, index);
+                added++;
+            }
+        }
+        pl->ranked_pos++;
+    }
+    search_result_fini(&r);
+    if (added > 0)
+        pl->rounds++;
+    else
+        atomic_store(&pl->seeded, 1);
+}
+
 void
 search_plan_init(search_plan *pl, const search_space *sp)
 {
     uint64_t total = search_space_shard_size(sp);
-    uint8_t *seed; /* per candidate of the space: a seed */
     memset(pl, 0, sizeof *pl);
     pl->sp = sp;
-    if (!sp->cfg.no_time_bound)
+    atomic_init(&pl->nseed, 0);
+    atomic_init(&pl->seeded, 0);
+    atomic_init(&pl->planning, 0);
+    pl->is_seed = di_xcalloc(sp->ncandidate ? sp->ncandidate : 1, 1);
+    if (!sp->cfg.no_time_bound) {
+        /* The first round's SEED_MAX and ladder (choose_seed), then the other rounds'. */
+        pl->seed_cap = SEED_MAX + 16 + SEED_CAP;
+        pl->seed = di_xmalloc(pl->seed_cap * sizeof *pl->seed);
         choose_seed(pl);
-    pl->seed_point = di_xcalloc(pl->nseed ? pl->nseed : 1, sizeof *pl->seed_point);
-    /* The shard's candidates but its seeds, in enumeration order. */
-    seed = di_xcalloc(sp->ncandidate ? sp->ncandidate : 1, 1);
-    for (uint32_t j = 0; j < pl->nseed; j++)
-        seed[pl->seed[j]] = 1;
+        rank_candidates(pl);
+        pl->rounds = 1;
+    }
+    if (atomic_load(&pl->nseed) == 0)
+        atomic_store(&pl->seeded, 1);
+    pl->seed_point = di_xcalloc(pl->seed_cap ? pl->seed_cap : 1, sizeof *pl->seed_point);
+    /* The shard's candidates but the first round's seeds, in enumeration order. */
     pl->order = di_xmalloc((total ? total : 1) * sizeof *pl->order);
     for (uint64_t k = 0; k < total; k++) {
         const search_candidate *c = search_space_at(sp, k);
-        if (!seed[c->index])
+        if (!pl->is_seed[c->index])
             pl->order[pl->norder++] = c->index;
     }
-    di_free(seed);
     atomic_init(&pl->cursor, 0);
     atomic_init(&pl->seeds_done, 0);
 }
@@ -163,8 +343,16 @@ search_plan_fini(search_plan *pl)
 {
     di_free(pl->seed);
     di_free(pl->seed_point);
+    di_free(pl->is_seed);
+    di_free(pl->ranked);
     di_free(pl->order);
     memset(pl, 0, sizeof *pl);
+}
+
+int
+search_plan_seeded(search_plan *pl)
+{
+    return atomic_load(&pl->seeded) && atomic_load(&pl->seeds_done) == atomic_load(&pl->nseed);
 }
 
 void
@@ -184,53 +372,20 @@ search_planner_fini(search_planner *w)
     memset(w, 0, sizeof *w);
 }
 
-/*
- * Whether candidate c cannot enter the answer, by the seed's result r: with
- * its time bound as its step time and its memory bound as its peak, K seed
- * points would still rank before it, and a seed point would be faster and
- * need no more memory.
- */
-static int
-pruned_by_bound(const search_space *sp, const search_result *r, const search_candidate *c)
-{
-    double t = search_time_bound(sp, c), n;
-    uint32_t m1, m2;
-    search_point opt;
-    int dominated = 0;
-    if (!(t > 0) || r->ntop < r->top_k || r->npareto == 0)
-        return 0;
-    /* What the memory bound prunes keeps that reason (search_eval). */
-    if ((double)search_memory_bound(sp, c) > sp->cfg.memory_headroom * sp->max_capacity)
-        return 0;
-    if (search_compose_counts(sp, c, &m1, &m2))
-        t *= 1 - SEARCH_COMPOSE_SLACK;
-    memset(&opt, 0, sizeof opt);
-    opt.cand = *c;
-    opt.status = SEARCH_OK;
-    opt.step_time_s = t;
-    opt.peak_memory_bytes = search_memory_bound(sp, c);
-    n = (double)search_point_devices(&opt);
-    opt.tokens_per_s = sp->tokens_per_step / t / n;
-    if (search_point_compare(r, &r->top[r->top_k - 1], &opt) >= 0)
-        return 0;
-    for (uint32_t i = 0; i < r->npareto && !dominated; i++)
-        dominated = r->pareto[i].step_time_s < t &&
-                    r->pareto[i].peak_memory_bytes <= opt.peak_memory_bytes;
-    return dominated;
-}
-
 /* Whether w holds the seed's result, made once every seed is evaluated. */
 static int
 ready(search_planner *w)
 {
     search_plan *pl = w->plan;
-    if (w->ready || pl->nseed == 0)
+    uint32_t n;
+    if (w->ready || !search_plan_seeded(pl))
         return w->ready;
-    if (atomic_load(&pl->seeds_done) < pl->nseed)
+    n = (uint32_t)atomic_load(&pl->nseed);
+    if (n == 0)
         return 0;
     w->seeds_result = di_xmalloc(sizeof *w->seeds_result);
     search_result_init(w->seeds_result, pl->sp);
-    for (uint32_t j = 0; j < pl->nseed; j++)
+    for (uint32_t j = 0; j < n; j++)
         search_result_add(w->seeds_result, &pl->seed_point[j]);
     w->ready = 1;
     return 1;
@@ -248,29 +403,57 @@ search_plan_next(search_planner *w, search_evaluator *ev, search_point *out)
     search_plan *pl = w->plan;
     const search_space *sp = pl->sp;
     const search_candidate *c;
-    uint64_t k;
+    uint64_t k, nseed;
     if (w->holding) {
         k = w->pos;
     } else {
         k = atomic_fetch_add(&pl->cursor, 1);
         w->pos = k;
     }
-    if (k < pl->nseed) {
-        c = &sp->candidates[pl->seed[k]];
-        search_eval(ev, c, &pl->seed_point[k]);
-        *out = pl->seed_point[k];
-        atomic_fetch_add(&pl->seeds_done, 1); /* after the point is written */
-        return in_shard(sp, c) ? SEARCH_PLAN_POINT : SEARCH_PLAN_SKIP;
+    for (;;) {
+        int idle = 0;
+        nseed = atomic_load(&pl->nseed);
+        if (k < nseed) {
+            w->holding = 0;
+            c = &sp->candidates[pl->seed[k]];
+            search_eval(ev, c, &pl->seed_point[k]);
+            *out = pl->seed_point[k];
+            atomic_fetch_add(&pl->seeds_done, 1); /* after the point is written */
+            return in_shard(sp, c) ? SEARCH_PLAN_POINT : SEARCH_PLAN_SKIP;
+        }
+        if (atomic_load(&pl->seeded)) {
+            if (atomic_load(&pl->nseed) == nseed) /* final once seeded is seen */
+                break;
+            continue;
+        }
+        /*
+         * k waits for the next round, which the worker that finds this one
+         * complete chooses; then k may be one of its seeds.
+         */
+        if (atomic_load(&pl->seeds_done) == nseed &&
+            atomic_compare_exchange_strong(&pl->planning, &idle, 1)) {
+            if (!atomic_load(&pl->seeded) &&
+                atomic_load(&pl->seeds_done) == atomic_load(&pl->nseed))
+                extend(pl);
+            atomic_store(&pl->planning, 0);
+            continue;
+        }
+        w->holding = 1;
+        return SEARCH_PLAN_WAIT;
     }
-    k -= pl->nseed;
-    if (k >= pl->norder)
+    k -= nseed;
+    if (k >= pl->norder) {
+        w->holding = 0;
         return SEARCH_PLAN_END;
-    if (pl->nseed > 0 && !ready(w)) {
+    }
+    if (nseed > 0 && !ready(w)) {
         w->holding = 1;
         return SEARCH_PLAN_WAIT;
     }
     w->holding = 0;
     c = &sp->candidates[pl->order[k]];
+    if (pl->is_seed[c->index]) /* a later round's seed: evaluated there */
+        return SEARCH_PLAN_SKIP;
     if (w->ready && pruned_by_bound(sp, w->seeds_result, c)) {
         memset(out, 0, sizeof *out);
         out->cand = *c;

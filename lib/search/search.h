@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-2"
+#define SEARCH_VERSION "distir-search-3"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -431,7 +431,9 @@ int search_eval_full(search_evaluator *ev, const search_candidate *c, search_poi
  * workers take its candidates, and which ones they prune by the time bound.
  * A seed (2 K, from 16 to 64, and 8 more candidates of the whole space
  * that pass the memory bound and xform_validate, chosen by their time and
- * memory bounds: plan.c) is evaluated first; then each other candidate of the shard whose time and
+ * memory bounds: plan.c; then, round after round, the candidates that could
+ * still enter the top K by the seed's points so far, the best optimistic
+ * point first) is evaluated first; then each other candidate of the shard whose time and
  * memory bounds, as its figures, would rank after K seed points and be
  * dominated by a seed point is pruned (SEARCH_TIME_BOUND) without being
  * validated, transformed or simulated, and the rest are evaluated
@@ -454,13 +456,21 @@ int search_eval_full(search_evaluator *ev, const search_candidate *c, search_poi
  */
 typedef struct search_plan {
     const search_space *sp;
-    uint32_t nseed;
-    uint64_t *seed;           /* whole-space indexes, the smallest time bound first */
+    uint32_t seed_cap;        /* the seed's slots */
+    uint64_t *seed;           /* whole-space indexes, by round, each the smallest bounds first */
     search_point *seed_point; /* per seed, written by the worker that evaluates it */
+    uint8_t *is_seed;         /* per candidate of the space */
+    uint64_t nranked, ranked_pos;
+    uint64_t *ranked;         /* what a round may take, the best optimistic point first */
+    uint32_t rounds;          /* the seed's rounds so far */
     uint64_t norder;
-    uint64_t *order;          /* the shard's other candidates (indexes), enumeration order */
+    uint64_t *order;          /* the shard's candidates but the first round's seeds
+                                 (indexes), enumeration order */
     atomic_uint_fast64_t cursor;     /* positions: the seeds, then order */
+    atomic_uint_fast32_t nseed;      /* seeds published (each slot written before) */
     atomic_uint_fast32_t seeds_done; /* seeds evaluated */
+    atomic_int seeded;               /* no more rounds: nseed is final */
+    atomic_int planning;             /* a worker is choosing the next round */
 } search_plan;
 
 typedef struct search_planner {
@@ -481,6 +491,8 @@ void search_plan_fini(search_plan *pl);
 void search_planner_init(search_planner *w, search_plan *pl);
 void search_planner_fini(search_planner *w);
 int search_plan_next(search_planner *w, search_evaluator *ev, search_point *out);
+/* Whether the seed is complete: every round chosen and evaluated. */
+int search_plan_seeded(search_plan *pl);
 /*
  * Whether the plan prunes c by the time bound (SEARCH_TIME_BOUND), once its
  * seed is evaluated (0 before, and without a seed): what search_plan_next
