@@ -163,6 +163,19 @@ choose_seed(search_plan *pl)
     di_free(b);
 }
 
+/* The point of candidate c with step time t and peak mem, as the objective ranks it. */
+static void
+point_of(const search_space *sp, const search_candidate *c, double t, uint64_t mem,
+         search_point *p)
+{
+    memset(p, 0, sizeof *p);
+    p->cand = *c;
+    p->status = SEARCH_OK;
+    p->step_time_s = t;
+    p->peak_memory_bytes = mem;
+    p->tokens_per_s = sp->tokens_per_step / t / (double)search_point_devices(p);
+}
+
 /*
  * c's optimistic point: its time bound as its step time (lowered by
  * SEARCH_COMPOSE_SLACK when it will be composed), its memory bound as its
@@ -182,12 +195,7 @@ optimistic(const search_space *sp, const search_candidate *c, search_point *opt)
         return 0;
     if (search_compose_counts(sp, c, &m1, &m2))
         t *= 1 - SEARCH_COMPOSE_SLACK;
-    memset(opt, 0, sizeof *opt);
-    opt->cand = *c;
-    opt->status = SEARCH_OK;
-    opt->step_time_s = t;
-    opt->peak_memory_bytes = mem;
-    opt->tokens_per_s = sp->tokens_per_step / t / (double)search_point_devices(opt);
+    point_of(sp, c, t, mem, opt);
     return 1;
 }
 
@@ -217,56 +225,81 @@ pruned_by_bound(const search_space *sp, const search_result *r, const search_can
     return dominated;
 }
 
+/* Orders candidates i and j by their optimistic times ti, tj as the objective ranks points. */
+static int
+rank_cmp(const search_space *sp, const search_result *r, uint64_t i, double ti, uint64_t j,
+         double tj)
+{
+    search_point a, b;
+    point_of(sp, &sp->candidates[i], ti, 0, &a);
+    point_of(sp, &sp->candidates[j], tj, 0, &b);
+    return search_point_compare(r, &a, &b);
+}
+
 /*
  * The candidates a round may take: those of the whole space with an
  * optimistic point, ordered as their optimistic points rank by the
- * objective (ties by index). A merge sort: qsort has no context argument,
- * and the order must be total and the same on every machine.
+ * objective (which reads the step time and the strategy, not the peak;
+ * ties by index). A merge sort: qsort has no context argument, and the
+ * order must be total and the same on every machine. 16 bytes per
+ * candidate of the space and 16 per ranked one while sorting, 8 per ranked
+ * one after.
  */
 static void
 rank_candidates(search_plan *pl)
 {
     const search_space *sp = pl->sp;
+    size_t nc = sp->ncandidate ? sp->ncandidate : 1;
     search_result r;
-    search_point *opt = di_xmalloc((sp->ncandidate ? sp->ncandidate : 1) * sizeof *opt);
-    uint64_t n = 0, *a, *b;
-    for (uint64_t i = 0; i < sp->ncandidate; i++)
-        if (optimistic(sp, &sp->candidates[i], &opt[n]))
-            n++;
-    search_result_init(&r, sp);
-    a = di_xmalloc((n ? n : 1) * sizeof *a);
-    b = di_xmalloc((n ? n : 1) * sizeof *b);
+    uint64_t n = 0, *idx = di_xmalloc(nc * sizeof *idx), *pos, *tmp;
+    double *t = di_xmalloc(nc * sizeof *t);
+    for (uint64_t i = 0; i < sp->ncandidate; i++) {
+        search_point opt;
+        if (optimistic(sp, &sp->candidates[i], &opt)) {
+            idx[n] = i;
+            t[n++] = opt.step_time_s;
+        }
+    }
+    pos = di_xmalloc((n ? n : 1) * sizeof *pos);
+    tmp = di_xmalloc((n ? n : 1) * sizeof *tmp);
     for (uint64_t i = 0; i < n; i++)
-        a[i] = i;
+        pos[i] = i;
+    search_result_init(&r, sp);
     for (uint64_t w = 1; w < n; w *= 2) {
+        uint64_t *x;
         for (uint64_t lo = 0; lo < n; lo += 2 * w) {
             uint64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
             uint64_t i = lo, j = mid, k = lo;
             while (i < mid && j < hi)
-                b[k++] = search_point_compare(&r, &opt[a[j]], &opt[a[i]]) < 0 ? a[j++] : a[i++];
+                tmp[k++] = rank_cmp(sp, &r, idx[pos[j]], t[pos[j]], idx[pos[i]], t[pos[i]]) < 0
+                               ? pos[j++]
+                               : pos[i++];
             while (i < mid)
-                b[k++] = a[i++];
+                tmp[k++] = pos[i++];
             while (j < hi)
-                b[k++] = a[j++];
+                tmp[k++] = pos[j++];
         }
-        uint64_t *x = a;
-        a = b;
-        b = x;
+        x = pos;
+        pos = tmp;
+        tmp = x;
     }
-    for (uint64_t i = 0; i < n; i++)
-        a[i] = opt[a[i]].cand.index;
     search_result_fini(&r);
-    di_free(b);
-    di_free(opt);
-    pl->ranked = a;
+    for (uint64_t i = 0; i < n; i++)
+        tmp[i] = idx[pos[i]];
+    di_free(pos);
+    di_free(t);
+    di_free(idx);
+    pl->ranked = tmp;
     pl->nranked = n;
 }
 
 /*
  * The next round, once every seed so far is evaluated: the candidates
- * next in rank order that are not seeds yet, pass xform_validate and could
- * still enter the top K by the points so far; the seed is complete
- * (`seeded`) when there are none. Called by one worker at a time (the
+ * next in rank order that are not seeds yet and could still enter the top
+ * K by the points so far; the seed is complete (`seeded`) when there are
+ * none. They are not validated here but by the workers that evaluate them
+ * (search_eval counts an invalid one as such): a round is chosen while the
+ * other workers wait, and a cancelled search stops between candidates. Called by one worker at a time (the
  * `planning` flag). Its choice depends on the seed's points, whoever
  * evaluated them, so it is the same whatever the workers.
  */
@@ -292,10 +325,8 @@ extend(search_plan *pl)
                 pl->ranked_pos = pl->nranked;
                 break;
             }
-            if (valid(sp, index)) {
-                push_seed(pl, index);
-                added++;
-            }
+            push_seed(pl, index);
+            added++;
         }
         pl->ranked_pos++;
     }
