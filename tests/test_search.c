@@ -655,6 +655,23 @@ test_brute_force(void **state)
 }
 
 /*
+ * The space of the branch-and-bound tests (with gpt_as(4, 256, 8, 8, 96, 1)
+ * on a100-dgx): 8 devices, top 3, recomputation none/full, ZeRO 0/3 and
+ * microbatches 1 to 96, where the bound prunes.
+ */
+static void
+bb_config(search_config *cfg)
+{
+    di_error err;
+    search_config_init(cfg);
+    cfg->devices = 8;
+    cfg->top_k = 3;
+    assert_int_equal(search_config_set(cfg, "recompute", "none,full", &err), 0);
+    assert_int_equal(search_config_set(cfg, "zero", "0,3", &err), 0);
+    assert_int_equal(search_config_set(cfg, "microbatches", "1,4,16,48,96", &err), 0);
+}
+
+/*
  * Branch and bound prunes: on a GPT whose weights and Adam state dominate
  * its memory (so the memory bound is close to the peak), the candidates with
  * many microbatches and without ZeRO are slower and need more memory than
@@ -671,12 +688,7 @@ test_branch_and_bound(void **state)
     search_result all, one, three, merged;
     di_error err;
     (void)state;
-    search_config_init(&cfg);
-    cfg.devices = 8;
-    cfg.top_k = 3;
-    assert_int_equal(search_config_set(&cfg, "recompute", "none,full", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "zero", "0,3", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "microbatches", "1,4,16,48,96", &err), 0);
+    bb_config(&cfg);
     run_plan(m, hw, &cfg, 1, &one);
     assert_true(one.count[SEARCH_TIME_BOUND] > 0);
     run_plan(m, hw, &cfg, 3, &three);
@@ -734,14 +746,8 @@ test_seed_rounds(void **state)
     search_evaluator ev;
     search_result r;
     uint32_t first = 0;
-    di_error err;
     (void)state;
-    search_config_init(&cfg);
-    cfg.devices = 8;
-    cfg.top_k = 3;
-    assert_int_equal(search_config_set(&cfg, "recompute", "none,full", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "zero", "0,3", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "microbatches", "1,4,16,48,96", &err), 0);
+    bb_config(&cfg);
     space_ok(&sp, m, hw, &cfg);
     search_plan_init(&pl, &sp);
     first = (uint32_t)atomic_load(&pl.nseed);
