@@ -299,9 +299,10 @@ rank_candidates(search_plan *pl)
  * K by the points so far; the seed is complete (`seeded`) when there are
  * none. They are not validated here but by the workers that evaluate them
  * (search_eval counts an invalid one as such): a round is chosen while the
- * other workers wait, and a cancelled search stops between candidates. Called by one worker at a time (the
- * `planning` flag). Its choice depends on the seed's points, whoever
- * evaluated them, so it is the same whatever the workers.
+ * other workers wait, and a cancelled search stops between candidates.
+ * Called by one worker at a time (the `planning` flag). Its choice depends
+ * on the seed's points, whoever evaluated them, so it is the same whatever
+ * the workers.
  */
 static void
 extend(search_plan *pl)
