@@ -492,8 +492,9 @@ moe_llama(void)
  * candidate's microbatch count) against the full simulation of the same
  * candidate, on a sample of the composed candidates of several models'
  * spaces: within 1% in step time and 0.5% in peak memory, with the same
- * status. The worst errors are printed (bench/ reports them too). Only
- * pp = 1 and 1F1B candidates are composed (search_compose_counts).
+ * status. The worst errors are printed, with the worst candidate (bench/
+ * reports them too). pp = 1, 1F1B and interleaved candidates are composed,
+ * GPipe never (search_compose_counts).
  */
 static void
 test_compose_agreement(void **state)

@@ -1327,8 +1327,8 @@ search_compose_counts(const search_space *sp, const search_candidate *c, uint32_
         /*
          * Interleaving runs whole rounds of p microbatches (m is a multiple
          * of p): 5 and 6 rounds. On gpt3-175b on 1,024 GPUs its period is
-         * steady from the first rounds and its peak from the fourth (3.1%
-         * short from 3 rounds at pp 4, 0.24% at pp 8); on a 4-layer Llama
+         * steady from the first rounds and its peak from the fourth (from 3
+         * and 4 rounds 3.1% above at pp 4, 0.24% at pp 8); on a 4-layer Llama
          * with pp 2, 4 and 5 rounds were 0.53% off in step time, 5 and 6
          * exact.
          */
