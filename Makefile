@@ -151,7 +151,7 @@ $(SRVA): $(filter-out $(B)/obj/server/main.o,$(SRV_OBJS))
 
 # The Python client (client/python/distir) with its generated messages, importable from
 # $(B)/python.
-$(PY_PKG)/distir_pb2.py: proto/distir.proto $(PY_SRCS)
+$(PY_PKG)/distir_pb2.py: proto/distir.proto $(PY_SRCS) | $(B)/deps.stamp
 	@mkdir -p $(PY_PKG)
 	cp $(PY_SRCS) $(PY_PKG)/
 	protoc --python_out=$(PY_PKG) -Iproto proto/distir.proto
