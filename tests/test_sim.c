@@ -263,8 +263,10 @@ test_link_contention(void **state)
  *   send 0 -> 2 (inter-node): 5 us + S / 1e10 = 109.8576 us;
  *   all-reduce {0, 2} (inter): 2*1/2 * S / 1e10 + 2 * 5 us = 114.8576 us;
  *   all-reduce {0, 1} (intra): S / 1e11 + 2 * 1 us = 12.48576 us.
- * The send and the inter-node all-reduce both hold device 0's inter-node
- * link: they add. The send and the intra-node all-reduce cross different
+ * The send and the inter-node all-reduce both cross device 0's inter-node
+ * link, which they share: the send, placed first, takes its full rate; the
+ * all-reduce moves at half its rate until the send ends, then at its own:
+ * it ends at send + (ar_inter - send / 2). The send and the intra-node all-reduce cross different
  * links: they overlap. And a receive that waits for a long computation
  * does not hold up an all-reduce issued after it, which takes the link
  * while it is idle: device 1 computes a Relu on [1024,1024] (8 MiB / 1e11 +
@@ -303,8 +305,8 @@ test_link_levels(void **state)
         ir_region_add_result(m, f, ys);
         r = run(m, hw, 0);
         if (which == 0) {
-            assert_close(r->step_time_s, send + ar_inter);
-            assert_close(dev_result(r, 0)->comm_s, send + ar_inter);
+            assert_close(r->step_time_s, ar_inter + send / 2);
+            assert_close(dev_result(r, 0)->comm_s, ar_inter + send / 2);
         } else if (which == 1) {
             assert_close(r->step_time_s, send > ar_intra ? send : ar_intra);
             assert_close(dev_result(r, 0)->comm_s, send);
@@ -312,6 +314,52 @@ test_link_levels(void **state)
             double relu = 8388608.0 / 1e11 + 1e-5, big = 1e-6 + 4194304.0 / 1e11;
             assert_close(r->step_time_s, relu + big);
             assert_close(dev_result(r, 0)->comm_s, ar_intra + big);
+        }
+        sim_result_free(r);
+        ir_module_free(m);
+    }
+    hw_free(hw);
+}
+
+/*
+ * Each communicator has its own collective stream: on 2 nodes x 2 devices,
+ * an all-reduce over {0, 2} (inter-node, ar_inter as above) and then one
+ * over {0, 1} (intra-node, ar_intra), both ready at 0, run side by side on
+ * device 0 (NCCL runs the two communicators on two streams, and a group
+ * that spans nodes crosses only the inter-node links): the step is
+ * ar_inter, not ar_inter + ar_intra, and device 0 communicates for
+ * ar_inter. Two all-reduces over the same group {0, 2} still run one after
+ * the other. With --no-overlap (one clock per device) all of them add.
+ */
+static void
+test_communicators(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(2, 2);
+    const double S = 1048576.0;
+    const double ar_inter = S / 1e10 + 2 * 5e-6, ar_intra = S / 1e11 + 2 * 1e-6;
+    for (int which = 0; which < 3; which++) {
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        int32_t second = which == 1 ? 2 : 1;
+        ir_id e1[2] = {t2(m, 512, 512, 0), t2(m, 512, 512, 2)}, tup1 = ir_type_tuple(m, 2, e1);
+        ir_id e2[2] = {t2(m, 512, 512, 0), t2(m, 512, 512, second)},
+              tup2 = ir_type_tuple(m, 2, e2);
+        ir_id xa = ir_region_add_arg(m, f, tup1, "xa"), xb = ir_region_add_arg(m, f, tup2, "xb");
+        ir_id ya = op1(m, f, IR_OP_ALLREDUCE, 1, &xa, tup1, "ya");
+        ir_id yb = op1(m, f, IR_OP_ALLREDUCE, 1, &xb, tup2, "yb");
+        sim_result *r;
+        ir_region_add_result(m, f, ya);
+        ir_region_add_result(m, f, yb);
+        r = run(m, hw, which == 2);
+        if (which == 0) {
+            assert_close(r->step_time_s, ar_inter);
+            assert_close(dev_result(r, 0)->comm_s, ar_inter);
+            assert_close(dev_result(r, 1)->comm_s, ar_intra);
+        } else if (which == 1) {
+            assert_close(r->step_time_s, 2 * ar_inter);
+        } else {
+            assert_close(r->step_time_s, ar_inter + ar_intra);
         }
         sim_result_free(r);
         ir_module_free(m);
@@ -1567,6 +1615,7 @@ main(void)
         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_link_contention),
         cmocka_unit_test(test_link_levels),
+        cmocka_unit_test(test_communicators),
         cmocka_unit_test(test_memory_chain),
         cmocka_unit_test(test_group_order),
         cmocka_unit_test(test_oom),

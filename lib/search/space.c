@@ -1110,10 +1110,12 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
 }
 
 /*
- * What the collective stream of a device of the first pipeline stage
- * carries at least for the data parallelism of its N0 layers, in seconds:
- * its collectives run one at a time (docs/simulator.md), each at least its
- * payload times the group's least slope. A layer's parameters P (bytes per
+ * What the data-parallel communicator's collective stream of a device of
+ * the first pipeline stage carries at least for the data parallelism of its
+ * N0 layers, in seconds: its collectives, all over the one data-parallel
+ * group, run one at a time on that stream (docs/simulator.md), each at
+ * least its payload times the group's least slope (sharing a link only
+ * slows it). A layer's parameters P (bytes per
  * device), of which Z are sharded by ZeRO at this dp; its gradients G
  * (at the dtype the updates read them, which the reductions carry: Megatron's
  * fp32 accumulation doubles a bf16 model's), Zg of them sharded; a gradient

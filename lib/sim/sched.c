@@ -31,6 +31,44 @@ ivec_push(ivec *v, double start, double end)
 }
 
 /*
+ * Adds [start, end) to v, kept sorted and disjoint, where intervals may come
+ * out of order or overlap earlier ones (the collective streams of several
+ * communicators).
+ */
+static void
+ivec_add(ivec *v, double start, double end)
+{
+    uint32_t i = v->n, j;
+    if (end <= start)
+        return;
+    if (i == 0 || v->v[i - 1].start <= start) {
+        ivec_push(v, start, end);
+        return;
+    }
+    while (i > 0 && v->v[i - 1].start > start)
+        i--;
+    /* v[i] is the first interval starting after start; merge with v[i - 1] if it touches. */
+    if (i > 0 && v->v[i - 1].end >= start) {
+        i--;
+        if (v->v[i].end > end)
+            end = v->v[i].end;
+        start = v->v[i].start;
+    } else {
+        DI_GROW(&v->v, &v->cap, v->n + 1);
+        memmove(v->v + i + 1, v->v + i, (v->n - i) * sizeof *v->v);
+        v->n++;
+    }
+    /* Swallow the intervals after i that [start, end) reaches. */
+    for (j = i + 1; j < v->n && v->v[j].start <= end; j++)
+        if (v->v[j].end > end)
+            end = v->v[j].end;
+    v->v[i].start = start;
+    v->v[i].end = end;
+    memmove(v->v + i + 1, v->v + j, (v->n - j) * sizeof *v->v);
+    v->n -= j - i - 1;
+}
+
+/*
  * Links. Streams give issue order (each runs its work in program order);
  * links give contention: a transfer or collective holds the link level it
  * crosses (intra- or inter-node) on every device it involves, for its whole
@@ -40,13 +78,19 @@ ivec_push(ivec *v, double start, double end)
  * and disjoint.
  */
 
-/* Earliest start >= c at which [start, start + t) is idle on l. */
+/*
+ * When a transfer that takes t seconds alone on link l, started at c, ends:
+ * the link is shared, not taken in turns (the network interleaves the
+ * packets of every transfer it carries): while l carries transfers started
+ * before, this one moves at half its rate. Transfers already placed keep
+ * their times (the walk is in program order), so a later transfer yields.
+ */
 static double
-link_fit(const ivec *l, double c, double t)
+link_end(const ivec *l, double c, double t)
 {
     uint32_t lo = 0, hi = l->n;
     if (t <= 0 || hi == 0 || l->v[hi - 1].end <= c)
-        return c; /* the common case: transfers come in time order */
+        return c + t; /* the common case: the link is idle from c */
     /* First interval ending after c. */
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
@@ -55,41 +99,20 @@ link_fit(const ivec *l, double c, double t)
         else
             hi = mid;
     }
-    for (uint32_t i = lo; i < l->n && l->v[i].start < c + t; i++)
-        if (l->v[i].end > c)
-            c = l->v[i].end;
-    return c;
-}
-
-/* Marks [a, b) busy on l (it was idle). */
-static void
-link_take(ivec *l, double a, double b)
-{
-    uint32_t i = l->n;
-    if (b <= a)
-        return;
-    while (i > 0 && l->v[i - 1].start > a)
-        i--;
-    if (i > 0 && l->v[i - 1].end >= a) {
-        /* Touches the interval before: extend it (and join the next if it touches too). */
-        if (b > l->v[i - 1].end)
-            l->v[i - 1].end = b;
-        if (i < l->n && l->v[i].start <= l->v[i - 1].end) {
-            l->v[i - 1].end = l->v[i].end > l->v[i - 1].end ? l->v[i].end : l->v[i - 1].end;
-            memmove(l->v + i, l->v + i + 1, (l->n - i - 1) * sizeof *l->v);
-            l->n--;
+    for (uint32_t i = lo; i < l->n; i++) {
+        double a = l->v[i].start, b = l->v[i].end;
+        if (a > c) { /* idle until a */
+            if (t <= a - c)
+                return c + t;
+            t -= a - c;
+            c = a;
         }
-        return;
+        if (t <= (b - c) / 2) /* busy until b: half the rate */
+            return c + 2 * t;
+        t -= (b - c) / 2;
+        c = b;
     }
-    if (i < l->n && l->v[i].start <= b) {
-        l->v[i].start = a;
-        return;
-    }
-    DI_GROW(&l->v, &l->cap, l->n + 1);
-    memmove(l->v + i + 1, l->v + i, (l->n - i) * sizeof *l->v);
-    l->v[i].start = a;
-    l->v[i].end = b;
-    l->n++;
+    return c + t;
 }
 
 static int
@@ -198,10 +221,13 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
     if (s->opt->no_overlap) {
         for (int st = 0; st < NSTREAM; st++)
             d->free[st] = end;
-    } else {
+    } else if (stream != STREAM_COLL || end > d->free[stream]) {
         d->free[stream] = end;
     }
-    ivec_push(&d->busy[stream], start, end);
+    if (stream == STREAM_COLL)
+        ivec_add(&d->busy[stream], start, end); /* communicators overlap one another */
+    else
+        ivec_push(&d->busy[stream], start, end);
     if (stream != STREAM_SEND && stream != STREAM_RECV) /* transfers: record_transfers */
         record_event(s, op, dev, stream, start, end, sym);
 }
@@ -210,6 +236,33 @@ static double
 stream_free(const sim *s, int32_t dev, int stream)
 {
     return s->devs[dev].free[stream];
+}
+
+/*
+ * The slot of communicator `key`'s collective stream on device dev (taken
+ * when first used; past SIM_NCOMM communicators the last slot is shared).
+ */
+static sim_comm *
+comm_slot(sim *s, int32_t dev, uint64_t key)
+{
+    sim_comm *c = s->devs[dev].comm;
+    uint32_t i;
+    for (i = 0; i < SIM_NCOMM - 1 && c[i].key != 0; i++)
+        if (c[i].key == key)
+            return &c[i];
+    c[i].key = key;
+    return &c[i];
+}
+
+/* The communicator of the group devs[0..n): a hash of its set of devices, never 0. */
+static uint64_t
+comm_key(const int32_t *devs, uint32_t n)
+{
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < n; i++)
+        h += sim_hash_combine(0x636f6d6dull, (uint64_t)(uint32_t)devs[i]); /* order-free */
+    h = sim_hash_combine(h, n);
+    return h ? h : 1;
 }
 
 /* ---- pricing: the cost model (cost.c), memoized ---- */
@@ -668,6 +721,7 @@ mesh_group(sim *s, ir_id op, ir_id mesh, int32_t dev, const sim_grp **e)
         s->grps[h].n = cnt;
         s->grps[h].t = sim_collective_time(s, s->m->ops[op].kind, &g, cost.bytes_comm);
         s->grps[h].levels = group_levels(s, &g);
+        s->grps[h].key = comm_key(s->grpdev + s->ngrpdev, cnt);
         s->ngrpdev += cnt;
         s->ngrp++;
     }
@@ -684,36 +738,44 @@ pair_level(const sim *s, int32_t a, int32_t b)
     return hw_node_of(s->hw, (uint32_t)a) != hw_node_of(s->hw, (uint32_t)b);
 }
 
-/* The link levels (bit 0 intra-, bit 1 inter-node) a collective over group g crosses. */
+/*
+ * The link levels (bit 0 intra-, bit 1 inter-node) a collective over group g
+ * holds. A group that spans nodes holds the inter-node links only: its
+ * intra-node hops carry no more bytes than its inter-node ones over links
+ * many times faster (NVLink against a node's share of InfiniBand), so a
+ * tensor-parallel collective inside a node runs beside it, as NCCL runs the
+ * two communicators; holding both levels for the whole reduction made every
+ * tensor-parallel collective of the backward pass wait for the data-parallel
+ * buckets of overlap_grad_reduce.
+ */
 static unsigned
 group_levels(const sim *s, const group_info *g)
 {
-    unsigned m = 0;
     if (g->nodes > 1)
-        m |= 2;
+        return 2;
     if (g->per_node > 1)
-        m |= s->hw->devices_per_node <= 1 ? 2 : 1;
-    return m;
+        return s->hw->devices_per_node <= 1 ? 2 : 1;
+    return 0;
 }
 
-/* Earliest start >= c at which the levels of every device in devs[0..n) are idle for t. */
+/* When a transfer of t seconds alone, started at c, ends on the levels of devs[0..n). */
 static double
-links_fit(const sim *s, const int32_t *devs, uint32_t n, unsigned levels, double c, double t)
+links_end(const sim *s, const int32_t *devs, uint32_t n, unsigned levels, double c, double t)
 {
-    double prev;
+    double end = c + t;
     if (t <= 0 || levels == 0)
-        return c;
-    do {
-        prev = c;
-        for (uint32_t i = 0; i < n; i++)
-            for (int l = 0; l < 2; l++)
-                if (levels >> l & 1)
-                    c = link_fit(&s->devs[devs[i]].link[l], c, t);
-    } while (c != prev && (n > 1 || levels == 3));
-    return c;
+        return end;
+    for (uint32_t i = 0; i < n; i++)
+        for (int l = 0; l < 2; l++)
+            if (levels >> l & 1) {
+                double e = link_end(&s->devs[devs[i]].link[l], c, t);
+                if (e > end)
+                    end = e;
+            }
+    return end;
 }
 
-/* Takes the levels on every device; a device's links are part of its history (symmetry). */
+/* Marks the levels busy on every device; a device's links are part of its history (symmetry). */
 static void
 links_take(sim *s, const int32_t *devs, uint32_t n, unsigned levels, double a, double b)
 {
@@ -721,33 +783,42 @@ links_take(sim *s, const int32_t *devs, uint32_t n, unsigned levels, double a, d
         sim_dev *d = &s->devs[devs[i]];
         for (int l = 0; l < 2; l++)
             if (levels >> l & 1)
-                link_take(&d->link[l], a, b);
+                ivec_add(&d->link[l], a, b);
         d->hist = sim_hash_combine(d->hist, 0x6c696e6b00ull | levels);
     }
 }
 
 /*
- * Runs one collective group: every member starts together, when its
- * collective stream is free, and occupies it. Collectives have their own
- * stream, apart from point-to-point sends and receives (as NCCL
- * collectives and pipeline p2p run on their own streams and communicators):
- * a receive waiting for another pipeline stage does not hold up a tensor-
- * parallel all-reduce queued behind it.
+ * Runs one collective group: every member starts together, when the
+ * collective stream of the group's communicator (key: comm_key of the whole
+ * group, also when devs is only its representative) is free on each, and
+ * occupies it. Collectives run apart from point-to-point sends and receives,
+ * and each communicator on its own stream, as NCCL runs them: a receive
+ * waiting for another pipeline stage does not hold up a tensor-parallel
+ * all-reduce queued behind it, nor does a data-parallel reduction of
+ * gradient buckets (overlap_grad_reduce) or a ZeRO-3 gather. Only the links
+ * they both cross make them take turns. With no_overlap every stream of a
+ * device is one clock.
  */
 static void
-run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, unsigned levels, double ready,
-          double t, double *out_start, double *out_end, int sym)
+run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, unsigned levels, uint64_t key,
+          double ready, double t, double *out_start, double *out_end, int sym)
 {
-    double start = ready;
-    for (uint32_t i = 0; i < n; i++)
-        if (stream_free(s, devs[i], STREAM_COLL) > start)
-            start = stream_free(s, devs[i], STREAM_COLL);
-    start = links_fit(s, devs, n, levels, start, t);
-    links_take(s, devs, n, levels, start, start + t);
-    for (uint32_t i = 0; i < n; i++)
-        occupy(s, op, devs[i], STREAM_COLL, start, start + t, sym);
+    double start = ready, end;
+    for (uint32_t i = 0; i < n; i++) {
+        double f = s->opt->no_overlap ? stream_free(s, devs[i], STREAM_COLL)
+                                      : comm_slot(s, devs[i], key)->free;
+        if (f > start)
+            start = f;
+    }
+    end = links_end(s, devs, n, levels, start, t);
+    links_take(s, devs, n, levels, start, end);
+    for (uint32_t i = 0; i < n; i++) {
+        occupy(s, op, devs[i], STREAM_COLL, start, end, sym);
+        comm_slot(s, devs[i], key)->free = end;
+    }
     *out_start = start;
-    *out_end = start + t;
+    *out_end = end;
 }
 
 /*
@@ -854,8 +925,7 @@ sim_send(sim *s, ir_id op, const ctx *c)
                 int32_t pair[2] = {rs, rd};
                 double t = l0->latency + cost.bytes_comm / l0->bandwidth;
                 unsigned lv = 1u << pair_level(s, src[0], dst[0]);
-                start = links_fit(s, pair, 2, lv, start, t);
-                end = start + t;
+                end = links_end(s, pair, 2, lv, start, t);
                 links_take(s, pair, 2, lv, start, end);
             }
             occupy(s, op, rs, STREAM_SEND, start, end, 1);
@@ -895,7 +965,7 @@ sim_send(sim *s, ir_id op, const ctx *c)
             if (from != to) {
                 int32_t pair[2] = {from, to};
                 unsigned lv = 1u << pair_level(s, from, to);
-                start = links_fit(s, pair, 2, lv, start, t);
+                t = links_end(s, pair, 2, lv, start, t) - start;
                 links_take(s, pair, 2, lv, start, start + t);
             }
             end = start + t;
@@ -977,6 +1047,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             uint32_t n = 0;
             double ready = 0, start, end, t;
             unsigned levels;
+            uint64_t key;
             const int32_t
                 *mg; /* the group's devices (the table does not move until the next lookup) */
             if (done[idx])
@@ -990,6 +1061,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
             n = ge->n;
             t = ge->t;
             levels = ge->levels;
+            key = ge->key;
             mg = s->grpdev + ge->off;
             /* Members are the (instance, location) pairs on the group's devices. */
             for (uint32_t q = idx; q < total; q++) {
@@ -1010,10 +1082,10 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                 for (uint32_t g2 = 0; g2 < n; g2++)
                     if (s->devs[mg[g2]].rep != r)
                         s->broken = 1;
-                run_group(s, op, &r, 1, levels, ready, t, &start, &end, 1);
+                run_group(s, op, &r, 1, levels, key, ready, t, &start, &end, 1);
                 s->nops += c->sym;
             } else {
-                run_group(s, op, mg, n, levels, ready, t, &start, &end, 0);
+                run_group(s, op, mg, n, levels, key, ready, t, &start, &end, 0);
                 s->nops += n;
             }
             for (uint32_t q = idx; q < total; q++) {
@@ -1065,7 +1137,8 @@ sim_collective(sim *s, ir_id op, const ctx *c)
              */
             int32_t r = s->devs[group[0]].rep;
             uint32_t yi;
-            run_group(s, op, &r, 1, group_levels(s, &g), ready, t, &start, &end, 1);
+            run_group(s, op, &r, 1, group_levels(s, &g), comm_key(group, n), ready, t, &start, &end,
+                      1);
             s->nops += n;
             for (uint32_t j = 0; j < nin; j++)
                 inst_use(input_at(s, in, k, j), end);
@@ -1077,7 +1150,8 @@ sim_collective(sim *s, ir_id op, const ctx *c)
         }
         if (k == 0 && (rc = op_results(s, op, c)) != 0)
             break;
-        run_group(s, op, group, n, group_levels(s, &g), ready, t, &start, &end, 0);
+        run_group(s, op, group, n, group_levels(s, &g), comm_key(group, n), ready, t, &start,
+                  &end, 0);
         s->nops += n;
         {
             uint8_t recv = 0;

@@ -73,8 +73,22 @@ typedef struct memev {
     uint64_t val; /* bytes << 3 | memory class: the scan never touches the instances */
 } memev;
 
+/*
+ * A communicator's collective stream on a device: NCCL runs each
+ * communicator's collectives in order on its own stream, and those of
+ * different communicators (the tensor-parallel group's and the data-parallel
+ * group's) side by side, sharing only the links they cross.
+ */
+#define SIM_NCOMM 8 /* communicators kept apart per device; more share the last slot */
+typedef struct sim_comm {
+    uint64_t key; /* the group's devices, hashed (0: unused) */
+    double free;  /* seconds: when its stream is next free */
+} sim_comm;
+
 typedef struct sim_dev {
-    double free[NSTREAM]; /* seconds: when each stream is next free */
+    double free[NSTREAM]; /* seconds: when each stream is next free (STREAM_COLL: the last
+                             collective's end on any communicator) */
+    sim_comm comm[SIM_NCOMM];
     double host;          /* when the host has issued every kernel so far (host_overhead) */
     ivec busy[NSTREAM];   /* intervals per stream */
     ivec link[2];         /* intervals the intra- (0) and inter-node (1) links carry a transfer */
@@ -99,6 +113,7 @@ typedef struct sim_grp {
     int32_t dev;
     uint32_t off, n;
     unsigned levels;
+    uint64_t key; /* the communicator: sim_comm.key */
     double t;
 } sim_grp;
 
