@@ -537,6 +537,24 @@ fused_member(sim *s, ir_id op, const ctx *c, uint32_t nloc)
     return 0;
 }
 
+/* The OPB_* bits of op, from its attributes the first time it is asked. */
+static unsigned
+op_bits(sim *s, ir_id op)
+{
+    const ir_module *m = s->m;
+    if (s->opbits == NULL)
+        s->opbits = di_big_xalloc(m->nop); /* zeroed */
+    if (!(s->opbits[op] & OPB_KNOWN)) {
+        unsigned b = OPB_KNOWN;
+        if (m->ops[op].nattr && ir_op_attr(m, op, "dist.accumulate") != NULL)
+            b |= OPB_ACCUM;
+        if (strcmp(ir_op_string(m, op, "dist.phase", ""), "backward") == 0)
+            b |= OPB_BACKWARD;
+        s->opbits[op] = (uint8_t)b;
+    }
+    return s->opbits[op];
+}
+
 static int
 sim_compute_op(sim *s, ir_id op, const ctx *c)
 {
@@ -544,7 +562,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
     const ir_op *o = &m->ops[op];
     int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
     /* A gradient accumulation (dist.accumulate) adds into its first input's storage. */
-    int accum = o->nattr && o->ninput && ir_op_attr(m, op, "dist.accumulate") != NULL;
+    int accum = o->ninput && (op_bits(s, op) & OPB_ACCUM);
     uint32_t nloc;
     int rc = op_results(s, op, c);
     if (rc)
@@ -628,7 +646,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                         s->inst[idx].flags |= INST_FUSED;
                     /* A gradient the backward pass makes: a gradient buffer. */
                     if (s->vclass[o->outputs + i] == SIM_MEM_GRADIENTS &&
-                        strcmp(ir_op_string(m, op, "dist.phase", ""), "backward") == 0)
+                        (op_bits(s, op) & OPB_BACKWARD))
                         s->inst[idx].flags |= INST_GRADBUF;
                 }
             }

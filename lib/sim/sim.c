@@ -245,6 +245,7 @@ sim_fini(sim *s, sim_workspace *ws)
     sim_tables_give(s, ws);
     if (s->memo)
         di_big_free(s->memo, 2 * s->m->nop * sizeof *s->memo);
+    di_big_free(s->opbits, s->m->nop);
     di_free(s->sigs);
     sim_fuse_free(s);
     di_free(s->grps);

@@ -170,6 +170,8 @@ typedef struct sim {
     int symmetric;     /* simulate symmetric pmaps once (see sim_pmap) */
     ir_id entry;       /* the entry function */
     double *memo;      /* per op: compute time and FLOPs (sim_cost_op), or NULL */
+    uint8_t *opbits;   /* per op: OPB_* of its attributes, read once (an op in a called
+                          function runs once per call), or NULL */
     struct sim_sig *sigs; /* top-level ops priced, by signature (sim_cost_op) */
     uint32_t nsig, csig;
     int broken;        /* a device standing for others was used on its own: rerun */
@@ -186,6 +188,10 @@ typedef struct sim {
     ir_id *fmembers;
     uint32_t nfmember;
 } sim;
+
+#define OPB_KNOWN 1u    /* the bits below are read */
+#define OPB_ACCUM 2u    /* dist.accumulate: adds into its first input's storage */
+#define OPB_BACKWARD 4u /* dist.phase = "backward" */
 
 /* The context an op runs in: top level, or the instances of a pmap body. */
 typedef struct ctx {
