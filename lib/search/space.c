@@ -996,21 +996,16 @@ in_flight(const search_candidate *c, uint32_t g)
 /*
  * Per layer, what a device of group k holds at once at least (layer_bound):
  * a activations per microbatch, s state, g gradient buffers (0 when they are
- * not held whole over the microbatches).
+ * not held whole over the microbatches). The simulator holds a gradient
+ * buffer from the start of the step to its reduction (docs/simulator.md,
+ * Memory: Megatron-LM's contiguous gradient buffer), so just before the
+ * group's first backward chunk, with its in-flight forwards, it holds them
+ * all; that moment also covers the last backward chunk's s + g + a.
  */
 static double
 held(const search_candidate *c, uint32_t k, double a, double s, double g)
 {
-    double warm = in_flight(c, k) * a + s, last;
-    if (g <= 0)
-        return warm;
-    if (virtual_of(c) == 1)
-        last = s + g + a;
-    else if (c->zero == 0 || !c->overlap)
-        last = s + g;
-    else
-        return warm;
-    return warm > last ? warm : last;
+    return in_flight(c, k) * a + s + (g > 0 ? g : 0);
 }
 
 /*
