@@ -961,15 +961,15 @@ search_candidate_format(const search_candidate *c, char *buf, size_t size)
 /* ---- evaluation ---- */
 
 /*
- * The microbatch-chunks group g of c holds at once, per model stage, at
- * least: just before its first backward chunk it has run the warm-up
- * forwards and one more (the schedule's order, schedule.c), and none of
- * their activations is freed yet. GPipe: m; 1F1B: min(pp - g, m); pp = 1:
- * 1; interleaved: the fewest of those forward chunks on any of the group's
- * V model stages (chunk k runs model stage (k / pp) mod V of the group).
+ * The forward chunks of model stage j (0 <= j < V, the group's j-th) that
+ * group g of c has run and not freed just before its first backward chunk:
+ * it has run the warm-up forwards and one more (the schedule's order,
+ * schedule.c), and none of their activations is freed yet. GPipe: m; 1F1B:
+ * min(pp - g, m); pp = 1: 1; interleaved: those of the first n forward
+ * chunks that run model stage j (chunk k runs (k / pp) mod V).
  */
 static double
-in_flight(const search_candidate *c, uint32_t g)
+in_flight(const search_candidate *c, uint32_t g, uint32_t j)
 {
     uint32_t p = c->pp, m = c->microbatches, V = c->virtual_stages;
     if (p == 1)
@@ -979,18 +979,27 @@ in_flight(const search_candidate *c, uint32_t g)
     if (c->schedule == STRATEGY_SCHEDULE_1F1B)
         return p - g < m ? p - g : m;
     {
-        uint64_t warm = (uint64_t)(p - g - 1) * 2 + (uint64_t)(V - 1) * p, n, least = UINT64_MAX;
+        uint64_t warm = (uint64_t)(p - g - 1) * 2 + (uint64_t)(V - 1) * p, n;
         n = warm + 1 < (uint64_t)m * V ? warm + 1 : (uint64_t)m * V;
-        for (uint32_t j = 0; j < V; j++) {
-            /* Chunks k < n with (k / p) mod V == j: whole rounds of p V, then the rest. */
-            uint64_t full = n / ((uint64_t)p * V), rest = n % ((uint64_t)p * V), cnt = full * p;
-            if (rest > (uint64_t)j * p)
-                cnt += rest - (uint64_t)j * p < p ? rest - (uint64_t)j * p : p;
-            if (cnt < least)
-                least = cnt;
-        }
-        return least > 0 ? (double)least : 1;
+        /* Whole rounds of p V chunks, then the rest. */
+        uint64_t full = n / ((uint64_t)p * V), rest = n % ((uint64_t)p * V), cnt = full * p;
+        if (rest > (uint64_t)j * p)
+            cnt += rest - (uint64_t)j * p < p ? rest - (uint64_t)j * p : p;
+        return (double)cnt;
     }
+}
+
+/* The fewest of in_flight over group g's model stages (at least 1). */
+static double
+in_flight_least(const search_candidate *c, uint32_t g)
+{
+    double least = 0;
+    for (uint32_t j = 0; j < virtual_of(c); j++) {
+        double n = in_flight(c, g, j);
+        if (j == 0 || n < least)
+            least = n;
+    }
+    return least > 0 ? least : 1;
 }
 
 /*
@@ -1005,7 +1014,7 @@ in_flight(const search_candidate *c, uint32_t g)
 static double
 held(const search_candidate *c, uint32_t k, double a, double s, double g)
 {
-    return in_flight(c, k) * a + s + (g > 0 ? g : 0);
+    return in_flight_least(c, k) * a + s + (g > 0 ? g : 0);
 }
 
 /*
@@ -1068,10 +1077,10 @@ layer_bound(const search_space *sp, const search_candidate *c)
         /* The layers each group holds are known: the busiest group. */
         double most = 0;
         for (uint32_t k = 0; k < c->pp; k++) {
-            uint32_t L = 0;
-            for (uint32_t j = k; j < st->nstage; j += c->pp)
-                L += st->layers[j];
-            double h = L * held(c, k, a, s, g);
+            /* Each model stage of the group with its own in-flight chunks. */
+            double h = 0;
+            for (uint32_t j = k, v = 0; j < st->nstage; j += c->pp, v++)
+                h += st->layers[j] * (in_flight(c, k, v) * a + s + g);
             if (h > most)
                 most = h;
         }
