@@ -70,12 +70,11 @@ ivec_add(ivec *v, double start, double end)
 
 /*
  * Links. Streams give issue order (each runs its work in program order);
- * links give contention: a transfer or collective holds the link level it
- * crosses (intra- or inter-node) on every device it involves, for its whole
- * duration, and takes the earliest time at or after it could start when
- * those links are idle (a later op may fill an earlier gap, as the network
- * serves whichever transfer is ready). The intervals of a link are sorted
- * and disjoint.
+ * links give contention: a transfer or collective crosses the link level it
+ * needs (intra- or inter-node) on every device it involves, starts when its
+ * stream allows, and shares the link with the transfers placed before it
+ * (link_end). A link's intervals, sorted and disjoint, are the times it
+ * carries anything.
  */
 
 /*
@@ -758,13 +757,13 @@ pair_level(const sim *s, int32_t a, int32_t b)
 
 /*
  * The link levels (bit 0 intra-, bit 1 inter-node) a collective over group g
- * holds. A group that spans nodes holds the inter-node links only: its
+ * crosses. A group that spans nodes counts the inter-node links only: its
  * intra-node hops carry no more bytes than its inter-node ones over links
  * many times faster (NVLink against a node's share of InfiniBand), so a
  * tensor-parallel collective inside a node runs beside it, as NCCL runs the
- * two communicators; holding both levels for the whole reduction made every
- * tensor-parallel collective of the backward pass wait for the data-parallel
- * buckets of overlap_grad_reduce.
+ * two communicators (when a collective held both levels for its whole
+ * duration, every tensor-parallel collective of the backward pass waited for
+ * the data-parallel buckets of overlap_grad_reduce).
  */
 static unsigned
 group_levels(const sim *s, const group_info *g)
@@ -814,8 +813,8 @@ links_take(sim *s, const int32_t *devs, uint32_t n, unsigned levels, double a, d
  * and each communicator on its own stream, as NCCL runs them: a receive
  * waiting for another pipeline stage does not hold up a tensor-parallel
  * all-reduce queued behind it, nor does a data-parallel reduction of
- * gradient buckets (overlap_grad_reduce) or a ZeRO-3 gather. Only the links
- * they both cross make them take turns. With no_overlap every stream of a
+ * gradient buckets (overlap_grad_reduce) or a ZeRO-3 gather; only the links
+ * they both cross slow them (link_end). With no_overlap every stream of a
  * device is one clock.
  */
 static void
