@@ -1005,7 +1005,7 @@ in_flight_least(const search_candidate *c, uint32_t g)
 /*
  * Per layer, what a device of group k holds at once at least (layer_bound):
  * a activations per microbatch, s state, g gradient buffers (0 when they are
- * not held whole over the microbatches). The simulator holds a gradient
+ * not held whole over the microbatches; never negative). The simulator holds a gradient
  * buffer from the start of the step to its reduction (docs/simulator.md,
  * Memory: Megatron-LM's contiguous gradient buffer), so just before the
  * group's first backward chunk, with its in-flight forwards, it holds them
@@ -1014,7 +1014,7 @@ in_flight_least(const search_candidate *c, uint32_t g)
 static double
 held(const search_candidate *c, uint32_t k, double a, double s, double g)
 {
-    return in_flight_least(c, k) * a + s + (g > 0 ? g : 0);
+    return in_flight_least(c, k) * a + s + g;
 }
 
 /*
@@ -1070,7 +1070,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
      */
     if ((c->zero == 1 || c->zero == 2) && param <= state)
         s = floor((double)(state - param) / (split * c->dp) + (double)param / split);
-    /* The gradient buffers at the last backward chunk (above): g, and whether a stays held. */
+    /* The gradient buffers, held whole from the start of the step (held, above). */
     if (c->zero <= 1 && c->microbatches >= 2)
         g = floor((double)grad / split);
     if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
