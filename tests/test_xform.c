@@ -878,6 +878,97 @@ test_zero_and_stash(void **state)
     ir_module_free(m);
 }
 
+/* The op of region r whose first result is named `name`, or 0. */
+static ir_id
+op_named(const ir_module *m, ir_id r, const char *name)
+{
+    for (uint32_t i = 0; i < m->regions[r].nop; i++) {
+        ir_id op = m->regions[r].ops[i];
+        if (m->ops[op].noutput && strcmp(ir_str_get(m, m->values[m->ops[op].outputs].name), name) == 0)
+            return op;
+    }
+    return 0;
+}
+
+/* The position of op in region r. */
+static uint32_t
+op_pos(const ir_module *m, ir_id r, ir_id op)
+{
+    for (uint32_t i = 0; i < m->regions[r].nop; i++)
+        if (m->regions[r].ops[i] == op)
+            return i;
+    fail_msg("op %u is not in region %u", op, r);
+    return 0;
+}
+
+/*
+ * ZeRO-3 gathers as FSDP does (docs/transforms.md, ZeRO): by layer, the
+ * next layer's weights while the current one computes, at most two layers'
+ * gathered at a time. In the last backward chunk of a 4-layer MLP (layers
+ * 3, 2, 1, 0): l2.w's gather comes right after layer 3's MatMulGrad (not
+ * before layer 2's), l1.w's and l0.w's wait (dist.after) for the
+ * MatMulGrad two layers before them. And on an A100 node, 8 layers of
+ * 2048 x 2048 f32 (16 MiB weights; compute outlasts a gather, so unlimited
+ * gathers would run ahead and all 8 be held at once): device 0 never holds
+ * more communication buffers than 3 gathered weights and one gradient
+ * bucket (25 MiB) reduce-scattered into halves.
+ */
+static void
+test_zero3_prefetch(void **state)
+{
+    ir_module *m = mlp(4, 8, 8), *out;
+    hw_model *hw;
+    sim_result *r;
+    sim_options o;
+    strategy s;
+    di_error err;
+    ir_id bwd, mm3, ag2, after;
+    uint64_t most = 0;
+    (void)state;
+    xform_strategy_init(&s);
+    s.dp = 2;
+    s.zero = 3;
+    s.microbatches = 2;
+    out = apply_ok(m, &s);
+    bwd = ir_func_find(out, "stage0_bwd.last");
+    assert_true(bwd != 0);
+    mm3 = op_named(out, bwd, "l3.mm.grad");
+    ag2 = op_named(out, bwd, "l2.w.ag");
+    assert_true(mm3 != 0 && ag2 != 0);
+    assert_int_equal(op_pos(out, bwd, ag2), op_pos(out, bwd, mm3) + 1);
+    for (int k = 1; k >= 0; k--) {
+        char name[16];
+        snprintf(name, sizeof name, "l%d.w.ag", k);
+        ag2 = op_named(out, bwd, name);
+        assert_true(ag2 != 0);
+        after = out->values[out->refs[out->ops[ag2].inputs]].def;
+        assert_int_equal(out->ops[after].kind, IR_OP_AFTER);
+        snprintf(name, sizeof name, "l%d.mm.grad", k + 2);
+        assert_int_equal(out->values[out->refs[out->ops[after].inputs + 1]].def,
+                         op_named(out, bwd, name));
+    }
+    ir_module_free(out);
+    ir_module_free(m);
+
+    m = mlp(8, 2048, 8192);
+    s.microbatches = 1;
+    out = apply_ok(m, &s);
+    assert_int_equal(hw_preset("a100-dgx:1", &hw, &err), 0);
+    sim_options_default(&o);
+    if (sim_run(out, hw, &o, &r, NULL, NULL, &err) != 0)
+        fail_msg("sim_run: %s", err.msg);
+    for (uint32_t i = 0; i < r->devices[0].ntimeline; i++)
+        if (r->devices[0].timeline[i].by_class[SIM_MEM_COMM] > most)
+            most = r->devices[0].timeline[i].by_class[SIM_MEM_COMM];
+    print_message("most communication buffers: %.1f MiB\n", most / 1048576.0);
+    assert_true(most >= (16u << 20));
+    assert_true(most <= 3 * (16u << 20) + (25u << 19) + (1u << 20));
+    sim_result_free(r);
+    hw_free(hw);
+    ir_module_free(out);
+    ir_module_free(m);
+}
+
 static void
 test_rejects_distributed_input(void **state)
 {
@@ -1306,6 +1397,7 @@ main(void)
         cmocka_unit_test(test_tp_collectives),
         cmocka_unit_test(test_pipeline_scatter_gather),
         cmocka_unit_test(test_zero_and_stash),
+        cmocka_unit_test(test_zero3_prefetch),
         cmocka_unit_test(test_rejects_distributed_input),
         cmocka_unit_test(test_shared_chunks),
         cmocka_unit_test(test_device_layout),

@@ -2741,6 +2741,7 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
     case IR_OP_ERF:
         return k_unary(&k, in[0], out);
     case IR_OP_IDENTITY:
+    case IR_OP_AFTER:
         return k_reshape_copy(&k, in[0], in[0]->rank, in[0]->dims, out);
     case IR_OP_CAST:
         return k_cast(&k, in[0], out);

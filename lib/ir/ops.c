@@ -542,7 +542,7 @@ infer_where(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
-/* Unary ops typed like their input: Sqrt, Relu, Gelu, Tanh, Sigmoid, Identity, Softmax. */
+/* Ops typed like their (first) input: Sqrt, Relu, Gelu, Tanh, Sigmoid, Identity, Softmax, dist.after. */
 static int
 infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
@@ -552,7 +552,8 @@ infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
     int rc;
     if ((rc = load_input(m, op, 0, &x, err)) != 0 || (rc = common_site(m, op, &x, 1, &s, err)) != 0)
         return rc;
-    if (kind != IR_OP_RELU && kind != IR_OP_IDENTITY && (rc = check_float(m, op, &x, 0, err)) != 0)
+    if (kind != IR_OP_RELU && kind != IR_OP_IDENTITY && kind != IR_OP_AFTER &&
+        (rc = check_float(m, op, &x, 0, err)) != 0)
         return rc;
     if (kind == IR_OP_SOFTMAX) {
         uint32_t axis;

@@ -137,6 +137,8 @@
     /* structure */                                                                               \
     X(TUPLE, "dist.tuple", 0, -1, 1, 1, IR_OPF_FREE, "", tuple, none)                              \
     X(TUPLEGET, "dist.tuple_get", 1, 1, 1, 1, IR_OPF_FREE, "index:i", tupleget, none)              \
+    /* input 0, available once input 1 is too: an ordering edge (ZeRO-3's rate-limited gathers) */  \
+    X(AFTER, "dist.after", 2, 2, 1, 1, IR_OPF_FREE, "", same, none)                                \
     X(PMAP, "dist.pmap", 0, -1, 0, -1, IR_OPF_REGION, "device_var:s devices:I? mesh:m?", pmap,     \
       none)                                                                                        \
     X(CALL, "func.call", 0, -1, 0, -1, IR_OPF_REGION, "", call, none)                             \

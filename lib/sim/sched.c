@@ -469,10 +469,19 @@ sim_free_op(sim *s, ir_id op, const ctx *c)
                 }
         } else {
             ir_id in = m->refs[o->inputs];
+            double after = 0;
+            if (o->kind == IR_OP_AFTER) /* available once its second input is too */
+                for (uint32_t l = 0; l < vnloc(s, m->refs[o->inputs + 1]); l++) {
+                    const sim_inst *t = input_at(s, m->refs[o->inputs + 1], k, l);
+                    after = t->ready > after ? t->ready : after;
+                }
             for (uint32_t i = 0; i < o->noutput; i++)
-                for (uint32_t l = 0; l < vnloc(s, o->outputs + i); l++)
-                    inst_alias(s, s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + l,
-                               (uint32_t)(input_at(s, in, k, l) - s->inst));
+                for (uint32_t l = 0; l < vnloc(s, o->outputs + i); l++) {
+                    uint32_t a = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + l;
+                    inst_alias(s, a, (uint32_t)(input_at(s, in, k, l) - s->inst));
+                    if (s->inst[a].ready < after)
+                        s->inst[a].ready = after;
+                }
         }
     }
     return 0;

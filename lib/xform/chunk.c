@@ -519,6 +519,131 @@ step_buckets(pl *P, prog *p, const xf_place *pls)
     return rc;
 }
 
+/*
+ * ZeRO-3: whether input k of op is a weight available in the body, split on
+ * a data axis where the op wants it whole (an all-gather before the op).
+ */
+static int
+sharded_weight(pl *P, ir_id op, uint32_t k)
+{
+    const xf_ctx *c = P->c;
+    const xf_body *b = &P->body;
+    const ir_op *o = &c->m->ops[op];
+    ir_id v = c->m->refs[o->inputs + k];
+    const xf_place *want = &c->req[o->inputs + k], *at;
+    if (!(c->vflags[v] & XF_V_WEIGHT) || b->envgen[v] != b->gen)
+        return 0;
+    at = &b->env[v].pl;
+    return (XF_IS_S(at->a[XF_DP]) && !XF_IS_S(want->a[XF_DP])) ||
+           (XF_IS_S(at->a[XF_EDP]) && !XF_IS_S(want->a[XF_EDP]));
+}
+
+static int
+gathers_weights(pl *P, ir_id op)
+{
+    for (uint32_t k = 0; k < P->c->m->ops[op].ninput; k++)
+        if (sharded_weight(P, op, k))
+            return 1;
+    return 0;
+}
+
+/*
+ * Prefetches op's sharded weights (gathers them now; the op reuses the
+ * conversions), each gather made to wait for `after` (0: nothing) through
+ * dist.after. 1 if op reads any.
+ */
+static int
+prefetch_op(pl *P, ir_id op, ir_id after, int *rc)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_op *o = &c->m->ops[op];
+    int any = 0;
+    for (uint32_t k = 0; k < o->ninput && *rc == 0; k++) {
+        ir_id v = c->m->refs[o->inputs + k];
+        const xf_place *want = &c->req[o->inputs + k];
+        xf_local l, cv;
+        if (!sharded_weight(P, op, k))
+            continue;
+        any = 1;
+        if (xf_body_has_conversion(b, v, want))
+            continue;
+        l = b->env[v];
+        if (after) {
+            ir_id in[2] = {l.v, after};
+            ir_id nop = ir_op_add(b->out, b->region, IR_OP_AFTER, 2, in, 1, NULL, NULL);
+            if ((*rc = xf_infer(b->out, nop, c->err)) != 0)
+                break;
+            l.v = ir_op_output(b->out, nop, 0);
+        }
+        *rc = xf_body_convert(b, v, &l, want, &cv);
+    }
+    return any;
+}
+
+/*
+ * ZeRO-3's gathers as FSDP issues them: by unit (a layer, dist.layer; ops
+ * outside every layer are units too, one per run), the next unit's weights
+ * gathered while the current one computes, at most two units' gathered at a
+ * time (FSDP's prefetch of the next unit and its all-gather rate limit;
+ * DeepSpeed's parameter prefetch is alike). So after op j of the body (and
+ * the recomputation it needed) come the gathers of the ops up to the end of
+ * the next unit, each made to wait (dist.after) for the last op of the unit
+ * two before its own, whose buffers it takes over; and they come before op
+ * j's gradient reduce-scatter on the data-parallel communicator's stream,
+ * which would otherwise hold them up until op j's compute is done.
+ */
+typedef struct zero3_units {
+    uint32_t n;        /* units started so far (in emission order) */
+    int32_t layer[3];  /* of the last three: their layer */
+    ir_id out[3];      /* and the first result of their last op so far */
+    int has_next;      /* whose weights are being prefetched: */
+    int32_t next;      /* its layer */
+    uint32_t pf;       /* the next op to look at */
+} zero3_units;
+
+static int
+zero3_prefetch(pl *P, prog *p, uint32_t j, zero3_units *u)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    ir_id op = p->ops.v[j];
+    int rc = 0;
+    if (gathers_weights(P, op)) {
+        int32_t L = c->op[op].layer;
+        ir_id y = c->m->ops[op].noutput ? c->m->ops[op].outputs : 0;
+        if (u->n == 0 || L != u->layer[(u->n - 1) % 3]) {
+            u->n++;
+            u->layer[(u->n - 1) % 3] = L;
+            u->has_next = 0;
+        }
+        u->out[(u->n - 1) % 3] = y && b->envgen[y] == b->gen ? b->env[y].v : 0;
+    }
+    if (u->pf <= j)
+        u->pf = j + 1;
+    while (u->pf < p->ops.n && rc == 0) {
+        ir_id k = p->ops.v[u->pf];
+        int32_t L = c->op[k].layer;
+        uint32_t ord;
+        if (b->lazygen[k] == b->gen || !gathers_weights(P, k)) {
+            u->pf++;
+            continue;
+        }
+        if (u->n > 0 && L == u->layer[(u->n - 1) % 3]) {
+            ord = u->n - 1;
+        } else if (!u->has_next || u->next == L) {
+            ord = u->n;
+            u->has_next = 1;
+            u->next = L;
+        } else {
+            break; /* the unit after the next */
+        }
+        prefetch_op(P, k, ord >= 2 ? u->out[(ord - 2) % 3] : 0, &rc);
+        u->pf++;
+    }
+    return rc;
+}
+
 static int
 build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_place *pls,
            xf_place *opl, uint32_t *nresp)
@@ -527,6 +652,7 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
     xf_body *b = &P->body;
     const ir_module *m = c->m;
     uint32_t last = c->m_emit - 1, nres = 0;
+    zero3_units z3;
     ir_id *acc_in = di_xmalloc((p->leaf.n + 1) * sizeof *acc_in);
     leafbuf lb;
     int rc = 0;
@@ -543,11 +669,14 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, const ir_id *lt, const xf_
     for (uint32_t j = 0; j < p->lazy.n; j++)
         b->lazygen[p->lazy.v[j]] = b->gen;
     leaves_begin(P, p, pls + p->in.n, acc_in, &lb);
+    memset(&z3, 0, sizeof z3);
     for (uint32_t j = 0; j < p->ops.n; j++) {
         ir_id op = p->ops.v[j];
         if (b->lazygen[op] == b->gen)
             continue;
         if ((rc = xf_body_emit(b, op)) != 0)
+            goto out;
+        if (c->s.zero >= 3 && !b->step && (rc = zero3_prefetch(P, p, j, &z3)) != 0)
             goto out;
         /* A gradient is accumulated (and reduced) as soon as its op has run. */
         if (P->leafgen[op] == P->leafstamp)

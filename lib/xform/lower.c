@@ -435,6 +435,18 @@ convert_step(xf_body *b, ir_id src, xf_local *cur, int kind, int a, int64_t dim,
 }
 
 int
+xf_body_has_conversion(const xf_body *b, ir_id src, const xf_place *to)
+{
+    xf_place want = xf_place_on(to, b->n);
+    if (b->convgen[src] != b->gen)
+        return 0;
+    for (uint32_t i = b->convhead[src]; i; i = b->conv[i - 1].next)
+        if (xf_place_eq(&b->conv[i - 1].pl, &want) && b->conv[i - 1].v)
+            return 1;
+    return 0;
+}
+
+int
 xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, xf_local *out)
 {
     xf_local cur = *in;

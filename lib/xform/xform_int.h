@@ -345,6 +345,8 @@ int xf_body_emit(xf_body *b, ir_id op);
 /* Converts a local value to placement `to` (emitting collectives); the result in *out. */
 int xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to,
                     xf_local *out);
+/* Whether this body holds a conversion of source value src to placement `to` already. */
+int xf_body_has_conversion(const xf_body *b, ir_id src, const xf_place *to);
 /* Records l as source value src converted to l->pl in this body (xf_body_convert reuses it). */
 void xf_body_remember(xf_body *b, ir_id src, const xf_local *l);
 /*
