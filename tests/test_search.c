@@ -652,10 +652,13 @@ test_brute_force(void **state)
         check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed, &nduplicate);
         assert_true(nfeasible > 0);
         assert_true((ncomposed > 0) == (cases[i].model == 2));
-        if (cases[i].model == 0 || cases[i].model == 3) /* 1F1B with one microbatch; ZeRO-2 */
+        /*
+         * 1F1B with one microbatch; ZeRO-2 with one; model 2 has no candidate with one
+         * microbatch, but ZeRO-2/3 with overlap and several (each checked against its twin
+         * above, bit for bit).
+         */
+        if (cases[i].model == 0 || cases[i].model == 2 || cases[i].model == 3)
             assert_true(nduplicate > 0);
-        if (cases[i].model == 2) /* no candidate with one microbatch */
-            assert_int_equal(nduplicate, 0);
         hw_free(hw);
         ir_module_free(m);
     }

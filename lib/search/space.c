@@ -1430,9 +1430,19 @@ set_figures(search_point *p, const search_figures *f)
 int
 search_twin(const search_space *sp, const search_candidate *c, search_candidate *twin)
 {
-    if (c->microbatches != 1)
-        return 0;
     *twin = *c;
+    if (c->microbatches != 1) {
+        /*
+         * ZeRO-2/3 reduce-scatter each microbatch's gradients as the backward
+         * makes them whether or not the reduction overlaps (chunk.c): with
+         * several microbatches overlap_grad_reduce changes nothing.
+         */
+        if (c->zero >= 2 && c->overlap && in_mask(sp->cfg.overlap, 0)) {
+            twin->overlap = 0;
+            return 1;
+        }
+        return 0;
+    }
     if (c->schedule == STRATEGY_SCHEDULE_1F1B &&
         in_mask(sp->cfg.schedules, STRATEGY_SCHEDULE_GPIPE))
         twin->schedule = STRATEGY_SCHEDULE_GPIPE;
