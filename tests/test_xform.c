@@ -884,7 +884,8 @@ op_named(const ir_module *m, ir_id r, const char *name)
 {
     for (uint32_t i = 0; i < m->regions[r].nop; i++) {
         ir_id op = m->regions[r].ops[i];
-        if (m->ops[op].noutput && strcmp(ir_str_get(m, m->values[m->ops[op].outputs].name), name) == 0)
+        if (m->ops[op].noutput &&
+            strcmp(ir_str_get(m, m->values[m->ops[op].outputs].name), name) == 0)
             return op;
     }
     return 0;

@@ -542,7 +542,7 @@ infer_where(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
-/* Ops typed like their (first) input: Sqrt, Relu, Gelu, Tanh, Sigmoid, Identity, Softmax, dist.after. */
+/* Typed like their (first) input: Sqrt, Relu, Gelu, Tanh, Sigmoid, Identity, Softmax, dist.after */
 static int
 infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {

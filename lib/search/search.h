@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-6"
+#define SEARCH_VERSION "distir-search-7"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -420,7 +420,7 @@ int search_twin(const search_space *sp, const search_candidate *c, search_candid
 /*
  * The microbatch counts m1 < m2 whose simulations compose candidate c
  * (search_eval), or 0 when c is simulated in full (composition off, or c
- * has too few microbatches for it to save anything).
+ * has too few microbatches for it to save anything: fewer than 2 (m1 + m2)).
  */
 int search_compose_counts(const search_space *sp, const search_candidate *c, uint32_t *m1,
                           uint32_t *m2);

@@ -434,16 +434,23 @@ convert_step(xf_body *b, ir_id src, xf_local *cur, int kind, int a, int64_t dim,
     return 0;
 }
 
+/* The conversion of source value src to placement want (on the body's axes) made before, or 0. */
+static ir_id
+conversion_of(const xf_body *b, ir_id src, const xf_place *want)
+{
+    if (b->convgen[src] != b->gen)
+        return 0;
+    for (uint32_t i = b->convhead[src]; i; i = b->conv[i - 1].next)
+        if (xf_place_eq(&b->conv[i - 1].pl, want) && b->conv[i - 1].v)
+            return b->conv[i - 1].v;
+    return 0;
+}
+
 int
 xf_body_has_conversion(const xf_body *b, ir_id src, const xf_place *to)
 {
     xf_place want = xf_place_on(to, b->n);
-    if (b->convgen[src] != b->gen)
-        return 0;
-    for (uint32_t i = b->convhead[src]; i; i = b->conv[i - 1].next)
-        if (xf_place_eq(&b->conv[i - 1].pl, &want) && b->conv[i - 1].v)
-            return 1;
-    return 0;
+    return conversion_of(b, src, &want) != 0;
 }
 
 int
@@ -476,13 +483,9 @@ xf_body_convert(xf_body *b, ir_id src, const xf_local *in, const xf_place *to, x
                            "an op needs the whole batch or every microbatch at once, which "
                            "microbatching cannot give it");
     /* A conversion made before in this body. */
-    if (b->convgen[src] == b->gen) {
-        for (uint32_t i = b->convhead[src]; i; i = b->conv[i - 1].next)
-            if (xf_place_eq(&b->conv[i - 1].pl, &want) && b->conv[i - 1].v) {
-                out->v = b->conv[i - 1].v;
-                out->pl = want;
-                return 0;
-            }
+    if ((out->v = conversion_of(b, src, &want)) != 0) {
+        out->pl = want;
+        return 0;
     }
     /*
      * 1. gathers and all-to-alls, the innermost split of a dimension first

@@ -49,10 +49,11 @@ check "a shard alone differs from the whole" sh -c '! cmp -s "$1" "$2"' sh "$TMP
     "$TMP/shard1.json"
 
 # Composed candidates (many microbatches): each shard re-simulates its own best in full, and
-# the merge is still the whole, byte for byte; the reported top is a full simulation's.
+# the merge is still the whole, byte for byte; the reported top is a full simulation's. (pp 1
+# and 2: 48 microbatches are at least twice the counts they compose from.)
 $T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 96 \
     -o "$TMP/gpt96.pb" || fail "model gpt --batch 96"
-CLIMITS_NODEV="--recompute none --zero 0 --microbatches 4,16,24 --schedule 1f1b"
+CLIMITS_NODEV="--recompute none --zero 0 --microbatches 16,48 --pp 1,2 --schedule 1f1b"
 CLIMITS="--devices 8 $CLIMITS_NODEV"
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json >"$TMP/cwhole.json" ||
