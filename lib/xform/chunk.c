@@ -550,35 +550,32 @@ gathers_weights(pl *P, ir_id op)
 /*
  * Prefetches op's sharded weights (gathers them now; the op reuses the
  * conversions), each gather made to wait for `after` (0: nothing) through
- * dist.after. 1 if op reads any.
+ * dist.after.
  */
 static int
-prefetch_op(pl *P, ir_id op, ir_id after, int *rc)
+prefetch_op(pl *P, ir_id op, ir_id after)
 {
     xf_ctx *c = P->c;
     xf_body *b = &P->body;
     const ir_op *o = &c->m->ops[op];
-    int any = 0;
-    for (uint32_t k = 0; k < o->ninput && *rc == 0; k++) {
+    int rc = 0;
+    for (uint32_t k = 0; k < o->ninput && rc == 0; k++) {
         ir_id v = c->m->refs[o->inputs + k];
         const xf_place *want = &c->req[o->inputs + k];
         xf_local l, cv;
-        if (!sharded_weight(P, op, k))
-            continue;
-        any = 1;
-        if (xf_body_has_conversion(b, v, want))
+        if (!sharded_weight(P, op, k) || xf_body_has_conversion(b, v, want))
             continue;
         l = b->env[v];
         if (after) {
             ir_id in[2] = {l.v, after};
             ir_id nop = ir_op_add(b->out, b->region, IR_OP_AFTER, 2, in, 1, NULL, NULL);
-            if ((*rc = xf_infer(b->out, nop, c->err)) != 0)
+            if ((rc = xf_infer(b->out, nop, c->err)) != 0)
                 break;
             l.v = ir_op_output(b->out, nop, 0);
         }
-        *rc = xf_body_convert(b, v, &l, want, &cv);
+        rc = xf_body_convert(b, v, &l, want, &cv);
     }
-    return any;
+    return rc;
 }
 
 /*
@@ -638,7 +635,7 @@ zero3_prefetch(pl *P, prog *p, uint32_t j, zero3_units *u)
         } else {
             break; /* the unit after the next */
         }
-        prefetch_op(P, k, ord >= 2 ? u->out[(ord - 2) % 3] : 0, &rc);
+        rc = prefetch_op(P, k, ord >= 2 ? u->out[(ord - 2) % 3] : 0);
         u->pf++;
     }
     return rc;
