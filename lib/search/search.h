@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-8"
+#define SEARCH_VERSION "distir-search-7"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -302,10 +302,7 @@ uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
  * waits: recomputation needs only the stage's checkpoint.) And the first
  * stage's collective stream carries its data-parallel reductions and ZeRO's
  * gathers one at a time, each at least its bytes at the group's least
- * slope (dp_comm_bound in space.c). Under 1F1B the first group also waits
- * for microbatch 0's gradient (the forward GEMMs of every layer, the backward
- * GEMMs of the later groups' layers) before the rest of its backwards and
- * its forwards from microbatch p on. search_plan prunes on it
+ * slope (dp_comm_bound in space.c). search_plan prunes on it
  * (SEARCH_TIME_BOUND); the tests check it against full simulations.
  */
 double search_time_bound(const search_space *sp, const search_candidate *c);

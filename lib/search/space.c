@@ -1177,7 +1177,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
     const xform_layer_time *t;
-    double q, w, wg, red, chain, fw, rw = 0, bound = 0, m = (double)c->microbatches;
+    double q, w, wg, red, chain, bound = 0, m = (double)c->microbatches;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1198,13 +1198,10 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      */
     red = e->tp_slope * t->fwd.tp_reduce_bytes * q;
     chain = wg + red;
-    fw = xform_work_time(&t->fwd, q) + red; /* a layer's forward on the compute stream */
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL) {
-        rw = xform_work_time(&t->re[r], q);
-        w += rw;
+        w += xform_work_time(&t->re[r], q);
         wg += xform_gemm_time(&t->re[r], q);
         red += e->tp_slope * t->re[r].tp_reduce_bytes * q;
-        rw += e->tp_slope * t->re[r].tp_reduce_bytes * q; /* the repeat and its reductions */
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
@@ -1232,25 +1229,6 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         if (d == 0) {
             double comm = dp_comm_bound(sp, c, e, N);
             bound = comm > bound ? comm : bound;
-        }
-        if (d == 0 && c->schedule == STRATEGY_SCHEDULE_1F1B && c->pp > 1) {
-            /*
-             * The 1F1B drain, on the first group: in its program microbatch 0's
-             * backward comes after p forwards (p - 1 of warm-up, then the first
-             * of the steady state), and its gradient arrives once microbatch 0
-             * has crossed every layer's forward GEMMs (chain) and the backward
-             * GEMMs of the L - N layers after the group's (MatMulGrad makes the
-             * input gradient and the weight's at once). From then on the group
-             * still runs every microbatch's backward, but for microbatch 0's
-             * recomputation (which may run ahead of the gradient), and the
-             * forwards of microbatches p to m - 1, one op at a time.
-             */
-            double L = 0, cb = xform_gemm_time(&t->bwd, q), drain;
-            for (uint32_t k = 0; k < st->nstage; k++)
-                L += st->layers[k];
-            drain = L * chain + (L - N) * cb + m * N * (w - fw) - N * rw +
-                    (m > c->pp ? (m - c->pp) * N * fw : 0);
-            bound = drain > bound ? drain : bound;
         }
         S += st->layers[d];
     }
