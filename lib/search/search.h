@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-7"
+#define SEARCH_VERSION "distir-search-8"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -195,6 +195,7 @@ typedef struct search_space {
         uint32_t tp;
         uint8_t sequence_parallel, ok;
         uint64_t saved_min[3], state_min, param_min, grad_min;
+        uint64_t work_set_min[3]; /* xform_layer_facts.work_set_min */
         xform_layer_time time;
         /* The least seconds per byte of a reduce-scatter or an all-gather over a tensor
            group (devices 0 .. tp - 1; sim_collective_slope), for the time bound's
@@ -207,6 +208,16 @@ typedef struct search_space {
          */
         uint64_t *zero_min;
         uint64_t *zero_grad_min; /* the same of those parameters' gradients (grad_bytes) */
+        /*
+         * Per batch split den = dp m of the space (ascending): time.*.gemm_flop_s
+         * with each GEMM's tile and wave quantization at that microbatch's
+         * shape (slots: forward, backward, re[1], re[2]), for the time bound.
+         */
+        uint32_t nsplit;
+        struct search_split_gemm {
+            uint64_t den;
+            double gemm_flop_s[4];
+        } *split;
     } *layer_mem;
     uint32_t ndp, *dps; /* the data-parallel degrees of the space, ascending */
     /*
@@ -230,6 +241,33 @@ typedef struct search_space {
         uint32_t pp, V, nstage;
         uint32_t *layers;
     } *stage_layout;
+    /*
+     * The pipeline schedule's bubble per (pp, V, m, schedule) of the space
+     * with pp > 1 (sorted by those), for the time bound (pipe_bound in
+     * space.c): over pipeline group 0's chunks in program order
+     * (xform_group_sequence), layer counts (stage_layout's) weighting the
+     * chunks of each span, and of the stages the chains cross. ok 0 where
+     * the stage layout was refused.
+     */
+    uint32_t npipe;
+    struct search_pipe {
+        uint32_t pp, V, m;
+        uint8_t schedule, ok, split, same_mb;
+        /* Layers of the forward chunks before the first backward (B0), and of B0. */
+        double warm_f, n_b0;
+        /* Layers of the chunks after B0 up to the last forward (split: B0 comes first). */
+        double mid_f, mid_b;
+        /* Layers of the backward chunks after the later of B0 and the last forward. */
+        double tail_b;
+        /* Layers of the forward chunks up to the last forward (when it precedes B0). */
+        double pre_f;
+        double n_first, layers;   /* model stage 0's layers; all layers */
+        double above_b0;          /* layers of the model stages after B0's */
+        double above_lf, above_lb; /* the same after the last forward's, the last backward's */
+        double n_lb;              /* the last backward chunk's layers */
+        /* Model stages: all, and those after B0's, LF's, LB's. */
+        double stages, st_above_b0, st_above_lf, st_above_lb;
+    } *pipe;
     double max_capacity;     /* the largest device memory of the hardware, bytes */
     /*
      * Identifies the search, whatever the shard: SHA-256 over "distir.search.v1",

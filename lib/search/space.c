@@ -702,6 +702,7 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         xform_layer_analysis(sp->module, &s, sp->hw, sp->cfg.tf32, &f, &err) == 0) {
         e->ok = 1;
         memcpy(e->saved_min, f.saved_min, sizeof e->saved_min);
+        memcpy(e->work_set_min, f.work_set_min, sizeof e->work_set_min);
         e->state_min = f.state_min;
         e->param_min = f.param_min;
         e->grad_min = f.grad_min;
@@ -713,6 +714,7 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
                 e->tp_slope = ag;
         }
         zero_analysis(sp, e, f.params, f.nparams);
+        f.time.gemms = NULL; /* e's now, until split_analyses */
         xform_layer_facts_fini(&f);
     }
     strategy_fini(&s);
@@ -748,8 +750,220 @@ stage_analysis(search_space *sp, struct search_stage_layout *e)
 }
 
 /*
+ * The quantization factor of GEMM g on device 0 of hw when a batch split
+ * divides the whole batch by den (1 where it is not known to divide it:
+ * the least the factor can be counted as).
+ */
+static double
+gemm_factor(const hw_model *hw, const xform_gemm *g, uint64_t den)
+{
+    double inv = 0;
+    if (g->noutput == 0)
+        return 1;
+    for (uint32_t i = 0; i < g->noutput; i++) {
+        int64_t dims[IR_MAX_RANK];
+        double b, r, c;
+        memcpy(dims, g->out[i].dims, sizeof dims);
+        if (g->out[i].bdim >= 0) {
+            int64_t *d = &dims[g->out[i].bdim];
+            if (*d <= 0 || (uint64_t)*d % den != 0)
+                return 1;
+            *d /= (int64_t)den;
+        }
+        sim_gemm_dims_shape(dims, g->out[i].rank, g->fold, &b, &r, &c);
+        inv += 1.0 / sim_gemm_quantization(hw, 0, b, r, c);
+    }
+    return g->noutput / inv;
+}
+
+static int
+cmp_split(const void *a, const void *b)
+{
+    const struct search_split_gemm *x = a, *y = b;
+    return (x->den > y->den) - (x->den < y->den);
+}
+
+static const struct search_split_gemm *
+find_split(const struct search_layer_mem *e, uint64_t den)
+{
+    struct search_split_gemm key;
+    key.den = den;
+    return bsearch(&key, e->split, e->nsplit, sizeof *e->split, cmp_split);
+}
+
+/*
+ * search_layer_mem.split: per (tp, sp) and batch split of the space, each
+ * slot's GEMM FLOP time with the quantization of its GEMMs at that
+ * microbatch's shape, the least over the layers (as least_work's).
+ */
+static void
+split_analyses(search_space *sp)
+{
+    for (uint32_t i = 0; i < sp->nlayer_mem; i++) {
+        struct search_layer_mem *e = &sp->layer_mem[i];
+        uint32_t cap = 0, L = e->time.nlayer;
+        double *sum;
+        if (!e->ok || e->time.gemms == NULL || L == 0)
+            continue;
+        for (uint64_t k = 0; k < sp->ncandidate; k++) {
+            const search_candidate *c = &sp->candidates[k];
+            if (c->tp == e->tp && c->sequence_parallel == e->sequence_parallel) {
+                DI_GROW(&e->split, &cap, e->nsplit + 1);
+                e->split[e->nsplit++].den = (uint64_t)c->dp * c->microbatches;
+            }
+        }
+        qsort(e->split, e->nsplit, sizeof *e->split, cmp_split);
+        cap = 0;
+        for (uint32_t k = 0; k < e->nsplit; k++)
+            if (cap == 0 || e->split[cap - 1].den != e->split[k].den)
+                e->split[cap++] = e->split[k];
+        e->nsplit = cap;
+        sum = di_xmalloc((size_t)4 * L * sizeof *sum);
+        for (uint32_t k = 0; k < e->nsplit; k++) {
+            struct search_split_gemm *g = &e->split[k];
+            memset(sum, 0, (size_t)4 * L * sizeof *sum);
+            for (uint32_t j = 0; j < e->time.ngemm; j++) {
+                const xform_gemm *x = &e->time.gemms[j];
+                if (x->slot < 4 && x->layer < L)
+                    sum[(size_t)x->slot * L + x->layer] += x->flop_s / gemm_factor(sp->hw, x, g->den);
+            }
+            for (uint32_t slot = 0; slot < 4; slot++)
+                for (uint32_t l = 0; l < L; l++)
+                    if (l == 0 || sum[(size_t)slot * L + l] < g->gemm_flop_s[slot])
+                        g->gemm_flop_s[slot] = sum[(size_t)slot * L + l];
+        }
+        di_free(sum);
+        di_free(e->time.gemms);
+        e->time.gemms = NULL;
+        e->time.ngemm = 0;
+    }
+}
+
+static int
+cmp_pipe(const void *a, const void *b)
+{
+    const struct search_pipe *x = a, *y = b;
+    if (x->pp != y->pp)
+        return x->pp < y->pp ? -1 : 1;
+    if (x->V != y->V)
+        return x->V < y->V ? -1 : 1;
+    if (x->m != y->m)
+        return x->m < y->m ? -1 : 1;
+    return (x->schedule > y->schedule) - (x->schedule < y->schedule);
+}
+
+static const struct search_pipe *
+find_pipe(const search_space *sp, const search_candidate *c)
+{
+    struct search_pipe key;
+    key.pp = c->pp;
+    key.V = virtual_of(c);
+    key.m = c->microbatches;
+    key.schedule = c->schedule;
+    return bsearch(&key, sp->pipe, sp->npipe, sizeof *sp->pipe, cmp_pipe);
+}
+
+/* Layers of the model stages after stage k. */
+static double
+layers_above(const struct search_stage_layout *st, uint32_t k)
+{
+    double n = 0;
+    for (uint32_t s = k + 1; s < st->nstage; s++)
+        n += st->layers[s];
+    return n;
+}
+
+/*
+ * search_space.pipe for e's (pp, V, m, schedule): group 0's chunks in
+ * program order, weighted by their stages' layers. B0 is its first backward
+ * chunk (microbatch 0 of its last model stage), LF its last forward and LB
+ * its last backward.
+ */
+static void
+pipe_analysis(const search_space *sp, struct search_pipe *e)
+{
+    const struct search_stage_layout *st = find_stage_layout(sp, e->pp, e->V);
+    uint64_t n = (uint64_t)2 * e->V * e->m;
+    xform_chunk *ev;
+    uint64_t b0 = n, lf = 0;
+    if (st == NULL || st->nstage != e->pp * e->V || n == 0 || n > (1u << 24))
+        return;
+    ev = di_xmalloc(n * sizeof *ev);
+    xform_group_sequence(e->schedule, e->pp, e->V, e->m, 0, ev);
+    for (uint64_t k = 0; k < n; k++) {
+        if (ev[k].kind == XFORM_CHUNK_B && b0 == n)
+            b0 = k;
+        if (ev[k].kind == XFORM_CHUNK_F)
+            lf = k;
+    }
+    if (b0 == n || ev[n - 1].kind != XFORM_CHUNK_B) {
+        di_free(ev);
+        return;
+    }
+    e->split = lf > b0;
+    e->same_mb = ev[lf].mb == ev[n - 1].mb;
+    for (uint64_t k = 0; k < n; k++) {
+        double N = st->layers[ev[k].stage];
+        int fwd = ev[k].kind == XFORM_CHUNK_F;
+        if (k < b0)
+            e->warm_f += N; /* every chunk before B0 is a forward */
+        if (k <= lf && fwd)
+            e->pre_f += N;
+        if (k > b0 && k <= lf)
+            *(fwd ? &e->mid_f : &e->mid_b) += N;
+        if (k > (e->split ? lf : b0))
+            e->tail_b += N; /* every chunk after both is a backward */
+    }
+    e->n_b0 = st->layers[ev[b0].stage];
+    e->n_first = st->layers[0];
+    for (uint32_t s = 0; s < st->nstage; s++)
+        e->layers += st->layers[s];
+    e->above_b0 = layers_above(st, ev[b0].stage);
+    e->above_lf = layers_above(st, ev[lf].stage);
+    e->above_lb = layers_above(st, ev[n - 1].stage);
+    e->n_lb = st->layers[ev[n - 1].stage];
+    e->stages = st->nstage;
+    e->st_above_b0 = st->nstage - 1 - ev[b0].stage;
+    e->st_above_lf = st->nstage - 1 - ev[lf].stage;
+    e->st_above_lb = st->nstage - 1 - ev[n - 1].stage;
+    e->ok = 1;
+    di_free(ev);
+}
+
+/* search_space.pipe: one entry per (pp, V, m, schedule) of the space with pp > 1. */
+static void
+pipe_analyses(search_space *sp)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < sp->ncandidate; i++)
+        n += sp->candidates[i].pp > 1;
+    if (n == 0)
+        return;
+    sp->pipe = di_xcalloc(n, sizeof *sp->pipe);
+    for (uint64_t i = 0; i < sp->ncandidate; i++) {
+        const search_candidate *c = &sp->candidates[i];
+        if (c->pp > 1) {
+            struct search_pipe *e = &sp->pipe[sp->npipe++];
+            e->pp = c->pp;
+            e->V = virtual_of(c);
+            e->m = c->microbatches;
+            e->schedule = c->schedule;
+        }
+    }
+    qsort(sp->pipe, sp->npipe, sizeof *sp->pipe, cmp_pipe);
+    n = 0;
+    for (uint32_t i = 0; i < sp->npipe; i++)
+        if (n == 0 || cmp_pipe(&sp->pipe[n - 1], &sp->pipe[i]) != 0)
+            sp->pipe[n++] = sp->pipe[i];
+    sp->npipe = (uint32_t)n;
+    for (uint32_t i = 0; i < sp->npipe; i++)
+        pipe_analysis(sp, &sp->pipe[i]);
+}
+
+/*
  * The analyses behind the bounds: one per (tp, sp) of the space
- * (layer_mem) and one per (pp, V) (stage_layout).
+ * (layer_mem), one per (pp, V) (stage_layout) and one per (pp, V, m,
+ * schedule) (pipe).
  */
 static void
 bound_analyses(search_space *sp)
@@ -796,6 +1010,8 @@ bound_analyses(search_space *sp)
             stage_analysis(sp, e);
         }
     }
+    split_analyses(sp);
+    pipe_analyses(sp);
 }
 
 int
@@ -890,6 +1106,8 @@ search_space_fini(search_space *sp)
     for (uint32_t i = 0; i < sp->nlayer_mem; i++) {
         di_free(sp->layer_mem[i].zero_min);
         di_free(sp->layer_mem[i].zero_grad_min);
+        di_free(sp->layer_mem[i].split);
+        di_free(sp->layer_mem[i].time.gemms);
     }
     di_free(sp->layer_mem);
     di_free(sp->dps);
@@ -897,6 +1115,7 @@ search_space_fini(search_space *sp)
     for (uint32_t i = 0; i < sp->nstage_layout; i++)
         di_free(sp->stage_layout[i].layers);
     di_free(sp->stage_layout);
+    di_free(sp->pipe);
     memset(sp, 0, sizeof *sp);
 }
 
@@ -1047,6 +1266,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
     int r = c->recompute < 3 ? c->recompute : 2;
     double a, s, g = 0, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
+    double ws = 0;
     uint64_t kept = sp->saved_min[r], state = sp->state_min, param = sp->param_min,
              grad = sp->grad_min;
     if (e != NULL && e->ok) { /* per device already */
@@ -1073,12 +1293,21 @@ layer_bound(const search_space *sp, const search_candidate *c)
     /* The gradient buffers, held whole from the start of the step (held, above). */
     if (c->zero <= 1 && c->microbatches >= 2)
         g = floor((double)grad / split);
+    /*
+     * The backward's working set: when the group's first backward chunk
+     * runs its top layer, that layer's backward and repeated ops hold at
+     * least ws (work_set_min, per microbatch) beside everything above but
+     * that layer's kept activations of the microbatch, which may be freed
+     * by then (at most a of the least layer's: the others still hold theirs).
+     */
+    if (e != NULL && e->ok && c->cp <= 1 && c->ep <= 1)
+        ws = floor((double)e->work_set_min[r] / ((double)c->dp * c->microbatches));
     if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
         /* The layers each group holds are known: the busiest group. */
         double most = 0;
         for (uint32_t k = 0; k < c->pp; k++) {
             /* Each model stage of the group with its own in-flight chunks. */
-            double h = 0;
+            double h = ws > a ? ws - a : 0;
             for (uint32_t j = k, v = 0; j < st->nstage; j += c->pp, v++)
                 h += st->layers[j] * (in_flight(c, k, v) * a + s + g);
             if (h > most)
@@ -1171,12 +1400,71 @@ dp_comm_bound(const search_space *sp, const search_candidate *c,
     return N0 * per;
 }
 
+/*
+ * The pipeline's bubble, from group 0's side (docs/search.md, "Time
+ * bound"). Per layer and microbatch, fw and bw are the least compute-stream
+ * time of a forward and a backward chunk (recomputation included), fc and
+ * bc the least of it once the chunk's input has arrived: its GEMMs and
+ * tensor-axis reductions, which all read the incoming activation or
+ * gradient (recomputation does not, and may run ahead). A chunk's ops are
+ * in the order of the model's layers (the backward's reversed, each
+ * recomputed op right before its first use), so every op of a chunk's
+ * layers but the first (forward) or the first in program order (backward:
+ * its top layer) comes after an op that reads the input: a chunk of N
+ * layers takes at least fc + (N - 1) fw (backward: bc + (N - 1) bw) from
+ * its input's arrival to its output. The stream runs group 0's chunks in
+ * program order, each after the one before. So:
+ *   - B0, group 0's first backward chunk (microbatch 0), gets its gradient no
+ *     earlier than microbatch 0's forward has crossed every layer (model
+ *     stage 0 on group 0 from the start) and its backward the stages after
+ *     B0's; nor before the stream has run the forward chunks before it: e1;
+ *   - from e1, B0 from its input, then every chunk up to the last forward
+ *     (LF) in full;
+ *   - after LF, the backward chunks left, in full, and the last (LB, the
+ *     same microbatch as LF) no earlier than LF's output has crossed the
+ *     stages after LF's and the gradient come back down through LB's stage.
+ * When LF precedes B0 (few microbatches) the two ends are bounded apart.
+ * Every term is a least time of work that runs in that order, so the sum is
+ * a lower bound of the step; on a pipeline of equal stages and layers whose
+ * work all reads the input it is 1F1B's (m + p - 1)(f + b).
+ */
+static double
+pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double bc)
+{
+    double e1, x, T, chain_a, chain_b;
+    if (e == NULL || !e->ok)
+        return 0;
+#define FWD_CHAIN(layers, stages) ((layers) * fw - (stages) * (fw - fc))
+#define BWD_CHAIN(layers, stages) ((layers) * bw - (stages) * (bw - bc))
+    chain_a = e->n_first * fw + FWD_CHAIN(e->layers - e->n_first, e->stages - 1) +
+              BWD_CHAIN(e->above_b0, e->st_above_b0);
+    e1 = e->warm_f * fw > chain_a ? e->warm_f * fw : chain_a;
+    x = e1 + BWD_CHAIN(e->n_b0, 1);
+    chain_b = e->same_mb ? FWD_CHAIN(e->above_lf, e->st_above_lf) +
+                               BWD_CHAIN(e->above_lb + e->n_lb, e->st_above_lb + 1)
+                         : 0;
+#undef FWD_CHAIN
+#undef BWD_CHAIN
+    if (e->split) {
+        double e2 = x + e->mid_f * fw + e->mid_b * bw, tail = e->tail_b * bw;
+        T = e2 + (tail > chain_b ? tail : chain_b);
+    } else {
+        double late = e->pre_f * fw + chain_b;
+        T = x + e->tail_b * bw;
+        if (late > T)
+            T = late;
+    }
+    return T;
+}
+
 double
 search_time_bound(const search_space *sp, const search_candidate *c)
 {
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
+    const struct search_split_gemm *split;
     const xform_layer_time *t;
+    xform_layer_time lt;
     double q, w, wg, red, chain, bound = 0, m = (double)c->microbatches;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
@@ -1189,6 +1477,15 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         sp->hw->noverride > 0)
         return 0;
     t = &e->time;
+    if ((split = find_split(e, (uint64_t)c->dp * c->microbatches)) != NULL) {
+        /* The GEMMs quantized at this microbatch's shape (split_analyses). */
+        lt = *t;
+        lt.fwd.gemm_flop_s = split->gemm_flop_s[0];
+        lt.bwd.gemm_flop_s = split->gemm_flop_s[1];
+        lt.re[1].gemm_flop_s = split->gemm_flop_s[2];
+        lt.re[2].gemm_flop_s = split->gemm_flop_s[3];
+        t = &lt;
+    }
     q = 1.0 / ((double)c->dp * c->microbatches);
     w = xform_work_time(&t->fwd, q) + xform_work_time(&t->bwd, q);
     wg = xform_gemm_time(&t->fwd, q) + xform_gemm_time(&t->bwd, q);
@@ -1207,6 +1504,17 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     if (r >= 0 && r < 3)
         red += e->tp_slope * t->bwd_tp_reduce_bytes[r] * q;
     w += red;
+    if (c->pp > 1) {
+        /* The same terms split by pass, for the bubble (pipe_bound). */
+        double rf = e->tp_slope * t->fwd.tp_reduce_bytes * q, rb = 0;
+        double fw = xform_work_time(&t->fwd, q) + rf, fc = xform_gemm_time(&t->fwd, q) + rf;
+        double bw = xform_work_time(&t->bwd, q), bc = xform_gemm_time(&t->bwd, q);
+        if (r >= 0 && r < 3)
+            rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q;
+        if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
+            bw += xform_work_time(&t->re[r], q) + e->tp_slope * t->re[r].tp_reduce_bytes * q;
+        bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb);
+    }
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
         double busy;

@@ -103,28 +103,47 @@ gemm_quantization(double sms, double batch, double M, double N)
     return best > 0 ? best : 1;
 }
 
+void
+sim_gemm_dims_shape(const int64_t *dims, uint32_t rank, int fold, double *batch, double *rows,
+                    double *cols)
+{
+    double n = 1, last, prev = 1;
+    *batch = 1;
+    *rows = 1;
+    *cols = 1;
+    for (uint32_t i = 0; i < rank; i++)
+        n *= (double)dims[i];
+    if (rank == 0 || !(n > 0))
+        return;
+    last = (double)dims[rank - 1];
+    if (rank >= 2)
+        prev = (double)dims[rank - 2];
+    *cols = last;
+    if (fold || rank < 2) {
+        *rows = last > 0 ? n / last : 1;
+    } else {
+        *rows = prev;
+        *batch = prev * last > 0 ? n / (prev * last) : 1;
+    }
+}
+
+double
+sim_gemm_quantization(const hw_model *hw, uint32_t device, double batch, double rows,
+                      double cols)
+{
+    const hw_device *d = hw_device_spec(hw, device);
+    return d->sms >= 1 ? gemm_quantization(d->sms, batch, rows, cols) : 1;
+}
+
 /* The output of a GEMM as `batch` matrices of rows x cols (2-D weights fold leading dims). */
 static void
 gemm_output_shape(const ir_module *m, ir_id v, int fold, double *batch, double *rows,
                   double *cols)
 {
     const ir_type *t = &m->types[m->values[v].type];
-    double n = (double)t->numel, last, prev = 1;
-    *batch = 1;
-    *rows = 1;
-    *cols = 1;
-    if (t->kind != IR_TYPE_TENSOR || t->rank == 0 || !(n > 0))
-        return;
-    last = (double)m->ints[t->dims + t->rank - 1];
-    if (t->rank >= 2)
-        prev = (double)m->ints[t->dims + t->rank - 2];
-    *cols = last;
-    if (fold || t->rank < 2) {
-        *rows = last > 0 ? n / last : 1;
-    } else {
-        *rows = prev;
-        *batch = prev * last > 0 ? n / (prev * last) : 1;
-    }
+    *batch = *rows = *cols = 1;
+    if (t->kind == IR_TYPE_TENSOR)
+        sim_gemm_dims_shape(&m->ints[t->dims], t->rank, fold, batch, rows, cols);
 }
 
 /*

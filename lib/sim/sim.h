@@ -212,6 +212,18 @@ typedef struct sim_op_bound {
 int sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype dt, int tf32,
                        sim_op_bound *b);
 /*
+ * A GEMM output of dims[0..rank) as `batch` matrices of rows x cols, as the
+ * simulator sees it (fold: its second operand is a 2-D weight, whose
+ * leading dims fold into the rows, as PyTorch's linear layers do); and the
+ * tile and wave quantization factor, in (0, 1], of such a GEMM on `device`
+ * (1 without an SM count). A GEMM op of f FLOPs is priced as f / q FLOPs
+ * (MatMulGrad: q the harmonic mean over its two outputs).
+ */
+void sim_gemm_dims_shape(const int64_t *dims, uint32_t rank, int fold, double *batch, double *rows,
+                         double *cols);
+double sim_gemm_quantization(const hw_model *hw, uint32_t device, double batch, double rows,
+                             double cols);
+/*
  * Seconds per byte of payload (ir_cost.bytes_comm) that a collective of
  * `kind` (IR_OP_ALLREDUCE, ...) over devices devs[0..n) costs at least: any
  * such collective of S bytes takes at least S times this (the least

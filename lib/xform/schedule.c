@@ -24,7 +24,7 @@
 #include <string.h>
 
 static void
-push(xf_event *ev, uint32_t *n, int kind, uint32_t stage, uint32_t mb)
+push(xform_chunk *ev, uint32_t *n, int kind, uint32_t stage, uint32_t mb)
 {
     ev[*n].kind = (uint8_t)kind;
     ev[*n].stage = stage;
@@ -32,29 +32,29 @@ push(xf_event *ev, uint32_t *n, int kind, uint32_t stage, uint32_t mb)
     (*n)++;
 }
 
-/* The sequence of group g into ev (2 * V * m events). */
-static void
-group_sequence(const xf_ctx *c, uint32_t g, xf_event *ev)
+void
+xform_group_sequence(int schedule, uint32_t p, uint32_t V, uint32_t m, uint32_t g,
+                     xform_chunk *ev)
 {
-    uint32_t p = c->pp, m = c->m_emit, V = c->V, n = 0;
-    if (c->s.schedule == STRATEGY_SCHEDULE_GPIPE) {
+    uint32_t n = 0;
+    if (schedule == STRATEGY_SCHEDULE_GPIPE) {
         for (uint32_t i = 0; i < m; i++)
-            push(ev, &n, XF_EV_F, g, i);
+            push(ev, &n, XFORM_CHUNK_F, g, i);
         for (uint32_t i = 0; i < m; i++)
-            push(ev, &n, XF_EV_B, g, i);
+            push(ev, &n, XFORM_CHUNK_B, g, i);
         assert(n == 2 * m);
         return;
     }
-    if (V == 1) {
+    if (V <= 1) {
         uint32_t warm = p - g - 1 < m ? p - g - 1 : m;
         for (uint32_t i = 0; i < warm; i++)
-            push(ev, &n, XF_EV_F, g, i);
+            push(ev, &n, XFORM_CHUNK_F, g, i);
         for (uint32_t j = 0; j < m - warm; j++) {
-            push(ev, &n, XF_EV_F, g, warm + j);
-            push(ev, &n, XF_EV_B, g, j);
+            push(ev, &n, XFORM_CHUNK_F, g, warm + j);
+            push(ev, &n, XFORM_CHUNK_B, g, j);
         }
         for (uint32_t j = m - warm; j < m; j++)
-            push(ev, &n, XF_EV_B, g, j);
+            push(ev, &n, XFORM_CHUNK_B, g, j);
         assert(n == 2 * m);
         return;
     }
@@ -66,13 +66,13 @@ group_sequence(const xf_ctx *c, uint32_t g, xf_event *ev)
 #define BWD_STAGE(k) ((V - 1 - ((k) / p) % V) * p + g)
 #define MB_OF(k) (((k) / (p * V)) * p + (k) % p)
         for (uint32_t k = 0; k < warm; k++)
-            push(ev, &n, XF_EV_F, FWD_STAGE(k), MB_OF(k));
+            push(ev, &n, XFORM_CHUNK_F, FWD_STAGE(k), MB_OF(k));
         for (uint32_t k = 0; k < total - warm; k++) {
-            push(ev, &n, XF_EV_F, FWD_STAGE(k + warm), MB_OF(k + warm));
-            push(ev, &n, XF_EV_B, BWD_STAGE(k), MB_OF(k));
+            push(ev, &n, XFORM_CHUNK_F, FWD_STAGE(k + warm), MB_OF(k + warm));
+            push(ev, &n, XFORM_CHUNK_B, BWD_STAGE(k), MB_OF(k));
         }
         for (uint32_t k = total - warm; k < total; k++)
-            push(ev, &n, XF_EV_B, BWD_STAGE(k), MB_OF(k));
+            push(ev, &n, XFORM_CHUNK_B, BWD_STAGE(k), MB_OF(k));
 #undef FWD_STAGE
 #undef BWD_STAGE
 #undef MB_OF
@@ -96,7 +96,7 @@ xf_schedule(const xf_ctx *c, xf_event **out, uint32_t *nout)
     pos = di_xcalloc(p, sizeof *pos);
     done = di_xcalloc((size_t)(total ? total : 1), 1);
     for (uint32_t g = 0; g < p; g++)
-        group_sequence(c, g, seq + (size_t)g * per);
+        xform_group_sequence(c->s.schedule, p, c->V, m, g, seq + (size_t)g * per);
 #define DONE(kind, s, i) done[((size_t)(kind) * K + (s)) * m + (i)]
     while (n < total) {
         uint32_t progress = 0;

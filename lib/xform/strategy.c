@@ -1071,13 +1071,59 @@ reads_repeated(const xf_ctx *c, const uint8_t *set, ir_id op)
 }
 
 /*
+ * The layers' GEMMs as add_work finds them (xform_layer_time.gemms): mb,
+ * every value's placement under the same strategy with two microbatches
+ * (where the batch split divides it); ok 0 once one cannot be described.
+ */
+typedef struct gemm_list {
+    const xf_place *mb;
+    xform_gemm *v;
+    uint32_t n, cap;
+    int ok;
+} gemm_list;
+
+/* Adds GEMM op of layer li, slot k, f FLOPs at per_flop seconds each, to g. */
+static void
+add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, double flop_s)
+{
+    const ir_module *m = c->m;
+    const ir_op *o = &m->ops[op];
+    xform_gemm *e;
+    if (g == NULL || !g->ok)
+        return;
+    DI_GROW(&g->v, &g->cap, g->n + 1);
+    e = &g->v[g->n++];
+    memset(e, 0, sizeof *e);
+    e->slot = (uint8_t)k;
+    e->layer = li;
+    e->flop_s = flop_s;
+    /* The simulator quantizes MatMul, Gemm and MatMulGrad (cost.c); other GEMMs: none. */
+    if (o->ninput < 2 || o->noutput == 0 ||
+        (o->kind != IR_OP_MATMUL && o->kind != IR_OP_GEMM && o->kind != IR_OP_MATMULGRAD))
+        return;
+    e->fold = m->types[m->values[m->refs[o->inputs + 1]].type].rank == 2;
+    e->noutput = o->noutput < 2 ? (uint8_t)o->noutput : 2;
+    for (uint32_t i = 0; i < e->noutput; i++) {
+        ir_id v = o->outputs + i;
+        const ir_type *t = &m->types[m->values[v].type];
+        int8_t b = g->mb[v].a[XF_MB];
+        if (t->kind != IR_TYPE_TENSOR || xf_local_dims(c, v, &c->place[v], c->n, e->out[i].dims)) {
+            g->ok = 0;
+            return;
+        }
+        e->out[i].rank = (uint8_t)t->rank;
+        e->out[i].bdim = XF_IS_S(b) && (uint32_t)b < t->rank ? b : -1;
+    }
+}
+
+/*
  * Adds op's lower-bound terms (xform_work_bound) to layer li's slot k of
  * per: its FLOPs and bytes for the whole batch, divided by the tensor
- * parallelism where its work splits over the tensor axis.
+ * parallelism where its work splits over the tensor axis; a GEMM to g.
  */
 static void
 add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int tf32,
-         double *per, uint32_t L, uint32_t k)
+         double *per, uint32_t L, uint32_t k, gemm_list *g)
 {
     int32_t li = xf_layer_index(c, c->op[op].layer);
     xform_op_bound t;
@@ -1094,6 +1140,7 @@ add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int
     if (k != 1 && tp_reduced_next(c, pos, set, op, &next))
         w[6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
     if (t.gemm) {
+        add_gemm(c, g, op, (uint32_t)li, k, f * t.per_flop);
         w[0] += f * t.per_flop;
         w[1] += t.flop_fixed;
         w[2] += bytes * t.per_byte;
@@ -1145,13 +1192,142 @@ bwd_reductions(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, const i
     }
 }
 
+/* Bytes of v one device holds at least while v is live (work_set_min). */
+static uint64_t
+live_bytes(const xf_ctx *c, const xf_place *mb, ir_id v)
+{
+    uint64_t b;
+    if (!XF_IS_S(mb[v].a[XF_MB])) /* only what a batch split divides */
+        return 0;
+    b = device_bytes(c, v);
+    /* A partial sum may be reduce-scattered (sequence parallelism) before it is read. */
+    if (c->place[v].a[XF_TP] == XF_P && c->n[XF_TP] > 1)
+        b /= c->n[XF_TP];
+    return b;
+}
+
+typedef struct ws_event {
+    uint32_t layer, pos;
+    int64_t bytes;
+} ws_event;
+
+static int
+cmp_ws_event(const void *a, const void *b)
+{
+    const ws_event *x = a, *y = b;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    if (x->pos != y->pos)
+        return x->pos < y->pos ? -1 : 1;
+    return (x->bytes > y->bytes) - (x->bytes < y->bytes); /* ends before starts */
+}
+
+/*
+ * xform_layer_facts.work_set_min for the recomputation mode whose repeated
+ * ops set marks: the backward ops bops[0..nb) in program order, each
+ * repeated op emitted right before its first use (as xf_body_get emits the
+ * lazy ops of a backward chunk: depth first over the inputs); a value made
+ * by one of them is live from its op to its last reader of the same layer
+ * (readers in other layers and views' readers not counted: a lower bound).
+ * Per layer the most bytes (batch-divided values, whole batch, one device)
+ * live at once; the least over the layers. 0 without mb.
+ */
+static uint64_t
+work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb,
+             const uint8_t *set)
+{
+    const ir_module *m = c->m;
+    uint32_t L = c->nlayer, n = 0, top = 0, nev = 0, cap = 0;
+    uint32_t *epos, *last, *kin;
+    ir_id *order, *stack;
+    ws_event *ev = NULL;
+    uint64_t *most, least = 0;
+    if (mb == NULL || L == 0 || nb == 0)
+        return 0;
+    epos = di_xcalloc(m->nop ? m->nop : 1, sizeof *epos);
+    kin = di_xcalloc(m->nop ? m->nop : 1, sizeof *kin);
+    order = di_xmalloc((m->nop ? m->nop : 1) * sizeof *order);
+    stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
+    last = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *last);
+    most = di_xcalloc(L, sizeof *most);
+    for (uint32_t j = 0; j < nb; j++) {
+        if (epos[bops[j]] || set[bops[j]])
+            continue;
+        stack[top++] = bops[j];
+        kin[bops[j]] = 0;
+        while (top > 0) {
+            ir_id op = stack[top - 1];
+            const ir_op *o = &m->ops[op];
+            if (kin[op] < o->ninput) {
+                ir_id d = m->values[m->refs[o->inputs + kin[op]++]].def;
+                if (d && set[d] && !epos[d] && kin[d] == 0 && top < m->nop) {
+                    kin[d] = 0;
+                    stack[top++] = d;
+                }
+                continue;
+            }
+            epos[op] = ++n;
+            order[n - 1] = op;
+            top--;
+        }
+    }
+    for (uint32_t p = 1; p <= n; p++) {
+        const ir_op *o = &m->ops[order[p - 1]];
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = m->refs[o->inputs + k], d = m->values[v].def;
+            if (d && epos[d] && c->op[d].layer == c->op[order[p - 1]].layer && last[v] < p)
+                last[v] = p;
+        }
+    }
+    for (uint32_t p = 1; p <= n; p++) {
+        ir_id d = order[p - 1];
+        const ir_op *o = &m->ops[d];
+        int32_t li = xf_layer_index(c, c->op[d].layer);
+        if (li < 0 || (uint32_t)li >= L ||
+            (ir_opkind_info(o->kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)))
+            continue;
+        for (uint32_t i = 0; i < o->noutput; i++) {
+            ir_id v = o->outputs + i;
+            uint64_t b;
+            if (last[v] <= p || (b = live_bytes(c, mb, v)) == 0)
+                continue;
+            DI_GROW(&ev, &cap, nev + 2);
+            ev[nev++] = (ws_event){(uint32_t)li, p + 1, (int64_t)b};
+            ev[nev++] = (ws_event){(uint32_t)li, last[v] + 1, -(int64_t)b};
+        }
+    }
+    qsort(ev, nev, sizeof *ev, cmp_ws_event);
+    {
+        int64_t live = 0;
+        for (uint32_t i = 0; i < nev; i++) {
+            if (i > 0 && ev[i].layer != ev[i - 1].layer)
+                live = 0;
+            live += ev[i].bytes;
+            if (live > 0 && (uint64_t)live > most[ev[i].layer])
+                most[ev[i].layer] = (uint64_t)live;
+        }
+    }
+    for (uint32_t l = 0; l < L; l++)
+        if (l == 0 || most[l] < least)
+            least = most[l];
+    di_free(ev);
+    di_free(most);
+    di_free(last);
+    di_free(stack);
+    di_free(order);
+    di_free(kin);
+    di_free(epos);
+    return least;
+}
+
 /*
  * xform_layer_facts.time. It leaves c's recomputation marks and mode as the
  * full mode's.
  */
 static void
-layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
+layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint64_t ws[3])
 {
+    gemm_list g = {mb, NULL, 0, 0, mb != NULL};
     const ir_region *r = &c->m->regions[c->func];
     ir_id *fops, *bops, *re;
     int32_t *home;
@@ -1180,7 +1356,8 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
         else if (c->op[op].phase == XF_PH_BACKWARD)
             bops[nb++] = op;
         if (c->op[op].phase != XF_PH_STEP)
-            add_work(c, pos, NULL, op, tf32, per, L, c->op[op].phase == XF_PH_FORWARD ? 0 : 1);
+            add_work(c, pos, NULL, op, tf32, per, L, c->op[op].phase == XF_PH_FORWARD ? 0 : 1,
+                     &g);
     }
     /*
      * What each recomputation mode repeats, found as the pipeline assembly
@@ -1188,6 +1365,7 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
      * stage boundary can only make a layer's output a further op to repeat.
      */
     bwd_reductions(c, pos, set, bops, nb, red + (size_t)STRATEGY_RECOMPUTE_NONE * L);
+    ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, mb, bops, nb, set);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
         uint32_t nre;
@@ -1202,8 +1380,9 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
         for (uint32_t j = 0; j < nre; j++)
             set[re[j]] = 1;
         for (uint32_t j = 0; j < nre; j++)
-            add_work(c, pos, set, re[j], tf32, per, L, k);
+            add_work(c, pos, set, re[j], tf32, per, L, k, &g);
         bwd_reductions(c, pos, set, bops, nb, red + (size_t)mode * L);
+        ws[mode] = work_set_min(c, mb, bops, nb, set);
     }
     for (uint32_t mode = 0; mode < 3; mode++)
         for (uint32_t l = 0; l < L; l++)
@@ -1213,6 +1392,13 @@ layer_work(xf_ctx *c, int tf32, xform_layer_time *out)
     least_work(per, L, 1, &out->bwd);
     least_work(per, L, 2, &out->re[STRATEGY_RECOMPUTE_SELECTIVE]);
     least_work(per, L, 3, &out->re[STRATEGY_RECOMPUTE_FULL]);
+    if (g.ok) {
+        out->gemms = g.v;
+        out->ngemm = g.n;
+        out->nlayer = L;
+    } else {
+        di_free(g.v);
+    }
     di_free(per);
     di_free(red);
     di_free(pos);
@@ -1227,15 +1413,31 @@ int
 xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, int tf32,
                      xform_layer_facts *out, di_error *err)
 {
-    xf_ctx c;
-    int rc;
+    xf_ctx c, c2;
+    strategy s2;
+    di_error err2;
+    int rc, have2;
     memset(out, 0, sizeof *out);
     if ((rc = analyse(&c, m, s, hw, err)) != 0)
         return rc;
+    /*
+     * Which dimension of each value a batch split divides: the placements
+     * of the same strategy with two microbatches (the same ops and values).
+     */
+    s2 = *s;
+    s2.microbatches = 2;
+    have2 = analyse(&c2, m, &s2, hw, &err2) == 0;
+    if (have2 && (c2.m->nvalue != c.m->nvalue || c2.m->nop != c.m->nop)) {
+        xf_ctx_fini(&c2);
+        have2 = 0;
+    }
     saved_min(&c, out->saved_min);
     out->state_min = state_min(&c, &out->param_min, &out->grad_min);
     layer_params(&c, &out->params, &out->nparams);
-    layer_work(&c, tf32, &out->time); /* last: it changes the recomputation marks */
+    /* Last: it changes the recomputation marks. */
+    layer_work(&c, tf32, have2 ? c2.place : NULL, &out->time, out->work_set_min);
+    if (have2)
+        xf_ctx_fini(&c2);
     xf_ctx_fini(&c);
     return 0;
 }
@@ -1244,6 +1446,7 @@ void
 xform_layer_facts_fini(xform_layer_facts *f)
 {
     di_free(f->params);
+    di_free(f->time.gemms);
     memset(f, 0, sizeof *f);
 }
 

@@ -203,8 +203,36 @@ xform_work_time(const xform_work_bound *w, double q)
  * backward repeats, found as the pipeline assembly finds it); all 0 without
  * layers or hardware.
  */
+/*
+ * A GEMM op of a layer, for the tile and wave quantization the work bound's
+ * GEMM FLOPs leave out (it depends on the microbatch's shape): slot 0 the
+ * forward, 1 the backward, 1 + r what recomputation mode r repeats; flop_s
+ * its FLOPs for the whole batch (divided by the tensor parallelism where it
+ * splits) times the device's seconds per FLOP; per output (MatMulGrad has
+ * two), its dims on one device for the whole batch (the tensor axis split)
+ * and the dimension a batch split divides (bdim; -1: none); fold as the
+ * simulator's (sim_gemm_dims_shape).
+ */
+typedef struct xform_gemm {
+    uint8_t slot, noutput, fold;
+    uint32_t layer;
+    double flop_s;
+    struct {
+        uint8_t rank;
+        int8_t bdim;
+        int64_t dims[IR_MAX_RANK];
+    } out[2];
+} xform_gemm;
+
 typedef struct xform_layer_time {
     xform_work_bound fwd, bwd, re[3];
+    /*
+     * The layers' GEMMs (gemm_flop_s is their flop_s summed, the least over
+     * the layers); NULL when their batch dimensions are unknown. Owned by
+     * the xform_layer_facts.
+     */
+    xform_gemm *gemms;
+    uint32_t ngemm, nlayer;
     /*
      * Per recomputation mode: bytes per device (whole batch) of the backward
      * ops' results that need a collective over the tensor axis before the
@@ -230,6 +258,15 @@ typedef struct xform_layer_time {
  */
 typedef struct xform_layer_facts {
     uint64_t saved_min[3], state_min, param_min, grad_min;
+    /*
+     * Per recomputation mode: the most bytes per device (whole batch) that
+     * one layer's backward ops and the forward ops it repeats (each right
+     * before its first use, as the pipeline assembly emits them) hold live at
+     * once, of the values they make that a batch split divides: the
+     * backward's working set beside the kept activations (saved_min). The
+     * least over the layers; 0 when unknown.
+     */
+    uint64_t work_set_min[3];
     xform_layer_param *params;
     uint32_t nparams;
     xform_layer_time time;
@@ -279,6 +316,26 @@ int xform_apply(const ir_module *m, const strategy *s, const hw_model *hw, ir_mo
  */
 int xform_apply_partial(const ir_module *m, const strategy *s, const hw_model *hw,
                         uint32_t microbatches, ir_module **out, di_error *err);
+
+/*
+ * A pipeline chunk: the forward (XFORM_CHUNK_F) or backward (XFORM_CHUNK_B)
+ * pass of model stage `stage` for microbatch `mb`.
+ */
+#define XFORM_CHUNK_F 0
+#define XFORM_CHUNK_B 1
+typedef struct xform_chunk {
+    uint8_t kind;
+    uint32_t stage; /* model stage: pipeline group stage mod p */
+    uint32_t mb;
+} xform_chunk;
+/*
+ * Pipeline group g's chunks in program order (2 V m of them into out) under
+ * a schedule (strategy_schedule, resolved: GPipe, else 1F1B, interleaved
+ * when V > 1) of p groups, V model stages per group and m microbatches
+ * (schedule.c says what each does). The order xform_apply emits.
+ */
+void xform_group_sequence(int schedule, uint32_t p, uint32_t V, uint32_t m, uint32_t g,
+                          xform_chunk *out);
 
 /*
  * The layers (distinct dist.layer values) each pipeline group holds under s,

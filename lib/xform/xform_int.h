@@ -405,13 +405,9 @@ uint32_t xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const
 
 /* ---- pipeline and schedule ---- */
 
-#define XF_EV_F 0
-#define XF_EV_B 1
-typedef struct xf_event {
-    uint8_t kind;  /* XF_EV_F, XF_EV_B */
-    uint32_t stage; /* model stage */
-    uint32_t mb;
-} xf_event;
+#define XF_EV_F XFORM_CHUNK_F
+#define XF_EV_B XFORM_CHUNK_B
+typedef xform_chunk xf_event;
 
 /*
  * The global order of the chunks: each device group's sequence follows the
