@@ -242,12 +242,13 @@ typedef struct search_space {
         uint32_t *layers;
     } *stage_layout;
     /*
-     * The pipeline schedule's bubble per (pp, V, m, schedule) of the space
-     * with pp > 1 (sorted by those), for the time bound (pipe_bound in
-     * space.c): over pipeline group 0's chunks in program order
-     * (xform_group_sequence), layer counts (stage_layout's) weighting the
-     * chunks of each span, and of the stages the chains cross. ok 0 where
-     * the stage layout was refused.
+     * The pipeline schedule per (pp, V, m, schedule) of the space with
+     * pp > 1 (sorted by those): each group's chunks in program order
+     * (xform_group_sequence) give its in-flight forwards, for the memory
+     * bound; group 0's, weighted by the stage layout's layers, the bubble,
+     * for the time bound (pipe_bound in space.c): the layers of the chunks
+     * of each span and of the stages the chains cross. ok 0 where the stage
+     * layout was refused.
      */
     uint32_t npipe;
     struct search_pipe {
@@ -267,6 +268,12 @@ typedef struct search_space {
         double n_lb;              /* the last backward chunk's layers */
         /* Model stages: all, and those after B0's, LF's, LB's. */
         double stages, st_above_b0, st_above_lf, st_above_lb;
+        /*
+         * Per group g and its j-th model stage (g V + j): the forward chunks of
+         * that stage the group runs before its first backward chunk (the
+         * memory bound's in-flight microbatches); NULL where not counted.
+         */
+        uint32_t *inflight;
     } *pipe;
     double max_capacity;     /* the largest device memory of the hardware, bytes */
     /*

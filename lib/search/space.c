@@ -886,10 +886,31 @@ pipe_analysis(const search_space *sp, struct search_pipe *e)
     uint64_t n = (uint64_t)2 * e->V * e->m;
     xform_chunk *ev;
     uint64_t b0 = n, lf = 0;
-    if (st == NULL || st->nstage != e->pp * e->V || n == 0 || n > (1u << 24))
+    if (n == 0 || n > (1u << 24))
         return;
     ev = di_xmalloc(n * sizeof *ev);
-    xform_group_sequence(e->schedule, e->pp, e->V, e->m, 0, ev);
+    /* Each group's forward chunks per model stage before its first backward. */
+    e->inflight = di_xcalloc((size_t)e->pp * e->V, sizeof *e->inflight);
+    for (uint32_t g = 0; g < e->pp; g++) {
+        /* The sequence up to its first backward: a prefix twice as long until it holds one. */
+        uint32_t got = 0, cap = 64, k;
+        for (;;) {
+            got = xform_group_sequence(e->schedule, e->pp, e->V, e->m, g, ev,
+                                       cap < n ? cap : (uint32_t)n);
+            for (k = 0; k < got && ev[k].kind == XFORM_CHUNK_F; k++)
+                ;
+            if (k < got || got == n)
+                break;
+            cap *= 2;
+        }
+        for (k = 0; k < got && ev[k].kind == XFORM_CHUNK_F; k++)
+            e->inflight[(size_t)g * e->V + ev[k].stage / e->pp]++;
+    }
+    if (st == NULL || st->nstage != e->pp * e->V) {
+        di_free(ev);
+        return;
+    }
+    xform_group_sequence(e->schedule, e->pp, e->V, e->m, 0, ev, (uint32_t)n);
     for (uint64_t k = 0; k < n; k++) {
         if (ev[k].kind == XFORM_CHUNK_B && b0 == n)
             b0 = k;
@@ -1115,6 +1136,8 @@ search_space_fini(search_space *sp)
     for (uint32_t i = 0; i < sp->nstage_layout; i++)
         di_free(sp->stage_layout[i].layers);
     di_free(sp->stage_layout);
+    for (uint32_t i = 0; i < sp->npipe; i++)
+        di_free(sp->pipe[i].inflight);
     di_free(sp->pipe);
     memset(sp, 0, sizeof *sp);
 }
@@ -1182,39 +1205,28 @@ search_candidate_format(const search_candidate *c, char *buf, size_t size)
 /*
  * The forward chunks of model stage j (0 <= j < V, the group's j-th) that
  * group g of c has run and not freed just before its first backward chunk:
- * it has run the warm-up forwards and one more (the schedule's order,
- * schedule.c), and none of their activations is freed yet. GPipe: m; 1F1B:
- * min(pp - g, m); pp = 1: 1; interleaved: those of the first n forward
- * chunks that run model stage j (chunk k runs (k / pp) mod V).
+ * those before it in the group's program order (search_pipe.inflight, from
+ * xform_group_sequence: GPipe m; 1F1B min(pp - g, m); interleaved the
+ * warm-up's and one more that run stage j), none of whose activations is
+ * freed yet. pp = 1: one.
  */
 static double
-in_flight(const search_candidate *c, uint32_t g, uint32_t j)
+in_flight(const search_space *sp, const search_candidate *c, uint32_t g, uint32_t j)
 {
-    uint32_t p = c->pp, m = c->microbatches, V = c->virtual_stages;
-    if (p == 1)
-        return 1;
-    if (c->schedule == STRATEGY_SCHEDULE_GPIPE)
-        return m;
-    if (c->schedule == STRATEGY_SCHEDULE_1F1B)
-        return p - g < m ? p - g : m;
-    {
-        uint64_t warm = (uint64_t)(p - g - 1) * 2 + (uint64_t)(V - 1) * p, n;
-        n = warm + 1 < (uint64_t)m * V ? warm + 1 : (uint64_t)m * V;
-        /* Whole rounds of p V chunks, then the rest. */
-        uint64_t full = n / ((uint64_t)p * V), rest = n % ((uint64_t)p * V), cnt = full * p;
-        if (rest > (uint64_t)j * p)
-            cnt += rest - (uint64_t)j * p < p ? rest - (uint64_t)j * p : p;
-        return (double)cnt;
-    }
+    const struct search_pipe *e;
+    double n = 1;
+    if (c->pp > 1 && (e = find_pipe(sp, c)) != NULL && e->inflight != NULL)
+        n = e->inflight[(size_t)g * e->V + j];
+    return n;
 }
 
 /* The fewest of in_flight over group g's model stages (at least 1). */
 static double
-in_flight_least(const search_candidate *c, uint32_t g)
+in_flight_least(const search_space *sp, const search_candidate *c, uint32_t g)
 {
     double least = 0;
     for (uint32_t j = 0; j < virtual_of(c); j++) {
-        double n = in_flight(c, g, j);
+        double n = in_flight(sp, c, g, j);
         if (j == 0 || n < least)
             least = n;
     }
@@ -1231,9 +1243,9 @@ in_flight_least(const search_candidate *c, uint32_t g)
  * all; that moment also covers the last backward chunk's s + g + a.
  */
 static double
-held(const search_candidate *c, uint32_t k, double a, double s, double g)
+held(const search_space *sp, const search_candidate *c, uint32_t k, double a, double s, double g)
 {
-    return in_flight_least(c, k) * a + s + g;
+    return in_flight_least(sp, c, k) * a + s + g;
 }
 
 /*
@@ -1309,14 +1321,14 @@ layer_bound(const search_space *sp, const search_candidate *c)
             /* Each model stage of the group with its own in-flight chunks. */
             double h = ws > a ? ws - a : 0;
             for (uint32_t j = k, v = 0; j < st->nstage; j += c->pp, v++)
-                h += st->layers[j] * (in_flight(c, k, v) * a + s + g);
+                h += st->layers[j] * (in_flight(sp, c, k, v) * a + s + g);
             if (h > most)
                 most = h;
         }
         return (uint64_t)floor(most * (1 - 1e-9));
     }
     for (uint32_t k = 0; k < c->pp; k++) {
-        double h = held(c, k, a, s, g);
+        double h = held(sp, c, k, a, s, g);
         if (h <= 0)
             return 0; /* a group may hold nothing */
         inv += 1 / h;

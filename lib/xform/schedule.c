@@ -23,40 +23,43 @@
 #include <assert.h>
 #include <string.h>
 
+/* Appends a chunk to ev when it holds fewer than cap. */
 static void
-push(xform_chunk *ev, uint32_t *n, int kind, uint32_t stage, uint32_t mb)
+push(xform_chunk *ev, uint32_t *n, uint32_t cap, int kind, uint32_t stage, uint32_t mb)
 {
-    ev[*n].kind = (uint8_t)kind;
-    ev[*n].stage = stage;
-    ev[*n].mb = mb;
-    (*n)++;
+    if (*n < cap) {
+        ev[*n].kind = (uint8_t)kind;
+        ev[*n].stage = stage;
+        ev[*n].mb = mb;
+        (*n)++;
+    }
 }
 
-void
+uint32_t
 xform_group_sequence(int schedule, uint32_t p, uint32_t V, uint32_t m, uint32_t g,
-                     xform_chunk *ev)
+                     xform_chunk *ev, uint32_t cap)
 {
     uint32_t n = 0;
     if (schedule == STRATEGY_SCHEDULE_GPIPE) {
-        for (uint32_t i = 0; i < m; i++)
-            push(ev, &n, XFORM_CHUNK_F, g, i);
-        for (uint32_t i = 0; i < m; i++)
-            push(ev, &n, XFORM_CHUNK_B, g, i);
-        assert(n == 2 * m);
-        return;
+        for (uint32_t i = 0; i < m && n < cap; i++)
+            push(ev, &n, cap, XFORM_CHUNK_F, g, i);
+        for (uint32_t i = 0; i < m && n < cap; i++)
+            push(ev, &n, cap, XFORM_CHUNK_B, g, i);
+        assert(n == 2 * m || n == cap);
+        return n;
     }
     if (V <= 1) {
         uint32_t warm = p - g - 1 < m ? p - g - 1 : m;
-        for (uint32_t i = 0; i < warm; i++)
-            push(ev, &n, XFORM_CHUNK_F, g, i);
-        for (uint32_t j = 0; j < m - warm; j++) {
-            push(ev, &n, XFORM_CHUNK_F, g, warm + j);
-            push(ev, &n, XFORM_CHUNK_B, g, j);
+        for (uint32_t i = 0; i < warm && n < cap; i++)
+            push(ev, &n, cap, XFORM_CHUNK_F, g, i);
+        for (uint32_t j = 0; j < m - warm && n < cap; j++) {
+            push(ev, &n, cap, XFORM_CHUNK_F, g, warm + j);
+            push(ev, &n, cap, XFORM_CHUNK_B, g, j);
         }
-        for (uint32_t j = m - warm; j < m; j++)
-            push(ev, &n, XFORM_CHUNK_B, g, j);
-        assert(n == 2 * m);
-        return;
+        for (uint32_t j = m - warm; j < m && n < cap; j++)
+            push(ev, &n, cap, XFORM_CHUNK_B, g, j);
+        assert(n == 2 * m || n == cap);
+        return n;
     }
     {
         uint32_t total = m * V, warm = (p - g - 1) * 2 + (V - 1) * p;
@@ -65,18 +68,19 @@ xform_group_sequence(int schedule, uint32_t p, uint32_t V, uint32_t m, uint32_t 
 #define FWD_STAGE(k) ((((k) / p) % V) * p + g)
 #define BWD_STAGE(k) ((V - 1 - ((k) / p) % V) * p + g)
 #define MB_OF(k) (((k) / (p * V)) * p + (k) % p)
-        for (uint32_t k = 0; k < warm; k++)
-            push(ev, &n, XFORM_CHUNK_F, FWD_STAGE(k), MB_OF(k));
-        for (uint32_t k = 0; k < total - warm; k++) {
-            push(ev, &n, XFORM_CHUNK_F, FWD_STAGE(k + warm), MB_OF(k + warm));
-            push(ev, &n, XFORM_CHUNK_B, BWD_STAGE(k), MB_OF(k));
+        for (uint32_t k = 0; k < warm && n < cap; k++)
+            push(ev, &n, cap, XFORM_CHUNK_F, FWD_STAGE(k), MB_OF(k));
+        for (uint32_t k = 0; k < total - warm && n < cap; k++) {
+            push(ev, &n, cap, XFORM_CHUNK_F, FWD_STAGE(k + warm), MB_OF(k + warm));
+            push(ev, &n, cap, XFORM_CHUNK_B, BWD_STAGE(k), MB_OF(k));
         }
-        for (uint32_t k = total - warm; k < total; k++)
-            push(ev, &n, XFORM_CHUNK_B, BWD_STAGE(k), MB_OF(k));
+        for (uint32_t k = total - warm; k < total && n < cap; k++)
+            push(ev, &n, cap, XFORM_CHUNK_B, BWD_STAGE(k), MB_OF(k));
 #undef FWD_STAGE
 #undef BWD_STAGE
 #undef MB_OF
-        assert(n == 2 * total);
+        assert(n == 2 * total || n == cap);
+        return n;
     }
 }
 
@@ -96,7 +100,7 @@ xf_schedule(const xf_ctx *c, xf_event **out, uint32_t *nout)
     pos = di_xcalloc(p, sizeof *pos);
     done = di_xcalloc((size_t)(total ? total : 1), 1);
     for (uint32_t g = 0; g < p; g++)
-        xform_group_sequence(c->s.schedule, p, c->V, m, g, seq + (size_t)g * per);
+        xform_group_sequence(c->s.schedule, p, c->V, m, g, seq + (size_t)g * per, per);
 #define DONE(kind, s, i) done[((size_t)(kind) * K + (s)) * m + (i)]
     while (n < total) {
         uint32_t progress = 0;

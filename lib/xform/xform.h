@@ -329,13 +329,14 @@ typedef struct xform_chunk {
     uint32_t mb;
 } xform_chunk;
 /*
- * Pipeline group g's chunks in program order (2 V m of them into out) under
- * a schedule (strategy_schedule, resolved: GPipe, else 1F1B, interleaved
- * when V > 1) of p groups, V model stages per group and m microbatches
- * (schedule.c says what each does). The order xform_apply emits.
+ * Pipeline group g's chunks in program order (2 V m of them) under a
+ * schedule (strategy_schedule, resolved: GPipe, else 1F1B, interleaved when
+ * V > 1) of p groups, V model stages per group and m microbatches
+ * (schedule.c says what each does): the order xform_apply emits. Writes the
+ * first min(cap, 2 V m) of them to out and returns that count.
  */
-void xform_group_sequence(int schedule, uint32_t p, uint32_t V, uint32_t m, uint32_t g,
-                          xform_chunk *out);
+uint32_t xform_group_sequence(int schedule, uint32_t p, uint32_t V, uint32_t m, uint32_t g,
+                              xform_chunk *out, uint32_t cap);
 
 /*
  * The layers (distinct dist.layer values) each pipeline group holds under s,
