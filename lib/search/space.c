@@ -1441,19 +1441,22 @@ dp_comm_bound(const search_space *sp, const search_candidate *c,
  * work all reads the input it is 1F1B's (m + p - 1)(f + b).
  */
 static double
-pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double bc)
+pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double bc,
+           const double edge[4])
 {
     double e1, x, T, chain_a, chain_b;
     if (e == NULL || !e->ok)
         return 0;
 #define FWD_CHAIN(layers, stages) ((layers) * fw - (stages) * (fw - fc))
 #define BWD_CHAIN(layers, stages) ((layers) * bw - (stages) * (bw - bc))
-    chain_a = e->n_first * fw + FWD_CHAIN(e->layers - e->n_first, e->stages - 1) +
-              BWD_CHAIN(e->above_b0, e->st_above_b0);
+    /* The embedding (edge[0], its backward edge[1]) and the head and loss (edge[2], [3]). */
+    chain_a = edge[0] + e->n_first * fw + FWD_CHAIN(e->layers - e->n_first, e->stages - 1) +
+              edge[2] + edge[3] + BWD_CHAIN(e->above_b0, e->st_above_b0);
     e1 = e->warm_f * fw > chain_a ? e->warm_f * fw : chain_a;
     x = e1 + BWD_CHAIN(e->n_b0, 1);
-    chain_b = e->same_mb ? FWD_CHAIN(e->above_lf, e->st_above_lf) +
-                               BWD_CHAIN(e->above_lb + e->n_lb, e->st_above_lb + 1)
+    chain_b = e->same_mb ? FWD_CHAIN(e->above_lf, e->st_above_lf) + edge[2] + edge[3] +
+                               BWD_CHAIN(e->above_lb + e->n_lb, e->st_above_lb + 1) +
+                               (e->st_above_lb + 1 == e->stages ? edge[1] : 0)
                          : 0;
 #undef FWD_CHAIN
 #undef BWD_CHAIN
@@ -1477,7 +1480,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const struct search_split_gemm *split;
     const xform_layer_time *t;
     xform_layer_time lt;
-    double q, w, wg, red, chain, bound = 0, m = (double)c->microbatches;
+    double q, w, wg, red, chain, bound = 0, m = (double)c->microbatches, edge[4];
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1516,6 +1519,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     if (r >= 0 && r < 3)
         red += e->tp_slope * t->bwd_tp_reduce_bytes[r] * q;
     w += red;
+    for (int k = 0; k < 4; k++)
+        edge[k] = xform_work_time(&t->edge[k], q);
     if (c->pp > 1) {
         /* The same terms split by pass, for the bubble (pipe_bound). */
         double rf = e->tp_slope * t->fwd.tp_reduce_bytes * q, rb = 0;
@@ -1525,7 +1530,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
             rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q;
         if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
             bw += xform_work_time(&t->re[r], q) + e->tp_slope * t->re[r].tp_reduce_bytes * q;
-        bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb);
+        bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb, edge);
     }
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
@@ -1545,6 +1550,15 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         busy = m * N * w + S * chain - (S ? w - wg : 0);
         if (m * N * w > busy)
             busy = m * N * w;
+        /*
+         * The embedding runs on group 0 and the head and loss on the last
+         * (each microbatch, in full); the others' first op waits for the
+         * embedding's forward and their last backward is followed by its
+         * backward, both on microbatch 0's and the last one's dependency chain.
+         */
+        busy += d == 0 ? m * (edge[0] + edge[1]) : edge[0] + edge[1];
+        if (d + 1 == c->pp)
+            busy += m * (edge[2] + edge[3]);
         bound = busy > bound ? busy : bound;
         if (d == 0) {
             double comm = dp_comm_bound(sp, c, e, N);

@@ -1121,34 +1121,71 @@ add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, doubl
  * per: its FLOPs and bytes for the whole batch, divided by the tensor
  * parallelism where its work splits over the tensor axis; a GEMM to g.
  */
+/*
+ * Adds op's compute terms (xform_work_bound's first six) to w: its FLOPs and
+ * bytes for the whole batch, divided by the tensor parallelism where its
+ * work splits over the tensor axis. Returns 1 for a GEMM (*flop_s: its FLOP
+ * term), 0 for another op, -1 when it costs nothing or may cost anything.
+ */
+static int
+add_terms(const xf_ctx *c, ir_id op, int tf32, double *w, double *flop_s)
+{
+    xform_op_bound t;
+    ir_cost cost;
+    double split, f, bytes;
+    if (!c->cost.op_bound(c->cost.ctx, c->m, op, tf32, &t))
+        return -1;
+    ir_op_cost(c->m, op, &cost);
+    split = tp_divides(c, op) ? c->n[XF_TP] : 1;
+    f = cost.flops / split;
+    bytes = (cost.bytes_read + cost.bytes_write) / split;
+    *flop_s = f * t.per_flop;
+    if (t.gemm) {
+        w[0] += f * t.per_flop;
+        w[1] += t.flop_fixed;
+        w[2] += bytes * t.per_byte;
+        w[3] += t.launch;
+        return 1;
+    }
+    w[4] += f * t.per_flop > bytes * t.per_byte ? f * t.per_flop : bytes * t.per_byte;
+    w[5] += t.launch;
+    return 0;
+}
+
 static void
 add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int tf32,
          double *per, uint32_t L, uint32_t k, gemm_list *g)
 {
     int32_t li = xf_layer_index(c, c->op[op].layer);
-    xform_op_bound t;
-    ir_cost cost;
     ir_id next;
-    double split, f, bytes, *w;
-    if (li < 0 || (uint32_t)li >= L || !c->cost.op_bound(c->cost.ctx, c->m, op, tf32, &t))
+    double flop_s, *w;
+    if (li < 0 || (uint32_t)li >= L)
         return;
-    ir_op_cost(c->m, op, &cost);
-    split = tp_divides(c, op) ? c->n[XF_TP] : 1;
-    f = cost.flops / split;
-    bytes = (cost.bytes_read + cost.bytes_write) / split;
     w = &per[((size_t)k * L + (uint32_t)li) * WORK_TERMS];
+    switch (add_terms(c, op, tf32, w, &flop_s)) {
+    case 1:
+        add_gemm(c, g, op, (uint32_t)li, k, flop_s);
+        break;
+    case 0:
+        break;
+    default:
+        return;
+    }
     if (k != 1 && tp_reduced_next(c, pos, set, op, &next))
         w[6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
-    if (t.gemm) {
-        add_gemm(c, g, op, (uint32_t)li, k, f * t.per_flop);
-        w[0] += f * t.per_flop;
-        w[1] += t.flop_fixed;
-        w[2] += bytes * t.per_byte;
-        w[3] += t.launch;
-    } else {
-        w[4] += f * t.per_flop > bytes * t.per_byte ? f * t.per_flop : bytes * t.per_byte;
-        w[5] += t.launch;
-    }
+}
+
+/* Terms w (WORK_TERMS) as an xform_work_bound. */
+static void
+work_bound_of(const double *w, xform_work_bound *out)
+{
+    out->gemm_flop_s = w[0];
+    out->gemm_fixed_s = w[1];
+    out->gemm_byte_s = w[2];
+    out->gemm_launch_s = w[3];
+    out->other_s = w[4];
+    out->other_launch_s = w[5];
+    out->tp_reduce_bytes = w[6];
 }
 
 /* The least over the layers of each term of slot k into *out. */
@@ -1162,13 +1199,7 @@ least_work(const double *per, uint32_t L, uint32_t k, xform_work_bound *out)
             if (l == 0 || w[j] < least[j])
                 least[j] = w[j];
     }
-    out->gemm_flop_s = least[0];
-    out->gemm_fixed_s = least[1];
-    out->gemm_byte_s = least[2];
-    out->gemm_launch_s = least[3];
-    out->other_s = least[4];
-    out->other_launch_s = least[5];
-    out->tp_reduce_bytes = least[6];
+    work_bound_of(least, out);
 }
 
 /*
@@ -1336,6 +1367,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
     double *red; /* recomputation mode x layer: the backward's reductions (bwd_reductions) */
     uint32_t nf = 0, nb = 0, L = c->nlayer;
+    uint32_t first[2] = {UINT32_MAX, UINT32_MAX}, last[2] = {0, 0}; /* layers' ops: fwd, bwd */
+    double edge[4 * WORK_TERMS] = {0};
     memset(out, 0, sizeof *out);
     if (L == 0 || !xform_cost_known(&c->cost) || c->cost.op_bound == NULL)
         return;
@@ -1351,14 +1384,45 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
         pos[r->ops[i]] = i;
     for (uint32_t i = 0; i < r->nop; i++) {
         ir_id op = r->ops[i];
-        if (c->op[op].phase == XF_PH_FORWARD)
+        int fwd = c->op[op].phase == XF_PH_FORWARD;
+        if (c->op[op].layer < 0 || xf_layer_index(c, c->op[op].layer) < 0 ||
+            (!fwd && c->op[op].phase != XF_PH_BACKWARD))
+            continue;
+        if (fwd && first[0] == UINT32_MAX)
+            first[0] = i;
+        if (!fwd && first[1] == UINT32_MAX)
+            first[1] = i;
+        last[!fwd] = i;
+    }
+    for (uint32_t i = 0; i < r->nop; i++) {
+        ir_id op = r->ops[i];
+        int fwd = c->op[op].phase == XF_PH_FORWARD;
+        double flop_s;
+        if (fwd)
             fops[nf++] = op;
         else if (c->op[op].phase == XF_PH_BACKWARD)
             bops[nb++] = op;
         if (c->op[op].phase != XF_PH_STEP)
-            add_work(c, pos, NULL, op, tf32, per, L, c->op[op].phase == XF_PH_FORWARD ? 0 : 1,
-                     &g);
+            add_work(c, pos, NULL, op, tf32, per, L, fwd ? 0 : 1, &g);
+        /*
+         * Ops outside the layers before the first layer's forward (the
+         * embedding) and after the last's (the head and the loss), and their
+         * backward ops (after and before the layers' backward).
+         */
+        if ((c->op[op].layer < 0 || xf_layer_index(c, c->op[op].layer) < 0) &&
+            first[0] != UINT32_MAX && first[1] != UINT32_MAX &&
+            (fwd || c->op[op].phase == XF_PH_BACKWARD)) {
+            int e = -1;
+            if (fwd)
+                e = i < first[0] ? 0 : i > last[0] ? 2 : -1;
+            else
+                e = i > last[1] ? 1 : i < first[1] ? 3 : -1;
+            if (e >= 0)
+                add_terms(c, op, tf32, &edge[e * WORK_TERMS], &flop_s);
+        }
     }
+    for (int e = 0; e < 4; e++)
+        work_bound_of(&edge[e * WORK_TERMS], &out->edge[e]);
     /*
      * What each recomputation mode repeats, found as the pipeline assembly
      * finds it (xf_recompute_ops), over the whole function as one program: a

@@ -227,6 +227,14 @@ typedef struct xform_gemm {
 typedef struct xform_layer_time {
     xform_work_bound fwd, bwd, re[3];
     /*
+     * The ops outside the layers, whole: before the first layer's forward
+     * (edge[0], the embedding; its backward edge[1]) and after the last
+     * layer's (edge[2], the final norm, the head and the loss; their
+     * backward edge[3]), on the first and the last pipeline stage. No
+     * tensor-axis reductions counted (tp_reduce_bytes 0).
+     */
+    xform_work_bound edge[4];
+    /*
      * The layers' GEMMs (gemm_flop_s is their flop_s summed, the least over
      * the layers); NULL when their batch dimensions are unknown. Owned by
      * the xform_layer_facts.
