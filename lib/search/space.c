@@ -825,7 +825,8 @@ split_analyses(search_space *sp)
             for (uint32_t j = 0; j < e->time.ngemm; j++) {
                 const xform_gemm *x = &e->time.gemms[j];
                 if (x->slot < 4 && x->layer < L)
-                    sum[(size_t)x->slot * L + x->layer] += x->flop_s / gemm_factor(sp->hw, x, g->den);
+                    sum[(size_t)x->slot * L + x->layer] +=
+                        x->flop_s / gemm_factor(sp->hw, x, g->den);
             }
             for (uint32_t slot = 0; slot < 4; slot++)
                 for (uint32_t l = 0; l < L; l++)
@@ -874,8 +875,9 @@ layers_above(const struct search_stage_layout *st, uint32_t k)
 }
 
 /*
- * search_space.pipe for e's (pp, V, m, schedule): group 0's chunks in
- * program order, weighted by their stages' layers. B0 is its first backward
+ * search_space.pipe for e's (pp, V, m, schedule): each group's forward
+ * chunks before its first backward (inflight), and group 0's chunks in
+ * program order weighted by their stages' layers. B0 is its first backward
  * chunk (microbatch 0 of its last model stage), LF its last forward and LB
  * its last backward.
  */
