@@ -966,12 +966,12 @@ test_memory_bound_working_set(void **state)
  * quantization: on a bf16 GPT whose GEMMs make most of its step, the 150
  * pipelined candidates of 8 devices (pp 2 to 8, GPipe, 1F1B and
  * interleaved, 2 to 32 microbatches, no or full recomputation) are bounded
- * at TIME_BOUND_TIGHT of their simulated steps on average at least (0.705
+ * at TIME_BOUND_TIGHT of their simulated steps on average at least (0.754
  * measured), none above. Without the bubble and the quantization the mean
  * was TIME_BOUND_BEFORE (the busiest device's compute and its pipeline
  * fill alone).
  */
-#define TIME_BOUND_TIGHT 0.66
+#define TIME_BOUND_TIGHT 0.72
 #define TIME_BOUND_BEFORE 0.573
 static void
 test_time_bound_tight(void **state)

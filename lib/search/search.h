@@ -202,6 +202,14 @@ typedef struct search_space {
            tensor-axis collectives. */
         double tp_slope;
         /*
+         * The least over the layers of the seconds a layer's gradient
+         * accumulation takes per microbatch after the first (ZeRO 0 and 1:
+         * an in-place Add of each parameter's whole gradient, as the update
+         * reads it, into its buffer: its bytes read twice and written once,
+         * sim_op_bound_terms), for the time bound.
+         */
+        double accumulate_s;
+        /*
          * Per dp of the space (dps): the least over the layers of a layer's
          * parameters ZeRO shards at that dp (xform_layer_facts.params: dp divides
          * their dimension 0), bytes per device; NULL where refused.
@@ -260,6 +268,8 @@ typedef struct search_space {
         double mid_f, mid_b;
         /* Layers of the backward chunks after the later of B0 and the last forward. */
         double tail_b;
+        /* The same of the backward chunks of microbatches after the first. */
+        double mid_b1, tail_b1;
         /* Layers of the forward chunks up to the last forward (when it precedes B0). */
         double pre_f;
         double n_first, layers;   /* model stage 0's layers; all layers */

@@ -651,8 +651,21 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
 {
     uint32_t L = sp->layers;
     uint64_t *per;
+    sim_op_bound add;
     if (L == 0)
         return;
+    /* search_layer_mem.accumulate_s: each parameter's Add, least over the layers. */
+    if (sim_op_bound_terms(sp->hw, 0, IR_OP_ADD, IR_F32, 0, &add)) {
+        double *acc = di_xcalloc(L, sizeof *acc);
+        for (uint32_t i = 0; i < np; i++)
+            if (p[i].layer < L && p[i].grad_bytes > 0)
+                acc[p[i].layer] += 3.0 * (double)p[i].grad_bytes * add.per_byte + add.launch;
+        e->accumulate_s = acc[0];
+        for (uint32_t l = 1; l < L; l++)
+            if (acc[l] < e->accumulate_s)
+                e->accumulate_s = acc[l];
+        di_free(acc);
+    }
     per = di_xmalloc(2 * (size_t)L * sizeof *per);
     e->zero_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_min);
     e->zero_grad_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_grad_min);
@@ -936,6 +949,12 @@ pipe_analysis(const search_space *sp, struct search_pipe *e)
             *(fwd ? &e->mid_f : &e->mid_b) += N;
         if (k > (e->split ? lf : b0))
             e->tail_b += N; /* every chunk after both is a backward */
+        if (!fwd && ev[k].mb > 0) {
+            if (k > b0 && k <= lf)
+                e->mid_b1 += N;
+            if (k > (e->split ? lf : b0))
+                e->tail_b1 += N;
+        }
     }
     e->n_b0 = st->layers[ev[b0].stage];
     e->n_first = st->layers[0];
@@ -1444,7 +1463,7 @@ dp_comm_bound(const search_space *sp, const search_candidate *c,
  */
 static double
 pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double bc,
-           const double edge[4])
+           const double edge[4], double acc)
 {
     double e1, x, T, chain_a, chain_b;
     if (e == NULL || !e->ok)
@@ -1462,12 +1481,14 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
                          : 0;
 #undef FWD_CHAIN
 #undef BWD_CHAIN
+    /* acc: a layer's gradient accumulation, in each backward chunk of a later microbatch. */
     if (e->split) {
-        double e2 = x + e->mid_f * fw + e->mid_b * bw, tail = e->tail_b * bw;
+        double e2 = x + e->mid_f * fw + e->mid_b * bw + e->mid_b1 * acc;
+        double tail = e->tail_b * bw + e->tail_b1 * acc;
         T = e2 + (tail > chain_b ? tail : chain_b);
     } else {
         double late = e->pre_f * fw + chain_b;
-        T = x + e->tail_b * bw;
+        T = x + e->tail_b * bw + e->tail_b1 * acc;
         if (late > T)
             T = late;
     }
@@ -1482,7 +1503,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const struct search_split_gemm *split;
     const xform_layer_time *t;
     xform_layer_time lt;
-    double q, w, wg, red, chain, bound = 0, m = (double)c->microbatches, edge[4];
+    double q, w, wg, red, chain, bound = 0, m = (double)c->microbatches, edge[4], acc;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1523,6 +1544,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     w += red;
     for (int k = 0; k < 4; k++)
         edge[k] = xform_work_time(&t->edge[k], q);
+    /* Without ZeRO and under ZeRO-1 each later microbatch adds its gradients into the buffers. */
+    acc = c->zero <= 1 && c->microbatches >= 2 ? e->accumulate_s : 0;
     if (c->pp > 1) {
         /* The same terms split by pass, for the bubble (pipe_bound). */
         double rf = e->tp_slope * t->fwd.tp_reduce_bytes * q, rb = 0;
@@ -1532,7 +1555,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
             rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q;
         if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
             bw += xform_work_time(&t->re[r], q) + e->tp_slope * t->re[r].tp_reduce_bytes * q;
-        bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb, edge);
+        bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb, edge, acc);
     }
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
@@ -1559,6 +1582,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
          * backward, both on microbatch 0's and the last one's dependency chain.
          */
         busy += d == 0 ? m * (edge[0] + edge[1]) : edge[0] + edge[1];
+        /* Its accumulations (those of the last layer it runs may overlap the drain). */
+        busy += (m - 1) * N * acc - (S ? acc : 0);
         if (d + 1 == c->pp)
             busy += m * (edge[2] + edge[3]);
         bound = busy > bound ? busy : bound;
