@@ -261,10 +261,11 @@ typedef struct search_space {
     uint32_t npipe;
     struct search_pipe {
         uint32_t pp, V, m;
-        uint8_t schedule, ok, split, same_mb;
+        uint8_t schedule, ok;
+        uint8_t lf_late, same_mb; /* LF comes after B0; LF and LB are of one microbatch */
         /* Layers of the forward chunks before the first backward (B0), and of B0. */
         double warm_f, n_b0;
-        /* Layers of the chunks after B0 up to the last forward (split: B0 comes first). */
+        /* Layers of the chunks after B0 up to the last forward (lf_late: B0 comes first). */
         double mid_f, mid_b;
         /* Layers of the backward chunks after the later of B0 and the last forward. */
         double tail_b;

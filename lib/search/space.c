@@ -936,7 +936,7 @@ pipe_analysis(const search_space *sp, struct search_pipe *e)
         di_free(ev);
         return;
     }
-    e->split = lf > b0;
+    e->lf_late = lf > b0;
     e->same_mb = ev[lf].mb == ev[n - 1].mb;
     for (uint64_t k = 0; k < n; k++) {
         double N = st->layers[ev[k].stage];
@@ -947,12 +947,12 @@ pipe_analysis(const search_space *sp, struct search_pipe *e)
             e->pre_f += N;
         if (k > b0 && k <= lf)
             *(fwd ? &e->mid_f : &e->mid_b) += N;
-        if (k > (e->split ? lf : b0))
+        if (k > (e->lf_late ? lf : b0))
             e->tail_b += N; /* every chunk after both is a backward */
         if (!fwd && ev[k].mb > 0) {
             if (k > b0 && k <= lf)
                 e->mid_b1 += N;
-            if (k > (e->split ? lf : b0))
+            if (k > (e->lf_late ? lf : b0))
                 e->tail_b1 += N;
         }
     }
@@ -1482,7 +1482,7 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
 #undef FWD_CHAIN
 #undef BWD_CHAIN
     /* acc: a layer's gradient accumulation, in each backward chunk of a later microbatch. */
-    if (e->split) {
+    if (e->lf_late) {
         double e2 = x + e->mid_f * fw + e->mid_b * bw + e->mid_b1 * acc;
         double tail = e->tail_b * bw + e->tail_b1 * acc;
         T = e2 + (tail > chain_b ? tail : chain_b);
