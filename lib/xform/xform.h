@@ -199,11 +199,6 @@ xform_work_time(const xform_work_bound *w, double q)
 }
 
 /*
- * fwd, bwd and re[r], r a strategy_recompute (selective, full: what the
- * backward repeats, found as the pipeline assembly finds it); all 0 without
- * layers or hardware.
- */
-/*
  * A GEMM op of a layer, for the tile and wave quantization the work bound's
  * GEMM FLOPs leave out (it depends on the microbatch's shape): slot 0 the
  * forward, 1 the backward, 1 + r what recomputation mode r repeats; flop_s
@@ -224,6 +219,11 @@ typedef struct xform_gemm {
     } out[2];
 } xform_gemm;
 
+/*
+ * fwd, bwd and re[r], r a strategy_recompute (selective, full: what the
+ * backward repeats, found as the pipeline assembly finds it); all 0 without
+ * layers or hardware.
+ */
 typedef struct xform_layer_time {
     xform_work_bound fwd, bwd, re[3];
     /*
