@@ -907,8 +907,11 @@ pipe_analysis(const search_space *sp, struct search_pipe *e)
     /* Each group's forward chunks per model stage before its first backward. */
     e->inflight = di_xcalloc((size_t)e->pp * e->V, sizeof *e->inflight);
     for (uint32_t g = 0; g < e->pp; g++) {
-        /* The sequence up to its first backward: a prefix twice as long until it holds one. */
-        uint32_t got = 0, cap = 64, k;
+        /*
+         * Its k forwards before the first backward: a prefix of the sequence
+         * twice as long until it holds that backward (or is the whole).
+         */
+        uint32_t got, cap = 64, k;
         for (;;) {
             got = xform_group_sequence(e->schedule, e->pp, e->V, e->m, g, ev,
                                        cap < n ? cap : (uint32_t)n);
@@ -918,8 +921,8 @@ pipe_analysis(const search_space *sp, struct search_pipe *e)
                 break;
             cap *= 2;
         }
-        for (k = 0; k < got && ev[k].kind == XFORM_CHUNK_F; k++)
-            e->inflight[(size_t)g * e->V + ev[k].stage / e->pp]++;
+        for (uint32_t j = 0; j < k; j++)
+            e->inflight[(size_t)g * e->V + ev[j].stage / e->pp]++;
     }
     if (st == NULL || st->nstage != e->pp * e->V) {
         di_free(ev);
