@@ -432,6 +432,7 @@ small_config(search_config *cfg, uint32_t devices)
     di_error err;
     search_config_init(cfg);
     cfg->devices = devices;
+    cfg->compose_saves = 0; /* these models' few microbatches: compose whatever it saves */
     assert_int_equal(search_config_set(cfg, "recompute", "none,full", &err), 0);
     assert_int_equal(search_config_set(cfg, "zero", "0,3", &err), 0);
     assert_int_equal(search_config_set(cfg, "microbatches", "1,2,4", &err), 0);
@@ -488,6 +489,57 @@ moe_llama(void)
 }
 
 /*
+ * Which candidates are composed: a 1F1B pipeline of p stages from p + 1
+ * microbatches (m's parity) and 2 more, and only when the two shorter runs
+ * save at least compose_saves microbatches (default SEARCH_COMPOSE_SAVES:
+ * each run pays the set-up) and half the candidate's; GPipe never.
+ */
+static void
+test_compose_counts(void **state)
+{
+    ir_module *m = gpt(4, 48, 6, 8, 96);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    uint32_t seen = 0;
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 8;
+    assert_int_equal(cfg.compose_saves, SEARCH_COMPOSE_SAVES);
+    for (int pass = 0; pass < 2; pass++) {
+        space_ok(&sp, m, hw, &cfg);
+        for (uint64_t k = 0; k < sp.ncandidate; k++) {
+            const search_candidate *c = &sp.candidates[k];
+            uint32_t m1, m2, want1;
+            int yes;
+            if (c->pp != 2 || c->dp != 1 ||
+                (c->schedule != STRATEGY_SCHEDULE_1F1B && c->schedule != STRATEGY_SCHEDULE_GPIPE))
+                continue;
+            yes = search_compose_counts(&sp, c, &m1, &m2);
+            if (c->schedule == STRATEGY_SCHEDULE_GPIPE) {
+                assert_false(yes);
+                continue;
+            }
+            want1 = c->microbatches % 2 ? 3 : 4;
+            assert_int_equal(m1, want1);
+            assert_int_equal(m2, want1 + 2);
+            if (c->microbatches == 96) /* saves 86: composed either way */
+                assert_true(yes);
+            if (c->microbatches == 24) /* saves 14: only without the set-up's margin */
+                assert_int_equal(yes, pass == 1);
+            if (c->microbatches == 12) /* 12 < 2 (4 + 6): never */
+                assert_false(yes);
+            seen += c->microbatches == 24;
+        }
+        search_space_fini(&sp);
+        cfg.compose_saves = 0;
+    }
+    assert_true(seen >= 2);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
  * The composed estimate (two shorter simulations extrapolated to the
  * candidate's microbatch count) against the full simulation of the same
  * candidate, on a sample of the composed candidates of several models'
@@ -522,6 +574,7 @@ test_compose_agreement(void **state)
         uint64_t composed = 0, rng = 0x9e3779b97f4a7c15ull + i;
         search_config_init(&cfg);
         cfg.devices = cases[i].devices;
+        cfg.compose_saves = 0; /* every composable candidate, whatever it saves */
         space_ok(&sp, m, hw, &cfg);
         search_evaluator_init(&ev, &sp);
         for (uint64_t k = 0; k < sp.ncandidate; k++) {
@@ -675,6 +728,7 @@ bb_config(search_config *cfg)
     di_error err;
     search_config_init(cfg);
     cfg->devices = 8;
+    cfg->compose_saves = 0;
     cfg->top_k = 3;
     assert_int_equal(search_config_set(cfg, "recompute", "none,full", &err), 0);
     assert_int_equal(search_config_set(cfg, "zero", "0,3", &err), 0);
@@ -743,6 +797,8 @@ test_branch_and_bound(void **state)
  * past its first round, and it holds every point of the top K: a point of
  * the top K could enter it by the points before it, so a round takes it
  * before the seed is complete. The first round alone does not hold them.
+ * Then the Pareto rounds: the seed holds the Pareto set, and prunes every
+ * other candidate it can bound.
  */
 static void
 test_seed_rounds(void **state)
@@ -779,6 +835,34 @@ test_seed_rounds(void **state)
     assert_true(r.ntop == cfg.top_k && r.npareto > 0);
     for (uint32_t i = 0; i < r.ntop; i++)
         assert_true(pl.is_seed[r.top[i].cand.index]);
+    /*
+     * The Pareto rounds: the seed holds the Pareto set too, and every valid
+     * candidate outside it with an optimistic point (a time bound, a memory
+     * bound that fits) is dominated by a seed point: pruned.
+     */
+    assert_true(pl.pareto_phase);
+    for (uint32_t i = 0; i < r.npareto; i++)
+        assert_true(pl.is_seed[r.pareto[i].cand.index]);
+    {
+        uint32_t outside = 0;
+        for (uint64_t k = 0; k < sp.ncandidate; k++) {
+            const search_candidate *c = &sp.candidates[k];
+            strategy s;
+            di_error err;
+            int ok;
+            if (pl.is_seed[k] || !(search_time_bound(&sp, c) > 0) ||
+                (double)search_memory_bound(&sp, c) > cfg.memory_headroom * sp.max_capacity)
+                continue;
+            search_candidate_strategy(c, &s);
+            ok = xform_validate(m, &s, hw, &err) == 0;
+            strategy_fini(&s);
+            if (!ok)
+                continue;
+            assert_true(search_plan_prunes(&w, c));
+            outside++;
+        }
+        assert_true(outside > 0);
+    }
     /* ... which the first round alone does not hold. */
     {
         uint32_t in_first = 0;
@@ -1682,6 +1766,7 @@ main(void)
         cmocka_unit_test(test_order_golden),
         cmocka_unit_test(test_pruned_indivisible),
         cmocka_unit_test(test_brute_force),
+        cmocka_unit_test(test_compose_counts),
         cmocka_unit_test(test_compose_agreement),
         cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_memory_bound),

@@ -11,10 +11,14 @@
  *
  * The seed grows in rounds (extend): once a round is evaluated, the next
  * takes the candidates of the whole space that could still enter the top K
- * by the points so far, best optimistic point first, until none can. So
- * the seed is, nearly, what a sequential best-first branch and bound would
- * evaluate for the top K, and its points prune the rest for the top K and
- * the Pareto set.
+ * by the points so far, best optimistic point first, until none can; then
+ * the Pareto rounds take the candidates that no point so far dominates, the
+ * smallest optimistic step time first, until none is left. So the seed is,
+ * nearly, what a sequential best-first branch and bound would evaluate for
+ * the top K and then for the Pareto set (the rounds' size aside), and every
+ * candidate outside it that has an optimistic point is pruned. Shards share
+ * the whole space's seed, so each evaluates all of it: sharding divides the
+ * rest (the candidates without a time bound, or left past SEED_CAP).
  *
  * The decisions depend on the seed's points only, which depend on the space
  * only (the whole space, whatever the shard; a round on the rounds before
@@ -287,10 +291,24 @@ rank_candidates(search_plan *pl)
     for (uint64_t i = 0; i < n; i++)
         tmp[i] = idx[pos[i]];
     di_free(pos);
-    di_free(t);
-    di_free(idx);
     pl->ranked = tmp;
     pl->nranked = n;
+    /* The Pareto rounds' order: the smallest optimistic step time first (ties by index). */
+    {
+        bounded *b = di_xmalloc((n ? n : 1) * sizeof *b);
+        for (uint64_t i = 0; i < n; i++) {
+            b[i].t = t[i];
+            b[i].index = idx[i];
+        }
+        qsort(b, n, sizeof *b, cmp_bounded);
+        pl->by_time = di_xmalloc((n ? n : 1) * sizeof *pl->by_time);
+        for (uint64_t i = 0; i < n; i++)
+            pl->by_time[i] = b[i].index;
+        pl->nby_time = n;
+        di_free(b);
+    }
+    di_free(t);
+    di_free(idx);
 }
 
 /*
@@ -317,7 +335,7 @@ extend(search_plan *pl)
     search_result_init(&r, sp);
     for (uint32_t j = 0; j < n; j++)
         search_result_add(&r, &pl->seed_point[j]);
-    while (added < want && pl->ranked_pos < pl->nranked) {
+    while (!pl->pareto_phase && added < want && pl->ranked_pos < pl->nranked) {
         uint64_t index = pl->ranked[pl->ranked_pos];
         search_point opt;
         if (!pl->is_seed[index]) {
@@ -330,6 +348,22 @@ extend(search_plan *pl)
             added++;
         }
         pl->ranked_pos++;
+    }
+    if (!pl->pareto_phase && added == 0)
+        pl->pareto_phase = 1; /* the top K is settled */
+    /*
+     * The Pareto rounds: candidates of the whole space, the smallest
+     * optimistic step time first, that no point so far dominates (and that
+     * pass xform_validate). One a point dominates now is dominated by the
+     * whole seed too: pruned outside it.
+     */
+    while (pl->pareto_phase && added < want && pl->by_time_pos < pl->nby_time) {
+        uint64_t index = pl->by_time[pl->by_time_pos++];
+        if (pl->is_seed[index] || pruned_by_bound(sp, &r, &sp->candidates[index]) ||
+            !valid(sp, index))
+            continue;
+        push_seed(pl, index);
+        added++;
     }
     search_result_fini(&r);
     if (added > 0)
@@ -377,6 +411,7 @@ search_plan_fini(search_plan *pl)
     di_free(pl->seed_point);
     di_free(pl->is_seed);
     di_free(pl->ranked);
+    di_free(pl->by_time);
     di_free(pl->order);
     memset(pl, 0, sizeof *pl);
 }

@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-8"
+#define SEARCH_VERSION "distir-search-9"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -96,6 +96,8 @@ typedef struct search_config {
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
     int no_compose;             /* simulate every candidate in full (no composed estimates) */
+    uint32_t compose_saves;     /* compose only when it saves simulating this many microbatches
+                                   (search_compose_counts); default SEARCH_COMPOSE_SAVES */
     int no_time_bound;          /* no branch and bound (search_plan): evaluate every candidate */
     int tf32;                   /* f32 GEMMs as TF32 (sim_options.tf32; "math" "tf32") */
     int fuse;                   /* fused element-wise kernels (sim_options.fuse; "kernels"
@@ -369,6 +371,12 @@ double search_time_bound(const search_space *sp, const search_candidate *c);
  * this much lower.
  */
 #define SEARCH_COMPOSE_SLACK 0.02
+/*
+ * A composition simulates m1 + m2 microbatches in two runs, which pay the
+ * set-up twice (the transforms, the optimizer step): about as much as 40
+ * microbatches of a full simulation (search_compose_counts).
+ */
+#define SEARCH_COMPOSE_SAVES 48u
 
 /* What became of a candidate. */
 #define SEARCH_STATUS_LIST(X)                                                                      \
@@ -491,7 +499,8 @@ int search_eval_full(search_evaluator *ev, const search_candidate *c, search_poi
  * that pass the memory bound and xform_validate, chosen by their time and
  * memory bounds: plan.c; then, round after round, the candidates that could
  * still enter the top K by the seed's points so far, the best optimistic
- * point first) is evaluated first; then each other candidate of the shard whose time and
+ * point first; then those no point so far dominates, the smallest optimistic
+ * step time first) is evaluated first; then each other candidate of the shard whose time and
  * memory bounds, as its figures, would rank after K seed points and be
  * dominated by a seed point is pruned (SEARCH_TIME_BOUND) without being
  * validated, transformed or simulated, and the rest are evaluated
@@ -520,6 +529,9 @@ typedef struct search_plan {
     uint8_t *is_seed;         /* per candidate of the space */
     uint64_t nranked, ranked_pos;
     uint64_t *ranked;         /* what a round may take, the best optimistic point first */
+    uint64_t nby_time, by_time_pos;
+    uint64_t *by_time;        /* the same, the smallest optimistic step time first */
+    int pareto_phase;         /* the top K's rounds are over: rounds for the Pareto set */
     uint32_t rounds;          /* the seed's rounds so far */
     uint64_t norder;
     uint64_t *order;          /* the shard's candidates but the first round's seeds

@@ -31,6 +31,7 @@ search_config_init(search_config *cfg)
     cfg->objective = SEARCH_MIN_TIME;
     cfg->top_k = 10;
     cfg->shard_count = 1;
+    cfg->compose_saves = SEARCH_COMPOSE_SAVES;
 }
 
 /* A decimal in [lo, hi]; 0 or DI_EINVAL. */
@@ -570,6 +571,8 @@ space_key(search_space *sp)
     di_sha256_u64(&h, headroom);
     di_sha256_u64(&h, (uint64_t)cfg->objective);
     di_sha256_u64(&h, cfg->no_compose ? 1 : 0);
+    if (!cfg->no_compose)
+        di_sha256_u64(&h, cfg->compose_saves);
     /* Added only when set, so the keys of searches without them stay what they were. */
     if (cfg->tf32)
         di_sha256_update(&h, "tf32", 4);
@@ -1707,26 +1710,32 @@ search_compose_counts(const search_space *sp, const search_candidate *c, uint32_
     } else {
         /*
          * 1F1B holds at most p microbatches (pp = 1: one); its period is
-         * steady from about 3 p on (gpt3-175b on 1,024 GPUs: the step per
-         * microbatch measured from 2 p is 1.4% short of the steady one); 3
-         * have a middle variant. m1 has m's parity and m2 = m1 + 2:
-         * which device and which moment of the step peak can alternate from
-         * one microbatch count to the next (a memory step every other
-         * microbatch), which consecutive counts would extrapolate as a slope.
+         * steady once the first microbatch's backward has run: on a sample
+         * of gpt3-175b's 1F1B candidates on 1,024 GPUs (pp 2 to 32, every
+         * recomputation and ZeRO stage), extrapolating from p + 1 and
+         * p + 3 microbatches gave the full simulation's step and peak
+         * exactly (at most 0.03% off in step time, tensor parallelism
+         * across nodes under ZeRO-2, where 4 p was 0.2% off). m1 has m's
+         * parity and m2 = m1 + 2: which device and which moment of the
+         * step peak can alternate from one microbatch count to the next
+         * (a memory step every other microbatch), which consecutive counts
+         * would extrapolate as a slope; 3 at least (a middle variant).
          */
-        *m1 = 4 * p > 3 ? 4 * p : 3;
+        *m1 = p + 1 > 3 ? p + 1 : 3;
         if ((*m1 ^ c->microbatches) & 1)
             (*m1)++;
         *m2 = *m1 + 2;
     }
     /*
-     * Each simulation has a cost of its own besides its microbatches' (the transforms of the
-     * chunk functions and the step program, the set-up), which the two shorter ones pay
-     * twice: measured on a sample of gpt3-175b's composable candidates on 1,024 GPUs (39,
-     * pp 1 to 32), composing took 1.1 to 1.75 times a full simulation's time at m up to
-     * 1.5 (m1 + m2), 0.6 to 1.2 at 2.2 (m1 + m2), 0.4 to 0.7 from 4 (m1 + m2).
+     * Each simulation has a cost of its own besides its microbatches' (the transforms, the
+     * step program's set-up, the optimizer step), which the two shorter ones pay twice, about
+     * as much as 40 microbatches cost: measured on a sample of gpt3-175b's composable 1F1B
+     * candidates on 1,024 GPUs (28, pp 1 to 32, best of 2), composing took 1.03 to 1.36
+     * times a full simulation's time at m - (m1 + m2) up to 38, 0.85 at 42, 0.94 at 50, and
+     * 0.06 to 0.84 from 58.
      */
-    return 2 * ((uint64_t)*m1 + *m2) <= c->microbatches;
+    return 2 * ((uint64_t)*m1 + *m2) <= c->microbatches &&
+           (uint64_t)*m1 + *m2 + sp->cfg.compose_saves <= c->microbatches;
 }
 
 /*

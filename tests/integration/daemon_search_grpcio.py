@@ -169,19 +169,20 @@ def main():
     # ---------------------------------------------------------------- objectives, composition
     # The fewest devices among 2, 4 and 8 that reach a target step time, with the cost and
     # the time to train, and candidates with many microbatches composed: the daemon's JSON
-    # equals the CLI's, and composed points carry their full simulation (pp 1 and 2, whose 48
-    # microbatches are at least twice the counts they compose from).
-    gpt96, module96 = small_gpt(96)
+    # equals the CLI's, and composed points carry their full simulation (pp 1 and 2, whose 192
+    # microbatches are at least twice the counts they compose from, 3 to 6, and save more than
+    # SEARCH_COMPOSE_SAVES of them).
+    gpt384, module384 = small_gpt(384)
     oflags = ["--devices", "2,4,8", "--objective", "devices", "--target-step", "0.01",
               "--price", "2.5", "--train-tokens", "1e9", "--recompute", "none", "--zero", "0",
-              "--microbatches", "4,16,48", "--pp", "1,2", "--schedule", "1f1b", "--top", "3"]
-    olocal = subprocess.run([DISTIR, "search", gpt96, "--json"] + oflags, check=True,
+              "--microbatches", "4,16,192", "--pp", "1,2", "--schedule", "1f1b", "--top", "3"]
+    olocal = subprocess.run([DISTIR, "search", gpt384, "--json"] + oflags, check=True,
                             capture_output=True, text=True).stdout
-    oreq = pb.SearchRequest(module=module96, hardware=pb.HardwareRef(preset="a100-dgx"),
+    oreq = pb.SearchRequest(module=module384, hardware=pb.HardwareRef(preset="a100-dgx"),
                             top_k=3, objective=pb.SEARCH_MIN_DEVICES, target_step_s=0.01,
                             price_per_device_hour=2.5, train_tokens=1e9)
     oreq.device_counts.extend([2, 4, 8])
-    oreq.constraints.microbatches.extend([4, 16, 48])
+    oreq.constraints.microbatches.extend([4, 16, 192])
     oreq.constraints.pp.extend([1, 2])
     oreq.constraints.recomputes = 1 << pb.RECOMPUTE_NONE
     oreq.constraints.zero = 1 << 0

@@ -50,17 +50,18 @@ check "a shard alone differs from the whole" sh -c '! cmp -s "$1" "$2"' sh "$TMP
 
 # Composed candidates (many microbatches): each shard re-simulates its own best in full, and
 # the merge is still the whole, byte for byte; the reported top is a full simulation's. (pp 1
-# and 2: 48 microbatches are at least twice the counts they compose from.)
-$T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 96 \
-    -o "$TMP/gpt96.pb" || fail "model gpt --batch 96"
-CLIMITS_NODEV="--recompute none --zero 0 --microbatches 16,48 --pp 1,2 --schedule 1f1b"
+# and 2: 192 microbatches are at least twice the counts they compose from, 3 to 6, and save
+# more than SEARCH_COMPOSE_SAVES of them.)
+$T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 384 \
+    -o "$TMP/gpt384.pb" || fail "model gpt --batch 384"
+CLIMITS_NODEV="--recompute none --zero 0 --microbatches 16,192 --pp 1,2 --schedule 1f1b"
 CLIMITS="--devices 8 $CLIMITS_NODEV"
 # shellcheck disable=SC2086
-$T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json >"$TMP/cwhole.json" ||
+$T "$DISTIR" search "$TMP/gpt384.pb" $CLIMITS --top 3 --json >"$TMP/cwhole.json" ||
     fail "search (composed)"
 for i in 0 1 2 3; do
     # shellcheck disable=SC2086
-    $T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json --shard "$i/4" \
+    $T "$DISTIR" search "$TMP/gpt384.pb" $CLIMITS --top 3 --json --shard "$i/4" \
         >"$TMP/cshard$i.json" || fail "search (composed) --shard $i/4"
 done
 $T "$DISTIR" search --merge "$TMP/cshard0.json" "$TMP/cshard1.json" "$TMP/cshard2.json" \
@@ -78,8 +79,8 @@ assert all(abs(p["simulated"]["step_time_s"] - p["step_time_s"]) <= 0.01 * p["st
            for p in comp)
 ' "$TMP/cwhole.json"
 # shellcheck disable=SC2086
-$T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json --jobs 1 >"$TMP/cj1.json" &&
-    $T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --json --jobs 3 >"$TMP/cj3.json" ||
+$T "$DISTIR" search "$TMP/gpt384.pb" $CLIMITS --top 3 --json --jobs 1 >"$TMP/cj1.json" &&
+    $T "$DISTIR" search "$TMP/gpt384.pb" $CLIMITS --top 3 --json --jobs 3 >"$TMP/cj3.json" ||
     fail "search --jobs"
 check "--jobs 1 and --jobs 3 print the same JSON byte for byte (and the default's)" \
     sh -c 'cmp -s "$1" "$2" && cmp -s "$1" "$3"' sh "$TMP/cj1.json" "$TMP/cj3.json" \
@@ -95,11 +96,11 @@ a, b = (json.load(open(f)) for f in sys.argv[1:3])
 assert b["search_key"] != a["search_key"]
 assert b["top"][0]["step_time_s"] < 0.8 * a["top"][0]["step_time_s"]
 ' "$TMP/ieee.json" "$TMP/tf32.json"
-quiet "$DISTIR" search "$TMP/gpt96.pb" --jobs 0
+quiet "$DISTIR" search "$TMP/gpt384.pb" --jobs 0
 check "--jobs 0 is a usage error (exit 2)" [ $? = 2 ]
 
 # shellcheck disable=SC2086
-$T "$DISTIR" search "$TMP/gpt96.pb" $CLIMITS --top 3 --compose 0 --json >"$TMP/cfull.json" ||
+$T "$DISTIR" search "$TMP/gpt384.pb" $CLIMITS --top 3 --compose 0 --json >"$TMP/cfull.json" ||
     fail "search --compose 0"
 check "--compose 0 simulates every candidate in full" /usr/bin/python3 -c '
 import json, sys
@@ -109,16 +110,16 @@ assert r["composed"] == 0 and not any(p["composed"] for p in r["top"] + r["paret
 
 # Several device counts and the devices objective with a target, the price and the tokens.
 # shellcheck disable=SC2086
-$T "$DISTIR" search "$TMP/gpt96.pb" --devices 2,4,8 --objective devices --target-step 0.01 \
+$T "$DISTIR" search "$TMP/gpt384.pb" --devices 2,4,8 --objective devices --target-step 0.01 \
     --price 2.5 --train-tokens 1e9 $CLIMITS_NODEV --top 3 >"$TMP/dev.out" || fail "--objective devices"
 check "--objective devices: the table says so, with devices, training days and cost" \
     sh -c 'grep -q "^top 3 by fewest devices on 2,4,8 devices (target step time 0.010 s)" "$1" &&
            grep -q "devices    train days    train cost" "$1"' sh "$TMP/dev.out"
 # shellcheck disable=SC2086
-quiet $T "$DISTIR" search "$TMP/gpt96.pb" --devices 2,4 --objective devices $CLIMITS_NODEV
+quiet $T "$DISTIR" search "$TMP/gpt384.pb" --devices 2,4 --objective devices $CLIMITS_NODEV
 check "--objective devices without --target-step fails (exit 1)" [ $? = 1 ]
 # shellcheck disable=SC2086
-$T "$DISTIR" search "$TMP/gpt96.pb" --devices 2,4 --objective devices $CLIMITS_NODEV 2>&1 |
+$T "$DISTIR" search "$TMP/gpt384.pb" --devices 2,4 --objective devices $CLIMITS_NODEV 2>&1 |
     grep -q "target step time" || fail "... without saying what is missing"
 
 # shellcheck disable=SC2086
