@@ -314,10 +314,14 @@ rank_candidates(search_plan *pl)
 /*
  * The next round, once every seed so far is evaluated: the candidates
  * next in rank order that are not seeds yet and could still enter the top
- * K by the points so far; the seed is complete (`seeded`) when there are
- * none. They are not validated here but by the workers that evaluate them
- * (search_eval counts an invalid one as such): a round is chosen while the
- * other workers wait, and a cancelled search stops between candidates.
+ * K by the points so far; once there are none, the Pareto rounds' (below);
+ * the seed is complete (`seeded`) when those are none too. The top K's are
+ * not validated here but by the workers that evaluate them (search_eval
+ * counts an invalid one as such): a round is chosen while the other workers
+ * wait, and a cancelled search stops between candidates. The Pareto rounds
+ * walk far more candidates than they take, most of them dominated, and
+ * validate the few that are not (an invalid seed would be evaluated by
+ * every shard).
  * Called by one worker at a time (the `planning` flag). Its choice depends
  * on the seed's points, whoever evaluated them, so it is the same whatever
  * the workers.
