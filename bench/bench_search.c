@@ -31,7 +31,7 @@
  *    errors against the full simulations, and the projected total.
  * 3. Cache-warm repeat: the daemon stores completed searches (docs/daemon.md);
  *    bench/search_full.sh runs the whole gpt3-175b search on distird (about
- *    half an hour on 2 cores, so only with DISTIR_BENCH_LONG=1) and measures
+ *    5 minutes on 2 cores, so only with DISTIR_BENCH_LONG=1) and measures
  *    the cold search and its repeat; nothing is measured here.
  *
  * By default every 16th base of the gpt3-175b space is validated (with its

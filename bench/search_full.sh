@@ -4,12 +4,12 @@
 # a100-dgx:128 (1,024 GPUs), every candidate of the space, cold (a new cache
 # database) on distird with 2 workers, then the same search again (answered
 # from the stored search), best of 5. bench_search projects the cold search
-# from its seed and a sample in about 6 minutes; this takes as long as the search does (about 30
+# from its seed and a sample on one core; this takes as long as the search does (about 5
 # minutes on 2 cores), so `make bench` runs it only with DISTIR_BENCH_LONG=1.
 # Targets: cold under 10 s on 2 cores, the warm repeat under 100 ms.
 B=${DISTIR_BUILD:-build/release}
 if [ -z "$DISTIR_BENCH_LONG" ]; then
-    echo "skipped: the whole gpt3-175b search takes about 30 minutes (set DISTIR_BENCH_LONG=1)"
+    echo "skipped: the whole gpt3-175b search takes about 5 minutes (set DISTIR_BENCH_LONG=1)"
     exit 0
 fi
 dir=$(mktemp -d)

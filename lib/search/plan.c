@@ -326,16 +326,49 @@ rank_candidates(search_plan *pl)
  * on the seed's points, whoever evaluated them, so it is the same whatever
  * the workers.
  */
+/*
+ * A rough cost of evaluating candidate index, for the order within a round:
+ * its simulated microbatches, and a set-up per simulation about as dear as
+ * SEARCH_COMPOSE_SAVES of them (search_compose_counts).
+ */
+static double
+eval_cost(const search_space *sp, uint64_t index)
+{
+    const search_candidate *c = &sp->candidates[index];
+    uint32_t m1, m2;
+    if (search_compose_counts(sp, c, &m1, &m2))
+        return 2.0 * SEARCH_COMPOSE_SAVES + m1 + m2;
+    return (double)SEARCH_COMPOSE_SAVES + c->microbatches;
+}
+
+/*
+ * Publishes a round's candidates, the dearest first, so that the workers
+ * end it on cheap ones instead of one waiting for the other's long last
+ * simulation (the order changes nothing else: a round's statuses are its
+ * candidates', whoever evaluates them when).
+ */
+static void
+push_round(search_plan *pl, bounded *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        b[i].t = -eval_cost(pl->sp, b[i].index);
+    qsort(b, n, sizeof *b, cmp_bounded);
+    for (uint32_t i = 0; i < n; i++)
+        push_seed(pl, b[i].index);
+}
+
 static void
 extend(search_plan *pl)
 {
     const search_space *sp = pl->sp;
     uint32_t n = (uint32_t)atomic_load(&pl->nseed), want = n / 8, added = 0;
     search_result r;
+    bounded *round;
     if (want < SEED_ROUND)
         want = SEED_ROUND;
     if (want > pl->seed_cap - n)
         want = pl->seed_cap - n;
+    round = di_xmalloc((want ? want : 1) * sizeof *round);
     search_result_init(&r, sp);
     for (uint32_t j = 0; j < n; j++)
         search_result_add(&r, &pl->seed_point[j]);
@@ -348,7 +381,8 @@ extend(search_plan *pl)
                 pl->ranked_pos = pl->nranked;
                 break;
             }
-            push_seed(pl, index);
+            round[added].index = index;
+            pl->is_seed[index] = 1; /* taken (push_round publishes it) */
             added++;
         }
         pl->ranked_pos++;
@@ -366,10 +400,13 @@ extend(search_plan *pl)
         if (pl->is_seed[index] || pruned_by_bound(sp, &r, &sp->candidates[index]) ||
             !valid(sp, index))
             continue;
-        push_seed(pl, index);
+        round[added].index = index;
+        pl->is_seed[index] = 1;
         added++;
     }
     search_result_fini(&r);
+    push_round(pl, round, added);
+    di_free(round);
     if (added > 0)
         pl->rounds++;
     else
