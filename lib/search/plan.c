@@ -381,9 +381,7 @@ extend(search_plan *pl)
                 pl->ranked_pos = pl->nranked;
                 break;
             }
-            round[added].index = index;
-            pl->is_seed[index] = 1; /* taken (push_round publishes it) */
-            added++;
+            round[added++].index = index;
         }
         pl->ranked_pos++;
     }
@@ -400,9 +398,7 @@ extend(search_plan *pl)
         if (pl->is_seed[index] || pruned_by_bound(sp, &r, &sp->candidates[index]) ||
             !valid(sp, index))
             continue;
-        round[added].index = index;
-        pl->is_seed[index] = 1;
-        added++;
+        round[added++].index = index;
     }
     search_result_fini(&r);
     push_round(pl, round, added);

@@ -691,7 +691,6 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
     di_free(per);
 }
 
-/* search_space.layer_mem for (tp, sp): the layers' analysis, dp = pp = m = 1. */
 /* sim_collective_slope over the group of devices k stride, k < n. */
 static double
 group_slope(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
@@ -705,6 +704,7 @@ group_slope(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
     return slope;
 }
 
+/* search_space.layer_mem for (tp, sp): the layers' analysis, dp = pp = m = 1. */
 static void
 layer_analysis(search_space *sp, struct search_layer_mem *e)
 {
@@ -792,6 +792,21 @@ gemm_factor(const hw_model *hw, const xform_gemm *g, uint64_t den)
     return g->noutput / inv;
 }
 
+/* Sorts base[0..n) by cmp and keeps one of each run of equal elements; returns their count. */
+static size_t
+sort_unique(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+    char *b = base;
+    size_t k = 0;
+    if (n == 0)
+        return 0;
+    qsort(base, n, size, cmp);
+    for (size_t i = 1; i < n; i++)
+        if (cmp(b + k * size, b + i * size) != 0 && ++k != i)
+            memcpy(b + k * size, b + i * size, size);
+    return k + 1;
+}
+
 static int
 cmp_split(const void *a, const void *b)
 {
@@ -828,12 +843,7 @@ split_analyses(search_space *sp)
                 e->split[e->nsplit++].den = (uint64_t)c->dp * c->microbatches;
             }
         }
-        qsort(e->split, e->nsplit, sizeof *e->split, cmp_split);
-        cap = 0;
-        for (uint32_t k = 0; k < e->nsplit; k++)
-            if (cap == 0 || e->split[cap - 1].den != e->split[k].den)
-                e->split[cap++] = e->split[k];
-        e->nsplit = cap;
+        e->nsplit = (uint32_t)sort_unique(e->split, e->nsplit, sizeof *e->split, cmp_split);
         sum = di_xmalloc((size_t)4 * L * sizeof *sum);
         for (uint32_t k = 0; k < e->nsplit; k++) {
             struct search_split_gemm *g = &e->split[k];
@@ -998,12 +1008,7 @@ pipe_analyses(search_space *sp)
             e->schedule = c->schedule;
         }
     }
-    qsort(sp->pipe, sp->npipe, sizeof *sp->pipe, cmp_pipe);
-    n = 0;
-    for (uint32_t i = 0; i < sp->npipe; i++)
-        if (n == 0 || cmp_pipe(&sp->pipe[n - 1], &sp->pipe[i]) != 0)
-            sp->pipe[n++] = sp->pipe[i];
-    sp->npipe = (uint32_t)n;
+    sp->npipe = (uint32_t)sort_unique(sp->pipe, sp->npipe, sizeof *sp->pipe, cmp_pipe);
     for (uint32_t i = 0; i < sp->npipe; i++)
         pipe_analysis(sp, &sp->pipe[i]);
 }

@@ -1082,7 +1082,7 @@ typedef struct gemm_list {
     int ok;
 } gemm_list;
 
-/* Adds GEMM op of layer li, slot k, f FLOPs at per_flop seconds each, to g. */
+/* Adds GEMM op of layer li, slot k, whose FLOPs take flop_s at the device's peak, to g. */
 static void
 add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, double flop_s)
 {
@@ -1117,11 +1117,6 @@ add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, doubl
 }
 
 /*
- * Adds op's lower-bound terms (xform_work_bound) to layer li's slot k of
- * per: its FLOPs and bytes for the whole batch, divided by the tensor
- * parallelism where its work splits over the tensor axis; a GEMM to g.
- */
-/*
  * Adds op's compute terms (xform_work_bound's first six) to w: its FLOPs and
  * bytes for the whole batch, divided by the tensor parallelism where its
  * work splits over the tensor axis. Returns 1 for a GEMM (*flop_s: its FLOP
@@ -1152,6 +1147,10 @@ add_terms(const xf_ctx *c, ir_id op, int tf32, double *w, double *flop_s)
     return 0;
 }
 
+/*
+ * Adds op's lower-bound terms (xform_work_bound) to its layer's slot k of
+ * per (add_terms) and its tensor-axis reduction; a GEMM to g.
+ */
 static void
 add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int tf32,
          double *per, uint32_t L, uint32_t k, gemm_list *g)
@@ -1364,6 +1363,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     int32_t *home;
     uint32_t *pos; /* per op: its place in the function */
     uint8_t *set;  /* per op: repeated by the recomputation mode at hand */
+    uint8_t *inl;  /* per place in the function: its op is in a layer of c */
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
     double *red; /* recomputation mode x layer: the backward's reductions (bwd_reductions) */
     uint32_t nf = 0, nb = 0, L = c->nlayer;
@@ -1380,13 +1380,14 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     red = di_xcalloc((size_t)3 * L, sizeof *red);
     pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
     set = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
+    inl = di_xmalloc((r->nop + 1) * sizeof *inl);
     for (uint32_t i = 0; i < r->nop; i++)
         pos[r->ops[i]] = i;
     for (uint32_t i = 0; i < r->nop; i++) {
         ir_id op = r->ops[i];
         int fwd = c->op[op].phase == XF_PH_FORWARD;
-        if (c->op[op].layer < 0 || xf_layer_index(c, c->op[op].layer) < 0 ||
-            (!fwd && c->op[op].phase != XF_PH_BACKWARD))
+        inl[i] = c->op[op].layer >= 0 && xf_layer_index(c, c->op[op].layer) >= 0;
+        if (!inl[i] || (!fwd && c->op[op].phase != XF_PH_BACKWARD))
             continue;
         if (fwd && first[0] == UINT32_MAX)
             first[0] = i;
@@ -1409,8 +1410,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
          * embedding) and after the last's (the head and the loss), and their
          * backward ops (after and before the layers' backward).
          */
-        if ((c->op[op].layer < 0 || xf_layer_index(c, c->op[op].layer) < 0) &&
-            first[0] != UINT32_MAX && first[1] != UINT32_MAX &&
+        if (!inl[i] && first[0] != UINT32_MAX && first[1] != UINT32_MAX &&
             (fwd || c->op[op].phase == XF_PH_BACKWARD)) {
             int e = -1;
             if (fwd)
@@ -1466,6 +1466,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     di_free(per);
     di_free(red);
     di_free(pos);
+    di_free(inl);
     di_free(set);
     di_free(home);
     di_free(re);
