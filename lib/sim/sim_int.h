@@ -73,6 +73,9 @@ typedef struct memev {
     uint64_t val; /* bytes << 3 | memory class: the scan never touches the instances */
 } memev;
 
+/* Counters radix_sort needs (memory.c): 6 digits of 11 bits. */
+#define SORT_COUNTERS (6u << 11)
+
 /*
  * A communicator's collective stream on a device: NCCL runs each
  * communicator's collectives in order on its own stream, and those of
@@ -160,7 +163,7 @@ typedef struct sim {
     size_t cev;        /* capacity of ev */
     memev *tmp;        /* sort scratch */
     size_t ctmp;
-    uint32_t *count;   /* radix counters (65536) */
+    uint32_t *count;   /* radix counters (SORT_COUNTERS) */
 
     const sim_trace_sink *trace; /* opt->trace, or sim_run's array of events */
     int32_t *tsel;     /* with trace->select: the selected devices */

@@ -41,7 +41,7 @@ size_t
 sim_workspace_bytes(const sim_workspace *w)
 {
     return w->cinst * sizeof *w->inst + (size_t)w->cvalue * (2 * sizeof(uint32_t) + 2) +
-           (w->cev + w->ctmp) * sizeof(memev) + (w->count ? 65536 * sizeof *w->count : 0);
+           (w->cev + w->ctmp) * sizeof(memev) + (w->count ? SORT_COUNTERS * sizeof *w->count : 0);
 }
 
 void

@@ -78,8 +78,12 @@ $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --server "$ADDR" --timeout-ms 400 >/de
     2>"$TMP/deadline.err"
 check "a search past its deadline fails" [ $? -eq 1 ]
 check "... with DEADLINE_EXCEEDED" grep -q 'DEADLINE_EXCEEDED' "$TMP/deadline.err"
+# The workers' search_end and the call's call_cancelled are logged by different events
+# (the last worker stopping, the completion queue seeing the call end), in either order:
+# wait for both (at most 10 s).
 i=0
-while ! grep -q 'event=search_end' "$TMP/slow.log" && [ $i -lt 100 ]; do
+while ! { grep -q 'event=search_end' "$TMP/slow.log" &&
+    grep -q 'event=call_cancelled method=Search' "$TMP/slow.log"; } && [ $i -lt 200 ]; do
     sleep 0.05
     i=$((i + 1))
 done
