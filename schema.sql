@@ -85,3 +85,20 @@ CREATE TABLE baselines (
     checksum BLOB NOT NULL
 );
 CREATE INDEX baselines_by_name ON baselines (tenant, project, name, id);
+
+-- version 6
+-- Figures of simulated search candidates (the Search RPC), which every later
+-- search of the same module, hardware and evaluation options takes instead
+-- of simulating again: space is SHA-256 over search_space.eval_key (scoped
+-- to the tenant like the other keys, server/search.c); entries are what one
+-- search simulated, search_memo_entry_pack records of 88 bytes each
+-- (lib/search/memo.c), checked against checksum (SHA-256 of entries) on
+-- every read. One row per search; a row never changes once written.
+CREATE TABLE search_evals (
+    id INTEGER PRIMARY KEY,
+    space BLOB NOT NULL CHECK (typeof(space) = 'blob' AND length(space) = 32),
+    entries BLOB NOT NULL,
+    created REAL NOT NULL,                  -- Unix time, seconds
+    checksum BLOB NOT NULL
+);
+CREATE INDEX search_evals_by_space ON search_evals (space, id);

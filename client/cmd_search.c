@@ -316,6 +316,7 @@ typedef struct remote_state {
     uint64_t space_candidates;
     double elapsed_s;
     int cached; /* the daemon answered from its stored searches */
+    uint64_t cache_hits; /* candidates whose figures the daemon kept from earlier searches */
     di_error err;
 } remote_state;
 
@@ -351,6 +352,7 @@ remote_event(void *ctx, const Distir__V1__SearchEvent *ev)
         st->space_candidates = r->space_candidates;
         st->elapsed_s = r->elapsed_s;
         st->cached = r->cached;
+        st->cache_hits = r->cache_hits;
     }
     return 0;
 }
@@ -461,7 +463,10 @@ search_remote(const char *server, const char *file, const cli_model_ref *mr, con
         printf("shard %u/%u: %llu candidates\n", cfg->shard_index, cfg->shard_count,
                (unsigned long long)st.result.enumerated);
     print_result(&st.result, json);
-    if (!json)
+    if (!json && st.cache_hits)
+        printf("searched in %.2f s (%llu candidates' figures kept from earlier searches)\n",
+               st.elapsed_s, (unsigned long long)st.cache_hits);
+    else if (!json)
         printf("searched in %.2f s\n", st.elapsed_s);
     search_result_fini(&st.result);
     ir_module_free(m);

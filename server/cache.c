@@ -28,9 +28,12 @@ enum {
     ST_SEARCH_HITS,
     ST_REPAIR,
     ST_EVICT,
+    ST_EVALS_EVICT,
     ST_SEARCH_EVICT,
     ST_DROP,
     ST_SEARCH_DROP,
+    ST_EVALS_GET,
+    ST_EVALS_PUT,
     ST_BEGIN,
     ST_COMMIT,
     ST_ROLLBACK,
@@ -67,6 +70,12 @@ static const char *const stmt_sql[NSTMT] = {
      */
     [ST_EVICT] = "DELETE FROM results WHERE id IN "
                  "(SELECT id FROM results ORDER BY last_hit LIMIT ?1)",
+    /* The oldest searches' simulations first. */
+    [ST_EVALS_EVICT] = "DELETE FROM search_evals WHERE id IN "
+                       "(SELECT id FROM search_evals ORDER BY id LIMIT ?1)",
+    [ST_EVALS_GET] = "SELECT entries, checksum, id FROM search_evals WHERE space = ?1 ORDER BY id",
+    [ST_EVALS_PUT] = "INSERT INTO search_evals (space, entries, created, checksum) "
+                     "VALUES (?1, ?2, ?3, ?4)",
     [ST_SEARCH_EVICT] = "DELETE FROM searches WHERE id IN "
                         "(SELECT id FROM searches ORDER BY last_hit LIMIT ?1)",
     [ST_DROP] = "DELETE FROM results WHERE key = ?1",
@@ -106,6 +115,13 @@ struct cache {
     cache_hit *hits; /* pending hits */
     size_t nhit, chit;
 };
+
+/* The statements of the search_evals table (schema version 6 on). */
+static int
+is_evals_stmt(int which)
+{
+    return which == ST_EVALS_GET || which == ST_EVALS_PUT || which == ST_EVALS_EVICT;
+}
 
 static int
 is_search_stmt(int which)
@@ -310,7 +326,8 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
     c->checksums = cache_schema_latest(schema) >= 4;
     for (int i = 0; i < NSTMT; i++) {
         const char *sql = !c->checksums && stmt_sql_v3[i] ? stmt_sql_v3[i] : stmt_sql[i];
-        if (c->readonly && i != ST_GET && i != ST_HITS && i != ST_SEARCH_GET && i != ST_SEARCH_HITS)
+        if (c->readonly && i != ST_GET && i != ST_HITS && i != ST_SEARCH_GET &&
+            i != ST_SEARCH_HITS && i != ST_EVALS_GET)
             continue;
         if (i == ST_REPAIR && !c->checksums)
             continue;
@@ -321,6 +338,11 @@ cache_open_schema(const char *path, int flags, const char *schema, cache **out, 
          * no searches (is_search_stmt).
          */
         if (rc != SQLITE_OK && is_search_stmt(i) && cache_schema_latest(schema) < 3) {
+            c->st[i] = NULL;
+            continue;
+        }
+        /* Nor, before version 6, a search_evals table: no simulations kept between searches. */
+        if (rc != SQLITE_OK && is_evals_stmt(i) && cache_schema_latest(schema) < 6) {
             c->st[i] = NULL;
             continue;
         }
@@ -458,8 +480,9 @@ exec_stmt(cache *c, int which)
 /*
  * Makes room after a store failed with SQLITE_FULL (the size limit, or a full
  * disk: deleted rows' pages are reused by the next insert): deletes the least
- * recently used eighth of the results (at least 8 rows), or of the stored
- * searches once no result is left. Pending hits are written first so that
+ * recently used eighth of the results (at least 8 rows), or once no result is
+ * left the 8 oldest searches' simulations (search_evals), then the 8 least
+ * recently used stored searches. Pending hits are written first so that
  * recent ones count. Returns the number of rows deleted (0: nothing left).
  */
 static uint64_t
@@ -614,6 +637,69 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
 {
     store_args a = {key, data, len, simulator_version, step_time_s, peak_memory_bytes};
     return store(c, put_once, &a, err);
+}
+
+static int
+evals_put_once(cache *c, const store_args *a, int *full, di_error *err)
+{
+    sqlite3_stmt *st = c->st[ST_EVALS_PUT];
+    di_hash sum;
+    int rc;
+    if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
+        return db_error(c, err, DI_EIO, "cannot begin a write");
+    di_sha256_once(a->data, a->len, &sum);
+    sqlite3_bind_blob(st, 1, a->key->b, sizeof a->key->b, SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 2, a->len ? a->data : (const uint8_t *)"", a->len, SQLITE_STATIC);
+    sqlite3_bind_double(st, 3, now_unix());
+    sqlite3_bind_blob(st, 4, sum.b, sizeof sum.b, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    sqlite3_clear_bindings(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return write_failed(c, "cannot store a search's simulations", full, err);
+    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE)
+        return write_failed(c, "cannot commit a search's simulations", full, err);
+    return 0;
+}
+
+int
+cache_evals_put(cache *c, const di_hash *space, const uint8_t *data, size_t len, di_error *err)
+{
+    store_args a = {space, data, len, NULL, 0, 0};
+    if (!c->readonly && c->st[ST_EVALS_PUT] == NULL)
+        return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no search_evals table");
+    return store(c, evals_put_once, &a, err);
+}
+
+int
+cache_evals_each(cache *c, const di_hash *space,
+                 int (*fn)(void *ctx, const uint8_t *data, size_t len), void *ctx,
+                 uint32_t *nrows, di_error *err)
+{
+    sqlite3_stmt *st = c->st[ST_EVALS_GET];
+    int rc;
+    *nrows = 0;
+    release_active(c);
+    if (st == NULL)
+        return 0; /* no search_evals table */
+    sqlite3_bind_blob(st, 1, space->b, sizeof space->b, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const uint8_t *data = sqlite3_column_blob(st, 0), *want = sqlite3_column_blob(st, 1);
+        size_t len = (size_t)sqlite3_column_bytes(st, 0);
+        di_hash sum;
+        di_sha256_once(data ? data : (const uint8_t *)"", len, &sum);
+        if (sqlite3_column_bytes(st, 1) != (int)sizeof sum.b || want == NULL ||
+            memcmp(want, sum.b, sizeof sum.b) != 0 || fn(ctx, data, len) != 0) {
+            /* A row gone bad: skipped (those simulations are simply run again). */
+            c->corrupt++;
+            continue;
+        }
+        (*nrows)++;
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return db_error(c, err, DI_EIO, "cannot read a search's simulations");
+    return 0;
 }
 
 int

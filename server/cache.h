@@ -105,6 +105,22 @@ void cache_search_note_hit(cache *c, const di_hash *key);
 int64_t cache_search_hits(cache *c, const di_hash *key);
 
 /*
+ * Simulations kept between searches (the search_evals table, schema version
+ * 6): each completed or cancelled search adds one row of its newly simulated
+ * candidates' packed figures (search_memo_pack_all) under space, the scoped
+ * search_space.eval_key, with their SHA-256. cache_evals_each calls fn with
+ * every row of space, oldest first, whose checksum holds (a row that fails it,
+ * or that fn refuses with non-zero, is skipped and counted corrupt), the
+ * number of rows passed in *nrows: 0, or a code with err set. Both
+ * are no-ops on an older schema. Put is for the writer only, get for any
+ * connection (workers read with their own).
+ */
+int cache_evals_put(cache *c, const di_hash *space, const uint8_t *data, size_t len, di_error *err);
+int cache_evals_each(cache *c, const di_hash *space,
+                     int (*fn)(void *ctx, const uint8_t *data, size_t len), void *ctx,
+                     uint32_t *nrows, di_error *err);
+
+/*
  * PRAGMA integrity_check (thorough: indexes against tables) and quick_check
  * (pages and records only, linear in the file; the daemon runs it at start):
  * 0 when it says "ok", DI_ECORRUPT with its first lines otherwise, DI_EIO when

@@ -607,8 +607,10 @@ job_run(pool_job *pj, pool_worker *w)
     else if (job->kind == JOB_SEARCH_PREPARE) {
         job->rc = srv_search_prepare(job->search, &job->err);
         /* A stored search found through this worker's own connection; else its plan. */
-        if (job->rc == 0 && !srv_search_lookup(job->search, w->local))
+        if (job->rc == 0 && !srv_search_lookup(job->search, w->local)) {
             srv_search_plan(job->search);
+            srv_search_load_evals(job->search, w->local);
+        }
     } else if (job->kind == JOB_SEARCH_WORK) {
         sim_workspace *ws = worker_workspace();
         job->more = srv_search_work(job->search, job->part, SEARCH_SLICE_NS, ws);
@@ -1690,6 +1692,16 @@ search_end(srv_call *c)
             (unsigned long long)srv_search_done(c->search),
             (unsigned long long)srv_search_total(c->search), srv_search_cancelled(c->search),
             srv_search_hit(c->search), (double)(now_ns() - c->t0_ns) / 1e6);
+    {
+        /* What it simulated, for later searches: also when cancelled or its client is gone. */
+        uint32_t kept = 0;
+        di_error err;
+        di_error_clear(&err);
+        if (srv_search_store_evals(c->search, d->cache, &kept, &err) != 0)
+            srv_log(SRV_LOG_ERROR, "search_evals_store_failed", "error=\"%s\"", err.msg);
+        else if (kept > 0)
+            srv_log(SRV_LOG_INFO, "search_evals_stored", "entries=%u", kept);
+    }
     if (!c->dead && !c->status_pending && !c->status_sent) {
         grpc_byte_buffer *bb;
         uint8_t *stored;

@@ -58,6 +58,15 @@ struct srv_search {
     unsigned nparts;
     search_result *parts;
 
+    /*
+     * Simulations kept between searches (cache_evals_*): the memo, loaded by
+     * srv_search_load_evals before the workers start and only read by them;
+     * per part, a journal of what it simulated, stored by srv_search_store_evals.
+     */
+    search_memo memo;
+    search_memo *journals;
+    uint32_t memo_rows; /* stored rows the memo was loaded from */
+
     /* A stored result found by srv_search_lookup (NULL on a miss). */
     Distir__V1__SearchResult *stored;
 };
@@ -79,6 +88,10 @@ srv_search_new(grpc_slice bytes, const request_limits *lim, uint64_t max_candida
     atomic_init(&s->cancel, 0);
     pthread_mutex_init(&s->best_lock, NULL);
     s->parts = di_xcalloc(s->nparts, sizeof *s->parts);
+    search_memo_init(&s->memo);
+    s->journals = di_xcalloc(s->nparts, sizeof *s->journals);
+    for (unsigned i = 0; i < s->nparts; i++)
+        search_memo_init(&s->journals[i]);
     return s;
 }
 
@@ -100,6 +113,10 @@ srv_search_free(srv_search *s)
     }
     if (s->stored != NULL)
         protobuf_c_message_free_unpacked(&s->stored->base, NULL);
+    search_memo_fini(&s->memo);
+    for (unsigned i = 0; i < s->nparts; i++)
+        search_memo_fini(&s->journals[i]);
+    di_free(s->journals);
     request_input_unref(s->input);
     grpc_slice_unref(s->bytes);
     pthread_mutex_destroy(&s->best_lock);
@@ -305,6 +322,8 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
     t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     search_evaluator_init_ws(&ev, &s->space, ws);
     ev.cancel = &s->cancel; /* a cancel reaches into the candidate's simulation */
+    ev.memo = &s->memo;
+    ev.journal = &s->journals[part];
     while (!atomic_load(&s->cancel)) {
         uint64_t now;
         search_point p;
@@ -460,6 +479,71 @@ int
 srv_search_hit(const srv_search *s)
 {
     return s->stored != NULL;
+}
+
+/* ---------------------------------------------------------------- simulations kept */
+
+/* The key of the search's stored simulations: its space's eval_key, in the tenant's scope. */
+static void
+evals_key(const srv_search *s, di_hash *key)
+{
+    static const char domain[] = "distir.search.evals.v1";
+    di_sha256 h;
+    di_sha256_init(&h);
+    di_sha256_update(&h, domain, sizeof domain); /* with its NUL */
+    if (s->scoped)
+        di_sha256_update(&h, s->scope.b, sizeof s->scope.b);
+    di_sha256_update(&h, s->space.eval_key.b, sizeof s->space.eval_key.b);
+    di_sha256_final(&h, key);
+}
+
+static int
+add_row(void *ctx, const uint8_t *data, size_t len)
+{
+    return search_memo_unpack_all(data, len, ctx, NULL);
+}
+
+uint32_t
+srv_search_load_evals(srv_search *s, struct cache *c)
+{
+    di_hash key;
+    uint32_t rows = 0;
+    if (!s->planned || c == NULL)
+        return 0;
+    evals_key(s, &key);
+    /* A read error leaves the memo as far as it got: those candidates are simulated. */
+    (void)cache_evals_each(c, &key, add_row, &s->memo, &rows, NULL);
+    s->memo_rows = rows;
+    return s->memo.n;
+}
+
+int
+srv_search_store_evals(srv_search *s, struct cache *c, uint32_t *stored, di_error *err)
+{
+    search_memo all;
+    uint8_t *data;
+    size_t len;
+    di_hash key;
+    int rc = 0;
+    *stored = 0;
+    if (!s->planned || c == NULL)
+        return 0;
+    search_memo_init(&all);
+    for (unsigned i = 0; i < s->nparts; i++)
+        for (uint32_t j = 0; j < s->journals[i].n; j++)
+            if (search_memo_find(&s->memo, &s->journals[i].v[j].cand,
+                                 s->journals[i].v[j].composed) == NULL)
+                search_memo_add(&all, &s->journals[i].v[j]);
+    if (all.n > 0) {
+        search_memo_pack_all(&all, &data, &len);
+        evals_key(s, &key);
+        rc = cache_evals_put(c, &key, data, len, err);
+        if (rc == 0)
+            *stored = all.n;
+        di_free(data);
+    }
+    search_memo_fini(&all);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -644,6 +728,7 @@ srv_search_result(srv_search *s, grpc_byte_buffer **out, uint8_t **stored, size_
     res.n_pareto = pareto.n;
     res.pareto = pareto.ptrs;
     res.space_candidates = s->space.ncandidate;
+    res.cache_hits = total.cache_hits;
     res.elapsed_s = elapsed_s(s);
     res.json = json;
     ev.event_case = DISTIR__V1__SEARCH_EVENT__EVENT_RESULT;

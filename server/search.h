@@ -97,6 +97,18 @@ int srv_search_hit(const srv_search *s);
 /* Loop thread, while the workers run: a SearchEvent with the progress so far. */
 grpc_byte_buffer *srv_search_progress(srv_search *s);
 /*
+ * Simulations kept between searches (cache_evals_*, docs/search.md): after
+ * srv_search_plan, on the same worker, srv_search_load_evals reads what
+ * earlier searches of the same module, hardware and evaluation options
+ * simulated (through the worker's read-only connection c), so that the
+ * workers take those figures instead of simulating; returns the entries
+ * loaded. Once every job is back, srv_search_store_evals (the loop thread,
+ * the writer) stores what this search simulated that was not loaded, also
+ * for a cancelled search, and sets *stored to the count.
+ */
+uint32_t srv_search_load_evals(srv_search *s, struct cache *c);
+int srv_search_store_evals(srv_search *s, struct cache *c, uint32_t *stored, di_error *err);
+/*
  * Loop thread, once every work job is back: a SearchEvent with the merged
  * result. When stored is not NULL, *stored (freed by the caller with
  * di_free) and *nstored get the packed SearchResult to store in the cache.

@@ -738,6 +738,141 @@ bb_config(search_config *cfg)
     assert_int_equal(search_config_set(cfg, "microbatches", "1,4,16,48,96", &err), 0);
 }
 
+/* run_plan on one worker whose evaluator has the memo and journal given. */
+static void
+run_memo(const ir_module *m, const hw_model *hw, const search_config *cfg,
+         const search_memo *memo, search_memo *journal, search_result *r)
+{
+    search_space sp;
+    search_plan pl;
+    search_evaluator ev;
+    search_planner w;
+    search_point p;
+    int k;
+    space_ok(&sp, m, hw, cfg);
+    search_plan_init(&pl, &sp);
+    search_evaluator_init(&ev, &sp);
+    ev.memo = memo;
+    ev.journal = journal;
+    search_planner_init(&w, &pl);
+    search_result_init(r, &sp);
+    while ((k = search_plan_next(&w, &ev, &p)) != SEARCH_PLAN_END) {
+        assert_true(k != SEARCH_PLAN_WAIT);
+        if (k == SEARCH_PLAN_POINT)
+            search_result_add(r, &p);
+    }
+    search_result_refine(&ev, r);
+    search_planner_fini(&w);
+    search_evaluator_fini(&ev);
+    search_plan_fini(&pl);
+    search_space_fini(&sp);
+}
+
+/*
+ * Figures kept between searches (search_memo): a search journals every
+ * simulation (composed and full); the journal survives pack and unpack
+ * byte for byte; the same search given it simulates nothing and answers
+ * alike, every simulated candidate a cache hit; a search with another K
+ * takes what it can and journals only the rest; the same module with other
+ * evaluation options (the headroom) has another eval_key. Unpacking refuses
+ * a partial entry, zero degrees, a status not simulated and a figure that
+ * is not a number.
+ */
+static void
+test_memo(void **state)
+{
+    ir_module *m = gpt_as(4, 256, 8, 8, 96, 1);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_memo j1, back, j2, j3;
+    search_result r1, r2, r3, fresh;
+    uint8_t *data, one[SEARCH_MEMO_BYTES];
+    size_t len;
+    search_space a, b;
+    di_error err;
+    (void)state;
+    bb_config(&cfg);
+    search_memo_init(&j1);
+    run_memo(m, hw, &cfg, NULL, &j1, &r1);
+    assert_int_equal(r1.cache_hits, 0);
+    assert_true(r1.composed > 0); /* both kinds of entry */
+    assert_true(j1.n >= r1.count[SEARCH_OK] + r1.count[SEARCH_OOM]);
+
+    search_memo_pack_all(&j1, &data, &len);
+    assert_int_equal(len, (size_t)j1.n * SEARCH_MEMO_BYTES);
+    search_memo_init(&back);
+    assert_int_equal(search_memo_unpack_all(data, len, &back, &err), 0);
+    assert_int_equal(back.n, j1.n);
+    for (uint32_t i = 0; i < back.n; i++) {
+        search_memo_entry_pack(&back.v[i], one);
+        assert_memory_equal(one, data + (size_t)i * SEARCH_MEMO_BYTES, SEARCH_MEMO_BYTES);
+    }
+
+    search_memo_init(&j2);
+    run_memo(m, hw, &cfg, &back, &j2, &r2);
+    assert_int_equal(j2.n, 0); /* nothing simulated */
+    assert_int_equal(r2.cache_hits, r2.count[SEARCH_OK] + r2.count[SEARCH_OOM]);
+    assert_true(search_result_equal(&r1, &r2));
+    assert_same_answer(&r1, &r2);
+
+    cfg.top_k = 6;
+    search_memo_init(&j3);
+    run_memo(m, hw, &cfg, &back, &j3, &r3);
+    run_memo(m, hw, &cfg, NULL, NULL, &fresh);
+    assert_true(r3.cache_hits > 0);
+    assert_true(search_result_equal(&r3, &fresh));
+    assert_same_answer(&r3, &fresh);
+    for (uint32_t i = 0; i < j3.n; i++)
+        assert_null(search_memo_find(&back, &j3.v[i].cand, j3.v[i].composed));
+    assert_int_equal(j3.n + r3.cache_hits >= r3.count[SEARCH_OK] + r3.count[SEARCH_OOM], 1);
+
+    /* eval_key: the search's constraints aside; the headroom in. */
+    space_ok(&a, m, hw, &cfg);
+    cfg.top_k = 2;
+    assert_int_equal(search_config_set(&cfg, "zero", "0", &err), 0);
+    space_ok(&b, m, hw, &cfg);
+    assert_memory_not_equal(a.key.b, b.key.b, 32);
+    assert_memory_equal(a.eval_key.b, b.eval_key.b, 32);
+    search_space_fini(&b);
+    cfg.memory_headroom = 0.5;
+    space_ok(&b, m, hw, &cfg);
+    assert_memory_not_equal(a.eval_key.b, b.eval_key.b, 32);
+    search_space_fini(&b);
+    search_space_fini(&a);
+
+    /* Unpacking. */
+    {
+        search_memo bad;
+        search_memo_entry e;
+        search_memo_init(&bad);
+        assert_int_equal(search_memo_unpack_all(data, SEARCH_MEMO_BYTES - 1, &bad, &err),
+                         DI_EINVAL);
+        memcpy(one, data, SEARCH_MEMO_BYTES);
+        memset(one, 0, 4); /* dp 0 */
+        assert_int_equal(search_memo_entry_unpack(one, &e, &err), DI_EINVAL);
+        memcpy(one, data, SEARCH_MEMO_BYTES);
+        one[49] = SEARCH_FAILED;
+        assert_int_equal(search_memo_entry_unpack(one, &e, &err), DI_EINVAL);
+        memcpy(one, data, SEARCH_MEMO_BYTES);
+        memset(one + 56, 0xff, 8); /* a NaN step time */
+        assert_int_equal(search_memo_entry_unpack(one, &e, &err), DI_EINVAL);
+        assert_non_null(strstr(err.msg, "finite"));
+        assert_int_equal(bad.n, 0);
+        search_memo_fini(&bad);
+    }
+    di_free(data);
+    search_result_fini(&r1);
+    search_result_fini(&r2);
+    search_result_fini(&r3);
+    search_result_fini(&fresh);
+    search_memo_fini(&j1);
+    search_memo_fini(&back);
+    search_memo_fini(&j2);
+    search_memo_fini(&j3);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 /*
  * Branch and bound prunes: on a GPT whose weights and Adam state dominate
  * its memory (so the memory bound is close to the peak), the candidates with
@@ -1788,6 +1923,7 @@ main(void)
         cmocka_unit_test(test_memory_bound_working_set),
         cmocka_unit_test(test_branch_and_bound),
         cmocka_unit_test(test_seed_rounds),
+        cmocka_unit_test(test_memo),
         cmocka_unit_test(test_shards_merge),
         cmocka_unit_test(test_any_order),
         cmocka_unit_test(test_deterministic),

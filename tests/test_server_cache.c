@@ -583,6 +583,76 @@ test_checksum(void **state)
     cache_close(c);
 }
 
+/* Collects the rows cache_evals_each passes; refuses a row that starts with 'R'. */
+typedef struct rows {
+    char text[8][16];
+    int n;
+} rows;
+
+static int
+collect_row(void *ctx, const uint8_t *data, size_t len)
+{
+    rows *r = ctx;
+    if (len > 0 && data[0] == 'R')
+        return 1;
+    if (r->n < 8 && len < sizeof r->text[0]) {
+        memcpy(r->text[r->n], data, len);
+        r->text[r->n][len] = 0;
+    }
+    r->n++;
+    return 0;
+}
+
+/*
+ * Kept simulations (search_evals): rows of a space oldest first, from the
+ * writer and a reader; a row whose bytes change, or that the caller
+ * refuses, is skipped and counted corrupt; a reader cannot put.
+ */
+static void
+test_evals(void **state)
+{
+    fixture *f = *state;
+    cache *c = open_ok(f->path, 0);
+    di_hash s1 = key_of(1), s2 = key_of(2);
+    di_error err;
+    uint32_t n = 99;
+    rows got;
+    di_error_clear(&err);
+    memset(&got, 0, sizeof got);
+    assert_int_equal(cache_evals_each(c, &s1, collect_row, &got, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(cache_evals_put(c, &s1, (const uint8_t *)"first", 5, &err), 0);
+    assert_int_equal(cache_evals_put(c, &s2, (const uint8_t *)"other", 5, &err), 0);
+    assert_int_equal(cache_evals_put(c, &s1, (const uint8_t *)"second", 6, &err), 0);
+    assert_int_equal(cache_evals_put(c, &s1, (const uint8_t *)"Refused", 7, &err), 0);
+    cache *r = open_ok(f->path, CACHE_READONLY);
+    assert_int_equal(cache_evals_each(r, &s1, collect_row, &got, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(got.n, 2);
+    assert_string_equal(got.text[0], "first");
+    assert_string_equal(got.text[1], "second");
+    assert_int_equal(cache_corrupt_count(r), 1); /* the refused row */
+    assert_int_not_equal(cache_evals_put(r, &s1, (const uint8_t *)"x", 1, &err), 0);
+    /* A changed byte fails the checksum: skipped. */
+    {
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db,
+                                      "UPDATE search_evals SET entries = CAST('fiRst' AS BLOB) "
+                                      "WHERE CAST(entries AS TEXT) = 'first'",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+        sqlite3_close(db);
+    }
+    memset(&got, 0, sizeof got);
+    assert_int_equal(cache_evals_each(c, &s1, collect_row, &got, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(got.text[0], "second");
+    assert_int_equal(cache_corrupt_count(c), 2);
+    cache_close(r);
+    cache_close(c);
+}
+
 /* A capped cache evicts least recently used rows to store new ones and stays under its cap. */
 static void
 test_eviction(void **state)
@@ -646,6 +716,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_not_a_database, setup, teardown),
         cmocka_unit_test_setup_teardown(test_integrity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checksum, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_evals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
         cmocka_unit_test(test_schema_text),
     };

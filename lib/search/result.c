@@ -210,6 +210,8 @@ search_result_add(search_result *r, const search_point *p)
         r->count[p->status]++;
     if (p->composed)
         r->composed++;
+    if (p->cached)
+        r->cache_hits++;
     add_point(r, p);
 }
 
@@ -225,6 +227,7 @@ search_result_merge(search_result *dst, const search_result *src, di_error *err)
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         dst->count[s] += src->count[s];
     dst->composed += src->composed;
+    dst->cache_hits += src->cache_hits;
     for (uint32_t i = 0; i < src->ntop; i++)
         add_point(dst, &src->top[i]);
     for (uint32_t i = 0; i < src->npareto; i++)

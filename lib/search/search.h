@@ -296,6 +296,14 @@ typedef struct search_space {
      * and only results with the same key merge. The daemon's key for a stored search.
      */
     di_hash key;
+    /*
+     * What a simulated candidate's figures depend on, whatever the search:
+     * SHA-256 over "distir.search.eval.v1", ir_hash(module), hw_hash(hardware),
+     * the memory headroom, the composition settings, TF32 and fusion,
+     * SIM_VERSION and SEARCH_VERSION (not the constraints, objective, K,
+     * devices or shard). The key of a search_memo's entries.
+     */
+    di_hash eval_key;
     int analysed; /* the bound analyses are made (search_space_analyse) */
     uint64_t ncandidate; /* the whole space (every shard) */
     search_candidate *candidates;
@@ -407,6 +415,60 @@ typedef struct search_figures {
     double mfu;
 } search_figures;
 
+/*
+ * A simulated candidate's figures, as a search found them: a composed
+ * estimate (search_eval, when search_compose_counts says so) or a full
+ * simulation (search_eval_full, or search_eval otherwise). The same for every
+ * search of spaces with the same eval_key: simulations are deterministic.
+ */
+typedef struct search_memo_entry {
+    search_candidate cand; /* its index is not part of it */
+    uint8_t composed;
+    search_figures f; /* status SEARCH_OK or SEARCH_OOM */
+} search_memo_entry;
+
+/*
+ * Figures of simulated candidates of one eval_key: a caller's store of earlier
+ * searches (the daemon's cache database), read by every evaluator of a search
+ * at once (nothing changes it then), and each evaluator's journal of what it
+ * simulated (search_evaluator.memo, .journal). An open-addressing table.
+ */
+typedef struct search_memo {
+    search_memo_entry *v;
+    uint32_t n, cap;
+    uint32_t *slot; /* entry index + 1; 0: empty */
+    uint32_t nslot; /* a power of two, at least twice n */
+} search_memo;
+
+void search_memo_init(search_memo *m);
+void search_memo_fini(search_memo *m);
+/* Adds e (figures of status OK or OOM only) unless m holds its candidate and kind already. */
+void search_memo_add(search_memo *m, const search_memo_entry *e);
+/* The entry of candidate c (its index aside), composed or full, or NULL. */
+const search_memo_entry *search_memo_find(const search_memo *m, const search_candidate *c,
+                                          int composed);
+/*
+ * e's canonical bytes, little-endian, for storage and checksums (doubles as
+ * their bits): SEARCH_MEMO_BYTES of them.
+ */
+#define SEARCH_MEMO_BYTES 88
+void search_memo_entry_pack(const search_memo_entry *e, uint8_t out[SEARCH_MEMO_BYTES]);
+/*
+ * The inverse, validated (degrees at least 1, a known schedule and
+ * recomputation, ZeRO 0..3, a status OK or OOM, figures finite and not
+ * negative): 0, or DI_EINVAL with the reason in err.
+ */
+int search_memo_entry_unpack(const uint8_t in[SEARCH_MEMO_BYTES], search_memo_entry *e,
+                             di_error *err);
+/*
+ * Adds the len / SEARCH_MEMO_BYTES packed entries of data to m, each
+ * validated; on an error (len not a multiple, an invalid entry) m keeps
+ * the entries before it. 0 or DI_EINVAL.
+ */
+int search_memo_unpack_all(const uint8_t *data, size_t len, search_memo *m, di_error *err);
+/* Every entry of m packed, in order, into *out (di_free it); *len bytes. */
+void search_memo_pack_all(const search_memo *m, uint8_t **out, size_t *len);
+
 typedef struct search_point {
     search_candidate cand;
     int status;                 /* search_status */
@@ -423,6 +485,7 @@ typedef struct search_point {
      * of the same candidate, the figures reported.
      */
     uint8_t composed, refined;
+    uint8_t cached; /* the figures came from search_evaluator.memo (not simulated here) */
     search_figures full;
 } search_point;
 
@@ -450,6 +513,15 @@ typedef struct search_evaluator {
      * candidate then counts as failed; a cancelled search is discarded).
      */
     const atomic_int *cancel;
+    /*
+     * If non-NULL (set by the caller): figures found here are taken rather
+     * than simulated (the point's `cached`), and what is simulated is added
+     * to the journal (a composed estimate or a full simulation, as
+     * evaluated). The memo is only read, so evaluators of several threads
+     * may share it; each needs its own journal.
+     */
+    const search_memo *memo;
+    search_memo *journal;
 } search_evaluator;
 
 void search_evaluator_init(search_evaluator *ev, const search_space *sp);
@@ -590,6 +662,12 @@ typedef struct search_result {
     uint64_t enumerated;            /* candidates seen (added) */
     uint64_t count[SEARCH_NSTATUS]; /* by status */
     uint64_t composed;              /* of the simulated (ok or out_of_memory): composed */
+    /*
+     * Of the simulated: figures from search_evaluator.memo. Where the figures
+     * came from, not part of the answer: not in the JSON, the tables or
+     * search_result_equal (the daemon reports it in SearchResult.cache_hits).
+     */
+    uint64_t cache_hits;
     uint32_t ntop;
     search_point *top; /* best first */
     uint32_t npareto, capacity_pareto;

@@ -596,6 +596,28 @@ space_key(search_space *sp)
     di_sha256_u64(&h, sizeof SEARCH_VERSION - 1);
     di_sha256_update(&h, SEARCH_VERSION, sizeof SEARCH_VERSION - 1);
     di_sha256_final(&h, &sp->key);
+
+    /* eval_key: only what a candidate's simulation and its figures depend on. */
+    {
+        static const char edomain[] = "distir.search.eval.v1";
+        di_sha256_init(&h);
+        di_sha256_update(&h, edomain, sizeof edomain);
+        ir_hash(sp->module, &part);
+        di_sha256_update(&h, part.b, sizeof part.b);
+        hw_hash(sp->hw, &part);
+        di_sha256_update(&h, part.b, sizeof part.b);
+        di_sha256_u64(&h, headroom); /* the status, ok or out of memory */
+        di_sha256_u64(&h, cfg->no_compose ? 1 : 0);
+        if (!cfg->no_compose)
+            di_sha256_u64(&h, cfg->compose_saves);
+        di_sha256_u64(&h, cfg->tf32 ? 1 : 0);
+        di_sha256_u64(&h, cfg->fuse ? 1 : 0);
+        di_sha256_u64(&h, sizeof SIM_VERSION - 1);
+        di_sha256_update(&h, SIM_VERSION, sizeof SIM_VERSION - 1);
+        di_sha256_u64(&h, sizeof SEARCH_VERSION - 1);
+        di_sha256_update(&h, SEARCH_VERSION, sizeof SEARCH_VERSION - 1);
+        di_sha256_final(&h, &sp->eval_key);
+    }
 }
 
 /* The layer_mem entry of (tp, sp), or NULL. */
@@ -1890,18 +1912,30 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
         out->status = SEARCH_DUPLICATE;
         goto done;
     }
-    if (searching && search_compose_counts(sp, c, &m1, &m2)) {
-        out->composed = 1;
-        rc = compose(ev, c, &s, m1, m2, &f);
-    } else {
-        rc = full(ev, c, &s, &f);
+    out->composed = searching && search_compose_counts(sp, c, &m1, &m2);
+    {
+        /* Figures an earlier search found (deterministic: the same as simulating again). */
+        const search_memo_entry *e = search_memo_find(ev->memo, c, out->composed);
+        if (e != NULL) {
+            out->cached = 1;
+            set_figures(out, &e->f);
+            goto done;
+        }
     }
+    rc = out->composed ? compose(ev, c, &s, m1, m2, &f) : full(ev, c, &s, &f);
     if (rc != 0) {
         out->status = SEARCH_FAILED;
         out->composed = 0;
         goto done;
     }
     set_figures(out, &f);
+    if (ev->journal != NULL) {
+        search_memo_entry e;
+        e.cand = *c;
+        e.composed = out->composed;
+        e.f = f;
+        search_memo_add(ev->journal, &e);
+    }
 done:
     strategy_fini(&s);
     return out->status;

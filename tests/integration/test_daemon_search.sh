@@ -8,7 +8,9 @@
 # deadline passes ends DEADLINE_EXCEEDED, its workers stop early (the log's
 # search_end has done < total) and the daemon then answers the next search;
 # SIGTERM during a search cancels it after the grace period (the workers
-# stop early, the client's call fails) and distird exits 0.
+# stop early, the client's call fails) and distird exits 0. A later search of the same
+# module and hardware takes the figures an earlier one simulated (also after a restart)
+# and answers as the in-process search.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -63,12 +65,39 @@ grep -v '^space:\|^searched in' "$TMP/table.out" >"$TMP/table.remote"
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS | grep -v '^space:\|^searched in' >"$TMP/table.local"
 check "the remote tables equal the local tables" cmp -s "$TMP/table.local" "$TMP/table.remote"
+# Another search of the same module and hardware (a larger K) takes the figures the first
+# simulated, answers as the in-process search, and says so; they survive a restart.
+check "the daemon stored the search's simulations" \
+    grep -q 'event=search_evals_stored entries=[1-9]' "$TMP/main.log"
+KEPT="--devices 8 --recompute none,full --zero 0,3 --microbatches 1,2,4"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 5 --json >"$TMP/top5.local"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 5 --json --server "$ADDR" >"$TMP/top5.remote"
+check "a search taking kept figures answers as the in-process search" \
+    cmp -s "$TMP/top5.local" "$TMP/top5.remote"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 4 --server "$ADDR" >"$TMP/top4.remote"
+check "... and says how many candidates' figures it kept" \
+    grep -Eq "^searched in .* \([1-9][0-9]* candidates' figures kept from earlier searches\)" \
+    "$TMP/top4.remote"
 $T "$DISTIR" search "$TMP/gpt.pb" --devices 8 --server "$ADDR" >/dev/null 2>"$TMP/big.err"
 check "a space above --max-search-candidates fails" [ $? -eq 1 ]
 check "... with RESOURCE_EXHAUSTED naming the limit" \
     grep -q 'RESOURCE_EXHAUSTED: .*--max-search-candidates' "$TMP/big.err"
 $T "$DISTIR" search "$TMP/gpt.pb" --devices 4096 --server "$ADDR" >/dev/null 2>"$TMP/bad.err"
 check "too many devices is INVALID_ARGUMENT" grep -q 'INVALID_ARGUMENT: .*4096 devices' "$TMP/bad.err"
+stop_daemon
+start_daemon main --workers 2 || { fail "daemon restart"; finish; }
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 6 --json >"$TMP/top6.local"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 6 --server "$ADDR" >"$TMP/top6.remote"
+check "after a restart the kept figures are taken" \
+    grep -q "candidates' figures kept from earlier searches" "$TMP/top6.remote"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 6 --json --server "$ADDR" >"$TMP/top6.json"
+check "... with the in-process answer" cmp -s "$TMP/top6.local" "$TMP/top6.json"
 stop_daemon
 
 # Every candidate waits 20 ms: the space's 548 candidates take about 6 s on 2 workers.

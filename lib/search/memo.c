@@ -1,0 +1,243 @@
+/*
+ * memo.c: figures of simulated candidates kept between searches (search.h,
+ * search_memo). A table keyed by the candidate's degrees and options and by
+ * whether the figures are a composed estimate; the caller stores entries
+ * (the daemon in its cache database, search_memo_entry_pack) and hands
+ * them to the next search with the same search_space.eval_key.
+ */
+#include "search/search.h"
+
+#include <math.h>
+#include <string.h>
+
+void
+search_memo_init(search_memo *m)
+{
+    memset(m, 0, sizeof *m);
+}
+
+void
+search_memo_fini(search_memo *m)
+{
+    di_free(m->v);
+    di_free(m->slot);
+    memset(m, 0, sizeof *m);
+}
+
+/* The candidate's fields that decide its simulation (not its index). */
+static void
+cand_words(const search_candidate *c, int composed, uint32_t w[13])
+{
+    w[0] = c->dp, w[1] = c->tp, w[2] = c->pp, w[3] = c->microbatches;
+    w[4] = c->virtual_stages, w[5] = c->schedule, w[6] = c->recompute, w[7] = c->zero;
+    w[8] = c->sequence_parallel, w[9] = c->overlap, w[10] = c->ep;
+    w[11] = c->cp > 1 ? c->cp : 1; /* 0 reads as 1 */
+    w[12] = composed != 0;
+}
+
+static uint32_t
+cand_hash(const search_candidate *c, int composed)
+{
+    uint32_t w[13];
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    cand_words(c, composed, w);
+    for (int i = 0; i < 13; i++)
+        h = di_mix64(h ^ w[i]);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int
+same(const search_memo_entry *e, const search_candidate *c, int composed)
+{
+    uint32_t a[13], b[13];
+    cand_words(&e->cand, e->composed, a);
+    cand_words(c, composed, b);
+    return memcmp(a, b, sizeof a) == 0;
+}
+
+static void
+reslot(search_memo *m, uint32_t nslot)
+{
+    di_free(m->slot);
+    m->nslot = nslot;
+    m->slot = di_xcalloc(nslot, sizeof *m->slot);
+    for (uint32_t i = 0; i < m->n; i++) {
+        uint32_t h = cand_hash(&m->v[i].cand, m->v[i].composed) & (nslot - 1);
+        while (m->slot[h])
+            h = (h + 1) & (nslot - 1);
+        m->slot[h] = i + 1;
+    }
+}
+
+const search_memo_entry *
+search_memo_find(const search_memo *m, const search_candidate *c, int composed)
+{
+    uint32_t h;
+    if (m == NULL || m->n == 0)
+        return NULL;
+    for (h = cand_hash(c, composed) & (m->nslot - 1); m->slot[h]; h = (h + 1) & (m->nslot - 1))
+        if (same(&m->v[m->slot[h] - 1], c, composed))
+            return &m->v[m->slot[h] - 1];
+    return NULL;
+}
+
+void
+search_memo_add(search_memo *m, const search_memo_entry *e)
+{
+    if (e->f.status != SEARCH_OK && e->f.status != SEARCH_OOM)
+        return;
+    if (search_memo_find(m, &e->cand, e->composed) != NULL)
+        return;
+    DI_GROW(&m->v, &m->cap, m->n + 1);
+    m->v[m->n] = *e;
+    m->v[m->n].cand.index = 0;
+    m->v[m->n].composed = e->composed != 0;
+    m->n++;
+    if (2 * m->n > m->nslot)
+        reslot(m, m->nslot ? 2 * m->nslot : 64);
+    else {
+        uint32_t h = cand_hash(&e->cand, e->composed) & (m->nslot - 1);
+        while (m->slot[h])
+            h = (h + 1) & (m->nslot - 1);
+        m->slot[h] = m->n;
+    }
+}
+
+static void
+put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void
+put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t
+get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t
+get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t
+dbits(double d)
+{
+    uint64_t b;
+    memcpy(&b, &d, sizeof b);
+    return b;
+}
+
+static double
+bitsd(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
+/*
+ * Layout (88 bytes): the first 12 candidate words (cand_words) as 32-bit
+ * values at 0..47; composed at 48 and the status at 49 (bytes), 50..55 zero;
+ * step time, peak memory, tokens/s and MFU as 64-bit values at 56, 64, 72
+ * and 80 (doubles as their bits, so a round trip is exact).
+ */
+void
+search_memo_entry_pack(const search_memo_entry *e, uint8_t out[SEARCH_MEMO_BYTES])
+{
+    uint32_t w[13];
+    cand_words(&e->cand, e->composed, w);
+    memset(out, 0, SEARCH_MEMO_BYTES);
+    for (int i = 0; i < 12; i++)
+        put32(out + 4 * i, w[i]);
+    out[48] = (uint8_t)w[12];
+    out[49] = (uint8_t)e->f.status;
+    put64(out + 56, dbits(e->f.step_time_s));
+    put64(out + 64, e->f.peak_memory_bytes);
+    put64(out + 72, dbits(e->f.tokens_per_s));
+    put64(out + 80, dbits(e->f.mfu));
+}
+
+static int
+figure_ok(double v)
+{
+    return isfinite(v) && v >= 0;
+}
+
+int
+search_memo_entry_unpack(const uint8_t in[SEARCH_MEMO_BYTES], search_memo_entry *e, di_error *err)
+{
+    search_candidate *c = &e->cand;
+    memset(e, 0, sizeof *e);
+    c->dp = get32(in), c->tp = get32(in + 4), c->pp = get32(in + 8);
+    c->microbatches = get32(in + 12), c->virtual_stages = get32(in + 16);
+    for (int i = 5; i < 10; i++)
+        if (get32(in + 4 * i) > 255)
+            return di_error_set(err, DI_EINVAL, "search memo: field %d is %u, not a byte", i,
+                                get32(in + 4 * i));
+    c->schedule = (uint8_t)get32(in + 20), c->recompute = (uint8_t)get32(in + 24);
+    c->zero = (uint8_t)get32(in + 28), c->sequence_parallel = (uint8_t)get32(in + 32);
+    c->overlap = (uint8_t)get32(in + 36);
+    c->ep = get32(in + 40), c->cp = get32(in + 44);
+    e->composed = in[48];
+    e->f.status = in[49];
+    e->f.step_time_s = bitsd(get64(in + 56));
+    e->f.peak_memory_bytes = get64(in + 64);
+    e->f.tokens_per_s = bitsd(get64(in + 72));
+    e->f.mfu = bitsd(get64(in + 80));
+    if (!c->dp || !c->tp || !c->pp || !c->microbatches || !c->virtual_stages || !c->ep || !c->cp)
+        return di_error_set(err, DI_EINVAL, "search memo: a degree or count is 0");
+    if (c->schedule > STRATEGY_SCHEDULE_INTERLEAVED || c->recompute > 2 || c->zero > 3 ||
+        c->sequence_parallel > 1 || c->overlap > 1 || e->composed > 1)
+        return di_error_set(err, DI_EINVAL, "search memo: an option out of its range");
+    for (int i = 50; i < 56; i++)
+        if (in[i] != 0)
+            return di_error_set(err, DI_EINVAL, "search memo: reserved byte %d is not 0", i);
+    if (e->f.status != SEARCH_OK && e->f.status != SEARCH_OOM)
+        return di_error_set(err, DI_EINVAL, "search memo: status %d is not ok or out_of_memory",
+                            e->f.status);
+    if (!figure_ok(e->f.step_time_s) || !figure_ok(e->f.tokens_per_s) || !figure_ok(e->f.mfu))
+        return di_error_set(err, DI_EINVAL, "search memo: a figure is negative or not finite");
+    return 0;
+}
+
+int
+search_memo_unpack_all(const uint8_t *data, size_t len, search_memo *m, di_error *err)
+{
+    if (len % SEARCH_MEMO_BYTES != 0)
+        return di_error_set(err, DI_EINVAL, "search memo: %zu bytes is not a whole number of "
+                                            "%d-byte entries",
+                            len, SEARCH_MEMO_BYTES);
+    for (size_t off = 0; off < len; off += SEARCH_MEMO_BYTES) {
+        search_memo_entry e;
+        int rc = search_memo_entry_unpack(data + off, &e, err);
+        if (rc != 0)
+            return rc;
+        search_memo_add(m, &e);
+    }
+    return 0;
+}
+
+void
+search_memo_pack_all(const search_memo *m, uint8_t **out, size_t *len)
+{
+    *len = (size_t)m->n * SEARCH_MEMO_BYTES;
+    *out = di_xmalloc(*len ? *len : 1);
+    for (uint32_t i = 0; i < m->n; i++)
+        search_memo_entry_pack(&m->v[i], *out + (size_t)i * SEARCH_MEMO_BYTES);
+}
