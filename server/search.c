@@ -65,7 +65,6 @@ struct srv_search {
      */
     search_memo memo;
     search_memo *journals;
-    uint32_t memo_rows; /* stored rows the memo was loaded from */
 
     /* A stored result found by srv_search_lookup (NULL on a miss). */
     Distir__V1__SearchResult *stored;
@@ -513,7 +512,6 @@ srv_search_load_evals(srv_search *s, struct cache *c)
     evals_key(s, &key);
     /* A read error leaves the memo as far as it got: those candidates are simulated. */
     (void)cache_evals_each(c, &key, add_row, &s->memo, &rows, NULL);
-    s->memo_rows = rows;
     return s->memo.n;
 }
 

@@ -30,8 +30,9 @@ cand_words(const search_candidate *c, int composed, uint32_t w[13])
 {
     w[0] = c->dp, w[1] = c->tp, w[2] = c->pp, w[3] = c->microbatches;
     w[4] = c->virtual_stages, w[5] = c->schedule, w[6] = c->recompute, w[7] = c->zero;
-    w[8] = c->sequence_parallel, w[9] = c->overlap, w[10] = c->ep;
-    w[11] = c->cp > 1 ? c->cp : 1; /* 0 reads as 1 */
+    w[8] = c->sequence_parallel, w[9] = c->overlap;
+    w[10] = c->ep > 1 ? c->ep : 1; /* 0 reads as 1 */
+    w[11] = c->cp > 1 ? c->cp : 1;
     w[12] = composed != 0;
 }
 
