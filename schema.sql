@@ -91,9 +91,10 @@ CREATE INDEX baselines_by_name ON baselines (tenant, project, name, id);
 -- search of the same module, hardware and evaluation options takes instead
 -- of simulating again: space is SHA-256 over search_space.eval_key (scoped
 -- to the tenant like the other keys, server/search.c); entries are what one
--- search simulated, search_memo_entry_pack records of 88 bytes each
--- (lib/search/memo.c), checked against checksum (SHA-256 of entries) on
--- every read. One row per search; a row never changes once written.
+-- search simulated since its last store (it stores as it goes and at its
+-- end), search_memo_entry_pack records of 88 bytes each (lib/search/memo.c),
+-- checked against checksum (SHA-256 of entries) on every read. A row never
+-- changes once written.
 CREATE TABLE search_evals (
     id INTEGER PRIMARY KEY,
     space BLOB NOT NULL CHECK (typeof(space) = 'blob' AND length(space) = 32),

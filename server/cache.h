@@ -106,7 +106,8 @@ int64_t cache_search_hits(cache *c, const di_hash *key);
 
 /*
  * Simulations kept between searches (the search_evals table, schema version
- * 6): each completed or cancelled search adds one row of its newly simulated
+ * 6): each store of a search (srv_search_flush_evals as it goes, and
+ * srv_search_store_evals at its end) adds one row of its newly simulated
  * candidates' packed figures (search_memo_pack_all) under space, the scoped
  * search_space.eval_key, with their SHA-256. cache_evals_each calls fn with
  * every row of space, oldest first, whose checksum holds (a row that fails it,

@@ -66,6 +66,13 @@ const char *const srv_method_names[SRV_NMETHOD] = {
  * share the workers round-robin instead of first come, first served.
  */
 #define SEARCH_SLICE_NS (20u * 1000000u)
+/*
+ * A search's simulations are stored between its slices every 256 entries of a
+ * part, or every 10 s when it has any (srv_search_flush_evals): a daemon killed
+ * during a long search loses at most that much of its work.
+ */
+#define SEARCH_EVALS_FLUSH 256u
+#define SEARCH_EVALS_FLUSH_NS (10ull * 1000000000ull)
 
 /* Requests kept posted per method, so that calls never wait for a request. */
 #define REQUESTS_PER_METHOD 8
@@ -1743,6 +1750,17 @@ job_finished_search(srv_daemon *d, srv_job *job)
     if (job->kind == JOB_SEARCH_WORK && job->more && !c->dead &&
         !srv_search_cancelled(c->search)) {
         /* Its slice is over: back in the queue behind other calls' work (fairness). */
+        uint32_t kept = 0;
+        di_error err;
+        di_error_clear(&err);
+        /* What it simulated so far, stored now and then: a kill keeps most of the work. */
+        if (srv_search_flush_evals(c->search, job->part, SEARCH_EVALS_FLUSH,
+                                   SEARCH_EVALS_FLUSH_NS, d->cache, &kept, &err) != 0)
+            srv_log_limited(SRV_LOG_ERROR, "search_evals_store_failed", 10.0, "error=\"%s\"",
+                            err.msg);
+        else if (kept > 0)
+            srv_log(SRV_LOG_INFO, "search_evals_stored", "entries=%u part=%u", kept,
+                    job->part);
         job->more = 0;
         job_submit(d, job);
         return;

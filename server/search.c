@@ -65,6 +65,8 @@ struct srv_search {
      */
     search_memo memo;
     search_memo *journals;
+    uint32_t *flushed; /* per part: its journal's entries stored so far */
+    uint64_t *flushed_ns; /* per part: when they were (uv_hrtime; the search's start at first) */
 
     /* A stored result found by srv_search_lookup (NULL on a miss). */
     Distir__V1__SearchResult *stored;
@@ -89,6 +91,10 @@ srv_search_new(grpc_slice bytes, const request_limits *lim, uint64_t max_candida
     s->parts = di_xcalloc(s->nparts, sizeof *s->parts);
     search_memo_init(&s->memo);
     s->journals = di_xcalloc(s->nparts, sizeof *s->journals);
+    s->flushed = di_xcalloc(s->nparts, sizeof *s->flushed);
+    s->flushed_ns = di_xcalloc(s->nparts, sizeof *s->flushed_ns);
+    for (unsigned i = 0; i < s->nparts; i++)
+        s->flushed_ns[i] = s->t0_ns;
     for (unsigned i = 0; i < s->nparts; i++)
         search_memo_init(&s->journals[i]);
     return s;
@@ -116,6 +122,8 @@ srv_search_free(srv_search *s)
     for (unsigned i = 0; i < s->nparts; i++)
         search_memo_fini(&s->journals[i]);
     di_free(s->journals);
+    di_free(s->flushed);
+    di_free(s->flushed_ns);
     request_input_unref(s->input);
     grpc_slice_unref(s->bytes);
     pthread_mutex_destroy(&s->best_lock);
@@ -515,8 +523,13 @@ srv_search_load_evals(srv_search *s, struct cache *c)
     return s->memo.n;
 }
 
-int
-srv_search_store_evals(srv_search *s, struct cache *c, uint32_t *stored, di_error *err)
+/*
+ * Stores, as one row, the entries of the parts' journals [first, last) not
+ * stored yet and not loaded from the cache, and marks them stored.
+ */
+static int
+store_parts(srv_search *s, unsigned first, unsigned last, struct cache *c, uint32_t *stored,
+            di_error *err)
 {
     search_memo all;
     uint8_t *data;
@@ -527,8 +540,8 @@ srv_search_store_evals(srv_search *s, struct cache *c, uint32_t *stored, di_erro
     if (!s->planned || c == NULL)
         return 0;
     search_memo_init(&all);
-    for (unsigned i = 0; i < s->nparts; i++)
-        for (uint32_t j = 0; j < s->journals[i].n; j++)
+    for (unsigned i = first; i < last; i++)
+        for (uint32_t j = s->flushed[i]; j < s->journals[i].n; j++)
             if (search_memo_find(&s->memo, &s->journals[i].v[j].cand,
                                  s->journals[i].v[j].composed) == NULL)
                 search_memo_add(&all, &s->journals[i].v[j]);
@@ -541,7 +554,32 @@ srv_search_store_evals(srv_search *s, struct cache *c, uint32_t *stored, di_erro
         di_free(data);
     }
     search_memo_fini(&all);
+    if (rc == 0) /* else kept for the next try (the store at the end) */
+        for (unsigned i = first; i < last; i++)
+            s->flushed[i] = s->journals[i].n;
     return rc;
+}
+
+int
+srv_search_store_evals(srv_search *s, struct cache *c, uint32_t *stored, di_error *err)
+{
+    return store_parts(s, 0, s->nparts, c, stored, err);
+}
+
+int
+srv_search_flush_evals(srv_search *s, unsigned part, uint32_t min_new, uint64_t every_ns,
+                       struct cache *c, uint32_t *stored, di_error *err)
+{
+    uint32_t fresh;
+    uint64_t now = uv_hrtime();
+    *stored = 0;
+    if (part >= s->nparts)
+        return 0;
+    fresh = s->journals[part].n - s->flushed[part];
+    if (fresh == 0 || (fresh < min_new && now - s->flushed_ns[part] < every_ns))
+        return 0;
+    s->flushed_ns[part] = now;
+    return store_parts(s, part, part + 1, c, stored, err);
 }
 
 /* ---------------------------------------------------------------- events */

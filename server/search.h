@@ -109,6 +109,15 @@ grpc_byte_buffer *srv_search_progress(srv_search *s);
 uint32_t srv_search_load_evals(srv_search *s, struct cache *c);
 int srv_search_store_evals(srv_search *s, struct cache *c, uint32_t *stored, di_error *err);
 /*
+ * Between two slices of part's work (the loop thread, while no job of that
+ * part runs): stores what the part simulated since its last store when that
+ * is at least min_new entries or every_ns have passed since (and there is
+ * something), so that a daemon killed during a long search keeps most of its
+ * work. *stored receives the count (0 when nothing was stored).
+ */
+int srv_search_flush_evals(srv_search *s, unsigned part, uint32_t min_new, uint64_t every_ns,
+                           struct cache *c, uint32_t *stored, di_error *err);
+/*
  * Loop thread, once every work job is back: a SearchEvent with the merged
  * result. When stored is not NULL, *stored (freed by the caller with
  * di_free) and *nstored get the packed SearchResult to store in the cache.

@@ -9,8 +9,9 @@
 # search_end has done < total) and the daemon then answers the next search;
 # SIGTERM during a search cancels it after the grace period (the workers
 # stop early, the client's call fails) and distird exits 0. A later search of the same
-# module and hardware takes the figures an earlier one simulated (also after a restart)
-# and answers as the in-process search.
+# module and hardware takes the figures an earlier one simulated (also after a restart,
+# and after a SIGKILL what the killed search stored as it went) and answers as the
+# in-process search.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -129,6 +130,34 @@ check "the daemon answers the next search" [ $? -eq 0 ]
 check "... with a result" grep -q '"enumerated":' "$TMP/after.json"
 stop_daemon
 check "slow daemon exits 0" [ $? -eq 0 ]
+
+# SIGKILL during a long search: what its parts stored between slices (every 10 s) survives,
+# and the same search after a restart takes it and answers as the in-process search.
+start_daemon killed --workers 2 --test-delay-ms 50 || { fail "daemon start (killed)"; finish; }
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 3 --server "$ADDR" >/dev/null 2>&1 &
+client=$!
+i=0
+while ! grep -q 'event=search_evals_stored .*part=' "$TMP/killed.log" && [ $i -lt 400 ]; do
+    sleep 0.05
+    i=$((i + 1))
+done
+check "a long search stores its simulations as it goes" \
+    grep -q 'event=search_evals_stored .*part=' "$TMP/killed.log"
+kill -KILL "$PID"
+wait "$PID" 2>/dev/null
+wait "$client" 2>/dev/null
+start_daemon killed --workers 2 || { fail "daemon restart (killed)"; finish; }
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 3 --server "$ADDR" >"$TMP/after_kill.out"
+check "after SIGKILL the search takes what was stored before it" \
+    grep -q "candidates' figures kept from earlier searches" "$TMP/after_kill.out"
+grep -v '^space:\|^searched in' "$TMP/after_kill.out" >"$TMP/after_kill.table"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 3 | grep -v '^space:\|^searched in' \
+    >"$TMP/after_kill.local"
+check "... and answers as the in-process search" cmp -s "$TMP/after_kill.local" "$TMP/after_kill.table"
+stop_daemon
 
 # SIGTERM during a search: after --grace-ms the search is cancelled and distird exits 0.
 start_daemon term --workers 2 --test-delay-ms 20 --grace-ms 200 || { fail "daemon start (term)"; finish; }
