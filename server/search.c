@@ -67,6 +67,7 @@ struct srv_search {
     search_memo *journals;
     uint32_t *flushed; /* per part: its journal's entries stored so far */
     uint64_t *flushed_ns; /* per part: when they were (uv_hrtime; the search's start at first) */
+    int flush_failed;     /* the last store between slices failed */
 
     /* A stored result found by srv_search_lookup (NULL on a miss). */
     Distir__V1__SearchResult *stored;
@@ -576,10 +577,14 @@ srv_search_flush_evals(srv_search *s, unsigned part, uint32_t min_new, uint64_t 
     if (part >= s->nparts)
         return 0;
     fresh = s->journals[part].n - s->flushed[part];
-    if (fresh == 0 || (fresh < min_new && now - s->flushed_ns[part] < every_ns))
+    /* After a failed store (a full disk), only every every_ns: not at every slice. */
+    if (fresh == 0 ||
+        ((fresh < min_new || s->flush_failed) && now - s->flushed_ns[part] < every_ns))
         return 0;
     s->flushed_ns[part] = now;
-    return store_parts(s, part, part + 1, c, stored, err);
+    int rc = store_parts(s, part, part + 1, c, stored, err);
+    s->flush_failed = rc != 0;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- events */
