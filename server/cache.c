@@ -73,7 +73,7 @@ static const char *const stmt_sql[NSTMT] = {
     /* The oldest searches' simulations first. */
     [ST_EVALS_EVICT] = "DELETE FROM search_evals WHERE id IN "
                        "(SELECT id FROM search_evals ORDER BY id LIMIT ?1)",
-    [ST_EVALS_GET] = "SELECT entries, checksum, id FROM search_evals WHERE space = ?1 ORDER BY id",
+    [ST_EVALS_GET] = "SELECT entries, checksum FROM search_evals WHERE space = ?1 ORDER BY id",
     [ST_EVALS_PUT] = "INSERT INTO search_evals (space, entries, created, checksum) "
                      "VALUES (?1, ?2, ?3, ?4)",
     [ST_SEARCH_EVICT] = "DELETE FROM searches WHERE id IN "
@@ -413,6 +413,17 @@ drop_row(cache *c, int search, const di_hash *key)
     sqlite3_reset(st);
 }
 
+/* Whether column sum_col of st's row holds the SHA-256 of the len bytes at data. */
+static int
+sum_matches(sqlite3_stmt *st, int sum_col, const uint8_t *data, size_t len)
+{
+    di_hash sum;
+    const void *want = sqlite3_column_blob(st, sum_col);
+    di_sha256_once(data, len, &sum);
+    return want != NULL && sqlite3_column_bytes(st, sum_col) == (int)sizeof sum.b &&
+           memcmp(want, sum.b, sizeof sum.b) == 0;
+}
+
 /*
  * cache_get and cache_search_get: the statement `which` looks key up and the
  * blob is checked against its stored SHA-256.
@@ -432,11 +443,7 @@ get_blob(cache *c, int which, const di_hash *key, const uint8_t **data, size_t *
         *len = (size_t)sqlite3_column_bytes(st, 0);
         *data = p != NULL ? p : (const uint8_t *)"";
         if (c->checksums && sqlite3_column_type(st, 1) != SQLITE_NULL) {
-            di_hash sum;
-            const void *want = sqlite3_column_blob(st, 1);
-            di_sha256_once(*data, *len, &sum);
-            if (sqlite3_column_bytes(st, 1) != (int)sizeof sum.b || want == NULL ||
-                memcmp(want, sum.b, sizeof sum.b) != 0) {
+            if (!sum_matches(st, 1, *data, *len)) {
                 char hex[65];
                 sqlite3_reset(st);
                 c->corrupt++;
@@ -523,7 +530,11 @@ is_full(cache *c)
     return (sqlite3_extended_errcode(c->db) & 0xff) == SQLITE_FULL;
 }
 
-/* What a store writes: a result (simulator_version set) or a search. */
+/*
+ * What a store writes: a result (simulator_version set), or a blob under a key
+ * with its time and checksum through statement `which` (a search, a search's
+ * kept simulations), `what` naming it in errors.
+ */
 typedef struct store_args {
     const di_hash *key;
     const uint8_t *data;
@@ -531,6 +542,8 @@ typedef struct store_args {
     const char *simulator_version;
     double step_time_s;
     uint64_t peak_memory_bytes;
+    int which;
+    const char *what;
 } store_args;
 
 /* A failed write: rolled back, err says why, *full when for want of room. */
@@ -585,10 +598,12 @@ put_once(cache *c, const store_args *a, int *full, di_error *err)
     return 0;
 }
 
+/* A blob row (ST_SEARCH_PUT, ST_EVALS_PUT): key, blob, time, checksum (from version 4). */
 static int
-search_put_once(cache *c, const store_args *a, int *full, di_error *err)
+blob_put_once(cache *c, const store_args *a, int *full, di_error *err)
 {
-    sqlite3_stmt *st = c->st[ST_SEARCH_PUT];
+    sqlite3_stmt *st = c->st[a->which];
+    char what[64];
     int rc;
     if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
         return db_error(c, err, DI_EIO, "cannot begin a write");
@@ -603,10 +618,14 @@ search_put_once(cache *c, const store_args *a, int *full, di_error *err)
     rc = sqlite3_step(st);
     sqlite3_clear_bindings(st);
     sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        return write_failed(c, "cannot store a search", full, err);
-    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE)
-        return write_failed(c, "cannot commit a search", full, err);
+    if (rc != SQLITE_DONE) {
+        snprintf(what, sizeof what, "cannot store %s", a->what);
+        return write_failed(c, what, full, err);
+    }
+    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE) {
+        snprintf(what, sizeof what, "cannot commit %s", a->what);
+        return write_failed(c, what, full, err);
+    }
     return 0;
 }
 
@@ -635,40 +654,18 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
           const char *simulator_version, double step_time_s, uint64_t peak_memory_bytes,
           di_error *err)
 {
-    store_args a = {key, data, len, simulator_version, step_time_s, peak_memory_bytes};
+    store_args a = {key, data, len, simulator_version, step_time_s, peak_memory_bytes, ST_PUT,
+                    "a result"};
     return store(c, put_once, &a, err);
-}
-
-static int
-evals_put_once(cache *c, const store_args *a, int *full, di_error *err)
-{
-    sqlite3_stmt *st = c->st[ST_EVALS_PUT];
-    di_hash sum;
-    int rc;
-    if (exec_stmt(c, ST_BEGIN) != SQLITE_DONE)
-        return db_error(c, err, DI_EIO, "cannot begin a write");
-    di_sha256_once(a->data, a->len, &sum);
-    sqlite3_bind_blob(st, 1, a->key->b, sizeof a->key->b, SQLITE_STATIC);
-    sqlite3_bind_blob64(st, 2, a->len ? a->data : (const uint8_t *)"", a->len, SQLITE_STATIC);
-    sqlite3_bind_double(st, 3, now_unix());
-    sqlite3_bind_blob(st, 4, sum.b, sizeof sum.b, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    sqlite3_clear_bindings(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        return write_failed(c, "cannot store a search's simulations", full, err);
-    if (exec_stmt(c, ST_COMMIT) != SQLITE_DONE)
-        return write_failed(c, "cannot commit a search's simulations", full, err);
-    return 0;
 }
 
 int
 cache_evals_put(cache *c, const di_hash *space, const uint8_t *data, size_t len, di_error *err)
 {
-    store_args a = {space, data, len, NULL, 0, 0};
+    store_args a = {space, data, len, NULL, 0, 0, ST_EVALS_PUT, "a search's simulations"};
     if (!c->readonly && c->st[ST_EVALS_PUT] == NULL)
         return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no search_evals table");
-    return store(c, evals_put_once, &a, err);
+    return store(c, blob_put_once, &a, err);
 }
 
 int
@@ -684,12 +681,11 @@ cache_evals_each(cache *c, const di_hash *space,
         return 0; /* no search_evals table */
     sqlite3_bind_blob(st, 1, space->b, sizeof space->b, SQLITE_STATIC);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const uint8_t *data = sqlite3_column_blob(st, 0), *want = sqlite3_column_blob(st, 1);
+        const uint8_t *data = sqlite3_column_blob(st, 0);
         size_t len = (size_t)sqlite3_column_bytes(st, 0);
-        di_hash sum;
-        di_sha256_once(data ? data : (const uint8_t *)"", len, &sum);
-        if (sqlite3_column_bytes(st, 1) != (int)sizeof sum.b || want == NULL ||
-            memcmp(want, sum.b, sizeof sum.b) != 0 || fn(ctx, data, len) != 0) {
+        if (data == NULL)
+            data = (const uint8_t *)"";
+        if (!sum_matches(st, 1, data, len) || fn(ctx, data, len) != 0) {
             /* A row gone bad: skipped (those simulations are simply run again). */
             c->corrupt++;
             continue;
@@ -705,10 +701,10 @@ cache_evals_each(cache *c, const di_hash *space,
 int
 cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err)
 {
-    store_args a = {key, data, len, NULL, 0, 0};
+    store_args a = {key, data, len, NULL, 0, 0, ST_SEARCH_PUT, "a search"};
     if (!c->readonly && c->st[ST_SEARCH_PUT] == NULL)
         return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no searches table");
-    return store(c, search_put_once, &a, err);
+    return store(c, blob_put_once, &a, err);
 }
 
 static void

@@ -312,21 +312,6 @@ rank_candidates(search_plan *pl)
 }
 
 /*
- * The next round, once every seed so far is evaluated: the candidates
- * next in rank order that are not seeds yet and could still enter the top
- * K by the points so far; once there are none, the Pareto rounds' (below);
- * the seed is complete (`seeded`) when those are none too. The top K's are
- * not validated here but by the workers that evaluate them (search_eval
- * counts an invalid one as such): a round is chosen while the other workers
- * wait, and a cancelled search stops between candidates. The Pareto rounds
- * walk far more candidates than they take, most of them dominated, and
- * validate the few that are not (an invalid seed would be evaluated by
- * every shard).
- * Called by one worker at a time (the `planning` flag). Its choice depends
- * on the seed's points, whoever evaluated them, so it is the same whatever
- * the workers.
- */
-/*
  * A rough cost of evaluating candidate index, for the order within a round:
  * its simulated microbatches, and a set-up per simulation about as dear as
  * SEARCH_COMPOSE_SAVES of them (search_compose_counts).
@@ -357,6 +342,21 @@ push_round(search_plan *pl, bounded *b, uint32_t n)
         push_seed(pl, b[i].index);
 }
 
+/*
+ * The next round, once every seed so far is evaluated: the candidates
+ * next in rank order that are not seeds yet and could still enter the top
+ * K by the points so far; once there are none, the Pareto rounds' (below);
+ * the seed is complete (`seeded`) when those are none too. The top K's are
+ * not validated here but by the workers that evaluate them (search_eval
+ * counts an invalid one as such): a round is chosen while the other workers
+ * wait, and a cancelled search stops between candidates. The Pareto rounds
+ * walk far more candidates than they take, most of them dominated, and
+ * validate the few that are not (an invalid seed would be evaluated by
+ * every shard).
+ * Called by one worker at a time (the `planning` flag). Its choice depends
+ * on the seed's points, whoever evaluated them, so it is the same whatever
+ * the workers.
+ */
 static void
 extend(search_plan *pl)
 {

@@ -82,6 +82,25 @@ strip_cache() {
     sed 's/^{"cache":"[a-z]*","cache_key":"[0-9a-f]*",/{/' "$1"
 }
 
+# wait_log FILE SECONDS PATTERN...: waits (polling every 50 ms, at most SECONDS) until
+# FILE has a line matching each extended regex PATTERN; returns 0 once it has.
+wait_log() {
+    _wl_file=$1
+    _wl_tries=$(($2 * 20))
+    shift 2
+    _wl_n=0
+    while [ $_wl_n -lt $_wl_tries ]; do
+        _wl_all=1
+        for _wl_pat in "$@"; do
+            grep -Eq "$_wl_pat" "$_wl_file" 2>/dev/null || { _wl_all=0; break; }
+        done
+        [ $_wl_all = 1 ] && return 0
+        sleep 0.05
+        _wl_n=$((_wl_n + 1))
+    done
+    return 1
+}
+
 integrity_ok() {
     [ "$(sqlite3 "$1" 'PRAGMA integrity_check')" = ok ]
 }

@@ -128,14 +128,9 @@ t1=$(date +%s%N)
 check "50 ms deadline: the call fails" [ $rc -eq 1 ]
 check "50 ms deadline: status DEADLINE_EXCEEDED" grep -q 'DEADLINE_EXCEEDED' "$TMP/dl.err"
 check "50 ms deadline: the client returns within 2 s" [ $(((t1 - t0) / 1000000)) -lt 2000 ]
-i=0
 # The worker's job_cancelled and the call's call_cancelled come from different threads,
 # in either order: wait for both (at most 10 s).
-while ! { grep -q 'event=job_cancelled' "$TMP/slow.log" &&
-    grep -q 'event=call_cancelled method=Simulate' "$TMP/slow.log"; } && [ $i -lt 200 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
+wait_log "$TMP/slow.log" 10 'event=job_cancelled' 'event=call_cancelled method=Simulate'
 check "the worker job was cancelled" grep -q 'event=job_cancelled' "$TMP/slow.log"
 ms=$(sed -n 's/.*event=job_cancelled .*run_ms=\([0-9]*\).*/\1/p' "$TMP/slow.log" | head -n 1)
 check "the worker stopped long before its 5 s delay (ran ${ms:-?} ms)" test "${ms:-99999}" -lt 1500

@@ -111,12 +111,7 @@ check "... with DEADLINE_EXCEEDED" grep -q 'DEADLINE_EXCEEDED' "$TMP/deadline.er
 # The workers' search_end and the call's call_cancelled are logged by different events
 # (the last worker stopping, the completion queue seeing the call end), in either order:
 # wait for both (at most 10 s).
-i=0
-while ! { grep -q 'event=search_end' "$TMP/slow.log" &&
-    grep -q 'event=call_cancelled method=Search' "$TMP/slow.log"; } && [ $i -lt 200 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
+wait_log "$TMP/slow.log" 10 'event=search_end' 'event=call_cancelled method=Search'
 # Deadline or cancel: on a loaded machine the client may give up just before the
 # daemon's copy of the deadline (a relative timeout from the request's arrival) passes.
 check "the daemon logs the cancelled call" grep -Eq 'event=call_cancelled method=Search reason=(deadline|cancelled)' "$TMP/slow.log"
@@ -137,13 +132,8 @@ start_daemon killed --workers 2 --test-delay-ms 50 || { fail "daemon start (kill
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 3 --server "$ADDR" >/dev/null 2>&1 &
 client=$!
-i=0
-while ! grep -q 'event=search_evals_stored .*part=' "$TMP/killed.log" && [ $i -lt 400 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
 check "a long search stores its simulations as it goes" \
-    grep -q 'event=search_evals_stored .*part=' "$TMP/killed.log"
+    wait_log "$TMP/killed.log" 20 'event=search_evals_stored .*part='
 kill -KILL "$PID"
 wait "$PID" 2>/dev/null
 wait "$client" 2>/dev/null
@@ -164,11 +154,7 @@ start_daemon term --workers 2 --test-delay-ms 20 --grace-ms 200 || { fail "daemo
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --server "$ADDR" >/dev/null 2>"$TMP/term.err" &
 CLIENT=$!
-i=0
-while ! grep -q 'event=search_started' "$TMP/term.log" && [ $i -lt 100 ]; do
-    sleep 0.05
-    i=$((i + 1))
-done
+wait_log "$TMP/term.log" 5 'event=search_started'
 stop_daemon
 check "SIGTERM during a search: distird exits 0" [ $? -eq 0 ]
 wait "$CLIENT"
