@@ -148,15 +148,81 @@ count_ops(const ir_module *m, int kind, const char *attr, const char *value)
     return count_region(m, ir_module_entry(m), kind, attr, value);
 }
 
+/*
+ * xform_validate of s on m, checked to give the same answer and message as
+ * xform_validate_analyzed from m's analysis made once (the search's way).
+ */
+static int
+validate_both(const ir_module *m, const strategy *s, const hw_model *hw, di_error *err)
+{
+    xform_analysis *a = NULL;
+    di_error err2;
+    int rc, rc2;
+    di_error_clear(err);
+    di_error_clear(&err2);
+    assert_int_equal(xform_analysis_new(m, &a, &err2), 0);
+    rc = xform_validate(m, s, hw, err);
+    rc2 = xform_validate_analyzed(a, s, hw, &err2);
+    assert_int_equal(rc, rc2);
+    if (rc != 0)
+        assert_string_equal(err->msg, err2.msg);
+    xform_analysis_free(a);
+    return rc;
+}
+
 /* Expects xform_validate to fail with DI_ESTRATEGY and a message containing want. */
 static void
 expect_reject(const ir_module *m, const strategy *s, const hw_model *hw, const char *want)
 {
     di_error err;
-    di_error_clear(&err);
-    assert_int_equal(xform_validate(m, s, hw, &err), DI_ESTRATEGY);
+    assert_int_equal(validate_both(m, s, hw, &err), DI_ESTRATEGY);
     if (strstr(err.msg, want) == NULL)
         fail_msg("message '%s' does not contain '%s'", err.msg, want);
+}
+
+/*
+ * A grid of strategies, valid and not, on a GPT with 16 heads, 24 layers
+ * and a batch of 6: the analysis made once validates each as analyzing the
+ * module anew does (validate_both), and both reject some and accept some.
+ */
+static void
+test_validate_analyzed(void **state)
+{
+    static const uint32_t dps[] = {1, 2, 3, 4}, tps[] = {1, 2, 3, 4, 8}, pps[] = {1, 2, 3, 5};
+    ir_module *g16 = gpt(24, 1024, 16, 16, 6);
+    hw_model *hw = NULL;
+    di_error err;
+    uint32_t ok = 0, bad = 0;
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx:2", &hw, &err), 0);
+    for (size_t i = 0; i < sizeof dps / sizeof *dps; i++)
+        for (size_t j = 0; j < sizeof tps / sizeof *tps; j++)
+            for (size_t k = 0; k < sizeof pps / sizeof *pps; k++)
+                for (uint32_t mb = 1; mb <= 3; mb++)
+                    for (uint32_t opt = 0; opt < 8; opt++) {
+                        strategy s;
+                        xform_strategy_init(&s);
+                        s.dp = dps[i];
+                        s.tp = tps[j];
+                        s.pp = pps[k];
+                        s.microbatches = mb;
+                        s.sequence_parallel = opt & 1;
+                        s.zero = (opt >> 1) & 3;
+                        s.recompute = (opt & 4) ? STRATEGY_RECOMPUTE_FULL : STRATEGY_RECOMPUTE_NONE;
+                        if (s.pp > 1) {
+                            s.schedule = (opt & 2) ? STRATEGY_SCHEDULE_INTERLEAVED
+                                                   : STRATEGY_SCHEDULE_1F1B;
+                            s.virtual_stages = (opt & 2) ? 2 : 1;
+                        }
+                        if (validate_both(g16, &s, hw, &err) == 0)
+                            ok++;
+                        else
+                            bad++;
+                    }
+    assert_true(ok > 0);
+    assert_true(bad > 0);
+    hw_free(hw);
+    ir_module_free(g16);
 }
 
 static void
@@ -171,7 +237,7 @@ test_validate_messages(void **state)
     assert_int_equal(hw_preset("a100-dgx:2", &hw, &err), 0);
 
     xform_strategy_init(&s);
-    assert_int_equal(xform_validate(g16, &s, hw, &err), 0);
+    assert_int_equal(validate_both(g16, &s, hw, &err), 0);
 
     s.tp = 3;
     expect_reject(g16, &s, NULL, "tp=3 does not divide the hidden size 1024");
@@ -1427,6 +1493,7 @@ main(void)
         cmocka_unit_test(test_overlap_buckets),
         cmocka_unit_test(test_overlap_one_microbatch),
         cmocka_unit_test(test_validate_messages),
+        cmocka_unit_test(test_validate_analyzed),
         cmocka_unit_test(test_golden_seed001),
         cmocka_unit_test(test_seed001_numerics),
         cmocka_unit_test(test_dp_tuple_many_weights),

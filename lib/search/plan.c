@@ -104,7 +104,7 @@ valid(const search_space *sp, uint64_t index)
     di_error err;
     int rc;
     search_candidate_strategy(&sp->candidates[index], &s);
-    rc = xform_validate(sp->module, &s, sp->hw, &err);
+    rc = search_space_validate(sp, &s, &err);
     strategy_fini(&s);
     return rc == 0;
 }

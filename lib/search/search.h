@@ -169,6 +169,7 @@ void search_candidate_format(const search_candidate *c, char *buf, size_t size);
 typedef struct search_space {
     search_config cfg;
     const ir_module *module; /* borrowed: must outlive the space */
+    xform_analysis *analysis; /* the transforms' analysis of module (search_space_analyse), or NULL */
     const hw_model *hw;      /* borrowed */
     uint32_t devices;        /* N */
     int64_t batch;           /* dimension 0 of the batch data, -1 when none */
@@ -327,6 +328,8 @@ int search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model
                             const search_config *cfg, di_error *err);
 void search_space_analyse(search_space *sp);
 void search_space_fini(search_space *sp);
+/* xform_validate of s on the space's module and hardware (from its analysis once analysed). */
+int search_space_validate(const search_space *sp, const strategy *s, di_error *err);
 /* The number of candidates of this process's shard. */
 uint64_t search_space_shard_size(const search_space *sp);
 /* The k-th candidate of the shard (k < search_space_shard_size): whole-space index

@@ -1125,9 +1125,11 @@ search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw
         memset(sp->cfg.device_counts + sp->cfg.ndevice_counts, 0,
                (SEARCH_MAX_SET - sp->cfg.ndevice_counts) * sizeof *sp->cfg.device_counts);
         sp->cfg.devices = sp->cfg.device_counts[sp->cfg.ndevice_counts - 1];
-        if (sp->cfg.devices > hw->ndevice)
+        if (sp->cfg.devices > hw->ndevice) {
+            xform_model_facts_fini(&facts);
             return di_error_set(err, DI_EINVAL, "%u devices asked for, but %s has %u",
                                 sp->cfg.devices, hw->name, hw->ndevice);
+        }
     }
     sp->module = m;
     sp->hw = hw;
@@ -1159,9 +1161,22 @@ search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw
 void
 search_space_analyse(search_space *sp)
 {
-    if (!sp->analysed)
-        bound_analyses(sp);
+    di_error err;
+    if (sp->analysed)
+        return;
+    bound_analyses(sp);
+    /* Cannot fail where xform_model_facts_init did not; without it, validation analyzes anew. */
+    if (xform_analysis_new(sp->module, &sp->analysis, &err) != 0)
+        sp->analysis = NULL;
     sp->analysed = 1;
+}
+
+int
+search_space_validate(const search_space *sp, const strategy *s, di_error *err)
+{
+    if (sp->analysis != NULL)
+        return xform_validate_analyzed(sp->analysis, s, sp->hw, err);
+    return xform_validate(sp->module, s, sp->hw, err);
 }
 
 int
@@ -1177,6 +1192,7 @@ search_space_init(search_space *sp, const ir_module *m, const hw_model *hw,
 void
 search_space_fini(search_space *sp)
 {
+    xform_analysis_free(sp->analysis);
     di_free(sp->candidates);
     for (uint32_t i = 0; i < sp->nlayer_mem; i++) {
         di_free(sp->layer_mem[i].zero_min);
@@ -1882,7 +1898,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
         ev->base.recompute = ev->base.zero = 0;
         ev->base.sequence_parallel = ev->base.overlap = 0;
         search_candidate_strategy(&ev->base, &s);
-        ev->base_rc = xform_validate(sp->module, &s, sp->hw, &err);
+        ev->base_rc = search_space_validate(sp, &s, &err);
         ev->have_base = 1;
         strategy_fini(&s);
     }
@@ -1903,7 +1919,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
     }
     if (rc == 0 &&
         (c->recompute || c->zero || c->sequence_parallel || c->overlap || c->ep > 1 || c->cp > 1))
-        rc = xform_validate(sp->module, &s, sp->hw, &err);
+        rc = search_space_validate(sp, &s, &err);
     if (rc != 0) {
         out->status = rc == DI_ESTRATEGY ? SEARCH_INDIVISIBLE : SEARCH_UNSUPPORTED;
         goto done;

@@ -546,11 +546,10 @@ groups_init(xf_ctx *c)
     }
 }
 
-int
-xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw,
-            di_error *err)
+/* The strategy's part of a context: checked, its defaults resolved (before the module). */
+static int
+ctx_strategy(xf_ctx *c, const strategy *s, const hw_model *hw, di_error *err)
 {
-    ir_id f;
     int rc;
     memset(c, 0, sizeof *c);
     c->err = err;
@@ -578,7 +577,35 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw
     c->pp = c->s.pp;
     c->V = c->pp > 1 ? c->s.virtual_stages : 1;
     c->K = c->pp * c->V;
+    return 0;
+}
 
+/* The groups, validation, ring attention: what follows the module's analysis. */
+static int
+ctx_finish(xf_ctx *c)
+{
+    int rc;
+    groups_init(c);
+    if ((rc = validate(c)) != 0) {
+        xf_ctx_fini(c);
+        return rc;
+    }
+    if (c->n[XF_CP] > 1) {
+        const ir_region *fr = &c->m->regions[c->func];
+        for (uint32_t i = 0; i < fr->nop && !c->ring; i++)
+            c->ring = c->m->ops[fr->ops[i]].kind == IR_OP_FLASHATTN;
+    }
+    return 0;
+}
+
+int
+xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw,
+            di_error *err)
+{
+    ir_id f;
+    int rc;
+    if ((rc = ctx_strategy(c, s, hw, err)) != 0)
+        return rc;
     f = ir_module_entry(m);
     if (f == 0)
         return di_error_set(err, DI_EINVAL, "the module has no function to transform");
@@ -609,25 +636,41 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw
         }
         c->m = c->owned;
     }
-    groups_init(c);
-    if ((rc = analyze(c)) != 0 || (rc = validate(c)) != 0) {
+    if ((rc = analyze(c)) != 0) {
         xf_ctx_fini(c);
         return rc;
     }
-    if (c->n[XF_CP] > 1) {
-        const ir_region *fr = &c->m->regions[c->func];
-        for (uint32_t i = 0; i < fr->nop && !c->ring; i++)
-            c->ring = c->m->ops[fr->ops[i]].kind == IR_OP_FLASHATTN;
-    }
-    return 0;
+    return ctx_finish(c);
+}
+
+int
+xf_ctx_init_analyzed(xf_ctx *c, const xform_analysis *a, const strategy *s,
+                     const hw_model *hw, di_error *err)
+{
+    int rc;
+    if ((rc = ctx_strategy(c, s, hw, err)) != 0)
+        return rc;
+    c->m = a->c.m;
+    c->func = a->c.func;
+    c->borrowed = 1;
+    /* Read only while borrowed (xf_ctx): validation writes none of them. */
+    c->vflags = a->c.vflags;
+    c->op = a->c.op;
+    c->batch = a->c.batch;
+    c->nlayer = a->c.nlayer;
+    c->layers = a->c.layers;
+    return ctx_finish(c);
 }
 
 void
 xf_ctx_fini(xf_ctx *c)
 {
-    di_free(c->vflags);
-    di_free(c->op);
-    di_free(c->layers);
+    if (!c->borrowed) {
+        di_free(c->vflags);
+        di_free(c->op);
+        di_free(c->layers);
+        ir_module_free(c->owned);
+    }
     di_free(c->layer_stage);
     di_free(c->gdp);
     di_free(c->gtp);
@@ -636,7 +679,6 @@ xf_ctx_fini(xf_ctx *c)
     di_free(c->place);
     di_free(c->req);
     di_free(c->rreq);
-    ir_module_free(c->owned);
     memset(c, 0, sizeof *c);
 }
 
@@ -645,6 +687,43 @@ xform_validate(const ir_module *m, const strategy *s, const hw_model *hw, di_err
 {
     xf_ctx c;
     int rc = xf_ctx_init(&c, m, s, hw, err);
+    if (rc != 0)
+        return rc;
+    xf_ctx_fini(&c);
+    return 0;
+}
+
+int
+xform_analysis_new(const ir_module *m, xform_analysis **out, di_error *err)
+{
+    strategy trivial;
+    xform_analysis *a = di_xcalloc(1, sizeof *a);
+    int rc;
+    xform_strategy_init(&trivial);
+    if ((rc = xf_ctx_init(&a->c, m, &trivial, NULL, err)) != 0) {
+        di_free(a);
+        *out = NULL;
+        return rc;
+    }
+    *out = a;
+    return 0;
+}
+
+void
+xform_analysis_free(xform_analysis *a)
+{
+    if (a == NULL)
+        return;
+    xf_ctx_fini(&a->c);
+    di_free(a);
+}
+
+int
+xform_validate_analyzed(const xform_analysis *a, const strategy *s, const hw_model *hw,
+                        di_error *err)
+{
+    xf_ctx c;
+    int rc = xf_ctx_init_analyzed(&c, a, s, hw, err);
     if (rc != 0)
         return rc;
     xf_ctx_fini(&c);

@@ -69,6 +69,23 @@ int xform_validate(const ir_module *m, const strategy *s, const hw_model *hw,
                    di_error *err);
 
 /*
+ * The transforms' analysis of a sequential module (which arguments are
+ * data and weights, each op's phase, layer and tensor-parallel role: the
+ * dist.* annotations read once), made once and shared by the validations of
+ * many strategies, so that a search does not read every op's attributes
+ * again per candidate. xform_analysis_new fails as xform_validate of the
+ * trivial strategy does (then *out is NULL). The analysis reads m (or a
+ * differentiated copy of a forward-only m, which it owns): m must outlive
+ * it. Once made it is read only: threads may share it.
+ */
+typedef struct xform_analysis xform_analysis;
+int xform_analysis_new(const ir_module *m, xform_analysis **out, di_error *err);
+void xform_analysis_free(xform_analysis *a);
+/* xform_validate(m, s, hw, err) for a's module, the same answer and message, without analyzing it. */
+int xform_validate_analyzed(const xform_analysis *a, const strategy *s, const hw_model *hw,
+                            di_error *err);
+
+/*
  * What the transforms see in a sequential module, the facts a strategy's
  * degrees must fit: the search (lib/search) builds its space from them, so
  * that the space and xform_validate agree.

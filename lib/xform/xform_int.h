@@ -105,7 +105,12 @@ typedef struct xf_ctx {
     uint8_t *tplayer;   /* per index into layers: tensor parallel (tp_layers; NULL: all) */
     di_error *err;
 
-    /* analysis (strategy.c) */
+    /*
+     * analysis (strategy.c). `borrowed`: vflags, op, layers and m are an
+     * xform_analysis's (xf_ctx_init_analyzed), read only and not freed here:
+     * such a context validates, it does not transform.
+     */
+    int borrowed;
     uint8_t *vflags;    /* per value */
     xf_opinfo *op;      /* per op */
     int64_t batch;      /* dimension 0 of the data arguments */
@@ -175,6 +180,13 @@ const char *xf_stage_prefix(const xf_ctx *c, uint32_t g, char *buf, size_t n);
 int xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw,
                 di_error *err);
 void xf_ctx_fini(xf_ctx *c);
+/* xform_analysis (xform.h): a context of the trivial strategy, made once per module. */
+struct xform_analysis {
+    xf_ctx c;
+};
+/* As xf_ctx_init, from a's analysis instead of analyzing its module again (borrowed). */
+int xf_ctx_init_analyzed(xf_ctx *c, const xform_analysis *a, const strategy *s,
+                         const hw_model *hw, di_error *err);
 /* Device id of rank (stage, d, k, t), d the data rank (outer x inner, xf_gdata). */
 int32_t xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t k, uint32_t t);
 /* Value of a source op's discardable string attribute, or NULL. */
