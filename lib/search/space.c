@@ -1332,7 +1332,8 @@ held(const search_space *sp, const search_candidate *c, uint32_t k, double a, do
  *
  * Without ZeRO and under ZeRO-1 a layer also accumulates its whole gradient
  * buffers, g (grad_min), over the microbatches, and reduces them only after
- * its last accumulation. With m >= 2 microbatches, when a device starts its
+ * its last accumulation (under ZeRO-2 and -3 it accumulates their shards:
+ * g / dp at least, held to the step's end). With m >= 2 microbatches, when a device starts its
  * last backward chunk (microbatch m's), every layer it holds has run the
  * backward of microbatch 1, and the chunk's own layers still hold microbatch
  * m's activations: per layer s + g + a when the device holds one chunk
@@ -1372,9 +1373,17 @@ layer_bound(const search_space *sp, const search_candidate *c)
      */
     if ((c->zero == 1 || c->zero == 2) && param <= state)
         s = floor((double)(state - param) / (split * c->dp) + (double)param / split);
-    /* The gradient buffers, held whole from the start of the step (held, above). */
+    /*
+     * The gradient buffers, held from the start of the step (held, above):
+     * whole without ZeRO and under ZeRO-1; under ZeRO-2 and -3 the buffers
+     * that accumulate the reduce-scattered shards (the simulator's gradient
+     * buffer is the first microbatch's shard, which later microbatches add
+     * to: sched.c), each gradient at least 1 / dp of it.
+     */
     if (c->zero <= 1 && c->microbatches >= 2)
         g = floor((double)grad / split);
+    else if (c->microbatches >= 2)
+        g = floor((double)grad / (split * c->dp));
     /*
      * The backward's working set: when the group's first backward chunk
      * runs its top layer, that layer's backward and repeated ops hold at
