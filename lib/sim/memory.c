@@ -430,6 +430,84 @@ sim_sort_keys(uint64_t *keys, uint32_t n)
 }
 
 /*
+ * The instances of the entry function's arguments (instances [1,
+ * s->arg_end), sim_once) on a device that is its own representative, in
+ * instance order, into *out (caller frees): the others' are never read. The
+ * representatives' locations are found once per type from its table
+ * (tlocs), not by reading every instance: the arguments of a model's layers
+ * share a few types.
+ */
+static uint32_t
+rep_args(const sim *s, uint32_t **out)
+{
+    const ir_module *m = s->m;
+    const ir_region *r = &m->regions[s->entry];
+    uint32_t *first = di_xmalloc((m->ntype ? m->ntype : 1) * sizeof *first);
+    uint32_t *cnt = di_xmalloc((m->ntype ? m->ntype : 1) * sizeof *cnt);
+    uint32_t *locs = NULL, nloc = 0, cloc = 0, *v = NULL, n = 0, cap = 0;
+    memset(first, 0xff, (m->ntype ? m->ntype : 1) * sizeof *first);
+    for (uint32_t a = 0; a < r->narg; a++) {
+        ir_id val = r->args[a];
+        uint32_t t = m->values[val].type;
+        if (first[t] == UINT32_MAX) {
+            const tloc *tl = s->tlocs + s->tloc_off[t];
+            first[t] = nloc;
+            for (uint32_t l = 0; l < s->tloc_n[t]; l++) {
+                int32_t d = tl[l].dev == LOC_DEVVAR ? 0 : tl[l].dev; /* sim_value_instances */
+                if (tl[l].bytes && s->devs[d].rep == d) {
+                    DI_GROW(&locs, &cloc, nloc + 1);
+                    locs[nloc++] = l;
+                }
+            }
+            cnt[t] = nloc - first[t];
+        }
+        for (uint32_t k = 0; k < cnt[t]; k++) {
+            uint32_t i = s->vbase[val] + locs[first[t] + k];
+            assert(s->inst[i].owner == i && s->tlocs[s->inst[i].loc].bytes &&
+                   s->devs[s->inst[i].dev].rep == s->inst[i].dev);
+            DI_GROW(&v, &cap, n + 1);
+            v[n++] = i;
+        }
+    }
+    di_free(locs);
+    di_free(cnt);
+    di_free(first);
+    *out = v;
+    return n;
+}
+
+/* Instance i's allocation, and its free unless it is persistent, into its device's events. */
+static void
+add_events(sim *s, uint32_t i, double step)
+{
+    const sim_inst *in = &s->inst[i];
+    sim_dev *d = &s->devs[in->dev];
+    uint64_t bytes = s->tlocs[in->loc].bytes;
+    /*
+     * Gradient buffers (a gradient the backward pass makes, accumulated in
+     * place) exist for the whole step, as Megatron-LM's contiguous gradient
+     * buffer and PyTorch's persistent .grad do; reduction buckets do not.
+     */
+    s->ev[d->evoff + d->nalloc].key =
+        time_key(in->cls == SIM_MEM_GRADIENTS && (in->flags & INST_GRADBUF) ? 0.0 : in->alloc, 1);
+    s->ev[d->evoff + d->nalloc++].val = bytes << 3 | in->cls;
+    if (!(in->flags & INST_PERSISTENT)) {
+        double t = in->last_use > in->ready ? in->last_use : in->ready;
+        s->ev[d->evoff + d->nev].key = time_key(t > step ? step : t, 0);
+        s->ev[d->evoff + d->nev++].val = bytes << 3 | in->cls;
+    }
+}
+
+/* Whether instance i is an allocation of a representative: an owner with bytes, not fused. */
+static int
+rep_alloc(const sim *s, uint32_t i)
+{
+    const sim_inst *in = &s->inst[i];
+    return in->owner == i && s->tlocs[in->loc].bytes && !(in->flags & INST_FUSED) &&
+           s->devs[in->dev].rep == in->dev;
+}
+
+/*
  * Builds every device's memory events from the instances: an owner is
  * allocated when its producer starts and freed when the last consumer of
  * any of its aliases ends (never, if it or an alias is persistent). Only
@@ -442,22 +520,24 @@ sim_sort_keys(uint64_t *keys, uint32_t n)
 void
 sim_build_memory(sim *s, double step)
 {
-    uint32_t total = 0, most = 0, *count;
+    uint32_t total = 0, most = 0, *count, *args, nargs = rep_args(s, &args);
     memev *tmp;
     /*
      * Propagate last use and persistence from aliases to owners, and count
      * each device's allocations (owners with bytes); it has at most as many
-     * frees (persistence is only final after this pass).
+     * frees (persistence is only final after this pass). The arguments are
+     * their own owners (each alias is made later, of them).
      */
-    for (uint32_t i = 1; i < s->ninst; i++) {
+    for (uint32_t k = 0; k < nargs; k++)
+        s->devs[s->inst[args[k]].dev].nalloc++;
+    for (uint32_t i = s->arg_end > 1 ? s->arg_end : 1; i < s->ninst; i++) {
         sim_inst *in = &s->inst[i];
         if (in->owner != i) {
             sim_inst *ow = &s->inst[in->owner];
             if (in->last_use > ow->last_use)
                 ow->last_use = in->last_use;
             ow->flags |= in->flags & INST_PERSISTENT;
-        } else if (s->tlocs[in->loc].bytes && !(in->flags & INST_FUSED) &&
-                   s->devs[in->dev].rep == in->dev) {
+        } else if (rep_alloc(s, i)) {
             s->devs[in->dev].nalloc++;
         }
     }
@@ -481,28 +561,12 @@ sim_build_memory(sim *s, double step)
         s->cev = total;
         s->ev = di_big_xalloc(s->cev * sizeof *s->ev);
     }
-    for (uint32_t i = 1; i < s->ninst; i++) {
-        sim_inst *in = &s->inst[i];
-        sim_dev *d;
-        uint64_t bytes;
-        if (in->owner != i || (bytes = s->tlocs[in->loc].bytes) == 0 ||
-            (in->flags & INST_FUSED) || s->devs[in->dev].rep != in->dev)
-            continue;
-        d = &s->devs[in->dev];
-        /*
-         * Gradient buffers (a gradient the backward pass makes, accumulated in
-         * place) exist for the whole step, as Megatron-LM's contiguous gradient
-         * buffer and PyTorch's persistent .grad do; reduction buckets do not.
-         */
-        s->ev[d->evoff + d->nalloc].key = time_key(
-            in->cls == SIM_MEM_GRADIENTS && (in->flags & INST_GRADBUF) ? 0.0 : in->alloc, 1);
-        s->ev[d->evoff + d->nalloc++].val = bytes << 3 | in->cls;
-        if (!(in->flags & INST_PERSISTENT)) {
-            double t = in->last_use > in->ready ? in->last_use : in->ready;
-            s->ev[d->evoff + d->nev].key = time_key(t > step ? step : t, 0);
-            s->ev[d->evoff + d->nev++].val = bytes << 3 | in->cls;
-        }
-    }
+    for (uint32_t k = 0; k < nargs; k++)
+        add_events(s, args[k], step);
+    di_free(args);
+    for (uint32_t i = s->arg_end > 1 ? s->arg_end : 1; i < s->ninst; i++)
+        if (rep_alloc(s, i))
+            add_events(s, i, step);
     if (most > s->ctmp) {
         di_big_free(s->tmp, s->ctmp * sizeof *s->tmp);
         s->ctmp = most;

@@ -339,12 +339,17 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
                 sim_hash_combine(s.devs[in->dev].hist, s.tlocs[in->loc].bytes << 3 | in->cls);
         }
     }
+    s.arg_end = s.ninst;
     rc = sim_region(&s, entry, &top);
     if (rc)
         goto done;
     r = &m->regions[entry];
     for (uint32_t i = 0; i < r->nresult; i++) {
         ir_id v = r->results[i];
+        if (s.vuni[v] & VF_UNI) { /* one instance for all its locations */
+            s.inst[s.vbase[v]].flags |= INST_PERSISTENT;
+            continue;
+        }
         for (uint32_t k = 0; k < s.vrep[v]; k++)
             for (uint32_t l = 0; l < vnloc(&s, v); l++)
                 vinst(&s, v, k, l)->flags |= INST_PERSISTENT;
