@@ -177,8 +177,8 @@ local_worker(void *arg)
         search_result_add(&part->r, &p);
         atomic_fetch_add(&ls->done, 1);
     }
-    /* This part's composed best, re-simulated in full before the merge. */
-    search_result_refine(&ev, &part->r);
+    /* This part's composed best that may be in the answer, re-simulated in full before the merge. */
+    search_planner_refine(&w, &ev, &part->r);
     search_planner_fini(&w);
     search_evaluator_fini(&ev);
     return NULL;

@@ -368,11 +368,11 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
     }
     /*
      * No more candidates for this part (it is not called again): its composed
-     * best are re-simulated in full before the merge (not sliced; points
-     * already re-simulated are skipped).
+     * best that may be in the whole answer are re-simulated in full before the
+     * merge (not sliced; points already re-simulated are skipped).
      */
     if (!more && !atomic_load(&s->cancel))
-        search_result_refine(&ev, r);
+        search_planner_refine(&s->planners[part], &ev, r);
     search_evaluator_fini(&ev);
     return more;
 }

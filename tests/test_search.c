@@ -164,7 +164,7 @@ run_plan(const ir_module *m, const hw_model *hw, const search_config *cfg, unsig
             if (k == SEARCH_PLAN_POINT)
                 search_result_add(&part[i], &p);
             if (k == SEARCH_PLAN_END) {
-                search_result_refine(&ev[i], &part[i]);
+                search_planner_refine(&w[i], &ev[i], &part[i]);
                 live[i] = 0;
                 left--;
             }
@@ -177,6 +177,11 @@ run_plan(const ir_module *m, const hw_model *hw, const search_config *cfg, unsig
         search_evaluator_fini(&ev[i]);
     }
     assert_int_equal(r->enumerated, search_space_shard_size(&sp));
+    /* The parts re-simulated only what may be in the answer: all of the answer's. */
+    for (uint32_t i = 0; i < r->ntop; i++)
+        assert_true(!r->top[i].composed || r->top[i].refined);
+    for (uint32_t i = 0; i < r->npareto; i++)
+        assert_true(!r->pareto[i].composed || r->pareto[i].refined);
     search_plan_fini(&pl);
     search_space_fini(&sp);
 }

@@ -567,3 +567,61 @@ search_plan_next(search_planner *w, search_evaluator *ev, search_point *out)
     search_eval(ev, c, out);
     return SEARCH_PLAN_POINT;
 }
+
+/* Whether r's top K or Pareto set holds candidate index. */
+static int
+in_answer(const search_result *r, uint64_t index)
+{
+    for (uint32_t i = 0; i < r->ntop; i++)
+        if (r->top[i].cand.index == index)
+            return 1;
+    for (uint32_t i = 0; i < r->npareto; i++)
+        if (r->pareto[i].cand.index == index)
+            return 1;
+    return 0;
+}
+
+typedef struct refine_ctx {
+    const search_plan *plan;
+    const search_result *seeds; /* the shard's seed points */
+} refine_ctx;
+
+/* Whether point p may be in the whole answer, by the shard's seed points (search_planner_refine). */
+static int
+may_answer(void *arg, const search_point *p)
+{
+    const refine_ctx *x = arg;
+    search_result with;
+    di_error err;
+    int in;
+    if (x->plan->is_seed[p->cand.index]) /* one of them */
+        return in_answer(x->seeds, p->cand.index);
+    search_result_init(&with, x->plan->sp);
+    in = search_result_merge(&with, x->seeds, &err) != 0; /* cannot fail: the same space */
+    search_result_add(&with, p);
+    in = in || in_answer(&with, p->cand.index);
+    search_result_fini(&with);
+    return in;
+}
+
+uint32_t
+search_planner_refine(search_planner *w, search_evaluator *ev, search_result *r)
+{
+    search_plan *pl = w->plan;
+    const search_space *sp = pl->sp;
+    search_result seeds;
+    refine_ctx x;
+    uint32_t n, nseed;
+    if (!search_plan_seeded(pl))
+        return search_result_refine(ev, r);
+    nseed = (uint32_t)atomic_load(&pl->nseed);
+    search_result_init(&seeds, sp);
+    for (uint32_t j = 0; j < nseed; j++)
+        if (in_shard(sp, &sp->candidates[pl->seed[j]]))
+            search_result_add(&seeds, &pl->seed_point[j]);
+    x.plan = pl;
+    x.seeds = &seeds;
+    n = search_result_refine_if(ev, r, may_answer, &x);
+    search_result_fini(&seeds);
+    return n;
+}

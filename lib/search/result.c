@@ -253,11 +253,13 @@ refine_point(search_evaluator *ev, search_point *p)
 }
 
 uint32_t
-search_result_refine(search_evaluator *ev, search_result *r)
+search_result_refine_if(search_evaluator *ev, search_result *r,
+                        int (*keep)(void *ctx, const search_point *p), void *ctx)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < r->ntop; i++)
-        n += (uint32_t)refine_point(ev, &r->top[i]);
+        if (keep == NULL || keep(ctx, &r->top[i]))
+            n += (uint32_t)refine_point(ev, &r->top[i]);
     /* A point of both sets is re-simulated once. */
     for (uint32_t i = 0; i < r->npareto; i++) {
         search_point *p = &r->pareto[i];
@@ -268,9 +270,16 @@ search_result_refine(search_evaluator *ev, search_result *r)
             *p = r->top[j];
             continue;
         }
-        n += (uint32_t)refine_point(ev, p);
+        if (keep == NULL || keep(ctx, p))
+            n += (uint32_t)refine_point(ev, p);
     }
     return n;
+}
+
+uint32_t
+search_result_refine(search_evaluator *ev, search_result *r)
+{
+    return search_result_refine_if(ev, r, NULL, NULL);
 }
 
 search_figures

@@ -644,6 +644,17 @@ int search_plan_seeded(search_plan *pl);
  * decides for a candidate outside the seed.
  */
 int search_plan_prunes(search_planner *w, const search_candidate *c);
+/*
+ * search_result_refine for r, a worker's part of the plan's shard, once
+ * its candidates are done: only the composed points that may be in the
+ * whole answer. The shard's seed points are among the whole's, so a point
+ * that K of them rank before and one of them dominates (search_result's own
+ * rules, the point added to them when it is not a seed) is not in the
+ * whole's top K or Pareto set and is not re-simulated; every point of the
+ * whole answer is. Without a complete seed, all of r's (search_result_refine).
+ */
+uint32_t search_planner_refine(search_planner *w, search_evaluator *ev,
+                               struct search_result *r);
 
 /*
  * Counts, the top K by the objective (ties by enumeration index) and the
@@ -696,6 +707,9 @@ int search_result_merge(search_result *dst, const search_result *src, di_error *
  * figures.
  */
 uint32_t search_result_refine(search_evaluator *ev, search_result *r);
+/* As search_result_refine, the points keep(ctx, p) is nonzero for only. */
+uint32_t search_result_refine_if(search_evaluator *ev, search_result *r,
+                                 int (*keep)(void *ctx, const search_point *p), void *ctx);
 /*
  * The figures a point reports: the full simulation's when it has one
  * (search_result_refine), else its own.
