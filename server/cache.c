@@ -659,13 +659,22 @@ cache_put(cache *c, const di_hash *key, const uint8_t *data, size_t len,
     return store(c, put_once, &a, err);
 }
 
+/* Stores data under key with statement `which` (blob_put_once) if the schema has its table. */
+static int
+blob_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, int which,
+         const char *what, const char *table, di_error *err)
+{
+    store_args a = {key, data, len, NULL, 0, 0, which, what};
+    if (!c->readonly && c->st[which] == NULL)
+        return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no %s table", table);
+    return store(c, blob_put_once, &a, err);
+}
+
 int
 cache_evals_put(cache *c, const di_hash *space, const uint8_t *data, size_t len, di_error *err)
 {
-    store_args a = {space, data, len, NULL, 0, 0, ST_EVALS_PUT, "a search's simulations"};
-    if (!c->readonly && c->st[ST_EVALS_PUT] == NULL)
-        return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no search_evals table");
-    return store(c, blob_put_once, &a, err);
+    return blob_put(c, space, data, len, ST_EVALS_PUT, "a search's simulations", "search_evals",
+                    err);
 }
 
 int
@@ -701,10 +710,7 @@ cache_evals_each(cache *c, const di_hash *space,
 int
 cache_search_put(cache *c, const di_hash *key, const uint8_t *data, size_t len, di_error *err)
 {
-    store_args a = {key, data, len, NULL, 0, 0, ST_SEARCH_PUT, "a search"};
-    if (!c->readonly && c->st[ST_SEARCH_PUT] == NULL)
-        return di_error_set(err, DI_EUNSUPPORTED, "cache: the schema has no searches table");
-    return store(c, blob_put_once, &a, err);
+    return blob_put(c, key, data, len, ST_SEARCH_PUT, "a search", "searches", err);
 }
 
 static void

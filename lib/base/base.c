@@ -846,8 +846,7 @@ void
 di_sha256_u64(di_sha256 *s, uint64_t v)
 {
     uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
+    di_store_le(b, v, sizeof b);
     di_sha256_update(s, b, sizeof b);
 }
 

@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define DISTIR_VERSION "0.1.0"
 
@@ -241,6 +242,41 @@ static inline uint64_t
 di_splitmix64(uint64_t x)
 {
     return di_mix64(x + 0x9e3779b97f4a7c15ull);
+}
+
+/* The low n (<= 8) bytes of v at p, least significant first (every format's byte order here). */
+static inline void
+di_store_le(uint8_t *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The n (<= 8) little-endian bytes at p as an integer (di_store_le's inverse). */
+static inline uint64_t
+di_load_le(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* A double's IEEE-754 bits, and back: exact round trips for hashing, keys and formats. */
+static inline uint64_t
+di_double_bits(double d)
+{
+    uint64_t b;
+    memcpy(&b, &d, sizeof b);
+    return b;
+}
+
+static inline double
+di_bits_double(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
 }
 
 /* Checked size arithmetic: returns 0 and stores the product, or -1 on overflow. */

@@ -295,22 +295,6 @@ ex_fixup(ex_tensor *t)
 
 /* ---- storage bytes ---- */
 
-static uint64_t
-load_le(const uint8_t *p, uint32_t n)
-{
-    uint64_t v = 0;
-    for (uint32_t i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void
-store_le(uint8_t *p, uint64_t v, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 int
 ex_tensor_from_bytes(ex_tensor *t, ir_dtype dt, uint32_t rank, const int64_t *dims,
                      const void *bytes, size_t len, di_error *err)
@@ -342,7 +326,7 @@ ex_tensor_from_bytes(ex_tensor *t, ir_dtype dt, uint32_t rank, const int64_t *di
         return di_error_set(err, rc, "cannot allocate a %s tensor of shape %s", ir_dtype_name(dt),
                             ex_shape_str(sb, sizeof sb, rank, dims));
     for (size_t i = 0; i < t->numel; i++) {
-        uint64_t v = load_le(p + i * es, es);
+        uint64_t v = di_load_le(p + i * es, es);
         switch (dt) {
         case IR_F32:
             ((float *)t->data)[i] = u2f((uint32_t)v);
@@ -413,7 +397,7 @@ ex_tensor_to_bytes(const ex_tensor *t, uint8_t **out, size_t *len)
             v = ((const uint8_t *)t->data)[i] != 0;
             break;
         }
-        store_le(p + i * es, v, es);
+        di_store_le(p + i * es, v, es);
     }
     *out = p;
     *len = (size_t)n;

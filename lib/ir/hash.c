@@ -164,8 +164,7 @@ static void
 put_u64(enc *s, uint64_t v)
 {
     uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
+    di_store_le(b, v, sizeof b);
     enc_put(s, b, sizeof b);
 }
 
@@ -199,12 +198,7 @@ put_digest(enc *s, const di_hash *h)
 static void
 put_double(enc *s, double v)
 {
-    uint64_t bits;
-    if (isnan(v))
-        bits = 0x7ff8000000000000ull;
-    else
-        memcpy(&bits, &v, sizeof bits);
-    put_u64(s, bits);
+    put_u64(s, isnan(v) ? 0x7ff8000000000000ull : di_double_bits(v));
 }
 
 /*

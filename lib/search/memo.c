@@ -104,54 +104,6 @@ search_memo_add(search_memo *m, const search_memo_entry *e)
     }
 }
 
-static void
-put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void
-put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t
-get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t
-get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t
-dbits(double d)
-{
-    uint64_t b;
-    memcpy(&b, &d, sizeof b);
-    return b;
-}
-
-static double
-bitsd(uint64_t b)
-{
-    double d;
-    memcpy(&d, &b, sizeof d);
-    return d;
-}
-
 /*
  * Layout (88 bytes): the first 12 candidate words (cand_words) as 32-bit
  * values at 0..47; composed at 48 and the status at 49 (bytes), 50..55 zero;
@@ -165,13 +117,13 @@ search_memo_entry_pack(const search_memo_entry *e, uint8_t out[SEARCH_MEMO_BYTES
     cand_words(&e->cand, e->composed, w);
     memset(out, 0, SEARCH_MEMO_BYTES);
     for (int i = 0; i < 12; i++)
-        put32(out + 4 * i, w[i]);
+        di_store_le(out + 4 * i, w[i], 4);
     out[48] = (uint8_t)w[12];
     out[49] = (uint8_t)e->f.status;
-    put64(out + 56, dbits(e->f.step_time_s));
-    put64(out + 64, e->f.peak_memory_bytes);
-    put64(out + 72, dbits(e->f.tokens_per_s));
-    put64(out + 80, dbits(e->f.mfu));
+    di_store_le(out + 56, di_double_bits(e->f.step_time_s), 8);
+    di_store_le(out + 64, e->f.peak_memory_bytes, 8);
+    di_store_le(out + 72, di_double_bits(e->f.tokens_per_s), 8);
+    di_store_le(out + 80, di_double_bits(e->f.mfu), 8);
 }
 
 static int
@@ -184,23 +136,24 @@ int
 search_memo_entry_unpack(const uint8_t in[SEARCH_MEMO_BYTES], search_memo_entry *e, di_error *err)
 {
     search_candidate *c = &e->cand;
+    uint32_t w[12];
     memset(e, 0, sizeof *e);
-    c->dp = get32(in), c->tp = get32(in + 4), c->pp = get32(in + 8);
-    c->microbatches = get32(in + 12), c->virtual_stages = get32(in + 16);
+    for (int i = 0; i < 12; i++)
+        w[i] = (uint32_t)di_load_le(in + 4 * i, 4);
     for (int i = 5; i < 10; i++)
-        if (get32(in + 4 * i) > 255)
+        if (w[i] > 255)
             return di_error_set(err, DI_EINVAL, "search memo: field %d is %u, not a byte", i,
-                                get32(in + 4 * i));
-    c->schedule = (uint8_t)get32(in + 20), c->recompute = (uint8_t)get32(in + 24);
-    c->zero = (uint8_t)get32(in + 28), c->sequence_parallel = (uint8_t)get32(in + 32);
-    c->overlap = (uint8_t)get32(in + 36);
-    c->ep = get32(in + 40), c->cp = get32(in + 44);
+                                w[i]);
+    c->dp = w[0], c->tp = w[1], c->pp = w[2], c->microbatches = w[3], c->virtual_stages = w[4];
+    c->schedule = (uint8_t)w[5], c->recompute = (uint8_t)w[6], c->zero = (uint8_t)w[7];
+    c->sequence_parallel = (uint8_t)w[8], c->overlap = (uint8_t)w[9];
+    c->ep = w[10], c->cp = w[11];
     e->composed = in[48];
     e->f.status = in[49];
-    e->f.step_time_s = bitsd(get64(in + 56));
-    e->f.peak_memory_bytes = get64(in + 64);
-    e->f.tokens_per_s = bitsd(get64(in + 72));
-    e->f.mfu = bitsd(get64(in + 80));
+    e->f.step_time_s = di_bits_double(di_load_le(in + 56, 8));
+    e->f.peak_memory_bytes = di_load_le(in + 64, 8);
+    e->f.tokens_per_s = di_bits_double(di_load_le(in + 72, 8));
+    e->f.mfu = di_bits_double(di_load_le(in + 80, 8));
     if (!c->dp || !c->tp || !c->pp || !c->microbatches || !c->virtual_stages || !c->ep || !c->cp)
         return di_error_set(err, DI_EINVAL, "search memo: a degree or count is 0");
     if (c->schedule > STRATEGY_SCHEDULE_INTERLEAVED || c->recompute > 2 || c->zero > 3 ||

@@ -584,11 +584,8 @@ space_key(search_space *sp)
         hash_set(&h, cfg->device_counts, cfg->ndevice_counts);
     if (cfg->target_step_s > 0 || cfg->price_per_device_hour > 0 || cfg->train_tokens > 0) {
         double v[3] = {cfg->target_step_s, cfg->price_per_device_hour, cfg->train_tokens};
-        for (int i = 0; i < 3; i++) {
-            uint64_t bits;
-            memcpy(&bits, &v[i], sizeof bits);
-            di_sha256_u64(&h, bits);
-        }
+        for (int i = 0; i < 3; i++)
+            di_sha256_u64(&h, di_double_bits(v[i]));
     }
     di_sha256_u64(&h, cfg->top_k);
     di_sha256_u64(&h, sizeof SIM_VERSION - 1);

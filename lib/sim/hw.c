@@ -608,11 +608,9 @@ hw_preset(const char *name, hw_model **out, di_error *err)
 static void
 hash_double(di_sha256 *s, double v)
 {
-    uint64_t bits;
     if (v == 0)
         v = 0;
-    memcpy(&bits, &v, sizeof bits);
-    di_sha256_u64(s, bits);
+    di_sha256_u64(s, di_double_bits(v));
 }
 
 static void

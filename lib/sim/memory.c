@@ -296,10 +296,8 @@ sim_classify(sim *s)
 static uint64_t
 time_key(double t, int is_alloc)
 {
-    uint64_t bits;
     t += 0.0; /* no negative zero */
-    memcpy(&bits, &t, sizeof bits);
-    return bits << 1 | (uint64_t)(is_alloc != 0);
+    return di_double_bits(t) << 1 | (uint64_t)(is_alloc != 0);
 }
 
 /*
@@ -588,10 +586,7 @@ sim_build_memory(sim *s, double step)
 static double
 key_time(uint64_t key)
 {
-    double t;
-    uint64_t bits = key >> 1;
-    memcpy(&t, &bits, sizeof t);
-    return t;
+    return di_bits_double(key >> 1);
 }
 
 /*

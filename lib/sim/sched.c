@@ -192,14 +192,6 @@ record_transfers(sim *s, ir_id op, const int32_t *src, const int32_t *dst, uint3
     }
 }
 
-static uint64_t
-dbits(double v)
-{
-    uint64_t b;
-    memcpy(&b, &v, sizeof b);
-    return b;
-}
-
 /*
  * Occupies a stream. sym is set when the device is the representative of a
  * symmetric group running that group's common work; any other use of a
@@ -215,8 +207,8 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
         s->broken = 1;
     d->hist = sim_hash_combine(
         sim_hash_combine(sim_hash_combine(d->hist, (uint64_t)op << 2 | (uint64_t)stream),
-                         dbits(start)),
-        dbits(end));
+                         di_double_bits(start)),
+        di_double_bits(end));
     if (s->opt->no_overlap) {
         for (int st = 0; st < NSTREAM; st++)
             d->free[st] = end;
