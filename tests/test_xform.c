@@ -968,29 +968,44 @@ op_pos(const ir_module *m, ir_id r, ir_id op)
     return 0;
 }
 
+/* The op making the second input of the dist.after that ag's first input comes from. */
+static ir_id
+after_of(const ir_module *out, ir_id ag)
+{
+    ir_id after = out->values[out->refs[out->ops[ag].inputs]].def;
+    assert_true(after != 0);
+    assert_int_equal(out->ops[after].kind, IR_OP_AFTER);
+    return out->values[out->refs[out->ops[after].inputs + 1]].def;
+}
+
 /*
  * ZeRO-3 gathers as FSDP does (docs/transforms.md, ZeRO): by layer, the
  * next layer's weights while the current one computes, at most two layers'
- * gathered at a time. In the last backward chunk of a 4-layer MLP (layers
- * 3, 2, 1, 0): l2.w's gather comes right after layer 3's MatMulGrad (not
- * before layer 2's), l1.w's and l0.w's wait (dist.after) for the
- * MatMulGrad two layers before them. And on an A100 node, 8 layers of
- * 2048 x 2048 f32 (16 MiB weights; compute outlasts a gather, so unlimited
- * gathers would run ahead and all 8 be held at once): device 0 never holds
- * more communication buffers than 3 gathered weights and one gradient
- * bucket (25 MiB) reduce-scattered into halves.
+ * gathered at a time, across the chunks of a device too. In the last
+ * backward chunk of a 4-layer MLP (layers 3, 2, 1, 0; the chunk before it
+ * is the forward of the same microbatch): l3.w's gather comes before
+ * layer 3's MatMulGrad and l2.w's right after it (its dist.after between),
+ * both waiting (dist.after) for the tokens of the chunk before, arguments
+ * of the chunk; l1.w's and l0.w's wait for the MatMulGrad two layers before
+ * them; and the chunk returns its own tokens, its last two results: the
+ * ends of layers 1 and 0. And on an A100 node, 8 layers of 2048 x 2048 f32
+ * (16 MiB weights; compute outlasts a gather, so unlimited gathers would
+ * run ahead and all 8 be held at once): device 0 never holds more
+ * communication buffers than 3 gathered weights and one gradient bucket
+ * (25 MiB) reduce-scattered into halves; nor, in two pipeline stages of 4
+ * layers under GPipe with 4 microbatches (its forward chunks back to back),
+ * more than 3 gathered weights (before the tokens, each chunk's first two
+ * layers were gathered as soon as the stream was free: 4 held).
  */
 static void
 test_zero3_prefetch(void **state)
 {
     ir_module *m = mlp(4, 8, 8), *out;
     hw_model *hw;
-    sim_result *r;
-    sim_options o;
     strategy s;
     di_error err;
-    ir_id bwd, mm3, ag2, after;
-    uint64_t most = 0;
+    ir_id bwd, mm3, ag, before[2];
+    const ir_region *r;
     (void)state;
     xform_strategy_init(&s);
     s.dp = 2;
@@ -1000,39 +1015,69 @@ test_zero3_prefetch(void **state)
     bwd = ir_func_find(out, "stage0_bwd.last");
     assert_true(bwd != 0);
     mm3 = op_named(out, bwd, "l3.mm.grad");
-    ag2 = op_named(out, bwd, "l2.w.ag");
-    assert_true(mm3 != 0 && ag2 != 0);
-    assert_int_equal(op_pos(out, bwd, ag2), op_pos(out, bwd, mm3) + 1);
-    for (int k = 1; k >= 0; k--) {
+    for (int k = 3; k >= 2; k--) {
         char name[16];
         snprintf(name, sizeof name, "l%d.w.ag", k);
-        ag2 = op_named(out, bwd, name);
-        assert_true(ag2 != 0);
-        after = out->values[out->refs[out->ops[ag2].inputs]].def;
-        assert_int_equal(out->ops[after].kind, IR_OP_AFTER);
-        snprintf(name, sizeof name, "l%d.mm.grad", k + 2);
-        assert_int_equal(out->values[out->refs[out->ops[after].inputs + 1]].def,
-                         op_named(out, bwd, name));
+        ag = op_named(out, bwd, name);
+        assert_true(mm3 != 0 && ag != 0);
+        if (k == 3)
+            assert_true(op_pos(out, bwd, ag) < op_pos(out, bwd, mm3));
+        else
+            assert_int_equal(op_pos(out, bwd, ag), op_pos(out, bwd, mm3) + 2);
+        before[k - 2] = out->refs[out->ops[out->values[out->refs[out->ops[ag].inputs]].def].inputs + 1];
+        assert_int_equal(out->values[before[k - 2]].def, 0); /* an argument */
+        assert_int_equal(out->values[before[k - 2]].region, bwd);
+    }
+    assert_true(before[0] != before[1]);
+    for (int k = 1; k >= 0; k--) {
+        char name[16], mm[16];
+        snprintf(name, sizeof name, "l%d.w.ag", k);
+        snprintf(mm, sizeof mm, "l%d.mm.grad", k + 2);
+        ag = op_named(out, bwd, name);
+        assert_true(ag != 0);
+        assert_int_equal(after_of(out, ag), op_named(out, bwd, mm));
+    }
+    r = &out->regions[bwd];
+    assert_true(r->nresult >= 2);
+    for (int k = 1; k >= 0; k--) {
+        char mm[16];
+        ir_id t = out->values[r->results[r->nresult - 2 + (1 - k)]].def;
+        snprintf(mm, sizeof mm, "l%d.mm.grad", k);
+        assert_int_equal(out->ops[t].kind, IR_OP_AFTER);
+        assert_int_equal(out->values[out->refs[out->ops[t].inputs + 1]].def,
+                         op_named(out, bwd, mm));
     }
     ir_module_free(out);
     ir_module_free(m);
 
     m = mlp(8, 2048, 8192);
-    s.microbatches = 1;
-    out = apply_ok(m, &s);
     assert_int_equal(hw_preset("a100-dgx:1", &hw, &err), 0);
-    sim_options_default(&o);
-    if (sim_run(out, hw, &o, &r, NULL, NULL, &err) != 0)
-        fail_msg("sim_run: %s", err.msg);
-    for (uint32_t i = 0; i < r->devices[0].ntimeline; i++)
-        if (r->devices[0].timeline[i].by_class[SIM_MEM_COMM] > most)
-            most = r->devices[0].timeline[i].by_class[SIM_MEM_COMM];
-    print_message("most communication buffers: %.1f MiB\n", most / 1048576.0);
-    assert_true(most >= (16u << 20));
-    assert_true(most <= 3 * (16u << 20) + (25u << 19) + (1u << 20));
-    sim_result_free(r);
+    for (uint32_t mb = 1; mb <= 4; mb += 3) {
+        sim_result *res;
+        sim_options o;
+        uint64_t most = 0, limit = 3 * (16u << 20) + (1u << 20);
+        s.microbatches = mb;
+        if (mb > 1) {
+            s.pp = 2;
+            s.schedule = STRATEGY_SCHEDULE_GPIPE;
+        } else {
+            limit += 25u << 19;
+        }
+        out = apply_ok(m, &s);
+        sim_options_default(&o);
+        if (sim_run(out, hw, &o, &res, NULL, NULL, &err) != 0)
+            fail_msg("sim_run: %s", err.msg);
+        for (uint32_t i = 0; i < res->devices[0].ntimeline; i++)
+            if (res->devices[0].timeline[i].by_class[SIM_MEM_COMM] > most)
+                most = res->devices[0].timeline[i].by_class[SIM_MEM_COMM];
+        print_message("%u microbatches, pp %u: most communication buffers %.1f MiB\n", mb, s.pp,
+                      most / 1048576.0);
+        assert_true(most >= (16u << 20));
+        assert_true(most <= limit);
+        sim_result_free(res);
+        ir_module_free(out);
+    }
     hw_free(hw);
-    ir_module_free(out);
     ir_module_free(m);
 }
 

@@ -1159,6 +1159,7 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.tmp = di_xmalloc(P.maxgdev * sizeof *P.tmp);
     P.tmpdev = di_xmalloc(P.maxgdev * sizeof *P.tmpdev);
     P.mesh = di_xmalloc(c->pp * sizeof *P.mesh);
+    P.z3tok = di_xcalloc(2 * (size_t)c->pp, sizeof *P.z3tok);
     P.pmattr = di_xcalloc(c->pp, sizeof *P.pmattr);
     P.leafgen = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafgen);
     P.leafop = di_xcalloc(m->nop ? m->nop : 1, sizeof *P.leafop);
@@ -1294,6 +1295,7 @@ pl_fini(pl *P)
     di_free(P->reg);
     di_free(P->devs);
     di_free(P->mesh);
+    di_free(P->z3tok);
     di_free(P->pmattr);
     di_free(P->leafgen);
     di_free(P->leafop);

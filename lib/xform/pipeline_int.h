@@ -46,6 +46,7 @@ typedef struct prog {
 /* A function that chunks of one program call (see emit_chunk). */
 typedef struct variant {
     uint8_t key;   /* VAR_* */
+    uint8_t tok;   /* ZeRO-3: its last two results are ordering tokens (zero3_units) */
     ir_id func;
     uint32_t nsig; /* arguments: inputs, then accumulators */
     ir_id *lt;     /* per argument: its per-device type */
@@ -118,6 +119,12 @@ typedef struct pl {
     tt_ent *tt;        /* open-addressing cache of group tuple types */
     uint32_t ctt, ntt;
     int64_t *tmpdev;   /* maxgdev scratch device ids */
+    /*
+     * ZeRO-3, per group: the two ordering tokens of its last chunk (the ends
+     * of that chunk's last two units, zero3_units in chunk.c), which its next
+     * chunk's first gathers wait for; kind 0 when there are none.
+     */
+    reg_ent *z3tok; /* [2 g + i] */
 } pl;
 
 /* ---- pipeline.c ---- */
