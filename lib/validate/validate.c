@@ -240,8 +240,33 @@ validate_row_setup(validate_row *row, const validate_setup *v, models_gpt *g, st
     s->tp = row->tp;
     s->pp = row->pp;
     s->microbatches = (uint32_t)(row->global_batch / per_step);
-    if (row->pp > 1)
+    if (row->pp > 1) {
         s->schedule = STRATEGY_SCHEDULE_1F1B; /* with pp 1: gradient accumulation */
+        /*
+         * Megatron-LM gives every pipeline stage layers / pp transformer layers
+         * (and refuses other counts), the embedding joining the first and the
+         * head and the loss the last; xform_apply would balance the stages by
+         * their cost instead, moving layers off the head's stage.
+         */
+        if (row->pp > STRATEGY_MAX_DEGREE) {
+            snprintf(row->error, sizeof row->error, "pipeline parallelism %u is above %u",
+                     row->pp, STRATEGY_MAX_DEGREE);
+            return DI_EINVAL;
+        }
+        if (row->layers % row->pp != 0) {
+            snprintf(row->error, sizeof row->error,
+                     "%u layers do not split into %u pipeline stages", row->layers, row->pp);
+            return DI_EINVAL;
+        }
+        s->stages = di_xcalloc(row->pp, sizeof *s->stages);
+        s->nstages = row->pp;
+        for (uint32_t k = 0; k < row->pp; k++) {
+            s->stages[k].dp = row->dp;
+            s->stages[k].tp = row->tp;
+            s->stages[k].layers = row->layers / row->pp;
+        }
+        s->dp = s->tp = 1;
+    }
     s->recompute = (uint8_t)v->recompute;
     return 0;
 }

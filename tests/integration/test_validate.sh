@@ -7,12 +7,17 @@
 #     equal a recomputation from the rows;
 #   - fidelity cannot silently regress: the sample's MAPE stays within its
 #     target: 8% on the multi-node file (6.15% when this test was last
-#     changed), 10% on the single-node one (9.82%), docs/validation.md;
+#     changed), 10% on the single-node one (9.71%), docs/validation.md;
 #   - `distir calibrate` fits host_overhead on a sample of the single-node
 #     file and the fitted hardware predicts that sample better than the same
 #     hardware without host overhead;
-#   - rows that cannot be expressed are listed with the reason, a file
-#     without a required column fails, and the text form has the tables.
+#   - a pipelined row is simulated with Megatron-LM's stage layout, layers /
+#     pp per stage (12 layers on 4 stages: 3 each, where xform_apply would
+#     balance them 3, 3, 4, 2 around the head): its prediction is `distir
+#     simulate` with those --stages, not the balanced one;
+#   - rows that cannot be expressed are listed with the reason (layers that
+#     do not split into pp stages among them), a file without a required
+#     column fails, and the text form has the tables.
 . tests/integration/lib.sh
 
 PY=/usr/bin/python3
@@ -110,6 +115,26 @@ $T "$DISTIR" validate --runs "$DATA/ground_truth_multi.csv" --sample 5 >"$TMP/mu
 check "the text has a row per run and a table per model size" \
     sh -c "grep -q '^ *line  *size  *gpus' '$TMP/multi.txt' && grep -q '^size  *rows  *MAPE' '$TMP/multi.txt' && grep -q '^all ' '$TMP/multi.txt'"
 
+printf '%s\n%s\n' '# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)' \
+    '4,16,4,1024,16,12,1024,1,1,4,184.5' >"$TMP/pipe.csv"
+$T "$DISTIR" validate --runs "$TMP/pipe.csv" --json >"$TMP/pipe.json"
+GPT="--model gpt --layers 12 --hidden 1024 --heads 16 --seq 1024 --vocab 50304 --batch 16 --dtype f16
+     --optimizer adam --final-ln-params --hw a100-vtrain --microbatches 4 --schedule 1f1b
+     --recompute full --kernels fused --json"
+# shellcheck disable=SC2086
+$T "$DISTIR" simulate $GPT --pp 4 --stages 1x1:3,1x1:3,1x1:3,1x1:3 >"$TMP/uniform.json"
+# shellcheck disable=SC2086
+$T "$DISTIR" simulate $GPT --pp 4 >"$TMP/balanced.json"
+check "a pipelined row has Megatron-LM's layers / pp per stage, not a balanced layout" \
+    $PY -c '
+import json, sys
+row = json.load(open(sys.argv[1]))["rows"][0]
+uniform = json.load(open(sys.argv[2]))["step_time_s"] * 1e3
+balanced = json.load(open(sys.argv[3]))["step_time_s"] * 1e3
+assert abs(row["predicted_ms"] - uniform) <= 1e-9 * uniform, (row["predicted_ms"], uniform)
+assert abs(uniform - balanced) > 0.01 * uniform, (uniform, balanced)
+' "$TMP/pipe.json" "$TMP/uniform.json" "$TMP/balanced.json"
+
 cat >"$TMP/bad.csv" <<'EOF'
 # GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)
 8,16,2,1024,16,4,256,2,2,2,100.0
@@ -117,6 +142,7 @@ cat >"$TMP/bad.csv" <<'EOF'
 8,15,2,1024,16,4,256,2,2,2,100.0
 8,16,2,1024,16,4,256,2,2,two,100.0
 8,16,2,1024,16,4,256,2,2,2
+8,16,2,1024,16,6,256,2,1,4,100.0
 EOF
 $T "$DISTIR" validate --runs "$TMP/bad.csv" >"$TMP/bad.txt" 2>&1
 check "a file with bad rows still validates the good ones (exit 0)" [ $? -eq 0 ]
@@ -125,7 +151,8 @@ check "... listing each bad row with its reason" sh -c "
     grep -q 'line 4: global batch 15 is not a multiple of dp 2 x micro batch 2' '$TMP/bad.txt' &&
     grep -q \"line 5: 'pipeline parallelism' is not a positive integer: 'two'\" '$TMP/bad.txt' &&
     grep -q 'line 6: 10 fields where the header has 11' '$TMP/bad.txt' &&
-    grep -q '^not simulated (4):' '$TMP/bad.txt'"
+    grep -q 'line 7: 6 layers do not split into 4 pipeline stages' '$TMP/bad.txt' &&
+    grep -q '^not simulated (5):' '$TMP/bad.txt'"
 printf 'a,b\n1,2\n' >"$TMP/nohdr.csv"
 "$DISTIR" validate --runs "$TMP/nohdr.csv" >/dev/null 2>"$TMP/nohdr.err"
 check "a file without the required columns fails (exit 1)" [ $? -eq 1 ]
