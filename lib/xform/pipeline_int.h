@@ -48,7 +48,7 @@ typedef struct variant {
     uint8_t key;   /* VAR_* */
     uint8_t tok;   /* ZeRO-3: its last two results are ordering tokens (zero3_units) */
     ir_id func;
-    uint32_t nsig; /* arguments: inputs, then accumulators */
+    uint32_t nsig; /* arguments: inputs, then accumulators, then ZeRO-3 tokens */
     ir_id *lt;     /* per argument: its per-device type */
     xf_place *pl;  /* per argument: its placement */
     uint32_t nres;
