@@ -1251,6 +1251,88 @@ test_time_bound_tight(void **state)
                 TIME_BOUND_TIGHT);
 }
 
+/*
+ * Backward reductions read after other ops (tp_reduced_late in
+ * lib/xform/strategy.c): under Megatron-LM's mixed precision the weight
+ * gradient's cast to f32 runs between a column-parallel GEMM's input
+ * gradient (the MatMulGrad of the MLP's first GEMM and of the query, key
+ * and value GEMM) and the layer norm's gradient that reads it. On a bf16
+ * GPT of hidden 256 with tensor parallelism over two nodes (tp 16), a
+ * layer has those two partial sums, whole on every device: 2 x 16 x 64
+ * tokens x 256 x 2 bytes = 1 MiB, without recomputation and with selective;
+ * none under full recomputation, whose layer norm gradients read repeated
+ * statistics. Every candidate's time bound stays below its simulated step,
+ * and is above the bound without them for some (those without a gradient
+ * accumulation, which may run during the reduction).
+ */
+static void
+test_time_bound_late(void **state)
+{
+    ir_module *m = gpt_as(2, 256, 16, 64, 16, 1);
+    hw_model *hw = preset("a100-dgx:2");
+    search_config cfg;
+    search_space sp;
+    search_evaluator ev;
+    di_error err;
+    uint32_t n = 0, above = 0, tables = 0;
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 16;
+    assert_int_equal(search_config_set(&cfg, "tp", "16", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "microbatches", "1,2,4", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "zero", "0,1", &err), 0);
+    space_ok(&sp, m, hw, &cfg);
+    search_evaluator_init(&ev, &sp);
+    search_space_analyse(&sp);
+    for (uint32_t i = 0; i < sp.nlayer_mem; i++) {
+        const struct search_layer_mem *e = &sp.layer_mem[i];
+        if (e->tp != 16 || !e->ok)
+            continue;
+        tables++;
+        print_message("sp %d: late bytes %.0f %.0f %.0f\n", e->sequence_parallel,
+                      e->time.bwd_tp_late_bytes[0], e->time.bwd_tp_late_bytes[1],
+                      e->time.bwd_tp_late_bytes[2]);
+        assert_true(e->time.bwd_tp_late_bytes[STRATEGY_RECOMPUTE_NONE] == 1048576.0);
+        assert_true(e->time.bwd_tp_late_bytes[STRATEGY_RECOMPUTE_SELECTIVE] == 1048576.0);
+        assert_true(e->time.bwd_tp_late_bytes[STRATEGY_RECOMPUTE_FULL] == 0.0);
+    }
+    assert_int_equal(tables, 2); /* with and without sequence parallelism */
+    assert_true(sp.nlayer_mem <= 8);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        search_point p;
+        double with, without, keep[8][3];
+        search_eval_full(&ev, c, &p);
+        if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
+            continue;
+        n++;
+        with = search_time_bound(&sp, c);
+        for (uint32_t k = 0; k < sp.nlayer_mem; k++)
+            for (int r = 0; r < 3; r++) {
+                keep[k][r] = sp.layer_mem[k].time.bwd_tp_late_bytes[r];
+                sp.layer_mem[k].time.bwd_tp_late_bytes[r] = 0;
+            }
+        without = search_time_bound(&sp, c);
+        for (uint32_t k = 0; k < sp.nlayer_mem; k++)
+            for (int r = 0; r < 3; r++)
+                sp.layer_mem[k].time.bwd_tp_late_bytes[r] = keep[k][r];
+        if (with > p.step_time_s) {
+            char name[256];
+            search_candidate_format(c, name, sizeof name);
+            fail_msg("time bound %.9g above the simulated %.9g of %s", with, p.step_time_s, name);
+        }
+        assert_true(with >= without);
+        above += with > without;
+    }
+    print_message("%u candidates, %u bounded higher by the late reductions\n", n, above);
+    assert_true(n >= 6);
+    assert_true(above > 0);
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 /* With a headroom that only the best few candidates fit in, OOM points are excluded. */
 static void
 test_headroom(void **state)
@@ -1948,6 +2030,7 @@ main(void)
         cmocka_unit_test(test_memory_bound),
         cmocka_unit_test(test_memory_bound_tight),
         cmocka_unit_test(test_time_bound_tight),
+        cmocka_unit_test(test_time_bound_late),
         cmocka_unit_test(test_memory_bound_working_set),
         cmocka_unit_test(test_memory_bound_zero_grads),
         cmocka_unit_test(test_branch_and_bound),

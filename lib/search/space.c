@@ -682,10 +682,13 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
         for (uint32_t i = 0; i < np; i++)
             if (p[i].layer < L && p[i].grad_bytes > 0)
                 acc[p[i].layer] += 3.0 * (double)p[i].grad_bytes * add.per_byte + add.launch;
-        e->accumulate_s = acc[0];
-        for (uint32_t l = 1; l < L; l++)
+        e->accumulate_s = e->accumulate_max_s = acc[0];
+        for (uint32_t l = 1; l < L; l++) {
             if (acc[l] < e->accumulate_s)
                 e->accumulate_s = acc[l];
+            if (acc[l] > e->accumulate_max_s)
+                e->accumulate_max_s = acc[l];
+        }
         di_free(acc);
     }
     per = di_xmalloc(2 * (size_t)L * sizeof *per);
@@ -1550,6 +1553,28 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
     return T;
 }
 
+/*
+ * The backward reductions with compute ops between them and their reader
+ * (xform_layer_time.bwd_tp_late_bytes): the compute stream spends at least
+ * the collective's time from the reduced op's end to the reader's start,
+ * running meanwhile only those ops (counted in the work at their terms,
+ * bwd_tp_late_between) and what the chunk emits after an op that makes a
+ * gradient (the accumulation's Add, counted apart: at most a layer's,
+ * accumulate_max_s, where the bound counts it; bucket copies and ZeRO-2/3
+ * shard additions, counted nowhere). So a layer's microbatch adds the
+ * collectives' time less those, when positive.
+ */
+static double
+late_reductions(const struct search_layer_mem *e, const search_candidate *c,
+                const xform_layer_time *t, int r, double q)
+{
+    double late = e->tp_slope * t->bwd_tp_late_bytes[r] * q -
+                  xform_work_time(&t->bwd_tp_late_between[r], q);
+    if (c->zero <= 1 && c->microbatches >= 2)
+        late -= e->accumulate_max_s;
+    return late > 0 ? late : 0;
+}
+
 double
 search_time_bound(const search_space *sp, const search_candidate *c)
 {
@@ -1595,7 +1620,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
-        red += e->tp_slope * t->bwd_tp_reduce_bytes[r] * q;
+        red += e->tp_slope * t->bwd_tp_reduce_bytes[r] * q + late_reductions(e, c, t, r, q);
     w += red;
     for (int k = 0; k < 4; k++)
         edge[k] = xform_work_time(&t->edge[k], q);
@@ -1607,7 +1632,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         double fw = xform_work_time(&t->fwd, q) + rf, fc = xform_gemm_time(&t->fwd, q) + rf;
         double bw = xform_work_time(&t->bwd, q), bc = xform_gemm_time(&t->bwd, q);
         if (r >= 0 && r < 3)
-            rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q;
+            rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q + late_reductions(e, c, t, r, q);
         if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
             bw += xform_work_time(&t->re[r], q) + e->tp_slope * t->re[r].tp_reduce_bytes * q;
         bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb, edge, acc);

@@ -1287,17 +1287,97 @@ least_work(const double *per, uint32_t L, uint32_t k, xform_work_bound *out)
  * the pipeline assembly emits a repeated op at its first use, so one that
  * op read would run between them (xform_layer_time.bwd_tp_reduce_bytes).
  */
+/* At most this many compute ops between a backward reduction and its reader (tp_reduced_late). */
+#define LATE_MAX 4
+
+/*
+ * tp_reduced_next's backward case with compute ops between: op's result
+ * needs a collective over the tensor axis, and the first later compute op
+ * that reads it (views and plumbing aside), R, is in the same layer, needs
+ * the collective and reads no other value needing one; the 1 to LATE_MAX
+ * compute ops between them (a column-parallel GEMM's input gradient and
+ * the layer norm's gradient that reads it have the weight gradient's cast
+ * to f32 between them under mixed precision) are in the same layer, are no
+ * collective, do not read op's result and, like R, read nothing set repeats
+ * (a repeated op is emitted right before its first use: it would run in the
+ * interval). The compute stream runs them in program order, so from op's
+ * end to R's start it spends at least the collective's time, the ops
+ * between running meanwhile: the bound may add the collective's time less
+ * their terms (added to between, WORK_TERMS, on success). Returns the
+ * result's bytes (whole batch, per device), or 0.
+ */
+static double
+tp_reduced_late(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int tf32,
+                double *between)
+{
+    const ir_module *m = c->m;
+    const ir_region *r = &m->regions[c->func];
+    double terms[WORK_TERMS] = {0}, flop_s;
+    uint32_t n = 0;
+    ir_id out;
+    if (c->n[XF_TP] <= 1 || m->ops[op].noutput == 0 ||
+        (ir_opkind_info(m->ops[op].kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)))
+        return 0;
+    out = m->ops[op].outputs;
+    if (c->place[out].a[XF_TP] == XF_R)
+        return 0;
+    for (uint32_t i = pos[op] + 1; i < r->nop; i++) {
+        ir_id x = r->ops[i];
+        int reads = 0, other = 0;
+        if (ir_opkind_info(m->ops[x].kind)->flags & IR_OPF_FREE)
+            continue;
+        if ((ir_opkind_info(m->ops[x].kind)->flags & IR_OPF_COMM) ||
+            c->op[x].layer != c->op[op].layer || set[x] || reads_repeated(c, set, x))
+            return 0;
+        for (uint32_t k = 0; k < m->ops[x].ninput; k++) {
+            uint32_t ref = m->ops[x].inputs + k;
+            ir_id v = m->refs[ref], sv = storage_of(c, v);
+            int8_t have = c->place[v].a[XF_TP];
+            int need = have == XF_P || (have >= 0 && c->req[ref].a[XF_TP] == XF_R) ||
+                       c->place[sv].a[XF_TP] == XF_P;
+            if (v == out || sv == out) {
+                if (!need)
+                    return 0; /* read without the collective: not a reduction's reader */
+                reads = 1;
+            } else if (need) {
+                other = 1;
+            }
+        }
+        if (reads) {
+            if (other || n == 0)
+                return 0; /* n == 0: tp_reduced_next's case */
+            for (int j = 0; j < WORK_TERMS; j++)
+                between[j] += terms[j];
+            return (double)ir_type_bytes(m, m->values[out].type);
+        }
+        /*
+         * What add_work counts of it; not a GEMM, whose FLOPs the search
+         * counts quantized (more than its terms here).
+         */
+        if (++n > LATE_MAX || add_terms(c, x, tf32, terms, &flop_s) == 1)
+            return 0;
+    }
+    return 0;
+}
+
+/*
+ * ... and, where ops run between the reduction and its reader
+ * (tp_reduced_late), adds the bytes to late[layer] and the ops' terms to
+ * between[layer] (xform_layer_time.bwd_tp_late_bytes).
+ */
 static void
 bwd_reductions(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, const ir_id *bops,
-               uint32_t nb, double *red)
+               uint32_t nb, int tf32, double *red, double *late, double *between)
 {
     for (uint32_t j = 0; j < nb; j++) {
         ir_id op = bops[j], next;
         int32_t li = xf_layer_index(c, c->op[op].layer);
-        if (li < 0 || (uint32_t)li >= c->nlayer || !tp_reduced_next(c, pos, NULL, op, &next) ||
-            reads_repeated(c, set, next))
+        if (li < 0 || (uint32_t)li >= c->nlayer)
             continue;
-        red[li] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
+        if (tp_reduced_next(c, pos, NULL, op, &next) && !reads_repeated(c, set, next))
+            red[li] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
+        else
+            late[li] += tp_reduced_late(c, pos, set, op, tf32, &between[(size_t)li * WORK_TERMS]);
     }
 }
 
@@ -1445,6 +1525,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     uint8_t *inl;  /* per place in the function: its op is in a layer of c */
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
     double *red; /* recomputation mode x layer: the backward's reductions (bwd_reductions) */
+    double *late, *between; /* the same with ops between: bytes, and those ops' terms */
     uint32_t nf = 0, nb = 0, L = c->nlayer;
     uint32_t first[2] = {UINT32_MAX, UINT32_MAX}, last[2] = {0, 0}; /* layers' ops: fwd, bwd */
     double edge[4 * WORK_TERMS] = {0};
@@ -1457,6 +1538,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     home = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *home);
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
     red = di_xcalloc((size_t)3 * L, sizeof *red);
+    late = di_xcalloc((size_t)3 * L, sizeof *late);
+    between = di_xcalloc((size_t)3 * L * WORK_TERMS, sizeof *between);
     pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
     set = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     inl = di_xmalloc((r->nop + 1) * sizeof *inl);
@@ -1507,7 +1590,9 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
      * finds it (xf_recompute_ops), over the whole function as one program: a
      * stage boundary can only make a layer's output a further op to repeat.
      */
-    bwd_reductions(c, pos, set, bops, nb, red + (size_t)STRATEGY_RECOMPUTE_NONE * L);
+    bwd_reductions(c, pos, set, bops, nb, tf32, red + (size_t)STRATEGY_RECOMPUTE_NONE * L,
+                   late + (size_t)STRATEGY_RECOMPUTE_NONE * L,
+                   between + (size_t)STRATEGY_RECOMPUTE_NONE * L * WORK_TERMS);
     ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, mb, bops, nb, set);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
@@ -1524,13 +1609,25 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
             set[re[j]] = 1;
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, set, re[j], tf32, per, L, k, &g);
-        bwd_reductions(c, pos, set, bops, nb, red + (size_t)mode * L);
+        bwd_reductions(c, pos, set, bops, nb, tf32, red + (size_t)mode * L, late + (size_t)mode * L,
+                       between + (size_t)mode * L * WORK_TERMS);
         ws[mode] = work_set_min(c, mb, bops, nb, set);
     }
-    for (uint32_t mode = 0; mode < 3; mode++)
-        for (uint32_t l = 0; l < L; l++)
+    for (uint32_t mode = 0; mode < 3; mode++) {
+        /* The least bytes, and the most of each term of the ops between (subtracted). */
+        double most[WORK_TERMS];
+        for (uint32_t l = 0; l < L; l++) {
             if (l == 0 || red[mode * L + l] < out->bwd_tp_reduce_bytes[mode])
                 out->bwd_tp_reduce_bytes[mode] = red[mode * L + l];
+            if (l == 0 || late[mode * L + l] < out->bwd_tp_late_bytes[mode])
+                out->bwd_tp_late_bytes[mode] = late[mode * L + l];
+            for (int j = 0; j < WORK_TERMS; j++) {
+                double b = between[((size_t)mode * L + l) * WORK_TERMS + j];
+                most[j] = l == 0 || b > most[j] ? b : most[j];
+            }
+        }
+        work_bound_of(most, &out->bwd_tp_late_between[mode]);
+    }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
     least_work(per, L, 2, &out->re[STRATEGY_RECOMPUTE_SELECTIVE]);
@@ -1544,6 +1641,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     }
     di_free(per);
     di_free(red);
+    di_free(late);
+    di_free(between);
     di_free(pos);
     di_free(inl);
     di_free(set);

@@ -268,6 +268,19 @@ typedef struct xform_layer_time {
      * reader, and could run during the reduction). The least over the layers.
      */
     double bwd_tp_reduce_bytes[3];
+    /*
+     * Per recomputation mode: the same of the backward reductions whose
+     * reader comes after 1 to 4 other compute ops of the layer (the weight
+     * gradient's cast to f32 between a column-parallel GEMM's input gradient
+     * and the layer norm's gradient that reads it), none reading anything the
+     * mode repeats; the least over the layers. Those ops run while the
+     * collective does, so the bound adds the collective's time less
+     * bwd_tp_late_between's (their terms, the most over the layers, as the
+     * work counts them) and less what else may run there (the gradient
+     * accumulation), when positive.
+     */
+    double bwd_tp_late_bytes[3];
+    xform_work_bound bwd_tp_late_between[3];
 } xform_layer_time;
 
 /*
