@@ -1088,19 +1088,43 @@ tp_divides(const xf_ctx *c, ir_id op)
  * value several ops read (a layer norm's, before the query, key and value
  * GEMMs) may be made long before the op counted as reading it.
  */
+/* Compute op's (first) result when it is not replicated on the tensor axis, else 0. */
+static ir_id
+tp_unreplicated_result(const xf_ctx *c, ir_id op)
+{
+    const ir_module *m = c->m;
+    if (c->n[XF_TP] <= 1 || m->ops[op].noutput == 0 ||
+        (ir_opkind_info(m->ops[op].kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)) ||
+        c->place[m->ops[op].outputs].a[XF_TP] == XF_R)
+        return 0;
+    return m->ops[op].outputs;
+}
+
+/*
+ * Whether input ref of an op needs a collective over the tensor axis before
+ * the op: a partial sum (itself or its storage, through views and plumbing:
+ * *storage), or with gathers a value split on the axis that the op wants
+ * whole.
+ */
+static int
+tp_input_needs(const xf_ctx *c, uint32_t ref, int gathers, ir_id *storage)
+{
+    ir_id v = c->m->refs[ref];
+    int8_t have = c->place[v].a[XF_TP];
+    *storage = storage_of(c, v);
+    return have == XF_P || (gathers && have >= 0 && c->req[ref].a[XF_TP] == XF_R) ||
+           c->place[*storage].a[XF_TP] == XF_P;
+}
+
 static int
 tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, ir_id *nextp)
 {
     const ir_module *m = c->m;
     const ir_region *r = &m->regions[c->func];
-    ir_id out, next = 0;
+    ir_id out = tp_unreplicated_result(c, op), next = 0;
     int reads = 0;
     *nextp = 0;
-    if (c->n[XF_TP] <= 1 || m->ops[op].noutput == 0 ||
-        (ir_opkind_info(m->ops[op].kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)))
-        return 0;
-    out = m->ops[op].outputs;
-    if (c->place[out].a[XF_TP] == XF_R)
+    if (out == 0)
         return 0;
     for (uint32_t i = pos[op] + 1; i < r->nop && next == 0; i++)
         if (!(ir_opkind_info(m->ops[r->ops[i]].kind)->flags & IR_OPF_FREE))
@@ -1109,12 +1133,8 @@ tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id 
         c->op[next].layer != c->op[op].layer || (set && !set[next]))
         return 0;
     for (uint32_t i = 0; i < m->ops[next].ninput; i++) {
-        uint32_t ref = m->ops[next].inputs + i;
-        ir_id v = m->refs[ref];
-        int8_t have = c->place[v].a[XF_TP];
-        int need = have == XF_P || (!set && have >= 0 && c->req[ref].a[XF_TP] == XF_R);
-        v = storage_of(c, v); /* through views and plumbing back to their source */
-        need |= c->place[v].a[XF_TP] == XF_P;
+        ir_id v;
+        int need = tp_input_needs(c, m->ops[next].inputs + i, !set, &v);
         if (need && v == out)
             reads = 1;
         else if (need)
@@ -1314,12 +1334,8 @@ tp_reduced_late(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id 
     const ir_region *r = &m->regions[c->func];
     double terms[WORK_TERMS] = {0}, flop_s;
     uint32_t n = 0;
-    ir_id out;
-    if (c->n[XF_TP] <= 1 || m->ops[op].noutput == 0 ||
-        (ir_opkind_info(m->ops[op].kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)))
-        return 0;
-    out = m->ops[op].outputs;
-    if (c->place[out].a[XF_TP] == XF_R)
+    ir_id out = tp_unreplicated_result(c, op);
+    if (out == 0)
         return 0;
     for (uint32_t i = pos[op] + 1; i < r->nop; i++) {
         ir_id x = r->ops[i];
@@ -1330,12 +1346,9 @@ tp_reduced_late(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id 
             c->op[x].layer != c->op[op].layer || set[x] || reads_repeated(c, set, x))
             return 0;
         for (uint32_t k = 0; k < m->ops[x].ninput; k++) {
-            uint32_t ref = m->ops[x].inputs + k;
-            ir_id v = m->refs[ref], sv = storage_of(c, v);
-            int8_t have = c->place[v].a[XF_TP];
-            int need = have == XF_P || (have >= 0 && c->req[ref].a[XF_TP] == XF_R) ||
-                       c->place[sv].a[XF_TP] == XF_P;
-            if (v == out || sv == out) {
+            ir_id sv;
+            int need = tp_input_needs(c, m->ops[x].inputs + k, 1, &sv);
+            if (m->refs[m->ops[x].inputs + k] == out || sv == out) {
                 if (!need)
                     return 0; /* read without the collective: not a reduction's reader */
                 reads = 1;
