@@ -1583,7 +1583,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const struct search_split_gemm *split;
     const xform_layer_time *t;
     xform_layer_time lt;
-    double q, w, wg, red, chain, bound = 0, m = (double)c->microbatches, edge[4], acc;
+    double q, w, wg, red, rb = 0, chain, bound = 0, m = (double)c->microbatches, edge[4], acc;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1620,7 +1620,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
-        red += e->tp_slope * t->bwd_tp_reduce_bytes[r] * q + late_reductions(e, c, t, r, q);
+        rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q + late_reductions(e, c, t, r, q);
+    red += rb;
     w += red;
     for (int k = 0; k < 4; k++)
         edge[k] = xform_work_time(&t->edge[k], q);
@@ -1628,11 +1629,9 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     acc = c->zero <= 1 && c->microbatches >= 2 ? e->accumulate_s : 0;
     if (c->pp > 1) {
         /* The same terms split by pass, for the bubble (pipe_bound). */
-        double rf = e->tp_slope * t->fwd.tp_reduce_bytes * q, rb = 0;
+        double rf = e->tp_slope * t->fwd.tp_reduce_bytes * q;
         double fw = xform_work_time(&t->fwd, q) + rf, fc = xform_gemm_time(&t->fwd, q) + rf;
         double bw = xform_work_time(&t->bwd, q), bc = xform_gemm_time(&t->bwd, q);
-        if (r >= 0 && r < 3)
-            rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q + late_reductions(e, c, t, r, q);
         if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
             bw += xform_work_time(&t->re[r], q) + e->tp_slope * t->re[r].tp_reduce_bytes * q;
         bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb, edge, acc);
