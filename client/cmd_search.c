@@ -1,7 +1,7 @@
 /*
  * cmd_search.c: `distir search FILE [--hw PRESET|FILE] [--devices N[,N...]]
  * [--objective time|throughput|devices|cost] [--target-step S] [--price P]
- * [--train-tokens T] [--top K] [--json] [--shard i/n] [--headroom F]
+ * [--train-tokens T] [--top K] [--json] [--shard i/n] [--headroom F] [--pareto-within R]
  * [--compose 0|1] [--time-bound 0|1] [--jobs N] [--math tf32|ieee] [--tp 1,2,4 ...]
  * [--fix pp=2 ...]
  * [--server ADDR [--timeout-ms N]]` and `distir search --merge A.json B.json ...`.
@@ -36,8 +36,9 @@ static const char usage[] =
     "search (FILE | --model NAME [model options]) [--hw PRESET|FILE.json] [--devices N[,N...]]\n"
     "              [--objective time|throughput|devices|cost] [--target-step S]\n"
     "              [--price P] [--train-tokens T]\n"
-    "              [--top K] [--json] [--shard i/n] [--headroom F] [--compose 0|1]\n"
-    "              [--time-bound 0|1] [--jobs N] [--math tf32|ieee] [--kernels fused|eager]\n"
+    "              [--top K] [--json] [--shard i/n] [--headroom F] [--pareto-within R]\n"
+    "              [--compose 0|1] [--time-bound 0|1] [--jobs N] [--math tf32|ieee]\n"
+    "              [--kernels fused|eager]\n"
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
@@ -54,7 +55,8 @@ static const char usage[] =
     "Candidates with many microbatches are composed from two shorter simulations\n"
     "(--compose 0: every one in full); the points reported are simulated in full.\n"
     "Candidates whose lower bounds on step time and memory cannot enter the answer\n"
-    "are pruned unsimulated (--time-bound 0: none).\n"
+    "are pruned unsimulated (--time-bound 0: none). --pareto-within R keeps only\n"
+    "Pareto points at most R times slower than the fastest (and prunes the rest).\n"
     "L is a comma-separated list of allowed values; --fix pp=8 allows one value.\n"
     "The search runs in this process on --jobs threads (default: every CPU; the\n"
     "result does not depend on it), or with --server on distird's workers.";
@@ -64,7 +66,7 @@ static const char *const list_options[] = {
     "dp",        "tp",        "pp",       "microbatches",      "virtual-stages",      "schedule",
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",    "compose",           "target-step",         "price",
-    "train-tokens", "math", "cp", "time-bound", "kernels",
+    "train-tokens", "math", "cp", "time-bound", "kernels", "pareto-within",
 };
 
 static int
@@ -389,6 +391,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     c->memory_headroom = cfg->memory_headroom;
     c->full_simulation = cfg->no_compose != 0;
     c->no_time_bound = cfg->no_time_bound != 0;
+    c->pareto_within = cfg->pareto_within;
     req->constraints = c;
 }
 

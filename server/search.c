@@ -239,6 +239,13 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
                                 c->memory_headroom);
         cfg->memory_headroom = c->memory_headroom;
     }
+    if (c->pareto_within != 0) {
+        if (!(c->pareto_within >= 1 && c->pareto_within < 1e30))
+            return di_error_set(err, DI_EINVAL,
+                                "constraints: pareto_within %g is not a ratio >= 1 (0: no limit)",
+                                c->pareto_within);
+        cfg->pareto_within = c->pareto_within;
+    }
     cfg->no_compose = c->full_simulation;
     cfg->no_time_bound = c->no_time_bound;
     return 0;

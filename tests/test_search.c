@@ -936,6 +936,75 @@ test_branch_and_bound(void **state)
 }
 
 /*
+ * --pareto-within R: the Pareto set holds the points of the whole search's
+ * set whose step is at most R times the fastest, the top K is the same,
+ * candidates above the cut are pruned unsimulated (more time_bound, fewer
+ * simulated), and the answer is the same on 1 or 3 workers, over 4 shards
+ * and through the JSON. R is part of the key; below 1 it is refused.
+ */
+static void
+test_pareto_within(void **state)
+{
+    ir_module *m = gpt_as(4, 256, 8, 8, 96, 1);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_result all, cut, three, merged, back;
+    uint32_t want = 0;
+    double r = 1.5;
+    char *json;
+    di_error err;
+    (void)state;
+    bb_config(&cfg);
+    run_plan(m, hw, &cfg, 1, &all);
+    /* The space has Pareto points on both sides of the cut, or the test proves nothing. */
+    assert_true(all.npareto >= 3);
+    assert_true(all.pareto[all.npareto - 1].step_time_s > r * all.pareto[0].step_time_s);
+    while (want < all.npareto && all.pareto[want].step_time_s <= r * all.pareto[0].step_time_s)
+        want++;
+    assert_true(want >= 2 && want < all.npareto);
+
+    assert_int_equal(search_config_set(&cfg, "pareto-within", "0.5", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "pareto-within", "x", &err), DI_EINVAL);
+    assert_int_equal(search_config_set(&cfg, "pareto-within", "1.5", &err), 0);
+    assert_true(cfg.pareto_within == r);
+    run_plan(m, hw, &cfg, 1, &cut);
+    assert_true(memcmp(&cut.key, &all.key, sizeof cut.key) != 0);
+    assert_int_equal(cut.enumerated, all.enumerated);
+    assert_int_equal(cut.npareto, want);
+    for (uint32_t i = 0; i < want; i++) {
+        assert_int_equal(cut.pareto[i].cand.index, all.pareto[i].cand.index);
+        assert_true(cut.pareto[i].step_time_s == all.pareto[i].step_time_s);
+        assert_int_equal(cut.pareto[i].peak_memory_bytes, all.pareto[i].peak_memory_bytes);
+    }
+    assert_int_equal(cut.ntop, all.ntop);
+    for (uint32_t i = 0; i < cut.ntop; i++)
+        assert_int_equal(cut.top[i].cand.index, all.top[i].cand.index);
+    /* The slow end of the set is no longer simulated. */
+    assert_true(cut.count[SEARCH_TIME_BOUND] > all.count[SEARCH_TIME_BOUND]);
+    assert_true(cut.count[SEARCH_OK] + cut.count[SEARCH_OOM] <
+                all.count[SEARCH_OK] + all.count[SEARCH_OOM]);
+
+    run_plan(m, hw, &cfg, 3, &three);
+    assert_true(search_result_equal(&cut, &three));
+    merged_shards(m, hw, &cfg, 4, 2, &merged);
+    assert_true(search_result_equal(&cut, &merged));
+    json = search_result_to_json(&cut);
+    assert_non_null(strstr(json, "\"pareto_within\":1.5"));
+    assert_int_equal(search_result_from_json(json, strlen(json), &back, &err), 0);
+    assert_true(search_result_equal(&cut, &back));
+    /* Results of searches with another cut do not merge. */
+    assert_int_not_equal(search_result_merge(&all, &cut, &err), 0);
+    di_free(json);
+    search_result_fini(&back);
+    search_result_fini(&merged);
+    search_result_fini(&three);
+    search_result_fini(&cut);
+    search_result_fini(&all);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
  * The seed's rounds: on the space of test_branch_and_bound the seed grows
  * past its first round, and it holds every point of the top K: a point of
  * the top K could enter it by the points before it, so a round takes it
@@ -2035,6 +2104,7 @@ main(void)
         cmocka_unit_test(test_memory_bound_zero_grads),
         cmocka_unit_test(test_branch_and_bound),
         cmocka_unit_test(test_seed_rounds),
+        cmocka_unit_test(test_pareto_within),
         cmocka_unit_test(test_memo),
         cmocka_unit_test(test_shards_merge),
         cmocka_unit_test(test_any_order),

@@ -214,7 +214,8 @@ may_top(const search_result *r, const search_point *opt)
  * Whether candidate c cannot enter the answer, by the seed's result r: with
  * its time bound as its step time and its memory bound as its peak, K seed
  * points would still rank before it, and a seed point would be faster and
- * need no more memory.
+ * need no more memory, or (under pareto_within) its step would be more than
+ * that many times the fastest seed point's.
  */
 static int
 pruned_by_bound(const search_space *sp, const search_result *r, const search_candidate *c)
@@ -223,6 +224,9 @@ pruned_by_bound(const search_space *sp, const search_result *r, const search_can
     int dominated = 0;
     if (r->npareto == 0 || !optimistic(sp, c, &opt) || may_top(r, &opt))
         return 0;
+    /* Under pareto_within: slower than the Pareto set may be (the fastest point only gets faster). */
+    if (r->pareto_within > 0 && opt.step_time_s > r->pareto_within * r->pareto[0].step_time_s)
+        return 1;
     for (uint32_t i = 0; i < r->npareto && !dominated; i++)
         dominated = r->pareto[i].step_time_s < opt.step_time_s &&
                     r->pareto[i].peak_memory_bytes <= opt.peak_memory_bytes;

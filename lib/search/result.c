@@ -116,6 +116,7 @@ search_result_init(search_result *r, const search_space *sp)
     r->target_step_s = sp->cfg.target_step_s;
     r->price_per_device_hour = sp->cfg.price_per_device_hour;
     r->train_tokens = sp->cfg.train_tokens;
+    r->pareto_within = sp->cfg.pareto_within;
     r->tokens_per_step = sp->tokens_per_step;
     r->top_k = sp->cfg.top_k;
     r->devices = sp->devices;
@@ -179,6 +180,16 @@ pareto_insert(search_result *r, const search_point *p)
         n--;
     }
     r->pareto[n] = *p;
+    /*
+     * Under pareto_within, the points slower than that many times the
+     * fastest go. The fastest only gets faster, so a point cut now is out of
+     * the answer for good, and so is any point it would have dominated (no
+     * faster than it): what is kept is the set the whole answer would keep
+     * among these points (a part's cut is never tighter than the whole's).
+     */
+    while (r->pareto_within > 0 && r->npareto > 1 &&
+           r->pareto[r->npareto - 1].step_time_s > r->pareto_within * r->pareto[0].step_time_s)
+        r->npareto--;
 }
 
 /* Whether a point of the same index is among the n points at p (a merge sees points twice). */
@@ -219,7 +230,8 @@ int
 search_result_merge(search_result *dst, const search_result *src, di_error *err)
 {
     if (memcmp(&dst->key, &src->key, sizeof dst->key) != 0 || dst->objective != src->objective ||
-        dst->top_k != src->top_k || dst->devices != src->devices)
+        dst->top_k != src->top_k || dst->devices != src->devices ||
+        dst->pareto_within != src->pareto_within)
         return di_error_set(err, DI_EINVAL,
                             "cannot merge results of different searches (the module, hardware, "
                             "devices, constraints, objective or top K differ)");
@@ -362,7 +374,7 @@ search_result_equal(const search_result *a, const search_result *b)
         a->composed != b->composed || a->target_step_s != b->target_step_s ||
         a->price_per_device_hour != b->price_per_device_hour ||
         a->train_tokens != b->train_tokens || a->tokens_per_step != b->tokens_per_step ||
-        a->ndevice_counts != b->ndevice_counts ||
+        a->pareto_within != b->pareto_within || a->ndevice_counts != b->ndevice_counts ||
         memcmp(a->device_counts, b->device_counts, sizeof a->device_counts) != 0 ||
         a->ntop != b->ntop || a->npareto != b->npareto)
         return 0;
@@ -467,6 +479,8 @@ search_result_to_json(const search_result *r)
         json_object_set_new(root, "price_per_device_hour", json_real(r->price_per_device_hour));
     if (r->train_tokens > 0)
         json_object_set_new(root, "train_tokens", json_real(r->train_tokens));
+    if (r->pareto_within > 0)
+        json_object_set_new(root, "pareto_within", json_real(r->pareto_within));
     json_object_set_new(root, "tokens_per_step", json_real(r->tokens_per_step));
     json_object_set_new(root, "enumerated", json_integer((json_int_t)r->enumerated));
     json_object_set_new(root, "counts", counts);
@@ -738,8 +752,13 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
         (rc = get_optional_real(root, "price_per_device_hour", &r->price_per_device_hour, err)) !=
             0 ||
         (rc = get_optional_real(root, "train_tokens", &r->train_tokens, err)) != 0 ||
-        (rc = get_optional_real(root, "tokens_per_step", &r->tokens_per_step, err)) != 0)
+        (rc = get_optional_real(root, "tokens_per_step", &r->tokens_per_step, err)) != 0 ||
+        (rc = get_optional_real(root, "pareto_within", &r->pareto_within, err)) != 0)
         goto out;
+    if (r->pareto_within != 0 && !(r->pareto_within >= 1)) {
+        rc = di_error_set(err, DI_EINVAL, "search result: 'pareto_within' is below 1");
+        goto out;
+    }
     obj = json_string_value(json_object_get(root, "search_key"));
     if (obj == NULL || di_hash_from_hex(obj, &r->key) != 0) {
         rc = di_error_set(err, DI_EINVAL, "search result: 'search_key' is not 64 hex digits");
@@ -888,7 +907,13 @@ search_result_to_table(const search_result *r)
         table(&b, r, title, ordered, r->ntop);
         di_free(ordered);
     }
-    table(&b, r, "pareto set over (step time, peak memory)", r->pareto, r->npareto);
+    if (r->pareto_within > 0)
+        snprintf(title, sizeof title,
+                 "pareto set over (step time, peak memory), within %gx the fastest step",
+                 r->pareto_within);
+    else
+        snprintf(title, sizeof title, "pareto set over (step time, peak memory)");
+    table(&b, r, title, r->pareto, r->npareto);
     di_buf_printf(&b, "candidates %llu:", (unsigned long long)r->enumerated);
     for (int s = 0; s < SEARCH_NSTATUS; s++)
         di_buf_printf(&b, " %s %llu", status_names[s], (unsigned long long)r->count[s]);

@@ -95,6 +95,12 @@ typedef struct search_config {
     uint32_t sequence_parallel; /* mask: bit 0 off, bit 1 on */
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
+    /*
+     * The Pareto set holds only the points whose step time is at most this
+     * many times the fastest point's (>= 1); 0: every point (the default).
+     * Candidates whose time bound is above that are pruned (search_plan).
+     */
+    double pareto_within;
     int no_compose;             /* simulate every candidate in full (no composed estimates) */
     uint32_t compose_saves;     /* compose only when it saves simulating this many microbatches
                                    (search_compose_counts); default SEARCH_COMPOSE_SAVES */
@@ -118,7 +124,7 @@ void search_config_init(search_config *cfg);
  * "pp" "8", "microbatches" "4,8", "virtual-stages" "2", "schedule"
  * "gpipe,1f1b,interleaved:2" (":V" also adds V to virtual-stages),
  * "recompute" "none,full", "zero" "0,1", "sequence-parallel" "0,1",
- * "overlap-grad-reduce" "1", "devices" "16", "top" "5", "headroom" "0.9",
+ * "overlap-grad-reduce" "1", "devices" "16", "top" "5", "headroom" "0.9", "pareto-within" "1.25",
  * "objective" "time|throughput", "shard" "1/4". Returns 0, DI_ENOTFOUND for
  * an unknown name or DI_EINVAL for a bad value (err says which).
  */
@@ -687,6 +693,7 @@ typedef struct search_result {
     search_point *top; /* best first */
     uint32_t npareto, capacity_pareto;
     search_point *pareto; /* ascending step time (then memory, index) */
+    double pareto_within; /* the config's: pareto holds steps <= this x pareto[0]'s; 0: all */
 } search_result;
 
 /* An empty result for sp's objective, K and device count; free with search_result_fini. */

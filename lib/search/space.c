@@ -272,6 +272,16 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
                                 value ? value : "");
         return 0;
     }
+    if (strcmp(name, "pareto-within") == 0) {
+        char *end;
+        double v = value ? strtod(value, &end) : 0;
+        if (value == NULL || end == value || *end != '\0' || !(v == 0 || (v >= 1 && v < 1e30)))
+            return di_error_set(err, DI_EINVAL,
+                                "pareto-within: '%s' is not a ratio >= 1 (or 0: no limit)",
+                                value ? value : "");
+        cfg->pareto_within = v;
+        return 0;
+    }
     if (strcmp(name, "headroom") == 0) {
         char *end;
         double v = value ? strtod(value, &end) : 0;
@@ -582,6 +592,10 @@ space_key(search_space *sp)
         di_sha256_update(&h, "no-time-bound", 13);
     if (cfg->ndevice_counts > 0)
         hash_set(&h, cfg->device_counts, cfg->ndevice_counts);
+    if (cfg->pareto_within > 0) { /* which points the Pareto set holds, which are pruned */
+        di_sha256_update(&h, "pareto-within", 13);
+        di_sha256_u64(&h, di_double_bits(cfg->pareto_within));
+    }
     if (cfg->target_step_s > 0 || cfg->price_per_device_hour > 0 || cfg->train_tokens > 0) {
         double v[3] = {cfg->target_step_s, cfg->price_per_device_hour, cfg->train_tokens};
         for (int i = 0; i < 3; i++)

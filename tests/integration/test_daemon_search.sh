@@ -2,7 +2,7 @@
 # test_daemon_search.sh: the Search RPC through the C client (distir search
 # --server). Checks: the daemon's JSON equals the in-process search byte for
 # byte with 1 and with 2 workers, also for a throughput objective with
-# constraints and for the four shards of --shard i/4 (whose merge is the
+# constraints (a Pareto set within 1.5x the fastest step among them) and for the four shards of --shard i/4 (whose merge is the
 # whole); the tables print; a space above --max-search-candidates is
 # RESOURCE_EXHAUSTED and a bad request INVALID_ARGUMENT; a search whose
 # deadline passes ends DEADLINE_EXCEEDED, its workers stop early (the log's
@@ -18,7 +18,8 @@ T="timeout 60"
 $T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 24 \
     -o "$TMP/gpt.pb" || fail "model gpt"
 LIMITS="--devices 8 --recompute none,full --zero 0,3 --microbatches 1,2,4 --top 3"
-OTHER="--devices 4 --objective throughput --tp 1,2 --schedule 1f1b,interleaved:2 --headroom 0.5 --top 2"
+OTHER="--devices 4 --objective throughput --tp 1,2 --schedule 1f1b,interleaved:2 --headroom 0.5 --top 2
+    --pareto-within 1.5"
 
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json >"$TMP/local.json" || fail "local search"
@@ -29,6 +30,8 @@ for i in 0 1 2 3; do
     $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --shard "$i/4" >"$TMP/local_shard$i.json" ||
         fail "local shard $i"
 done
+
+check "--pareto-within reaches the result" grep -q '"pareto_within":1.5' "$TMP/local_other.json"
 
 for w in 1 2; do
     start_daemon "w$w" --workers "$w" || { fail "daemon start ($w workers)"; continue; }
