@@ -1361,9 +1361,25 @@ test_time_bound_late(void **state)
         print_message("sp %d: late bytes %.0f %.0f %.0f\n", e->sequence_parallel,
                       e->time.bwd_tp_late_bytes[0], e->time.bwd_tp_late_bytes[1],
                       e->time.bwd_tp_late_bytes[2]);
+        print_message("sp %d: repeated forward's reductions %.0f %.0f\n", e->sequence_parallel,
+                      e->time.re[STRATEGY_RECOMPUTE_SELECTIVE].tp_reduce_bytes,
+                      e->time.re[STRATEGY_RECOMPUTE_FULL].tp_reduce_bytes);
         assert_true(e->time.bwd_tp_late_bytes[STRATEGY_RECOMPUTE_NONE] == 1048576.0);
         assert_true(e->time.bwd_tp_late_bytes[STRATEGY_RECOMPUTE_SELECTIVE] == 1048576.0);
-        assert_true(e->time.bwd_tp_late_bytes[STRATEGY_RECOMPUTE_FULL] == 0.0);
+        assert_true(e->time.bwd_tp_late_bytes[STRATEGY_RECOMPUTE_FULL] == 1048576.0);
+        /*
+         * The repeated forward, as the backward chunk emits it: selective
+         * recomputation repeats the attention core, no collective; full
+         * repeats what the backward reads (not the second MLP GEMM, whose
+         * output no backward op reads), the attention projection's reduction
+         * (512 KiB: 1,024 tokens x 256 x 2 bytes) and, under sequence
+         * parallelism, the gathers before the QKV and first MLP GEMMs too,
+         * each read by the next op emitted.
+         */
+        assert_true(e->time.re[STRATEGY_RECOMPUTE_SELECTIVE].tp_reduce_bytes == 0.0);
+        assert_true(e->time.re[STRATEGY_RECOMPUTE_FULL].tp_reduce_bytes ==
+                    (e->sequence_parallel ? 3 : 1) * 524288.0);
+        assert_true(e->time.re_tp_late_bytes[STRATEGY_RECOMPUTE_FULL] == 0.0);
     }
     assert_int_equal(tables, 2); /* with and without sequence parallelism */
     assert_true(sp.nlayer_mem <= 8);

@@ -1568,8 +1568,9 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
 }
 
 /*
- * The backward reductions with compute ops between them and their reader
- * (xform_layer_time.bwd_tp_late_bytes): the compute stream spends at least
+ * The backward chunk's reductions with compute ops between them and their
+ * reader (xform_layer_time.bwd_tp_late_bytes, and re_tp_late_bytes for the
+ * repeated forward's: bytes, between): the compute stream spends at least
  * the collective's time from the reduced op's end to the reader's start,
  * running meanwhile only those ops (counted in the work at their terms,
  * bwd_tp_late_between) and what the chunk emits after an op that makes a
@@ -1579,11 +1580,10 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
  * collectives' time less those, when positive.
  */
 static double
-late_reductions(const struct search_layer_mem *e, const search_candidate *c,
-                const xform_layer_time *t, int r, double q)
+late_reductions(const struct search_layer_mem *e, const search_candidate *c, double bytes,
+                const xform_work_bound *between, double q)
 {
-    double late = e->tp_slope * t->bwd_tp_late_bytes[r] * q -
-                  xform_work_time(&t->bwd_tp_late_between[r], q);
+    double late = e->tp_slope * bytes * q - xform_work_time(between, q);
     if (c->zero <= 1 && c->microbatches >= 2)
         late -= e->accumulate_max_s;
     return late > 0 ? late : 0;
@@ -1597,7 +1597,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const struct search_split_gemm *split;
     const xform_layer_time *t;
     xform_layer_time lt;
-    double q, w, wg, red, rb = 0, chain, bound = 0, m = (double)c->microbatches, edge[4], acc;
+    double q, w, wg, red, rb = 0, rre = 0, chain, bound = 0, m = (double)c->microbatches,
+                           edge[4], acc;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1630,11 +1631,14 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL) {
         w += xform_work_time(&t->re[r], q);
         wg += xform_gemm_time(&t->re[r], q);
-        red += e->tp_slope * t->re[r].tp_reduce_bytes * q;
+        rre = e->tp_slope * t->re[r].tp_reduce_bytes * q +
+              late_reductions(e, c, t->re_tp_late_bytes[r], &t->re_tp_late_between[r], q);
+        red += rre;
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
-        rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q + late_reductions(e, c, t, r, q);
+        rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q +
+             late_reductions(e, c, t->bwd_tp_late_bytes[r], &t->bwd_tp_late_between[r], q);
     red += rb;
     w += red;
     for (int k = 0; k < 4; k++)
@@ -1647,7 +1651,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         double fw = xform_work_time(&t->fwd, q) + rf, fc = xform_gemm_time(&t->fwd, q) + rf;
         double bw = xform_work_time(&t->bwd, q), bc = xform_gemm_time(&t->bwd, q);
         if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
-            bw += xform_work_time(&t->re[r], q) + e->tp_slope * t->re[r].tp_reduce_bytes * q;
+            bw += xform_work_time(&t->re[r], q) + rre;
         bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb, edge, acc);
     }
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {

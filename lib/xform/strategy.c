@@ -1070,24 +1070,6 @@ tp_divides(const xf_ctx *c, ir_id op)
 /* The number of work terms per (slot, layer): xform_work_bound's fields. */
 #define WORK_TERMS 7
 
-/*
- * Whether op's first result needs a collective over the tensor axis before
- * the next compute op of the function (views and plumbing aside) reads it:
- * a partial sum to reduce (an all-reduce, a reduce-scatter under sequence
- * parallelism), or a value split over the tensor axis that the next op
- * needs whole (sequence parallelism's all-gather); that op reads no other
- * value needing one, is in the same layer (a stage boundary falls between
- * layers) and, where set is given (the ops a recomputation repeats), is
- * repeated too. The next op cannot start before the collective, which
- * cannot start before op ends, and nothing the bound counts runs between
- * them (xform_work_bound.tp_reduce_bytes). *nextp: that next op.
- *
- * Gathers count only outside the repeated forward (set NULL): the pipeline
- * assembly emits a repeated op at its first use, so between a repeated op
- * and the next in program order the order is what the uses make it, and a
- * value several ops read (a layer norm's, before the query, key and value
- * GEMMs) may be made long before the op counted as reading it.
- */
 /* Compute op's (first) result when it is not replicated on the tensor axis, else 0. */
 static ir_id
 tp_unreplicated_result(const xf_ctx *c, ir_id op)
@@ -1116,8 +1098,21 @@ tp_input_needs(const xf_ctx *c, uint32_t ref, int gathers, ir_id *storage)
            c->place[*storage].a[XF_TP] == XF_P;
 }
 
+/*
+ * Whether forward op's first result needs a collective over the tensor
+ * axis before the next compute op of the function (views and plumbing
+ * aside) reads it: a partial sum to reduce (an all-reduce, a reduce-scatter
+ * under sequence parallelism), or a value split over the tensor axis that
+ * the next op needs whole (sequence parallelism's all-gather); that op
+ * reads no other value needing one and is in the same layer (a stage
+ * boundary falls between layers). The next op cannot start before the
+ * collective, which cannot start before op ends, and nothing the bound
+ * counts runs between them (xform_work_bound.tp_reduce_bytes). *nextp: that
+ * next op. The backward chunk's, repeated forward included, are counted on
+ * the order the pipeline assembly emits them in (emitted_reductions).
+ */
 static int
-tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, ir_id *nextp)
+tp_reduced_next(const xf_ctx *c, const uint32_t *pos, ir_id op, ir_id *nextp)
 {
     const ir_module *m = c->m;
     const ir_region *r = &m->regions[c->func];
@@ -1130,11 +1125,11 @@ tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id 
         if (!(ir_opkind_info(m->ops[r->ops[i]].kind)->flags & IR_OPF_FREE))
             next = r->ops[i];
     if (next == 0 || (ir_opkind_info(m->ops[next].kind)->flags & IR_OPF_COMM) ||
-        c->op[next].layer != c->op[op].layer || (set && !set[next]))
+        c->op[next].layer != c->op[op].layer)
         return 0;
     for (uint32_t i = 0; i < m->ops[next].ninput; i++) {
         ir_id v;
-        int need = tp_input_needs(c, m->ops[next].inputs + i, !set, &v);
+        int need = tp_input_needs(c, m->ops[next].inputs + i, 1, &v);
         if (need && v == out)
             reads = 1;
         else if (need)
@@ -1142,31 +1137,6 @@ tp_reduced_next(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id 
     }
     *nextp = next;
     return reads;
-}
-
-/*
- * Whether op (of the sequential function) reads, directly or through views
- * and plumbing, a value made by an op of set: the pipeline assembly emits
- * such a repeated op (lazily, at its first use in the backward chunk) right
- * before op.
- */
-static int
-reads_repeated(const xf_ctx *c, const uint8_t *set, ir_id op)
-{
-    const ir_module *m = c->m;
-    for (uint32_t i = 0; i < m->ops[op].ninput; i++) {
-        ir_id v = m->refs[m->ops[op].inputs + i], d = m->values[v].def;
-        for (;;) {
-            if (d && set[d])
-                return 1;
-            if (!d || !(ir_opkind_info(m->ops[d].kind)->flags & IR_OPF_FREE) ||
-                m->ops[d].ninput == 0 || m->ops[d].kind == IR_OP_CONSTANT)
-                break;
-            v = m->refs[m->ops[d].inputs];
-            d = m->values[v].def;
-        }
-    }
-    return 0;
 }
 
 /*
@@ -1248,11 +1218,12 @@ add_terms(const xf_ctx *c, ir_id op, int tf32, double *w, double *flop_s)
 
 /*
  * Adds op's lower-bound terms (xform_work_bound) to its layer's slot k of
- * per (add_terms) and its tensor-axis reduction; a GEMM to g.
+ * per (add_terms) and, in the forward slot (0), its tensor-axis reduction;
+ * a GEMM to g.
  */
 static void
-add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int tf32,
-         double *per, uint32_t L, uint32_t k, gemm_list *g)
+add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, int tf32, double *per, uint32_t L,
+         uint32_t k, gemm_list *g)
 {
     int32_t li = xf_layer_index(c, c->op[op].layer);
     ir_id next;
@@ -1269,7 +1240,7 @@ add_work(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int
     default:
         return;
     }
-    if (k != 1 && tp_reduced_next(c, pos, set, op, &next))
+    if (k == 0 && tp_reduced_next(c, pos, op, &next))
         w[6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
 }
 
@@ -1300,99 +1271,8 @@ least_work(const double *per, uint32_t L, uint32_t k, xform_work_bound *out)
     work_bound_of(least, out);
 }
 
-/*
- * Adds to red[layer] the bytes (whole batch, per device) of each backward
- * op's partial sum over the tensor axis that the next op reads first
- * (tp_reduced_next), where the op that reads it reads nothing set repeats:
- * the pipeline assembly emits a repeated op at its first use, so one that
- * op read would run between them (xform_layer_time.bwd_tp_reduce_bytes).
- */
-/* At most this many compute ops between a backward reduction and its reader (tp_reduced_late). */
+/* At most this many compute ops between a reduction and its reader (emitted_reductions). */
 #define LATE_MAX 4
-
-/*
- * tp_reduced_next's backward case with compute ops between: op's result
- * needs a collective over the tensor axis, and the first later compute op
- * that reads it (views and plumbing aside), R, is in the same layer, needs
- * the collective and reads no other value needing one; the 1 to LATE_MAX
- * compute ops between them (a column-parallel GEMM's input gradient and
- * the layer norm's gradient that reads it have the weight gradient's cast
- * to f32 between them under mixed precision) are in the same layer, are no
- * collective, do not read op's result and, like R, read nothing set repeats
- * (a repeated op is emitted right before its first use: it would run in the
- * interval). The compute stream runs them in program order, so from op's
- * end to R's start it spends at least the collective's time, the ops
- * between running meanwhile: the bound may add the collective's time less
- * their terms (added to between, WORK_TERMS, on success). Returns the
- * result's bytes (whole batch, per device), or 0.
- */
-static double
-tp_reduced_late(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, ir_id op, int tf32,
-                double *between)
-{
-    const ir_module *m = c->m;
-    const ir_region *r = &m->regions[c->func];
-    double terms[WORK_TERMS] = {0}, flop_s;
-    uint32_t n = 0;
-    ir_id out = tp_unreplicated_result(c, op);
-    if (out == 0)
-        return 0;
-    for (uint32_t i = pos[op] + 1; i < r->nop; i++) {
-        ir_id x = r->ops[i];
-        int reads = 0, other = 0;
-        if (ir_opkind_info(m->ops[x].kind)->flags & IR_OPF_FREE)
-            continue;
-        if ((ir_opkind_info(m->ops[x].kind)->flags & IR_OPF_COMM) ||
-            c->op[x].layer != c->op[op].layer || set[x] || reads_repeated(c, set, x))
-            return 0;
-        for (uint32_t k = 0; k < m->ops[x].ninput; k++) {
-            ir_id sv;
-            int need = tp_input_needs(c, m->ops[x].inputs + k, 1, &sv);
-            if (m->refs[m->ops[x].inputs + k] == out || sv == out) {
-                if (!need)
-                    return 0; /* read without the collective: not a reduction's reader */
-                reads = 1;
-            } else if (need) {
-                other = 1;
-            }
-        }
-        if (reads) {
-            if (other || n == 0)
-                return 0; /* n == 0: tp_reduced_next's case */
-            for (int j = 0; j < WORK_TERMS; j++)
-                between[j] += terms[j];
-            return (double)ir_type_bytes(m, m->values[out].type);
-        }
-        /*
-         * What add_work counts of it; not a GEMM, whose FLOPs the search
-         * counts quantized (more than its terms here).
-         */
-        if (++n > LATE_MAX || add_terms(c, x, tf32, terms, &flop_s) == 1)
-            return 0;
-    }
-    return 0;
-}
-
-/*
- * ... and, where ops run between the reduction and its reader
- * (tp_reduced_late), adds the bytes to late[layer] and the ops' terms to
- * between[layer] (xform_layer_time.bwd_tp_late_bytes).
- */
-static void
-bwd_reductions(const xf_ctx *c, const uint32_t *pos, const uint8_t *set, const ir_id *bops,
-               uint32_t nb, int tf32, double *red, double *late, double *between)
-{
-    for (uint32_t j = 0; j < nb; j++) {
-        ir_id op = bops[j], next;
-        int32_t li = xf_layer_index(c, c->op[op].layer);
-        if (li < 0 || (uint32_t)li >= c->nlayer)
-            continue;
-        if (tp_reduced_next(c, pos, NULL, op, &next) && !reads_repeated(c, set, next))
-            red[li] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
-        else
-            late[li] += tp_reduced_late(c, pos, set, op, tf32, &between[(size_t)li * WORK_TERMS]);
-    }
-}
 
 /* Bytes of v one device holds at least while v is live (work_set_min). */
 static uint64_t
@@ -1425,33 +1305,19 @@ cmp_ws_event(const void *a, const void *b)
 }
 
 /*
- * xform_layer_facts.work_set_min for the recomputation mode whose repeated
- * ops set marks: the backward ops bops[0..nb) in program order, each
- * repeated op emitted right before its first use (as xf_body_get emits the
- * lazy ops of a backward chunk: depth first over the inputs); a value made
- * by one of them is live from its op to its last reader of the same layer
- * (readers in other layers and views' readers not counted: a lower bound).
- * Per layer the most bytes (batch-divided values, whole batch, one device)
- * live at once; the least over the layers. 0 without mb.
+ * A backward chunk's ops in the order the pipeline assembly emits them:
+ * the backward ops bops[0..nb) in program order, each repeated op (of set)
+ * right before its first use, depth first over the inputs (as xf_body_get
+ * emits the lazy ops of a backward chunk). Writes the n ops to order[] and
+ * epos[op] = its place from 1 (0: not emitted); stack and kin are scratch
+ * of m->nop entries, epos and kin zeroed. Returns n.
  */
-static uint64_t
-work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb,
-             const uint8_t *set)
+static uint32_t
+emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *set,
+              uint32_t *epos, ir_id *order, ir_id *stack, uint32_t *kin)
 {
     const ir_module *m = c->m;
-    uint32_t L = c->nlayer, n = 0, top = 0, nev = 0, cap = 0;
-    uint32_t *epos, *last, *kin;
-    ir_id *order, *stack;
-    ws_event *ev = NULL;
-    uint64_t *most, least = 0;
-    if (mb == NULL || L == 0 || nb == 0)
-        return 0;
-    epos = di_xcalloc(m->nop ? m->nop : 1, sizeof *epos);
-    kin = di_xcalloc(m->nop ? m->nop : 1, sizeof *kin);
-    order = di_xmalloc((m->nop ? m->nop : 1) * sizeof *order);
-    stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
-    last = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *last);
-    most = di_xcalloc(L, sizeof *most);
+    uint32_t n = 0, top = 0;
     for (uint32_t j = 0; j < nb; j++) {
         if (epos[bops[j]] || set[bops[j]])
             continue;
@@ -1473,6 +1339,138 @@ work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb
             top--;
         }
     }
+    return n;
+}
+
+/*
+ * The tensor-axis collectives a backward chunk's compute stream waits for,
+ * on its emitted order (emitted_order; the repeated forward's included,
+ * whose order is known there): op X's result needs a collective over the
+ * tensor axis (a partial sum to reduce, or a split value to gather) before
+ * R, the first later compute op that reads it (views and plumbing aside),
+ * which reads no other value needing one; X and R are in the same layer;
+ * the 0 to LATE_MAX compute ops between them are of that layer, no
+ * collective, no GEMM (the search counts a GEMM quantized, more than its
+ * terms) and do not read X's result; and X is not between the ends of a
+ * pair counted before it (the intervals are disjoint). R cannot start
+ * before the collective ends, which cannot start before X ends (nor before
+ * the collectives issued before it on the same communicator, which only
+ * delays it), and the stream runs the ops between in the meantime, so from
+ * X's end to R's start it spends at least the collective's time: the bound
+ * may add it less their terms. Per layer, X a backward op: its
+ * result's bytes (whole batch, per device) to red[layer] with no op
+ * between, else to late[layer] and the ops' terms to between[layer]
+ * (WORK_TERMS each); X repeated (set): the same to rred, rlate, rbetween.
+ */
+static void
+emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_t *set, int tf32,
+                   double *red, double *late, double *between, double *rred, double *rlate,
+                   double *rbetween)
+{
+    const ir_module *m = c->m;
+    uint32_t busy = 0; /* the place after the last counted pair's reader */
+    for (uint32_t p = 0; p < n; p++) {
+        ir_id x = order[p], out = tp_unreplicated_result(c, x);
+        int32_t li = xf_layer_index(c, c->op[x].layer);
+        double terms[WORK_TERMS] = {0}, flop_s;
+        uint32_t nbetween = 0;
+        if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer)
+            continue;
+        for (uint32_t q = p + 1; q < n; q++) {
+            ir_id y = order[q];
+            int reads = 0, other = 0;
+            if (ir_opkind_info(m->ops[y].kind)->flags & IR_OPF_FREE)
+                continue;
+            if ((ir_opkind_info(m->ops[y].kind)->flags & IR_OPF_COMM) ||
+                c->op[y].layer != c->op[x].layer)
+                break;
+            for (uint32_t k = 0; k < m->ops[y].ninput; k++) {
+                ir_id sv;
+                int need = tp_input_needs(c, m->ops[y].inputs + k, 1, &sv);
+                if (m->refs[m->ops[y].inputs + k] == out || sv == out) {
+                    if (!need)
+                        other = 1; /* read without the collective: not a reduction's reader */
+                    reads = 1;
+                } else if (need) {
+                    other = 1;
+                }
+            }
+            if (reads) {
+                double bytes = (double)ir_type_bytes(m, m->values[out].type);
+                int re = set[x] != 0;
+                if (other)
+                    break;
+                if (nbetween == 0) {
+                    (re ? rred : red)[li] += bytes;
+                } else {
+                    double *b = &(re ? rbetween : between)[(size_t)li * WORK_TERMS];
+                    (re ? rlate : late)[li] += bytes;
+                    for (int j = 0; j < WORK_TERMS; j++)
+                        b[j] += terms[j];
+                }
+                busy = q + 1;
+                break;
+            }
+            if (++nbetween > LATE_MAX || add_terms(c, y, tf32, terms, &flop_s) == 1)
+                break;
+        }
+    }
+}
+
+/*
+ * emitted_reductions of the backward chunk of recomputation mode `mode`
+ * (its repeated ops marked in set) into the mode's rows of red, late and
+ * between: [kind][mode][layer] (x WORK_TERMS for between), kind 0 the
+ * backward ops' reductions, 1 the repeated forward's.
+ */
+static void
+chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *set, int tf32,
+                 uint32_t mode, double *red, double *late, double *between)
+{
+    const ir_module *m = c->m;
+    size_t L = c->nlayer, b = (size_t)mode * L, r = (size_t)(3 + mode) * L;
+    uint32_t *epos = di_xcalloc(m->nop ? m->nop : 1, sizeof *epos);
+    uint32_t *kin = di_xcalloc(m->nop ? m->nop : 1, sizeof *kin);
+    ir_id *order = di_xmalloc((m->nop ? m->nop : 1) * sizeof *order);
+    ir_id *stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
+    uint32_t n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
+    emitted_reductions(c, order, n, set, tf32, red + b, late + b, between + b * WORK_TERMS,
+                       red + r, late + r, between + r * WORK_TERMS);
+    di_free(stack);
+    di_free(order);
+    di_free(kin);
+    di_free(epos);
+}
+
+/*
+ * xform_layer_facts.work_set_min for the recomputation mode whose repeated
+ * ops set marks: the backward ops bops[0..nb) in program order, each
+ * repeated op emitted right before its first use (as xf_body_get emits the
+ * lazy ops of a backward chunk: depth first over the inputs); a value made
+ * by one of them is live from its op to its last reader of the same layer
+ * (readers in other layers and views' readers not counted: a lower bound).
+ * Per layer the most bytes (batch-divided values, whole batch, one device)
+ * live at once; the least over the layers. 0 without mb.
+ */
+static uint64_t
+work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb,
+             const uint8_t *set)
+{
+    const ir_module *m = c->m;
+    uint32_t L = c->nlayer, n, nev = 0, cap = 0;
+    uint32_t *epos, *last, *kin;
+    ir_id *order, *stack;
+    ws_event *ev = NULL;
+    uint64_t *most, least = 0;
+    if (mb == NULL || L == 0 || nb == 0)
+        return 0;
+    epos = di_xcalloc(m->nop ? m->nop : 1, sizeof *epos);
+    kin = di_xcalloc(m->nop ? m->nop : 1, sizeof *kin);
+    order = di_xmalloc((m->nop ? m->nop : 1) * sizeof *order);
+    stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
+    last = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *last);
+    most = di_xcalloc(L, sizeof *most);
+    n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
     for (uint32_t p = 1; p <= n; p++) {
         const ir_op *o = &m->ops[order[p - 1]];
         for (uint32_t k = 0; k < o->ninput; k++) {
@@ -1537,8 +1535,12 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     uint8_t *set;  /* per op: repeated by the recomputation mode at hand */
     uint8_t *inl;  /* per place in the function: its op is in a layer of c */
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
-    double *red; /* recomputation mode x layer: the backward's reductions (bwd_reductions) */
-    double *late, *between; /* the same with ops between: bytes, and those ops' terms */
+    /*
+     * (backward's, repeated forward's) x recomputation mode x layer: the
+     * backward chunk's reductions (chunk_reductions); with ops between:
+     * bytes, and those ops' terms.
+     */
+    double *red, *late, *between;
     uint32_t nf = 0, nb = 0, L = c->nlayer;
     uint32_t first[2] = {UINT32_MAX, UINT32_MAX}, last[2] = {0, 0}; /* layers' ops: fwd, bwd */
     double edge[4 * WORK_TERMS] = {0};
@@ -1550,9 +1552,9 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     re = di_xmalloc((r->nop + 1) * sizeof *re);
     home = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *home);
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
-    red = di_xcalloc((size_t)3 * L, sizeof *red);
-    late = di_xcalloc((size_t)3 * L, sizeof *late);
-    between = di_xcalloc((size_t)3 * L * WORK_TERMS, sizeof *between);
+    red = di_xcalloc((size_t)6 * L, sizeof *red);
+    late = di_xcalloc((size_t)6 * L, sizeof *late);
+    between = di_xcalloc((size_t)6 * L * WORK_TERMS, sizeof *between);
     pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
     set = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     inl = di_xmalloc((r->nop + 1) * sizeof *inl);
@@ -1579,7 +1581,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
         else if (c->op[op].phase == XF_PH_BACKWARD)
             bops[nb++] = op;
         if (c->op[op].phase != XF_PH_STEP)
-            add_work(c, pos, NULL, op, tf32, per, L, fwd ? 0 : 1, &g);
+            add_work(c, pos, op, tf32, per, L, fwd ? 0 : 1, &g);
         /*
          * Ops outside the layers before the first layer's forward (the
          * embedding) and after the last's (the head and the loss), and their
@@ -1603,9 +1605,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
      * finds it (xf_recompute_ops), over the whole function as one program: a
      * stage boundary can only make a layer's output a further op to repeat.
      */
-    bwd_reductions(c, pos, set, bops, nb, tf32, red + (size_t)STRATEGY_RECOMPUTE_NONE * L,
-                   late + (size_t)STRATEGY_RECOMPUTE_NONE * L,
-                   between + (size_t)STRATEGY_RECOMPUTE_NONE * L * WORK_TERMS);
+    chunk_reductions(c, bops, nb, set, tf32, STRATEGY_RECOMPUTE_NONE, red, late, between);
     ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, mb, bops, nb, set);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
@@ -1621,30 +1621,39 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
         for (uint32_t j = 0; j < nre; j++)
             set[re[j]] = 1;
         for (uint32_t j = 0; j < nre; j++)
-            add_work(c, pos, set, re[j], tf32, per, L, k, &g);
-        bwd_reductions(c, pos, set, bops, nb, tf32, red + (size_t)mode * L, late + (size_t)mode * L,
-                       between + (size_t)mode * L * WORK_TERMS);
+            add_work(c, pos, re[j], tf32, per, L, k, &g);
+        chunk_reductions(c, bops, nb, set, tf32, mode, red, late, between);
         ws[mode] = work_set_min(c, mb, bops, nb, set);
-    }
-    for (uint32_t mode = 0; mode < 3; mode++) {
-        /* The least bytes, and the most of each term of the ops between (subtracted). */
-        double most[WORK_TERMS];
-        for (uint32_t l = 0; l < L; l++) {
-            if (l == 0 || red[mode * L + l] < out->bwd_tp_reduce_bytes[mode])
-                out->bwd_tp_reduce_bytes[mode] = red[mode * L + l];
-            if (l == 0 || late[mode * L + l] < out->bwd_tp_late_bytes[mode])
-                out->bwd_tp_late_bytes[mode] = late[mode * L + l];
-            for (int j = 0; j < WORK_TERMS; j++) {
-                double b = between[((size_t)mode * L + l) * WORK_TERMS + j];
-                most[j] = l == 0 || b > most[j] ? b : most[j];
-            }
-        }
-        work_bound_of(most, &out->bwd_tp_late_between[mode]);
     }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
     least_work(per, L, 2, &out->re[STRATEGY_RECOMPUTE_SELECTIVE]);
     least_work(per, L, 3, &out->re[STRATEGY_RECOMPUTE_FULL]);
+    for (uint32_t kind = 0; kind < 2; kind++)
+        for (uint32_t mode = 0; mode < 3; mode++) {
+            /* The least bytes, and the most of each term of the ops between (subtracted). */
+            size_t row = (size_t)(3 * kind + mode) * L;
+            double most[WORK_TERMS], least_red = 0, least_late = 0;
+            for (uint32_t l = 0; l < L; l++) {
+                if (l == 0 || red[row + l] < least_red)
+                    least_red = red[row + l];
+                if (l == 0 || late[row + l] < least_late)
+                    least_late = late[row + l];
+                for (int j = 0; j < WORK_TERMS; j++) {
+                    double b = between[(row + l) * WORK_TERMS + j];
+                    most[j] = l == 0 || b > most[j] ? b : most[j];
+                }
+            }
+            if (kind == 0) {
+                out->bwd_tp_reduce_bytes[mode] = least_red;
+                out->bwd_tp_late_bytes[mode] = least_late;
+                work_bound_of(most, &out->bwd_tp_late_between[mode]);
+            } else {
+                out->re[mode].tp_reduce_bytes = least_red;
+                out->re_tp_late_bytes[mode] = least_late;
+                work_bound_of(most, &out->re_tp_late_between[mode]);
+            }
+        }
     if (g.ok) {
         out->gemms = g.v;
         out->ngemm = g.n;

@@ -187,17 +187,18 @@ typedef struct xform_work_bound {
     double other_s, other_launch_s;
     /*
      * Bytes per device (whole batch) of the values that need a collective
-     * over the tensor axis before the next op in program order reads them: a
-     * forward op whose result is partial on the tensor axis (an all-reduce, a
-     * reduce-scatter under sequence parallelism), or split on it where the
-     * next op needs it whole (sequence parallelism's all-gather; not in the
-     * repeated-forward slots, emitted in the order of their uses), followed
-     * directly (views aside) by a compute op that reads it and no other value
-     * needing one. The device's compute stream (in program order) waits for
-     * each such collective, which costs at least its payload times the least
+     * over the tensor axis before the next op reads them: a forward op whose
+     * result is partial on the tensor axis (an all-reduce, a reduce-scatter
+     * under sequence parallelism), or split on it where the next op needs it
+     * whole (sequence parallelism's all-gather), followed directly (views
+     * aside) by a compute op that reads it and no other value needing one.
+     * The device's compute stream (in program order) waits for each such
+     * collective, which costs at least its payload times the least
      * reduce-scatter or all-gather slope of the tensor group. Forward and
      * repeated-forward slots only (the backward's:
-     * xform_layer_time.bwd_tp_reduce_bytes).
+     * xform_layer_time.bwd_tp_reduce_bytes); "next" in the repeated forward
+     * is in the order the backward chunk emits its ops (a repeated op right
+     * before its first use).
      */
     double tp_reduce_bytes;
 } xform_work_bound;
@@ -261,19 +262,19 @@ typedef struct xform_layer_time {
     /*
      * Per recomputation mode: bytes per device (whole batch) of the backward
      * ops' results that need a collective over the tensor axis before the
-     * next op in program order reads them, as tp_reduce_bytes (the
-     * column-parallel GEMMs' input gradients; under sequence parallelism the
-     * gathered output gradients too), counted only where that next op reads nothing
-     * the mode repeats (a repeated op is emitted right before its first
-     * reader, and could run during the reduction). The least over the layers.
+     * next op reads them, as tp_reduce_bytes (the column-parallel GEMMs'
+     * input gradients; under sequence parallelism the gathered output
+     * gradients too), in the order the backward chunk emits its ops (each
+     * repeated op right before its first use: one emitted between them is
+     * the case below). The least over the layers.
      */
     double bwd_tp_reduce_bytes[3];
     /*
      * Per recomputation mode: the same of the backward reductions whose
      * reader comes after 1 to 4 other compute ops of the layer (the weight
      * gradient's cast to f32 between a column-parallel GEMM's input gradient
-     * and the layer norm's gradient that reads it), none reading anything the
-     * mode repeats; the least over the layers. Those ops run while the
+     * and the layer norm's gradient that reads it), none a GEMM or a
+     * collective; the least over the layers. Those ops run while the
      * collective does, so the bound adds the collective's time less
      * bwd_tp_late_between's (their terms, the most over the layers, as the
      * work counts them) and less what else may run there (the gradient
@@ -281,6 +282,12 @@ typedef struct xform_layer_time {
      */
     double bwd_tp_late_bytes[3];
     xform_work_bound bwd_tp_late_between[3];
+    /*
+     * The same of the repeated forward (re[r].tp_reduce_bytes those with no
+     * op between), on the order in which the pipeline assembly emits it.
+     */
+    double re_tp_late_bytes[3];
+    xform_work_bound re_tp_late_between[3];
 } xform_layer_time;
 
 /*
