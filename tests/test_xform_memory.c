@@ -406,6 +406,56 @@ test_zero_divides(void **state)
 }
 
 /*
+ * ZeRO-2 and -3 reduce-scatter each gradient as its bucket fills (one
+ * microbatch, overlap_grad_reduce, 1 MiB buckets: each layer's 4 MiB f32
+ * weight gradient is a bucket of its own) and keep only their shard: the
+ * whole gradient is freed once reduced (DeepSpeed, FSDP), not held for the
+ * step as Megatron-LM's contiguous buffer, which ZeRO-1 keeps. MLP of 4
+ * layers of 1024 x 1024 f32 weights with biases on dp 4: ZeRO-1's peak holds
+ * every gradient whole (4 x (4 MiB + 4 KiB)); ZeRO-2's and -3's at most the
+ * shards (a quarter of that) and two whole layers' gradients (the one the
+ * backward makes and the one being reduced).
+ */
+static void
+test_zero_transient_grads(void **state)
+{
+    models_mlp c;
+    ir_module *m = NULL;
+    hw_model *hw = preset("a100-dgx");
+    strategy s;
+    uint64_t z[SIM_NMEMCLASS];
+    const uint64_t layer = (1024 * 1024 + 1024) * 4, all = 4 * layer;
+    di_error err;
+    (void)state;
+    models_mlp_init(&c);
+    c.layers = 4;
+    c.hidden = 1024;
+    c.batch = 64;
+    c.train.optimizer = XFORM_OPTIM_ADAM;
+    assert_int_equal(models_mlp_build(&c, &m, &err), 0);
+    for (uint32_t k = 1; k <= 3; k++) {
+        sim_result *r;
+        xform_strategy_init(&s);
+        s.dp = 4;
+        s.microbatches = 1;
+        s.overlap_grad_reduce = 1;
+        s.bucket_mb = 1;
+        s.zero = k;
+        r = simulate_strategy(m, &s, hw);
+        class_max(r, z);
+        fprintf(stderr, "zero %u, one microbatch, overlap: gradients %llu bytes at most\n", k,
+                (unsigned long long)z[SIM_MEM_GRADIENTS]);
+        if (k == 1)
+            assert_true(z[SIM_MEM_GRADIENTS] >= all);
+        else
+            assert_true(z[SIM_MEM_GRADIENTS] <= all / 4 + 2 * layer);
+        sim_result_free(r);
+    }
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
  * Weight stashing shows in the memory model as stashed weights: PipeDream
  * keeps one copy of a stage's backward weights per in-flight microbatch
  * (1F1B: p - i on stage i), 2BW one copy per stage. MLP of 4 layers of
@@ -468,6 +518,7 @@ main(void)
         cmocka_unit_test(test_bubble_interleaved),
         cmocka_unit_test(test_full_recompute_every_stage),
         cmocka_unit_test(test_zero_divides),
+        cmocka_unit_test(test_zero_transient_grads),
         cmocka_unit_test(test_stash_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -550,6 +550,8 @@ op_bits(sim *s, ir_id op)
             b |= OPB_ACCUM;
         if (strcmp(ir_op_string(m, op, "dist.phase", ""), "backward") == 0)
             b |= OPB_BACKWARD;
+        if (m->ops[op].nattr && ir_op_int(m, op, "dist.transient", 0) != 0)
+            b |= OPB_TRANSIENT;
         s->opbits[op] = (uint8_t)b;
     }
     return s->opbits[op];
@@ -644,9 +646,13 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                     inst_produce(&s->inst[idx], start, end);
                     if (s->vfused && s->vfused[o->outputs + i])
                         s->inst[idx].flags |= INST_FUSED;
-                    /* A gradient the backward pass makes: a gradient buffer. */
+                    /*
+                     * A gradient the backward pass makes: a gradient buffer, unless
+                     * it is reduce-scattered as made (dist.transient: ZeRO-2/3 keep
+                     * only their shard, freeing the whole gradient once reduced).
+                     */
                     if (s->vclass[o->outputs + i] == SIM_MEM_GRADIENTS &&
-                        (op_bits(s, op) & OPB_BACKWARD))
+                        (op_bits(s, op) & (OPB_BACKWARD | OPB_TRANSIENT)) == OPB_BACKWARD)
                         s->inst[idx].flags |= INST_GRADBUF;
                 }
             }

@@ -205,6 +205,7 @@ typedef struct sim {
 #define OPB_KNOWN 1u    /* the bits below are read */
 #define OPB_ACCUM 2u    /* dist.accumulate: adds into its first input's storage */
 #define OPB_BACKWARD 4u /* dist.phase = "backward" */
+#define OPB_TRANSIENT 8u /* dist.transient: its gradient is no gradient buffer (ZeRO-2/3) */
 
 /* The context an op runs in: top level, or the instances of a pmap body. */
 typedef struct ctx {

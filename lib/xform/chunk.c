@@ -322,6 +322,27 @@ leaf_want(const pl *P, ir_id v, const xf_local *l, int8_t tgt)
 }
 
 /* Finishes leaf j (see leafbuf). */
+/*
+ * Marks the op that makes v's storage (through views) dist.transient: a
+ * gradient ZeRO-2/3 reduce-scatters as its bucket fills is no gradient
+ * buffer held for the step (docs/simulator.md, Memory): DeepSpeed and FSDP
+ * keep only the shard, and free the whole gradient once it is reduced.
+ */
+static void
+mark_transient(ir_module *out, ir_id v)
+{
+    for (;;) {
+        ir_id d = out->values[v].def;
+        if (d == 0)
+            return;
+        if (!(ir_opkind_info(out->ops[d].kind)->flags & IR_OPF_FREE) || out->ops[d].ninput == 0) {
+            ir_op_set_int(out, d, "dist.transient", 1);
+            return;
+        }
+        v = out->refs[out->ops[d].inputs];
+    }
+}
+
 static int
 leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
 {
@@ -339,6 +360,7 @@ leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
         xf_place want = leaf_want(P, v, &l, tgt);
         if (tgt == 0 && want.a[XF_TP] == l.pl.a[XF_TP] && xf_body_scatter_ok(b, &l)) {
             /* Reduce-scattered by buckets; accumulated once its bucket is split. */
+            mark_transient(P->out, l.v);
             lb->fin[j] = l;
             lb->pending[j] = 1;
             return bucket_add(P, lb, j, 1);
