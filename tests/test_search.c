@@ -1148,6 +1148,54 @@ test_memory_bound(void **state)
 }
 
 /*
+ * The weights outside the layers, which the memory bound adds to the first
+ * and the last pipeline group (xform_layer_facts.edge_state): a bf16 GPT
+ * with Adam (mixed precision: bf16 weights, f32 master weights and
+ * moments, 14 bytes per parameter; f32 gradients, 4) of vocabulary 13,
+ * hidden 256 and sequence 8 has the token and position embeddings before
+ * its layers, (13 + 8) x 256 = 5,376 parameters, and none after them (no
+ * final layer norm parameters; the head reads the token embedding, tied,
+ * counted on the first group only). tp 1, whole: 75,264 bytes of state,
+ * 10,752 of weights, 21,504 of gradients before; nothing after.
+ */
+static void
+test_memory_bound_edges(void **state)
+{
+    ir_module *m = gpt_as(4, 256, 8, 8, 96, 1);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    di_error err;
+    uint32_t found = 0;
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 8;
+    assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
+    space_ok(&sp, m, hw, &cfg);
+    search_space_analyse(&sp);
+    for (uint32_t i = 0; i < sp.nlayer_mem; i++) {
+        const struct search_layer_mem *e = &sp.layer_mem[i];
+        if (e->tp != 1 || !e->ok)
+            continue;
+        found++;
+        print_message("edges: state %llu %llu, params %llu %llu, grads %llu %llu\n",
+                      (unsigned long long)e->edge_state[0], (unsigned long long)e->edge_state[1],
+                      (unsigned long long)e->edge_param[0], (unsigned long long)e->edge_param[1],
+                      (unsigned long long)e->edge_grad[0], (unsigned long long)e->edge_grad[1]);
+        assert_int_equal(e->edge_state[0], 5376 * 14);
+        assert_int_equal(e->edge_param[0], 5376 * 2);
+        assert_int_equal(e->edge_grad[0], 5376 * 4);
+        assert_int_equal(e->edge_state[1], 0);
+        assert_int_equal(e->edge_param[1], 0);
+        assert_int_equal(e->edge_grad[1], 0);
+    }
+    assert_int_equal(found, 1);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
  * The memory bound counts the gradient buffers, which the simulator holds
  * from the start of the step (ZeRO 0 and 1 with two microbatches or more),
  * together with the state, the in-flight activations of the warm-up and the
@@ -2114,6 +2162,7 @@ main(void)
         cmocka_unit_test(test_headroom),
         cmocka_unit_test(test_memory_bound),
         cmocka_unit_test(test_memory_bound_tight),
+        cmocka_unit_test(test_memory_bound_edges),
         cmocka_unit_test(test_time_bound_tight),
         cmocka_unit_test(test_time_bound_late),
         cmocka_unit_test(test_memory_bound_working_set),

@@ -758,6 +758,9 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         e->state_min = f.state_min;
         e->param_min = f.param_min;
         e->grad_min = f.grad_min;
+        memcpy(e->edge_state, f.edge_state, sizeof e->edge_state);
+        memcpy(e->edge_param, f.edge_param, sizeof e->edge_param);
+        memcpy(e->edge_grad, f.edge_grad, sizeof e->edge_grad);
         e->time = f.time;
         if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
             double ag = group_slope(sp->hw, IR_OP_ALLGATHER, e->tp, 1);
@@ -1356,6 +1359,26 @@ held(const search_space *sp, const search_candidate *c, uint32_t k, double a, do
  * place, and without overlap nothing is reduced before the backward ends:
  * per layer s + g there. So w_g a + s above becomes the larger of the two.
  */
+/*
+ * What a device holds for the whole step of the weights outside the layers
+ * that its pipeline stage runs (xform_layer_facts.edge_state: the
+ * embedding's on the first stage, the head's on the last; bytes per
+ * device): as a layer's s and g in layer_bound, from the state, parameter
+ * and gradient bytes.
+ */
+static double
+edge_held(const search_candidate *c, uint64_t state, uint64_t param, uint64_t grad)
+{
+    double s = (double)state / (c->zero ? c->dp : 1), g = 0;
+    if ((c->zero == 1 || c->zero == 2) && param <= state)
+        s = (double)(state - param) / c->dp + (double)param;
+    if (c->zero <= 1 && c->microbatches >= 2)
+        g = (double)grad;
+    else if (c->microbatches >= 2)
+        g = (double)grad / c->dp;
+    return floor(s) + floor(g);
+}
+
 static uint64_t
 layer_bound(const search_space *sp, const search_candidate *c)
 {
@@ -1409,10 +1432,15 @@ layer_bound(const search_space *sp, const search_candidate *c)
         ws = floor((double)e->work_set_min[r] / ((double)c->dp * c->microbatches));
     if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
         /* The layers each group holds are known: the busiest group. */
-        double most = 0;
+        double most = 0, edge[2] = {0, 0};
+        if (e != NULL && e->ok && c->ep <= 1)
+            for (int x = 0; x < 2; x++)
+                edge[x] = edge_held(c, e->edge_state[x], e->edge_param[x], e->edge_grad[x]);
         for (uint32_t k = 0; k < c->pp; k++) {
             /* Each model stage of the group with its own in-flight chunks. */
             double h = ws > a ? ws - a : 0;
+            /* The embedding's state on the first group, the head's on the last. */
+            h += (k == 0 ? edge[0] : 0) + (k + 1 == c->pp ? edge[1] : 0);
             for (uint32_t j = k, v = 0; j < st->nstage; j += c->pp, v++)
                 h += st->layers[j] * (in_flight(sp, c, k, v) * a + s + g);
             if (h > most)

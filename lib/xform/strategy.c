@@ -932,6 +932,82 @@ state_min(const xf_ctx *c, uint64_t *param_least, uint64_t *grad_least)
     return least;
 }
 
+/*
+ * xform_layer_facts.edge_state, edge_param and edge_grad: as state_min, of
+ * the weights no layer's forward op reads, by their first forward reader:
+ * before the first layer's forward (e = 0: the embedding, on the first
+ * pipeline stage) or after (e = 1: the final norm and the head, on the
+ * last), with the other arguments of their updates; per device, whole.
+ */
+static void
+edge_state(const xf_ctx *c, uint64_t state[2], uint64_t params[2], uint64_t grads[2])
+{
+    const ir_module *m = c->m;
+    const ir_region *r = &m->regions[c->func];
+    int8_t *edge = di_xmalloc(m->nvalue ? m->nvalue : 1);
+    uint8_t *param = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    int seen_layer = 0;
+    memset(edge, -1, m->nvalue ? m->nvalue : 1);
+    state[0] = state[1] = params[0] = params[1] = grads[0] = grads[1] = 0;
+    for (uint32_t i = 0; i < r->nop; i++) {
+        const ir_op *o = &m->ops[r->ops[i]];
+        const xf_opinfo *oi = &c->op[r->ops[i]];
+        int in_layer = oi->layer >= 0 && xf_layer_index(c, oi->layer) >= 0;
+        if (oi->phase != XF_PH_FORWARD)
+            continue;
+        if (in_layer) {
+            seen_layer = 1;
+            for (uint32_t k = 0; k < o->ninput; k++) { /* a layer's weight (state_min's) */
+                ir_id v = storage_of(c, m->refs[o->inputs + k]);
+                if (m->values[v].def == 0)
+                    edge[v] = 2;
+            }
+            continue;
+        }
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = storage_of(c, m->refs[o->inputs + k]);
+            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && edge[v] < 0) {
+                edge[v] = (int8_t)seen_layer;
+                param[v] = 1;
+            }
+        }
+    }
+    if (!seen_layer) { /* no layers: no edges either */
+        di_free(edge);
+        di_free(param);
+        return;
+    }
+    for (uint32_t i = 0; i < r->nop; i++) {
+        const ir_op *o = &m->ops[r->ops[i]];
+        int e = -1;
+        if (!(ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM))
+            continue;
+        for (uint32_t k = 0; k < o->ninput && e < 0; k++) {
+            ir_id v = storage_of(c, m->refs[o->inputs + k]);
+            e = param[v] ? edge[v] : -1;
+        }
+        if (e < 0 || e > 1)
+            continue;
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id v = storage_of(c, m->refs[o->inputs + k]);
+            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && edge[v] < 0)
+                edge[v] = (int8_t)e;
+        }
+        if (o->ninput > 1)
+            grads[e] += grad_bytes(c, r->ops[i]);
+    }
+    for (uint32_t a = 0; a < r->narg; a++) {
+        ir_id v = r->args[a];
+        if (edge[v] == 0 || edge[v] == 1) {
+            state[edge[v]] += device_bytes(c, v);
+            if (param[v])
+                params[edge[v]] += device_bytes(c, v);
+        }
+    }
+    di_free(edge);
+    di_free(param);
+}
+
 int
 xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
 {
@@ -1698,6 +1774,7 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     }
     saved_min(&c, out->saved_min);
     out->state_min = state_min(&c, &out->param_min, &out->grad_min);
+    edge_state(&c, out->edge_state, out->edge_param, out->edge_grad);
     layer_params(&c, &out->params, &out->nparams);
     /* Last: it changes the recomputation marks. */
     layer_work(&c, tf32, have2 ? c2.place : NULL, &out->time, out->work_set_min);

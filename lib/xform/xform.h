@@ -312,6 +312,15 @@ typedef struct xform_layer_facts {
      * least over the layers; 0 when unknown.
      */
     uint64_t work_set_min[3];
+    /*
+     * The state (weights, optimizer state), parameters and gradients (at the
+     * updates' dtype) per device of the weights used only outside the
+     * layers: [0] before the first layer (the embedding, on the first
+     * pipeline stage), [1] after the last (the final norm and the head, on
+     * the last stage); none a layer reads (state_min's), each counted where
+     * first read (a weight both edges read, tied, only on the first).
+     */
+    uint64_t edge_state[2], edge_param[2], edge_grad[2];
     xform_layer_param *params;
     uint32_t nparams;
     xform_layer_time time;
