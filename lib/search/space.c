@@ -1430,6 +1430,19 @@ layer_bound(const search_space *sp, const search_candidate *c)
      */
     if (e != NULL && e->ok && c->cp <= 1 && c->ep <= 1)
         ws = floor((double)e->work_set_min[r] / ((double)c->dp * c->microbatches));
+    /*
+     * ZeRO-3 gathers a layer's weights whole before their first reader (an
+     * all-gather's result, besides the shard s counts; a weight ZeRO cannot
+     * split is held whole instead): when the group's first backward chunk
+     * starts the first op of its top layer that reads them, the device holds
+     * at least param (1 - 1 / dp) more, and as at ws's moment at most that
+     * layer's a of the microbatch may be freed. The larger of the two.
+     */
+    if (e != NULL && e->ok && c->zero == 3 && c->dp > 1 && c->cp <= 1 && c->ep <= 1) {
+        double wz = floor((double)param * (1 - 1.0 / c->dp));
+        if (wz > ws)
+            ws = wz;
+    }
     if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
         /* The layers each group holds are known: the busiest group. */
         double most = 0, edge[2] = {0, 0};
