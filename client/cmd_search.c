@@ -1,8 +1,9 @@
 /*
  * cmd_search.c: `distir search FILE [--hw PRESET|FILE] [--devices N[,N...]]
  * [--objective time|throughput|devices|cost] [--target-step S] [--price P]
- * [--train-tokens T] [--top K] [--json] [--shard i/n] [--headroom F] [--pareto-within R]
- * [--compose 0|1] [--time-bound 0|1] [--jobs N] [--math tf32|ieee] [--tp 1,2,4 ...]
+ * [--train-tokens T] [--top K] [--json] [--shard i/n] [--headroom F]
+ * [--pareto-within R] [--compose 0|1] [--time-bound 0|1] [--jobs N]
+ * [--math tf32|ieee] [--tp 1,2,4 ...]
  * [--fix pp=2 ...]
  * [--server ADDR [--timeout-ms N]]` and `distir search --merge A.json B.json ...`.
  *

@@ -224,7 +224,7 @@ pruned_by_bound(const search_space *sp, const search_result *r, const search_can
     int dominated = 0;
     if (r->npareto == 0 || !optimistic(sp, c, &opt) || may_top(r, &opt))
         return 0;
-    /* Under pareto_within: slower than the Pareto set may be (the fastest point only gets faster). */
+    /* Under pareto_within: slower than the Pareto set may be (the fastest only gets faster). */
     if (r->pareto_within > 0 && opt.step_time_s > r->pareto_within * r->pareto[0].step_time_s)
         return 1;
     for (uint32_t i = 0; i < r->npareto && !dominated; i++)

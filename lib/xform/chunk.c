@@ -321,7 +321,6 @@ leaf_want(const pl *P, ir_id v, const xf_local *l, int8_t tgt)
     return want;
 }
 
-/* Finishes leaf j (see leafbuf). */
 /*
  * Marks the op that makes v's storage (through views) dist.transient: a
  * gradient ZeRO-2/3 reduce-scatters as its bucket fills is no gradient
@@ -343,6 +342,7 @@ mark_transient(ir_module *out, ir_id v)
     }
 }
 
+/* Finishes leaf j (see leafbuf). */
 static int
 leaf_finish(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j)
 {
