@@ -12,7 +12,8 @@ Checks, each printed as "ok - ..." or "FAIL - ...":
   down by --test-delay-ms), with done non-decreasing, the total of the space
   and counts that add up to done; a cancelled search ends CANCELLED, its
   workers stop early, and the daemon stays SERVING and answers the next
-  search; garbage bytes and a bad constraint are INVALID_ARGUMENT.
+  search; garbage bytes and a bad constraint are INVALID_ARGUMENT; a Pareto set
+  cut at 1.2 times the fastest step (pareto_within) gives the CLI's JSON.
 """
 
 import json
@@ -165,6 +166,25 @@ def main():
               for p in res.top), [str(p.spec) for p in res.top])
     check("the result counts the whole space", res.space_candidates == res.enumerated == 548,
           (res.space_candidates, res.enumerated))
+
+    # A Pareto set within 1.2 times the fastest step (SearchConstraints.pareto_within): the
+    # CLI's answer byte for byte, every point within the ratio, the same top K.
+    cut_local = subprocess.run([DISTIR, "search", gpt, "--json", "--pareto-within", "1.2"] + flags,
+                               check=True, capture_output=True, text=True).stdout
+    creq = request()
+    creq.constraints.pareto_within = 1.2
+    cres = list(d.search(creq))[-1].result
+    cj = json.loads(cres.json)
+    check("pareto_within: the daemon's JSON equals the CLI's", cres.json + "\n" == cut_local,
+          (cres.json[:200], cut_local[:200]))
+    check("pareto_within: every Pareto point within 1.2 times the fastest, the same top K",
+          cj["pareto_within"] == 1.2 and cj["pareto"]
+          and all(p["step_time_s"] <= 1.2 * cj["pareto"][0]["step_time_s"] for p in cj["pareto"])
+          and [p["index"] for p in cj["top"]] == [p["index"] for p in j["top"]],
+          [p["step_time_s"] for p in cj["pareto"]])
+    check("pareto_within: the whole search's set reaches past the ratio, the cut one is shorter",
+          j["pareto"][-1]["step_time_s"] > 1.2 * j["pareto"][0]["step_time_s"]
+          and len(cj["pareto"]) < len(j["pareto"]), (len(cj["pareto"]), len(j["pareto"])))
 
     # ---------------------------------------------------------------- objectives, composition
     # The fewest devices among 2, 4 and 8 that reach a target step time, with the cost and
