@@ -1156,7 +1156,8 @@ test_memory_bound(void **state)
  * its layers, (13 + 8) x 256 = 5,376 parameters, and none after them (no
  * final layer norm parameters; the head reads the token embedding, tied,
  * counted on the first group only). tp 1, whole: 75,264 bytes of state,
- * 10,752 of weights, 21,504 of gradients before; nothing after.
+ * 10,752 of weights, 21,504 of gradients before; nothing after, and with
+ * the final layer norm's scale and bias, 512 parameters after.
  */
 static void
 test_memory_bound_edges(void **state)
@@ -1191,8 +1192,40 @@ test_memory_bound_edges(void **state)
     }
     assert_int_equal(found, 1);
     search_space_fini(&sp);
-    hw_free(hw);
     ir_module_free(m);
+    {
+        /* With the final layer norm's scale and bias (Megatron-LM's): 2 x 256 after. */
+        models_gpt g;
+        models_gpt_init(&g);
+        g.layers = 4;
+        g.hidden = 256;
+        g.heads = 8;
+        g.seq = 8;
+        g.vocab = 13;
+        g.batch = 96;
+        g.dropout = 0;
+        g.dtype = IR_BF16;
+        g.train.optimizer = XFORM_OPTIM_ADAM;
+        g.final_ln_params = 1;
+        assert_int_equal(models_gpt_build(&g, &m, &err), 0);
+        space_ok(&sp, m, hw, &cfg);
+        search_space_analyse(&sp);
+        found = 0;
+        for (uint32_t i = 0; i < sp.nlayer_mem; i++) {
+            const struct search_layer_mem *e = &sp.layer_mem[i];
+            if (e->tp != 1 || !e->ok)
+                continue;
+            found++;
+            assert_int_equal(e->edge_state[0], 5376 * 14);
+            assert_int_equal(e->edge_state[1], 512 * 14);
+            assert_int_equal(e->edge_param[1], 512 * 2);
+            assert_int_equal(e->edge_grad[1], 512 * 4);
+        }
+        assert_int_equal(found, 1);
+        search_space_fini(&sp);
+        ir_module_free(m);
+    }
+    hw_free(hw);
 }
 
 /*
