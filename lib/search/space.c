@@ -1336,6 +1336,32 @@ held(const search_space *sp, const search_candidate *c, uint32_t k, double a, do
 }
 
 /*
+ * What weights of state, param (the parameters alone) and grad (their
+ * gradients as accumulated) bytes, each divided by split, hold per device
+ * for the whole step under c's ZeRO stage (layer_bound): *s of weights and
+ * optimizer state, divided by dp under ZeRO (ZeRO-1 and -2 gather the
+ * parameters whole before the first chunk and keep them), and *g of
+ * gradient buffers, held from the start of the step with two microbatches
+ * or more (held, above): whole without ZeRO and under ZeRO-1; under ZeRO-2
+ * and -3 the buffers that accumulate the reduce-scattered shards (the
+ * simulator's gradient buffer is the first microbatch's shard, which later
+ * microbatches add to: sched.c), each gradient at least 1 / dp of it.
+ */
+static void
+zero_held(const search_candidate *c, uint64_t state, uint64_t param, uint64_t grad, double split,
+          double *s, double *g)
+{
+    *s = floor((double)state / (split * (c->zero ? c->dp : 1)));
+    if ((c->zero == 1 || c->zero == 2) && param <= state)
+        *s = floor((double)(state - param) / (split * c->dp) + (double)param / split);
+    *g = 0;
+    if (c->zero <= 1 && c->microbatches >= 2)
+        *g = floor((double)grad / split);
+    else if (c->microbatches >= 2)
+        *g = floor((double)grad / (split * c->dp));
+}
+
+/*
  * What some device holds at once by its layers. Per microbatch and device
  * a layer keeps at least a = kept / (dp m) of activations and s = state /
  * (zero ? dp : 1) of weights and optimizer state for the whole step, kept
@@ -1359,33 +1385,13 @@ held(const search_space *sp, const search_candidate *c, uint32_t k, double a, do
  * place, and without overlap nothing is reduced before the backward ends:
  * per layer s + g there. So w_g a + s above becomes the larger of the two.
  */
-/*
- * What a device holds for the whole step of the weights outside the layers
- * that its pipeline stage runs (xform_layer_facts.edge_state: the
- * embedding's on the first stage, the head's on the last; bytes per
- * device): as a layer's s and g in layer_bound, from the state, parameter
- * and gradient bytes.
- */
-static double
-edge_held(const search_candidate *c, uint64_t state, uint64_t param, uint64_t grad)
-{
-    double s = (double)state / (c->zero ? c->dp : 1), g = 0;
-    if ((c->zero == 1 || c->zero == 2) && param <= state)
-        s = (double)(state - param) / c->dp + (double)param;
-    if (c->zero <= 1 && c->microbatches >= 2)
-        g = (double)grad;
-    else if (c->microbatches >= 2)
-        g = (double)grad / c->dp;
-    return floor(s) + floor(g);
-}
-
 static uint64_t
 layer_bound(const search_space *sp, const search_candidate *c)
 {
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
     int r = c->recompute < 3 ? c->recompute : 2;
-    double a, s, g = 0, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
+    double a, s, g, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
     double ws = 0;
     uint64_t kept = sp->saved_min[r], state = sp->state_min, param = sp->param_min,
              grad = sp->grad_min;
@@ -1402,25 +1408,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
         return 0;
     /* Context parallelism splits the activations further (all but the gathered keys, values). */
     a = floor((double)kept / ((double)c->dp * c->microbatches * split * (c->cp > 1 ? c->cp : 1)));
-    s = floor((double)state / (split * (c->zero ? c->dp : 1)));
-    /*
-     * ZeRO-1 and -2 gather a stage's sharded parameters whole before its first
-     * chunk and keep them for the step: a layer holds its parameters whole and
-     * the rest of its state sharded.
-     */
-    if ((c->zero == 1 || c->zero == 2) && param <= state)
-        s = floor((double)(state - param) / (split * c->dp) + (double)param / split);
-    /*
-     * The gradient buffers, held from the start of the step (held, above):
-     * whole without ZeRO and under ZeRO-1; under ZeRO-2 and -3 the buffers
-     * that accumulate the reduce-scattered shards (the simulator's gradient
-     * buffer is the first microbatch's shard, which later microbatches add
-     * to: sched.c), each gradient at least 1 / dp of it.
-     */
-    if (c->zero <= 1 && c->microbatches >= 2)
-        g = floor((double)grad / split);
-    else if (c->microbatches >= 2)
-        g = floor((double)grad / (split * c->dp));
+    zero_held(c, state, param, grad, split, &s, &g);
     /*
      * The backward's working set: when the group's first backward chunk
      * runs its top layer, that layer's backward and repeated ops hold at
@@ -1445,14 +1433,20 @@ layer_bound(const search_space *sp, const search_candidate *c)
     }
     if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
         /* The layers each group holds are known: the busiest group. */
+        /*
+         * The weights outside the layers (xform_layer_facts.edge_state, per
+         * device): the embedding's on the first group, the head's on the last.
+         */
         double most = 0, edge[2] = {0, 0};
         if (e != NULL && e->ok && c->ep <= 1)
-            for (int x = 0; x < 2; x++)
-                edge[x] = edge_held(c, e->edge_state[x], e->edge_param[x], e->edge_grad[x]);
+            for (int x = 0; x < 2; x++) {
+                double es, eg;
+                zero_held(c, e->edge_state[x], e->edge_param[x], e->edge_grad[x], 1, &es, &eg);
+                edge[x] = es + eg;
+            }
         for (uint32_t k = 0; k < c->pp; k++) {
             /* Each model stage of the group with its own in-flight chunks. */
             double h = ws > a ? ws - a : 0;
-            /* The embedding's state on the first group, the head's on the last. */
             h += (k == 0 ? edge[0] : 0) + (k + 1 == c->pp ? edge[1] : 0);
             for (uint32_t j = k, v = 0; j < st->nstage; j += c->pp, v++)
                 h += st->layers[j] * (in_flight(sp, c, k, v) * a + s + g);

@@ -866,146 +866,85 @@ grad_bytes(const xf_ctx *c, ir_id op)
  * xform_model_facts.state_min, into *param_least the least over the layers
  * of a layer's parameters alone (the weights its forward ops read), and into
  * *grad_least the least of a layer's gradients (grad_bytes: the accumulation
- * buffers).
+ * buffers). A weight belongs to the layer whose forward op reads it first;
+ * one no layer's forward op reads, to the edge whose forward op reads it
+ * first (before the first layer's forward: the embedding's, after: the
+ * final norm's and the head's); the other arguments of its update (moments,
+ * master weights) go with it. With f, the edges' state, parameters and
+ * gradients per device into f->edge_state, edge_param and edge_grad ([0]
+ * before, [1] after; 0 without layers).
  */
 static uint64_t
-state_min(const xf_ctx *c, uint64_t *param_least, uint64_t *grad_least)
+state_min(const xf_ctx *c, uint64_t *param_least, uint64_t *grad_least, xform_layer_facts *f)
 {
     const ir_module *m = c->m;
     const ir_region *r = &m->regions[c->func];
-    uint32_t L = c->nlayer;
-    int32_t *layer = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *layer);
+    uint32_t L = c->nlayer, S = L + 2; /* slots: the layers, then the two edges */
+    int32_t *slot = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *slot);
     uint8_t *param = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
-    uint64_t *per = di_xcalloc(3 * (size_t)(L ? L : 1), sizeof *per), least = 0;
+    uint64_t *per = di_xcalloc(3 * (size_t)S, sizeof *per), least = 0;
+    int seen_layer = 0;
     for (uint32_t v = 0; v < m->nvalue; v++)
-        layer[v] = -1;
-    /* A weight belongs to the layer whose forward op reads it first. */
+        slot[v] = -1;
     for (uint32_t i = 0; i < r->nop; i++) {
         const ir_op *o = &m->ops[r->ops[i]];
         const xf_opinfo *oi = &c->op[r->ops[i]];
-        if (oi->phase != XF_PH_FORWARD || oi->layer < 0)
+        int32_t to = oi->layer >= 0 ? xf_layer_index(c, oi->layer) : (int32_t)L + seen_layer;
+        if (oi->phase != XF_PH_FORWARD)
             continue;
+        seen_layer |= oi->layer >= 0;
         for (uint32_t k = 0; k < o->ninput; k++) {
             ir_id v = storage_of(c, m->refs[o->inputs + k]);
-            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && layer[v] < 0) {
-                layer[v] = xf_layer_index(c, oi->layer);
+            if (m->values[v].def != 0 || !(c->vflags[v] & XF_V_WEIGHT))
+                continue;
+            /* A layer's reader takes it from an edge; an edge's only an unread one. */
+            if (slot[v] < 0 || (oi->layer >= 0 && slot[v] >= (int32_t)L)) {
+                slot[v] = to;
                 param[v] = 1;
             }
         }
     }
-    /* The other arguments of its update (moments, master weights) with it. */
     for (uint32_t i = 0; i < r->nop; i++) {
         const ir_op *o = &m->ops[r->ops[i]];
-        int32_t li = -1;
+        int32_t si = -1;
         if (!(ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM))
             continue;
-        for (uint32_t k = 0; k < o->ninput && li < 0; k++)
-            li = layer[storage_of(c, m->refs[o->inputs + k])];
-        for (uint32_t k = 0; k < o->ninput && li >= 0; k++) {
+        for (uint32_t k = 0; k < o->ninput && si < 0; k++)
+            si = slot[storage_of(c, m->refs[o->inputs + k])];
+        for (uint32_t k = 0; k < o->ninput && si >= 0; k++) {
             ir_id v = storage_of(c, m->refs[o->inputs + k]);
-            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && layer[v] < 0)
-                layer[v] = li;
+            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && slot[v] < 0)
+                slot[v] = si;
         }
-        if (li >= 0 && (uint32_t)li < L && o->ninput > 1)
-            per[2 * (size_t)L + (uint32_t)li] += grad_bytes(c, r->ops[i]);
+        if (si >= 0 && (uint32_t)si < S && o->ninput > 1)
+            per[2 * (size_t)S + (uint32_t)si] += grad_bytes(c, r->ops[i]);
     }
     for (uint32_t a = 0; a < r->narg; a++) {
         ir_id v = r->args[a];
-        if (layer[v] >= 0 && (uint32_t)layer[v] < L) {
-            per[layer[v]] += device_bytes(c, v);
+        if (slot[v] >= 0 && (uint32_t)slot[v] < S) {
+            per[slot[v]] += device_bytes(c, v);
             if (param[v])
-                per[L + (uint32_t)layer[v]] += device_bytes(c, v);
+                per[S + (uint32_t)slot[v]] += device_bytes(c, v);
         }
     }
     *param_least = *grad_least = 0;
     for (uint32_t l = 0; l < L; l++) {
         if (l == 0 || per[l] < least)
             least = per[l];
-        if (l == 0 || per[L + l] < *param_least)
-            *param_least = per[L + l];
-        if (l == 0 || per[2 * (size_t)L + l] < *grad_least)
-            *grad_least = per[2 * (size_t)L + l];
+        if (l == 0 || per[S + l] < *param_least)
+            *param_least = per[S + l];
+        if (l == 0 || per[2 * (size_t)S + l] < *grad_least)
+            *grad_least = per[2 * (size_t)S + l];
     }
-    di_free(layer);
+    for (uint32_t e = 0; f != NULL && e < 2; e++) {
+        f->edge_state[e] = seen_layer ? per[L + e] : 0;
+        f->edge_param[e] = seen_layer ? per[S + L + e] : 0;
+        f->edge_grad[e] = seen_layer ? per[2 * (size_t)S + L + e] : 0;
+    }
+    di_free(slot);
     di_free(param);
     di_free(per);
     return least;
-}
-
-/*
- * xform_layer_facts.edge_state, edge_param and edge_grad: as state_min, of
- * the weights no layer's forward op reads, by their first forward reader:
- * before the first layer's forward (e = 0: the embedding, on the first
- * pipeline stage) or after (e = 1: the final norm and the head, on the
- * last), with the other arguments of their updates; per device, whole.
- */
-static void
-edge_state(const xf_ctx *c, uint64_t state[2], uint64_t params[2], uint64_t grads[2])
-{
-    const ir_module *m = c->m;
-    const ir_region *r = &m->regions[c->func];
-    int8_t *edge = di_xmalloc(m->nvalue ? m->nvalue : 1);
-    uint8_t *param = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
-    int seen_layer = 0;
-    memset(edge, -1, m->nvalue ? m->nvalue : 1);
-    state[0] = state[1] = params[0] = params[1] = grads[0] = grads[1] = 0;
-    for (uint32_t i = 0; i < r->nop; i++) {
-        const ir_op *o = &m->ops[r->ops[i]];
-        const xf_opinfo *oi = &c->op[r->ops[i]];
-        int in_layer = oi->layer >= 0 && xf_layer_index(c, oi->layer) >= 0;
-        if (oi->phase != XF_PH_FORWARD)
-            continue;
-        if (in_layer) {
-            seen_layer = 1;
-            for (uint32_t k = 0; k < o->ninput; k++) { /* a layer's weight (state_min's) */
-                ir_id v = storage_of(c, m->refs[o->inputs + k]);
-                if (m->values[v].def == 0)
-                    edge[v] = 2;
-            }
-            continue;
-        }
-        for (uint32_t k = 0; k < o->ninput; k++) {
-            ir_id v = storage_of(c, m->refs[o->inputs + k]);
-            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && edge[v] < 0) {
-                edge[v] = (int8_t)seen_layer;
-                param[v] = 1;
-            }
-        }
-    }
-    if (!seen_layer) { /* no layers: no edges either */
-        di_free(edge);
-        di_free(param);
-        return;
-    }
-    for (uint32_t i = 0; i < r->nop; i++) {
-        const ir_op *o = &m->ops[r->ops[i]];
-        int e = -1;
-        if (!(ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM))
-            continue;
-        for (uint32_t k = 0; k < o->ninput && e < 0; k++) {
-            ir_id v = storage_of(c, m->refs[o->inputs + k]);
-            e = param[v] ? edge[v] : -1;
-        }
-        if (e < 0 || e > 1)
-            continue;
-        for (uint32_t k = 0; k < o->ninput; k++) {
-            ir_id v = storage_of(c, m->refs[o->inputs + k]);
-            if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && edge[v] < 0)
-                edge[v] = (int8_t)e;
-        }
-        if (o->ninput > 1)
-            grads[e] += grad_bytes(c, r->ops[i]);
-    }
-    for (uint32_t a = 0; a < r->narg; a++) {
-        ir_id v = r->args[a];
-        if (edge[v] == 0 || edge[v] == 1) {
-            state[edge[v]] += device_bytes(c, v);
-            if (param[v])
-                params[edge[v]] += device_bytes(c, v);
-        }
-    }
-    di_free(edge);
-    di_free(param);
 }
 
 int
@@ -1035,7 +974,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     }
     r = &c.m->regions[c.func];
     saved_min(&c, f->saved_min);
-    f->state_min = state_min(&c, &f->param_min, &f->grad_min);
+    f->state_min = state_min(&c, &f->param_min, &f->grad_min, NULL);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
     expert = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
@@ -1773,8 +1712,7 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
         have2 = 0;
     }
     saved_min(&c, out->saved_min);
-    out->state_min = state_min(&c, &out->param_min, &out->grad_min);
-    edge_state(&c, out->edge_state, out->edge_param, out->edge_grad);
+    out->state_min = state_min(&c, &out->param_min, &out->grad_min, out);
     layer_params(&c, &out->params, &out->nparams);
     /* Last: it changes the recomputation marks. */
     layer_work(&c, tf32, have2 ? c2.place : NULL, &out->time, out->work_set_min);
