@@ -1402,7 +1402,7 @@ test_time_bound_tight(void **state)
 }
 
 /*
- * Backward reductions read after other ops (tp_reduced_late in
+ * Backward reductions read after other ops (emitted_reductions in
  * lib/xform/strategy.c): under Megatron-LM's mixed precision the weight
  * gradient's cast to f32 runs between a column-parallel GEMM's input
  * gradient (the MatMulGrad of the MLP's first GEMM and of the query, key

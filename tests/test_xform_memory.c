@@ -354,23 +354,31 @@ test_full_recompute_every_stage(void **state)
 }
 
 
-static void
-test_zero_divides(void **state)
+/* An f32 MLP of 4 layers of hidden x hidden weights with biases, batch 64, Adam. */
+static ir_module *
+adam_mlp(int64_t hidden)
 {
     models_mlp c;
     ir_module *m = NULL;
+    di_error err;
+    models_mlp_init(&c);
+    c.layers = 4;
+    c.hidden = hidden;
+    c.batch = 64;
+    c.train.optimizer = XFORM_OPTIM_ADAM;
+    assert_int_equal(models_mlp_build(&c, &m, &err), 0);
+    return m;
+}
+
+static void
+test_zero_divides(void **state)
+{
+    ir_module *m = adam_mlp(256);
     hw_model *hw = preset("a100-dgx");
     strategy s;
     uint64_t base[SIM_NMEMCLASS], z[SIM_NMEMCLASS];
     const uint32_t dp = 4;
-    di_error err;
     (void)state;
-    models_mlp_init(&c);
-    c.layers = 4;
-    c.hidden = 256;
-    c.batch = 64;
-    c.train.optimizer = XFORM_OPTIM_ADAM;
-    assert_int_equal(models_mlp_build(&c, &m, &err), 0);
     xform_strategy_init(&s);
     s.dp = dp;
     s.microbatches = 2;
@@ -419,20 +427,12 @@ test_zero_divides(void **state)
 static void
 test_zero_transient_grads(void **state)
 {
-    models_mlp c;
-    ir_module *m = NULL;
+    ir_module *m = adam_mlp(1024);
     hw_model *hw = preset("a100-dgx");
     strategy s;
     uint64_t z[SIM_NMEMCLASS];
     const uint64_t layer = (1024 * 1024 + 1024) * 4, all = 4 * layer;
-    di_error err;
     (void)state;
-    models_mlp_init(&c);
-    c.layers = 4;
-    c.hidden = 1024;
-    c.batch = 64;
-    c.train.optimizer = XFORM_OPTIM_ADAM;
-    assert_int_equal(models_mlp_build(&c, &m, &err), 0);
     for (uint32_t k = 1; k <= 3; k++) {
         sim_result *r;
         xform_strategy_init(&s);
