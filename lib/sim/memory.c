@@ -555,9 +555,9 @@ sim_build_memory(sim *s, double step)
         s->devs[d].nalloc = 0;              /* the next allocation's slot */
     }
     if (total > s->cev) {
-        di_big_free(s->ev, s->cev * sizeof *s->ev);
-        s->cev = total;
-        s->ev = di_big_xalloc(s->cev * sizeof *s->ev);
+        size_t cap = sim_grown_cap(s->cev, total);
+        s->ev = di_big_xrealloc(s->ev, s->cev * sizeof *s->ev, cap * sizeof *s->ev);
+        s->cev = cap;
     }
     for (uint32_t k = 0; k < nargs; k++)
         add_events(s, args[k], step);
@@ -566,9 +566,9 @@ sim_build_memory(sim *s, double step)
         if (rep_alloc(s, i))
             add_events(s, i, step);
     if (most > s->ctmp) {
-        di_big_free(s->tmp, s->ctmp * sizeof *s->tmp);
-        s->ctmp = most;
-        s->tmp = di_big_xalloc(s->ctmp * sizeof *s->tmp);
+        size_t cap = sim_grown_cap(s->ctmp, most);
+        s->tmp = di_big_xrealloc(s->tmp, s->ctmp * sizeof *s->tmp, cap * sizeof *s->tmp);
+        s->ctmp = cap;
     }
     if (s->count == NULL)
         s->count = di_xmalloc(SORT_COUNTERS * sizeof *s->count);

@@ -303,21 +303,21 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
     s.tloc_n = di_xcalloc(m->ntype, sizeof *s.tloc_n);
     sim_tables_take(&s, ws);
     if (s.cvalue < m->nvalue || s.vbase == NULL) {
-        di_big_free(s.vbase, s.cvalue * sizeof *s.vbase);
-        di_big_free(s.vrep, s.cvalue * sizeof *s.vrep);
-        di_big_free(s.vuni, s.cvalue);
-        di_big_free(s.vclass, s.cvalue);
-        s.cvalue = m->nvalue ? m->nvalue : 1;
-        s.vbase = di_big_xalloc(s.cvalue * sizeof *s.vbase);
-        s.vrep = di_big_xalloc(s.cvalue * sizeof *s.vrep);
-        s.vuni = di_big_xalloc(s.cvalue);
-        s.vclass = di_big_xalloc(s.cvalue);
-    } else {
-        /* A workspace's tables hold the last run's values: clear what is read before written. */
-        memset(s.vbase, 0, m->nvalue * sizeof *s.vbase);
-        memset(s.vrep, 0, m->nvalue * sizeof *s.vrep);
-        memset(s.vuni, 0, m->nvalue);
+        /*
+         * Grown in place and by half at least, so that a workspace serving
+         * modules of growing sizes faults only the new pages, and rarely.
+         */
+        uint32_t cap = (uint32_t)sim_grown_cap(s.cvalue, m->nvalue ? m->nvalue : 1);
+        s.vbase = di_big_xrealloc(s.vbase, s.cvalue * sizeof *s.vbase, cap * sizeof *s.vbase);
+        s.vrep = di_big_xrealloc(s.vrep, s.cvalue * sizeof *s.vrep, cap * sizeof *s.vrep);
+        s.vuni = di_big_xrealloc(s.vuni, s.cvalue, cap);
+        s.vclass = di_big_xrealloc(s.vclass, s.cvalue, cap);
+        s.cvalue = cap;
     }
+    /* A workspace's tables hold the last run's values: clear what is read before written. */
+    memset(s.vbase, 0, m->nvalue * sizeof *s.vbase);
+    memset(s.vrep, 0, m->nvalue * sizeof *s.vrep);
+    memset(s.vuni, 0, m->nvalue);
     /* Most values have one instance: reserve that many up front. */
     sim_inst_reserve(&s, (size_t)m->nvalue + 1);
     sim_inst_new(&s, 1); /* instance 0 is reserved */

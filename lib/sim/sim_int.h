@@ -308,6 +308,22 @@ int sim_cost_roofline(sim *s, int32_t dev, int kind, ir_dtype dt, double q, ir_c
 int sim_dev_check(sim *s, int64_t dev);
 /* The locations of a type (computed once per type); valid until the next call. */
 int sim_type_locs(sim *s, ir_id type, const tloc **out, uint32_t *n);
+/*
+ * The capacity a table of `have` entries grows to when it needs `need`: by
+ * half at least, so that a workspace serving modules of growing sizes grows
+ * (and faults fresh pages) rarely; at most UINT32_MAX.
+ */
+static inline size_t
+sim_grown_cap(size_t have, size_t need)
+{
+    size_t cap = have + have / 2;
+    if (cap < need)
+        cap = need;
+    if (cap > UINT32_MAX)
+        cap = need > UINT32_MAX ? need : UINT32_MAX;
+    return cap;
+}
+
 /* Room for `need` instances. */
 void sim_inst_reserve(sim *s, size_t need);
 /* count new instances, each its own owner; returns the first. */
