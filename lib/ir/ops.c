@@ -3322,9 +3322,22 @@ local_bytes(const ir_module *m, ir_id ty)
         return 0.0;
     t = &m->types[ty];
     if (t->kind == IR_TYPE_TUPLE) {
-        for (uint32_t k = 0; k < t->nelem; k++)
-            if ((b = local_bytes(m, m->refs[t->elems + k])) > best)
+        /*
+         * A tuple of per-device tensors (one per device of a group of up to
+         * thousands) mostly repeats one dtype and size: a plain tensor's bytes
+         * depend on nothing else, so a repeat is skipped.
+         */
+        const ir_type *last = NULL;
+        for (uint32_t k = 0; k < t->nelem; k++) {
+            ir_id e = m->refs[t->elems + k];
+            const ir_type *et = e < m->ntype ? &m->types[e] : NULL;
+            int plain = et != NULL && et->kind == IR_TYPE_TENSOR && et->mesh == 0;
+            if (plain && last != NULL && et->dtype == last->dtype && et->numel == last->numel)
+                continue;
+            if ((b = local_bytes(m, e)) > best)
                 best = b;
+            last = plain ? et : NULL;
+        }
         return best;
     }
     b = (double)ir_type_bytes(m, ty);
