@@ -412,6 +412,64 @@ run_op(void *arg, di_error *err)
     return 0;
 }
 
+/* A scope failure inside a watch leaves no flag watched (scope_watch_work). */
+static int
+scope_watch_work(void *arg)
+{
+    di_cancel_watch(arg);
+    di_free(di_xmalloc(64)); /* fails: di_alloc_fail_after(0) */
+    return 7;
+}
+
+/*
+ * di_cancel_watch: the transforms stop at a set flag with DI_ECANCELLED
+ * (between chunks: a search's cancel reaches a large candidate's transform
+ * at once), run in full once it is clear, and a scope that fails out of a
+ * watch restores the flag watched before it.
+ */
+static void
+test_cancel_watch(void **state)
+{
+    ir_module *g = small_gpt(2), *out = NULL;
+    hw_model *hw = NULL;
+    atomic_int flag = 1;
+    const atomic_int *prev;
+    strategy s;
+    di_error err;
+    (void)state;
+    assert_false(di_cancel_requested());
+    assert_int_equal(hw_preset("a100-dgx:2", &hw, &err), 0);
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.dp = 2;
+    s.microbatches = 4;
+    prev = di_cancel_watch(&flag);
+    assert_null(prev);
+    assert_true(di_cancel_requested());
+    assert_int_equal(xform_apply(g, &s, hw, &out, &err), DI_ECANCELLED);
+    assert_null(out);
+    assert_string_equal(err.msg, "transform cancelled");
+    s.pp = 1;
+    s.microbatches = 2;
+    assert_int_equal(xform_apply(g, &s, hw, &out, &err), DI_ECANCELLED);
+    assert_null(out);
+    atomic_store(&flag, 0);
+    assert_false(di_cancel_requested());
+    assert_int_equal(xform_apply(g, &s, hw, &out, &err), 0);
+    assert_non_null(out);
+    ir_module_free(out);
+    assert_ptr_equal(di_cancel_watch(prev), &flag);
+    atomic_store(&flag, 1);
+    assert_false(di_cancel_requested()); /* nothing watched */
+    /* Out of memory inside a watch: the scope restores what was watched before. */
+    di_alloc_fail_after(0);
+    assert_int_equal(di_scope_run(scope_watch_work, &flag, &err), DI_ENOMEM);
+    di_alloc_fail_after(-1);
+    assert_false(di_cancel_requested());
+    ir_module_free(g);
+    hw_free(hw);
+}
+
 static void
 test_oom_sim(void **state)
 {
@@ -455,6 +513,7 @@ main(void)
         cmocka_unit_test(test_no_scope),      cmocka_unit_test(test_oom_parse),
         cmocka_unit_test(test_oom_decode),    cmocka_unit_test(test_oom_xform),
         cmocka_unit_test(test_oom_sim),
+        cmocka_unit_test(test_cancel_watch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

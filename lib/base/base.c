@@ -183,6 +183,8 @@ typedef struct di_scope {
 } di_scope;
 
 static _Thread_local di_scope *cur_scope;
+/* The flag di_cancel_watch set on this thread (restored when a scope fails out of a watch). */
+static _Thread_local const atomic_int *cur_cancel;
 
 /*
  * The set of the thread's last scope, emptied, for the next one: a scope per
@@ -295,6 +297,20 @@ di_scope_active(void)
     return cur_scope != NULL;
 }
 
+const atomic_int *
+di_cancel_watch(const atomic_int *flag)
+{
+    const atomic_int *prev = cur_cancel;
+    cur_cancel = flag;
+    return prev;
+}
+
+int
+di_cancel_requested(void)
+{
+    return cur_cancel != NULL && atomic_load_explicit(cur_cancel, memory_order_relaxed) != 0;
+}
+
 void
 di_scope_adopt(void *p, size_t big_bytes)
 {
@@ -311,6 +327,7 @@ di_scope_run(int (*fn)(void *arg), void *arg, di_error *err)
 {
     di_scope s;
     int rc;
+    const atomic_int *cancel = cur_cancel; /* a failure may jump out of a watch */
     if (cur_scope)
         return fn(arg); /* nested: a failure goes to the outermost scope */
     s.slot = spare_slot;
@@ -328,6 +345,7 @@ di_scope_run(int (*fn)(void *arg), void *arg, di_error *err)
         return rc;
     }
     cur_scope = NULL;
+    cur_cancel = cancel;
     for (size_t i = 0; i < s.cap; i++) {
         if (s.slot[i].p == NULL)
             continue;

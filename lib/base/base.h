@@ -20,6 +20,7 @@
 #define DISTIR_BASE_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -148,6 +149,16 @@ int di_scope_active(void);
  * scoped function takes over from a caller-owned cache.
  */
 void di_scope_adopt(void *p, size_t big_bytes);
+
+/*
+ * Cooperative cancellation for work that takes no options of its own (the
+ * strategy transforms): di_cancel_watch makes this thread's long loops poll
+ * *flag (NULL: none) and returns the flag watched before, to restore;
+ * di_cancel_requested is true once the watched flag is set. A loop that sees
+ * it returns DI_ECANCELLED. The simulator polls sim_options.cancel instead.
+ */
+const atomic_int *di_cancel_watch(const atomic_int *flag);
+int di_cancel_requested(void);
 
 /*
  * Grows the array *pp (element size sizeof(**pp)) so that it holds at least

@@ -1775,8 +1775,13 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     o.cancel = ev->cancel;
     o.tf32 = sp->cfg.tf32;
     o.fuse = sp->cfg.fuse;
-    rc = mb > 0 ? xform_apply_partial(sp->module, s, sp->hw, mb, &dm, &err)
-                : xform_apply(sp->module, s, sp->hw, &dm, &err);
+    {
+        /* The transforms poll the search's cancel too (a large candidate's take 0.3 s). */
+        const atomic_int *watched = di_cancel_watch(ev->cancel);
+        rc = mb > 0 ? xform_apply_partial(sp->module, s, sp->hw, mb, &dm, &err)
+                    : xform_apply(sp->module, s, sp->hw, &dm, &err);
+        di_cancel_watch(watched);
+    }
     if (rc == 0)
         rc = sim_run_ws(ev->ws, dm, sp->hw, &o, r, NULL, NULL, &err);
     ir_module_free(dm);

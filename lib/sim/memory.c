@@ -515,7 +515,7 @@ rep_alloc(const sim *s, uint32_t i)
  * be sorted for nothing: 4.7 of gpt3-175b's 4.8 million instances with dp
  * 128 and tp 8.
  */
-void
+int
 sim_build_memory(sim *s, double step)
 {
     uint32_t total = 0, most = 0, *count, *args, nargs = rep_args(s, &args);
@@ -530,6 +530,10 @@ sim_build_memory(sim *s, double step)
         s->devs[s->inst[args[k]].dev].nalloc++;
     for (uint32_t i = s->arg_end > 1 ? s->arg_end : 1; i < s->ninst; i++) {
         sim_inst *in = &s->inst[i];
+        if ((i & 0xffff) == 0 && sim_cancelled(s)) {
+            di_free(args);
+            return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
+        }
         if (in->owner != i) {
             sim_inst *ow = &s->inst[in->owner];
             if (in->last_use > ow->last_use)
@@ -562,9 +566,12 @@ sim_build_memory(sim *s, double step)
     for (uint32_t k = 0; k < nargs; k++)
         add_events(s, args[k], step);
     di_free(args);
-    for (uint32_t i = s->arg_end > 1 ? s->arg_end : 1; i < s->ninst; i++)
+    for (uint32_t i = s->arg_end > 1 ? s->arg_end : 1; i < s->ninst; i++) {
+        if ((i & 0xffff) == 0 && sim_cancelled(s))
+            return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
         if (rep_alloc(s, i))
             add_events(s, i, step);
+    }
     if (most > s->ctmp) {
         size_t cap = sim_grown_cap(s->ctmp, most);
         s->tmp = di_big_xrealloc(s->tmp, s->ctmp * sizeof *s->tmp, cap * sizeof *s->tmp);
@@ -578,9 +585,12 @@ sim_build_memory(sim *s, double step)
         sim_dev *dv = &s->devs[d];
         /* Every allocation counted above was written; a free for each at most. */
         assert(dv->nalloc <= dv->nev && dv->nev <= 2 * dv->nalloc);
+        if (dv->nev && sim_cancelled(s))
+            return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
         sort_events(s->ev + dv->evoff, tmp, count, dv->nalloc);
         sort_events(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc);
     }
+    return 0;
 }
 
 static double

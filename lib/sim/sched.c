@@ -114,12 +114,6 @@ link_end(const ivec *l, double c, double t)
     return c + t;
 }
 
-static int
-cancelled(const sim *s)
-{
-    return s->opt->cancel && atomic_load_explicit(s->opt->cancel, memory_order_relaxed);
-}
-
 /* Makes instance a an alias of b's storage. */
 static void
 inst_alias(sim *s, uint32_t a, uint32_t b)
@@ -1388,7 +1382,7 @@ sim_region(sim *s, ir_id region, const ctx *c)
     const ir_region *r = &s->m->regions[region];
     for (uint32_t i = 0; i < r->nop; i++) {
         int rc;
-        if ((i & 1023) == 0 && cancelled(s))
+        if ((i & 1023) == 0 && sim_cancelled(s))
             return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
         rc = sim_op(s, r->ops[i], c);
         if (rc)

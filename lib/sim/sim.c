@@ -177,7 +177,12 @@ build_result(sim *s, sim_result **out)
         for (int st = 0; st < NSTREAM; st++)
             if (s->devs[d].free[st] > step)
                 step = s->devs[d].free[st];
-    sim_build_memory(s, step);
+    if (sim_build_memory(s, step) != 0) {
+        di_free(per);
+        di_free(have);
+        di_free(r);
+        return DI_ECANCELLED;
+    }
     for (uint32_t d = 0; d < s->ndev; d++)
         if (s->devs[d].rep == (int32_t)d && device_active(s, (int32_t)d)) {
             device_result(s, (int32_t)d, step, &per[d]);

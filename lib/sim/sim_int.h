@@ -309,6 +309,17 @@ int sim_dev_check(sim *s, int64_t dev);
 /* The locations of a type (computed once per type); valid until the next call. */
 int sim_type_locs(sim *s, ir_id type, const tloc **out, uint32_t *n);
 /*
+ * Whether the caller asked the run to stop (sim_options.cancel). Checked
+ * between ops and in the memory pass's long loops, so that a cancelled run
+ * of the largest modules returns within milliseconds.
+ */
+static inline int
+sim_cancelled(const sim *s)
+{
+    return s->opt && s->opt->cancel && atomic_load_explicit(s->opt->cancel, memory_order_relaxed);
+}
+
+/*
  * The capacity a table of `have` entries grows to when it needs `need`: by
  * half at least, so that a workspace serving modules of growing sizes grows
  * (and faults fresh pages) rarely; at most UINT32_MAX.
@@ -335,7 +346,7 @@ int sim_value_uniform(sim *s, ir_id v, uint32_t *idx);
 /* Every value's memory class (s->vclass). */
 void sim_classify(sim *s);
 /* Every device's memory events, sorted, from the instances (after the walk). */
-void sim_build_memory(sim *s, double step);
+int sim_build_memory(sim *s, double step);
 /* A device's peak, its composition and the timeline from its sorted events. */
 void sim_device_memory(sim *s, int32_t dev, sim_device_result *r);
 

@@ -1205,6 +1205,11 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
                 goto fail;
     for (uint32_t i = 0; i < nev; i++) {
         prog *p = prog_of(&P, ev[i].kind == XF_EV_F ? PROG_F : PROG_B, ev[i].stage);
+        /* A caller's cancel (di_cancel_watch), polled once per chunk: well under a millisecond. */
+        if (di_cancel_requested()) {
+            rc = di_error_set(c->err, DI_ECANCELLED, "transform cancelled");
+            goto fail;
+        }
         if (p->ops.n == 0 && p->leaf.n == 0 && p->out.n == 0 && p->res.n == 0 &&
             p->stash.n == 0)
             continue;
