@@ -288,10 +288,27 @@ same_base(const search_candidate *a, const search_candidate *b)
            a->virtual_stages == b->virtual_stages;
 }
 
+/* gpt3-175b as the search benchmarks take it: bf16, Adam, global batch 1,536. */
+static ir_module *
+gpt3_175b(void)
+{
+    models_gpt g;
+    ir_module *m = NULL;
+    di_error err;
+    models_gpt_init(&g);
+    if (models_gpt_preset("gpt3-175b", &g, &err) != 0)
+        die("gpt3-175b", &err);
+    g.batch = 1536;
+    g.dtype = IR_BF16;
+    g.train.optimizer = XFORM_OPTIM_ADAM;
+    if (models_gpt_build(&g, &m, &err) != 0)
+        die("models_gpt_build", &err);
+    return m;
+}
+
 static void
 bench_gpt3(uint64_t base_step)
 {
-    models_gpt g;
     ir_module *m = NULL;
     hw_model *hw = preset("a100-dgx:128");
     search_config cfg;
@@ -312,14 +329,7 @@ bench_gpt3(uint64_t base_step)
     di_error err;
 
     printf("2. gpt3-175b (bf16, Adam, batch 1,536) on a100-dgx:128 (1,024 GPUs)\n");
-    models_gpt_init(&g);
-    if (models_gpt_preset("gpt3-175b", &g, &err) != 0)
-        die("gpt3-175b", &err);
-    g.batch = 1536;
-    g.dtype = IR_BF16;
-    g.train.optimizer = XFORM_OPTIM_ADAM;
-    if (models_gpt_build(&g, &m, &err) != 0)
-        die("models_gpt_build", &err);
+    m = gpt3_175b();
     search_config_init(&cfg);
     t0 = now();
     if (search_space_init(&sp, m, hw, &cfg, &err) != 0)
@@ -522,7 +532,6 @@ static void
 bench_cancel(void)
 {
     static const double delays[] = {0.05, 1.0, 3.0};
-    models_gpt g;
     ir_module *m = NULL;
     hw_model *hw = preset("a100-dgx:128");
     search_config cfg;
@@ -533,14 +542,7 @@ bench_cancel(void)
     double worst = 0;
     di_error err;
     printf("4. cancellation inside a candidate\n");
-    models_gpt_init(&g);
-    if (models_gpt_preset("gpt3-175b", &g, &err) != 0)
-        die("gpt3-175b", &err);
-    g.batch = 1536;
-    g.dtype = IR_BF16;
-    g.train.optimizer = XFORM_OPTIM_ADAM;
-    if (models_gpt_build(&g, &m, &err) != 0)
-        die("models_gpt_build", &err);
+    m = gpt3_175b();
     search_config_init(&cfg);
     if (search_space_init(&sp, m, hw, &cfg, &err) != 0)
         die("search_space_init", &err);
