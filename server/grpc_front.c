@@ -515,13 +515,18 @@ job_run_simulate(srv_job *job)
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled before it started");
         return;
     }
-    rc = request_apply_strategy(job->input->module, &job->strategy, job->input->hw, &mod, &owned,
-                                &job->err);
+    {
+        /* The transform polls the job's flag between pipeline chunks (di_cancel_watch). */
+        const atomic_int *watched = di_cancel_watch(&job->cancel);
+        rc = request_apply_strategy(job->input->module, &job->strategy, job->input->hw, &mod,
+                                    &owned, &job->err);
+        di_cancel_watch(watched);
+    }
     if (rc != 0) {
         job->rc = rc;
         return;
     }
-    /* The transform does not poll the flag: look again once it is done. */
+    /* A cancel after the transform's last poll: look again once it is done. */
     if (atomic_load(&job->cancel) || job_test_delay(job) != 0) {
         ir_module_free(owned);
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled");
