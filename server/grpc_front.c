@@ -1625,7 +1625,8 @@ call_dispatch(srv_call *c)
  * tick while the previous message is still being sent: backpressure); when
  * the last job is back, the merged result goes out, then OK. A cancelled
  * call (client, deadline, lost connection) sets the search's cancel flag,
- * which the workers check between candidates.
+ * which the workers check between candidates and a candidate's transform
+ * and simulation poll.
  */
 #define SEARCH_PROGRESS_MS 125 /* the RPC promises an event at least every 250 ms */
 
