@@ -47,29 +47,42 @@ mlp(uint32_t layers, int64_t hidden, int64_t batch)
 }
 
 /* A GPT without dropout: f32 with SGD, or 16-bit dt with Adam in the given precision. */
+static void
+gpt_conf(models_gpt *c, uint32_t layers, int64_t hidden, int64_t heads, int64_t seq,
+         int64_t batch, ir_dtype dt, int precision)
+{
+    models_gpt_init(c);
+    c->layers = layers;
+    c->hidden = hidden;
+    c->heads = heads;
+    c->seq = seq;
+    c->vocab = 13;
+    c->batch = batch;
+    c->dropout = 0;
+    if (dt != IR_F32) { /* 16-bit weights: Adam, with the given precision */
+        c->dtype = dt;
+        c->train.optimizer = XFORM_OPTIM_ADAM;
+        c->train.precision = precision;
+    }
+}
+
+static ir_module *
+gpt_build(const models_gpt *c)
+{
+    ir_module *m = NULL;
+    di_error err;
+    if (models_gpt_build(c, &m, &err) != 0)
+        fail_msg("gpt: %s", err.msg);
+    return m;
+}
+
 static ir_module *
 gpt_in(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch, ir_dtype dt,
        int precision)
 {
     models_gpt c;
-    ir_module *m = NULL;
-    di_error err;
-    models_gpt_init(&c);
-    c.layers = layers;
-    c.hidden = hidden;
-    c.heads = heads;
-    c.seq = seq;
-    c.vocab = 13;
-    c.batch = batch;
-    c.dropout = 0;
-    if (dt != IR_F32) { /* 16-bit weights: Adam, with the given precision */
-        c.dtype = dt;
-        c.train.optimizer = XFORM_OPTIM_ADAM;
-        c.train.precision = precision;
-    }
-    if (models_gpt_build(&c, &m, &err) != 0)
-        fail_msg("gpt: %s", err.msg);
-    return m;
+    gpt_conf(&c, layers, hidden, heads, seq, batch, dt, precision);
+    return gpt_build(&c);
 }
 
 /* mixed: bf16 with Adam (Megatron-LM's mixed precision), else f32 with SGD. */
@@ -1159,72 +1172,62 @@ test_memory_bound(void **state)
  * 10,752 of weights, 21,504 of gradients before; nothing after, and with
  * the final layer norm's scale and bias, 512 parameters after.
  */
+/* The one tensor-parallel-1 layer analysis of sp (search_space_analyse). */
+static const struct search_layer_mem *
+tp1_layer_mem(search_space *sp)
+{
+    const struct search_layer_mem *found = NULL;
+    search_space_analyse(sp);
+    for (uint32_t i = 0; i < sp->nlayer_mem; i++)
+        if (sp->layer_mem[i].tp == 1 && sp->layer_mem[i].ok) {
+            assert_null(found);
+            found = &sp->layer_mem[i];
+        }
+    assert_non_null(found);
+    return found;
+}
+
 static void
 test_memory_bound_edges(void **state)
 {
-    ir_module *m = gpt_as(4, 256, 8, 8, 96, 1);
+    models_gpt g;
+    ir_module *m;
     hw_model *hw = preset("a100-dgx");
     search_config cfg;
     search_space sp;
+    const struct search_layer_mem *e;
     di_error err;
-    uint32_t found = 0;
     (void)state;
     search_config_init(&cfg);
     cfg.devices = 8;
     assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
+    gpt_conf(&g, 4, 256, 8, 8, 96, IR_BF16, MODELS_PRECISION_MIXED);
+    m = gpt_build(&g);
     space_ok(&sp, m, hw, &cfg);
-    search_space_analyse(&sp);
-    for (uint32_t i = 0; i < sp.nlayer_mem; i++) {
-        const struct search_layer_mem *e = &sp.layer_mem[i];
-        if (e->tp != 1 || !e->ok)
-            continue;
-        found++;
-        print_message("edges: state %llu %llu, params %llu %llu, grads %llu %llu\n",
-                      (unsigned long long)e->edge_state[0], (unsigned long long)e->edge_state[1],
-                      (unsigned long long)e->edge_param[0], (unsigned long long)e->edge_param[1],
-                      (unsigned long long)e->edge_grad[0], (unsigned long long)e->edge_grad[1]);
-        assert_int_equal(e->edge_state[0], 5376 * 14);
-        assert_int_equal(e->edge_param[0], 5376 * 2);
-        assert_int_equal(e->edge_grad[0], 5376 * 4);
-        assert_int_equal(e->edge_state[1], 0);
-        assert_int_equal(e->edge_param[1], 0);
-        assert_int_equal(e->edge_grad[1], 0);
-    }
-    assert_int_equal(found, 1);
+    e = tp1_layer_mem(&sp);
+    print_message("edges: state %llu %llu, params %llu %llu, grads %llu %llu\n",
+                  (unsigned long long)e->edge_state[0], (unsigned long long)e->edge_state[1],
+                  (unsigned long long)e->edge_param[0], (unsigned long long)e->edge_param[1],
+                  (unsigned long long)e->edge_grad[0], (unsigned long long)e->edge_grad[1]);
+    assert_int_equal(e->edge_state[0], 5376 * 14);
+    assert_int_equal(e->edge_param[0], 5376 * 2);
+    assert_int_equal(e->edge_grad[0], 5376 * 4);
+    assert_int_equal(e->edge_state[1], 0);
+    assert_int_equal(e->edge_param[1], 0);
+    assert_int_equal(e->edge_grad[1], 0);
     search_space_fini(&sp);
     ir_module_free(m);
-    {
-        /* With the final layer norm's scale and bias (Megatron-LM's): 2 x 256 after. */
-        models_gpt g;
-        models_gpt_init(&g);
-        g.layers = 4;
-        g.hidden = 256;
-        g.heads = 8;
-        g.seq = 8;
-        g.vocab = 13;
-        g.batch = 96;
-        g.dropout = 0;
-        g.dtype = IR_BF16;
-        g.train.optimizer = XFORM_OPTIM_ADAM;
-        g.final_ln_params = 1;
-        assert_int_equal(models_gpt_build(&g, &m, &err), 0);
-        space_ok(&sp, m, hw, &cfg);
-        search_space_analyse(&sp);
-        found = 0;
-        for (uint32_t i = 0; i < sp.nlayer_mem; i++) {
-            const struct search_layer_mem *e = &sp.layer_mem[i];
-            if (e->tp != 1 || !e->ok)
-                continue;
-            found++;
-            assert_int_equal(e->edge_state[0], 5376 * 14);
-            assert_int_equal(e->edge_state[1], 512 * 14);
-            assert_int_equal(e->edge_param[1], 512 * 2);
-            assert_int_equal(e->edge_grad[1], 512 * 4);
-        }
-        assert_int_equal(found, 1);
-        search_space_fini(&sp);
-        ir_module_free(m);
-    }
+    /* With the final layer norm's scale and bias (Megatron-LM's): 2 x 256 after. */
+    g.final_ln_params = 1;
+    m = gpt_build(&g);
+    space_ok(&sp, m, hw, &cfg);
+    e = tp1_layer_mem(&sp);
+    assert_int_equal(e->edge_state[0], 5376 * 14);
+    assert_int_equal(e->edge_state[1], 512 * 14);
+    assert_int_equal(e->edge_param[1], 512 * 2);
+    assert_int_equal(e->edge_grad[1], 512 * 4);
+    search_space_fini(&sp);
+    ir_module_free(m);
     hw_free(hw);
 }
 
