@@ -1778,8 +1778,11 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     {
         /* The transforms poll the search's cancel too (a large candidate's take 0.3 s). */
         const atomic_int *watched = di_cancel_watch(ev->cancel);
-        rc = mb > 0 ? xform_apply_partial(sp->module, s, sp->hw, mb, &dm, &err)
-                    : xform_apply(sp->module, s, sp->hw, &dm, &err);
+        if (sp->analysis)
+            rc = xform_apply_analyzed(sp->analysis, s, sp->hw, mb, &dm, &err);
+        else
+            rc = mb > 0 ? xform_apply_partial(sp->module, s, sp->hw, mb, &dm, &err)
+                        : xform_apply(sp->module, s, sp->hw, &dm, &err);
         di_cancel_watch(watched);
     }
     if (rc == 0)

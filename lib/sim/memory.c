@@ -157,15 +157,36 @@ int
 sim_value_instances(sim *s, ir_id v, uint32_t rep, const int32_t *devs)
 {
     const tloc *locs;
-    uint32_t n, first;
-    int rc = sim_type_locs(s, s->m->values[v].type, &locs, &n);
-    if (rc)
-        return rc;
+    uint32_t n, first, type = s->m->values[v].type, off = s->tloc_off[type];
+    uint8_t cls = s->vclass[v];
+    if (off == UINT32_MAX) {
+        int rc = sim_type_locs(s, type, &locs, &n);
+        if (rc)
+            return rc;
+        off = (uint32_t)(locs - s->tlocs);
+    }
     /* sim_type_locs may have grown tlocs: locs stays valid until the next call. */
-    first = inst_new(s, rep * n);
-    s->vbase[v] = first;
+    locs = s->tlocs + off;
+    n = s->tloc_n[type];
+    s->vbase[v] = s->ninst;
     s->vrep[v] = rep;
     s->vuni[v] = 0;
+    if ((size_t)rep * n == 1) {
+        /* Most values: one instance (inst_new's work, written once). */
+        sim_inst *in;
+        int32_t d = locs[0].dev;
+        first = s->ninst;
+        sim_inst_reserve(s, (size_t)first + 1);
+        in = &s->inst[first];
+        memset(in, 0, sizeof *in);
+        in->owner = first;
+        in->dev = d == LOC_DEVVAR ? (devs ? devs[0] : 0) : d;
+        in->loc = off;
+        in->cls = cls;
+        s->ninst = first + 1;
+        return 0;
+    }
+    first = inst_new(s, rep * n);
     for (uint32_t k = 0; k < rep; k++)
         for (uint32_t j = 0; j < n; j++) {
             sim_inst *in = &s->inst[first + k * n + j];
@@ -173,8 +194,8 @@ sim_value_instances(sim *s, ir_id v, uint32_t rep, const int32_t *devs)
             if (d == LOC_DEVVAR)
                 d = devs ? devs[k] : 0;
             in->dev = d;
-            in->loc = (uint32_t)(locs - s->tlocs) + j;
-            in->cls = s->vclass[v];
+            in->loc = off + j;
+            in->cls = cls;
         }
     return 0;
 }
@@ -302,8 +323,10 @@ time_key(double t, int is_alloc)
 
 /*
  * Stable LSD radix sort of n events by key. One pass counts every digit of
- * every key (11 bits, 6 digits; 8 bits, 8 digits below 4,096 events, where
- * clearing and summing the larger counters would dominate), then one
+ * every key (16 bits, 4 digits, from 65,536 events: a scatter pass fewer than
+ * 11-bit digits for the time keys, whose low 48 bits or so differ; 11 bits,
+ * 6 digits, from 4,096; 8 bits, 8 digits below, where clearing and summing
+ * the larger counters would dominate), then one
  * scatter per digit; digits that are the same for every event are skipped
  * (times share their high bits), and an already sorted segment is left
  * alone. tmp has room for n events; count for SORT_COUNTERS counters.
@@ -315,7 +338,7 @@ time_key(double t, int is_alloc)
 static void
 radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n)
 {
-    const int BITS = n >= 4096 ? 11 : 8;
+    const int BITS = n >= 65536 ? 16 : n >= 4096 ? 11 : 8;
     const uint32_t NB = 1u << BITS, NDIGIT = (64 + (uint32_t)BITS - 1) / (uint32_t)BITS;
     memev *src = v, *dst = tmp;
     uint64_t diff = 0;

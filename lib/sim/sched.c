@@ -1060,7 +1060,12 @@ sim_collective(sim *s, ir_id op, const ctx *c)
          * over every (instance, location) pair, each group run once.
          */
         uint32_t total = c->rep * nin;
-        uint8_t *done = di_xcalloc(total ? total : 1, 1);
+        uint8_t *done;
+        /* The per-(instance, location) marks: a buffer kept for the run (one call per
+           collective op and instance made it an allocation per collective). */
+        DI_GROW(&s->done, &s->cdone, total ? total : 1);
+        done = s->done;
+        memset(done, 0, total ? total : 1);
         for (uint32_t idx = 0; idx < total; idx++) {
             uint32_t n = 0;
             double ready = 0, start, end, t;
@@ -1072,10 +1077,8 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                 continue;
             sim_inst *first = &s->inst[s->vbase[in] + (s->vrep[in] > 1 ? idx : idx % nin)];
             rc = mesh_group(s, op, meshattr->s, first->dev, &ge);
-            if (rc) {
-                di_free(done);
+            if (rc)
                 return rc;
-            }
             n = ge->n;
             t = ge->t;
             levels = ge->levels;
@@ -1122,7 +1125,6 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                 }
             }
         }
-        di_free(done);
         return 0;
     }
 

@@ -256,6 +256,7 @@ sim_fini(sim *s, sim_workspace *ws)
     di_free(s->grps);
     di_free(s->grpdev);
     di_free(s->scratch);
+    di_free(s->done);
     di_free(s->devs);
     di_free(s->used);
     di_free(s->tloc_off);

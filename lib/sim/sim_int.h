@@ -73,8 +73,8 @@ typedef struct memev {
     uint64_t val; /* bytes << 3 | memory class: the scan never touches the instances */
 } memev;
 
-/* Counters radix_sort needs (memory.c): 6 digits of 11 bits. */
-#define SORT_COUNTERS (6u << 11)
+/* Counters radix_sort needs (memory.c): 4 digits of 16 bits, its largest. */
+#define SORT_COUNTERS (4u << 16)
 
 /*
  * A communicator's collective stream on a device: NCCL runs each
@@ -194,6 +194,8 @@ typedef struct sim {
     uint32_t ngrpdev, cgrpdev;
     int32_t *scratch;  /* sim_collective's group buffer */
     uint32_t cscratch;
+    uint8_t *done;     /* sim_collective's marks over a mesh-form collective's instances */
+    uint32_t cdone;
     uint32_t *fgrp;    /* with opt->fuse: per op, its fused group + 1, or 0 */
     uint8_t *vfused;   /* per value: used only inside its group (never materialized) */
     sim_fgroup *fgroups;

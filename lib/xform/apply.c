@@ -153,8 +153,8 @@ check_after(const xf_apply *a, int i, di_error *err)
 #endif
 
 static int
-apply_layout(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t m_emit,
-             ir_module **out, xform_layout **layout, di_error *err)
+apply_layout(const ir_module *m, const xform_analysis *an, const strategy *s, const hw_model *hw,
+             uint32_t m_emit, ir_module **out, xform_layout **layout, di_error *err)
 {
     xf_apply a;
     size_t nplace;
@@ -163,7 +163,8 @@ apply_layout(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t
     if (layout)
         *layout = NULL;
     memset(&a, 0, sizeof a);
-    if ((rc = xf_ctx_init(&a.c, m, s, hw, err)) != 0)
+    rc = an ? xf_ctx_init_copied(&a.c, an, s, hw, err) : xf_ctx_init(&a.c, m, s, hw, err);
+    if (rc != 0)
         return rc;
     if (m_emit > 0 && m_emit < a.c.m_emit)
         a.c.m_emit = m_emit;
@@ -198,6 +199,7 @@ apply_layout(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t
 /* The arguments of xform_apply_layout, for its allocation scope. */
 struct apply_call {
     const ir_module *m;
+    const xform_analysis *an; /* m's analysis, or NULL */
     const strategy *s;
     const hw_model *hw;
     uint32_t m_emit;
@@ -210,7 +212,7 @@ static int
 apply_call_run(void *arg)
 {
     struct apply_call *c = arg;
-    return apply_layout(c->m, c->s, c->hw, c->m_emit, c->out, c->layout, c->err);
+    return apply_layout(c->m, c->an, c->s, c->hw, c->m_emit, c->out, c->layout, c->err);
 }
 
 /* The transform runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
@@ -218,7 +220,7 @@ int
 xform_apply_layout(const ir_module *m, const strategy *s, const hw_model *hw,
                    ir_module **out, xform_layout **layout, di_error *err)
 {
-    struct apply_call c = {m, s, hw, 0, out, layout, err};
+    struct apply_call c = {m, NULL, s, hw, 0, out, layout, err};
     int rc = di_scope_run(apply_call_run, &c, err);
     if (rc != 0) {
         *out = NULL;
@@ -239,7 +241,18 @@ int
 xform_apply_partial(const ir_module *m, const strategy *s, const hw_model *hw, uint32_t microbatches,
                     ir_module **out, di_error *err)
 {
-    struct apply_call c = {m, s, hw, microbatches ? microbatches : 1, out, NULL, err};
+    struct apply_call c = {m, NULL, s, hw, microbatches ? microbatches : 1, out, NULL, err};
+    int rc = di_scope_run(apply_call_run, &c, err);
+    if (rc != 0)
+        *out = NULL;
+    return rc;
+}
+
+int
+xform_apply_analyzed(const xform_analysis *a, const strategy *s, const hw_model *hw,
+                     uint32_t microbatches, ir_module **out, di_error *err)
+{
+    struct apply_call c = {a->c.m, a, s, hw, microbatches, out, NULL, err};
     int rc = di_scope_run(apply_call_run, &c, err);
     if (rc != 0)
         *out = NULL;

@@ -662,6 +662,28 @@ xf_ctx_init_analyzed(xf_ctx *c, const xform_analysis *a, const strategy *s,
     return ctx_finish(c);
 }
 
+int
+xf_ctx_init_copied(xf_ctx *c, const xform_analysis *a, const strategy *s, const hw_model *hw,
+                   di_error *err)
+{
+    const ir_module *m = a->c.m;
+    int rc;
+    if ((rc = ctx_strategy(c, s, hw, err)) != 0)
+        return rc;
+    c->m = m;
+    c->func = a->c.func;
+    /* The transforms write these (recomputation, phases, expert values): copies of a's. */
+    c->vflags = di_xmalloc(m->nvalue ? m->nvalue : 1);
+    memcpy(c->vflags, a->c.vflags, m->nvalue);
+    c->op = di_xmalloc((m->nop ? m->nop : 1) * sizeof *c->op);
+    memcpy(c->op, a->c.op, m->nop * sizeof *c->op);
+    c->layers = di_xmalloc((a->c.nlayer ? a->c.nlayer : 1) * sizeof *c->layers);
+    memcpy(c->layers, a->c.layers, a->c.nlayer * sizeof *c->layers);
+    c->batch = a->c.batch;
+    c->nlayer = a->c.nlayer;
+    return ctx_finish(c);
+}
+
 void
 xf_ctx_fini(xf_ctx *c)
 {

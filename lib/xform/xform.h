@@ -370,6 +370,13 @@ int xform_apply(const ir_module *m, const strategy *s, const hw_model *hw, ir_mo
  */
 int xform_apply_partial(const ir_module *m, const strategy *s, const hw_model *hw,
                         uint32_t microbatches, ir_module **out, di_error *err);
+/*
+ * xform_apply (microbatches 0) or xform_apply_partial of a's module, the
+ * same module, from its analysis (xform_analysis_new) instead of analyzing
+ * the module again: a search transforms one module many times.
+ */
+int xform_apply_analyzed(const xform_analysis *a, const strategy *s, const hw_model *hw,
+                         uint32_t microbatches, ir_module **out, di_error *err);
 
 /*
  * A pipeline chunk: the forward (XFORM_CHUNK_F) or backward (XFORM_CHUNK_B)

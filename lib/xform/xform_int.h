@@ -187,6 +187,14 @@ struct xform_analysis {
 /* As xf_ctx_init, from a's analysis instead of analyzing its module again (borrowed). */
 int xf_ctx_init_analyzed(xf_ctx *c, const xform_analysis *a, const strategy *s,
                          const hw_model *hw, di_error *err);
+/*
+ * As xf_ctx_init, from a's analysis, with copies of what the transforms
+ * write (vflags, op, layers), so that the context may be transformed; the
+ * module stays a's (not freed here). The same context as xf_ctx_init of a's
+ * module.
+ */
+int xf_ctx_init_copied(xf_ctx *c, const xform_analysis *a, const strategy *s, const hw_model *hw,
+                       di_error *err);
 /* Device id of rank (stage, d, k, t), d the data rank (outer x inner, xf_gdata). */
 int32_t xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t k, uint32_t t);
 /* Value of a source op's discardable string attribute, or NULL. */
