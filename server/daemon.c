@@ -457,6 +457,7 @@ srv_daemon_start(srv_daemon *d, srv_config *cfg, di_error *err)
     pc.thread_init = srv_worker_init;
     pc.thread_fini = srv_worker_fini;
     pc.thread_idle = srv_worker_idle;
+    pc.thread_after = srv_worker_after;
     pc.idle_ms = SRV_WORKER_IDLE_MS;
     pc.ctx = d;
     rc = pool_new(&pc, &d->pool, err);

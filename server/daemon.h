@@ -216,6 +216,8 @@ int srv_worker_init(pool_worker *w, void *ctx, di_error *err);
 void srv_worker_fini(pool_worker *w, void *ctx);
 /* A worker idle for SRV_WORKER_IDLE_MS: gives back its simulation workspace beyond what it keeps. */
 void srv_worker_idle(pool_worker *w, void *ctx);
+/* After each job: frees what the job left for later (a cancelled candidate's module). */
+void srv_worker_after(pool_worker *w, void *ctx);
 #define SRV_WORKER_IDLE_MS 1000u
 
 /* ---- metrics.c ---- */

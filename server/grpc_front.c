@@ -502,6 +502,15 @@ worker_workspace(void)
     return ws;
 }
 
+/*
+ * What a job leaves for after its answer (srv_worker_after, on the same
+ * worker): the module of a cancelled transform or simulation, whose free
+ * takes milliseconds on the largest modules and would delay the answer to a
+ * cancel, and whether the workspace is to be trimmed.
+ */
+static _Thread_local ir_module *after_module;
+static _Thread_local int after_trim;
+
 static void
 job_run_simulate(srv_job *job)
 {
@@ -528,7 +537,7 @@ job_run_simulate(srv_job *job)
     }
     /* A cancel after the transform's last poll: look again once it is done. */
     if (atomic_load(&job->cancel) || job_test_delay(job) != 0) {
-        ir_module_free(owned);
+        after_module = owned;
         job->rc = di_error_set(&job->err, DI_ECANCELLED, "cancelled");
         return;
     }
@@ -541,8 +550,11 @@ job_run_simulate(srv_job *job)
     opt.cancel = &job->cancel;
     ws = worker_workspace();
     rc = sim_run_ws(ws, mod, job->input->hw, &opt, &res, NULL, NULL, &job->err);
-    sim_workspace_trim(ws, WS_KEEP_BYTES);
-    ir_module_free(owned);
+    after_trim = 1;
+    if (rc == DI_ECANCELLED)
+        after_module = owned;
+    else
+        ir_module_free(owned);
     if (rc != 0) {
         if (job->err.code == 0)
             di_error_set(&job->err, rc, "%s", di_strerror(rc));
@@ -626,6 +638,7 @@ job_run(pool_job *pj, pool_worker *w)
     } else if (job->kind == JOB_SEARCH_WORK) {
         sim_workspace *ws = worker_workspace();
         job->more = srv_search_work(job->search, job->part, SEARCH_SLICE_NS, ws);
+        after_module = srv_search_take_garbage(job->search, job->part);
     } else {
         job_run_simulate(job);
     }
@@ -1949,6 +1962,22 @@ srv_worker_idle(pool_worker *w, void *ctx)
     call_once(&ws_once, ws_init);
     if (ws_ok && (ws = tss_get(ws_key)) != NULL)
         sim_workspace_trim(ws, WS_KEEP_BYTES);
+}
+
+void
+srv_worker_after(pool_worker *w, void *ctx)
+{
+    sim_workspace *ws;
+    (void)w;
+    (void)ctx;
+    ir_module_free(after_module);
+    after_module = NULL;
+    if (after_trim) {
+        after_trim = 0;
+        call_once(&ws_once, ws_init);
+        if (ws_ok && (ws = tss_get(ws_key)) != NULL)
+            sim_workspace_trim(ws, WS_KEEP_BYTES);
+    }
 }
 
 void

@@ -88,6 +88,8 @@ pool_main(void *arg)
         atomic_fetch_sub(&p->running, 1);
         if (job->done != NULL)
             job->done(job);
+        if (p->cfg.thread_after != NULL)
+            p->cfg.thread_after(&t->worker, p->cfg.ctx);
     }
     if (p->cfg.thread_fini != NULL)
         p->cfg.thread_fini(&t->worker, p->cfg.ctx);

@@ -46,6 +46,11 @@ typedef struct pool_config {
      * the next job.
      */
     void (*thread_idle)(pool_worker *w, void *ctx);
+    /*
+     * Called on the worker after each job's done() (NULL: nothing), for
+     * cleanup that need not delay the job's answer.
+     */
+    void (*thread_after)(pool_worker *w, void *ctx);
     unsigned idle_ms;
     void *ctx;
 } pool_config;

@@ -71,6 +71,9 @@ struct srv_search {
 
     /* A stored result found by srv_search_lookup (NULL on a miss). */
     Distir__V1__SearchResult *stored;
+
+    /* Per part: a cancelled candidate's module, for srv_search_take_garbage. */
+    ir_module **garbage;
 };
 
 srv_search *
@@ -94,6 +97,7 @@ srv_search_new(grpc_slice bytes, const request_limits *lim, uint64_t max_candida
     s->journals = di_xcalloc(s->nparts, sizeof *s->journals);
     s->flushed = di_xcalloc(s->nparts, sizeof *s->flushed);
     s->flushed_ns = di_xcalloc(s->nparts, sizeof *s->flushed_ns);
+    s->garbage = di_xcalloc(s->nparts, sizeof *s->garbage);
     for (unsigned i = 0; i < s->nparts; i++)
         s->flushed_ns[i] = s->t0_ns;
     for (unsigned i = 0; i < s->nparts; i++)
@@ -125,6 +129,9 @@ srv_search_free(srv_search *s)
     di_free(s->journals);
     di_free(s->flushed);
     di_free(s->flushed_ns);
+    for (unsigned i = 0; i < s->nparts; i++)
+        ir_module_free(s->garbage[i]);
+    di_free(s->garbage);
     request_input_unref(s->input);
     grpc_slice_unref(s->bytes);
     pthread_mutex_destroy(&s->best_lock);
@@ -380,8 +387,20 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
      */
     if (!more && !atomic_load(&s->cancel))
         search_planner_refine(&s->planners[part], &ev, r);
+    /* A cancelled candidate's module: freed once the caller has answered. */
+    ir_module_free(s->garbage[part]);
+    s->garbage[part] = search_evaluator_take_garbage(&ev);
     search_evaluator_fini(&ev);
     return more;
+}
+
+ir_module *
+srv_search_take_garbage(srv_search *s, unsigned part)
+{
+    ir_module *g = part < s->nparts ? s->garbage[part] : NULL;
+    if (g != NULL)
+        s->garbage[part] = NULL;
+    return g;
 }
 
 void

@@ -66,6 +66,13 @@ void srv_search_plan(srv_search *s);
  * workspace, kept across its slices (NULL: a new one per call).
  */
 int srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_workspace *ws);
+/*
+ * Worker, after srv_search_work: the module of the candidate a cancel
+ * stopped (NULL if none), now the caller's to free (ir_module_free) once
+ * the job has been handed back, so that the free (milliseconds for a large
+ * module) does not delay the answer. srv_search_free frees any left.
+ */
+struct ir_module *srv_search_take_garbage(srv_search *s, unsigned part);
 /* Any thread: asks the workers to stop after their current candidate. */
 void srv_search_cancel(srv_search *s);
 int srv_search_cancelled(srv_search *s);

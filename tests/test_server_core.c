@@ -331,6 +331,7 @@ typedef struct count_job {
     atomic_int *done;
     unsigned worker;
     char stack_probe_ok;
+    int done_seen; /* set by count_done */
 } count_job;
 
 static atomic_int inits, finis;
@@ -353,6 +354,9 @@ count_fini(pool_worker *w, void *ctx)
     atomic_fetch_add(&finis, 1);
 }
 
+static _Thread_local count_job *last_job; /* the worker's job since its thread_after */
+static atomic_int afters;
+
 static void
 count_run(pool_job *pj, pool_worker *w)
 {
@@ -366,13 +370,27 @@ count_run(pool_job *pj, pool_worker *w)
     }
     j->stack_probe_ok = stack >= (8u << 20);
     atomic_fetch_add(j->ran, 1);
+    last_job = j;
 }
 
 static void
 count_done(pool_job *pj)
 {
     count_job *j = (count_job *)pj;
+    j->done_seen = 1;
     atomic_fetch_add(j->done, 1);
+}
+
+/* thread_after: on the job's worker, once its done() has run. */
+static void
+count_after(pool_worker *w, void *ctx)
+{
+    (void)ctx;
+    assert_non_null(last_job);
+    assert_int_equal(last_job->worker, w->index);
+    assert_int_equal(last_job->done_seen, 1);
+    last_job = NULL;
+    atomic_fetch_add(&afters, 1);
 }
 
 static void
@@ -380,12 +398,13 @@ test_pool(void **state)
 {
     pool *p;
     pool_config cfg = {.nthreads = 3, .stack_bytes = 8u << 20, .thread_init = count_init,
-                       .thread_fini = count_fini};
+                       .thread_fini = count_fini, .thread_after = count_after};
     atomic_int ran = 0, done = 0;
     count_job jobs[200];
     (void)state;
     atomic_store(&inits, 0);
     atomic_store(&finis, 0);
+    atomic_store(&afters, 0);
     assert_int_equal(pool_new(&cfg, &p, NULL), 0);
     assert_int_equal(atomic_load(&inits), 3);
     assert_int_equal(pool_size(p), 3);
@@ -401,6 +420,7 @@ test_pool(void **state)
     pool_free(p);
     assert_int_equal(atomic_load(&ran), 200);
     assert_int_equal(atomic_load(&done), 200);
+    assert_int_equal(atomic_load(&afters), 200); /* once per job, after its done() */
     assert_int_equal(atomic_load(&finis), 3);
     for (int i = 0; i < 200; i++) {
         assert_true(jobs[i].worker < 3);

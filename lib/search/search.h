@@ -533,7 +533,17 @@ typedef struct search_evaluator {
      */
     const search_memo *memo;
     search_memo *journal;
+    /*
+     * A cancelled candidate's module (the cancel returns without freeing it:
+     * a module of millions of ops takes milliseconds to free), freed by the
+     * next evaluation or search_evaluator_fini, or taken by the caller
+     * (search_evaluator_take_garbage) to free once it has answered.
+     */
+    ir_module *garbage;
 } search_evaluator;
+
+/* The evaluator's garbage (above), now the caller's to free with ir_module_free; NULL if none. */
+ir_module *search_evaluator_take_garbage(search_evaluator *ev);
 
 void search_evaluator_init(search_evaluator *ev, const search_space *sp);
 /*

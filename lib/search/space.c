@@ -1746,9 +1746,18 @@ search_evaluator_init_ws(search_evaluator *ev, const search_space *sp, struct si
 void
 search_evaluator_fini(search_evaluator *ev)
 {
+    ir_module_free(search_evaluator_take_garbage(ev));
     if (ev->own_ws)
         sim_workspace_free(ev->ws);
     ev->ws = NULL;
+}
+
+ir_module *
+search_evaluator_take_garbage(search_evaluator *ev)
+{
+    ir_module *g = ev->garbage;
+    ev->garbage = NULL;
+    return g;
 }
 
 /* Whether a and b differ only in the options (recompute, ZeRO, sp, overlap). */
@@ -1770,6 +1779,7 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     di_error err;
     int rc;
     *r = NULL;
+    ir_module_free(search_evaluator_take_garbage(ev)); /* a cancelled run's, kept until now */
     sim_options_default(&o);
     o.want_timeline = 0; /* the search reads the peaks, not the timelines */
     o.cancel = ev->cancel;
@@ -1787,7 +1797,10 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     }
     if (rc == 0)
         rc = sim_run_ws(ev->ws, dm, sp->hw, &o, r, NULL, NULL, &err);
-    ir_module_free(dm);
+    if (rc == DI_ECANCELLED)
+        ev->garbage = dm; /* the cancel returns now; the module is freed later */
+    else
+        ir_module_free(dm);
     return rc;
 }
 

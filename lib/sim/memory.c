@@ -336,7 +336,7 @@ time_key(double t, int is_alloc)
  * 8-bit digit.
  */
 static void
-radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n)
+radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n, const atomic_int *cancel)
 {
     const int BITS = n >= 65536 ? 16 : n >= 4096 ? 11 : 8;
     const uint32_t NB = 1u << BITS, NDIGIT = (64 + (uint32_t)BITS - 1) / (uint32_t)BITS;
@@ -361,6 +361,8 @@ radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n)
         uint32_t *c = count + d * NB, sum = 0;
         if (((diff >> shift) & (NB - 1)) == 0)
             continue; /* every event has the same digit here */
+        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed))
+            return; /* left unsorted: the run stops (sim_build_memory) */
         for (uint32_t b = 0; b < NB; b++) {
             uint32_t x = c[b];
             c[b] = sum;
@@ -389,7 +391,7 @@ radix_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n)
  * tmp has room for n events.
  */
 static void
-sort_events(memev *v, memev *tmp, uint32_t *count, uint32_t n)
+sort_events(memev *v, memev *tmp, uint32_t *count, uint32_t n, const atomic_int *cancel)
 {
     enum { POP_MAX = 16 };
     uint32_t keep = 0, nout = 0, i, j, w;
@@ -417,10 +419,10 @@ sort_events(memev *v, memev *tmp, uint32_t *count, uint32_t n)
     }
     if (nout > n / 4) {
         memcpy(v + keep, tmp, nout * sizeof *v);
-        radix_sort(v, tmp, count, n);
+        radix_sort(v, tmp, count, n, cancel);
         return;
     }
-    radix_sort(tmp, tmp + nout, count, nout);
+    radix_sort(tmp, tmp + nout, count, nout, cancel);
     /* Merge from the end: v[0..keep) and tmp[0..nout) into v[0..n). */
     i = keep;
     j = nout;
@@ -442,7 +444,7 @@ sim_sort_keys(uint64_t *keys, uint32_t n)
         v[i].key = keys[i];
         v[i].val = i;
     }
-    sort_events(v, tmp, count, n);
+    sort_events(v, tmp, count, n, NULL);
     for (uint32_t i = 0; i < n; i++)
         keys[i] = v[i].key;
     di_free(count);
@@ -610,9 +612,13 @@ sim_build_memory(sim *s, double step)
         assert(dv->nalloc <= dv->nev && dv->nev <= 2 * dv->nalloc);
         if (dv->nev && sim_cancelled(s))
             return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
-        sort_events(s->ev + dv->evoff, tmp, count, dv->nalloc);
-        sort_events(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc);
+        /* A device's sort takes up to ~10 ms on the largest modules: it polls too. */
+        sort_events(s->ev + dv->evoff, tmp, count, dv->nalloc, s->opt ? s->opt->cancel : NULL);
+        sort_events(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc,
+                    s->opt ? s->opt->cancel : NULL);
     }
+    if (sim_cancelled(s))
+        return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
     return 0;
 }
 

@@ -185,6 +185,15 @@ build_result(sim *s, sim_result **out)
     }
     for (uint32_t d = 0; d < s->ndev; d++)
         if (s->devs[d].rep == (int32_t)d && device_active(s, (int32_t)d)) {
+            if (sim_cancelled(s)) { /* each device's scan reads its events: polled between */
+                for (uint32_t e = 0; e < d; e++)
+                    if (have[e])
+                        di_free(per[e].timeline);
+                di_free(per);
+                di_free(have);
+                di_free(r);
+                return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
+            }
             device_result(s, (int32_t)d, step, &per[d]);
             have[d] = 1;
         }
