@@ -44,7 +44,6 @@
  * `bench_search cancel` runs 4 alone.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -598,8 +597,7 @@ main(int argc, char **argv)
      * memory in afresh (on gpt3-175b, 0.09 s of a candidate's 0.15 s transform and
      * simulation against 0.03 s with them).
      */
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    di_heap_keep();
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(mode, "cancel") == 0) { /* that measurement alone */
         bench_cancel();

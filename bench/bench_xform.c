@@ -15,7 +15,6 @@
  * 3. llama3-405b on 16,384 H100s (below).
  */
 #define _POSIX_C_SOURCE 200809L
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,8 +200,7 @@ main(int argc, char **argv)
     sim_workspace *ws;
 
     /* The allocator settings of distird (server/main.c), where transforms run back to back. */
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    di_heap_keep();
     printf("== xform_apply: microseconds per produced op (target < 1 us; best of 3, allocator "
            "as in distird)\n");
     static strategy_stage nest[4] = {{8, 2, 0}, {4, 4, 0}, {4, 4, 0}, {2, 8, 0}};

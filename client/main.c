@@ -5,7 +5,6 @@
  */
 #include <errno.h>
 #include <stdarg.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,13 +249,11 @@ int
 main(int argc, char **argv)
 {
     /*
-     * A transform and a simulation grow and free large tables: keep freed memory
-     * in the heap rather than handing it back and faulting fresh zeroed pages in
-     * (the daemon's settings, server/main.c; on llama3-405b at 16,384 GPUs the
-     * kernel's page clearing was a third of the run).
+     * A transform and a simulation grow and free large tables: freed memory
+     * stays in the heap (on llama3-405b at 16,384 GPUs the kernel's page
+     * clearing was a third of the run without).
      */
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    di_heap_keep();
     if ((argc = take_connection_flags(argc, argv)) < 0)
         return CLI_USAGE;
     if (argc < 2) {

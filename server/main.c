@@ -4,7 +4,6 @@
  * until a graceful shutdown; exits 0 after a clean shutdown, 1 when start-up
  * fails, 2 on a usage error.
  */
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 
@@ -21,14 +20,11 @@ main(int argc, char **argv)
     di_error err;
     int rc;
     /*
-     * The daemon transforms and simulates module after module: keep freed
-     * memory in the heap for the next job instead of handing it back to the
-     * kernel and faulting it in again (glibc would otherwise raise its mmap
-     * threshold and trim the heap as it sees fit). The simulator's largest
-     * tables are mapped apart and kept by each worker's workspace.
+     * The daemon transforms and simulates module after module: freed memory
+     * stays in the heap for the next job. The simulator's largest tables are
+     * mapped apart and kept by each worker's workspace.
      */
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    di_heap_keep();
     srv_config_init(&cfg);
     di_error_clear(&err);
     rc = srv_config_parse_args(&cfg, argc, argv, &err);

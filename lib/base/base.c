@@ -8,6 +8,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <math.h>
 #include <setjmp.h>
 #include <openssl/evp.h>
@@ -987,4 +988,11 @@ di_hash_key(uint64_t key[2])
         key[0] = 0x0123456789abcdefull;
         key[1] = 0xfedcba9876543210ull;
     }
+}
+
+void
+di_heap_keep(void)
+{
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }

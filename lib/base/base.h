@@ -118,6 +118,17 @@ void di_big_free(void *p, size_t bytes);
 void di_alloc_fail_after(long n);
 
 /*
+ * For a process that transforms and simulates module after module (distird,
+ * the CLI, the benchmarks): glibc's mmap threshold at 32 MiB and its trim
+ * threshold at 512 MiB, so that memory a run frees stays in the heap for the
+ * next instead of going back to the kernel and being faulted in, zeroed,
+ * again (a third of a GPT-3 175B transform with glibc's self-tuning
+ * defaults). The price is a resident set near its high-water mark. Call it
+ * first thing in main.
+ */
+void di_heap_keep(void);
+
+/*
  * Allocation scopes, as Lua's protected calls: di_scope_run runs fn(arg) with
  * a scope active on the calling thread and returns what fn returns. Every
  * block allocated by the di_* functions while the scope is active, and not
