@@ -31,6 +31,7 @@
 #include "ir/ir.h"
 #include "ir/pb.h"
 #include "models/models.h"
+#include "search/search.h"
 #include "sim/hw.h"
 #include "sim/sim.h"
 #include "xform/xform.h"
@@ -470,6 +471,66 @@ test_cancel_watch(void **state)
     hw_free(hw);
 }
 
+/*
+ * A cancel inside a candidate's simulation returns without freeing the
+ * candidate's module (freeing one of millions of ops takes milliseconds): the
+ * evaluator keeps it for the caller (search_evaluator_take_garbage), and the
+ * next evaluation or search_evaluator_fini frees it (ASan's leak check would
+ * catch a module nobody frees).
+ */
+static void
+test_cancel_keeps_module(void **state)
+{
+    ir_module *g = small_gpt(2), *kept;
+    hw_model *hw = NULL;
+    search_config cfg;
+    search_space sp;
+    search_evaluator ev;
+    search_point p;
+    atomic_int flag = 0;
+    uint64_t k;
+    di_error err;
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    search_config_init(&cfg);
+    assert_int_equal(search_space_init(&sp, g, hw, &cfg, &err), 0);
+    search_evaluator_init(&ev, &sp);
+    ev.cancel = &flag;
+    ev.test_flag_after_transform = &flag; /* the cancel lands after the transform */
+    /* The first candidate that gets as far as its transform is cancelled in its simulation. */
+    for (k = 0; k < sp.ncandidate; k++) {
+        search_eval(&ev, search_space_at(&sp, k), &p);
+        if (atomic_load(&flag))
+            break;
+    }
+    assert_true(k < sp.ncandidate);
+    assert_int_equal(p.status, SEARCH_FAILED);
+    assert_non_null(ev.garbage);
+    kept = search_evaluator_take_garbage(&ev);
+    assert_non_null(kept);
+    assert_null(ev.garbage);
+    assert_int_equal(ir_verify(kept, &err), 0); /* whole, not freed */
+    ir_module_free(kept);
+    /* Left with the evaluator: the next evaluation frees it and runs in full. */
+    atomic_store(&flag, 0);
+    search_eval(&ev, search_space_at(&sp, k), &p);
+    assert_true(atomic_load(&flag)); /* transformed again, then cancelled again */
+    assert_non_null(ev.garbage);
+    ev.test_flag_after_transform = NULL;
+    atomic_store(&flag, 0);
+    assert_int_equal(search_eval(&ev, search_space_at(&sp, k), &p), SEARCH_OK);
+    assert_null(ev.garbage);
+    /* A cancelled module left at the end: search_evaluator_fini frees it. */
+    ev.test_flag_after_transform = &flag;
+    atomic_store(&flag, 0);
+    search_eval(&ev, search_space_at(&sp, k), &p);
+    assert_non_null(ev.garbage);
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+    ir_module_free(g);
+    hw_free(hw);
+}
+
 static void
 test_oom_sim(void **state)
 {
@@ -514,6 +575,7 @@ main(void)
         cmocka_unit_test(test_oom_decode),    cmocka_unit_test(test_oom_xform),
         cmocka_unit_test(test_oom_sim),
         cmocka_unit_test(test_cancel_watch),
+        cmocka_unit_test(test_cancel_keeps_module),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -540,6 +540,9 @@ typedef struct search_evaluator {
      * (search_evaluator_take_garbage) to free once it has answered.
      */
     ir_module *garbage;
+    /* Testing only (NULL otherwise): set to 1 once a candidate's transform is done, before its
+       simulation starts, so that a test can cancel inside the simulation. */
+    atomic_int *test_flag_after_transform;
 } search_evaluator;
 
 /* The evaluator's garbage (above), now the caller's to free with ir_module_free; NULL if none. */

@@ -1795,6 +1795,8 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
                         : xform_apply(sp->module, s, sp->hw, &dm, &err);
         di_cancel_watch(watched);
     }
+    if (rc == 0 && ev->test_flag_after_transform)
+        atomic_store(ev->test_flag_after_transform, 1);
     if (rc == 0)
         rc = sim_run_ws(ev->ws, dm, sp->hw, &o, r, NULL, NULL, &err);
     if (rc == DI_ECANCELLED)
