@@ -74,6 +74,7 @@ struct srv_search {
 
     /* Per part: a cancelled candidate's module, for srv_search_take_garbage. */
     ir_module **garbage;
+    int test_cancel_in_simulation; /* srv_search_test_cancel_in_simulation */
 };
 
 srv_search *
@@ -344,6 +345,8 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
     t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     search_evaluator_init_ws(&ev, &s->space, ws);
     ev.cancel = &s->cancel; /* a cancel reaches into the candidate's simulation */
+    if (s->test_cancel_in_simulation)
+        ev.test_flag_after_transform = &s->cancel;
     ev.memo = &s->memo;
     ev.journal = &s->journals[part];
     while (!atomic_load(&s->cancel)) {
@@ -392,6 +395,12 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
     s->garbage[part] = search_evaluator_take_garbage(&ev);
     search_evaluator_fini(&ev);
     return more;
+}
+
+void
+srv_search_test_cancel_in_simulation(srv_search *s)
+{
+    s->test_cancel_in_simulation = 1;
 }
 
 ir_module *

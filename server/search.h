@@ -73,6 +73,11 @@ int srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_
  * module) does not delay the answer. srv_search_free frees any left.
  */
 struct ir_module *srv_search_take_garbage(srv_search *s, unsigned part);
+/*
+ * Testing only: the first candidate to finish its transform cancels the
+ * search, so that the cancel lands inside its simulation.
+ */
+void srv_search_test_cancel_in_simulation(srv_search *s);
 /* Any thread: asks the workers to stop after their current candidate. */
 void srv_search_cancel(srv_search *s);
 int srv_search_cancelled(srv_search *s);
