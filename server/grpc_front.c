@@ -502,6 +502,16 @@ worker_workspace(void)
     return ws;
 }
 
+/* Trims the worker thread's workspace, if it has one, to WS_KEEP_BYTES. */
+static void
+trim_workspace(void)
+{
+    sim_workspace *ws;
+    call_once(&ws_once, ws_init);
+    if (ws_ok && (ws = tss_get(ws_key)) != NULL)
+        sim_workspace_trim(ws, WS_KEEP_BYTES);
+}
+
 /*
  * What a job leaves for after its answer (srv_worker_after, on the same
  * worker): the module of a cancelled transform or simulation, whose free
@@ -1956,27 +1966,21 @@ srv_worker_init(pool_worker *w, void *ctx, di_error *err)
 void
 srv_worker_idle(pool_worker *w, void *ctx)
 {
-    sim_workspace *ws;
     (void)w;
     (void)ctx;
-    call_once(&ws_once, ws_init);
-    if (ws_ok && (ws = tss_get(ws_key)) != NULL)
-        sim_workspace_trim(ws, WS_KEEP_BYTES);
+    trim_workspace();
 }
 
 void
 srv_worker_after(pool_worker *w, void *ctx)
 {
-    sim_workspace *ws;
     (void)w;
     (void)ctx;
     ir_module_free(after_module);
     after_module = NULL;
     if (after_trim) {
         after_trim = 0;
-        call_once(&ws_once, ws_init);
-        if (ws_ok && (ws = tss_get(ws_key)) != NULL)
-            sim_workspace_trim(ws, WS_KEEP_BYTES);
+        trim_workspace();
     }
 }
 

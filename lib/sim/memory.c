@@ -610,15 +610,13 @@ sim_build_memory(sim *s, double step)
         sim_dev *dv = &s->devs[d];
         /* Every allocation counted above was written; a free for each at most. */
         assert(dv->nalloc <= dv->nev && dv->nev <= 2 * dv->nalloc);
-        if (dv->nev && sim_cancelled(s))
-            return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
         /* A device's sort takes up to ~10 ms on the largest modules: it polls too. */
         sort_events(s->ev + dv->evoff, tmp, count, dv->nalloc, s->opt ? s->opt->cancel : NULL);
         sort_events(s->ev + dv->evoff + dv->nalloc, tmp, count, dv->nev - dv->nalloc,
                     s->opt ? s->opt->cancel : NULL);
+        if (sim_cancelled(s)) /* the sorts may have stopped part way */
+            return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
     }
-    if (sim_cancelled(s))
-        return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
     return 0;
 }
 

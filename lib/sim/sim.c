@@ -177,22 +177,13 @@ build_result(sim *s, sim_result **out)
         for (int st = 0; st < NSTREAM; st++)
             if (s->devs[d].free[st] > step)
                 step = s->devs[d].free[st];
-    if (sim_build_memory(s, step) != 0) {
-        di_free(per);
-        di_free(have);
-        di_free(r);
-        return DI_ECANCELLED;
-    }
+    if (sim_build_memory(s, step) != 0)
+        goto cancelled;
     for (uint32_t d = 0; d < s->ndev; d++)
         if (s->devs[d].rep == (int32_t)d && device_active(s, (int32_t)d)) {
             if (sim_cancelled(s)) { /* each device's scan reads its events: polled between */
-                for (uint32_t e = 0; e < d; e++)
-                    if (have[e])
-                        di_free(per[e].timeline);
-                di_free(per);
-                di_free(have);
-                di_free(r);
-                return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
+                di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
+                goto cancelled;
             }
             device_result(s, (int32_t)d, step, &per[d]);
             have[d] = 1;
@@ -244,6 +235,14 @@ build_result(sim *s, sim_result **out)
     }
     *out = r;
     return 0;
+cancelled: /* the error is set */
+    for (uint32_t d = 0; d < s->ndev; d++)
+        if (have[d])
+            di_free(per[d].timeline);
+    di_free(per);
+    di_free(have);
+    di_free(r);
+    return DI_ECANCELLED;
 }
 
 static void

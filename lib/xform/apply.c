@@ -216,18 +216,24 @@ apply_call_run(void *arg)
 }
 
 /* The transform runs in an allocation scope: out-of-memory anywhere in it is DI_ENOMEM. */
+static int
+apply_scoped(struct apply_call *c)
+{
+    int rc = di_scope_run(apply_call_run, c, c->err);
+    if (rc != 0) {
+        *c->out = NULL;
+        if (c->layout)
+            *c->layout = NULL;
+    }
+    return rc;
+}
+
 int
 xform_apply_layout(const ir_module *m, const strategy *s, const hw_model *hw,
                    ir_module **out, xform_layout **layout, di_error *err)
 {
     struct apply_call c = {m, NULL, s, hw, 0, out, layout, err};
-    int rc = di_scope_run(apply_call_run, &c, err);
-    if (rc != 0) {
-        *out = NULL;
-        if (layout)
-            *layout = NULL;
-    }
-    return rc;
+    return apply_scoped(&c);
 }
 
 int
@@ -242,10 +248,7 @@ xform_apply_partial(const ir_module *m, const strategy *s, const hw_model *hw, u
                     ir_module **out, di_error *err)
 {
     struct apply_call c = {m, NULL, s, hw, microbatches ? microbatches : 1, out, NULL, err};
-    int rc = di_scope_run(apply_call_run, &c, err);
-    if (rc != 0)
-        *out = NULL;
-    return rc;
+    return apply_scoped(&c);
 }
 
 int
@@ -253,10 +256,7 @@ xform_apply_analyzed(const xform_analysis *a, const strategy *s, const hw_model 
                      uint32_t microbatches, ir_module **out, di_error *err)
 {
     struct apply_call c = {a->c.m, a, s, hw, microbatches, out, NULL, err};
-    int rc = di_scope_run(apply_call_run, &c, err);
-    if (rc != 0)
-        *out = NULL;
-    return rc;
+    return apply_scoped(&c);
 }
 
 /* The arguments of xform_stage_layers, for its allocation scope. */

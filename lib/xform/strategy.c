@@ -643,28 +643,14 @@ xf_ctx_init(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw
     return ctx_finish(c);
 }
 
-int
-xf_ctx_init_analyzed(xf_ctx *c, const xform_analysis *a, const strategy *s,
-                     const hw_model *hw, di_error *err)
-{
-    int rc;
-    if ((rc = ctx_strategy(c, s, hw, err)) != 0)
-        return rc;
-    c->m = a->c.m;
-    c->func = a->c.func;
-    c->borrowed = 1;
-    /* Read only while borrowed (xf_ctx): validation writes none of them. */
-    c->vflags = a->c.vflags;
-    c->op = a->c.op;
-    c->batch = a->c.batch;
-    c->nlayer = a->c.nlayer;
-    c->layers = a->c.layers;
-    return ctx_finish(c);
-}
-
-int
-xf_ctx_init_copied(xf_ctx *c, const xform_analysis *a, const strategy *s, const hw_model *hw,
-                   di_error *err)
+/*
+ * A context from a's analysis: borrowed (read only: validation writes none
+ * of vflags, op, layers) or with copies of them (the transforms write them:
+ * recomputation, phases, expert values). The module stays a's either way.
+ */
+static int
+ctx_from_analysis(xf_ctx *c, const xform_analysis *a, const strategy *s, const hw_model *hw,
+                  int copy, di_error *err)
 {
     const ir_module *m = a->c.m;
     int rc;
@@ -672,16 +658,36 @@ xf_ctx_init_copied(xf_ctx *c, const xform_analysis *a, const strategy *s, const 
         return rc;
     c->m = m;
     c->func = a->c.func;
-    /* The transforms write these (recomputation, phases, expert values): copies of a's. */
+    c->batch = a->c.batch;
+    c->nlayer = a->c.nlayer;
+    if (!copy) {
+        c->borrowed = 1;
+        c->vflags = a->c.vflags;
+        c->op = a->c.op;
+        c->layers = a->c.layers;
+        return ctx_finish(c);
+    }
     c->vflags = di_xmalloc(m->nvalue ? m->nvalue : 1);
     memcpy(c->vflags, a->c.vflags, m->nvalue);
     c->op = di_xmalloc((m->nop ? m->nop : 1) * sizeof *c->op);
     memcpy(c->op, a->c.op, m->nop * sizeof *c->op);
     c->layers = di_xmalloc((a->c.nlayer ? a->c.nlayer : 1) * sizeof *c->layers);
     memcpy(c->layers, a->c.layers, a->c.nlayer * sizeof *c->layers);
-    c->batch = a->c.batch;
-    c->nlayer = a->c.nlayer;
     return ctx_finish(c);
+}
+
+int
+xf_ctx_init_analyzed(xf_ctx *c, const xform_analysis *a, const strategy *s,
+                     const hw_model *hw, di_error *err)
+{
+    return ctx_from_analysis(c, a, s, hw, 0, err);
+}
+
+int
+xf_ctx_init_copied(xf_ctx *c, const xform_analysis *a, const strategy *s, const hw_model *hw,
+                   di_error *err)
+{
+    return ctx_from_analysis(c, a, s, hw, 1, err);
 }
 
 void
