@@ -622,6 +622,78 @@ test_fusion(void **state)
 }
 
 /*
+ * An attention softmax fuses with the scale and mask before it only when its
+ * rows fit Megatron-LM's fused scaled masked softmax kernel (lib/sim/fuse.c):
+ * z = Softmax(x * c + mask) over [b, heads, sq, sk], sk = 256 (a power of two
+ * above 128: a block takes 4 rows). With b x heads = 4 (a multiple of 4), sq
+ * = 8 and sk = 256 the three ops are one kernel: their FLOPs, x, c and mask
+ * read once, z written, one launch. With 2 or 6 batches, sq = 6 or
+ * sk = 32,768 (above the kernel's 16,384) Megatron-LM runs PyTorch's eager
+ * softmax: three kernels, each with its own bytes and launch, and the scaled
+ * and masked scores materialized. A rank-2 softmax keeps the general rule
+ * (test_fusion).
+ */
+static void
+test_fusion_softmax_kernel(void **state)
+{
+    static const struct {
+        int64_t dims[4];
+        int fused;
+    } cases[] = {
+        {{1, 4, 8, 256}, 1},   {{2, 2, 8, 256}, 1}, {{1, 2, 8, 256}, 0},
+        {{1, 6, 8, 256}, 0},   {{1, 4, 6, 256}, 0}, {{1, 4, 4, 32768}, 0},
+        {{1, 8, 4, 64}, 1}, /* sk <= 128: two rows a warp, 8 a block */
+        {{1, 4, 4, 64}, 0},
+    };
+    (void)state;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        hw_model *hw = test_hw(1, 1);
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        const int64_t *d = cases[k].dims;
+        ir_id ty = ir_type_tensor(m, IR_F32, 4, d, 0);
+        ir_id cty = ir_type_tensor(m, IR_F32, 0, NULL, 0);
+        ir_id mty = ir_type_tensor(m, IR_F32, 2, d + 2, 0);
+        ir_id x = ir_region_add_arg(m, f, ty, "x"), c = ir_region_add_arg(m, f, cty, "c");
+        ir_id mask = ir_region_add_arg(m, f, mty, "mask"), in[2], a, b, z;
+        ir_cost ca, cb, cz;
+        sim_options o;
+        sim_result *r = NULL;
+        di_error err;
+        double xb = (double)(d[0] * d[1] * d[2] * d[3]) * 4, mb = (double)(d[2] * d[3]) * 4;
+        double want;
+        in[0] = x;
+        in[1] = c;
+        a = op1(m, f, IR_OP_MUL, 2, in, ty, "a");
+        in[0] = a;
+        in[1] = mask;
+        b = op1(m, f, IR_OP_ADD, 2, in, ty, "b");
+        z = op1(m, f, IR_OP_SOFTMAX, 1, &b, ty, "z");
+        ir_region_add_result(m, f, z);
+        ir_op_cost(m, m->values[a].def, &ca);
+        ir_op_cost(m, m->values[b].def, &cb);
+        ir_op_cost(m, m->values[z].def, &cz);
+        if (cases[k].fused)
+            want = fmax((ca.flops + cb.flops + cz.flops) / 1e12, (xb + 4 + mb + xb) / 1e11) + 1e-5;
+        else
+            want = fmax(ca.flops / 1e12, (xb + 4 + xb) / 1e11) + 1e-5 +
+                   fmax(cb.flops / 1e12, (xb + mb + xb) / 1e11) + 1e-5 +
+                   fmax(cz.flops / 1e12, (xb + xb) / 1e11) + 1e-5;
+        sim_options_default(&o);
+        o.fuse = 1;
+        if (sim_run(m, hw, &o, &r, NULL, NULL, &err) != 0)
+            fail_msg("sim_run: %s", err.msg);
+        if (fabs(r->step_time_s - want) > 1e-9 * want)
+            fail_msg("case %zu [%lld, %lld, %lld, %lld]: step %.9g s, want %.9g s (%s)", k,
+                     (long long)d[0], (long long)d[1], (long long)d[2], (long long)d[3],
+                     r->step_time_s, want, cases[k].fused ? "one kernel" : "three");
+        sim_result_free(r);
+        ir_module_free(m);
+        hw_free(hw);
+    }
+}
+
+/*
  * Tile and wave quantization on a device of 108 SMs: a MatMul [128, 64] x
  * [64, 128 n]. With n = 108 the 128 x 128 tiles fill one wave exactly:
  * full efficiency. With n = 109 they take two waves, the second with one
@@ -1623,6 +1695,7 @@ main(void)
         cmocka_unit_test(test_host_overhead),
         cmocka_unit_test(test_tf32),
         cmocka_unit_test(test_fusion),
+        cmocka_unit_test(test_fusion_softmax_kernel),
         cmocka_unit_test(test_gemm_waves),
         cmocka_unit_test(test_host_sync_on_receive),
         cmocka_unit_test(test_memory_classes),

@@ -18,7 +18,12 @@
  *    so that the group is one kernel that can start once, with all its
  *    inputs;
  *  - GEMMs, attention, communication, views, optimizer updates, in-place
- *    accumulations and ops with an explicit memory class never fuse.
+ *    accumulations and ops with an explicit memory class never fuse;
+ *  - an attention softmax (rank 3 or more, over the last axis) and its
+ *    gradient fuse only when the rows fit Megatron-LM's fused scaled masked
+ *    softmax kernels (softmax_fits): otherwise Megatron-LM runs PyTorch's
+ *    eager softmax, so the softmax, its gradient and the element-wise ops
+ *    feeding it the scores (scale, mask) each run as a kernel of their own.
  *
  * A group is priced as one kernel: the FLOPs of its ops, the bytes of the
  * values it reads from outside (each once) and of the results used outside
@@ -33,6 +38,38 @@
 #include <string.h>
 
 enum { FUSE_NONE, FUSE_ELEM, FUSE_ROW };
+
+/*
+ * Whether a softmax over the last axis of a [..., sq, sk] tensor fits
+ * Megatron-LM's fused scaled (upper-triangular) masked softmax kernels
+ * (FusedScaleMaskSoftmax.is_kernel_available and the CUDA dispatch it
+ * guards): 16 < sk <= 16384, sq and sk multiples of 4, and the batches (the
+ * product of the leading dims: micro-batch x heads on the rank) a multiple of
+ * the rows a 128-thread block takes: 4 warps of one row each, two when sk's
+ * next power of two is at most 128. Rank 1 and 2 softmaxes (a router's, a
+ * classifier's) are not attention: the general rule fuses them.
+ */
+static int
+softmax_fits(const ir_module *m, ir_id op)
+{
+    const ir_op *o = &m->ops[op];
+    const ir_type *t = &m->types[m->values[o->outputs].type];
+    const int64_t *d = &m->ints[t->dims];
+    int64_t sq, sk, batches = 1, p2 = 1, axis;
+    if (t->rank < 3)
+        return 1;
+    axis = ir_op_int(m, op, "axis", -1);
+    if (axis != -1 && axis != (int64_t)t->rank - 1)
+        return 0;
+    sq = d[t->rank - 2];
+    sk = d[t->rank - 1];
+    for (uint32_t i = 0; i + 2 < t->rank; i++)
+        batches *= d[i];
+    while (p2 < sk)
+        p2 *= 2;
+    return sk > 16 && sk <= 16384 && sq % 4 == 0 && sk % 4 == 0 &&
+           batches % (p2 <= 128 ? 8 : 4) == 0;
+}
 
 static int
 fuse_class(const ir_module *m, ir_id op)
@@ -53,6 +90,10 @@ fuse_class(const ir_module *m, ir_id op)
             break;
         case IR_OP_SOFTMAX:
         case IR_OP_SOFTMAXGRAD:
+            if (!softmax_fits(m, op))
+                return FUSE_NONE;
+            c = FUSE_ROW;
+            break;
         case IR_OP_LAYERNORM:
         case IR_OP_LAYERNORMGRAD:
         case IR_OP_REDUCEMEAN:
@@ -84,15 +125,51 @@ same_place(const ir_module *m, ir_id a, ir_id b)
     return ta->device == tb->device && ta->devvar == tb->devvar;
 }
 
+/*
+ * Marks eager the element-wise ops that feed a softmax which does not fit the
+ * fused kernel its scores (the ops of the scores' size before it in the same
+ * region: the scale and the mask); Megatron-LM's fallback runs them one kernel
+ * each, as PyTorch does.
+ */
+static void
+mark_eager(const ir_module *m, const ir_region *r, uint8_t *eager)
+{
+    ir_id *stack = NULL;
+    size_t n = 0, cap = 0;
+    for (uint32_t i = 0; i < r->nop; i++) {
+        ir_id op = r->ops[i];
+        const ir_op *o = &m->ops[op];
+        int64_t numel;
+        if (o->kind != IR_OP_SOFTMAX || fuse_class(m, op) != FUSE_NONE || o->ninput == 0)
+            continue;
+        numel = m->types[m->values[m->refs[o->inputs]].type].numel;
+        DI_GROW(&stack, &cap, n + 1);
+        stack[n++] = op;
+        while (n > 0) {
+            const ir_op *c = &m->ops[stack[--n]];
+            for (uint32_t a = 0; a < c->ninput; a++) {
+                ir_id v = m->refs[c->inputs + a], d = m->values[v].def;
+                if (d == 0 || eager[d] || m->ops[d].region != o->region ||
+                    m->types[m->values[v].type].numel != numel || fuse_class(m, d) != FUSE_ELEM)
+                    continue;
+                eager[d] = 1;
+                DI_GROW(&stack, &cap, n + 1);
+                stack[n++] = d;
+            }
+        }
+    }
+    di_free(stack);
+}
+
 /* Plans the groups of one region; ids in grp are group index + 1. */
 static void
-plan_region(sim *s, const ir_region *r, const uint32_t *pos)
+plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eager)
 {
     const ir_module *m = s->m;
     for (uint32_t i = 0; i < r->nop; i++) {
         ir_id op = r->ops[i];
         const ir_op *o = &m->ops[op];
-        int c = fuse_class(m, op), joined = 0;
+        int c = eager[op] ? FUSE_NONE : fuse_class(m, op), joined = 0;
         if (c == FUSE_NONE)
             continue;
         for (uint32_t a = 0; a < o->ninput && !joined; a++) {
@@ -136,6 +213,7 @@ sim_fuse_plan(sim *s)
     const ir_module *m = s->m;
     uint32_t *pos = di_xcalloc(m->nop, sizeof *pos);
     uint32_t *uses = di_xcalloc(m->nvalue, sizeof *uses);
+    uint8_t *eager = di_xcalloc(m->nop, 1);
     uint32_t *fill;
 
     s->fgrp = di_xcalloc(m->nop, sizeof *s->fgrp);
@@ -144,7 +222,10 @@ sim_fuse_plan(sim *s)
         for (uint32_t i = 0; i < m->regions[r].nop; i++)
             pos[m->regions[r].ops[i]] = i;
     for (ir_id r = 1; r < m->nregion; r++)
-        plan_region(s, &m->regions[r], pos);
+        mark_eager(m, &m->regions[r], eager);
+    for (ir_id r = 1; r < m->nregion; r++)
+        plan_region(s, &m->regions[r], pos, eager);
+    di_free(eager);
 
     /* Single ops are not groups; the others list their members in program order. */
     for (ir_id op = 1; op < m->nop; op++)
