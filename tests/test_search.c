@@ -1464,6 +1464,43 @@ test_time_bound_late(void **state)
         assert_true(e->time.re[STRATEGY_RECOMPUTE_FULL].tp_reduce_bytes ==
                     (e->sequence_parallel ? 3 : 1) * 524288.0);
         assert_true(e->time.re_tp_late_bytes[STRATEGY_RECOMPUTE_FULL] == 0.0);
+        /*
+         * Every collective on the compute path costs at least the tensor group's least
+         * latency terms and its payload times the least slope of the three kinds. Over
+         * 2 nodes of 8: the hierarchical all-gather's (and reduce-scatter's) latency, 7
+         * steps inside the node (3 us link + 3 us per step) and 1 across (5 + 3): 50 us
+         * (the tree all-reduce's is 8 x 8 us); the hierarchical all-reduce's slope,
+         * 2 x 7/8 / 300 GB/s + 2 x 1/2 / (8 x 25 GB/s), below the all-gather's and the
+         * reduce-scatter's (7/8 / 2 / 300 GB/s + 1/2 / 25 GB/s), which the bound once
+         * took alone: above a large all-reduce.
+         */
+        {
+            int32_t devs[16];
+            for (int32_t d = 0; d < 16; d++)
+                devs[d] = d;
+            assert_true(fabs(e->tp_alpha - 50e-6) < 1e-12);
+            assert_true(fabs(e->tp_slope - (2 * 0.875 / 300e9 + 1.0 / (8 * 25e9))) < 1e-20);
+            assert_true(e->tp_slope <= sim_collective_slope(hw, IR_OP_ALLREDUCE, devs, 16));
+            assert_true(e->tp_alpha <= sim_collective_latency(hw, IR_OP_ALLREDUCE, devs, 16));
+        }
+        /*
+         * How many: in the forward, the attention projection's and the second MLP GEMM's
+         * reductions, and under sequence parallelism the gathers before the QKV and the
+         * first MLP GEMMs; the two late backward reductions above in every mode; under
+         * sequence parallelism the two layer norms' weight gradients too (partial sums
+         * over the sequence's shards, 512 bytes each), each read by the next op; the
+         * repeated forward's as its bytes above.
+         */
+        assert_true(e->time.fwd.tp_reduce_count == (e->sequence_parallel ? 4 : 2));
+        for (int r = 0; r < 3; r++) {
+            assert_true(e->time.bwd_tp_late_count[r] == 2);
+            assert_true(e->time.bwd_tp_reduce_count[r] == (e->sequence_parallel ? 2 : 0));
+            assert_true(e->time.bwd_tp_reduce_bytes[r] == (e->sequence_parallel ? 1024 : 0));
+        }
+        assert_true(e->time.re[STRATEGY_RECOMPUTE_SELECTIVE].tp_reduce_count == 0);
+        assert_true(e->time.re[STRATEGY_RECOMPUTE_FULL].tp_reduce_count ==
+                    (e->sequence_parallel ? 3 : 1));
+        assert_true(e->time.re_tp_late_count[STRATEGY_RECOMPUTE_FULL] == 0);
     }
     assert_int_equal(tables, 2); /* with and without sequence parallelism */
     assert_true(sp.nlayer_mem <= 8);

@@ -740,6 +740,19 @@ group_slope(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
     return slope;
 }
 
+/* sim_collective_latency over the group of devices k stride, k < n. */
+static double
+group_latency(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
+{
+    int32_t *devs = di_xmalloc(n * sizeof *devs);
+    double t;
+    for (uint32_t k = 0; k < n; k++)
+        devs[k] = (int32_t)(k * stride);
+    t = sim_collective_latency(hw, kind, devs, n);
+    di_free(devs);
+    return t;
+}
+
 /* search_space.layer_mem for (tp, sp): the layers' analysis, dp = pp = m = 1. */
 static void
 layer_analysis(search_space *sp, struct search_layer_mem *e)
@@ -763,10 +776,23 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         memcpy(e->edge_grad, f.edge_grad, sizeof e->edge_grad);
         e->time = f.time;
         if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
-            double ag = group_slope(sp->hw, IR_OP_ALLGATHER, e->tp, 1);
-            e->tp_slope = group_slope(sp->hw, IR_OP_REDUCESCATTER, e->tp, 1);
-            if (ag < e->tp_slope)
-                e->tp_slope = ag;
+            /*
+             * The reductions are all-reduces, or reduce-scatters under sequence
+             * parallelism, the gathers all-gathers: the least terms of the three
+             * kinds bound each. (Across nodes the hierarchical all-reduce's slope
+             * is below the all-gather's: the bound once took the least of the
+             * reduce-scatter's and the all-gather's alone, above the all-reduce of
+             * a large payload.)
+             */
+            static const int kinds[3] = {IR_OP_ALLREDUCE, IR_OP_REDUCESCATTER, IR_OP_ALLGATHER};
+            for (int k = 0; k < 3; k++) {
+                double b = group_slope(sp->hw, kinds[k], e->tp, 1);
+                double a = group_latency(sp->hw, kinds[k], e->tp, 1);
+                if (k == 0 || b < e->tp_slope)
+                    e->tp_slope = b;
+                if (k == 0 || a < e->tp_alpha)
+                    e->tp_alpha = a;
+            }
         }
         zero_analysis(sp, e, f.params, f.nparams);
         f.time.gemms = NULL; /* e's now, until split_analyses */
@@ -1616,12 +1642,24 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
  */
 static double
 late_reductions(const struct search_layer_mem *e, const search_candidate *c, double bytes,
-                const xform_work_bound *between, double q)
+                double count, const xform_work_bound *between, double q)
 {
-    double late = e->tp_slope * bytes * q - xform_work_time(between, q);
+    double late = e->tp_alpha * count + e->tp_slope * bytes * q - xform_work_time(between, q);
     if (c->zero <= 1 && c->microbatches >= 2)
         late -= e->accumulate_max_s;
     return late > 0 ? late : 0;
+}
+
+/*
+ * A pass's tensor-axis collectives on the compute path (xform_work_bound's
+ * tp_reduce_bytes and tp_reduce_count) for one microbatch, q of the batch:
+ * each costs at least the group's latency terms and its payload times the
+ * least slope.
+ */
+static double
+tp_reductions(const struct search_layer_mem *e, const xform_work_bound *w, double q)
+{
+    return e->tp_alpha * w->tp_reduce_count + e->tp_slope * w->tp_reduce_bytes * q;
 }
 
 double
@@ -1661,19 +1699,21 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      * The forward reductions over the tensor group the next op waits for: on the
      * dependency chain, and time the compute stream cannot fill.
      */
-    red = e->tp_slope * t->fwd.tp_reduce_bytes * q;
+    red = tp_reductions(e, &t->fwd, q);
     chain = wg + red;
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL) {
         w += xform_work_time(&t->re[r], q);
         wg += xform_gemm_time(&t->re[r], q);
-        rre = e->tp_slope * t->re[r].tp_reduce_bytes * q +
-              late_reductions(e, c, t->re_tp_late_bytes[r], &t->re_tp_late_between[r], q);
+        rre = tp_reductions(e, &t->re[r], q) +
+              late_reductions(e, c, t->re_tp_late_bytes[r], t->re_tp_late_count[r],
+                              &t->re_tp_late_between[r], q);
         red += rre;
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
-        rb = e->tp_slope * t->bwd_tp_reduce_bytes[r] * q +
-             late_reductions(e, c, t->bwd_tp_late_bytes[r], &t->bwd_tp_late_between[r], q);
+        rb = e->tp_alpha * t->bwd_tp_reduce_count[r] + e->tp_slope * t->bwd_tp_reduce_bytes[r] * q +
+             late_reductions(e, c, t->bwd_tp_late_bytes[r], t->bwd_tp_late_count[r],
+                             &t->bwd_tp_late_between[r], q);
     red += rb;
     w += red;
     for (int k = 0; k < 4; k++)
@@ -1682,7 +1722,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     acc = c->zero <= 1 && c->microbatches >= 2 ? e->accumulate_s : 0;
     if (c->pp > 1) {
         /* The same terms split by pass, for the bubble (pipe_bound). */
-        double rf = e->tp_slope * t->fwd.tp_reduce_bytes * q;
+        double rf = tp_reductions(e, &t->fwd, q);
         double fw = xform_work_time(&t->fwd, q) + rf, fc = xform_gemm_time(&t->fwd, q) + rf;
         double bw = xform_work_time(&t->bwd, q), bc = xform_gemm_time(&t->bwd, q);
         if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)

@@ -588,3 +588,21 @@ sim_collective_slope(const hw_model *hw, int kind, const int32_t *devs, uint32_t
     return (sim_collective_time(&s, kind, &g, 2 * big) - sim_collective_time(&s, kind, &g, big)) /
            big;
 }
+
+double
+sim_collective_latency(const hw_model *hw, int kind, const int32_t *devs, uint32_t n)
+{
+    sim s;
+    di_error err;
+    group_info g;
+    memset(&s, 0, sizeof s);
+    s.hw = hw;
+    s.err = &err;
+    if (n <= 1)
+        return 0;
+    sim_group_describe(&s, devs, n, &g);
+    if (hw_table_time(hw, kind, n, g.nodes > 1, 1.0) >= 0)
+        return 0;
+    /* Every algorithm's time is its latency terms plus its slope times the payload. */
+    return sim_collective_time(&s, kind, &g, 0);
+}

@@ -233,6 +233,16 @@ double sim_gemm_quantization(const hw_model *hw, uint32_t device, double batch, 
 double sim_collective_slope(const hw_model *hw, int kind, const int32_t *devs, uint32_t n);
 
 /*
+ * Seconds that a collective of `kind` over devices devs[0..n) costs at least
+ * whatever its payload: the least latency terms of the algorithms the
+ * hardware may choose (each algorithm costs its latency terms plus its slope
+ * times the payload, so any such collective of S bytes takes at least this
+ * plus S times sim_collective_slope). 0 for one device and where a measured
+ * table prices the group.
+ */
+double sim_collective_latency(const hw_model *hw, int kind, const int32_t *devs, uint32_t n);
+
+/*
  * Fits hw's intra-node link (bandwidth, latency) to its measured intra-node
  * all-reduce tables: the pair whose formula times (the preset's algorithm
  * and step latency, as the simulator prices a group inside one node) have

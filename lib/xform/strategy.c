@@ -1111,7 +1111,7 @@ tp_divides(const xf_ctx *c, ir_id op)
 }
 
 /* The number of work terms per (slot, layer): xform_work_bound's fields. */
-#define WORK_TERMS 7
+#define WORK_TERMS 8
 
 /* Compute op's (first) result when it is not replicated on the tensor axis, else 0. */
 static ir_id
@@ -1283,8 +1283,10 @@ add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, int tf32, double *per, 
     default:
         return;
     }
-    if (k == 0 && tp_reduced_next(c, pos, op, &next))
+    if (k == 0 && tp_reduced_next(c, pos, op, &next)) {
         w[6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
+        w[7] += 1;
+    }
 }
 
 /* Terms w (WORK_TERMS) as an xform_work_bound. */
@@ -1298,6 +1300,7 @@ work_bound_of(const double *w, xform_work_bound *out)
     out->other_s = w[4];
     out->other_launch_s = w[5];
     out->tp_reduce_bytes = w[6];
+    out->tp_reduce_count = w[7];
 }
 
 /* The least over the layers of each term of slot k into *out. */
@@ -1408,7 +1411,7 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
 static void
 emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_t *set, int tf32,
                    double *red, double *late, double *between, double *rred, double *rlate,
-                   double *rbetween)
+                   double *rbetween, double *redn, double *laten, double *rredn, double *rlaten)
 {
     const ir_module *m = c->m;
     uint32_t busy = 0; /* the place after the last counted pair's reader */
@@ -1445,9 +1448,11 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                     break;
                 if (nbetween == 0) {
                     (re ? rred : red)[li] += bytes;
+                    (re ? rredn : redn)[li] += 1;
                 } else {
                     double *b = &(re ? rbetween : between)[(size_t)li * WORK_TERMS];
                     (re ? rlate : late)[li] += bytes;
+                    (re ? rlaten : laten)[li] += 1;
                     for (int j = 0; j < WORK_TERMS; j++)
                         b[j] += terms[j];
                 }
@@ -1468,7 +1473,8 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
  */
 static void
 chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *set, int tf32,
-                 uint32_t mode, double *red, double *late, double *between)
+                 uint32_t mode, double *red, double *late, double *between, double *redn,
+                 double *laten)
 {
     const ir_module *m = c->m;
     size_t L = c->nlayer, b = (size_t)mode * L, r = (size_t)(3 + mode) * L;
@@ -1478,7 +1484,8 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
     ir_id *stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
     uint32_t n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
     emitted_reductions(c, order, n, set, tf32, red + b, late + b, between + b * WORK_TERMS,
-                       red + r, late + r, between + r * WORK_TERMS);
+                       red + r, late + r, between + r * WORK_TERMS, redn + b, laten + b, redn + r,
+                       laten + r);
     di_free(stack);
     di_free(order);
     di_free(kin);
@@ -1583,7 +1590,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
      * backward chunk's reductions (chunk_reductions); with ops between:
      * bytes, and those ops' terms.
      */
-    double *red, *late, *between;
+    double *red, *late, *between, *redn, *laten; /* redn, laten: how many collectives */
     uint32_t nf = 0, nb = 0, L = c->nlayer;
     uint32_t first[2] = {UINT32_MAX, UINT32_MAX}, last[2] = {0, 0}; /* layers' ops: fwd, bwd */
     double edge[4 * WORK_TERMS] = {0};
@@ -1598,6 +1605,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     red = di_xcalloc((size_t)6 * L, sizeof *red);
     late = di_xcalloc((size_t)6 * L, sizeof *late);
     between = di_xcalloc((size_t)6 * L * WORK_TERMS, sizeof *between);
+    redn = di_xcalloc((size_t)6 * L, sizeof *redn);
+    laten = di_xcalloc((size_t)6 * L, sizeof *laten);
     pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
     set = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     inl = di_xmalloc((r->nop + 1) * sizeof *inl);
@@ -1648,7 +1657,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
      * finds it (xf_recompute_ops), over the whole function as one program: a
      * stage boundary can only make a layer's output a further op to repeat.
      */
-    chunk_reductions(c, bops, nb, set, tf32, STRATEGY_RECOMPUTE_NONE, red, late, between);
+    chunk_reductions(c, bops, nb, set, tf32, STRATEGY_RECOMPUTE_NONE, red, late, between, redn,
+                     laten);
     ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, mb, bops, nb, set);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
@@ -1665,7 +1675,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
             set[re[j]] = 1;
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, re[j], tf32, per, L, k, &g);
-        chunk_reductions(c, bops, nb, set, tf32, mode, red, late, between);
+        chunk_reductions(c, bops, nb, set, tf32, mode, red, late, between, redn, laten);
         ws[mode] = work_set_min(c, mb, bops, nb, set);
     }
     least_work(per, L, 0, &out->fwd);
@@ -1676,12 +1686,17 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
         for (uint32_t mode = 0; mode < 3; mode++) {
             /* The least bytes, and the most of each term of the ops between (subtracted). */
             size_t row = (size_t)(3 * kind + mode) * L;
-            double most[WORK_TERMS], least_red = 0, least_late = 0;
+            double most[WORK_TERMS], least_red = 0, least_late = 0, least_redn = 0,
+                                     least_laten = 0;
             for (uint32_t l = 0; l < L; l++) {
                 if (l == 0 || red[row + l] < least_red)
                     least_red = red[row + l];
                 if (l == 0 || late[row + l] < least_late)
                     least_late = late[row + l];
+                if (l == 0 || redn[row + l] < least_redn)
+                    least_redn = redn[row + l];
+                if (l == 0 || laten[row + l] < least_laten)
+                    least_laten = laten[row + l];
                 for (int j = 0; j < WORK_TERMS; j++) {
                     double b = between[(row + l) * WORK_TERMS + j];
                     most[j] = l == 0 || b > most[j] ? b : most[j];
@@ -1689,11 +1704,15 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
             }
             if (kind == 0) {
                 out->bwd_tp_reduce_bytes[mode] = least_red;
+                out->bwd_tp_reduce_count[mode] = least_redn;
                 out->bwd_tp_late_bytes[mode] = least_late;
+                out->bwd_tp_late_count[mode] = least_laten;
                 work_bound_of(most, &out->bwd_tp_late_between[mode]);
             } else {
                 out->re[mode].tp_reduce_bytes = least_red;
+                out->re[mode].tp_reduce_count = least_redn;
                 out->re_tp_late_bytes[mode] = least_late;
+                out->re_tp_late_count[mode] = least_laten;
                 work_bound_of(most, &out->re_tp_late_between[mode]);
             }
         }
@@ -1708,6 +1727,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     di_free(red);
     di_free(late);
     di_free(between);
+    di_free(redn);
+    di_free(laten);
     di_free(pos);
     di_free(inl);
     di_free(set);

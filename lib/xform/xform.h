@@ -201,6 +201,9 @@ typedef struct xform_work_bound {
      * before its first use).
      */
     double tp_reduce_bytes;
+    /* How many collectives those are, per microbatch (each costs at least the group's
+       latency terms besides its payload's). */
+    double tp_reduce_count;
 } xform_work_bound;
 
 static inline double
@@ -269,6 +272,7 @@ typedef struct xform_layer_time {
      * the case below). The least over the layers.
      */
     double bwd_tp_reduce_bytes[3];
+    double bwd_tp_reduce_count[3]; /* how many collectives, per microbatch */
     /*
      * Per recomputation mode: the same of the backward reductions whose
      * reader comes after 1 to 4 other compute ops of the layer (the weight
@@ -281,12 +285,14 @@ typedef struct xform_layer_time {
      * accumulation), when positive.
      */
     double bwd_tp_late_bytes[3];
+    double bwd_tp_late_count[3]; /* how many collectives, per microbatch */
     xform_work_bound bwd_tp_late_between[3];
     /*
      * The same of the repeated forward (re[r].tp_reduce_bytes those with no
      * op between), on the order in which the pipeline assembly emits it.
      */
     double re_tp_late_bytes[3];
+    double re_tp_late_count[3];
     xform_work_bound re_tp_late_between[3];
 } xform_layer_time;
 
