@@ -207,14 +207,12 @@ typedef struct search_space {
         uint64_t work_set_min[3]; /* xform_layer_facts.work_set_min */
         uint64_t edge_state[2], edge_param[2], edge_grad[2]; /* xform_layer_facts' */
         xform_layer_time time;
-        /* The least seconds per byte of an all-reduce, a reduce-scatter or an all-gather
-           over a tensor group (devices 0 .. tp - 1; sim_collective_slope), for the time
-           bound's tensor-axis collectives. */
-        double tp_slope;
-        /* The least seconds any all-reduce, reduce-scatter or all-gather over that group
-           takes whatever its payload (sim_collective_latency): each of those collectives
-           costs at least tp_alpha + tp_slope x its payload. */
-        double tp_alpha;
+        /* The least seconds per byte of a reduce-scatter or an all-gather over a tensor
+           group (devices 0 .. tp - 1; sim_collective_slope), for the time bound's
+           tensor-axis collectives, and the least seconds either takes whatever its payload
+           (sim_collective_latency): each costs at least tp_alpha + tp_slope x its payload;
+           an all-reduce tp_ar_alpha + tp_ar_slope x its payload. */
+        double tp_slope, tp_alpha, tp_ar_slope, tp_ar_alpha;
         /*
          * The least over the layers of the seconds a layer's gradient
          * accumulation takes per microbatch after the first (ZeRO 0 and 1:

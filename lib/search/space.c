@@ -777,22 +777,22 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         e->time = f.time;
         if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
             /*
-             * The reductions are all-reduces, or reduce-scatters under sequence
-             * parallelism, the gathers all-gathers: the least terms of the three
-             * kinds bound each. (Across nodes the hierarchical all-reduce's slope
-             * is below the all-gather's: the bound once took the least of the
-             * reduce-scatter's and the all-gather's alone, above the all-reduce of
-             * a large payload.)
+             * The analysis counts the all-reduces apart from the reduce-scatters
+             * and all-gathers: each kind at its own least terms. (Across nodes the
+             * hierarchical all-reduce's slope is below the all-gather's: the bound
+             * once priced every reduction at the reduce-scatter's and all-gather's,
+             * above the all-reduce of a large payload.)
              */
-            static const int kinds[3] = {IR_OP_ALLREDUCE, IR_OP_REDUCESCATTER, IR_OP_ALLGATHER};
-            for (int k = 0; k < 3; k++) {
-                double b = group_slope(sp->hw, kinds[k], e->tp, 1);
-                double a = group_latency(sp->hw, kinds[k], e->tp, 1);
-                if (k == 0 || b < e->tp_slope)
-                    e->tp_slope = b;
-                if (k == 0 || a < e->tp_alpha)
-                    e->tp_alpha = a;
-            }
+            double ag = group_slope(sp->hw, IR_OP_ALLGATHER, e->tp, 1);
+            double aga = group_latency(sp->hw, IR_OP_ALLGATHER, e->tp, 1);
+            e->tp_slope = group_slope(sp->hw, IR_OP_REDUCESCATTER, e->tp, 1);
+            e->tp_alpha = group_latency(sp->hw, IR_OP_REDUCESCATTER, e->tp, 1);
+            if (ag < e->tp_slope)
+                e->tp_slope = ag;
+            if (aga < e->tp_alpha)
+                e->tp_alpha = aga;
+            e->tp_ar_slope = group_slope(sp->hw, IR_OP_ALLREDUCE, e->tp, 1);
+            e->tp_ar_alpha = group_latency(sp->hw, IR_OP_ALLREDUCE, e->tp, 1);
         }
         zero_analysis(sp, e, f.params, f.nparams);
         f.time.gemms = NULL; /* e's now, until split_analyses */
@@ -1642,9 +1642,11 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
  */
 static double
 late_reductions(const struct search_layer_mem *e, const search_candidate *c, double bytes,
-                double count, const xform_work_bound *between, double q)
+                double count, double ar_bytes, double ar_count, const xform_work_bound *between,
+                double q)
 {
-    double late = e->tp_alpha * count + e->tp_slope * bytes * q - xform_work_time(between, q);
+    double late = e->tp_alpha * count + e->tp_slope * bytes * q + e->tp_ar_alpha * ar_count +
+                  e->tp_ar_slope * ar_bytes * q - xform_work_time(between, q);
     if (c->zero <= 1 && c->microbatches >= 2)
         late -= e->accumulate_max_s;
     return late > 0 ? late : 0;
@@ -1659,7 +1661,8 @@ late_reductions(const struct search_layer_mem *e, const search_candidate *c, dou
 static double
 tp_reductions(const struct search_layer_mem *e, const xform_work_bound *w, double q)
 {
-    return e->tp_alpha * w->tp_reduce_count + e->tp_slope * w->tp_reduce_bytes * q;
+    return e->tp_alpha * w->tp_reduce_count + e->tp_slope * w->tp_reduce_bytes * q +
+           e->tp_ar_alpha * w->tp_ar_count + e->tp_ar_slope * w->tp_ar_bytes * q;
 }
 
 double
@@ -1706,13 +1709,16 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         wg += xform_gemm_time(&t->re[r], q);
         rre = tp_reductions(e, &t->re[r], q) +
               late_reductions(e, c, t->re_tp_late_bytes[r], t->re_tp_late_count[r],
+                              t->re_tp_late_ar_bytes[r], t->re_tp_late_ar_count[r],
                               &t->re_tp_late_between[r], q);
         red += rre;
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
         rb = e->tp_alpha * t->bwd_tp_reduce_count[r] + e->tp_slope * t->bwd_tp_reduce_bytes[r] * q +
+             e->tp_ar_alpha * t->bwd_tp_ar_count[r] + e->tp_ar_slope * t->bwd_tp_ar_bytes[r] * q +
              late_reductions(e, c, t->bwd_tp_late_bytes[r], t->bwd_tp_late_count[r],
+                             t->bwd_tp_late_ar_bytes[r], t->bwd_tp_late_ar_count[r],
                              &t->bwd_tp_late_between[r], q);
     red += rb;
     w += red;

@@ -1111,7 +1111,7 @@ tp_divides(const xf_ctx *c, ir_id op)
 }
 
 /* The number of work terms per (slot, layer): xform_work_bound's fields. */
-#define WORK_TERMS 8
+#define WORK_TERMS 10
 
 /* Compute op's (first) result when it is not replicated on the tensor axis, else 0. */
 static ir_id
@@ -1139,6 +1139,24 @@ tp_input_needs(const xf_ctx *c, uint32_t ref, int gathers, ir_id *storage)
     *storage = storage_of(c, v);
     return have == XF_P || (gathers && have >= 0 && c->req[ref].a[XF_TP] == XF_R) ||
            c->place[*storage].a[XF_TP] == XF_P;
+}
+
+/*
+ * The collective input ref (tp_input_needs) waits for: 2 an all-reduce (a
+ * partial sum the op wants whole), 1 a reduce-scatter (a partial sum it
+ * wants split) or an all-gather (a split value it wants whole), 0 none (the
+ * op takes the partial sum as it is, as a cast of a layer norm's weight
+ * gradient does: the reduction comes later, off the compute path). The bound
+ * prices each kind at its own least terms (xform_work_bound).
+ */
+static int
+tp_collective_kind(const xf_ctx *c, uint32_t ref)
+{
+    ir_id v = c->m->refs[ref];
+    int8_t want = c->req[ref].a[XF_TP];
+    if (c->place[v].a[XF_TP] == XF_P || c->place[storage_of(c, v)].a[XF_TP] == XF_P)
+        return want == XF_P ? 0 : want == XF_R ? 2 : 1;
+    return 1;
 }
 
 /*
@@ -1173,10 +1191,12 @@ tp_reduced_next(const xf_ctx *c, const uint32_t *pos, ir_id op, ir_id *nextp)
     for (uint32_t i = 0; i < m->ops[next].ninput; i++) {
         ir_id v;
         int need = tp_input_needs(c, m->ops[next].inputs + i, 1, &v);
-        if (need && v == out)
-            reads = 1;
-        else if (need)
+        if (need && v == out) {
+            if ((reads = tp_collective_kind(c, m->ops[next].inputs + i)) == 0)
+                return 0;
+        } else if (need) {
             return 0;
+        }
     }
     *nextp = next;
     return reads;
@@ -1271,6 +1291,7 @@ add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, int tf32, double *per, 
     int32_t li = xf_layer_index(c, c->op[op].layer);
     ir_id next;
     double flop_s, *w;
+    int kind;
     if (li < 0 || (uint32_t)li >= L)
         return;
     w = &per[((size_t)k * L + (uint32_t)li) * WORK_TERMS];
@@ -1283,9 +1304,10 @@ add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, int tf32, double *per, 
     default:
         return;
     }
-    if (k == 0 && tp_reduced_next(c, pos, op, &next)) {
-        w[6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
-        w[7] += 1;
+    if (k == 0 && (kind = tp_reduced_next(c, pos, op, &next)) != 0) {
+        /* w[6], w[7]: reduce-scatters and all-gathers; w[8], w[9]: all-reduces. */
+        w[kind == 2 ? 8 : 6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
+        w[kind == 2 ? 9 : 7] += 1;
     }
 }
 
@@ -1301,6 +1323,8 @@ work_bound_of(const double *w, xform_work_bound *out)
     out->other_launch_s = w[5];
     out->tp_reduce_bytes = w[6];
     out->tp_reduce_count = w[7];
+    out->tp_ar_bytes = w[8];
+    out->tp_ar_count = w[9];
 }
 
 /* The least over the layers of each term of slot k into *out. */
@@ -1315,6 +1339,17 @@ least_work(const double *per, uint32_t L, uint32_t k, xform_work_bound *out)
                 least[j] = w[j];
     }
     work_bound_of(least, out);
+}
+
+/* The least over the L layers of a[row + l]. */
+static double
+least_row(const double *a, size_t row, uint32_t L)
+{
+    double least = 0;
+    for (uint32_t l = 0; l < L; l++)
+        if (l == 0 || a[row + l] < least)
+            least = a[row + l];
+    return least;
 }
 
 /* At most this many compute ops between a reduction and its reader (emitted_reductions). */
@@ -1411,7 +1446,8 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
 static void
 emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_t *set, int tf32,
                    double *red, double *late, double *between, double *rred, double *rlate,
-                   double *rbetween, double *redn, double *laten, double *rredn, double *rlaten)
+                   double *rbetween, double *redn, double *laten, double *rredn, double *rlaten,
+                   size_t ar)
 {
     const ir_module *m = c->m;
     uint32_t busy = 0; /* the place after the last counted pair's reader */
@@ -1420,6 +1456,7 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
         int32_t li = xf_layer_index(c, c->op[x].layer);
         double terms[WORK_TERMS] = {0}, flop_s;
         uint32_t nbetween = 0;
+        size_t at = 0; /* the reader's collective: at ar for an all-reduce */
         if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer)
             continue;
         for (uint32_t q = p + 1; q < n; q++) {
@@ -1434,8 +1471,11 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                 ir_id sv;
                 int need = tp_input_needs(c, m->ops[y].inputs + k, 1, &sv);
                 if (m->refs[m->ops[y].inputs + k] == out || sv == out) {
-                    if (!need)
+                    int kind = need ? tp_collective_kind(c, m->ops[y].inputs + k) : 0;
+                    if (kind == 0)
                         other = 1; /* read without the collective: not a reduction's reader */
+                    else if (kind == 2)
+                        at = ar;
                     reads = 1;
                 } else if (need) {
                     other = 1;
@@ -1447,12 +1487,12 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                 if (other)
                     break;
                 if (nbetween == 0) {
-                    (re ? rred : red)[li] += bytes;
-                    (re ? rredn : redn)[li] += 1;
+                    (re ? rred : red)[li + at] += bytes;
+                    (re ? rredn : redn)[li + at] += 1;
                 } else {
                     double *b = &(re ? rbetween : between)[(size_t)li * WORK_TERMS];
-                    (re ? rlate : late)[li] += bytes;
-                    (re ? rlaten : laten)[li] += 1;
+                    (re ? rlate : late)[li + at] += bytes;
+                    (re ? rlaten : laten)[li + at] += 1;
                     for (int j = 0; j < WORK_TERMS; j++)
                         b[j] += terms[j];
                 }
@@ -1485,7 +1525,7 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
     uint32_t n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
     emitted_reductions(c, order, n, set, tf32, red + b, late + b, between + b * WORK_TERMS,
                        red + r, late + r, between + r * WORK_TERMS, redn + b, laten + b, redn + r,
-                       laten + r);
+                       laten + r, 6 * L);
     di_free(stack);
     di_free(order);
     di_free(kin);
@@ -1602,11 +1642,11 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     re = di_xmalloc((r->nop + 1) * sizeof *re);
     home = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *home);
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
-    red = di_xcalloc((size_t)6 * L, sizeof *red);
-    late = di_xcalloc((size_t)6 * L, sizeof *late);
+    red = di_xcalloc((size_t)12 * L, sizeof *red);
+    late = di_xcalloc((size_t)12 * L, sizeof *late);
     between = di_xcalloc((size_t)6 * L * WORK_TERMS, sizeof *between);
-    redn = di_xcalloc((size_t)6 * L, sizeof *redn);
-    laten = di_xcalloc((size_t)6 * L, sizeof *laten);
+    redn = di_xcalloc((size_t)12 * L, sizeof *redn);
+    laten = di_xcalloc((size_t)12 * L, sizeof *laten);
     pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
     set = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     inl = di_xmalloc((r->nop + 1) * sizeof *inl);
@@ -1684,35 +1724,40 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     least_work(per, L, 3, &out->re[STRATEGY_RECOMPUTE_FULL]);
     for (uint32_t kind = 0; kind < 2; kind++)
         for (uint32_t mode = 0; mode < 3; mode++) {
-            /* The least bytes, and the most of each term of the ops between (subtracted). */
-            size_t row = (size_t)(3 * kind + mode) * L;
-            double most[WORK_TERMS], least_red = 0, least_late = 0, least_redn = 0,
-                                     least_laten = 0;
-            for (uint32_t l = 0; l < L; l++) {
-                if (l == 0 || red[row + l] < least_red)
-                    least_red = red[row + l];
-                if (l == 0 || late[row + l] < least_late)
-                    least_late = late[row + l];
-                if (l == 0 || redn[row + l] < least_redn)
-                    least_redn = redn[row + l];
-                if (l == 0 || laten[row + l] < least_laten)
-                    least_laten = laten[row + l];
+            /*
+             * The least bytes and counts (reduce-scatters and all-gathers at row, all-reduces
+             * at ar), and the most of each term of the ops between (subtracted).
+             */
+            size_t row = (size_t)(3 * kind + mode) * L, ar = row + (size_t)6 * L;
+            double most[WORK_TERMS];
+            double rb = least_row(red, row, L), rn = least_row(redn, row, L);
+            double lb = least_row(late, row, L), ln = least_row(laten, row, L);
+            double arb = least_row(red, ar, L), arn = least_row(redn, ar, L);
+            double alb = least_row(late, ar, L), aln = least_row(laten, ar, L);
+            for (uint32_t l = 0; l < L; l++)
                 for (int j = 0; j < WORK_TERMS; j++) {
                     double b = between[(row + l) * WORK_TERMS + j];
                     most[j] = l == 0 || b > most[j] ? b : most[j];
                 }
-            }
             if (kind == 0) {
-                out->bwd_tp_reduce_bytes[mode] = least_red;
-                out->bwd_tp_reduce_count[mode] = least_redn;
-                out->bwd_tp_late_bytes[mode] = least_late;
-                out->bwd_tp_late_count[mode] = least_laten;
+                out->bwd_tp_reduce_bytes[mode] = rb;
+                out->bwd_tp_reduce_count[mode] = rn;
+                out->bwd_tp_ar_bytes[mode] = arb;
+                out->bwd_tp_ar_count[mode] = arn;
+                out->bwd_tp_late_bytes[mode] = lb;
+                out->bwd_tp_late_count[mode] = ln;
+                out->bwd_tp_late_ar_bytes[mode] = alb;
+                out->bwd_tp_late_ar_count[mode] = aln;
                 work_bound_of(most, &out->bwd_tp_late_between[mode]);
             } else {
-                out->re[mode].tp_reduce_bytes = least_red;
-                out->re[mode].tp_reduce_count = least_redn;
-                out->re_tp_late_bytes[mode] = least_late;
-                out->re_tp_late_count[mode] = least_laten;
+                out->re[mode].tp_reduce_bytes = rb;
+                out->re[mode].tp_reduce_count = rn;
+                out->re[mode].tp_ar_bytes = arb;
+                out->re[mode].tp_ar_count = arn;
+                out->re_tp_late_bytes[mode] = lb;
+                out->re_tp_late_count[mode] = ln;
+                out->re_tp_late_ar_bytes[mode] = alb;
+                out->re_tp_late_ar_count[mode] = aln;
                 work_bound_of(most, &out->re_tp_late_between[mode]);
             }
         }

@@ -204,6 +204,13 @@ typedef struct xform_work_bound {
     /* How many collectives those are, per microbatch (each costs at least the group's
        latency terms besides its payload's). */
     double tp_reduce_count;
+    /*
+     * Of those, the all-reduces (a partial sum the next op wants whole), apart:
+     * tp_reduce_bytes and tp_reduce_count count the reduce-scatters and all-gathers only.
+     * Each kind costs at least its own least terms (across nodes an all-reduce's slope
+     * can be below an all-gather's; within a node it is about twice).
+     */
+    double tp_ar_bytes, tp_ar_count;
 } xform_work_bound;
 
 static inline double
@@ -273,6 +280,7 @@ typedef struct xform_layer_time {
      */
     double bwd_tp_reduce_bytes[3];
     double bwd_tp_reduce_count[3]; /* how many collectives, per microbatch */
+    double bwd_tp_ar_bytes[3], bwd_tp_ar_count[3]; /* the all-reduces, apart (as tp_ar_bytes) */
     /*
      * Per recomputation mode: the same of the backward reductions whose
      * reader comes after 1 to 4 other compute ops of the layer (the weight
@@ -286,6 +294,7 @@ typedef struct xform_layer_time {
      */
     double bwd_tp_late_bytes[3];
     double bwd_tp_late_count[3]; /* how many collectives, per microbatch */
+    double bwd_tp_late_ar_bytes[3], bwd_tp_late_ar_count[3]; /* the all-reduces, apart */
     xform_work_bound bwd_tp_late_between[3];
     /*
      * The same of the repeated forward (re[r].tp_reduce_bytes those with no
@@ -293,6 +302,7 @@ typedef struct xform_layer_time {
      */
     double re_tp_late_bytes[3];
     double re_tp_late_count[3];
+    double re_tp_late_ar_bytes[3], re_tp_late_ar_count[3];
     xform_work_bound re_tp_late_between[3];
 } xform_layer_time;
 
