@@ -188,13 +188,14 @@ typedef struct xform_work_bound {
     /*
      * Bytes per device (whole batch) of the values that need a collective
      * over the tensor axis before the next op reads them: a forward op whose
-     * result is partial on the tensor axis (an all-reduce, a reduce-scatter
-     * under sequence parallelism), or split on it where the next op needs it
-     * whole (sequence parallelism's all-gather), followed directly (views
-     * aside) by a compute op that reads it and no other value needing one.
-     * The device's compute stream (in program order) waits for each such
-     * collective, which costs at least its payload times the least
-     * reduce-scatter or all-gather slope of the tensor group. Forward and
+     * result is partial on the tensor axis and which the next op wants split
+     * (a reduce-scatter under sequence parallelism) or whole (an all-reduce:
+     * tp_ar_bytes below), or split on it where the next op needs it whole
+     * (sequence parallelism's all-gather), followed directly (views aside) by
+     * a compute op that reads it and no other value needing one. The device's
+     * compute stream (in program order) waits for each such collective, which
+     * costs at least its kind's least latency terms plus its payload times its
+     * kind's least slope over the tensor group. Forward and
      * repeated-forward slots only (the backward's:
      * xform_layer_time.bwd_tp_reduce_bytes); "next" in the repeated forward
      * is in the order the backward chunk emits its ops (a repeated op right
@@ -205,7 +206,7 @@ typedef struct xform_work_bound {
        latency terms besides its payload's). */
     double tp_reduce_count;
     /*
-     * Of those, the all-reduces (a partial sum the next op wants whole), apart:
+     * The all-reduces (a partial sum the next op wants whole), apart:
      * tp_reduce_bytes and tp_reduce_count count the reduce-scatters and all-gathers only.
      * Each kind costs at least its own least terms (across nodes an all-reduce's slope
      * can be below an all-gather's; within a node it is about twice).
