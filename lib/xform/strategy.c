@@ -1306,8 +1306,9 @@ add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, int tf32, double *per, 
     }
     if (k == 0 && (kind = tp_reduced_next(c, pos, op, &next)) != 0) {
         /* w[6], w[7]: reduce-scatters and all-gathers; w[8], w[9]: all-reduces. */
-        w[kind == 2 ? 8 : 6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
-        w[kind == 2 ? 9 : 7] += 1;
+        int at = kind == 2 ? 8 : 6;
+        w[at] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
+        w[at + 1] += 1;
     }
 }
 
