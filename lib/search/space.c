@@ -1508,6 +1508,26 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
     return state > act ? state : act;
 }
 
+/* A layer's least sharded gradient bytes under ZeRO at c's dp (Zg below), or -1. */
+static double
+zero_grad_bytes(const search_space *sp, const search_candidate *c,
+                const struct search_layer_mem *e, const struct search_dp_group **gp)
+{
+    int32_t k;
+    double P, Z, G, Zg;
+    if (c->dp <= 1 || e->zero_min == NULL || !e->ok ||
+        (*gp = find_dp_group(sp, c->dp, c->tp * (c->cp > 1 ? c->cp : 1))) == NULL ||
+        (k = dp_index(sp, c->dp)) < 0)
+        return -1;
+    P = (double)e->param_min;
+    Z = (double)e->zero_min[k];
+    if (Z > P)
+        Z = P;
+    G = (double)e->grad_min > P ? (double)e->grad_min : P;
+    Zg = (double)e->zero_grad_min[k] > Z ? (double)e->zero_grad_min[k] : Z; /* with zero_min */
+    return Zg > G ? G : Zg;
+}
+
 /*
  * What the data-parallel communicator's collective stream of a device of
  * the first pipeline stage carries at least for the data parallelism of its
@@ -1674,7 +1694,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const xform_layer_time *t;
     xform_layer_time lt;
     double q, w, wg, red, rb = 0, rre = 0, chain, bound = 0, m = (double)c->microbatches,
-                           edge[4], acc;
+                           edge[4], acc, bwork, rs_layer = 0;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1735,6 +1755,16 @@ search_time_bound(const search_space *sp, const search_candidate *c)
             bw += xform_work_time(&t->re[r], q) + rre;
         bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb, edge, acc);
     }
+    /* A layer's backward work as counted in w, and its shards' reduce-scatter under ZeRO-2/3. */
+    bwork = xform_work_time(&t->bwd, q) + rb;
+    if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
+        bwork += xform_work_time(&t->re[r], q) + rre;
+    if (c->zero >= 2) {
+        const struct search_dp_group *g = NULL;
+        double zg = zero_grad_bytes(sp, c, e, &g);
+        if (zg > 0 && g != NULL)
+            rs_layer = zg * g->reduce_scatter;
+    }
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
         double busy;
@@ -1764,6 +1794,18 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         busy += (m - 1) * N * acc - (S ? acc : 0);
         if (d + 1 == c->pp)
             busy += m * (edge[2] + edge[3]);
+        /*
+         * ZeRO-2/3, from the second microbatch on: a backward chunk ends with the
+         * additions of its gradients' shards into their accumulators, on the compute
+         * stream, which wait for the reduce-scatters of the chunk's buckets (chunk.c),
+         * which cannot start before the chunk does and run one at a time on the
+         * data-parallel communicator: the chunk holds the stream at least as long as
+         * they take, L x Zg x the group's reduce-scatter slope for its L layers, where
+         * the work counts L x bwork. The last microbatch's chunks may overlap the
+         * drain counted above: m - 2 microbatches.
+         */
+        if (rs_layer > bwork && c->microbatches >= 3)
+            busy += (m - 2) * N * (rs_layer - bwork);
         bound = busy > bound ? busy : bound;
         if (d == 0) {
             double comm = dp_comm_bound(sp, c, e, N);
