@@ -727,30 +727,32 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
     di_free(per);
 }
 
-/* sim_collective_slope over the group of devices k stride, k < n. */
+/*
+ * sim_collective_slope (latency 0) or sim_collective_latency (1) over the group of
+ * devices k stride, k < n.
+ */
 static double
-group_slope(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
-{
-    int32_t *devs = di_xmalloc(n * sizeof *devs);
-    double slope;
-    for (uint32_t k = 0; k < n; k++)
-        devs[k] = (int32_t)(k * stride);
-    slope = sim_collective_slope(hw, kind, devs, n);
-    di_free(devs);
-    return slope;
-}
-
-/* sim_collective_latency over the group of devices k stride, k < n. */
-static double
-group_latency(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
+group_term(const hw_model *hw, int kind, uint32_t n, uint32_t stride, int latency)
 {
     int32_t *devs = di_xmalloc(n * sizeof *devs);
     double t;
     for (uint32_t k = 0; k < n; k++)
         devs[k] = (int32_t)(k * stride);
-    t = sim_collective_latency(hw, kind, devs, n);
+    t = latency ? sim_collective_latency(hw, kind, devs, n) : sim_collective_slope(hw, kind, devs, n);
     di_free(devs);
     return t;
+}
+
+static double
+group_slope(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
+{
+    return group_term(hw, kind, n, stride, 0);
+}
+
+static double
+group_latency(const hw_model *hw, int kind, uint32_t n, uint32_t stride)
+{
+    return group_term(hw, kind, n, stride, 1);
 }
 
 /* search_space.layer_mem for (tp, sp): the layers' analysis, dp = pp = m = 1. */
@@ -1508,24 +1510,28 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
     return state > act ? state : act;
 }
 
-/* A layer's least sharded gradient bytes under ZeRO at c's dp (Zg below), or -1. */
-static double
-zero_grad_bytes(const search_space *sp, const search_candidate *c,
-                const struct search_layer_mem *e, const struct search_dp_group **gp)
+/*
+ * A layer's least bytes per device at c's dp, as dp_comm_bound below names them:
+ * b[0] P, b[1] Z, b[2] G, b[3] Zg; and *gp the first stage's data-parallel group.
+ * 0 where the analyses do not say.
+ */
+static int
+zero_layer_bytes(const search_space *sp, const search_candidate *c,
+                 const struct search_layer_mem *e, const struct search_dp_group **gp, double b[4])
 {
     int32_t k;
-    double P, Z, G, Zg;
     if (c->dp <= 1 || e->zero_min == NULL || !e->ok ||
         (*gp = find_dp_group(sp, c->dp, c->tp * (c->cp > 1 ? c->cp : 1))) == NULL ||
         (k = dp_index(sp, c->dp)) < 0)
-        return -1;
-    P = (double)e->param_min;
-    Z = (double)e->zero_min[k];
-    if (Z > P)
-        Z = P;
-    G = (double)e->grad_min > P ? (double)e->grad_min : P;
-    Zg = (double)e->zero_grad_min[k] > Z ? (double)e->zero_grad_min[k] : Z; /* with zero_min */
-    return Zg > G ? G : Zg;
+        return 0;
+    b[0] = (double)e->param_min;
+    b[1] = (double)e->zero_min[k] < b[0] ? (double)e->zero_min[k] : b[0];
+    b[2] = (double)e->grad_min > b[0] ? (double)e->grad_min : b[0];
+    /* A sharded parameter's gradient has at least its bytes. */
+    b[3] = (double)e->zero_grad_min[k] > b[1] ? (double)e->zero_grad_min[k] : b[1];
+    if (b[3] > b[2])
+        b[3] = b[2];
+    return 1;
 }
 
 /*
@@ -1549,21 +1555,13 @@ static double
 dp_comm_bound(const search_space *sp, const search_candidate *c,
               const struct search_layer_mem *e, uint32_t N0)
 {
-    const struct search_dp_group *g;
-    int32_t k;
-    double P, Z, G, Zg, m = (double)c->microbatches, per;
-    if (c->dp <= 1 || N0 == 0 || e->zero_min == NULL || !e->ok ||
-        (g = find_dp_group(sp, c->dp, c->tp * (c->cp > 1 ? c->cp : 1))) == NULL ||
-        (k = dp_index(sp, c->dp)) < 0)
+    const struct search_dp_group *g = NULL;
+    double b[4], Z, G, Zg, m = (double)c->microbatches, per;
+    if (N0 == 0 || !zero_layer_bytes(sp, c, e, &g, b))
         return 0;
-    P = (double)e->param_min;
-    Z = (double)e->zero_min[k];
-    if (Z > P)
-        Z = P;
-    G = (double)e->grad_min > P ? (double)e->grad_min : P;
-    Zg = (double)e->zero_grad_min[k] > Z ? (double)e->zero_grad_min[k] : Z; /* with zero_min */
-    if (Zg > G)
-        Zg = G;
+    Z = b[1];
+    G = b[2];
+    Zg = b[3];
     /*
      * Each term grows with each of P, Z, G and Zg (m >= 1), so the least of each over the
      * layers gives the least of the whole.
@@ -1761,9 +1759,9 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         bwork += xform_work_time(&t->re[r], q) + rre;
     if (c->zero >= 2) {
         const struct search_dp_group *g = NULL;
-        double zg = zero_grad_bytes(sp, c, e, &g);
-        if (zg > 0 && g != NULL)
-            rs_layer = zg * g->reduce_scatter;
+        double b[4];
+        if (zero_layer_bytes(sp, c, e, &g, b))
+            rs_layer = b[3] * g->reduce_scatter;
     }
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */

@@ -568,6 +568,23 @@ sim_fit_intra_link(const hw_model *hw, hw_link *out, double *mape)
     return n;
 }
 
+/*
+ * Sets up s and g for the formulas over devices devs[0..n): 0 where they do not price the
+ * group (one device, or a measured table for it).
+ */
+static int
+formula_group(const hw_model *hw, int kind, const int32_t *devs, uint32_t n, sim *s,
+              di_error *err, group_info *g)
+{
+    memset(s, 0, sizeof *s);
+    s->hw = hw;
+    s->err = err;
+    if (n <= 1)
+        return 0;
+    sim_group_describe(s, devs, n, g);
+    return hw_table_time(hw, kind, n, g->nodes > 1, 1.0) < 0;
+}
+
 double
 sim_collective_slope(const hw_model *hw, int kind, const int32_t *devs, uint32_t n)
 {
@@ -575,14 +592,8 @@ sim_collective_slope(const hw_model *hw, int kind, const int32_t *devs, uint32_t
     di_error err;
     group_info g;
     double big = 1e12;
-    memset(&s, 0, sizeof s);
-    s.hw = hw;
-    s.err = &err;
-    if (n <= 1)
-        return 0;
-    sim_group_describe(&s, devs, n, &g);
     /* A measured table prices the group as it says: no slope from the formulas. */
-    if (hw_table_time(hw, kind, n, g.nodes > 1, 1.0) >= 0)
+    if (!formula_group(hw, kind, devs, n, &s, &err, &g))
         return 0;
     /* The cheapest algorithm for large payloads has the least slope; latency terms cancel. */
     return (sim_collective_time(&s, kind, &g, 2 * big) - sim_collective_time(&s, kind, &g, big)) /
@@ -595,13 +606,7 @@ sim_collective_latency(const hw_model *hw, int kind, const int32_t *devs, uint32
     sim s;
     di_error err;
     group_info g;
-    memset(&s, 0, sizeof s);
-    s.hw = hw;
-    s.err = &err;
-    if (n <= 1)
-        return 0;
-    sim_group_describe(&s, devs, n, &g);
-    if (hw_table_time(hw, kind, n, g.nodes > 1, 1.0) >= 0)
+    if (!formula_group(hw, kind, devs, n, &s, &err, &g))
         return 0;
     /* Every algorithm's time is its latency terms plus its slope times the payload. */
     return sim_collective_time(&s, kind, &g, 0);
