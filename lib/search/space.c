@@ -1658,29 +1658,36 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
  * shard additions, counted nowhere). So a layer's microbatch adds the
  * collectives' time less those, when positive.
  */
+/*
+ * The least time of tensor-axis collectives on the compute path for one
+ * microbatch, q of the batch: count reduce-scatters and all-gathers of bytes
+ * (whole batch) and ar_count all-reduces of ar_bytes, each at least its
+ * kind's latency terms plus its payload times its kind's least slope.
+ */
+static double
+tp_time(const struct search_layer_mem *e, double bytes, double count, double ar_bytes,
+        double ar_count, double q)
+{
+    return e->tp_alpha * count + e->tp_slope * bytes * q + e->tp_ar_alpha * ar_count +
+           e->tp_ar_slope * ar_bytes * q;
+}
+
 static double
 late_reductions(const struct search_layer_mem *e, const search_candidate *c, double bytes,
                 double count, double ar_bytes, double ar_count, const xform_work_bound *between,
                 double q)
 {
-    double late = e->tp_alpha * count + e->tp_slope * bytes * q + e->tp_ar_alpha * ar_count +
-                  e->tp_ar_slope * ar_bytes * q - xform_work_time(between, q);
+    double late = tp_time(e, bytes, count, ar_bytes, ar_count, q) - xform_work_time(between, q);
     if (c->zero <= 1 && c->microbatches >= 2)
         late -= e->accumulate_max_s;
     return late > 0 ? late : 0;
 }
 
-/*
- * A pass's tensor-axis collectives on the compute path (xform_work_bound's
- * tp_reduce_bytes and tp_reduce_count) for one microbatch, q of the batch:
- * each costs at least the group's latency terms and its payload times the
- * least slope.
- */
+/* A pass's tensor-axis collectives on the compute path (xform_work_bound's), as tp_time. */
 static double
 tp_reductions(const struct search_layer_mem *e, const xform_work_bound *w, double q)
 {
-    return e->tp_alpha * w->tp_reduce_count + e->tp_slope * w->tp_reduce_bytes * q +
-           e->tp_ar_alpha * w->tp_ar_count + e->tp_ar_slope * w->tp_ar_bytes * q;
+    return tp_time(e, w->tp_reduce_bytes, w->tp_reduce_count, w->tp_ar_bytes, w->tp_ar_count, q);
 }
 
 double
@@ -1692,7 +1699,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const xform_layer_time *t;
     xform_layer_time lt;
     double q, w, wg, red, rb = 0, rre = 0, chain, bound = 0, m = (double)c->microbatches,
-                           edge[4], acc, bwork, rs_layer = 0;
+                           edge[4], acc, bwork, rf, rs_layer = 0;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1720,7 +1727,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      * The forward reductions over the tensor group the next op waits for: on the
      * dependency chain, and time the compute stream cannot fill.
      */
-    red = tp_reductions(e, &t->fwd, q);
+    rf = red = tp_reductions(e, &t->fwd, q);
     chain = wg + red;
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL) {
         w += xform_work_time(&t->re[r], q);
@@ -1733,8 +1740,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
-        rb = e->tp_alpha * t->bwd_tp_reduce_count[r] + e->tp_slope * t->bwd_tp_reduce_bytes[r] * q +
-             e->tp_ar_alpha * t->bwd_tp_ar_count[r] + e->tp_ar_slope * t->bwd_tp_ar_bytes[r] * q +
+        rb = tp_time(e, t->bwd_tp_reduce_bytes[r], t->bwd_tp_reduce_count[r], t->bwd_tp_ar_bytes[r],
+                     t->bwd_tp_ar_count[r], q) +
              late_reductions(e, c, t->bwd_tp_late_bytes[r], t->bwd_tp_late_count[r],
                              t->bwd_tp_late_ar_bytes[r], t->bwd_tp_late_ar_count[r],
                              &t->bwd_tp_late_between[r], q);
@@ -1746,7 +1753,6 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     acc = c->zero <= 1 && c->microbatches >= 2 ? e->accumulate_s : 0;
     if (c->pp > 1) {
         /* The same terms split by pass, for the bubble (pipe_bound). */
-        double rf = tp_reductions(e, &t->fwd, q);
         double fw = xform_work_time(&t->fwd, q) + rf, fc = xform_gemm_time(&t->fwd, q) + rf;
         double bw = xform_work_time(&t->bwd, q), bc = xform_gemm_time(&t->bwd, q);
         if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
