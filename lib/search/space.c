@@ -1585,6 +1585,40 @@ dp_comm_bound(const search_space *sp, const search_candidate *c,
 }
 
 /*
+ * ZeRO-1 without overlap_grad_reduce: the step program reduce-scatters the
+ * gradients its optimizer updates read by buckets (chunk.c, step_buckets),
+ * each bucket the concatenation of its gradients' replica-major views
+ * (xf_body_bucket_reduce: a Concat, a compute op, even of one gradient). The
+ * step programs come after every chunk in program order (pipeline.c), so a
+ * device's first such Concat starts once its compute stream has run all its
+ * chunks, and the reduce-scatters, which read the Concats, run one at a time on
+ * the data-parallel communicator's stream after that: a layer's sharded
+ * gradients (Zg, at least) at the group's least reduce-scatter slope, per
+ * layer of the group, come after its chunks. Unsharded gradients may be
+ * all-reduced alone, with no Concat, as soon as accumulated, and ZeRO-1's
+ * gathers of the working copy run at the start of the step
+ * (xf_pl_emit_gathers): neither counts. With overlap the buckets go in the
+ * last microbatch's backward chunk instead. The slope is that of the first
+ * stage's data-parallel group; *aligned says whether every stage's group is
+ * the same devices shifted by whole nodes (dp tp cp a multiple of the devices
+ * per node), whose collectives then cost the same on the hardware's identical
+ * nodes.
+ */
+static double
+zero1_step_scatter(const search_space *sp, const search_candidate *c,
+                   const struct search_layer_mem *e, int *aligned)
+{
+    const struct search_dp_group *g = NULL;
+    uint32_t per_node = sp->hw->devices_per_node;
+    double b[4];
+    *aligned = 0;
+    if (c->zero != 1 || c->overlap || !zero_layer_bytes(sp, c, e, &g, b))
+        return 0;
+    *aligned = per_node > 0 && (uint64_t)g->dp * g->stride % per_node == 0;
+    return b[3] * g->reduce_scatter;
+}
+
+/*
  * The pipeline's bubble, from group 0's side (docs/search.md, "Time
  * bound"). Per layer and microbatch, fw and bw are the least compute-stream
  * time of a forward and a backward chunk (recomputation included), fc and
@@ -1698,8 +1732,9 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     const struct search_split_gemm *split;
     const xform_layer_time *t;
     xform_layer_time lt;
-    double q, w, wg, red, rb = 0, rre = 0, chain, bound = 0, m = (double)c->microbatches,
-                           edge[4], acc, bwork, rf, rs_layer = 0;
+    double q, w, wg, red, rb = 0, rre = 0, chain, chain_f, bound = 0,
+                          m = (double)c->microbatches, edge[4], acc, bwork, rf, rs_layer = 0, zs;
+    int zs_aligned;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
@@ -1729,6 +1764,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      */
     rf = red = tp_reductions(e, &t->fwd, q);
     chain = wg + red;
+    chain_f = xform_gemm_time(&t->fwd, q) + rf; /* the forward's part of it */
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL) {
         w += xform_work_time(&t->re[r], q);
         wg += xform_gemm_time(&t->re[r], q);
@@ -1769,6 +1805,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         if (zero_layer_bytes(sp, c, e, &g, b))
             rs_layer = b[3] * g->reduce_scatter;
     }
+    zs = zero1_step_scatter(sp, c, e, &zs_aligned);
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
         double busy;
@@ -1813,7 +1850,23 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         bound = busy > bound ? busy : bound;
         if (d == 0) {
             double comm = dp_comm_bound(sp, c, e, N);
+            /*
+             * Group 0's chunks end no earlier than both its busy time (S is 0: its own
+             * work) and the pipeline's bound (pipe_bound: its last backward chunk), so
+             * bound is now at most when its compute stream runs its step program.
+             */
+            bound += N * zs;
             bound = comm > bound ? comm : bound;
+        } else if (zs > 0 && zs_aligned) {
+            /*
+             * Group d's chunks end no earlier than its first op's input has crossed
+             * the embedding and the S layers before it (the chain above) and its stream
+             * has then run its own work; its step program's reduce-scatters follow.
+             */
+            double own = edge[0] + S * chain_f + m * N * w + (m - 1) * N * acc + N * zs;
+            if (d + 1 == c->pp)
+                own += m * (edge[2] + edge[3]);
+            bound = own > bound ? own : bound;
         }
         S += st->layers[d];
     }
