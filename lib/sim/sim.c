@@ -343,6 +343,13 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
         rc = sim_value_instances(&s, v, 1, NULL);
         if (rc)
             goto done;
+        /*
+         * Every instance of an argument is ready at 0 and no op writes it again
+         * (results are new instances or aliases): pmap_symmetric need not scan
+         * them, a pass over every device's copy of every weight (7% of the time
+         * of gpt3-175b's candidates with dp 64, tp 8, pp 2 and 4 or 6 microbatches).
+         */
+        s.vuni[v] |= VF_SAME;
         for (uint32_t l = 0; l < vnloc(&s, v); l++) {
             sim_inst *in = vinst(&s, v, 0, l);
             in->flags |= INST_PERSISTENT;
