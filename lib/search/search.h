@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-15"
+#define SEARCH_VERSION "distir-search-16"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -221,7 +221,7 @@ typedef struct search_space {
          * sim_op_bound_terms), for the time bound.
          */
         double accumulate_s;
-        double accumulate_max_s; /* the same, the most over the layers */
+        double add_per_byte, add_launch; /* those Adds' terms (sim_op_bound_terms) */
         /*
          * Per dp of the space (dps): the least over the layers of a layer's
          * parameters ZeRO shards at that dp (xform_layer_facts.params: dp divides

@@ -1112,6 +1112,13 @@ tp_divides(const xf_ctx *c, ir_id op)
 
 /* The number of work terms per (slot, layer): xform_work_bound's fields. */
 #define WORK_TERMS 10
+/*
+ * Per (kind, mode, layer) of the ops between a late reduction and its reader:
+ * their WORK_TERMS, then the bytes (per device, whole batch) and the number
+ * of the gradient contributions they make (leaf_marks), which the pipeline
+ * assembly accumulates right after them.
+ */
+#define BETWEEN_TERMS (WORK_TERMS + 2)
 
 /* Compute op's (first) result when it is not replicated on the tensor axis, else 0. */
 static ir_id
@@ -1442,20 +1449,22 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
  * may add it less their terms. Per layer, X a backward op: its
  * result's bytes (whole batch, per device) to red[layer] with no op
  * between, else to late[layer] and the ops' terms to between[layer]
- * (WORK_TERMS each); X repeated (set): the same to rred, rlate, rbetween.
+ * (BETWEEN_TERMS each: with the gradient contributions they make, marked in
+ * leaf, whose accumulations the pipeline assembly emits right after them);
+ * X repeated (set): the same to rred, rlate, rbetween.
  */
 static void
-emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_t *set, int tf32,
-                   double *red, double *late, double *between, double *rred, double *rlate,
-                   double *rbetween, double *redn, double *laten, double *rredn, double *rlaten,
-                   size_t ar)
+emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_t *set,
+                   const uint8_t *leaf, int tf32, double *red, double *late, double *between,
+                   double *rred, double *rlate, double *rbetween, double *redn, double *laten,
+                   double *rredn, double *rlaten, size_t ar)
 {
     const ir_module *m = c->m;
     uint32_t busy = 0; /* the place after the last counted pair's reader */
     for (uint32_t p = 0; p < n; p++) {
         ir_id x = order[p], out = tp_unreplicated_result(c, x);
         int32_t li = xf_layer_index(c, c->op[x].layer);
-        double terms[WORK_TERMS] = {0}, flop_s;
+        double terms[BETWEEN_TERMS] = {0}, flop_s;
         uint32_t nbetween = 0;
         size_t at = 0; /* the reader's collective: at ar for an all-reduce */
         if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer)
@@ -1491,10 +1500,10 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                     (re ? rred : red)[li + at] += bytes;
                     (re ? rredn : redn)[li + at] += 1;
                 } else {
-                    double *b = &(re ? rbetween : between)[(size_t)li * WORK_TERMS];
+                    double *b = &(re ? rbetween : between)[(size_t)li * BETWEEN_TERMS];
                     (re ? rlate : late)[li + at] += bytes;
                     (re ? rlaten : laten)[li + at] += 1;
-                    for (int j = 0; j < WORK_TERMS; j++)
+                    for (int j = 0; j < BETWEEN_TERMS; j++)
                         b[j] += terms[j];
                 }
                 busy = q + 1;
@@ -1502,8 +1511,47 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
             }
             if (++nbetween > LATE_MAX || add_terms(c, y, tf32, terms, &flop_s) == 1)
                 break;
+            for (uint32_t i = 0; i < m->ops[y].noutput; i++) {
+                ir_id v = m->ops[y].outputs + i;
+                if (leaf[v]) {
+                    double vb = (double)ir_type_bytes(m, m->values[v].type);
+                    terms[WORK_TERMS] += XF_IS_S(c->place[v].a[XF_TP]) ? vb / c->n[XF_TP] : vb;
+                    terms[WORK_TERMS + 1] += 1;
+                }
+            }
         }
     }
+}
+
+/*
+ * The values of function r that may be gradient contributions (the pipeline
+ * assembly's leaves: made in a chunk, read by the step program, accumulated
+ * across microbatches by an Add emitted right after the op that makes them),
+ * as a caller-freed mark per value: the inputs of the once-per-step ops (the
+ * optimizer updates), and, back from those, the inputs of the Adds, Casts and
+ * views that make marked values (a tied weight's contributions summed once
+ * per step, mixed precision's gradient cast to f32, whichever side of it the
+ * step program starts). A superset: the bound subtracts their accumulations
+ * from the time it adds (late_reductions in lib/search/space.c), so marking
+ * more only loosens it.
+ */
+static uint8_t *
+leaf_marks(const xf_ctx *c, const ir_region *r)
+{
+    const ir_module *m = c->m;
+    uint8_t *leaf = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    for (uint32_t i = r->nop; i > 0; i--) {
+        ir_id op = r->ops[i - 1];
+        const ir_op *o = &m->ops[op];
+        int through = o->noutput > 0 && leaf[o->outputs] &&
+                      (o->kind == IR_OP_ADD || o->kind == IR_OP_CAST ||
+                       (ir_opkind_info(o->kind)->flags & IR_OPF_FREE));
+        if (c->op[op].phase != XF_PH_STEP && !through)
+            continue;
+        for (uint32_t k = 0; k < o->ninput; k++)
+            leaf[m->refs[o->inputs + k]] = 1;
+    }
+    return leaf;
 }
 
 /*
@@ -1513,9 +1561,9 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
  * backward ops' reductions, 1 the repeated forward's.
  */
 static void
-chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *set, int tf32,
-                 uint32_t mode, double *red, double *late, double *between, double *redn,
-                 double *laten)
+chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *set,
+                 const uint8_t *leaf, int tf32, uint32_t mode, double *red, double *late,
+                 double *between, double *redn, double *laten)
 {
     const ir_module *m = c->m;
     size_t L = c->nlayer, b = (size_t)mode * L, r = (size_t)(3 + mode) * L;
@@ -1524,9 +1572,9 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
     ir_id *order = di_xmalloc((m->nop ? m->nop : 1) * sizeof *order);
     ir_id *stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
     uint32_t n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
-    emitted_reductions(c, order, n, set, tf32, red + b, late + b, between + b * WORK_TERMS,
-                       red + r, late + r, between + r * WORK_TERMS, redn + b, laten + b, redn + r,
-                       laten + r, 6 * L);
+    emitted_reductions(c, order, n, set, leaf, tf32, red + b, late + b,
+                       between + b * BETWEEN_TERMS, red + r, late + r, between + r * BETWEEN_TERMS,
+                       redn + b, laten + b, redn + r, laten + r, 6 * L);
     di_free(stack);
     di_free(order);
     di_free(kin);
@@ -1632,6 +1680,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
      * bytes, and those ops' terms.
      */
     double *red, *late, *between, *redn, *laten; /* redn, laten: how many collectives */
+    uint8_t *leaf = NULL; /* leaf_marks */
     uint32_t nf = 0, nb = 0, L = c->nlayer;
     uint32_t first[2] = {UINT32_MAX, UINT32_MAX}, last[2] = {0, 0}; /* layers' ops: fwd, bwd */
     double edge[4 * WORK_TERMS] = {0};
@@ -1645,7 +1694,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
     red = di_xcalloc((size_t)12 * L, sizeof *red);
     late = di_xcalloc((size_t)12 * L, sizeof *late);
-    between = di_xcalloc((size_t)6 * L * WORK_TERMS, sizeof *between);
+    between = di_xcalloc((size_t)6 * L * BETWEEN_TERMS, sizeof *between);
     redn = di_xcalloc((size_t)12 * L, sizeof *redn);
     laten = di_xcalloc((size_t)12 * L, sizeof *laten);
     pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
@@ -1698,8 +1747,9 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
      * finds it (xf_recompute_ops), over the whole function as one program: a
      * stage boundary can only make a layer's output a further op to repeat.
      */
-    chunk_reductions(c, bops, nb, set, tf32, STRATEGY_RECOMPUTE_NONE, red, late, between, redn,
-                     laten);
+    leaf = leaf_marks(c, r);
+    chunk_reductions(c, bops, nb, set, leaf, tf32, STRATEGY_RECOMPUTE_NONE, red, late, between,
+                     redn, laten);
     ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, mb, bops, nb, set);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
@@ -1716,7 +1766,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
             set[re[j]] = 1;
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, re[j], tf32, per, L, k, &g);
-        chunk_reductions(c, bops, nb, set, tf32, mode, red, late, between, redn, laten);
+        chunk_reductions(c, bops, nb, set, leaf, tf32, mode, red, late, between, redn, laten);
         ws[mode] = work_set_min(c, mb, bops, nb, set);
     }
     least_work(per, L, 0, &out->fwd);
@@ -1730,14 +1780,14 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
              * at ar), and the most of each term of the ops between (subtracted).
              */
             size_t row = (size_t)(3 * kind + mode) * L, ar = row + (size_t)6 * L;
-            double most[WORK_TERMS];
+            double most[BETWEEN_TERMS];
             double rb = least_row(red, row, L), rn = least_row(redn, row, L);
             double lb = least_row(late, row, L), ln = least_row(laten, row, L);
             double arb = least_row(red, ar, L), arn = least_row(redn, ar, L);
             double alb = least_row(late, ar, L), aln = least_row(laten, ar, L);
             for (uint32_t l = 0; l < L; l++)
-                for (int j = 0; j < WORK_TERMS; j++) {
-                    double b = between[(row + l) * WORK_TERMS + j];
+                for (int j = 0; j < BETWEEN_TERMS; j++) {
+                    double b = between[(row + l) * BETWEEN_TERMS + j];
                     most[j] = l == 0 || b > most[j] ? b : most[j];
                 }
             if (kind == 0) {
@@ -1750,6 +1800,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
                 out->bwd_tp_late_ar_bytes[mode] = alb;
                 out->bwd_tp_late_ar_count[mode] = aln;
                 work_bound_of(most, &out->bwd_tp_late_between[mode]);
+                out->bwd_tp_late_leaf_bytes[mode] = most[WORK_TERMS];
+                out->bwd_tp_late_leaf_count[mode] = most[WORK_TERMS + 1];
             } else {
                 out->re[mode].tp_reduce_bytes = rb;
                 out->re[mode].tp_reduce_count = rn;
@@ -1760,6 +1812,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
                 out->re_tp_late_ar_bytes[mode] = alb;
                 out->re_tp_late_ar_count[mode] = aln;
                 work_bound_of(most, &out->re_tp_late_between[mode]);
+                out->re_tp_late_leaf_bytes[mode] = most[WORK_TERMS];
+                out->re_tp_late_leaf_count[mode] = most[WORK_TERMS + 1];
             }
         }
     if (g.ok) {
@@ -1773,6 +1827,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     di_free(red);
     di_free(late);
     di_free(between);
+    di_free(leaf);
     di_free(redn);
     di_free(laten);
     di_free(pos);

@@ -290,13 +290,20 @@ typedef struct xform_layer_time {
      * collective; the least over the layers. Those ops run while the
      * collective does, so the bound adds the collective's time less
      * bwd_tp_late_between's (their terms, the most over the layers, as the
-     * work counts them) and less what else may run there (the gradient
-     * accumulation), when positive.
+     * work counts them) and less what else may run there (the accumulation of
+     * the gradients they make, below), when positive.
      */
     double bwd_tp_late_bytes[3];
     double bwd_tp_late_count[3]; /* how many collectives, per microbatch */
     double bwd_tp_late_ar_bytes[3], bwd_tp_late_ar_count[3]; /* the all-reduces, apart */
     xform_work_bound bwd_tp_late_between[3];
+    /*
+     * The gradient contributions those ops make (bytes per device, whole batch,
+     * at their dtype, and how many; the most over the layers): with several
+     * microbatches the chunk accumulates each with an Add right after the op
+     * that makes it, which runs there too. A superset (leaf_marks).
+     */
+    double bwd_tp_late_leaf_bytes[3], bwd_tp_late_leaf_count[3];
     /*
      * The same of the repeated forward (re[r].tp_reduce_bytes those with no
      * op between), on the order in which the pipeline assembly emits it.
@@ -305,6 +312,7 @@ typedef struct xform_layer_time {
     double re_tp_late_count[3];
     double re_tp_late_ar_bytes[3], re_tp_late_ar_count[3];
     xform_work_bound re_tp_late_between[3];
+    double re_tp_late_leaf_bytes[3], re_tp_late_leaf_count[3];
 } xform_layer_time;
 
 /*
