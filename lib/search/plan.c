@@ -79,17 +79,20 @@ in_shard(const search_space *sp, const search_candidate *c)
 /*
  * The seed: candidates of the whole space that pass the memory bound and
  * xform_validate, the smallest time bound first (ties by index): K (4 to
- * 64) of those whose memory bound is at most half the usable memory, then,
- * when the Pareto set is not restricted to a window (pareto_within), 2
- * more of those within a quarter, an eighth, a sixteenth and a
- * thirty-second of it, each time among the candidates without ZeRO-2 or -3
- * and with tensor parallelism inside a node. Any seed is sound (a candidate
+ * 64) of them, then, when the Pareto set is not restricted to a window
+ * (pareto_within), 2 more of those whose memory bound is within a half, a
+ * quarter, an eighth, a sixteenth and a thirty-second of the usable memory,
+ * each time among the candidates without ZeRO-2 or -3 and with tensor
+ * parallelism inside a node. Any seed is sound (a candidate
  * is pruned only below K seed points and dominated by one); the choice only
  * makes it useful. The time bound counts little communication (the first
  * stage's data-parallel part), so small bounds include tensor parallelism
  * across nodes and ZeRO-2 and -3, which communication makes slow; the
- * memory bound is often well below the simulated peak, so a seed of the
- * smallest time bounds alone runs out of memory; and the Pareto set is
+ * memory bound was once well below the simulated peak, so the first K were
+ * taken within half the memory until 2026-11-29 (on gpt3-175b with 1,024
+ * GPUs and --pareto-within 1 that kept out the fastest candidates, and
+ * searches simulated 10 more: 115 against 105; as many ran out of memory
+ * either way); and the Pareto set is
  * pruned only by a seed point that needs no more memory than a candidate's
  * bound, hence seeds down the memory scale. Under a window the Pareto set's
  * slow low-memory end is pruned by the window (pruned_by_bound), and such
@@ -143,7 +146,7 @@ add_seeds(search_plan *pl, const bounded *b, uint64_t n, uint32_t want)
 static void
 choose_seed(search_plan *pl)
 {
-    static const double ladder[] = {0.5, 0.25, 0.125, 0.0625, 0.03125};
+    static const double ladder[] = {1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125};
     const search_space *sp = pl->sp;
     double usable = sp->cfg.memory_headroom * sp->max_capacity;
     uint32_t want = sp->cfg.top_k * SEED_PER_TOP, nl = sizeof ladder / sizeof ladder[0];
