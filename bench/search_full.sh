@@ -3,8 +3,8 @@
 # measured, not projected: GPT-3 175B (bf16, Adam, global batch 1,536) on
 # a100-dgx:128 (1,024 GPUs), every candidate of the space, cold (a new cache
 # database) on distird with 2 workers, then the same search again (answered
-# from the stored search), best of 5; then, cold on a new daemon, the same
-# space with --pareto-within 1.25 (no target). bench_search projects the cold search
+# from the stored search), best of 5; then, cold on new daemons, the same
+# space with --pareto-within 1.25 and 1 (no target). bench_search projects the cold search
 # from its seed and a sample on one core; this takes as long as the search does (about 5
 # minutes on 2 cores), so `make bench` runs it only with DISTIR_BENCH_LONG=1.
 # Targets: cold under 10 s on 2 cores, the warm repeat under 100 ms.
@@ -71,20 +71,23 @@ echo "target: the whole space cold under 10 s on 2 cores; measured: $(awk "BEGIN
 echo "the same space with K = 20 after the cold search (no target): $(awk "BEGIN { printf \"%.1f\", $other / 1000 }") s; $(sed -n 's/^searched in [0-9.]* s (\(.*\))$/\1/p' "$dir/top20.txt")"
 served=$(sed -n 's/.*event=search_end .*cached=1 ms=\([0-9.]*\).*/\1/p' "$dir/log" | sort -n | head -1)
 echo "target: the cache-warm repeat under 100 ms; measured: $best ms for the whole CLI command (best of 5: it builds the module, sends it, prints the answer), ${served:-?} ms in distird (its log: call to answer, best of 5)"
-# The same space cold with the Pareto set cut at 1.25 times the fastest step (another
-# daemon, a new database: nothing kept from the searches above). No target of its own.
-kill "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-start_daemon "$dir/cut.db" "$dir/cut.log"
-t0=$(date +%s%N)
-search "$dir/cut.json" --pareto-within 1.25 || { echo "the --pareto-within search failed"; exit 1; }
-cut=$((($(date +%s%N) - t0) / 1000000))
-/usr/bin/python3 - "$dir/cold.json" "$dir/cut.json" "$cut" <<'EOF'
+# The same space cold with the Pareto set cut at R times the fastest step, R = 1.25 and
+# 1 (the top K and the fastest point alone), each on another daemon with a new database:
+# nothing kept from the searches above. No target of their own.
+for R in 1.25 1; do
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    start_daemon "$dir/cut$R.db" "$dir/cut$R.log"
+    t0=$(date +%s%N)
+    search "$dir/cut.json" --pareto-within $R || { echo "the --pareto-within search failed"; exit 1; }
+    cut=$((($(date +%s%N) - t0) / 1000000))
+    /usr/bin/python3 - "$dir/cold.json" "$dir/cut.json" "$cut" "$R" <<'EOF'
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 sim = lambda r: r["counts"]["ok"] + r["counts"]["out_of_memory"]
 same = [p["index"] for p in a["top"]] == [p["index"] for p in b["top"]]
-print("with --pareto-within 1.25, cold (no target): %.1f s, %d simulated (the whole: %d), "
-      "pareto set %d points, top K %s" % (int(sys.argv[3]) / 1000, sim(b), sim(a),
+print("with --pareto-within %s, cold (no target): %.1f s, %d simulated (the whole: %d), "
+      "pareto set %d points, top K %s" % (sys.argv[4], int(sys.argv[3]) / 1000, sim(b), sim(a),
       len(b["pareto"]), "the same" if same else "DIFFERENT"))
 EOF
+done

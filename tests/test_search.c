@@ -1607,31 +1607,28 @@ test_time_bound_late(void **state)
     for (uint64_t i = 0; i < sp.ncandidate; i++) {
         const search_candidate *c = &sp.candidates[i];
         search_point p;
-        double with, without, keep[8][3][4];
+        double with, without = 0, keep[8][3][4];
         search_eval_full(&ev, c, &p);
         if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
             continue;
         n++;
         with = search_time_bound(&sp, c);
-        for (uint32_t k = 0; k < sp.nlayer_mem; k++)
-            for (int r = 0; r < 3; r++) {
-                xform_layer_time *t = &sp.layer_mem[k].time;
-                double *f[4] = {&t->bwd_tp_late_bytes[r], &t->bwd_tp_late_count[r],
-                                &t->bwd_tp_late_ar_bytes[r], &t->bwd_tp_late_ar_count[r]};
-                for (int j = 0; j < 4; j++) {
-                    keep[k][r][j] = *f[j];
-                    *f[j] = 0;
+        /* Pass 0 keeps and clears the late reductions, pass 1 puts them back. */
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1)
+                without = search_time_bound(&sp, c);
+            for (uint32_t k = 0; k < sp.nlayer_mem; k++)
+                for (int r = 0; r < 3; r++) {
+                    xform_layer_time *t = &sp.layer_mem[k].time;
+                    double *f[4] = {&t->bwd_tp_late_bytes[r], &t->bwd_tp_late_count[r],
+                                    &t->bwd_tp_late_ar_bytes[r], &t->bwd_tp_late_ar_count[r]};
+                    for (int j = 0; j < 4; j++) {
+                        if (pass == 0)
+                            keep[k][r][j] = *f[j];
+                        *f[j] = pass == 0 ? 0 : keep[k][r][j];
+                    }
                 }
-            }
-        without = search_time_bound(&sp, c);
-        for (uint32_t k = 0; k < sp.nlayer_mem; k++)
-            for (int r = 0; r < 3; r++) {
-                xform_layer_time *t = &sp.layer_mem[k].time;
-                double *f[4] = {&t->bwd_tp_late_bytes[r], &t->bwd_tp_late_count[r],
-                                &t->bwd_tp_late_ar_bytes[r], &t->bwd_tp_late_ar_count[r]};
-                for (int j = 0; j < 4; j++)
-                    *f[j] = keep[k][r][j];
-            }
+        }
         if (with > p.step_time_s) {
             char name[256];
             search_candidate_format(c, name, sizeof name);
