@@ -1548,15 +1548,15 @@ zero_layer_bytes(const search_space *sp, const search_candidate *c,
  * and an all-gather of the sharded working copy; ZeRO-2: the sharded
  * gradients reduce-scattered each microbatch; ZeRO-3: also the sharded
  * parameters gathered before each use, in the forward and the backward
- * chunks of each microbatch (dp.c, chunk.c).
+ * chunks of each microbatch (dp.c, chunk.c). g and b: zero_layer_bytes's (g NULL
+ * where it does not say).
  */
 static double
-dp_comm_bound(const search_space *sp, const search_candidate *c,
-              const struct search_layer_mem *e, uint32_t N0)
+dp_comm_bound(const search_candidate *c, const struct search_dp_group *g, const double b[4],
+              uint32_t N0)
 {
-    const struct search_dp_group *g = NULL;
-    double b[4], Z, G, Zg, m = (double)c->microbatches, per;
-    if (N0 == 0 || !zero_layer_bytes(sp, c, e, &g, b))
+    double Z, G, Zg, m = (double)c->microbatches, per;
+    if (N0 == 0 || g == NULL)
         return 0;
     Z = b[1];
     G = b[2];
@@ -1601,17 +1601,15 @@ dp_comm_bound(const search_space *sp, const search_candidate *c,
  * stage's data-parallel group; *aligned says whether every stage's group is
  * the same devices shifted by whole nodes (dp tp cp a multiple of the devices
  * per node), whose collectives then cost the same on the hardware's identical
- * nodes.
+ * nodes. g and b as dp_comm_bound's.
  */
 static double
 zero1_step_scatter(const search_space *sp, const search_candidate *c,
-                   const struct search_layer_mem *e, int *aligned)
+                   const struct search_dp_group *g, const double b[4], int *aligned)
 {
-    const struct search_dp_group *g = NULL;
     uint32_t per_node = sp->hw->devices_per_node;
-    double b[4];
     *aligned = 0;
-    if (c->zero != 1 || c->overlap || !zero_layer_bytes(sp, c, e, &g, b))
+    if (c->zero != 1 || c->overlap || g == NULL)
         return 0;
     *aligned = per_node > 0 && (uint64_t)g->dp * g->stride % per_node == 0;
     return b[3] * g->reduce_scatter;
@@ -1680,6 +1678,20 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
 }
 
 /*
+ * The least time of tensor-axis collectives on the compute path for one
+ * microbatch, q of the batch: count reduce-scatters and all-gathers of bytes
+ * (whole batch) and ar_count all-reduces of ar_bytes, each at least its
+ * kind's latency terms plus its payload times its kind's least slope.
+ */
+static double
+tp_time(const struct search_layer_mem *e, double bytes, double count, double ar_bytes,
+        double ar_count, double q)
+{
+    return e->tp_alpha * count + e->tp_slope * bytes * q + e->tp_ar_alpha * ar_count +
+           e->tp_ar_slope * ar_bytes * q;
+}
+
+/*
  * The backward chunk's reductions with compute ops between them and their
  * reader (xform_layer_time.bwd_tp_late_bytes, and re_tp_late_bytes for the
  * repeated forward's: bytes, between): the compute stream spends at least
@@ -1697,20 +1709,6 @@ pipe_bound(const struct search_pipe *e, double fw, double fc, double bw, double 
  * layer's accumulation was subtracted, the most over the layers: on
  * gpt3-175b's layers, 1.7 ms at tp 8, more than the late collectives take.)
  */
-/*
- * The least time of tensor-axis collectives on the compute path for one
- * microbatch, q of the batch: count reduce-scatters and all-gathers of bytes
- * (whole batch) and ar_count all-reduces of ar_bytes, each at least its
- * kind's latency terms plus its payload times its kind's least slope.
- */
-static double
-tp_time(const struct search_layer_mem *e, double bytes, double count, double ar_bytes,
-        double ar_count, double q)
-{
-    return e->tp_alpha * count + e->tp_slope * bytes * q + e->tp_ar_alpha * ar_count +
-           e->tp_ar_slope * ar_bytes * q;
-}
-
 static double
 late_reductions(const struct search_layer_mem *e, const search_candidate *c, double bytes,
                 double count, double ar_bytes, double ar_count, const xform_work_bound *between,
@@ -1739,6 +1737,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     xform_layer_time lt;
     double q, w, wg, red, rb = 0, rre = 0, chain, chain_f, bound = 0,
                           m = (double)c->microbatches, edge[4], acc, bwork, rf, rs_layer = 0, zs;
+    double zb[4] = {0}; /* zero_layer_bytes */
+    const struct search_dp_group *zg = NULL;
     int zs_aligned;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
@@ -1806,16 +1806,14 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     bwork = xform_work_time(&t->bwd, q) + rb;
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
         bwork += xform_work_time(&t->re[r], q) + rre;
-    if (c->zero >= 2) {
-        const struct search_dp_group *g = NULL;
-        double b[4];
-        if (zero_layer_bytes(sp, c, e, &g, b))
-            rs_layer = b[3] * g->reduce_scatter;
-    }
-    zs = zero1_step_scatter(sp, c, e, &zs_aligned);
+    if (!zero_layer_bytes(sp, c, e, &zg, zb))
+        zg = NULL;
+    if (c->zero >= 2 && zg != NULL)
+        rs_layer = zb[3] * zg->reduce_scatter;
+    zs = zero1_step_scatter(sp, c, zg, zb, &zs_aligned);
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
-        double busy;
+        double busy, head;
         for (uint32_t k = d; k < st->nstage; k += c->pp)
             N += st->layers[k];
         /*
@@ -1840,8 +1838,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         busy += d == 0 ? m * (edge[0] + edge[1]) : edge[0] + edge[1];
         /* Its accumulations (those of the last layer it runs may overlap the drain). */
         busy += (m - 1) * N * acc - (S ? acc : 0);
-        if (d + 1 == c->pp)
-            busy += m * (edge[2] + edge[3]);
+        head = d + 1 == c->pp ? m * (edge[2] + edge[3]) : 0;
+        busy += head;
         /*
          * ZeRO-2/3, from the second microbatch on: a backward chunk ends with the
          * additions of its gradients' shards into their accumulators, on the compute
@@ -1856,7 +1854,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
             busy += (m - 2) * N * (rs_layer - bwork);
         bound = busy > bound ? busy : bound;
         if (d == 0) {
-            double comm = dp_comm_bound(sp, c, e, N);
+            double comm = dp_comm_bound(c, zg, zb, N);
             /*
              * Group 0's chunks end no earlier than both its busy time (S is 0: its own
              * work) and the pipeline's bound (pipe_bound: its last backward chunk), so
@@ -1870,9 +1868,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
              * the embedding and the S layers before it (the chain above) and its stream
              * has then run its own work; its step program's reduce-scatters follow.
              */
-            double own = edge[0] + S * chain_f + m * N * w + (m - 1) * N * acc + N * zs;
-            if (d + 1 == c->pp)
-                own += m * (edge[2] + edge[3]);
+            double own = edge[0] + S * chain_f + m * N * w + (m - 1) * N * acc + N * zs + head;
             bound = own > bound ? own : bound;
         }
         S += st->layers[d];
