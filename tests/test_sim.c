@@ -1505,11 +1505,24 @@ cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A memory event's key for time t (memory.c's time_key): the time's bits, then the flag. */
+static uint64_t
+time_key_of(double t, unsigned flag)
+{
+    uint64_t b;
+    memcpy(&b, &t, sizeof b);
+    return b << 1 | flag;
+}
+
 /*
  * The memory-event sort keeps a sorted subsequence, sets the exceptions
  * aside and merges them back; it must equal a plain sort on every shape:
  * sorted, reversed, a few late or early outliers (fewer and more than the
- * 16 it pops), runs, duplicates, and random data (the radix fallback).
+ * 16 it pops), runs, duplicates, and random data (the radix fallback); and
+ * on keys that are times (the bucket pass): a quarter freed late as an
+ * interleaved pipeline's activations are, random times over a step, a few
+ * instants shared by many events, and nearly all in a sliver of the span
+ * (one bucket holding most: its radix sort).
  */
 static void
 test_sort_keys(void **state)
@@ -1517,7 +1530,7 @@ test_sort_keys(void **state)
     uint32_t sizes[] = {0, 1, 2, 17, 1000, 70000};
     uint64_t seed = 12345;
     (void)state;
-    for (int shape = 0; shape < 9; shape++)
+    for (int shape = 0; shape < 13; shape++)
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
             uint32_t n = sizes[si];
             uint64_t *a = malloc((n ? n : 1) * sizeof *a), *b = malloc((n ? n : 1) * sizeof *b);
@@ -1533,7 +1546,17 @@ test_sort_keys(void **state)
                 case 5: a[i] = (i % 100) * 7 + i / 100; break;             /* runs */
                 case 6: a[i] = r % 8; break;                               /* duplicates */
                 case 7: a[i] = r % 50 == 0 ? i / 4 : i + 500; break;       /* below the first */
-                default: a[i] = r; break;                                  /* random */
+                case 8: a[i] = r; break;                                   /* random */
+                case 9: /* late frees */
+                    a[i] = time_key_of(i * 1e-3 + (r % 4 == 0 ? (double)(r % 1000) * 1e-2 : 0), 0);
+                    break;
+                case 10: a[i] = time_key_of((double)(r % 5000000) * 1e-5, r >> 40 & 1); break;
+                case 11: a[i] = time_key_of((double)(r % 7) * 3.5, 1); break; /* shared instants */
+                default: /* skewed */
+                    a[i] = time_key_of(r % 100 == 0 ? 40.0 + (double)(r % 1000)
+                                                    : (double)(r % 100000) * 1e-12,
+                                       r >> 40 & 1);
+                    break;
                 }
             }
             memcpy(b, a, n * sizeof *a);

@@ -73,8 +73,12 @@ typedef struct memev {
     uint64_t val; /* bytes << 3 | memory class: the scan never touches the instances */
 } memev;
 
-/* Counters radix_sort needs (memory.c): 4 digits of 16 bits, its largest. */
-#define SORT_COUNTERS (4u << 16)
+/*
+ * Counters the memory-event sort needs (memory.c): radix_sort's 4 digits of
+ * 16 bits, its largest, then bucket_sort's bucket ends (up to 2^16).
+ */
+#define SORT_RADIX_COUNTERS (4u << 16)
+#define SORT_COUNTERS (SORT_RADIX_COUNTERS + (1u << 16))
 
 /*
  * A communicator's collective stream on a device: NCCL runs each
