@@ -659,6 +659,7 @@ sim_build_memory(sim *s, double step)
                 ow->last_use = in->last_use;
             ow->flags |= in->flags & INST_PERSISTENT;
         } else if (rep_alloc(s, i)) {
+            in->flags |= INST_REPALLOC; /* read back below: rep_alloc reads two other tables */
             s->devs[in->dev].nalloc++;
         }
     }
@@ -688,7 +689,7 @@ sim_build_memory(sim *s, double step)
     for (uint32_t i = s->arg_end > 1 ? s->arg_end : 1; i < s->ninst; i++) {
         if ((i & 0xffff) == 0 && sim_cancelled(s))
             return di_error_set(s->err, DI_ECANCELLED, "simulation cancelled");
-        if (rep_alloc(s, i))
+        if (s->inst[i].flags & INST_REPALLOC)
             add_events(s, i, step);
     }
     if (most > s->ctmp) {

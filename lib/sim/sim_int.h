@@ -34,6 +34,7 @@
 #define INST_GRADBUF 2u /* made by the backward pass: a gradient buffer if classified so */
 #define INST_FUSED 4u   /* internal to a fused kernel: takes no memory */
 #define INST_RECV 8u    /* made by a point-to-point transfer (the host syncs on it) */
+#define INST_REPALLOC 16u /* sim_build_memory: an allocation of a representative (rep_alloc) */
 
 #define LOC_DEVVAR (-2) /* location is the device of the current pmap instance */
 
