@@ -1550,7 +1550,9 @@ test_sort_keys(void **state)
                 case 9: /* late frees */
                     a[i] = time_key_of(i * 1e-3 + (r % 4 == 0 ? (double)(r % 1000) * 1e-2 : 0), 0);
                     break;
-                case 10: a[i] = time_key_of((double)(r % 5000000) * 1e-5, r >> 40 & 1); break;
+                case 10: /* random times */
+                    a[i] = time_key_of((double)(r % 5000000) * 1e-5, r >> 40 & 1);
+                    break;
                 case 11: a[i] = time_key_of((double)(r % 7) * 3.5, 1); break; /* shared instants */
                 default: /* skewed */
                     a[i] = time_key_of(r % 100 == 0 ? 40.0 + (double)(r % 1000)

@@ -478,8 +478,8 @@ bucket_sort(memev *v, memev *tmp, uint32_t *count, uint32_t n, const atomic_int 
  * sorted subsequence in place and moves the out-of-order events (a value
  * that lives long, a late consumer) aside, popping up to 16 kept events
  * when they, not the new one, are the exceptions; the few set aside are
- * radix-sorted and merged back from the end. When too many are out of
- * order it radix-sorts everything. Events with equal keys happen at the
+ * sorted (bucket_sort) and merged back from the end. When too many are out
+ * of order it sorts everything so. Events with equal keys happen at the
  * same instant and sim_device_memory settles an instant before looking at it,
  * so their order does not matter (it is deterministic all the same).
  * tmp has room for n events.
@@ -714,7 +714,6 @@ sim_build_memory(sim *s, double step)
     }
     return 0;
 }
-
 
 /*
  * Scans a device's sorted events: the peak, its time and composition, and
