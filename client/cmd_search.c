@@ -4,7 +4,7 @@
  * [--train-tokens T] [--top K] [--json] [--shard i/n] [--headroom F]
  * [--pareto-within R] [--compose 0|1] [--time-bound 0|1] [--jobs N]
  * [--math tf32|ieee] [--tp 1,2,4 ...]
- * [--fix pp=2 ...]
+ * [--fix pp=2 ...] [--log-candidates FILE]
  * [--server ADDR [--timeout-ms N]]` and `distir search --merge A.json B.json ...`.
  *
  * Without --server the search runs in-process on --jobs threads (default:
@@ -19,6 +19,7 @@
  * cover the space once; --merge combines their --json outputs into the
  * unsharded answer.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -43,7 +44,8 @@ static const char usage[] =
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
-    "              [--fix NAME=VALUE ...] [--server ADDR [--timeout-ms N]]\n"
+    "              [--fix NAME=VALUE ...] [--log-candidates FILE]\n"
+    "              [--server ADDR [--timeout-ms N]]\n"
     "       distir search --merge A.json B.json ... [--json]\n"
     "\n"
     "Enumerates the strategies that use N devices (default: every device of the\n"
@@ -60,7 +62,9 @@ static const char usage[] =
     "Pareto points at most R times slower than the fastest (and prunes the rest).\n"
     "L is a comma-separated list of allowed values; --fix pp=8 allows one value.\n"
     "The search runs in this process on --jobs threads (default: every CPU; the\n"
-    "result does not depend on it), or with --server on distird's workers.";
+    "result does not depend on it), or with --server on distird's workers.\n"
+    "--log-candidates FILE (in process) writes a JSON line per candidate evaluated:\n"
+    "its figures, its lower bounds and how long it took (bench/search_anatomy.py).";
 
 /* The list-valued constraints: "--tp 1,2" is search_config_set(cfg, "tp", "1,2"). */
 static const char *const list_options[] = {
@@ -146,12 +150,40 @@ typedef struct local_search {
     const search_space *sp;
     search_plan plan;
     atomic_uint_fast64_t done, fit;
+    FILE *log; /* --log-candidates, or NULL */
 } local_search;
 
 typedef struct local_part {
     local_search *ls;
     search_result r;
+    unsigned worker;
 } local_part;
+
+/*
+ * --log-candidates: one JSON line per candidate the search evaluated (not
+ * those pruned unevaluated), in the order the workers finish them: its
+ * figures (the composed estimate when composed), the lower bounds branch and
+ * bound used (search_time_bound, search_memory_bound: 0 where there is none)
+ * and the seconds its evaluation took on its worker; then a line per worker
+ * for the re-simulation of its composed points (search_planner_refine). The
+ * figures and bounds are the search's own, whatever the thread count; the
+ * order and the seconds are not. One fprintf per line: stdio locks the
+ * stream, so lines of two workers do not interleave.
+ */
+static void
+log_point(const local_search *ls, unsigned worker, const search_point *p, double seconds)
+{
+    char strat[256];
+    search_candidate_format(&p->cand, strat, sizeof strat);
+    fprintf(ls->log,
+            "{\"index\":%llu,\"strategy\":\"%s\",\"status\":\"%s\",\"step_time_s\":%.17g,"
+            "\"peak_memory_bytes\":%llu,\"composed\":%s,\"time_bound_s\":%.17g,"
+            "\"memory_bound_bytes\":%llu,\"eval_s\":%.6f,\"worker\":%u}\n",
+            (unsigned long long)p->cand.index, strat, search_status_name(p->status),
+            p->step_time_s, (unsigned long long)p->peak_memory_bytes,
+            p->composed ? "true" : "false", search_time_bound(ls->sp, &p->cand),
+            (unsigned long long)search_memory_bound(ls->sp, &p->cand), seconds, worker);
+}
 
 static void *
 local_worker(void *arg)
@@ -165,7 +197,11 @@ local_worker(void *arg)
     search_planner_init(&w, &ls->plan);
     for (;;) {
         search_point p;
+        double t0 = ls->log ? seconds_now() : 0;
         k = search_plan_next(&w, &ev, &p);
+        if (k == SEARCH_PLAN_POINT && ls->log &&
+            (p.status == SEARCH_OK || p.status == SEARCH_OOM || p.status == SEARCH_FAILED))
+            log_point(ls, part->worker, &p, seconds_now() - t0);
         if (k == SEARCH_PLAN_END)
             break;
         if (k == SEARCH_PLAN_WAIT) { /* another thread is finishing the seed */
@@ -181,7 +217,13 @@ local_worker(void *arg)
         atomic_fetch_add(&ls->done, 1);
     }
     /* This part's composed best that may be in the answer, re-simulated in full before the merge. */
-    search_planner_refine(&w, &ev, &part->r);
+    {
+        double t0 = ls->log ? seconds_now() : 0;
+        uint32_t n = search_planner_refine(&w, &ev, &part->r);
+        if (ls->log)
+            fprintf(ls->log, "{\"refined\":%u,\"refine_s\":%.6f,\"worker\":%u}\n", n,
+                    seconds_now() - t0, part->worker);
+    }
     search_planner_fini(&w);
     search_evaluator_fini(&ev);
     return NULL;
@@ -192,7 +234,7 @@ local_worker(void *arg)
  * or -1 when a thread cannot start (then nothing is left to free).
  */
 static int
-local_run(const search_space *sp, unsigned jobs, int tty, search_result *r)
+local_run(const search_space *sp, unsigned jobs, int tty, FILE *log, search_result *r)
 {
     local_search ls;
     local_part *parts = calloc(jobs, sizeof *parts);
@@ -204,11 +246,13 @@ local_run(const search_space *sp, unsigned jobs, int tty, search_result *r)
     if (parts == NULL || tids == NULL)
         abort();
     ls.sp = sp;
+    ls.log = log;
     search_plan_init(&ls.plan, sp);
     atomic_init(&ls.done, 0);
     atomic_init(&ls.fit, 0);
     for (unsigned i = 0; i < jobs; i++) {
         parts[i].ls = &ls;
+        parts[i].worker = i;
         search_result_init(&parts[i].r, sp);
     }
     for (; started < jobs; started++)
@@ -254,7 +298,7 @@ load(const char *file, const cli_model_ref *mr, ir_module **m)
 
 static int
 search(const char *file, const cli_model_ref *mr, const char *hwname, const search_config *cfg,
-       int json, unsigned jobs)
+       int json, unsigned jobs, const char *logfile)
 {
     hw_model *hw = NULL;
     ir_module *m = NULL;
@@ -262,6 +306,7 @@ search(const char *file, const cli_model_ref *mr, const char *hwname, const sear
     search_result r;
     double t0;
     int tty = isatty(STDERR_FILENO), rc;
+    FILE *log = NULL;
     di_error err;
 
     if (file == NULL)
@@ -282,9 +327,23 @@ search(const char *file, const cli_model_ref *mr, const char *hwname, const sear
         cli_error("cannot search '%s': %s", file, err.msg);
         goto fail;
     }
+    if (logfile != NULL && (log = fopen(logfile, "w")) == NULL) {
+        cli_error("cannot write '%s': %s", logfile, strerror(errno));
+        search_space_fini(&sp);
+        goto fail;
+    }
     t0 = seconds_now();
-    if (local_run(&sp, jobs, tty, &r) != 0) {
+    if (local_run(&sp, jobs, tty, log, &r) != 0) {
         cli_error("cannot start a search thread");
+        if (log)
+            fclose(log);
+        search_space_fini(&sp);
+        goto fail;
+    }
+    /* A log that could not be written in full is an error, not a shorter file. */
+    if (log != NULL && (ferror(log) | fclose(log)) != 0) {
+        cli_error("cannot write '%s': %s", logfile, strerror(errno));
+        search_result_fini(&r);
         search_space_fini(&sp);
         goto fail;
     }
@@ -481,7 +540,7 @@ search_remote(const char *server, const char *file, const cli_model_ref *mr, con
 int
 cmd_search(int argc, char **argv)
 {
-    const char *file = NULL, *hwname = "a100-dgx", *server = NULL, *v;
+    const char *file = NULL, *hwname = "a100-dgx", *server = NULL, *logfile = NULL, *v;
     cli_model_ref mr = {NULL, 0, {NULL}};
     search_config cfg;
     di_error err;
@@ -518,6 +577,12 @@ cmd_search(int argc, char **argv)
             if (r < 0)
                 goto usage;
             server = v;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--log-candidates", &v)) != 0) {
+            if (r < 0)
+                goto usage;
+            logfile = v;
             continue;
         }
         if ((r = cli_opt(argc, argv, &i, "--timeout-ms", &v)) != 0) {
@@ -588,6 +653,10 @@ cmd_search(int argc, char **argv)
         cli_error("'%s' is a model option: it needs --model NAME", mr.argv[0]);
         goto usage;
     }
+    if (logfile != NULL && (merging || server != NULL)) {
+        cli_error("--log-candidates is for a search in this process (not --server or --merge)");
+        goto usage;
+    }
     if (merging) {
         if (file != NULL || mr.name != NULL || nmerge == 0)
             goto usage;
@@ -599,7 +668,7 @@ cmd_search(int argc, char **argv)
     } else if (server != NULL) {
         rc = search_remote(server, file, &mr, hwname, &cfg, json, timeout_ms);
     } else {
-        rc = search(file, &mr, hwname, &cfg, json, jobs ? jobs : default_jobs());
+        rc = search(file, &mr, hwname, &cfg, json, jobs ? jobs : default_jobs(), logfile);
     }
     free(merge_files);
     return rc;

@@ -5,7 +5,8 @@
 # print exactly the unsharded JSON; the allowed-degree and --fix constraints
 # hold in every reported strategy; bad constraints are usage errors (exit 2)
 # and too many devices a failure (exit 1), as is a merge of different
-# searches; --help documents --server.
+# searches; --help documents --server; --log-candidates writes a line per
+# evaluated candidate whose bounds hold, and bench/search_anatomy.py reads it.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -147,5 +148,48 @@ $T "$DISTIR" search --merge "$TMP/gpt.pb" >/dev/null 2>&1
 check "--merge of a non-result exits 1" [ $? = 1 ]
 "$DISTIR" search --help >"$TMP/help.out"
 check "--help documents --server" grep -q "with --server on distird's workers" "$TMP/help.out"
+
+# --log-candidates: a JSON line per candidate evaluated (as many as the counts say were
+# simulated), whose lower bounds hold against its full simulation, and a line per worker
+# for the refinement; the same answer as without it; bench/search_anatomy.py reads it.
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --top 3 --json --jobs 2 \
+    --log-candidates "$TMP/cand.log" >"$TMP/logged.json"
+check "--log-candidates: search exits 0" [ $? = 0 ]
+check "--log-candidates: the same answer" cmp -s "$TMP/logged.json" "$TMP/whole.json"
+check "--log-candidates: a line per evaluated candidate, bounds below the figures" \
+    /usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+lines = [json.loads(l) for l in open(sys.argv[2])]
+pts = [l for l in lines if "status" in l]
+ref = [l for l in lines if "refine_s" in l]
+c = r["counts"]
+assert len(pts) == c["ok"] + c["out_of_memory"] + c["failed"] > 0, (len(pts), c)
+assert len({p["index"] for p in pts}) == len(pts)
+assert sorted(x["worker"] for x in ref) == [0, 1]
+full = [p for p in pts if not p["composed"]]
+assert len(full) == len(pts) - r["composed"]
+for p in full:
+    assert 0 < p["time_bound_s"] <= p["step_time_s"], p
+    assert 0 < p["memory_bound_bytes"] <= p["peak_memory_bytes"], p
+    assert p["eval_s"] >= 0 and p["strategy"].startswith("dp=")
+best = min(p["step_time_s"] for p in pts if p["status"] == "ok")
+assert best == r["top"][0]["step_time_s"], (best, r["top"][0])
+' "$TMP/whole.json" "$TMP/cand.log"
+/usr/bin/python3 bench/search_anatomy.py "$TMP/cand.log" "$TMP/whole.json" >"$TMP/anatomy.out"
+check "bench/search_anatomy.py reads the log" grep -Eq '^evaluated: [1-9][0-9]* candidates' \
+    "$TMP/anatomy.out"
+check "... and counts what exact bounds would prune" \
+    grep -q '^with both exact: [0-9]* of the [0-9]* evaluated candidates prunable' "$TMP/anatomy.out"
+"$DISTIR" search "$TMP/gpt.pb" --log-candidates "$TMP/x.log" --server 127.0.0.1:1 \
+    >/dev/null 2>"$TMP/logsrv.err"
+check "--log-candidates with --server is a usage error" [ $? = 2 ]
+check "... saying why" grep -q 'search in this process' "$TMP/logsrv.err"
+# shellcheck disable=SC2086
+"$DISTIR" search "$TMP/gpt.pb" $LIMITS --log-candidates "$TMP/no/such/dir/x.log" \
+    >/dev/null 2>"$TMP/lognodir.err"
+check "an unwritable --log-candidates file fails (exit 1)" [ $? = 1 ]
+check "... naming it" grep -q 'cannot write' "$TMP/lognodir.err"
 
 exit "$failures"
