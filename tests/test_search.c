@@ -1419,19 +1419,31 @@ test_time_bound_tight(void **state)
  */
 #define ZERO_RS_LEAST 0.65
 #define ZERO_RS_BEFORE 0.613
+
+/*
+ * The ZeRO spaces of the Adam GPT over two nodes (test_time_bound_zero_reduce,
+ * test_time_bound_zero1_step): 16 devices, tp 1, pp 1 and 2, no recomputation,
+ * the given microbatch counts and ZeRO stages.
+ */
+static void
+zero_two_node_config(search_config *cfg, const char *microbatches, const char *zero)
+{
+    di_error err;
+    search_config_init(cfg);
+    cfg->devices = 16;
+    assert_int_equal(search_config_set(cfg, "tp", "1", &err), 0);
+    assert_int_equal(search_config_set(cfg, "pp", "1,2", &err), 0);
+    assert_int_equal(search_config_set(cfg, "microbatches", microbatches, &err), 0);
+    assert_int_equal(search_config_set(cfg, "recompute", "none", &err), 0);
+    assert_int_equal(search_config_set(cfg, "zero", zero, &err), 0);
+}
+
 static void
 test_time_bound_zero_reduce(void **state)
 {
     search_config cfg;
-    di_error err;
     (void)state;
-    search_config_init(&cfg);
-    cfg.devices = 16;
-    assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "pp", "1,2", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "microbatches", "4,8", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "recompute", "none", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "zero", "2,3", &err), 0);
+    zero_two_node_config(&cfg, "4,8", "2,3");
     bound_ratio(gpt_as(4, 1024, 16, 384, 256, 1), preset("a100-dgx:2"), &cfg, 0, 32);
     assert_true(bound_ratio_least >= ZERO_RS_LEAST);
 }
@@ -1455,18 +1467,11 @@ test_time_bound_zero1_step(void **state)
 {
     search_config cfg;
     search_space sp;
-    di_error err;
     ir_module *m;
     hw_model *hw;
     uint32_t pairs = 0, higher = 0;
     (void)state;
-    search_config_init(&cfg);
-    cfg.devices = 16;
-    assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "pp", "1,2", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "microbatches", "1,4", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "recompute", "none", &err), 0);
-    assert_int_equal(search_config_set(&cfg, "zero", "1", &err), 0);
+    zero_two_node_config(&cfg, "1,4", "1");
     m = gpt_as(4, 1024, 16, 384, 256, 1);
     hw = preset("a100-dgx:2");
     space_ok(&sp, m, hw, &cfg);
