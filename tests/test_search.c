@@ -341,10 +341,13 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
                 cfg->memory_headroom * (double)res->devices[d].capacity_bytes)
                 fits = 0;
         /* The bound is a lower bound of the simulated peak. */
-        if (search_memory_bound(&sp, c) > res->peak_memory_bytes)
-            fail_msg("memory bound %llu above the peak %llu of candidate %llu",
+        if (search_memory_bound(&sp, c) > res->peak_memory_bytes) {
+            char name[256];
+            search_candidate_format(c, name, sizeof name);
+            fail_msg("memory bound %llu above the peak %llu of candidate %llu (%s)",
                      (unsigned long long)search_memory_bound(&sp, c),
-                     (unsigned long long)res->peak_memory_bytes, (unsigned long long)i);
+                     (unsigned long long)res->peak_memory_bytes, (unsigned long long)i, name);
+        }
         /* The time bound is a lower bound of the step, and (with its slack) of an estimate. */
         if (search_time_bound(&sp, c) > res->step_time_s) {
             char name[256];
@@ -1215,6 +1218,14 @@ test_memory_bound_edges(void **state)
     assert_int_equal(e->edge_state[1], 0);
     assert_int_equal(e->edge_param[1], 0);
     assert_int_equal(e->edge_grad[1], 0);
+    /*
+     * What the head keeps for its backward, for the batch's 768 tokens in bf16:
+     * the final norm's output (256 each; the tied head's weight gradient reads
+     * it), its mean and reciprocal deviation (1 and 1: its gradient reads them)
+     * and the logits (13: the cross-entropy's gradient reads them). The last
+     * layer's output, which the norm's gradient reads, is that layer's.
+     */
+    assert_int_equal(e->head_saved, 768 * (256 + 1 + 1 + 13) * 2);
     search_space_fini(&sp);
     ir_module_free(m);
     /* With the final layer norm's scale and bias (Megatron-LM's): 2 x 256 after. */

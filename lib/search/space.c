@@ -775,6 +775,7 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         memcpy(e->edge_state, f.edge_state, sizeof e->edge_state);
         memcpy(e->edge_param, f.edge_param, sizeof e->edge_param);
         memcpy(e->edge_grad, f.edge_grad, sizeof e->edge_grad);
+        e->head_saved = f.head_saved;
         e->time = f.time;
         if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
             /*
@@ -1464,17 +1465,36 @@ layer_bound(const search_space *sp, const search_candidate *c)
          * The weights outside the layers (xform_layer_facts.edge_state, per
          * device): the embedding's on the first group, the head's on the last.
          */
-        double most = 0, edge[2] = {0, 0};
-        if (e != NULL && e->ok && c->ep <= 1)
+        double most = 0, edge[2] = {0, 0}, ea = 0;
+        if (e != NULL && e->ok && c->ep <= 1) {
             for (int x = 0; x < 2; x++) {
                 double es, eg;
                 zero_held(c, e->edge_state[x], e->edge_param[x], e->edge_grad[x], 1, &es, &eg);
                 edge[x] = es + eg;
             }
+            /*
+             * The activations the head keeps for the backward (head_saved: the
+             * final norm's, the logits', the vocabulary-parallel cross-entropy's
+             * softmax), per microbatch as a, on the last model stage.
+             */
+            if (c->cp <= 1)
+                ea = floor((double)e->head_saved / ((double)c->dp * c->microbatches));
+        }
         for (uint32_t k = 0; k < c->pp; k++) {
             /* Each model stage of the group with its own in-flight chunks. */
             double h = ws > a ? ws - a : 0;
             h += (k == 0 ? edge[0] : 0) + (k + 1 == c->pp ? edge[1] : 0);
+            if (k + 1 == c->pp && ea > 0) {
+                /*
+                 * The head's in-flight microbatches keep theirs until their
+                 * backward: all of them just before the group's first backward
+                 * chunk, all but that chunk's microbatch once it has reached the
+                 * top layer (ws's moment, which may have freed that
+                 * microbatch's): the larger of the two.
+                 */
+                double late = ws > a ? ws - a : 0;
+                h += (in_flight(sp, c, k, virtual_of(c) - 1) - 1) * ea + (ea > late ? ea - late : 0);
+            }
             for (uint32_t j = k, v = 0; j < st->nstage; j += c->pp, v++)
                 h += st->layers[j] * (in_flight(sp, c, k, v) * a + s + g);
             if (h > most)

@@ -809,23 +809,38 @@ layer_add(uint64_t *per, uint32_t nlayer, int32_t li, int r, uint64_t b)
         per[(size_t)r * nlayer + (uint32_t)li] += b;
 }
 
-/* xform_model_facts.saved_min. c's recompute marks are set (selective). */
+/*
+ * xform_model_facts.saved_min. c's recompute marks are set (selective).
+ * With head, into *head the bytes per device (whole batch) that the forward
+ * ops after the last layer's keep for the backward (a value one of them
+ * makes and a backward op reads, not recomputed: the final norm's output,
+ * the logits, the vocabulary-parallel cross-entropy's softmax); 0 without
+ * layers.
+ */
 static void
-saved_min(xf_ctx *c, uint64_t out[3])
+saved_min(xf_ctx *c, uint64_t out[3], uint64_t *head)
 {
     const ir_module *m = c->m;
     const ir_region *r = &m->regions[c->func];
     uint32_t L = c->nlayer;
     uint64_t *per = di_xcalloc(3 * (size_t)(L ? L : 1), sizeof *per);
     uint8_t *seen = di_xcalloc(m->nvalue ? m->nvalue : 1, 1); /* counted for the backward */
+    uint8_t *after = di_xcalloc(m->nop ? m->nop : 1, 1);     /* a forward op after a layer's */
     uint64_t *pairs = NULL;                                  /* (value << 32 | layer) inputs */
     uint32_t npair = 0, cpair = 0;
+    int seen_layer = 0;
     memset(out, 0, 3 * sizeof *out);
+    if (head != NULL)
+        *head = 0;
     xf_recompute_mark(c);
     for (uint32_t i = 0; i < r->nop && L > 0; i++) {
         ir_id op = r->ops[i];
         const ir_op *o = &m->ops[op];
         const xf_opinfo *oi = &c->op[op];
+        if (oi->phase == XF_PH_FORWARD) {
+            seen_layer |= oi->layer >= 0;
+            after[op] = (uint8_t)seen_layer;
+        }
         for (uint32_t k = 0; k < o->ninput; k++) {
             ir_id v = storage_of(c, m->refs[o->inputs + k]), d = m->values[v].def;
             uint64_t b;
@@ -833,6 +848,11 @@ saved_min(xf_ctx *c, uint64_t out[3])
                 c->op[d].phase != XF_PH_FORWARD)
                 continue;
             b = device_bytes(c, v);
+            if (oi->phase == XF_PH_BACKWARD && c->op[d].layer < 0 && after[d] && !seen[v] &&
+                !c->op[d].recompute && head != NULL) {
+                seen[v] = 1;
+                *head += b;
+            }
             if (oi->phase == XF_PH_BACKWARD && c->op[d].layer >= 0 && !seen[v]) {
                 int32_t li = xf_layer_index(c, c->op[d].layer);
                 seen[v] = 1;
@@ -864,6 +884,7 @@ saved_min(xf_ctx *c, uint64_t out[3])
     }
     di_free(per);
     di_free(seen);
+    di_free(after);
     di_free(pairs);
 }
 
@@ -1001,7 +1022,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
         f->hidden = heads ? wd[0] : wd[1];
     }
     r = &c.m->regions[c.func];
-    saved_min(&c, f->saved_min);
+    saved_min(&c, f->saved_min, NULL);
     f->state_min = state_min(&c, &f->param_min, &f->grad_min, NULL);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
@@ -1861,7 +1882,7 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
         xf_ctx_fini(&c2);
         have2 = 0;
     }
-    saved_min(&c, out->saved_min);
+    saved_min(&c, out->saved_min, &out->head_saved);
     out->state_min = state_min(&c, &out->param_min, &out->grad_min, out);
     layer_params(&c, &out->params, &out->nparams);
     /* Last: it changes the recomputation marks. */

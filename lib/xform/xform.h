@@ -346,6 +346,15 @@ typedef struct xform_layer_facts {
      * first read (a weight both edges read, tied, only on the first).
      */
     uint64_t edge_state[2], edge_param[2], edge_grad[2];
+    /*
+     * The activations the forward ops after the last layer (the final norm,
+     * the head, the loss) make and keep for the backward, per device (whole
+     * batch; not recomputed). The embedding's output, the first layer's
+     * input, is not one: the layers' saved bytes count each layer's output
+     * where the next layer reads it, so a stage's first input is counted in
+     * the stage before, as the embedding's would be.
+     */
+    uint64_t head_saved;
     xform_layer_param *params;
     uint32_t nparams;
     xform_layer_time time;
