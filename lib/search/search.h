@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-19"
+#define SEARCH_VERSION "distir-search-20"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -231,6 +231,13 @@ typedef struct search_space {
         uint64_t *zero_min;
         uint64_t *zero_grad_min; /* the same of those parameters' gradients (grad_bytes) */
         /*
+         * Per dp of the space: the least over the layers of how many of a layer's
+         * parameters ZeRO shards at that dp, and of how many of those a backward
+         * op reads (ZeRO-3 gathers each before its uses in a forward chunk, and
+         * those again in a backward chunk); NULL where refused.
+         */
+        uint32_t *zero_count_min, *zero_bwd_count_min;
+        /*
          * Per batch split den = dp m of the space (ascending): time.*.gemm_flop_s
          * with each GEMM's tile and wave quantization at that microbatch's
          * shape (slots: forward, backward, re[1], re[2]), for the time bound.
@@ -252,6 +259,7 @@ typedef struct search_space {
     struct search_dp_group {
         uint32_t dp, stride;
         double all_reduce, reduce_scatter, all_gather;
+        double all_gather_alpha; /* the least seconds an all-gather takes (its latency terms) */
     } *dp_group;
     /*
      * The layers of each model stage the transforms give a pipeline of pp

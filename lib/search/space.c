@@ -704,23 +704,33 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
         e->add_launch = add.launch;
         di_free(acc);
     }
-    per = di_xmalloc(2 * (size_t)L * sizeof *per);
+    per = di_xmalloc(4 * (size_t)L * sizeof *per);
     e->zero_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_min);
     e->zero_grad_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_grad_min);
+    e->zero_count_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_count_min);
+    e->zero_bwd_count_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_bwd_count_min);
     for (uint32_t k = 0; k < sp->ndp; k++) {
-        memset(per, 0, 2 * (size_t)L * sizeof *per);
+        memset(per, 0, 4 * (size_t)L * sizeof *per);
         for (uint32_t i = 0; i < np; i++)
             if (p[i].layer < L && p[i].dim0 > 0 && p[i].dim0 % sp->dps[k] == 0) {
                 per[p[i].layer] += p[i].bytes;
                 per[L + p[i].layer] += p[i].grad_bytes;
+                per[2 * (size_t)L + p[i].layer]++;
+                per[3 * (size_t)L + p[i].layer] += p[i].bwd;
             }
         e->zero_min[k] = per[0];
         e->zero_grad_min[k] = per[L];
+        e->zero_count_min[k] = (uint32_t)per[2 * (size_t)L];
+        e->zero_bwd_count_min[k] = (uint32_t)per[3 * (size_t)L];
         for (uint32_t l = 1; l < L; l++) {
             if (per[l] < e->zero_min[k])
                 e->zero_min[k] = per[l];
             if (per[L + l] < e->zero_grad_min[k])
                 e->zero_grad_min[k] = per[L + l];
+            if (per[2 * (size_t)L + l] < e->zero_count_min[k])
+                e->zero_count_min[k] = (uint32_t)per[2 * (size_t)L + l];
+            if (per[3 * (size_t)L + l] < e->zero_bwd_count_min[k])
+                e->zero_bwd_count_min[k] = (uint32_t)per[3 * (size_t)L + l];
         }
     }
     di_free(per);
@@ -810,6 +820,7 @@ dp_group_analysis(search_space *sp, struct search_dp_group *g)
     g->all_reduce = group_slope(sp->hw, IR_OP_ALLREDUCE, g->dp, g->stride);
     g->reduce_scatter = group_slope(sp->hw, IR_OP_REDUCESCATTER, g->dp, g->stride);
     g->all_gather = group_slope(sp->hw, IR_OP_ALLGATHER, g->dp, g->stride);
+    g->all_gather_alpha = group_latency(sp->hw, IR_OP_ALLGATHER, g->dp, g->stride);
 }
 
 /* search_space.stage_layout for (pp, V): a pipeline of one device per group. */
@@ -1242,6 +1253,8 @@ search_space_fini(search_space *sp)
     for (uint32_t i = 0; i < sp->nlayer_mem; i++) {
         di_free(sp->layer_mem[i].zero_min);
         di_free(sp->layer_mem[i].zero_grad_min);
+        di_free(sp->layer_mem[i].zero_count_min);
+        di_free(sp->layer_mem[i].zero_bwd_count_min);
         di_free(sp->layer_mem[i].split);
         di_free(sp->layer_mem[i].time.gemms);
     }
@@ -1531,12 +1544,13 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
 
 /*
  * A layer's least bytes per device at c's dp, as dp_comm_bound below names them:
- * b[0] P, b[1] Z, b[2] G, b[3] Zg; and *gp the first stage's data-parallel group.
+ * b[0] P, b[1] Z, b[2] G, b[3] Zg; how many parameters ZeRO shards, b[4], and of
+ * those a backward op reads, b[5]; and *gp the first stage's data-parallel group.
  * 0 where the analyses do not say.
  */
 static int
 zero_layer_bytes(const search_space *sp, const search_candidate *c,
-                 const struct search_layer_mem *e, const struct search_dp_group **gp, double b[4])
+                 const struct search_layer_mem *e, const struct search_dp_group **gp, double b[6])
 {
     int32_t k;
     if (c->dp <= 1 || e->zero_min == NULL || !e->ok ||
@@ -1550,6 +1564,8 @@ zero_layer_bytes(const search_space *sp, const search_candidate *c,
     b[3] = (double)e->zero_grad_min[k] > b[1] ? (double)e->zero_grad_min[k] : b[1];
     if (b[3] > b[2])
         b[3] = b[2];
+    b[4] = e->zero_count_min != NULL ? (double)e->zero_count_min[k] : 0;
+    b[5] = e->zero_bwd_count_min != NULL ? (double)e->zero_bwd_count_min[k] : 0;
     return 1;
 }
 
@@ -1572,7 +1588,7 @@ zero_layer_bytes(const search_space *sp, const search_candidate *c,
  * where it does not say).
  */
 static double
-dp_comm_bound(const search_candidate *c, const struct search_dp_group *g, const double b[4],
+dp_comm_bound(const search_candidate *c, const struct search_dp_group *g, const double b[6],
               uint32_t N0)
 {
     double Z, G, Zg, m = (double)c->microbatches, per;
@@ -1582,8 +1598,8 @@ dp_comm_bound(const search_candidate *c, const struct search_dp_group *g, const 
     G = b[2];
     Zg = b[3];
     /*
-     * Each term grows with each of P, Z, G and Zg (m >= 1), so the least of each over the
-     * layers gives the least of the whole.
+     * Each term grows with each of P, Z, G, Zg and the counts (m >= 1), so the least of
+     * each over the layers gives the least of the whole.
      */
     switch (c->zero) {
     case 0:
@@ -1596,8 +1612,14 @@ dp_comm_bound(const search_candidate *c, const struct search_dp_group *g, const 
         per = Zg * m * g->reduce_scatter + (G - Zg) * g->reduce_scatter + Z * g->all_gather;
         break;
     default:
+        /*
+         * Each gather is a collective of its own (one per weight, chunk.c), at least
+         * the group's all-gather latency besides its payload: a layer's b[4] sharded
+         * weights in each forward chunk, the b[5] a backward op reads in each
+         * backward chunk (the recomputed forward's may add more).
+         */
         per = Zg * m * g->reduce_scatter + (G - Zg) * g->reduce_scatter +
-              2 * Z * m * g->all_gather;
+              2 * Z * m * g->all_gather + (b[4] + b[5]) * m * g->all_gather_alpha;
         break;
     }
     return N0 * per;
@@ -1625,7 +1647,7 @@ dp_comm_bound(const search_candidate *c, const struct search_dp_group *g, const 
  */
 static double
 zero1_step_scatter(const search_space *sp, const search_candidate *c,
-                   const struct search_dp_group *g, const double b[4], int *aligned)
+                   const struct search_dp_group *g, const double b[6], int *aligned)
 {
     uint32_t per_node = sp->hw->devices_per_node;
     *aligned = 0;
@@ -1757,7 +1779,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     xform_layer_time lt;
     double q, w, wg, red, rb = 0, rre = 0, chain, chain_f, bound = 0,
                           m = (double)c->microbatches, edge[4], acc, bwork, rf, rs_layer = 0, zs;
-    double zb[4] = {0}; /* zero_layer_bytes */
+    double zb[6] = {0}; /* zero_layer_bytes */
     const struct search_dp_group *zg = NULL;
     int zs_aligned;
     uint32_t S = 0; /* layers of the model stages before group d's first */

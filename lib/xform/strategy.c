@@ -1078,9 +1078,17 @@ layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
     const ir_region *r = &c->m->regions[c->func];
     uint8_t *seen = di_xcalloc(c->m->nvalue ? c->m->nvalue : 1, 1);
     uint64_t *grad = di_xcalloc(c->m->nvalue ? c->m->nvalue : 1, sizeof *grad);
+    uint8_t *bwd = di_xcalloc(c->m->nvalue ? c->m->nvalue : 1, 1);
     uint32_t cap = 0;
     *out = NULL;
     *n = 0;
+    /* The weights a backward op reads. */
+    for (uint32_t i = 0; i < r->nop; i++) {
+        const ir_op *o = &c->m->ops[r->ops[i]];
+        if (c->op[r->ops[i]].phase == XF_PH_BACKWARD)
+            for (uint32_t k = 0; k < o->ninput; k++)
+                bwd[storage_of(c, c->m->refs[o->inputs + k])] = 1;
+    }
     /* SGD(w, dw) and Adam(w, dw, m, v): w's gradient as it is accumulated and reduced. */
     for (uint32_t i = 0; i < r->nop; i++) {
         const ir_op *o = &c->m->ops[r->ops[i]];
@@ -1105,6 +1113,7 @@ layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
             p->layer = (uint32_t)xf_layer_index(c, oi->layer);
             p->bytes = device_bytes(c, v);
             p->grad_bytes = grad[v];
+            p->bwd = bwd[v];
             p->dim0 = c->m->types[c->m->values[v].type].rank > 0 &&
                               xf_local_dims(c, v, &c->place[v], c->n, dims) == 0
                           ? dims[0]
@@ -1113,6 +1122,7 @@ layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
     }
     di_free(seen);
     di_free(grad);
+    di_free(bwd);
 }
 
 /* Does op's work divide over the tensor axis (an input it needs or a result split there)? */

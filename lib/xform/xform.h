@@ -164,6 +164,7 @@ typedef struct xform_layer_param {
     int64_t dim0;
     uint64_t bytes;
     uint64_t grad_bytes; /* its gradient's as accumulated (grad_min; 0: no update) */
+    uint8_t bwd;         /* a backward op reads it (a GEMM's input gradient, a norm's) */
 } xform_layer_param;
 
 /*
