@@ -1249,11 +1249,12 @@ test_memory_bound_edges(void **state)
  * backward's working set: on a GPT whose Adam state and f32 gradient
  * buffers make most of its memory, every such candidate of 8 devices (276
  * simulated) is bounded at MEMORY_BOUND_TIGHT of its simulated peak at least
- * (0.765 measured; 0.721 without the working set), never above it. Taking
+ * (0.781 measured; 0.778 when the working set did not follow a value's
+ * readers through its views, 0.721 without the working set), never above it. Taking
  * the larger of the warm-up without the buffers and the last backward chunk
  * with them, as before, left one at 0.500.
  */
-#define MEMORY_BOUND_TIGHT 0.74
+#define MEMORY_BOUND_TIGHT 0.78
 static void
 test_memory_bound_tight(void **state)
 {

@@ -1617,8 +1617,10 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
  * ops set marks: the backward ops bops[0..nb) in program order, each
  * repeated op emitted right before its first use (as xf_body_get emits the
  * lazy ops of a backward chunk: depth first over the inputs); a value made
- * by one of them is live from its op to its last reader of the same layer
- * (readers in other layers and views' readers not counted: a lower bound).
+ * by one of them is live from its op to its last reader of the same layer,
+ * directly or through views of it (the simulator frees a storage after the
+ * last reader of any of its aliases; readers in other layers not counted: a
+ * lower bound).
  * Per layer the most bytes (batch-divided values, whole batch, one device)
  * live at once; the least over the layers. 0 without mb.
  */
@@ -1644,7 +1646,8 @@ work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb
     for (uint32_t p = 1; p <= n; p++) {
         const ir_op *o = &m->ops[order[p - 1]];
         for (uint32_t k = 0; k < o->ninput; k++) {
-            ir_id v = m->refs[o->inputs + k], d = m->values[v].def;
+            /* A view's reader reads its storage, which the simulator keeps as long. */
+            ir_id v = storage_of(c, m->refs[o->inputs + k]), d = m->values[v].def;
             if (d && epos[d] && c->op[d].layer == c->op[order[p - 1]].layer && last[v] < p)
                 last[v] = p;
         }
