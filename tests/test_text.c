@@ -469,6 +469,12 @@ test_grammar_forms(void **state)
     a = ir_op_attr(m, op, "e");
     assert_int_equal(a->kind, IR_ATTR_FLOATS);
     assert_int_equal(a->n, 0);
+    /* By the key's interned id: the same attribute; an id no attribute has, none. */
+    assert_ptr_equal(ir_op_attr_key(m, op, ir_str_find(m, "w", 1)), ir_op_attr(m, op, "w"));
+    assert_ptr_equal(ir_op_attr_key(m, op, ir_str_find(m, "odd key", 7)),
+                     ir_op_attr(m, op, "odd key"));
+    assert_null(ir_op_attr_key(m, op, ir_str_find(m, "axis", 4))); /* another op's key */
+    assert_null(ir_op_attr_key(m, op, 0));
     /* Attributes are stored sorted by key. */
     assert_string_equal(ir_str_get(m, m->attrs[m->ops[op].attrs].key), "e");
     assert_string_equal(ir_str_get(m, m->values[ir_op_output(m, op, 0)].name), "weird name");

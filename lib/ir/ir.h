@@ -394,6 +394,13 @@ void ir_op_put_attr(ir_module *m, ir_id op, const ir_attr *a);
 
 /* Attribute getters. Each returns NULL / the default when the key is absent. */
 const ir_attr *ir_op_attr(const ir_module *m, ir_id op, const char *key);
+/*
+ * The same by the key's string id (ir_str_find; every attribute key is
+ * interned, so ids compare as the strings do), for callers that ask the
+ * same key of many ops: no string comparison. key 0 (absent from the
+ * module) finds nothing.
+ */
+const ir_attr *ir_op_attr_key(const ir_module *m, ir_id op, ir_id key);
 int64_t ir_op_int(const ir_module *m, ir_id op, const char *key, int64_t dflt);
 double ir_op_float(const ir_module *m, ir_id op, const char *key, double dflt);
 const char *ir_op_string(const ir_module *m, ir_id op, const char *key, const char *dflt);

@@ -968,6 +968,18 @@ ir_op_attr(const ir_module *m, ir_id opid, const char *key)
     return NULL;
 }
 
+const ir_attr *
+ir_op_attr_key(const ir_module *m, ir_id opid, ir_id key)
+{
+    const ir_op *op = &m->ops[opid];
+    if (key == 0)
+        return NULL;
+    for (uint32_t i = 0; i < op->nattr; i++)
+        if (m->attrs[op->attrs + i].key == key)
+            return &m->attrs[op->attrs + i];
+    return NULL;
+}
+
 int64_t
 ir_op_int(const ir_module *m, ir_id op, const char *key, int64_t dflt)
 {

@@ -263,10 +263,10 @@ mark_chain(sim *s, ir_id v, uint8_t cls, uint32_t depth)
         } else if (info->flags & IR_OPF_OPTIM) {
             v = val->index < o->ninput ? m->refs[o->inputs + (val->index ? val->index + 1 : 0)]
                                        : 0;
-        } else if (o->ninput && o->nattr && ir_op_attr(m, val->def, "dist.accumulate")) {
+        } else if (o->ninput && o->nattr && ir_op_attr_key(m, val->def, s->key_accumulate)) {
             v = m->refs[o->inputs]; /* an in-place gradient accumulation */
-        } else if (o->kind == IR_OP_CAST && o->nattr &&
-                   strcmp(ir_op_string(m, val->def, "dist.phase", ""), "optimizer") == 0) {
+        } else if (o->kind == IR_OP_CAST && o->nattr && s->str_optimizer != 0 &&
+                   op_string_is(m, val->def, s->key_phase, s->str_optimizer)) {
             v = m->refs[o->inputs]; /* the update's cast of an accumulated gradient */
         } else {
             return;
@@ -303,8 +303,11 @@ sim_classify(sim *s)
     for (ir_id op = 1; op < m->nop; op++) {
         const ir_op *o = &m->ops[op];
         const char *cls;
-        if (o->nattr == 0 || (cls = ir_op_string(m, op, "dist.mem", NULL)) == NULL)
+        const ir_attr *a;
+        if (o->nattr == 0 || (a = ir_op_attr_key(m, op, s->key_mem)) == NULL ||
+            a->kind != IR_ATTR_STRING)
             continue;
+        cls = m->chars + a->s;
         for (int c = 0; c < SIM_NMEMCLASS; c++) {
             const char *name = sim_memclass_name(c);
             size_t n = strlen(cls);

@@ -411,6 +411,23 @@ input_at(sim *s, ir_id v, uint32_t k, uint32_t j)
     return vinst(s, v, kk, j);
 }
 
+/*
+ * Attribute key of op, which is the only key the walk asks of op (see
+ * sim.opattr), looked up the first time.
+ */
+static const ir_attr *
+op_attr(sim *s, ir_id op, ir_id key)
+{
+    const ir_module *m = s->m;
+    if (s->opattr == NULL)
+        s->opattr = di_big_xalloc(m->nop * sizeof *s->opattr); /* zeroed */
+    if (s->opattr[op] == 0) {
+        const ir_attr *a = ir_op_attr_key(m, op, key);
+        s->opattr[op] = a != NULL ? (uint32_t)(a - m->attrs) + 2 : 1;
+    }
+    return s->opattr[op] > 1 ? &m->attrs[s->opattr[op] - 2] : NULL;
+}
+
 /* Free ops: views and plumbing alias their source, cost nothing. */
 static int
 sim_free_op(sim *s, ir_id op, const ctx *c)
@@ -433,7 +450,8 @@ sim_free_op(sim *s, ir_id op, const ctx *c)
         } else if (o->kind == IR_OP_TUPLEGET) {
             ir_id in = m->refs[o->inputs], out = o->outputs;
             const ir_type *tt = &m->types[m->values[in].type];
-            int64_t idx = ir_op_int(m, op, "index", 0);
+            const ir_attr *ia = op_attr(s, op, s->key_index);
+            int64_t idx = ia != NULL && ia->kind == IR_ATTR_INT ? ia->i : 0;
             uint32_t j0 = 0;
             for (int64_t e = 0; e < idx && (uint64_t)e < tt->nelem; e++) {
                 const tloc *locs;
@@ -540,11 +558,12 @@ op_bits(sim *s, ir_id op)
         s->opbits = di_big_xalloc(m->nop); /* zeroed */
     if (!(s->opbits[op] & OPB_KNOWN)) {
         unsigned b = OPB_KNOWN;
-        if (m->ops[op].nattr && ir_op_attr(m, op, "dist.accumulate") != NULL)
+        const ir_attr *t = ir_op_attr_key(m, op, s->key_transient);
+        if (ir_op_attr_key(m, op, s->key_accumulate) != NULL)
             b |= OPB_ACCUM;
-        if (strcmp(ir_op_string(m, op, "dist.phase", ""), "backward") == 0)
+        if (s->str_backward != 0 && op_string_is(m, op, s->key_phase, s->str_backward))
             b |= OPB_BACKWARD;
-        if (m->ops[op].nattr && ir_op_int(m, op, "dist.transient", 0) != 0)
+        if (t != NULL && t->kind == IR_ATTR_INT && t->i != 0)
             b |= OPB_TRANSIENT;
         s->opbits[op] = (uint8_t)b;
     }
@@ -663,8 +682,10 @@ mesh_group_find(sim *s, ir_id op, ir_id mesh, int32_t dev, int32_t *group, uint3
     const ir_mesh *ms = &m->meshes[mesh];
     const int64_t *devices = ir_mesh_devices(m, mesh);
     uint32_t naxes, axes[IR_MAX_RANK], pos = UINT32_MAX, self;
-    const int64_t *ax = ir_op_ints(m, op, "mesh_axes", &naxes);
+    const ir_attr *axa = ir_op_attr_key(m, op, s->key_mesh_axes);
+    const int64_t *ax = axa != NULL && axa->kind == IR_ATTR_INTS ? m->ints + axa->off : NULL;
     uint32_t *members;
+    naxes = ax != NULL ? axa->n : 0;
     if (ms->rank > IR_MAX_RANK || (ax != NULL && naxes > ms->rank))
         return di_error_set(s->err, DI_EINVAL, "%s: mesh rank %u too large", ir_op_label(m, op).s,
                             ms->rank);
@@ -1038,7 +1059,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
 {
     const ir_module *m = s->m;
     const ir_op *o = &m->ops[op];
-    const ir_attr *meshattr = ir_op_attr(m, op, "mesh");
+    const ir_attr *meshattr = op_attr(s, op, s->key_mesh);
     ir_id in = m->refs[o->inputs], out = o->outputs;
     uint32_t nin = vnloc(s, in), nout;
     ir_cost cost;
@@ -1257,9 +1278,13 @@ sim_pmap(sim *s, ir_id op, const ctx *c)
     uint32_t p = 0; /* the instance that is simulated when the pmap is symmetric */
     if (o->body == 0 || o->body >= m->nregion)
         return di_error_set(s->err, DI_EINVAL, "%s has no body", ir_op_label(m, op).s);
-    devlist = ir_op_ints(m, op, "devices", &ndev);
+    {
+        const ir_attr *da = op_attr(s, op, s->key_devices);
+        devlist = da != NULL && da->kind == IR_ATTR_INTS ? m->ints + da->off : NULL;
+        ndev = devlist != NULL ? da->n : 0;
+    }
     if (devlist == NULL) {
-        const ir_attr *ma = ir_op_attr(m, op, "mesh");
+        const ir_attr *ma = ir_op_attr_key(m, op, s->key_mesh);
         if (ma == NULL || ma->s == 0 || ma->s >= m->nmesh)
             return di_error_set(s->err, DI_EINVAL, "%s has neither devices nor mesh",
                                 ir_op_label(m, op).s);

@@ -259,6 +259,7 @@ sim_fini(sim *s, sim_workspace *ws)
     if (s->memo)
         di_big_free(s->memo, 2 * s->m->nop * sizeof *s->memo);
     di_big_free(s->opbits, s->m->nop);
+    di_big_free(s->opattr, s->m->nop * sizeof *s->opattr);
     di_free(s->sigs);
     sim_fuse_free(s);
     di_free(s->grps);
@@ -287,6 +288,16 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
 
     memset(&s, 0, sizeof s);
     s.m = m;
+    s.key_mesh = ir_str_find(m, "mesh", 4);
+    s.key_devices = ir_str_find(m, "devices", 7);
+    s.key_index = ir_str_find(m, "index", 5);
+    s.key_mesh_axes = ir_str_find(m, "mesh_axes", 9);
+    s.key_mem = ir_str_find(m, "dist.mem", 8);
+    s.key_accumulate = ir_str_find(m, "dist.accumulate", 15);
+    s.key_phase = ir_str_find(m, "dist.phase", 10);
+    s.key_transient = ir_str_find(m, "dist.transient", 14);
+    s.str_backward = ir_str_find(m, "backward", 8);
+    s.str_optimizer = ir_str_find(m, "optimizer", 9);
     s.hw = hw;
     s.opt = opt;
     s.err = err;

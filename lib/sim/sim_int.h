@@ -142,6 +142,13 @@ typedef struct sim_sig {
 
 typedef struct sim {
     const ir_module *m;
+    /*
+     * Attribute keys asked of many ops, and values compared, as string ids
+     * (ir_op_attr_key; 0: no op has it, or no string is it).
+     */
+    ir_id key_mesh, key_devices, key_index, key_mesh_axes, key_mem, key_accumulate, key_phase,
+        key_transient;
+    ir_id str_backward, str_optimizer;
     const hw_model *hw;
     const sim_options *opt;
     di_error *err;
@@ -188,6 +195,12 @@ typedef struct sim {
     int symmetric;     /* simulate symmetric pmaps once (see sim_pmap) */
     ir_id entry;       /* the entry function */
     double *memo;      /* per op: compute time and FLOPs (sim_cost_op), or NULL */
+    /*
+     * Per op: the one attribute the walk asks of it again and again (a pmap's
+     * "devices", a tuple_get's "index", a collective's "mesh"), found once:
+     * 0 not yet, 1 absent, else its index in attrs + 2.
+     */
+    uint32_t *opattr;
     uint8_t *opbits;   /* per op: OPB_* of its attributes, read once (an op in a called
                           function runs once per call), or NULL */
     struct sim_sig *sigs; /* top-level ops priced, by signature (sim_cost_op) */
@@ -382,5 +395,13 @@ void sim_tables_take(sim *s, sim_workspace *ws);
 void sim_tables_give(sim *s, sim_workspace *ws);
 /* Frees a workspace's tables (not the workspace) and clears it. */
 void sim_workspace_release(sim_workspace *w);
+
+/* Whether op's string attribute key (a string id) is the string id str. */
+static inline int
+op_string_is(const ir_module *m, ir_id op, ir_id key, ir_id str)
+{
+    const ir_attr *a = ir_op_attr_key(m, op, key);
+    return a != NULL && a->kind == IR_ATTR_STRING && a->s == str;
+}
 
 #endif
