@@ -1505,8 +1505,8 @@ layer_bound(const search_space *sp, const search_candidate *c)
                  * top layer (ws's moment, which may have freed that
                  * microbatch's): the larger of the two.
                  */
-                double late = ws > a ? ws - a : 0;
-                h += (in_flight(sp, c, k, virtual_of(c) - 1) - 1) * ea + (ea > late ? ea - late : 0);
+                double late = ws > a ? ws - a : 0, w = in_flight(sp, c, k, virtual_of(c) - 1);
+                h += (w - 1) * ea + (ea > late ? ea - late : 0);
             }
             for (uint32_t j = k, v = 0; j < st->nstage; j += c->pp, v++)
                 h += st->layers[j] * (in_flight(sp, c, k, v) * a + s + g);
