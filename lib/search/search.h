@@ -234,9 +234,10 @@ typedef struct search_space {
          * Per dp of the space: the least over the layers of how many of a layer's
          * parameters ZeRO shards at that dp, and of how many of those a backward
          * op reads (ZeRO-3 gathers each before its uses in a forward chunk, and
-         * those again in a backward chunk); NULL where refused.
+         * those again in a backward chunk), and of those a backward op or a
+         * forward op full recomputation repeats reads; NULL where refused.
          */
-        uint32_t *zero_count_min, *zero_bwd_count_min;
+        uint32_t *zero_count_min, *zero_bwd_count_min, *zero_full_count_min;
         /*
          * Per batch split den = dp m of the space (ascending): time.*.gemm_flop_s
          * with each GEMM's tile and wave quantization at that microbatch's

@@ -704,24 +704,27 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
         e->add_launch = add.launch;
         di_free(acc);
     }
-    per = di_xmalloc(4 * (size_t)L * sizeof *per);
+    per = di_xmalloc(5 * (size_t)L * sizeof *per);
     e->zero_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_min);
     e->zero_grad_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_grad_min);
     e->zero_count_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_count_min);
     e->zero_bwd_count_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_bwd_count_min);
+    e->zero_full_count_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_full_count_min);
     for (uint32_t k = 0; k < sp->ndp; k++) {
-        memset(per, 0, 4 * (size_t)L * sizeof *per);
+        memset(per, 0, 5 * (size_t)L * sizeof *per);
         for (uint32_t i = 0; i < np; i++)
             if (p[i].layer < L && p[i].dim0 > 0 && p[i].dim0 % sp->dps[k] == 0) {
                 per[p[i].layer] += p[i].bytes;
                 per[L + p[i].layer] += p[i].grad_bytes;
                 per[2 * (size_t)L + p[i].layer]++;
                 per[3 * (size_t)L + p[i].layer] += p[i].bwd;
+                per[4 * (size_t)L + p[i].layer] += p[i].full;
             }
         e->zero_min[k] = per[0];
         e->zero_grad_min[k] = per[L];
         e->zero_count_min[k] = (uint32_t)per[2 * (size_t)L];
         e->zero_bwd_count_min[k] = (uint32_t)per[3 * (size_t)L];
+        e->zero_full_count_min[k] = (uint32_t)per[4 * (size_t)L];
         for (uint32_t l = 1; l < L; l++) {
             if (per[l] < e->zero_min[k])
                 e->zero_min[k] = per[l];
@@ -731,6 +734,8 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
                 e->zero_count_min[k] = (uint32_t)per[2 * (size_t)L + l];
             if (per[3 * (size_t)L + l] < e->zero_bwd_count_min[k])
                 e->zero_bwd_count_min[k] = (uint32_t)per[3 * (size_t)L + l];
+            if (per[4 * (size_t)L + l] < e->zero_full_count_min[k])
+                e->zero_full_count_min[k] = (uint32_t)per[4 * (size_t)L + l];
         }
     }
     di_free(per);
@@ -1255,6 +1260,7 @@ search_space_fini(search_space *sp)
         di_free(sp->layer_mem[i].zero_grad_min);
         di_free(sp->layer_mem[i].zero_count_min);
         di_free(sp->layer_mem[i].zero_bwd_count_min);
+        di_free(sp->layer_mem[i].zero_full_count_min);
         di_free(sp->layer_mem[i].split);
         di_free(sp->layer_mem[i].time.gemms);
     }
@@ -1545,8 +1551,9 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
 /*
  * A layer's least bytes per device at c's dp, as dp_comm_bound below names them:
  * b[0] P, b[1] Z, b[2] G, b[3] Zg; how many parameters ZeRO shards, b[4], and of
- * those a backward op reads, b[5]; and *gp the first stage's data-parallel group.
- * 0 where the analyses do not say.
+ * those its backward chunk reads, b[5] (a backward op, or under full
+ * recomputation also a forward op it repeats); and *gp the first stage's
+ * data-parallel group. 0 where the analyses do not say.
  */
 static int
 zero_layer_bytes(const search_space *sp, const search_candidate *c,
@@ -1566,6 +1573,8 @@ zero_layer_bytes(const search_space *sp, const search_candidate *c,
         b[3] = b[2];
     b[4] = e->zero_count_min != NULL ? (double)e->zero_count_min[k] : 0;
     b[5] = e->zero_bwd_count_min != NULL ? (double)e->zero_bwd_count_min[k] : 0;
+    if (c->recompute == STRATEGY_RECOMPUTE_FULL && e->zero_full_count_min != NULL)
+        b[5] = (double)e->zero_full_count_min[k];
     return 1;
 }
 
@@ -1615,8 +1624,8 @@ dp_comm_bound(const search_candidate *c, const struct search_dp_group *g, const 
         /*
          * Each gather is a collective of its own (one per weight, chunk.c), at least
          * the group's all-gather latency besides its payload: a layer's b[4] sharded
-         * weights in each forward chunk, the b[5] a backward op reads in each
-         * backward chunk (the recomputed forward's may add more).
+         * weights in each forward chunk, the b[5] its backward chunk reads in each
+         * backward chunk.
          */
         per = Zg * m * g->reduce_scatter + (G - Zg) * g->reduce_scatter +
               2 * Z * m * g->all_gather + (b[4] + b[5]) * m * g->all_gather_alpha;

@@ -1071,9 +1071,12 @@ analyse(xf_ctx *c, const ir_module *m, const strategy *s, const hw_model *hw, di
     return rc;
 }
 
-/* xform_layer_facts.params. */
+/*
+ * xform_layer_facts.params. full: per op, whether full recomputation repeats
+ * it (layer_work), or NULL.
+ */
 static void
-layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
+layer_params(const xf_ctx *c, const uint8_t *full, xform_layer_param **out, uint32_t *n)
 {
     const ir_region *r = &c->m->regions[c->func];
     uint8_t *seen = di_xcalloc(c->m->nvalue ? c->m->nvalue : 1, 1);
@@ -1082,12 +1085,12 @@ layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
     uint32_t cap = 0;
     *out = NULL;
     *n = 0;
-    /* The weights a backward op reads. */
+    /* The weights a backward op reads (bit 0), or one full recomputation repeats (bit 1). */
     for (uint32_t i = 0; i < r->nop; i++) {
         const ir_op *o = &c->m->ops[r->ops[i]];
-        if (c->op[r->ops[i]].phase == XF_PH_BACKWARD)
-            for (uint32_t k = 0; k < o->ninput; k++)
-                bwd[storage_of(c, c->m->refs[o->inputs + k])] = 1;
+        uint8_t b = c->op[r->ops[i]].phase == XF_PH_BACKWARD ? 3 : full && full[r->ops[i]] ? 2 : 0;
+        for (uint32_t k = 0; b && k < o->ninput; k++)
+            bwd[storage_of(c, c->m->refs[o->inputs + k])] |= b;
     }
     /* SGD(w, dw) and Adam(w, dw, m, v): w's gradient as it is accumulated and reduced. */
     for (uint32_t i = 0; i < r->nop; i++) {
@@ -1113,7 +1116,8 @@ layer_params(const xf_ctx *c, xform_layer_param **out, uint32_t *n)
             p->layer = (uint32_t)xf_layer_index(c, oi->layer);
             p->bytes = device_bytes(c, v);
             p->grad_bytes = grad[v];
-            p->bwd = bwd[v];
+            p->bwd = bwd[v] & 1;
+            p->full = (bwd[v] & 2) != 0;
             p->dim0 = c->m->types[c->m->values[v].type].rank > 0 &&
                               xf_local_dims(c, v, &c->place[v], c->n, dims) == 0
                           ? dims[0]
@@ -1695,10 +1699,12 @@ work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb
 
 /*
  * xform_layer_facts.time. It leaves c's recomputation marks and mode as the
- * full mode's.
+ * full mode's, and marks in full (per op, zeroed by the caller) the ops the
+ * full mode repeats.
  */
 static void
-layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint64_t ws[3])
+layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint64_t ws[3],
+           uint8_t *full)
 {
     gemm_list g = {mb, NULL, 0, 0, mb != NULL};
     const ir_region *r = &c->m->regions[c->func];
@@ -1798,6 +1804,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
         memset(set, 0, c->m->nop ? c->m->nop : 1);
         for (uint32_t j = 0; j < nre; j++)
             set[re[j]] = 1;
+        if (mode == STRATEGY_RECOMPUTE_FULL)
+            memcpy(full, set, c->m->nop ? c->m->nop : 1);
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, re[j], tf32, per, L, k, &g);
         chunk_reductions(c, bops, nb, set, leaf, tf32, mode, red, late, between, redn, laten);
@@ -1880,6 +1888,7 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     xf_ctx c, c2;
     strategy s2;
     di_error err2;
+    uint8_t *full;
     int rc, have2;
     memset(out, 0, sizeof *out);
     if ((rc = analyse(&c, m, s, hw, err)) != 0)
@@ -1897,9 +1906,11 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     }
     saved_min(&c, out->saved_min, &out->head_saved);
     out->state_min = state_min(&c, &out->param_min, &out->grad_min, out);
-    layer_params(&c, &out->params, &out->nparams);
-    /* Last: it changes the recomputation marks. */
-    layer_work(&c, tf32, have2 ? c2.place : NULL, &out->time, out->work_set_min);
+    /* After the analyses that read the recomputation marks: it changes them. */
+    full = di_xcalloc(c.m->nop ? c.m->nop : 1, 1);
+    layer_work(&c, tf32, have2 ? c2.place : NULL, &out->time, out->work_set_min, full);
+    layer_params(&c, full, &out->params, &out->nparams);
+    di_free(full);
     if (have2)
         xf_ctx_fini(&c2);
     xf_ctx_fini(&c);

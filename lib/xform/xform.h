@@ -165,6 +165,7 @@ typedef struct xform_layer_param {
     uint64_t bytes;
     uint64_t grad_bytes; /* its gradient's as accumulated (grad_min; 0: no update) */
     uint8_t bwd;         /* a backward op reads it (a GEMM's input gradient, a norm's) */
+    uint8_t full;        /* so does a backward op or a forward op full recomputation repeats */
 } xform_layer_param;
 
 /*
