@@ -1085,7 +1085,8 @@ layer_params(const xf_ctx *c, const uint8_t *full, xform_layer_param **out, uint
     uint32_t cap = 0;
     *out = NULL;
     *n = 0;
-    /* The weights a backward op reads (bit 0), or one full recomputation repeats (bit 1). */
+    /* The weights a backward op reads (bits 0 and 1) or a forward op full recomputation
+       repeats (bit 1). */
     for (uint32_t i = 0; i < r->nop; i++) {
         const ir_op *o = &c->m->ops[r->ops[i]];
         uint8_t b = c->op[r->ops[i]].phase == XF_PH_BACKWARD ? 3 : full && full[r->ops[i]] ? 2 : 0;
