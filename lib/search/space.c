@@ -680,7 +680,18 @@ find_dp_group(const search_space *sp, uint32_t dp, uint32_t stride)
     return NULL;
 }
 
-/* e->zero_min and zero_grad_min from the layers' parameters p[0..np) under its (tp, sp). */
+/* The least of row r of per, L values a row (L >= 1). */
+static uint64_t
+least_row(const uint64_t *per, uint32_t L, uint32_t r)
+{
+    uint64_t least = per[(size_t)r * L];
+    for (uint32_t l = 1; l < L; l++)
+        if (per[(size_t)r * L + l] < least)
+            least = per[(size_t)r * L + l];
+    return least;
+}
+
+/* e->zero_min, zero_grad_min and the counts from the layers' parameters p[0..np) under its (tp, sp). */
 static void
 zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_param *p,
               uint32_t np)
@@ -711,32 +722,22 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
     e->zero_bwd_count_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_bwd_count_min);
     e->zero_full_count_min = di_xcalloc(sp->ndp ? sp->ndp : 1, sizeof *e->zero_full_count_min);
     for (uint32_t k = 0; k < sp->ndp; k++) {
+        /* Per layer (rows of L): bytes, gradient bytes, count, read backward, under full. */
         memset(per, 0, 5 * (size_t)L * sizeof *per);
         for (uint32_t i = 0; i < np; i++)
             if (p[i].layer < L && p[i].dim0 > 0 && p[i].dim0 % sp->dps[k] == 0) {
-                per[p[i].layer] += p[i].bytes;
-                per[L + p[i].layer] += p[i].grad_bytes;
-                per[2 * (size_t)L + p[i].layer]++;
-                per[3 * (size_t)L + p[i].layer] += p[i].bwd;
-                per[4 * (size_t)L + p[i].layer] += p[i].full;
+                uint64_t *c = per + p[i].layer;
+                c[0] += p[i].bytes;
+                c[L] += p[i].grad_bytes;
+                c[2 * (size_t)L]++;
+                c[3 * (size_t)L] += p[i].bwd;
+                c[4 * (size_t)L] += p[i].full;
             }
-        e->zero_min[k] = per[0];
-        e->zero_grad_min[k] = per[L];
-        e->zero_count_min[k] = (uint32_t)per[2 * (size_t)L];
-        e->zero_bwd_count_min[k] = (uint32_t)per[3 * (size_t)L];
-        e->zero_full_count_min[k] = (uint32_t)per[4 * (size_t)L];
-        for (uint32_t l = 1; l < L; l++) {
-            if (per[l] < e->zero_min[k])
-                e->zero_min[k] = per[l];
-            if (per[L + l] < e->zero_grad_min[k])
-                e->zero_grad_min[k] = per[L + l];
-            if (per[2 * (size_t)L + l] < e->zero_count_min[k])
-                e->zero_count_min[k] = (uint32_t)per[2 * (size_t)L + l];
-            if (per[3 * (size_t)L + l] < e->zero_bwd_count_min[k])
-                e->zero_bwd_count_min[k] = (uint32_t)per[3 * (size_t)L + l];
-            if (per[4 * (size_t)L + l] < e->zero_full_count_min[k])
-                e->zero_full_count_min[k] = (uint32_t)per[4 * (size_t)L + l];
-        }
+        e->zero_min[k] = least_row(per, L, 0);
+        e->zero_grad_min[k] = least_row(per, L, 1);
+        e->zero_count_min[k] = (uint32_t)least_row(per, L, 2);
+        e->zero_bwd_count_min[k] = (uint32_t)least_row(per, L, 3);
+        e->zero_full_count_min[k] = (uint32_t)least_row(per, L, 4);
     }
     di_free(per);
 }

@@ -274,6 +274,13 @@ sim_fini(sim *s, sim_workspace *ws)
     di_free(s->tsel);
 }
 
+/* String s's id in m (every key and string attribute is interned), 0 if m has none. */
+static ir_id
+str_id(const ir_module *m, const char *s)
+{
+    return ir_str_find(m, s, strlen(s));
+}
+
 /* One simulation; with symmetric set it may stop with s->broken (see pmap_symmetric). */
 static int
 sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
@@ -288,16 +295,16 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
 
     memset(&s, 0, sizeof s);
     s.m = m;
-    s.key_mesh = ir_str_find(m, "mesh", 4);
-    s.key_devices = ir_str_find(m, "devices", 7);
-    s.key_index = ir_str_find(m, "index", 5);
-    s.key_mesh_axes = ir_str_find(m, "mesh_axes", 9);
-    s.key_mem = ir_str_find(m, "dist.mem", 8);
-    s.key_accumulate = ir_str_find(m, "dist.accumulate", 15);
-    s.key_phase = ir_str_find(m, "dist.phase", 10);
-    s.key_transient = ir_str_find(m, "dist.transient", 14);
-    s.str_backward = ir_str_find(m, "backward", 8);
-    s.str_optimizer = ir_str_find(m, "optimizer", 9);
+    s.key_mesh = str_id(m, "mesh");
+    s.key_devices = str_id(m, "devices");
+    s.key_index = str_id(m, "index");
+    s.key_mesh_axes = str_id(m, "mesh_axes");
+    s.key_mem = str_id(m, "dist.mem");
+    s.key_accumulate = str_id(m, "dist.accumulate");
+    s.key_phase = str_id(m, "dist.phase");
+    s.key_transient = str_id(m, "dist.transient");
+    s.str_backward = str_id(m, "backward");
+    s.str_optimizer = str_id(m, "optimizer");
     s.hw = hw;
     s.opt = opt;
     s.err = err;
