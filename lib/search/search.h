@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-21"
+#define SEARCH_VERSION "distir-search-22"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -107,7 +107,7 @@ typedef struct search_config {
     int no_time_bound;          /* no branch and bound (search_plan): evaluate every candidate */
     int tf32;                   /* f32 GEMMs as TF32 (sim_options.tf32; "math" "tf32") */
     int fuse;                   /* fused element-wise kernels (sim_options.fuse; "kernels"
-                                   "fused"); the time bound is off with it */
+                                   "fused"); the time bound counts fused kernels then */
     search_objective objective;
     double target_step_s;         /* SEARCH_MIN_DEVICES (required), SEARCH_MIN_COST: a step time
                                      to reach; points slower rank after every point that reaches

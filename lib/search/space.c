@@ -781,7 +781,10 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
     s.tp = e->tp;
     s.sequence_parallel = e->sequence_parallel;
     if (strategy_normalize(&s, NULL) == 0 &&
-        xform_layer_analysis(sp->module, &s, sp->hw, sp->cfg.tf32, &f, &err) == 0) {
+        xform_layer_analysis(sp->module, &s, sp->hw,
+                             (sp->cfg.tf32 ? XFORM_ANALYSIS_TF32 : 0u) |
+                                 (sp->cfg.fuse ? XFORM_ANALYSIS_FUSED : 0u),
+                             &f, &err) == 0) {
         e->ok = 1;
         memcpy(e->saved_min, f.saved_min, sizeof e->saved_min);
         memcpy(e->work_set_min, f.work_set_min, sizeof e->work_set_min);
@@ -1795,10 +1798,11 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
     /*
-     * Devices of other kinds (overrides) may be faster than device 0, which the analyses price;
-     * fused kernels share bytes and launches the per-op rooflines count.
+     * Devices of other kinds (overrides) may be faster than device 0, which the analyses price.
+     * With fused kernels the analyses count what every fused kernel costs at least
+     * (XFORM_ANALYSIS_FUSED).
      */
-    if (sp->cfg.fuse || e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 ||
+    if (e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 ||
         c->ep > 1 || sp->batch <= 0 || c->dp == 0 || c->microbatches == 0 ||
         sp->hw->noverride > 0)
         return 0;

@@ -37,8 +37,6 @@
 
 #include <string.h>
 
-enum { FUSE_NONE, FUSE_ELEM, FUSE_ROW };
-
 /*
  * Whether a softmax over the last axis of a [..., sq, sk] tensor fits
  * Megatron-LM's fused scaled (upper-triangular) masked softmax kernels
@@ -71,47 +69,49 @@ softmax_fits(const ir_module *m, ir_id op)
            batches % (p2 <= 128 ? 8 : 4) == 0;
 }
 
+int
+sim_fuse_kind(int kind)
+{
+    if (kind <= IR_OP_NONE || kind >= IR_NOPKIND)
+        return SIM_FUSE_NONE;
+    if (ir_opkind_info(kind)->flags & IR_OPF_ELEMWISE)
+        return SIM_FUSE_ELEM;
+    switch (kind) {
+    case IR_OP_DROPOUT:
+    case IR_OP_DROPOUTGRAD:
+        return SIM_FUSE_ELEM;
+    case IR_OP_SOFTMAX:
+    case IR_OP_SOFTMAXGRAD:
+    case IR_OP_LAYERNORM:
+    case IR_OP_LAYERNORMGRAD:
+    case IR_OP_REDUCEMEAN:
+    case IR_OP_REDUCESUM:
+    case IR_OP_REDUCESUMTO:
+        return SIM_FUSE_ROW;
+    default:
+        return SIM_FUSE_NONE;
+    }
+}
+
 static int
 fuse_class(const ir_module *m, ir_id op)
 {
     const ir_op *o = &m->ops[op];
-    uint32_t flags;
     int c;
     if (o->kind == IR_OP_NONE || o->kind >= IR_NOPKIND || o->opaque || o->noutput == 0)
-        return FUSE_NONE;
-    flags = ir_opkind_info(o->kind)->flags;
-    if (flags & IR_OPF_ELEMWISE)
-        c = FUSE_ELEM;
-    else
-        switch (o->kind) {
-        case IR_OP_DROPOUT:
-        case IR_OP_DROPOUTGRAD:
-            c = FUSE_ELEM;
-            break;
-        case IR_OP_SOFTMAX:
-        case IR_OP_SOFTMAXGRAD:
-            if (!softmax_fits(m, op))
-                return FUSE_NONE;
-            c = FUSE_ROW;
-            break;
-        case IR_OP_LAYERNORM:
-        case IR_OP_LAYERNORMGRAD:
-        case IR_OP_REDUCEMEAN:
-        case IR_OP_REDUCESUM:
-        case IR_OP_REDUCESUMTO:
-            c = FUSE_ROW;
-            break;
-        default:
-            return FUSE_NONE;
-        }
+        return SIM_FUSE_NONE;
+    c = sim_fuse_kind(o->kind);
+    if (c == SIM_FUSE_NONE ||
+        ((o->kind == IR_OP_SOFTMAX || o->kind == IR_OP_SOFTMAXGRAD) && !softmax_fits(m, op)))
+        return SIM_FUSE_NONE;
     if (o->nattr &&
         (ir_op_attr(m, op, "dist.accumulate") != NULL || ir_op_attr(m, op, "dist.mem") != NULL))
-        return FUSE_NONE;
+        return SIM_FUSE_NONE;
     for (uint32_t i = 0; i < o->ninput + o->noutput; i++) {
         ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
         const ir_type *t = &m->types[m->values[v].type];
         if (t->kind != IR_TYPE_TENSOR || t->mesh != 0)
-            return FUSE_NONE;
+            return SIM_FUSE_NONE;
     }
     return c;
 }
@@ -140,7 +140,7 @@ mark_eager(const ir_module *m, const ir_region *r, uint8_t *eager)
         ir_id op = r->ops[i];
         const ir_op *o = &m->ops[op];
         int64_t numel;
-        if (o->kind != IR_OP_SOFTMAX || fuse_class(m, op) != FUSE_NONE || o->ninput == 0)
+        if (o->kind != IR_OP_SOFTMAX || fuse_class(m, op) != SIM_FUSE_NONE || o->ninput == 0)
             continue;
         numel = m->types[m->values[m->refs[o->inputs]].type].numel;
         DI_GROW(&stack, &cap, n + 1);
@@ -150,7 +150,7 @@ mark_eager(const ir_module *m, const ir_region *r, uint8_t *eager)
             for (uint32_t a = 0; a < c->ninput; a++) {
                 ir_id v = m->refs[c->inputs + a], d = m->values[v].def;
                 if (d == 0 || eager[d] || m->ops[d].region != o->region ||
-                    m->types[m->values[v].type].numel != numel || fuse_class(m, d) != FUSE_ELEM)
+                    m->types[m->values[v].type].numel != numel || fuse_class(m, d) != SIM_FUSE_ELEM)
                     continue;
                 eager[d] = 1;
                 DI_GROW(&stack, &cap, n + 1);
@@ -169,8 +169,8 @@ plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eage
     for (uint32_t i = 0; i < r->nop; i++) {
         ir_id op = r->ops[i];
         const ir_op *o = &m->ops[op];
-        int c = eager[op] ? FUSE_NONE : fuse_class(m, op), joined = 0;
-        if (c == FUSE_NONE)
+        int c = eager[op] ? SIM_FUSE_NONE : fuse_class(m, op), joined = 0;
+        if (c == SIM_FUSE_NONE)
             continue;
         for (uint32_t a = 0; a < o->ninput && !joined; a++) {
             ir_id p = m->values[m->refs[o->inputs + a]].def;
@@ -191,7 +191,7 @@ plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eage
                 continue;
             s->fgrp[op] = id;
             g->n++;
-            g->open = c == FUSE_ELEM;
+            g->open = c == SIM_FUSE_ELEM;
             joined = 1;
         }
         if (!joined) {
@@ -201,7 +201,7 @@ plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eage
             memset(g, 0, sizeof *g);
             g->head = op;
             g->n = 1;
-            g->open = c == FUSE_ELEM;
+            g->open = c == SIM_FUSE_ELEM;
             s->fgrp[op] = s->nfgroup;
         }
     }

@@ -212,6 +212,18 @@ typedef struct sim_op_bound {
 int sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype dt, int tf32,
                        sim_op_bound *b);
 /*
+ * How kernel fusion (sim_options.fuse, fuse.c) may treat an op of `kind`,
+ * from its kind alone: SIM_FUSE_ELEM, an element-wise op that may run inside
+ * a fused kernel at no cost of its own; SIM_FUSE_ROW, a row-wise op (softmax,
+ * layer norm, their gradients, reductions) that may end a fused kernel but
+ * never has a fused op after it, so each runs in a kernel of its own that
+ * writes its results if anything reads them; SIM_FUSE_NONE, never fused. A
+ * superset of what fuse.c fuses (it also looks at attributes, placements and
+ * shapes), for lower bounds that hold with fused kernels.
+ */
+enum { SIM_FUSE_NONE, SIM_FUSE_ELEM, SIM_FUSE_ROW };
+int sim_fuse_kind(int kind);
+/*
  * A GEMM output of dims[0..rank) as `batch` matrices of rows x cols, as the
  * simulator sees it (fold: its second operand is a 2-D weight, whose
  * leading dims fold into the rows, as PyTorch's linear layers do); and the

@@ -29,6 +29,16 @@ simulated_op_bound(const void *ctx, const ir_module *m, ir_id op, int tf32, xfor
     b->per_byte = t.per_byte;
     b->launch = t.launch;
     b->gemm = t.gemm;
+    switch (sim_fuse_kind(m->ops[op].kind)) {
+    case SIM_FUSE_ELEM:
+        b->fuse = XFORM_FUSE_ELEM;
+        break;
+    case SIM_FUSE_ROW:
+        b->fuse = XFORM_FUSE_ROW;
+        break;
+    default:
+        b->fuse = XFORM_FUSE_NONE;
+    }
     return rc;
 }
 

@@ -15,9 +15,12 @@
 struct hw_model;
 
 /* See xform_cost.op_bound. */
+/* How kernel fusion may treat an op (the simulator's sim_fuse_kind). */
+enum { XFORM_FUSE_NONE, XFORM_FUSE_ELEM, XFORM_FUSE_ROW };
 typedef struct xform_op_bound {
     double per_flop, flop_fixed, per_byte, launch;
     int gemm; /* GEMM-class: its flop_fixed makes small ones slow */
+    int fuse; /* XFORM_FUSE_*: a fused kernel may take it in, ending there (ROW) or not */
 } xform_op_bound;
 
 typedef struct xform_cost {

@@ -1292,24 +1292,71 @@ add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, doubl
 }
 
 /*
+ * How layer_work prices ops: tf32, f32 GEMMs as TF32; fused, for a
+ * simulation with fused kernels (XFORM_ANALYSIS_FUSED); used, per value of
+ * the module, which ops read it (USE_*, value_uses).
+ */
+typedef struct work_opts {
+    int tf32, fused;
+    const uint8_t *used;
+} work_opts;
+
+/*
+ * Readers of a value: a forward op (USE_FWD), a backward or step op or a
+ * region's results (USE_BWD); the same by an op no fused kernel takes in
+ * (USE_FWD_KERNEL, USE_BWD_KERNEL: a GEMM, a collective, a view, ...).
+ */
+enum { USE_FWD = 1, USE_BWD = 2, USE_FWD_KERNEL = 4, USE_BWD_KERNEL = 8 };
+
+/* Slots add_terms counts for: a forward op, a backward one, one repeated in the backward. */
+enum { SLOT_FWD, SLOT_BWD, SLOT_RE };
+
+/*
  * Adds op's compute terms (xform_work_bound's first six) to w: its FLOPs and
  * bytes for the whole batch, divided by the tensor parallelism where its
  * work splits over the tensor axis. Returns 1 for a GEMM (*flop_s: its FLOP
- * term), 0 for another op, -1 when it costs nothing or may cost anything.
+ * term), 0 for another op, -1 when it costs nothing or may cost anything,
+ * and with fused kernels 2 for an op a fused kernel may take in
+ * (sim_fuse_kind via xform_op_bound.fuse). Such an op may cost nothing of
+ * its own; what every fused kernel costs at least is counted instead, op by
+ * op, never its FLOPs (a kernel is priced at its first op's dtype) nor its
+ * inputs (they may be made inside the kernel): a row-wise op ends its
+ * kernel, so it adds one launch and, when its first result is read, that
+ * result's bytes (nothing fuses after it, so the kernel writes it); an
+ * element-wise op adds its first result's bytes when an op no kernel takes
+ * in reads it (the kernel writes it for that reader), not a launch (one
+ * kernel may hold many). "Read" is in the chunk the op runs in (slot): by
+ * forward ops for a forward op (under recomputation a backward reader reads
+ * the repeated copy), by backward and step ops for a backward op; the copy
+ * a backward chunk repeats counts a row-wise result read at all (it is
+ * repeated because something there reads it) and no element-wise one.
  */
 static int
-add_terms(const xf_ctx *c, ir_id op, int tf32, double *w, double *flop_s)
+add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, double *w, double *flop_s)
 {
     xform_op_bound t;
     ir_cost cost;
     double split, f, bytes;
-    if (!c->cost.op_bound(c->cost.ctx, c->m, op, tf32, &t))
+    if (!c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t))
         return -1;
     ir_op_cost(c->m, op, &cost);
     split = tp_divides(c, op) ? c->n[XF_TP] : 1;
     f = cost.flops / split;
     bytes = (cost.bytes_read + cost.bytes_write) / split;
     *flop_s = f * t.per_flop;
+    if (wo->fused && t.fuse != XFORM_FUSE_NONE) {
+        const ir_op *o = &c->m->ops[op];
+        static const uint8_t row_reads[3] = {USE_FWD, USE_BWD, USE_FWD | USE_BWD};
+        static const uint8_t elem_reads[3] = {USE_FWD_KERNEL, USE_BWD_KERNEL, 0};
+        uint8_t reads = (t.fuse == XFORM_FUSE_ROW ? row_reads : elem_reads)[slot];
+        *flop_s = 0;
+        if (o->noutput && (wo->used[o->outputs] & reads))
+            w[4] += (double)ir_type_bytes(c->m, c->m->values[o->outputs].type) / split *
+                    t.per_byte;
+        if (t.fuse == XFORM_FUSE_ROW)
+            w[5] += t.launch;
+        return 2;
+    }
     if (t.gemm) {
         w[0] += f * t.per_flop;
         w[1] += t.flop_fixed;
@@ -1322,14 +1369,23 @@ add_terms(const xf_ctx *c, ir_id op, int tf32, double *w, double *flop_s)
     return 0;
 }
 
+/* Whether, with fused kernels, a fused kernel may take op in (add_terms' 2). */
+static int
+fusable(const xf_ctx *c, const work_opts *wo, ir_id op)
+{
+    xform_op_bound t;
+    return wo->fused && c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t) &&
+           t.fuse != XFORM_FUSE_NONE;
+}
+
 /*
  * Adds op's lower-bound terms (xform_work_bound) to its layer's slot k of
  * per (add_terms) and, in the forward slot (0), its tensor-axis reduction;
  * a GEMM to g.
  */
 static void
-add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, int tf32, double *per, uint32_t L,
-         uint32_t k, gemm_list *g)
+add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, const work_opts *wo, double *per,
+         uint32_t L, uint32_t k, gemm_list *g)
 {
     int32_t li = xf_layer_index(c, c->op[op].layer);
     ir_id next;
@@ -1338,13 +1394,17 @@ add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, int tf32, double *per, 
     if (li < 0 || (uint32_t)li >= L)
         return;
     w = &per[((size_t)k * L + (uint32_t)li) * WORK_TERMS];
-    switch (add_terms(c, op, tf32, w, &flop_s)) {
+    switch (add_terms(c, op, wo, k == 0 ? SLOT_FWD : k == 1 ? SLOT_BWD : SLOT_RE, w, &flop_s)) {
     case 1:
         add_gemm(c, g, op, (uint32_t)li, k, flop_s);
         break;
     case 0:
         break;
     default:
+        /*
+         * Nothing to count, or an op a fused kernel may take in: that kernel may
+         * run the ops after it too, so its result's collective is not counted.
+         */
         return;
     }
     if (k == 0 && (kind = tp_reduced_next(c, pos, op, &next)) != 0) {
@@ -1487,13 +1547,16 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
  * between, else to late[layer] and the ops' terms to between[layer]
  * (BETWEEN_TERMS each: with the gradient contributions they make, marked in
  * leaf, whose accumulations the pipeline assembly emits right after them);
- * X repeated (set): the same to rred, rlate, rbetween.
+ * X repeated (set): the same to rred, rlate, rbetween. With fused kernels
+ * neither X nor an op between may be one a fused kernel can take in: that
+ * kernel may run later ops (a row-wise op after R whose terms are counted)
+ * at its place, inside the interval.
  */
 static void
 emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_t *set,
-                   const uint8_t *leaf, int tf32, double *red, double *late, double *between,
-                   double *rred, double *rlate, double *rbetween, double *redn, double *laten,
-                   double *rredn, double *rlaten, size_t ar)
+                   const uint8_t *leaf, const work_opts *wo, double *red, double *late,
+                   double *between, double *rred, double *rlate, double *rbetween, double *redn,
+                   double *laten, double *rredn, double *rlaten, size_t ar)
 {
     const ir_module *m = c->m;
     uint32_t busy = 0; /* the place after the last counted pair's reader */
@@ -1503,7 +1566,7 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
         double terms[BETWEEN_TERMS] = {0}, flop_s;
         uint32_t nbetween = 0;
         size_t at = 0; /* the reader's collective: at ar for an all-reduce */
-        if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer)
+        if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer || fusable(c, wo, x))
             continue;
         for (uint32_t q = p + 1; q < n; q++) {
             ir_id y = order[q];
@@ -1545,7 +1608,7 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                 busy = q + 1;
                 break;
             }
-            if (++nbetween > LATE_MAX || add_terms(c, y, tf32, terms, &flop_s) == 1)
+            if (++nbetween > LATE_MAX || add_terms(c, y, wo, SLOT_RE, terms, &flop_s) >= 1)
                 break;
             for (uint32_t i = 0; i < m->ops[y].noutput; i++) {
                 ir_id v = m->ops[y].outputs + i;
@@ -1598,8 +1661,8 @@ leaf_marks(const xf_ctx *c, const ir_region *r)
  */
 static void
 chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *set,
-                 const uint8_t *leaf, int tf32, uint32_t mode, double *red, double *late,
-                 double *between, double *redn, double *laten)
+                 const uint8_t *leaf, const work_opts *wo, uint32_t mode, double *red,
+                 double *late, double *between, double *redn, double *laten)
 {
     const ir_module *m = c->m;
     size_t L = c->nlayer, b = (size_t)mode * L, r = (size_t)(3 + mode) * L;
@@ -1608,7 +1671,7 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
     ir_id *order = di_xmalloc((m->nop ? m->nop : 1) * sizeof *order);
     ir_id *stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
     uint32_t n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
-    emitted_reductions(c, order, n, set, leaf, tf32, red + b, late + b,
+    emitted_reductions(c, order, n, set, leaf, wo, red + b, late + b,
                        between + b * BETWEEN_TERMS, red + r, late + r, between + r * BETWEEN_TERMS,
                        redn + b, laten + b, redn + r, laten + r, 6 * L);
     di_free(stack);
@@ -1704,8 +1767,8 @@ work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb
  * full mode repeats.
  */
 static void
-layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint64_t ws[3],
-           uint8_t *full)
+layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time *out,
+           uint64_t ws[3], uint8_t *full)
 {
     gemm_list g = {mb, NULL, 0, 0, mb != NULL};
     const ir_region *r = &c->m->regions[c->func];
@@ -1764,7 +1827,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
         else if (c->op[op].phase == XF_PH_BACKWARD)
             bops[nb++] = op;
         if (c->op[op].phase != XF_PH_STEP)
-            add_work(c, pos, op, tf32, per, L, fwd ? 0 : 1, &g);
+            add_work(c, pos, op, wo, per, L, fwd ? 0 : 1, &g);
         /*
          * Ops outside the layers before the first layer's forward (the
          * embedding) and after the last's (the head and the loss), and their
@@ -1778,7 +1841,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
             else
                 e = i > last[1] ? 1 : i < first[1] ? 3 : -1;
             if (e >= 0)
-                add_terms(c, op, tf32, &edge[e * WORK_TERMS], &flop_s);
+                add_terms(c, op, wo, fwd ? SLOT_FWD : SLOT_BWD, &edge[e * WORK_TERMS], &flop_s);
         }
     }
     for (int e = 0; e < 4; e++)
@@ -1789,7 +1852,7 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
      * stage boundary can only make a layer's output a further op to repeat.
      */
     leaf = leaf_marks(c, r);
-    chunk_reductions(c, bops, nb, set, leaf, tf32, STRATEGY_RECOMPUTE_NONE, red, late, between,
+    chunk_reductions(c, bops, nb, set, leaf, wo, STRATEGY_RECOMPUTE_NONE, red, late, between,
                      redn, laten);
     ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, mb, bops, nb, set);
     for (uint32_t k = 2; k < 4; k++) {
@@ -1808,8 +1871,8 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
         if (mode == STRATEGY_RECOMPUTE_FULL)
             memcpy(full, set, c->m->nop ? c->m->nop : 1);
         for (uint32_t j = 0; j < nre; j++)
-            add_work(c, pos, re[j], tf32, per, L, k, &g);
-        chunk_reductions(c, bops, nb, set, leaf, tf32, mode, red, late, between, redn, laten);
+            add_work(c, pos, re[j], wo, per, L, k, &g);
+        chunk_reductions(c, bops, nb, set, leaf, wo, mode, red, late, between, redn, laten);
         ws[mode] = work_set_min(c, mb, bops, nb, set);
     }
     least_work(per, L, 0, &out->fwd);
@@ -1882,14 +1945,38 @@ layer_work(xf_ctx *c, int tf32, const xf_place *mb, xform_layer_time *out, uint6
     di_free(fops);
 }
 
+/* Per value of c's module, its readers (USE_*); caller frees. */
+static uint8_t *
+value_uses(const xf_ctx *c, const work_opts *wo)
+{
+    const ir_module *m = c->m;
+    uint8_t *used = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    for (ir_id op = 1; op < m->nop; op++) {
+        const ir_op *o = &m->ops[op];
+        int fwd = c->op[op].phase == XF_PH_FORWARD;
+        uint8_t bits = fwd ? USE_FWD : USE_BWD;
+        if (o->kind == IR_OP_NONE)
+            continue;
+        if (!fusable(c, wo, op))
+            bits |= fwd ? USE_FWD_KERNEL : USE_BWD_KERNEL;
+        for (uint32_t i = 0; i < o->ninput; i++)
+            used[m->refs[o->inputs + i]] |= bits;
+    }
+    for (ir_id r = 1; r < m->nregion; r++)
+        for (uint32_t i = 0; i < m->regions[r].nresult; i++)
+            used[m->regions[r].results[i]] |= USE_BWD | USE_BWD_KERNEL;
+    return used;
+}
+
 int
-xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, int tf32,
+xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, unsigned flags,
                      xform_layer_facts *out, di_error *err)
 {
     xf_ctx c, c2;
     strategy s2;
     di_error err2;
-    uint8_t *full;
+    uint8_t *full, *used;
+    work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, (flags & XFORM_ANALYSIS_FUSED) != 0, NULL};
     int rc, have2;
     memset(out, 0, sizeof *out);
     if ((rc = analyse(&c, m, s, hw, err)) != 0)
@@ -1909,8 +1996,11 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     out->state_min = state_min(&c, &out->param_min, &out->grad_min, out);
     /* After the analyses that read the recomputation marks: it changes them. */
     full = di_xcalloc(c.m->nop ? c.m->nop : 1, 1);
-    layer_work(&c, tf32, have2 ? c2.place : NULL, &out->time, out->work_set_min, full);
+    used = value_uses(&c, &wo);
+    wo.used = used;
+    layer_work(&c, &wo, have2 ? c2.place : NULL, &out->time, out->work_set_min, full);
     layer_params(&c, full, &out->params, &out->nparams);
+    di_free(used);
     di_free(full);
     if (have2)
         xf_ctx_fini(&c2);
