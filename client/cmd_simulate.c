@@ -362,11 +362,13 @@ simulate_remote(const char *server, const ir_module *m, const Distir__V1__ModelS
 
 /*
  * --model with the generator's defaults that a planner rarely wants: f32 on
- * a device with a faster bf16 rate, SGD for a language model. Warned once
- * each on stderr; giving --dtype or --optimizer silences them.
+ * a device with a faster bf16 rate, SGD for a language model, and the
+ * simulator's one kernel per element-wise op for a language model, which
+ * training frameworks fuse. Warned once each on stderr; giving --dtype,
+ * --optimizer or --kernels silences them.
  */
 static void
-warn_defaults(const cli_model_ref *mr, const hw_model *hw)
+warn_defaults(const cli_model_ref *mr, const hw_model *hw, int kernels)
 {
     int dtype = cli_model_ref_has(mr, "dtype"), optimizer = cli_model_ref_has(mr, "optimizer");
     if (!dtype && hw->device.flops[IR_BF16] > 1.5 * hw->device.flops[IR_F32])
@@ -380,6 +382,11 @@ warn_defaults(const cli_model_ref *mr, const hw_model *hw)
         fprintf(stderr, "distir: warning: the model trains with SGD (the default); language "
                         "models train with Adam (--optimizer adam), whose moments take 8 more "
                         "bytes per parameter\n");
+    if (!kernels && strcmp(mr->name, "mlp") != 0)
+        fprintf(stderr, "distir: warning: every element-wise op runs as a kernel of its own "
+                        "(--kernels eager, the default); Megatron-LM, DeepSpeed and compilers "
+                        "fuse them (--kernels fused, as distir validate simulates measured "
+                        "runs)\n");
 }
 
 /*
@@ -486,7 +493,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
     const char *tables[16];
     /* --model NAME: the generator's options, gathered from the command line */
     cli_model_ref mr = {NULL, 0, {NULL}};
-    int ntable = 0, json = 0, timeout_ms = 60000, fail_on_oom = 0, per_device = 0, rc;
+    int ntable = 0, json = 0, timeout_ms = 60000, fail_on_oom = 0, per_device = 0, kernels = 0, rc;
     sim_options o;
     hw_model *hw = NULL;
     ir_module *m = NULL;
@@ -519,6 +526,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
                 return CLI_USAGE;
             }
             o.fuse = strcmp(v, "fused") == 0;
+            kernels = 1;
         } else if (cli_flag(argv[i], "--fail-on-oom")) {
             fail_on_oom = 1;
         } else if (cli_flag(argv[i], "--strict")) {
@@ -632,7 +640,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
             return rc;
         }
         file = model;
-        warn_defaults(&mr, hw);
+        warn_defaults(&mr, hw, kernels);
     } else if (cli_load_module(file, &m) != 0) {
         hw_free(hw);
         return CLI_FAIL;

@@ -46,25 +46,27 @@ print("%-48s %10.2f ms %8.2f GiB %7.1f%%" % (sys.argv[2], r["step_time_s"]*1e3,
       r["peak_memory_bytes"]/2**30, r["mfu"]*100))' "$tmp/r.json" "$s"
 done
 echo
-echo "== a plan by model name: GPT-3 175B (batch 1,536, bf16, Adam) on 1,024 A100s (128 DGX nodes)"
+echo "== a plan by model name: GPT-3 175B (batch 1,536, bf16, Adam) on 1,024 A100s (128 DGX nodes), fused element-wise kernels as Megatron-LM runs them"
 "$D" simulate --model gpt3-175b --batch 1536 --dtype bf16 --optimizer adam --hw a100-dgx:128 \
-    --dp 8 --tp 8 --pp 16 --microbatches 192 --recompute full
+    --dp 8 --tp 8 --pp 16 --microbatches 192 --recompute full --kernels fused
 echo
 echo "== a Llama plan: Llama-3-70B (grouped-query attention, SwiGLU), 8,192 tokens per sequence, on 64 H100s"
 "$D" simulate --model llama3-70b --batch 256 --dtype bf16 --optimizer adam --hw h100-dgx:8 \
-    --tp 8 --pp 4 --dp 2 --microbatches 64 --recompute full --sequence-parallel | sed -n '1,11p'
+    --tp 8 --pp 4 --dp 2 --microbatches 64 --recompute full --sequence-parallel --kernels fused |
+    sed -n '1,11p'
 echo
 echo "== a mixture of experts: Mixtral-8x7B (46.7B parameters, 12.9B active) on 64 H100s, without expert parallelism, over groups of 4 of the 8 data ranks, over all 8"
 for ep in 1 4 8; do
     echo "-- --ep $ep"
     "$D" simulate --model mixtral-8x7b --batch 256 --dtype bf16 --optimizer adam --hw h100-dgx:8 \
         --tp 2 --pp 4 --dp 8 --ep $ep --microbatches 32 --recompute full --sequence-parallel \
-        --zero 1 | grep -E '^(strategy|step time|MFU|exposed comm|peak memory) '
+        --zero 1 --kernels fused | grep -E '^(strategy|step time|MFU|exposed comm|peak memory) '
 done
 echo
 echo "== long context: Llama-3-8B at 131,072 tokens on 64 H100s, sequence split over 8 ranks (--cp 8) and within them over the tensor ranks (sequence parallelism), fused attention"
 "$D" simulate --model llama3-8b --attention fused --seq 131072 --batch 16 --dtype bf16 --optimizer adam \
-    --hw h100-dgx:8 --tp 4 --cp 8 --dp 2 --microbatches 8 --recompute full --zero 1 --sequence-parallel |
+    --hw h100-dgx:8 --tp 4 --cp 8 --dp 2 --microbatches 8 --recompute full --zero 1 --sequence-parallel \
+    --kernels fused |
     grep -E '^(strategy|step time|MFU|HFU|exposed comm|peak memory) '
 echo "(MFU counts attention dense, as PaLM does; the causal kernel does half of it: HFU)"
 echo

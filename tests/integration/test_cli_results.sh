@@ -10,8 +10,9 @@
 #   - MFU of GPT-3 175B on 1,024 A100s equals the hand computation
 #     (6 N + 12 l h s) T / (step x 1024 x 312 TFLOP/s) within 0.5%, N by
 #     Megatron-LM's formula;
-#   - --model with the generator's defaults warns about f32 and SGD, and
-#     does not once --dtype and --optimizer are given.
+#   - --model with the generator's defaults warns about f32, SGD and
+#     unfused element-wise kernels, and does not once --dtype, --optimizer
+#     and --kernels are given.
 . tests/integration/lib.sh
 
 PY=/usr/bin/python3
@@ -29,7 +30,8 @@ for k in "step time" "tokens/s" "MFU" "HFU" "bubble fraction" "exposed comm" "pe
 done
 check "a table per pipeline stage, with its layers" \
     grep -q '^stage devices layers  *compute  *exposed  *idle' "$TMP/t.out"
-check "no warning when --dtype and --optimizer are given" test ! -s "$TMP/t.err"
+check "no warning about the dtype or the optimizer when --dtype and --optimizer are given" \
+    test -z "$(grep -E 'f32 \(the default\)|SGD \(the default\)' "$TMP/t.err")"
 
 # shellcheck disable=SC2086
 $T "$DISTIR" simulate $SMALL --hw a100-dgx:1 --dp 2 --tp 2 --pp 2 --microbatches 4 --json \
@@ -76,6 +78,11 @@ $T "$DISTIR" simulate --model gpt3-125m --hw a100-dgx:1 >/dev/null 2>"$TMP/w.err
     fail "simulate with defaults"
 check "defaults: a warning about f32 on a bf16 device" grep -q "computes in f32 (the default)" "$TMP/w.err"
 check "defaults: a warning about SGD" grep -q "trains with SGD (the default)" "$TMP/w.err"
+check "defaults: a warning about unfused element-wise kernels" \
+    grep -q "kernel of its own (--kernels eager, the default)" "$TMP/w.err"
+$T "$DISTIR" simulate --model gpt3-125m --dtype bf16 --optimizer adam --kernels eager \
+    --hw a100-dgx:1 >/dev/null 2>"$TMP/w2.err" || fail "simulate with the defaults given"
+check "defaults given: no warning" [ ! -s "$TMP/w2.err" ]
 
 # --math tf32: the f32 model's matrix products run at A100's TF32 peak (156 vs 19.5 TFLOP/s).
 step() {
