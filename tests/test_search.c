@@ -1428,17 +1428,19 @@ test_time_bound_tight(void **state)
 /*
  * With fused kernels (--kernels fused) an element-wise op may cost nothing of
  * its own, so the bound counts what every fused kernel costs at least
- * (add_terms in lib/xform/strategy.c): a launch per row-wise op and the
- * results a kernel must write. Every candidate of six spaces, simulated in
+ * (add_terms in lib/xform/strategy.c): a launch per row-wise op, the
+ * results a kernel must write and the inputs no kernel can make. Every candidate of six spaces, simulated in
  * full with fused kernels, is at or above it: GPTs on one DGX and on two
  * (tensor parallelism across the nodes, selective recomputation), a Llama
  * with fused attention, a mixture of experts, an MLP, and vTrain's preset,
  * whose host cost and eager softmax fallback (16 heads over tp 8 with
  * micro-batch 1) the fused runs of distir validate have. The mean ratios are
  * printed; the bf16 GPT of test_time_bound_tight's space is bounded at
- * FUSED_BOUND_TIGHT on average at least (0.650 measured; 0.804 unfused).
+ * FUSED_BOUND_TIGHT on average at least (0.678 measured; 0.804 unfused),
+ * FUSED_BOUND_BEFORE without the kernels' inputs.
  */
-#define FUSED_BOUND_TIGHT 0.62
+#define FUSED_BOUND_TIGHT 0.665
+#define FUSED_BOUND_BEFORE 0.650
 static void
 test_time_bound_fused(void **state)
 {

@@ -1299,6 +1299,7 @@ add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, doubl
 typedef struct work_opts {
     int tf32, fused;
     const uint8_t *used;
+    uint8_t *read; /* per value: SLOT_BIT of the slots that counted reading it (add_terms) */
 } work_opts;
 
 /*
@@ -1308,8 +1309,23 @@ typedef struct work_opts {
  */
 enum { USE_FWD = 1, USE_BWD = 2, USE_FWD_KERNEL = 4, USE_BWD_KERNEL = 8 };
 
-/* Slots add_terms counts for: a forward op, a backward one, one repeated in the backward. */
+/*
+ * Slots add_terms counts for: a forward op, a backward one, one repeated in
+ * the backward; and their bits in work_opts.read: the forward, the backward,
+ * what each recomputation mode repeats, the ops between a reduction and its
+ * reader (emitted_reductions: not kept when fused).
+ */
 enum { SLOT_FWD, SLOT_BWD, SLOT_RE };
+#define SLOT_BIT(k) (1u << (k)) /* k: add_work's slot 0..3; 4 between */
+
+/* Whether, with fused kernels, a fused kernel may take op in (add_terms' 2). */
+static int
+fusable(const xf_ctx *c, const work_opts *wo, ir_id op)
+{
+    xform_op_bound t;
+    return wo->fused && c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t) &&
+           t.fuse != XFORM_FUSE_NONE;
+}
 
 /*
  * Adds op's compute terms (xform_work_bound's first six) to w: its FLOPs and
@@ -1329,10 +1345,15 @@ enum { SLOT_FWD, SLOT_BWD, SLOT_RE };
  * forward ops for a forward op (under recomputation a backward reader reads
  * the repeated copy), by backward and step ops for a backward op; the copy
  * a backward chunk repeats counts a row-wise result read at all (it is
- * repeated because something there reads it) and no element-wise one.
+ * repeated because something there reads it) and no element-wise one. Both
+ * add the bytes of each input no kernel can make (an argument, or, through
+ * views, the result of an op no kernel takes in: a GEMM's, a collective's),
+ * which some kernel reads; once per value and slot (bit: SLOT_BIT), as a
+ * kernel reads a value once however many of its ops read it.
  */
 static int
-add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, double *w, double *flop_s)
+add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit, double *w,
+          double *flop_s)
 {
     xform_op_bound t;
     ir_cost cost;
@@ -1349,10 +1370,18 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, double *w, d
         static const uint8_t row_reads[3] = {USE_FWD, USE_BWD, USE_FWD | USE_BWD};
         static const uint8_t elem_reads[3] = {USE_FWD_KERNEL, USE_BWD_KERNEL, 0};
         uint8_t reads = (t.fuse == XFORM_FUSE_ROW ? row_reads : elem_reads)[slot];
+        double io = 0;
         *flop_s = 0;
         if (o->noutput && (wo->used[o->outputs] & reads))
-            w[4] += (double)ir_type_bytes(c->m, c->m->values[o->outputs].type) / split *
-                    t.per_byte;
+            io += (double)ir_type_bytes(c->m, c->m->values[o->outputs].type);
+        for (uint32_t i = 0; i < o->ninput; i++) {
+            ir_id v = c->m->refs[o->inputs + i], d = c->m->values[storage_of(c, v)].def;
+            if ((wo->read[v] & bit) || (d != 0 && fusable(c, wo, d)))
+                continue;
+            wo->read[v] |= (uint8_t)bit;
+            io += (double)ir_type_bytes(c->m, c->m->values[v].type);
+        }
+        w[4] += io / split * t.per_byte;
         if (t.fuse == XFORM_FUSE_ROW)
             w[5] += t.launch;
         return 2;
@@ -1367,15 +1396,6 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, double *w, d
     w[4] += f * t.per_flop > bytes * t.per_byte ? f * t.per_flop : bytes * t.per_byte;
     w[5] += t.launch;
     return 0;
-}
-
-/* Whether, with fused kernels, a fused kernel may take op in (add_terms' 2). */
-static int
-fusable(const xf_ctx *c, const work_opts *wo, ir_id op)
-{
-    xform_op_bound t;
-    return wo->fused && c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t) &&
-           t.fuse != XFORM_FUSE_NONE;
 }
 
 /*
@@ -1394,7 +1414,8 @@ add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, const work_opts *wo, do
     if (li < 0 || (uint32_t)li >= L)
         return;
     w = &per[((size_t)k * L + (uint32_t)li) * WORK_TERMS];
-    switch (add_terms(c, op, wo, k == 0 ? SLOT_FWD : k == 1 ? SLOT_BWD : SLOT_RE, w, &flop_s)) {
+    switch (add_terms(c, op, wo, k == 0 ? SLOT_FWD : k == 1 ? SLOT_BWD : SLOT_RE, SLOT_BIT(k), w,
+                      &flop_s)) {
     case 1:
         add_gemm(c, g, op, (uint32_t)li, k, flop_s);
         break;
@@ -1608,7 +1629,7 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                 busy = q + 1;
                 break;
             }
-            if (++nbetween > LATE_MAX || add_terms(c, y, wo, SLOT_RE, terms, &flop_s) >= 1)
+            if (++nbetween > LATE_MAX || add_terms(c, y, wo, SLOT_RE, SLOT_BIT(4), terms, &flop_s) >= 1)
                 break;
             for (uint32_t i = 0; i < m->ops[y].noutput; i++) {
                 ir_id v = m->ops[y].outputs + i;
@@ -1841,7 +1862,8 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
             else
                 e = i > last[1] ? 1 : i < first[1] ? 3 : -1;
             if (e >= 0)
-                add_terms(c, op, wo, fwd ? SLOT_FWD : SLOT_BWD, &edge[e * WORK_TERMS], &flop_s);
+                add_terms(c, op, wo, fwd ? SLOT_FWD : SLOT_BWD, SLOT_BIT(fwd ? 0 : 1),
+                          &edge[e * WORK_TERMS], &flop_s);
         }
     }
     for (int e = 0; e < 4; e++)
@@ -1976,7 +1998,8 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     strategy s2;
     di_error err2;
     uint8_t *full, *used;
-    work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, (flags & XFORM_ANALYSIS_FUSED) != 0, NULL};
+    work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, (flags & XFORM_ANALYSIS_FUSED) != 0, NULL,
+                    NULL};
     int rc, have2;
     memset(out, 0, sizeof *out);
     if ((rc = analyse(&c, m, s, hw, err)) != 0)
@@ -1998,8 +2021,10 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     full = di_xcalloc(c.m->nop ? c.m->nop : 1, 1);
     used = value_uses(&c, &wo);
     wo.used = used;
+    wo.read = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
     layer_work(&c, &wo, have2 ? c2.place : NULL, &out->time, out->work_set_min, full);
     layer_params(&c, full, &out->params, &out->nparams);
+    di_free(wo.read);
     di_free(used);
     di_free(full);
     if (have2)
