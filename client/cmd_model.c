@@ -12,6 +12,7 @@
 #include "distir.pb-c.h"
 #include "ir/pb.h"
 #include "models/models.h"
+#include "sim/hw.h"
 
 #define MODEL_USAGE                                                                                \
     "model mlp [--layers L] [--hidden H] [--batch B] [--input F] [--classes C]\n"                 \
@@ -288,4 +289,33 @@ cmd_model(int argc, char **argv)
         return cli_help(MODEL_USAGE);
     cli_error("unknown model '%s' (mlp, gpt, llama or presets)", argv[1]);
     return cli_usage(MODEL_USAGE);
+}
+
+/*
+ * --model with the generator's defaults that a planner rarely wants: f32 on
+ * a device with a faster bf16 rate, SGD for a language model, and the
+ * simulator's one kernel per element-wise op for a language model, which
+ * training frameworks fuse. Warned once each on stderr (distir simulate and
+ * distir search); giving --dtype, --optimizer or --kernels silences them.
+ */
+void
+cli_warn_model_defaults(const cli_model_ref *mr, const struct hw_model *hw, int kernels)
+{
+    int dtype = cli_model_ref_has(mr, "dtype"), optimizer = cli_model_ref_has(mr, "optimizer");
+    if (!dtype && hw->device.flops[IR_BF16] > 1.5 * hw->device.flops[IR_F32])
+        fprintf(stderr,
+                "distir: warning: the model computes in f32 (the default) while %s runs bf16 "
+                "%.0fx faster; training runs use --dtype bf16 (or --math tf32 for f32 matrix "
+                "products on tensor cores)\n",
+                hw->device.kind[0] ? hw->device.kind : hw->name,
+                hw->device.flops[IR_BF16] / hw->device.flops[IR_F32]);
+    if (!optimizer && strcmp(mr->name, "mlp") != 0)
+        fprintf(stderr, "distir: warning: the model trains with SGD (the default); language "
+                        "models train with Adam (--optimizer adam), whose moments take 8 more "
+                        "bytes per parameter\n");
+    if (!kernels && strcmp(mr->name, "mlp") != 0)
+        fprintf(stderr, "distir: warning: every element-wise op runs as a kernel of its own "
+                        "(--kernels eager, the default); Megatron-LM, DeepSpeed and compilers "
+                        "fuse them (--kernels fused, as distir validate simulates measured "
+                        "runs)\n");
 }

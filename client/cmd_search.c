@@ -544,7 +544,7 @@ cmd_search(int argc, char **argv)
     cli_model_ref mr = {NULL, 0, {NULL}};
     search_config cfg;
     di_error err;
-    int json = 0, nmerge = 0, merging = 0, timeout_ms = 0;
+    int json = 0, nmerge = 0, merging = 0, timeout_ms = 0, kernels = 0;
     unsigned jobs = 0;
     char **merge_files = NULL;
     int rc;
@@ -631,6 +631,7 @@ cmd_search(int argc, char **argv)
             matched = 1;
             if (r < 0)
                 goto usage;
+            kernels |= strcmp(list_options[k], "kernels") == 0;
             if (search_config_set(&cfg, list_options[k], v, &err) != 0) {
                 cli_error("bad %s: %s", flag, err.msg);
                 goto usage;
@@ -665,10 +666,16 @@ cmd_search(int argc, char **argv)
         if (file != NULL)
             cli_error("give a FILE or --model NAME, not both");
         goto usage;
-    } else if (server != NULL) {
-        rc = search_remote(server, file, &mr, hwname, &cfg, json, timeout_ms);
     } else {
-        rc = search(file, &mr, hwname, &cfg, json, jobs ? jobs : default_jobs(), logfile);
+        hw_model *hw = NULL;
+        if (mr.name != NULL && hw_load(hwname, &hw, &err) == 0) {
+            cli_warn_model_defaults(&mr, hw, kernels);
+            hw_free(hw);
+        }
+        if (server != NULL)
+            rc = search_remote(server, file, &mr, hwname, &cfg, json, timeout_ms);
+        else
+            rc = search(file, &mr, hwname, &cfg, json, jobs ? jobs : default_jobs(), logfile);
     }
     free(merge_files);
     return rc;

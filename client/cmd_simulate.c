@@ -361,35 +361,6 @@ simulate_remote(const char *server, const ir_module *m, const Distir__V1__ModelS
 }
 
 /*
- * --model with the generator's defaults that a planner rarely wants: f32 on
- * a device with a faster bf16 rate, SGD for a language model, and the
- * simulator's one kernel per element-wise op for a language model, which
- * training frameworks fuse. Warned once each on stderr; giving --dtype,
- * --optimizer or --kernels silences them.
- */
-static void
-warn_defaults(const cli_model_ref *mr, const hw_model *hw, int kernels)
-{
-    int dtype = cli_model_ref_has(mr, "dtype"), optimizer = cli_model_ref_has(mr, "optimizer");
-    if (!dtype && hw->device.flops[IR_BF16] > 1.5 * hw->device.flops[IR_F32])
-        fprintf(stderr,
-                "distir: warning: the model computes in f32 (the default) while %s runs bf16 "
-                "%.0fx faster; training runs use --dtype bf16 (or --math tf32 for f32 matrix "
-                "products on tensor cores)\n",
-                hw->device.kind[0] ? hw->device.kind : hw->name,
-                hw->device.flops[IR_BF16] / hw->device.flops[IR_F32]);
-    if (!optimizer && strcmp(mr->name, "mlp") != 0)
-        fprintf(stderr, "distir: warning: the model trains with SGD (the default); language "
-                        "models train with Adam (--optimizer adam), whose moments take 8 more "
-                        "bytes per parameter\n");
-    if (!kernels && strcmp(mr->name, "mlp") != 0)
-        fprintf(stderr, "distir: warning: every element-wise op runs as a kernel of its own "
-                        "(--kernels eager, the default); Megatron-LM, DeepSpeed and compilers "
-                        "fuse them (--kernels fused, as distir validate simulates measured "
-                        "runs)\n");
-}
-
-/*
  * --trace-devices: "all" (the default), "first-of-each-stage" (the lowest
  * device id of each pipeline stage) or a list of ids and ranges
  * ("0,8,16-23"). Sets sel[0..ndevice).
@@ -640,7 +611,7 @@ simulate_cmd(int argc, char **argv, strategy *s)
             return rc;
         }
         file = model;
-        warn_defaults(&mr, hw, kernels);
+        cli_warn_model_defaults(&mr, hw, kernels);
     } else if (cli_load_module(file, &m) != 0) {
         hw_free(hw);
         return CLI_FAIL;

@@ -81,8 +81,15 @@ SM="--layers 2 --hidden 64 --heads 4 --seq 16 --vocab 64 --batch 8"
 $T "$DISTIR" model gpt $SM -o "$TMP/s.pb" || fail "model gpt (search)"
 $T "$DISTIR" search "$TMP/s.pb" --hw a100-dgx:1 --devices 4 --json >"$TMP/sf.json"
 # shellcheck disable=SC2086
-$T "$DISTIR" search --model gpt $SM --hw a100-dgx:1 --devices 4 --json >"$TMP/sm.json"
+$T "$DISTIR" search --model gpt $SM --hw a100-dgx:1 --devices 4 --json >"$TMP/sm.json" \
+    2>"$TMP/sm.err"
 check "search --model equals the search of the file" cmp -s "$TMP/sf.json" "$TMP/sm.json"
+check "search --model with the generator's defaults warns as simulate does" \
+    grep -q "kernel of its own (--kernels eager, the default)" "$TMP/sm.err"
+# shellcheck disable=SC2086
+$T "$DISTIR" search --model gpt $SM --dtype f32 --optimizer sgd --kernels eager --hw a100-dgx:1 \
+    --devices 4 --json >"$TMP/sm2.json" 2>"$TMP/sm2.err"
+check "... and not once --dtype, --optimizer and --kernels are given" [ ! -s "$TMP/sm2.err" ]
 # shellcheck disable=SC2086
 $T "$DISTIR" search --model gpt $SM --hw a100-dgx:1 --devices 4 --json --server "$ADDR" \
     >"$TMP/sr.json"
