@@ -1711,11 +1711,14 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
  * last reader of any of its aliases; readers in other layers not counted: a
  * lower bound).
  * Per layer the most bytes (batch-divided values, whole batch, one device)
- * live at once; the least over the layers. 0 without mb.
+ * live at once; the least over the layers. 0 without mb. With fused kernels
+ * (wo->fused) a value an op a kernel may take in makes counts only when an op
+ * no kernel takes in reads it in the backward: otherwise it may live inside
+ * one kernel and never be stored.
  */
 static uint64_t
-work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb,
-             const uint8_t *set)
+work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_id *bops,
+             uint32_t nb, const uint8_t *set)
 {
     const ir_module *m = c->m;
     uint32_t L = c->nlayer, n, nev = 0, cap = 0;
@@ -1745,13 +1748,15 @@ work_set_min(const xf_ctx *c, const xf_place *mb, const ir_id *bops, uint32_t nb
         ir_id d = order[p - 1];
         const ir_op *o = &m->ops[d];
         int32_t li = xf_layer_index(c, c->op[d].layer);
+        int internal = fusable(c, wo, d); /* its results may stay inside a kernel */
         if (li < 0 || (uint32_t)li >= L ||
             (ir_opkind_info(o->kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)))
             continue;
         for (uint32_t i = 0; i < o->noutput; i++) {
             ir_id v = o->outputs + i;
             uint64_t b;
-            if (last[v] <= p || (b = live_bytes(c, mb, v)) == 0)
+            if (last[v] <= p || (internal && !(wo->used[v] & USE_BWD_KERNEL)) ||
+                (b = live_bytes(c, mb, v)) == 0)
                 continue;
             DI_GROW(&ev, &cap, nev + 2);
             ev[nev++] = (ws_event){(uint32_t)li, p + 1, (int64_t)b};
@@ -1876,7 +1881,7 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     leaf = leaf_marks(c, r);
     chunk_reductions(c, bops, nb, set, leaf, wo, STRATEGY_RECOMPUTE_NONE, red, late, between,
                      redn, laten);
-    ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, mb, bops, nb, set);
+    ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, wo, mb, bops, nb, set);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
         uint32_t nre;
@@ -1895,7 +1900,7 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, re[j], wo, per, L, k, &g);
         chunk_reductions(c, bops, nb, set, leaf, wo, mode, red, late, between, redn, laten);
-        ws[mode] = work_set_min(c, mb, bops, nb, set);
+        ws[mode] = work_set_min(c, wo, mb, bops, nb, set);
     }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
