@@ -14,9 +14,10 @@
 
 struct hw_model;
 
-/* See xform_cost.op_bound. */
 /* How kernel fusion may treat an op (the simulator's sim_fuse_kind). */
 enum { XFORM_FUSE_NONE, XFORM_FUSE_ELEM, XFORM_FUSE_ROW };
+
+/* See xform_cost.op_bound. */
 typedef struct xform_op_bound {
     double per_flop, flop_fixed, per_byte, launch;
     int gemm; /* GEMM-class: its flop_fixed makes small ones slow */

@@ -1335,8 +1335,9 @@ fusable(const xf_ctx *c, const work_opts *wo, ir_id op)
  * and with fused kernels 2 for an op a fused kernel may take in
  * (sim_fuse_kind via xform_op_bound.fuse). Such an op may cost nothing of
  * its own; what every fused kernel costs at least is counted instead, op by
- * op, never its FLOPs (a kernel is priced at its first op's dtype) nor its
- * inputs (they may be made inside the kernel): a row-wise op ends its
+ * op, never its FLOPs (a kernel is priced at its first op's dtype) nor the
+ * inputs another such op makes (they may be made inside the kernel): a
+ * row-wise op ends its
  * kernel, so it adds one launch and, when its first result is read, that
  * result's bytes (nothing fuses after it, so the kernel writes it); an
  * element-wise op adds its first result's bytes when an op no kernel takes
@@ -1349,7 +1350,9 @@ fusable(const xf_ctx *c, const work_opts *wo, ir_id op)
  * add the bytes of each input no kernel can make (an argument, or, through
  * views, the result of an op no kernel takes in: a GEMM's, a collective's),
  * which some kernel reads; once per value and slot (bit: SLOT_BIT), as a
- * kernel reads a value once however many of its ops read it.
+ * kernel reads a value once however many of its ops read it, and a repeated
+ * op not again what a backward op read (both run in the backward chunk, where
+ * one kernel may hold both).
  */
 static int
 add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit, double *w,
@@ -1370,13 +1373,14 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit
         static const uint8_t row_reads[3] = {USE_FWD, USE_BWD, USE_FWD | USE_BWD};
         static const uint8_t elem_reads[3] = {USE_FWD_KERNEL, USE_BWD_KERNEL, 0};
         uint8_t reads = (t.fuse == XFORM_FUSE_ROW ? row_reads : elem_reads)[slot];
+        unsigned seen = slot == SLOT_RE ? bit | SLOT_BIT(1) : bit;
         double io = 0;
         *flop_s = 0;
         if (o->noutput && (wo->used[o->outputs] & reads))
             io += (double)ir_type_bytes(c->m, c->m->values[o->outputs].type);
         for (uint32_t i = 0; i < o->ninput; i++) {
             ir_id v = c->m->refs[o->inputs + i], d = c->m->values[storage_of(c, v)].def;
-            if ((wo->read[v] & bit) || (d != 0 && fusable(c, wo, d)))
+            if ((wo->read[v] & seen) || (d != 0 && fusable(c, wo, d)))
                 continue;
             wo->read[v] |= (uint8_t)bit;
             io += (double)ir_type_bytes(c->m, c->m->values[v].type);
