@@ -97,7 +97,7 @@ int cli_model_opt(int argc, char **argv, int *i, cli_model_ref *mr);
 int cli_model_ref_has(const cli_model_ref *mr, const char *key);
 int cli_model_ref_build(const cli_model_ref *mr, ir_module **out);
 struct hw_model;
-/* Warns on stderr about the generator's defaults a planner rarely wants (f32, SGD, eager kernels). */
+/* Warns on stderr about the generator's defaults a planner rarely wants (f32, SGD, eager). */
 void cli_warn_model_defaults(const cli_model_ref *mr, const struct hw_model *hw, int kernels);
 struct Distir__V1__ModelSpec;
 void cli_model_ref_proto(const cli_model_ref *mr, struct Distir__V1__ModelSpec *ms);

@@ -1633,7 +1633,8 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                 busy = q + 1;
                 break;
             }
-            if (++nbetween > LATE_MAX || add_terms(c, y, wo, SLOT_RE, SLOT_BIT(4), terms, &flop_s) >= 1)
+            if (++nbetween > LATE_MAX ||
+                add_terms(c, y, wo, SLOT_RE, SLOT_BIT(4), terms, &flop_s) >= 1)
                 break;
             for (uint32_t i = 0; i < m->ops[y].noutput; i++) {
                 ir_id v = m->ops[y].outputs + i;
