@@ -153,6 +153,18 @@ def main():
             s = c.search(base, "a100-dgx", devices=4, top_k=3, progress=events.append)
             check("search: a result with top points",
                   len(s.top) >= 1 and s.top[0].step_time_s > 0 and s.json["top"])
+            f = c.search(base, "a100-dgx", devices=4, top_k=3, kernels="fused")
+            check("search: kernels=\"fused\" is another search (key), faster at its best, and "
+                  "pruned by its time bound",
+                  f.json["search_key"] != s.json["search_key"]
+                  and f.top[0].step_time_s < s.top[0].step_time_s
+                  and f.counts.get("time_bound", 0) > 0,
+                  (f.top[0].step_time_s, s.top[0].step_time_s, f.counts))
+            try:
+                c.search(base, "a100-dgx", devices=4, kernels="jit")
+                check("search: an unknown kernels value is refused", False)
+            except ValueError:
+                check("search: an unknown kernels value is refused (ValueError)", True)
             target = s.top[0].step_time_s * 1.5
             d = c.search(base, "a100-dgx", devices=[1, 2, 4], top_k=3, objective="devices",
                          target_step_s=target, price_per_device_hour=2.0, train_tokens=1e9)

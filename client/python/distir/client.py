@@ -311,16 +311,24 @@ class Client:
 
     def search(self, module, hardware="a100-dgx", *, devices=0, top_k=0,
                objective="time", target_step_s=0.0, price_per_device_hour=0.0,
-               train_tokens=0.0, constraints=None, progress=None) -> SearchOutcome:
+               train_tokens=0.0, constraints=None, kernels="eager", math="ieee",
+               progress=None) -> SearchOutcome:
         """The strategy search on the daemon's workers; progress(event) gets each
         SearchProgress message as it streams. devices: a count, or a list of
         counts (the space on each). objective: "time", "throughput", "devices"
         (the fewest reaching target_step_s) or "cost" (the least device time per
         step); price_per_device_hour and train_tokens add the cost and the time
         to train to each point of the JSON. constraints: a dict of
-        SearchConstraints fields, as {"tp": [1, 2], "cp": [1, 2], "zero": 3}."""
+        SearchConstraints fields, as {"tp": [1, 2], "cp": [1, 2], "zero": 3}.
+        kernels: "eager" (one kernel per op) or "fused" (element-wise chains as
+        one kernel each, as training frameworks run them: `distir search
+        --kernels`); math: "ieee" or "tf32" (f32 GEMMs as TF32: `--math`)."""
         if objective not in self._OBJECTIVES:
             raise ValueError("objective must be one of " + ", ".join(self._OBJECTIVES))
+        if kernels not in ("eager", "fused"):
+            raise ValueError("kernels must be eager or fused")
+        if math not in ("ieee", "tf32"):
+            raise ValueError("math must be ieee or tf32")
         counts = list(devices) if isinstance(devices, (list, tuple)) else []
         req = pb.SearchRequest(**_source(module, self.distir),
                                hardware=_hardware(hardware),
@@ -328,7 +336,8 @@ class Client:
                                objective=self._OBJECTIVES[objective],
                                target_step_s=target_step_s,
                                price_per_device_hour=price_per_device_hour,
-                               train_tokens=train_tokens)
+                               train_tokens=train_tokens, fuse=kernels == "fused",
+                               tf32=math == "tf32")
         req.device_counts.extend(counts)
         if constraints:
             req.constraints.CopyFrom(pb.SearchConstraints(**constraints))
