@@ -26,10 +26,12 @@
 
 static const char usage_baseline[] =
     "baseline set NAME FILE [--hw PRESET|FILE] [strategy flags] [--label TEXT]\n"
+    "                           [--kernels fused|eager] [--math tf32|ieee]\n"
     "                           [--project NAME] (--server ADDR | --db PATH)";
 static const char usage_compare[] =
     "compare FILE (--baseline NAME | --against FILE) [--hw PRESET|FILE]\n"
-    "                      [strategy flags] [--project NAME] [--max-time-regression 2%|50ms]\n"
+    "                      [strategy flags] [--kernels fused|eager] [--math tf32|ieee]\n"
+    "                      [--project NAME] [--max-time-regression 2%|50ms]\n"
     "                      [--max-memory-regression 5%|1GiB] [--junit OUT.xml] [--json]\n"
     "                      (--server ADDR | --db PATH)";
 static const char usage_history[] =
@@ -40,6 +42,7 @@ static const char usage_history[] =
 typedef struct ci_args {
     const char *hwname, *server, *db, *project;
     int timeout_ms;
+    int fuse, tf32; /* --kernels fused, --math tf32 (sim_options) */
     strategy strat;
 } ci_args;
 
@@ -69,6 +72,22 @@ ci_opt(int argc, char **argv, int *i, ci_args *a)
         return r < 0 ? -1 : (a->project = v, 1);
     if ((r = cli_opt(argc, argv, i, "--timeout-ms", &v)) != 0)
         return r < 0 ? -1 : (a->timeout_ms = atoi(v), 1);
+    if ((r = cli_opt(argc, argv, i, "--kernels", &v)) != 0) {
+        if (r < 0 || (strcmp(v, "fused") != 0 && strcmp(v, "eager") != 0)) {
+            cli_error("--kernels takes fused or eager, got '%s'", r < 0 ? "" : v);
+            return -1;
+        }
+        a->fuse = strcmp(v, "fused") == 0;
+        return 1;
+    }
+    if ((r = cli_opt(argc, argv, i, "--math", &v)) != 0) {
+        if (r < 0 || (strcmp(v, "tf32") != 0 && strcmp(v, "ieee") != 0)) {
+            cli_error("--math takes tf32 or ieee, got '%s'", r < 0 ? "" : v);
+            return -1;
+        }
+        a->tf32 = strcmp(v, "tf32") == 0;
+        return 1;
+    }
     return cli_strategy_flag(argc, argv, i, &a->strat);
 }
 
@@ -116,6 +135,8 @@ ci_simulate(const ci_args *a, const char *file, ci_result *out)
     int rc = CLI_FAIL;
     memset(out, 0, sizeof *out);
     sim_options_default(&o);
+    o.fuse = a->fuse;
+    o.tf32 = a->tf32;
     di_error_clear(&err);
     if (hw_load(a->hwname, &hw, &err) != 0) {
         cli_error("%s", err.msg);

@@ -6,7 +6,9 @@
 # and the delta); wider activations (a longer sequence) regress memory;
 # thresholds hold at their edges; history lists every baseline in order;
 # the JUnit file is XML with one testcase per metric; the SVG is XML with a
-# path and axis labels; baselines of one project are invisible to another.
+# path and axis labels; baselines of one project are invisible to another;
+# --kernels fused gives a baseline that fused compares equal to and eager
+# kernels regress.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -94,6 +96,16 @@ sys.exit(not (len(paths) == 1 and len(labels) == 2 and len(marks) == 2))' "$TMP/
     check "$tag: two modules compared without a baseline (exit 1: deeper is slower)" [ $? -eq 1 ]
     $T "$DISTIR" compare "$TMP/base.pb" $W >/dev/null 2>&1
     check "$tag: compare without --baseline or --against is a usage error (exit 2)" [ $? -eq 2 ]
+    # Kernels: a baseline with fused kernels, compared fused (equal) and eager (slower).
+    $T "$DISTIR" baseline set fused "$TMP/base.pb" --kernels fused $W >/dev/null ||
+        fail "$tag: baseline set --kernels fused"
+    $T "$DISTIR" compare "$TMP/base.pb" --baseline fused --kernels fused $W >/dev/null 2>&1
+    check "$tag: --kernels fused against a fused baseline compares equal (exit 0)" [ $? -eq 0 ]
+    $T "$DISTIR" compare "$TMP/base.pb" --baseline fused $W >/dev/null 2>"$TMP/$tag.eager.err"
+    check "$tag: ... eager kernels against it regress step time (exit 1)" [ $? -eq 1 ]
+    check "$tag: ... named" grep -q "regression: step time grew by" "$TMP/$tag.eager.err"
+    $T "$DISTIR" compare "$TMP/base.pb" --baseline fused --kernels jit $W >/dev/null 2>&1
+    check "$tag: --kernels jit is a usage error (exit 2)" [ $? -eq 2 ]
 }
 
 run_checks "--db $TMP/local.db" db
