@@ -106,6 +106,12 @@ def main():
                   not edge.regressed and below.regressed)
             two = c.compare(deeper, against=base, hardware="a100-dgx")
             check("compare: two modules without a baseline", two.regressed and two.baseline is None)
+            c.set_baseline("fused", base, "a100-dgx", options={"fuse": True})
+            fsame = c.compare(base, baseline="fused", hardware="a100-dgx", options={"fuse": True})
+            feager = c.compare(base, baseline="fused", hardware="a100-dgx")
+            check("compare: options reach the simulations (fused against a fused baseline is "
+                  "equal, eager kernels regress step time)",
+                  not fsame.regressed and feager.metrics["step_time_s"].regressed)
             c.set_baseline("train", deeper, "a100-dgx", label="c2")
             h = c.history("train")
             check("history: every baseline, oldest first", [e.label for e in h] == ["c1", "c2"])

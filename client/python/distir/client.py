@@ -264,9 +264,10 @@ class Client:
                                    pb.SimulateReply))
 
     def set_baseline(self, name, module, hardware="a100-dgx", strategy=None, *, label="",
-                     project=None) -> BaselineEntry:
-        """Simulates module and makes the result the baseline `name` (a new history row)."""
-        r = self.simulate(module, hardware, strategy)
+                     project=None, options=None) -> BaselineEntry:
+        """Simulates module and makes the result the baseline `name` (a new history row).
+        options: SimOptions fields, as simulate's ({"fuse": True} for fused kernels)."""
+        r = self.simulate(module, hardware, strategy, options=options)
         reply = self._unary("SetBaseline", pb.SetBaselineRequest(
             project=project or self.project, name=name, cache_key=r.cache_key, label=label),
             pb.BaselineReply)
@@ -275,14 +276,15 @@ class Client:
     def compare(self, module, *, baseline=None, against=None, hardware="a100-dgx",
                 strategy=None, project=None, max_time_regression=0.0,
                 max_time_regression_s=0.0, max_memory_regression=0.0,
-                max_memory_regression_bytes=0) -> Comparison:
+                max_memory_regression_bytes=0, options=None) -> Comparison:
         """module against the baseline `baseline`, or against another module (`against`).
 
         Allowances: relative (fractions: 0.02 is 2%) and absolute; a metric
-        regresses when it grows by more than the larger of the two."""
+        regresses when it grows by more than the larger of the two. options:
+        SimOptions fields for the simulations, as the baseline's were set."""
         if (baseline is None) == (against is None):
             raise ValueError("give baseline= or against=, one of them")
-        cand = self.simulate(module, hardware, strategy)
+        cand = self.simulate(module, hardware, strategy, options=options)
         req = pb.CompareRequest(project=project or self.project, cache_key=cand.cache_key,
                                 limits=pb.CompareLimits(
                                     time_rel=max_time_regression, time_abs_s=max_time_regression_s,
@@ -291,7 +293,8 @@ class Client:
         if baseline is not None:
             req.baseline = baseline
         else:
-            req.base_cache_key = self.simulate(against, hardware, strategy).cache_key
+            req.base_cache_key = self.simulate(against, hardware, strategy,
+                                               options=options).cache_key
         reply = self._unary("Compare", req, pb.CompareReply)
         d = json.loads(reply.json)
         metrics = {m["name"]: Metric(m["name"], m["baseline"], m["candidate"], m["delta"],
