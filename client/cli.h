@@ -109,6 +109,12 @@ uint64_t cli_module_parameters(const ir_module *m);
 /* Option parsing helpers: match "--name VALUE" or "--name=VALUE". */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
 int cli_flag(const char *arg, const char *name);
+/*
+ * The simulation options at argv[*i]: --math tf32|ieee into *tf32, --kernels fused|eager
+ * into *fuse (and *kernels set: it was given). 1 taken, 0 not one of them, -1 usage error
+ * (said).
+ */
+int cli_sim_opt(int argc, char **argv, int *i, int *tf32, int *fuse, int *kernels);
 /* Whether text is a whole decimal in [lo, hi]; its value into *out. */
 int cli_long_in(const char *text, long lo, long hi, long *out);
 

@@ -61,7 +61,7 @@ static int
 ci_opt(int argc, char **argv, int *i, ci_args *a)
 {
     const char *v;
-    int r;
+    int r, kernels;
     if ((r = cli_opt(argc, argv, i, "--hw", &v)) != 0)
         return r < 0 ? -1 : (a->hwname = v, 1);
     if ((r = cli_opt(argc, argv, i, "--server", &v)) != 0)
@@ -72,22 +72,8 @@ ci_opt(int argc, char **argv, int *i, ci_args *a)
         return r < 0 ? -1 : (a->project = v, 1);
     if ((r = cli_opt(argc, argv, i, "--timeout-ms", &v)) != 0)
         return r < 0 ? -1 : (a->timeout_ms = atoi(v), 1);
-    if ((r = cli_opt(argc, argv, i, "--kernels", &v)) != 0) {
-        if (r < 0 || (strcmp(v, "fused") != 0 && strcmp(v, "eager") != 0)) {
-            cli_error("--kernels takes fused or eager, got '%s'", r < 0 ? "" : v);
-            return -1;
-        }
-        a->fuse = strcmp(v, "fused") == 0;
-        return 1;
-    }
-    if ((r = cli_opt(argc, argv, i, "--math", &v)) != 0) {
-        if (r < 0 || (strcmp(v, "tf32") != 0 && strcmp(v, "ieee") != 0)) {
-            cli_error("--math takes tf32 or ieee, got '%s'", r < 0 ? "" : v);
-            return -1;
-        }
-        a->tf32 = strcmp(v, "tf32") == 0;
-        return 1;
-    }
+    if ((r = cli_sim_opt(argc, argv, i, &a->tf32, &a->fuse, &kernels)) != 0)
+        return r;
     return cli_strategy_flag(argc, argv, i, &a->strat);
 }
 

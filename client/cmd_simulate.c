@@ -481,23 +481,9 @@ simulate_cmd(int argc, char **argv, strategy *s)
             per_device = 1;
         } else if (cli_flag(argv[i], "--no-overlap")) {
             o.no_overlap = 1;
-        } else if ((r = cli_opt(argc, argv, &i, "--math", &v)) != 0) {
+        } else if ((r = cli_sim_opt(argc, argv, &i, &o.tf32, &o.fuse, &kernels)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
-            if (strcmp(v, "tf32") != 0 && strcmp(v, "ieee") != 0) {
-                cli_error("--math takes tf32 or ieee, got '%s'", v);
-                return CLI_USAGE;
-            }
-            o.tf32 = strcmp(v, "tf32") == 0;
-        } else if ((r = cli_opt(argc, argv, &i, "--kernels", &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            if (strcmp(v, "fused") != 0 && strcmp(v, "eager") != 0) {
-                cli_error("--kernels takes fused or eager, got '%s'", v);
-                return CLI_USAGE;
-            }
-            o.fuse = strcmp(v, "fused") == 0;
-            kernels = 1;
         } else if (cli_flag(argv[i], "--fail-on-oom")) {
             fail_on_oom = 1;
         } else if (cli_flag(argv[i], "--strict")) {

@@ -95,6 +95,35 @@ cli_opt(int argc, char **argv, int *i, const char *name, const char **value)
     return 1;
 }
 
+int
+cli_sim_opt(int argc, char **argv, int *i, int *tf32, int *fuse, int *kernels)
+{
+    const char *v;
+    int r;
+    if ((r = cli_opt(argc, argv, i, "--math", &v)) != 0) {
+        if (r < 0)
+            return -1;
+        if (strcmp(v, "tf32") != 0 && strcmp(v, "ieee") != 0) {
+            cli_error("--math takes tf32 or ieee, got '%s'", v);
+            return -1;
+        }
+        *tf32 = strcmp(v, "tf32") == 0;
+        return 1;
+    }
+    if ((r = cli_opt(argc, argv, i, "--kernels", &v)) != 0) {
+        if (r < 0)
+            return -1;
+        if (strcmp(v, "fused") != 0 && strcmp(v, "eager") != 0) {
+            cli_error("--kernels takes fused or eager, got '%s'", v);
+            return -1;
+        }
+        *fuse = strcmp(v, "fused") == 0;
+        *kernels = 1;
+        return 1;
+    }
+    return 0;
+}
+
 cli_format
 cli_detect_format(const uint8_t *data, size_t len)
 {

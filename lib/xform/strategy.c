@@ -1298,6 +1298,7 @@ add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, doubl
  */
 typedef struct work_opts {
     int tf32, fused;
+    const uint8_t *fusable; /* per op, with fused kernels: a fused kernel may take it in */
     const uint8_t *used;
     uint8_t *read; /* per value: SLOT_BIT of the slots that counted reading it (add_terms) */
 } work_opts;
@@ -1320,11 +1321,9 @@ enum { SLOT_FWD, SLOT_BWD, SLOT_RE };
 
 /* Whether, with fused kernels, a fused kernel may take op in (add_terms' 2). */
 static int
-fusable(const xf_ctx *c, const work_opts *wo, ir_id op)
+fusable(const work_opts *wo, ir_id op)
 {
-    xform_op_bound t;
-    return wo->fused && c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t) &&
-           t.fuse != XFORM_FUSE_NONE;
+    return wo->fusable != NULL && wo->fusable[op];
 }
 
 /*
@@ -1380,7 +1379,7 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit
             io += (double)ir_type_bytes(c->m, c->m->values[o->outputs].type);
         for (uint32_t i = 0; i < o->ninput; i++) {
             ir_id v = c->m->refs[o->inputs + i], d = c->m->values[storage_of(c, v)].def;
-            if ((wo->read[v] & seen) || (d != 0 && fusable(c, wo, d)))
+            if ((wo->read[v] & seen) || (d != 0 && fusable(wo, d)))
                 continue;
             wo->read[v] |= (uint8_t)bit;
             io += (double)ir_type_bytes(c->m, c->m->values[v].type);
@@ -1591,7 +1590,7 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
         double terms[BETWEEN_TERMS] = {0}, flop_s;
         uint32_t nbetween = 0;
         size_t at = 0; /* the reader's collective: at ar for an all-reduce */
-        if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer || fusable(c, wo, x))
+        if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer || fusable(wo, x))
             continue;
         for (uint32_t q = p + 1; q < n; q++) {
             ir_id y = order[q];
@@ -1753,7 +1752,7 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
         ir_id d = order[p - 1];
         const ir_op *o = &m->ops[d];
         int32_t li = xf_layer_index(c, c->op[d].layer);
-        int internal = fusable(c, wo, d); /* its results may stay inside a kernel */
+        int internal = fusable(wo, d); /* its results may stay inside a kernel */
         if (li < 0 || (uint32_t)li >= L ||
             (ir_opkind_info(o->kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)))
             continue;
@@ -1977,6 +1976,18 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     di_free(fops);
 }
 
+/* Per op of c's module, with fused kernels, whether a fused kernel may take it in; caller frees. */
+static uint8_t *
+op_fusable(const xf_ctx *c, const work_opts *wo)
+{
+    uint8_t *f = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
+    for (ir_id op = 1; op < c->m->nop; op++) {
+        xform_op_bound t;
+        f[op] = c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t) && t.fuse != XFORM_FUSE_NONE;
+    }
+    return f;
+}
+
 /* Per value of c's module, its readers (USE_*); caller frees. */
 static uint8_t *
 value_uses(const xf_ctx *c, const work_opts *wo)
@@ -1989,7 +2000,7 @@ value_uses(const xf_ctx *c, const work_opts *wo)
         uint8_t bits = fwd ? USE_FWD : USE_BWD;
         if (o->kind == IR_OP_NONE)
             continue;
-        if (!fusable(c, wo, op))
+        if (!fusable(wo, op))
             bits |= fwd ? USE_FWD_KERNEL : USE_BWD_KERNEL;
         for (uint32_t i = 0; i < o->ninput; i++)
             used[m->refs[o->inputs + i]] |= bits;
@@ -2009,7 +2020,8 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     di_error err2;
     uint8_t *full, *used;
     work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, (flags & XFORM_ANALYSIS_FUSED) != 0, NULL,
-                    NULL};
+                    NULL, NULL};
+    uint8_t *fus = NULL;
     int rc, have2;
     memset(out, 0, sizeof *out);
     if ((rc = analyse(&c, m, s, hw, err)) != 0)
@@ -2029,12 +2041,15 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     out->state_min = state_min(&c, &out->param_min, &out->grad_min, out);
     /* After the analyses that read the recomputation marks: it changes them. */
     full = di_xcalloc(c.m->nop ? c.m->nop : 1, 1);
+    if (wo.fused && xform_cost_known(&c.cost) && c.cost.op_bound != NULL)
+        wo.fusable = fus = op_fusable(&c, &wo);
     used = value_uses(&c, &wo);
     wo.used = used;
     wo.read = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
     layer_work(&c, &wo, have2 ? c2.place : NULL, &out->time, out->work_set_min, full);
     layer_params(&c, full, &out->params, &out->nparams);
     di_free(wo.read);
+    di_free(fus);
     di_free(used);
     di_free(full);
     if (have2)
