@@ -167,6 +167,12 @@ ci_simulate(const ci_args *a, const char *file, ci_result *out)
         sim_model_stats st;
         sim_model_stats_of(m, &st);
         sim_result_set_model(out->r, &st);
+        hw_hash(hw, &hh);
+        {
+            char text[1024];
+            strategy_format(&a->strat, text, sizeof text);
+            sim_result_set_inputs(out->r, text, &hh);
+        }
         if (sim_result_pack(out->r, &out->data, &out->len) != 0) {
             cli_error("cannot encode the result");
             goto out;
@@ -174,7 +180,6 @@ ci_simulate(const ci_args *a, const char *file, ci_result *out)
         /* Content-derived, as a daemon's; it identifies the result in this database. */
         request_simopts_of(&o, &opts);
         ir_hash(m, &mh);
-        hw_hash(hw, &hh);
         request_cache_key(&mh, &hh, &a->strat, &opts, SIM_VERSION, &key);
         di_hash_hex(&key, out->key);
         rc = CLI_OK;
@@ -563,6 +568,13 @@ cmd_compare(int argc, char **argv)
         fwrite(b.data, 1, b.len, stdout);
         fflush(stdout); /* before the verdicts on stderr, in a log that merges both */
         di_buf_fini(&b);
+        if (json && cmp.ndiff > 0) { /* the text form has it on stdout */
+            di_buf_init(&b);
+            sim_compare_settings_text(&cmp, &b);
+            di_buf_put(&b, "", 1);
+            cli_error("warning: %s", b.data);
+            di_buf_fini(&b);
+        }
         rc = junit ? write_junit(junit, &cmp, base_name ? base_name : "against") : CLI_OK;
         for (int i = 0; i < SIM_CMP_NMETRIC && rc == CLI_OK; i++)
             if (cmp.m[i].regressed) {

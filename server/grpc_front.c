@@ -577,6 +577,11 @@ job_run_simulate(srv_job *job)
         return;
     }
     sim_result_set_model(res, &job->input->stats);
+    {
+        char text[1024];
+        strategy_format(&job->strategy, text, sizeof text);
+        sim_result_set_inputs(res, text, &job->input->hw_hash);
+    }
     job->step_time_s = res->step_time_s;
     job->peak_memory_bytes = res->peak_memory_bytes;
     rc = sim_result_pack(res, &job->result, &job->result_len);

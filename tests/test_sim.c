@@ -18,6 +18,7 @@
 
 #include "ir/ir.h"
 #include "models/models.h"
+#include "sim/compare.h"
 #include "sim/hw.h"
 #include "sim/sim.h"
 #include "xform/cost.h"
@@ -1166,16 +1167,118 @@ test_result_proto(void **state)
     size_t len;
     di_error err;
     char *a, *b;
+    di_hash h;
+    di_sha256_once("hw", 2, &h);
+    sim_result_set_inputs(r, "dp=2 tp=1", &h);
     assert_int_equal(sim_result_pack(r, &data, &len), 0);
     assert_int_equal(sim_result_unpack(data, len, &back, &err), 0);
     a = sim_result_to_json(r);
     b = sim_result_to_json(back);
     assert_string_equal(a, b);
+    /* And what it was simulated with (sim_run's, then the caller's). */
+    assert_string_equal(back->settings.version, SIM_VERSION);
+    assert_string_equal(back->settings.hardware, hw->name);
+    assert_string_equal(back->settings.strategy, "dp=2 tp=1");
+    assert_int_equal(strlen(back->settings.hardware_hash), 64);
+    assert_string_equal(back->settings.hardware_hash, r->settings.hardware_hash);
+    assert_true(back->settings.have_options);
+    assert_false(back->settings.fuse);
     di_free(a);
     di_free(b);
     di_free(data);
     sim_result_free(back);
     sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/*
+ * A comparison names the settings that differ where both results recorded
+ * them, and none when they agree or one side did not record them (a result
+ * stored before they were).
+ */
+static void
+test_compare_settings(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 4);
+    ir_module *m = pmap_module();
+    sim_result *a = run(m, hw, 0), *b = run(m, hw, 1);
+    sim_compare_limits lim;
+    sim_compare c;
+    di_hash h;
+    di_buf j;
+    json_t *root;
+    json_error_t jerr;
+    char longer[400];
+    memset(&lim, 0, sizeof lim);
+    di_sha256_once("hw", 2, &h);
+    sim_result_set_inputs(a, "dp=4 tp=1", &h);
+    sim_result_set_inputs(b, "dp=4 tp=1", &h);
+    sim_compare_results(a, a, &lim, &c);
+    assert_int_equal(c.ndiff, 0);
+    sim_compare_results(a, b, &lim, &c); /* --no-overlap on one side */
+    assert_int_equal(c.ndiff, 1);
+    assert_string_equal(c.diff[0].setting, "overlap");
+    assert_string_equal(c.diff[0].base, "on");
+    assert_string_equal(c.diff[0].cand, "off");
+    b->settings.fuse = 1;
+    b->settings.version[0] = 'x';
+    /* A long strategy with two-byte characters: cut with "..." at a character's start. */
+    memset(longer, 0, sizeof longer);
+    longer[0] = 'x'; /* then characters start at odd offsets: the plain cut would split one */
+    for (int i = 0; i < 199; i++)
+        memcpy(longer + 1 + 2 * i, "\xc3\xa9", 2);
+    sim_result_set_inputs(b, longer, &h);
+    sim_compare_results(a, b, &lim, &c);
+    assert_int_equal(c.ndiff, 4);
+    assert_string_equal(c.diff[0].setting, "simulator");
+    assert_string_equal(c.diff[1].setting, "strategy");
+    assert_string_equal(c.diff[2].setting, "kernels");
+    assert_string_equal(c.diff[2].base, "eager");
+    assert_string_equal(c.diff[2].cand, "fused");
+    assert_string_equal(c.diff[3].setting, "overlap");
+    {
+        size_t n = strlen(c.diff[1].cand);
+        assert_true(n < sizeof c.diff[1].cand && n > 100);
+        assert_string_equal(c.diff[1].cand + n - 3, "...");
+        assert_int_equal((n - 3 - 1) % 2, 0); /* 'x' and whole characters before it */
+    }
+    di_buf_init(&j);
+    sim_compare_json(&c, &j);
+    di_buf_put(&j, "", 1);
+    root = json_loads(j.data, 0, &jerr);
+    assert_non_null(root);
+    assert_int_equal(json_array_size(json_object_get(root, "settings_differ")), 4);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(root, "settings_differ"), 2),
+                            "candidate")),
+                        "fused");
+    json_decref(root);
+    di_buf_fini(&j);
+    di_buf_init(&j);
+    sim_compare_text(&c, &j);
+    di_buf_put(&j, "", 1);
+    assert_non_null(strstr(j.data, "warning: the results were simulated with different settings"));
+    assert_non_null(strstr(j.data, "kernels 'eager' (baseline) -> 'fused'"));
+    di_buf_fini(&j);
+    /* Not recorded on one side (a result stored before settings were): nothing to name. */
+    memset(&b->settings.version, 0, sizeof b->settings.version);
+    b->settings.hardware[0] = b->settings.hardware_hash[0] = '\0';
+    sim_result_set_inputs(b, NULL, NULL);
+    b->settings.have_options = 0;
+    sim_compare_results(a, b, &lim, &c);
+    assert_int_equal(c.ndiff, 0);
+    /* The same name with other figures: a hardware difference shown with the hashes. */
+    sim_result_set_inputs(b, "dp=4 tp=1", &h);
+    snprintf(b->settings.hardware, sizeof b->settings.hardware, "%s", a->settings.hardware);
+    b->settings.hardware_hash[0] = b->settings.hardware_hash[0] == '0' ? '1' : '0';
+    sim_compare_results(a, b, &lim, &c);
+    assert_int_equal(c.ndiff, 1);
+    assert_string_equal(c.diff[0].setting, "hardware");
+    assert_non_null(strstr(c.diff[0].base, "(figures "));
+    sim_result_free(a);
+    sim_result_free(b);
     ir_module_free(m);
     hw_free(hw);
 }
@@ -1739,6 +1842,7 @@ main(void)
         cmocka_unit_test(test_workspace),
         cmocka_unit_test(test_shared_timelines),
         cmocka_unit_test(test_single_clock_1f1b),
+        cmocka_unit_test(test_compare_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include "sim/compare.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,63 @@ metric(sim_compare_metric *m, const char *name, double base, double cand, double
     m->regressed = m->delta > m->allowed;
 }
 
+/* Shows text in out (truncated with "..." when longer, at a UTF-8 character's start). */
+static void
+shown(char *out, size_t n, const char *text)
+{
+    int k = snprintf(out, n, "%s", text);
+    if (k >= 0 && (size_t)k >= n && n > 4) {
+        size_t cut = n - 4;
+        while (cut > 0 && ((unsigned char)out[cut] & 0xC0) == 0x80)
+            cut--;
+        memcpy(out + cut, "...", 4);
+    }
+}
+
+static void
+add_diff(sim_compare *c, const char *setting, const char *base, const char *cand)
+{
+    sim_compare_diff *d;
+    if (c->ndiff == SIM_CMP_MAX_DIFF)
+        return;
+    d = &c->diff[c->ndiff++];
+    d->setting = setting;
+    shown(d->base, sizeof d->base, base);
+    shown(d->cand, sizeof d->cand, cand);
+}
+
+/* The settings of b and c that differ, where both recorded them. */
+static void
+settings_differ(const sim_settings *b, const sim_settings *c, sim_compare *out)
+{
+    if (b->version[0] && c->version[0] && strcmp(b->version, c->version) != 0)
+        add_diff(out, "simulator", b->version, c->version);
+    if (b->hardware_hash[0] && c->hardware_hash[0]
+            ? strcmp(b->hardware_hash, c->hardware_hash) != 0
+            : b->hardware[0] && c->hardware[0] && strcmp(b->hardware, c->hardware) != 0) {
+        char x[160], y[160];
+        if (strcmp(b->hardware, c->hardware) != 0) {
+            add_diff(out, "hardware", b->hardware, c->hardware);
+        } else { /* the same name, other figures (a changed JSON file or preset) */
+            snprintf(x, sizeof x, "%.100s (figures %.12s)", b->hardware, b->hardware_hash);
+            snprintf(y, sizeof y, "%.100s (figures %.12s)", c->hardware, c->hardware_hash);
+            add_diff(out, "hardware", x, y);
+        }
+    }
+    if (b->strategy && c->strategy && strcmp(b->strategy, c->strategy) != 0)
+        add_diff(out, "strategy", b->strategy, c->strategy);
+    if (!b->have_options || !c->have_options)
+        return;
+    if (b->fuse != c->fuse)
+        add_diff(out, "kernels", b->fuse ? "fused" : "eager", c->fuse ? "fused" : "eager");
+    if (b->tf32 != c->tf32)
+        add_diff(out, "math", b->tf32 ? "tf32" : "ieee", c->tf32 ? "tf32" : "ieee");
+    if (b->no_overlap != c->no_overlap)
+        add_diff(out, "overlap", b->no_overlap ? "off" : "on", c->no_overlap ? "off" : "on");
+    if (b->strict != c->strict)
+        add_diff(out, "strict", b->strict ? "on" : "off", c->strict ? "on" : "off");
+}
+
 void
 sim_compare_results(const sim_result *base, const sim_result *cand,
                     const sim_compare_limits *lim, sim_compare *out)
@@ -82,6 +140,7 @@ sim_compare_results(const sim_result *base, const sim_result *cand,
     metric(&out->m[SIM_CMP_MEMORY], "peak_memory_bytes", (double)base->peak_memory_bytes,
            (double)cand->peak_memory_bytes, lim->memory_rel, (double)lim->memory_abs);
     out->regressed = out->m[SIM_CMP_TIME].regressed || out->m[SIM_CMP_MEMORY].regressed;
+    settings_differ(&base->settings, &cand->settings, out);
     const sim_device_result *bt = largest(base, 1), *ct = largest(cand, 1);
     if (bt != NULL && ct != NULL) {
         out->d_compute_s = ct->compute_s - bt->compute_s;
@@ -145,6 +204,21 @@ sim_compare_text(const sim_compare *c, di_buf *out)
             any = 1;
         }
     di_buf_puts(out, any ? "\n" : " no class changed\n");
+    if (c->ndiff == 0)
+        return;
+    di_buf_puts(out, "warning: ");
+    sim_compare_settings_text(c, out);
+    di_buf_puts(out, "\n");
+}
+
+void
+sim_compare_settings_text(const sim_compare *c, di_buf *out)
+{
+    di_buf_puts(out, "the results were simulated with different settings, which may explain "
+                     "the difference rather than the module:");
+    for (uint32_t i = 0; i < c->ndiff; i++)
+        di_buf_printf(out, "%s %s '%s' (baseline) -> '%s'", i ? ";" : "", c->diff[i].setting,
+                      c->diff[i].base, c->diff[i].cand);
 }
 
 void
@@ -177,5 +251,14 @@ sim_compare_json(const sim_compare *c, di_buf *out)
     for (int k = 0; k < SIM_NMEMCLASS; k++)
         di_buf_printf(out, "%s\"%s\":%lld", k ? "," : "", sim_memclass_name(k),
                       (long long)c->d_by_class[k]);
-    di_buf_puts(out, "}}}");
+    di_buf_puts(out, "}},\"settings_differ\":[");
+    for (uint32_t i = 0; i < c->ndiff; i++) {
+        di_buf_printf(out, "%s{\"setting\":\"%s\",\"baseline\":", i ? "," : "",
+                      c->diff[i].setting);
+        di_buf_json_str(out, c->diff[i].base);
+        di_buf_puts(out, ",\"candidate\":");
+        di_buf_json_str(out, c->diff[i].cand);
+        di_buf_puts(out, "}");
+    }
+    di_buf_puts(out, "]}");
 }

@@ -35,8 +35,23 @@ typedef struct sim_compare_metric {
     int regressed;
 } sim_compare_metric;
 
+/*
+ * A setting the two results were simulated with that differs (sim_settings;
+ * only where both recorded it): "simulator" (version), "hardware" (its figures:
+ * shown by name, with a hash prefix when the names agree), "strategy",
+ * "kernels" (fused, eager), "math" (tf32, ieee), "overlap" (on, off: --no-overlap),
+ * "strict" (on, off). Then the difference may be theirs, not the module's.
+ */
+#define SIM_CMP_MAX_DIFF 7
+typedef struct sim_compare_diff {
+    const char *setting;
+    char base[160], cand[160]; /* as shown, truncated with "..." */
+} sim_compare_diff;
+
 typedef struct sim_compare {
     sim_compare_metric m[SIM_CMP_NMETRIC];
+    sim_compare_diff diff[SIM_CMP_MAX_DIFF];
+    uint32_t ndiff;
     int regressed; /* any metric */
     /* Where the step-time difference comes from (busiest device of each): */
     double d_compute_s, d_exposed_comm_s, d_idle_s, d_flops;
@@ -49,9 +64,17 @@ int sim_compare_parse_limit(const char *text, int memory, double *rel, double *a
                             di_error *err);
 void sim_compare_results(const sim_result *base, const sim_result *cand,
                          const sim_compare_limits *lim, sim_compare *out);
-/* One line per metric, the verdict and the explanation (the CLI's text form). */
+/*
+ * One line per metric, the verdict and the explanation, and a warning line
+ * when settings differ (the CLI's text form).
+ */
 void sim_compare_text(const sim_compare *c, di_buf *out);
-/* A JSON object: metrics with deltas, limits and verdicts, and the explanation. */
+/* The settings that differ, one line without its end (for a warning). */
+void sim_compare_settings_text(const sim_compare *c, di_buf *out);
+/*
+ * A JSON object: metrics with deltas, limits and verdicts, the explanation,
+ * and "settings_differ" (a list, empty when none differs).
+ */
 void sim_compare_json(const sim_compare *c, di_buf *out);
 
 #endif

@@ -416,7 +416,21 @@ sim_result_to_proto(const sim_result *r)
     p->tokens_per_s = r->tokens_per_s;
     p->bubble_fraction = r->bubble_fraction;
     p->ops = r->ops;
-    p->simulator_version = di_xstrdup(SIM_VERSION);
+    p->simulator_version = di_xstrdup(r->settings.version[0] ? r->settings.version : SIM_VERSION);
+    {
+        const sim_settings *st = &r->settings;
+        Distir__V1__SimSettings *q = di_xcalloc(1, sizeof *q);
+        distir__v1__sim_settings__init(q);
+        q->hardware = di_xstrdup(st->hardware);
+        q->hardware_hash = di_xstrdup(st->hardware_hash);
+        q->strategy = di_xstrdup(st->strategy ? st->strategy : "");
+        q->have_options = st->have_options != 0;
+        q->fuse = st->fuse != 0;
+        q->tf32 = st->tf32 != 0;
+        q->no_overlap = st->no_overlap != 0;
+        q->strict = st->strict != 0;
+        p->settings = q;
+    }
     p->n_devices = r->ndevice;
     p->devices = di_xcalloc(r->ndevice ? r->ndevice : 1, sizeof *p->devices);
     for (uint32_t i = 0; i < r->ndevice; i++) {
@@ -475,6 +489,12 @@ sim_result_proto_free(struct Distir__V1__SimResult *p)
     }
     di_free(p->devices);
     di_free(p->simulator_version);
+    if (p->settings != NULL) {
+        di_free(p->settings->hardware);
+        di_free(p->settings->hardware_hash);
+        di_free(p->settings->strategy);
+        di_free(p->settings);
+    }
     di_free(p);
 }
 
@@ -498,6 +518,23 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
     r->tokens_per_s = p->tokens_per_s;
     r->bubble_fraction = p->bubble_fraction;
     r->ops = p->ops;
+    if (p->simulator_version != NULL)
+        snprintf(r->settings.version, sizeof r->settings.version, "%s", p->simulator_version);
+    if (p->settings != NULL) {
+        const Distir__V1__SimSettings *q = p->settings;
+        sim_settings *st = &r->settings;
+        snprintf(st->hardware, sizeof st->hardware, "%s", q->hardware ? q->hardware : "");
+        /* A hash is 64 hex digits or absent; anything else is not recorded. */
+        if (q->hardware_hash != NULL && strlen(q->hardware_hash) == 64)
+            memcpy(st->hardware_hash, q->hardware_hash, 65);
+        if (q->strategy != NULL && q->strategy[0] != '\0')
+            st->strategy = di_xstrdup(q->strategy);
+        st->have_options = q->have_options;
+        st->fuse = q->fuse;
+        st->tf32 = q->tf32;
+        st->no_overlap = q->no_overlap;
+        st->strict = q->strict;
+    }
     r->ndevice = (uint32_t)p->n_devices;
     r->devices = di_xcalloc(r->ndevice ? r->ndevice : 1, sizeof *r->devices);
     for (uint32_t i = 0; i < r->ndevice; i++) {

@@ -37,6 +37,7 @@
  */
 #include "sim/sim_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 const char *
@@ -474,6 +475,16 @@ run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_opti
         }
         rc = sim_once(&s, ws, m, hw, opt, 0, trace, out, err);
     }
+    if (rc == 0) {
+        sim_settings *st = &(*out)->settings;
+        snprintf(st->version, sizeof st->version, "%s", SIM_VERSION);
+        snprintf(st->hardware, sizeof st->hardware, "%s", hw->name);
+        st->have_options = 1;
+        st->fuse = opt->fuse != 0;
+        st->tf32 = opt->tf32 != 0;
+        st->no_overlap = opt->no_overlap != 0;
+        st->strict = opt->strict != 0;
+    }
     if (rc == 0 && events) {
         *events = arr.v;
         *nevent = arr.n;
@@ -555,5 +566,17 @@ sim_result_free(sim_result *r)
         if (!r->devices[i].timeline_shared)
             di_free(r->devices[i].timeline);
     di_free(r->devices);
+    di_free(r->settings.strategy);
     di_free(r);
+}
+
+void
+sim_result_set_inputs(sim_result *r, const char *strategy, const di_hash *hw)
+{
+    di_free(r->settings.strategy);
+    r->settings.strategy = strategy ? di_xstrdup(strategy) : NULL;
+    if (hw != NULL)
+        di_hash_hex(hw, r->settings.hardware_hash);
+    else
+        r->settings.hardware_hash[0] = '\0';
 }

@@ -88,6 +88,23 @@ typedef struct sim_device_result {
     int32_t timeline_device;
 } sim_device_result;
 
+/*
+ * What a result was simulated with, so that a comparison can tell a change of
+ * the module from a change of the settings (lib/sim/compare.c). sim_run sets
+ * the simulator version, the options and the hardware's name; the caller that
+ * knows them the strategy and the hardware's content hash
+ * (sim_result_set_inputs). Empty strings: not recorded (results stored
+ * before these were); have_options 0: the options not recorded.
+ */
+typedef struct sim_settings {
+    char version[32];      /* SIM_VERSION */
+    char hardware[64];     /* hw_model.name */
+    char hardware_hash[65]; /* hw_hash, 64 hex digits, or "" */
+    char *strategy;        /* strategy_format text (owned), or NULL */
+    int have_options;
+    int fuse, tf32, no_overlap, strict; /* sim_options' */
+} sim_settings;
+
 typedef struct sim_result {
     double step_time_s;
     uint32_t ndevice;
@@ -105,7 +122,14 @@ typedef struct sim_result {
     double bubble_fraction;     /* 1 - mean compute time / step time: compute idle (pipeline
                                    bubbles, exposed communication, load imbalance) */
     uint64_t ops;               /* ops simulated (pmap bodies counted per device) */
+    sim_settings settings;
 } sim_result;
+
+/*
+ * Records the strategy (its strategy_format text, or NULL) and the hardware's
+ * content hash (or NULL) in r's settings.
+ */
+void sim_result_set_inputs(sim_result *r, const char *strategy, const di_hash *hw);
 
 /*
  * What a sequential training step is worth (modelstats.c): parameters (the

@@ -8,7 +8,7 @@
 # the JUnit file is XML with one testcase per metric; the SVG is XML with a
 # path and axis labels; baselines of one project are invisible to another;
 # --kernels fused gives a baseline that fused compares equal to and eager
-# kernels regress.
+# kernels regress, with a warning naming the settings that differ.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -101,9 +101,21 @@ sys.exit(not (len(paths) == 1 and len(labels) == 2 and len(marks) == 2))' "$TMP/
         fail "$tag: baseline set --kernels fused"
     $T "$DISTIR" compare "$TMP/base.pb" --baseline fused --kernels fused $W >/dev/null 2>&1
     check "$tag: --kernels fused against a fused baseline compares equal (exit 0)" [ $? -eq 0 ]
-    $T "$DISTIR" compare "$TMP/base.pb" --baseline fused $W >/dev/null 2>"$TMP/$tag.eager.err"
+    $T "$DISTIR" compare "$TMP/base.pb" --baseline fused $W >"$TMP/$tag.eager.out" \
+        2>"$TMP/$tag.eager.err"
     check "$tag: ... eager kernels against it regress step time (exit 1)" [ $? -eq 1 ]
     check "$tag: ... named" grep -q "regression: step time grew by" "$TMP/$tag.eager.err"
+    check "$tag: ... with a warning that the kernels differ, not the module" \
+        grep -q "warning: the results were simulated with different settings.*kernels 'fused' (baseline) -> 'eager'" \
+        "$TMP/$tag.eager.out"
+    $T "$DISTIR" compare "$TMP/base.pb" --baseline fused --json --dp 2 $W >"$TMP/$tag.sd.json" \
+        2>"$TMP/$tag.sd.err"
+    check "$tag: ... --json lists the settings that differ (strategy, kernels) and warns on stderr" \
+        sh -c "[ \"\$(/usr/bin/python3 -c 'import sys, json
+print(\",\".join(d[\"setting\"] for d in json.load(open(sys.argv[1]))[\"settings_differ\"]))' '$TMP/$tag.sd.json')\" = strategy,kernels ] &&
+            grep -q 'warning: the results were simulated with different settings' '$TMP/$tag.sd.err'"
+    check "$tag: ... and the unchanged model against its baseline warns of nothing" \
+        sh -c "! grep -q warning '$TMP/$tag.same'"
     $T "$DISTIR" compare "$TMP/base.pb" --baseline fused --kernels jit $W >/dev/null 2>&1
     check "$tag: --kernels jit is a usage error (exit 2)" [ $? -eq 2 ]
 }

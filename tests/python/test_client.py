@@ -112,6 +112,10 @@ def main():
             check("compare: options reach the simulations (fused against a fused baseline is "
                   "equal, eager kernels regress step time)",
                   not fsame.regressed and feager.metrics["step_time_s"].regressed)
+            check("compare: settings_differ names the kernels (and nothing when they agree)",
+                  feager.settings_differ == [{"setting": "kernels", "baseline": "fused",
+                                              "candidate": "eager"}]
+                  and fsame.settings_differ == [])
             c.set_baseline("train", deeper, "a100-dgx", label="c2")
             h = c.history("train")
             check("history: every baseline, oldest first", [e.label for e in h] == ["c1", "c2"])

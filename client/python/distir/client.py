@@ -69,6 +69,9 @@ class Comparison:
     explanation: dict
     text: str
     baseline: Optional[BaselineEntry]
+    # Settings the two results were simulated with that differ ({"setting": "kernels",
+    # "baseline": "fused", "candidate": "eager"}, ...): the difference may be theirs.
+    settings_differ: List[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -301,7 +304,8 @@ class Client:
                                      m["relative"], m["allowed"], m["regressed"])
                    for m in d["metrics"]}
         return Comparison(reply.regressed, metrics, d["explanation"], reply.text,
-                          _entry(reply.baseline) if reply.HasField("baseline") else None)
+                          _entry(reply.baseline) if reply.HasField("baseline") else None,
+                          d.get("settings_differ", []))
 
     def history(self, name, *, project=None) -> List[BaselineEntry]:
         """Every baseline set under `name`, oldest first."""
