@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-22"
+#define SEARCH_VERSION "distir-search-23"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -206,7 +206,7 @@ typedef struct search_space {
         uint64_t saved_min[3], state_min, param_min, grad_min;
         uint64_t work_set_min[3]; /* xform_layer_facts.work_set_min */
         uint64_t edge_state[2], edge_param[2], edge_grad[2]; /* xform_layer_facts' */
-        uint64_t head_saved;                                 /* xform_layer_facts' */
+        uint64_t head_saved, embed_saved;                    /* xform_layer_facts' */
         xform_layer_time time;
         /* The least seconds per byte of a reduce-scatter or an all-gather over a tensor
            group (devices 0 .. tp - 1; sim_collective_slope), for the time bound's

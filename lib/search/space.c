@@ -795,6 +795,7 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         memcpy(e->edge_param, f.edge_param, sizeof e->edge_param);
         memcpy(e->edge_grad, f.edge_grad, sizeof e->edge_grad);
         e->head_saved = f.head_saved;
+        e->embed_saved = f.embed_saved;
         e->time = f.time;
         if (e->tp > 1 && e->tp <= sp->hw->ndevice) {
             /*
@@ -1488,7 +1489,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
          * The weights outside the layers (xform_layer_facts.edge_state, per
          * device): the embedding's on the first group, the head's on the last.
          */
-        double most = 0, edge[2] = {0, 0}, ea = 0;
+        double most = 0, edge[2] = {0, 0}, ea = 0, eb = 0;
         if (e != NULL && e->ok && c->ep <= 1) {
             for (int x = 0; x < 2; x++) {
                 double es, eg;
@@ -1500,13 +1501,21 @@ layer_bound(const search_space *sp, const search_candidate *c)
              * final norm's, the logits', the vocabulary-parallel cross-entropy's
              * softmax), per microbatch as a, on the last model stage.
              */
-            if (c->cp <= 1)
+            /*
+             * And those the embedding keeps (embed_saved: its dropout's mask), per
+             * microbatch, on the first: each in-flight microbatch's until its
+             * backward ends, after the chunk's layers', so all of them at ws's moment.
+             */
+            if (c->cp <= 1) {
                 ea = floor((double)e->head_saved / ((double)c->dp * c->microbatches));
+                eb = floor((double)e->embed_saved / ((double)c->dp * c->microbatches));
+            }
         }
         for (uint32_t k = 0; k < c->pp; k++) {
             /* Each model stage of the group with its own in-flight chunks. */
             double h = ws > a ? ws - a : 0;
-            h += (k == 0 ? edge[0] : 0) + (k + 1 == c->pp ? edge[1] : 0);
+            h += (k == 0 ? edge[0] + in_flight(sp, c, 0, 0) * eb : 0) +
+                 (k + 1 == c->pp ? edge[1] : 0);
             if (k + 1 == c->pp && ea > 0) {
                 /*
                  * The head's in-flight microbatches keep theirs until their

@@ -814,11 +814,13 @@ layer_add(uint64_t *per, uint32_t nlayer, int32_t li, int r, uint64_t b)
  * With head, into *head the bytes per device (whole batch) that the forward
  * ops after the last layer's keep for the backward (a value one of them
  * makes and a backward op reads, not recomputed: the final norm's output,
- * the logits, the vocabulary-parallel cross-entropy's softmax); 0 without
- * layers.
+ * the logits, the vocabulary-parallel cross-entropy's softmax), and into
+ * *embed those the forward ops before the first layer's keep that no op of
+ * a layer reads (the embedding dropout's mask; not its output, the first
+ * layer's input, which the layers' figures count); 0 without layers.
  */
 static void
-saved_min(xf_ctx *c, uint64_t out[3], uint64_t *head)
+saved_min(xf_ctx *c, uint64_t out[3], uint64_t *head, uint64_t *embed)
 {
     const ir_module *m = c->m;
     const ir_region *r = &m->regions[c->func];
@@ -828,10 +830,21 @@ saved_min(xf_ctx *c, uint64_t out[3], uint64_t *head)
     uint8_t *after = di_xcalloc(m->nop ? m->nop : 1, 1);     /* a forward op after a layer's */
     uint64_t *pairs = NULL;                                  /* (value << 32 | layer) inputs */
     uint32_t npair = 0, cpair = 0;
+    uint8_t *in_layer = NULL; /* with embed: read by an op of a layer */
     int seen_layer = 0;
     memset(out, 0, 3 * sizeof *out);
     if (head != NULL)
         *head = 0;
+    if (embed != NULL) {
+        *embed = 0;
+        in_layer = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+        for (uint32_t i = 0; i < r->nop; i++) {
+            const ir_op *o = &m->ops[r->ops[i]];
+            if (c->op[r->ops[i]].layer >= 0)
+                for (uint32_t k = 0; k < o->ninput; k++)
+                    in_layer[storage_of(c, m->refs[o->inputs + k])] = 1;
+        }
+    }
     xf_recompute_mark(c);
     for (uint32_t i = 0; i < r->nop && L > 0; i++) {
         ir_id op = r->ops[i];
@@ -852,6 +865,11 @@ saved_min(xf_ctx *c, uint64_t out[3], uint64_t *head)
                 !c->op[d].recompute && head != NULL) {
                 seen[v] = 1;
                 *head += b;
+            }
+            if (oi->phase == XF_PH_BACKWARD && c->op[d].layer < 0 && !after[d] && !seen[v] &&
+                !c->op[d].recompute && embed != NULL && !in_layer[v]) {
+                seen[v] = 1;
+                *embed += b;
             }
             if (oi->phase == XF_PH_BACKWARD && c->op[d].layer >= 0 && !seen[v]) {
                 int32_t li = xf_layer_index(c, c->op[d].layer);
@@ -886,6 +904,7 @@ saved_min(xf_ctx *c, uint64_t out[3], uint64_t *head)
     di_free(seen);
     di_free(after);
     di_free(pairs);
+    di_free(in_layer);
 }
 
 /*
@@ -1022,7 +1041,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
         f->hidden = heads ? wd[0] : wd[1];
     }
     r = &c.m->regions[c.func];
-    saved_min(&c, f->saved_min, NULL);
+    saved_min(&c, f->saved_min, NULL, NULL);
     f->state_min = state_min(&c, &f->param_min, &f->grad_min, NULL);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);
@@ -1711,9 +1730,10 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
  * repeated op emitted right before its first use (as xf_body_get emits the
  * lazy ops of a backward chunk: depth first over the inputs); a value made
  * by one of them is live from its op to its last reader of the same layer,
- * directly or through views of it (the simulator frees a storage after the
- * last reader of any of its aliases; readers in other layers not counted: a
- * lower bound).
+ * directly or through views of it, both included (the simulator allocates an
+ * op's results when it starts and frees a storage after the last reader of
+ * any of its aliases ends; readers in other layers not counted: a lower
+ * bound); a partial sum whole at its op, then at live_bytes'.
  * Per layer the most bytes (batch-divided values, whole batch, one device)
  * live at once; the least over the layers. 0 without mb. With fused kernels
  * (wo->fused) a value an op a kernel may take in makes counts only when an op
@@ -1762,8 +1782,18 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
             if (last[v] <= p || (internal && !(wo->used[v] & USE_BWD_KERNEL)) ||
                 (b = live_bytes(c, mb, v)) == 0)
                 continue;
-            DI_GROW(&ev, &cap, nev + 2);
-            ev[nev++] = (ws_event){(uint32_t)li, p + 1, (int64_t)b};
+            DI_GROW(&ev, &cap, nev + 3);
+            if (c->place[v].a[XF_TP] == XF_P && c->n[XF_TP] > 1 && mb[v].a[XF_MB] >= 0) {
+                /*
+                 * A partial sum is whole on its device while its op runs: the
+                 * reduction (or reduce-scatter) reads it after that.
+                 */
+                uint64_t whole = device_bytes(c, v);
+                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)whole};
+                ev[nev++] = (ws_event){(uint32_t)li, p + 1, -(int64_t)(whole - b)};
+            } else {
+                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)b};
+            }
             ev[nev++] = (ws_event){(uint32_t)li, last[v] + 1, -(int64_t)b};
         }
     }
@@ -2037,7 +2067,7 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
         xf_ctx_fini(&c2);
         have2 = 0;
     }
-    saved_min(&c, out->saved_min, &out->head_saved);
+    saved_min(&c, out->saved_min, &out->head_saved, &out->embed_saved);
     out->state_min = state_min(&c, &out->param_min, &out->grad_min, out);
     /* After the analyses that read the recomputation marks: it changes them. */
     full = di_xcalloc(c.m->nop ? c.m->nop : 1, 1);

@@ -359,6 +359,12 @@ typedef struct xform_layer_facts {
      * the stage before, as the embedding's would be.
      */
     uint64_t head_saved;
+    /*
+     * The same of the forward ops before the first layer (the embedding's) that
+     * no op of a layer reads: the embedding dropout's mask, not the embedding's
+     * output (the first layer's input, counted as said above).
+     */
+    uint64_t embed_saved;
     xform_layer_param *params;
     uint32_t nparams;
     xform_layer_time time;
