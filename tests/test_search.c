@@ -1249,6 +1249,62 @@ test_memory_bound_edges(void **state)
 }
 
 /*
+ * Switches a term of the memory bound off (off 1: its fields of e saved in
+ * keep, then zeroed) or back on (off 0), to see what it adds.
+ */
+typedef void (*term_switch)(struct search_layer_mem *e, uint64_t keep[3], int off);
+
+/*
+ * Every candidate of m's space under cfg simulated in full: none bounded
+ * above its peak; returns how many the term raises the bound of, *n how
+ * many were simulated.
+ */
+static uint32_t
+term_raises(const ir_module *m, const search_config *cfg, term_switch sw, uint32_t *n)
+{
+    hw_model *hw = preset("a100-dgx");
+    search_space sp;
+    search_evaluator ev;
+    uint32_t raised = 0;
+    *n = 0;
+    space_ok(&sp, m, hw, cfg);
+    search_evaluator_init(&ev, &sp);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        struct search_layer_mem *lm = NULL;
+        search_point p;
+        uint64_t b, keep[3];
+        search_eval_full(&ev, c, &p);
+        if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
+            continue;
+        b = search_memory_bound(&sp, c);
+        assert_true(b <= p.peak_memory_bytes);
+        for (uint32_t k = 0; k < sp.nlayer_mem; k++)
+            if (sp.layer_mem[k].tp == c->tp &&
+                sp.layer_mem[k].sequence_parallel == c->sequence_parallel)
+                lm = &sp.layer_mem[k];
+        if (lm != NULL && lm->ok) {
+            sw(lm, keep, 1);
+            raised += b > search_memory_bound(&sp, c);
+            sw(lm, keep, 0);
+        }
+        (*n)++;
+    }
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+    hw_free(hw);
+    return raised;
+}
+
+static void
+embed_switch(struct search_layer_mem *e, uint64_t keep[3], int off)
+{
+    if (off)
+        keep[0] = e->embed_saved;
+    e->embed_saved = off ? 0 : keep[0];
+}
+
+/*
  * What the embedding keeps for its backward beside its output (the first
  * layer's input, which the layers' figures count): the mask of its dropout,
  * one byte per element of its output, for the batch of 8 x 8 tokens at
@@ -1256,7 +1312,7 @@ test_memory_bound_edges(void **state)
  * dropout GPT's space on 8 devices (pipelines up to 4 stages, whose first
  * holds the masks of its in-flight microbatches), with eager and with fused
  * kernels, is bounded below its simulated peak, and the term raises the
- * bound of pipelined ones.
+ * bound of most.
  */
 static void
 test_memory_bound_embedding(void **state)
@@ -1266,10 +1322,7 @@ test_memory_bound_embedding(void **state)
     hw_model *hw = preset("a100-dgx");
     search_config cfg;
     search_space sp;
-    search_evaluator ev;
-    const struct search_layer_mem *e;
     di_error err;
-    uint32_t n = 0, raised = 0;
     (void)state;
     gpt_conf(&g, 4, 96, 6, 8, 8, IR_BF16, MODELS_PRECISION_MIXED);
     m = gpt_build(&g);
@@ -1283,48 +1336,80 @@ test_memory_bound_embedding(void **state)
     g.dropout = 0.1;
     m = gpt_build(&g);
     space_ok(&sp, m, hw, &cfg);
-    e = tp1_layer_mem(&sp);
-    print_message("embedding keeps %llu bytes\n", (unsigned long long)e->embed_saved);
-    assert_int_equal(e->embed_saved, 8 * 8 * 96);
+    print_message("embedding keeps %llu bytes\n",
+                  (unsigned long long)tp1_layer_mem(&sp)->embed_saved);
+    assert_int_equal(tp1_layer_mem(&sp)->embed_saved, 8 * 8 * 96);
     search_space_fini(&sp);
     for (int fused = 0; fused < 2; fused++) {
+        uint32_t n, raised;
         search_config_init(&cfg);
         cfg.devices = 8;
         assert_int_equal(search_config_set(&cfg, "microbatches", "2,4,8", &err), 0);
         assert_int_equal(search_config_set(&cfg, "kernels", fused ? "fused" : "eager", &err), 0);
-        space_ok(&sp, m, hw, &cfg);
-        search_evaluator_init(&ev, &sp);
-        n = raised = 0;
-        for (uint64_t i = 0; i < sp.ncandidate; i++) {
-            const search_candidate *c = &sp.candidates[i];
-            struct search_layer_mem *lm = NULL;
-            search_point p;
-            uint64_t b, without;
-            search_eval_full(&ev, c, &p);
-            if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
-                continue;
-            b = search_memory_bound(&sp, c);
-            assert_true(b <= p.peak_memory_bytes);
-            for (uint32_t k = 0; k < sp.nlayer_mem; k++)
-                if (sp.layer_mem[k].tp == c->tp &&
-                    sp.layer_mem[k].sequence_parallel == c->sequence_parallel)
-                    lm = &sp.layer_mem[k];
-            if (lm != NULL && lm->ok && c->pp > 1) {
-                uint64_t keep = lm->embed_saved;
-                lm->embed_saved = 0;
-                without = search_memory_bound(&sp, c);
-                lm->embed_saved = keep;
-                raised += b > without;
-            }
-            n++;
-        }
+        raised = term_raises(m, &cfg, embed_switch, &n);
         print_message("%s kernels: %u candidates with dropout bounded below their peaks, %u "
                       "raised\n",
                       fused ? "fused" : "eager", n, raised);
         assert_true(n > 50);
-        assert_true(raised > 0);
-        search_evaluator_fini(&ev);
-        search_space_fini(&sp);
+        assert_true(raised > n / 2);
+    }
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+static void
+zero3_switch(struct search_layer_mem *e, uint64_t keep[3], int off)
+{
+    if (off)
+        memcpy(keep, e->work_set_weights, sizeof e->work_set_weights);
+    for (int r = 0; r < 3; r++)
+        e->work_set_weights[r] = off ? 0 : keep[r];
+}
+
+/*
+ * ZeRO-3 holds a layer's gathered weights from their first reader in a
+ * backward chunk to their last, so at the working set's moment those the
+ * layer's ops read before and after it (work_set_weights) beside it: under
+ * full recomputation, on a GPT of 4 layers (hidden 256, tp 1), all of a
+ * layer's weights but 5,632 of its 1,579,520 bytes at that moment (the
+ * recomputed forward reads each matrix, the backward reads it again after
+ * it), and the term raises the bound of every ZeRO-3 candidate on 8 devices
+ * (with eager and with fused kernels), none above its simulated peak.
+ */
+static void
+test_memory_bound_zero3_weights(void **state)
+{
+    ir_module *m = gpt_as(4, 256, 8, 64, 16, 1);
+    hw_model *hw = preset("a100-dgx");
+    search_config cfg;
+    search_space sp;
+    const struct search_layer_mem *e;
+    di_error err;
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 8;
+    assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
+    space_ok(&sp, m, hw, &cfg);
+    e = tp1_layer_mem(&sp);
+    print_message("weights at the working set: %llu of a layer's %llu bytes (full)\n",
+                  (unsigned long long)e->work_set_weights[STRATEGY_RECOMPUTE_FULL],
+                  (unsigned long long)e->param_min);
+    assert_true(e->work_set_weights[STRATEGY_RECOMPUTE_FULL] >= e->param_min * 99 / 100);
+    assert_true(e->work_set_weights[STRATEGY_RECOMPUTE_FULL] < e->param_min);
+    search_space_fini(&sp);
+    for (int fused = 0; fused < 2; fused++) {
+        uint32_t n, raised;
+        search_config_init(&cfg);
+        cfg.devices = 8;
+        assert_int_equal(search_config_set(&cfg, "zero", "3", &err), 0);
+        assert_int_equal(search_config_set(&cfg, "recompute", "full", &err), 0);
+        assert_int_equal(search_config_set(&cfg, "microbatches", "1,2,4", &err), 0);
+        assert_int_equal(search_config_set(&cfg, "kernels", fused ? "fused" : "eager", &err), 0);
+        raised = term_raises(m, &cfg, zero3_switch, &n);
+        print_message("%s kernels: %u ZeRO-3 candidates bounded below their peaks, %u raised\n",
+                      fused ? "fused" : "eager", n, raised);
+        assert_true(n > 20);
+        assert_true(raised == n);
     }
     ir_module_free(m);
     hw_free(hw);
@@ -2607,6 +2692,7 @@ main(void)
         cmocka_unit_test(test_time_bound_zero3_gathers),
         cmocka_unit_test(test_memory_bound_tight),
         cmocka_unit_test(test_memory_bound_embedding),
+        cmocka_unit_test(test_memory_bound_zero3_weights),
         cmocka_unit_test(test_memory_bound_edges),
         cmocka_unit_test(test_time_bound_tight),
         cmocka_unit_test(test_bounds_fused),

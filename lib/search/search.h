@@ -204,7 +204,7 @@ typedef struct search_space {
         uint32_t tp;
         uint8_t sequence_parallel, ok;
         uint64_t saved_min[3], state_min, param_min, grad_min;
-        uint64_t work_set_min[3]; /* xform_layer_facts.work_set_min */
+        uint64_t work_set_min[3], work_set_weights[3]; /* xform_layer_facts' */
         uint64_t edge_state[2], edge_param[2], edge_grad[2]; /* xform_layer_facts' */
         uint64_t head_saved, embed_saved;                    /* xform_layer_facts' */
         xform_layer_time time;

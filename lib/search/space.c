@@ -788,6 +788,7 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         e->ok = 1;
         memcpy(e->saved_min, f.saved_min, sizeof e->saved_min);
         memcpy(e->work_set_min, f.work_set_min, sizeof e->work_set_min);
+        memcpy(e->work_set_weights, f.work_set_weights, sizeof e->work_set_weights);
         e->state_min = f.state_min;
         e->param_min = f.param_min;
         e->grad_min = f.grad_min;
@@ -1480,8 +1481,15 @@ layer_bound(const search_space *sp, const search_candidate *c)
      */
     if (e != NULL && e->ok && c->zero == 3 && c->dp > 1 && c->cp <= 1 && c->ep <= 1) {
         double wz = floor((double)param * (1 - 1.0 / c->dp));
+        /*
+         * And at the working set's moment, the weights the layer's ops read
+         * before and after it (work_set_weights) are held gathered beside it.
+         */
+        double wsz = ws + floor((double)e->work_set_weights[r] * (1 - 1.0 / c->dp));
         if (wz > ws)
             ws = wz;
+        if (wsz > ws)
+            ws = wsz;
     }
     if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
         /* The layers each group holds are known: the busiest group. */

@@ -1519,6 +1519,7 @@ live_bytes(const xf_ctx *c, const xf_place *mb, ir_id v)
 typedef struct ws_event {
     uint32_t layer, pos;
     int64_t bytes;
+    int weight; /* a weight's bytes (work_set_min's *weights), not a batch-divided value's */
 } ws_event;
 
 static int
@@ -1739,17 +1740,25 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
  * (wo->fused) a value an op a kernel may take in makes counts only when an op
  * no kernel takes in reads it in the backward: otherwise it may live inside
  * one kernel and never be stored.
+ *
+ * Into *weights, the bytes per device (tensor-split, whole otherwise) of the
+ * layer's weights read at the moment of that most (first counted there), the
+ * least over the layers: a weight from its first reader to its last among
+ * these ops, both included (ZeRO-3 gathers a weight once per chunk before its
+ * first reader and frees the gathered copy after its last, chunk.c; one ZeRO
+ * cannot split is whole all along).
  */
 static uint64_t
 work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_id *bops,
-             uint32_t nb, const uint8_t *set)
+             uint32_t nb, const uint8_t *set, uint64_t *weights)
 {
     const ir_module *m = c->m;
     uint32_t L = c->nlayer, n, nev = 0, cap = 0;
-    uint32_t *epos, *last, *kin;
+    uint32_t *epos, *last, *kin, *wfirst, *wlast;
     ir_id *order, *stack;
     ws_event *ev = NULL;
-    uint64_t *most, least = 0;
+    uint64_t *most, *wat, least = 0;
+    *weights = 0;
     if (mb == NULL || L == 0 || nb == 0)
         return 0;
     epos = di_xcalloc(m->nop ? m->nop : 1, sizeof *epos);
@@ -1757,16 +1766,39 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
     order = di_xmalloc((m->nop ? m->nop : 1) * sizeof *order);
     stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
     last = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *last);
+    wfirst = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *wfirst);
+    wlast = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *wlast);
     most = di_xcalloc(L, sizeof *most);
+    wat = di_xcalloc(L, sizeof *wat);
     n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
     for (uint32_t p = 1; p <= n; p++) {
         const ir_op *o = &m->ops[order[p - 1]];
+        int32_t layer = c->op[order[p - 1]].layer;
         for (uint32_t k = 0; k < o->ninput; k++) {
             /* A view's reader reads its storage, which the simulator keeps as long. */
             ir_id v = storage_of(c, m->refs[o->inputs + k]), d = m->values[v].def;
-            if (d && epos[d] && c->op[d].layer == c->op[order[p - 1]].layer && last[v] < p)
+            if (d && epos[d] && c->op[d].layer == layer && last[v] < p)
                 last[v] = p;
+            /* A weight: its readers of the layer that reads it first. */
+            if (d == 0 && (c->vflags[v] & XF_V_WEIGHT) && layer >= 0 &&
+                (wfirst[v] == 0 || c->op[order[wfirst[v] - 1]].layer == layer)) {
+                if (wfirst[v] == 0)
+                    wfirst[v] = p;
+                wlast[v] = p;
+            }
         }
+    }
+    for (ir_id v = 1; v < m->nvalue; v++) {
+        int32_t li;
+        uint64_t b;
+        if (wfirst[v] == 0 || (b = device_bytes(c, v)) == 0)
+            continue;
+        li = xf_layer_index(c, c->op[order[wfirst[v] - 1]].layer);
+        if (li < 0 || (uint32_t)li >= L)
+            continue;
+        DI_GROW(&ev, &cap, nev + 2);
+        ev[nev++] = (ws_event){(uint32_t)li, wfirst[v], (int64_t)b, 1};
+        ev[nev++] = (ws_event){(uint32_t)li, wlast[v] + 1, -(int64_t)b, 1};
     }
     for (uint32_t p = 1; p <= n; p++) {
         ir_id d = order[p - 1];
@@ -1789,30 +1821,49 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
                  * reduction (or reduce-scatter) reads it after that.
                  */
                 uint64_t whole = device_bytes(c, v);
-                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)whole};
-                ev[nev++] = (ws_event){(uint32_t)li, p + 1, -(int64_t)(whole - b)};
+                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)whole, 0};
+                ev[nev++] = (ws_event){(uint32_t)li, p + 1, -(int64_t)(whole - b), 0};
             } else {
-                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)b};
+                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)b, 0};
             }
-            ev[nev++] = (ws_event){(uint32_t)li, last[v] + 1, -(int64_t)b};
+            ev[nev++] = (ws_event){(uint32_t)li, last[v] + 1, -(int64_t)b, 0};
         }
     }
     qsort(ev, nev, sizeof *ev, cmp_ws_event);
     {
-        int64_t live = 0;
+        /*
+         * What is live at each position: after all its events (the frees, which
+         * sort first, then the allocations); in between it never holds more.
+         */
+        int64_t live = 0, wlive = 0;
         for (uint32_t i = 0; i < nev; i++) {
-            if (i > 0 && ev[i].layer != ev[i - 1].layer)
-                live = 0;
-            live += ev[i].bytes;
-            if (live > 0 && (uint64_t)live > most[ev[i].layer])
-                most[ev[i].layer] = (uint64_t)live;
+            const ws_event *e = &ev[i];
+            if (i > 0 && e->layer != ev[i - 1].layer)
+                live = wlive = 0;
+            if (e->weight)
+                wlive += e->bytes;
+            else
+                live += e->bytes;
+            if (i + 1 < nev && ev[i + 1].layer == e->layer && ev[i + 1].pos == e->pos)
+                continue;
+            if (live > 0 && ((uint64_t)live > most[e->layer] ||
+                             ((uint64_t)live == most[e->layer] && wlive > (int64_t)wat[e->layer]))) {
+                most[e->layer] = (uint64_t)live;
+                wat[e->layer] = wlive > 0 ? (uint64_t)wlive : 0;
+            }
         }
     }
-    for (uint32_t l = 0; l < L; l++)
+    for (uint32_t l = 0; l < L; l++) {
         if (l == 0 || most[l] < least)
             least = most[l];
+        if (l == 0 || wat[l] < *weights)
+            *weights = wat[l];
+    }
     di_free(ev);
     di_free(most);
+    di_free(wat);
+    di_free(wfirst);
+    di_free(wlast);
     di_free(last);
     di_free(stack);
     di_free(order);
@@ -1828,7 +1879,7 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
  */
 static void
 layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time *out,
-           uint64_t ws[3], uint8_t *full)
+           uint64_t ws[3], uint64_t wsw[3], uint8_t *full)
 {
     gemm_list g = {mb, NULL, 0, 0, mb != NULL};
     const ir_region *r = &c->m->regions[c->func];
@@ -1915,7 +1966,7 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     leaf = leaf_marks(c, r);
     chunk_reductions(c, bops, nb, set, leaf, wo, STRATEGY_RECOMPUTE_NONE, red, late, between,
                      redn, laten);
-    ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, wo, mb, bops, nb, set);
+    ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, wo, mb, bops, nb, set, &wsw[STRATEGY_RECOMPUTE_NONE]);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
         uint32_t nre;
@@ -1934,7 +1985,7 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, re[j], wo, per, L, k, &g);
         chunk_reductions(c, bops, nb, set, leaf, wo, mode, red, late, between, redn, laten);
-        ws[mode] = work_set_min(c, wo, mb, bops, nb, set);
+        ws[mode] = work_set_min(c, wo, mb, bops, nb, set, &wsw[mode]);
     }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
@@ -2076,7 +2127,8 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     used = value_uses(&c, &wo);
     wo.used = used;
     wo.read = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
-    layer_work(&c, &wo, have2 ? c2.place : NULL, &out->time, out->work_set_min, full);
+    layer_work(&c, &wo, have2 ? c2.place : NULL, &out->time, out->work_set_min,
+               out->work_set_weights, full);
     layer_params(&c, full, &out->params, &out->nparams);
     di_free(wo.read);
     di_free(fus);

@@ -342,6 +342,14 @@ typedef struct xform_layer_facts {
      */
     uint64_t work_set_min[3];
     /*
+     * Per recomputation mode: the bytes per device (tensor-split) of the
+     * layer's weights that those ops read, from the first reader to the last,
+     * at the moment the working set is most (its first such moment, the most
+     * of them there), the least over the layers: what ZeRO-3 holds gathered
+     * beside the working set then. 0 when unknown.
+     */
+    uint64_t work_set_weights[3];
+    /*
      * The state (weights, optimizer state), parameters and gradients (at the
      * updates' dtype) per device of the weights used only outside the
      * layers: [0] before the first layer (the embedding, on the first
