@@ -137,6 +137,21 @@ progress(uint64_t done, uint64_t total, uint64_t fit)
     fflush(stderr);
 }
 
+/*
+ * On a terminal, once: the top K is settled before the search ends (the
+ * Pareto set's rounds go on), with the best point; the progress line is
+ * redrawn under it.
+ */
+static void
+settled(double elapsed_s, uint32_t k, const char *best, double step_s, int composed)
+{
+    fprintf(stderr,
+            "\r\033[Ksearch: the top %u is settled after %.1f s, best %s at %.4g s per step%s; "
+            "the Pareto set continues (--pareto-within 1 stops here)\n",
+            k, elapsed_s, best, step_s, composed ? " (composed estimate)" : "");
+    fflush(stderr);
+}
+
 /* The online CPUs, 1 to 64. */
 static unsigned
 default_jobs(void)
@@ -261,9 +276,19 @@ local_run(const search_space *sp, unsigned jobs, int tty, FILE *log, search_resu
     if (started == 0) {
         rc = -1;
     } else {
+        double t0 = seconds_now();
+        int told = 0;
         while (tty && atomic_load(&ls.done) < total) {
             struct timespec ts = {0, 250000000};
+            const search_point *top;
+            uint32_t ntop;
             nanosleep(&ts, NULL);
+            if (!told && search_plan_settled_top(&ls.plan, &top, &ntop) && ntop > 0) {
+                char name[256];
+                search_candidate_format(&top[0].cand, name, sizeof name);
+                settled(seconds_now() - t0, ntop, name, top[0].step_time_s, top[0].composed);
+                told = 1;
+            }
             progress(atomic_load(&ls.done), total, atomic_load(&ls.fit));
             shown = 1;
         }
@@ -373,6 +398,7 @@ fail:
 typedef struct remote_state {
     int tty;
     int shown; /* a progress line is on the terminal */
+    int told;  /* the settled top K was shown */
     int have_result;
     search_result result;
     uint64_t space_candidates;
@@ -392,6 +418,11 @@ remote_event(void *ctx, const Distir__V1__SearchEvent *ev)
         for (size_t i = 0; i < p->n_counts; i++)
             if (strcmp(p->counts[i]->status, search_status_name(SEARCH_OK)) == 0)
                 ok = p->counts[i]->count;
+        if (st->tty && !st->told && p->n_settled_top > 0) {
+            settled(p->elapsed_s, (uint32_t)p->n_settled_top, p->settled_top[0]->strategy,
+                    p->settled_top[0]->step_time_s, p->settled_top[0]->composed);
+            st->told = 1;
+        }
         if (st->tty) {
             fprintf(stderr, "\rsearch: %llu/%llu candidates, %llu fit", (unsigned long long)p->done,
                     (unsigned long long)p->total, (unsigned long long)ok);

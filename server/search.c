@@ -668,46 +668,6 @@ elapsed_s(const srv_search *s)
     return (double)(uv_hrtime() - s->t0_ns) / 1e9;
 }
 
-grpc_byte_buffer *
-srv_search_progress(srv_search *s)
-{
-    Distir__V1__SearchEvent ev = DISTIR__V1__SEARCH_EVENT__INIT;
-    Distir__V1__SearchProgress pr = DISTIR__V1__SEARCH_PROGRESS__INIT;
-    Distir__V1__SearchCount store[SEARCH_NSTATUS], *ptrs[SEARCH_NSTATUS];
-    Distir__V1__SearchPoint best;
-    Distir__V1__Strategy spec;
-    uint64_t count[SEARCH_NSTATUS];
-    search_point p;
-    int have;
-    char text[256];
-    grpc_byte_buffer *bb;
-    /* done is the sum of the counts read, so that an event is consistent in itself. */
-    pr.done = 0;
-    for (int i = 0; i < SEARCH_NSTATUS; i++) {
-        count[i] = atomic_load(&s->count[i]);
-        pr.done += count[i];
-    }
-    counts_to_proto(count, store, ptrs);
-    pr.total = s->total;
-    pr.n_counts = SEARCH_NSTATUS;
-    pr.counts = ptrs;
-    pr.elapsed_s = elapsed_s(s);
-    pthread_mutex_lock(&s->best_lock);
-    have = s->have_best;
-    p = s->best;
-    pthread_mutex_unlock(&s->best_lock);
-    if (have) {
-        point_to_proto(&p, &best, &spec, text, sizeof text);
-        pr.best = &best;
-    }
-    ev.event_case = DISTIR__V1__SEARCH_EVENT__EVENT_PROGRESS;
-    ev.progress = &pr;
-    bb = srv_reply_pack(&ev.base);
-    if (have)
-        strategy_proto_fini(&spec);
-    return bb;
-}
-
 /* Encodes n points (storage from the heap, freed by points_free). */
 typedef struct proto_points {
     uint32_t n;
@@ -740,6 +700,59 @@ points_fini(proto_points *pp)
     di_free(pp->specs);
     di_free(pp->texts);
 }
+
+grpc_byte_buffer *
+srv_search_progress(srv_search *s)
+{
+    Distir__V1__SearchEvent ev = DISTIR__V1__SEARCH_EVENT__INIT;
+    Distir__V1__SearchProgress pr = DISTIR__V1__SEARCH_PROGRESS__INIT;
+    Distir__V1__SearchCount store[SEARCH_NSTATUS], *ptrs[SEARCH_NSTATUS];
+    Distir__V1__SearchPoint best;
+    Distir__V1__Strategy spec;
+    uint64_t count[SEARCH_NSTATUS];
+    search_point p;
+    const search_point *settled;
+    uint32_t nsettled;
+    proto_points top;
+    int have, have_top = 0;
+    char text[256];
+    grpc_byte_buffer *bb;
+    /* done is the sum of the counts read, so that an event is consistent in itself. */
+    pr.done = 0;
+    for (int i = 0; i < SEARCH_NSTATUS; i++) {
+        count[i] = atomic_load(&s->count[i]);
+        pr.done += count[i];
+    }
+    counts_to_proto(count, store, ptrs);
+    pr.total = s->total;
+    pr.n_counts = SEARCH_NSTATUS;
+    pr.counts = ptrs;
+    pr.elapsed_s = elapsed_s(s);
+    pthread_mutex_lock(&s->best_lock);
+    have = s->have_best;
+    p = s->best;
+    pthread_mutex_unlock(&s->best_lock);
+    if (have) {
+        point_to_proto(&p, &best, &spec, text, sizeof text);
+        pr.best = &best;
+    }
+    /* The top K once the plan has settled it (the plan is made before the first event). */
+    if (s->planned && search_plan_settled_top(&s->plan, &settled, &nsettled)) {
+        points_init(&top, settled, nsettled);
+        pr.n_settled_top = top.n;
+        pr.settled_top = top.ptrs;
+        have_top = 1;
+    }
+    ev.event_case = DISTIR__V1__SEARCH_EVENT__EVENT_PROGRESS;
+    ev.progress = &pr;
+    bb = srv_reply_pack(&ev.base);
+    if (have)
+        strategy_proto_fini(&spec);
+    if (have_top)
+        points_fini(&top);
+    return bb;
+}
+
 
 /* The stored result, marked cached, with this call's elapsed_s. */
 static void

@@ -144,6 +144,13 @@ run(const ir_module *m, const hw_model *hw, const search_config *cfg, search_res
  * shared by `workers` planners, each with its evaluator and result, taking
  * positions in turn on one thread, refined and merged.
  */
+/*
+ * Of the last run_plan: whether the plan settled the top K before its end
+ * (search_plan_settled_top), and how many candidates were evaluated after.
+ */
+static int plan_settled;
+static uint32_t plan_after_settled;
+
 static void
 run_plan(const ir_module *m, const hw_model *hw, const search_config *cfg, unsigned workers,
          search_result *r)
@@ -156,6 +163,10 @@ run_plan(const ir_module *m, const hw_model *hw, const search_config *cfg, unsig
     int live[3];
     unsigned left = workers;
     di_error err;
+    const search_point *settled = NULL;
+    uint32_t nsettled = 0;
+    plan_settled = 0;
+    plan_after_settled = 0;
     assert_true(workers >= 1 && workers <= 3);
     space_ok(&sp, m, hw, cfg);
     search_plan_init(&pl, &sp);
@@ -174,8 +185,13 @@ run_plan(const ir_module *m, const hw_model *hw, const search_config *cfg, unsig
             k = search_plan_next(&w[i], &ev[i], &p);
             /* One thread: every seed taken is evaluated before anything waits for it. */
             assert_true(k != SEARCH_PLAN_WAIT);
-            if (k == SEARCH_PLAN_POINT)
+            if (k == SEARCH_PLAN_POINT) {
                 search_result_add(&part[i], &p);
+                plan_after_settled += plan_settled && p.status != SEARCH_TIME_BOUND &&
+                                      p.status != SEARCH_MEMORY_BOUND;
+            }
+            if (!plan_settled)
+                plan_settled = search_plan_settled_top(&pl, &settled, &nsettled);
             if (k == SEARCH_PLAN_END) {
                 search_planner_refine(&w[i], &ev[i], &part[i]);
                 live[i] = 0;
@@ -190,6 +206,19 @@ run_plan(const ir_module *m, const hw_model *hw, const search_config *cfg, unsig
         search_evaluator_fini(&ev[i]);
     }
     assert_int_equal(r->enumerated, search_space_shard_size(&sp));
+    if (plan_settled && sp.cfg.shard_count <= 1) {
+        /*
+         * The settled top K is the answer's: the same candidates (refinement may
+         * reorder them). A shard's is the whole space's, its own answer a part of it.
+         */
+        assert_int_equal(nsettled, r->ntop);
+        for (uint32_t i = 0; i < nsettled; i++) {
+            uint32_t j = 0;
+            while (j < r->ntop && r->top[j].cand.index != settled[i].cand.index)
+                j++;
+            assert_true(j < r->ntop);
+        }
+    }
     /* The parts re-simulated only what may be in the answer: all of the answer's. */
     for (uint32_t i = 0; i < r->ntop; i++)
         assert_true(!r->top[i].composed || r->top[i].refined);
@@ -914,6 +943,9 @@ test_branch_and_bound(void **state)
     bb_config(&cfg);
     run_plan(m, hw, &cfg, 1, &one);
     assert_true(one.count[SEARCH_TIME_BOUND] > 0);
+    /* The top K settles before the Pareto rounds, which evaluate more afterwards. */
+    print_message("top K settled with %u candidates evaluated after\n", plan_after_settled);
+    assert_true(plan_settled && plan_after_settled > 0);
     run_plan(m, hw, &cfg, 3, &three);
     assert_true(search_result_equal(&one, &three));
     merged_shards(m, hw, &cfg, 4, 2, &merged);
@@ -921,6 +953,7 @@ test_branch_and_bound(void **state)
     cfg.no_time_bound = 1;
     run_plan(m, hw, &cfg, 1, &all);
     assert_int_equal(all.count[SEARCH_TIME_BOUND], 0);
+    assert_false(plan_settled); /* no rounds without the bound */
     assert_same_answer(&all, &one);
     /* What the bound pruned the search without it evaluated: the same candidates in all. */
     assert_int_equal(all.enumerated, one.enumerated);

@@ -236,6 +236,15 @@ test_parts_equal_local(void **state)
         /* The best point of the last progress is the result's first. */
         assert_int_equal(pe->progress->best->index, r->top[0]->index);
         assert_true(pe->progress->best->step_time_s == r->top[0]->step_time_s);
+        /* The top K the plan settled early, in the progress: the result's (as a set). */
+        assert_int_equal(pe->progress->n_settled_top, r->n_top);
+        for (size_t i = 0; i < pe->progress->n_settled_top; i++) {
+            size_t j = 0;
+            while (j < r->n_top && r->top[j]->index != pe->progress->settled_top[i]->index)
+                j++;
+            assert_true(j < r->n_top);
+            assert_string_equal(pe->progress->settled_top[i]->strategy, r->top[j]->strategy);
+        }
         for (size_t i = 0; i < r->n_top; i++) {
             Distir__V1__SearchPoint *p = r->top[i];
             assert_string_equal(p->status, "ok");

@@ -273,10 +273,15 @@ rank_candidates(search_plan *pl)
     uint64_t n = 0, *idx = di_xmalloc(nc * sizeof *idx), *pos, *tmp;
     double *t = di_xmalloc(nc * sizeof *t);
     for (uint64_t i = 0; i < sp->ncandidate; i++) {
+        const search_candidate *c = &sp->candidates[i];
         search_point opt;
-        if (optimistic(sp, &sp->candidates[i], &opt)) {
+        if (optimistic(sp, c, &opt)) {
             idx[n] = i;
             t[n++] = opt.step_time_s;
+        } else if (!(search_time_bound(sp, c) > 0) && !search_time_bound_refused(sp, c) &&
+                   !((double)search_memory_bound(sp, c) >
+                     sp->cfg.memory_headroom * sp->max_capacity)) {
+            pl->unbounded++; /* may be feasible: the rounds cannot rank it */
         }
     }
     pos = di_xmalloc((n ? n : 1) * sizeof *pos);
@@ -400,8 +405,20 @@ extend(search_plan *pl)
         }
         pl->ranked_pos++;
     }
-    if (!pl->pareto_phase && added == 0)
-        pl->pareto_phase = 1; /* the top K is settled */
+    if (!pl->pareto_phase && added == 0) {
+        pl->pareto_phase = 1; /* the top K's rounds are over */
+        /*
+         * Settled when they ended because no candidate left could enter the top K
+         * (not at the seed's cap), and every candidate was ranked: the seed's top
+         * K, evaluated in full by now, is the answer's.
+         */
+        if (pl->ranked_pos >= pl->nranked && pl->unbounded == 0) {
+            pl->nsettled_top = r.ntop;
+            pl->settled_top = di_xmalloc((r.ntop ? r.ntop : 1) * sizeof *pl->settled_top);
+            memcpy(pl->settled_top, r.top, r.ntop * sizeof *r.top);
+            atomic_store(&pl->top_settled, 1);
+        }
+    }
     /*
      * The Pareto rounds: candidates of the whole space, the smallest
      * optimistic step time first, that no point so far dominates (and that
@@ -433,6 +450,7 @@ search_plan_init(search_plan *pl, const search_space *sp)
     atomic_init(&pl->nseed, 0);
     atomic_init(&pl->seeded, 0);
     atomic_init(&pl->planning, 0);
+    atomic_init(&pl->top_settled, 0);
     pl->is_seed = di_xcalloc(sp->ncandidate ? sp->ncandidate : 1, 1);
     if (!sp->cfg.no_time_bound) {
         /* The first round's SEED_MAX and ladder (choose_seed), then the other rounds'. */
@@ -465,7 +483,18 @@ search_plan_fini(search_plan *pl)
     di_free(pl->ranked);
     di_free(pl->by_time);
     di_free(pl->order);
+    di_free(pl->settled_top);
     memset(pl, 0, sizeof *pl);
+}
+
+int
+search_plan_settled_top(search_plan *pl, const search_point **top, uint32_t *n)
+{
+    if (!atomic_load(&pl->top_settled))
+        return 0;
+    *top = pl->settled_top;
+    *n = pl->nsettled_top;
+    return 1;
 }
 
 int

@@ -396,6 +396,12 @@ uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
  */
 double search_time_bound(const search_space *sp, const search_candidate *c);
 /*
+ * Whether c has no time bound because the transforms' analyses refuse its
+ * degrees (its tensor parallelism, or its pipeline's stages over the
+ * layers): such a candidate is indivisible, never a point of the answer.
+ */
+int search_time_bound_refused(const search_space *sp, const search_candidate *c);
+/*
  * The composed estimate that ranks a composed candidate may fall below its
  * full simulation, which the time bound bounds (by at most 0.79% measured,
  * docs/search.md): branch and bound takes a composable candidate's bound
@@ -640,6 +646,21 @@ typedef struct search_plan {
     uint64_t nby_time, by_time_pos;
     uint64_t *by_time;        /* the same, the smallest optimistic step time first */
     int pareto_phase;         /* the top K's rounds are over: rounds for the Pareto set */
+    /*
+     * Candidates of the whole space that may be feasible but have no time
+     * bound (context or expert parallelism, devices of other kinds): no round
+     * takes them, so while there are any the top K is not settled early.
+     */
+    uint64_t unbounded;
+    /*
+     * Set once the seed's rounds show that no candidate left can enter the top
+     * K (search_plan_settled_top): then settled_top[0 .. nsettled_top) is the
+     * answer's top K, best first, by the figures the search ranks (composed
+     * estimates where composed). Written before the flag is set.
+     */
+    atomic_int top_settled;
+    struct search_point *settled_top;
+    uint32_t nsettled_top;
     uint32_t rounds;          /* the seed's rounds so far */
     uint64_t norder;
     uint64_t *order;          /* the shard's candidates but the first round's seeds
@@ -671,6 +692,17 @@ void search_planner_fini(search_planner *w);
 int search_plan_next(search_planner *w, search_evaluator *ev, search_point *out);
 /* Whether the seed is complete: every round chosen and evaluated. */
 int search_plan_seeded(search_plan *pl);
+/*
+ * Whether the top K is settled before the search ends: the seed's top-K
+ * rounds are over, every candidate of the whole space either evaluated in
+ * them or unable to enter the top K by its time bound (none without one),
+ * so the whole search's top K is this one, whatever the Pareto rounds and
+ * the shards find. Then *top and *n give it (owned by the plan, best first;
+ * a composed point's figures are its estimate: the search's result reports
+ * its full simulation). Any thread may ask, at any time after
+ * search_plan_init.
+ */
+int search_plan_settled_top(search_plan *pl, const struct search_point **top, uint32_t *n);
 /*
  * Whether the plan prunes c by the time bound (SEARCH_TIME_BOUND), once its
  * seed is evaluated (0 before, and without a seed): what search_plan_next

@@ -1799,6 +1799,16 @@ tp_reductions(const struct search_layer_mem *e, const xform_work_bound *w, doubl
     return tp_time(e, w->tp_reduce_bytes, w->tp_reduce_count, w->tp_ar_bytes, w->tp_ar_count, q);
 }
 
+int
+search_time_bound_refused(const search_space *sp, const search_candidate *c)
+{
+    const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
+    const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
+    /* No layout: more pipeline stages than layers (or layers without annotations). */
+    return (e != NULL && !e->ok) ||
+           (st == NULL ? (uint64_t)c->pp * virtual_of(c) > 1 : st->nstage == 0);
+}
+
 double
 search_time_bound(const search_space *sp, const search_candidate *c)
 {

@@ -9,7 +9,8 @@ Checks, each printed as "ok - ..." or "FAIL - ...":
   the stream is progress events then exactly one result, last; the result's
   JSON equals `distir search --json` byte for byte and its fields agree with
   that JSON; progress events arrive at least every 250 ms (candidates slowed
-  down by --test-delay-ms), with done non-decreasing, the total of the space
+  down by --test-delay-ms), with done non-decreasing, the top K settled in
+  them before the end (the result's), the total of the space
   and counts that add up to done; a cancelled search ends CANCELLED, its
   workers stop early, and the daemon stays SERVING and answers the next
   search; garbage bytes and a bad constraint are INVALID_ARGUMENT; a Pareto set
@@ -264,6 +265,14 @@ def main():
     check("progress: a best point appears once candidates fit",
           any(p.best.step_time_s > 0 for p in progress))
     check("the slowed search still gives the local JSON", final.json + "\n" == local)
+    first = next((i for i, p in enumerate(progress) if len(p.settled_top) > 0), None)
+    check("progress: the top K is settled before the search ends (done < total then)",
+          first is not None and progress[first].done < progress[first].total,
+          [(len(p.settled_top), p.done) for p in progress])
+    check("progress: ... in every event after, the result's top K (the same candidates)",
+          first is not None
+          and all(sorted(q.index for q in p.settled_top) == sorted(q.index for q in final.top)
+                  for p in progress[first:]))
 
     # ---------------------------------------------------------------- cancellation
     slow_cancel = Daemon("cancel", "--workers", "2", "--test-delay-ms", "20")

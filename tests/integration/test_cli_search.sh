@@ -6,7 +6,9 @@
 # hold in every reported strategy; bad constraints are usage errors (exit 2)
 # and too many devices a failure (exit 1), as is a merge of different
 # searches; --help documents --server; --log-candidates writes a line per
-# evaluated candidate whose bounds hold, and bench/search_anatomy.py reads it.
+# evaluated candidate whose bounds hold, and bench/search_anatomy.py reads it;
+# on a terminal the settled top K is announced before the end (in process and
+# from a daemon), never when standard error is not one.
 . tests/integration/lib.sh
 
 T="timeout 60"
@@ -191,5 +193,30 @@ check "... saying why" grep -q 'search in this process' "$TMP/logsrv.err"
     >/dev/null 2>"$TMP/lognodir.err"
 check "an unwritable --log-candidates file fails (exit 1)" [ $? = 1 ]
 check "... naming it" grep -q 'cannot write' "$TMP/lognodir.err"
+
+# On a terminal (script(1) gives the command one), the line that says the top K is settled
+# before the search ends, in process and from a daemon (its candidates slowed down so
+# that progress events flow); never when standard error is not a terminal.
+tty_search() { # OUT ARGS...: the search on a terminal, its output with carriage returns as lines
+    out=$1
+    shift
+    script -qec "$(printf '%s ' "$@")" /dev/null </dev/null | tr '\r' '\n' >"$out"
+}
+tty_search "$TMP/tty.out" timeout 120 "$DISTIR" search --model gpt3-1.3b --batch 64 --dtype bf16 \
+    --optimizer adam --hw a100-dgx:1 --jobs 2 --top 3 --kernels eager
+check "on a terminal the settled top K is announced before the end" \
+    grep -aq '^.*search: the top 3 is settled after [0-9.]* s, best dp=[0-9]* .* per step; the Pareto set continues' \
+    "$TMP/tty.out"
+check "... and the tables follow" grep -aq '^top 3 by step time on 8 devices' "$TMP/tty.out"
+$T "$DISTIR" search --model gpt3-1.3b --batch 64 --dtype bf16 --optimizer adam --hw a100-dgx:1 \
+    --jobs 2 --top 3 --kernels eager >/dev/null 2>"$TMP/notty.err"
+check "... not when standard error is not a terminal" sh -c "! grep -q settled '$TMP/notty.err'"
+start_daemon tty --workers 2 --test-delay-ms 4 || fail "daemon start"
+# shellcheck disable=SC2086
+tty_search "$TMP/ttyd.out" timeout 120 "$DISTIR" search "$TMP/gpt.pb" $LIMITS --top 3 \
+    --server "$ADDR"
+check "... from a daemon too" \
+    grep -aq '^.*search: the top 3 is settled after [0-9.]* s, best dp=' "$TMP/ttyd.out"
+stop_daemon >/dev/null 2>&1
 
 exit "$failures"
