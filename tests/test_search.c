@@ -1214,6 +1214,18 @@ test_memory_bound(void **state)
  * 10,752 of weights, 21,504 of gradients before; nothing after, and with
  * the final layer norm's scale and bias, 512 parameters after.
  */
+/* sp: m's space on 8 devices with tp 1 only, for tp1_layer_mem. */
+static void
+tp1_space(search_space *sp, const ir_module *m, const hw_model *hw)
+{
+    search_config cfg;
+    di_error err;
+    search_config_init(&cfg);
+    cfg.devices = 8;
+    assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
+    space_ok(sp, m, hw, &cfg);
+}
+
 /* The one tensor-parallel-1 layer analysis of sp (search_space_analyse). */
 static const struct search_layer_mem *
 tp1_layer_mem(search_space *sp)
@@ -1235,17 +1247,12 @@ test_memory_bound_edges(void **state)
     models_gpt g;
     ir_module *m;
     hw_model *hw = preset("a100-dgx");
-    search_config cfg;
     search_space sp;
     const struct search_layer_mem *e;
-    di_error err;
     (void)state;
-    search_config_init(&cfg);
-    cfg.devices = 8;
-    assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
     gpt_conf(&g, 4, 256, 8, 8, 96, IR_BF16, MODELS_PRECISION_MIXED);
     m = gpt_build(&g);
-    space_ok(&sp, m, hw, &cfg);
+    tp1_space(&sp, m, hw);
     e = tp1_layer_mem(&sp);
     print_message("edges: state %llu %llu, params %llu %llu, grads %llu %llu\n",
                   (unsigned long long)e->edge_state[0], (unsigned long long)e->edge_state[1],
@@ -1270,7 +1277,7 @@ test_memory_bound_edges(void **state)
     /* With the final layer norm's scale and bias (Megatron-LM's): 2 x 256 after. */
     g.final_ln_params = 1;
     m = gpt_build(&g);
-    space_ok(&sp, m, hw, &cfg);
+    tp1_space(&sp, m, hw);
     e = tp1_layer_mem(&sp);
     assert_int_equal(e->edge_state[0], 5376 * 14);
     assert_int_equal(e->edge_state[1], 512 * 14);
@@ -1359,16 +1366,13 @@ test_memory_bound_embedding(void **state)
     (void)state;
     gpt_conf(&g, 4, 96, 6, 8, 8, IR_BF16, MODELS_PRECISION_MIXED);
     m = gpt_build(&g);
-    search_config_init(&cfg);
-    cfg.devices = 8;
-    assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
-    space_ok(&sp, m, hw, &cfg);
+    tp1_space(&sp, m, hw);
     assert_int_equal(tp1_layer_mem(&sp)->embed_saved, 0);
     search_space_fini(&sp);
     ir_module_free(m);
     g.dropout = 0.1;
     m = gpt_build(&g);
-    space_ok(&sp, m, hw, &cfg);
+    tp1_space(&sp, m, hw);
     print_message("embedding keeps %llu bytes\n",
                   (unsigned long long)tp1_layer_mem(&sp)->embed_saved);
     assert_int_equal(tp1_layer_mem(&sp)->embed_saved, 8 * 8 * 96);
@@ -1419,10 +1423,7 @@ test_memory_bound_zero3_weights(void **state)
     const struct search_layer_mem *e;
     di_error err;
     (void)state;
-    search_config_init(&cfg);
-    cfg.devices = 8;
-    assert_int_equal(search_config_set(&cfg, "tp", "1", &err), 0);
-    space_ok(&sp, m, hw, &cfg);
+    tp1_space(&sp, m, hw);
     e = tp1_layer_mem(&sp);
     print_message("weights at the working set: %llu of a layer's %llu bytes (full)\n",
                   (unsigned long long)e->work_set_weights[STRATEGY_RECOMPUTE_FULL],
