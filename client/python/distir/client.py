@@ -321,7 +321,10 @@ class Client:
                train_tokens=0.0, constraints=None, kernels="eager", math="ieee",
                progress=None) -> SearchOutcome:
         """The strategy search on the daemon's workers; progress(event) gets each
-        SearchProgress message as it streams. devices: a count, or a list of
+        SearchProgress message as it streams (its settled_top is the answer's top K
+        once no candidate left can enter it, before the Pareto set is complete:
+        a client that wants only "which strategy?" may stop there, or search with
+        constraints={"pareto_within": 1}). devices: a count, or a list of
         counts (the space on each). objective: "time", "throughput", "devices"
         (the fewest reaching target_step_s) or "cost" (the least device time per
         step); price_per_device_hour and train_tokens add the cost and the time
