@@ -32,7 +32,7 @@ start_daemon "$dir/cache.db" "$dir/log"
 search() {
     out=$1
     shift
-    DISTIR_RPC_LIB="$B/distir-rpc.so" "$B/distir" search --model gpt3-175b --batch 1536 \
+    DISTIR_RPC_LIB="$B/distir-rpc.so" "$B/distir" search --model gpt3-175b --batch 1536 --kernels eager \
         --dtype bf16 --optimizer adam --hw a100-dgx:128 --server "$addr" \
         --timeout-ms 14400000 --json "$@" >"$out"
 }
@@ -50,7 +50,7 @@ cmp -s "$dir/cold.json" "$dir/warm.json" || echo "note: the repeat's JSON differ
 # Another K over the same space: not a stored search, but every simulation the cold search
 # kept is taken (docs/daemon.md, "Simulations kept between searches").
 t0=$(date +%s%N)
-DISTIR_RPC_LIB="$B/distir-rpc.so" "$B/distir" search --model gpt3-175b --batch 1536 \
+DISTIR_RPC_LIB="$B/distir-rpc.so" "$B/distir" search --model gpt3-175b --batch 1536 --kernels eager \
     --dtype bf16 --optimizer adam --hw a100-dgx:128 --server "$addr" --timeout-ms 14400000 \
     --top 20 >"$dir/top20.txt" || { echo "the search with another K failed"; exit 1; }
 other=$((($(date +%s%N) - t0) / 1000000))
