@@ -389,6 +389,16 @@ write_junit(const char *path, const sim_compare *cmp, const char *what)
         fprintf(f, "</testcase>\n");
         di_buf_fini(&b);
     }
+    if (cmp->ndiff > 0) { /* where CI pages show it, beside the verdicts */
+        di_buf b;
+        di_buf_init(&b);
+        sim_compare_settings_text(cmp, &b);
+        di_buf_put(&b, "", 1);
+        fprintf(f, "  <system-err>warning: ");
+        xml_text(f, b.data);
+        fprintf(f, "</system-err>\n");
+        di_buf_fini(&b);
+    }
     fprintf(f, "</testsuite></testsuites>\n");
     if (fclose(f) != 0) {
         cli_error("cannot write '%s'", path);

@@ -101,8 +101,8 @@ sys.exit(not (len(paths) == 1 and len(labels) == 2 and len(marks) == 2))' "$TMP/
         fail "$tag: baseline set --kernels fused"
     $T "$DISTIR" compare "$TMP/base.pb" --baseline fused --kernels fused $W >/dev/null 2>&1
     check "$tag: --kernels fused against a fused baseline compares equal (exit 0)" [ $? -eq 0 ]
-    $T "$DISTIR" compare "$TMP/base.pb" --baseline fused $W >"$TMP/$tag.eager.out" \
-        2>"$TMP/$tag.eager.err"
+    $T "$DISTIR" compare "$TMP/base.pb" --baseline fused $W --junit "$TMP/$tag.eager.xml" \
+        >"$TMP/$tag.eager.out" 2>"$TMP/$tag.eager.err"
     check "$tag: ... eager kernels against it regress step time (exit 1)" [ $? -eq 1 ]
     check "$tag: ... named" grep -q "regression: step time grew by" "$TMP/$tag.eager.err"
     check "$tag: ... with a warning that the kernels differ, not the module" \
@@ -116,6 +116,11 @@ print(\",\".join(d[\"setting\"] for d in json.load(open(sys.argv[1]))[\"settings
             grep -q 'warning: the results were simulated with different settings' '$TMP/$tag.sd.err'"
     check "$tag: ... and the unchanged model against its baseline warns of nothing" \
         sh -c "! grep -q warning '$TMP/$tag.same'"
+    check "$tag: ... the JUnit file has the warning (system-err), the unchanged one none" \
+        sh -c "/usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E
+e = E.parse(sys.argv[1]).getroot().find(\"testsuite\").find(\"system-err\")
+s = E.parse(sys.argv[2]).getroot().find(\"testsuite\").find(\"system-err\")
+sys.exit(not (e is not None and \"kernels\" in e.text and s is None))' '$TMP/$tag.eager.xml' '$TMP/$tag.same.xml'"
     $T "$DISTIR" compare "$TMP/base.pb" --baseline fused --kernels jit $W >/dev/null 2>&1
     check "$tag: --kernels jit is a usage error (exit 2)" [ $? -eq 2 ]
 }
