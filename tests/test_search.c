@@ -1292,7 +1292,7 @@ test_memory_bound_edges(void **state)
  * Switches a term of the memory bound off (off 1: its fields of e saved in
  * keep, then zeroed) or back on (off 0), to see what it adds.
  */
-typedef void (*term_switch)(struct search_layer_mem *e, uint64_t keep[3], int off);
+typedef void (*term_switch)(struct search_layer_mem *e, uint64_t keep[6], int off);
 
 /*
  * Every candidate of m's space under cfg simulated in full: none bounded
@@ -1313,7 +1313,7 @@ term_raises(const ir_module *m, const search_config *cfg, term_switch sw, uint32
         const search_candidate *c = &sp.candidates[i];
         struct search_layer_mem *lm = NULL;
         search_point p;
-        uint64_t b, keep[3];
+        uint64_t b, keep[6];
         search_eval_full(&ev, c, &p);
         if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
             continue;
@@ -1337,7 +1337,7 @@ term_raises(const ir_module *m, const search_config *cfg, term_switch sw, uint32
 }
 
 static void
-embed_switch(struct search_layer_mem *e, uint64_t keep[3], int off)
+embed_switch(struct search_layer_mem *e, uint64_t keep[6], int off)
 {
     if (off)
         keep[0] = e->embed_saved;
@@ -1394,13 +1394,18 @@ test_memory_bound_embedding(void **state)
     hw_free(hw);
 }
 
+/* The gathered weights at both moments (work_set_weights, and with work_set_fixed_most). */
 static void
-zero3_switch(struct search_layer_mem *e, uint64_t keep[3], int off)
+zero3_switch(struct search_layer_mem *e, uint64_t keep[6], int off)
 {
-    if (off)
-        memcpy(keep, e->work_set_weights, sizeof e->work_set_weights);
-    for (int r = 0; r < 3; r++)
+    for (int r = 0; r < 3; r++) {
+        if (off) {
+            keep[r] = e->work_set_weights[r];
+            keep[3 + r] = e->work_set_fixed_most[r].weights;
+        }
         e->work_set_weights[r] = off ? 0 : keep[r];
+        e->work_set_fixed_most[r].weights = off ? 0 : keep[3 + r];
+    }
 }
 
 /*
@@ -1444,6 +1449,68 @@ test_memory_bound_zero3_weights(void **state)
                       fused ? "fused" : "eager", n, raised);
         assert_true(n > 20);
         assert_true(raised == n);
+    }
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+static void
+fixed_switch(struct search_layer_mem *e, uint64_t keep[6], int off)
+{
+    for (int r = 0; r < 3; r++) {
+        if (off) {
+            keep[r] = e->work_set_fixed_at_most[r];
+            keep[3 + r] = e->work_set_fixed_most[r].fixed;
+        }
+        e->work_set_fixed_at_most[r] = off ? 0 : keep[r];
+        e->work_set_fixed_most[r].fixed = off ? 0 : keep[3 + r];
+    }
+}
+
+/*
+ * ZeRO-2 and -3 make each microbatch's weight gradients whole, reduce-scatter
+ * and free them (no whole gradient buffer): on the mixed-precision GPT of
+ * test_memory_bound_zero3_weights (bf16 weights, f32 gradients), the most its
+ * layer's backward holds of such values at once is at an MLP matrix's weight
+ * gradient: its 256 x 1,024 bf16 products and their f32 cast, 1.5 MiB; and
+ * those values raise the bound of ZeRO-2 and -3 candidates on 8 devices (with
+ * eager and with fused kernels), none above its simulated peak.
+ */
+static void
+test_memory_bound_zero_grads_whole(void **state)
+{
+    ir_module *m = gpt_as(4, 256, 8, 64, 16, 1);
+    hw_model *hw = preset("a100-dgx");
+    search_space sp;
+    const struct search_layer_mem *e;
+    (void)state;
+    tp1_space(&sp, m, hw);
+    e = tp1_layer_mem(&sp);
+    for (int r = 0; r < 3; r++)
+        print_message("mode %d: at the working set's most %llu; most %llu (act %llu, weights "
+                      "%llu)\n",
+                      r, (unsigned long long)e->work_set_fixed_at_most[r],
+                      (unsigned long long)e->work_set_fixed_most[r].fixed,
+                      (unsigned long long)e->work_set_fixed_most[r].act,
+                      (unsigned long long)e->work_set_fixed_most[r].weights);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(e->work_set_fixed_most[r].fixed, 256 * 1024 * (2 + 4));
+    search_space_fini(&sp);
+    for (int fused = 0; fused < 2; fused++) {
+        search_config cfg;
+        di_error err;
+        uint32_t n, raised;
+        search_config_init(&cfg);
+        cfg.devices = 8;
+        assert_int_equal(search_config_set(&cfg, "zero", "2,3", &err), 0);
+        assert_int_equal(search_config_set(&cfg, "microbatches", "1,2,4", &err), 0);
+        assert_int_equal(search_config_set(&cfg, "kernels", fused ? "fused" : "eager", &err), 0);
+        raised = term_raises(m, &cfg, fixed_switch, &n);
+        print_message("%s kernels: %u ZeRO-2/3 candidates bounded below their peaks, %u "
+                      "raised\n",
+                      fused ? "fused" : "eager", n, raised);
+        assert_true(n > 50);
+        assert_true(raised > 0);
     }
     ir_module_free(m);
     hw_free(hw);
@@ -2727,6 +2794,7 @@ main(void)
         cmocka_unit_test(test_memory_bound_tight),
         cmocka_unit_test(test_memory_bound_embedding),
         cmocka_unit_test(test_memory_bound_zero3_weights),
+        cmocka_unit_test(test_memory_bound_zero_grads_whole),
         cmocka_unit_test(test_memory_bound_edges),
         cmocka_unit_test(test_time_bound_tight),
         cmocka_unit_test(test_bounds_fused),

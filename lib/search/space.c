@@ -789,6 +789,9 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         memcpy(e->saved_min, f.saved_min, sizeof e->saved_min);
         memcpy(e->work_set_min, f.work_set_min, sizeof e->work_set_min);
         memcpy(e->work_set_weights, f.work_set_weights, sizeof e->work_set_weights);
+        memcpy(e->work_set_fixed_at_most, f.work_set_fixed_at_most,
+               sizeof e->work_set_fixed_at_most);
+        memcpy(e->work_set_fixed_most, f.work_set_fixed_most, sizeof e->work_set_fixed_most);
         e->state_min = f.state_min;
         e->param_min = f.param_min;
         e->grad_min = f.grad_min;
@@ -1490,6 +1493,28 @@ layer_bound(const search_space *sp, const search_candidate *c)
             ws = wz;
         if (wsz > ws)
             ws = wsz;
+    }
+    /*
+     * ZeRO-2 and -3 keep no whole gradient buffer: each microbatch's weight
+     * gradients (and their casts) are made whole, reduce-scattered and freed,
+     * besides the shards' buffers g counts. At two moments of the layer's
+     * backward (work_set_fixed_at_most, at the working set's most; and
+     * work_set_fixed_most, where those values are most) the device holds the
+     * batch-divided bytes, the gathered weights under ZeRO-3, and those values
+     * whole, all at once.
+     */
+    if (e != NULL && e->ok && c->zero >= 2 && c->dp > 1 && c->cp <= 1 && c->ep <= 1) {
+        const struct xform_ws_moment *fm = &e->work_set_fixed_most[r];
+        double x = (double)c->dp * c->microbatches, y = c->zero == 3 ? 1 - 1.0 / c->dp : 0;
+        double at = floor((double)e->work_set_min[r] / x) +
+                    floor((double)e->work_set_weights[r] * y) +
+                    (double)e->work_set_fixed_at_most[r];
+        double fmost = floor((double)fm->act / x) + floor((double)fm->weights * y) +
+                       (double)fm->fixed;
+        if (at > ws)
+            ws = at;
+        if (fmost > ws)
+            ws = fmost;
     }
     if (st != NULL && st->nstage == c->pp * virtual_of(c)) {
         /* The layers each group holds are known: the busiest group. */

@@ -1516,10 +1516,14 @@ live_bytes(const xf_ctx *c, const xf_place *mb, ir_id v)
     return b;
 }
 
+/* What a working-set event counts (work_set_min). */
+enum { WS_ACT, WS_WEIGHT, WS_FIXED };
+
 typedef struct ws_event {
     uint32_t layer, pos;
     int64_t bytes;
-    int weight; /* a weight's bytes (work_set_min's *weights), not a batch-divided value's */
+    int kind; /* WS_ACT: a batch-divided value's; WS_WEIGHT: a weight's; WS_FIXED: a value's
+                 no batch split divides */
 } ws_event;
 
 static int
@@ -1750,15 +1754,18 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
  */
 static uint64_t
 work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_id *bops,
-             uint32_t nb, const uint8_t *set, uint64_t *weights)
+             uint32_t nb, const uint8_t *set, uint64_t *weights, uint64_t *fixed_at_most,
+             struct xform_ws_moment *fixed_most)
 {
     const ir_module *m = c->m;
     uint32_t L = c->nlayer, n, nev = 0, cap = 0;
     uint32_t *epos, *last, *kin, *wfirst, *wlast;
     ir_id *order, *stack;
     ws_event *ev = NULL;
-    uint64_t *most, *wat, least = 0;
-    *weights = 0;
+    uint64_t *most, *wat, *fat, least = 0;
+    struct xform_ws_moment *fm;
+    *weights = *fixed_at_most = 0;
+    memset(fixed_most, 0, sizeof *fixed_most);
     if (mb == NULL || L == 0 || nb == 0)
         return 0;
     epos = di_xcalloc(m->nop ? m->nop : 1, sizeof *epos);
@@ -1770,6 +1777,8 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
     wlast = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *wlast);
     most = di_xcalloc(L, sizeof *most);
     wat = di_xcalloc(L, sizeof *wat);
+    fat = di_xcalloc(L, sizeof *fat);
+    fm = di_xcalloc(L, sizeof *fm);
     n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
     for (uint32_t p = 1; p <= n; p++) {
         const ir_op *o = &m->ops[order[p - 1]];
@@ -1797,8 +1806,8 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
         if (li < 0 || (uint32_t)li >= L)
             continue;
         DI_GROW(&ev, &cap, nev + 2);
-        ev[nev++] = (ws_event){(uint32_t)li, wfirst[v], (int64_t)b, 1};
-        ev[nev++] = (ws_event){(uint32_t)li, wlast[v] + 1, -(int64_t)b, 1};
+        ev[nev++] = (ws_event){(uint32_t)li, wfirst[v], (int64_t)b, WS_WEIGHT};
+        ev[nev++] = (ws_event){(uint32_t)li, wlast[v] + 1, -(int64_t)b, WS_WEIGHT};
     }
     for (uint32_t p = 1; p <= n; p++) {
         ir_id d = order[p - 1];
@@ -1811,8 +1820,19 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
         for (uint32_t i = 0; i < o->noutput; i++) {
             ir_id v = o->outputs + i;
             uint64_t b;
-            if (last[v] <= p || (internal && !(wo->used[v] & USE_BWD_KERNEL)) ||
-                (b = live_bytes(c, mb, v)) == 0)
+            if (internal && !(wo->used[v] & USE_BWD_KERNEL))
+                continue;
+            if (!XF_IS_S(mb[v].a[XF_MB])) {
+                /* No batch split divides it: whole at its op, and to its last reader here. */
+                if ((b = device_bytes(c, v)) == 0)
+                    continue;
+                DI_GROW(&ev, &cap, nev + 2);
+                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)b, WS_FIXED};
+                ev[nev++] = (ws_event){(uint32_t)li, (last[v] > p ? last[v] : p) + 1,
+                                       -(int64_t)b, WS_FIXED};
+                continue;
+            }
+            if (last[v] <= p || (b = live_bytes(c, mb, v)) == 0)
                 continue;
             DI_GROW(&ev, &cap, nev + 3);
             if (c->place[v].a[XF_TP] == XF_P && c->n[XF_TP] > 1 && mb[v].a[XF_MB] >= 0) {
@@ -1821,12 +1841,12 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
                  * reduction (or reduce-scatter) reads it after that.
                  */
                 uint64_t whole = device_bytes(c, v);
-                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)whole, 0};
-                ev[nev++] = (ws_event){(uint32_t)li, p + 1, -(int64_t)(whole - b), 0};
+                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)whole, WS_ACT};
+                ev[nev++] = (ws_event){(uint32_t)li, p + 1, -(int64_t)(whole - b), WS_ACT};
             } else {
-                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)b, 0};
+                ev[nev++] = (ws_event){(uint32_t)li, p, (int64_t)b, WS_ACT};
             }
-            ev[nev++] = (ws_event){(uint32_t)li, last[v] + 1, -(int64_t)b, 0};
+            ev[nev++] = (ws_event){(uint32_t)li, last[v] + 1, -(int64_t)b, WS_ACT};
         }
     }
     qsort(ev, nev, sizeof *ev, cmp_ws_event);
@@ -1835,21 +1855,28 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
          * What is live at each position: after all its events (the frees, which
          * sort first, then the allocations); in between it never holds more.
          */
-        int64_t live = 0, wlive = 0;
+        int64_t live[3] = {0, 0, 0};
         for (uint32_t i = 0; i < nev; i++) {
             const ws_event *e = &ev[i];
+            uint64_t a, w, f;
             if (i > 0 && e->layer != ev[i - 1].layer)
-                live = wlive = 0;
-            if (e->weight)
-                wlive += e->bytes;
-            else
-                live += e->bytes;
+                live[WS_ACT] = live[WS_WEIGHT] = live[WS_FIXED] = 0;
+            live[e->kind] += e->bytes;
             if (i + 1 < nev && ev[i + 1].layer == e->layer && ev[i + 1].pos == e->pos)
                 continue;
-            if (live > 0 && ((uint64_t)live > most[e->layer] ||
-                             ((uint64_t)live == most[e->layer] && wlive > (int64_t)wat[e->layer]))) {
-                most[e->layer] = (uint64_t)live;
-                wat[e->layer] = wlive > 0 ? (uint64_t)wlive : 0;
+            a = live[WS_ACT] > 0 ? (uint64_t)live[WS_ACT] : 0;
+            w = live[WS_WEIGHT] > 0 ? (uint64_t)live[WS_WEIGHT] : 0;
+            f = live[WS_FIXED] > 0 ? (uint64_t)live[WS_FIXED] : 0;
+            if (a > 0 && (a > most[e->layer] || (a == most[e->layer] && w > wat[e->layer]))) {
+                most[e->layer] = a;
+                wat[e->layer] = w;
+                fat[e->layer] = f;
+            }
+            if (f > fm[e->layer].fixed ||
+                (f == fm[e->layer].fixed && f > 0 && a > fm[e->layer].act)) {
+                fm[e->layer].act = a;
+                fm[e->layer].weights = w;
+                fm[e->layer].fixed = f;
             }
         }
     }
@@ -1858,10 +1885,20 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
             least = most[l];
         if (l == 0 || wat[l] < *weights)
             *weights = wat[l];
+        if (l == 0 || fat[l] < *fixed_at_most)
+            *fixed_at_most = fat[l];
+        if (l == 0 || fm[l].act < fixed_most->act)
+            fixed_most->act = fm[l].act;
+        if (l == 0 || fm[l].weights < fixed_most->weights)
+            fixed_most->weights = fm[l].weights;
+        if (l == 0 || fm[l].fixed < fixed_most->fixed)
+            fixed_most->fixed = fm[l].fixed;
     }
     di_free(ev);
     di_free(most);
     di_free(wat);
+    di_free(fat);
+    di_free(fm);
     di_free(wfirst);
     di_free(wlast);
     di_free(last);
@@ -1879,7 +1916,8 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
  */
 static void
 layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time *out,
-           uint64_t ws[3], uint64_t wsw[3], uint8_t *full)
+           uint64_t ws[3], uint64_t wsw[3], uint64_t wsf[3], struct xform_ws_moment wsm[3],
+           uint8_t *full)
 {
     gemm_list g = {mb, NULL, 0, 0, mb != NULL};
     const ir_region *r = &c->m->regions[c->func];
@@ -1966,7 +2004,9 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     leaf = leaf_marks(c, r);
     chunk_reductions(c, bops, nb, set, leaf, wo, STRATEGY_RECOMPUTE_NONE, red, late, between,
                      redn, laten);
-    ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, wo, mb, bops, nb, set, &wsw[STRATEGY_RECOMPUTE_NONE]);
+    ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, wo, mb, bops, nb, set, &wsw[STRATEGY_RECOMPUTE_NONE],
+                                               &wsf[STRATEGY_RECOMPUTE_NONE],
+                                               &wsm[STRATEGY_RECOMPUTE_NONE]);
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
         uint32_t nre;
@@ -1985,7 +2025,7 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, re[j], wo, per, L, k, &g);
         chunk_reductions(c, bops, nb, set, leaf, wo, mode, red, late, between, redn, laten);
-        ws[mode] = work_set_min(c, wo, mb, bops, nb, set, &wsw[mode]);
+        ws[mode] = work_set_min(c, wo, mb, bops, nb, set, &wsw[mode], &wsf[mode], &wsm[mode]);
     }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
@@ -2128,7 +2168,8 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     wo.used = used;
     wo.read = di_xcalloc(c.m->nvalue ? c.m->nvalue : 1, 1);
     layer_work(&c, &wo, have2 ? c2.place : NULL, &out->time, out->work_set_min,
-               out->work_set_weights, full);
+               out->work_set_weights, out->work_set_fixed_at_most, out->work_set_fixed_most,
+               full);
     layer_params(&c, full, &out->params, &out->nparams);
     di_free(wo.read);
     di_free(fus);

@@ -350,6 +350,20 @@ typedef struct xform_layer_facts {
      */
     uint64_t work_set_weights[3];
     /*
+     * Per recomputation mode, two moments of that replay, each of its three
+     * figures the least over the layers: the bytes per device live of values
+     * no batch split divides (the weights' gradients and their casts, which
+     * ZeRO-2 and -3 reduce-scatter and free rather than keep in a gradient
+     * buffer), counted at their op and to their last reader among those ops:
+     * fixed_at_most, at the working set's moment above; and fixed_most, the
+     * moment they are most, with the batch-divided bytes (act) and the
+     * weights read before and after (weights) there.
+     */
+    uint64_t work_set_fixed_at_most[3];
+    struct xform_ws_moment {
+        uint64_t act, weights, fixed;
+    } work_set_fixed_most[3];
+    /*
      * The state (weights, optimizer state), parameters and gradients (at the
      * updates' dtype) per device of the weights used only outside the
      * layers: [0] before the first layer (the embedding, on the first
