@@ -1750,7 +1750,11 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
  * least over the layers: a weight from its first reader to its last among
  * these ops, both included (ZeRO-3 gathers a weight once per chunk before its
  * first reader and frees the gathered copy after its last, chunk.c; one ZeRO
- * cannot split is whole all along).
+ * cannot split is whole all along). And the values those ops make that no
+ * batch split divides (weight gradients, their casts), whole from their op to
+ * their last reader among these ops: into *fixed_at_most what of them is live
+ * at that most, into *fixed_most the moment they are most (the batch-divided
+ * bytes, the weights and they, there); each figure the least over the layers.
  */
 static uint64_t
 work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_id *bops,
@@ -2004,9 +2008,10 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     leaf = leaf_marks(c, r);
     chunk_reductions(c, bops, nb, set, leaf, wo, STRATEGY_RECOMPUTE_NONE, red, late, between,
                      redn, laten);
-    ws[STRATEGY_RECOMPUTE_NONE] = work_set_min(c, wo, mb, bops, nb, set, &wsw[STRATEGY_RECOMPUTE_NONE],
-                                               &wsf[STRATEGY_RECOMPUTE_NONE],
-                                               &wsm[STRATEGY_RECOMPUTE_NONE]);
+    {
+        int none = STRATEGY_RECOMPUTE_NONE;
+        ws[none] = work_set_min(c, wo, mb, bops, nb, set, &wsw[none], &wsf[none], &wsm[none]);
+    }
     for (uint32_t k = 2; k < 4; k++) {
         strategy_recompute mode = k == 2 ? STRATEGY_RECOMPUTE_SELECTIVE : STRATEGY_RECOMPUTE_FULL;
         uint32_t nre;
