@@ -95,31 +95,36 @@ cli_opt(int argc, char **argv, int *i, const char *name, const char **value)
     return 1;
 }
 
+/*
+ * A two-valued option `name` at argv[*i] (`on` or `off`): 1 taken, *on_set
+ * whether it was `on`; 0 not this option; -1 a usage error, reported.
+ */
+static int
+two_valued(int argc, char **argv, int *i, const char *name, const char *on, const char *off,
+           int *on_set)
+{
+    const char *v;
+    int r = cli_opt(argc, argv, i, name, &v);
+    if (r <= 0)
+        return r;
+    if (strcmp(v, on) != 0 && strcmp(v, off) != 0) {
+        cli_error("%s takes %s or %s, got '%s'", name, on, off, v);
+        return -1;
+    }
+    *on_set = strcmp(v, on) == 0;
+    return 1;
+}
+
 int
 cli_sim_opt(int argc, char **argv, int *i, int *tf32, int *fuse, int *kernels)
 {
-    const char *v;
     int r;
-    if ((r = cli_opt(argc, argv, i, "--math", &v)) != 0) {
-        if (r < 0)
-            return -1;
-        if (strcmp(v, "tf32") != 0 && strcmp(v, "ieee") != 0) {
-            cli_error("--math takes tf32 or ieee, got '%s'", v);
-            return -1;
-        }
-        *tf32 = strcmp(v, "tf32") == 0;
-        return 1;
-    }
-    if ((r = cli_opt(argc, argv, i, "--kernels", &v)) != 0) {
-        if (r < 0)
-            return -1;
-        if (strcmp(v, "fused") != 0 && strcmp(v, "eager") != 0) {
-            cli_error("--kernels takes fused or eager, got '%s'", v);
-            return -1;
-        }
-        *fuse = strcmp(v, "fused") == 0;
-        *kernels = 1;
-        return 1;
+    if ((r = two_valued(argc, argv, i, "--math", "tf32", "ieee", tf32)) != 0)
+        return r;
+    if ((r = two_valued(argc, argv, i, "--kernels", "fused", "eager", fuse)) != 0) {
+        if (r > 0)
+            *kernels = 1;
+        return r;
     }
     return 0;
 }

@@ -194,15 +194,17 @@ point_of(const search_space *sp, const search_candidate *c, double t, uint64_t m
 /*
  * c's optimistic point: its time bound as its step time (lowered by
  * SEARCH_COMPOSE_SLACK when it will be composed), its memory bound as its
- * peak. 0 when it has no time bound, or when the memory bound prunes it
- * (that reason is kept: search_eval).
+ * peak. 0 when it has no time bound (then *no_bound is set, when given), or
+ * when the memory bound prunes it (that reason is kept: search_eval).
  */
 static int
-optimistic(const search_space *sp, const search_candidate *c, search_point *opt)
+optimistic(const search_space *sp, const search_candidate *c, search_point *opt, int *no_bound)
 {
     double t = search_time_bound(sp, c);
     uint64_t mem;
     uint32_t m1, m2;
+    if (no_bound != NULL)
+        *no_bound = !(t > 0);
     if (!(t > 0))
         return 0;
     mem = search_memory_bound(sp, c);
@@ -233,7 +235,7 @@ pruned_by_bound(const search_space *sp, const search_result *r, const search_can
 {
     search_point opt;
     int dominated = 0;
-    if (r->npareto == 0 || !optimistic(sp, c, &opt) || may_top(r, &opt))
+    if (r->npareto == 0 || !optimistic(sp, c, &opt, NULL) || may_top(r, &opt))
         return 0;
     /* Under pareto_within: slower than the Pareto set may be (the fastest only gets faster). */
     if (r->pareto_within > 0 && opt.step_time_s > r->pareto_within * r->pareto[0].step_time_s)
@@ -275,10 +277,11 @@ rank_candidates(search_plan *pl)
     for (uint64_t i = 0; i < sp->ncandidate; i++) {
         const search_candidate *c = &sp->candidates[i];
         search_point opt;
-        if (optimistic(sp, c, &opt)) {
+        int no_bound;
+        if (optimistic(sp, c, &opt, &no_bound)) {
             idx[n] = i;
             t[n++] = opt.step_time_s;
-        } else if (!(search_time_bound(sp, c) > 0) && !search_time_bound_refused(sp, c) &&
+        } else if (no_bound && !search_time_bound_refused(sp, c) &&
                    !((double)search_memory_bound(sp, c) >
                      sp->cfg.memory_headroom * sp->max_capacity)) {
             pl->unbounded++; /* may be feasible: the rounds cannot rank it */
@@ -396,7 +399,7 @@ extend(search_plan *pl)
         uint64_t index = pl->ranked[pl->ranked_pos];
         search_point opt;
         if (!pl->is_seed[index]) {
-            optimistic(sp, &sp->candidates[index], &opt);
+            optimistic(sp, &sp->candidates[index], &opt, NULL);
             if (!may_top(&r, &opt)) { /* nor any after it */
                 pl->ranked_pos = pl->nranked;
                 break;
