@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-24"
+#define SEARCH_VERSION "distir-search-25"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -225,6 +225,11 @@ typedef struct search_space {
          */
         double accumulate_s;
         double add_per_byte, add_launch; /* those Adds' terms (sim_op_bound_terms) */
+        /*
+         * Seconds per byte a Concat of f32 gradients takes at least (sim_op_bound_terms):
+         * ZeRO-2/3 copy each microbatch's sharded gradients into their buckets.
+         */
+        double concat_per_byte;
         /*
          * Per dp of the space (dps): the least over the layers of a layer's
          * parameters ZeRO shards at that dp (xform_layer_facts.params: dp divides

@@ -698,9 +698,11 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
 {
     uint32_t L = sp->layers;
     uint64_t *per;
-    sim_op_bound add;
+    sim_op_bound add, cat;
     if (L == 0)
         return;
+    if (sim_op_bound_terms(sp->hw, 0, IR_OP_CONCAT, IR_F32, 0, &cat))
+        e->concat_per_byte = cat.per_byte;
     /* search_layer_mem.accumulate_s: each parameter's Add, least over the layers. */
     if (sim_op_bound_terms(sp->hw, 0, IR_OP_ADD, IR_F32, 0, &add)) {
         double *acc = di_xcalloc(L, sizeof *acc);
@@ -1846,6 +1848,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
                           m = (double)c->microbatches, edge[4], acc, bwork, rf, rs_layer = 0, zs;
     double zb[6] = {0}; /* zero_layer_bytes */
     const struct search_dp_group *zg = NULL;
+    double zcat = 0; /* a layer's bucket copies per microbatch under ZeRO-2/3 */
     int zs_aligned;
     uint32_t S = 0; /* layers of the model stages before group d's first */
     int r = c->recompute;
@@ -1916,8 +1919,16 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         bwork += xform_work_time(&t->re[r], q) + rre;
     if (!zero_layer_bytes(sp, c, e, &zg, zb))
         zg = NULL;
-    if (c->zero >= 2 && zg != NULL)
+    if (c->zero >= 2 && zg != NULL) {
         rs_layer = zb[3] * zg->reduce_scatter;
+        /*
+         * Each microbatch's backward chunk copies the layer's sharded gradients
+         * (Zg bytes, at least) into the buckets it reduce-scatters: a Concat of
+         * them (xf_body_bucket_reduce), a compute op on the stream that reads
+         * and writes those bytes, outside every layer's work counted above.
+         */
+        zcat = 2 * zb[3] * e->concat_per_byte;
+    }
     zs = zero1_step_scatter(sp, c, zg, zb, &zs_aligned);
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
@@ -1932,11 +1943,12 @@ search_time_bound(const search_space *sp, const search_candidate *c)
          * is followed by that microbatch's backward across the same S layers (their
          * GEMMs; recomputation may run ahead of the gradient, so it is not on that
          * chain). Only the other ops of that last layer may still run meanwhile: at
-         * most one layer's non-GEMM work for one microbatch, w - wg.
+         * most one layer's non-GEMM work for one microbatch, w - wg, and its bucket
+         * copies under ZeRO-2/3, zcat (each of the m N layer chunks has them).
          */
-        busy = m * N * w + S * chain - (S ? w - wg : 0);
-        if (m * N * w > busy)
-            busy = m * N * w;
+        busy = m * N * (w + zcat) + S * chain - (S ? w + zcat - wg : 0);
+        if (m * N * (w + zcat) > busy)
+            busy = m * N * (w + zcat);
         /*
          * The embedding runs on group 0 and the head and loss on the last
          * (each microbatch, in full); the others' first op waits for the
@@ -1955,11 +1967,11 @@ search_time_bound(const search_space *sp, const search_candidate *c)
          * which cannot start before the chunk does and run one at a time on the
          * data-parallel communicator: the chunk holds the stream at least as long as
          * they take, L x Zg x the group's reduce-scatter slope for its L layers, where
-         * the work counts L x bwork. The last microbatch's chunks may overlap the
-         * drain counted above: m - 2 microbatches.
+         * the work counts L x (bwork + zcat). The last microbatch's chunks may overlap
+         * the drain counted above: m - 2 microbatches.
          */
-        if (rs_layer > bwork && c->microbatches >= 3)
-            busy += (m - 2) * N * (rs_layer - bwork);
+        if (rs_layer > bwork + zcat && c->microbatches >= 3)
+            busy += (m - 2) * N * (rs_layer - bwork - zcat);
         bound = busy > bound ? busy : bound;
         if (d == 0) {
             double comm = dp_comm_bound(c, zg, zb, N);
