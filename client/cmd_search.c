@@ -2,7 +2,7 @@
  * cmd_search.c: `distir search FILE [--hw PRESET|FILE] [--devices N[,N...]]
  * [--objective time|throughput|devices|cost] [--target-step S] [--price P]
  * [--train-tokens T] [--top K] [--json] [--shard i/n] [--headroom F]
- * [--pareto-within R] [--compose 0|1] [--time-bound 0|1] [--jobs N]
+ * [--pareto-within R] [--compose 0|1] [--refine top|all] [--time-bound 0|1] [--jobs N]
  * [--math tf32|ieee] [--tp 1,2,4 ...]
  * [--fix pp=2 ...] [--log-candidates FILE]
  * [--server ADDR [--timeout-ms N]]` and `distir search --merge A.json B.json ...`.
@@ -39,8 +39,8 @@ static const char usage[] =
     "              [--objective time|throughput|devices|cost] [--target-step S]\n"
     "              [--price P] [--train-tokens T]\n"
     "              [--top K] [--json] [--shard i/n] [--headroom F] [--pareto-within R]\n"
-    "              [--compose 0|1] [--time-bound 0|1] [--jobs N] [--math tf32|ieee]\n"
-    "              [--kernels fused|eager]\n"
+    "              [--compose 0|1] [--refine top|all] [--time-bound 0|1] [--jobs N]\n"
+    "              [--math tf32|ieee] [--kernels fused|eager]\n"
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
@@ -56,7 +56,9 @@ static const char usage[] =
     "per step (cost; within --target-step when given). --price P (per device-hour)\n"
     "and --train-tokens T add the cost and the time to train for T tokens.\n"
     "Candidates with many microbatches are composed from two shorter simulations\n"
-    "(--compose 0: every one in full); the points reported are simulated in full.\n"
+    "(--compose 0: every one in full), within 1% of a full simulation's step and\n"
+    "0.5% of its peak; the top K is re-simulated in full before it is reported\n"
+    "(--refine all: the Pareto set too; ~ marks an estimate).\n"
     "Candidates whose lower bounds on step time and memory cannot enter the answer\n"
     "are pruned unsimulated (--time-bound 0: none). --pareto-within R keeps only\n"
     "Pareto points at most R times slower than the fastest (and prunes the rest).\n"
@@ -71,7 +73,7 @@ static const char *const list_options[] = {
     "dp",        "tp",        "pp",       "microbatches",      "virtual-stages",      "schedule",
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",    "compose",           "target-step",         "price",
-    "train-tokens", "math", "cp", "time-bound", "kernels", "pareto-within",
+    "train-tokens", "math", "cp", "time-bound", "kernels", "pareto-within", "refine",
 };
 
 static int
@@ -481,6 +483,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     c->overlap_grad_reduce = cfg->overlap;
     c->memory_headroom = cfg->memory_headroom;
     c->full_simulation = cfg->no_compose != 0;
+    c->refine_pareto = cfg->refine_pareto != 0;
     c->no_time_bound = cfg->no_time_bound != 0;
     c->pareto_within = cfg->pareto_within;
     req->constraints = c;

@@ -255,6 +255,7 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
         cfg->pareto_within = c->pareto_within;
     }
     cfg->no_compose = c->full_simulation;
+    cfg->refine_pareto = c->refine_pareto;
     cfg->no_time_bound = c->no_time_bound;
     return 0;
 }

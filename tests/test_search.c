@@ -219,11 +219,22 @@ run_plan(const ir_module *m, const hw_model *hw, const search_config *cfg, unsig
             assert_true(j < r->ntop);
         }
     }
-    /* The parts re-simulated only what may be in the answer: all of the answer's. */
+    /*
+     * The parts re-simulated only what may be in the answer: all of the top K's,
+     * and the Pareto set's under refine all; a Pareto point outside the top K
+     * reports its estimate otherwise, whichever part found it.
+     */
     for (uint32_t i = 0; i < r->ntop; i++)
         assert_true(!r->top[i].composed || r->top[i].refined);
-    for (uint32_t i = 0; i < r->npareto; i++)
-        assert_true(!r->pareto[i].composed || r->pareto[i].refined);
+    for (uint32_t i = 0; i < r->npareto; i++) {
+        uint32_t j = 0;
+        while (j < r->ntop && r->top[j].cand.index != r->pareto[i].cand.index)
+            j++;
+        if (r->refine_pareto || j < r->ntop)
+            assert_true(!r->pareto[i].composed || r->pareto[i].refined);
+        else
+            assert_false(r->pareto[i].refined);
+    }
     search_plan_fini(&pl);
     search_space_fini(&sp);
 }
@@ -2175,13 +2186,17 @@ test_headroom(void **state)
 /*
  * The shards' results merged (directly, and through their JSON) equal the
  * unsharded result, also when points are composed and re-simulated per
- * shard; the JSON texts are equal byte for byte.
+ * shard; the JSON texts are equal byte for byte. A composed Pareto point
+ * outside the top K reports its estimate (a shard whose own top K held it
+ * re-simulated it), unless --refine all re-simulates the Pareto set too.
  */
 static void
 test_shards_merge(void **state)
 {
     (void)state;
-    for (int composed = 0; composed < 2; composed++) {
+    for (int variant = 0; variant < 3; variant++) {
+        /* 1: composed candidates; 2: those, with --refine all. */
+        int composed = variant > 0, all = variant == 2, estimates = 0, refined = 0;
         ir_module *m = composed ? gpt(4, 48, 6, 8, 96) : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset("a100-dgx");
         search_config cfg;
@@ -2191,11 +2206,32 @@ test_shards_merge(void **state)
         uint64_t total = 0;
         char *a, *b;
         small_config(&cfg, 8);
-        if (composed)
-            assert_int_equal(search_config_set(&cfg, "microbatches", "4,16,24", &err), 0);
+        if (composed) {
+            assert_int_equal(search_config_set(&cfg, "microbatches", "4,16,24,48", &err), 0);
+            cfg.compose_saves = 0; /* compose whatever composition saves */
+        }
         cfg.top_k = 5;
+        if (all)
+            assert_int_equal(search_config_set(&cfg, "refine", "all", &err), 0);
+        assert_int_not_equal(search_config_set(&cfg, "refine", "some", &err), 0);
         run(m, hw, &cfg, &whole);
         assert_true((whole.composed > 0) == composed);
+        /*
+         * A composed Pareto point outside the top K reports its estimate, unless
+         * --refine all re-simulated it; the top K's are always re-simulated.
+         */
+        for (uint32_t i = 0; i < whole.npareto; i++) {
+            const search_point *p = &whole.pareto[i];
+            uint32_t j = 0;
+            while (j < whole.ntop && whole.top[j].cand.index != p->cand.index)
+                j++;
+            if (j == whole.ntop && p->composed) {
+                estimates += !p->refined;
+                refined += p->refined;
+            }
+        }
+        assert_int_equal(estimates > 0, variant == 1);
+        assert_int_equal(refined > 0, variant == 2);
         space_ok(&sp, m, hw, &cfg);
         search_result_init(&merged, &sp);
         search_result_init(&viajson, &sp);
@@ -2223,6 +2259,7 @@ test_shards_merge(void **state)
         a = search_result_to_json(&whole);
         b = search_result_to_json(&viajson);
         assert_string_equal(a, b);
+        assert_int_equal(strstr(a, "\"refine\":\"all\"") != NULL, all); /* merges check it */
         di_free(a);
         di_free(b);
         /* A merge of different searches is refused. */

@@ -615,14 +615,17 @@ search_plan_next(search_planner *w, search_evaluator *ev, search_point *out)
     return SEARCH_PLAN_POINT;
 }
 
-/* Whether r's top K or Pareto set holds candidate index. */
+/*
+ * Whether r's top K or Pareto set holds candidate index: the points r's
+ * refinement re-simulates (without refine_pareto, the top K only).
+ */
 static int
 in_answer(const search_result *r, uint64_t index)
 {
     for (uint32_t i = 0; i < r->ntop; i++)
         if (r->top[i].cand.index == index)
             return 1;
-    for (uint32_t i = 0; i < r->npareto; i++)
+    for (uint32_t i = 0; i < r->npareto && r->refine_pareto; i++)
         if (r->pareto[i].cand.index == index)
             return 1;
     return 0;

@@ -117,6 +117,7 @@ search_result_init(search_result *r, const search_space *sp)
     r->price_per_device_hour = sp->cfg.price_per_device_hour;
     r->train_tokens = sp->cfg.train_tokens;
     r->pareto_within = sp->cfg.pareto_within;
+    r->refine_pareto = sp->cfg.refine_pareto;
     r->tokens_per_step = sp->tokens_per_step;
     r->top_k = sp->cfg.top_k;
     r->devices = sp->devices;
@@ -226,12 +227,32 @@ search_result_add(search_result *r, const search_point *p)
     add_point(r, p);
 }
 
+/*
+ * Without refine_pareto, a Pareto point reports its full simulation exactly
+ * when it is in the top K (search_result_refine): a part may have re-simulated
+ * a point of its own top K that the whole's Pareto set holds but not its top K.
+ */
+static void
+settle_refined(search_result *r)
+{
+    for (uint32_t i = 0; i < r->npareto && !r->refine_pareto; i++) {
+        search_point *p = &r->pareto[i];
+        uint32_t j;
+        for (j = 0; j < r->ntop && r->top[j].cand.index != p->cand.index; j++)
+            ;
+        if (j == r->ntop && p->refined) {
+            p->refined = 0;
+            memset(&p->full, 0, sizeof p->full);
+        }
+    }
+}
+
 int
 search_result_merge(search_result *dst, const search_result *src, di_error *err)
 {
     if (memcmp(&dst->key, &src->key, sizeof dst->key) != 0 || dst->objective != src->objective ||
         dst->top_k != src->top_k || dst->devices != src->devices ||
-        dst->pareto_within != src->pareto_within)
+        dst->pareto_within != src->pareto_within || dst->refine_pareto != src->refine_pareto)
         return di_error_set(err, DI_EINVAL,
                             "cannot merge results of different searches (the module, hardware, "
                             "devices, constraints, objective or top K differ)");
@@ -244,6 +265,7 @@ search_result_merge(search_result *dst, const search_result *src, di_error *err)
         add_point(dst, &src->top[i]);
     for (uint32_t i = 0; i < src->npareto; i++)
         add_point(dst, &src->pareto[i]);
+    settle_refined(dst);
     return 0;
 }
 
@@ -282,7 +304,7 @@ search_result_refine_if(search_evaluator *ev, search_result *r,
             *p = r->top[j];
             continue;
         }
-        if (keep == NULL || keep(ctx, p))
+        if (r->refine_pareto && (keep == NULL || keep(ctx, p)))
             n += (uint32_t)refine_point(ev, p);
     }
     return n;
@@ -374,7 +396,8 @@ search_result_equal(const search_result *a, const search_result *b)
         a->composed != b->composed || a->target_step_s != b->target_step_s ||
         a->price_per_device_hour != b->price_per_device_hour ||
         a->train_tokens != b->train_tokens || a->tokens_per_step != b->tokens_per_step ||
-        a->pareto_within != b->pareto_within || a->ndevice_counts != b->ndevice_counts ||
+        a->pareto_within != b->pareto_within || a->refine_pareto != b->refine_pareto ||
+        a->ndevice_counts != b->ndevice_counts ||
         memcmp(a->device_counts, b->device_counts, sizeof a->device_counts) != 0 ||
         a->ntop != b->ntop || a->npareto != b->npareto)
         return 0;
@@ -481,6 +504,8 @@ search_result_to_json(const search_result *r)
         json_object_set_new(root, "train_tokens", json_real(r->train_tokens));
     if (r->pareto_within > 0)
         json_object_set_new(root, "pareto_within", json_real(r->pareto_within));
+    if (r->refine_pareto)
+        json_object_set_new(root, "refine", json_string("all"));
     json_object_set_new(root, "tokens_per_step", json_real(r->tokens_per_step));
     json_object_set_new(root, "enumerated", json_integer((json_int_t)r->enumerated));
     json_object_set_new(root, "counts", counts);
@@ -759,6 +784,12 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
         rc = di_error_set(err, DI_EINVAL, "search result: 'pareto_within' is below 1");
         goto out;
     }
+    obj = json_string_value(json_object_get(root, "refine"));
+    if (json_object_get(root, "refine") != NULL && (obj == NULL || strcmp(obj, "all") != 0)) {
+        rc = di_error_set(err, DI_EINVAL, "search result: 'refine' is not \"all\"");
+        goto out;
+    }
+    r->refine_pareto = obj != NULL;
     obj = json_string_value(json_object_get(root, "search_key"));
     if (obj == NULL || di_hash_from_hex(obj, &r->key) != 0) {
         rc = di_error_set(err, DI_EINVAL, "search result: 'search_key' is not 64 hex digits");
@@ -922,8 +953,12 @@ search_result_to_table(const search_result *r)
                   (unsigned long long)(r->count[SEARCH_OK] + r->count[SEARCH_OOM] - r->composed),
                   (unsigned long long)r->composed);
     if (r->composed > 0)
-        di_buf_puts(&b, "(composed points in the tables are re-simulated in full; ~: not, !: out "
-                        "of memory in the full simulation)\n");
+        di_buf_puts(&b, r->refine_pareto
+                            ? "(composed points in the tables are re-simulated in full; ~: not, "
+                              "!: out of memory in the full simulation)\n"
+                            : "(the top K's composed points are re-simulated in full, the Pareto "
+                              "set's are estimates within 1% (--refine all: re-simulated too); "
+                              "~: an estimate, !: out of memory in the full simulation)\n");
     if (r->target_step_s > 0 && r->ntop > 0 && r->top[0].step_time_s > r->target_step_s)
         di_buf_puts(&b, "(no candidate reaches the target step time: the closest first)\n");
     return di_buf_take(&b, NULL);

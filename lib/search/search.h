@@ -101,6 +101,14 @@ typedef struct search_config {
      * Candidates whose time bound is above that are pruned (search_plan).
      */
     double pareto_within;
+    /*
+     * Re-simulate in full the composed points of the Pareto set too ("refine"
+     * "all"), not only those of the top K (the default, "top"): every composed
+     * estimate is within 1% of its full simulation's step and 0.5% of its peak
+     * (docs/search.md), and a deep pipeline's full simulation costs hundreds of
+     * microbatches'.
+     */
+    int refine_pareto;
     int no_compose;             /* simulate every candidate in full (no composed estimates) */
     uint32_t compose_saves;     /* compose only when it saves simulating this many microbatches
                                    (search_compose_counts); default SEARCH_COMPOSE_SAVES */
@@ -759,6 +767,7 @@ typedef struct search_result {
     uint32_t npareto, capacity_pareto;
     search_point *pareto; /* ascending step time (then memory, index) */
     double pareto_within; /* the config's: pareto holds steps <= this x pareto[0]'s; 0: all */
+    int refine_pareto;    /* the config's: the Pareto set's composed points are re-simulated */
 } search_result;
 
 /* An empty result for sp's objective, K and device count; free with search_result_fini. */
@@ -772,12 +781,15 @@ void search_result_add(search_result *r, const search_point *p);
  */
 int search_result_merge(search_result *dst, const search_result *src, di_error *err);
 /*
- * Re-simulates in full every composed point of the top K and the Pareto
- * set not re-simulated yet (search_point.full), so that what is reported
- * is a full simulation. Ranks do not change. Returns the number
- * re-simulated. Call it on each part before merging (a worker's, a
- * shard's): the whole's points are among the parts' and carry their
- * figures.
+ * Re-simulates in full every composed point of the top K (and of the Pareto
+ * set under refine_pareto) not re-simulated yet (search_point.full), so that
+ * what is reported there is a full simulation. Ranks do not change. Returns
+ * the number re-simulated. Call it on each part before merging (a worker's, a
+ * shard's): the whole's points are among the parts' and carry their figures.
+ * Without refine_pareto a point of the Pareto set reports its full simulation
+ * exactly when it is in the top K too (the merge keeps that a function of the
+ * set: a part's top point re-simulated there may be in the whole's Pareto set
+ * only).
  */
 uint32_t search_result_refine(search_evaluator *ev, search_result *r);
 /* As search_result_refine, the points keep(ctx, p) is nonzero for only. */

@@ -272,6 +272,14 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
                                 value ? value : "");
         return 0;
     }
+    if (strcmp(name, "refine") == 0) {
+        if (value && (strcmp(value, "top") == 0 || strcmp(value, "all") == 0))
+            cfg->refine_pareto = value[0] == 'a';
+        else
+            return di_error_set(err, DI_EINVAL, "refine: '%s' is not top or all",
+                                value ? value : "");
+        return 0;
+    }
     if (strcmp(name, "pareto-within") == 0) {
         char *end;
         double v = value ? strtod(value, &end) : 0;
@@ -592,6 +600,8 @@ space_key(search_space *sp)
         di_sha256_update(&h, "no-time-bound", 13);
     if (cfg->ndevice_counts > 0)
         hash_set(&h, cfg->device_counts, cfg->ndevice_counts);
+    if (cfg->refine_pareto) /* which points report a full simulation */
+        di_sha256_update(&h, "refine-all", 10);
     if (cfg->pareto_within > 0) { /* which points the Pareto set holds, which are pruned */
         di_sha256_update(&h, "pareto-within", 13);
         di_sha256_u64(&h, di_double_bits(cfg->pareto_within));

@@ -71,16 +71,36 @@ $T "$DISTIR" search --merge "$TMP/cshard0.json" "$TMP/cshard1.json" "$TMP/cshard
     "$TMP/cshard3.json" --json >"$TMP/cmerged.json" || fail "--merge (composed)"
 check "composed: the merged shards print the unsharded result byte for byte" \
     cmp -s "$TMP/cwhole.json" "$TMP/cmerged.json"
-check "composed: candidates are composed, and composed points reported carry a full simulation" \
+# The top K's composed points carry a full simulation, within 1% of their estimates; a composed
+# Pareto point outside the top K reports its estimate alone, unless --refine all.
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt384.pb" $CLIMITS --top 3 --json --refine all >"$TMP/call.json" ||
+    fail "search (composed) --refine all"
+check "composed: the top K's composed points carry a full simulation; --refine all: all do" \
     /usr/bin/python3 -c '
 import json, sys
-r = json.load(open(sys.argv[1]))
+r, a = (json.load(open(f)) for f in sys.argv[1:3])
 assert r["composed"] > 0, r["composed"]
+assert "refine" not in r and a["refine"] == "all" and a["search_key"] != r["search_key"]
+def check(p):
+    assert p["simulated"]["status"] == "ok", p
+    assert abs(p["simulated"]["step_time_s"] - p["step_time_s"]) <= 0.01 * p["step_time_s"], p
+top = {p["strategy"] for p in r["top"]}
 comp = [p for p in r["top"] + r["pareto"] if p["composed"]]
-assert comp and all(p["simulated"]["status"] == "ok" for p in comp)
-assert all(abs(p["simulated"]["step_time_s"] - p["step_time_s"]) <= 0.01 * p["step_time_s"]
-           for p in comp)
-' "$TMP/cwhole.json"
+assert comp
+for p in comp:
+    if p["strategy"] in top:
+        check(p)
+    else:
+        assert "simulated" not in p, p
+est = [p for p in r["pareto"] if p["composed"] and p["strategy"] not in top]
+assert est, "no composed Pareto point outside the top K: the check would be empty"
+comp = [p for p in a["top"] + a["pareto"] if p["composed"]]
+assert {p["strategy"] for p in est} <= {p["strategy"] for p in comp}
+for p in comp:
+    check(p)
+assert [p["strategy"] for p in a["pareto"]] == [p["strategy"] for p in r["pareto"]]
+' "$TMP/cwhole.json" "$TMP/call.json"
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt384.pb" $CLIMITS --top 3 --json --jobs 1 >"$TMP/cj1.json" &&
     $T "$DISTIR" search "$TMP/gpt384.pb" $CLIMITS --top 3 --json --jobs 3 >"$TMP/cj3.json" ||

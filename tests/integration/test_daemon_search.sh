@@ -19,7 +19,7 @@ $T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --bat
     -o "$TMP/gpt.pb" || fail "model gpt"
 LIMITS="--devices 8 --recompute none,full --zero 0,3 --microbatches 1,2,4 --top 3"
 OTHER="--devices 4 --objective throughput --tp 1,2 --schedule 1f1b,interleaved:2 --headroom 0.5 --top 2
-    --pareto-within 1.5"
+    --pareto-within 1.5 --refine all"
 
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json >"$TMP/local.json" || fail "local search"
@@ -32,6 +32,7 @@ for i in 0 1 2 3; do
 done
 
 check "--pareto-within reaches the result" grep -q '"pareto_within":1.5' "$TMP/local_other.json"
+check "--refine all reaches the result" grep -q '"refine":"all"' "$TMP/local_other.json"
 
 for w in 1 2; do
     start_daemon "w$w" --workers "$w" || { fail "daemon start ($w workers)"; continue; }
