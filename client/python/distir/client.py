@@ -329,7 +329,9 @@ class Client:
         (the fewest reaching target_step_s) or "cost" (the least device time per
         step); price_per_device_hour and train_tokens add the cost and the time
         to train to each point of the JSON. constraints: a dict of
-        SearchConstraints fields, as {"tp": [1, 2], "cp": [1, 2], "zero": 3}.
+        SearchConstraints fields, as {"tp": [1, 2], "cp": [1, 2], "zero": 3}
+        ({"refine_pareto": True}: the Pareto set's composed points re-simulated
+        in full too, not only the top K's: `distir search --refine all`).
         kernels: "eager" (one kernel per op) or "fused" (element-wise chains as
         one kernel each, as training frameworks run them: `distir search
         --kernels`); math: "ieee" or "tf32" (f32 GEMMs as TF32: `--math`)."""
