@@ -646,6 +646,7 @@ point_to_proto(const search_point *p, Distir__V1__SearchPoint *pp, Distir__V1__S
     pp->tokens_per_s = f.tokens_per_s;
     pp->mfu = f.mfu;
     pp->composed = p->composed;
+    pp->estimate = p->composed && !p->refined;
     pp->estimate_step_time_s = p->step_time_s;
     pp->estimate_peak_memory_bytes = p->peak_memory_bytes;
 }

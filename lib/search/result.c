@@ -863,6 +863,11 @@ search_result_from_json(const char *text, size_t len, search_result *r, di_error
         (rc = points_from_json(root, "pareto", r, &points, &npoint, &cap, err)) != 0 ||
         (rc = add_points(r, points, npoint, err)) != 0)
         goto out;
+    /*
+     * Without "refine": "all", a Pareto point outside the top K reports its estimate
+     * (as a merge would make it: a file of an older version re-simulated them all).
+     */
+    settle_refined(r);
 out:
     di_free(points);
     json_decref(root);

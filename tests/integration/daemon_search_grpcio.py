@@ -223,6 +223,12 @@ def main():
           oj["composed"] > 0 and comp
           and all(abs(p.step_time_s - p.estimate_step_time_s) <= 0.01 * p.step_time_s
                   for p in comp), (oj["composed"], [str(p) for p in comp[:1]]))
+    top = {p.index for p in ores.top}
+    check("... re-simulated in the top K; a Pareto point outside it is marked an estimate",
+          all(p.estimate == (p.index not in top) for p in comp)
+          and all(p.step_time_s == p.estimate_step_time_s for p in comp if p.estimate)
+          and any(p.estimate for p in comp)
+          and not any(p.estimate for p in ores.top), [(p.index, p.estimate) for p in comp])
 
     try:
         list(d.search(b"\xff\xff\xff"))
