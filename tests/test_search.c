@@ -1347,6 +1347,29 @@ term_raises(const ir_module *m, const search_config *cfg, term_switch sw, uint32
     return raised;
 }
 
+/*
+ * term_raises on m's space on 8 devices with the constraints set (name, value
+ * pairs, then NULL) and eager or fused kernels, printing what it found of the
+ * candidates (what they are).
+ */
+static uint32_t
+term_raises_with(const ir_module *m, const char *const *set, int fused, term_switch sw,
+                 const char *what, uint32_t *n)
+{
+    search_config cfg;
+    di_error err;
+    uint32_t raised;
+    search_config_init(&cfg);
+    cfg.devices = 8;
+    for (; set[0] != NULL; set += 2)
+        assert_int_equal(search_config_set(&cfg, set[0], set[1], &err), 0);
+    assert_int_equal(search_config_set(&cfg, "kernels", fused ? "fused" : "eager", &err), 0);
+    raised = term_raises(m, &cfg, sw, n);
+    print_message("%s kernels: %u %s bounded below their peaks, %u raised\n",
+                  fused ? "fused" : "eager", *n, what, raised);
+    return raised;
+}
+
 static void
 embed_switch(struct search_layer_mem *e, uint64_t keep[6], int off)
 {
@@ -1371,9 +1394,7 @@ test_memory_bound_embedding(void **state)
     models_gpt g;
     ir_module *m;
     hw_model *hw = preset("a100-dgx");
-    search_config cfg;
     search_space sp;
-    di_error err;
     (void)state;
     gpt_conf(&g, 4, 96, 6, 8, 8, IR_BF16, MODELS_PRECISION_MIXED);
     m = gpt_build(&g);
@@ -1389,15 +1410,9 @@ test_memory_bound_embedding(void **state)
     assert_int_equal(tp1_layer_mem(&sp)->embed_saved, 8 * 8 * 96);
     search_space_fini(&sp);
     for (int fused = 0; fused < 2; fused++) {
+        static const char *const set[] = {"microbatches", "2,4,8", NULL};
         uint32_t n, raised;
-        search_config_init(&cfg);
-        cfg.devices = 8;
-        assert_int_equal(search_config_set(&cfg, "microbatches", "2,4,8", &err), 0);
-        assert_int_equal(search_config_set(&cfg, "kernels", fused ? "fused" : "eager", &err), 0);
-        raised = term_raises(m, &cfg, embed_switch, &n);
-        print_message("%s kernels: %u candidates with dropout bounded below their peaks, %u "
-                      "raised\n",
-                      fused ? "fused" : "eager", n, raised);
+        raised = term_raises_with(m, set, fused, embed_switch, "candidates with dropout", &n);
         assert_true(n > 50);
         assert_true(raised > n / 2);
     }
@@ -1434,10 +1449,8 @@ test_memory_bound_zero3_weights(void **state)
 {
     ir_module *m = gpt_as(4, 256, 8, 64, 16, 1);
     hw_model *hw = preset("a100-dgx");
-    search_config cfg;
     search_space sp;
     const struct search_layer_mem *e;
-    di_error err;
     (void)state;
     tp1_space(&sp, m, hw);
     e = tp1_layer_mem(&sp);
@@ -1448,16 +1461,10 @@ test_memory_bound_zero3_weights(void **state)
     assert_true(e->work_set_weights[STRATEGY_RECOMPUTE_FULL] < e->param_min);
     search_space_fini(&sp);
     for (int fused = 0; fused < 2; fused++) {
+        static const char *const set[] = {"zero",         "3",     "recompute", "full",
+                                          "microbatches", "1,2,4", NULL};
         uint32_t n, raised;
-        search_config_init(&cfg);
-        cfg.devices = 8;
-        assert_int_equal(search_config_set(&cfg, "zero", "3", &err), 0);
-        assert_int_equal(search_config_set(&cfg, "recompute", "full", &err), 0);
-        assert_int_equal(search_config_set(&cfg, "microbatches", "1,2,4", &err), 0);
-        assert_int_equal(search_config_set(&cfg, "kernels", fused ? "fused" : "eager", &err), 0);
-        raised = term_raises(m, &cfg, zero3_switch, &n);
-        print_message("%s kernels: %u ZeRO-3 candidates bounded below their peaks, %u raised\n",
-                      fused ? "fused" : "eager", n, raised);
+        raised = term_raises_with(m, set, fused, zero3_switch, "ZeRO-3 candidates", &n);
         assert_true(n > 20);
         assert_true(raised == n);
     }
@@ -1508,18 +1515,9 @@ test_memory_bound_zero_grads_whole(void **state)
         assert_int_equal(e->work_set_fixed_most[r].fixed, 256 * 1024 * (2 + 4));
     search_space_fini(&sp);
     for (int fused = 0; fused < 2; fused++) {
-        search_config cfg;
-        di_error err;
+        static const char *const set[] = {"zero", "2,3", "microbatches", "1,2,4", NULL};
         uint32_t n, raised;
-        search_config_init(&cfg);
-        cfg.devices = 8;
-        assert_int_equal(search_config_set(&cfg, "zero", "2,3", &err), 0);
-        assert_int_equal(search_config_set(&cfg, "microbatches", "1,2,4", &err), 0);
-        assert_int_equal(search_config_set(&cfg, "kernels", fused ? "fused" : "eager", &err), 0);
-        raised = term_raises(m, &cfg, fixed_switch, &n);
-        print_message("%s kernels: %u ZeRO-2/3 candidates bounded below their peaks, %u "
-                      "raised\n",
-                      fused ? "fused" : "eager", n, raised);
+        raised = term_raises_with(m, set, fused, fixed_switch, "ZeRO-2/3 candidates", &n);
         assert_true(n > 50);
         assert_true(raised > 0);
     }

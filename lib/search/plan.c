@@ -208,7 +208,7 @@ optimistic(const search_space *sp, const search_candidate *c, search_point *opt,
     if (!(t > 0))
         return 0;
     mem = search_memory_bound(sp, c);
-    if ((double)mem > sp->cfg.memory_headroom * sp->max_capacity)
+    if (search_memory_pruned(sp, mem))
         return 0;
     if (search_compose_counts(sp, c, &m1, &m2))
         t *= 1 - SEARCH_COMPOSE_SLACK;
@@ -282,8 +282,7 @@ rank_candidates(search_plan *pl)
             idx[n] = i;
             t[n++] = opt.step_time_s;
         } else if (no_bound && !search_time_bound_refused(sp, c) &&
-                   !((double)search_memory_bound(sp, c) >
-                     sp->cfg.memory_headroom * sp->max_capacity)) {
+                   !search_memory_pruned(sp, search_memory_bound(sp, c))) {
             pl->unbounded++; /* may be feasible: the rounds cannot rank it */
         }
     }

@@ -227,6 +227,16 @@ search_result_add(search_result *r, const search_point *p)
     add_point(r, p);
 }
 
+/* The place in r's top K of candidate index, or r->ntop. */
+static uint32_t
+top_find(const search_result *r, uint64_t index)
+{
+    uint32_t j = 0;
+    while (j < r->ntop && r->top[j].cand.index != index)
+        j++;
+    return j;
+}
+
 /*
  * Without refine_pareto, a Pareto point reports its full simulation exactly
  * when it is in the top K (search_result_refine): a part may have re-simulated
@@ -237,10 +247,7 @@ settle_refined(search_result *r)
 {
     for (uint32_t i = 0; i < r->npareto && !r->refine_pareto; i++) {
         search_point *p = &r->pareto[i];
-        uint32_t j;
-        for (j = 0; j < r->ntop && r->top[j].cand.index != p->cand.index; j++)
-            ;
-        if (j == r->ntop && p->refined) {
+        if (p->refined && top_find(r, p->cand.index) == r->ntop) {
             p->refined = 0;
             memset(&p->full, 0, sizeof p->full);
         }
@@ -297,9 +304,7 @@ search_result_refine_if(search_evaluator *ev, search_result *r,
     /* A point of both sets is re-simulated once. */
     for (uint32_t i = 0; i < r->npareto; i++) {
         search_point *p = &r->pareto[i];
-        uint32_t j;
-        for (j = 0; j < r->ntop && r->top[j].cand.index != p->cand.index; j++)
-            ;
+        uint32_t j = top_find(r, p->cand.index);
         if (j < r->ntop) {
             *p = r->top[j];
             continue;

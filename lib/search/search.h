@@ -387,6 +387,8 @@ const search_candidate *search_space_next(const search_space *sp, uint64_t *curs
  * check the bound against full simulations.
  */
 uint64_t search_memory_bound(const search_space *sp, const search_candidate *c);
+/* Whether a memory bound (search_memory_bound) exceeds the usable memory: the candidate is pruned. */
+int search_memory_pruned(const search_space *sp, uint64_t bound);
 
 /*
  * A lower bound on the candidate's simulated step time, in seconds (0 when

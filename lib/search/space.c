@@ -179,6 +179,18 @@ add_switch(search_config *cfg, const char *name, const char *item, di_error *err
     return 0;
 }
 
+/* A setting of two spellings a and b: *is_a says which (untouched when value is neither). */
+static int
+one_of_two(const char *name, const char *value, const char *a, const char *b, int *is_a,
+           di_error *err)
+{
+    if (value == NULL || (strcmp(value, a) != 0 && strcmp(value, b) != 0))
+        return di_error_set(err, DI_EINVAL, "%s: '%s' is not %s or %s", name, value ? value : "",
+                            a, b);
+    *is_a = strcmp(value, a) == 0;
+    return 0;
+}
+
 int
 search_config_set(search_config *cfg, const char *name, const char *value, di_error *err)
 {
@@ -241,44 +253,19 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
                             "objective: '%s' is not time, throughput, devices or cost",
                             value ? value : "");
     }
-    if (strcmp(name, "math") == 0) {
-        if (value && (strcmp(value, "tf32") == 0 || strcmp(value, "ieee") == 0))
-            cfg->tf32 = value[0] == 't';
-        else
-            return di_error_set(err, DI_EINVAL, "math: '%s' is not tf32 or ieee",
-                                value ? value : "");
-        return 0;
-    }
-    if (strcmp(name, "kernels") == 0) {
-        if (value && (strcmp(value, "fused") == 0 || strcmp(value, "eager") == 0))
-            cfg->fuse = value[0] == 'f';
-        else
-            return di_error_set(err, DI_EINVAL, "kernels: '%s' is not fused or eager",
-                                value ? value : "");
-        return 0;
-    }
-    if (strcmp(name, "compose") == 0) {
-        if (value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0))
-            cfg->no_compose = value[0] == '0';
-        else
-            return di_error_set(err, DI_EINVAL, "compose: '%s' is not 0 or 1", value ? value : "");
-        return 0;
-    }
-    if (strcmp(name, "time-bound") == 0) {
-        if (value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0))
-            cfg->no_time_bound = value[0] == '0';
-        else
-            return di_error_set(err, DI_EINVAL, "time-bound: '%s' is not 0 or 1",
-                                value ? value : "");
-        return 0;
-    }
+    if (strcmp(name, "math") == 0)
+        return one_of_two(name, value, "tf32", "ieee", &cfg->tf32, err);
+    if (strcmp(name, "kernels") == 0)
+        return one_of_two(name, value, "fused", "eager", &cfg->fuse, err);
+    if (strcmp(name, "compose") == 0)
+        return one_of_two(name, value, "0", "1", &cfg->no_compose, err);
+    if (strcmp(name, "time-bound") == 0)
+        return one_of_two(name, value, "0", "1", &cfg->no_time_bound, err);
     if (strcmp(name, "refine") == 0) {
-        if (value && (strcmp(value, "top") == 0 || strcmp(value, "all") == 0))
-            cfg->refine_pareto = value[0] == 'a';
-        else
-            return di_error_set(err, DI_EINVAL, "refine: '%s' is not top or all",
-                                value ? value : "");
-        return 0;
+        int top, rc = one_of_two(name, value, "top", "all", &top, err);
+        if (rc == 0)
+            cfg->refine_pareto = !top;
+        return rc;
     }
     if (strcmp(name, "pareto-within") == 0) {
         char *end;
@@ -1837,6 +1824,12 @@ tp_reductions(const struct search_layer_mem *e, const xform_work_bound *w, doubl
 }
 
 int
+search_memory_pruned(const search_space *sp, uint64_t bound)
+{
+    return (double)bound > sp->cfg.memory_headroom * sp->max_capacity;
+}
+
+int
 search_time_bound_refused(const search_space *sp, const search_candidate *c)
 {
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
@@ -2296,8 +2289,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
      * refuse may be counted memory_bound instead of indivisible. Pruned
      * either way, never simulated.
      */
-    if (rc == 0 &&
-        (double)search_memory_bound(sp, c) > sp->cfg.memory_headroom * sp->max_capacity) {
+    if (rc == 0 && search_memory_pruned(sp, search_memory_bound(sp, c))) {
         out->status = SEARCH_MEMORY_BOUND;
         goto done;
     }

@@ -1516,6 +1516,14 @@ live_bytes(const xf_ctx *c, const xf_place *mb, ir_id v)
     return b;
 }
 
+/* *least = v when first or below it (a least over the layers). */
+static void
+keep_least(uint64_t *least, uint64_t v, int first)
+{
+    if (first || v < *least)
+        *least = v;
+}
+
 /* What a working-set event counts (work_set_min). */
 enum { WS_ACT, WS_WEIGHT, WS_FIXED };
 
@@ -1885,18 +1893,12 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
         }
     }
     for (uint32_t l = 0; l < L; l++) {
-        if (l == 0 || most[l] < least)
-            least = most[l];
-        if (l == 0 || wat[l] < *weights)
-            *weights = wat[l];
-        if (l == 0 || fat[l] < *fixed_at_most)
-            *fixed_at_most = fat[l];
-        if (l == 0 || fm[l].act < fixed_most->act)
-            fixed_most->act = fm[l].act;
-        if (l == 0 || fm[l].weights < fixed_most->weights)
-            fixed_most->weights = fm[l].weights;
-        if (l == 0 || fm[l].fixed < fixed_most->fixed)
-            fixed_most->fixed = fm[l].fixed;
+        keep_least(&least, most[l], l == 0);
+        keep_least(weights, wat[l], l == 0);
+        keep_least(fixed_at_most, fat[l], l == 0);
+        keep_least(&fixed_most->act, fm[l].act, l == 0);
+        keep_least(&fixed_most->weights, fm[l].weights, l == 0);
+        keep_least(&fixed_most->fixed, fm[l].fixed, l == 0);
     }
     di_free(ev);
     di_free(most);
