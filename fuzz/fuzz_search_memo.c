@@ -50,6 +50,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(e->f.status == SEARCH_OK || e->f.status == SEARCH_OOM, "a status not simulated");
         check(isfinite(e->f.step_time_s) && e->f.step_time_s >= 0, "a bad step time");
         check(search_memo_find(&m, &e->cand, e->composed) == e, "an entry not found");
+        check(e->unsteady <= e->composed, "a failed composition check on a full simulation");
     }
     if (rc == 0 && m.n == size / SEARCH_MEMO_BYTES) {
         uint8_t *out;

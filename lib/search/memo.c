@@ -93,6 +93,7 @@ search_memo_add(search_memo *m, const search_memo_entry *e)
     m->v[m->n] = *e;
     m->v[m->n].cand.index = 0;
     m->v[m->n].composed = e->composed != 0;
+    m->v[m->n].unsteady = e->composed && e->unsteady;
     m->n++;
     if (2 * m->n > m->nslot)
         reslot(m, m->nslot ? 2 * m->nslot : 64);
@@ -106,7 +107,7 @@ search_memo_add(search_memo *m, const search_memo_entry *e)
 
 /*
  * Layout (88 bytes): the first 12 candidate words (cand_words) as 32-bit
- * values at 0..47; composed at 48 and the status at 49 (bytes), 50..55 zero;
+ * values at 0..47; composed at 48, the status at 49 and unsteady at 50 (bytes), 51..55 zero;
  * step time, peak memory, tokens/s and MFU as 64-bit values at 56, 64, 72
  * and 80 (doubles as their bits, so a round trip is exact).
  */
@@ -120,6 +121,7 @@ search_memo_entry_pack(const search_memo_entry *e, uint8_t out[SEARCH_MEMO_BYTES
         di_store_le(out + 4 * i, w[i], 4);
     out[48] = (uint8_t)w[12];
     out[49] = (uint8_t)e->f.status;
+    out[50] = e->composed && e->unsteady;
     di_store_le(out + 56, di_double_bits(e->f.step_time_s), 8);
     di_store_le(out + 64, e->f.peak_memory_bytes, 8);
     di_store_le(out + 72, di_double_bits(e->f.tokens_per_s), 8);
@@ -150,6 +152,7 @@ search_memo_entry_unpack(const uint8_t in[SEARCH_MEMO_BYTES], search_memo_entry 
     c->ep = w[10], c->cp = w[11];
     e->composed = in[48];
     e->f.status = in[49];
+    e->unsteady = in[50];
     e->f.step_time_s = di_bits_double(di_load_le(in + 56, 8));
     e->f.peak_memory_bytes = di_load_le(in + 64, 8);
     e->f.tokens_per_s = di_bits_double(di_load_le(in + 72, 8));
@@ -157,9 +160,10 @@ search_memo_entry_unpack(const uint8_t in[SEARCH_MEMO_BYTES], search_memo_entry 
     if (!c->dp || !c->tp || !c->pp || !c->microbatches || !c->virtual_stages || !c->ep || !c->cp)
         return di_error_set(err, DI_EINVAL, "search memo: a degree or count is 0");
     if (c->schedule > STRATEGY_SCHEDULE_INTERLEAVED || c->recompute > 2 || c->zero > 3 ||
-        c->sequence_parallel > 1 || c->overlap > 1 || e->composed > 1)
+        c->sequence_parallel > 1 || c->overlap > 1 || e->composed > 1 ||
+        e->unsteady > e->composed)
         return di_error_set(err, DI_EINVAL, "search memo: an option out of its range");
-    for (int i = 50; i < 56; i++)
+    for (int i = 51; i < 56; i++)
         if (in[i] != 0)
             return di_error_set(err, DI_EINVAL, "search memo: reserved byte %d is not 0", i);
     if (e->f.status != SEARCH_OK && e->f.status != SEARCH_OOM)

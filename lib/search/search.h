@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-25"
+#define SEARCH_VERSION "distir-search-26"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -426,11 +426,20 @@ int search_time_bound_refused(const search_space *sp, const search_candidate *c)
  */
 #define SEARCH_COMPOSE_SLACK 0.02
 /*
- * A composition simulates m1 + m2 microbatches in two runs, which pay the
- * set-up twice (the transforms, the optimizer step): about as much as 40
- * microbatches of a full simulation (search_compose_counts).
+ * A composition simulates m1 + m2 + m3 microbatches in three runs, which pay
+ * the set-up three times (the transforms, the optimizer step), each about as
+ * much as 40 microbatches of a full simulation: two more than one full
+ * simulation (search_compose_counts).
  */
-#define SEARCH_COMPOSE_SAVES 48u
+#define SEARCH_COMPOSE_SAVES 80u
+/*
+ * A composition is kept when its two extrapolations, from (m1, m2) and from
+ * (m2, m3), agree to m within these fractions of the latter (step time, and
+ * every device's peak); otherwise the pipeline is not steady yet at m1 (a
+ * queue still filling, a later regime) and the candidate is simulated in full.
+ */
+#define SEARCH_COMPOSE_CHECK_TIME 1e-3
+#define SEARCH_COMPOSE_CHECK_MEMORY 5e-4
 
 /* What became of a candidate. */
 #define SEARCH_STATUS_LIST(X)                                                                      \
@@ -470,6 +479,7 @@ typedef struct search_figures {
 typedef struct search_memo_entry {
     search_candidate cand; /* its index is not part of it */
     uint8_t composed;
+    uint8_t unsteady; /* composed, but its check failed: f is a full simulation's (compose) */
     search_figures f; /* status SEARCH_OK or SEARCH_OOM */
 } search_memo_entry;
 

@@ -2147,55 +2147,92 @@ search_compose_counts(const search_space *sp, const search_candidate *c, uint32_
         *m2 = *m1 + 2;
     }
     /*
-     * Each simulation has a cost of its own besides its microbatches' (the transforms, the
-     * step program's set-up, the optimizer step), which the two shorter ones pay twice, about
-     * as much as 40 microbatches cost: measured on a sample of gpt3-175b's composable 1F1B
-     * candidates on 1,024 GPUs (28, pp 1 to 32, best of 2), composing took 1.03 to 1.36
-     * times a full simulation's time at m - (m1 + m2) up to 38, 0.85 at 42, 0.94 at 50, and
-     * 0.06 to 0.84 from 58.
+     * compose checks the extrapolation with a third run of m3 = 2 m2 - m1 microbatches. Each
+     * simulation has a cost of its own besides its microbatches' (the transforms, the step
+     * program's set-up, the optimizer step), about as much as 40 microbatches cost: measured
+     * on a sample of gpt3-175b's composable 1F1B candidates on 1,024 GPUs (28, pp 1 to 32,
+     * best of 2), composing from two runs took 1.03 to 1.36 times a full simulation's time at
+     * m - (m1 + m2) up to 38, 0.85 at 42, 0.94 at 50, and 0.06 to 0.84 from 58. Three runs
+     * pay it twice more than one (SEARCH_COMPOSE_SAVES).
      */
-    return 2 * ((uint64_t)*m1 + *m2) <= c->microbatches &&
-           (uint64_t)*m1 + *m2 + sp->cfg.compose_saves <= c->microbatches;
+    return (uint64_t)*m1 + *m2 + (2 * (uint64_t)*m2 - *m1) + sp->cfg.compose_saves <=
+           c->microbatches;
+}
+
+static int full(search_evaluator *ev, const search_candidate *c, const strategy *s,
+                search_figures *f);
+
+/* x(a) and x(b), extrapolated linearly to m. */
+static double
+extrapolate(double xa, uint32_t a, double xb, uint32_t b, uint32_t m)
+{
+    return xb + (xb - xa) * ((double)m - b) / ((double)b - a);
+}
+
+/* Whether the extrapolations x and y (the later pair's, the estimate) differ by at most tol of y. */
+static int
+agree(double x, double y, double tol)
+{
+    return fabs(x - y) <= tol * fabs(y);
 }
 
 /*
- * The composed estimate of c: the step with m1 and with m2 of its
- * microbatches (the same size; xform_apply_partial) simulated in full, the
- * step time and every device's peak extrapolated linearly to m. Past the
- * warm-up of its schedule a pipeline adds the same work for every further
- * microbatch (a period of its slowest stage, the same gradient
+ * The composed estimate of c: the step with m1, m2 and m3 = 2 m2 - m1 of
+ * its microbatches (the same size; xform_apply_partial) simulated in full,
+ * the step time and every device's peak extrapolated linearly to m from m2
+ * and m3. Past the warm-up of its schedule a pipeline adds the same work for
+ * every further microbatch (a period of its slowest stage, the same gradient
  * accumulation, one more microbatch's data), so the extrapolation is what
- * the full simulation gives; the tests check it within 1% (time) and 0.5%
- * (memory) on samples of several models' spaces.
+ * the full simulation gives; but where a queue is still filling at m1 (a
+ * communication stream or link that falls behind a little more with each
+ * microbatch until the step is bound by it) the period grows for a while,
+ * and extrapolating from its start comes out too fast: on a GPT of 8
+ * layers and hidden size 64 on two DGX nodes, ZeRO-3 at dp 4, tp 2, pp 2
+ * with 1F1B was 1.26% too fast composed from 3 and 5 of its 48
+ * microbatches. So the extrapolation from m1 and m2 must agree with the one
+ * from m2 and m3 (SEARCH_COMPOSE_CHECK_TIME, _MEMORY), or the candidate is
+ * simulated in full (*unsteady set). The tests check the estimates within
+ * 1% (time) and 0.5% (memory) on samples of several models' spaces.
  */
 static int
 compose(search_evaluator *ev, const search_candidate *c, const strategy *s, uint32_t m1,
-        uint32_t m2, search_figures *f)
+        uint32_t m2, search_figures *f, int *unsteady)
 {
     const search_space *sp = ev->space;
-    sim_result *r1 = NULL, *r2 = NULL;
-    uint64_t *peak;
-    double k = (double)(c->microbatches - m1) / (double)(m2 - m1), T;
-    if (simulate(ev, s, m1, &r1) != 0)
-        return -1;
-    if (simulate(ev, s, m2, &r2) != 0 || r2->ndevice != r1->ndevice) {
-        sim_result_free(r1);
-        sim_result_free(r2);
-        return -1;
+    sim_result *r[3] = {NULL, NULL, NULL};
+    uint32_t mb[3] = {m1, m2, 2 * m2 - m1}, m = c->microbatches;
+    uint64_t *peak = NULL;
+    int steady = 1, rc = 0;
+    double T;
+    *unsteady = 0;
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (simulate(ev, s, mb[i], &r[i]) != 0 || r[i]->ndevice != r[0]->ndevice)
+            rc = -1;
+    if (rc == 0) {
+        T = extrapolate(r[1]->step_time_s, mb[1], r[2]->step_time_s, mb[2], m);
+        steady = agree(extrapolate(r[0]->step_time_s, mb[0], r[1]->step_time_s, mb[1], m), T,
+                       SEARCH_COMPOSE_CHECK_TIME);
+        peak = di_xmalloc((r[0]->ndevice ? r[0]->ndevice : 1) * sizeof *peak);
+        for (uint32_t d = 0; d < r[0]->ndevice; d++) {
+            double p[3], v;
+            for (int i = 0; i < 3; i++)
+                p[i] = (double)r[i]->devices[d].peak_memory_bytes;
+            v = extrapolate(p[1], mb[1], p[2], mb[2], m);
+            steady &= agree(extrapolate(p[0], mb[0], p[1], mb[1], m), v,
+                            SEARCH_COMPOSE_CHECK_MEMORY);
+            peak[d] = v > 0 ? (uint64_t)llround(v) : 0;
+        }
+        if (steady)
+            figures(sp, c, T, peak, r[2], f);
     }
-    peak = di_xmalloc((r1->ndevice ? r1->ndevice : 1) * sizeof *peak);
-    for (uint32_t d = 0; d < r1->ndevice; d++) {
-        double a = (double)r1->devices[d].peak_memory_bytes;
-        double b = (double)r2->devices[d].peak_memory_bytes;
-        double v = a + (b - a) * k;
-        peak[d] = v > 0 ? (uint64_t)llround(v) : 0;
-    }
-    T = r1->step_time_s + (r2->step_time_s - r1->step_time_s) * k;
-    figures(sp, c, T, peak, r2, f);
     di_free(peak);
-    sim_result_free(r1);
-    sim_result_free(r2);
-    return 0;
+    for (int i = 0; i < 3; i++)
+        sim_result_free(r[i]);
+    if (rc == 0 && !steady) {
+        *unsteady = 1;
+        rc = full(ev, c, s, f);
+    }
+    return rc;
 }
 
 /* A full simulation of c (strategy s). */
@@ -2266,7 +2303,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
     search_candidate twin;
     di_error err;
     uint32_t m1, m2;
-    int rc;
+    int rc, composable, unsteady = 0;
 
     memset(out, 0, sizeof *out);
     out->cand = *c;
@@ -2304,27 +2341,30 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
         out->status = SEARCH_DUPLICATE;
         goto done;
     }
-    out->composed = searching && search_compose_counts(sp, c, &m1, &m2);
+    composable = searching && search_compose_counts(sp, c, &m1, &m2);
     {
         /* Figures an earlier search found (deterministic: the same as simulating again). */
-        const search_memo_entry *e = search_memo_find(ev->memo, c, out->composed);
+        const search_memo_entry *e = search_memo_find(ev->memo, c, composable);
         if (e != NULL) {
             out->cached = 1;
+            out->composed = composable && !e->unsteady;
             set_figures(out, &e->f);
             goto done;
         }
     }
-    rc = out->composed ? compose(ev, c, &s, m1, m2, &f) : full(ev, c, &s, &f);
+    rc = composable ? compose(ev, c, &s, m1, m2, &f, &unsteady) : full(ev, c, &s, &f);
     if (rc != 0) {
         out->status = SEARCH_FAILED;
-        out->composed = 0;
         goto done;
     }
+    /* A composition whose check failed reports its full simulation: not an estimate. */
+    out->composed = composable && !unsteady;
     set_figures(out, &f);
     if (ev->journal != NULL) {
         search_memo_entry e;
         e.cand = *c;
-        e.composed = out->composed;
+        e.composed = (uint8_t)composable;
+        e.unsteady = (uint8_t)unsteady;
         e.f = f;
         search_memo_add(ev->journal, &e);
     }
