@@ -258,6 +258,39 @@ test_link_contention(void **state)
 }
 
 /*
+ * Links are full duplex: device 0 sends x to device 1 while device 1 sends z
+ * to device 0, both ready at 0; each crosses the link one way (its sender's
+ * sending side, its receiver's receiving side), so neither slows the other
+ * and the step is one send's time (1 MiB: 1 us + S / 1e11). Before they
+ * shared the link: the second moved at half its rate while the first ran,
+ * 1.5 sends.
+ */
+static void
+test_link_duplex(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 2);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id x = ir_region_add_arg(m, f, t2(m, 512, 512, 0), "x");
+    ir_id z = ir_region_add_arg(m, f, t2(m, 512, 512, 1), "z");
+    ir_id y1 = op1(m, f, IR_OP_SEND, 1, &x, t2(m, 512, 512, 1), "y1");
+    ir_id y2 = op1(m, f, IR_OP_SEND, 1, &z, t2(m, 512, 512, 0), "y2");
+    ir_op_set_int(m, m->values[y1].def, "device", 1);
+    ir_op_set_int(m, m->values[y2].def, "device", 0);
+    ir_region_add_result(m, f, y1);
+    ir_region_add_result(m, f, y2);
+    sim_result *r = run(m, hw, 0);
+    double one = 1e-6 + 1048576.0 / 1e11;
+    assert_close(r->step_time_s, one);
+    assert_close(dev_result(r, 0)->comm_s, one);
+    assert_close(dev_result(r, 1)->comm_s, one);
+    sim_result_free(r);
+    ir_module_free(m);
+    hw_free(hw);
+}
+
+/*
  * Collectives and point-to-point transfers run on separate streams but
  * share the links they cross. On 2 nodes x 2 devices (0, 1 on node 0; 2, 3
  * on node 1), with S = 1 MiB:
@@ -1814,6 +1847,7 @@ main(void)
         cmocka_unit_test(test_ring_allreduce),
         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_link_contention),
+        cmocka_unit_test(test_link_duplex),
         cmocka_unit_test(test_link_levels),
         cmocka_unit_test(test_communicators),
         cmocka_unit_test(test_memory_chain),

@@ -2169,7 +2169,7 @@ extrapolate(double xa, uint32_t a, double xb, uint32_t b, uint32_t m)
     return xb + (xb - xa) * ((double)m - b) / ((double)b - a);
 }
 
-/* Whether the extrapolations x and y (the later pair's, the estimate) differ by at most tol of y. */
+/* Whether extrapolations x and y (the later pair's, the estimate) differ by at most tol of y. */
 static int
 agree(double x, double y, double tol)
 {

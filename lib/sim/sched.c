@@ -797,33 +797,58 @@ group_levels(const sim *s, const group_info *g)
     return 0;
 }
 
-/* When a transfer of t seconds alone, started at c, ends on the levels of devs[0..n). */
+/*
+ * Links are full duplex, as NVLink, NVSwitch ports and InfiniBand are: what a
+ * device sends and what it receives cross its link in two directions that do
+ * not share. A send takes the sender's LINK_TX side and the receiver's
+ * LINK_RX side; a collective both sides of every member (each sends and
+ * receives its share of every step). Before 2026-12-06 the two directions
+ * were one: a pipeline stage's forward send and its backward receive from the
+ * next stage slowed each other down.
+ */
+enum { LINK_TX, LINK_RX };
+#define LINK_SEND (1u << LINK_TX)
+#define LINK_RECV (1u << LINK_RX)
+#define LINK_BOTH (LINK_SEND | LINK_RECV)
+/* A send's sides: the sender's and the receiver's. */
+static const unsigned send_dirs[2] = {LINK_SEND, LINK_RECV};
+
+/*
+ * When a transfer of t seconds alone, started at c, ends on the levels of
+ * devs[0..n), device i using the sides dirs[i] (LINK_SEND, LINK_RECV; NULL:
+ * LINK_BOTH on every device).
+ */
 static double
-links_end(const sim *s, const int32_t *devs, uint32_t n, unsigned levels, double c, double t)
+links_end(const sim *s, const int32_t *devs, const unsigned *dirs, uint32_t n, unsigned levels,
+          double c, double t)
 {
     double end = c + t;
     if (t <= 0 || levels == 0)
         return end;
     for (uint32_t i = 0; i < n; i++)
         for (int l = 0; l < 2; l++)
-            if (levels >> l & 1) {
-                double e = link_end(&s->devs[devs[i]].link[l], c, t);
-                if (e > end)
-                    end = e;
-            }
+            for (int x = 0; x < 2; x++)
+                if ((levels >> l & 1) && ((dirs ? dirs[i] : LINK_BOTH) >> x & 1)) {
+                    double e = link_end(&s->devs[devs[i]].link[l][x], c, t);
+                    if (e > end)
+                        end = e;
+                }
     return end;
 }
 
-/* Marks the levels busy on every device; a device's links are part of its history (symmetry). */
+/* Marks the levels' sides busy on every device; its links are part of its history (symmetry). */
 static void
-links_take(sim *s, const int32_t *devs, uint32_t n, unsigned levels, double a, double b)
+links_take(sim *s, const int32_t *devs, const unsigned *dirs, uint32_t n, unsigned levels,
+           double a, double b)
 {
     for (uint32_t i = 0; i < n; i++) {
         sim_dev *d = &s->devs[devs[i]];
+        unsigned x = dirs ? dirs[i] : LINK_BOTH;
         for (int l = 0; l < 2; l++)
-            if (levels >> l & 1)
-                ivec_add(&d->link[l], a, b);
-        d->hist = sim_hash_combine(d->hist, 0x6c696e6b00ull | levels);
+            for (int k = 0; k < 2; k++)
+                if ((levels >> l & 1) && (x >> k & 1))
+                    ivec_add(&d->link[l][k], a, b);
+        d->hist = sim_hash_combine(d->hist, 0x6c696e6b00ull | levels | x << 2);
     }
 }
 
@@ -850,8 +875,8 @@ run_group(sim *s, ir_id op, const int32_t *devs, uint32_t n, unsigned levels, ui
         if (f > start)
             start = f;
     }
-    end = links_end(s, devs, n, levels, start, t);
-    links_take(s, devs, n, levels, start, end);
+    end = links_end(s, devs, NULL, n, levels, start, t);
+    links_take(s, devs, NULL, n, levels, start, end);
     for (uint32_t i = 0; i < n; i++) {
         occupy(s, op, devs[i], STREAM_COLL, start, end, sym);
         comm_slot(s, devs[i], key)->free = end;
@@ -964,8 +989,8 @@ sim_send(sim *s, ir_id op, const ctx *c)
                 int32_t pair[2] = {rs, rd};
                 double t = l0->latency + cost.bytes_comm / l0->bandwidth;
                 unsigned lv = 1u << pair_level(s, src[0], dst[0]);
-                end = links_end(s, pair, 2, lv, start, t);
-                links_take(s, pair, 2, lv, start, end);
+                end = links_end(s, pair, send_dirs, 2, lv, start, t);
+                links_take(s, pair, send_dirs, 2, lv, start, end);
             }
             occupy(s, op, rs, STREAM_SEND, start, end, 1);
             occupy(s, op, rd, STREAM_RECV, start, end, 1);
@@ -1004,8 +1029,8 @@ sim_send(sim *s, ir_id op, const ctx *c)
             if (from != to) {
                 int32_t pair[2] = {from, to};
                 unsigned lv = 1u << pair_level(s, from, to);
-                t = links_end(s, pair, 2, lv, start, t) - start;
-                links_take(s, pair, 2, lv, start, start + t);
+                t = links_end(s, pair, send_dirs, 2, lv, start, t) - start;
+                links_take(s, pair, send_dirs, 2, lv, start, start + t);
             }
             end = start + t;
             occupy(s, op, from, STREAM_SEND, start, end, 0);

@@ -253,8 +253,9 @@ sim_fini(sim *s, sim_workspace *ws)
         for (uint32_t d = 0; d < s->ndev; d++) {
             for (int st = 0; st < NSTREAM; st++)
                 di_free(s->devs[d].busy[st].v);
-            di_free(s->devs[d].link[0].v);
-            di_free(s->devs[d].link[1].v);
+            for (int l = 0; l < 2; l++)
+                for (int x = 0; x < 2; x++)
+                    di_free(s->devs[d].link[l][x].v);
         }
     sim_tables_give(s, ws);
     if (s->memo)

@@ -99,7 +99,8 @@ typedef struct sim_dev {
     sim_comm comm[SIM_NCOMM];
     double host;          /* when the host has issued every kernel so far (host_overhead) */
     ivec busy[NSTREAM];   /* intervals per stream */
-    ivec link[2];         /* intervals the intra- (0) and inter-node (1) links carry a transfer */
+    ivec link[2][2];      /* intervals the intra- (0) and inter-node (1) links carry a transfer,
+                             sending (LINK_TX) and receiving (LINK_RX): full duplex */
     double flops;
     uint64_t hist;    /* hash of everything that happened on the device, for symmetry */
     int32_t rep;      /* the device whose simulation stands for this one (itself if none) */
