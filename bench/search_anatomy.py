@@ -83,8 +83,10 @@ def main():
             k = json.load(f).get("top_k", k)
     ok = [p for p in points if p["status"] == "ok"]
     total = sum(p["eval_s"] for p in points)
-    print("evaluated: %d candidates (%d fit, %d composed), %.1f thread-seconds"
-          % (len(points), len(ok), sum(p["composed"] for p in points), total))
+    print("evaluated: %d candidates (%d fit, %d composed, %d simulated in full after a failed"
+          " composition check), %.1f thread-seconds"
+          % (len(points), len(ok), sum(p["composed"] for p in points),
+             sum(p.get("unsteady", False) for p in points), total))
     for r in sorted(refines, key=lambda r: r["worker"]):
         print("refined: worker %d, %d points, %.1f s" % (r["worker"], r["refined"], r["refine_s"]))
     if not ok:

@@ -194,11 +194,12 @@ log_point(const local_search *ls, unsigned worker, const search_point *p, double
     search_candidate_format(&p->cand, strat, sizeof strat);
     fprintf(ls->log,
             "{\"index\":%llu,\"strategy\":\"%s\",\"status\":\"%s\",\"step_time_s\":%.17g,"
-            "\"peak_memory_bytes\":%llu,\"composed\":%s,\"time_bound_s\":%.17g,"
+            "\"peak_memory_bytes\":%llu,\"composed\":%s,%s\"time_bound_s\":%.17g,"
             "\"memory_bound_bytes\":%llu,\"eval_s\":%.6f,\"worker\":%u}\n",
             (unsigned long long)p->cand.index, strat, search_status_name(p->status),
             p->step_time_s, (unsigned long long)p->peak_memory_bytes,
-            p->composed ? "true" : "false", search_time_bound(ls->sp, &p->cand),
+            p->composed ? "true" : "false", p->unsteady ? "\"unsteady\":true," : "",
+            search_time_bound(ls->sp, &p->cand),
             (unsigned long long)search_memory_bound(ls->sp, &p->cand), seconds, worker);
 }
 

@@ -542,6 +542,8 @@ typedef struct search_point {
      */
     uint8_t composed, refined;
     uint8_t cached; /* the figures came from search_evaluator.memo (not simulated here) */
+    uint8_t unsteady; /* composable, but its composition check failed: a full simulation's
+                         figures (composed 0; compose in lib/search/space.c) */
     search_figures full;
 } search_point;
 

@@ -2348,6 +2348,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
         if (e != NULL) {
             out->cached = 1;
             out->composed = composable && !e->unsteady;
+            out->unsteady = composable && e->unsteady;
             set_figures(out, &e->f);
             goto done;
         }
@@ -2359,6 +2360,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
     }
     /* A composition whose check failed reports its full simulation: not an estimate. */
     out->composed = composable && !unsteady;
+    out->unsteady = (uint8_t)unsteady;
     set_figures(out, &f);
     if (ev->journal != NULL) {
         search_memo_entry e;

@@ -6,8 +6,9 @@
 # hold in every reported strategy; bad constraints are usage errors (exit 2)
 # and too many devices a failure (exit 1), as is a merge of different
 # searches; --help documents --server; --log-candidates writes a line per
-# evaluated candidate whose bounds hold, and bench/search_anatomy.py reads it;
-# on a terminal the settled top K is announced before the end (in process and
+# evaluated candidate whose bounds hold, marks one whose composition check
+# failed (simulated in full: `distir simulate`'s figures), and
+# bench/search_anatomy.py reads it; on a terminal the settled top K is announced before the end (in process and
 # from a daemon), never when standard error is not one.
 . tests/integration/lib.sh
 
@@ -204,6 +205,29 @@ check "bench/search_anatomy.py reads the log" grep -Eq '^evaluated: [1-9][0-9]* 
     "$TMP/anatomy.out"
 check "... and counts what exact bounds would prune" \
     grep -q '^with both exact: [0-9]* of the [0-9]* evaluated candidates prunable' "$TMP/anatomy.out"
+# A composition whose check fails (docs/search.md, Composed estimates): on a small GPT on two
+# nodes, dp 1, tp 8, pp 2, interleaved with V = 2 and 192 microbatches, the extrapolations from
+# 10 and 12 and from 12 and 14 microbatches disagree; the candidate is simulated in full, logged
+# "unsteady" and not composed, with the figures of `distir simulate`.
+$T "$DISTIR" model gpt --layers 8 --hidden 64 --heads 8 --seq 16 --vocab 13 --batch 192 \
+    --dropout 0 --dtype bf16 --optimizer adam -o "$TMP/gpt2n.pb" || fail "model gpt (two nodes)"
+$T "$DISTIR" search "$TMP/gpt2n.pb" --hw a100-dgx:2 --tp 8 --pp 2 --microbatches 192 \
+    --schedule interleaved:2 --recompute selective --json --log-candidates "$TMP/u.log" \
+    >"$TMP/u.json" || fail "search (two nodes)"
+$T "$DISTIR" simulate "$TMP/gpt2n.pb" --hw a100-dgx:2 --dp 1 --tp 8 --pp 2 --microbatches 192 \
+    --schedule interleaved:2 --recompute selective --json >"$TMP/u_sim.json" 2>/dev/null ||
+    fail "simulate (two nodes)"
+check "a failed composition check: logged unsteady, not composed, a full simulation's figures" \
+    /usr/bin/python3 -c '
+import json, sys
+sim = json.load(open(sys.argv[2]))
+u = [json.loads(l) for l in open(sys.argv[1]) if "unsteady" in l]
+s = "dp=1 tp=8 pp=2 m=192 schedule=interleaved:2 recompute=selective stash=none zero=0"
+mine = [p for p in u if p["strategy"] == s]
+assert len(mine) == 1 and mine[0]["unsteady"] is True and mine[0]["composed"] is False, u
+assert mine[0]["step_time_s"] == sim["step_time_s"], (mine[0], sim["step_time_s"])
+assert mine[0]["peak_memory_bytes"] == sim["peak_memory_bytes"]
+' "$TMP/u.log" "$TMP/u_sim.json"
 "$DISTIR" search "$TMP/gpt.pb" --log-candidates "$TMP/x.log" --server 127.0.0.1:1 \
     >/dev/null 2>"$TMP/logsrv.err"
 check "--log-candidates with --server is a usage error" [ $? = 2 ]
