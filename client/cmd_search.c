@@ -65,8 +65,10 @@ static const char usage[] =
     "L is a comma-separated list of allowed values; --fix pp=8 allows one value.\n"
     "The search runs in this process on --jobs threads (default: every CPU; the\n"
     "result does not depend on it), or with --server on distird's workers.\n"
-    "--log-candidates FILE (in process) writes a JSON line per candidate evaluated:\n"
-    "its figures, its lower bounds and how long it took (bench/search_anatomy.py).";
+    "--log-candidates FILE writes a JSON line per candidate evaluated (in process\n"
+    "or on the daemon): its figures, its lower bounds and how long it took\n"
+    "(bench/search_anatomy.py); a search the daemon answers from its stored\n"
+    "searches evaluates nothing and logs nothing.";
 
 /* The list-valued constraints: "--tp 1,2" is search_config_set(cfg, "tp", "1,2"). */
 static const char *const list_options[] = {
@@ -187,20 +189,36 @@ typedef struct local_part {
  * order and the seconds are not. One fprintf per line: stdio locks the
  * stream, so lines of two workers do not interleave.
  */
+/* One candidate's line of the log (the daemon's SearchLogEntry carries the same fields). */
+static void
+log_line(FILE *f, uint64_t index, const char *strat, const char *status, double step,
+         uint64_t peak, int composed, int unsteady, double time_bound, uint64_t memory_bound,
+         double seconds, unsigned worker)
+{
+    fprintf(f,
+            "{\"index\":%llu,\"strategy\":\"%s\",\"status\":\"%s\",\"step_time_s\":%.17g,"
+            "\"peak_memory_bytes\":%llu,\"composed\":%s,%s\"time_bound_s\":%.17g,"
+            "\"memory_bound_bytes\":%llu,\"eval_s\":%.6f,\"worker\":%u}\n",
+            (unsigned long long)index, strat, status, step, (unsigned long long)peak,
+            composed ? "true" : "false", unsteady ? "\"unsteady\":true," : "", time_bound,
+            (unsigned long long)memory_bound, seconds, worker);
+}
+
+/* A worker's line for the re-simulation of its composed points. */
+static void
+log_refined(FILE *f, uint32_t n, double seconds, unsigned worker)
+{
+    fprintf(f, "{\"refined\":%u,\"refine_s\":%.6f,\"worker\":%u}\n", n, seconds, worker);
+}
+
 static void
 log_point(const local_search *ls, unsigned worker, const search_point *p, double seconds)
 {
     char strat[256];
     search_candidate_format(&p->cand, strat, sizeof strat);
-    fprintf(ls->log,
-            "{\"index\":%llu,\"strategy\":\"%s\",\"status\":\"%s\",\"step_time_s\":%.17g,"
-            "\"peak_memory_bytes\":%llu,\"composed\":%s,%s\"time_bound_s\":%.17g,"
-            "\"memory_bound_bytes\":%llu,\"eval_s\":%.6f,\"worker\":%u}\n",
-            (unsigned long long)p->cand.index, strat, search_status_name(p->status),
-            p->step_time_s, (unsigned long long)p->peak_memory_bytes,
-            p->composed ? "true" : "false", p->unsteady ? "\"unsteady\":true," : "",
-            search_time_bound(ls->sp, &p->cand),
-            (unsigned long long)search_memory_bound(ls->sp, &p->cand), seconds, worker);
+    log_line(ls->log, p->cand.index, strat, search_status_name(p->status), p->step_time_s,
+             p->peak_memory_bytes, p->composed, p->unsteady, search_time_bound(ls->sp, &p->cand),
+             search_memory_bound(ls->sp, &p->cand), seconds, worker);
 }
 
 static void *
@@ -239,8 +257,7 @@ local_worker(void *arg)
         double t0 = ls->log ? seconds_now() : 0;
         uint32_t n = search_planner_refine(&w, &ev, &part->r);
         if (ls->log)
-            fprintf(ls->log, "{\"refined\":%u,\"refine_s\":%.6f,\"worker\":%u}\n", n,
-                    seconds_now() - t0, part->worker);
+            log_refined(ls->log, n, seconds_now() - t0, part->worker);
     }
     search_planner_fini(&w);
     search_evaluator_fini(&ev);
@@ -408,6 +425,7 @@ typedef struct remote_state {
     double elapsed_s;
     int cached; /* the daemon answered from its stored searches */
     uint64_t cache_hits; /* candidates whose figures the daemon kept from earlier searches */
+    FILE *log;           /* --log-candidates: the daemon's SearchProgress.log lines */
     di_error err;
 } remote_state;
 
@@ -418,6 +436,15 @@ remote_event(void *ctx, const Distir__V1__SearchEvent *ev)
     if (ev->event_case == DISTIR__V1__SEARCH_EVENT__EVENT_PROGRESS && ev->progress != NULL) {
         const Distir__V1__SearchProgress *p = ev->progress;
         uint64_t ok = 0;
+        for (size_t i = 0; st->log != NULL && i < p->n_log; i++) {
+            const Distir__V1__SearchLogEntry *e = p->log[i];
+            if (e->refinement)
+                log_refined(st->log, e->refined, e->eval_s, e->worker);
+            else
+                log_line(st->log, e->index, e->strategy, e->status, e->step_time_s,
+                         e->peak_memory_bytes, e->composed, e->unsteady, e->time_bound_s,
+                         e->memory_bound_bytes, e->eval_s, e->worker);
+        }
         for (size_t i = 0; i < p->n_counts; i++)
             if (strcmp(p->counts[i]->status, search_status_name(SEARCH_OK)) == 0)
                 ok = p->counts[i]->count;
@@ -492,7 +519,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
 
 static int
 search_remote(const char *server, const char *file, const cli_model_ref *mr, const char *hwname,
-              const search_config *cfg, int json, int timeout_ms)
+              const search_config *cfg, int json, int timeout_ms, const char *logfile)
 {
     Distir__V1__SearchRequest req = DISTIR__V1__SEARCH_REQUEST__INIT;
     Distir__V1__SearchConstraints cons = DISTIR__V1__SEARCH_CONSTRAINTS__INIT;
@@ -534,7 +561,24 @@ search_remote(const char *server, const char *file, const cli_model_ref *mr, con
     memset(&st, 0, sizeof st);
     st.tty = isatty(STDERR_FILENO);
     di_error_clear(&st.err);
+    if (logfile != NULL) {
+        if ((st.log = fopen(logfile, "w")) == NULL) {
+            cli_error("cannot write '%s': %s", logfile, strerror(errno));
+            ir_proto_free(req.module);
+            if (req.model != NULL)
+                cli_model_ref_proto_fini(&ms);
+            if (own_hw)
+                hw_proto_fini(&hwp);
+            ir_module_free(m);
+            hw_free(hw);
+            return CLI_FAIL;
+        }
+        req.log_candidates = 1;
+    }
     rc = rpc_search(server, &req, timeout_ms, remote_event, &st, &err);
+    /* A log that could not be written in full is an error, not a shorter file. */
+    if (st.log != NULL && (ferror(st.log) | fclose(st.log)) != 0 && rc == 0)
+        rc = di_error_set(&err, DI_EIO, "cannot write '%s': %s", logfile, strerror(errno));
     ir_proto_free(req.module);
     if (req.model != NULL)
         cli_model_ref_proto_fini(&ms);
@@ -689,8 +733,8 @@ cmd_search(int argc, char **argv)
         cli_error("'%s' is a model option: it needs --model NAME", mr.argv[0]);
         goto usage;
     }
-    if (logfile != NULL && (merging || server != NULL)) {
-        cli_error("--log-candidates is for a search in this process (not --server or --merge)");
+    if (logfile != NULL && merging) {
+        cli_error("--log-candidates is for a search (not --merge)");
         goto usage;
     }
     if (merging) {
@@ -708,7 +752,7 @@ cmd_search(int argc, char **argv)
             hw_free(hw);
         }
         if (server != NULL)
-            rc = search_remote(server, file, &mr, hwname, &cfg, json, timeout_ms);
+            rc = search_remote(server, file, &mr, hwname, &cfg, json, timeout_ms, logfile);
         else
             rc = search(file, &mr, hwname, &cfg, json, jobs ? jobs : default_jobs(), logfile);
     }

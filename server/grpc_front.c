@@ -1743,6 +1743,10 @@ search_end(srv_call *c)
         else if (kept > 0)
             srv_log(SRV_LOG_INFO, "search_evals_stored", "entries=%u", kept);
     }
+    /* The candidate log's last lines (SearchRequest.log_candidates) go before the result. */
+    if (!c->dead && !c->status_pending && !c->status_sent && !srv_search_cancelled(c->search))
+        while (srv_search_log_pending(c->search))
+            call_enqueue(c, srv_search_progress(c->search));
     if (!c->dead && !c->status_pending && !c->status_sent) {
         grpc_byte_buffer *bb;
         uint8_t *stored;

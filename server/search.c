@@ -28,6 +28,20 @@
 #include "reply.h"
 #include "search/search.h"
 
+/* A line of the candidate log (SearchLogEntry), until a progress event sends it. */
+typedef struct log_line {
+    search_point p;      /* the candidate and its figures (refinement: unused) */
+    double time_bound_s; /* its bounds */
+    uint64_t memory_bound;
+    double eval_s;
+    unsigned worker; /* the part */
+    int refinement;  /* a part's refinement: refined points in eval_s seconds */
+    uint32_t refined;
+} log_line;
+
+/* Lines a progress event carries at most (a message stays far below gRPC's 4 MiB). */
+#define LOG_PER_EVENT 4096u
+
 struct srv_search {
     grpc_slice bytes;
     request_limits limits;
@@ -75,6 +89,12 @@ struct srv_search {
     /* Per part: a cancelled candidate's module, for srv_search_take_garbage. */
     ir_module **garbage;
     int test_cancel_in_simulation; /* srv_search_test_cancel_in_simulation */
+
+    /* SearchRequest.log_candidates: the lines not sent yet, oldest first. */
+    int log;
+    pthread_mutex_t log_lock;
+    log_line *logv;
+    size_t nlog, clog, logsent; /* logv[logsent .. nlog) are pending */
 };
 
 srv_search *
@@ -93,6 +113,7 @@ srv_search_new(grpc_slice bytes, const request_limits *lim, uint64_t max_candida
         atomic_init(&s->count[i], 0);
     atomic_init(&s->cancel, 0);
     pthread_mutex_init(&s->best_lock, NULL);
+    pthread_mutex_init(&s->log_lock, NULL);
     s->parts = di_xcalloc(s->nparts, sizeof *s->parts);
     search_memo_init(&s->memo);
     s->journals = di_xcalloc(s->nparts, sizeof *s->journals);
@@ -136,6 +157,8 @@ srv_search_free(srv_search *s)
     request_input_unref(s->input);
     grpc_slice_unref(s->bytes);
     pthread_mutex_destroy(&s->best_lock);
+    pthread_mutex_destroy(&s->log_lock);
+    di_free(s->logv);
     di_free(s->parts);
     di_free(s);
 }
@@ -276,6 +299,7 @@ srv_search_prepare(srv_search *s, di_error *err)
         return rc;
     }
     req = (const void *)msg;
+    s->log = req->log_candidates;
     rc = config_from_proto(req, &s->cfg, err);
     if (rc == 0)
         rc = request_decode_input(req->module, req->model, req->hardware, &s->limits, NULL,
@@ -332,6 +356,42 @@ point_better(const search_result *r, const search_point *a, const search_point *
     return search_point_compare(r, a, b) < 0;
 }
 
+static double
+seconds_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Appends a line to the candidate log (any worker). */
+static void
+log_add(srv_search *s, const log_line *l)
+{
+    pthread_mutex_lock(&s->log_lock);
+    if (s->logsent == s->nlog) /* everything sent: start over */
+        s->nlog = s->logsent = 0;
+    DI_GROW(&s->logv, &s->clog, s->nlog + 1);
+    s->logv[s->nlog++] = *l;
+    pthread_mutex_unlock(&s->log_lock);
+}
+
+/* An evaluated candidate's line, as distir search --log-candidates writes it in process. */
+static void
+log_point(srv_search *s, unsigned part, const search_point *p, double seconds)
+{
+    log_line l;
+    if (p->status != SEARCH_OK && p->status != SEARCH_OOM && p->status != SEARCH_FAILED)
+        return;
+    memset(&l, 0, sizeof l);
+    l.p = *p;
+    l.time_bound_s = search_time_bound(&s->space, &p->cand);
+    l.memory_bound = search_memory_bound(&s->space, &p->cand);
+    l.eval_s = seconds;
+    l.worker = part;
+    log_add(s, &l);
+}
+
 int
 srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_workspace *ws)
 {
@@ -353,6 +413,7 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
     while (!atomic_load(&s->cancel)) {
         uint64_t now;
         search_point p;
+        double t_eval;
         int k;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -362,7 +423,10 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
         }
         if (s->test_delay_ms > 0)
             test_delay(s);
+        t_eval = s->log ? seconds_mono() : 0;
         k = search_plan_next(&s->planners[part], &ev, &p);
+        if (k == SEARCH_PLAN_POINT && s->log)
+            log_point(s, part, &p, seconds_mono() - t_eval);
         if (k == SEARCH_PLAN_END)
             break;
         if (k == SEARCH_PLAN_WAIT) { /* another worker is finishing the seed */
@@ -389,8 +453,19 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
      * best that may be in the whole answer are re-simulated in full before the
      * merge (not sliced; points already re-simulated are skipped).
      */
-    if (!more && !atomic_load(&s->cancel))
-        search_planner_refine(&s->planners[part], &ev, r);
+    if (!more && !atomic_load(&s->cancel)) {
+        double t_refine = s->log ? seconds_mono() : 0;
+        uint32_t n = search_planner_refine(&s->planners[part], &ev, r);
+        if (s->log) {
+            log_line l;
+            memset(&l, 0, sizeof l);
+            l.refinement = 1;
+            l.refined = n;
+            l.eval_s = seconds_mono() - t_refine;
+            l.worker = part;
+            log_add(s, &l);
+        }
+    }
     /* A cancelled candidate's module: freed once the caller has answered. */
     ir_module_free(s->garbage[part]);
     s->garbage[part] = search_evaluator_take_garbage(&ev);
@@ -703,6 +778,73 @@ points_fini(proto_points *pp)
     di_free(pp->texts);
 }
 
+/* The log's lines for one event, taken from the pending ones (at most LOG_PER_EVENT). */
+typedef struct proto_log {
+    size_t n;
+    Distir__V1__SearchLogEntry *v, **ptrs;
+    char (*texts)[256];
+} proto_log;
+
+static void
+log_take(srv_search *s, proto_log *pl)
+{
+    size_t n;
+    memset(pl, 0, sizeof *pl);
+    pthread_mutex_lock(&s->log_lock);
+    n = s->nlog - s->logsent;
+    if (n > LOG_PER_EVENT)
+        n = LOG_PER_EVENT;
+    if (n > 0) {
+        pl->v = di_xcalloc(n, sizeof *pl->v);
+        pl->ptrs = di_xcalloc(n, sizeof *pl->ptrs);
+        pl->texts = di_xcalloc(n, sizeof *pl->texts);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const log_line *l = &s->logv[s->logsent + i];
+        Distir__V1__SearchLogEntry *e = &pl->v[i];
+        distir__v1__search_log_entry__init(e);
+        e->worker = l->worker;
+        e->eval_s = l->eval_s;
+        if (l->refinement) {
+            e->refinement = 1;
+            e->refined = l->refined;
+        } else {
+            search_candidate_format(&l->p.cand, pl->texts[i], sizeof pl->texts[i]);
+            e->index = l->p.cand.index;
+            e->strategy = pl->texts[i];
+            e->status = (char *)search_status_name(l->p.status);
+            e->step_time_s = l->p.step_time_s;
+            e->peak_memory_bytes = l->p.peak_memory_bytes;
+            e->composed = l->p.composed != 0;
+            e->unsteady = l->p.unsteady != 0;
+            e->time_bound_s = l->time_bound_s;
+            e->memory_bound_bytes = l->memory_bound;
+        }
+        pl->ptrs[i] = e;
+    }
+    s->logsent += n;
+    pl->n = n;
+    pthread_mutex_unlock(&s->log_lock);
+}
+
+static void
+log_free(proto_log *pl)
+{
+    di_free(pl->v);
+    di_free(pl->ptrs);
+    di_free(pl->texts);
+}
+
+int
+srv_search_log_pending(srv_search *s)
+{
+    int pending;
+    pthread_mutex_lock(&s->log_lock);
+    pending = s->nlog > s->logsent;
+    pthread_mutex_unlock(&s->log_lock);
+    return pending;
+}
+
 grpc_byte_buffer *
 srv_search_progress(srv_search *s)
 {
@@ -716,6 +858,7 @@ srv_search_progress(srv_search *s)
     const search_point *settled;
     uint32_t nsettled;
     proto_points top;
+    proto_log log;
     int have, have_top = 0;
     char text[256];
     grpc_byte_buffer *bb;
@@ -745,6 +888,9 @@ srv_search_progress(srv_search *s)
         pr.settled_top = top.ptrs;
         have_top = 1;
     }
+    log_take(s, &log);
+    pr.n_log = log.n;
+    pr.log = log.ptrs;
     ev.event_case = DISTIR__V1__SEARCH_EVENT__EVENT_PROGRESS;
     ev.progress = &pr;
     bb = srv_reply_pack(&ev.base);
@@ -752,6 +898,7 @@ srv_search_progress(srv_search *s)
         strategy_proto_fini(&spec);
     if (have_top)
         points_fini(&top);
+    log_free(&log);
     return bb;
 }
 

@@ -109,6 +109,11 @@ int srv_search_hit(const srv_search *s);
 /* Loop thread, while the workers run: a SearchEvent with the progress so far. */
 grpc_byte_buffer *srv_search_progress(srv_search *s);
 /*
+ * Whether candidate log lines (SearchRequest.log_candidates) wait for a
+ * progress event: the caller sends events until none does, before the result.
+ */
+int srv_search_log_pending(srv_search *s);
+/*
  * Simulations kept between searches (cache_evals_*, docs/search.md): after
  * srv_search_plan, on the same worker, srv_search_load_evals reads what
  * earlier searches of the same module, hardware and evaluation options

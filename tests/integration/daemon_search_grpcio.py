@@ -167,6 +167,22 @@ def main():
               for p in res.top), [str(p.spec) for p in res.top])
     check("the result counts the whole space", res.space_candidates == res.enumerated == 548,
           (res.space_candidates, res.enumerated))
+    check("no candidate log unless asked",
+          all(len(e.progress.log) == 0 for e in events if e.WhichOneof("event") == "progress"))
+
+    # SearchRequest.log_candidates: the progress events carry a line per evaluated candidate
+    # (K = 4: another search, not the stored one) and a refinement line per worker, all
+    # before the result.
+    lev = list(d.search(request(top_k=4, log_candidates=True)))
+    lines = [ln for e in lev if e.WhichOneof("event") == "progress" for ln in e.progress.log]
+    lcounts = {c.status: c.count for c in lev[-1].result.counts}
+    cand = [ln for ln in lines if not ln.refinement]
+    check("log_candidates: a line per candidate evaluated, a refinement line per worker",
+          len(cand) == lcounts["ok"] + lcounts["out_of_memory"] + lcounts["failed"] > 0
+          and sorted(ln.worker for ln in lines if ln.refinement) == [0, 1]
+          and len({ln.index for ln in cand}) == len(cand)
+          and all(ln.strategy.startswith("dp=") and 0 < ln.time_bound_s for ln in cand),
+          (len(cand), lcounts))
 
     # A Pareto set within 1.2 times the fastest step (SearchConstraints.pareto_within): the
     # CLI's answer byte for byte, every point within the ratio, the same top K.

@@ -228,10 +228,10 @@ assert len(mine) == 1 and mine[0]["unsteady"] is True and mine[0]["composed"] is
 assert mine[0]["step_time_s"] == sim["step_time_s"], (mine[0], sim["step_time_s"])
 assert mine[0]["peak_memory_bytes"] == sim["peak_memory_bytes"]
 ' "$TMP/u.log" "$TMP/u_sim.json"
-"$DISTIR" search "$TMP/gpt.pb" --log-candidates "$TMP/x.log" --server 127.0.0.1:1 \
-    >/dev/null 2>"$TMP/logsrv.err"
-check "--log-candidates with --server is a usage error" [ $? = 2 ]
-check "... saying why" grep -q 'search in this process' "$TMP/logsrv.err"
+"$DISTIR" search --merge "$TMP/whole.json" --log-candidates "$TMP/x.log" \
+    >/dev/null 2>"$TMP/logmerge.err"
+check "--log-candidates with --merge is a usage error" [ $? = 2 ]
+check "... saying why" grep -q 'not --merge' "$TMP/logmerge.err"
 # shellcheck disable=SC2086
 "$DISTIR" search "$TMP/gpt.pb" $LIMITS --log-candidates "$TMP/no/such/dir/x.log" \
     >/dev/null 2>"$TMP/lognodir.err"

@@ -22,7 +22,8 @@ OTHER="--devices 4 --objective throughput --tp 1,2 --schedule 1f1b,interleaved:2
     --pareto-within 1.5 --refine all"
 
 # shellcheck disable=SC2086
-$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json >"$TMP/local.json" || fail "local search"
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --log-candidates "$TMP/local.log" \
+    >"$TMP/local.json" || fail "local search"
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $OTHER --json >"$TMP/local_other.json" || fail "local search 2"
 for i in 0 1 2 3; do
@@ -37,10 +38,24 @@ check "--refine all reaches the result" grep -q '"refine":"all"' "$TMP/local_oth
 for w in 1 2; do
     start_daemon "w$w" --workers "$w" || { fail "daemon start ($w workers)"; continue; }
     # shellcheck disable=SC2086
-    $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --server "$ADDR" >"$TMP/remote$w.json"
+    $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --server "$ADDR" \
+        --log-candidates "$TMP/remote$w.log" >"$TMP/remote$w.json"
     check "$w worker(s): remote search exits 0" [ $? -eq 0 ]
     check "$w worker(s): the daemon's JSON equals the local JSON byte for byte" \
         cmp -s "$TMP/local.json" "$TMP/remote$w.json"
+    check "$w worker(s): --log-candidates: the daemon's log has the in-process log's lines" \
+        /usr/bin/python3 -c '
+import json, sys
+def lines(path):
+    ls = [json.loads(l) for l in open(path)]
+    cand = sorted(tuple(sorted((k, v) for k, v in l.items() if k not in ("eval_s", "worker")))
+                  for l in ls if "status" in l)
+    return cand, [l for l in ls if "refine_s" in l]
+local, _ = lines(sys.argv[1])
+remote, refines = lines(sys.argv[2])
+assert local == remote and len(local) > 0, (len(local), len(remote))
+assert sorted(r["worker"] for r in refines) == list(range(int(sys.argv[3]))), refines
+' "$TMP/local.log" "$TMP/remote$w.log" "$w"
     # shellcheck disable=SC2086
     $T "$DISTIR" search "$TMP/gpt.pb" $OTHER --json --server "$ADDR" >"$TMP/remote_other$w.json"
     check "$w worker(s): throughput objective and constraints give the local JSON" \
