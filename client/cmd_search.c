@@ -178,17 +178,6 @@ typedef struct local_part {
     unsigned worker;
 } local_part;
 
-/*
- * --log-candidates: one JSON line per candidate the search evaluated (not
- * those pruned unevaluated), in the order the workers finish them: its
- * figures (the composed estimate when composed), the lower bounds branch and
- * bound used (search_time_bound, search_memory_bound: 0 where there is none)
- * and the seconds its evaluation took on its worker; then a line per worker
- * for the re-simulation of its composed points (search_planner_refine). The
- * figures and bounds are the search's own, whatever the thread count; the
- * order and the seconds are not. One fprintf per line: stdio locks the
- * stream, so lines of two workers do not interleave.
- */
 /* One candidate's line of the log (the daemon's SearchLogEntry carries the same fields). */
 static void
 log_line(FILE *f, uint64_t index, const char *strat, const char *status, double step,
@@ -211,6 +200,17 @@ log_refined(FILE *f, uint32_t n, double seconds, unsigned worker)
     fprintf(f, "{\"refined\":%u,\"refine_s\":%.6f,\"worker\":%u}\n", n, seconds, worker);
 }
 
+/*
+ * --log-candidates: one JSON line per candidate the search evaluated (not
+ * those pruned unevaluated), in the order the workers finish them: its
+ * figures (the composed estimate when composed), the lower bounds branch and
+ * bound used (search_time_bound, search_memory_bound: 0 where there is none)
+ * and the seconds its evaluation took on its worker; then a line per worker
+ * for the re-simulation of its composed points (search_planner_refine). The
+ * figures and bounds are the search's own, whatever the thread count; the
+ * order and the seconds are not. One fprintf per line: stdio locks the
+ * stream, so lines of two workers do not interleave.
+ */
 static void
 log_point(const local_search *ls, unsigned worker, const search_point *p, double seconds)
 {
