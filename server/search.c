@@ -356,14 +356,6 @@ point_better(const search_result *r, const search_point *a, const search_point *
     return search_point_compare(r, a, b) < 0;
 }
 
-static double
-seconds_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Appends a line to the candidate log (any worker). */
 static void
 log_add(srv_search *s, const log_line *l)
@@ -413,7 +405,7 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
     while (!atomic_load(&s->cancel)) {
         uint64_t now;
         search_point p;
-        double t_eval;
+        uint64_t t_eval;
         int k;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -423,10 +415,10 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
         }
         if (s->test_delay_ms > 0)
             test_delay(s);
-        t_eval = s->log ? seconds_mono() : 0;
+        t_eval = s->log ? uv_hrtime() : 0;
         k = search_plan_next(&s->planners[part], &ev, &p);
         if (k == SEARCH_PLAN_POINT && s->log)
-            log_point(s, part, &p, seconds_mono() - t_eval);
+            log_point(s, part, &p, (double)(uv_hrtime() - t_eval) / 1e9);
         if (k == SEARCH_PLAN_END)
             break;
         if (k == SEARCH_PLAN_WAIT) { /* another worker is finishing the seed */
@@ -454,14 +446,14 @@ srv_search_work(srv_search *s, unsigned part, uint64_t slice_ns, struct sim_work
      * merge (not sliced; points already re-simulated are skipped).
      */
     if (!more && !atomic_load(&s->cancel)) {
-        double t_refine = s->log ? seconds_mono() : 0;
+        uint64_t t_refine = s->log ? uv_hrtime() : 0;
         uint32_t n = search_planner_refine(&s->planners[part], &ev, r);
         if (s->log) {
             log_line l;
             memset(&l, 0, sizeof l);
             l.refinement = 1;
             l.refined = n;
-            l.eval_s = seconds_mono() - t_refine;
+            l.eval_s = (double)(uv_hrtime() - t_refine) / 1e9;
             l.worker = part;
             log_add(s, &l);
         }
