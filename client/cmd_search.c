@@ -178,19 +178,31 @@ typedef struct local_part {
     unsigned worker;
 } local_part;
 
-/* One candidate's line of the log (the daemon's SearchLogEntry carries the same fields). */
+/*
+ * One candidate's line of the log (the daemon's SearchLogEntry carries the
+ * same fields; its strings are escaped as JSON, whoever sent them), written
+ * with one call so that two workers' lines do not interleave.
+ */
 static void
 log_line(FILE *f, uint64_t index, const char *strat, const char *status, double step,
          uint64_t peak, int composed, int unsteady, double time_bound, uint64_t memory_bound,
          double seconds, unsigned worker)
 {
-    fprintf(f,
-            "{\"index\":%llu,\"strategy\":\"%s\",\"status\":\"%s\",\"step_time_s\":%.17g,"
-            "\"peak_memory_bytes\":%llu,\"composed\":%s,%s\"time_bound_s\":%.17g,"
-            "\"memory_bound_bytes\":%llu,\"eval_s\":%.6f,\"worker\":%u}\n",
-            (unsigned long long)index, strat, status, step, (unsigned long long)peak,
-            composed ? "true" : "false", unsteady ? "\"unsteady\":true," : "", time_bound,
-            (unsigned long long)memory_bound, seconds, worker);
+    di_buf b;
+    di_buf_init(&b);
+    di_buf_printf(&b, "{\"index\":%llu,\"strategy\":", (unsigned long long)index);
+    di_buf_json_str(&b, strat != NULL ? strat : "");
+    di_buf_puts(&b, ",\"status\":");
+    di_buf_json_str(&b, status != NULL ? status : "");
+    di_buf_printf(&b,
+                  ",\"step_time_s\":%.17g,\"peak_memory_bytes\":%llu,\"composed\":%s,%s"
+                  "\"time_bound_s\":%.17g,\"memory_bound_bytes\":%llu,\"eval_s\":%.6f,"
+                  "\"worker\":%u}\n",
+                  step, (unsigned long long)peak, composed ? "true" : "false",
+                  unsteady ? "\"unsteady\":true," : "", time_bound,
+                  (unsigned long long)memory_bound, seconds, worker);
+    fwrite(b.data, 1, b.len, f);
+    di_buf_fini(&b);
 }
 
 /* A worker's line for the re-simulation of its composed points. */
@@ -208,8 +220,8 @@ log_refined(FILE *f, uint32_t n, double seconds, unsigned worker)
  * and the seconds its evaluation took on its worker; then a line per worker
  * for the re-simulation of its composed points (search_planner_refine). The
  * figures and bounds are the search's own, whatever the thread count; the
- * order and the seconds are not. One fprintf per line: stdio locks the
- * stream, so lines of two workers do not interleave.
+ * order and the seconds are not. One write per line (log_line): stdio locks
+ * the stream, so lines of two workers do not interleave.
  */
 static void
 log_point(const local_search *ls, unsigned worker, const search_point *p, double seconds)
