@@ -1290,7 +1290,8 @@ pmap_symmetric(sim *s, ir_id op, const int32_t *devs, uint32_t n, uint32_t *p)
 }
 
 /*
- * Lets body argument arg of a top-level pmap of n instances use its input's
+ * Lets body argument arg of a pmap of n instances, run once by its context
+ * (at top level, or in a context of one instance), use its input's
  * instances instead of instances of its own that alias them, when element k
  * of the input is instance k's argument laid out as the argument's instances
  * would be: the n instances' locations one after the other (from instance
