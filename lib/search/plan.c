@@ -336,8 +336,7 @@ rank_candidates(search_plan *pl)
 /*
  * A rough cost of evaluating candidate index, for the order within a round:
  * its simulated microbatches (a composition's three runs: m1, m2 and
- * 2 m2 - m1), and a set-up per simulation about as dear as 40 of them
- * (search_compose_counts).
+ * 2 m2 - m1) and a set-up per simulation (SEARCH_SETUP_MICROBATCHES).
  */
 static double
 eval_cost(const search_space *sp, uint64_t index)
@@ -345,8 +344,8 @@ eval_cost(const search_space *sp, uint64_t index)
     const search_candidate *c = &sp->candidates[index];
     uint32_t m1, m2;
     if (search_compose_counts(sp, c, &m1, &m2))
-        return 3 * 40.0 + 3.0 * m2;
-    return 40.0 + c->microbatches;
+        return 3.0 * SEARCH_SETUP_MICROBATCHES + 3.0 * m2;
+    return (double)SEARCH_SETUP_MICROBATCHES + c->microbatches;
 }
 
 /*

@@ -426,12 +426,16 @@ int search_time_bound_refused(const search_space *sp, const search_candidate *c)
  */
 #define SEARCH_COMPOSE_SLACK 0.02
 /*
- * A composition simulates m1 + m2 + m3 microbatches in three runs, which pay
- * the set-up three times (the transforms, the optimizer step), each about as
- * much as 40 microbatches of a full simulation: two more than one full
- * simulation (search_compose_counts).
+ * What a simulation costs besides its microbatches (the transforms, the step
+ * program's set-up, the optimizer step), in microbatches of a full simulation
+ * (measured on gpt3-175b: search_compose_counts).
  */
-#define SEARCH_COMPOSE_SAVES 80u
+#define SEARCH_SETUP_MICROBATCHES 40u
+/*
+ * A composition simulates m1 + m2 + m3 microbatches in three runs, which pay
+ * the set-up three times: two more than one full simulation.
+ */
+#define SEARCH_COMPOSE_SAVES (2 * SEARCH_SETUP_MICROBATCHES)
 /*
  * A composition is kept when its two extrapolations, from (m1, m2) and from
  * (m2, m3), agree to m within these fractions of the latter (step time, and

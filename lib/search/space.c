@@ -2149,7 +2149,7 @@ search_compose_counts(const search_space *sp, const search_candidate *c, uint32_
     /*
      * compose checks the extrapolation with a third run of m3 = 2 m2 - m1 microbatches. Each
      * simulation has a cost of its own besides its microbatches' (the transforms, the step
-     * program's set-up, the optimizer step), about as much as 40 microbatches cost: measured
+     * program's set-up, the optimizer step), SEARCH_SETUP_MICROBATCHES of them: measured
      * on a sample of gpt3-175b's composable 1F1B candidates on 1,024 GPUs (28, pp 1 to 32,
      * best of 2), composing from two runs took 1.03 to 1.36 times a full simulation's time at
      * m - (m1 + m2) up to 38, 0.85 at 42, 0.94 at 50, and 0.06 to 0.84 from 58. Three runs

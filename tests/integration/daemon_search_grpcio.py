@@ -207,8 +207,7 @@ def main():
     # The fewest devices among 2, 4 and 8 that reach a target step time, with the cost and
     # the time to train, and candidates with many microbatches composed: the daemon's JSON
     # equals the CLI's, and composed points carry their full simulation (pp 1 and 2, whose 192
-    # microbatches are at least twice the counts they compose from, 3 to 6, and save more than
-    # SEARCH_COMPOSE_SAVES of them).
+    # microbatches, composed from 4, 6 and 8, save more than SEARCH_COMPOSE_SAVES of them).
     gpt384, module384 = small_gpt(384)
     oflags = ["--devices", "2,4,8", "--objective", "devices", "--target-step", "0.01",
               "--price", "2.5", "--train-tokens", "1e9", "--recompute", "none", "--zero", "0",

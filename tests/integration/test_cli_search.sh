@@ -54,8 +54,8 @@ check "a shard alone differs from the whole" sh -c '! cmp -s "$1" "$2"' sh "$TMP
 
 # Composed candidates (many microbatches): each shard re-simulates its own best in full, and
 # the merge is still the whole, byte for byte; the reported top is a full simulation's. (pp 1
-# and 2: 192 microbatches are at least twice the counts they compose from, 3 to 6, and save
-# more than SEARCH_COMPOSE_SAVES of them.)
+# and 2: 192 microbatches, composed from 4, 6 and 8, save more than SEARCH_COMPOSE_SAVES of
+# them.)
 $T "$DISTIR" model gpt --layers 4 --hidden 48 --heads 6 --seq 8 --vocab 13 --batch 384 \
     -o "$TMP/gpt384.pb" || fail "model gpt --batch 384"
 CLIMITS_NODEV="--recompute none --zero 0 --microbatches 16,192 --pp 1,2 --schedule 1f1b"
