@@ -2088,7 +2088,16 @@ test_time_bound_late(void **state)
          * Forward: the attention projection's and the second MLP GEMM's reductions
          * (512 KiB each: 1,024 tokens x 256 x 2 bytes), and with sp the gathers before
          * the QKV and the first MLP GEMMs. Backward, in every mode: the two late
-         * reductions (the weight gradient's cast to f32 between). The repeated forward,
+         * reductions (the weight gradient's cast to f32 between: 256 x 1,024 and 256 x 768
+         * f32 over 16 ranks, 114,688 bytes), and with sp a third, the gather of the
+         * attention output's gradient (the residual's sum) before the projection's
+         * backward GEMM, with four ops between: the casts to f32 of the second norm's
+         * scale and bias gradients (1,024 bytes each, whole: partial over the sequence's
+         * shards), the output bias's gradient, summed from the split gradient as it is
+         * (512, bf16) and its cast (1,024): 3,584 bytes more of gradients made there.
+         * (Until 2026-12-06 that gather was not counted: an op between read the gradient
+         * as it is.) The MLP's gather has no such pair: the gradient it gathers is the
+         * layer above's sum. The repeated forward,
          * as the backward chunk emits it: selective recomputation repeats the attention
          * core, no collective; full repeats what the backward reads (not the second MLP
          * GEMM, whose output no backward op reads), the attention projection's reduction
@@ -2103,11 +2112,11 @@ test_time_bound_late(void **state)
         assert_true(t->fwd.tp_ar_bytes == (sq ? 0 : 2) * 524288.0);
         assert_true(t->fwd.tp_ar_count == (sq ? 0 : 2));
         for (int r = 0; r < 3; r++) {
-            assert_true(t->bwd_tp_late_leaf_bytes[r] == 114688.0);
-            assert_true(t->bwd_tp_late_leaf_count[r] == 2);
+            assert_true(t->bwd_tp_late_leaf_bytes[r] == (sq ? 118272.0 : 114688.0));
+            assert_true(t->bwd_tp_late_leaf_count[r] == (sq ? 6 : 2));
             assert_true(t->re_tp_late_leaf_bytes[r] == 0 && t->re_tp_late_leaf_count[r] == 0);
-            assert_true(t->bwd_tp_late_bytes[r] == (sq ? 1048576.0 : 0));
-            assert_true(t->bwd_tp_late_count[r] == (sq ? 2 : 0));
+            assert_true(t->bwd_tp_late_bytes[r] == (sq ? 3 * 524288.0 : 0));
+            assert_true(t->bwd_tp_late_count[r] == (sq ? 3 : 0));
             assert_true(t->bwd_tp_late_ar_bytes[r] == (sq ? 0 : 1048576.0));
             assert_true(t->bwd_tp_late_ar_count[r] == (sq ? 0 : 2));
             assert_true(t->bwd_tp_reduce_count[r] == 0 && t->bwd_tp_ar_count[r] == 0);

@@ -1591,9 +1591,12 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
  * R, the first later compute op that reads it (views and plumbing aside),
  * which reads no other value needing one; X and R are in the same layer;
  * the 0 to LATE_MAX compute ops between them are of that layer, no
- * collective, no GEMM (the search counts a GEMM quantized, more than its
- * terms) and do not read X's result; and X is not between the ends of a
- * pair counted before it (the intervals are disjoint). R cannot start
+ * collective and no GEMM (the search counts a GEMM quantized, more than its
+ * terms); they may read X's result as it is (a bias's gradient, summed from
+ * a sequence-split output gradient before that gradient's all-gather): they
+ * run while the collective does, which waits for X, not for them. And X is
+ * not between the ends of a pair counted before it (the intervals are
+ * disjoint). R cannot start
  * before the collective ends, which cannot start before X ends (nor before
  * the collectives issued before it on the same communicator, which only
  * delays it), and the stream runs the ops between in the meantime, so from
@@ -1626,7 +1629,7 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
             continue;
         for (uint32_t q = p + 1; q < n; q++) {
             ir_id y = order[q];
-            int reads = 0, other = 0;
+            int reads = 0, direct = 0, other = 0;
             if (ir_opkind_info(m->ops[y].kind)->flags & IR_OPF_FREE)
                 continue;
             if ((ir_opkind_info(m->ops[y].kind)->flags & IR_OPF_COMM) ||
@@ -1637,11 +1640,12 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                 int need = tp_input_needs(c, m->ops[y].inputs + k, 1, &sv);
                 if (m->refs[m->ops[y].inputs + k] == out || sv == out) {
                     int kind = need ? tp_collective_kind(c, m->ops[y].inputs + k) : 0;
-                    if (kind == 0)
-                        other = 1; /* read without the collective: not a reduction's reader */
-                    else if (kind == 2)
-                        at = ar;
-                    reads = 1;
+                    if (kind == 0) {
+                        direct = 1; /* read without the collective: not a reduction's reader */
+                    } else {
+                        at = kind == 2 ? ar : 0;
+                        reads = 1;
+                    }
                 } else if (need) {
                     other = 1;
                 }
@@ -1649,7 +1653,7 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
             if (reads) {
                 double bytes = (double)ir_type_bytes(m, m->values[out].type);
                 int re = set[x] != 0;
-                if (other)
+                if (direct || other)
                     break;
                 if (nbetween == 0) {
                     (re ? rred : red)[li + at] += bytes;
