@@ -680,6 +680,60 @@ test_tp_collectives(void **state)
     ir_module_free(m);
 }
 
+/* The all-reduces of the forward chunks (the pmaps of phase "forward"), once per chunk. */
+static uint32_t
+forward_all_reduces(const ir_module *m)
+{
+    const ir_region *e = &m->regions[ir_module_entry(m)];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->nop; i++) {
+        ir_id op = e->ops[i];
+        const ir_attr *a = ir_op_attr(m, op, "dist.phase");
+        if (m->ops[op].kind == IR_OP_PMAP && m->ops[op].body && a != NULL &&
+            a->kind == IR_ATTR_STRING && strcmp(ir_str_get(m, a->s), "forward") == 0)
+            n += count_region(m, m->ops[op].body, IR_OP_ALLREDUCE, NULL, NULL);
+    }
+    return n;
+}
+
+/*
+ * Llama's RMSNorm is written out (the squares' mean, its reciprocal root, two
+ * products: models/llama.c): its squares need the whole residual, its
+ * normalisation is linear in it. Under tp 2 without sequence parallelism the
+ * residual stream is a partial sum after each row-parallel GEMM (attention
+ * output, MLP down projection) and is all-reduced once there, as in
+ * Megatron-LM: per forward the embedding's all-reduce (vocabulary-parallel)
+ * and two per layer, 1 + 2 x 2 for 2 layers. Until 2026-12-06 the
+ * normalisation passed the partial residual on (linear) while the squares
+ * read it reduced, so each norm's output was all-reduced again before the
+ * next GEMM: 1 + 4 x 2 + 1 (the final norm's too).
+ */
+static void
+test_tp_collectives_rmsnorm(void **state)
+{
+    models_llama c;
+    ir_module *m = NULL, *out;
+    strategy s;
+    di_error err;
+    (void)state;
+    models_llama_init(&c);
+    c.layers = 2;
+    c.hidden = 16;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.ffn = 32;
+    c.seq = 4;
+    c.vocab = 32;
+    c.batch = 2;
+    assert_int_equal(models_llama_build(&c, &m, &err), 0);
+    xform_strategy_init(&s);
+    s.tp = 2;
+    out = apply_ok(m, &s);
+    assert_int_equal(forward_all_reduces(out), 1 + 2 * 2);
+    ir_module_free(out);
+    ir_module_free(m);
+}
+
 /*
  * Pipeline transfers under tensor parallelism go as Megatron-LM's
  * scatter/gather: GPT, 2 layers, hidden 16, sequence 4, batch 2, tp 2, pp 2,
@@ -1548,6 +1602,7 @@ main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_forward_only),
         cmocka_unit_test(test_tp_collectives),
+        cmocka_unit_test(test_tp_collectives_rmsnorm),
         cmocka_unit_test(test_pipeline_scatter_gather),
         cmocka_unit_test(test_zero_and_stash),
         cmocka_unit_test(test_zero3_prefetch),

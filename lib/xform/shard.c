@@ -1023,6 +1023,30 @@ widening_step_cast(const xf_ctx *c, ir_id op)
            ir_dtype_size((ir_dtype)m->types[m->values[m->refs[o->inputs]].type].dtype);
 }
 
+/*
+ * Whether the partial sums among op's inputs in[] on the tensor axis are all
+ * values an op before it already wants whole there (reduced[v]): their
+ * all-reduce is made anyway, and the op reads its result instead of passing
+ * the partial sum on, which would need a reduction of its own later. An
+ * RMSNorm written out (Llama's: the squares need the whole input, the
+ * normalisation is linear in it) otherwise all-reduces the residual for
+ * the squares and, again, the normalised output before the next GEMM.
+ */
+static int
+reduced_anyway(const xf_ctx *c, ir_id op, const xf_place *in, const uint8_t *reduced)
+{
+    const ir_op *o = &c->m->ops[op];
+    int any = 0;
+    for (uint32_t k = 0; k < o->ninput; k++) {
+        if (in[k].a[XF_TP] != XF_P)
+            continue;
+        if (!reduced[c->m->refs[o->inputs + k]])
+            return 0;
+        any = 1;
+    }
+    return any;
+}
+
 int
 xf_propagate(xf_ctx *c)
 {
@@ -1030,6 +1054,7 @@ xf_propagate(xf_ctx *c)
     const ir_region *fr = &m->regions[c->func];
     xf_place small[64], *in = small;
     uint32_t cin = 64;
+    uint8_t *reduced = di_xcalloc(m->nvalue ? m->nvalue : 1, 1); /* reduced_anyway */
     rule r;
     c->req = di_xcalloc(m->nref ? m->nref : 1, sizeof *c->req);
     c->rreq = di_xcalloc(fr->nresult ? fr->nresult : 1, sizeof *c->rreq);
@@ -1057,13 +1082,16 @@ xf_propagate(xf_ctx *c)
             /* An axis some group has: placements are the same on every group. */
             if (c->n[a] <= 1)
                 continue;
-            if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op)) {
+            if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op) &&
+                !(a == XF_TP && reduced_anyway(c, op, in, reduced))) {
                 for (uint32_t k = 0; k < o->ninput; k++)
                     c->req[o->inputs + k].a[a] = in[k].a[a];
                 for (uint32_t k = 0; k < o->noutput; k++)
                     c->place[o->outputs + k].a[a] = XF_P;
                 continue;
             }
+            if (a == XF_TP && xf_rule_passes(&r, a, in) && !widening_step_cast(c, op))
+                continue; /* reduced_anyway: every input whole (R), and so the results */
             f = choose(c, op, &r, a, n[a], in);
             if (f < 0)
                 continue;
@@ -1105,6 +1133,9 @@ xf_propagate(xf_ctx *c)
                 }
             }
         }
+        for (uint32_t k = 0; k < o->ninput; k++)
+            if (in[k].a[XF_TP] == XF_P && c->req[o->inputs + k].a[XF_TP] == XF_R)
+                reduced[m->refs[o->inputs + k]] = 1;
         /* Every operand's local shape must exist. */
         for (uint32_t k = 0; k < o->ninput + o->noutput; k++) {
             ir_id v = k < o->ninput ? m->refs[o->inputs + k] : o->outputs + (k - o->ninput);
@@ -1116,6 +1147,7 @@ xf_propagate(xf_ctx *c)
                 ir_label lab = ir_op_label(m, op);
                 if (in != small)
                     di_free(in);
+                di_free(reduced);
                 return di_error_set(c->err, DI_ESTRATEGY,
                                     "%s: the strategy splits a dimension of %s %u that the "
                                     "degrees do not divide",
@@ -1126,6 +1158,7 @@ xf_propagate(xf_ctx *c)
     }
     if (in != small)
         di_free(in);
+    di_free(reduced);
     for (uint32_t i = 0; i < fr->nresult; i++) {
         xf_place p = c->place[fr->results[i]];
         for (int a = 0; a < XF_NAXIS; a++)
