@@ -680,18 +680,29 @@ test_tp_collectives(void **state)
     ir_module_free(m);
 }
 
-/* The all-reduces of the forward chunks (the pmaps of phase "forward"), once per chunk. */
+/*
+ * The all-reduces in the chunks of a phase ("forward", "backward": the pmaps'
+ * bodies), once per chunk, of results of at least `least` elements.
+ */
 static uint32_t
-forward_all_reduces(const ir_module *m)
+phase_all_reduces(const ir_module *m, const char *phase, int64_t least)
 {
     const ir_region *e = &m->regions[ir_module_entry(m)];
     uint32_t n = 0;
     for (uint32_t i = 0; i < e->nop; i++) {
         ir_id op = e->ops[i];
         const ir_attr *a = ir_op_attr(m, op, "dist.phase");
-        if (m->ops[op].kind == IR_OP_PMAP && m->ops[op].body && a != NULL &&
-            a->kind == IR_ATTR_STRING && strcmp(ir_str_get(m, a->s), "forward") == 0)
-            n += count_region(m, m->ops[op].body, IR_OP_ALLREDUCE, NULL, NULL);
+        const ir_region *b;
+        if (m->ops[op].kind != IR_OP_PMAP || m->ops[op].body == 0 || a == NULL ||
+            a->kind != IR_ATTR_STRING || strcmp(ir_str_get(m, a->s), phase) != 0)
+            continue;
+        b = &m->regions[m->ops[op].body];
+        for (uint32_t j = 0; j < b->nop; j++) {
+            const ir_op *o = &m->ops[b->ops[j]];
+            if (o->kind == IR_OP_ALLREDUCE && o->noutput == 1 &&
+                ir_type_numel(m, m->values[o->outputs].type) >= least)
+                n++;
+        }
     }
     return n;
 }
@@ -706,7 +717,15 @@ forward_all_reduces(const ir_module *m)
  * and two per layer, 1 + 2 x 2 for 2 layers. Until 2026-12-06 the
  * normalisation passed the partial residual on (linear) while the squares
  * read it reduced, so each norm's output was all-reduced again before the
- * next GEMM: 1 + 4 x 2 + 1 (the final norm's too).
+ * next GEMM: 1 + 4 x 2 + 1 (the final norm's too). The backward (no
+ * recomputation) has Megatron-LM's two whole all-reduces per layer, of the
+ * column-parallel GEMMs' input gradients (the residual's gradient, a partial
+ * sum, where each norm reads it), and two at the embedding (the gradient of
+ * its output, and its output saved as the partial sum and reduced again for
+ * the first norm's backward): 2 x 2 + 2 of [2, 4, 16]; each norm's gradient
+ * also sums its gradient times its input over the hidden dimension, a partial
+ * sum of one value per token ([2, 4, 1]: 5 norms). Before, 5 whole ones per
+ * layer: the saved residuals reduced again, and the norms' scaled gradients.
  */
 static void
 test_tp_collectives_rmsnorm(void **state)
@@ -729,7 +748,9 @@ test_tp_collectives_rmsnorm(void **state)
     xform_strategy_init(&s);
     s.tp = 2;
     out = apply_ok(m, &s);
-    assert_int_equal(forward_all_reduces(out), 1 + 2 * 2);
+    assert_int_equal(phase_all_reduces(out, "forward", 1), 1 + 2 * 2);
+    assert_int_equal(phase_all_reduces(out, "backward", 2 * 4 * 16), 2 * 2 + 2);
+    assert_int_equal(phase_all_reduces(out, "backward", 1), 2 * 2 + 2 + 5);
     ir_module_free(out);
     ir_module_free(m);
 }

@@ -1024,29 +1024,15 @@ widening_step_cast(const xf_ctx *c, ir_id op)
 }
 
 /*
- * Whether the partial sums among op's inputs in[] on the tensor axis are all
- * values an op before it already wants whole there (reduced[v]): their
- * all-reduce is made anyway, and the op reads its result instead of passing
- * the partial sum on, which would need a reduction of its own later. An
- * RMSNorm written out (Llama's: the squares need the whole input, the
- * normalisation is linear in it) otherwise all-reduces the residual for
- * the squares and, again, the normalised output before the next GEMM.
+ * A partial sum on the tensor axis that an op before already wants whole
+ * (reduced[v]: its all-reduce is made anyway) is whole for the ops after it:
+ * they read the reduced value instead of passing the partial sum on, which
+ * would need a reduction of its own later. An RMSNorm written out (Llama's:
+ * the squares need the whole input, the normalisation is linear in it)
+ * otherwise all-reduced the residual for the squares and, again, the
+ * normalised output before the next GEMM; and in the backward a product of
+ * two partial sums (the norm's gradient and its saved input) reduced both.
  */
-static int
-reduced_anyway(const xf_ctx *c, ir_id op, const xf_place *in, const uint8_t *reduced)
-{
-    const ir_op *o = &c->m->ops[op];
-    int any = 0;
-    for (uint32_t k = 0; k < o->ninput; k++) {
-        if (in[k].a[XF_TP] != XF_P)
-            continue;
-        if (!reduced[c->m->refs[o->inputs + k]])
-            return 0;
-        any = 1;
-    }
-    return any;
-}
-
 int
 xf_propagate(xf_ctx *c)
 {
@@ -1054,7 +1040,7 @@ xf_propagate(xf_ctx *c)
     const ir_region *fr = &m->regions[c->func];
     xf_place small[64], *in = small;
     uint32_t cin = 64;
-    uint8_t *reduced = di_xcalloc(m->nvalue ? m->nvalue : 1, 1); /* reduced_anyway */
+    uint8_t *reduced = di_xcalloc(m->nvalue ? m->nvalue : 1, 1); /* reduced[v], above */
     rule r;
     c->req = di_xcalloc(m->nref ? m->nref : 1, sizeof *c->req);
     c->rreq = di_xcalloc(fr->nresult ? fr->nresult : 1, sizeof *c->rreq);
@@ -1070,8 +1056,12 @@ xf_propagate(xf_ctx *c)
             cin = o->ninput;
             in = di_xmalloc(cin * sizeof *in);
         }
-        for (uint32_t k = 0; k < o->ninput; k++)
+        for (uint32_t k = 0; k < o->ninput; k++) {
             in[k] = input_place(c, op, k);
+            /* Reduced for an op before: this one reads the reduced value. */
+            if (in[k].a[XF_TP] == XF_P && reduced[m->refs[o->inputs + k]])
+                in[k].a[XF_TP] = XF_R;
+        }
         xf_rule_build(m, op, &r);
         for (uint32_t k = 0; k < o->ninput; k++)
             memset(c->req[o->inputs + k].a, XF_R, XF_NAXIS);
@@ -1082,16 +1072,13 @@ xf_propagate(xf_ctx *c)
             /* An axis some group has: placements are the same on every group. */
             if (c->n[a] <= 1)
                 continue;
-            if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op) &&
-                !(a == XF_TP && reduced_anyway(c, op, in, reduced))) {
+            if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op)) {
                 for (uint32_t k = 0; k < o->ninput; k++)
                     c->req[o->inputs + k].a[a] = in[k].a[a];
                 for (uint32_t k = 0; k < o->noutput; k++)
                     c->place[o->outputs + k].a[a] = XF_P;
                 continue;
             }
-            if (a == XF_TP && xf_rule_passes(&r, a, in) && !widening_step_cast(c, op))
-                continue; /* reduced_anyway: every input whole (R), and so the results */
             f = choose(c, op, &r, a, n[a], in);
             if (f < 0)
                 continue;
@@ -1134,7 +1121,7 @@ xf_propagate(xf_ctx *c)
             }
         }
         for (uint32_t k = 0; k < o->ninput; k++)
-            if (in[k].a[XF_TP] == XF_P && c->req[o->inputs + k].a[XF_TP] == XF_R)
+            if (input_place(c, op, k).a[XF_TP] == XF_P && c->req[o->inputs + k].a[XF_TP] == XF_R)
                 reduced[m->refs[o->inputs + k]] = 1;
         /* Every operand's local shape must exist. */
         for (uint32_t k = 0; k < o->ninput + o->noutput; k++) {
