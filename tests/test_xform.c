@@ -681,11 +681,11 @@ test_tp_collectives(void **state)
 }
 
 /*
- * The all-reduces in the chunks of a phase ("forward", "backward": the pmaps'
- * bodies), once per chunk, of results of at least `least` elements.
+ * The ops of kind in the chunks of a phase ("forward", "backward": the pmaps'
+ * bodies), once per chunk, whose first result has at least `least` elements.
  */
 static uint32_t
-phase_all_reduces(const ir_module *m, const char *phase, int64_t least)
+phase_ops(const ir_module *m, const char *phase, int kind, int64_t least)
 {
     const ir_region *e = &m->regions[ir_module_entry(m)];
     uint32_t n = 0;
@@ -699,7 +699,7 @@ phase_all_reduces(const ir_module *m, const char *phase, int64_t least)
         b = &m->regions[m->ops[op].body];
         for (uint32_t j = 0; j < b->nop; j++) {
             const ir_op *o = &m->ops[b->ops[j]];
-            if (o->kind == IR_OP_ALLREDUCE && o->noutput == 1 &&
+            if ((int)o->kind == kind && o->noutput >= 1 &&
                 ir_type_numel(m, m->values[o->outputs].type) >= least)
                 n++;
         }
@@ -748,9 +748,24 @@ test_tp_collectives_rmsnorm(void **state)
     xform_strategy_init(&s);
     s.tp = 2;
     out = apply_ok(m, &s);
-    assert_int_equal(phase_all_reduces(out, "forward", 1), 1 + 2 * 2);
-    assert_int_equal(phase_all_reduces(out, "backward", 2 * 4 * 16), 2 * 2 + 2);
-    assert_int_equal(phase_all_reduces(out, "backward", 1), 2 * 2 + 2 + 5);
+    assert_int_equal(phase_ops(out, "forward", IR_OP_ALLREDUCE, 1), 1 + 2 * 2);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 2 * 4 * 16), 2 * 2 + 2);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 1), 2 * 2 + 2 + 5);
+    ir_module_free(out);
+    /*
+     * Full recomputation reruns each layer's whole forward, as Megatron-LM's
+     * checkpointing does: the backward chunk repeats all 9 GEMMs of a layer
+     * (Q, K, V, the scores, the context, the output projection, gate, up and
+     * down), though no backward op reads the down projection's result, and
+     * that projection's all-reduce: 4 whole all-reduces per layer (the two
+     * row-parallel outputs again, the two input gradients) and the
+     * embedding's two. Until 2026-12-06 it repeated only what the backward
+     * reads: 8 GEMMs and 3 all-reduces per layer.
+     */
+    s.recompute = STRATEGY_RECOMPUTE_FULL;
+    out = apply_ok(m, &s);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 9 * 2);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 2 * 4 * 16), 4 * 2 + 2);
     ir_module_free(out);
     ir_module_free(m);
 }

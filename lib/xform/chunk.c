@@ -742,6 +742,33 @@ zero3_end(pl *P, const zero3_units *u, xf_place *opl, uint32_t *nres)
 }
 
 /*
+ * A forward op full recomputation repeats though no backward op reads it
+ * (xf_recompute_rest): its results are reduced (or gathered) as the forward
+ * makes them for the layer checkpoint that reads them, which is kept, not
+ * recomputed: Megatron-LM's recomputed row-parallel GEMM all-reduces its
+ * output too.
+ */
+static int
+rest_reductions(pl *P, ir_id op)
+{
+    xf_ctx *c = P->c;
+    xf_body *b = &P->body;
+    const ir_op *o = &c->m->ops[op];
+    for (uint32_t i = 0; i < o->noutput; i++) {
+        ir_id v = o->outputs + i;
+        uint32_t ref = P->restref[v];
+        xf_local l, cv;
+        int rc;
+        if (ref == 0 || xf_body_has_conversion(b, v, &c->req[ref - 1]))
+            continue;
+        if ((rc = xf_body_get(b, v, &l)) != 0 ||
+            (rc = xf_body_convert(b, v, &l, &c->req[ref - 1], &cv)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/*
  * The body of program p for microbatch mb: its nin arguments are the
  * program's inputs, the accumulators, then ntok ZeRO-3 ordering tokens
  * (zero3_units). *tokp tells whether its last two results are tokens.
@@ -783,6 +810,8 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, uint32_t ntok, const ir_id
         if (b->lazygen[op] == b->gen)
             continue;
         if ((rc = xf_body_emit(b, op)) != 0)
+            goto out;
+        if (P->isrest[op] && (rc = rest_reductions(P, op)) != 0)
             goto out;
         if (zero3 && (rc = zero3_prefetch(P, p, j, &z3)) != 0)
             goto out;

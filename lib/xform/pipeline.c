@@ -240,6 +240,9 @@ build_programs(pl *P)
             ir_id *re = di_xmalloc((f->ops.n + 1) * sizeof *re);
             uint32_t nre = xf_recompute_ops(c, f->ops.v, f->ops.n, b->ops.v, b->ops.n, P->home,
                                             (int32_t)(f - P->prog), re);
+            ir_id *rest = di_xmalloc((f->ops.n + 1) * sizeof *rest);
+            uint32_t nrest = xf_recompute_rest(c, f->ops.v, f->ops.n, P->home,
+                                               (int32_t)(f - P->prog), re, nre, rest, P->restref);
             idlist ops = {0};
             /*
              * Each recomputed op is emitted right before its first use
@@ -250,10 +253,23 @@ build_programs(pl *P)
                 idl_push(&ops, re[j]);
                 idl_push(&b->lazy, re[j]);
             }
-            for (uint32_t j = 0; j < b->ops.n; j++)
-                idl_push(&ops, b->ops.v[j]);
+            /*
+             * Full recomputation's other forward ops (xf_recompute_rest) run
+             * before the first backward op of their layer, as Megatron-LM
+             * recomputes a layer's forward before its backward.
+             */
+            {
+                ir_id *seq = di_xmalloc((b->ops.n + nrest + 1) * sizeof *seq);
+                uint32_t nseq = xf_recompute_place(c, b->ops.v, b->ops.n, rest, nrest, seq);
+                for (uint32_t j = 0; j < nseq; j++)
+                    idl_push(&ops, seq[j]);
+                di_free(seq);
+            }
+            for (uint32_t j = 0; j < nrest; j++)
+                P->isrest[rest[j]] = 1;
             di_free(b->ops.v);
             b->ops = ops;
+            di_free(rest);
             di_free(re);
         }
     }
@@ -1151,6 +1167,8 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
     P.needhead = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.needhead);
     P.inmark = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.inmark);
     P.isleaf = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    P.restref = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.restref);
+    P.isrest = di_xcalloc(m->nop ? m->nop : 1, 1);
     P.isout = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *P.isout);
     for (uint32_t g = 0; g < c->pp; g++)
         if (gdev(&P, g) > P.maxgdev)
@@ -1293,6 +1311,8 @@ pl_fini(pl *P)
     di_free(P->needhead);
     di_free(P->inmark);
     di_free(P->isleaf);
+    di_free(P->restref);
+    di_free(P->isrest);
     di_free(P->isout);
     di_free(P->leaftgt);
     di_free(P->leaftp);

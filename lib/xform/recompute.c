@@ -2,15 +2,20 @@
  * recompute.c: activation recomputation (Chen et al. 2016; Korthikanti et
  * al. 2022), as the choice of forward ops a backward chunk runs again.
  *
- *   - full: every forward op of the stage's transformer layers whose result
- *     the backward chunk needs, transitively, except the layer checkpoints:
- *     the results that cross from one transformer layer (dist.layer) to the
- *     next are kept, as Megatron-LM keeps each layer's input. Ops outside
+ *   - full: every forward op of the stage's transformer layers, except the
+ *     layer checkpoints: the results that cross from one transformer layer
+ *     (dist.layer) to the next are kept, as Megatron-LM keeps each layer's
+ *     input. Megatron-LM's checkpointing reruns a layer's whole forward, so
+ *     the ops whose results the backward chunk needs, transitively
+ *     (xf_recompute_ops), and the rest (xf_recompute_rest: a layer's last
+ *     GEMM when no backward op reads its result, as a Llama MLP's down
+ *     projection, with the reduction the checkpoint waits for). Ops outside
  *     the layers (dist.layer < 0: embedding, final norm, logits, loss) are
- *     not recomputed: their activations are kept, as in Megatron-LM. chunk.c emits each
- *     recomputed op right before its first use, so one layer's activations
- *     are live at a time; without layer annotations the whole stage is
- *     recomputed from its inputs;
+ *     not recomputed: their activations are kept, as in Megatron-LM. chunk.c
+ *     emits each needed op right before its first use and the rest before
+ *     the layer's first backward op, so one layer's activations are live at
+ *     a time; without layer annotations the stage's ops the backward needs
+ *     are recomputed from its inputs;
  *   - selective: only the attention core that costs 5as^2b bytes per layer
  *     and little compute: Q K^T, its scale and mask, the softmax and the
  *     dropout of the probabilities. Their inputs (Q, K^T, the mask, which
@@ -85,15 +90,12 @@ need_inputs(const xf_ctx *c, const ir_op *o, const int32_t *home, int32_t fhome,
     }
 }
 
-uint32_t
-xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *bops, uint32_t nb,
-                 const int32_t *home, int32_t fhome, ir_id *out)
+/* Layer checkpoints: forward results consumed by a forward op of another layer. */
+static uint8_t *
+checkpoints(const xf_ctx *c, const ir_id *fops, uint32_t nf, const int32_t *home, int32_t fhome)
 {
     const ir_module *m = c->m;
-    uint8_t *needed = di_xcalloc(m->nop ? m->nop : 1, 1);
     uint8_t *ckpt = di_xcalloc(m->nop ? m->nop : 1, 1);
-    uint32_t n = 0;
-    /* Layer checkpoints: forward results consumed by a forward op of another layer. */
     for (uint32_t j = 0; j < nf; j++) {
         const ir_op *o = &m->ops[fops[j]];
         int32_t lu = c->op[fops[j]].layer;
@@ -104,6 +106,17 @@ xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *b
                 ckpt[d] = 1;
         }
     }
+    return ckpt;
+}
+
+uint32_t
+xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *bops, uint32_t nb,
+                 const int32_t *home, int32_t fhome, ir_id *out)
+{
+    const ir_module *m = c->m;
+    uint8_t *needed = di_xcalloc(m->nop ? m->nop : 1, 1);
+    uint8_t *ckpt = checkpoints(c, fops, nf, home, fhome);
+    uint32_t n = 0;
     for (uint32_t j = nb; j-- > 0;)
         need_inputs(c, &m->ops[bops[j]], home, fhome, ckpt, needed);
     /* Backward through the forward program: what the needed ops need. */
@@ -115,5 +128,64 @@ xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *b
             out[n++] = fops[j];
     di_free(ckpt);
     di_free(needed);
+    return n;
+}
+
+uint32_t
+xf_recompute_rest(const xf_ctx *c, const ir_id *fops, uint32_t nf, const int32_t *home,
+                  int32_t fhome, const ir_id *re, uint32_t nre, ir_id *out, uint32_t *readref)
+{
+    const ir_module *m = c->m;
+    uint8_t *ckpt, *in;
+    uint32_t n = 0;
+    if (c->s.recompute != STRATEGY_RECOMPUTE_FULL)
+        return 0;
+    ckpt = checkpoints(c, fops, nf, home, fhome);
+    in = di_xcalloc(m->nop ? m->nop : 1, 1);
+    for (uint32_t j = 0; j < nre; j++)
+        in[re[j]] = 1;
+    for (uint32_t j = 0; j < nf; j++) {
+        ir_id d = fops[j];
+        const ir_op *o = &m->ops[d];
+        if (home[d] != fhome || in[d] || ckpt[d] || c->op[d].layer < 0 ||
+            c->op[d].phase != XF_PH_FORWARD || o->noutput == 0 ||
+            (ir_opkind_info(o->kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)) ||
+            (c->vflags[o->outputs] & XF_V_CONST))
+            continue;
+        out[n++] = d;
+        in[d] = 1;
+    }
+    /* The checkpoints' inputs made by those ops: the reader each waits for. */
+    for (uint32_t j = 0; readref != NULL && j < nf; j++) {
+        const ir_op *o = &m->ops[fops[j]];
+        if (!ckpt[fops[j]])
+            continue;
+        for (uint32_t q = 0; q < o->ninput; q++) {
+            ir_id v = m->refs[o->inputs + q], d = m->values[v].def;
+            if (d && in[d] && readref[v] == 0)
+                readref[v] = o->inputs + q + 1;
+        }
+    }
+    di_free(in);
+    di_free(ckpt);
+    return n;
+}
+
+uint32_t
+xf_recompute_place(const xf_ctx *c, const ir_id *bops, uint32_t nb, const ir_id *rest,
+                   uint32_t nrest, ir_id *out)
+{
+    uint8_t *done = di_xcalloc(nrest ? nrest : 1, 1);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < nb; j++) {
+        int32_t L = c->op[bops[j]].layer;
+        for (uint32_t k = 0; L >= 0 && k < nrest; k++)
+            if (!done[k] && c->op[rest[k]].layer == L) {
+                done[k] = 1;
+                out[n++] = rest[k];
+            }
+        out[n++] = bops[j];
+    }
+    di_free(done);
     return n;
 }

@@ -1716,14 +1716,15 @@ leaf_marks(const xf_ctx *c, const ir_region *r)
 
 /*
  * emitted_reductions of the backward chunk of recomputation mode `mode`
- * (its repeated ops marked in set) into the mode's rows of red, late and
- * between: [kind][mode][layer] (x WORK_TERMS for between), kind 0 the
- * backward ops' reductions, 1 the repeated forward's.
+ * (bops[0..nb) its ops in program order but the ones emitted where first
+ * used, marked in set; every repeated op marked in rep) into the mode's rows
+ * of red, late and between: [kind][mode][layer] (x WORK_TERMS for between),
+ * kind 0 the backward ops' reductions, 1 the repeated forward's.
  */
 static void
 chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *set,
-                 const uint8_t *leaf, const work_opts *wo, uint32_t mode, double *red,
-                 double *late, double *between, double *redn, double *laten)
+                 const uint8_t *rep, const uint8_t *leaf, const work_opts *wo, uint32_t mode,
+                 double *red, double *late, double *between, double *redn, double *laten)
 {
     const ir_module *m = c->m;
     size_t L = c->nlayer, b = (size_t)mode * L, r = (size_t)(3 + mode) * L;
@@ -1732,7 +1733,7 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
     ir_id *order = di_xmalloc((m->nop ? m->nop : 1) * sizeof *order);
     ir_id *stack = di_xmalloc((m->nop ? m->nop : 1) * sizeof *stack);
     uint32_t n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
-    emitted_reductions(c, order, n, set, leaf, wo, red + b, late + b,
+    emitted_reductions(c, order, n, rep, leaf, wo, red + b, late + b,
                        between + b * BETWEEN_TERMS, red + r, late + r, between + r * BETWEEN_TERMS,
                        redn + b, laten + b, redn + r, laten + r, 6 * L);
     di_free(stack);
@@ -1931,10 +1932,11 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
 {
     gemm_list g = {mb, NULL, 0, 0, mb != NULL};
     const ir_region *r = &c->m->regions[c->func];
-    ir_id *fops, *bops, *re;
+    ir_id *fops, *bops, *re, *rest, *bseq; /* rest, bseq: xf_recompute_rest's, and placed */
     int32_t *home;
     uint32_t *pos; /* per op: its place in the function */
-    uint8_t *set;  /* per op: repeated by the recomputation mode at hand */
+    uint8_t *set;  /* per op: repeated by the mode at hand where first used (xf_recompute_ops) */
+    uint8_t *rep;  /* per op: repeated by the mode at hand (set and xf_recompute_rest's) */
     uint8_t *inl;  /* per place in the function: its op is in a layer of c */
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
     /*
@@ -1953,6 +1955,9 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     fops = di_xmalloc((r->nop + 1) * sizeof *fops);
     bops = di_xmalloc((r->nop + 1) * sizeof *bops);
     re = di_xmalloc((r->nop + 1) * sizeof *re);
+    rest = di_xmalloc((r->nop + 1) * sizeof *rest);
+    bseq = di_xmalloc((2 * (size_t)r->nop + 1) * sizeof *bseq);
+    rep = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     home = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *home);
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
     red = di_xcalloc((size_t)12 * L, sizeof *red);
@@ -2012,8 +2017,8 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
      * stage boundary can only make a layer's output a further op to repeat.
      */
     leaf = leaf_marks(c, r);
-    chunk_reductions(c, bops, nb, set, leaf, wo, STRATEGY_RECOMPUTE_NONE, red, late, between,
-                     redn, laten);
+    chunk_reductions(c, bops, nb, set, set, leaf, wo, STRATEGY_RECOMPUTE_NONE, red, late,
+                     between, redn, laten);
     {
         int none = STRATEGY_RECOMPUTE_NONE;
         ws[none] = work_set_min(c, wo, mb, bops, nb, set, &wsw[none], &wsf[none], &wsm[none]);
@@ -2027,16 +2032,32 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
         else
             for (uint32_t i = 0; i < c->m->nop; i++)
                 c->op[i].recompute = 0;
+        const ir_id *seq = bops;
+        uint32_t nseq = nb, nrest;
         nre = xf_recompute_ops(c, fops, nf, bops, nb, home, 0, re);
         memset(set, 0, c->m->nop ? c->m->nop : 1);
         for (uint32_t j = 0; j < nre; j++)
             set[re[j]] = 1;
+        memcpy(rep, set, c->m->nop ? c->m->nop : 1);
+        /*
+         * Full recomputation's other forward ops, emitted in program order
+         * before their layer's first backward op (xf_recompute_rest, pipeline.c).
+         */
+        nrest = xf_recompute_rest(c, fops, nf, home, 0, re, nre, rest, NULL);
+        for (uint32_t j = 0; j < nrest; j++) {
+            rep[rest[j]] = 1;
+            add_work(c, pos, rest[j], wo, per, L, k, &g);
+        }
+        if (nrest > 0) {
+            nseq = xf_recompute_place(c, bops, nb, rest, nrest, bseq);
+            seq = bseq;
+        }
         if (mode == STRATEGY_RECOMPUTE_FULL)
-            memcpy(full, set, c->m->nop ? c->m->nop : 1);
+            memcpy(full, rep, c->m->nop ? c->m->nop : 1);
         for (uint32_t j = 0; j < nre; j++)
             add_work(c, pos, re[j], wo, per, L, k, &g);
-        chunk_reductions(c, bops, nb, set, leaf, wo, mode, red, late, between, redn, laten);
-        ws[mode] = work_set_min(c, wo, mb, bops, nb, set, &wsw[mode], &wsf[mode], &wsm[mode]);
+        chunk_reductions(c, seq, nseq, set, rep, leaf, wo, mode, red, late, between, redn, laten);
+        ws[mode] = work_set_min(c, wo, mb, seq, nseq, set, &wsw[mode], &wsf[mode], &wsm[mode]);
     }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
@@ -2104,6 +2125,9 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     di_free(set);
     di_free(home);
     di_free(re);
+    di_free(rest);
+    di_free(bseq);
+    di_free(rep);
     di_free(bops);
     di_free(fops);
 }
