@@ -743,7 +743,7 @@ zero3_end(pl *P, const zero3_units *u, xf_place *opl, uint32_t *nres)
 
 /*
  * A forward op full recomputation repeats though no backward op reads it
- * (xf_recompute_rest): its results are reduced (or gathered) as the forward
+ * (xf_recompute_ops' rest): its results are reduced (or gathered) as the forward
  * makes them for the layer checkpoint that reads them, which is kept, not
  * recomputed: Megatron-LM's recomputed row-parallel GEMM all-reduces its
  * output too.

@@ -238,11 +238,10 @@ build_programs(pl *P)
         for (uint32_t k = 0; k < K; k++) {
             prog *b = prog_of(P, PROG_B, k), *f = prog_of(P, PROG_F, k);
             ir_id *re = di_xmalloc((f->ops.n + 1) * sizeof *re);
-            uint32_t nre = xf_recompute_ops(c, f->ops.v, f->ops.n, b->ops.v, b->ops.n, P->home,
-                                            (int32_t)(f - P->prog), re);
             ir_id *rest = di_xmalloc((f->ops.n + 1) * sizeof *rest);
-            uint32_t nrest = xf_recompute_rest(c, f->ops.v, f->ops.n, P->home,
-                                               (int32_t)(f - P->prog), re, nre, rest, P->restref);
+            uint32_t nrest;
+            uint32_t nre = xf_recompute_ops(c, f->ops.v, f->ops.n, b->ops.v, b->ops.n, P->home,
+                                            (int32_t)(f - P->prog), re, rest, &nrest, P->restref);
             idlist ops = {0};
             /*
              * Each recomputed op is emitted right before its first use
@@ -254,7 +253,7 @@ build_programs(pl *P)
                 idl_push(&b->lazy, re[j]);
             }
             /*
-             * Full recomputation's other forward ops (xf_recompute_rest) run
+             * Full recomputation's other forward ops (xf_recompute_ops' rest) run
              * before the first backward op of their layer, as Megatron-LM
              * recomputes a layer's forward before its backward.
              */

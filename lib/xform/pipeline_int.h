@@ -96,8 +96,8 @@ typedef struct pl {
     uint32_t nneed, cneed;
     uint32_t *needhead; /* per source value */
     uint8_t *isleaf;    /* per source value */
-    uint32_t *restref;  /* per source value: xf_recompute_rest's readref */
-    uint8_t *isrest;    /* per source op: recomputed by xf_recompute_rest */
+    uint32_t *restref;  /* per source value: xf_recompute_ops' readref */
+    uint8_t *isrest;    /* per source op: in xf_recompute_ops' rest */
     uint32_t *isout;    /* per source value: 1 + its index in its home program's outputs */
     int8_t *leaftgt;    /* per source value: see leaf_targets */
     int8_t *leaftp;     /* per source value: its first step consumer's tensor-axis placement */

@@ -6,8 +6,8 @@
  *     layer checkpoints: the results that cross from one transformer layer
  *     (dist.layer) to the next are kept, as Megatron-LM keeps each layer's
  *     input. Megatron-LM's checkpointing reruns a layer's whole forward, so
- *     the ops whose results the backward chunk needs, transitively
- *     (xf_recompute_ops), and the rest (xf_recompute_rest: a layer's last
+ *     the ops whose results the backward chunk needs, transitively, and
+ *     the rest (xf_recompute_ops, rest_ops: a layer's last
  *     GEMM when no backward op reads its result, as a Llama MLP's down
  *     projection, with the reduction the checkpoint waits for). Ops outside
  *     the layers (dist.layer < 0: embedding, final norm, logits, loss) are
@@ -109,9 +109,46 @@ checkpoints(const xf_ctx *c, const ir_id *fops, uint32_t nf, const int32_t *home
     return ckpt;
 }
 
+/*
+ * The rest of xf_recompute_ops: the forward ops of the program's layers
+ * that are not in needed (what the backward needs; the ones added are
+ * marked there too) nor checkpoints (ckpt), into out; and readref.
+ */
+static uint32_t
+rest_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const int32_t *home, int32_t fhome,
+         const uint8_t *ckpt, uint8_t *needed, ir_id *out, uint32_t *readref)
+{
+    const ir_module *m = c->m;
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < nf; j++) {
+        ir_id d = fops[j];
+        const ir_op *o = &m->ops[d];
+        if (home[d] != fhome || needed[d] || ckpt[d] || c->op[d].layer < 0 ||
+            c->op[d].phase != XF_PH_FORWARD || o->noutput == 0 ||
+            (ir_opkind_info(o->kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)) ||
+            (c->vflags[o->outputs] & XF_V_CONST))
+            continue;
+        out[n++] = d;
+        needed[d] = 1;
+    }
+    /* The checkpoints' inputs made by those ops: the reader each waits for. */
+    for (uint32_t j = 0; readref != NULL && j < nf; j++) {
+        const ir_op *o = &m->ops[fops[j]];
+        if (!ckpt[fops[j]])
+            continue;
+        for (uint32_t q = 0; q < o->ninput; q++) {
+            ir_id v = m->refs[o->inputs + q], d = m->values[v].def;
+            if (d && needed[d] && readref[v] == 0)
+                readref[v] = o->inputs + q + 1;
+        }
+    }
+    return n;
+}
+
 uint32_t
 xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *bops, uint32_t nb,
-                 const int32_t *home, int32_t fhome, ir_id *out)
+                 const int32_t *home, int32_t fhome, ir_id *out, ir_id *rest, uint32_t *nrest,
+                 uint32_t *readref)
 {
     const ir_module *m = c->m;
     uint8_t *needed = di_xcalloc(m->nop ? m->nop : 1, 1);
@@ -126,48 +163,12 @@ xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *b
     for (uint32_t j = 0; j < nf; j++)
         if (needed[fops[j]])
             out[n++] = fops[j];
+    if (nrest != NULL)
+        *nrest = rest != NULL && c->s.recompute == STRATEGY_RECOMPUTE_FULL
+                     ? rest_ops(c, fops, nf, home, fhome, ckpt, needed, rest, readref)
+                     : 0;
     di_free(ckpt);
     di_free(needed);
-    return n;
-}
-
-uint32_t
-xf_recompute_rest(const xf_ctx *c, const ir_id *fops, uint32_t nf, const int32_t *home,
-                  int32_t fhome, const ir_id *re, uint32_t nre, ir_id *out, uint32_t *readref)
-{
-    const ir_module *m = c->m;
-    uint8_t *ckpt, *in;
-    uint32_t n = 0;
-    if (c->s.recompute != STRATEGY_RECOMPUTE_FULL)
-        return 0;
-    ckpt = checkpoints(c, fops, nf, home, fhome);
-    in = di_xcalloc(m->nop ? m->nop : 1, 1);
-    for (uint32_t j = 0; j < nre; j++)
-        in[re[j]] = 1;
-    for (uint32_t j = 0; j < nf; j++) {
-        ir_id d = fops[j];
-        const ir_op *o = &m->ops[d];
-        if (home[d] != fhome || in[d] || ckpt[d] || c->op[d].layer < 0 ||
-            c->op[d].phase != XF_PH_FORWARD || o->noutput == 0 ||
-            (ir_opkind_info(o->kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)) ||
-            (c->vflags[o->outputs] & XF_V_CONST))
-            continue;
-        out[n++] = d;
-        in[d] = 1;
-    }
-    /* The checkpoints' inputs made by those ops: the reader each waits for. */
-    for (uint32_t j = 0; readref != NULL && j < nf; j++) {
-        const ir_op *o = &m->ops[fops[j]];
-        if (!ckpt[fops[j]])
-            continue;
-        for (uint32_t q = 0; q < o->ninput; q++) {
-            ir_id v = m->refs[o->inputs + q], d = m->values[v].def;
-            if (d && in[d] && readref[v] == 0)
-                readref[v] = o->inputs + q + 1;
-        }
-    }
-    di_free(in);
-    di_free(ckpt);
     return n;
 }
 

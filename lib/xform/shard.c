@@ -1120,8 +1120,9 @@ xf_propagate(xf_ctx *c)
                 }
             }
         }
+        /* (An input in[] no longer shows as P is marked already.) */
         for (uint32_t k = 0; k < o->ninput; k++)
-            if (input_place(c, op, k).a[XF_TP] == XF_P && c->req[o->inputs + k].a[XF_TP] == XF_R)
+            if (in[k].a[XF_TP] == XF_P && c->req[o->inputs + k].a[XF_TP] == XF_R)
                 reduced[m->refs[o->inputs + k]] = 1;
         /* Every operand's local shape must exist. */
         for (uint32_t k = 0; k < o->ninput + o->noutput; k++) {

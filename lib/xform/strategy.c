@@ -1596,13 +1596,12 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
  * a sequence-split output gradient before that gradient's all-gather): they
  * run while the collective does, which waits for X, not for them. And X is
  * not between the ends of a pair counted before it (the intervals are
- * disjoint). R cannot start
- * before the collective ends, which cannot start before X ends (nor before
- * the collectives issued before it on the same communicator, which only
- * delays it), and the stream runs the ops between in the meantime, so from
- * X's end to R's start it spends at least the collective's time: the bound
- * may add it less their terms. Per layer, X a backward op: its
- * result's bytes (whole batch, per device) to red[layer] with no op
+ * disjoint). R cannot start before the collective ends, which cannot start
+ * before X ends (nor before the collectives issued before it on the same
+ * communicator, which only delays it), and the stream runs the ops between
+ * in the meantime, so from X's end to R's start it spends at least the
+ * collective's time: the bound may add it less their terms. Per layer, X a
+ * backward op: its result's bytes (whole batch, per device) to red[layer] with no op
  * between, else to late[layer] and the ops' terms to between[layer]
  * (BETWEEN_TERMS each: with the gradient contributions they make, marked in
  * leaf, whose accumulations the pipeline assembly emits right after them);
@@ -1932,11 +1931,11 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
 {
     gemm_list g = {mb, NULL, 0, 0, mb != NULL};
     const ir_region *r = &c->m->regions[c->func];
-    ir_id *fops, *bops, *re, *rest, *bseq; /* rest, bseq: xf_recompute_rest's, and placed */
+    ir_id *fops, *bops, *re, *rest, *bseq; /* rest, bseq: xf_recompute_ops' rest, and placed */
     int32_t *home;
     uint32_t *pos; /* per op: its place in the function */
     uint8_t *set;  /* per op: repeated by the mode at hand where first used (xf_recompute_ops) */
-    uint8_t *rep;  /* per op: repeated by the mode at hand (set and xf_recompute_rest's) */
+    uint8_t *rep;  /* per op: repeated by the mode at hand (set and xf_recompute_ops' rest) */
     uint8_t *inl;  /* per place in the function: its op is in a layer of c */
     double *per; /* (forward, backward, repeated by selective, by full) x layer x terms */
     /*
@@ -2034,16 +2033,15 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
                 c->op[i].recompute = 0;
         const ir_id *seq = bops;
         uint32_t nseq = nb, nrest;
-        nre = xf_recompute_ops(c, fops, nf, bops, nb, home, 0, re);
+        nre = xf_recompute_ops(c, fops, nf, bops, nb, home, 0, re, rest, &nrest, NULL);
         memset(set, 0, c->m->nop ? c->m->nop : 1);
         for (uint32_t j = 0; j < nre; j++)
             set[re[j]] = 1;
         memcpy(rep, set, c->m->nop ? c->m->nop : 1);
         /*
          * Full recomputation's other forward ops, emitted in program order
-         * before their layer's first backward op (xf_recompute_rest, pipeline.c).
+         * before their layer's first backward op (xf_recompute_ops, pipeline.c).
          */
-        nrest = xf_recompute_rest(c, fops, nf, home, 0, re, nre, rest, NULL);
         for (uint32_t j = 0; j < nrest; j++) {
             rep[rest[j]] = 1;
             add_work(c, pos, rest[j], wo, per, L, k, &g);

@@ -418,29 +418,26 @@ void xf_recompute_mark(xf_ctx *c);
 /*
  * The forward ops (of fops[0..nf), in order) that a backward chunk running
  * bops[0..nb) recomputes under the strategy's mode; home[op] == fhome marks
- * the forward program's ops. Writes them to out (room for nf); returns the count.
- */
-uint32_t xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *bops,
-                          uint32_t nb, const int32_t *home, int32_t fhome, ir_id *out);
-/*
- * Full recomputation as Megatron-LM's layer checkpointing runs it: the
- * whole forward of each checkpointed layer again, not only what the
- * backward reads. The forward ops (of fops[0..nf), in order) of the
- * program's transformer layers that xf_recompute_ops leaves out (re[0..nre))
- * and that are not layer checkpoints (kept, never recomputed): a layer's last
- * GEMM when no backward op reads its result (a Llama MLP's down projection;
- * behind a dropout the mask needs it). Writes them to out (room for nf);
- * returns the count (0 under other modes). When readref is not NULL, for
- * each value those ops make that a checkpoint reads, readref[value] = 1 +
+ * the forward program's ops. Writes the ops the chunk reads, each emitted
+ * right before its first use, to out (room for nf) and returns their count.
+ *
+ * Under full recomputation, when rest is not NULL, also the rest into
+ * rest[0..*nrest) (room for nf; *nrest is 0 under other modes): Megatron-LM's
+ * layer checkpointing reruns the whole forward of each checkpointed layer, so
+ * the forward ops of the program's transformer layers that no backward op
+ * needs and that are not layer checkpoints (kept, never recomputed): a
+ * layer's last GEMM when no backward op reads its result (a Llama MLP's down
+ * projection; behind a dropout the mask needs it). When readref is not NULL,
+ * for each value those ops make that a checkpoint reads, readref[value] = 1 +
  * that reader's input ref (the placement its reduction is made for, as the
  * forward makes it), if not set already.
  */
-uint32_t xf_recompute_rest(const xf_ctx *c, const ir_id *fops, uint32_t nf, const int32_t *home,
-                           int32_t fhome, const ir_id *re, uint32_t nre, ir_id *out,
-                           uint32_t *readref);
+uint32_t xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *bops,
+                          uint32_t nb, const int32_t *home, int32_t fhome, ir_id *out,
+                          ir_id *rest, uint32_t *nrest, uint32_t *readref);
 /*
  * Writes bops[0..nb) to out (room for nb + nrest), each of rest[0..nrest)
- * (xf_recompute_rest, in order) right before the first of bops of its layer
+ * (xf_recompute_ops' rest, in order) right before the first of bops of its layer
  * (none: left out); returns the count.
  */
 uint32_t xf_recompute_place(const xf_ctx *c, const ir_id *bops, uint32_t nb, const ir_id *rest,
