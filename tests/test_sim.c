@@ -656,6 +656,92 @@ test_fusion(void **state)
 }
 
 /*
+ * Gradient accumulation fusion (lib/sim/fuse.c, sim_fuse_epilogue): the
+ * weight-gradient GEMM writes its result in the buffer's dtype and adds it
+ * to the buffer. (dx, dw) = MatMulGrad(x, w, dy) in bf16 with x [64, 128],
+ * w [128, 256], dy [64, 256]; c = Cast(dw) to f32; acc' = acc + c in place
+ * (dist.accumulate); dx and acc' returned. With fused kernels one kernel:
+ * the three ops' FLOPs, bytes read x, w, dy, acc (16 + 64 + 32 + 128 KiB)
+ * and written dx and acc' (16 + 128 KiB): 384 KiB, one launch; dw and c are
+ * never stored. The arguments are resident (240 KiB): the peak is 256 KiB
+ * with dx, where one kernel per op holds dx, dw (64 KiB) and c (128 KiB)
+ * during the cast: 448 KiB. The cast of dx (an activation's gradient, not a
+ * weight's) stays a kernel of its own.
+ */
+/* A [a, b] tensor of dtype dt on device 0. */
+static ir_id
+tdt(ir_module *m, int64_t a, int64_t b, ir_dtype dt)
+{
+    int64_t d[2] = {a, b};
+    return ir_type_tensor(m, dt, 2, d, 0);
+}
+
+static void
+test_fusion_wgrad(void **state)
+{
+    (void)state;
+    for (int cast_dx = 0; cast_dx < 2; cast_dx++) {
+        hw_model *hw = test_hw(1, 1);
+        ir_module *m = ir_module_new();
+        ir_id f = ir_func_new(m, "main");
+        ir_id x = ir_region_add_arg(m, f, tdt(m, 64, 128, IR_BF16), "x");
+        ir_id w = ir_region_add_arg(m, f, tdt(m, 128, 256, IR_BF16), "w");
+        ir_id dy = ir_region_add_arg(m, f, tdt(m, 64, 256, IR_BF16), "dy");
+        ir_id acc = ir_region_add_arg(m, f, tdt(m, 128, 256, IR_F32), "acc");
+        ir_id in[3] = {x, w, dy}, outt[2] = {tdt(m, 64, 128, IR_BF16), tdt(m, 128, 256, IR_BF16)}, g, cop, aop;
+        ir_id c, dxc = 0, acc2, add_in[2];
+        ir_cost cg, cc, ca, cx;
+        sim_options o;
+        sim_result *fused = NULL, *eager;
+        di_error err;
+        double kib = 1024.0, kernel, cast_x = 0;
+        g = ir_op_add(m, f, IR_OP_MATMULGRAD, 3, in, 2, outt, NULL);
+        c = op1(m, f, IR_OP_CAST, 1, &(ir_id){ir_op_output(m, g, 1)}, tdt(m, 128, 256, IR_F32), "c");
+        cop = m->values[c].def;
+        ir_op_set_int(m, cop, "to", 1);
+        add_in[0] = acc;
+        add_in[1] = c;
+        acc2 = op1(m, f, IR_OP_ADD, 2, add_in, tdt(m, 128, 256, IR_F32), "acc2");
+        aop = m->values[acc2].def;
+        ir_op_set_int(m, aop, "dist.accumulate", 1);
+        if (cast_dx) {
+            dxc = op1(m, f, IR_OP_CAST, 1, &(ir_id){ir_op_output(m, g, 0)}, tdt(m, 64, 128, IR_F32),
+                      "dxc");
+            ir_op_set_int(m, m->values[dxc].def, "to", 1);
+            ir_op_cost(m, m->values[dxc].def, &cx);
+            /* Its own kernel: reads dx (16 KiB), writes dxc (32 KiB). */
+            cast_x = fmax(cx.flops / 1e12, 48 * kib / 1e11) + 1e-5;
+        }
+        ir_region_add_result(m, f, cast_dx ? dxc : ir_op_output(m, g, 0));
+        ir_region_add_result(m, f, acc2);
+        assert_int_equal(sim_fuse_epilogue(m, cop), g);
+        assert_int_equal(sim_fuse_epilogue(m, aop), g);
+        assert_int_equal(sim_fuse_epilogue(m, g), 0);
+        if (cast_dx)
+            assert_int_equal(sim_fuse_epilogue(m, m->values[dxc].def), 0);
+        ir_op_cost(m, g, &cg);
+        ir_op_cost(m, cop, &cc);
+        ir_op_cost(m, aop, &ca);
+        kernel = fmax((cg.flops + cc.flops + ca.flops) / 1e12, 384 * kib / 1e11) + 1e-5;
+        sim_options_default(&o);
+        o.fuse = 1;
+        if (sim_run(m, hw, &o, &fused, NULL, NULL, &err) != 0)
+            fail_msg("sim_run: %s", err.msg);
+        assert_close(fused->step_time_s, kernel + cast_x);
+        eager = run(m, hw, 0); /* three kernels, each with its bytes and launch */
+        assert_true(eager->step_time_s > fused->step_time_s + 2e-5);
+        if (!cast_dx) {
+            assert_int_equal(fused->peak_memory_bytes, 256 * 1024);
+            assert_int_equal(eager->peak_memory_bytes, 448 * 1024);
+        }
+        sim_result_free(fused);
+        sim_result_free(eager);
+        ir_module_free(m);
+        hw_free(hw);
+    }
+}
+
+/*
  * An attention softmax fuses with the scale and mask before it only when its
  * rows fit Megatron-LM's fused scaled masked softmax kernel (lib/sim/fuse.c):
  * z = Softmax(x * c + mask) over [b, heads, sq, sk], sk = 256 (a power of two
@@ -1857,6 +1943,7 @@ main(void)
         cmocka_unit_test(test_host_overhead),
         cmocka_unit_test(test_tf32),
         cmocka_unit_test(test_fusion),
+        cmocka_unit_test(test_fusion_wgrad),
         cmocka_unit_test(test_fusion_softmax_kernel),
         cmocka_unit_test(test_gemm_waves),
         cmocka_unit_test(test_host_sync_on_receive),

@@ -174,6 +174,12 @@ gemm_shape_efficiency(const sim *s, ir_id op, int32_t dev)
     return o->noutput / inv;
 }
 
+double
+sim_op_gemm_efficiency(const sim *s, ir_id op, int32_t dev)
+{
+    return gemm_shape_efficiency(s, op, dev);
+}
+
 /*
  * Roofline: max((f / q + half_flops) / (peak(dtype) max_efficiency),
  * bytes / (bandwidth elementwise_efficiency)) + launch, where q is a GEMM's

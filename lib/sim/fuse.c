@@ -18,7 +18,14 @@
  *    so that the group is one kernel that can start once, with all its
  *    inputs;
  *  - GEMMs, attention, communication, views, optimizer updates, in-place
- *    accumulations and ops with an explicit memory class never fuse;
+ *    accumulations and ops with an explicit memory class never fuse, but
+ *    for one rule: gradient accumulation fusion (Megatron-LM's
+ *    --gradient-accumulation-fusion, on by default, and what cuBLAS's
+ *    beta = 1 gives any framework): a linear layer's weight-gradient GEMM
+ *    writes its result in the gradient buffer's dtype, adding it to the
+ *    buffer, so the cast of a MatMulGrad's weight gradient and its
+ *    accumulation (dist.accumulate) run in the GEMM's kernel (its epilogue,
+ *    sim_fuse_epilogue);
  *  - an attention softmax (rank 3 or more, over the last axis) and its
  *    gradient fuse only when the rows fit Megatron-LM's fused scaled masked
  *    softmax kernels (softmax_fits): otherwise Megatron-LM runs PyTorch's
@@ -28,7 +35,8 @@
  * A group is priced as one kernel: the FLOPs of its ops, the bytes of the
  * values it reads from outside (each once) and of the results used outside
  * it (returned, saved for the backward pass, read by another kernel), one
- * launch; it runs at its first op's place in program order. Results used
+ * launch (a GEMM's group as the GEMM, its tiles and waves included: sched.c);
+ * it runs at its first op's place in program order. Results used
  * only inside the group (internal values) are never materialized: they
  * occupy no memory. The other ops of the group cost nothing and are ready
  * when the group ends.
@@ -93,6 +101,70 @@ sim_fuse_kind(int kind)
     }
 }
 
+/* Whether every input and result of op is a local tensor (no mesh). */
+static int
+local_tensors(const ir_module *m, ir_id op)
+{
+    const ir_op *o = &m->ops[op];
+    for (uint32_t i = 0; i < o->ninput + o->noutput; i++) {
+        ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
+        const ir_type *t = &m->types[m->values[v].type];
+        if (t->kind != IR_TYPE_TENSOR || t->mesh != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * The GEMM whose weight gradient v is, or 0: a MatMulGrad's second result,
+ * or a backward Gemm's (the head's, transposed: dW = dY^T X).
+ */
+static ir_id
+wgrad_of(const ir_module *m, ir_id v)
+{
+    ir_id d = m->values[v].def;
+    const ir_attr *a;
+    if (d == 0)
+        return 0;
+    if (m->ops[d].kind == IR_OP_MATMULGRAD)
+        return m->ops[d].noutput == 2 && v == m->ops[d].outputs + 1 ? d : 0;
+    if (m->ops[d].kind != IR_OP_GEMM || m->ops[d].noutput != 1 || m->ops[d].nattr == 0 ||
+        (a = ir_op_attr(m, d, "dist.phase")) == NULL || a->kind != IR_ATTR_STRING ||
+        strcmp(m->chars + a->s, "backward") != 0)
+        return 0;
+    return d;
+}
+
+ir_id
+sim_fuse_epilogue(const ir_module *m, ir_id op)
+{
+    const ir_op *o;
+    ir_id g = 0, v;
+    if (op == 0 || op >= m->nop)
+        return 0;
+    o = &m->ops[op];
+    if (o->noutput != 1 || o->opaque)
+        return 0;
+    if (o->kind == IR_OP_CAST && o->ninput == 1) {
+        g = wgrad_of(m, m->refs[o->inputs]);
+    } else if (o->kind == IR_OP_ADD && o->ninput == 2 && o->nattr &&
+               ir_op_attr(m, op, "dist.accumulate") != NULL) {
+        /* acc' = acc + dW, or acc + cast(dW). */
+        ir_id d;
+        v = m->refs[o->inputs + 1];
+        g = wgrad_of(m, v);
+        d = m->values[v].def;
+        if (g == 0 && d != 0 && m->ops[d].kind == IR_OP_CAST && m->ops[d].ninput == 1 &&
+            m->ops[d].noutput == 1 && !m->ops[d].opaque && m->ops[d].region == o->region &&
+            local_tensors(m, d))
+            g = wgrad_of(m, m->refs[m->ops[d].inputs]);
+    }
+    if (g == 0 || m->ops[g].region != o->region || m->ops[g].opaque || !local_tensors(m, g) ||
+        !local_tensors(m, op))
+        return 0;
+    return g;
+}
+
 static int
 fuse_class(const ir_module *m, ir_id op)
 {
@@ -107,13 +179,7 @@ fuse_class(const ir_module *m, ir_id op)
     if (o->nattr &&
         (ir_op_attr(m, op, "dist.accumulate") != NULL || ir_op_attr(m, op, "dist.mem") != NULL))
         return SIM_FUSE_NONE;
-    for (uint32_t i = 0; i < o->ninput + o->noutput; i++) {
-        ir_id v = i < o->ninput ? m->refs[o->inputs + i] : o->outputs + (i - o->ninput);
-        const ir_type *t = &m->types[m->values[v].type];
-        if (t->kind != IR_TYPE_TENSOR || t->mesh != 0)
-            return SIM_FUSE_NONE;
-    }
-    return c;
+    return local_tensors(m, op) ? c : SIM_FUSE_NONE;
 }
 
 /* Whether ops a and b place their first results on the same device. */
@@ -161,6 +227,49 @@ mark_eager(const ir_module *m, const ir_region *r, uint8_t *eager)
     di_free(stack);
 }
 
+/* sim_fgroup.open while planning. */
+enum { GROUP_CLOSED, GROUP_OPEN, GROUP_EPILOGUE };
+
+/*
+ * Joins op, a cast or an accumulation of GEMM gemm's weight gradient
+ * (sim_fuse_epilogue), to gemm's group, made if need be: when that group is
+ * gemm's epilogue, still open (an accumulation closes it), and op's other
+ * inputs are made before gemm. Whether op joined.
+ */
+static int
+epilogue_join(sim *s, ir_id op, ir_id gemm, const uint32_t *pos)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    uint32_t id = s->fgrp[gemm];
+    sim_fgroup *g;
+    if (!same_place(m, gemm, op))
+        return 0;
+    for (uint32_t b = 0; b < o->ninput; b++) {
+        ir_id d = m->values[m->refs[o->inputs + b]].def;
+        if (!(d == 0 || d == gemm || m->ops[d].region != o->region || (id && s->fgrp[d] == id) ||
+              pos[d] < pos[gemm]))
+            return 0;
+    }
+    if (id == 0) {
+        DI_GROW(&s->fgroups, &s->cfgroup, s->nfgroup + 1);
+        g = &s->fgroups[s->nfgroup++];
+        memset(g, 0, sizeof *g);
+        g->head = gemm;
+        g->n = 1;
+        g->open = GROUP_EPILOGUE;
+        s->fgrp[gemm] = id = s->nfgroup;
+    }
+    g = &s->fgroups[id - 1];
+    if (g->head != gemm || g->open != GROUP_EPILOGUE)
+        return 0;
+    s->fgrp[op] = id;
+    g->n++;
+    if (o->kind != IR_OP_CAST)
+        g->open = GROUP_CLOSED;
+    return 1;
+}
+
 /* Plans the groups of one region; ids in grp are group index + 1. */
 static void
 plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eager)
@@ -170,6 +279,9 @@ plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eage
         ir_id op = r->ops[i];
         const ir_op *o = &m->ops[op];
         int c = eager[op] ? SIM_FUSE_NONE : fuse_class(m, op), joined = 0;
+        ir_id gemm = sim_fuse_epilogue(m, op);
+        if (gemm != 0 && epilogue_join(s, op, gemm, pos))
+            continue;
         if (c == SIM_FUSE_NONE)
             continue;
         for (uint32_t a = 0; a < o->ninput && !joined; a++) {
@@ -180,7 +292,7 @@ plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eage
             if (p == 0 || (id = s->fgrp[p]) == 0 || m->ops[p].region != o->region)
                 continue;
             g = &s->fgroups[id - 1];
-            if (!g->open || !same_place(m, g->head, op))
+            if (g->open != GROUP_OPEN || !same_place(m, g->head, op))
                 continue;
             for (uint32_t b = 0; b < o->ninput && ok; b++) {
                 ir_id d = m->values[m->refs[o->inputs + b]].def;
@@ -191,7 +303,7 @@ plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eage
                 continue;
             s->fgrp[op] = id;
             g->n++;
-            g->open = c == SIM_FUSE_ELEM;
+            g->open = c == SIM_FUSE_ELEM ? GROUP_OPEN : GROUP_CLOSED;
             joined = 1;
         }
         if (!joined) {
@@ -201,7 +313,7 @@ plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eage
             memset(g, 0, sizeof *g);
             g->head = op;
             g->n = 1;
-            g->open = c == SIM_FUSE_ELEM;
+            g->open = c == SIM_FUSE_ELEM ? GROUP_OPEN : GROUP_CLOSED;
             s->fgrp[op] = s->nfgroup;
         }
     }

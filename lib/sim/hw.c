@@ -438,7 +438,7 @@ typedef struct preset {
  * on the multi-node file, which validates): the eager Megatron-LM host's
  * cost per kernel of distir's unfused op granularity (docs/validation.md).
  */
-#define HOST_VTRAIN 5.285e-5
+#define HOST_VTRAIN 5.556e-5
 
 /*
  * The intra-node link of vTrain's cluster as its measured NCCL all-reduce

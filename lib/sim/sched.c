@@ -322,8 +322,9 @@ op_time(sim *s, ir_id op, int32_t dev, double *t, double *flops)
         if (g->t < 0 || s->hw->noverride) {
             ir_cost c;
             sim_fuse_cost(s, s->fgrp[op] - 1, &c);
-            if ((rc = sim_cost_roofline(s, dev, s->m->ops[op].kind, sim_op_dtype(s->m, op), 1.0,
-                                        &c, t)) != 0)
+            /* A GEMM's epilogue group: the GEMM's tiles and waves. */
+            if ((rc = sim_cost_roofline(s, dev, s->m->ops[op].kind, sim_op_dtype(s->m, op),
+                                        sim_op_gemm_efficiency(s, op, dev), &c, t)) != 0)
                 return rc;
             g->t = *t;
             g->flops = c.flops;
@@ -517,38 +518,6 @@ fused_start(sim *s, ir_id head, uint32_t k, uint32_t j, double t)
     return t;
 }
 
-/*
- * An op of a fused group after its first: the group's kernel (priced at
- * its first op) made its results, so it takes no time and no stream; its
- * results are ready when the inputs it reads from the group are, at the
- * kernel's end.
- */
-static int
-fused_member(sim *s, ir_id op, const ctx *c, uint32_t nloc)
-{
-    const ir_module *m = s->m;
-    const ir_op *o = &m->ops[op];
-    for (uint32_t k = 0; k < c->rep; k++)
-        for (uint32_t j = 0; j < nloc; j++) {
-            double end = 0;
-            for (uint32_t i = 0; i < o->ninput; i++) {
-                sim_inst *in = input_at(s, m->refs[o->inputs + i], k, j);
-                if (in->ready > end)
-                    end = in->ready;
-            }
-            s->nops += c->sym;
-            for (uint32_t i = 0; i < o->ninput; i++)
-                inst_use(input_at(s, m->refs[o->inputs + i], k, j), end);
-            for (uint32_t i = 0; i < o->noutput; i++) {
-                uint32_t idx = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + j;
-                inst_produce(&s->inst[idx], end, end);
-                if (s->vfused[o->outputs + i])
-                    s->inst[idx].flags |= INST_FUSED;
-            }
-        }
-    return 0;
-}
-
 /* The OPB_* bits of op, from its attributes the first time it is asked. */
 static unsigned
 op_bits(sim *s, ir_id op)
@@ -570,6 +539,77 @@ op_bits(sim *s, ir_id op)
     return s->opbits[op];
 }
 
+/*
+ * Result i of op at instance (k, j), made by a kernel running from start to
+ * end: a new allocation, or in place (an optimizer update's w' is w's
+ * storage; a gradient accumulation, dist.accumulate, adds into its first
+ * input's).
+ */
+static void
+op_output(sim *s, ir_id op, uint32_t i, uint32_t k, uint32_t j, double start, double end,
+          int optim, int accum)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    uint32_t idx = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + j;
+    if ((optim && i < o->ninput) || (accum && i == 0)) {
+        uint32_t src =
+            (uint32_t)(input_at(s, m->refs[o->inputs + (i ? i + 1 : 0)], k, j) - s->inst);
+        inst_alias(s, idx, src);
+        s->inst[idx].ready = end;
+        if (accum && s->vclass[o->outputs] == SIM_MEM_GRADIENTS) {
+            /*
+             * The last accumulation of a gradient: its buffer, made by an
+             * earlier microbatch's chunk (a shared function the class
+             * analysis does not follow back), is a gradient buffer.
+             */
+            sim_inst *ow = &s->inst[s->inst[idx].owner];
+            ow->cls = SIM_MEM_GRADIENTS;
+            ow->flags |= INST_GRADBUF;
+        }
+        return;
+    }
+    inst_produce(&s->inst[idx], start, end);
+    if (s->vfused && s->vfused[o->outputs + i])
+        s->inst[idx].flags |= INST_FUSED;
+    /*
+     * A gradient the backward pass makes: a gradient buffer, unless it is
+     * reduce-scattered as made (dist.transient: ZeRO-2/3 keep only their
+     * shard, freeing the whole gradient once reduced).
+     */
+    if (s->vclass[o->outputs + i] == SIM_MEM_GRADIENTS &&
+        (op_bits(s, op) & (OPB_BACKWARD | OPB_TRANSIENT)) == OPB_BACKWARD)
+        s->inst[idx].flags |= INST_GRADBUF;
+}
+
+/*
+ * An op of a fused group after its first: the group's kernel (priced at
+ * its first op) made its results, so it takes no time and no stream; its
+ * results are ready when the inputs it reads from the group are, at the
+ * kernel's end (in place for an accumulation: fuse.c's GEMM epilogues).
+ */
+static int
+fused_member(sim *s, ir_id op, const ctx *c, uint32_t nloc, int accum)
+{
+    const ir_module *m = s->m;
+    const ir_op *o = &m->ops[op];
+    for (uint32_t k = 0; k < c->rep; k++)
+        for (uint32_t j = 0; j < nloc; j++) {
+            double end = 0;
+            for (uint32_t i = 0; i < o->ninput; i++) {
+                sim_inst *in = input_at(s, m->refs[o->inputs + i], k, j);
+                if (in->ready > end)
+                    end = in->ready;
+            }
+            s->nops += c->sym;
+            for (uint32_t i = 0; i < o->ninput; i++)
+                inst_use(input_at(s, m->refs[o->inputs + i], k, j), end);
+            for (uint32_t i = 0; i < o->noutput; i++)
+                op_output(s, op, i, k, j, end, end, 0, accum);
+        }
+    return 0;
+}
+
 static int
 sim_compute_op(sim *s, ir_id op, const ctx *c)
 {
@@ -584,7 +624,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
         return rc;
     nloc = o->noutput ? vnloc(s, o->outputs) : 1;
     if (s->fgrp && s->fgrp[op] && s->fgroups[s->fgrp[op] - 1].head != op)
-        return fused_member(s, op, c, nloc);
+        return fused_member(s, op, c, nloc, accum);
     for (uint32_t k = 0; k < c->rep; k++) {
         for (uint32_t j = 0; j < nloc; j++) {
             int32_t dev;
@@ -636,39 +676,8 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
             s->nops += c->sym;
             for (uint32_t i = 0; i < o->ninput; i++)
                 inst_use(input_at(s, m->refs[o->inputs + i], k, j), end);
-            for (uint32_t i = 0; i < o->noutput; i++) {
-                uint32_t idx = s->vbase[o->outputs + i] + k * vnloc(s, o->outputs + i) + j;
-                if ((optim && i < o->ninput) || (accum && i == 0)) {
-                    /* Optimizer updates run in place: w' is w's storage. */
-                    uint32_t src =
-                        (uint32_t)(input_at(s, m->refs[o->inputs + (i ? i + 1 : 0)], k, j) -
-                                   s->inst);
-                    inst_alias(s, idx, src);
-                    s->inst[idx].ready = end;
-                    if (accum && s->vclass[o->outputs] == SIM_MEM_GRADIENTS) {
-                        /*
-                         * The last accumulation of a gradient: its buffer, made by an
-                         * earlier microbatch's chunk (a shared function the class
-                         * analysis does not follow back), is a gradient buffer.
-                         */
-                        sim_inst *ow = &s->inst[s->inst[idx].owner];
-                        ow->cls = SIM_MEM_GRADIENTS;
-                        ow->flags |= INST_GRADBUF;
-                    }
-                } else {
-                    inst_produce(&s->inst[idx], start, end);
-                    if (s->vfused && s->vfused[o->outputs + i])
-                        s->inst[idx].flags |= INST_FUSED;
-                    /*
-                     * A gradient the backward pass makes: a gradient buffer, unless
-                     * it is reduce-scattered as made (dist.transient: ZeRO-2/3 keep
-                     * only their shard, freeing the whole gradient once reduced).
-                     */
-                    if (s->vclass[o->outputs + i] == SIM_MEM_GRADIENTS &&
-                        (op_bits(s, op) & (OPB_BACKWARD | OPB_TRANSIENT)) == OPB_BACKWARD)
-                        s->inst[idx].flags |= INST_GRADBUF;
-                }
-            }
+            for (uint32_t i = 0; i < o->noutput; i++)
+                op_output(s, op, i, k, j, start, end, optim, accum);
         }
     }
     return 0;

@@ -22,7 +22,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 
-#define SIM_VERSION "distir-sim-14"
+#define SIM_VERSION "distir-sim-15"
 
 /* Memory classes; the order is the proto enum MemoryClass. */
 #define SIM_MEMCLASS_LIST(X)                                                                       \
@@ -247,6 +247,15 @@ int sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype d
  */
 enum { SIM_FUSE_NONE, SIM_FUSE_ELEM, SIM_FUSE_ROW };
 int sim_fuse_kind(int kind);
+/*
+ * Gradient accumulation fusion: when op is the cast of a weight gradient made
+ * by a GEMM (a MatMulGrad's second result, a backward Gemm's result) or the
+ * accumulation (dist.accumulate) of that gradient or its cast, in the GEMM's
+ * region with local tensors, that GEMM; else 0. With fused kernels the op runs in the GEMM's kernel
+ * (its epilogue) at no cost of its own, and the values between are never
+ * stored (fuse.c).
+ */
+ir_id sim_fuse_epilogue(const ir_module *m, ir_id op);
 /*
  * A GEMM output of dims[0..rank) as `batch` matrices of rows x cols, as the
  * simulator sees it (fold: its second operand is a 2-D weight, whose

@@ -130,7 +130,7 @@ typedef struct sim_grp {
 typedef struct sim_fgroup {
     ir_id head;        /* its first op in program order, where the kernel runs */
     uint32_t first, n; /* n = 0: not a group (a single op) */
-    int open;          /* planning: more ops may join */
+    int open;          /* planning: more ops may join (fuse.c's GROUP_*) */
     double t, flops;   /* its price (t < 0: not priced yet) */
 } sim_fgroup;
 
@@ -315,6 +315,8 @@ double sim_collective_time(const sim *s, int kind, const group_info *g, double b
 void sim_fuse_plan(sim *s);
 /* The FLOPs and bytes of fused group `group` (an index into s->fgroups) as one kernel. */
 void sim_fuse_cost(const sim *s, uint32_t group, ir_cost *c);
+/* A GEMM op's tile and wave quantization on dev (cost.c; 1 for other ops). */
+double sim_op_gemm_efficiency(const sim *s, ir_id op, int32_t dev);
 void sim_fuse_free(sim *s);
 /*
  * Roofline time of work c of an op of `kind` in dtype dt on device dev, its

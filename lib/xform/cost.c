@@ -39,6 +39,8 @@ simulated_op_bound(const void *ctx, const ir_module *m, ir_id op, int tf32, xfor
     default:
         b->fuse = XFORM_FUSE_NONE;
     }
+    if (sim_fuse_epilogue(m, op) != 0)
+        b->fuse = XFORM_FUSE_EPILOGUE;
     return rc;
 }
 

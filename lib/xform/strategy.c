@@ -1317,7 +1317,8 @@ add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, doubl
  */
 typedef struct work_opts {
     int tf32, fused;
-    const uint8_t *fusable; /* per op, with fused kernels: a fused kernel may take it in */
+    /* per op, with fused kernels: a fused kernel may take it in (2: a GEMM's epilogue) */
+    const uint8_t *fusable;
     const uint8_t *used;
     uint8_t *read; /* per value: SLOT_BIT of the slots that counted reading it (add_terms) */
 } work_opts;
@@ -1325,9 +1326,18 @@ typedef struct work_opts {
 /*
  * Readers of a value: a forward op (USE_FWD), a backward or step op or a
  * region's results (USE_BWD); the same by an op no fused kernel takes in
- * (USE_FWD_KERNEL, USE_BWD_KERNEL: a GEMM, a collective, a view, ...).
+ * (USE_FWD_KERNEL, USE_BWD_KERNEL: a GEMM, a collective, a view, ...); with
+ * fused kernels, an op that may run in a GEMM's epilogue (USE_EPI) or any
+ * other reader (USE_NOT_EPI).
  */
-enum { USE_FWD = 1, USE_BWD = 2, USE_FWD_KERNEL = 4, USE_BWD_KERNEL = 8 };
+enum {
+    USE_FWD = 1,
+    USE_BWD = 2,
+    USE_FWD_KERNEL = 4,
+    USE_BWD_KERNEL = 8,
+    USE_EPI = 16,
+    USE_NOT_EPI = 32
+};
 
 /*
  * Slots add_terms counts for: a forward op, a backward one, one repeated in
@@ -1381,6 +1391,9 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit
     double split, f, bytes;
     if (!c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t))
         return -1;
+    *flop_s = 0;
+    if (wo->fused && t.fuse == XFORM_FUSE_EPILOGUE)
+        return -1; /* in its GEMM's kernel, which costs at least the GEMM alone */
     ir_op_cost(c->m, op, &cost);
     split = tp_divides(c, op) ? c->n[XF_TP] : 1;
     f = cost.flops / split;
@@ -1836,7 +1849,9 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
         for (uint32_t i = 0; i < o->noutput; i++) {
             ir_id v = o->outputs + i;
             uint64_t b;
-            if (internal && !(wo->used[v] & USE_BWD_KERNEL))
+            /* Read only in GEMM epilogues (a weight gradient, its cast): maybe never stored. */
+            if ((internal && !(wo->used[v] & USE_BWD_KERNEL)) ||
+                (wo->used[v] & (USE_EPI | USE_NOT_EPI)) == USE_EPI)
                 continue;
             if (!XF_IS_S(mb[v].a[XF_MB])) {
                 /* No batch split divides it: whole at its op, and to its last reader here. */
@@ -2137,7 +2152,8 @@ op_fusable(const xf_ctx *c, const work_opts *wo)
     uint8_t *f = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     for (ir_id op = 1; op < c->m->nop; op++) {
         xform_op_bound t;
-        f[op] = c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t) && t.fuse != XFORM_FUSE_NONE;
+        if (c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t) && t.fuse != XFORM_FUSE_NONE)
+            f[op] = t.fuse == XFORM_FUSE_EPILOGUE ? 2 : 1;
     }
     return f;
 }
@@ -2156,12 +2172,13 @@ value_uses(const xf_ctx *c, const work_opts *wo)
             continue;
         if (!fusable(wo, op))
             bits |= fwd ? USE_FWD_KERNEL : USE_BWD_KERNEL;
+        bits |= wo->fusable != NULL && wo->fusable[op] == 2 ? USE_EPI : USE_NOT_EPI;
         for (uint32_t i = 0; i < o->ninput; i++)
             used[m->refs[o->inputs + i]] |= bits;
     }
     for (ir_id r = 1; r < m->nregion; r++)
         for (uint32_t i = 0; i < m->regions[r].nresult; i++)
-            used[m->regions[r].results[i]] |= USE_BWD | USE_BWD_KERNEL;
+            used[m->regions[r].results[i]] |= USE_BWD | USE_BWD_KERNEL | USE_NOT_EPI;
     return used;
 }
 

@@ -98,7 +98,10 @@ check "--math fp8 is a usage error (exit 2)" [ $? -eq 2 ]
 check "... naming the choices" grep -q "math takes tf32 or ieee" "$TMP/m.err"
 
 # --kernels fused: element-wise chains as one kernel each (Megatron-LM's fused kernels): fewer
-# bytes and launches, so a faster step and a lower peak; eager (one kernel per op) is the default.
+# bytes and launches, so a faster step, and never a higher peak (values only a fused kernel
+# reads are never stored; this GPT's peak, at the start of its backward, is the activations
+# saved for it, which fusion keeps: the same peak; test_sim.c's test_fusion pins a lower one);
+# eager (one kernel per op) is the default.
 peak() {
     $T "$DISTIR" simulate --model gpt3-125m --batch 8 --optimizer adam --hw a100-dgx:1 --dp 8 "$@" --json \
         2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["peak_memory_bytes"])'
@@ -107,8 +110,8 @@ fused=$(step --kernels fused) eager=$(step --kernels eager)
 echo "# gpt3-125m f32 on 8 A100s: $ieee s eager, $fused s with --kernels fused"
 check "--kernels fused is faster, --kernels eager is the default" \
     $PY -c "import sys; sys.exit(0 if $fused < $ieee and $eager == $ieee else 1)"
-check "--kernels fused: a lower peak (values only a fused kernel reads are never materialized)" \
-    $PY -c "import sys; sys.exit(0 if $(peak --kernels fused) < $(peak) else 1)"
+check "--kernels fused: no higher a peak" \
+    $PY -c "import sys; sys.exit(0 if $(peak --kernels fused) <= $(peak) else 1)"
 "$DISTIR" simulate --model gpt3-125m --kernels jit >/dev/null 2>"$TMP/k.err"
 check "--kernels jit is a usage error (exit 2) naming the choices" \
     sh -c "[ $? -eq 2 ] && grep -q 'kernels takes fused or eager' '$TMP/k.err'"
