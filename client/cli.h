@@ -111,10 +111,10 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **value)
 int cli_flag(const char *arg, const char *name);
 /*
  * The simulation options at argv[*i]: --math tf32|ieee into *tf32, --kernels fused|eager
- * into *fuse (and *kernels set: it was given). 1 taken, 0 not one of them, -1 usage error
- * (said).
+ * into *fuse (and *kernels set: it was given), --grad-accum-fusion on|off into *no_gaf (1 for
+ * off). 1 taken, 0 not one of them, -1 usage error (said).
  */
-int cli_sim_opt(int argc, char **argv, int *i, int *tf32, int *fuse, int *kernels);
+int cli_sim_opt(int argc, char **argv, int *i, int *tf32, int *fuse, int *no_gaf, int *kernels);
 /* Whether text is a whole decimal in [lo, hi]; its value into *out. */
 int cli_long_in(const char *text, long lo, long hi, long *out);
 

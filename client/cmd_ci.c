@@ -27,10 +27,12 @@
 static const char usage_baseline[] =
     "baseline set NAME FILE [--hw PRESET|FILE] [strategy flags] [--label TEXT]\n"
     "                           [--kernels fused|eager] [--math tf32|ieee]\n"
+    "                           [--grad-accum-fusion on|off]\n"
     "                           [--project NAME] (--server ADDR | --db PATH)";
 static const char usage_compare[] =
     "compare FILE (--baseline NAME | --against FILE) [--hw PRESET|FILE]\n"
     "                      [strategy flags] [--kernels fused|eager] [--math tf32|ieee]\n"
+    "                      [--grad-accum-fusion on|off]\n"
     "                      [--project NAME] [--max-time-regression 2%|50ms]\n"
     "                      [--max-memory-regression 5%|1GiB] [--junit OUT.xml] [--json]\n"
     "                      (--server ADDR | --db PATH)";
@@ -42,7 +44,7 @@ static const char usage_history[] =
 typedef struct ci_args {
     const char *hwname, *server, *db, *project;
     int timeout_ms;
-    int fuse, tf32; /* --kernels fused, --math tf32 (sim_options) */
+    int fuse, tf32, no_gaf; /* --kernels fused, --math tf32, --grad-accum-fusion off */
     strategy strat;
 } ci_args;
 
@@ -72,7 +74,7 @@ ci_opt(int argc, char **argv, int *i, ci_args *a)
         return r < 0 ? -1 : (a->project = v, 1);
     if ((r = cli_opt(argc, argv, i, "--timeout-ms", &v)) != 0)
         return r < 0 ? -1 : (a->timeout_ms = atoi(v), 1);
-    if ((r = cli_sim_opt(argc, argv, i, &a->tf32, &a->fuse, &kernels)) != 0)
+    if ((r = cli_sim_opt(argc, argv, i, &a->tf32, &a->fuse, &a->no_gaf, &kernels)) != 0)
         return r;
     return cli_strategy_flag(argc, argv, i, &a->strat);
 }
@@ -122,6 +124,7 @@ ci_simulate(const ci_args *a, const char *file, ci_result *out)
     memset(out, 0, sizeof *out);
     sim_options_default(&o);
     o.fuse = a->fuse;
+    o.no_grad_accum_fusion = a->no_gaf;
     o.tf32 = a->tf32;
     di_error_clear(&err);
     if (hw_load(a->hwname, &hw, &err) != 0) {

@@ -40,7 +40,7 @@ static const char usage[] =
     "              [--price P] [--train-tokens T]\n"
     "              [--top K] [--json] [--shard i/n] [--headroom F] [--pareto-within R]\n"
     "              [--compose 0|1] [--refine top|all] [--time-bound 0|1] [--jobs N]\n"
-    "              [--math tf32|ieee] [--kernels fused|eager]\n"
+    "              [--math tf32|ieee] [--kernels fused|eager] [--grad-accum-fusion on|off]\n"
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
@@ -76,6 +76,7 @@ static const char *const list_options[] = {
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",    "compose",           "target-step",         "price",
     "train-tokens", "math", "cp", "time-bound", "kernels", "pareto-within", "refine",
+    "grad-accum-fusion",
 };
 
 static int
@@ -507,6 +508,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     req->train_tokens = cfg->train_tokens;
     req->tf32 = cfg->tf32 != 0;
     req->fuse = cfg->fuse != 0;
+    req->no_grad_accum_fusion = cfg->no_grad_accum_fusion != 0;
     req->top_k = cfg->top_k;
     req->shard_index = cfg->shard_index;
     req->shard_count = cfg->shard_count;

@@ -25,12 +25,15 @@ static const char usage[] =
     "                [--trace OUT.json [--trace-devices all|first-of-each-stage|0,8,16-23]\n"
     "                 [--trace-detail auto|op|layer]]\n"
     "                [--no-overlap] [--math tf32|ieee] [--kernels fused|eager] [--fail-on-oom]\n"
-    "                [--strict]\n"
+    "                [--grad-accum-fusion on|off] [--strict]\n"
     "                [--server ADDR]\n"
     "                [--timeout-ms N] [--op-times CSV] [--collective-table all_reduce:N:CSV]\n"
     "                [strategy flags]\n"
     "--model: a GPT preset (distir model presets), gpt or mlp, with the options of\n"
-    "`distir model` (--batch, --seq, --dtype, --layers, --optimizer, ...): no file needed";
+    "`distir model` (--batch, --seq, --dtype, --layers, --optimizer, ...): no file needed\n"
+    "--kernels fused: element-wise chains as one kernel each and, unless --grad-accum-fusion\n"
+    "off, each weight gradient's cast and accumulation inside its GEMM (Megatron-LM's\n"
+    "gradient accumulation fusion, on by default there since 2022)";
 
 static int
 collective_kind(const char *name)
@@ -314,6 +317,7 @@ cli_simulate_remote(const char *server, const ir_module *m, const Distir__V1__Mo
     opts.no_overlap = o->no_overlap;
     opts.tf32 = o->tf32;
     opts.fuse = o->fuse;
+    opts.no_grad_accum_fusion = o->no_grad_accum_fusion;
     opts.want_timeline = o->want_timeline;
     opts.timeline_max_points = o->timeline_max_points;
     req.options = &opts;
@@ -481,7 +485,8 @@ simulate_cmd(int argc, char **argv, strategy *s)
             per_device = 1;
         } else if (cli_flag(argv[i], "--no-overlap")) {
             o.no_overlap = 1;
-        } else if ((r = cli_sim_opt(argc, argv, &i, &o.tf32, &o.fuse, &kernels)) != 0) {
+        } else if ((r = cli_sim_opt(argc, argv, &i, &o.tf32, &o.fuse, &o.no_grad_accum_fusion,
+                                     &kernels)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
         } else if (cli_flag(argv[i], "--fail-on-oom")) {

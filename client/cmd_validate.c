@@ -24,11 +24,13 @@
 #include "validate/validate.h"
 
 static const char usage[] =
-    "validate --runs CSV [--hw PRESET|FILE.json] [--sample N] [--json]\n"
+    "validate --runs CSV [--hw PRESET|FILE.json] [--sample N] [--grad-accum-fusion on|off]\n"
+    "         [--json]\n"
     "Simulates each measured run (GPT shape, batch, micro batch, tp/dp/pp, sequence; f16, Adam,\n"
     "f16 gradients, full activation recomputation, 1F1B, vocabulary 50,257, fused kernels as\n"
-    "Megatron-LM's) and compares the predicted with the measured iteration time. --sample N\n"
-    "takes N rows evenly spread over the file.";
+    "Megatron-LM's, with its gradient accumulation fusion unless --grad-accum-fusion off) and\n"
+    "compares the predicted with the measured iteration time. --sample N takes N rows evenly\n"
+    "spread over the file.";
 
 #define MAX_ROWS 100000u
 
@@ -57,6 +59,7 @@ simulate_row(validate_row *r, const validate_setup *v, const hw_model *hw)
     sim_options_default(&o);
     o.want_timeline = 0;
     o.fuse = v->fuse;
+    o.no_grad_accum_fusion = v->no_grad_accum_fusion;
     if (models_gpt_build(&g, &m, &err) != 0 || strategy_normalize(&s, &err) != 0 ||
         request_apply_strategy(m, &s, hw, &sm, &dm, &err) != 0 ||
         sim_run(sm, hw, &o, &res, NULL, NULL, &err) != 0)
@@ -149,7 +152,7 @@ int
 cmd_validate(int argc, char **argv)
 {
     const char *runs = NULL, *hwname = "a100-vtrain", *v;
-    int json = 0;
+    int json = 0, no_gaf = 0;
     uint32_t sample = 0, n = 0, nidx = 0, ngroup = 0;
     validate_row *rows = NULL;
     validate_setup setup;
@@ -184,6 +187,14 @@ cmd_validate(int argc, char **argv)
                 return CLI_USAGE;
             }
             sample = (uint32_t)k;
+        } else if ((r = cli_opt(argc, argv, &i, "--grad-accum-fusion", &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+                cli_error("--grad-accum-fusion takes on or off, got '%s'", v);
+                return CLI_USAGE;
+            }
+            no_gaf = strcmp(v, "off") == 0;
         } else {
             cli_error("unknown option '%s'", argv[i]);
             return cli_usage(usage);
@@ -192,6 +203,7 @@ cmd_validate(int argc, char **argv)
     if (runs == NULL)
         return cli_usage(usage);
     validate_setup_default(&setup);
+    setup.no_grad_accum_fusion = no_gaf;
     if (hw_load(hwname, &hw, &err) != 0) {
         cli_error("%s", err.msg);
         return CLI_FAIL;

@@ -116,11 +116,16 @@ two_valued(int argc, char **argv, int *i, const char *name, const char *on, cons
 }
 
 int
-cli_sim_opt(int argc, char **argv, int *i, int *tf32, int *fuse, int *kernels)
+cli_sim_opt(int argc, char **argv, int *i, int *tf32, int *fuse, int *no_gaf, int *kernels)
 {
-    int r;
+    int r, on;
     if ((r = two_valued(argc, argv, i, "--math", "tf32", "ieee", tf32)) != 0)
         return r;
+    if ((r = two_valued(argc, argv, i, "--grad-accum-fusion", "on", "off", &on)) != 0) {
+        if (r > 0)
+            *no_gaf = !on;
+        return r;
+    }
     if ((r = two_valued(argc, argv, i, "--kernels", "fused", "eager", fuse)) != 0) {
         if (r > 0)
             *kernels = 1;

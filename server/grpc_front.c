@@ -555,6 +555,7 @@ job_run_simulate(srv_job *job)
     opt.no_overlap = job->opts.no_overlap;
     opt.tf32 = job->opts.tf32;
     opt.fuse = job->opts.fuse;
+    opt.no_grad_accum_fusion = job->opts.no_grad_accum_fusion;
     opt.want_timeline = job->opts.want_timeline;
     opt.timeline_max_points = job->opts.timeline_max_points;
     opt.cancel = &job->cancel;

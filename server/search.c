@@ -230,6 +230,7 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
                                     "be non-negative numbers");
         cfg->tf32 = req->tf32;
         cfg->fuse = req->fuse;
+        cfg->no_grad_accum_fusion = req->no_grad_accum_fusion;
         cfg->target_step_s = v[0];
         cfg->price_per_device_hour = v[1];
         cfg->train_tokens = v[2];

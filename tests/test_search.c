@@ -1050,6 +1050,22 @@ test_branch_and_bound(void **state)
         assert_int_equal(fused_all.count[SEARCH_TIME_BOUND], 0);
         assert_same_answer(&fused_all, &fused);
         search_result_fini(&fused_all);
+        /*
+         * Without gradient accumulation fusion (each weight gradient's cast and
+         * accumulation kernels of their own): another key, a slower best, and the
+         * bound, which then counts those ops, as sound.
+         */
+        cfg.no_time_bound = 0;
+        assert_int_equal(search_config_set(&cfg, "grad-accum-fusion", "off", &err), 0);
+        assert_int_not_equal(search_config_set(&cfg, "grad-accum-fusion", "no", &err), 0);
+        run_plan(m, hw, &cfg, 2, &fused_all);
+        assert_true(memcmp(&fused.key, &fused_all.key, sizeof fused.key) != 0);
+        assert_true(fused_all.ntop > 0 && fused_all.top[0].step_time_s > fused.top[0].step_time_s);
+        search_result_fini(&fused);
+        cfg.no_time_bound = 1;
+        run_plan(m, hw, &cfg, 1, &fused);
+        assert_same_answer(&fused, &fused_all);
+        search_result_fini(&fused_all);
         search_result_fini(&fused);
     }
     search_result_fini(&all);

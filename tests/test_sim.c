@@ -666,7 +666,8 @@ test_fusion(void **state)
  * never stored. The arguments are resident (240 KiB): the peak is 256 KiB
  * with dx, where one kernel per op holds dx, dw (64 KiB) and c (128 KiB)
  * during the cast: 448 KiB. The cast of dx (an activation's gradient, not a
- * weight's) stays a kernel of its own.
+ * weight's) stays a kernel of its own. With no_grad_accum_fusion nothing
+ * here fuses: the eager step and peak.
  */
 /* A [a, b] tensor of dtype dt on device 0. */
 static ir_id
@@ -734,6 +735,13 @@ test_fusion_wgrad(void **state)
             assert_int_equal(fused->peak_memory_bytes, 256 * 1024);
             assert_int_equal(eager->peak_memory_bytes, 448 * 1024);
         }
+        sim_result_free(fused);
+        o.no_grad_accum_fusion = 1;
+        if (sim_run(m, hw, &o, &fused, NULL, NULL, &err) != 0)
+            fail_msg("sim_run: %s", err.msg);
+        assert_close(fused->step_time_s, eager->step_time_s);
+        assert_int_equal(fused->peak_memory_bytes, eager->peak_memory_bytes);
+        assert_true(fused->settings.no_grad_accum_fusion);
         sim_result_free(fused);
         sim_result_free(eager);
         ir_module_free(m);

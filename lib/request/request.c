@@ -373,6 +373,7 @@ request_simopts_normalize(const Distir__V1__SimOptions *p, request_simopts *out)
     out->no_overlap = p->no_overlap != 0;
     out->tf32 = p->tf32 != 0;
     out->fuse = p->fuse != 0;
+    out->no_grad_accum_fusion = out->fuse && p->no_grad_accum_fusion;
     out->want_timeline = p->want_timeline != 0;
     out->timeline_max_points = out->want_timeline ? p->timeline_max_points : 0;
 }
@@ -384,6 +385,7 @@ request_simopts_of(const sim_options *o, request_simopts *out)
     out->no_overlap = o->no_overlap != 0;
     out->tf32 = o->tf32 != 0;
     out->fuse = o->fuse != 0;
+    out->no_grad_accum_fusion = out->fuse && o->no_grad_accum_fusion;
     out->want_timeline = o->want_timeline != 0;
     out->timeline_max_points = out->want_timeline ? o->timeline_max_points : 0;
 }
@@ -403,6 +405,8 @@ request_cache_key(const di_hash *module, const di_hash *hw, const strategy *s,
         di_sha256_u64(&h, 0x74663332u);
     if (o->fuse)
         di_sha256_u64(&h, 0x66757365u); /* "fuse" */
+    if (o->no_grad_accum_fusion)
+        di_sha256_u64(&h, 0x6e6f676166u); /* "nogaf" */
     di_sha256_u64(&h, (uint64_t)o->want_timeline);
     di_sha256_u64(&h, o->timeline_max_points);
     di_sha256_u64(&h, strlen(sim_version));

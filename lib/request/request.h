@@ -82,6 +82,7 @@ typedef struct request_simopts {
     int want_timeline;
     uint32_t timeline_max_points; /* 0 unless want_timeline */
     int fuse;
+    int no_grad_accum_fusion; /* 0 unless fuse */
 } request_simopts;
 
 /*

@@ -116,6 +116,8 @@ typedef struct search_config {
     int tf32;                   /* f32 GEMMs as TF32 (sim_options.tf32; "math" "tf32") */
     int fuse;                   /* fused element-wise kernels (sim_options.fuse; "kernels"
                                    "fused"); the time bound counts fused kernels then */
+    int no_grad_accum_fusion;   /* sim_options.no_grad_accum_fusion ("grad-accum-fusion"
+                                   "off"); only with fuse */
     search_objective objective;
     double target_step_s;         /* SEARCH_MIN_DEVICES (required), SEARCH_MIN_COST: a step time
                                      to reach; points slower rank after every point that reaches

@@ -257,6 +257,8 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
         return one_of_two(name, value, "tf32", "ieee", &cfg->tf32, err);
     if (strcmp(name, "kernels") == 0)
         return one_of_two(name, value, "fused", "eager", &cfg->fuse, err);
+    if (strcmp(name, "grad-accum-fusion") == 0)
+        return one_of_two(name, value, "off", "on", &cfg->no_grad_accum_fusion, err);
     if (strcmp(name, "compose") == 0)
         return one_of_two(name, value, "0", "1", &cfg->no_compose, err);
     if (strcmp(name, "time-bound") == 0)
@@ -583,6 +585,8 @@ space_key(search_space *sp)
         di_sha256_update(&h, "tf32", 4);
     if (cfg->fuse)
         di_sha256_update(&h, "fused", 5);
+    if (cfg->fuse && cfg->no_grad_accum_fusion)
+        di_sha256_update(&h, "no-gaf", 6);
     if (cfg->no_time_bound) /* which candidates are counted pruned by the time bound */
         di_sha256_update(&h, "no-time-bound", 13);
     if (cfg->ndevice_counts > 0)
@@ -620,6 +624,8 @@ space_key(search_space *sp)
             di_sha256_u64(&h, cfg->compose_saves);
         di_sha256_u64(&h, cfg->tf32 ? 1 : 0);
         di_sha256_u64(&h, cfg->fuse ? 1 : 0);
+        if (cfg->fuse && cfg->no_grad_accum_fusion) /* keys without it stay what they were */
+            di_sha256_update(&h, "no-gaf", 6);
         di_sha256_u64(&h, sizeof SIM_VERSION - 1);
         di_sha256_update(&h, SIM_VERSION, sizeof SIM_VERSION - 1);
         di_sha256_u64(&h, sizeof SEARCH_VERSION - 1);
@@ -782,7 +788,10 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
     if (strategy_normalize(&s, NULL) == 0 &&
         xform_layer_analysis(sp->module, &s, sp->hw,
                              (sp->cfg.tf32 ? XFORM_ANALYSIS_TF32 : 0u) |
-                                 (sp->cfg.fuse ? XFORM_ANALYSIS_FUSED : 0u),
+                                 (sp->cfg.fuse ? XFORM_ANALYSIS_FUSED : 0u) |
+                                 (sp->cfg.no_grad_accum_fusion
+                                      ? XFORM_ANALYSIS_NO_GRAD_ACCUM_FUSION
+                                      : 0u),
                              &f, &err) == 0) {
         e->ok = 1;
         memcpy(e->saved_min, f.saved_min, sizeof e->saved_min);
@@ -2056,6 +2065,7 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     o.cancel = ev->cancel;
     o.tf32 = sp->cfg.tf32;
     o.fuse = sp->cfg.fuse;
+    o.no_grad_accum_fusion = sp->cfg.no_grad_accum_fusion;
     {
         /* The transforms poll the search's cancel too (a large candidate's take 0.3 s). */
         const atomic_int *watched = di_cancel_watch(ev->cancel);

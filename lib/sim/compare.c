@@ -126,6 +126,9 @@ settings_differ(const sim_settings *b, const sim_settings *c, sim_compare *out)
         add_diff(out, "math", b->tf32 ? "tf32" : "ieee", c->tf32 ? "tf32" : "ieee");
     if (b->no_overlap != c->no_overlap)
         add_diff(out, "overlap", b->no_overlap ? "off" : "on", c->no_overlap ? "off" : "on");
+    if (b->no_grad_accum_fusion != c->no_grad_accum_fusion)
+        add_diff(out, "grad_accum_fusion", b->no_grad_accum_fusion ? "off" : "on",
+                 c->no_grad_accum_fusion ? "off" : "on");
     if (b->strict != c->strict)
         add_diff(out, "strict", b->strict ? "on" : "off", c->strict ? "on" : "off");
 }

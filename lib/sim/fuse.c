@@ -25,7 +25,7 @@
  *    writes its result in the gradient buffer's dtype, adding it to the
  *    buffer, so the cast of a MatMulGrad's weight gradient and its
  *    accumulation (dist.accumulate) run in the GEMM's kernel (its epilogue,
- *    sim_fuse_epilogue);
+ *    sim_fuse_epilogue; not with sim_options.no_grad_accum_fusion);
  *  - an attention softmax (rank 3 or more, over the last axis) and its
  *    gradient fuse only when the rows fit Megatron-LM's fused scaled masked
  *    softmax kernels (softmax_fits): otherwise Megatron-LM runs PyTorch's
@@ -279,7 +279,7 @@ plan_region(sim *s, const ir_region *r, const uint32_t *pos, const uint8_t *eage
         ir_id op = r->ops[i];
         const ir_op *o = &m->ops[op];
         int c = eager[op] ? SIM_FUSE_NONE : fuse_class(m, op), joined = 0;
-        ir_id gemm = sim_fuse_epilogue(m, op);
+        ir_id gemm = s->opt && s->opt->no_grad_accum_fusion ? 0 : sim_fuse_epilogue(m, op);
         if (gemm != 0 && epilogue_join(s, op, gemm, pos))
             continue;
         if (c == SIM_FUSE_NONE)

@@ -429,6 +429,7 @@ sim_result_to_proto(const sim_result *r)
         q->tf32 = st->tf32 != 0;
         q->no_overlap = st->no_overlap != 0;
         q->strict = st->strict != 0;
+        q->no_grad_accum_fusion = st->no_grad_accum_fusion != 0;
         p->settings = q;
     }
     p->n_devices = r->ndevice;
@@ -534,6 +535,7 @@ sim_result_from_proto(const struct Distir__V1__SimResult *p, sim_result **out, d
         st->tf32 = q->tf32;
         st->no_overlap = q->no_overlap;
         st->strict = q->strict;
+        st->no_grad_accum_fusion = q->no_grad_accum_fusion;
     }
     r->ndevice = (uint32_t)p->n_devices;
     r->devices = di_xcalloc(r->ndevice ? r->ndevice : 1, sizeof *r->devices);

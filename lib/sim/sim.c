@@ -485,6 +485,7 @@ run_ws(sim_workspace *ws, const ir_module *m, const hw_model *hw, const sim_opti
         st->tf32 = opt->tf32 != 0;
         st->no_overlap = opt->no_overlap != 0;
         st->strict = opt->strict != 0;
+        st->no_grad_accum_fusion = opt->fuse && opt->no_grad_accum_fusion;
     }
     if (rc == 0 && events) {
         *events = arr.v;

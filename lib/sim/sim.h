@@ -57,6 +57,8 @@ typedef struct sim_options {
     const sim_trace_sink *trace;    /* if non-NULL, every scheduled op goes there */
     int fuse;                       /* fuse element-wise chains into one kernel each (fuse.c),
                                        as Megatron-LM's fused kernels and JIT compilers do */
+    int no_grad_accum_fusion;       /* with fuse: a weight gradient's cast and accumulation
+                                       are kernels of their own (sim_fuse_epilogue's rule off) */
 } sim_options;
 
 void sim_options_default(sim_options *o);
@@ -103,6 +105,7 @@ typedef struct sim_settings {
     char *strategy;        /* strategy_format text (owned), or NULL */
     int have_options;
     int fuse, tf32, no_overlap, strict; /* sim_options' */
+    int no_grad_accum_fusion;           /* sim_options' (0 without fuse) */
 } sim_settings;
 
 typedef struct sim_result {

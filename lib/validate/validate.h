@@ -52,6 +52,7 @@ typedef struct validate_setup {
     int recompute;          /* STRATEGY_RECOMPUTE_FULL (activation checkpointing) */
     double dropout;         /* 0.1 */
     int fuse;               /* 1: Megatron-LM's fused kernels (sim_options.fuse) */
+    int no_grad_accum_fusion; /* 0: and its gradient accumulation fusion (sim_options') */
 } validate_setup;
 
 void validate_setup_default(validate_setup *v);

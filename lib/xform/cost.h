@@ -15,18 +15,15 @@
 struct hw_model;
 
 /* How kernel fusion may treat an op (the simulator's sim_fuse_kind). */
-enum { XFORM_FUSE_NONE, XFORM_FUSE_ELEM, XFORM_FUSE_ROW, XFORM_FUSE_EPILOGUE };
+enum { XFORM_FUSE_NONE, XFORM_FUSE_ELEM, XFORM_FUSE_ROW };
 
 /* See xform_cost.op_bound. */
 typedef struct xform_op_bound {
     double per_flop, flop_fixed, per_byte, launch;
     int gemm; /* GEMM-class: its flop_fixed makes small ones slow */
-    /*
-     * XFORM_FUSE_*: a fused kernel may take it in, ending there (ROW) or not
-     * (ELEM); EPILOGUE: it may run in a GEMM's kernel (the cast or the
-     * accumulation of a weight gradient: sim_fuse_epilogue) at no cost.
-     */
-    int fuse;
+    int fuse;     /* XFORM_FUSE_*: a fused kernel may take it in, ending there (ROW) or not */
+    int epilogue; /* it may run in a GEMM's kernel at no cost: the cast or the accumulation of
+                     a weight gradient, with gradient accumulation fusion (sim_fuse_epilogue) */
 } xform_op_bound;
 
 typedef struct xform_cost {

@@ -1317,6 +1317,7 @@ add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, doubl
  */
 typedef struct work_opts {
     int tf32, fused;
+    int epilogues; /* with fused kernels, gradient accumulation fusion too */
     /* per op, with fused kernels: a fused kernel may take it in (2: a GEMM's epilogue) */
     const uint8_t *fusable;
     const uint8_t *used;
@@ -1392,7 +1393,7 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit
     if (!c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t))
         return -1;
     *flop_s = 0;
-    if (wo->fused && t.fuse == XFORM_FUSE_EPILOGUE)
+    if (wo->fused && wo->epilogues && t.epilogue)
         return -1; /* in its GEMM's kernel, which costs at least the GEMM alone */
     ir_op_cost(c->m, op, &cost);
     split = tp_divides(c, op) ? c->n[XF_TP] : 1;
@@ -2152,8 +2153,12 @@ op_fusable(const xf_ctx *c, const work_opts *wo)
     uint8_t *f = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     for (ir_id op = 1; op < c->m->nop; op++) {
         xform_op_bound t;
-        if (c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t) && t.fuse != XFORM_FUSE_NONE)
-            f[op] = t.fuse == XFORM_FUSE_EPILOGUE ? 2 : 1;
+        if (!c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t))
+            continue;
+        if (wo->epilogues && t.epilogue)
+            f[op] = 2;
+        else if (t.fuse != XFORM_FUSE_NONE)
+            f[op] = 1;
     }
     return f;
 }
@@ -2190,8 +2195,9 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     strategy s2;
     di_error err2;
     uint8_t *full, *used;
-    work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, (flags & XFORM_ANALYSIS_FUSED) != 0, NULL,
-                    NULL, NULL};
+    work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, (flags & XFORM_ANALYSIS_FUSED) != 0,
+                    (flags & XFORM_ANALYSIS_FUSED) && !(flags & XFORM_ANALYSIS_NO_GRAD_ACCUM_FUSION),
+                    NULL, NULL, NULL};
     uint8_t *fus = NULL;
     int rc, have2;
     memset(out, 0, sizeof *out);

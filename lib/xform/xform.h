@@ -325,7 +325,9 @@ typedef struct xform_layer_time {
  * param_min and grad_min as in xform_model_facts; params, every layer's parameters;
  * time, a layer's least compute time (xform_layer_time; flags:
  * XFORM_ANALYSIS_TF32, f32 GEMMs as TF32; XFORM_ANALYSIS_FUSED, a lower
- * bound that also holds when the simulator fuses kernels, sim_options.fuse).
+ * bound that also holds when the simulator fuses kernels, sim_options.fuse,
+ * with gradient accumulation fusion unless XFORM_ANALYSIS_NO_GRAD_ACCUM_FUSION,
+ * sim_options.no_grad_accum_fusion).
  * The batch split (dp, microbatches) and context parallelism are
  * not applied. Fails as xform_validate does (then there is nothing to
  * free); on success free with xform_layer_facts_fini.
@@ -391,7 +393,11 @@ typedef struct xform_layer_facts {
     uint32_t nparams;
     xform_layer_time time;
 } xform_layer_facts;
-enum { XFORM_ANALYSIS_TF32 = 1, XFORM_ANALYSIS_FUSED = 2 };
+enum {
+    XFORM_ANALYSIS_TF32 = 1,
+    XFORM_ANALYSIS_FUSED = 2,
+    XFORM_ANALYSIS_NO_GRAD_ACCUM_FUSION = 4
+};
 int xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw,
                          unsigned flags, xform_layer_facts *out, di_error *err);
 void xform_layer_facts_fini(xform_layer_facts *f);

@@ -115,7 +115,28 @@ check "--kernels fused: no higher a peak" \
 "$DISTIR" simulate --model gpt3-125m --kernels jit >/dev/null 2>"$TMP/k.err"
 check "--kernels jit is a usage error (exit 2) naming the choices" \
     sh -c "[ $? -eq 2 ] && grep -q 'kernels takes fused or eager' '$TMP/k.err'"
+
+# --grad-accum-fusion off (with fused kernels): each weight gradient's cast to the f32 buffer
+# and its accumulation there run as kernels of their own (frameworks without Megatron-LM's
+# gradient accumulation fusion), a slower step; on is the default.
+gstep() {
+    $T "$DISTIR" simulate --model gpt3-125m --batch 16 --dtype bf16 --optimizer adam \
+        --hw a100-dgx:1 --dp 8 --microbatches 2 --kernels fused "$@" --json \
+        2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])'
+}
+gon=$(gstep) goff=$(gstep --grad-accum-fusion off) gon2=$(gstep --grad-accum-fusion on)
+echo "# gpt3-125m bf16, 2 microbatches on 8 A100s, fused: $gon s, $goff s with --grad-accum-fusion off"
+check "--grad-accum-fusion off is slower, on is the default" \
+    $PY -c "import sys; sys.exit(0 if $goff > $gon and $gon2 == $gon else 1)"
+"$DISTIR" simulate --model gpt3-125m --grad-accum-fusion later >/dev/null 2>"$TMP/g.err"
+check "--grad-accum-fusion later is a usage error (exit 2) naming the choices" \
+    sh -c "[ $? -eq 2 ] && grep -q 'grad-accum-fusion takes on or off' '$TMP/g.err'"
 start_daemon results || { fail "daemon start"; finish; }
+remote=$(gstep --grad-accum-fusion off --server "$ADDR")
+check "--grad-accum-fusion off reaches the daemon (SimOptions.no_grad_accum_fusion)" \
+    [ "$remote" = "$goff" ]
+remote=$(gstep --server "$ADDR")
+check "... and is part of the cache key (the default's step is not that one)" [ "$remote" = "$gon" ]
 remote=$(step --kernels fused --server "$ADDR")
 check "--kernels fused reaches the daemon (SimOptions.fuse): its step equals the local one" \
     [ "$remote" = "$fused" ]

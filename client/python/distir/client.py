@@ -319,7 +319,7 @@ class Client:
     def search(self, module, hardware="a100-dgx", *, devices=0, top_k=0,
                objective="time", target_step_s=0.0, price_per_device_hour=0.0,
                train_tokens=0.0, constraints=None, kernels="eager", math="ieee",
-               progress=None) -> SearchOutcome:
+               grad_accum_fusion=True, progress=None) -> SearchOutcome:
         """The strategy search on the daemon's workers; progress(event) gets each
         SearchProgress message as it streams (its settled_top is the answer's top K
         once no candidate left can enter it, before the Pareto set is complete:
@@ -334,7 +334,10 @@ class Client:
         in full too, not only the top K's: `distir search --refine all`).
         kernels: "eager" (one kernel per op) or "fused" (element-wise chains as
         one kernel each, as training frameworks run them: `distir search
-        --kernels`); math: "ieee" or "tf32" (f32 GEMMs as TF32: `--math`)."""
+        --kernels`; with "fused", grad_accum_fusion=False runs each weight
+        gradient's cast and accumulation as kernels of their own, not in its
+        GEMM: `--grad-accum-fusion off`); math: "ieee" or "tf32" (f32 GEMMs as
+        TF32: `--math`)."""
         if objective not in self._OBJECTIVES:
             raise ValueError("objective must be one of " + ", ".join(self._OBJECTIVES))
         if kernels not in ("eager", "fused"):
@@ -349,6 +352,7 @@ class Client:
                                target_step_s=target_step_s,
                                price_per_device_hour=price_per_device_hour,
                                train_tokens=train_tokens, fuse=kernels == "fused",
+                               no_grad_accum_fusion=not grad_accum_fusion,
                                tf32=math == "tf32")
         req.device_counts.extend(counts)
         if constraints:
