@@ -1315,11 +1315,16 @@ add_gemm(const xf_ctx *c, gemm_list *g, ir_id op, uint32_t li, uint32_t k, doubl
  * simulation with fused kernels (XFORM_ANALYSIS_FUSED); used, per value of
  * the module, which ops read it (USE_*, value_uses).
  */
+/* work_opts.fusable: element-wise, a GEMM's epilogue (sim_fuse_epilogue), row-wise. */
+enum { FUS_ELEM = 1, FUS_EPI = 2, FUS_ROW = 3 };
+
 typedef struct work_opts {
     int tf32, fused;
     int epilogues; /* with fused kernels, gradient accumulation fusion too */
-    /* per op, with fused kernels: a fused kernel may take it in (2: a GEMM's epilogue) */
+    /* per op, with fused kernels: a fused kernel may take it in (FUS_*), else 0 */
     const uint8_t *fusable;
+    /* with fused kernels, per op: its 1-based place among the forward ops of the function */
+    const uint32_t *fwd_pos;
     const uint8_t *used;
     uint8_t *read; /* per value: SLOT_BIT of the slots that counted reading it (add_terms) */
 } work_opts;
@@ -1329,7 +1334,7 @@ typedef struct work_opts {
  * region's results (USE_BWD); the same by an op no fused kernel takes in
  * (USE_FWD_KERNEL, USE_BWD_KERNEL: a GEMM, a collective, a view, ...); with
  * fused kernels, an op that may run in a GEMM's epilogue (USE_EPI) or any
- * other reader (USE_NOT_EPI).
+ * other reader (USE_NOT_EPI), and an op a fused kernel may take in (USE_FUSED).
  */
 enum {
     USE_FWD = 1,
@@ -1337,7 +1342,8 @@ enum {
     USE_FWD_KERNEL = 4,
     USE_BWD_KERNEL = 8,
     USE_EPI = 16,
-    USE_NOT_EPI = 32
+    USE_NOT_EPI = 32,
+    USE_FUSED = 64
 };
 
 /*
@@ -1355,6 +1361,7 @@ fusable(const work_opts *wo, ir_id op)
 {
     return wo->fusable != NULL && wo->fusable[op];
 }
+
 
 /*
  * Adds op's compute terms (xform_work_bound's first six) to w: its FLOPs and
@@ -1434,6 +1441,147 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit
     return 0;
 }
 
+/* At most this many compute ops between a reduction and its reader (emitted_reductions). */
+#define LATE_MAX 4
+
+/*
+ * Whether, with fused kernels, the kernel holding op y may hold no op after
+ * it that is not in its region's prefix: y is one no kernel takes in (a
+ * kernel of its own), a row-wise one (nothing fuses after it), or an
+ * element-wise one that no element-wise op's result feeds (it starts its
+ * kernel: lib/sim/fuse.c joins an op only to the open group of one of its
+ * inputs' makers) and no op a kernel may take in reads (nothing joins it).
+ */
+static int
+kernel_closed(const xf_ctx *c, const work_opts *wo, ir_id y)
+{
+    const ir_op *o = &c->m->ops[y];
+    if (!fusable(wo, y) || wo->fusable[y] == FUS_ROW)
+        return 1;
+    if (wo->fusable[y] != FUS_ELEM)
+        return 0;
+    for (uint32_t i = 0; i < o->ninput; i++) {
+        ir_id d = c->m->values[c->m->refs[o->inputs + i]].def;
+        if (d != 0 && wo->fusable[d] == FUS_ELEM)
+            return 0;
+    }
+    for (uint32_t i = 0; i < o->noutput; i++)
+        if (wo->used[o->outputs + i] & USE_FUSED)
+            return 0;
+    return 1;
+}
+
+/*
+ * Whether op e may be in a fused group whose first op is d or before it
+ * (lib/sim/fuse.c: a group's ops are element-wise but its last, which may
+ * be row-wise, and every input of theirs is made before the first op or in
+ * the group): e is d, or an op a kernel may take in every input of which
+ * is made before d or by an op that may be in it too. depth bounds the
+ * recursion (beyond it: may).
+ */
+static int
+may_be_in(const xf_ctx *c, const work_opts *wo, const uint32_t *pos, ir_id e, ir_id d,
+          int depth)
+{
+    const ir_op *o = &c->m->ops[e];
+    if (e == d)
+        return 1;
+    if (pos[e] == 0 || (wo->fusable[e] != FUS_ELEM && wo->fusable[e] != FUS_ROW))
+        return 0;
+    if (depth == 0)
+        return 1;
+    for (uint32_t i = 0; i < o->ninput; i++) {
+        ir_id f = c->m->values[c->m->refs[o->inputs + i]].def;
+        if (f != 0 && pos[f] >= pos[d] && !may_be_in(c, wo, pos, f, d, depth - 1))
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * Whether op y may join the fused group of its input i's maker d (both in
+ * the chunk's order: pos, 1-based, 0 for an op of another program): d is
+ * element-wise (a group is open only after such an op), and every other
+ * input of y is made before d or by an op that may be in d's group
+ * (may_be_in).
+ */
+static int
+may_join(const xf_ctx *c, const work_opts *wo, const uint32_t *pos, ir_id y, uint32_t i)
+{
+    const ir_module *m = c->m;
+    const ir_op *o = &m->ops[y];
+    ir_id d = m->values[m->refs[o->inputs + i]].def;
+    if (d == 0 || pos[d] == 0 || wo->fusable[d] != FUS_ELEM)
+        return 0;
+    for (uint32_t k = 0; k < o->ninput; k++) {
+        ir_id e = m->values[m->refs[o->inputs + k]].def;
+        if (k != i && e != 0 && pos[e] > pos[d] && !may_be_in(c, wo, pos, e, d, 8))
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * Whether, with whatever fused kernels, the kernel that makes order[p]'s
+ * result X ends at X's place in order (it may have begun earlier), but for
+ * the ops between its start and X that are not its own, which are then put
+ * in *extra (*nextra of them, at most LATE_MAX): they may run after it,
+ * while X's collective does. X is an op no kernel takes in; or one a
+ * kernel may take in but not a GEMM's epilogue, whose kernel starts at X or
+ * at one of the element-wise ops it may join through (may_join),
+ * transitively. Walking back from X to the last of those, every other
+ * compute op met must be one whose kernel holds nothing after it
+ * (kernel_closed) and no GEMM (counted quantized, more than its terms): a
+ * kernel that may hold later ops (after X's reader, counted there) could
+ * run them inside the interval. pos: 1-based places in order.
+ */
+static int
+kernel_ends_at(const xf_ctx *c, const work_opts *wo, const ir_id *order, const uint32_t *pos,
+               uint32_t p, ir_id *extra, uint32_t *nextra)
+{
+    const ir_module *m = c->m;
+    ir_id x = order[p];
+    uint32_t need = 0;
+    uint8_t *mark;
+    int ok = 0;
+    *nextra = 0;
+    if (!fusable(wo, x))
+        return 1;
+    if (wo->fusable[x] == FUS_EPI)
+        return 0;
+    mark = di_xcalloc(m->nop ? m->nop : 1, 1);
+    for (uint32_t q = p + 1; q-- > 0;) {
+        ir_id y = order[q];
+        const ir_op *o = &m->ops[y];
+        if (q < p) {
+            if (!mark[y]) {
+                xform_op_bound t;
+                if (ir_opkind_info(o->kind)->flags & (IR_OPF_FREE | IR_OPF_COMM))
+                    continue;
+                if (*nextra == LATE_MAX || !kernel_closed(c, wo, y) ||
+                    (c->cost.op_bound(c->cost.ctx, m, y, wo->tf32, &t) && t.gemm))
+                    break;
+                extra[(*nextra)++] = y;
+                continue;
+            }
+            need--;
+        }
+        for (uint32_t i = 0; i < o->ninput; i++) {
+            ir_id d = m->values[m->refs[o->inputs + i]].def;
+            if (d != 0 && !mark[d] && may_join(c, wo, pos, y, i)) {
+                mark[d] = 1;
+                need++;
+            }
+        }
+        if (need == 0) {
+            ok = 1;
+            break;
+        }
+    }
+    di_free(mark);
+    return ok;
+}
+
 /*
  * Adds op's lower-bound terms (xform_work_bound) to its layer's slot k of
  * per (add_terms) and, in the forward slot (0), its tensor-axis reduction;
@@ -1457,12 +1605,24 @@ add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, const work_opts *wo, do
         break;
     case 0:
         break;
-    default:
+    case 2: {
         /*
-         * Nothing to count, or an op a fused kernel may take in: that kernel may
-         * run the ops after it too, so its result's collective is not counted.
+         * An op a fused kernel may take in: its result's collective counts only
+         * when the kernel surely ends at it with none of another kernel's ops
+         * since its start (kernel_ends_at, on the forward's order): one that
+         * began earlier could let them run after it, beside the collective.
          */
-        return;
+        ir_id extra[LATE_MAX];
+        uint32_t nextra;
+        if (k != 0 || wo->fwd_pos == NULL ||
+            !kernel_ends_at(c, wo, c->m->regions[c->func].ops, wo->fwd_pos, pos[op], extra,
+                            &nextra) ||
+            nextra > 0)
+            return;
+        break;
+    }
+    default:
+        return; /* nothing to count */
     }
     if (k == 0 && (kind = tp_reduced_next(c, pos, op, &next)) != 0) {
         /* w[6], w[7]: reduce-scatters and all-gathers; w[8], w[9]: all-reduces. */
@@ -1513,8 +1673,6 @@ least_row(const double *a, size_t row, uint32_t L)
     return least;
 }
 
-/* At most this many compute ops between a reduction and its reader (emitted_reductions). */
-#define LATE_MAX 4
 
 /* Bytes of v one device holds at least while v is live (work_set_min). */
 static uint64_t
@@ -1597,6 +1755,22 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
     return n;
 }
 
+
+/* The gradient contributions op y makes (marked in leaf) into between terms (BETWEEN_TERMS). */
+static void
+leaf_terms(const xf_ctx *c, ir_id y, const uint8_t *leaf, double *terms)
+{
+    const ir_module *m = c->m;
+    for (uint32_t i = 0; i < m->ops[y].noutput; i++) {
+        ir_id v = m->ops[y].outputs + i;
+        if (leaf[v]) {
+            double vb = (double)ir_type_bytes(m, m->values[v].type);
+            terms[WORK_TERMS] += XF_IS_S(c->place[v].a[XF_TP]) ? vb / c->n[XF_TP] : vb;
+            terms[WORK_TERMS + 1] += 1;
+        }
+    }
+}
+
 /*
  * The tensor-axis collectives a backward chunk's compute stream waits for,
  * on its emitted order (emitted_order; the repeated forward's included,
@@ -1620,9 +1794,11 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
  * (BETWEEN_TERMS each: with the gradient contributions they make, marked in
  * leaf, whose accumulations the pipeline assembly emits right after them);
  * X repeated (set): the same to rred, rlate, rbetween. With fused kernels
- * neither X nor an op between may be one a fused kernel can take in: that
- * kernel may run later ops (a row-wise op after R whose terms are counted)
- * at its place, inside the interval.
+ * X's kernel must end at X's place (kernel_ends_at): its end, after every
+ * op it holds, is the interval's start; and an op between may not be an
+ * element-wise one a fused kernel can take in: its kernel may hold later ops
+ * (after R, whose terms are counted) and run them at its place, inside the
+ * interval. A row-wise op ends its kernel: nothing after it fuses.
  */
 static void
 emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_t *set,
@@ -1632,17 +1808,33 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
 {
     const ir_module *m = c->m;
     uint32_t busy = 0; /* the place after the last counted pair's reader */
+    uint32_t *pos = NULL;
+    if (wo->fusable != NULL) {
+        pos = di_xcalloc(m->nop ? m->nop : 1, sizeof *pos);
+        for (uint32_t p = 0; p < n; p++)
+            pos[order[p]] = p + 1;
+    }
     for (uint32_t p = 0; p < n; p++) {
         ir_id x = order[p], out = tp_unreplicated_result(c, x);
         int32_t li = xf_layer_index(c, c->op[x].layer);
         double terms[BETWEEN_TERMS] = {0}, flop_s;
         uint32_t nbetween = 0;
         size_t at = 0; /* the reader's collective: at ar for an all-reduce */
-        if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer || fusable(wo, x))
+        ir_id extra[LATE_MAX];
+        uint32_t nextra;
+        if (out == 0 || p < busy || li < 0 || (uint32_t)li >= c->nlayer ||
+            !kernel_ends_at(c, wo, order, pos, p, extra, &nextra))
             continue;
+        /* The ops before X that may run after its kernel: between it and R. */
+        for (uint32_t k = 0; k < nextra; k++) {
+            if (add_terms(c, extra[k], wo, SLOT_RE, SLOT_BIT(4), terms, &flop_s) == 1)
+                break; /* not a GEMM: kernel_ends_at */
+            leaf_terms(c, extra[k], leaf, terms);
+        }
+        nbetween = nextra;
         for (uint32_t q = p + 1; q < n; q++) {
             ir_id y = order[q];
-            int reads = 0, direct = 0, other = 0;
+            int reads = 0, direct = 0, other = 0, terms_of;
             if (ir_opkind_info(m->ops[y].kind)->flags & IR_OPF_FREE)
                 continue;
             if ((ir_opkind_info(m->ops[y].kind)->flags & IR_OPF_COMM) ||
@@ -1681,19 +1873,19 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                 busy = q + 1;
                 break;
             }
-            if (++nbetween > LATE_MAX ||
-                add_terms(c, y, wo, SLOT_RE, SLOT_BIT(4), terms, &flop_s) >= 1)
+            if (++nbetween > LATE_MAX)
                 break;
-            for (uint32_t i = 0; i < m->ops[y].noutput; i++) {
-                ir_id v = m->ops[y].outputs + i;
-                if (leaf[v]) {
-                    double vb = (double)ir_type_bytes(m, m->values[v].type);
-                    terms[WORK_TERMS] += XF_IS_S(c->place[v].a[XF_TP]) ? vb / c->n[XF_TP] : vb;
-                    terms[WORK_TERMS + 1] += 1;
-                }
-            }
+            /*
+             * Not a GEMM, nor an op a fused kernel may take in but a row-wise one,
+             * which ends its kernel: no op after R runs in it, inside the interval.
+             */
+            terms_of = add_terms(c, y, wo, SLOT_RE, SLOT_BIT(4), terms, &flop_s);
+            if (terms_of == 1 || (terms_of == 2 && !kernel_closed(c, wo, y)))
+                break;
+            leaf_terms(c, y, leaf, terms);
         }
     }
+    di_free(pos);
 }
 
 /*
@@ -1950,6 +2142,8 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     ir_id *fops, *bops, *re, *rest, *bseq; /* rest, bseq: xf_recompute_ops' rest, and placed */
     int32_t *home;
     uint32_t *pos; /* per op: its place in the function */
+    uint32_t *fpos = NULL; /* with fused kernels: work_opts.fwd_pos */
+    work_opts wf;          /* wo with fwd_pos */
     uint8_t *set;  /* per op: repeated by the mode at hand where first used (xf_recompute_ops) */
     uint8_t *rep;  /* per op: repeated by the mode at hand (set and xf_recompute_ops' rest) */
     uint8_t *inl;  /* per place in the function: its op is in a layer of c */
@@ -1985,6 +2179,15 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     inl = di_xmalloc((r->nop + 1) * sizeof *inl);
     for (uint32_t i = 0; i < r->nop; i++)
         pos[r->ops[i]] = i;
+    wf = *wo;
+    if (wo->fusable != NULL) {
+        /* The forward chunk's order, for its fused kernels (add_work). */
+        fpos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *fpos);
+        for (uint32_t i = 0; i < r->nop; i++)
+            if (c->op[r->ops[i]].phase == XF_PH_FORWARD)
+                fpos[r->ops[i]] = i + 1;
+        wf.fwd_pos = fpos;
+    }
     for (uint32_t i = 0; i < r->nop; i++) {
         ir_id op = r->ops[i];
         int fwd = c->op[op].phase == XF_PH_FORWARD;
@@ -2006,7 +2209,7 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
         else if (c->op[op].phase == XF_PH_BACKWARD)
             bops[nb++] = op;
         if (c->op[op].phase != XF_PH_STEP)
-            add_work(c, pos, op, wo, per, L, fwd ? 0 : 1, &g);
+            add_work(c, pos, op, &wf, per, L, fwd ? 0 : 1, &g);
         /*
          * Ops outside the layers before the first layer's forward (the
          * embedding) and after the last's (the head and the loss), and their
@@ -2135,6 +2338,7 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     di_free(redn);
     di_free(laten);
     di_free(pos);
+    di_free(fpos);
     di_free(inl);
     di_free(set);
     di_free(home);
@@ -2156,9 +2360,12 @@ op_fusable(const xf_ctx *c, const work_opts *wo)
         if (!c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t))
             continue;
         if (wo->epilogues && t.epilogue)
-            f[op] = 2;
-        else if (t.fuse != XFORM_FUSE_NONE)
-            f[op] = 1;
+            f[op] = FUS_EPI;
+        else if (t.fuse != XFORM_FUSE_NONE && !(c->m->ops[op].nattr &&
+                                               (ir_op_attr(c->m, op, "dist.accumulate") != NULL ||
+                                                ir_op_attr(c->m, op, "dist.mem") != NULL)))
+            /* lib/sim/fuse.c fuses no accumulation, nor an op with a memory class */
+            f[op] = t.fuse == XFORM_FUSE_ROW ? FUS_ROW : FUS_ELEM;
     }
     return f;
 }
@@ -2177,7 +2384,9 @@ value_uses(const xf_ctx *c, const work_opts *wo)
             continue;
         if (!fusable(wo, op))
             bits |= fwd ? USE_FWD_KERNEL : USE_BWD_KERNEL;
-        bits |= wo->fusable != NULL && wo->fusable[op] == 2 ? USE_EPI : USE_NOT_EPI;
+        else
+            bits |= USE_FUSED;
+        bits |= wo->fusable != NULL && wo->fusable[op] == FUS_EPI ? USE_EPI : USE_NOT_EPI;
         for (uint32_t i = 0; i < o->ninput; i++)
             used[m->refs[o->inputs + i]] |= bits;
     }
@@ -2197,7 +2406,7 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     uint8_t *full, *used;
     work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, (flags & XFORM_ANALYSIS_FUSED) != 0,
                     (flags & XFORM_ANALYSIS_FUSED) && !(flags & XFORM_ANALYSIS_NO_GRAD_ACCUM_FUSION),
-                    NULL, NULL, NULL};
+                    NULL, NULL, NULL, NULL};
     uint8_t *fus = NULL;
     int rc, have2;
     memset(out, 0, sizeof *out);
