@@ -1799,11 +1799,14 @@ test_time_bound_tight(void **state)
  * whose host cost and eager softmax fallback (16 heads over tp 8 with
  * micro-batch 1) the fused runs of distir validate have. The mean ratios are
  * printed; the bf16 GPT of test_time_bound_tight's space is bounded at
- * FUSED_BOUND_TIGHT on average at least (0.678 measured; 0.804 unfused),
- * FUSED_BOUND_BEFORE without the kernels' inputs.
+ * FUSED_BOUND_TIGHT on average at least (0.766 measured; 0.811 unfused;
+ * 0.746 when a reduction after an op a kernel may take in was never counted,
+ * 0.678 before the kernels' inputs); the two-node GPT's time bound at
+ * FUSED_BOUND_TWO_NODES (0.642 measured; 0.572 when such a reduction was
+ * never counted: kernel_ends_at).
  */
-#define FUSED_BOUND_TIGHT 0.665
-#define FUSED_BOUND_BEFORE 0.650
+#define FUSED_BOUND_TIGHT 0.755
+#define FUSED_BOUND_TWO_NODES 0.62
 static void
 test_bounds_fused(void **state)
 {
@@ -1818,6 +1821,7 @@ test_bounds_fused(void **state)
     };
     search_config cfg;
     di_error err;
+    double ratio;
     (void)state;
     for (size_t j = 0; j < 2 * (sizeof cases / sizeof cases[0]); j++) {
         size_t i = j / 2;
@@ -1866,7 +1870,9 @@ test_bounds_fused(void **state)
             assert_int_equal(search_config_set(&cfg, "zero", "0", &err), 0);
             break;
         }
-        bound_ratio(m, preset(cases[i].hw), &cfg, (int)(j % 2), 8); /* time, then memory */
+        ratio = bound_ratio(m, preset(cases[i].hw), &cfg, (int)(j % 2), 8); /* time, memory */
+        if (cases[i].model == 4 && j % 2 == 0) /* tensor parallelism over two nodes, sp */
+            assert_true(ratio >= FUSED_BOUND_TWO_NODES);
     }
     assert_true(tight_space_ratio(1) >= FUSED_BOUND_TIGHT);
 }
