@@ -1982,6 +1982,7 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
     const ir_module *m = c->m;
     uint32_t L = c->nlayer, n, nev = 0, cap = 0;
     uint32_t *epos, *last, *kin, *wfirst, *wlast;
+    uint8_t *stored; /* per value: with fused kernels, surely stored (a reader outside its kernel) */
     ir_id *order, *stack;
     ws_event *ev = NULL;
     uint64_t *most, *wat, *fat, least = 0;
@@ -1997,6 +1998,7 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
     last = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *last);
     wfirst = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *wfirst);
     wlast = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *wlast);
+    stored = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
     most = di_xcalloc(L, sizeof *most);
     wat = di_xcalloc(L, sizeof *wat);
     fat = di_xcalloc(L, sizeof *fat);
@@ -2008,6 +2010,11 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
         for (uint32_t k = 0; k < o->ninput; k++) {
             /* A view's reader reads its storage, which the simulator keeps as long. */
             ir_id v = storage_of(c, m->refs[o->inputs + k]), d = m->values[v].def;
+            ir_id rv = m->refs[o->inputs + k], rd = m->values[rv].def;
+            /* Read by an op that cannot be in its maker's fused group: stored. */
+            if (rd != 0 && epos[rd] && fusable(wo, rd) &&
+                (!fusable(wo, order[p - 1]) || !may_be_in(c, wo, epos, order[p - 1], rd, 8)))
+                stored[rv] = 1;
             if (d && epos[d] && c->op[d].layer == layer && last[v] < p)
                 last[v] = p;
             /* A weight: its readers of the layer that reads it first. */
@@ -2043,7 +2050,7 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
             ir_id v = o->outputs + i;
             uint64_t b;
             /* Read only in GEMM epilogues (a weight gradient, its cast): maybe never stored. */
-            if ((internal && !(wo->used[v] & USE_BWD_KERNEL)) ||
+            if ((internal && !(wo->used[v] & USE_BWD_KERNEL) && !stored[v]) ||
                 (wo->used[v] & (USE_EPI | USE_NOT_EPI)) == USE_EPI)
                 continue;
             if (!XF_IS_S(mb[v].a[XF_MB])) {
@@ -2119,6 +2126,7 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
     di_free(fm);
     di_free(wfirst);
     di_free(wlast);
+    di_free(stored);
     di_free(last);
     di_free(stack);
     di_free(order);
