@@ -108,6 +108,12 @@ uint64_t cli_module_parameters(const ir_module *m);
 
 /* Option parsing helpers: match "--name VALUE" or "--name=VALUE". */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
+/*
+ * A two-valued option `name` at argv[*i] (`on` or `off`): 1 taken, *on_set
+ * whether it was `on`; 0 not this option; -1 a usage error, reported.
+ */
+int cli_two_valued(int argc, char **argv, int *i, const char *name, const char *on,
+                   const char *off, int *on_set);
 int cli_flag(const char *arg, const char *name);
 /*
  * The simulation options at argv[*i]: --math tf32|ieee into *tf32, --kernels fused|eager

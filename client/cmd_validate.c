@@ -152,7 +152,7 @@ int
 cmd_validate(int argc, char **argv)
 {
     const char *runs = NULL, *hwname = "a100-vtrain", *v;
-    int json = 0, no_gaf = 0;
+    int json = 0, gaf = 1;
     uint32_t sample = 0, n = 0, nidx = 0, ngroup = 0;
     validate_row *rows = NULL;
     validate_setup setup;
@@ -187,14 +187,10 @@ cmd_validate(int argc, char **argv)
                 return CLI_USAGE;
             }
             sample = (uint32_t)k;
-        } else if ((r = cli_opt(argc, argv, &i, "--grad-accum-fusion", &v)) != 0) {
+        } else if ((r = cli_two_valued(argc, argv, &i, "--grad-accum-fusion", "on", "off",
+                                       &gaf)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
-            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
-                cli_error("--grad-accum-fusion takes on or off, got '%s'", v);
-                return CLI_USAGE;
-            }
-            no_gaf = strcmp(v, "off") == 0;
         } else {
             cli_error("unknown option '%s'", argv[i]);
             return cli_usage(usage);
@@ -203,7 +199,7 @@ cmd_validate(int argc, char **argv)
     if (runs == NULL)
         return cli_usage(usage);
     validate_setup_default(&setup);
-    setup.no_grad_accum_fusion = no_gaf;
+    setup.no_grad_accum_fusion = !gaf;
     if (hw_load(hwname, &hw, &err) != 0) {
         cli_error("%s", err.msg);
         return CLI_FAIL;

@@ -95,12 +95,8 @@ cli_opt(int argc, char **argv, int *i, const char *name, const char **value)
     return 1;
 }
 
-/*
- * A two-valued option `name` at argv[*i] (`on` or `off`): 1 taken, *on_set
- * whether it was `on`; 0 not this option; -1 a usage error, reported.
- */
-static int
-two_valued(int argc, char **argv, int *i, const char *name, const char *on, const char *off,
+int
+cli_two_valued(int argc, char **argv, int *i, const char *name, const char *on, const char *off,
            int *on_set)
 {
     const char *v;
@@ -119,14 +115,14 @@ int
 cli_sim_opt(int argc, char **argv, int *i, int *tf32, int *fuse, int *no_gaf, int *kernels)
 {
     int r, on;
-    if ((r = two_valued(argc, argv, i, "--math", "tf32", "ieee", tf32)) != 0)
+    if ((r = cli_two_valued(argc, argv, i, "--math", "tf32", "ieee", tf32)) != 0)
         return r;
-    if ((r = two_valued(argc, argv, i, "--grad-accum-fusion", "on", "off", &on)) != 0) {
+    if ((r = cli_two_valued(argc, argv, i, "--grad-accum-fusion", "on", "off", &on)) != 0) {
         if (r > 0)
             *no_gaf = !on;
         return r;
     }
-    if ((r = two_valued(argc, argv, i, "--kernels", "fused", "eager", fuse)) != 0) {
+    if ((r = cli_two_valued(argc, argv, i, "--kernels", "fused", "eager", fuse)) != 0) {
         if (r > 0)
             *kernels = 1;
         return r;

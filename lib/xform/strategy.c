@@ -1592,44 +1592,34 @@ add_work(const xf_ctx *c, const uint32_t *pos, ir_id op, const work_opts *wo, do
          uint32_t L, uint32_t k, gemm_list *g)
 {
     int32_t li = xf_layer_index(c, c->op[op].layer);
-    ir_id next;
+    ir_id next, extra[LATE_MAX];
+    uint32_t nextra;
     double flop_s, *w;
-    int kind;
+    int kind, terms;
     if (li < 0 || (uint32_t)li >= L)
         return;
     w = &per[((size_t)k * L + (uint32_t)li) * WORK_TERMS];
-    switch (add_terms(c, op, wo, k == 0 ? SLOT_FWD : k == 1 ? SLOT_BWD : SLOT_RE, SLOT_BIT(k), w,
-                      &flop_s)) {
-    case 1:
+    terms = add_terms(c, op, wo, k == 0 ? SLOT_FWD : k == 1 ? SLOT_BWD : SLOT_RE, SLOT_BIT(k), w,
+                      &flop_s);
+    if (terms == 1)
         add_gemm(c, g, op, (uint32_t)li, k, flop_s);
-        break;
-    case 0:
-        break;
-    case 2: {
-        /*
-         * An op a fused kernel may take in: its result's collective counts only
-         * when the kernel surely ends at it with none of another kernel's ops
-         * since its start (kernel_ends_at, on the forward's order): one that
-         * began earlier could let them run after it, beside the collective.
-         */
-        ir_id extra[LATE_MAX];
-        uint32_t nextra;
-        if (k != 0 || wo->fwd_pos == NULL ||
-            !kernel_ends_at(c, wo, c->m->regions[c->func].ops, wo->fwd_pos, pos[op], extra,
-                            &nextra) ||
-            nextra > 0)
-            return;
-        break;
-    }
-    default:
-        return; /* nothing to count */
-    }
-    if (k == 0 && (kind = tp_reduced_next(c, pos, op, &next)) != 0) {
-        /* w[6], w[7]: reduce-scatters and all-gathers; w[8], w[9]: all-reduces. */
-        int at = kind == 2 ? 8 : 6;
-        w[at] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
-        w[at + 1] += 1;
-    }
+    if (terms < 0 || k != 0 || (kind = tp_reduced_next(c, pos, op, &next)) == 0)
+        return;
+    /*
+     * An op a fused kernel may take in (terms 2): its result's collective counts
+     * only when the kernel surely ends at it with none of another kernel's ops
+     * since its start (kernel_ends_at, on the forward's order): one that began
+     * earlier could let them run after it, beside the collective.
+     */
+    if (terms == 2 &&
+        (wo->fwd_pos == NULL ||
+         !kernel_ends_at(c, wo, c->m->regions[c->func].ops, wo->fwd_pos, pos[op], extra,
+                         &nextra) ||
+         nextra > 0))
+        return;
+    /* w[6], w[7]: reduce-scatters and all-gathers; w[8], w[9]: all-reduces. */
+    w[kind == 2 ? 8 : 6] += (double)ir_type_bytes(c->m, c->m->values[c->m->ops[op].outputs].type);
+    w[kind == 2 ? 9 : 7] += 1;
 }
 
 /* Terms w (WORK_TERMS) as an xform_work_bound. */
@@ -1982,7 +1972,7 @@ work_set_min(const xf_ctx *c, const work_opts *wo, const xf_place *mb, const ir_
     const ir_module *m = c->m;
     uint32_t L = c->nlayer, n, nev = 0, cap = 0;
     uint32_t *epos, *last, *kin, *wfirst, *wlast;
-    uint8_t *stored; /* per value: with fused kernels, surely stored (a reader outside its kernel) */
+    uint8_t *stored; /* per value: with fused kernels, surely stored (read outside its kernel) */
     ir_id *order, *stack;
     ws_event *ev = NULL;
     uint64_t *most, *wat, *fat, least = 0;
@@ -2412,9 +2402,10 @@ xform_layer_analysis(const ir_module *m, const strategy *s, const hw_model *hw, 
     strategy s2;
     di_error err2;
     uint8_t *full, *used;
-    work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, (flags & XFORM_ANALYSIS_FUSED) != 0,
-                    (flags & XFORM_ANALYSIS_FUSED) && !(flags & XFORM_ANALYSIS_NO_GRAD_ACCUM_FUSION),
-                    NULL, NULL, NULL, NULL};
+    int fused = (flags & XFORM_ANALYSIS_FUSED) != 0;
+    work_opts wo = {(flags & XFORM_ANALYSIS_TF32) != 0, fused,
+                    fused && !(flags & XFORM_ANALYSIS_NO_GRAD_ACCUM_FUSION), NULL, NULL, NULL,
+                    NULL};
     uint8_t *fus = NULL;
     int rc, have2;
     memset(out, 0, sizeof *out);
