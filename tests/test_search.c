@@ -777,6 +777,19 @@ test_brute_force(void **state)
             assert_int_equal(search_config_set(&cfg, "zero", "1,2", &err), 0);
             assert_int_equal(search_config_set(&cfg, "microbatches", "1,2", &err), 0);
         }
+        {
+            /*
+             * On 6 devices pp 3 cuts the 4 layers unevenly (balanced by cost): brute force
+             * checks those candidates' bounds and composed estimates too.
+             */
+            search_space sp;
+            uint64_t nuneven = 0;
+            space_ok(&sp, m, hw, &cfg);
+            for (uint64_t k = 0; k < sp.ncandidate; k++)
+                nuneven += sp.layers % sp.candidates[k].pp != 0;
+            assert_true((nuneven > 0) == (cases[i].devices == 6));
+            search_space_fini(&sp);
+        }
         check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed, &nduplicate);
         assert_true(nfeasible > 0);
         assert_true((ncomposed > 0) == (cases[i].model == 2));
@@ -2508,9 +2521,10 @@ test_space(void **state)
             assert_int_equal(c->sequence_parallel, 0);
         assert_int_equal(c->pp == 1, c->schedule == STRATEGY_SCHEDULE_DEFAULT);
         if (c->schedule == STRATEGY_SCHEDULE_INTERLEAVED)
-            assert_true(c->virtual_stages >= 2 && 6 % c->virtual_stages == 0);
+            assert_true(c->virtual_stages >= 2 && 6 % c->virtual_stages == 0 && c->pp != 4);
         else
             assert_int_equal(c->virtual_stages, 1);
+        assert_true(c->pp <= 6); /* at most a model stage per layer */
         if (c->pp != last_pp || c->tp != last_tp) {
             assert_true(c->pp > last_pp || (c->pp == last_pp && c->tp > last_tp));
             last_pp = c->pp;
@@ -2521,10 +2535,11 @@ test_space(void **state)
             assert_true(memcmp(c, c - 1, sizeof *c) != 0);
     }
     /*
-     * Ordered triples with product 12 whose pp divides the 6 layers (the space keeps
-     * equal stages): pp 1, 2, 3, 6 leave 6 + 4 + 3 + 2 = 15 (tp, dp) pairs.
+     * Ordered triples with product 12 and pp at most the 6 layers: pp 1, 2, 3, 4, 6
+     * leave 6 + 4 + 3 + 2 + 2 = 17 (tp, dp) pairs (pp 4 cuts the layers unevenly,
+     * without interleaving: 4 x V does not divide 6).
      */
-    assert_int_equal(triples, 15);
+    assert_int_equal(triples, 17);
     search_space_fini(&sp);
 
     assert_int_equal(search_config_set(&cfg, "tp", "1,3", &err), 0);
@@ -2606,13 +2621,16 @@ test_order_golden(void **state)
 static void
 test_pruned_indivisible(void **state)
 {
-    /* 5 heads and 5 layers: tp in {2, 4, 8} and pp in {2, 4, 8} cannot apply. */
+    /*
+     * 5 heads and 5 layers: tp in {2, 4, 8} cannot apply; pp 2 and 4 cut the layers
+     * unevenly (balanced by cost), and pp 8, more stages than layers, is not in the space.
+     */
     ir_module *m = gpt(5, 40, 5, 8, 8);
     hw_model *hw = preset("a100-dgx");
     search_config cfg;
     search_space sp;
     search_evaluator ev;
-    uint64_t pruned = 0, ok = 0;
+    uint64_t pruned = 0, ok = 0, uneven = 0;
     (void)state;
     small_config(&cfg, 8);
     space_ok(&sp, m, hw, &cfg);
@@ -2621,7 +2639,8 @@ test_pruned_indivisible(void **state)
         const search_candidate *c = &sp.candidates[i];
         search_point p;
         int st = search_eval(&ev, c, &p);
-        if (c->tp > 1 || c->pp > 1) {
+        assert_true(c->pp <= 5);
+        if (c->tp > 1) {
             strategy s;
             di_error err;
             assert_int_equal(st, SEARCH_INDIVISIBLE);
@@ -2632,11 +2651,13 @@ test_pruned_indivisible(void **state)
             strategy_fini(&s);
             pruned++;
         } else {
-            assert_int_equal(st, SEARCH_OK);
-            ok++;
+            /* 1F1B of one microbatch runs as GPipe: a duplicate. */
+            assert_true(st == SEARCH_OK || (c->pp > 1 && st == SEARCH_DUPLICATE));
+            ok += st == SEARCH_OK;
+            uneven += c->pp > 1 && st == SEARCH_OK;
         }
     }
-    assert_true(pruned > 0 && ok > 0);
+    assert_true(pruned > 0 && ok > 0 && uneven > 0);
     search_evaluator_fini(&ev);
     search_space_fini(&sp);
     hw_free(hw);

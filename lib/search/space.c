@@ -449,8 +449,13 @@ enumerate_on(space_builder *b, uint32_t n)
     for (uint32_t i = 0; i < npps; i++) {
         uint32_t pp = pps[i];
         uint32_t ntps, ncps;
-        /* The space keeps pipelines whose stages hold equal layer counts. */
-        if (!in_set(cfg->pp, cfg->npp, pp) || (sp->layers && pp > 1 && sp->layers % pp != 0))
+        /*
+         * At most one model stage per layer. A pp that does not divide the layers
+         * (Llama-3.1-405B's 126 on pp 16) cuts them balanced by cost (xform stages.c),
+         * for GPipe and 1F1B: interleaving needs pp x V to divide them.
+         */
+        int uneven = sp->layers && sp->layers % pp != 0;
+        if (!in_set(cfg->pp, cfg->npp, pp) || (sp->layers && pp > sp->layers))
             continue;
         ntps = divisors(n / pp, &tps);
         ncps = cp_list(sp, n / pp, &cps);
@@ -485,7 +490,7 @@ enumerate_on(space_builder *b, uint32_t n)
                     c.schedule = (uint8_t)s;
                     push_options(b, &c);
                 }
-                if (!in_mask(cfg->schedules, STRATEGY_SCHEDULE_INTERLEAVED))
+                if (uneven || !in_mask(cfg->schedules, STRATEGY_SCHEDULE_INTERLEAVED))
                     continue;
                 c.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
                 for (uint32_t v = 0; v < nvs; v++) {
