@@ -711,13 +711,15 @@ test_brute_force(void **state)
                       where the data-parallel communication bound the time bound has exceeds
                       its compute bound for some ZeRO-3 candidates, 7 a bf16 GPT of long
                       sequences on two nodes, whose tensor-parallel collectives (across the
-                      nodes from tp 16) weigh in the step, with selective recomputation */
+                      nodes from tp 16) weigh in the step, with selective recomputation;
+                      8 a GPT of 7 layers: pp 2 and 4 and interleaving over pp 2 x V 2 cut
+                      them unevenly */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
         {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
         {"a100-dgx", 4, 4}, {"a100-dgx", 4, 5}, {"a100-dgx:2", 16, 6},
-        {"a100-dgx:2", 16, 7},
+        {"a100-dgx:2", 16, 7}, {"a100-dgx", 4, 8},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -727,6 +729,7 @@ test_brute_force(void **state)
                        : cases[i].model == 5 ? llama(4, 64, 4, 2, 16, 8)
                        : cases[i].model == 6 ? gpt_as(4, 1920, 6, 8, 24, 1)
                        : cases[i].model == 7 ? gpt_as(2, 512, 16, 1024, 8, 1)
+                       : cases[i].model == 8 ? gpt(7, 48, 6, 8, 24)
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
@@ -773,21 +776,31 @@ test_brute_force(void **state)
             assert_int_equal(search_config_set(&cfg, "zero", "0", &err), 0);
             assert_int_equal(search_config_set(&cfg, "tp", "8,16", &err), 0);
         }
+        if (cases[i].model == 8) {
+            assert_int_equal(search_config_set(&cfg, "microbatches", "2,4,8", &err), 0);
+            assert_int_equal(search_config_set(&cfg, "schedule", "1f1b,interleaved", &err), 0);
+        }
         if (cases[i].model == 3) {
             assert_int_equal(search_config_set(&cfg, "zero", "1,2", &err), 0);
             assert_int_equal(search_config_set(&cfg, "microbatches", "1,2", &err), 0);
         }
         {
             /*
-             * On 6 devices pp 3 cuts the 4 layers unevenly (balanced by cost): brute force
-             * checks those candidates' bounds and composed estimates too.
+             * On 6 devices pp 3 cuts the 4 layers unevenly (balanced by cost), and on model
+             * 8 pp 4 and pp 2 x V 2 the 7: brute force checks those candidates' bounds and
+             * composed estimates too.
              */
             search_space sp;
-            uint64_t nuneven = 0;
+            uint64_t nuneven = 0, ninterleaved = 0;
             space_ok(&sp, m, hw, &cfg);
-            for (uint64_t k = 0; k < sp.ncandidate; k++)
-                nuneven += sp.layers % sp.candidates[k].pp != 0;
-            assert_true((nuneven > 0) == (cases[i].devices == 6));
+            for (uint64_t k = 0; k < sp.ncandidate; k++) {
+                const search_candidate *c = &sp.candidates[k];
+                uint32_t K = c->pp * (c->virtual_stages ? c->virtual_stages : 1);
+                nuneven += sp.layers % K != 0;
+                ninterleaved += sp.layers % K != 0 && c->virtual_stages > 1;
+            }
+            assert_true((nuneven > 0) == (cases[i].devices == 6 || cases[i].model == 8));
+            assert_true((ninterleaved > 0) == (cases[i].model == 8));
             search_space_fini(&sp);
         }
         check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed, &nduplicate);
@@ -2581,9 +2594,10 @@ test_order_golden(void **state)
         /* dp tp pp m schedule V */
         {2, 1, 1, 1, 0, 1}, {2, 1, 1, 2, 0, 1},
         {1, 2, 1, 1, 0, 1}, {1, 2, 1, 2, 0, 1}, {1, 2, 1, 4, 0, 1},
-        {1, 1, 2, 1, 1, 1}, {1, 1, 2, 1, 2, 1}, {1, 1, 2, 1, 3, 2}, {1, 1, 2, 1, 3, 4},
-        {1, 1, 2, 2, 1, 1}, {1, 1, 2, 2, 2, 1}, {1, 1, 2, 2, 3, 2}, {1, 1, 2, 2, 3, 4},
-        {1, 1, 2, 4, 1, 1}, {1, 1, 2, 4, 2, 1}, {1, 1, 2, 4, 3, 2}, {1, 1, 2, 4, 3, 4},
+        /* interleaved: V = 2 only, at most a layer per model stage (4 layers on pp 2) */
+        {1, 1, 2, 1, 1, 1}, {1, 1, 2, 1, 2, 1}, {1, 1, 2, 1, 3, 2},
+        {1, 1, 2, 2, 1, 1}, {1, 1, 2, 2, 2, 1}, {1, 1, 2, 2, 3, 2},
+        {1, 1, 2, 4, 1, 1}, {1, 1, 2, 4, 2, 1}, {1, 1, 2, 4, 3, 2},
     };
     ir_module *m = mlp(4, 16, 4);
     hw_model *hw = preset("a100-dgx");
@@ -2609,8 +2623,8 @@ test_order_golden(void **state)
         assert_int_equal(c->schedule, want[i][4]);
         assert_int_equal(c->virtual_stages, want[i][5]);
     }
-    search_candidate_format(&sp.candidates[8], name, sizeof name);
-    assert_string_equal(name, "dp=1 tp=1 pp=2 m=1 schedule=interleaved:4 recompute=none "
+    search_candidate_format(&sp.candidates[7], name, sizeof name);
+    assert_string_equal(name, "dp=1 tp=1 pp=2 m=1 schedule=interleaved:2 recompute=none "
                               "stash=none zero=0");
     search_space_fini(&sp);
     hw_free(hw);

@@ -445,18 +445,19 @@ enumerate_on(space_builder *b, uint32_t n)
     const search_config *cfg = &sp->cfg;
     uint32_t *pps, *tps, *vs, *cps;
     uint32_t npps = divisors(n, &pps);
-    uint32_t nvs = divisors(sp->layers ? sp->layers : 1, &vs);
     for (uint32_t i = 0; i < npps; i++) {
         uint32_t pp = pps[i];
-        uint32_t ntps, ncps;
+        uint32_t ntps, ncps, nvs;
         /*
          * At most one model stage per layer. A pp that does not divide the layers
-         * (Llama-3.1-405B's 126 on pp 16) cuts them balanced by cost (xform stages.c),
-         * for GPipe and 1F1B: interleaving needs pp x V to divide them.
+         * (Llama-3.1-405B's 126 on pp 16) cuts them balanced by cost (xform stages.c).
+         * Interleaving: V >= 2 dividing ceil(layers / pp), at most a layer per model
+         * stage: pp x V divides the layers when pp does (equal stages), and on 126
+         * layers over pp 16, V = 2 and 4 (16 x 2: 7 or 8 layers a group).
          */
-        int uneven = sp->layers && sp->layers % pp != 0;
         if (!in_set(cfg->pp, cfg->npp, pp) || (sp->layers && pp > sp->layers))
             continue;
+        nvs = divisors(sp->layers ? (sp->layers + pp - 1) / pp : 1, &vs);
         ntps = divisors(n / pp, &tps);
         ncps = cp_list(sp, n / pp, &cps);
         /* tp outer, cp inner (cp = 1 alone: the order without context parallelism). */
@@ -490,11 +491,12 @@ enumerate_on(space_builder *b, uint32_t n)
                     c.schedule = (uint8_t)s;
                     push_options(b, &c);
                 }
-                if (uneven || !in_mask(cfg->schedules, STRATEGY_SCHEDULE_INTERLEAVED))
+                if (!in_mask(cfg->schedules, STRATEGY_SCHEDULE_INTERLEAVED))
                     continue;
                 c.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
                 for (uint32_t v = 0; v < nvs; v++) {
                     if (vs[v] < 2 || vs[v] > STRATEGY_MAX_VIRTUAL_STAGES ||
+                        (uint64_t)pp * vs[v] > sp->layers ||
                         !in_set(cfg->virtual_stages, cfg->nvirtual, vs[v]))
                         continue;
                     c.virtual_stages = vs[v];
@@ -505,8 +507,8 @@ enumerate_on(space_builder *b, uint32_t n)
         }
         di_free(tps);
         di_free(cps);
+        di_free(vs);
     }
-    di_free(vs);
     di_free(pps);
 }
 

@@ -491,22 +491,22 @@ validate(xf_ctx *c)
                                     "the stages' layer counts add up to %llu, but the module has "
                                     "%u layers",
                                     (unsigned long long)sum, c->nlayer);
-        } else if (s->nstages > 0 || (c->V == 1 && c->nlayer % c->K != 0)) {
+        } else if (c->nlayer < c->K) {
             /*
-             * Per-stage degrees, or pp not dividing the layers (Llama-3.1-405B's 126
-             * layers on pp 16): stages balanced by cost (stages.c), not equal counts, as
-             * Megatron-LM's first/last-stage layer counts and DeepSpeed's partitioning do.
+             * Per-stage degrees, or pp x V not dividing the layers (Llama-3.1-405B's 126
+             * layers on pp 16, interleaved or not): stages balanced by cost (stages.c), not
+             * equal counts, as Megatron-LM's first/last-stage layer counts and DeepSpeed's
+             * partitioning do. At least a layer per model stage.
              */
-            if (c->nlayer < c->K)
+            if (c->V > 1)
                 return di_error_set(c->err, DI_ESTRATEGY,
-                                    "%u model stages need at least as many layers (the module "
-                                    "has %u)",
-                                    c->K, c->nlayer);
-        } else if (c->nlayer % c->K != 0) {
+                                    "pp x virtual stages = %u x %u = %u model stages need at "
+                                    "least as many layers (the module has %u)",
+                                    c->pp, c->V, c->K, c->nlayer);
             return di_error_set(c->err, DI_ESTRATEGY,
-                                "pp x virtual stages = %u x %u = %u does not divide the %u "
-                                "layers",
-                                c->pp, c->V, c->K, c->nlayer);
+                                "%u model stages need at least as many layers (the module "
+                                "has %u)",
+                                c->K, c->nlayer);
         }
     }
     (void)op;
