@@ -195,7 +195,7 @@ test_parts_equal_local(void **state)
         di_error err;
         assert_int_equal(srv_search_prepare(s, &err), 0);
         srv_search_plan(s); /* as the daemon does when the search is not stored */
-        assert_int_equal(srv_search_total(s), 548);
+        assert_int_equal(srv_search_total(s), 400);
         for (unsigned i = 0; i < nparts; i++) {
             a[i].s = s;
             a[i].part = i;
@@ -203,12 +203,12 @@ test_parts_equal_local(void **state)
         }
         for (unsigned i = 0; i < nparts; i++)
             pthread_join(t[i], NULL);
-        assert_int_equal(srv_search_done(s), 548);
+        assert_int_equal(srv_search_done(s), 400);
 
         Distir__V1__SearchEvent *pe = unpack_event(srv_search_progress(s));
         assert_int_equal(pe->event_case, DISTIR__V1__SEARCH_EVENT__EVENT_PROGRESS);
-        assert_int_equal(pe->progress->done, 548);
-        assert_int_equal(pe->progress->total, 548);
+        assert_int_equal(pe->progress->done, 400);
+        assert_int_equal(pe->progress->total, 400);
         assert_int_equal(pe->progress->n_counts, SEARCH_NSTATUS);
         assert_non_null(pe->progress->best);
 
@@ -227,8 +227,8 @@ test_parts_equal_local(void **state)
         assert_int_equal(re->event_case, DISTIR__V1__SEARCH_EVENT__EVENT_RESULT);
         Distir__V1__SearchResult *r = re->result;
         assert_string_equal(r->json, local);
-        assert_int_equal(r->enumerated, 548);
-        assert_int_equal(r->space_candidates, 548);
+        assert_int_equal(r->enumerated, 400);
+        assert_int_equal(r->space_candidates, 400);
         assert_int_equal(r->devices, 8);
         assert_int_equal(r->top_k, 3);
         assert_int_equal(r->n_top, 3);
@@ -334,8 +334,8 @@ test_stored(void **state)
     assert_true(srv_search_hit(again));
     assert_int_equal(srv_search_lookup(other, r), 0);
     Distir__V1__SearchEvent *pe = unpack_event(srv_search_progress(again));
-    assert_int_equal(pe->progress->done, 548);
-    assert_int_equal(pe->progress->total, 548);
+    assert_int_equal(pe->progress->done, 400);
+    assert_int_equal(pe->progress->total, 400);
     protobuf_c_message_free_unpacked(&pe->base, NULL);
     grpc_byte_buffer *bb;
     uint8_t *none;
@@ -346,9 +346,9 @@ test_stored(void **state)
     assert_int_equal(re->event_case, DISTIR__V1__SEARCH_EVENT__EVENT_RESULT);
     assert_true(re->result->cached);
     assert_string_equal(re->result->json, local);
-    assert_int_equal(re->result->enumerated, 548);
+    assert_int_equal(re->result->enumerated, 400);
     protobuf_c_message_free_unpacked(&re->base, NULL);
-    assert_int_equal(srv_search_done(again), 548);
+    assert_int_equal(srv_search_done(again), 400);
     srv_search_free(again);
 
     /* Integrity: garbage, the shard's result under the whole's key, or a result whose JSON
@@ -448,7 +448,7 @@ test_refusals(void **state)
     ir_module *m = gpt();
     request_limits lim = limits();
     di_error err;
-    /* 548 candidates to evaluate, 100 allowed. */
+    /* 400 candidates to evaluate, 100 allowed. */
     srv_search *s = srv_search_new(request_bytes(m, 0x9), &lim, 100, 1, 0);
     assert_int_equal(srv_search_prepare(s, &err), DI_ETOOBIG);
     assert_non_null(strstr(err.msg, "--max-search-candidates"));

@@ -120,7 +120,7 @@ $T "$DISTIR" search "$TMP/gpt.pb" $KEPT --top 6 --json --server "$ADDR" >"$TMP/t
 check "... with the in-process answer" cmp -s "$TMP/top6.local" "$TMP/top6.json"
 stop_daemon
 
-# Every candidate waits 20 ms: the space's 548 candidates take about 6 s on 2 workers.
+# Every candidate waits 20 ms: the space's 400 candidates take about 4 s on 2 workers.
 start_daemon slow --workers 2 --test-delay-ms 20 || { fail "daemon start (slow)"; finish; }
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --server "$ADDR" --timeout-ms 400 >/dev/null \
