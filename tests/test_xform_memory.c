@@ -173,6 +173,76 @@ check_layer(uint32_t tp, int sp, strategy_recompute rec, double want, const char
     hw_free(hw);
 }
 
+/*
+ * Llama's layer (models/llama.c: RMSNorm written out, FlashAttention, SwiGLU),
+ * bf16, s sequence, b batch, h hidden, a heads, kv = kv_heads x head_dim, f
+ * ffn. What its backward reads of one layer's forward, in bytes:
+ *   [b, s, h] values, 2 bytes: the layer's input, each norm's squares, its
+ *     normalised input and that scaled (the next GEMMs' input) for both norms,
+ *     the queries (transposed to heads), the attention output and its copy
+ *     transposed back, and the residual between the blocks: 11 of them, 22sbh;
+ *   the keys and values (transposed): 4 sb kv; FlashAttention's log-sum-exp,
+ *     f32 [b, a, s]: 4abs;
+ *   [b, s, f] values: the gate and up projections, the gate's sigmoid, the
+ *     gate times it and the product with up (the down projection's input):
+ *     10sbf;
+ *   [b, s, 1] values: each norm's mean of squares plus epsilon and its
+ *     reciprocal root: 8bs.
+ * Under tensor parallelism with sequence parallelism every one is split by t:
+ * the [b, s, h] ones along the sequence (the residual stream between blocks
+ * is sequence-split, as Megatron-LM keeps it), the rest by heads and by the
+ * MLP's columns. Until 2026-12-06 the residual stream passed its partial sums
+ * on (an Add of two partial sums is one), so the layer's input and the
+ * residual between its blocks were kept whole, unreduced, and reduced again
+ * for each norm's backward: 4sbh (1 - 1/t) more bytes per layer (16,384 here; and
+ * more reduce-scatters in the backward, test_xform.c).
+ */
+enum { LS = 64, LB = 2, LH = 64, LA = 4, LKV = 2, LF = 96 };
+
+static double
+llama_activation_peak(uint32_t layers, const strategy *s, const hw_model *hw)
+{
+    models_llama c;
+    ir_module *m = NULL;
+    di_error err;
+    models_llama_init(&c);
+    c.layers = layers;
+    c.hidden = LH;
+    c.heads = LA;
+    c.kv_heads = LKV;
+    c.ffn = LF;
+    c.seq = LS;
+    c.vocab = 64;
+    c.batch = LB;
+    c.dtype = IR_BF16;
+    c.fused_attention = 1;
+    c.train.optimizer = XFORM_OPTIM_SGD;
+    if (models_llama_build(&c, &m, &err) != 0)
+        fail_msg("llama: %s", err.msg);
+    return activation_peak_of(m, s, hw);
+}
+
+static void
+test_activations_llama_sp(void **state)
+{
+    double s = LS, b = LB, h = LH, a = LA, kv = LKV * (LH / LA), f = LF, t = 2;
+    double want = (22 * s * b * h + 4 * s * b * kv + 4 * a * b * s + 10 * s * b * f + 8 * b * s) / t;
+    hw_model *hw = preset("a100-dgx");
+    strategy st;
+    double one, two, three;
+    (void)state;
+    xform_strategy_init(&st);
+    st.tp = 2;
+    st.sequence_parallel = 1;
+    one = llama_activation_peak(1, &st, hw);
+    two = llama_activation_peak(2, &st, hw);
+    three = llama_activation_peak(3, &st, hw);
+    fprintf(stderr, "llama, tp 2, sp: per layer %.0f bytes, hand count %.0f\n", two - one, want);
+    assert_true(two - one == want);
+    assert_true(three - two == want);
+    hw_free(hw);
+}
+
 static void
 test_activations_no_parallelism(void **state)
 {
@@ -513,6 +583,7 @@ main(void)
         cmocka_unit_test(test_activations_tensor_parallel),
         cmocka_unit_test(test_activations_sequence_parallel),
         cmocka_unit_test(test_activations_selective_sp),
+        cmocka_unit_test(test_activations_llama_sp),
         cmocka_unit_test(test_full_recompute_mixed),
         cmocka_unit_test(test_bubble_1f1b),
         cmocka_unit_test(test_bubble_interleaved),

@@ -923,6 +923,26 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
     return -1;
 }
 
+/* True when op, under sequence parallelism, takes the sequence split (choose's first rule). */
+static int
+seq_split_first(const xf_ctx *c, ir_id op, const rule *r, uint32_t n)
+{
+    const ir_module *m = c->m;
+    /*
+     * Not with context parallelism: the context axis splits the sequence first, and a
+     * partial sum it holds is reduced on its own terms (lower.c's order of axes).
+     */
+    if (!c->s.sequence_parallel || c->op[op].seq < 0 || c->n[XF_CP] > 1)
+        return 0;
+    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+        ir_id v = operand(m, op, k, r->nin);
+        if (!(c->vflags[v] & XF_V_BATCH) || r->rank[k] <= (uint32_t)c->op[op].seq)
+            continue;
+        return factor_ok(r, r->map[k][c->op[op].seq], XF_TP, n);
+    }
+    return 0;
+}
+
 /* True when the partial-sum inputs on axis a can pass through op unreduced. */
 int
 xf_rule_passes(const rule *r, int a, const xf_place *in)
@@ -1072,7 +1092,15 @@ xf_propagate(xf_ctx *c)
             /* An axis some group has: placements are the same on every group. */
             if (c->n[a] <= 1)
                 continue;
-            if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op)) {
+            /*
+             * Under sequence parallelism an op with the hint takes its partial sums
+             * reduce-scattered along the sequence rather than passing them on: the
+             * residual stream between blocks is sequence-split, as Megatron-LM keeps
+             * it, so what the backward saves of it is 1/tp of it and the next block's
+             * reduction is not repeated for the backward's readers.
+             */
+            if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op) &&
+                !(a == XF_TP && seq_split_first(c, op, &r, n[a]))) {
                 for (uint32_t k = 0; k < o->ninput; k++)
                     c->req[o->inputs + k].a[a] = in[k].a[a];
                 for (uint32_t k = 0; k < o->noutput; k++)
