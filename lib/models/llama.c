@@ -719,6 +719,14 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
     b.tp = "vocab";
     x = models_op2(&b, IR_OP_GATHER, embed, tokens, "embed.tok");
     b.tp = "none";
+    /*
+     * The embedding's output as the layers read it. A vocabulary-parallel lookup is a
+     * partial sum; under sequence parallelism it is reduce-scattered here, so that the
+     * backward reads (and the step keeps) its sequence-split form, as Megatron-LM
+     * scatters the embedding to the sequence-parallel region; otherwise a view.
+     */
+    b.seq = 1;
+    x = models_op(&b, IR_OP_IDENTITY, 1, &x, "embed.out");
     if (!c->fused_attention)
         g.idx = models_vector_const(&b, IR_F32, c->seq, models_index, "positions");
 
