@@ -848,6 +848,26 @@ inner_ok(const xf_ctx *c, ir_id op, const rule *r, int f, int a, const xf_place 
 }
 
 /*
+ * Under sequence parallelism, the tensor axis's factor of an op with the hint
+ * (dist.seq): the sequence dimension of its first activation operand, or -1.
+ */
+static int
+seq_factor(const xf_ctx *c, ir_id op, const rule *r, uint32_t n)
+{
+    if (!c->s.sequence_parallel || c->op[op].seq < 0)
+        return -1;
+    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
+        ir_id v = operand(c->m, op, k, r->nin);
+        int f;
+        if (!(c->vflags[v] & XF_V_BATCH) || r->rank[k] <= (uint32_t)c->op[op].seq)
+            continue;
+        f = r->map[k][c->op[op].seq];
+        return factor_ok(r, f, XF_TP, n) ? f : -1;
+    }
+    return -1;
+}
+
+/*
  * Picks the factor for axis a (or -1), given the placements in[] of the
  * inputs as the op sees them and the axis size n on the op's group.
  */
@@ -855,20 +875,9 @@ static int
 choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_place *in)
 {
     const ir_module *m = c->m;
-    int pass;
-    if (a == XF_TP && c->s.sequence_parallel && c->op[op].seq >= 0) {
-        /* The sequence dimension of the first activation operand. */
-        for (uint32_t k = 0; k < r->nin + r->nout; k++) {
-            ir_id v = operand(m, op, k, r->nin);
-            int f;
-            if (!(c->vflags[v] & XF_V_BATCH) || r->rank[k] <= (uint32_t)c->op[op].seq)
-                continue;
-            f = r->map[k][c->op[op].seq];
-            if (factor_ok(r, f, a, n))
-                return f;
-            break;
-        }
-    }
+    int pass, fs;
+    if (a == XF_TP && (fs = seq_factor(c, op, r, n)) >= 0)
+        return fs;
     if (a == XF_TP && c->vocab_parallel && m->ops[op].kind == IR_OP_GATHERGRAD &&
         c->op[op].tp == XF_TP_VOCAB) {
         /* The embedding's gradient is split as its table: no input says so. */
@@ -921,26 +930,6 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
         }
     }
     return -1;
-}
-
-/* True when op, under sequence parallelism, takes the sequence split (choose's first rule). */
-static int
-seq_split_first(const xf_ctx *c, ir_id op, const rule *r, uint32_t n)
-{
-    const ir_module *m = c->m;
-    /*
-     * Not with context parallelism: the context axis splits the sequence first, and a
-     * partial sum it holds is reduced on its own terms (lower.c's order of axes).
-     */
-    if (!c->s.sequence_parallel || c->op[op].seq < 0 || c->n[XF_CP] > 1)
-        return 0;
-    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
-        ir_id v = operand(m, op, k, r->nin);
-        if (!(c->vflags[v] & XF_V_BATCH) || r->rank[k] <= (uint32_t)c->op[op].seq)
-            continue;
-        return factor_ok(r, r->map[k][c->op[op].seq], XF_TP, n);
-    }
-    return 0;
 }
 
 /* True when the partial-sum inputs on axis a can pass through op unreduced. */
@@ -1097,10 +1086,12 @@ xf_propagate(xf_ctx *c)
              * reduce-scattered along the sequence rather than passing them on: the
              * residual stream between blocks is sequence-split, as Megatron-LM keeps
              * it, so what the backward saves of it is 1/tp of it and the next block's
-             * reduction is not repeated for the backward's readers.
+             * reduction is not repeated for the backward's readers. Not with context
+             * parallelism: its axis splits the sequence first, and a partial sum it
+             * holds is reduced on its own terms (lower.c's order of axes).
              */
             if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op) &&
-                !(a == XF_TP && seq_split_first(c, op, &r, n[a]))) {
+                !(a == XF_TP && c->n[XF_CP] <= 1 && seq_factor(c, op, &r, n[a]) >= 0)) {
                 for (uint32_t k = 0; k < o->ninput; k++)
                     c->req[o->inputs + k].a[a] = in[k].a[a];
                 for (uint32_t k = 0; k < o->noutput; k++)
