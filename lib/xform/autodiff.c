@@ -388,12 +388,23 @@ mul_const(ad *a, ir_id x, double c, const char *name)
     return emit2(a, IR_OP_MUL, x, constant(a, value_dtype(a->m, x), c, -1), name);
 }
 
-/* Zeros shaped like v: v * 0 (no Expand or ConstantOfShape op exists). */
+/*
+ * Zeros shaped like v: u * 0 (no Expand or ConstantOfShape op exists), u = v
+ * or, when v is a square x * x, x: the square's gradient reads x anyway,
+ * while reading v would keep it for the backward only for its shape (Llama's
+ * RMSNorm: the mean of squares' gradient, broadcast over the squares).
+ */
 static ir_id
 zeros_like(ad *a, ir_id v)
 {
+    const ir_module *m = a->m;
+    ir_id d = m->values[v].def, u = v;
     char nb[256];
-    return mul_const(a, v, 0.0, derived_name(a->m, v, ".zeros", nb, sizeof nb));
+    if (d != 0 && m->ops[d].kind == IR_OP_MUL && m->ops[d].ninput == 2 &&
+        ir_op_input(m, d, 0) == ir_op_input(m, d, 1) &&
+        m->values[ir_op_input(m, d, 0)].type == m->values[v].type)
+        u = ir_op_input(m, d, 0);
+    return mul_const(a, u, 0.0, derived_name(a->m, v, ".zeros", nb, sizeof nb));
 }
 
 /*
