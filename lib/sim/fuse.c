@@ -165,6 +165,13 @@ sim_fuse_epilogue(const ir_module *m, ir_id op)
     return g;
 }
 
+int
+sim_fuse_excluded(const ir_module *m, ir_id op)
+{
+    return m->ops[op].nattr && (ir_op_attr(m, op, "dist.accumulate") != NULL ||
+                                ir_op_attr(m, op, "dist.mem") != NULL);
+}
+
 static int
 fuse_class(const ir_module *m, ir_id op)
 {
@@ -176,8 +183,7 @@ fuse_class(const ir_module *m, ir_id op)
     if (c == SIM_FUSE_NONE ||
         ((o->kind == IR_OP_SOFTMAX || o->kind == IR_OP_SOFTMAXGRAD) && !softmax_fits(m, op)))
         return SIM_FUSE_NONE;
-    if (o->nattr &&
-        (ir_op_attr(m, op, "dist.accumulate") != NULL || ir_op_attr(m, op, "dist.mem") != NULL))
+    if (sim_fuse_excluded(m, op))
         return SIM_FUSE_NONE;
     return local_tensors(m, op) ? c : SIM_FUSE_NONE;
 }

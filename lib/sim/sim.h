@@ -251,6 +251,12 @@ int sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype d
 enum { SIM_FUSE_NONE, SIM_FUSE_ELEM, SIM_FUSE_ROW };
 int sim_fuse_kind(int kind);
 /*
+ * Whether op runs as a kernel of its own whatever its kind: an in-place
+ * accumulation (dist.accumulate) or an op with an explicit memory class
+ * (dist.mem). One of fuse.c's rules beyond sim_fuse_kind.
+ */
+int sim_fuse_excluded(const ir_module *m, ir_id op);
+/*
  * Gradient accumulation fusion: when op is the cast of a weight gradient made
  * by a GEMM (a MatMulGrad's second result, a backward Gemm's result) or the
  * accumulation (dist.accumulate) of that gradient or its cast, in the GEMM's

@@ -39,6 +39,7 @@ simulated_op_bound(const void *ctx, const ir_module *m, ir_id op, int tf32, xfor
     default:
         b->fuse = XFORM_FUSE_NONE;
     }
+    b->own_kernel = sim_fuse_excluded(m, op);
     b->epilogue = sim_fuse_epilogue(m, op) != 0;
     return rc;
 }

@@ -22,6 +22,8 @@ typedef struct xform_op_bound {
     double per_flop, flop_fixed, per_byte, launch;
     int gemm; /* GEMM-class: its flop_fixed makes small ones slow */
     int fuse;     /* XFORM_FUSE_*: a fused kernel may take it in, ending there (ROW) or not */
+    int own_kernel; /* by its attributes a kernel of its own whatever fuse says
+                       (sim_fuse_excluded) */
     int epilogue; /* it may run in a GEMM's kernel at no cost: the cast or the accumulation of
                      a weight gradient, with gradient accumulation fusion (sim_fuse_epilogue) */
 } xform_op_bound;

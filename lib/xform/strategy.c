@@ -1362,7 +1362,6 @@ fusable(const work_opts *wo, ir_id op)
     return wo->fusable != NULL && wo->fusable[op];
 }
 
-
 /*
  * Adds op's compute terms (xform_work_bound's first six) to w: its FLOPs and
  * bytes for the whole batch, divided by the tensor parallelism where its
@@ -1663,7 +1662,6 @@ least_row(const double *a, size_t row, uint32_t L)
     return least;
 }
 
-
 /* Bytes of v one device holds at least while v is live (work_set_min). */
 static uint64_t
 live_bytes(const xf_ctx *c, const xf_place *mb, ir_id v)
@@ -1744,7 +1742,6 @@ emitted_order(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *se
     }
     return n;
 }
-
 
 /* The gradient contributions op y makes (marked in leaf) into between terms (BETWEEN_TERMS). */
 static void
@@ -2359,10 +2356,7 @@ op_fusable(const xf_ctx *c, const work_opts *wo)
             continue;
         if (wo->epilogues && t.epilogue)
             f[op] = FUS_EPI;
-        else if (t.fuse != XFORM_FUSE_NONE && !(c->m->ops[op].nattr &&
-                                               (ir_op_attr(c->m, op, "dist.accumulate") != NULL ||
-                                                ir_op_attr(c->m, op, "dist.mem") != NULL)))
-            /* lib/sim/fuse.c fuses no accumulation, nor an op with a memory class */
+        else if (t.fuse != XFORM_FUSE_NONE && !t.own_kernel)
             f[op] = t.fuse == XFORM_FUSE_ROW ? FUS_ROW : FUS_ELEM;
     }
     return f;
