@@ -237,10 +237,11 @@ test_elementwise(void **state)
 static void
 test_unary(void **state)
 {
-    static const int kinds[] = {IR_OP_RELU, IR_OP_GELU, IR_OP_TANH, IR_OP_SIGMOID, IR_OP_SQRT,
-                                IR_OP_ERF, IR_OP_IDENTITY, IR_OP_POW};
-    static const char *const names[] = {"Relu", "Gelu", "Tanh", "Sigmoid", "Sqrt", "Erf",
-                                        "Identity", "Pow"};
+    /* Swish twice: SiLU (alpha 1, no attribute), then alpha 1.702 (kept by SwishGrad). */
+    static const int kinds[] = {IR_OP_RELU, IR_OP_GELU, IR_OP_SWISH, IR_OP_SWISH, IR_OP_TANH,
+                                IR_OP_SIGMOID, IR_OP_SQRT, IR_OP_ERF, IR_OP_IDENTITY, IR_OP_POW};
+    static const char *const names[] = {"Relu", "Gelu", "Swish", "Swish alpha 1.702", "Tanh",
+                                        "Sigmoid", "Sqrt", "Erf", "Identity", "Pow"};
     (void)state;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         fixture fx;
@@ -254,6 +255,8 @@ test_unary(void **state)
             y = op2(&fx, IR_OP_POW, positive(&fx, x), scalar(&fx, 1.5));
         else
             y = op1(&fx, kinds[k], x);
+        if (k == 3)
+            ir_op_set_float(fx.m, fx.m->values[y].def, "alpha", 1.702);
         fd_check(finish_mse(&fx, y), 0, 0, names[k]);
     }
 }
@@ -333,6 +336,21 @@ test_softmax_layernorm(void **state)
         ir_op_set_int(fx.m, op, "axis", -1);
         y = models_end(&fx.b, op);
         snprintf(what, sizeof what, "LayerNorm in%u out%u", nin, nout);
+        fd_check(finish_mse(&fx, y), 0, 0, what);
+    }
+    for (uint32_t nout = 1; nout <= 2; nout++) {
+        /* RMSNormalization: 1 result, or 2 (the inverse root mean square, saved). */
+        fixture fx;
+        int64_t d[3] = {2, 3, 4}, ds[1] = {4};
+        ir_id in[2], op, y;
+        char what[64];
+        fx_init(&fx);
+        in[0] = weight(&fx, "w", 3, d);
+        in[1] = weight(&fx, "scale", 1, ds);
+        op = models_begin(&fx.b, IR_OP_RMSNORM, 2, in, nout, NULL);
+        ir_op_set_int(fx.m, op, "axis", -1);
+        y = models_end(&fx.b, op);
+        snprintf(what, sizeof what, "RMSNorm out%u", nout);
         fd_check(finish_mse(&fx, y), 0, 0, what);
     }
 }

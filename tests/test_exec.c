@@ -522,11 +522,38 @@ check_act(int fwd, int grad)
 }
 
 static void
+swish_alpha(ir_module *m, ir_id op)
+{
+    ir_op_set_float(m, op, "alpha", 2.0);
+}
+
+/* Swish by hand: x sigmoid(alpha x) at alpha 1 (SiLU) and 2. */
+static void
+test_swish(void **state)
+{
+    int64_t d[1] = {3};
+    double x[3] = {-1.0, 0.0, 1.5};
+    ex_tensor in, out;
+    (void)state;
+    tensor_f(&in, IR_F64, 1, d, x);
+    run_op(IR_OP_SWISH, 1, &in, 1, NULL, 0, &out);
+    for (int i = 0; i < 3; i++)
+        assert_close(ex_get(&out, (size_t)i), x[i] / (1.0 + exp(-x[i])), 1e-15);
+    ex_tensor_fini(&out);
+    run_op(IR_OP_SWISH, 1, &in, 1, swish_alpha, 0, &out);
+    for (int i = 0; i < 3; i++)
+        assert_close(ex_get(&out, (size_t)i), x[i] / (1.0 + exp(-2.0 * x[i])), 1e-15);
+    ex_tensor_fini(&out);
+    ex_tensor_fini(&in);
+}
+
+static void
 test_grad_activations(void **state)
 {
     (void)state;
     check_act(IR_OP_RELU, IR_OP_RELUGRAD);
     check_act(IR_OP_GELU, IR_OP_GELUGRAD);
+    check_act(IR_OP_SWISH, IR_OP_SWISHGRAD);
     check_act(IR_OP_TANH, IR_OP_TANHGRAD);
     check_act(IR_OP_SIGMOID, IR_OP_SIGMOIDGRAD);
 }
@@ -586,6 +613,57 @@ test_grad_layernorm(void **state)
     ex_tensor_fini(&istd);
     ex_tensor_fini(&w);
     free_args(in, 3);
+}
+
+/*
+ * RMSNormalization by hand (x / sqrt(mean(x^2) + eps) * scale, its second
+ * result 1 / sqrt(mean(x^2) + eps)), and RMSNormalizationGrad against finite
+ * differences of it, with the saved statistic and without (recomputed).
+ */
+static void
+test_rmsnorm(void **state)
+{
+    int64_t dx[2] = {3, 6}, ds[1] = {6};
+    fdcase c = {IR_OP_RMSNORM, 2, 1, 0, 0, NULL};
+    ex_tensor in[2], gin[4], w, y, istd, g[2];
+    (void)state;
+    tensor_rand(&in[0], IR_F64, 2, dx, 50);
+    tensor_rand(&in[1], IR_F64, 1, ds, 51);
+    run_op(IR_OP_RMSNORM, 2, in, 2, NULL, 0, &y);
+    run_op(IR_OP_RMSNORM, 2, in, 2, NULL, 1, &istd);
+    assert_int_equal(istd.rank, 2);
+    assert_int_equal(istd.dims[0], 3);
+    assert_int_equal(istd.dims[1], 1);
+    for (int r = 0; r < 3; r++) {
+        double ms = 0, is;
+        for (int j = 0; j < 6; j++)
+            ms += pow(ex_get(&in[0], (size_t)(r * 6 + j)), 2) / 6;
+        is = 1.0 / sqrt(ms + 1e-5);
+        assert_close(ex_get(&istd, (size_t)r), is, 1e-12);
+        for (int j = 0; j < 6; j++)
+            assert_close(ex_get(&y, (size_t)(r * 6 + j)),
+                         ex_get(&in[0], (size_t)(r * 6 + j)) * is * ex_get(&in[1], (size_t)j),
+                         1e-12);
+    }
+    fd_weights(&c, in, &w, 52);
+    gin[0] = w;
+    gin[1] = in[0];
+    gin[2] = in[1];
+    gin[3] = istd;
+    for (uint32_t i = 0; i < 2; i++) {
+        run_op(IR_OP_RMSNORMGRAD, 4, gin, 2, NULL, i, &g[i]);
+        c.wrt = i;
+        fd_check(&c, in, &w, &g[i]);
+        ex_tensor_fini(&g[i]);
+    }
+    run_op(IR_OP_RMSNORMGRAD, 3, gin, 1, NULL, 0, &g[0]);
+    c.wrt = 0;
+    fd_check(&c, in, &w, &g[0]);
+    ex_tensor_fini(&g[0]);
+    ex_tensor_fini(&y);
+    ex_tensor_fini(&istd);
+    ex_tensor_fini(&w);
+    free_args(in, 2);
 }
 
 static void
@@ -1245,6 +1323,8 @@ main(void)
         cmocka_unit_test(test_adam_sgd),
         cmocka_unit_test(test_sce_loss),
         cmocka_unit_test(test_grad_matmul),
+        cmocka_unit_test(test_swish),
+        cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_grad_activations),
         cmocka_unit_test(test_grad_softmax),
         cmocka_unit_test(test_grad_layernorm),

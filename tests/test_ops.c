@@ -403,11 +403,16 @@ test_unary(void **state)
     op = mkop(m, f, IR_OP_DROPOUT, NIDS(x), 1);
     ir_op_set_float(m, op, "ratio", 1.5);
     EXPECT_ERR(m, op, "ratio 1.5 is outside [0, 1)");
-    /* FLOPs per element over 128 elements: Gelu 8, Tanh 4, Sqrt 4, Softmax 5, Relu 1. */
+    /* FLOPs per element over 128 elements: Gelu 8, Swish 5, Tanh 4, Sqrt 4, Softmax 5, Relu 1. */
     op = mkop(m, f, IR_OP_GELU, NIDS(x), 1);
     settle(m, op);
     ir_op_cost(m, op, &c);
     EXPECT_D(c.flops, 1024.0);
+    EXPECT_D(c.bytes_read, 512.0);
+    op = mkop(m, f, IR_OP_SWISH, NIDS(x), 1);
+    settle(m, op);
+    ir_op_cost(m, op, &c);
+    EXPECT_D(c.flops, 640.0);
     EXPECT_D(c.bytes_read, 512.0);
     op = mkop(m, f, IR_OP_TANH, NIDS(x), 1);
     settle(m, op);
@@ -463,6 +468,16 @@ test_layernorm(void **state)
     op = mkop(m, f, IR_OP_LAYERNORM, NIDS(x, s16), 1);
     EXPECT_ERR(m, op, "input 1 (scale) has shape [16], expected [32]");
     assert_int_equal(ir_opkind_from_name("LayerNorm", 9), IR_OP_LAYERNORM);
+    /* RMSNormalization: y and the inverse root mean square, 4 FLOPs per element. */
+    op = mkop(m, f, IR_OP_RMSNORM, NIDS(x, s32), 2);
+    INFER_OK(m, op, out);
+    EXPECT_TYPE(m, out[0], xt);
+    EXPECT_TYPE(m, out[1], ten(m, IR_F32, 0, DIMS(8, 16, 1)));
+    settle(m, op);
+    ir_op_cost(m, op, &c);
+    EXPECT_D(c.flops, 4.0 * 4096.0);
+    EXPECT_ERR(m, mkop(m, f, IR_OP_RMSNORM, NIDS(x, s16), 1),
+               "input 1 (scale) has shape [16], expected [32]");
     ir_module_free(m);
 }
 
@@ -817,6 +832,18 @@ test_norm_loss_gradients(void **state)
     EXPECT_D(c.flops, 16.0 * 256.0);
     EXPECT_ERR(m, mkop(m, f, IR_OP_LAYERNORMGRAD, NIDS(dy, x, scale, badmean, mean), 1),
                "input 3 (mean) has shape [8], expected [8,1]");
+    EXPECT_ERR(m, mkop(m, f, IR_OP_LAYERNORMGRAD, NIDS(dy, x, scale, mean), 1),
+               "takes mean and inv_std_dev together (3 or 5 inputs), got 4");
+    /* RMSNormalizationGrad(dy, x, scale, [inv_std_dev]) -> (dx, [dscale]): 8 FLOPs each. */
+    op = mkop(m, f, IR_OP_RMSNORMGRAD, NIDS(dy, x, scale, mean), 2);
+    INFER_OK(m, op, out);
+    EXPECT_TYPE(m, out[0], xt);
+    EXPECT_TYPE(m, out[1], st);
+    settle(m, op);
+    ir_op_cost(m, op, &c);
+    EXPECT_D(c.flops, 8.0 * 256.0);
+    EXPECT_ERR(m, mkop(m, f, IR_OP_RMSNORMGRAD, NIDS(dy, x, scale, badmean), 1),
+               "input 3 (inv_std_dev) has shape [8], expected [8,1]");
     EXPECT_RESULT(m, mkop(m, f, IR_OP_SCELOSSGRAD, NIDS(dl, logits, labels), 1),
                   ten(m, IR_F32, 0, DIMS(8, 10)));
     EXPECT_ERR(m, mkop(m, f, IR_OP_SCELOSSGRAD, NIDS(x, logits, labels), 1),

@@ -174,23 +174,23 @@ check_layer(uint32_t tp, int sp, strategy_recompute rec, double want, const char
 }
 
 /*
- * Llama's layer (models/llama.c: RMSNorm written out, FlashAttention, SwiGLU),
+ * Llama's layer (models/llama.c: RMSNormalization, FlashAttention, SwiGLU),
  * bf16, s sequence, b batch, h hidden, a heads, kv = kv_heads x head_dim, f
  * ffn. What its backward reads of one layer's forward, in bytes:
- *   [b, s, h] values, 2 bytes: the layer's input, each norm's normalised
- *     input and that scaled (the next GEMMs' input) for both norms, the
- *     queries (transposed to heads), the attention output and its copy
- *     transposed back, and the residual between the blocks: 9 of them, 18sbh
- *     (not the norms' squares: the zeros their mean's gradient is broadcast
- *     over are made from the norm's input, xform autodiff.c's zeros_like; 22sbh
- *     before 2026-12-06);
+ *   [b, s, h] values, 2 bytes: the layer's input, each norm's output (the
+ *     next GEMMs' input), the queries (transposed to heads), the attention
+ *     output and its copy transposed back, and the residual between the
+ *     blocks: 7 of them, 14sbh (as Megatron-LM with Transformer Engine's fused
+ *     RMSNorm keeps them; 18sbh while the norm was written out, whose
+ *     normalised input was kept too, and 22sbh before that kept the squares);
  *   the keys and values (transposed): 4 sb kv; FlashAttention's log-sum-exp,
  *     f32 [b, a, s]: 4abs;
- *   [b, s, f] values: the gate and up projections, the gate's sigmoid, the
- *     gate times it and the product with up (the down projection's input):
- *     10sbf;
- *   [b, s, 1] values: each norm's mean of squares plus epsilon and its
- *     reciprocal root: 8bs.
+ *   [b, s, f] values: the gate and up projections (the gate for SwishGrad),
+ *     its SiLU (Swish, for the product's gradient) and the product with up (the
+ *     down projection's input): 8sbf (10sbf before 2026-12-06, when SiLU was a
+ *     Sigmoid and a Mul, which kept the sigmoid too);
+ *   [b, s, 1] values: each norm's inverse root mean square (its second
+ *     result): 4bs (8bs written out: the mean of squares plus epsilon too).
  * Under tensor parallelism with sequence parallelism every one is split by t:
  * the [b, s, h] ones along the sequence (the residual stream between blocks
  * is sequence-split, as Megatron-LM keeps it), the rest by heads and by the
@@ -229,7 +229,7 @@ static void
 test_activations_llama_sp(void **state)
 {
     double s = LS, b = LB, h = LH, a = LA, kv = LKV * (LH / LA), f = LF, t = 2;
-    double want = (18 * s * b * h + 4 * s * b * kv + 4 * a * b * s + 10 * s * b * f + 8 * b * s) / t;
+    double want = (14 * s * b * h + 4 * s * b * kv + 4 * a * b * s + 8 * s * b * f + 4 * b * s) / t;
     hw_model *hw = preset("a100-dgx");
     strategy st;
     double one, two, three;

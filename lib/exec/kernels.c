@@ -13,7 +13,9 @@
  * Conventions taken here (docs/onnx.md repeats them):
  *   Gelu is the exact erf form, 0.5 x (1 + erf(x / sqrt 2)), PyTorch's
  *   default; GeluGrad is its derivative.
- *   ReluGrad, GeluGrad, TanhGrad and SigmoidGrad take (x, dy) where x is the
+ *   Swish is x sigmoid(alpha x) (alpha 1 by default: SiLU); SwishGrad its
+ *   derivative.
+ *   ReluGrad, GeluGrad, SwishGrad, TanhGrad and SigmoidGrad take (x, dy) where x is the
  *   forward op's input; SoftmaxGrad takes (y, dy) where y is the softmax
  *   output; DropoutGrad takes (dy, mask); MSELossGrad (a, b, dloss);
  *   SoftmaxCrossEntropyLossGrad (dloss, logits or log-probabilities,
@@ -390,10 +392,27 @@ sigmoid(double x)
     return e / (1.0 + e);
 }
 
+/* x sigmoid(a x) and its derivative s (1 + a x (1 - s)), s = sigmoid(a x). */
 static double
-unary_fn(int kind, double x)
+swish(double x, double a)
+{
+    return x * sigmoid(a * x);
+}
+
+static double
+swish_grad(double x, double a)
+{
+    double s = sigmoid(a * x);
+    return s * (1.0 + a * x * (1.0 - s));
+}
+
+/* alpha: Swish's (unused by the others). */
+static double
+unary_fn(int kind, double x, double alpha)
 {
     switch (kind) {
+    case IR_OP_SWISH:
+        return swish(x, alpha);
     case IR_OP_SQRT:
         return sqrt(x);
     case IR_OP_RELU:
@@ -415,6 +434,7 @@ static int
 k_unary(const kctx *k, const ex_tensor *x, ex_tensor *out)
 {
     int kind = k->m->ops[k->op].kind, rc;
+    double alpha = ir_op_float(k->m, k->op, "alpha", 1.0);
     if (kind != IR_OP_RELU && (rc = need_float(k, x, 0)) != 0)
         return rc;
     if ((rc = kalloc(k, out, x->dtype, x->rank, x->dims)) != 0)
@@ -428,7 +448,7 @@ k_unary(const kctx *k, const ex_tensor *x, ex_tensor *out)
                 o[i] = p[i] > 0 ? p[i] : 0.0f;
         } else {
             for (size_t i = 0; i < x->numel; i++)
-                o[i] = (float)unary_fn(kind, p[i]);
+                o[i] = (float)unary_fn(kind, p[i], alpha);
         }
         break;
     }
@@ -436,7 +456,7 @@ k_unary(const kctx *k, const ex_tensor *x, ex_tensor *out)
         const double *p = x->data;
         double *o = out->data;
         for (size_t i = 0; i < x->numel; i++)
-            o[i] = unary_fn(kind, p[i]);
+            o[i] = unary_fn(kind, p[i], alpha);
         break;
     }
     case EX_CI: {
@@ -1121,6 +1141,7 @@ k_layernorm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *
 {
     const ex_tensor *x = in[0];
     double eps = ir_op_float(k->m, k->op, "epsilon", 1e-5);
+    int rms = k->m->ops[k->op].kind == IR_OP_RMSNORM; /* no centring; results y, inv_std_dev */
     uint32_t axis;
     int64_t outer = 1, size = 1, sd[IR_MAX_RANK];
     double *v[3] = {NULL, NULL, NULL}, *y, *mean, *istd;
@@ -1153,7 +1174,7 @@ k_layernorm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *
     for (int64_t o = 0; o < outer; o++) {
         const double *px = v[0] + o * size;
         double mu = 0, var = 0, is;
-        for (int64_t j = 0; j < size; j++)
+        for (int64_t j = 0; j < size && !rms; j++)
             mu += px[j];
         mu /= (double)(size ? size : 1);
         for (int64_t j = 0; j < size; j++)
@@ -1177,7 +1198,7 @@ k_layernorm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *
                 ex_tensor_fini(&out[j]);
             goto done;
         }
-        dstore(&out[i], i == 1 ? mean : istd);
+        dstore(&out[i], i == 1 && !rms ? mean : istd);
     }
 done:
     di_free(y);
@@ -1191,6 +1212,8 @@ done:
  * LayerNormalizationGrad(dy, x, scale, [mean, inv_std_dev]) -> (dx, [dscale], [dbias]):
  * with xhat = (x - mu) * r and g = dy * scale,
  * dx = r * (g - mean(g) - xhat * mean(g * xhat)), dscale = sum(dy * xhat), dbias = sum(dy).
+ * RMSNormalizationGrad(dy, x, scale, [inv_std_dev]) -> (dx, [dscale]): the same with
+ * mu = 0 and no mean(g) term (r = 1 / sqrt(mean(x^2) + eps)).
  */
 static int
 k_layernormgrad(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *out,
@@ -1198,6 +1221,7 @@ k_layernormgrad(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tens
 {
     const ex_tensor *dy = in[0], *x = in[1];
     double eps = ir_op_float(k->m, k->op, "epsilon", 1e-5);
+    int rms = k->m->ops[k->op].kind == IR_OP_RMSNORMGRAD;
     uint32_t axis;
     int64_t outer = 1, size = 1;
     double *v[5] = {NULL, NULL, NULL, NULL, NULL}, *dx = NULL, *ds = NULL, *db = NULL;
@@ -1232,13 +1256,16 @@ k_layernormgrad(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tens
     for (int64_t o = 0; o < outer; o++) {
         const double *px = v[1] + o * size, *pd = v[0] + o * size;
         double mu, r, mg = 0, mgx = 0;
-        if (nin >= 5) {
+        if (rms && nin >= 4) {
+            mu = 0;
+            r = v[3][o];
+        } else if (nin >= 5) {
             mu = v[3][o];
             r = v[4][o];
         } else {
             double var = 0;
             mu = 0;
-            for (int64_t j = 0; j < size; j++)
+            for (int64_t j = 0; j < size && !rms; j++)
                 mu += px[j];
             mu /= (double)(size ? size : 1);
             for (int64_t j = 0; j < size; j++)
@@ -1254,7 +1281,7 @@ k_layernormgrad(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tens
             ds[in[2]->numel == 1 ? 0 : j] += pd[j] * xh;
             db[in[2]->numel == 1 ? 0 : j] += pd[j];
         }
-        mg /= (double)(size ? size : 1);
+        mg = rms ? 0 : mg / (double)(size ? size : 1);
         mgx /= (double)(size ? size : 1);
         for (int64_t j = 0; j < size; j++) {
             double s = in[2]->numel == 1 ? v[2][0] : v[2][j];
@@ -1346,6 +1373,7 @@ static int
 k_act_grad(const kctx *k, const ex_tensor *x, const ex_tensor *dy, ex_tensor *out)
 {
     int kind = k->m->ops[k->op].kind, rc;
+    double alpha = ir_op_float(k->m, k->op, "alpha", 1.0);
     if ((rc = need_same_shape(k, x, 0, dy, 1)) != 0)
         return rc;
     if (kind != IR_OP_RELUGRAD && (rc = need_float(k, x, 0)) != 0)
@@ -1360,6 +1388,9 @@ k_act_grad(const kctx *k, const ex_tensor *x, const ex_tensor *dy, ex_tensor *ou
             break;
         case IR_OP_GELUGRAD:
             d = g * gelu_grad(xv);
+            break;
+        case IR_OP_SWISHGRAD:
+            d = g * swish_grad(xv, alpha);
             break;
         case IR_OP_TANHGRAD: {
             double t = tanh(xv);
@@ -2736,6 +2767,7 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
     case IR_OP_SQRT:
     case IR_OP_RELU:
     case IR_OP_GELU:
+    case IR_OP_SWISH:
     case IR_OP_TANH:
     case IR_OP_SIGMOID:
     case IR_OP_ERF:
@@ -2750,6 +2782,7 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
     case IR_OP_SOFTMAX:
         return k_softmax(&k, in[0], out);
     case IR_OP_LAYERNORM:
+    case IR_OP_RMSNORM:
         return k_layernorm(&k, in, nin, out, nout);
     case IR_OP_WHERE:
         return k_where(&k, in[0], in[1], in[2], out);
@@ -2796,12 +2829,14 @@ ex_kernel_run(const ir_module *m, ir_id op, const ex_tensor *const *in, uint32_t
         return k_matmulgrad(&k, in[0], in[1], in[2], out);
     case IR_OP_RELUGRAD:
     case IR_OP_GELUGRAD:
+    case IR_OP_SWISHGRAD:
     case IR_OP_TANHGRAD:
     case IR_OP_SIGMOIDGRAD:
         return k_act_grad(&k, in[0], in[1], out);
     case IR_OP_SOFTMAXGRAD:
         return k_softmaxgrad(&k, in[0], in[1], out);
     case IR_OP_LAYERNORMGRAD:
+    case IR_OP_RMSNORMGRAD:
         return k_layernormgrad(&k, in, nin, out, nout);
     case IR_OP_DROPOUTGRAD:
         return k_dropoutgrad(&k, in[0], in[1], out);

@@ -542,7 +542,10 @@ infer_where(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
-/* Typed like their (first) input: Sqrt, Relu, Gelu, Tanh, Sigmoid, Identity, Softmax, dist.after */
+/*
+ * Typed like their (first) input: Sqrt, Relu, Gelu, Swish, Tanh, Sigmoid, Identity, Softmax,
+ * dist.after
+ */
 static int
 infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
@@ -777,7 +780,7 @@ infer_layernorm(ir_module *m, ir_id op, ir_id *out, di_error *err)
         (rc = check_float(m, op, &in[0], 0, err)) != 0)
         return rc;
     if (in[0].rank == 0)
-        return fail(m, op, err, "input 0 is a scalar; layer normalization needs rank >= 1");
+        return fail(m, op, err, "input 0 is a scalar; normalization needs rank >= 1");
     if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", -1), in[0].rank, &axis, err)) != 0)
         return rc;
     if (!(eps >= 0.0))
@@ -794,17 +797,21 @@ infer_layernorm(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
-/* LayerNormalizationGrad(dy, x, scale, [mean, inv_std_dev]) -> (dx, [dscale], [dbias]). */
+/*
+ * LayerNormalizationGrad(dy, x, scale, [mean, inv_std_dev]) -> (dx, [dscale], [dbias]);
+ * RMSNormalizationGrad(dy, x, scale, [inv_std_dev]) -> (dx, [dscale]).
+ */
 static int
 infer_layernormgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
 {
     tensor in[5];
     uint32_t n = m->ops[op].ninput, axis;
     int64_t sd[IR_MAX_RANK];
+    int rms = m->ops[op].kind == IR_OP_RMSNORMGRAD;
     site s;
     sbuf a, b;
     int rc;
-    if (n == 4)
+    if (n == 4 && !rms)
         return fail(m, op, err, "takes mean and inv_std_dev together (3 or 5 inputs), got 4");
     if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
         (rc = common_site(m, op, in, n, &s, err)) != 0 ||
@@ -814,7 +821,7 @@ infer_layernormgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
         (rc = check_same_dtype(m, op, &in[1], 1, &in[2], 2, err)) != 0)
         return rc;
     if (in[1].rank == 0)
-        return fail(m, op, err, "input 1 is a scalar; layer normalization needs rank >= 1");
+        return fail(m, op, err, "input 1 is a scalar; normalization needs rank >= 1");
     if ((rc = norm_axis(m, op, "axis", ir_op_int(m, op, "axis", -1), in[1].rank, &axis, err)) != 0)
         return rc;
     if ((rc = check_norm_shape(m, op, &in[1], axis, &in[2], 2, "scale", err)) != 0)
@@ -823,7 +830,8 @@ infer_layernormgrad(ir_module *m, ir_id op, ir_id *out, di_error *err)
     for (uint32_t i = 3; i < n; i++)
         if (in[i].rank != in[1].rank || memcmp(in[i].dims, sd, in[1].rank * sizeof sd[0]) != 0)
             return fail(m, op, err, "input %u (%s) has shape %s, expected %s", i,
-                        i == 3 ? "mean" : "inv_std_dev", shape_str(&a, in[i].rank, in[i].dims),
+                        i == 3 && !rms ? "mean" : "inv_std_dev",
+                        shape_str(&a, in[i].rank, in[i].dims),
                         shape_str(&b, in[1].rank, sd));
     out[0] = result_type(m, &s, in[1].dtype, in[1].rank, in[1].dims);
     for (uint32_t i = 1; i < m->ops[op].noutput; i++)
@@ -3136,6 +3144,18 @@ cost_gelu(const ir_module *m, ir_id op, ir_cost *c)
     c->flops = 8 * max_numel(m, op);
 }
 
+/*
+ * Swish (SiLU at alpha 1): x sigmoid(alpha x), a sigmoid's 4 and a product's
+ * 1 (the Sigmoid and Mul it replaces); its gradient
+ * dy s (1 + alpha x (1 - s)), s = sigmoid(alpha x), 8 as GeluGrad's.
+ */
+static void
+cost_swish(const ir_module *m, ir_id op, ir_cost *c)
+{
+    cost_base(m, op, c);
+    c->flops = (priced_kind(m, op) == IR_OP_SWISHGRAD ? 8 : 5) * max_numel(m, op);
+}
+
 static void
 cost_softmax(const ir_module *m, ir_id op, ir_cost *c)
 {
@@ -3147,7 +3167,21 @@ static void
 cost_layernorm(const ir_module *m, ir_id op, ir_cost *c)
 {
     cost_base(m, op, c);
-    c->flops = (m->ops[op].kind == IR_OP_LAYERNORMGRAD ? 16 : 8) * max_numel(m, op);
+    /*
+     * RMSNormalization: the written-out ops it replaces (a square, the row's sum,
+     * two products) 4, its gradient 8; without the centring, half of LayerNormalization's.
+     */
+    switch (priced_kind(m, op)) {
+    case IR_OP_LAYERNORMGRAD:
+        c->flops = 16 * max_numel(m, op);
+        break;
+    case IR_OP_RMSNORM:
+        c->flops = 4 * max_numel(m, op);
+        break;
+    default: /* LayerNormalization, RMSNormalizationGrad */
+        c->flops = 8 * max_numel(m, op);
+        break;
+    }
 }
 
 static void

@@ -46,6 +46,7 @@
     X(SQRT, "Sqrt", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                              \
     X(RELU, "Relu", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, elemwise)                               \
     X(GELU, "Gelu", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, gelu)                                   \
+    X(SWISH, "Swish", 1, 1, 1, 1, IR_OPF_ELEMWISE, "alpha:f?", same, swish)                        \
     X(TANH, "Tanh", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                              \
     X(SIGMOID, "Sigmoid", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                        \
     X(ERF, "Erf", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                                \
@@ -54,6 +55,7 @@
     X(DROPOUT, "Dropout", 1, 1, 1, 2, 0, "ratio:f? seed:i?", dropout, elemwise)                    \
     X(SOFTMAX, "Softmax", 1, 1, 1, 1, 0, "axis:i?", same, softmax)                                 \
     X(LAYERNORM, "LayerNormalization", 2, 3, 1, 3, 0, "axis:i? epsilon:f?", layernorm, layernorm)  \
+    X(RMSNORM, "RMSNormalization", 2, 2, 1, 2, 0, "axis:i? epsilon:f?", layernorm, layernorm)      \
     X(WHERE, "Where", 3, 3, 1, 1, IR_OPF_ELEMWISE, "", where, elemwise)                            \
     /* compute: shape and data movement */                                                        \
     X(RESHAPE, "Reshape", 1, 1, 1, 1, IR_OPF_FREE, "shape:I", reshape, none)                       \
@@ -81,11 +83,15 @@
     X(MATMULGRAD, "MatMulGrad", 3, 3, 2, 2, IR_OPF_GRAD, "", matmulgrad, matmulgrad)               \
     X(RELUGRAD, "ReluGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "", grad_like_x, elemwise)  \
     X(GELUGRAD, "GeluGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "", grad_like_x, gelu)      \
+    X(SWISHGRAD, "SwishGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "alpha:f?", grad_like_x,  \
+      swish)                                                                                       \
     X(TANHGRAD, "TanhGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "", grad_like_x, elemwise)  \
     X(SIGMOIDGRAD, "SigmoidGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "", grad_like_x,      \
       elemwise)                                                                                    \
     X(SOFTMAXGRAD, "SoftmaxGrad", 2, 2, 1, 1, IR_OPF_GRAD, "axis:i?", grad_like_x, softmax)        \
     X(LAYERNORMGRAD, "LayerNormalizationGrad", 3, 5, 1, 3, IR_OPF_GRAD, "axis:i? epsilon:f?",      \
+      layernormgrad, layernorm)                                                                    \
+    X(RMSNORMGRAD, "RMSNormalizationGrad", 3, 4, 1, 2, IR_OPF_GRAD, "axis:i? epsilon:f?",          \
       layernormgrad, layernorm)                                                                    \
     X(DROPOUTGRAD, "DropoutGrad", 2, 2, 1, 1, IR_OPF_GRAD, "ratio:f?", grad_like_x, elemwise)      \
     X(MSELOSSGRAD, "MSELossGrad", 3, 3, 1, 1, IR_OPF_GRAD, "", grad_like_x, elemwise)              \

@@ -6,7 +6,7 @@
  *
  *   x = Gather(embed, tokens)                                [b, s, h]   embed
  *   per layer:
- *     a = RMSNorm(x) = x * (mean(x^2) + eps)^-1/2 * g
+ *     a = RMSNorm(x) = x * (mean(x^2) + eps)^-1/2 * g           (RMSNormalization)
  *     q = a @ wq, k = a @ wk, v = a @ wv                      column
  *     heads: q [b, H, s, d]; k, v [b, KV, s, d] repeated to H heads
  *            (Unsqueeze, a broadcasting Mul by ones, Reshape)  heads
@@ -207,31 +207,24 @@ typedef struct llama_gen {
     ir_dtype dt;
 } llama_gen;
 
-/* RMSNorm over the last dimension, with scale g (every op sequence-parallel). */
+/*
+ * RMSNorm over the last dimension, with scale g (sequence-parallel): one
+ * RMSNormalization with its inverse root mean square as a second result, which
+ * the backward reads, as the fused kernels of Apex and Transformer Engine keep
+ * theirs (docs/models.md).
+ */
 static ir_id
 rmsnorm(llama_gen *g, ir_id x, ir_id scale, const char *name)
 {
     models_builder *b = g->b;
-    /* The constants first: dist.seq marks the next op only. */
-    ir_id eps = models_scalar(b, g->dt, g->c->norm_eps), half = models_scalar(b, g->dt, -0.5);
-    ir_id sq, ms, op;
-    b->seq = 1;
-    sq = models_op2(b, IR_OP_MUL, x, x, name);
-    op = models_begin(b, IR_OP_REDUCEMEAN, 1, &sq, 1, name);
+    ir_id in[2] = {x, scale};
+    ir_id op = models_begin(b, IR_OP_RMSNORM, 2, in, 2, name);
     if (op) {
-        ir_op_set_ints(b->m, op, "axes", 1, (int64_t[]){-1});
-        ir_op_set_int(b->m, op, "keepdims", 1);
+        ir_op_set_int(b->m, op, "axis", -1);
+        ir_op_set_float(b->m, op, "epsilon", g->c->norm_eps);
     }
     b->seq = 1;
-    ms = models_end(b, op);
-    b->seq = 1;
-    ms = models_op2(b, IR_OP_ADD, ms, eps, name);
-    b->seq = 1;
-    ms = models_op2(b, IR_OP_POW, ms, half, name);
-    b->seq = 1;
-    x = models_op2(b, IR_OP_MUL, x, ms, name);
-    b->seq = 1;
-    return models_op2(b, IR_OP_MUL, x, scale, name);
+    return models_end(b, op);
 }
 
 /*
@@ -364,8 +357,7 @@ swiglu(llama_gen *g, ir_id a, const ir_id *w, const char *prefix)
     snprintf(name, sizeof name, "%s.up", prefix);
     up = models_op2(b, IR_OP_MATMUL, a, w[1], name);
     snprintf(name, sizeof name, "%s.silu", prefix);
-    r = models_op(b, IR_OP_SIGMOID, 1, &gate, name);
-    r = models_op2(b, IR_OP_MUL, gate, r, name);
+    r = models_op(b, IR_OP_SWISH, 1, &gate, name); /* SiLU: one op, as torch.nn.SiLU */
     r = models_op2(b, IR_OP_MUL, r, up, name);
     b->tp = "row";
     snprintf(name, sizeof name, "%s.down", prefix);

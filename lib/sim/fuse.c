@@ -92,6 +92,8 @@ sim_fuse_kind(int kind)
     case IR_OP_SOFTMAXGRAD:
     case IR_OP_LAYERNORM:
     case IR_OP_LAYERNORMGRAD:
+    case IR_OP_RMSNORM:
+    case IR_OP_RMSNORMGRAD:
     case IR_OP_REDUCEMEAN:
     case IR_OP_REDUCESUM:
     case IR_OP_REDUCESUMTO:

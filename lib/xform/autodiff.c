@@ -536,18 +536,22 @@ rule_sqrt(ad *a, ir_id op, const ir_id *dy)
     accum(a, IN(0), emit2(a, IR_OP_DIV, mul_const(a, dy[0], 0.5, nb), OUT(0), nb));
 }
 
-/* ReluGrad(x, dy), GeluGrad(x, dy), TanhGrad(x, dy), SigmoidGrad(x, dy). */
+/* ReluGrad(x, dy), GeluGrad(x, dy), SwishGrad(x, dy), TanhGrad(x, dy), SigmoidGrad(x, dy). */
 static void
 rule_act(ad *a, ir_id op, const ir_id *dy)
 {
     char nb[256];
     int kind;
+    ir_id g;
     switch (a->m->ops[op].kind) {
     case IR_OP_RELU:
         kind = IR_OP_RELUGRAD;
         break;
     case IR_OP_GELU:
         kind = IR_OP_GELUGRAD;
+        break;
+    case IR_OP_SWISH:
+        kind = IR_OP_SWISHGRAD;
         break;
     case IR_OP_TANH:
         kind = IR_OP_TANHGRAD;
@@ -556,7 +560,10 @@ rule_act(ad *a, ir_id op, const ir_id *dy)
         kind = IR_OP_SIGMOIDGRAD;
         break;
     }
-    accum(a, IN(0), emit2(a, kind, IN(0), dy[0], gname(a, IN(0), nb, sizeof nb)));
+    g = begin(a, kind, 2, (ir_id[]){IN(0), dy[0]}, 1, gname(a, IN(0), nb, sizeof nb));
+    if (kind == IR_OP_SWISHGRAD)
+        copy_attr(a, g, op, "alpha");
+    accum(a, IN(0), finish(a, g));
 }
 
 /* d erf(x) = 2/sqrt(pi) exp(-x^2) dx; without an Exp op, exp(-x^2) = Pow(e, -x^2). */
@@ -622,9 +629,9 @@ check_layernorm(ad *a, ir_id op)
     for (uint32_t i = 1; i < a->m->ops[op].noutput; i++)
         if (NEEDED(OUT(i)))
             return di_error_set(a->err, DI_EUNSUPPORTED,
-                                "autodiff: the loss depends on LayerNormalization's output %u "
-                                "(mean or inv_std_dev); only its output 0 has a gradient rule",
-                                i);
+                                "autodiff: the loss depends on %s's output %u "
+                                "(a statistic); only its output 0 has a gradient rule",
+                                ir_opkind_name(a->m->ops[op].kind), i);
     return 0;
 }
 
@@ -633,18 +640,20 @@ rule_layernorm(ad *a, ir_id op, const ir_id *dy)
 {
     char nb[256];
     uint32_t nin = a->m->ops[op].ninput, nout = a->m->ops[op].noutput, n = 3, gout = 1;
+    int rms = a->m->ops[op].kind == IR_OP_RMSNORM;
     ir_id in[5], g, x = IN(0), scale = IN(1), bias = nin > 2 ? IN(2) : 0, base;
     in[0] = dy[0];
     in[1] = x;
     in[2] = scale;
-    if (nout == 3) {
-        in[3] = OUT(1);
-        in[4] = OUT(2);
-        n = 5;
+    if (nout == 3 || (rms && nout == 2)) { /* the saved statistics: mean, inv_std_dev */
+        for (uint32_t i = 1; i < nout; i++)
+            in[2 + i] = OUT(i);
+        n = 2 + nout;
     }
     if (ACTIVE(scale) || (bias && ACTIVE(bias)))
         gout = nin;
-    g = begin(a, IR_OP_LAYERNORMGRAD, n, in, gout, gname(a, x, nb, sizeof nb));
+    g = begin(a, rms ? IR_OP_RMSNORMGRAD : IR_OP_LAYERNORMGRAD, n, in, gout,
+              gname(a, x, nb, sizeof nb));
     copy_attr(a, g, op, "axis");
     copy_attr(a, g, op, "epsilon");
     base = finish(a, g);
@@ -1121,6 +1130,7 @@ static const struct {
     [IR_OP_SQRT] = {rule_sqrt, NULL},
     [IR_OP_RELU] = {rule_act, NULL},
     [IR_OP_GELU] = {rule_act, NULL},
+    [IR_OP_SWISH] = {rule_act, NULL},
     [IR_OP_TANH] = {rule_act, NULL},
     [IR_OP_SIGMOID] = {rule_act, NULL},
     [IR_OP_ERF] = {rule_erf, NULL},
@@ -1129,6 +1139,7 @@ static const struct {
     [IR_OP_DROPOUT] = {rule_dropout, check_dropout},
     [IR_OP_SOFTMAX] = {rule_softmax, NULL},
     [IR_OP_LAYERNORM] = {rule_layernorm, check_layernorm},
+    [IR_OP_RMSNORM] = {rule_layernorm, check_layernorm},
     [IR_OP_WHERE] = {rule_where, NULL},
     [IR_OP_RESHAPE] = {rule_reshape, NULL},
     [IR_OP_TRANSPOSE] = {rule_transpose, NULL},

@@ -245,7 +245,7 @@ r_slice(const ir_module *m, ir_id op, rule *r)
 static int
 r_layernorm(const ir_module *m, ir_id op, rule *r)
 {
-    /* LayerNormalization(x, scale[, bias]) -> y[, mean, inv_std_dev]. */
+    /* LayerNormalization(x, scale[, bias]) -> y[, mean, inv_std_dev]; RMSNormalization's too. */
     uint32_t rx = r->rank[0];
     int64_t axis = ir_op_int(m, op, "axis", -1);
     int f[IR_MAX_RANK];
@@ -274,7 +274,7 @@ r_layernorm(const ir_module *m, ir_id op, rule *r)
 static int
 r_layernormgrad(const ir_module *m, ir_id op, rule *r)
 {
-    /* (dy, x, scale[, mean, inv_std_dev]) -> dx[, dscale, dbias]. */
+    /* (dy, x, scale[, mean, inv_std_dev]) -> dx[, dscale, dbias]; RMS: no mean, no dbias. */
     uint32_t rx = r->rank[1];
     int64_t axis = ir_op_int(m, op, "axis", -1);
     int f[IR_MAX_RANK];
@@ -677,6 +677,7 @@ static const rule_entry rules[IR_NOPKIND] = {
     [IR_OP_SQRT] = {r_elemwise, LIN_NONE},
     [IR_OP_RELU] = {r_elemwise, LIN_NONE},
     [IR_OP_GELU] = {r_elemwise, LIN_NONE},
+    [IR_OP_SWISH] = {r_elemwise, LIN_NONE},
     [IR_OP_TANH] = {r_elemwise, LIN_NONE},
     [IR_OP_SIGMOID] = {r_elemwise, LIN_NONE},
     [IR_OP_ERF] = {r_elemwise, LIN_NONE},
@@ -685,6 +686,7 @@ static const rule_entry rules[IR_NOPKIND] = {
     [IR_OP_DROPOUT] = {r_elemwise, LIN_NONE},
     [IR_OP_SOFTMAX] = {r_softmax, LIN_NONE},
     [IR_OP_LAYERNORM] = {r_layernorm, LIN_NONE},
+    [IR_OP_RMSNORM] = {r_layernorm, LIN_NONE},
     [IR_OP_WHERE] = {r_elemwise, LIN_NONE},
     [IR_OP_RESHAPE] = {r_reshape, LIN_FIRST},
     [IR_OP_TRANSPOSE] = {r_transpose, LIN_FIRST},
@@ -707,10 +709,12 @@ static const rule_entry rules[IR_NOPKIND] = {
     [IR_OP_MATMULGRAD] = {r_matmulgrad, LIN_NONE},
     [IR_OP_RELUGRAD] = {r_elemwise, LIN_NONE},
     [IR_OP_GELUGRAD] = {r_elemwise, LIN_NONE},
+    [IR_OP_SWISHGRAD] = {r_elemwise, LIN_NONE},
     [IR_OP_TANHGRAD] = {r_elemwise, LIN_NONE},
     [IR_OP_SIGMOIDGRAD] = {r_elemwise, LIN_NONE},
     [IR_OP_SOFTMAXGRAD] = {r_softmax, LIN_NONE},
     [IR_OP_LAYERNORMGRAD] = {r_layernormgrad, LIN_NONE},
+    [IR_OP_RMSNORMGRAD] = {r_layernormgrad, LIN_NONE},
     [IR_OP_DROPOUTGRAD] = {r_elemwise, LIN_NONE},
     [IR_OP_MSELOSSGRAD] = {r_mselossgrad, LIN_NONE},
     [IR_OP_SCELOSSGRAD] = {r_scelossgrad, LIN_NONE},
