@@ -715,11 +715,10 @@ phase_ops(const ir_module *m, const char *phase, int kind, int64_t least)
  * Llama's RMSNorm (one RMSNormalization since 2026-12-06; before, written out:
  * the squares' mean, its reciprocal root, two products, whose squares need the
  * whole residual while the normalisation is linear in it). Under tp 2 without
- * sequence parallelism the
- * residual stream is a partial sum after each row-parallel GEMM (attention
- * output, MLP down projection) and is all-reduced once there, as in
- * Megatron-LM: per forward the embedding's all-reduce (vocabulary-parallel)
- * and two per layer, 1 + 2 x 2 for 2 layers. Until 2026-12-06 the
+ * sequence parallelism the residual stream is a partial sum after each
+ * row-parallel GEMM (attention output, MLP down projection) and is all-reduced
+ * once there, as in Megatron-LM: per forward the embedding's all-reduce
+ * (vocabulary-parallel) and two per layer, 1 + 2 x 2 for 2 layers. Until 2026-12-06 the
  * normalisation passed the partial residual on (linear) while the squares
  * read it reduced, so each norm's output was all-reduced again before the
  * next GEMM: 1 + 4 x 2 + 1 (the final norm's too). The backward (no
