@@ -261,6 +261,44 @@ test_unary(void **state)
     }
 }
 
+/*
+ * SwiGLU, Swish(g) * u: the gradients match finite differences, and the
+ * backward reads g (SwishGrad, and a Swish made again for u's gradient) but
+ * never the forward Swish's result, which is then not kept for it.
+ */
+static void
+test_swiglu_recompute(void **state)
+{
+    fixture fx;
+    int64_t d[2] = {3, 4};
+    ir_id g, u, s, y, ad;
+    uint32_t swish = 0, reads = 0;
+    ir_module *m;
+    xform_autodiff_opts o;
+    (void)state;
+    fx_init(&fx);
+    g = weight(&fx, "g", 2, d);
+    u = weight(&fx, "u", 2, d);
+    s = op1(&fx, IR_OP_SWISH, g);
+    y = op2(&fx, IR_OP_MUL, s, u);
+    m = ir_module_clone(finish_mse(&fx, y));
+    fd_check(fx.m, 0, 0, "SwiGLU"); /* frees fx.m */
+    xform_autodiff_opts_init(&o);
+    o.optimizer = XFORM_OPTIM_NONE;
+    assert_int_equal(xform_autodiff(m, ir_module_entry(m), loss_of(m), &o, &fx.err), 0);
+    ad = m->values[y].def;
+    for (uint32_t i = 1; i < m->nop; i++) {
+        if (i <= ad)
+            continue; /* the forward ops */
+        swish += m->ops[i].kind == IR_OP_SWISH && ir_op_input(m, i, 0) == g;
+        for (uint32_t k = 0; k < m->ops[i].ninput; k++)
+            reads += ir_op_input(m, i, k) == s;
+    }
+    assert_int_equal(swish, 1);
+    assert_int_equal(reads, 0);
+    ir_module_free(m);
+}
+
 static void
 test_gemm(void **state)
 {
@@ -764,6 +802,7 @@ main(void)
         cmocka_unit_test(test_scalar_bytes),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_unary),
+        cmocka_unit_test(test_swiglu_recompute),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_softmax_layernorm),

@@ -185,10 +185,12 @@ check_layer(uint32_t tp, int sp, strategy_recompute rec, double want, const char
  *     normalised input was kept too, and 22sbh before that kept the squares);
  *   the keys and values (transposed): 4 sb kv; FlashAttention's log-sum-exp,
  *     f32 [b, a, s]: 4abs;
- *   [b, s, f] values: the gate and up projections (the gate for SwishGrad),
- *     its SiLU (Swish, for the product's gradient) and the product with up (the
- *     down projection's input): 8sbf (10sbf before 2026-12-06, when SiLU was a
- *     Sigmoid and a Mul, which kept the sigmoid too);
+ *   [b, s, f] values: the gate and up projections (the gate for SwishGrad,
+ *     and for the SiLU the product's gradient makes again from it, autodiff.c's
+ *     operand_for_backward) and the product with up (the down projection's
+ *     input): 6sbf, as Megatron-LM's fused SwiGLU keeps them (10sbf before
+ *     2026-12-06, when SiLU was a Sigmoid and a Mul, which kept the sigmoid
+ *     and the SiLU too; 8sbf while the SiLU was kept);
  *   [b, s, 1] values: each norm's inverse root mean square (its second
  *     result): 4bs (8bs written out: the mean of squares plus epsilon too).
  * Under tensor parallelism with sequence parallelism every one is split by t:
@@ -229,7 +231,7 @@ static void
 test_activations_llama_sp(void **state)
 {
     double s = LS, b = LB, h = LH, a = LA, kv = LKV * (LH / LA), f = LF, t = 2;
-    double want = (14 * s * b * h + 4 * s * b * kv + 4 * a * b * s + 8 * s * b * f + 4 * b * s) / t;
+    double want = (14 * s * b * h + 4 * s * b * kv + 4 * a * b * s + 6 * s * b * f + 4 * b * s) / t;
     hw_model *hw = preset("a100-dgx");
     strategy st;
     double one, two, three;

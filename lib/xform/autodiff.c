@@ -478,14 +478,40 @@ rule_sub(ad *a, ir_id op, const ir_id *dy)
         accum(a, IN(1), mul_const(a, dy[0], -1.0, gname(a, IN(1), nb, sizeof nb)));
 }
 
+/*
+ * A product's operand v as its gradient reads it: v itself, or, when v is a
+ * Swish's (SiLU's) result and that Swish's input x needs a gradient (so that
+ * SwishGrad reads x in the backward anyway), Swish(x) made again there. The
+ * backward then keeps x and not the activation too, as the fused SwiGLU
+ * kernels of Megatron-LM and Transformer Engine save only the gate and
+ * recompute its activation (a [b, s, f] value per layer, docs/models.md); with
+ * fused kernels the recomputation runs inside the product's gradient kernel.
+ */
+static ir_id
+operand_for_backward(ad *a, ir_id v)
+{
+    const ir_module *m = a->m;
+    ir_id d = v < a->nvalue0 ? m->values[v].def : 0, x, g;
+    char nb[256];
+    if (d == 0 || m->ops[d].kind != IR_OP_SWISH || !ACTIVE(x = ir_op_input(m, d, 0)))
+        return v;
+    g = begin(a, IR_OP_SWISH, 1, &x, 1, derived_name(m, v, ".recompute", nb, sizeof nb));
+    copy_attr(a, g, d, "alpha");
+    return finish(a, g);
+}
+
 static void
 rule_mul(ad *a, ir_id op, const ir_id *dy)
 {
     char nb[256];
     if (ACTIVE(IN(0)))
-        accum(a, IN(0), emit2(a, IR_OP_MUL, dy[0], IN(1), gname(a, IN(0), nb, sizeof nb)));
+        accum(a, IN(0),
+              emit2(a, IR_OP_MUL, dy[0], operand_for_backward(a, IN(1)),
+                    gname(a, IN(0), nb, sizeof nb)));
     if (ACTIVE(IN(1)))
-        accum(a, IN(1), emit2(a, IR_OP_MUL, dy[0], IN(0), gname(a, IN(1), nb, sizeof nb)));
+        accum(a, IN(1),
+              emit2(a, IR_OP_MUL, dy[0], operand_for_backward(a, IN(0)),
+                    gname(a, IN(1), nb, sizeof nb)));
 }
 
 /* y = a / b: da = dy / b, db = -(dy * y) / b. */
