@@ -299,6 +299,49 @@ test_swiglu_recompute(void **state)
     ir_module_free(m);
 }
 
+/*
+ * FlashAttention's output merged to [b, s, h] (a Transpose and a Reshape)
+ * times a weight: the gradients match finite differences, and the weight's
+ * gradient reads the merge made again from the output (which
+ * FlashAttentionGrad reads anyway), not the forward's merged copy.
+ */
+static void
+test_attention_merge_recompute(void **state)
+{
+    fixture fx;
+    int64_t dq[4] = {1, 2, 3, 2}, dw[2] = {4, 3}, perm[4] = {0, 2, 1, 3}, merged[3] = {0, 0, -1};
+    ir_id in[3], op, o, t, r, y, mm;
+    uint32_t transposes = 0, reads = 0;
+    ir_module *m;
+    xform_autodiff_opts o2;
+    (void)state;
+    fx_init(&fx);
+    in[0] = weight(&fx, "q", 4, dq);
+    in[1] = weight(&fx, "k", 4, dq);
+    in[2] = weight(&fx, "v", 4, dq);
+    op = models_begin(&fx.b, IR_OP_FLASHATTN, 3, in, 2, NULL);
+    ir_op_set_int(fx.m, op, "causal", 1);
+    ir_op_set_float(fx.m, op, "scale", 0.7);
+    o = models_end(&fx.b, op);
+    t = with_attr_ints(&fx, IR_OP_TRANSPOSE, o, "perm", 4, perm);
+    r = with_attr_ints(&fx, IR_OP_RESHAPE, t, "shape", 3, merged);
+    y = op2(&fx, IR_OP_MATMUL, r, weight(&fx, "w", 2, dw));
+    mm = fx.m->values[y].def;
+    m = ir_module_clone(finish_mse(&fx, y));
+    fd_check(fx.m, 0, 0, "FlashAttention, merge, MatMul"); /* frees fx.m */
+    xform_autodiff_opts_init(&o2);
+    o2.optimizer = XFORM_OPTIM_NONE;
+    assert_int_equal(xform_autodiff(m, ir_module_entry(m), loss_of(m), &o2, &fx.err), 0);
+    for (uint32_t i = mm + 2; i < m->nop; i++) { /* the ops after the MatMul and the loss */
+        transposes += m->ops[i].kind == IR_OP_TRANSPOSE && ir_op_input(m, i, 0) == o;
+        for (uint32_t k = 0; k < m->ops[i].ninput; k++)
+            reads += ir_op_input(m, i, k) == r || ir_op_input(m, i, k) == t;
+    }
+    assert_int_equal(transposes, 1);
+    assert_int_equal(reads, 0);
+    ir_module_free(m);
+}
+
 static void
 test_gemm(void **state)
 {
@@ -803,6 +846,7 @@ main(void)
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_unary),
         cmocka_unit_test(test_swiglu_recompute),
+        cmocka_unit_test(test_attention_merge_recompute),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_softmax_layernorm),

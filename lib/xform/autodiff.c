@@ -479,25 +479,67 @@ rule_sub(ad *a, ir_id op, const ir_id *dy)
 }
 
 /*
- * A product's operand v as its gradient reads it: v itself, or, when v is a
- * Swish's (SiLU's) result and that Swish's input x needs a gradient (so that
- * SwishGrad reads x in the backward anyway), Swish(x) made again there. The
- * backward then keeps x and not the activation too, as the fused SwiGLU
- * kernels of Megatron-LM and Transformer Engine save only the gate and
- * recompute its activation (a [b, s, f] value per layer, docs/models.md); with
- * fused kernels the recomputation runs inside the product's gradient kernel.
+ * Forward op d (one input, one result) made again in the backward on input x,
+ * with d's attributes, its dist.* hints included (not its phase: finish's).
+ */
+static ir_id
+replay(ad *a, ir_id d, ir_id x)
+{
+    ir_module *m = a->m;
+    char nb[256];
+    ir_id g = begin(a, m->ops[d].kind, 1, &x, 1,
+                    derived_name(m, ir_op_output(m, d, 0), ".recompute", nb, sizeof nb)), v;
+    for (int dist = 0; dist < 2; dist++) { /* the op's own attributes, then (after finish) its hints */
+        for (uint32_t i = 0; g != 0 && i < m->ops[d].nattr; i++) {
+            ir_attr at = m->attrs[m->ops[d].attrs + i];
+            const char *key = ir_str_get(m, at.key);
+            if ((strncmp(key, "dist.", 5) == 0) == dist && strcmp(key, "dist.phase") != 0)
+                ir_op_put_attr(m, g, &at);
+        }
+        if (dist == 0 && (v = finish(a, g)) == 0)
+            return 0;
+    }
+    return v;
+}
+
+/*
+ * A product's operand v as its gradient reads it (a Mul's, a MatMul's): v
+ * itself, or v made again in the backward from a value the backward reads
+ * anyway, so that v is not kept for it too, as fused kernels do:
+ *   - a Swish's (SiLU's) result, when its input x needs a gradient (SwishGrad
+ *     reads x): the fused SwiGLU kernels of Megatron-LM and Transformer Engine
+ *     keep only the gate and recompute its activation (a [b, s, f] value per
+ *     layer, docs/models.md); with fused kernels the recomputation runs inside
+ *     the product's gradient kernel;
+ *   - views and Transposes of a FlashAttention's output, whose gradient reads
+ *     that output: the attention output merged back to [b, s, h] (a
+ *     Transpose's copy) for the output projection's weight gradient, where
+ *     FlashAttention kernels write the [b, s, h] layout the projection reads
+ *     and one tensor serves both (2sbh bytes per layer).
  */
 static ir_id
 operand_for_backward(ad *a, ir_id v)
 {
     const ir_module *m = a->m;
-    ir_id d = v < a->nvalue0 ? m->values[v].def : 0, x, g;
-    char nb[256];
-    if (d == 0 || m->ops[d].kind != IR_OP_SWISH || !ACTIVE(x = ir_op_input(m, d, 0)))
+    ir_id chain[4], u = v, d, x;
+    uint32_t n = 0;
+    for (;;) {
+        d = u < a->nvalue0 ? m->values[u].def : 0;
+        if (d == 0 || n == 4 || m->ops[d].ninput != 1 || m->ops[d].noutput != 1 ||
+            (m->ops[d].kind != IR_OP_TRANSPOSE && m->ops[d].kind != IR_OP_RESHAPE &&
+             m->ops[d].kind != IR_OP_SQUEEZE && m->ops[d].kind != IR_OP_UNSQUEEZE))
+            break;
+        chain[n++] = d;
+        u = ir_op_input(m, d, 0);
+    }
+    if (d != 0 && m->ops[d].kind == IR_OP_SWISH && ACTIVE(x = ir_op_input(m, d, 0)))
+        u = replay(a, d, x);
+    else if (!(n > 0 && d != 0 && m->ops[d].kind == IR_OP_FLASHATTN &&
+               u == ir_op_output(m, d, 0) && ACTIVE(ir_op_input(m, d, 0))))
         return v;
-    g = begin(a, IR_OP_SWISH, 1, &x, 1, derived_name(m, v, ".recompute", nb, sizeof nb));
-    copy_attr(a, g, d, "alpha");
-    return finish(a, g);
+    while (n > 0 && u != 0)
+        u = replay(a, chain[--n], u);
+    return u ? u : v;
 }
 
 static void
@@ -744,7 +786,7 @@ static void
 rule_matmul(ad *a, ir_id op, const ir_id *dy)
 {
     char nb[256];
-    ir_id in[3] = {IN(0), IN(1), dy[0]}, g, base;
+    ir_id in[3] = {operand_for_backward(a, IN(0)), operand_for_backward(a, IN(1)), dy[0]}, g, base;
     g = begin(a, IR_OP_MATMULGRAD, 3, in, 2, gname(a, OUT(0), nb, sizeof nb));
     base = finish(a, g);
     if (base == 0)
