@@ -116,6 +116,9 @@ test_options(void **state)
     assert_int_equal(s.stages[1].tp, 2);
     strategy_format(&s, buf, sizeof buf);
     assert_non_null(strstr(buf, "stages=4x1:10,2x2:14"));
+    assert_null(strstr(buf, "dp=")); /* the stages' degrees, not the top level's 1 */
+    assert_null(strstr(buf, "tp="));
+    assert_int_equal(strncmp(buf, "pp=2 m=2 ", 9), 0);
     strategy_fini(&s);
 
     /* Stages all alike are the uniform strategy; the trivial one is trivial. */

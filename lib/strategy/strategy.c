@@ -614,13 +614,14 @@ strategy_is_trivial(const strategy *s)
 void
 strategy_format(const strategy *s, char *buf, size_t size)
 {
-    char overlap[32] = "";
+    char overlap[32] = "", degrees[32] = "";
     if (s->overlap_grad_reduce)
         snprintf(overlap, sizeof overlap, " overlap bucket=%uMiB",
                  s->bucket_mb ? s->bucket_mb : STRATEGY_BUCKET_MB_DEFAULT);
-    snprintf(buf, size,
-             "dp=%u tp=%u pp=%u m=%u schedule=%s%s%.0u recompute=%s stash=%s zero=%u%s%s", s->dp,
-             s->tp, s->pp, s->microbatches, schedule_names[s->schedule & 3],
+    if (s->nstages == 0) /* per-stage degrees (stages=, below) replace dp and tp */
+        snprintf(degrees, sizeof degrees, "dp=%u tp=%u ", s->dp, s->tp);
+    snprintf(buf, size, "%spp=%u m=%u schedule=%s%s%.0u recompute=%s stash=%s zero=%u%s%s",
+             degrees, s->pp, s->microbatches, schedule_names[s->schedule & 3],
              s->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? ":" : "",
              s->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? s->virtual_stages : 0u,
              recompute_names[s->recompute % 3], stash_names[s->stash % 3], s->zero,
