@@ -724,10 +724,13 @@ phase_ops(const ir_module *m, const char *phase, int kind, int64_t least)
  * next GEMM: 1 + 4 x 2 + 1 (the final norm's too). The backward (no
  * recomputation) has Megatron-LM's two whole all-reduces per layer, of the
  * column-parallel GEMMs' input gradients (the residual's gradient, a partial
- * sum, where each norm reads it), and two at the embedding (the gradient of
- * its output, and its output saved as the partial sum and reduced again for
- * the first norm's backward): 2 x 2 + 2 of [2, 4, 16], and no other: each
- * norm's gradient is one op reading those reduced gradients. Written out, each
+ * sum, where each norm reads it), and one for the head (its input's
+ * gradient, a partial sum over the vocabulary): 2 x 2 + 1 of [2, 4, 16], and
+ * no other: each norm's gradient is one op reading those reduced gradients,
+ * and the embedding's output is all-reduced where the model marks the residual
+ * stream (embed.out, dist.seq: shard.c's seq_whole), so the backward saves it
+ * whole (until 2026-12-06 it saved the partial sum and all-reduced it again
+ * for the first norm's backward: 2 x 2 + 2). Written out, each
  * norm's gradient also summed its gradient times its input over the hidden
  * dimension, a partial sum of one value per token ([2, 4, 1]: 5 more
  * all-reduces, one per norm); before that, 5 whole ones per layer: the saved
@@ -755,8 +758,8 @@ test_tp_collectives_rmsnorm(void **state)
     s.tp = 2;
     out = apply_ok(m, &s);
     assert_int_equal(phase_ops(out, "forward", IR_OP_ALLREDUCE, 1), 1 + 2 * 2);
-    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 2 * 4 * 16), 2 * 2 + 2);
-    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 1), 2 * 2 + 2);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 2 * 4 * 16), 2 * 2 + 1);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 1), 2 * 2 + 1);
     ir_module_free(out);
     /*
      * Full recomputation reruns each layer's whole forward, as Megatron-LM's
@@ -764,14 +767,15 @@ test_tp_collectives_rmsnorm(void **state)
      * (Q, K, V, the scores, the context, the output projection, gate, up and
      * down), though no backward op reads the down projection's result, and
      * that projection's all-reduce: 4 whole all-reduces per layer (the two
-     * row-parallel outputs again, the two input gradients) and the
-     * embedding's two. Until 2026-12-06 it repeated only what the backward
-     * reads: 8 GEMMs and 3 all-reduces per layer.
+     * row-parallel outputs again, the two input gradients) and the head's
+     * one (and the embedding's output's again, before seq_whole). Until
+     * 2026-12-06 it repeated only what the backward reads: 8 GEMMs and 3
+     * all-reduces per layer.
      */
     s.recompute = STRATEGY_RECOMPUTE_FULL;
     out = apply_ok(m, &s);
     assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 9 * 2);
-    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 2 * 4 * 16), 4 * 2 + 2);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLREDUCE, 2 * 4 * 16), 4 * 2 + 1);
     ir_module_free(out);
     /*
      * Sequence parallelism (no recomputation): the residual stream between

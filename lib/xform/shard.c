@@ -872,6 +872,25 @@ seq_factor(const xf_ctx *c, ir_id op, const rule *r, uint32_t n)
 }
 
 /*
+ * Without sequence parallelism, does op (with the hint, and an activation
+ * operand the sequence dimension exists in) take its partial sums whole, all-reduced,
+ * rather than pass them on? The residual stream is then whole between blocks,
+ * as Megatron-LM keeps it, so that what the backward saves of it is whole too and
+ * its reduction is not repeated for the backward's readers (Llama's embedding output).
+ */
+static int
+seq_whole(const xf_ctx *c, ir_id op, const rule *r)
+{
+    if (c->s.sequence_parallel || c->op[op].seq < 0)
+        return 0;
+    for (uint32_t k = 0; k < r->nin + r->nout; k++)
+        if ((c->vflags[operand(c->m, op, k, r->nin)] & XF_V_BATCH) &&
+            r->rank[k] > (uint32_t)c->op[op].seq)
+            return 1;
+    return 0;
+}
+
+/*
  * Picks the factor for axis a (or -1), given the placements in[] of the
  * inputs as the op sees them and the axis size n on the op's group.
  */
@@ -1090,12 +1109,14 @@ xf_propagate(xf_ctx *c)
              * reduce-scattered along the sequence rather than passing them on: the
              * residual stream between blocks is sequence-split, as Megatron-LM keeps
              * it, so what the backward saves of it is 1/tp of it and the next block's
-             * reduction is not repeated for the backward's readers. Not with context
+             * reduction is not repeated for the backward's readers; without it, such
+             * an op takes them all-reduced (seq_whole). Not with context
              * parallelism: its axis splits the sequence first, and a partial sum it
              * holds is reduced on its own terms (lower.c's order of axes).
              */
             if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op) &&
-                !(a == XF_TP && c->n[XF_CP] <= 1 && seq_factor(c, op, &r, n[a]) >= 0)) {
+                !(a == XF_TP && c->n[XF_CP] <= 1 &&
+                  (seq_factor(c, op, &r, n[a]) >= 0 || seq_whole(c, op, &r)))) {
                 for (uint32_t k = 0; k < o->ninput; k++)
                     c->req[o->inputs + k].a[a] = in[k].a[a];
                 for (uint32_t k = 0; k < o->noutput; k++)
