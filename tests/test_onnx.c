@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,20 @@ node_attr_ints(arena *a, Onnx__NodeProto *n, const char *name, int count, const 
     at->n_ints = (size_t)count;
     at->ints = alloc(a, sizeof(int64_t) * (size_t)(count + 1));
     memcpy(at->ints, v, sizeof(int64_t) * (size_t)count);
+    n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
+    n->attribute[n->n_attribute++] = at;
+}
+
+static void
+node_attr_float(arena *a, Onnx__NodeProto *n, const char *name, float v)
+{
+    Onnx__AttributeProto *at = alloc(a, sizeof *at);
+    onnx__attribute_proto__init(at);
+    at->name = str(a, name);
+    at->has_type = 1;
+    at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    at->has_f = 1;
+    at->f = v;
     n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
     n->attribute[n->n_attribute++] = at;
 }
@@ -482,6 +497,64 @@ test_shape_folding_opset12(void **state)
     arena_free(&a);
 }
 
+/*
+ * ONNX Runtime's SimplifiedLayerNormalization (default domain and
+ * com.microsoft) and its gradient import as RMSNormalization and
+ * RMSNormalizationGrad with their epsilon and the saved inverse root mean
+ * square, and the module verifies.
+ */
+static void
+test_simplified_layernorm(void **state)
+{
+    arena a = {{0}, 0};
+    model_spec s;
+    int64_t dx[2] = {2, 4}, ds[1] = {4}, dr[2] = {2, 1};
+    uint8_t *data;
+    size_t len;
+    ir_module *m;
+    di_error err;
+    Onnx__NodeProto *n1, *n2, *g;
+    (void)state;
+    memset(&s, 0, sizeof s);
+    s.opset = 17;
+    s.inputs[s.ninput++] = vinfo(&a, "x", 1, 2, dx);
+    s.inputs[s.ninput++] = vinfo(&a, "scale", 1, 1, ds);
+    s.inputs[s.ninput++] = vinfo(&a, "dy", 1, 2, dx);
+    n1 = node(&a, "SimplifiedLayerNormalization", "rms", 2, (const char *[]){"x", "scale"}, 2,
+              (const char *[]){"y", "istd"});
+    node_attr_float(&a, n1, "epsilon", 1e-6f);
+    n2 = node(&a, "SimplifiedLayerNormalization", "rms2", 2, (const char *[]){"y", "scale"}, 1,
+              (const char *[]){"y2"});
+    n2->domain = str(&a, "com.microsoft");
+    g = node(&a, "SimplifiedLayerNormalizationGrad", "rms.grad", 4,
+             (const char *[]){"dy", "x", "scale", "istd"}, 2, (const char *[]){"dx", "dscale"});
+    g->domain = str(&a, "com.microsoft");
+    node_attr_float(&a, g, "epsilon", 1e-6f);
+    s.nodes[s.nnode++] = n1;
+    s.nodes[s.nnode++] = n2;
+    s.nodes[s.nnode++] = g;
+    s.outputs[s.noutput++] = vinfo(&a, "y2", 1, 2, dx);
+    s.outputs[s.noutput++] = vinfo(&a, "istd", 1, 2, dr);
+    s.outputs[s.noutput++] = vinfo(&a, "dx", 1, 2, dx);
+    s.outputs[s.noutput++] = vinfo(&a, "dscale", 1, 1, ds);
+    pack_model(&s, &data, &len);
+    di_error_clear(&err);
+    if (onnx_import(data, len, 1, &m, &err) != 0)
+        fail_msg("import: %s", err.msg);
+    assert_int_equal(count_kind(m, IR_OP_RMSNORM), 2);
+    assert_int_equal(count_kind(m, IR_OP_RMSNORMGRAD), 1);
+    for (uint32_t i = 1; i < m->nop; i++)
+        if (m->ops[i].kind == IR_OP_RMSNORMGRAD) {
+            assert_int_equal(m->ops[i].ninput, 4);
+            assert_true(fabs(ir_op_float(m, i, "epsilon", 0) - 1e-6) < 1e-12);
+        }
+    if (ir_verify(m, &err) != 0)
+        fail_msg("verify: %s", err.msg);
+    ir_module_free(m);
+    di_free(data);
+    arena_free(&a);
+}
+
 static void
 test_unknown_op(void **state)
 {
@@ -569,6 +642,7 @@ main(void)
         cmocka_unit_test(test_external_data),
         cmocka_unit_test(test_split_input_folded),
         cmocka_unit_test(test_shape_folding_opset12),
+        cmocka_unit_test(test_simplified_layernorm),
         cmocka_unit_test(test_unknown_op),
         cmocka_unit_test(test_dynamic_shape_error),
     };

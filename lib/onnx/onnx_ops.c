@@ -1120,6 +1120,47 @@ h_ms_layernormgrad(imp *I, const Onnx__NodeProto *n, emit *e)
     return emit_done(I, e, op, nout);
 }
 
+/*
+ * ONNX Runtime's RMS normalization: SimplifiedLayerNormalization(X, scale) ->
+ * (Y, [inv_std_var]) (a contrib op in the default domain, also seen under
+ * com.microsoft) and its training gradient SimplifiedLayerNormalizationGrad
+ * (dY, X, scale, inv_std_var) -> (dX, [dscale]) are RMSNormalization and
+ * RMSNormalizationGrad.
+ */
+static int
+ms_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e, int grad)
+{
+    int64_t axis;
+    double eps;
+    uint32_t nin = grad ? 4 : 2, nout = named_outputs(n);
+    ir_id in[4], op;
+    int rc;
+    if ((rc = onnx_check_attrs(I, n, grad ? "axis epsilon" : "axis epsilon stash_type")) != 0 ||
+        (rc = need_inputs(I, n, nin, nin)) != 0 || (rc = onnx_attr_int(I, n, "axis", -1, &axis)) ||
+        (rc = onnx_attr_float(I, n, "epsilon", 1e-5, &eps)) != 0)
+        return rc;
+    if (nout < 1 || nout > 2)
+        return onnx_fail(I, DI_EUNSUPPORTED, "has %u outputs", nout);
+    if ((rc = inputs(I, e, n, nin, in)) != 0)
+        return rc;
+    op = onnx_op(e, grad ? IR_OP_RMSNORMGRAD : IR_OP_RMSNORM, nin, in, nout);
+    ir_op_set_int(e->m, op, "axis", axis);
+    ir_op_set_float(e->m, op, "epsilon", eps);
+    return emit_done(I, e, op, nout);
+}
+
+static int
+h_ms_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e)
+{
+    return ms_rmsnorm(I, n, e, 0);
+}
+
+static int
+h_ms_rmsnormgrad(imp *I, const Onnx__NodeProto *n, emit *e)
+{
+    return ms_rmsnorm(I, n, e, 1);
+}
+
 static int
 h_ms_dropoutgrad(imp *I, const Onnx__NodeProto *n, emit *e)
 {
@@ -1231,6 +1272,8 @@ static const onnx_handler handlers[] = {
     {"", "Dropout", NULL, h_dropout},
     {"", "Softmax", NULL, h_softmax},
     {"", "LayerNormalization", NULL, h_layernorm},
+    /* ONNX Runtime's, registered in the default domain (and com.microsoft below). */
+    {"", "SimplifiedLayerNormalization", NULL, h_ms_rmsnorm},
     {"", "Where", NULL, h_where},
     {"", "Reshape", NULL, h_reshape},
     {"", "Transpose", NULL, h_transpose},
@@ -1269,6 +1312,8 @@ static const onnx_handler handlers[] = {
     {"com.microsoft", "Gelu", NULL, h_gelu},
     {"com.microsoft", "ReluGrad", NULL, h_ms_relugrad},
     {"com.microsoft", "GeluGrad", NULL, h_ms_gelugrad},
+    {"com.microsoft", "SimplifiedLayerNormalization", NULL, h_ms_rmsnorm},
+    {"com.microsoft", "SimplifiedLayerNormalizationGrad", NULL, h_ms_rmsnormgrad},
     {"com.microsoft", "SoftmaxGrad", NULL, h_ms_softmaxgrad},
     {"com.microsoft", "SoftmaxGrad_13", NULL, h_ms_softmaxgrad},
     {"com.microsoft", "LayerNormalizationGrad", NULL, h_ms_layernormgrad},
