@@ -1128,7 +1128,7 @@ h_ms_layernormgrad(imp *I, const Onnx__NodeProto *n, emit *e)
  * RMSNormalizationGrad.
  */
 static int
-ms_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e, int grad)
+ort_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e, int grad)
 {
     int64_t axis;
     double eps;
@@ -1150,15 +1150,15 @@ ms_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e, int grad)
 }
 
 static int
-h_ms_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e)
+h_ort_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e)
 {
-    return ms_rmsnorm(I, n, e, 0);
+    return ort_rmsnorm(I, n, e, 0);
 }
 
 static int
-h_ms_rmsnormgrad(imp *I, const Onnx__NodeProto *n, emit *e)
+h_ort_rmsnormgrad(imp *I, const Onnx__NodeProto *n, emit *e)
 {
-    return ms_rmsnorm(I, n, e, 1);
+    return ort_rmsnorm(I, n, e, 1);
 }
 
 static int
@@ -1273,7 +1273,7 @@ static const onnx_handler handlers[] = {
     {"", "Softmax", NULL, h_softmax},
     {"", "LayerNormalization", NULL, h_layernorm},
     /* ONNX Runtime's, registered in the default domain (and com.microsoft below). */
-    {"", "SimplifiedLayerNormalization", NULL, h_ms_rmsnorm},
+    {"", "SimplifiedLayerNormalization", NULL, h_ort_rmsnorm},
     {"", "Where", NULL, h_where},
     {"", "Reshape", NULL, h_reshape},
     {"", "Transpose", NULL, h_transpose},
@@ -1312,8 +1312,8 @@ static const onnx_handler handlers[] = {
     {"com.microsoft", "Gelu", NULL, h_gelu},
     {"com.microsoft", "ReluGrad", NULL, h_ms_relugrad},
     {"com.microsoft", "GeluGrad", NULL, h_ms_gelugrad},
-    {"com.microsoft", "SimplifiedLayerNormalization", NULL, h_ms_rmsnorm},
-    {"com.microsoft", "SimplifiedLayerNormalizationGrad", NULL, h_ms_rmsnormgrad},
+    {"com.microsoft", "SimplifiedLayerNormalization", NULL, h_ort_rmsnorm},
+    {"com.microsoft", "SimplifiedLayerNormalizationGrad", NULL, h_ort_rmsnormgrad},
     {"com.microsoft", "SoftmaxGrad", NULL, h_ms_softmaxgrad},
     {"com.microsoft", "SoftmaxGrad_13", NULL, h_ms_softmaxgrad},
     {"com.microsoft", "LayerNormalizationGrad", NULL, h_ms_layernormgrad},
