@@ -391,8 +391,9 @@ mul_const(ad *a, ir_id x, double c, const char *name)
 /*
  * Zeros shaped like v: u * 0 (no Expand or ConstantOfShape op exists), u = v
  * or, when v is a square x * x, x: the square's gradient reads x anyway,
- * while reading v would keep it for the backward only for its shape (Llama's
- * RMSNorm: the mean of squares' gradient, broadcast over the squares).
+ * while reading v would keep it for the backward only for its shape (an
+ * RMSNorm written out, as imported models have it: the mean of squares'
+ * gradient, broadcast over the squares; Llama's generator emits RMSNormalization).
  */
 static ir_id
 zeros_like(ad *a, ir_id v)
@@ -480,7 +481,8 @@ rule_sub(ad *a, ir_id op, const ir_id *dy)
 
 /*
  * Forward op d (one input, one result) made again in the backward on input x,
- * with d's attributes, its dist.* hints included (not its phase: finish's).
+ * with d's attributes: its own before finish, its dist.* hints by finish (d
+ * as the source, not the op being differentiated).
  */
 static ir_id
 replay(ad *a, ir_id d, ir_id x)
@@ -488,17 +490,16 @@ replay(ad *a, ir_id d, ir_id x)
     ir_module *m = a->m;
     char nb[256];
     ir_id g = begin(a, m->ops[d].kind, 1, &x, 1,
-                    derived_name(m, ir_op_output(m, d, 0), ".recompute", nb, sizeof nb)), v;
-    for (int dist = 0; dist < 2; dist++) { /* the op's own attributes, then (after finish) its hints */
-        for (uint32_t i = 0; g != 0 && i < m->ops[d].nattr; i++) {
-            ir_attr at = m->attrs[m->ops[d].attrs + i];
-            const char *key = ir_str_get(m, at.key);
-            if ((strncmp(key, "dist.", 5) == 0) == dist && strcmp(key, "dist.phase") != 0)
-                ir_op_put_attr(m, g, &at);
-        }
-        if (dist == 0 && (v = finish(a, g)) == 0)
-            return 0;
+                    derived_name(m, ir_op_output(m, d, 0), ".recompute", nb, sizeof nb)),
+          src = a->src, v;
+    for (uint32_t i = 0; g != 0 && i < m->ops[d].nattr; i++) {
+        ir_attr at = m->attrs[m->ops[d].attrs + i];
+        if (strncmp(ir_str_get(m, at.key), "dist.", 5) != 0)
+            ir_op_put_attr(m, g, &at);
     }
+    a->src = d;
+    v = finish(a, g);
+    a->src = src;
     return v;
 }
 

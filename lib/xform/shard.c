@@ -852,42 +852,46 @@ inner_ok(const xf_ctx *c, ir_id op, const rule *r, int f, int a, const xf_place 
 }
 
 /*
- * Under sequence parallelism, the tensor axis's factor of an op with the hint
- * (dist.seq): the sequence dimension of its first activation operand, or -1.
+ * The operand of an op with the hint (dist.seq) whose sequence dimension the
+ * hint names: its first activation operand that has that dimension, or -1.
  */
 static int
-seq_factor(const xf_ctx *c, ir_id op, const rule *r, uint32_t n)
+seq_operand(const xf_ctx *c, ir_id op, const rule *r)
 {
-    if (!c->s.sequence_parallel || c->op[op].seq < 0)
+    if (c->op[op].seq < 0)
         return -1;
-    for (uint32_t k = 0; k < r->nin + r->nout; k++) {
-        ir_id v = operand(c->m, op, k, r->nin);
-        int f;
-        if (!(c->vflags[v] & XF_V_BATCH) || r->rank[k] <= (uint32_t)c->op[op].seq)
-            continue;
-        f = r->map[k][c->op[op].seq];
-        return factor_ok(r, f, XF_TP, n) ? f : -1;
-    }
+    for (uint32_t k = 0; k < r->nin + r->nout; k++)
+        if ((c->vflags[operand(c->m, op, k, r->nin)] & XF_V_BATCH) &&
+            r->rank[k] > (uint32_t)c->op[op].seq)
+            return (int)k;
     return -1;
 }
 
 /*
- * Without sequence parallelism, does op (with the hint, and an activation
- * operand the sequence dimension exists in) take its partial sums whole, all-reduced,
- * rather than pass them on? The residual stream is then whole between blocks,
- * as Megatron-LM keeps it, so that what the backward saves of it is whole too and
- * its reduction is not repeated for the backward's readers (Llama's embedding output).
+ * Under sequence parallelism, the tensor axis's factor of an op with the hint:
+ * the sequence dimension of seq_operand, or -1.
+ */
+static int
+seq_factor(const xf_ctx *c, ir_id op, const rule *r, uint32_t n)
+{
+    int k = c->s.sequence_parallel ? seq_operand(c, op, r) : -1, f;
+    if (k < 0)
+        return -1;
+    f = r->map[k][c->op[op].seq];
+    return factor_ok(r, f, XF_TP, n) ? f : -1;
+}
+
+/*
+ * Without sequence parallelism, does an op with the hint take its partial sums
+ * whole, all-reduced, rather than pass them on? The residual stream is then whole
+ * between blocks, as Megatron-LM keeps it, so that what the backward saves of it is
+ * whole too and its reduction is not repeated for the backward's readers (Llama's
+ * embedding output).
  */
 static int
 seq_whole(const xf_ctx *c, ir_id op, const rule *r)
 {
-    if (c->s.sequence_parallel || c->op[op].seq < 0)
-        return 0;
-    for (uint32_t k = 0; k < r->nin + r->nout; k++)
-        if ((c->vflags[operand(c->m, op, k, r->nin)] & XF_V_BATCH) &&
-            r->rank[k] > (uint32_t)c->op[op].seq)
-            return 1;
-    return 0;
+    return !c->s.sequence_parallel && seq_operand(c, op, r) >= 0;
 }
 
 /*
