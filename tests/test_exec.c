@@ -667,6 +667,40 @@ test_rmsnorm(void **state)
 }
 
 static void
+stash_f32(ir_module *m, ir_id op)
+{
+    ir_op_set_int(m, op, "stash_type", 1);
+}
+
+/*
+ * A bf16 RMSNormalization's inverse root mean square in f32 with stash_type 1
+ * (not rounded to bf16), in bf16 without it; y stays bf16 either way.
+ */
+static void
+test_norm_stash_type_exec(void **state)
+{
+    int64_t dx[2] = {1, 3}, ds[1] = {3};
+    double xv[3] = {1, 2, 3}, sv[3] = {1, 1, 1};
+    double exact = 1.0 / sqrt(14.0 / 3.0 + 1e-5);
+    ex_tensor in[2], y, istd;
+    (void)state;
+    tensor_f(&in[0], IR_BF16, 2, dx, xv);
+    tensor_f(&in[1], IR_BF16, 1, ds, sv);
+    run_op(IR_OP_RMSNORM, 2, in, 2, stash_f32, 1, &istd);
+    run_op(IR_OP_RMSNORM, 2, in, 2, stash_f32, 0, &y);
+    assert_int_equal(istd.dtype, IR_F32);
+    assert_int_equal(y.dtype, IR_BF16);
+    assert_close(ex_get(&istd, 0), exact, 1e-7);
+    ex_tensor_fini(&istd);
+    run_op(IR_OP_RMSNORM, 2, in, 2, NULL, 1, &istd);
+    assert_int_equal(istd.dtype, IR_BF16);
+    assert_true(fabs(ex_get(&istd, 0) - exact) > 1e-5); /* bf16 keeps 8 bits */
+    ex_tensor_fini(&istd);
+    ex_tensor_fini(&y);
+    free_args(in, 2);
+}
+
+static void
 dropout_grad_attrs(ir_module *m, ir_id op)
 {
     ir_op_set_float(m, op, "ratio", 0.5);
@@ -1325,6 +1359,7 @@ main(void)
         cmocka_unit_test(test_grad_matmul),
         cmocka_unit_test(test_swish),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_norm_stash_type_exec),
         cmocka_unit_test(test_grad_activations),
         cmocka_unit_test(test_grad_softmax),
         cmocka_unit_test(test_grad_layernorm),

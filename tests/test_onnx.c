@@ -102,6 +102,20 @@ node_attr_ints(arena *a, Onnx__NodeProto *n, const char *name, int count, const 
 }
 
 static void
+node_attr_int(arena *a, Onnx__NodeProto *n, const char *name, int64_t v)
+{
+    Onnx__AttributeProto *at = alloc(a, sizeof *at);
+    onnx__attribute_proto__init(at);
+    at->name = str(a, name);
+    at->has_type = 1;
+    at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    at->has_i = 1;
+    at->i = v;
+    n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
+    n->attribute[n->n_attribute++] = at;
+}
+
+static void
 node_attr_float(arena *a, Onnx__NodeProto *n, const char *name, float v)
 {
     Onnx__AttributeProto *at = alloc(a, sizeof *at);
@@ -555,6 +569,66 @@ test_simplified_layernorm(void **state)
     arena_free(&a);
 }
 
+/*
+ * A normalization of a 16-bit tensor keeps its statistics in ONNX's default
+ * stash_type, f32 (the graph declares them so), or in the one the node names;
+ * a stash_type that is not a float type is refused with its value.
+ */
+static int
+import_norm_f16(const char *op, int64_t stash, int stat_elem, ir_module **m, di_error *err)
+{
+    arena a = {{0}, 0};
+    model_spec s;
+    int64_t dx[2] = {2, 4}, ds[1] = {4}, dr[2] = {2, 1};
+    uint8_t *data;
+    size_t len;
+    Onnx__NodeProto *n;
+    int rc;
+    memset(&s, 0, sizeof s);
+    s.opset = 17;
+    s.inputs[s.ninput++] = vinfo(&a, "x", 10, 2, dx);
+    s.inputs[s.ninput++] = vinfo(&a, "scale", 10, 1, ds);
+    n = node(&a, op, "norm", 2, (const char *[]){"x", "scale"}, 2, (const char *[]){"y", "st"});
+    if (stash != 0)
+        node_attr_int(&a, n, "stash_type", stash);
+    s.nodes[s.nnode++] = n;
+    s.outputs[s.noutput++] = vinfo(&a, "y", 10, 2, dx);
+    s.outputs[s.noutput++] = vinfo(&a, "st", stat_elem, 2, dr);
+    pack_model(&s, &data, &len);
+    di_error_clear(err);
+    rc = onnx_import(data, len, 1, m, err);
+    di_free(data);
+    arena_free(&a);
+    return rc;
+}
+
+static void
+test_norm_stash_type(void **state)
+{
+    const char *ops[2] = {"LayerNormalization", "SimplifiedLayerNormalization"};
+    ir_module *m;
+    di_error err;
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        int kind = i == 0 ? IR_OP_LAYERNORM : IR_OP_RMSNORM;
+        if (import_norm_f16(ops[i], 0, 1, &m, &err) != 0)
+            fail_msg("%s: %s", ops[i], err.msg);
+        for (uint32_t j = 1; j < m->nop; j++)
+            if (m->ops[j].kind == kind) {
+                assert_int_equal(ir_op_int(m, j, "stash_type", 0), 1);
+                assert_int_equal(m->types[m->values[ir_op_output(m, j, 1)].type].dtype, IR_F32);
+            }
+        if (ir_verify(m, &err) != 0)
+            fail_msg("verify: %s", err.msg);
+        ir_module_free(m);
+        if (import_norm_f16(ops[i], 10, 10, &m, &err) != 0)
+            fail_msg("%s, stash_type 10: %s", ops[i], err.msg);
+        ir_module_free(m);
+        assert_int_not_equal(import_norm_f16(ops[i], 7, 7, &m, &err), 0);
+        assert_non_null(strstr(err.msg, "stash_type 7"));
+    }
+}
+
 static void
 test_unknown_op(void **state)
 {
@@ -643,6 +717,7 @@ main(void)
         cmocka_unit_test(test_split_input_folded),
         cmocka_unit_test(test_shape_folding_opset12),
         cmocka_unit_test(test_simplified_layernorm),
+        cmocka_unit_test(test_norm_stash_type),
         cmocka_unit_test(test_unknown_op),
         cmocka_unit_test(test_dynamic_shape_error),
     };

@@ -481,6 +481,38 @@ test_layernorm(void **state)
     ir_module_free(m);
 }
 
+/*
+ * The statistics' dtype: stash_type (ONNX's code) when set, else x's (modules
+ * written before the attribute).
+ */
+static void
+test_norm_stash_type(void **state)
+{
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    ir_id xt = ten(m, IR_BF16, 0, DIMS(4, 8));
+    ir_id x = arg(m, f, xt), s8 = arg(m, f, ten(m, IR_BF16, 0, DIMS(8)));
+    ir_id out[3], op;
+    (void)state;
+    op = mkop(m, f, IR_OP_LAYERNORM, NIDS(x, s8, s8), 3);
+    INFER_OK(m, op, out);
+    EXPECT_TYPE(m, out[1], ten(m, IR_BF16, 0, DIMS(4, 1)));
+    op = mkop(m, f, IR_OP_LAYERNORM, NIDS(x, s8, s8), 3);
+    ir_op_set_int(m, op, "stash_type", 1);
+    INFER_OK(m, op, out);
+    EXPECT_TYPE(m, out[0], xt);
+    EXPECT_TYPE(m, out[1], ten(m, IR_F32, 0, DIMS(4, 1)));
+    EXPECT_TYPE(m, out[2], ten(m, IR_F32, 0, DIMS(4, 1)));
+    op = mkop(m, f, IR_OP_RMSNORM, NIDS(x, s8), 2);
+    ir_op_set_int(m, op, "stash_type", 1);
+    INFER_OK(m, op, out);
+    EXPECT_TYPE(m, out[1], ten(m, IR_F32, 0, DIMS(4, 1)));
+    op = mkop(m, f, IR_OP_RMSNORM, NIDS(x, s8), 2);
+    ir_op_set_int(m, op, "stash_type", 7);
+    EXPECT_ERR(m, op, "stash_type = 7 is not a float ONNX data type");
+    ir_module_free(m);
+}
+
 /* ---- shapes ---- */
 
 static void
@@ -1571,6 +1603,7 @@ main(void)
         cmocka_unit_test(test_broadcasting),
         cmocka_unit_test(test_unary),
         cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_norm_stash_type),
         cmocka_unit_test(test_reshape_transpose),
         cmocka_unit_test(test_concat_split),
         cmocka_unit_test(test_slice),

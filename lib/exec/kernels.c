@@ -1146,10 +1146,13 @@ k_layernorm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *
     int64_t outer = 1, size = 1, sd[IR_MAX_RANK];
     double *v[3] = {NULL, NULL, NULL}, *y, *mean, *istd;
     int rc;
+    ir_dtype st = ir_norm_stat_dtype(k->m, k->op, x->dtype); /* of mean, inv_std_dev */
     if ((rc = need_float(k, x, 0)) != 0)
         return rc;
     if (x->rank == 0)
         return kfail(k, DI_EINVAL, "layer normalization of a scalar");
+    if (st == IR_DTYPE_NONE)
+        return kfail(k, DI_EINVAL, "stash_type is not a float data type");
     if ((rc = axis_norm(k, "axis", ir_op_int(k->m, k->op, "axis", -1), x->rank, &axis)) != 0)
         return rc;
     for (uint32_t i = 0; i < x->rank; i++) {
@@ -1193,7 +1196,7 @@ k_layernorm(const kctx *k, const ex_tensor *const *in, uint32_t nin, ex_tensor *
         goto done;
     dstore(&out[0], y);
     for (uint32_t i = 1; i < nout; i++) {
-        if ((rc = kalloc(k, &out[i], x->dtype, x->rank, sd)) != 0) {
+        if ((rc = kalloc(k, &out[i], st, x->rank, sd)) != 0) {
             for (uint32_t j = 0; j < i; j++)
                 ex_tensor_fini(&out[j]);
             goto done;

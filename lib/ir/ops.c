@@ -773,6 +773,7 @@ infer_layernorm(ir_module *m, ir_id op, ir_id *out, di_error *err)
     uint32_t n = m->ops[op].ninput, axis;
     int64_t sd[IR_MAX_RANK];
     double eps = ir_op_float(m, op, "epsilon", 1e-5);
+    ir_dtype st;
     site s;
     int rc;
     if ((rc = load_inputs(m, op, n, in, err)) != 0 ||
@@ -790,11 +791,26 @@ infer_layernorm(ir_module *m, ir_id op, ir_id *out, di_error *err)
             (rc = check_norm_shape(m, op, &in[0], axis, &in[i], i, i == 1 ? "scale" : "bias",
                                    err)) != 0)
             return rc;
+    if ((st = ir_norm_stat_dtype(m, op, in[0].dtype)) == IR_DTYPE_NONE)
+        return fail(m, op, err,
+                    "stash_type = %lld is not a float ONNX data type (1 f32, 10 f16, 16 bf16, "
+                    "11 f64)",
+                    (long long)ir_op_int(m, op, "stash_type", 0));
     out[0] = result_type(m, &s, in[0].dtype, in[0].rank, in[0].dims);
     stat_dims(&in[0], axis, sd);
     for (uint32_t i = 1; i < m->ops[op].noutput; i++)
-        out[i] = result_type(m, &s, in[0].dtype, in[0].rank, sd);
+        out[i] = result_type(m, &s, st, in[0].rank, sd);
     return 0;
+}
+
+ir_dtype
+ir_norm_stat_dtype(const ir_module *m, ir_id op, ir_dtype x)
+{
+    ir_dtype dt;
+    if (ir_op_attr(m, op, "stash_type") == NULL)
+        return x;
+    dt = ir_dtype_from_onnx(ir_op_int(m, op, "stash_type", 0));
+    return ir_dtype_is_float(dt) ? dt : IR_DTYPE_NONE;
 }
 
 /*

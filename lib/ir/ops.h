@@ -54,8 +54,10 @@
     X(CAST, "Cast", 1, 1, 1, 1, IR_OPF_ELEMWISE, "to:i", cast, elemwise)                           \
     X(DROPOUT, "Dropout", 1, 1, 1, 2, 0, "ratio:f? seed:i?", dropout, elemwise)                    \
     X(SOFTMAX, "Softmax", 1, 1, 1, 1, 0, "axis:i?", same, softmax)                                 \
-    X(LAYERNORM, "LayerNormalization", 2, 3, 1, 3, 0, "axis:i? epsilon:f?", layernorm, layernorm)  \
-    X(RMSNORM, "RMSNormalization", 2, 2, 1, 2, 0, "axis:i? epsilon:f?", layernorm, layernorm)      \
+    X(LAYERNORM, "LayerNormalization", 2, 3, 1, 3, 0, "axis:i? epsilon:f? stash_type:i?",          \
+      layernorm, layernorm)                                                                        \
+    X(RMSNORM, "RMSNormalization", 2, 2, 1, 2, 0, "axis:i? epsilon:f? stash_type:i?", layernorm,   \
+      layernorm)                                                                                   \
     X(WHERE, "Where", 3, 3, 1, 1, IR_OPF_ELEMWISE, "", where, elemwise)                            \
     /* compute: shape and data movement */                                                        \
     X(RESHAPE, "Reshape", 1, 1, 1, 1, IR_OPF_FREE, "shape:I", reshape, none)                       \
@@ -234,6 +236,14 @@ typedef enum ir_reduction {
     IR_REDUCTION_NONE,
 } ir_reduction;
 ir_reduction ir_sce_reduction(const ir_module *m, ir_id op);
+/*
+ * The dtype of a LayerNormalization's or RMSNormalization's statistics (mean,
+ * inv_std_dev): attribute "stash_type" (an ONNX data type code, as Cast's "to")
+ * when set, else x's dtype x (distir's modules before the attribute). ONNX's
+ * default is 1 (f32): the importer and the model generators set it. IR_DTYPE_NONE
+ * when stash_type is not a float type distir knows.
+ */
+ir_dtype ir_norm_stat_dtype(const ir_module *m, ir_id op, ir_dtype x);
 
 /* FLOPs and bytes of an op, from its types and attributes. */
 void ir_op_cost(const ir_module *m, ir_id op, ir_cost *c);

@@ -300,6 +300,25 @@ h_softmax(imp *I, const Onnx__NodeProto *n, emit *e)
     }
 }
 
+/*
+ * A normalization's stash_type (the dtype of its statistics and of their
+ * computation; ONNX's default 1, f32), set on op explicitly: distir reads an
+ * absent one as the input's dtype.
+ */
+static int
+set_stash_type(imp *I, const Onnx__NodeProto *n, emit *e, ir_id op)
+{
+    int64_t st;
+    int rc;
+    if ((rc = onnx_attr_int(I, n, "stash_type", 1, &st)) != 0)
+        return rc;
+    if (!ir_dtype_is_float(ir_dtype_from_onnx(st)))
+        return onnx_fail(I, DI_EUNSUPPORTED, "stash_type %lld is not a float data type distir has",
+                         (long long)st);
+    ir_op_set_int(e->m, op, "stash_type", st);
+    return 0;
+}
+
 static int
 h_layernorm(imp *I, const Onnx__NodeProto *n, emit *e)
 {
@@ -320,6 +339,8 @@ h_layernorm(imp *I, const Onnx__NodeProto *n, emit *e)
     op = onnx_op(e, IR_OP_LAYERNORM, nin, in, nout);
     ir_op_set_int(e->m, op, "axis", axis);
     ir_op_set_float(e->m, op, "epsilon", eps);
+    if ((rc = set_stash_type(I, n, e, op)) != 0)
+        return rc;
     return emit_done(I, e, op, nout);
 }
 
@@ -1146,6 +1167,8 @@ ort_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e, int grad)
     op = onnx_op(e, grad ? IR_OP_RMSNORMGRAD : IR_OP_RMSNORM, nin, in, nout);
     ir_op_set_int(e->m, op, "axis", axis);
     ir_op_set_float(e->m, op, "epsilon", eps);
+    if (!grad && (rc = set_stash_type(I, n, e, op)) != 0)
+        return rc;
     return emit_done(I, e, op, nout);
 }
 
