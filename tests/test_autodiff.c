@@ -237,11 +237,16 @@ test_elementwise(void **state)
 static void
 test_unary(void **state)
 {
-    /* Swish twice: SiLU (alpha 1, no attribute), then alpha 1.702 (kept by SwishGrad). */
-    static const int kinds[] = {IR_OP_RELU, IR_OP_GELU, IR_OP_SWISH, IR_OP_SWISH, IR_OP_TANH,
-                                IR_OP_SIGMOID, IR_OP_SQRT, IR_OP_ERF, IR_OP_IDENTITY, IR_OP_POW};
-    static const char *const names[] = {"Relu", "Gelu", "Swish", "Swish alpha 1.702", "Tanh",
-                                        "Sigmoid", "Sqrt", "Erf", "Identity", "Pow"};
+    /*
+     * Swish twice: SiLU (alpha 1, no attribute), then alpha 1.702 (kept by
+     * SwishGrad); Gelu twice, the second with approximate "tanh" (kept by GeluGrad).
+     */
+    static const int kinds[] = {IR_OP_RELU, IR_OP_GELU,    IR_OP_SWISH, IR_OP_SWISH,
+                                IR_OP_TANH, IR_OP_SIGMOID, IR_OP_SQRT,  IR_OP_ERF,
+                                IR_OP_IDENTITY, IR_OP_POW, IR_OP_GELU};
+    static const char *const names[] = {"Relu",    "Gelu", "Swish", "Swish alpha 1.702",
+                                        "Tanh",    "Sigmoid", "Sqrt", "Erf",
+                                        "Identity", "Pow",  "Gelu approximate tanh"};
     (void)state;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         fixture fx;
@@ -257,6 +262,8 @@ test_unary(void **state)
             y = op1(&fx, kinds[k], x);
         if (k == 3)
             ir_op_set_float(fx.m, fx.m->values[y].def, "alpha", 1.702);
+        if (k == 10)
+            ir_op_set_string(fx.m, fx.m->values[y].def, "approximate", "tanh");
         fd_check(finish_mse(&fx, y), 0, 0, names[k]);
     }
 }

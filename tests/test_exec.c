@@ -504,18 +504,18 @@ test_grad_matmul(void **state)
     free_args(in, 3);
 }
 
-/* Unary activations: grad(x, dy). */
+/* Unary activations: grad(x, dy), with the attributes fn sets on both (or none). */
 static void
-check_act(int fwd, int grad)
+check_act(int fwd, int grad, attr_fn fn)
 {
     int64_t d[2] = {3, 4};
-    fdcase c = {fwd, 1, 1, 0, 0, NULL};
+    fdcase c = {fwd, 1, 1, 0, 0, fn};
     ex_tensor in[2], w, g;
     tensor_rand(&in[0], IR_F64, 2, d, 20 + (uint64_t)fwd);
     ex_set(&in[0], 0, 0.3); /* away from Relu's kink */
     fd_weights(&c, in, &w, 21);
     in[1] = w;
-    run_op(grad, 2, in, 1, NULL, 0, &g);
+    run_op(grad, 2, in, 1, fn, 0, &g);
     fd_check(&c, in, &w, &g);
     ex_tensor_fini(&g);
     free_args(in, 2);
@@ -548,14 +548,49 @@ test_swish(void **state)
 }
 
 static void
+gelu_tanh_attr(ir_module *m, ir_id op)
+{
+    ir_op_set_string(m, op, "approximate", "tanh");
+}
+
+/*
+ * Gelu by hand: x Phi(x) with erf by default, 0.5 x (1 + tanh(sqrt(2/pi) (x +
+ * 0.044715 x^3))) with approximate "tanh" (ONNX opset 20; 0.841192 at 1, where
+ * the erf form gives 0.841345).
+ */
+static void
+test_gelu_tanh(void **state)
+{
+    int64_t d[1] = {3};
+    double x[3] = {-1.0, 0.5, 1.0};
+    ex_tensor in, out;
+    (void)state;
+    tensor_f(&in, IR_F64, 1, d, x);
+    run_op(IR_OP_GELU, 1, &in, 1, NULL, 0, &out);
+    for (int i = 0; i < 3; i++)
+        assert_close(ex_get(&out, (size_t)i), 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0))), 1e-15);
+    ex_tensor_fini(&out);
+    run_op(IR_OP_GELU, 1, &in, 1, gelu_tanh_attr, 0, &out);
+    for (int i = 0; i < 3; i++) {
+        double u = sqrt(2.0 / M_PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
+        assert_close(ex_get(&out, (size_t)i), 0.5 * x[i] * (1.0 + tanh(u)), 1e-15);
+    }
+    assert_close(ex_get(&out, 2), 0.841192, 1e-6);
+    ex_tensor_fini(&out);
+    ex_tensor_fini(&in);
+}
+
+static void
 test_grad_activations(void **state)
 {
     (void)state;
-    check_act(IR_OP_RELU, IR_OP_RELUGRAD);
-    check_act(IR_OP_GELU, IR_OP_GELUGRAD);
-    check_act(IR_OP_SWISH, IR_OP_SWISHGRAD);
-    check_act(IR_OP_TANH, IR_OP_TANHGRAD);
-    check_act(IR_OP_SIGMOID, IR_OP_SIGMOIDGRAD);
+    check_act(IR_OP_RELU, IR_OP_RELUGRAD, NULL);
+    check_act(IR_OP_GELU, IR_OP_GELUGRAD, NULL);
+    check_act(IR_OP_GELU, IR_OP_GELUGRAD, gelu_tanh_attr);
+    check_act(IR_OP_SWISH, IR_OP_SWISHGRAD, NULL);
+    check_act(IR_OP_SWISH, IR_OP_SWISHGRAD, swish_alpha);
+    check_act(IR_OP_TANH, IR_OP_TANHGRAD, NULL);
+    check_act(IR_OP_SIGMOID, IR_OP_SIGMOIDGRAD, NULL);
 }
 
 static void
@@ -1361,6 +1396,7 @@ main(void)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_norm_stash_type_exec),
         cmocka_unit_test(test_grad_activations),
+        cmocka_unit_test(test_gelu_tanh),
         cmocka_unit_test(test_grad_softmax),
         cmocka_unit_test(test_grad_layernorm),
         cmocka_unit_test(test_grad_dropout),

@@ -116,6 +116,21 @@ node_attr_int(arena *a, Onnx__NodeProto *n, const char *name, int64_t v)
 }
 
 static void
+node_attr_string(arena *a, Onnx__NodeProto *n, const char *name, const char *v)
+{
+    Onnx__AttributeProto *at = alloc(a, sizeof *at);
+    onnx__attribute_proto__init(at);
+    at->name = str(a, name);
+    at->has_type = 1;
+    at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    at->has_s = 1;
+    at->s.len = strlen(v);
+    at->s.data = (uint8_t *)str(a, v);
+    n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
+    n->attribute[n->n_attribute++] = at;
+}
+
+static void
 node_attr_float(arena *a, Onnx__NodeProto *n, const char *name, float v)
 {
     Onnx__AttributeProto *at = alloc(a, sizeof *at);
@@ -629,6 +644,110 @@ test_norm_stash_type(void **state)
     }
 }
 
+/*
+ * A model of opset `opset`: Cast (saturate 1), Gelu (approximate gelu), Swish
+ * (alpha 1.5), RMSNormalization, Split into 3 by num_outputs along 8 (3, 3, 2).
+ */
+static int
+import_recent(int64_t opset, const char *gelu, ir_module **m, di_error *err)
+{
+    arena a = {{0}, 0};
+    model_spec s;
+    int64_t dx[2] = {2, 8}, ds[1] = {8}, d3[2] = {2, 3}, d2[2] = {2, 2};
+    uint8_t *data;
+    size_t len;
+    Onnx__NodeProto *n;
+    int rc;
+    memset(&s, 0, sizeof s);
+    s.opset = opset;
+    s.inputs[s.ninput++] = vinfo(&a, "x", 1, 2, dx);
+    s.inputs[s.ninput++] = vinfo(&a, "scale", 1, 1, ds);
+    n = node(&a, "Cast", "cast", 1, (const char *[]){"x"}, 1, (const char *[]){"xc"});
+    node_attr_int(&a, n, "to", 1);
+    node_attr_int(&a, n, "saturate", 1);
+    s.nodes[s.nnode++] = n;
+    n = node(&a, "Gelu", "gelu", 1, (const char *[]){"xc"}, 1, (const char *[]){"g"});
+    node_attr_string(&a, n, "approximate", gelu);
+    s.nodes[s.nnode++] = n;
+    n = node(&a, "Swish", "swish", 1, (const char *[]){"g"}, 1, (const char *[]){"sw"});
+    node_attr_float(&a, n, "alpha", 1.5f);
+    s.nodes[s.nnode++] = n;
+    n = node(&a, "RMSNormalization", "rms", 2, (const char *[]){"sw", "scale"}, 1,
+             (const char *[]){"y"});
+    node_attr_float(&a, n, "epsilon", 1e-6f);
+    s.nodes[s.nnode++] = n;
+    n = node(&a, "Split", "split", 1, (const char *[]){"y"}, 3, (const char *[]){"p0", "p1", "p2"});
+    node_attr_int(&a, n, "axis", 1);
+    node_attr_int(&a, n, "num_outputs", 3);
+    s.nodes[s.nnode++] = n;
+    s.outputs[s.noutput++] = vinfo(&a, "p0", 1, 2, d3);
+    s.outputs[s.noutput++] = vinfo(&a, "p1", 1, 2, d3);
+    s.outputs[s.noutput++] = vinfo(&a, "p2", 1, 2, d2);
+    pack_model(&s, &data, &len);
+    di_error_clear(err);
+    rc = onnx_import(data, len, 1, m, err);
+    di_free(data);
+    arena_free(&a);
+    return rc;
+}
+
+/* Opsets 18 to 24: the ops they added that distir has, and the attributes they changed. */
+static void
+test_recent_opsets(void **state)
+{
+    ir_module *m;
+    di_error err;
+    const int64_t *split;
+    uint32_t ns = 0;
+    (void)state;
+    if (import_recent(24, "tanh", &m, &err) != 0)
+        fail_msg("opset 24: %s", err.msg);
+    assert_int_equal(count_kind(m, IR_OP_GELU), 1);
+    assert_int_equal(count_kind(m, IR_OP_SWISH), 1);
+    assert_int_equal(count_kind(m, IR_OP_RMSNORM), 1);
+    for (uint32_t i = 1; i < m->nop; i++) {
+        switch (m->ops[i].kind) {
+        case IR_OP_GELU:
+            assert_int_equal(ir_gelu_tanh(m, i), 1);
+            break;
+        case IR_OP_SWISH:
+            assert_true(ir_op_float(m, i, "alpha", 0) == 1.5);
+            break;
+        case IR_OP_RMSNORM:
+            assert_int_equal(m->ops[i].noutput, 1);
+            assert_int_equal(ir_op_int(m, i, "stash_type", 0), 1);
+            assert_true(fabs(ir_op_float(m, i, "epsilon", 0) - 1e-6) < 1e-12);
+            break;
+        case IR_OP_SPLIT:
+            split = ir_op_ints(m, i, "split", &ns);
+            assert_non_null(split);
+            assert_int_equal(ns, 3);
+            assert_int_equal(split[0], 3);
+            assert_int_equal(split[1], 3);
+            assert_int_equal(split[2], 2);
+            break;
+        default:
+            break;
+        }
+    }
+    if (ir_verify(m, &err) != 0)
+        fail_msg("verify: %s", err.msg);
+    ir_module_free(m);
+    if (import_recent(20, "none", &m, &err) != 0)
+        fail_msg("opset 20: %s", err.msg);
+    for (uint32_t i = 1; i < m->nop; i++)
+        if (m->ops[i].kind == IR_OP_GELU)
+            assert_int_equal(ir_gelu_tanh(m, i), 0);
+    ir_module_free(m);
+    assert_int_not_equal(import_recent(20, "erf", &m, &err), 0);
+    assert_non_null(strstr(err.msg, "approximate must be none or tanh"));
+    assert_int_not_equal(import_recent(25, "none", &m, &err), 0);
+    assert_non_null(strstr(err.msg, "opset 25; distir imports opsets 9 through 24"));
+    /* Before opset 18 Split has no num_outputs. */
+    assert_int_not_equal(import_recent(17, "none", &m, &err), 0);
+    assert_non_null(strstr(err.msg, "num_outputs"));
+}
+
 static void
 test_unknown_op(void **state)
 {
@@ -718,6 +837,7 @@ main(void)
         cmocka_unit_test(test_shape_folding_opset12),
         cmocka_unit_test(test_simplified_layernorm),
         cmocka_unit_test(test_norm_stash_type),
+        cmocka_unit_test(test_recent_opsets),
         cmocka_unit_test(test_unknown_op),
         cmocka_unit_test(test_dynamic_shape_error),
     };

@@ -383,6 +383,21 @@ gelu_grad(double x)
     return cdf + x * pdf;
 }
 
+/* Gelu with approximate = "tanh": 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). */
+static double
+gelu_tanh(double x)
+{
+    return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+}
+
+static double
+gelu_tanh_grad(double x)
+{
+    double t = tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) +
+           0.5 * x * (1.0 - t * t) * 0.79788456080286535588 * (1.0 + 3 * 0.044715 * x * x);
+}
+
 static double
 sigmoid(double x)
 {
@@ -406,9 +421,9 @@ swish_grad(double x, double a)
     return s * (1.0 + a * x * (1.0 - s));
 }
 
-/* alpha: Swish's (unused by the others). */
+/* alpha: Swish's; approx: Gelu's tanh form (ir_gelu_tanh); unused by the others. */
 static double
-unary_fn(int kind, double x, double alpha)
+unary_fn(int kind, double x, double alpha, int approx)
 {
     switch (kind) {
     case IR_OP_SWISH:
@@ -418,7 +433,7 @@ unary_fn(int kind, double x, double alpha)
     case IR_OP_RELU:
         return x > 0 ? x : 0.0;
     case IR_OP_GELU:
-        return gelu(x);
+        return approx ? gelu_tanh(x) : gelu(x);
     case IR_OP_TANH:
         return tanh(x);
     case IR_OP_SIGMOID:
@@ -434,9 +449,12 @@ static int
 k_unary(const kctx *k, const ex_tensor *x, ex_tensor *out)
 {
     int kind = k->m->ops[k->op].kind, rc;
+    int approx = kind == IR_OP_GELU ? ir_gelu_tanh(k->m, k->op) : 0;
     double alpha = ir_op_float(k->m, k->op, "alpha", 1.0);
     if (kind != IR_OP_RELU && (rc = need_float(k, x, 0)) != 0)
         return rc;
+    if (approx < 0)
+        return kfail(k, DI_EINVAL, "approximate must be none or tanh");
     if ((rc = kalloc(k, out, x->dtype, x->rank, x->dims)) != 0)
         return rc;
     switch (ex_class_of(x->dtype)) {
@@ -448,7 +466,7 @@ k_unary(const kctx *k, const ex_tensor *x, ex_tensor *out)
                 o[i] = p[i] > 0 ? p[i] : 0.0f;
         } else {
             for (size_t i = 0; i < x->numel; i++)
-                o[i] = (float)unary_fn(kind, p[i], alpha);
+                o[i] = (float)unary_fn(kind, p[i], alpha, approx);
         }
         break;
     }
@@ -456,7 +474,7 @@ k_unary(const kctx *k, const ex_tensor *x, ex_tensor *out)
         const double *p = x->data;
         double *o = out->data;
         for (size_t i = 0; i < x->numel; i++)
-            o[i] = unary_fn(kind, p[i], alpha);
+            o[i] = unary_fn(kind, p[i], alpha, approx);
         break;
     }
     case EX_CI: {
@@ -1376,9 +1394,12 @@ static int
 k_act_grad(const kctx *k, const ex_tensor *x, const ex_tensor *dy, ex_tensor *out)
 {
     int kind = k->m->ops[k->op].kind, rc;
+    int approx = kind == IR_OP_GELUGRAD ? ir_gelu_tanh(k->m, k->op) : 0;
     double alpha = ir_op_float(k->m, k->op, "alpha", 1.0);
     if ((rc = need_same_shape(k, x, 0, dy, 1)) != 0)
         return rc;
+    if (approx < 0)
+        return kfail(k, DI_EINVAL, "approximate must be none or tanh");
     if (kind != IR_OP_RELUGRAD && (rc = need_float(k, x, 0)) != 0)
         return rc;
     if ((rc = kalloc(k, out, dy->dtype, dy->rank, dy->dims)) != 0)
@@ -1390,7 +1411,7 @@ k_act_grad(const kctx *k, const ex_tensor *x, const ex_tensor *dy, ex_tensor *ou
             d = xv > 0 ? g : 0.0;
             break;
         case IR_OP_GELUGRAD:
-            d = g * gelu_grad(xv);
+            d = g * (approx ? gelu_tanh_grad(xv) : gelu_grad(xv));
             break;
         case IR_OP_SWISHGRAD:
             d = g * swish_grad(xv, alpha);

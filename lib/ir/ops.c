@@ -558,6 +558,8 @@ infer_same(ir_module *m, ir_id op, ir_id *out, di_error *err)
     if (kind != IR_OP_RELU && kind != IR_OP_IDENTITY && kind != IR_OP_AFTER &&
         (rc = check_float(m, op, &x, 0, err)) != 0)
         return rc;
+    if (kind == IR_OP_GELU && ir_gelu_tanh(m, op) < 0)
+        return fail(m, op, err, "approximate must be none or tanh");
     if (kind == IR_OP_SOFTMAX) {
         uint32_t axis;
         if (x.rank == 0)
@@ -1278,6 +1280,13 @@ infer_loss(ir_module *m, ir_id op, ir_id *out, di_error *err)
     return 0;
 }
 
+int
+ir_gelu_tanh(const ir_module *m, ir_id op)
+{
+    const char *a = ir_op_string(m, op, "approximate", "none");
+    return strcmp(a, "none") == 0 ? 0 : strcmp(a, "tanh") == 0 ? 1 : -1;
+}
+
 ir_reduction
 ir_sce_reduction(const ir_module *m, ir_id op)
 {
@@ -1514,6 +1523,8 @@ infer_grad_like_x(ir_module *m, ir_id op, ir_id *out, di_error *err)
     } else if ((rc = check_same_dtype(m, op, &in[0], 0, &in[1], 1, err)) != 0) {
         return rc;
     }
+    if (kind == IR_OP_GELUGRAD && ir_gelu_tanh(m, op) < 0)
+        return fail(m, op, err, "approximate must be none or tanh");
     if (kind == IR_OP_SOFTMAXGRAD) {
         if (in[0].rank == 0)
             return fail(m, op, err, "input 0 is a scalar; softmax needs rank >= 1");

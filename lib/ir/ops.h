@@ -45,7 +45,7 @@
     X(POW, "Pow", 2, 2, 1, 1, IR_OPF_ELEMWISE, "", broadcast, transcend)                           \
     X(SQRT, "Sqrt", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                              \
     X(RELU, "Relu", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, elemwise)                               \
-    X(GELU, "Gelu", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, gelu)                                   \
+    X(GELU, "Gelu", 1, 1, 1, 1, IR_OPF_ELEMWISE, "approximate:s?", same, gelu)                     \
     X(SWISH, "Swish", 1, 1, 1, 1, IR_OPF_ELEMWISE, "alpha:f?", same, swish)                        \
     X(TANH, "Tanh", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                              \
     X(SIGMOID, "Sigmoid", 1, 1, 1, 1, IR_OPF_ELEMWISE, "", same, transcend)                        \
@@ -84,7 +84,8 @@
     /* gradients */                                                                               \
     X(MATMULGRAD, "MatMulGrad", 3, 3, 2, 2, IR_OPF_GRAD, "", matmulgrad, matmulgrad)               \
     X(RELUGRAD, "ReluGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "", grad_like_x, elemwise)  \
-    X(GELUGRAD, "GeluGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "", grad_like_x, gelu)      \
+    X(GELUGRAD, "GeluGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "approximate:s?",           \
+      grad_like_x, gelu)                                                                           \
     X(SWISHGRAD, "SwishGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "alpha:f?", grad_like_x,  \
       swish)                                                                                       \
     X(TANHGRAD, "TanhGrad", 2, 2, 1, 1, IR_OPF_GRAD | IR_OPF_ELEMWISE, "", grad_like_x, elemwise)  \
@@ -236,6 +237,12 @@ typedef enum ir_reduction {
     IR_REDUCTION_NONE,
 } ir_reduction;
 ir_reduction ir_sce_reduction(const ir_module *m, ir_id op);
+/*
+ * Gelu's and GeluGrad's attribute "approximate" (ONNX opset 20): 0 for "none"
+ * (the default: x Phi(x) with erf), 1 for "tanh" (0.5 x (1 + tanh(sqrt(2/pi)
+ * (x + 0.044715 x^3))), GPT-2's and Megatron-LM's), -1 for anything else.
+ */
+int ir_gelu_tanh(const ir_module *m, ir_id op);
 /*
  * The dtype of a LayerNormalization's or RMSNormalization's statistics (mean,
  * inv_std_dev): attribute "stash_type" (an ONNX data type code, as Cast's "to")

@@ -1136,13 +1136,13 @@ onnx_import_opts(const uint8_t *data, size_t len, const onnx_options *o, ir_modu
         if (*d == '\0' || strcmp(d, "ai.onnx") == 0)
             I.opset = os->has_version ? os->version : 1;
     }
-    if (I.opset < 9 || I.opset > 17) {
+    if (I.opset < 9 || I.opset > ONNX_OPSET_MAX) {
         protobuf_c_message_free_unpacked(msg, NULL);
         if (I.opset < 0)
             return di_error_set(err, DI_EUNSUPPORTED, "the model imports no opset of the default "
                                 "ONNX domain");
         return di_error_set(err, DI_EUNSUPPORTED, "the model uses ONNX opset %lld; distir "
-                            "imports opsets 9 through 17", (long long)I.opset);
+                            "imports opsets 9 through %d", (long long)I.opset, ONNX_OPSET_MAX);
     }
     I.m = ir_module_new();
     I.f = ir_func_new(I.m, "main");

@@ -96,6 +96,42 @@ UNARY(h_erf, IR_OP_ERF)
 UNARY(h_identity, IR_OP_IDENTITY)
 UNARY(h_gelu, IR_OP_GELU)
 
+/* Gelu (opset 20): approximate "none" (erf) or "tanh". */
+static int
+h_onnx_gelu(imp *I, const Onnx__NodeProto *n, emit *e)
+{
+    char approx[8];
+    ir_id in, op;
+    int rc;
+    if ((rc = onnx_check_attrs(I, n, "approximate")) != 0 || (rc = need_inputs(I, n, 1, 1)) != 0 ||
+        (rc = onnx_attr_string(I, n, "approximate", approx, sizeof approx)) != 0)
+        return rc;
+    if (approx[0] != '\0' && strcmp(approx, "none") != 0 && strcmp(approx, "tanh") != 0)
+        return onnx_fail(I, DI_EUNSUPPORTED, "approximate must be none or tanh");
+    if ((rc = inputs(I, e, n, 1, &in)) != 0)
+        return rc;
+    op = onnx_op(e, IR_OP_GELU, 1, &in, 1);
+    if (strcmp(approx, "tanh") == 0)
+        ir_op_set_string(e->m, op, "approximate", approx);
+    return emit_done(I, e, op, 1);
+}
+
+/* Swish (opset 24): x * sigmoid(alpha * x). */
+static int
+h_swish(imp *I, const Onnx__NodeProto *n, emit *e)
+{
+    double alpha;
+    ir_id in, op;
+    int rc;
+    if ((rc = onnx_check_attrs(I, n, "alpha")) != 0 || (rc = need_inputs(I, n, 1, 1)) != 0 ||
+        (rc = onnx_attr_float(I, n, "alpha", 1.0, &alpha)) != 0 || (rc = inputs(I, e, n, 1, &in)))
+        return rc;
+    op = onnx_op(e, IR_OP_SWISH, 1, &in, 1);
+    if (alpha != 1.0)
+        ir_op_set_float(e->m, op, "alpha", alpha);
+    return emit_done(I, e, op, 1);
+}
+
 static int
 binary(imp *I, const Onnx__NodeProto *n, emit *e, int kind)
 {
@@ -172,12 +208,19 @@ cast_to(imp *I, const Onnx__NodeProto *n, emit *e, int64_t to)
     return emit_done(I, e, op, 1);
 }
 
+/*
+ * Cast's and CastLike's saturate (opset 19) and round_mode (opset 24) apply
+ * only to the 8- and 4-bit float types, which distir refuses: accepted, unused.
+ */
+#define CAST_FP8_ATTRS "saturate round_mode"
+
 static int
 h_cast(imp *I, const Onnx__NodeProto *n, emit *e)
 {
     int64_t to;
     int rc;
-    if ((rc = onnx_check_attrs(I, n, "to")) != 0 || (rc = need_inputs(I, n, 1, 1)) != 0 ||
+    if ((rc = onnx_check_attrs(I, n, "to " CAST_FP8_ATTRS)) != 0 ||
+        (rc = need_inputs(I, n, 1, 1)) != 0 ||
         (rc = onnx_attr_int(I, n, "to", 0, &to)) != 0)
         return rc;
     return cast_to(I, n, e, to);
@@ -190,7 +233,7 @@ h_castlike(imp *I, const Onnx__NodeProto *n, emit *e)
     uint32_t r;
     int64_t dims[IR_MAX_RANK];
     int rc;
-    if ((rc = onnx_check_attrs(I, n, "")) != 0 || (rc = need_inputs(I, n, 2, 2)) != 0 ||
+    if ((rc = onnx_check_attrs(I, n, CAST_FP8_ATTRS)) != 0 || (rc = need_inputs(I, n, 2, 2)) != 0 ||
         (rc = onnx_input_type(I, n, 1, &dt, &r, dims)) != 0)
         return rc;
     return cast_to(I, n, e, ir_dtype_onnx(dt));
@@ -486,18 +529,60 @@ h_concat(imp *I, const Onnx__NodeProto *n, emit *e)
     return emit_done(I, e, op, 1);
 }
 
+/*
+ * Split's num_outputs (opset 18): parts of ceil(d / k) along the axis, the last
+ * smaller when k does not divide d; into split[] when it does not (an even
+ * split needs no sizes).
+ */
+static int
+split_num_outputs(imp *I, const Onnx__NodeProto *n, int64_t axis, int64_t k, int64_t *split,
+                  uint32_t *ns, int *present)
+{
+    ir_dtype dt;
+    uint32_t r;
+    int64_t dims[IR_MAX_RANK], a, d, chunk;
+    int rc;
+    if (k != (int64_t)n->n_output)
+        return onnx_fail(I, DI_EVERIFY, "num_outputs is %lld but the node has %zu outputs",
+                         (long long)k, n->n_output);
+    if ((rc = onnx_input_type(I, n, 0, &dt, &r, dims)) != 0)
+        return rc;
+    a = axis < 0 ? axis + (int64_t)r : axis;
+    if (a < 0 || a >= (int64_t)r)
+        return onnx_fail(I, DI_EVERIFY, "axis %lld is out of range for rank %u", (long long)axis,
+                         r);
+    d = dims[a];
+    chunk = (d + k - 1) / k;
+    if (d % k == 0)
+        return 0;
+    if (d - chunk * (k - 1) <= 0)
+        return onnx_fail(I, DI_EVERIFY, "cannot split %lld elements into %lld parts of %lld",
+                         (long long)d, (long long)k, (long long)chunk);
+    for (int64_t i = 0; i < k; i++)
+        split[i] = i + 1 < k ? chunk : d - chunk * (k - 1);
+    *ns = (uint32_t)k;
+    *present = 1;
+    return 0;
+}
+
 static int
 h_split(imp *I, const Onnx__NodeProto *n, emit *e)
 {
-    int64_t axis, split[256];
+    int64_t axis, split[256], k = 0;
     uint32_t ns = 0, nout = (uint32_t)n->n_output;
     int present = 0;
     ir_id in, op;
     int rc;
-    if ((rc = onnx_check_attrs(I, n, I->opset >= 13 ? "axis" : "axis split")) != 0 ||
+    if ((rc = onnx_check_attrs(I, n,
+                               I->opset >= 18   ? "axis num_outputs"
+                               : I->opset >= 13 ? "axis"
+                                                : "axis split")) != 0 ||
         (rc = need_inputs(I, n, 1, I->opset >= 13 ? 2 : 1)) != 0 ||
-        (rc = onnx_attr_int(I, n, "axis", 0, &axis)) != 0)
+        (rc = onnx_attr_int(I, n, "axis", 0, &axis)) != 0 ||
+        (rc = onnx_attr_int(I, n, "num_outputs", 0, &k)) != 0)
         return rc;
+    if (k != 0 && onnx_has_input(n, 1))
+        return onnx_fail(I, DI_EVERIFY, "has both num_outputs and the split input");
     if (I->opset >= 13) {
         if (onnx_has_input(n, 1)) {
             if ((rc = onnx_const_ints(I, n, 1, "split", split, 256, &ns)) != 0)
@@ -510,6 +595,8 @@ h_split(imp *I, const Onnx__NodeProto *n, emit *e)
     if (nout == 0 || nout > 256)
         return onnx_fail(I, DI_EUNSUPPORTED, "has %u outputs", nout);
     if ((rc = inputs(I, e, n, 1, &in)) != 0)
+        return rc;
+    if (k != 0 && (rc = split_num_outputs(I, n, axis, k, split, &ns, &present)) != 0)
         return rc;
     op = onnx_op(e, IR_OP_SPLIT, 1, &in, nout);
     ir_op_set_int(e->m, op, "axis", axis);
@@ -1172,6 +1259,15 @@ ort_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e, int grad)
     return emit_done(I, e, op, nout);
 }
 
+/* RMSNormalization (opset 23): (X, scale) -> Y, as ORT's forward without its second result. */
+static int
+h_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e)
+{
+    if (n->n_output != 1)
+        return onnx_fail(I, DI_EVERIFY, "has %zu outputs; RMSNormalization has one", n->n_output);
+    return ort_rmsnorm(I, n, e, 0);
+}
+
 static int
 h_ort_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e)
 {
@@ -1286,6 +1382,8 @@ static const onnx_handler handlers[] = {
     {"", "Pow", NULL, h_pow},
     {"", "Sqrt", NULL, h_sqrt},
     {"", "Relu", NULL, h_relu},
+    {"", "Gelu", NULL, h_onnx_gelu},
+    {"", "Swish", NULL, h_swish},
     {"", "Tanh", NULL, h_tanh},
     {"", "Sigmoid", NULL, h_sigmoid},
     {"", "Erf", NULL, h_erf},
@@ -1297,6 +1395,7 @@ static const onnx_handler handlers[] = {
     {"", "LayerNormalization", NULL, h_layernorm},
     /* ONNX Runtime's, registered in the default domain (and com.microsoft below). */
     {"", "SimplifiedLayerNormalization", NULL, h_ort_rmsnorm},
+    {"", "RMSNormalization", NULL, h_rmsnorm},
     {"", "Where", NULL, h_where},
     {"", "Reshape", NULL, h_reshape},
     {"", "Transpose", NULL, h_transpose},

@@ -632,6 +632,8 @@ rule_act(ad *a, ir_id op, const ir_id *dy)
     g = begin(a, kind, 2, (ir_id[]){IN(0), dy[0]}, 1, gname(a, IN(0), nb, sizeof nb));
     if (kind == IR_OP_SWISHGRAD)
         copy_attr(a, g, op, "alpha");
+    if (kind == IR_OP_GELUGRAD)
+        copy_attr(a, g, op, "approximate");
     accum(a, IN(0), finish(a, g));
 }
 
