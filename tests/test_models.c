@@ -551,6 +551,57 @@ test_forward_only_and_dtypes(void **state)
         }
 }
 
+/*
+ * The loss runs in f32 for 16-bit models (Megatron-LM's vocabulary-parallel
+ * cross-entropy on logits.float()): a Cast of the logits to f32 feeds it; not
+ * for f32 or f64 models, nor under PURE precision (everything in the model's dtype).
+ */
+static void
+test_loss_dtype(void **state)
+{
+    static const struct {
+        ir_dtype dt;
+        int precision;
+        ir_dtype loss;
+    } cases[] = {{IR_BF16, MODELS_PRECISION_MIXED, IR_F32},
+                 {IR_F16, MODELS_PRECISION_MIXED, IR_F32},
+                 {IR_BF16, MODELS_PRECISION_PURE, IR_BF16},
+                 {IR_F32, MODELS_PRECISION_MIXED, IR_F32},
+                 {IR_F64, MODELS_PRECISION_MIXED, IR_F64}};
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        models_gpt c;
+        ir_module *m;
+        di_error err;
+        uint32_t found = 0;
+        models_gpt_init(&c);
+        c.layers = 1;
+        c.hidden = 8;
+        c.heads = 2;
+        c.seq = 4;
+        c.vocab = 11;
+        c.batch = 2;
+        c.dtype = cases[i].dt;
+        c.train.optimizer = XFORM_OPTIM_ADAM;
+        c.train.precision = cases[i].precision;
+        assert_int_equal(models_gpt_build(&c, &m, &err), 0);
+        assert_verifies(m);
+        for (ir_id op = 1; op < m->nop; op++) {
+            ir_id x;
+            if (m->ops[op].kind != IR_OP_SCELOSS)
+                continue;
+            x = ir_op_input(m, op, 0);
+            found++;
+            assert_int_equal(m->types[m->values[x].type].dtype, cases[i].loss);
+            /* Cast from the model's dtype exactly when the two differ. */
+            assert_int_equal(m->ops[m->values[x].def].kind == IR_OP_CAST,
+                             cases[i].loss != cases[i].dt);
+        }
+        assert_int_equal(found, 1);
+        ir_module_free(m);
+    }
+}
+
 /* Text and protobuf round trips keep the generated module. */
 static void
 test_round_trip(void **state)
@@ -639,6 +690,7 @@ main(void)
         cmocka_unit_test(test_batch_in_dim0),
         cmocka_unit_test(test_mlp_shapes),
         cmocka_unit_test(test_forward_only_and_dtypes),
+        cmocka_unit_test(test_loss_dtype),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_mlp_trains),
     };

@@ -1380,11 +1380,12 @@ test_memory_bound_edges(void **state)
      * What the head keeps for its backward, for the batch's 768 tokens in bf16:
      * the final norm's output (256 each; the tied head's weight gradient reads
      * it), its mean and reciprocal deviation (f32, stash_type: 4 bytes each;
-     * its gradient reads them) and the logits (13: the cross-entropy's gradient
-     * reads them). The last layer's output, which the norm's gradient reads, is
-     * that layer's.
+     * its gradient reads them) and the logits cast to f32 (13 x 4 bytes: the
+     * cross-entropy runs in f32 and its gradient reads them; the bf16 logits
+     * are not kept). The last layer's output, which the norm's gradient reads,
+     * is that layer's.
      */
-    assert_int_equal(e->head_saved, 768 * ((256 + 13) * 2 + 4 + 4));
+    assert_int_equal(e->head_saved, 768 * (256 * 2 + 4 + 4 + 13 * 4));
     search_space_fini(&sp);
     ir_module_free(m);
     /* With the final layer norm's scale and bias (Megatron-LM's): 2 x 256 after. */

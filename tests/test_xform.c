@@ -1604,7 +1604,7 @@ test_grad16_reduction(void **state)
 {
     ir_module *mods[3], *dm[3];
     strategy s;
-    uint32_t ar[3][2] = {{0}}, ag[3] = {0};
+    uint32_t ar[3][2] = {{0}}, ag[3] = {0}, loss[3] = {0};
     static const int prec[3] = {MODELS_PRECISION_MIXED_GRAD32, MODELS_PRECISION_MIXED_GRAD16,
                                 MODELS_PRECISION_MIXED};
     (void)state;
@@ -1640,14 +1640,25 @@ test_grad16_reduction(void **state)
                 ag[k]++;
             if (kind != IR_OP_ALLREDUCE || ax == NULL || n != 1 || ax[0] != 0)
                 continue;
-            /* A data-axis all-reduce: count by dtype. */
+            /*
+             * A data-axis all-reduce of gradients: count by dtype. The loss (a
+             * scalar) is f32 whatever the gradients' dtype: the cross-entropy
+             * runs in f32, as Megatron-LM's.
+             */
             dt = (ir_dtype)d->types[d->values[d->refs[d->ops[op].inputs]].type].dtype;
+            if (d->types[d->values[d->refs[d->ops[op].inputs]].type].rank == 0) {
+                assert_int_equal(dt, IR_F32);
+                loss[k]++;
+                continue;
+            }
             ar[k][dt == IR_F32]++;
         }
     }
+    assert_int_equal(loss[0], 1);
+    assert_int_equal(loss[1], 1);
     assert_true(ar[0][1] > 0);           /* f32 gradients: reduced in f32 */
     assert_int_equal(ar[1][1], 0);       /* f16 gradients: nothing reduced in f32 */
-    assert_int_equal(ar[1][0], ar[0][0] + ar[0][1]); /* the same buckets (and loss), in f16 */
+    assert_int_equal(ar[1][0], ar[0][0] + ar[0][1]); /* the same buckets, in f16 */
     assert_int_equal(ag[1], ag[0]);
     /* The default for fp16 is Megatron-LM's: 16-bit gradients. */
     assert_int_equal(ar[2][0], ar[1][0]);

@@ -429,6 +429,21 @@ models_loss_step(models_builder *b, ir_id logits, ir_id labels, const models_tra
     b->tp = "none";
     labels = models_reshape(b, labels, 1, &flat, "labels.flat");
     b->tp = "vocab";
+    /*
+     * The loss in f32 for a 16-bit model, as Megatron-LM computes it (its
+     * vocabulary-parallel cross-entropy casts the logits with .float() and
+     * keeps the f32 softmax for the backward; --fp16-lm-cross-entropy, off by
+     * default, would not): the logits cast, the cross-entropy and its gradient
+     * on f32, the gradient cast back. PURE precision keeps the model's dtype.
+     */
+    if (b->rc == 0 && t->precision != MODELS_PRECISION_PURE &&
+        (b->m->types[b->m->values[logits].type].dtype == IR_BF16 ||
+         b->m->types[b->m->values[logits].type].dtype == IR_F16)) {
+        op = models_begin(b, IR_OP_CAST, 1, &logits, 1, "logits.f32");
+        if (op)
+            ir_op_set_int(b->m, op, "to", ir_dtype_onnx(IR_F32));
+        logits = models_end(b, op);
+    }
     op = models_begin(b, IR_OP_SCELOSS, 2, (ir_id[]){logits, labels}, 1, "loss");
     if (op)
         ir_op_set_string(b->m, op, "reduction", "mean");
