@@ -44,19 +44,26 @@ count_parameters(const ir_module *m)
     return n;
 }
 
+/* c: the defaults with these shapes. */
+static void
+gpt_conf(models_gpt *c, uint32_t l, int64_t h, int64_t a, int64_t s, int64_t v, int64_t b)
+{
+    models_gpt_init(c);
+    c->layers = l;
+    c->hidden = h;
+    c->heads = a;
+    c->seq = s;
+    c->vocab = v;
+    c->batch = b;
+}
+
 static ir_module *
 gpt(uint32_t l, int64_t h, int64_t a, int64_t s, int64_t v, int64_t b)
 {
     models_gpt c;
     ir_module *m;
     di_error err;
-    models_gpt_init(&c);
-    c.layers = l;
-    c.hidden = h;
-    c.heads = a;
-    c.seq = s;
-    c.vocab = v;
-    c.batch = b;
+    gpt_conf(&c, l, h, a, s, v, b);
     if (models_gpt_build(&c, &m, &err) != 0) {
         fprintf(stderr, "gpt: %s\n", err.msg);
         fail();
@@ -528,13 +535,7 @@ test_forward_only_and_dtypes(void **state)
             models_gpt c;
             ir_module *m;
             di_error err;
-            models_gpt_init(&c);
-            c.layers = 1;
-            c.hidden = 8;
-            c.heads = 2;
-            c.seq = 4;
-            c.vocab = 11;
-            c.batch = 2;
+            gpt_conf(&c, 1, 8, 2, 4, 11, 2);
             c.dtype = dts[i];
             c.train.forward_only = fwd;
             c.train.annotate = fwd;
@@ -574,13 +575,7 @@ test_loss_dtype(void **state)
         ir_module *m;
         di_error err;
         uint32_t found = 0;
-        models_gpt_init(&c);
-        c.layers = 1;
-        c.hidden = 8;
-        c.heads = 2;
-        c.seq = 4;
-        c.vocab = 11;
-        c.batch = 2;
+        gpt_conf(&c, 1, 8, 2, 4, 11, 2);
         c.dtype = cases[i].dt;
         c.train.optimizer = XFORM_OPTIM_ADAM;
         c.train.precision = cases[i].precision;

@@ -86,62 +86,52 @@ node(arena *a, const char *op, const char *name, int nin, const char *const *in,
     return n;
 }
 
-static void
-node_attr_ints(arena *a, Onnx__NodeProto *n, const char *name, int count, const int64_t *v)
+/* A new attribute of the given type on n, its value for the caller to set. */
+static Onnx__AttributeProto *
+node_attr(arena *a, Onnx__NodeProto *n, const char *name, Onnx__AttributeProto__AttributeType type)
 {
     Onnx__AttributeProto *at = alloc(a, sizeof *at);
     onnx__attribute_proto__init(at);
     at->name = str(a, name);
     at->has_type = 1;
-    at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+    at->type = type;
+    n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
+    n->attribute[n->n_attribute++] = at;
+    return at;
+}
+
+static void
+node_attr_ints(arena *a, Onnx__NodeProto *n, const char *name, int count, const int64_t *v)
+{
+    Onnx__AttributeProto *at = node_attr(a, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     at->n_ints = (size_t)count;
     at->ints = alloc(a, sizeof(int64_t) * (size_t)(count + 1));
     memcpy(at->ints, v, sizeof(int64_t) * (size_t)count);
-    n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
-    n->attribute[n->n_attribute++] = at;
 }
 
 static void
 node_attr_int(arena *a, Onnx__NodeProto *n, const char *name, int64_t v)
 {
-    Onnx__AttributeProto *at = alloc(a, sizeof *at);
-    onnx__attribute_proto__init(at);
-    at->name = str(a, name);
-    at->has_type = 1;
-    at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    Onnx__AttributeProto *at = node_attr(a, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     at->has_i = 1;
     at->i = v;
-    n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
-    n->attribute[n->n_attribute++] = at;
 }
 
 static void
 node_attr_string(arena *a, Onnx__NodeProto *n, const char *name, const char *v)
 {
-    Onnx__AttributeProto *at = alloc(a, sizeof *at);
-    onnx__attribute_proto__init(at);
-    at->name = str(a, name);
-    at->has_type = 1;
-    at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    Onnx__AttributeProto *at = node_attr(a, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
     at->has_s = 1;
     at->s.len = strlen(v);
     at->s.data = (uint8_t *)str(a, v);
-    n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
-    n->attribute[n->n_attribute++] = at;
 }
 
 static void
 node_attr_float(arena *a, Onnx__NodeProto *n, const char *name, float v)
 {
-    Onnx__AttributeProto *at = alloc(a, sizeof *at);
-    onnx__attribute_proto__init(at);
-    at->name = str(a, name);
-    at->has_type = 1;
-    at->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    Onnx__AttributeProto *at = node_attr(a, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     at->has_f = 1;
     at->f = v;
-    n->attribute = di_xrealloc(n->attribute, sizeof *n->attribute * (n->n_attribute + 1));
-    n->attribute[n->n_attribute++] = at;
 }
 
 static Onnx__ValueInfoProto *
@@ -584,6 +574,21 @@ test_simplified_layernorm(void **state)
     arena_free(&a);
 }
 
+/* Packs s, imports it (strict) into *m, frees the arena; onnx_import's result. */
+static int
+import_spec(model_spec *s, arena *a, ir_module **m, di_error *err)
+{
+    uint8_t *data;
+    size_t len;
+    int rc;
+    pack_model(s, &data, &len);
+    di_error_clear(err);
+    rc = onnx_import(data, len, 1, m, err);
+    di_free(data);
+    arena_free(a);
+    return rc;
+}
+
 /*
  * A normalization of a 16-bit tensor keeps its statistics in ONNX's default
  * stash_type, f32 (the graph declares them so), or in the one the node names;
@@ -595,10 +600,7 @@ import_norm_f16(const char *op, int64_t stash, int stat_elem, ir_module **m, di_
     arena a = {{0}, 0};
     model_spec s;
     int64_t dx[2] = {2, 4}, ds[1] = {4}, dr[2] = {2, 1};
-    uint8_t *data;
-    size_t len;
     Onnx__NodeProto *n;
-    int rc;
     memset(&s, 0, sizeof s);
     s.opset = 17;
     s.inputs[s.ninput++] = vinfo(&a, "x", 10, 2, dx);
@@ -609,12 +611,7 @@ import_norm_f16(const char *op, int64_t stash, int stat_elem, ir_module **m, di_
     s.nodes[s.nnode++] = n;
     s.outputs[s.noutput++] = vinfo(&a, "y", 10, 2, dx);
     s.outputs[s.noutput++] = vinfo(&a, "st", stat_elem, 2, dr);
-    pack_model(&s, &data, &len);
-    di_error_clear(err);
-    rc = onnx_import(data, len, 1, m, err);
-    di_free(data);
-    arena_free(&a);
-    return rc;
+    return import_spec(&s, &a, m, err);
 }
 
 static void
@@ -654,10 +651,7 @@ import_recent(int64_t opset, const char *gelu, ir_module **m, di_error *err)
     arena a = {{0}, 0};
     model_spec s;
     int64_t dx[2] = {2, 8}, ds[1] = {8}, d3[2] = {2, 3}, d2[2] = {2, 2};
-    uint8_t *data;
-    size_t len;
     Onnx__NodeProto *n;
-    int rc;
     memset(&s, 0, sizeof s);
     s.opset = opset;
     s.inputs[s.ninput++] = vinfo(&a, "x", 1, 2, dx);
@@ -683,12 +677,7 @@ import_recent(int64_t opset, const char *gelu, ir_module **m, di_error *err)
     s.outputs[s.noutput++] = vinfo(&a, "p0", 1, 2, d3);
     s.outputs[s.noutput++] = vinfo(&a, "p1", 1, 2, d3);
     s.outputs[s.noutput++] = vinfo(&a, "p2", 1, 2, d2);
-    pack_model(&s, &data, &len);
-    di_error_clear(err);
-    rc = onnx_import(data, len, 1, m, err);
-    di_free(data);
-    arena_free(&a);
-    return rc;
+    return import_spec(&s, &a, m, err);
 }
 
 /* Opsets 18 to 24: the ops they added that distir has, and the attributes they changed. */
