@@ -1377,6 +1377,16 @@ test_memory_bound_edges(void **state)
     assert_int_equal(e->edge_param[1], 0);
     assert_int_equal(e->edge_grad[1], 0);
     /*
+     * The tied embedding (13 x 256 of the 5,376: the rest is the positions'
+     * 8 x 256) sums two contributions, the gather's and the head's, each bf16
+     * and whole: its f32 gradient's 4 bytes per parameter, and 2 x 2 bytes.
+     */
+    print_message("summed %llu, parts %llu\n", (unsigned long long)e->edge_grad_summed[0],
+                  (unsigned long long)e->edge_grad_parts[0]);
+    assert_int_equal(e->edge_grad_summed[0], 13 * 256 * 4);
+    assert_int_equal(e->edge_grad_parts[0], 13 * 256 * 2 * 2);
+    assert_int_equal(e->edge_grad_summed[1], 0);
+    /*
      * What the head keeps for its backward, for the batch's 768 tokens in bf16:
      * the final norm's output (256 each; the tied head's weight gradient reads
      * it), its mean and reciprocal deviation (f32, stash_type: 4 bytes each;
@@ -1573,6 +1583,46 @@ test_memory_bound_zero3_weights(void **state)
     }
     ir_module_free(m);
     hw_free(hw);
+}
+
+static void
+summed_switch(struct search_layer_mem *e, uint64_t keep[6], int off)
+{
+    for (int x = 0; x < 2; x++) {
+        if (off) {
+            keep[x] = e->edge_grad_summed[x];
+            keep[2 + x] = e->edge_grad_parts[x];
+        }
+        e->edge_grad_summed[x] = off ? 0 : keep[x];
+        e->edge_grad_parts[x] = off ? 0 : keep[2 + x];
+    }
+}
+
+/*
+ * A tied embedding's gradient under ZeRO-2 and -3: its two contributions are
+ * accumulated whole and combined once per step, not reduce-scattered per
+ * microbatch (edge_grad_summed, _parts). On a GPT whose vocabulary of 1,024
+ * makes the embedding most of its weights, every candidate of the space on 8
+ * devices stays bounded below its simulated peak, and the term raises the
+ * bound of most.
+ */
+static void
+test_memory_bound_tied_grads(void **state)
+{
+    models_gpt g;
+    ir_module *m;
+    (void)state;
+    gpt_conf(&g, 2, 64, 4, 8, 16, IR_BF16, MODELS_PRECISION_MIXED);
+    g.vocab = 1024;
+    m = gpt_build(&g);
+    for (int fused = 0; fused < 2; fused++) {
+        static const char *const set[] = {"zero", "2,3", "microbatches", "2,4", NULL};
+        uint32_t n, raised;
+        raised = term_raises_with(m, set, fused, summed_switch, "ZeRO-2/3 candidates", &n);
+        assert_true(n > 20);
+        assert_true(raised > n / 2);
+    }
+    ir_module_free(m);
 }
 
 static void
@@ -3023,6 +3073,7 @@ main(void)
         cmocka_unit_test(test_memory_bound_zero3_weights),
         cmocka_unit_test(test_memory_bound_zero_grads_whole),
         cmocka_unit_test(test_memory_bound_edges),
+        cmocka_unit_test(test_memory_bound_tied_grads),
         cmocka_unit_test(test_time_bound_tight),
         cmocka_unit_test(test_bounds_fused),
         cmocka_unit_test(test_time_bound_zero_reduce),

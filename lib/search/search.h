@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-33"
+#define SEARCH_VERSION "distir-search-34"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -218,6 +218,7 @@ typedef struct search_space {
         uint64_t work_set_fixed_at_most[3];            /* xform_layer_facts' */
         struct xform_ws_moment work_set_fixed_most[3]; /* xform_layer_facts' */
         uint64_t edge_state[2], edge_param[2], edge_grad[2]; /* xform_layer_facts' */
+        uint64_t edge_grad_summed[2], edge_grad_parts[2];    /* xform_layer_facts' */
         uint64_t head_saved, embed_saved;                    /* xform_layer_facts' */
         xform_layer_time time;
         /* The least seconds per byte of a reduce-scatter or an all-gather over a tensor

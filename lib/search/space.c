@@ -813,6 +813,8 @@ layer_analysis(search_space *sp, struct search_layer_mem *e)
         memcpy(e->edge_state, f.edge_state, sizeof e->edge_state);
         memcpy(e->edge_param, f.edge_param, sizeof e->edge_param);
         memcpy(e->edge_grad, f.edge_grad, sizeof e->edge_grad);
+        memcpy(e->edge_grad_summed, f.edge_grad_summed, sizeof e->edge_grad_summed);
+        memcpy(e->edge_grad_parts, f.edge_grad_parts, sizeof e->edge_grad_parts);
         e->head_saved = f.head_saved;
         e->embed_saved = f.embed_saved;
         e->time = f.time;
@@ -1542,6 +1544,15 @@ layer_bound(const search_space *sp, const search_candidate *c)
             for (int x = 0; x < 2; x++) {
                 double es, eg;
                 zero_held(c, e->edge_state[x], e->edge_param[x], e->edge_grad[x], 1, &es, &eg);
+                /*
+                 * Under ZeRO-2 and -3 a summed gradient (a tied weight's) is not
+                 * reduce-scattered per microbatch: its contributions are
+                 * accumulated whole and combined once per step (xform.h).
+                 */
+                if (c->zero >= 2 && c->microbatches >= 2 && e->edge_grad_summed[x] > 0 &&
+                    e->edge_grad_summed[x] <= e->edge_grad[x])
+                    eg = floor((double)(e->edge_grad[x] - e->edge_grad_summed[x]) / c->dp) +
+                         (double)e->edge_grad_parts[x];
                 edge[x] = es + eg;
             }
             /*

@@ -942,6 +942,32 @@ grad_bytes(const xf_ctx *c, ir_id op)
  * gradients per device into f->edge_state, edge_param and edge_grad ([0]
  * before, [1] after; 0 without layers).
  */
+/*
+ * The bytes of the contributions an update's gradient sums (xform_layer_facts.
+ * edge_grad_parts): its gradient (input 1), through Casts, made by an Add of
+ * non-constant values; 0 when it is not.
+ */
+static uint64_t
+summed_parts(const xf_ctx *c, ir_id op)
+{
+    const ir_module *m = c->m;
+    ir_id v = storage_of(c, m->refs[m->ops[op].inputs + 1]), d = m->values[v].def;
+    uint64_t b = 0;
+    while (d != 0 && m->ops[d].kind == IR_OP_CAST && m->ops[d].ninput == 1) {
+        v = storage_of(c, m->refs[m->ops[d].inputs]);
+        d = m->values[v].def;
+    }
+    if (d == 0 || m->ops[d].kind != IR_OP_ADD || m->ops[d].ninput != 2)
+        return 0;
+    for (uint32_t k = 0; k < 2; k++) {
+        ir_id in = m->refs[m->ops[d].inputs + k];
+        if (c->vflags[in] & XF_V_CONST)
+            return 0;
+        b += device_bytes(c, storage_of(c, in));
+    }
+    return b;
+}
+
 static uint64_t
 state_min(const xf_ctx *c, uint64_t *param_least, uint64_t *grad_least, xform_layer_facts *f)
 {
@@ -951,6 +977,7 @@ state_min(const xf_ctx *c, uint64_t *param_least, uint64_t *grad_least, xform_la
     int32_t *slot = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *slot);
     uint8_t *param = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
     uint64_t *per = di_xcalloc(3 * (size_t)S, sizeof *per), least = 0;
+    uint64_t summed[2] = {0, 0}, parts[2] = {0, 0}; /* per edge: edge_grad_summed, _parts */
     int seen_layer = 0;
     for (uint32_t v = 0; v < m->nvalue; v++)
         slot[v] = -1;
@@ -984,8 +1011,14 @@ state_min(const xf_ctx *c, uint64_t *param_least, uint64_t *grad_least, xform_la
             if (m->values[v].def == 0 && (c->vflags[v] & XF_V_WEIGHT) && slot[v] < 0)
                 slot[v] = si;
         }
-        if (si >= 0 && (uint32_t)si < S && o->ninput > 1)
-            per[2 * (size_t)S + (uint32_t)si] += grad_bytes(c, r->ops[i]);
+        if (si >= 0 && (uint32_t)si < S && o->ninput > 1) {
+            uint64_t g = grad_bytes(c, r->ops[i]), p;
+            per[2 * (size_t)S + (uint32_t)si] += g;
+            if ((uint32_t)si >= L && (p = summed_parts(c, r->ops[i])) > 0) {
+                summed[(uint32_t)si - L] += g;
+                parts[(uint32_t)si - L] += p;
+            }
+        }
     }
     for (uint32_t a = 0; a < r->narg; a++) {
         ir_id v = r->args[a];
@@ -1008,6 +1041,8 @@ state_min(const xf_ctx *c, uint64_t *param_least, uint64_t *grad_least, xform_la
         f->edge_state[e] = seen_layer ? per[L + e] : 0;
         f->edge_param[e] = seen_layer ? per[S + L + e] : 0;
         f->edge_grad[e] = seen_layer ? per[2 * (size_t)S + L + e] : 0;
+        f->edge_grad_summed[e] = seen_layer ? summed[e] : 0;
+        f->edge_grad_parts[e] = seen_layer ? parts[e] : 0;
     }
     di_free(slot);
     di_free(param);

@@ -375,6 +375,16 @@ typedef struct xform_layer_facts {
      */
     uint64_t edge_state[2], edge_param[2], edge_grad[2];
     /*
+     * Of edge_grad, the gradients of weights whose contributions are summed
+     * (an Add, through widening Casts, makes the update's gradient: a tied
+     * weight, read by the embedding and the head), in edge_grad_summed; and
+     * the bytes of those contributions, in edge_grad_parts. The step
+     * accumulates each contribution whole over the microbatches and combines
+     * them once per step (pipeline.c), whatever the ZeRO stage, so ZeRO-2 and
+     * -3 hold them whole, not a shard.
+     */
+    uint64_t edge_grad_summed[2], edge_grad_parts[2];
+    /*
      * The activations the forward ops after the last layer (the final norm,
      * the head, the loss) make and keep for the backward, per device (whole
      * batch; not recomputed). The embedding's output, the first layer's
