@@ -737,6 +737,58 @@ test_recent_opsets(void **state)
     assert_non_null(strstr(err.msg, "num_outputs"));
 }
 
+/*
+ * Attention (opset 23) is one FlashAttention (test_onnx_recent.sh checks its
+ * numbers); what FlashAttention does not have is refused by name: a mask,
+ * softcap, the scores as an output.
+ */
+static int
+import_attention(int mask, double softcap, int scores, ir_module **m, di_error *err)
+{
+    arena a = {{0}, 0};
+    model_spec s;
+    int64_t dq[4] = {1, 4, 8, 16}, dk[4] = {1, 2, 8, 16}, dm[2] = {8, 8};
+    Onnx__NodeProto *n;
+    memset(&s, 0, sizeof s);
+    s.opset = 23;
+    s.inputs[s.ninput++] = vinfo(&a, "q", 1, 4, dq);
+    s.inputs[s.ninput++] = vinfo(&a, "k", 1, 4, dk);
+    s.inputs[s.ninput++] = vinfo(&a, "v", 1, 4, dk);
+    s.inputs[s.ninput++] = vinfo(&a, "mask", 1, 2, dm);
+    n = node(&a, "Attention", "attn", mask ? 4 : 3, (const char *[]){"q", "k", "v", "mask"},
+             scores ? 4 : 1, (const char *[]){"y", "", "", "qk"});
+    node_attr_int(&a, n, "is_causal", 1);
+    if (softcap != 0)
+        node_attr_float(&a, n, "softcap", (float)softcap);
+    s.nodes[s.nnode++] = n;
+    s.outputs[s.noutput++] = vinfo(&a, "y", 1, 4, dq);
+    return import_spec(&s, &a, m, err);
+}
+
+static void
+test_attention(void **state)
+{
+    ir_module *m;
+    di_error err;
+    uint32_t fa = 0;
+    (void)state;
+    if (import_attention(0, 0, 0, &m, &err) != 0)
+        fail_msg("attention: %s", err.msg);
+    for (uint32_t i = 1; i < m->nop; i++)
+        if (m->ops[i].kind == IR_OP_FLASHATTN) {
+            fa++;
+            assert_int_equal(ir_op_int(m, i, "causal", 0), 1);
+        }
+    assert_int_equal(fa, 1);
+    ir_module_free(m);
+    assert_int_not_equal(import_attention(1, 0, 0, &m, &err), 0);
+    assert_non_null(strstr(err.msg, "attn_mask"));
+    assert_int_not_equal(import_attention(0, 30, 0, &m, &err), 0);
+    assert_non_null(strstr(err.msg, "softcap"));
+    assert_int_not_equal(import_attention(0, 0, 1, &m, &err), 0);
+    assert_non_null(strstr(err.msg, "only Y"));
+}
+
 static void
 test_unknown_op(void **state)
 {
@@ -827,6 +879,7 @@ main(void)
         cmocka_unit_test(test_simplified_layernorm),
         cmocka_unit_test(test_norm_stash_type),
         cmocka_unit_test(test_recent_opsets),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_unknown_op),
         cmocka_unit_test(test_dynamic_shape_error),
     };

@@ -1259,6 +1259,98 @@ ort_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e, int grad)
     return emit_done(I, e, op, nout);
 }
 
+/* An op of kind (Reshape or Transpose) on x with the ints attribute key; its result. */
+static ir_id
+view_op(imp *I, emit *e, int kind, ir_id x, const char *key, uint32_t n, const int64_t *v)
+{
+    ir_id op = onnx_op(e, kind, 1, &x, 1);
+    ir_op_set_ints(e->m, op, key, n, v);
+    if (onnx_infer(I, e, op) != 0)
+        return 0;
+    return ir_op_output(e->m, op, 0);
+}
+
+/*
+ * Attention (opset 23) as one FlashAttention: Q, K, V as [B, heads, S, D]
+ * (kv heads a divisor of q's: grouped-query attention), or [B, S, heads x D]
+ * with q_num_heads and kv_num_heads (reshaped and transposed to that and the
+ * result back), is_causal, scale (default 1/sqrt(D)). What FlashAttention
+ * does not have is refused by name: a mask, past keys and values, softcap,
+ * the extra outputs.
+ */
+static int
+h_attention(imp *I, const Onnx__NodeProto *n, emit *e)
+{
+    static const int64_t heads_first[4] = {0, 2, 1, 3};
+    int64_t causal, qh, kvh, mode, dims[3][IR_MAX_RANK];
+    double scale, softcap;
+    uint32_t rank[3];
+    ir_dtype dt;
+    ir_id in[3], op, y;
+    int rc;
+    if ((rc = onnx_check_attrs(I, n, "is_causal kv_num_heads q_num_heads qk_matmul_output_mode "
+                                     "scale softcap softmax_precision")) != 0 ||
+        (rc = need_inputs(I, n, 3, 6)) != 0 ||
+        (rc = onnx_attr_int(I, n, "is_causal", 0, &causal)) != 0 ||
+        (rc = onnx_attr_int(I, n, "q_num_heads", 0, &qh)) != 0 ||
+        (rc = onnx_attr_int(I, n, "kv_num_heads", 0, &kvh)) != 0 ||
+        (rc = onnx_attr_int(I, n, "qk_matmul_output_mode", 0, &mode)) != 0 ||
+        (rc = onnx_attr_float(I, n, "scale", 0.0, &scale)) != 0 ||
+        (rc = onnx_attr_float(I, n, "softcap", 0.0, &softcap)) != 0)
+        return rc;
+    for (uint32_t i = 3; i < n->n_input; i++)
+        if (onnx_has_input(n, i))
+            return onnx_fail(I, DI_EUNSUPPORTED, "input %u (%s) is not supported: FlashAttention "
+                             "takes no mask and no past keys or values",
+                             i, i == 3 ? "attn_mask" : i == 4 ? "past_key" : "past_value");
+    if (named_outputs(n) != 1)
+        return onnx_fail(I, DI_EUNSUPPORTED, "has %u outputs; only Y is supported",
+                         named_outputs(n));
+    if (softcap != 0.0)
+        return onnx_fail(I, DI_EUNSUPPORTED, "softcap %g is not supported", softcap);
+    (void)mode; /* which scores the absent fourth output would hold */
+    for (uint32_t i = 0; i < 3; i++)
+        if ((rc = onnx_input_type(I, n, i, &dt, &rank[i], dims[i])) != 0)
+            return rc;
+    if ((rc = inputs(I, e, n, 3, in)) != 0)
+        return rc;
+    if (rank[0] == 3) {
+        /* [B, S, H x D] -> [B, H, S, D]. */
+        if (qh <= 0 || kvh <= 0 || rank[1] != 3 || rank[2] != 3 || dims[0][2] % qh != 0 ||
+            dims[1][2] % kvh != 0 || dims[2][2] % kvh != 0)
+            return onnx_fail(I, DI_EVERIFY, "3-d inputs need q_num_heads and kv_num_heads "
+                             "dividing their last dimensions");
+        for (uint32_t i = 0; i < 3; i++) {
+            int64_t h = i == 0 ? qh : kvh;
+            int64_t split[4] = {dims[i][0], dims[i][1], h, dims[i][2] / h};
+            if ((in[i] = view_op(I, e, IR_OP_RESHAPE, in[i], "shape", 4, split)) == 0 ||
+                (in[i] = view_op(I, e, IR_OP_TRANSPOSE, in[i], "perm", 4, heads_first)) == 0)
+                return I->err->code ? I->err->code : DI_EVERIFY;
+        }
+    } else if (rank[0] != 4) {
+        return onnx_fail(I, DI_EVERIFY, "Q has rank %u; Attention takes 3 or 4", rank[0]);
+    }
+    op = onnx_op(e, IR_OP_FLASHATTN, 3, in, 2);
+    if (causal)
+        ir_op_set_int(e->m, op, "causal", 1);
+    if (scale != 0.0)
+        ir_op_set_float(e->m, op, "scale", scale);
+    if (rank[0] == 4)
+        return emit_done(I, e, op, 1);
+    /* [B, H, S, Dv] -> [B, S, H x Dv]. */
+    if ((rc = onnx_infer(I, e, op)) != 0)
+        return rc;
+    {
+        int64_t merged[3] = {dims[0][0], dims[0][1], -1};
+        y = view_op(I, e, IR_OP_TRANSPOSE, ir_op_output(e->m, op, 0), "perm", 4, heads_first);
+        op = y ? onnx_op(e, IR_OP_RESHAPE, 1, &y, 1) : 0;
+        if (op == 0)
+            return I->err->code ? I->err->code : DI_EVERIFY;
+        ir_op_set_ints(e->m, op, "shape", 3, merged);
+        return emit_done(I, e, op, 1);
+    }
+}
+
 /* RMSNormalization (opset 23): (X, scale) -> Y, as ORT's forward without its second result. */
 static int
 h_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e)
@@ -1396,6 +1488,7 @@ static const onnx_handler handlers[] = {
     /* ONNX Runtime's, registered in the default domain (and com.microsoft below). */
     {"", "SimplifiedLayerNormalization", NULL, h_ort_rmsnorm},
     {"", "RMSNormalization", NULL, h_rmsnorm},
+    {"", "Attention", NULL, h_attention},
     {"", "Where", NULL, h_where},
     {"", "Reshape", NULL, h_reshape},
     {"", "Transpose", NULL, h_transpose},
