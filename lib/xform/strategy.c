@@ -945,7 +945,7 @@ grad_bytes(const xf_ctx *c, ir_id op)
 /*
  * The bytes of the contributions an update's gradient sums (xform_layer_facts.
  * edge_grad_parts): its gradient (input 1), through Casts, made by an Add of
- * non-constant values; 0 when it is not.
+ * two values backward ops make; 0 when it is not.
  */
 static uint64_t
 summed_parts(const xf_ctx *c, ir_id op)
@@ -960,10 +960,11 @@ summed_parts(const xf_ctx *c, ir_id op)
     if (d == 0 || m->ops[d].kind != IR_OP_ADD || m->ops[d].ninput != 2)
         return 0;
     for (uint32_t k = 0; k < 2; k++) {
-        ir_id in = m->refs[m->ops[d].inputs + k];
-        if (c->vflags[in] & XF_V_CONST)
+        ir_id in = storage_of(c, m->refs[m->ops[d].inputs + k]), dk = m->values[in].def;
+        /* Contributions: values backward ops make (not a weight, nor a constant). */
+        if ((c->vflags[in] & XF_V_CONST) || dk == 0 || c->op[dk].phase != XF_PH_BACKWARD)
             return 0;
-        b += device_bytes(c, storage_of(c, in));
+        b += device_bytes(c, in);
     }
     return b;
 }
