@@ -62,6 +62,8 @@ uint32_t ir_dtype_size(ir_dtype t); /* bytes */
 /* Looks up a dtype by text name ("f32"; "bool" is accepted for "i1"). */
 ir_dtype ir_dtype_from_name(const char *s, size_t len);
 int ir_dtype_is_float(ir_dtype t);
+/* f16 or bf16: what mixed precision computes in and keeps f32 beside. */
+int ir_dtype_is_half(ir_dtype t);
 /* The ONNX TensorProto.DataType code of a dtype (0 for none), and back (IR_DTYPE_NONE if unknown). */
 int64_t ir_dtype_onnx(ir_dtype t);
 ir_dtype ir_dtype_from_onnx(int64_t code);

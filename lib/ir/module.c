@@ -66,6 +66,12 @@ ir_dtype_is_float(ir_dtype t)
     return t == IR_F32 || t == IR_F16 || t == IR_BF16 || t == IR_F64;
 }
 
+int
+ir_dtype_is_half(ir_dtype t)
+{
+    return t == IR_F16 || t == IR_BF16;
+}
+
 void
 ir_limits_default(ir_limits *l)
 {

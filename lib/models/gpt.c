@@ -66,9 +66,7 @@ layernorm(gpt_gen *g, ir_id x, ir_id scale, ir_id bias, const char *name)
     if (op) {
         ir_op_set_int(g->b->m, op, "axis", -1);
         ir_op_set_float(g->b->m, op, "epsilon", 1e-5);
-        /* A 16-bit model's statistics in f32, as Apex's and TE's kernels keep them. */
-        if (g->dt == IR_BF16 || g->dt == IR_F16)
-            ir_op_set_int(g->b->m, op, "stash_type", ir_dtype_onnx(IR_F32));
+        models_norm_stash(g->b, op, g->dt);
     }
     g->b->seq = 1;
     return models_end(g->b, op);

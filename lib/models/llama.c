@@ -222,9 +222,7 @@ rmsnorm(llama_gen *g, ir_id x, ir_id scale, const char *name)
     if (op) {
         ir_op_set_int(b->m, op, "axis", -1);
         ir_op_set_float(b->m, op, "epsilon", g->c->norm_eps);
-        /* A 16-bit model's inv_std_dev in f32, as Apex's and TE's kernels keep it. */
-        if (g->dt == IR_BF16 || g->dt == IR_F16)
-            ir_op_set_int(b->m, op, "stash_type", ir_dtype_onnx(IR_F32));
+        models_norm_stash(b, op, g->dt);
     }
     b->seq = 1;
     return models_end(b, op);

@@ -381,6 +381,13 @@ models_vector_const(models_builder *b, ir_dtype dt, int64_t n, double (*fn)(int6
     return models_end(b, op);
 }
 
+void
+models_norm_stash(models_builder *b, ir_id op, ir_dtype dt)
+{
+    if (op && ir_dtype_is_half(dt))
+        ir_op_set_int(b->m, op, "stash_type", ir_dtype_onnx(IR_F32));
+}
+
 double
 models_index(int64_t i)
 {
@@ -437,8 +444,7 @@ models_loss_step(models_builder *b, ir_id logits, ir_id labels, const models_tra
      * on f32, the gradient cast back. PURE precision keeps the model's dtype.
      */
     if (b->rc == 0 && t->precision != MODELS_PRECISION_PURE &&
-        (b->m->types[b->m->values[logits].type].dtype == IR_BF16 ||
-         b->m->types[b->m->values[logits].type].dtype == IR_F16)) {
+        ir_dtype_is_half((ir_dtype)b->m->types[b->m->values[logits].type].dtype)) {
         op = models_begin(b, IR_OP_CAST, 1, &logits, 1, "logits.f32");
         if (op)
             ir_op_set_int(b->m, op, "to", ir_dtype_onnx(IR_F32));

@@ -242,6 +242,11 @@ ir_id models_begin(models_builder *b, int kind, uint32_t nin, const ir_id *in, u
 ir_id models_end(models_builder *b, ir_id op);
 /* An op with one result and no attributes. */
 ir_id models_op(models_builder *b, int kind, uint32_t nin, const ir_id *in, const char *name);
+/*
+ * A normalization op of a model in dtype dt: its statistics in f32 when dt is
+ * 16-bit (stash_type 1), as Apex's and Transformer Engine's kernels keep them.
+ */
+void models_norm_stash(models_builder *b, ir_id op, ir_dtype dt);
 /* An unplaced rank-0 constant (it joins tensors on any device). */
 ir_id models_scalar(models_builder *b, ir_dtype dt, double v);
 /*

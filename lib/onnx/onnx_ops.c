@@ -69,6 +69,17 @@ named_outputs(const Onnx__NodeProto *n)
     return k;
 }
 
+/* An op of kind (Reshape or Transpose) on x with the ints attribute key; its result. */
+static ir_id
+view_op(imp *I, emit *e, int kind, ir_id x, const char *key, uint32_t n, const int64_t *v)
+{
+    ir_id op = onnx_op(e, kind, 1, &x, 1);
+    ir_op_set_ints(e->m, op, key, n, v);
+    if (onnx_infer(I, e, op) != 0)
+        return 0;
+    return ir_op_output(e->m, op, 0);
+}
+
 /* ---- elementwise ---- */
 
 static int
@@ -327,11 +338,8 @@ h_softmax(imp *I, const Onnx__NodeProto *n, emit *e)
         int64_t flat[2] = {1, 1};
         for (uint32_t i = 0; i < r; i++)
             flat[i < axis ? 0 : 1] *= dims[i];
-        op = onnx_op(e, IR_OP_RESHAPE, 1, &in, 1);
-        ir_op_set_ints(e->m, op, "shape", 2, flat);
-        if ((rc = onnx_infer(I, e, op)) != 0)
-            return rc;
-        in = ir_op_output(e->m, op, 0);
+        if ((in = view_op(I, e, IR_OP_RESHAPE, in, "shape", 2, flat)) == 0)
+            return I->err->code ? I->err->code : DI_EVERIFY;
         op = onnx_op(e, IR_OP_SOFTMAX, 1, &in, 1);
         ir_op_set_int(e->m, op, "axis", -1);
         if ((rc = onnx_infer(I, e, op)) != 0)
@@ -1257,17 +1265,6 @@ ort_rmsnorm(imp *I, const Onnx__NodeProto *n, emit *e, int grad)
     if (!grad && (rc = set_stash_type(I, n, e, op)) != 0)
         return rc;
     return emit_done(I, e, op, nout);
-}
-
-/* An op of kind (Reshape or Transpose) on x with the ints attribute key; its result. */
-static ir_id
-view_op(imp *I, emit *e, int kind, ir_id x, const char *key, uint32_t n, const int64_t *v)
-{
-    ir_id op = onnx_op(e, kind, 1, &x, 1);
-    ir_op_set_ints(e->m, op, key, n, v);
-    if (onnx_infer(I, e, op) != 0)
-        return 0;
-    return ir_op_output(e->m, op, 0);
 }
 
 /*

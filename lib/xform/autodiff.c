@@ -1410,7 +1410,7 @@ static int
 is_16bit(const ir_module *m, ir_id ty)
 {
     const ir_type *t = &m->types[ty];
-    return t->kind == IR_TYPE_TENSOR && (t->dtype == IR_F16 || t->dtype == IR_BF16);
+    return t->kind == IR_TYPE_TENSOR && ir_dtype_is_half((ir_dtype)t->dtype);
 }
 
 /* Type ty with dtype f32. */
