@@ -44,6 +44,7 @@ static const char usage[] =
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
+    "              [--order tp-dp-pp,tp-pp-dp]\n"
     "              [--fix NAME=VALUE ...] [--log-candidates FILE]\n"
     "              [--server ADDR [--timeout-ms N]]\n"
     "       distir search --merge A.json B.json ... [--json]\n"
@@ -76,7 +77,7 @@ static const char *const list_options[] = {
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",    "compose",           "target-step",         "price",
     "train-tokens", "math", "cp", "time-bound", "kernels", "pareto-within", "refine",
-    "grad-accum-fusion",
+    "grad-accum-fusion", "order",
 };
 
 static int
@@ -523,6 +524,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     c->zero = cfg->zeros;
     c->sequence_parallel = cfg->sequence_parallel;
     c->overlap_grad_reduce = cfg->overlap;
+    c->orders = cfg->orders;
     c->memory_headroom = cfg->memory_headroom;
     c->full_simulation = cfg->no_compose != 0;
     c->refine_pareto = cfg->refine_pareto != 0;

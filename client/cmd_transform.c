@@ -22,7 +22,8 @@ static const char usage[] =
     "                 [--schedule gpipe|1f1b|interleaved:V] [--recompute none|selective|full]\n"
     "                 [--stash none|pipedream|2bw] [--zero 0-3] [--sequence-parallel]\n"
     "                 [--overlap-grad-reduce [--bucket-mb N]] [--stages DPxTP[:L],...]\n"
-    "                 [--tp-layers A-B,...] [--hw PRESET|FILE.json] [--stats]\n"
+    "                 [--tp-layers A-B,...] [--order tp-dp-pp|tp-pp-dp]\n"
+    "                 [--hw PRESET|FILE.json] [--stats]\n"
     "                 [-o OUT]";
 
 /* The command, with its strategy (s) owned by cmd_transform. */

@@ -263,7 +263,8 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
         (rc = config_mask(&cfg->sequence_parallel, c->sequence_parallel, 0x3, "sequence_parallel",
                           err)) != 0 ||
         (rc = config_mask(&cfg->overlap, c->overlap_grad_reduce, 0x3, "overlap_grad_reduce",
-                          err)) != 0)
+                          err)) != 0 ||
+        (rc = config_mask(&cfg->orders, c->orders, 0x3, "orders", err)) != 0)
         return rc;
     if (c->memory_headroom != 0) {
         if (!(c->memory_headroom > 0 && c->memory_headroom <= 1))

@@ -361,6 +361,92 @@ test_key_pinned(void **state)
     }
 }
 
+/*
+ * The rank order: its text and proto forms, the refusals, the default where
+ * both orders place every rank alike (one stage, one replica), and a key of
+ * its own only when it is not the default (the keys of other strategies stay).
+ */
+static void
+test_rank_order(void **state)
+{
+    static const char *const opts[] = {"dp=2", "tp=2", "pp=2", "order=tp-pp-dp", NULL};
+    Distir__V1__Strategy p = DISTIR__V1__STRATEGY__INIT;
+    strategy s, t, d;
+    di_error err;
+    char buf[256];
+    (void)state;
+    strategy_init(&s);
+    set_all(&s, opts);
+    assert_int_equal(strategy_normalize(&s, &err), 0);
+    assert_int_equal(s.order, STRATEGY_ORDER_TP_PP_DP);
+    assert_false(strategy_is_trivial(&s));
+    strategy_format(&s, buf, sizeof buf);
+    assert_string_equal(buf, "dp=2 tp=2 pp=2 m=2 schedule=1f1b recompute=none stash=none zero=0 "
+                             "order=tp-pp-dp");
+    strategy_to_proto(&s, &p);
+    assert_int_equal(p.order, DISTIR__V1__RANK_ORDER__RANK_ORDER_TP_PP_DP);
+    assert_int_equal(strategy_from_proto(&p, &t, &err), 0);
+    assert_int_equal(t.order, STRATEGY_ORDER_TP_PP_DP);
+    strategy_proto_fini(&p);
+    strategy_init(&d);
+    set_all(&d, (const char *const[]){"dp=2", "tp=2", "pp=2", "order=tp-dp-pp", NULL});
+    assert_int_equal(strategy_normalize(&d, &err), 0);
+    {
+        di_hash a = hash_of(&s), b = hash_of(&t), c = hash_of(&d);
+        assert_memory_equal(a.b, b.b, sizeof a.b);
+        assert_memory_not_equal(a.b, c.b, sizeof a.b);
+    }
+    /* The default order's key is the key of a strategy that never named one. */
+    strategy_fini(&t);
+    strategy_init(&t);
+    set_all(&t, (const char *const[]){"dp=2", "tp=2", "pp=2", NULL});
+    assert_int_equal(strategy_normalize(&t, &err), 0);
+    {
+        di_hash a = hash_of(&t), b = hash_of(&d);
+        assert_memory_equal(a.b, b.b, sizeof a.b);
+    }
+    strategy_fini(&t);
+    strategy_fini(&d);
+    strategy_fini(&s);
+
+    /* One stage or one replica: the default. */
+    strategy_init(&s);
+    set_all(&s, (const char *const[]){"dp=4", "tp=2", "order=tp-pp-dp", NULL});
+    assert_int_equal(strategy_normalize(&s, &err), 0);
+    assert_int_equal(s.order, STRATEGY_ORDER_TP_DP_PP);
+    strategy_fini(&s);
+    strategy_init(&s);
+    set_all(&s, (const char *const[]){"tp=2", "pp=4", "order=tp-pp-dp", NULL});
+    assert_int_equal(strategy_normalize(&s, &err), 0);
+    assert_int_equal(s.order, STRATEGY_ORDER_TP_DP_PP);
+    strategy_fini(&s);
+    /* With context parallelism alone (dp 1) the orders differ. */
+    strategy_init(&s);
+    set_all(&s, (const char *const[]){"cp=2", "pp=2", "order=tp-pp-dp", NULL});
+    assert_int_equal(strategy_normalize(&s, &err), 0);
+    assert_int_equal(s.order, STRATEGY_ORDER_TP_PP_DP);
+    strategy_fini(&s);
+
+    expect_refused((const char *const[]){"order=pp-dp-tp", NULL}, "unknown rank order 'pp-dp-tp'");
+    expect_refused((const char *const[]){"pp=2", "stages=2x1,1x2", "order=tp-pp-dp", NULL},
+                   "order=tp-pp-dp with per-stage degrees");
+    p.dp = 2;
+    p.pp = 2;
+    p.order = 5;
+    assert_int_equal(strategy_from_proto(&p, &s, &err), DI_ESTRATEGY);
+    assert_non_null(strstr(err.msg, "order 5 is not a rank order"));
+    strategy_fini(&s);
+    {
+        uint32_t devs[4] = {0, 1, 2, 3};
+        p.order = DISTIR__V1__RANK_ORDER__RANK_ORDER_TP_PP_DP;
+        p.n_device_order = 4;
+        p.device_order = devs;
+        assert_int_equal(strategy_from_proto(&p, &s, &err), DI_ESTRATEGY);
+        assert_non_null(strstr(err.msg, "order=tp-pp-dp with a device order"));
+        strategy_fini(&s);
+    }
+}
+
 int
 main(void)
 {
@@ -370,6 +456,7 @@ main(void)
         cmocka_unit_test(test_pp_with_stage_layers),
         cmocka_unit_test(test_proto),
         cmocka_unit_test(test_key_pinned),
+        cmocka_unit_test(test_rank_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -387,7 +387,7 @@ search_point_equal(const search_point *a, const search_point *b)
            x->microbatches == y->microbatches && x->virtual_stages == y->virtual_stages &&
            x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
            x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
-           x->ep == y->ep && x->cp == y->cp && a->status == b->status &&
+           x->ep == y->ep && x->cp == y->cp && x->order == y->order && a->status == b->status &&
            a->step_time_s == b->step_time_s && a->peak_memory_bytes == b->peak_memory_bytes &&
            a->tokens_per_s == b->tokens_per_s && a->mfu == b->mfu && a->composed == b->composed &&
            a->refined == b->refined && (!a->refined || figures_equal(&a->full, &b->full));
@@ -445,6 +445,8 @@ point_to_json(const search_result *r, const search_point *p)
         json_object_set_new(o, "ep", json_integer((json_int_t)c->ep));
     if (c->cp > 1)
         json_object_set_new(o, "cp", json_integer((json_int_t)c->cp));
+    if (c->order == STRATEGY_ORDER_TP_PP_DP)
+        json_object_set_new(o, "order", json_string("tp-pp-dp"));
     if (p->refined) {
         json_t *f = json_pack("{s:s, s:f, s:I, s:f, s:f}", "status",
                               search_status_name(p->full.status), "step_time_s",
@@ -636,9 +638,22 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
     if ((rc = opt_degree(o, "ep", &p->cand.ep, err)) != 0 ||
         (rc = opt_degree(o, "cp", &p->cand.cp, err)) != 0)
         return rc;
+    {
+        const json_t *ord = json_object_get(o, "order");
+        const char *name = json_string_value(ord);
+        if (ord != NULL && (name == NULL || (strcmp(name, "tp-pp-dp") != 0 &&
+                                             strcmp(name, "tp-dp-pp") != 0)))
+            return di_error_set(err, DI_EINVAL,
+                                "search result: point %llu: 'order' is not tp-dp-pp or tp-pp-dp",
+                                (unsigned long long)p->cand.index);
+        if (name != NULL && strcmp(name, "tp-pp-dp") == 0)
+            p->cand.order = STRATEGY_ORDER_TP_PP_DP;
+    }
     if (p->cand.dp == 0 || p->cand.tp == 0 || p->cand.pp == 0 || p->cand.microbatches == 0 ||
         p->cand.virtual_stages == 0 || p->cand.ep == 0 || p->cand.cp == 0 ||
         (p->cand.ep > 1 && p->cand.ep != p->cand.dp) ||
+        (p->cand.order != STRATEGY_ORDER_TP_DP_PP &&
+         (p->cand.pp == 1 || (uint64_t)p->cand.dp * p->cand.cp == 1)) ||
         (p->cand.pp == 1) != (p->cand.schedule == STRATEGY_SCHEDULE_DEFAULT) ||
         (p->cand.virtual_stages > 1) != (p->cand.schedule == STRATEGY_SCHEDULE_INTERLEAVED))
         return di_error_set(err, DI_EINVAL,

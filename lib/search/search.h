@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-34"
+#define SEARCH_VERSION "distir-search-35"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -94,6 +94,7 @@ typedef struct search_config {
     uint32_t zeros;             /* mask of ZeRO stages 0..3 */
     uint32_t sequence_parallel; /* mask: bit 0 off, bit 1 on */
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
+    uint32_t orders;            /* mask of strategy_order ("order" "tp-dp-pp,tp-pp-dp") */
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
     /*
      * The Pareto set holds only the points whose step time is at most this
@@ -157,7 +158,17 @@ typedef struct search_candidate {
     uint8_t overlap;
     uint32_t ep; /* expert parallelism: 1, or dp when the model's experts divide by it */
     uint32_t cp; /* context parallelism (0 reads as 1) */
+    uint8_t order; /* strategy_order: TP_PP_DP only where it places ranks apart (search.md) */
 } search_candidate;
+
+/*
+ * Whether the rank order tp-pp-dp places c's ranks otherwise than the
+ * default does on hw, as far as costs go: with pp > 1 and dp cp > 1, unless
+ * the N devices fit one node or tp cp is a multiple of the devices per node
+ * (then both orders give every node one (data, stage) block, the same nodes
+ * relabelled), on hardware of identical devices.
+ */
+int search_order_matters(const hw_model *hw, const search_candidate *c);
 
 /*
  * Fills *s (any contents; nothing to free) with c's strategy, normalized.
@@ -177,6 +188,9 @@ void search_candidate_format(const search_candidate *c, char *buf, size_t size);
  *   zero  0..3 when dp > 1, else 0 (ZeRO shards over the data axis)
  *   sp    off, then on when tp > 1 (sequence parallelism splits the tensor axis)
  *   overlap off, then on when dp > 1 (it overlaps the data-parallel reduction)
+ *   ep    1, then every ep > 1 dividing dp and the experts (a model with experts)
+ *   order tp-dp-pp, then tp-pp-dp where it puts ranks on other nodes
+ *         (search_order_matters)
  * each filtered by the config's allowed values and by the strategy's limits
  * (STRATEGY_MAX_MICROBATCHES, STRATEGY_MAX_VIRTUAL_STAGES). Degrees that divide N but
  * not the module's heads, hidden size or layers stay in the space:

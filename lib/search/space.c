@@ -179,6 +179,18 @@ add_switch(search_config *cfg, const char *name, const char *item, di_error *err
     return 0;
 }
 
+static int
+add_order(search_config *cfg, const char *name, const char *item, di_error *err)
+{
+    if (strcmp(item, "tp-dp-pp") == 0)
+        cfg->orders |= 1u << STRATEGY_ORDER_TP_DP_PP;
+    else if (strcmp(item, "tp-pp-dp") == 0)
+        cfg->orders |= 1u << STRATEGY_ORDER_TP_PP_DP;
+    else
+        return di_error_set(err, DI_EINVAL, "%s: '%s' is not tp-dp-pp or tp-pp-dp", name, item);
+    return 0;
+}
+
 /* A setting of two spellings a and b: *is_a says which (untouched when value is neither). */
 static int
 one_of_two(const char *name, const char *value, const char *a, const char *b, int *is_a,
@@ -208,6 +220,8 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
         return parse_list(cfg, name, value, add_zero, err);
     if (strcmp(name, "sequence-parallel") == 0 || strcmp(name, "overlap-grad-reduce") == 0)
         return parse_list(cfg, name, value, add_switch, err);
+    if (strcmp(name, "order") == 0)
+        return parse_list(cfg, name, value, add_order, err);
     if (strcmp(name, "devices") == 0) {
         /* One count, or a list: the space on each. */
         int rc;
@@ -377,6 +391,38 @@ push(space_builder *b, const search_candidate *c)
     sp->ncandidate++;
 }
 
+int
+search_order_matters(const hw_model *hw, const search_candidate *c)
+{
+    uint64_t cp = c->cp > 1 ? c->cp : 1, n = (uint64_t)c->dp * c->tp * c->pp * cp;
+    uint32_t per_node = hw->devices_per_node;
+    if (c->pp <= 1 || c->dp * cp <= 1)
+        return 0;
+    if (hw->noverride > 0)
+        return 1;
+    return per_node > 0 && n > per_node && (uint64_t)c->tp * cp % per_node != 0;
+}
+
+/*
+ * The rank orders (the innermost axis): the default, then tp-pp-dp where it
+ * matters. Where it does not, the allowed orders restrict nothing: the
+ * candidate is there once, in the default order, as a single stage is there
+ * whatever the allowed schedules.
+ */
+static void
+push_orders(space_builder *b, search_candidate *c)
+{
+    const search_config *cfg = &b->sp->cfg;
+    int matters = search_order_matters(b->sp->hw, c);
+    c->order = STRATEGY_ORDER_TP_DP_PP;
+    if (!matters || in_mask(cfg->orders, STRATEGY_ORDER_TP_DP_PP))
+        push(b, c);
+    c->order = STRATEGY_ORDER_TP_PP_DP;
+    if (matters && in_mask(cfg->orders, STRATEGY_ORDER_TP_PP_DP))
+        push(b, c);
+    c->order = STRATEGY_ORDER_TP_DP_PP;
+}
+
 /* The options after the schedule: recompute, ZeRO, sequence parallelism, overlap. */
 static void
 push_options(space_builder *b, search_candidate *c)
@@ -403,12 +449,12 @@ push_options(space_builder *b, search_candidate *c)
                      * (ep consecutive data ranks): every ep > 1 dividing dp and the experts.
                      */
                     c->ep = 1;
-                    push(b, c);
+                    push_orders(b, c);
                     for (uint32_t ep = 2; ep <= c->dp && b->sp->experts > 0; ep++) {
                         if (c->dp % ep != 0 || b->sp->experts % ep != 0)
                             continue;
                         c->ep = ep;
-                        push(b, c);
+                        push_orders(b, c);
                     }
                 }
             }
@@ -581,6 +627,10 @@ space_key(search_space *sp)
     hash_mask(&h, cfg->zeros, 15u);
     hash_mask(&h, cfg->sequence_parallel, 3u);
     hash_mask(&h, cfg->overlap, 3u);
+    if (cfg->orders && (cfg->orders & 3u) != 3u) { /* restricted: keys of others stay */
+        di_sha256_update(&h, "order", 5);
+        hash_mask(&h, cfg->orders, 3u);
+    }
     memcpy(&headroom, &cfg->memory_headroom, sizeof headroom);
     di_sha256_u64(&h, headroom);
     di_sha256_u64(&h, (uint64_t)cfg->objective);
@@ -678,6 +728,18 @@ dp_index(const search_space *sp, uint32_t dp)
         if (sp->dps[i] == dp)
             return (int32_t)i;
     return -1;
+}
+
+/*
+ * The distance between the devices of the first stage's data-parallel group
+ * (over the data axis alone): the tensor and context ranks between them, and
+ * with the order tp-pp-dp the pipeline stages too.
+ */
+static uint32_t
+dp_stride(const search_candidate *c)
+{
+    uint32_t stride = c->tp * (c->cp > 1 ? c->cp : 1);
+    return c->order == STRATEGY_ORDER_TP_PP_DP ? stride * c->pp : stride;
 }
 
 /* The dp group entry of (dp, stride), or NULL. */
@@ -1133,7 +1195,7 @@ bound_analyses(search_space *sp)
     uint32_t cap = 0, cap_st = 0, cap_dp = 0, cap_g = 0;
     for (uint64_t i = 0; i < sp->ncandidate; i++) {
         const search_candidate *c = &sp->candidates[i];
-        uint32_t stride = c->tp * (c->cp > 1 ? c->cp : 1);
+        uint32_t stride = dp_stride(c);
         if (dp_index(sp, c->dp) < 0) {
             DI_GROW(&sp->dps, &cap_dp, sp->ndp + 1);
             sp->dps[sp->ndp++] = c->dp;
@@ -1343,6 +1405,7 @@ search_candidate_strategy(const search_candidate *c, strategy *s)
     s->overlap_grad_reduce = c->overlap;
     s->ep = c->ep > 1 ? c->ep : 1;
     s->cp = c->cp > 1 ? c->cp : 1;
+    s->order = (strategy_order)c->order;
     /*
      * Every field is in range and the schedule is DEFAULT exactly when pp = 1 by construction,
      * so normalizing only fills in the bucket size.
@@ -1633,7 +1696,7 @@ zero_layer_bytes(const search_space *sp, const search_candidate *c,
 {
     int32_t k;
     if (c->dp <= 1 || e->zero_min == NULL || !e->ok ||
-        (*gp = find_dp_group(sp, c->dp, c->tp * (c->cp > 1 ? c->cp : 1))) == NULL ||
+        (*gp = find_dp_group(sp, c->dp, dp_stride(c))) == NULL ||
         (k = dp_index(sp, c->dp)) < 0)
         return 0;
     b[0] = (double)e->param_min;
@@ -1723,8 +1786,8 @@ dp_comm_bound(const search_candidate *c, const struct search_dp_group *g, const 
  * last microbatch's backward chunk instead. The slope is that of the first
  * stage's data-parallel group; *aligned says whether every stage's group is
  * the same devices shifted by whole nodes (dp tp cp a multiple of the devices
- * per node), whose collectives then cost the same on the hardware's identical
- * nodes. g and b as dp_comm_bound's.
+ * per node; under tp-pp-dp, tp cp), whose collectives then cost the same on
+ * the hardware's identical nodes. g and b as dp_comm_bound's.
  */
 static double
 zero1_step_scatter(const search_space *sp, const search_candidate *c,
@@ -1734,7 +1797,10 @@ zero1_step_scatter(const search_space *sp, const search_candidate *c,
     *aligned = 0;
     if (c->zero != 1 || c->overlap || g == NULL)
         return 0;
-    *aligned = per_node > 0 && (uint64_t)g->dp * g->stride % per_node == 0;
+    /* The next stage's group is this one shifted by its devices (tp-pp-dp: by tp cp). */
+    *aligned = per_node > 0 && (c->order == STRATEGY_ORDER_TP_PP_DP
+                                    ? (uint64_t)c->tp * (c->cp > 1 ? c->cp : 1)
+                                    : (uint64_t)g->dp * g->stride) % per_node == 0;
     return b[3] * g->reduce_scatter;
 }
 
@@ -2063,6 +2129,7 @@ static int
 same_base(const search_candidate *a, const search_candidate *b)
 {
     return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->ep == b->ep && a->cp == b->cp &&
+           a->order == b->order &&
            a->microbatches == b->microbatches && a->schedule == b->schedule &&
            a->virtual_stages == b->virtual_stages;
 }

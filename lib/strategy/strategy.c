@@ -17,6 +17,7 @@
 static const char *const schedule_names[] = {"default", "gpipe", "1f1b", "interleaved"};
 static const char *const recompute_names[] = {"none", "selective", "full"};
 static const char *const stash_names[] = {"none", "pipedream", "2bw"};
+static const char *const order_names[] = {"tp-dp-pp", "tp-pp-dp"};
 
 void
 strategy_init(strategy *s)
@@ -145,6 +146,9 @@ strategy_check_values(const strategy *s, di_error *err)
     if ((unsigned)s->stash > STRATEGY_STASH_2BW)
         return di_error_set(err, DI_ESTRATEGY, "stash %u is not a stash mode (%s)",
                             (unsigned)s->stash, "none, pipedream, 2bw");
+    if ((unsigned)s->order > STRATEGY_ORDER_TP_PP_DP)
+        return di_error_set(err, DI_ESTRATEGY, "order %u is not a rank order (%s)",
+                            (unsigned)s->order, "tp-dp-pp, tp-pp-dp");
     if (s->ndevice_order > STRATEGY_MAX_LIST || s->ntp_layers > STRATEGY_MAX_LIST)
         return di_error_set(err, DI_ESTRATEGY,
                             "the device order (%u entries) or tp_layers (%u) is too long (at "
@@ -247,6 +251,22 @@ strategy_normalize(strategy *s, di_error *err)
                             "data-parallel group)",
                             s->ep, s->dp);
 
+    if (s->order != STRATEGY_ORDER_TP_DP_PP) {
+        if (s->ndevice_order > 0)
+            return di_error_set(err, DI_ESTRATEGY,
+                                "order=%s with a device order: the device order places every "
+                                "rank (give one or the other)",
+                                order_names[s->order]);
+        if (s->nstages > 0)
+            return di_error_set(err, DI_ESTRATEGY,
+                                "order=%s with per-stage degrees: the rank order needs the same "
+                                "degrees on every stage",
+                                order_names[s->order]);
+        /* One stage or one replica: both orders place every rank alike. */
+        if (s->pp == 1 || (uint64_t)s->dp * s->cp == 1)
+            s->order = STRATEGY_ORDER_TP_DP_PP;
+    }
+
     /* tp_layers: a set (sorted, distinct), and only with tensor parallelism. */
     if (s->ntp_layers > 0) {
         uint32_t n = 0;
@@ -271,6 +291,7 @@ typedef enum option_kind {
     OPT_SCHEDULE,
     OPT_RECOMPUTE,
     OPT_STASH,
+    OPT_ORDER,
     OPT_STAGES,
     OPT_TP_LAYERS,
 } option_kind;
@@ -300,6 +321,7 @@ static const option options[] = {
     {"sequence-parallel", "sequence_parallel", OPT_SWITCH, FIELD(sequence_parallel), 0, 0},
     {"overlap-grad-reduce", "overlap_grad_reduce", OPT_SWITCH, FIELD(overlap_grad_reduce), 0, 0},
     {"bucket-mb", "bucket_mb", OPT_UINT, FIELD(bucket_mb), 0, STRATEGY_MAX_DEGREE},
+    {"order", "order", OPT_ORDER, 0, 0, 0},
     {"stages", "stages", OPT_STAGES, 0, 0, 0},
     {"tp-layers", "tp_layers", OPT_TP_LAYERS, 0, 0, 0},
 };
@@ -491,6 +513,12 @@ strategy_set(strategy *s, const char *name, const char *value, di_error *err)
                                 value);
         s->stash = (strategy_stash)k;
         return 0;
+    case OPT_ORDER:
+        if ((k = name_index(value, order_names, 0, 2)) < 0)
+            return di_error_set(err, DI_ESTRATEGY, "unknown rank order '%s' (tp-dp-pp, tp-pp-dp)",
+                                value);
+        s->order = (strategy_order)k;
+        return 0;
     case OPT_STAGES:
         return set_stages(s, value, err);
     case OPT_TP_LAYERS:
@@ -531,6 +559,7 @@ strategy_from_proto(const Distir__V1__Strategy *p, strategy *s, di_error *err)
     s->bucket_mb = p->bucket_mb;
     s->ep = p->ep;
     s->cp = p->cp;
+    s->order = (strategy_order)p->order;
     s->ndevice_order = (uint32_t)p->n_device_order;
     s->device_order = dup_array(p->device_order, p->n_device_order, sizeof(uint32_t));
     s->ntp_layers = (uint32_t)p->n_tp_layers;
@@ -566,6 +595,7 @@ strategy_to_proto(const strategy *s, Distir__V1__Strategy *p)
     p->bucket_mb = s->bucket_mb;
     p->ep = s->ep;
     p->cp = s->cp;
+    p->order = (Distir__V1__RankOrder)s->order;
     p->n_device_order = s->ndevice_order;
     p->device_order = dup_array(s->device_order, s->ndevice_order, sizeof(uint32_t));
     p->n_tp_layers = s->ntp_layers;
@@ -608,7 +638,7 @@ strategy_is_trivial(const strategy *s)
            s->recompute == STRATEGY_RECOMPUTE_NONE && s->stash == STRATEGY_STASH_NONE &&
            s->zero == 0 && !s->sequence_parallel && !s->overlap_grad_reduce &&
            s->ndevice_order == 0 && s->nstages == 0 && s->ntp_layers == 0 && s->ep <= 1 &&
-           s->cp <= 1;
+           s->cp <= 1 && s->order == STRATEGY_ORDER_TP_DP_PP;
 }
 
 void
@@ -632,6 +662,11 @@ strategy_format(const strategy *s, char *buf, size_t size)
         size_t w = strlen(buf);
         if (v > 1 && w + 1 < size)
             snprintf(buf + w, size - w, " %s=%u", i ? "cp" : "ep", v);
+    }
+    if (s->order != STRATEGY_ORDER_TP_DP_PP) {
+        size_t w = strlen(buf);
+        if (w + 1 < size)
+            snprintf(buf + w, size - w, " order=%s", order_names[s->order & 1]);
     }
     /* Nested parallelism: " stages=4x1:10,2x2:14 tp_layers=0-11,16". */
     for (uint32_t g = 0; g < s->nstages; g++) {
@@ -694,5 +729,9 @@ strategy_hash(const strategy *s, di_sha256 *h)
             di_sha256_update(h, i ? "cp" : "ep", 2);
             di_sha256_u64(h, v);
         }
+    }
+    if (s->order != STRATEGY_ORDER_TP_DP_PP) {
+        di_sha256_update(h, "order", 5);
+        di_sha256_u64(h, (uint64_t)s->order);
     }
 }

@@ -54,6 +54,16 @@ typedef enum strategy_stash {
     STRATEGY_STASH_2BW = 2,       /* one extra weight version per stage */
 } strategy_stash;
 
+/*
+ * The order of the rank axes, innermost first (Megatron-LM's --order, its
+ * expert axis aside). Context parallelism sits between tensor and data in
+ * both.
+ */
+typedef enum strategy_order {
+    STRATEGY_ORDER_TP_DP_PP = 0, /* a pipeline stage's devices together (the default) */
+    STRATEGY_ORDER_TP_PP_DP = 1, /* a data-parallel replica's stages together */
+} strategy_order;
+
 /* The gradient bucket of overlap_grad_reduce when bucket_mb is 0 (PyTorch DDP's bucket_cap_mb). */
 #define STRATEGY_BUCKET_MB_DEFAULT 25u
 
@@ -96,6 +106,15 @@ typedef struct strategy {
      */
     uint32_t ndevice_order;
     uint32_t *device_order;
+    /*
+     * Without device_order: the rank axes' order. TP_PP_DP puts rank
+     * ((d * cp + k) * pp + stage) * tp + t on the device the default puts
+     * rank (stage * dp * cp + d * cp + k) * tp + t, so that a replica's
+     * pipeline stages share a node and its data-parallel groups span nodes.
+     * It needs the same degrees on every stage (no per-stage degrees), and
+     * normalizes to the default where the two coincide (pp = 1 or dp cp = 1).
+     */
+    strategy_order order;
     /*
      * Per pipeline group (pp entries, or none): its data and tensor degrees
      * (then dp and tp must be 1) and optionally its layer count. Group g's

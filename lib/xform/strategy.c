@@ -48,6 +48,9 @@ xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t k, uint32_t t)
     uint32_t r = c->goff[group] + (d * c->n[XF_CP] + k) * c->gtp[group] + t; /* d: outer x inner */
     if (c->s.ndevice_order)
         return (int32_t)c->s.device_order[r];
+    /* A replica's stages together (every stage has the same degrees: strategy_normalize). */
+    if (c->s.order == STRATEGY_ORDER_TP_PP_DP)
+        return (int32_t)(((d * c->n[XF_CP] + k) * c->pp + group) * c->gtp[group] + t);
     return (int32_t)r;
 }
 
@@ -392,6 +395,11 @@ validate(xf_ctx *c)
         }
         di_free(seen);
     }
+    /* A hand-built strategy may skip strategy_normalize, which refuses these. */
+    if (s->order != STRATEGY_ORDER_TP_DP_PP && (s->ndevice_order || c->hetero || s->nstages))
+        return di_error_set(c->err, DI_ESTRATEGY,
+                            "order=tp-pp-dp needs the same degrees on every stage and no "
+                            "device order");
     if (s->schedule == STRATEGY_SCHEDULE_INTERLEAVED && s->pp > 1 && s->virtual_stages > 1 &&
         s->microbatches % s->pp != 0)
         return di_error_set(c->err, DI_ESTRATEGY,

@@ -32,6 +32,19 @@ for i in 0 1 2 3; do
         fail "local shard $i"
 done
 
+# Two nodes: the rank order is an axis (SearchConstraints.orders; docs/search.md).
+ORDER="--hw a100-dgx:2 --devices 16 --tp 1,2 --pp 2 --recompute none --zero 0 --microbatches 2,4
+    --order tp-pp-dp --top 3"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $ORDER --json >"$TMP/local_order.json" || fail "local search 3"
+check "--order tp-pp-dp: its points say so" grep -q '"order":"tp-pp-dp"' "$TMP/local_order.json"
+check "--order tp-pp-dp: no point in the default order where it matters" \
+    /usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+pts = r["top"] + r["pareto"]
+assert pts and all(p.get("order") == "tp-pp-dp" for p in pts if p["dp"] > 1 and p["tp"] < 8), pts
+' "$TMP/local_order.json"
 check "--pareto-within reaches the result" grep -q '"pareto_within":1.5' "$TMP/local_other.json"
 check "--refine all reaches the result" grep -q '"refine":"all"' "$TMP/local_other.json"
 
@@ -60,6 +73,10 @@ assert sorted(r["worker"] for r in refines) == list(range(int(sys.argv[3]))), re
     $T "$DISTIR" search "$TMP/gpt.pb" $OTHER --json --server "$ADDR" >"$TMP/remote_other$w.json"
     check "$w worker(s): throughput objective and constraints give the local JSON" \
         cmp -s "$TMP/local_other.json" "$TMP/remote_other$w.json"
+    # shellcheck disable=SC2086
+    $T "$DISTIR" search "$TMP/gpt.pb" $ORDER --json --server "$ADDR" >"$TMP/remote_order$w.json"
+    check "$w worker(s): the rank order constraint gives the local JSON" \
+        cmp -s "$TMP/local_order.json" "$TMP/remote_order$w.json"
     for i in 0 1 2 3; do
         # shellcheck disable=SC2086
         $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --shard "$i/4" --server "$ADDR" \
