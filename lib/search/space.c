@@ -2124,12 +2124,15 @@ search_evaluator_take_garbage(search_evaluator *ev)
     return g;
 }
 
-/* Whether a and b differ only in the options (recompute, ZeRO, sp, overlap). */
+/*
+ * Whether a and b differ only in the options (recompute, ZeRO, sp, overlap)
+ * and the rank order, which xform_validate does not read (devices are
+ * counted, not placed).
+ */
 static int
 same_base(const search_candidate *a, const search_candidate *b)
 {
     return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->ep == b->ep && a->cp == b->cp &&
-           a->order == b->order &&
            a->microbatches == b->microbatches && a->schedule == b->schedule &&
            a->virtual_stages == b->virtual_stages;
 }
@@ -2405,7 +2408,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
     if (!ev->have_base || !same_base(&ev->base, c)) {
         ev->base = *c;
         ev->base.recompute = ev->base.zero = 0;
-        ev->base.sequence_parallel = ev->base.overlap = 0;
+        ev->base.sequence_parallel = ev->base.overlap = ev->base.order = 0;
         search_candidate_strategy(&ev->base, &s);
         ev->base_rc = search_space_validate(sp, &s, &err);
         ev->have_base = 1;
