@@ -44,7 +44,7 @@ static const char usage[] =
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]] [--recompute none,selective,full]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
-    "              [--order tp-dp-pp,tp-pp-dp]\n"
+    "              [--order tp-dp-pp,tp-pp-dp] [--nested]\n"
     "              [--fix NAME=VALUE ...] [--log-candidates FILE]\n"
     "              [--server ADDR [--timeout-ms N]]\n"
     "       distir search --merge A.json B.json ... [--json]\n"
@@ -525,6 +525,7 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     c->sequence_parallel = cfg->sequence_parallel;
     c->overlap_grad_reduce = cfg->overlap;
     c->orders = cfg->orders;
+    c->nested = cfg->nested != 0;
     c->memory_headroom = cfg->memory_headroom;
     c->full_simulation = cfg->no_compose != 0;
     c->refine_pareto = cfg->refine_pareto != 0;
@@ -660,6 +661,10 @@ cmd_search(int argc, char **argv)
         }
         if (cli_flag(argv[i], "--merge")) {
             merging = 1;
+            continue;
+        }
+        if (cli_flag(argv[i], "--nested")) {
+            cfg.nested = 1;
             continue;
         }
         if ((r = cli_opt(argc, argv, &i, "--hw", &v)) != 0) {

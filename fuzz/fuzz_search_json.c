@@ -47,7 +47,7 @@ check_point(const search_result *r, const search_point *p)
     const search_candidate *c = &p->cand;
     char name[256];
     check(p->status == SEARCH_OK, "a point that is not ok", NULL);
-    check(search_result_has_devices(r, (uint64_t)c->dp * c->tp * c->pp),
+    check(search_result_has_devices(r, search_candidate_devices(c)),
           "a point not on the result's devices",
           NULL);
     /* Formatting normalizes the strategy, which aborts on one out of range. */

@@ -266,6 +266,7 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
                           err)) != 0 ||
         (rc = config_mask(&cfg->orders, c->orders, 0x3, "orders", err)) != 0)
         return rc;
+    cfg->nested = c->nested;
     if (c->memory_headroom != 0) {
         if (!(c->memory_headroom > 0 && c->memory_headroom <= 1))
             return di_error_set(err, DI_EINVAL, "constraints: memory_headroom %g is not in (0, 1]",
@@ -704,6 +705,7 @@ point_to_proto(const search_point *p, Distir__V1__SearchPoint *pp, Distir__V1__S
     distir__v1__strategy__init(spec);
     search_candidate_strategy(&p->cand, &st);
     strategy_to_proto(&st, spec);
+    strategy_fini(&st);
     search_candidate_format(&p->cand, text, size);
     pp->index = p->cand.index;
     pp->strategy = text;

@@ -75,7 +75,8 @@ const search_memo_entry *
 search_memo_find(const search_memo *m, const search_candidate *c, int composed)
 {
     uint32_t h;
-    if (m == NULL || m->n == 0)
+    /* Nested candidates are not kept: an entry holds uniform degrees only (the layout below). */
+    if (m == NULL || m->n == 0 || c->nstages > 0)
         return NULL;
     for (h = cand_hash(c, composed) & (m->nslot - 1); m->slot[h]; h = (h + 1) & (m->nslot - 1))
         if (same(&m->v[m->slot[h] - 1], c, composed))
@@ -86,7 +87,7 @@ search_memo_find(const search_memo *m, const search_candidate *c, int composed)
 void
 search_memo_add(search_memo *m, const search_memo_entry *e)
 {
-    if (e->f.status != SEARCH_OK && e->f.status != SEARCH_OOM)
+    if ((e->f.status != SEARCH_OK && e->f.status != SEARCH_OOM) || e->cand.nstages > 0)
         return;
     if (search_memo_find(m, &e->cand, e->composed) != NULL)
         return;

@@ -43,7 +43,7 @@ search_objective_name(search_objective o)
 uint32_t
 search_point_devices(const search_point *p)
 {
-    return p->cand.dp * p->cand.tp * p->cand.pp * (p->cand.cp > 1 ? p->cand.cp : 1);
+    return (uint32_t)search_candidate_devices(&p->cand);
 }
 
 /* -1, 0 or 1 as x is below, equal to or above y. */
@@ -387,7 +387,9 @@ search_point_equal(const search_point *a, const search_point *b)
            x->microbatches == y->microbatches && x->virtual_stages == y->virtual_stages &&
            x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
            x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
-           x->ep == y->ep && x->cp == y->cp && x->order == y->order && a->status == b->status &&
+           x->ep == y->ep && x->cp == y->cp && x->order == y->order &&
+           x->nstages == y->nstages && memcmp(x->sdp, y->sdp, sizeof x->sdp) == 0 &&
+           memcmp(x->stp, y->stp, sizeof x->stp) == 0 && a->status == b->status &&
            a->step_time_s == b->step_time_s && a->peak_memory_bytes == b->peak_memory_bytes &&
            a->tokens_per_s == b->tokens_per_s && a->mfu == b->mfu && a->composed == b->composed &&
            a->refined == b->refined && (!a->refined || figures_equal(&a->full, &b->full));
@@ -447,6 +449,13 @@ point_to_json(const search_result *r, const search_point *p)
         json_object_set_new(o, "cp", json_integer((json_int_t)c->cp));
     if (c->order == STRATEGY_ORDER_TP_PP_DP)
         json_object_set_new(o, "order", json_string("tp-pp-dp"));
+    if (c->nstages > 0) {
+        /* Nested: each stage's [dp, tp] (dp and tp above are then 1). */
+        json_t *a = json_array();
+        for (uint32_t g = 0; g < c->nstages; g++)
+            json_array_append_new(a, json_pack("[i, i]", (int)c->sdp[g], (int)c->stp[g]));
+        json_object_set_new(o, "stages", a);
+    }
     if (p->refined) {
         json_t *f = json_pack("{s:s, s:f, s:I, s:f, s:f}", "status",
                               search_status_name(p->full.status), "step_time_s",
@@ -593,6 +602,39 @@ opt_degree(const json_t *o, const char *key, uint32_t *v, di_error *err)
     return 0;
 }
 
+/* A nested point's "stages" ([[dp, tp], ...], pp of them, with dp and tp 1), if any. */
+static int
+stages_from_json(const json_t *o, search_candidate *c, di_error *err)
+{
+    const json_t *a = json_object_get(o, "stages");
+    size_t n = json_array_size(a);
+    if (a == NULL)
+        return 0;
+    if (!json_is_array(a) || n < 2 || n > SEARCH_NESTED_MAX_STAGES || n != c->pp || c->dp != 1 ||
+        c->tp != 1)
+        goto bad;
+    for (size_t g = 0; g < n; g++) {
+        const json_t *e = json_array_get(a, g);
+        json_int_t dp, tp;
+        if (!json_is_array(e) || json_array_size(e) != 2 ||
+            !json_is_integer(json_array_get(e, 0)) || !json_is_integer(json_array_get(e, 1)))
+            goto bad;
+        dp = json_integer_value(json_array_get(e, 0));
+        tp = json_integer_value(json_array_get(e, 1));
+        if (dp < 1 || tp < 1 || dp > STRATEGY_MAX_DEGREE || tp > STRATEGY_MAX_DEGREE)
+            goto bad;
+        c->sdp[g] = (uint32_t)dp;
+        c->stp[g] = (uint32_t)tp;
+    }
+    c->nstages = (uint8_t)n;
+    return 0;
+bad:
+    return di_error_set(err, DI_EINVAL,
+                        "search result: point %llu: 'stages' is not pp (2 to %u) [dp, tp] "
+                        "pairs of a point with dp and tp 1",
+                        (unsigned long long)c->index, SEARCH_NESTED_MAX_STAGES);
+}
+
 static int
 point_from_json(const json_t *o, search_point *p, di_error *err)
 {
@@ -649,11 +691,13 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
         if (name != NULL && strcmp(name, "tp-pp-dp") == 0)
             p->cand.order = STRATEGY_ORDER_TP_PP_DP;
     }
+    if ((rc = stages_from_json(o, &p->cand, err)) != 0)
+        return rc;
     if (p->cand.dp == 0 || p->cand.tp == 0 || p->cand.pp == 0 || p->cand.microbatches == 0 ||
         p->cand.virtual_stages == 0 || p->cand.ep == 0 || p->cand.cp == 0 ||
         (p->cand.ep > 1 && p->cand.ep != p->cand.dp) ||
         (p->cand.order != STRATEGY_ORDER_TP_DP_PP &&
-         (p->cand.pp == 1 || (uint64_t)p->cand.dp * p->cand.cp == 1)) ||
+         (p->cand.pp == 1 || (uint64_t)p->cand.dp * p->cand.cp == 1 || p->cand.nstages)) ||
         (p->cand.pp == 1) != (p->cand.schedule == STRATEGY_SCHEDULE_DEFAULT) ||
         (p->cand.virtual_stages > 1) != (p->cand.schedule == STRATEGY_SCHEDULE_INTERLEAVED))
         return di_error_set(err, DI_EINVAL,
@@ -715,13 +759,12 @@ points_from_json(const json_t *root, const char *key, const search_result *r, se
         if ((rc = point_from_json(json_array_get(a, i), p, err)) != 0)
             return rc;
         c = &p->cand;
-        if (!search_result_has_devices(r,
-                                       (uint64_t)c->dp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1)))
+        if (!search_result_has_devices(r, search_candidate_devices(c)))
             return di_error_set(
                 err, DI_EINVAL,
-                "search result: point %llu uses dp*tp*pp = %llu devices, not a device "
+                "search result: point %llu uses %llu devices, not a device "
                 "count of the search (at most %u)",
-                (unsigned long long)c->index, (unsigned long long)c->dp * c->tp * c->pp,
+                (unsigned long long)c->index, (unsigned long long)search_candidate_devices(c),
                 r->devices);
         ++*npoint;
     }

@@ -95,6 +95,12 @@ typedef struct search_config {
     uint32_t sequence_parallel; /* mask: bit 0 off, bit 1 on */
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
     uint32_t orders;            /* mask of strategy_order ("order" "tp-dp-pp,tp-pp-dp") */
+    /*
+     * Also pipelines of 2 to SEARCH_NESTED_MAX_STAGES stages whose stages
+     * have degrees of their own ("nested" "1"): every split of the devices
+     * over the stages and of each stage's over dp x tp (docs/search.md).
+     */
+    int nested;
     double memory_headroom;     /* usable fraction of each device's memory, (0, 1]; default 1 */
     /*
      * The Pareto set holds only the points whose step time is at most this
@@ -147,6 +153,14 @@ int search_config_fix(search_config *cfg, const char *assignment, di_error *err)
  * One point of the space: a uniform strategy (no per-stage degrees, no
  * tp_layers, the default device order, no weight stashing).
  */
+/* The most pipeline stages a nested candidate has (search_config.nested). */
+#define SEARCH_NESTED_MAX_STAGES 4u
+/*
+ * The most ways a nested space may split its devices over one pp (each
+ * stage's count and its dp x tp; search_space_init refuses more).
+ */
+#define SEARCH_NESTED_MAX_SPLITS 10000u
+
 typedef struct search_candidate {
     uint64_t index; /* enumeration index in the whole (unsharded) space */
     uint32_t dp, tp, pp, microbatches;
@@ -159,7 +173,17 @@ typedef struct search_candidate {
     uint32_t ep; /* expert parallelism: 1, or dp when the model's experts divide by it */
     uint32_t cp; /* context parallelism (0 reads as 1) */
     uint8_t order; /* strategy_order: TP_PP_DP only where it places ranks apart (search.md) */
+    /*
+     * Nested (search_config.nested): pp stages of their own degrees,
+     * stage g data parallel over sdp[g] and tensor parallel over stp[g]
+     * devices (strategy.stages), dp and tp then 1; 0: every stage dp x tp.
+     */
+    uint8_t nstages;
+    uint32_t sdp[SEARCH_NESTED_MAX_STAGES], stp[SEARCH_NESTED_MAX_STAGES];
 } search_candidate;
+
+/* The devices c uses: dp tp pp cp, or the nested stages' dp tp summed. */
+uint64_t search_candidate_devices(const search_candidate *c);
 
 /*
  * Whether the rank order tp-pp-dp places c's ranks otherwise than the
@@ -171,7 +195,8 @@ typedef struct search_candidate {
 int search_order_matters(const hw_model *hw, const search_candidate *c);
 
 /*
- * Fills *s (any contents; nothing to free) with c's strategy, normalized.
+ * Fills *s (any contents) with c's strategy, normalized; free it with
+ * strategy_fini (a nested candidate's stages are allocated).
  */
 void search_candidate_strategy(const search_candidate *c, strategy *s);
 /* strategy_format of the candidate's strategy. */

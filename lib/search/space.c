@@ -222,6 +222,12 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
         return parse_list(cfg, name, value, add_switch, err);
     if (strcmp(name, "order") == 0)
         return parse_list(cfg, name, value, add_order, err);
+    if (strcmp(name, "nested") == 0) {
+        int off, rc = one_of_two(name, value, "0", "1", &off, err);
+        if (rc == 0)
+            cfg->nested = !off;
+        return rc;
+    }
     if (strcmp(name, "devices") == 0) {
         /* One count, or a list: the space on each. */
         int rc;
@@ -391,12 +397,23 @@ push(space_builder *b, const search_candidate *c)
     sp->ncandidate++;
 }
 
+uint64_t
+search_candidate_devices(const search_candidate *c)
+{
+    uint64_t n = 0;
+    if (c->nstages == 0)
+        return (uint64_t)c->dp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1);
+    for (uint32_t g = 0; g < c->nstages && g < SEARCH_NESTED_MAX_STAGES; g++)
+        n += (uint64_t)c->sdp[g] * c->stp[g];
+    return n;
+}
+
 int
 search_order_matters(const hw_model *hw, const search_candidate *c)
 {
     uint64_t cp = c->cp > 1 ? c->cp : 1, n = (uint64_t)c->dp * c->tp * c->pp * cp;
     uint32_t per_node = hw->devices_per_node;
-    if (c->pp <= 1 || c->dp * cp <= 1)
+    if (c->pp <= 1 || c->dp * cp <= 1 || c->nstages > 0)
         return 0;
     if (hw->noverride > 0)
         return 1;
@@ -462,6 +479,126 @@ push_options(space_builder *b, search_candidate *c)
     }
 }
 
+/* A nested split's microbatch counts, schedules and options (its own ZeRO, sp, overlap rules). */
+static void
+push_nested(space_builder *b, search_candidate *c)
+{
+    const search_space *sp = b->sp;
+    const search_config *cfg = &sp->cfg;
+    uint64_t l = 1;
+    uint32_t maxdp = 1, mintp = UINT32_MAX, *ms, nms;
+    for (uint32_t g = 0; g < c->pp; g++) {
+        uint64_t a = l, x = c->sdp[g];
+        while (x) { /* l = lcm(l, sdp[g]) */
+            uint64_t t = a % x;
+            a = x;
+            x = t;
+        }
+        l = l / a * c->sdp[g];
+        maxdp = c->sdp[g] > maxdp ? c->sdp[g] : maxdp;
+        mintp = c->stp[g] < mintp ? c->stp[g] : mintp;
+    }
+    /* Each stage splits every microbatch over its data ranks: m divides batch / lcm(sdp). */
+    if (sp->batch <= 0 || (uint64_t)sp->batch % l != 0)
+        return;
+    c->dp = c->tp = c->cp = c->ep = 1;
+    c->virtual_stages = 1;
+    c->order = STRATEGY_ORDER_TP_DP_PP;
+    nms = divisors((uint64_t)sp->batch / l, &ms);
+    for (uint32_t k = 0; k < nms; k++) {
+        if (ms[k] > STRATEGY_MAX_MICROBATCHES ||
+            !in_set(cfg->microbatches, cfg->nmicrobatches, ms[k]))
+            continue;
+        c->microbatches = ms[k];
+        for (uint32_t sch = STRATEGY_SCHEDULE_GPIPE; sch <= STRATEGY_SCHEDULE_1F1B; sch++) {
+            if (!in_mask(cfg->schedules, sch))
+                continue;
+            c->schedule = (uint8_t)sch;
+            for (uint32_t rc = 0; rc < 3; rc++) {
+                if (!in_mask(cfg->recomputes, rc))
+                    continue;
+                c->recompute = (uint8_t)rc;
+                for (uint32_t z = 0; z <= (maxdp > 1 ? 3u : 0u); z++) {
+                    if (!in_mask(cfg->zeros, z))
+                        continue;
+                    c->zero = (uint8_t)z;
+                    for (uint32_t sq = 0; sq <= (mintp > 1 ? 1u : 0u); sq++) {
+                        if (!in_mask(cfg->sequence_parallel, sq))
+                            continue;
+                        c->sequence_parallel = (uint8_t)sq;
+                        for (uint32_t ov = 0; ov <= (maxdp > 1 ? 1u : 0u); ov++) {
+                            if (!in_mask(cfg->overlap, ov))
+                                continue;
+                            c->overlap = (uint8_t)ov;
+                            push(b, c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    di_free(ms);
+}
+
+/*
+ * Nested candidates (search_config.nested) on n devices over pp stages: each
+ * stage g gets k_g >= 1 devices (the k_g adding up to n), split as sdp[g] x
+ * stp[g] with both allowed, in lexicographic order of (k_g, stp[g]) from the
+ * first stage; sequences whose stages are all alike are the uniform
+ * candidates, already in the space. count: only count the sequences
+ * (returned), capped at SEARCH_NESTED_MAX_SPLITS + 1.
+ */
+static uint64_t
+nested_stage(space_builder *b, search_candidate *c, uint32_t g, uint32_t left, int count)
+{
+    const search_config *cfg = &b->sp->cfg;
+    uint64_t total = 0;
+    uint32_t hi, lo;
+    if (g == c->pp) {
+        int alike = 1;
+        for (uint32_t k = 1; k < c->pp; k++)
+            alike &= c->sdp[k] == c->sdp[0] && c->stp[k] == c->stp[0];
+        if (left != 0 || alike)
+            return 0;
+        if (!count)
+            push_nested(b, c);
+        return 1;
+    }
+    hi = left - (c->pp - g - 1); /* a device at least for each stage after g */
+    lo = g + 1 == c->pp ? hi : 1;
+    for (uint32_t k = lo; k <= hi && total <= SEARCH_NESTED_MAX_SPLITS; k++) {
+        for (uint32_t tp = 1; tp <= k; tp++) {
+            if (k % tp != 0 || !in_set(cfg->tp, cfg->ntp, tp) || !in_set(cfg->dp, cfg->ndp, k / tp))
+                continue;
+            c->sdp[g] = k / tp;
+            c->stp[g] = tp;
+            total += nested_stage(b, c, g + 1, left - k, count);
+        }
+    }
+    return total;
+}
+
+/* The nested candidates of pp stages on n devices; 0, or DI_EINVAL when they are too many. */
+static int
+enumerate_nested(space_builder *b, uint32_t n, uint32_t pp, di_error *err)
+{
+    search_candidate c;
+    uint64_t splits;
+    memset(&c, 0, sizeof c);
+    c.pp = pp;
+    c.nstages = (uint8_t)pp;
+    if (n < pp)
+        return 0;
+    splits = nested_stage(b, &c, 0, n, 1);
+    if (splits > SEARCH_NESTED_MAX_SPLITS)
+        return di_error_set(err, DI_EINVAL,
+                            "--nested: %u devices over %u stages split more than %u ways (each "
+                            "stage's devices and their dp x tp): allow fewer (--tp, --dp, --pp)",
+                            n, pp, SEARCH_NESTED_MAX_SPLITS);
+    nested_stage(b, &c, 0, n, 0);
+    return 0;
+}
+
 /*
  * Context-parallel degrees for the dp x cp part m of the devices, ascending,
  * into *out (caller frees): the allowed ones (or, none given, 1 and on a long
@@ -483,14 +620,15 @@ cp_list(const search_space *sp, uint32_t m, uint32_t **out)
     return n;
 }
 
-/* The space on n devices. */
-static void
-enumerate_on(space_builder *b, uint32_t n)
+/* The space on n devices; 0, or DI_EINVAL (enumerate_nested). */
+static int
+enumerate_on(space_builder *b, uint32_t n, di_error *err)
 {
     search_space *sp = b->sp;
     const search_config *cfg = &sp->cfg;
     uint32_t *pps, *tps, *vs, *cps;
     uint32_t npps = divisors(n, &pps);
+    int rc = 0;
     for (uint32_t i = 0; i < npps; i++) {
         uint32_t pp = pps[i];
         uint32_t ntps, ncps, nvs;
@@ -554,21 +692,26 @@ enumerate_on(space_builder *b, uint32_t n)
         di_free(tps);
         di_free(cps);
         di_free(vs);
+        /* Then this pp's nested candidates (stages of their own degrees), when asked for. */
+        if (cfg->nested && pp >= 2 && pp <= SEARCH_NESTED_MAX_STAGES &&
+            (rc = enumerate_nested(b, n, pp, err)) != 0)
+            break;
     }
     di_free(pps);
+    return rc;
 }
 
 /* Every device count's space, ascending. */
-static void
-enumerate(space_builder *b)
+static int
+enumerate(space_builder *b, di_error *err)
 {
     const search_config *cfg = &b->sp->cfg;
-    if (cfg->ndevice_counts == 0) {
-        enumerate_on(b, b->sp->devices);
-        return;
-    }
-    for (uint32_t i = 0; i < cfg->ndevice_counts; i++)
-        enumerate_on(b, cfg->device_counts[i]);
+    int rc = 0;
+    if (cfg->ndevice_counts == 0)
+        return enumerate_on(b, b->sp->devices, err);
+    for (uint32_t i = 0; i < cfg->ndevice_counts && rc == 0; i++)
+        rc = enumerate_on(b, cfg->device_counts[i], err);
+    return rc;
 }
 
 static int
@@ -627,6 +770,8 @@ space_key(search_space *sp)
     hash_mask(&h, cfg->zeros, 15u);
     hash_mask(&h, cfg->sequence_parallel, 3u);
     hash_mask(&h, cfg->overlap, 3u);
+    if (cfg->nested)
+        di_sha256_update(&h, "nested", 6);
     if (cfg->orders && (cfg->orders & 3u) != 3u) { /* restricted: keys of others stay */
         di_sha256_update(&h, "order", 5);
         hash_mask(&h, cfg->orders, 3u);
@@ -1303,8 +1448,9 @@ search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw
     space_key(sp);
     b.sp = sp;
     b.cap = 0;
-    enumerate(&b);
-    return 0;
+    if ((rc = enumerate(&b, err)) != 0)
+        search_space_fini(sp);
+    return rc;
 }
 
 void
@@ -1406,6 +1552,15 @@ search_candidate_strategy(const search_candidate *c, strategy *s)
     s->ep = c->ep > 1 ? c->ep : 1;
     s->cp = c->cp > 1 ? c->cp : 1;
     s->order = (strategy_order)c->order;
+    if (c->nstages > 0) {
+        s->dp = s->tp = 1;
+        s->nstages = c->nstages;
+        s->stages = di_xcalloc(c->nstages, sizeof *s->stages);
+        for (uint32_t g = 0; g < c->nstages; g++) {
+            s->stages[g].dp = c->sdp[g];
+            s->stages[g].tp = c->stp[g];
+        }
+    }
     /*
      * Every field is in range and the schedule is DEFAULT exactly when pp = 1 by construction,
      * so normalizing only fills in the bucket size.
@@ -1669,9 +1824,12 @@ layer_bound(const search_space *sp, const search_candidate *c)
 uint64_t
 search_memory_bound(const search_space *sp, const search_candidate *c)
 {
-    uint64_t held, state, act = layer_bound(sp, c);
+    uint64_t held, state, act, ncp = c->cp > 1 ? c->cp : 1, n = (uint64_t)c->dp * c->tp * c->pp * ncp;
+    /* The analyses assume every stage's degrees alike: a nested candidate has no bound. */
+    if (c->nstages > 0)
+        return 0;
+    act = layer_bound(sp, c);
     /* Saturating, and floor division keeps it a lower bound. */
-    uint64_t ncp = c->cp > 1 ? c->cp : 1, n = (uint64_t)c->dp * c->tp * c->pp * ncp;
     if (di_mul_u64(sp->state_bytes, (c->zero ? 1 : c->dp) * ncp, &held) != 0 ||
         held + sp->data_bytes < held)
         return UINT64_MAX / n;
@@ -1955,7 +2113,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      */
     if (e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 ||
         c->ep > 1 || sp->batch <= 0 || c->dp == 0 || c->microbatches == 0 ||
-        sp->hw->noverride > 0)
+        sp->hw->noverride > 0 || c->nstages > 0)
         return 0;
     t = &e->time;
     if ((split = find_split(e, (uint64_t)c->dp * c->microbatches)) != NULL) {
@@ -2132,6 +2290,9 @@ search_evaluator_take_garbage(search_evaluator *ev)
 static int
 same_base(const search_candidate *a, const search_candidate *b)
 {
+    if (a->nstages != b->nstages ||
+        memcmp(a->sdp, b->sdp, sizeof a->sdp) != 0 || memcmp(a->stp, b->stp, sizeof a->stp) != 0)
+        return 0;
     return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->ep == b->ep && a->cp == b->cp &&
            a->microbatches == b->microbatches && a->schedule == b->schedule &&
            a->virtual_stages == b->virtual_stages;
@@ -2184,7 +2345,7 @@ static void
 figures(const search_space *sp, const search_candidate *c, double T, const uint64_t *peak,
         const sim_result *r, search_figures *f)
 {
-    double n = (double)c->dp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1);
+    double n = (double)search_candidate_devices(c);
     f->status = SEARCH_OK;
     f->step_time_s = T;
     f->peak_memory_bytes = 0;
@@ -2213,6 +2374,9 @@ search_compose_counts(const search_space *sp, const search_candidate *c, uint32_
      * 7% above its full simulation's peak at 24.
      */
     if (sp->cfg.no_compose || c->schedule == STRATEGY_SCHEDULE_GPIPE)
+        return 0;
+    /* Nested: simulated in full (their composition is not checked by test_compose_agreement). */
+    if (c->nstages > 0)
         return 0;
     if (c->schedule == STRATEGY_SCHEDULE_INTERLEAVED) {
         /*
