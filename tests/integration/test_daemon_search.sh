@@ -37,6 +37,11 @@ ORDER="--hw a100-dgx:2 --devices 16 --tp 1,2 --pp 2 --recompute none --zero 0 --
     --order tp-pp-dp --top 3"
 # shellcheck disable=SC2086
 $T "$DISTIR" search "$TMP/gpt.pb" $ORDER --json >"$TMP/local_order.json" || fail "local search 3"
+# Nested pipelines (SearchConstraints.nested): stages of their own degrees.
+NESTED="--devices 6 --nested --pp 2 --recompute none --zero 0 --microbatches 1,2 --top 3"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $NESTED --json >"$TMP/local_nested.json" || fail "local search 4"
+check "--nested: the answer holds nested points" grep -q '"stages":\[\[' "$TMP/local_nested.json"
 check "--order tp-pp-dp: its points say so" grep -q '"order":"tp-pp-dp"' "$TMP/local_order.json"
 check "--order tp-pp-dp: no point in the default order where it matters" \
     /usr/bin/python3 -c '
@@ -77,6 +82,10 @@ assert sorted(r["worker"] for r in refines) == list(range(int(sys.argv[3]))), re
     $T "$DISTIR" search "$TMP/gpt.pb" $ORDER --json --server "$ADDR" >"$TMP/remote_order$w.json"
     check "$w worker(s): the rank order constraint gives the local JSON" \
         cmp -s "$TMP/local_order.json" "$TMP/remote_order$w.json"
+    # shellcheck disable=SC2086
+    $T "$DISTIR" search "$TMP/gpt.pb" $NESTED --json --server "$ADDR" >"$TMP/remote_nested$w.json"
+    check "$w worker(s): --nested gives the local JSON" \
+        cmp -s "$TMP/local_nested.json" "$TMP/remote_nested$w.json"
     for i in 0 1 2 3; do
         # shellcheck disable=SC2086
         $T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --json --shard "$i/4" --server "$ADDR" \
