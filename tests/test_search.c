@@ -3319,6 +3319,40 @@ test_nested(void **state)
     ir_module_free(m);
 }
 
+/*
+ * Context parallelism splits dimension 1 of every batch datum: an MLP of
+ * 32,768 features has no sequence (its labels are [batch]), so its space
+ * holds no cp > 1, which dist-ir's grid (bench_search) once counted 148
+ * impossible candidates of, pruned as indivisible; a GPT of 32,768 tokens
+ * keeps them.
+ */
+static void
+test_no_sequence(void **state)
+{
+    ir_module *m = mlp(2, 32768, 4), *g = gpt(2, 48, 6, 32768, 2);
+    hw_model *hw = preset("distir-classic:4");
+    search_config cfg;
+    search_space sp;
+    uint64_t ncp = 0;
+    (void)state;
+    search_config_init(&cfg);
+    cfg.devices = 4;
+    space_ok(&sp, m, hw, &cfg);
+    assert_int_equal(sp.seq, 0);
+    for (uint64_t i = 0; i < sp.ncandidate; i++)
+        assert_true(sp.candidates[i].cp <= 1);
+    search_space_fini(&sp);
+    space_ok(&sp, g, hw, &cfg);
+    assert_int_equal(sp.seq, 32768);
+    for (uint64_t i = 0; i < sp.ncandidate; i++)
+        ncp += sp.candidates[i].cp > 1;
+    assert_true(ncp > 0);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+    ir_module_free(g);
+}
+
 int
 main(void)
 {
@@ -3330,6 +3364,7 @@ main(void)
         cmocka_unit_test(test_brute_force),
         cmocka_unit_test(test_rank_order),
         cmocka_unit_test(test_nested),
+        cmocka_unit_test(test_no_sequence),
         cmocka_unit_test(test_compose_counts),
         cmocka_unit_test(test_compose_agreement),
         cmocka_unit_test(test_headroom),

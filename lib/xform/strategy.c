@@ -1067,7 +1067,7 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     const ir_region *r;
     ir_id heads, col;
     uint8_t *expert;
-    int rc;
+    int rc, no_seq = 0;
 
     memset(f, 0, sizeof *f);
     xform_strategy_init(&trivial);
@@ -1102,11 +1102,19 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
             f->data_bytes += bytes;
             if (t->rank >= 2 && f->seq == 0)
                 f->seq = ir_type_dims(c.m, c.m->values[v].type)[1];
+            no_seq |= t->rank < 2;
         } else if (c.vflags[v] & XF_V_WEIGHT) {
             f->arg_kind[a] = XFORM_ARG_WEIGHT;
             f->weight_bytes += bytes;
         }
     }
+    /*
+     * cp splits dimension 1 of every batch datum (xform_validate): a datum without one (an
+     * MLP's labels [batch]) leaves the module no sequence, whatever the others' dimension 1
+     * (the MLP's features).
+     */
+    if (no_seq)
+        f->seq = 0;
     di_free(expert);
     xf_ctx_fini(&c);
     return 0;

@@ -141,7 +141,7 @@ typedef struct xform_model_facts {
      */
     int64_t experts;
     uint64_t expert_bytes;
-    int64_t seq; /* dimension 1 of the batch data (what cp splits), 0 when it has none */
+    int64_t seq; /* dimension 1 of the batch data (what cp splits), 0 when a datum has none */
 } xform_model_facts;
 
 /*
