@@ -440,24 +440,45 @@ push_orders(space_builder *b, search_candidate *c)
     c->order = STRATEGY_ORDER_TP_DP_PP;
 }
 
+/* Whether a stage of c is data parallel (ZeRO and overlap shard and reduce over it). */
+static int
+some_dp(const search_candidate *c)
+{
+    int any = c->dp > 1;
+    for (uint32_t g = 0; g < c->nstages; g++)
+        any |= c->sdp[g] > 1;
+    return any;
+}
+
+/* Whether every stage of c is tensor parallel (sequence parallelism splits the tensor axis). */
+static int
+every_tp(const search_candidate *c)
+{
+    int all = c->nstages ? 1 : c->tp > 1;
+    for (uint32_t g = 0; g < c->nstages; g++)
+        all &= c->stp[g] > 1;
+    return all;
+}
+
 /* The options after the schedule: recompute, ZeRO, sequence parallelism, overlap. */
 static void
 push_options(space_builder *b, search_candidate *c)
 {
     const search_config *cfg = &b->sp->cfg;
+    uint32_t multi_dp = some_dp(c) ? 1u : 0u, multi_tp = every_tp(c) ? 1u : 0u;
     for (uint32_t rc = 0; rc < 3; rc++) {
         if (!in_mask(cfg->recomputes, rc))
             continue;
         c->recompute = (uint8_t)rc;
-        for (uint32_t z = 0; z <= (c->dp > 1 ? 3u : 0u); z++) {
+        for (uint32_t z = 0; z <= 3 * multi_dp; z++) {
             if (!in_mask(cfg->zeros, z))
                 continue;
             c->zero = (uint8_t)z;
-            for (uint32_t sq = 0; sq <= (c->tp > 1 ? 1u : 0u); sq++) {
+            for (uint32_t sq = 0; sq <= multi_tp; sq++) {
                 if (!in_mask(cfg->sequence_parallel, sq))
                     continue;
                 c->sequence_parallel = (uint8_t)sq;
-                for (uint32_t ov = 0; ov <= (c->dp > 1 ? 1u : 0u); ov++) {
+                for (uint32_t ov = 0; ov <= multi_dp; ov++) {
                     if (!in_mask(cfg->overlap, ov))
                         continue;
                     c->overlap = (uint8_t)ov;
@@ -479,14 +500,18 @@ push_options(space_builder *b, search_candidate *c)
     }
 }
 
-/* A nested split's microbatch counts, schedules and options (its own ZeRO, sp, overlap rules). */
+/*
+ * A nested split's microbatch counts, schedules and options (ZeRO and overlap
+ * when a stage is data parallel, sequence parallelism when every stage is
+ * tensor parallel; ep 1 and the default order: dp is 1).
+ */
 static void
 push_nested(space_builder *b, search_candidate *c)
 {
     const search_space *sp = b->sp;
     const search_config *cfg = &sp->cfg;
     uint64_t l = 1;
-    uint32_t maxdp = 1, mintp = UINT32_MAX, *ms, nms;
+    uint32_t *ms, nms;
     for (uint32_t g = 0; g < c->pp; g++) {
         uint64_t a = l, x = c->sdp[g];
         while (x) { /* l = lcm(l, sdp[g]) */
@@ -495,8 +520,6 @@ push_nested(space_builder *b, search_candidate *c)
             x = t;
         }
         l = l / a * c->sdp[g];
-        maxdp = c->sdp[g] > maxdp ? c->sdp[g] : maxdp;
-        mintp = c->stp[g] < mintp ? c->stp[g] : mintp;
     }
     /* Each stage splits every microbatch over its data ranks: m divides batch / lcm(sdp). */
     if (sp->batch <= 0 || (uint64_t)sp->batch % l != 0)
@@ -514,27 +537,7 @@ push_nested(space_builder *b, search_candidate *c)
             if (!in_mask(cfg->schedules, sch))
                 continue;
             c->schedule = (uint8_t)sch;
-            for (uint32_t rc = 0; rc < 3; rc++) {
-                if (!in_mask(cfg->recomputes, rc))
-                    continue;
-                c->recompute = (uint8_t)rc;
-                for (uint32_t z = 0; z <= (maxdp > 1 ? 3u : 0u); z++) {
-                    if (!in_mask(cfg->zeros, z))
-                        continue;
-                    c->zero = (uint8_t)z;
-                    for (uint32_t sq = 0; sq <= (mintp > 1 ? 1u : 0u); sq++) {
-                        if (!in_mask(cfg->sequence_parallel, sq))
-                            continue;
-                        c->sequence_parallel = (uint8_t)sq;
-                        for (uint32_t ov = 0; ov <= (maxdp > 1 ? 1u : 0u); ov++) {
-                            if (!in_mask(cfg->overlap, ov))
-                                continue;
-                            c->overlap = (uint8_t)ov;
-                            push(b, c);
-                        }
-                    }
-                }
-            }
+            push_options(b, c);
         }
     }
     di_free(ms);
