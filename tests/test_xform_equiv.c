@@ -99,6 +99,7 @@ typedef struct model_case {
     int64_t heads; /* tensor-parallel divisibility */
     uint32_t ep;   /* expert parallelism of the strategies run_one makes (0: none) */
     uint32_t cp;   /* context parallelism of the strategies run_one makes (0: none) */
+    strategy_order order; /* the rank order of the strategies run_one makes */
 } model_case;
 
 /* The layers of the GPT and MLP test models (the others have 4). */
@@ -326,6 +327,7 @@ run_one(model_case *mc, uint32_t dp, uint32_t tp, uint32_t pp, const variant *v)
     s.tp = tp;
     s.ep = mc->ep;
     s.cp = mc->cp;
+    s.order = mc->order;
     if (v->sp && (!mc->gpt || tp == 1)) {
         nskip++;
         return;
@@ -656,6 +658,43 @@ test_cp_grid(void **state)
     }
 }
 
+/*
+ * The rank order tp-pp-dp (a replica's stages on consecutive devices): every
+ * dp x pp with both above 1 that fits 8 devices, tp 1 and 2, every variant,
+ * on the MLP, the GPT and the Llama, and on the GPT with cp = 2 (dp 1: the
+ * context ranks between a replica's stages): the same step as the
+ * sequential module. A wrong device for a rank would put two ranks on one
+ * device or a collective over the wrong group, and change the result.
+ */
+static void
+test_order_grid(void **state)
+{
+    (void)state;
+    for (int gpt = 0; gpt <= 3; gpt++) {
+        model_case sgd, adam;
+        case_init(&sgd, gpt == 3 ? 1 : gpt, 0);
+        case_init(&adam, gpt == 3 ? 1 : gpt, 1);
+        sgd.name = adam.name = gpt == 3 ? "gpt-cp" : gpt == 2 ? "llama" : gpt ? "gpt" : "mlp";
+        sgd.order = adam.order = STRATEGY_ORDER_TP_PP_DP;
+        if (gpt == 3)
+            sgd.cp = adam.cp = 2;
+        nrun = nskip = nvocab = 0;
+        for (uint32_t dp = gpt == 3 ? 1 : 2; dp <= 2; dp++)
+            for (uint32_t tp = 1; tp <= 2; tp++)
+                for (uint32_t pp = 2; pp <= 4; pp += 2) {
+                    if (dp * tp * pp * (gpt == 3 ? 2u : 1u) > 8)
+                        continue;
+                    for (size_t k = 0; k < sizeof variants / sizeof variants[0]; k++)
+                        run_one(variants[k].adam ? &adam : &sgd, dp, tp, pp, &variants[k]);
+                }
+        fprintf(stderr, "%s: %u strategies with order=tp-pp-dp equal the sequential step, %u not "
+                "applicable\n", sgd.name, nrun, nskip);
+        assert_true(nrun >= 20);
+        case_fini(&sgd);
+        case_fini(&adam);
+    }
+}
+
 static void
 test_mlp_grid(void **state)
 {
@@ -689,6 +728,7 @@ main(void)
         cmocka_unit_test(test_moe_grid),
         cmocka_unit_test(test_moe_ep_subgroup),
         cmocka_unit_test(test_cp_grid),
+        cmocka_unit_test(test_order_grid),
         cmocka_unit_test(test_mlp_nested),
         cmocka_unit_test(test_gpt_nested),
     };
