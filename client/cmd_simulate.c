@@ -133,6 +133,7 @@ stages_of(const sim_result *r, const sim_inputs *in, uint32_t **stage_of, uint32
 {
     uint32_t nstage, ngroup = 0;
     di_error err;
+    di_error_clear(&err);
     *stage_of = di_xmalloc((r->ndevice ? r->ndevice : 1) * sizeof **stage_of);
     nstage = stage_map(r, in->strat, in->hw->ndevice, *stage_of);
     if (xform_stage_layers(in->module, in->strat, in->hw, layers, &ngroup, &err) != 0 ||

@@ -2576,7 +2576,7 @@ vocab_lse(const double *st, int64_t i, int64_t w)
         mx = r[g] > mx ? r[g] : mx;
     for (int64_t g = 0; g < w; g += 3)
         sum += r[g + 1] * exp(r[g] - mx);
-    return mx + log(sum);
+    return sum > 0 ? mx + log(sum) : -INFINITY; /* no class: the log of an empty sum */
 }
 
 static double

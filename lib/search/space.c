@@ -1071,6 +1071,7 @@ stage_analysis(search_space *sp, struct search_stage_layout *e)
     strategy s;
     di_error err;
     strategy_init(&s);
+    di_error_clear(&err);
     s.pp = e->pp;
     if (e->V > 1) {
         s.schedule = STRATEGY_SCHEDULE_INTERLEAVED;
@@ -1202,6 +1203,7 @@ static const struct search_pipe *
 find_pipe(const search_space *sp, const search_candidate *c)
 {
     struct search_pipe key;
+    memset(&key, 0, sizeof key); /* cmp_pipe reads pp, V, m and schedule */
     key.pp = c->pp;
     key.V = virtual_of(c);
     key.m = c->microbatches;
@@ -2311,6 +2313,7 @@ simulate(search_evaluator *ev, const strategy *s, uint32_t mb, sim_result **r)
     di_error err;
     int rc;
     *r = NULL;
+    di_error_clear(&err);
     ir_module_free(search_evaluator_take_garbage(ev)); /* a cancelled run's, kept until now */
     sim_options_default(&o);
     o.want_timeline = 0; /* the search reads the peaks, not the timelines */

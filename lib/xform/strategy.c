@@ -2334,7 +2334,7 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
              * at ar), and the most of each term of the ops between (subtracted).
              */
             size_t row = (size_t)(3 * kind + mode) * L, ar = row + (size_t)6 * L;
-            double most[BETWEEN_TERMS];
+            double most[BETWEEN_TERMS] = {0}; /* 0 when there are no layers (L = 0) */
             double rb = least_row(red, row, L), rn = least_row(redn, row, L);
             double lb = least_row(late, row, L), ln = least_row(laten, row, L);
             double arb = least_row(red, ar, L), arn = least_row(redn, ar, L);
