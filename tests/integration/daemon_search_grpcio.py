@@ -14,7 +14,9 @@ Checks, each printed as "ok - ..." or "FAIL - ...":
   and counts that add up to done; a cancelled search ends CANCELLED, its
   workers stop early, and the daemon stays SERVING and answers the next
   search; garbage bytes and a bad constraint are INVALID_ARGUMENT; a Pareto set
-  cut at 1.2 times the fastest step (pareto_within) gives the CLI's JSON.
+  cut at 1.2 times the fastest step (pareto_within) gives the CLI's JSON; so do
+  the rank order (orders, on two nodes) and nested pipelines (nested), whose
+  points' Strategy messages carry the order and the stages.
 """
 
 import json
@@ -244,6 +246,50 @@ def main():
           and all(p.step_time_s == p.estimate_step_time_s for p in comp if p.estimate)
           and any(p.estimate for p in comp)
           and not any(p.estimate for p in ores.top), [(p.index, p.estimate) for p in comp])
+
+    # ---------------------------------------------------------------- rank order, nested
+    # SearchConstraints.orders on two nodes and SearchConstraints.nested from this client:
+    # the CLI's answer byte for byte, and the points' Strategy messages carry the order and
+    # the stages.
+    xflags = ["--hw", "a100-dgx:2", "--devices", "16", "--tp", "1,2", "--pp", "2",
+              "--recompute", "none", "--zero", "0", "--microbatches", "2,4", "--order",
+              "tp-pp-dp", "--top", "3"]
+    xlocal = subprocess.run([DISTIR, "search", gpt, "--json"] + xflags, check=True,
+                            capture_output=True, text=True).stdout
+    xreq = pb.SearchRequest(module=module, hardware=pb.HardwareRef(preset="a100-dgx:2"),
+                            devices=16, top_k=3)
+    xreq.constraints.tp.extend([1, 2])
+    xreq.constraints.pp.append(2)
+    xreq.constraints.microbatches.extend([2, 4])
+    xreq.constraints.recomputes = 1 << pb.RECOMPUTE_NONE
+    xreq.constraints.zero = 1 << 0
+    xreq.constraints.orders = 1 << pb.RANK_ORDER_TP_PP_DP
+    xres = list(d.search(xreq))[-1].result
+    check("orders: the daemon's JSON equals the CLI's", xres.json + "\n" == xlocal,
+          (xres.json[:200], xlocal[:200]))
+    check("orders: every point with dp > 1 is in the order tp-pp-dp, in text and message",
+          all(p.spec.order == pb.RANK_ORDER_TP_PP_DP and "order=tp-pp-dp" in p.strategy
+              for p in list(xres.top) + list(xres.pareto) if p.spec.dp > 1)
+          and any(p.spec.dp > 1 for p in xres.top), [p.strategy for p in xres.top])
+    nflags = ["--devices", "6", "--nested", "--pp", "2", "--recompute", "none", "--zero", "0",
+              "--microbatches", "1,2", "--top", "3"]
+    nlocal = subprocess.run([DISTIR, "search", gpt, "--json"] + nflags, check=True,
+                            capture_output=True, text=True).stdout
+    nreq = pb.SearchRequest(module=module, hardware=pb.HardwareRef(preset="a100-dgx"),
+                            devices=6, top_k=3)
+    nreq.constraints.nested = True
+    nreq.constraints.pp.append(2)
+    nreq.constraints.microbatches.extend([1, 2])
+    nreq.constraints.recomputes = 1 << pb.RECOMPUTE_NONE
+    nreq.constraints.zero = 1 << 0
+    nres = list(d.search(nreq))[-1].result
+    check("nested: the daemon's JSON equals the CLI's", nres.json + "\n" == nlocal,
+          (nres.json[:200], nlocal[:200]))
+    nested = [p for p in list(nres.top) + list(nres.pareto) if len(p.spec.stages) > 0]
+    check("nested: its points carry their stages, each stage's dp x tp adding up to 6",
+          nested and all(len(p.spec.stages) == 2 and "stages=" in p.strategy
+                         and sum(st.dp * st.tp for st in p.spec.stages) == 6 for p in nested),
+          [p.strategy for p in nres.top])
 
     try:
         list(d.search(b"\xff\xff\xff"))
