@@ -411,13 +411,14 @@ search_candidate_devices(const search_candidate *c)
 int
 search_order_matters(const hw_model *hw, const search_candidate *c)
 {
-    uint64_t cp = c->cp > 1 ? c->cp : 1, n = (uint64_t)c->dp * c->tp * c->pp * cp;
+    uint64_t cp = c->cp > 1 ? c->cp : 1;
     uint32_t per_node = hw->devices_per_node;
     if (c->pp <= 1 || c->dp * cp <= 1 || c->nstages > 0)
         return 0;
     if (hw->noverride > 0)
         return 1;
-    return per_node > 0 && n > per_node && (uint64_t)c->tp * cp % per_node != 0;
+    return per_node > 0 && search_candidate_devices(c) > per_node &&
+           (uint64_t)c->tp * cp % per_node != 0;
 }
 
 /*
@@ -1829,10 +1830,11 @@ layer_bound(const search_space *sp, const search_candidate *c)
 uint64_t
 search_memory_bound(const search_space *sp, const search_candidate *c)
 {
-    uint64_t held, state, act, ncp = c->cp > 1 ? c->cp : 1, n = (uint64_t)c->dp * c->tp * c->pp * ncp;
+    uint64_t held, state, act, ncp = c->cp > 1 ? c->cp : 1, n;
     /* The analyses assume every stage's degrees alike: a nested candidate has no bound. */
     if (c->nstages > 0)
         return 0;
+    n = search_candidate_devices(c);
     act = layer_bound(sp, c);
     /* Saturating, and floor division keeps it a lower bound. */
     if (di_mul_u64(sp->state_bytes, (c->zero ? 1 : c->dp) * ncp, &held) != 0 ||
