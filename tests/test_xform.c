@@ -792,9 +792,14 @@ test_tp_collectives_rmsnorm(void **state)
      * sequence-parallel region; before, the partial sum was saved and reduced
      * again for the first norm's backward); all-gathers: per layer the two
      * blocks' saved inputs again and the residual's gradient for the two
-     * row-parallel GEMMs (4), and the final norm's output (1): 4 x 2 + 1.
-     * Until 2026-12-06 the residual stream passed its partial sums on and each
-     * norm's backward reduced the saved sum again: 15 reduce-scatters there.
+     * row-parallel GEMMs (4), the embedding's gradient for its lookup's (1),
+     * and the final norm's output again for the output layer's weight
+     * gradient (1): 4 x 2 + 2. Until 2026-12-06 the residual stream passed its
+     * partial sums on and each norm's backward reduced the saved sum again: 15
+     * reduce-scatters there. Until 2026-12-07 the output layer's input was
+     * kept gathered (flattened to [b s, h] after the gather) where Megatron-LM,
+     * as for its other linear layers, keeps each rank's slice of the sequence
+     * and gathers it again: 4 x 2 + 1 all-gathers.
      */
     s.recompute = STRATEGY_RECOMPUTE_NONE;
     s.sequence_parallel = 1;
@@ -802,9 +807,96 @@ test_tp_collectives_rmsnorm(void **state)
     assert_int_equal(phase_ops(out, "forward", IR_OP_REDUCESCATTER, 2 * 2 * 16), 1 + 2 * 2);
     assert_int_equal(phase_ops(out, "forward", IR_OP_ALLGATHER, 2 * 4 * 16), 2 * 2 + 1);
     assert_int_equal(phase_ops(out, "backward", IR_OP_REDUCESCATTER, 2 * 2 * 16), 2 * 2 + 1);
-    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLGATHER, 2 * 4 * 16), 4 * 2 + 1);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_ALLGATHER, 2 * 4 * 16), 4 * 2 + 2);
     ir_module_free(out);
     ir_module_free(m);
+}
+
+/*
+ * The output layer's input under sequence parallelism (a tied GPT, whose logits
+ * are a Gemm, and a Llama, whose head is a MatMul): the last stage's backward
+ * chunks take the final norm's output as each rank holds it, its slice of the
+ * sequence ([2, 8 / 2, 16]), not flattened after the gather ([2 x 8, 16]), and
+ * all-gather it again for the weight gradient, as Megatron-LM's linear layers
+ * under sequence parallelism keep their input and gather it in the backward
+ * pass. Before 2026-12-07 GPipe's last stage kept each microbatch's gathered
+ * input: on gpt3-175b with dp 2, tp 16, pp 32, 96 microbatches, full
+ * recomputation, ZeRO-3 and sp, 39.6 GiB of its 69.3 GiB peak.
+ */
+static void
+test_head_input_sequence_split(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        const char *norm = k ? "norm_f" : "ln_f";
+        char flat[32];
+        ir_module *m = NULL, *out;
+        di_error err;
+        strategy s;
+        uint32_t chunks = 0;
+        if (k) {
+            models_llama c;
+            models_llama_init(&c);
+            c.layers = 2;
+            c.hidden = 16;
+            c.heads = 4;
+            c.kv_heads = 2;
+            c.ffn = 32;
+            c.seq = 8;
+            c.vocab = 32;
+            c.batch = 8;
+            assert_int_equal(models_llama_build(&c, &m, &err), 0);
+        } else {
+            models_gpt c;
+            models_gpt_init(&c);
+            c.layers = 2;
+            c.hidden = 16;
+            c.heads = 4;
+            c.seq = 8;
+            c.vocab = 32;
+            c.batch = 8;
+            c.dropout = 0;
+            assert_int_equal(models_gpt_build(&c, &m, &err), 0);
+        }
+        snprintf(flat, sizeof flat, "%s.flat", norm);
+        xform_strategy_init(&s);
+        s.tp = 2;
+        s.pp = 2;
+        s.microbatches = 4;
+        s.schedule = STRATEGY_SCHEDULE_GPIPE;
+        s.sequence_parallel = 1;
+        out = apply_ok(m, &s);
+        for (ir_id f = 1; f < out->nregion; f++) {
+            const ir_region *r = &out->regions[f];
+            uint32_t split = 0, gathers = 0;
+            if (r->name == 0 || strncmp(ir_str_get(out, r->name), "stage1_bwd", 10) != 0)
+                continue;
+            chunks++;
+            for (uint32_t i = 0; i < r->narg; i++) {
+                ir_id v = r->args[i];
+                const char *name = ir_str_get(out, out->values[v].name);
+                const ir_type *t = &out->types[out->values[v].type];
+                const int64_t *d = ir_type_dims(out, out->values[v].type);
+                assert_string_not_equal(name, flat);
+                /* (the norm's statistics, [2, 4, 1], share its name) */
+                if (strcmp(name, norm) == 0 && t->rank == 3 && d[2] == 16) {
+                    assert_true(d[0] == 2 && d[1] == 8 / 2);
+                    split++;
+                }
+            }
+            assert_int_equal(split, 1);
+            for (uint32_t i = 0; i < r->nop; i++) {
+                ir_id op = r->ops[i];
+                if (out->ops[op].kind == IR_OP_ALLGATHER &&
+                    strcmp(ir_str_get(out, out->values[ir_op_input(out, op, 0)].name), norm) == 0)
+                    gathers++;
+            }
+            assert_int_equal(gathers, 1);
+        }
+        assert_true(chunks >= 2); /* stage1_bwd and its first or last variant */
+        ir_module_free(out);
+        ir_module_free(m);
+    }
 }
 
 /*
@@ -1687,6 +1779,7 @@ main(void)
         cmocka_unit_test(test_forward_only),
         cmocka_unit_test(test_tp_collectives),
         cmocka_unit_test(test_tp_collectives_rmsnorm),
+        cmocka_unit_test(test_head_input_sequence_split),
         cmocka_unit_test(test_pipeline_scatter_gather),
         cmocka_unit_test(test_zero_and_stash),
         cmocka_unit_test(test_zero3_prefetch),

@@ -543,6 +543,45 @@ operand_for_backward(ad *a, ir_id v)
     return u ? u : v;
 }
 
+/*
+ * A product's operand v as its weight gradient reads it: x, flattened again in
+ * the backward, when v = Reshape(x) merges x's sequence dimension (its op's
+ * dist.seq hint) into the rows, else v. Megatron-LM's linear layers under
+ * sequence parallelism keep their input as each rank holds it (its slice of
+ * the sequence) and all-gather it again in the backward pass; reading x lets
+ * the lowering do the same where the flattened rows are not the sequence
+ * slices (the output layer's input, [b, s, h] flattened to [b s, h] before the
+ * logits: kept gathered, 2sbh bytes per microbatch in flight where Megatron-LM
+ * keeps 2sbh/t). Without sequence parallelism v is a view of x: the same bytes.
+ */
+static ir_id
+operand_for_weight_grad(ad *a, ir_id v)
+{
+    const ir_module *m = a->m;
+    ir_id d = v < a->nvalue0 ? m->values[v].def : 0, x, xd;
+    const ir_type *vt, *xt;
+    const int64_t *xdims;
+    int64_t seq, rows = 1;
+    if (d == 0 || m->ops[d].kind != IR_OP_RESHAPE || m->ops[d].ninput != 1 ||
+        m->ops[d].noutput != 1)
+        return v;
+    x = ir_op_input(m, d, 0);
+    xd = x < a->nvalue0 ? m->values[x].def : 0;
+    if (xd == 0 || (seq = ir_op_int(m, xd, "dist.seq", -1)) <= 0)
+        return v;
+    vt = &m->types[m->values[v].type];
+    xt = &m->types[m->values[x].type];
+    if (vt->kind != IR_TYPE_TENSOR || xt->kind != IR_TYPE_TENSOR || vt->rank < 1 ||
+        xt->rank <= vt->rank || seq >= (int64_t)xt->rank)
+        return v;
+    xdims = ir_type_dims(m, m->values[x].type);
+    for (int64_t i = 0; i <= seq; i++)
+        rows *= xdims[i];
+    if (rows != ir_type_dims(m, m->values[v].type)[0])
+        return v;
+    return replay(a, d, x);
+}
+
 static void
 rule_mul(ad *a, ir_id op, const ir_id *dy)
 {
@@ -764,8 +803,9 @@ rule_gemm(ad *a, ir_id op, const ir_id *dy)
     }
     if (ACTIVE(B)) {
         /* dB = alpha op(A)^T dY, or (transB) alpha dY^T op(A). */
-        in[0] = tb ? dy[0] : A;
-        in[1] = tb ? A : dy[0];
+        ir_id Ab = ta ? A : operand_for_weight_grad(a, A);
+        in[0] = tb ? dy[0] : Ab;
+        in[1] = tb ? Ab : dy[0];
         g = begin(a, IR_OP_GEMM, 2, in, 1, gname(a, B, nb, sizeof nb));
         if (tb) {
             set_int(a, g, "transA", 1);
@@ -790,6 +830,8 @@ rule_matmul(ad *a, ir_id op, const ir_id *dy)
 {
     char nb[256];
     ir_id in[3] = {operand_for_backward(a, IN(0)), operand_for_backward(a, IN(1)), dy[0]}, g, base;
+    if (in[0] == IN(0) && ACTIVE(IN(1)))
+        in[0] = operand_for_weight_grad(a, IN(0));
     g = begin(a, IR_OP_MATMULGRAD, 3, in, 2, gname(a, OUT(0), nb, sizeof nb));
     base = finish(a, g);
     if (base == 0)

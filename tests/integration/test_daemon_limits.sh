@@ -57,7 +57,7 @@ for p in $clients; do wait "$p"; done
 took=$(($(date +%s) - start))
 refused=0
 for i in 1 2 3 4 5 6 7 8; do
-    grep -q "RESOURCE_EXHAUSTED: this strategy would simulate about .* op instances (65536 microbatches x 874 ops), an estimated [0-9.]* MiB" "$TMP/big$i.err" &&
+    grep -q "RESOURCE_EXHAUSTED: this strategy would simulate about .* op instances (65536 microbatches x 875 ops), an estimated [0-9.]* MiB" "$TMP/big$i.err" &&
         refused=$((refused + 1))
 done
 check "8 clients sending the big request: each refused with the estimate ($refused of 8)" \
