@@ -907,7 +907,7 @@ xf_pl_emit_chunk(pl *P, prog *p, uint32_t mb)
     if (p->argc == NULL)
         p->argc = di_xcalloc(p->in.n + 1, sizeof *p->argc);
     /* The group's own pending sends go first, then what it receives (xf_pl_defer). */
-    if ((rc = xf_pl_flush(P, g, p, mb)) != 0)
+    if ((rc = xf_pl_flush(P, g, p, mb)) != 0 || (rc = xf_pl_gather_pending(P, g, p, mb)) != 0)
         goto done;
     for (uint32_t j = 0; j < p->in.n; j++) {
         ir_id v = p->in.v[j];

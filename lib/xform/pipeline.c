@@ -771,6 +771,30 @@ relayout(pl *P, const reg_ent *e, uint32_t h, reg_ent *out)
     return rc;
 }
 
+int
+xf_pl_gather_pending(pl *P, int64_t g, const prog *p, uint32_t mb)
+{
+    uint32_t keep = 0;
+    int rc = 0;
+    /* p's inputs are marked by xf_pl_flush, which the chunk calls first. */
+    for (uint32_t i = 0; i < P->npgat; i++) {
+        pl_gather q = P->pgat[i];
+        const reg_ent *e = &q.ent;
+        ir_id tv;
+        int now = g < 0 || (e->g == (uint32_t)g && p &&
+                            (e->mb == mb || p->kind == PROG_S) &&
+                            P->inmark[e->v] == P->inmark_gen);
+        if (!now || rc != 0) {
+            P->pgat[keep++] = q;
+            continue;
+        }
+        if ((rc = convert_on(P, e->g, e->v, e->tv, e->lt, &e->pl, &q.pl, &tv)) == 0)
+            xf_pl_reg_put(P, e->kind, e->v, e->mb, e->g, tv, q.lt, &q.pl);
+    }
+    P->npgat = keep;
+    return rc;
+}
+
 void
 xf_pl_defer(pl *P, const reg_ent *e)
 {
@@ -866,8 +890,13 @@ xf_pl_send_needs(pl *P, const reg_ent *e0, int step)
             if ((rc = convert_on(P, e.g, e.v, e.tv, e.lt, &e.pl, &S, &ts)) != 0)
                 return rc;
             ts = send_tuple(P, ts, lts, n->g);
-            if ((rc = convert_on(P, n->g, e.v, ts, lts, &S, &e.pl, &tv)) != 0)
-                return rc;
+            /* Registered as slices; gathered before the receiver's first reader. */
+            xf_pl_reg_put(P, e.kind, e.v, e.mb, n->g, ts, lts, &S);
+            DI_GROW(&P->pgat, &P->cpgat, P->npgat + 1);
+            P->pgat[P->npgat].ent = *xf_pl_reg_find(P, e.kind, e.v, e.mb, n->g);
+            P->pgat[P->npgat].lt = e.lt;
+            P->pgat[P->npgat++].pl = e.pl;
+            continue;
         } else {
             tv = send_tuple(P, e.tv, e.lt, n->g);
         }
@@ -1264,7 +1293,8 @@ xf_pipeline_build(xf_ctx *c, ir_module **outp, xform_layout **layp)
         if (rc)
             goto fail;
     }
-    if ((rc = emit_plain_results(&P)) != 0)
+    if ((rc = xf_pl_gather_pending(&P, -1, NULL, 0)) != 0 ||
+        (rc = emit_plain_results(&P)) != 0)
         goto fail;
     sort_results(&P);
     di_free(ev);
@@ -1289,6 +1319,7 @@ pl_fini(pl *P)
 {
     xf_body_tables_fini(&P->body);
     di_free(P->pend);
+    di_free(P->pgat);
     for (uint32_t i = 0; P->prog && i < P->nprog; i++) {
         prog *p = &P->prog[i];
         di_free(p->ops.v);

@@ -113,6 +113,16 @@ typedef struct pl {
      */
     reg_ent *pend;
     uint32_t cpend, npend;
+    /*
+     * Received tensor-parallel slices not gathered yet (the scatter/gather of
+     * xf_pl_send_needs): the receiving group all-gathers them right before its
+     * first chunk that reads them (xf_pl_gather_pending), as Megatron-LM's
+     * receiver gathers after its receive, so that a transfer placed early (at
+     * the sender's next chunk) does not hold the receiver's tensor-parallel
+     * communicator up until the data arrives.
+     */
+    struct pl_gather *pgat;
+    uint32_t cpgat, npgat;
     uint32_t *inmark, inmark_gen; /* per source value: xf_pl_flush's mark of a chunk's inputs */
     xf_body body;
     xform_layout *lay;
@@ -130,6 +140,19 @@ typedef struct pl {
 } pl;
 
 /* ---- pipeline.c ---- */
+
+/* A received value in tensor-parallel slices: ent as registered (the slices, placement S). */
+typedef struct pl_gather {
+    reg_ent ent;
+    ir_id lt;      /* the whole value's per-device type */
+    xf_place pl;   /* and its placement */
+} pl_gather;
+
+/*
+ * Gathers the pending received slices (pl.pgat) on group g that chunk mb of
+ * program p reads, or with g < 0 every pending one.
+ */
+int xf_pl_gather_pending(pl *P, int64_t g, const prog *p, uint32_t mb);
 
 /* Defers sending chunk output e (per-microbatch needs) until xf_pl_flush. */
 void xf_pl_defer(pl *P, const reg_ent *e);
