@@ -2260,18 +2260,20 @@ test_time_bound_late(void **state)
         /*
          * Each kind at its own least terms over 2 nodes of 8 (a100-dgx: 3 us per link
          * inside a node and 5 us across, 3 us per step; 300 and 25 GB/s). Reduce-scatter
-         * and all-gather: hierarchical, 7 steps inside the node and 1 across, 50 us, and
-         * 7/8 / 2 / 300 GB/s + 1/2 / 25 GB/s a byte. All-reduce: the tree's 2 x 4 steps
+         * and all-gather: hierarchical, 1 step across and 7 inside the node, 50 us, and
+         * 1/2 / (8 x 25 GB/s) + 7/8 / 300 GB/s a byte (each device of a local rank
+         * carries an eighth of the inter-node exchange; until 2026-12-07 the whole of it,
+         * 1/2 / 25 GB/s + 7/8 / 2 / 300 GB/s). All-reduce: the tree's 2 x 4 steps
          * across, 64 us, and the hierarchical one's 2 x 7/8 / 300 GB/s + 2 x 1/2 /
-         * (8 x 25 GB/s) a byte: half the others', which the bound once used for every
-         * kind (above a large all-reduce's time).
+         * (8 x 25 GB/s) a byte: twice the others', as a reduce-scatter and an all-gather
+         * make one (the bound once used the all-reduce's for every kind).
          */
         {
             int32_t devs[16];
             for (int32_t d = 0; d < 16; d++)
                 devs[d] = d;
             assert_true(fabs(e->tp_alpha - 50e-6) < 1e-12);
-            assert_true(fabs(e->tp_slope - (0.875 / 2 / 300e9 + 0.5 / 25e9)) < 1e-20);
+            assert_true(fabs(e->tp_slope - (0.5 / (8 * 25e9) + 0.875 / 300e9)) < 1e-20);
             assert_true(fabs(e->tp_ar_alpha - 64e-6) < 1e-12);
             assert_true(fabs(e->tp_ar_slope - (2 * 0.875 / 300e9 + 1.0 / (8 * 25e9))) < 1e-20);
             assert_true(e->tp_ar_slope <= sim_collective_slope(hw, IR_OP_ALLREDUCE, devs, 16));

@@ -370,7 +370,22 @@ sim_collective_time(const sim *s, int kind, const group_info *g, double bytes)
     case IR_OP_GATHERTO:
         ring = ring_time((double)(n - 1) / n, bytes, n - 1, flat, sl);
         tree = ring;
-        if (spans && g->per_node > 1 && kind != IR_OP_ALLTOALL) {
+        if (spans && g->per_node > 1 && (kind == IR_OP_ALLGATHER || kind == IR_OP_REDUCESCATTER)) {
+            /*
+             * Half of the all-reduce's hierarchy: the devices of one local
+             * rank exchange their shards over their own inter-node links
+             * (each node's gp links carry a gp-th of the bytes each), and
+             * each node all-gathers the blocks inside it (a reduce-scatter
+             * the other way round), so that reduce-scatter + all-gather
+             * costs the all-reduce. Until 2026-12-07 every device carried
+             * the whole (N - 1) / N of the bytes over its own inter-node
+             * link, gp times the all-reduce's share.
+             */
+            uint32_t gp = g->per_node, N = g->nodes;
+            hier = ring_time((double)(N - 1) / N, bytes / gp, N - 1, &g->inter, sl) +
+                   ring_time((double)(gp - 1) / gp, bytes, gp - 1, &g->intra, sl);
+        } else if (spans && g->per_node > 1 && kind != IR_OP_ALLTOALL) {
+            /* Rooted: the root's own inter-node link carries the other nodes' share. */
             uint32_t gp = g->per_node, N = g->nodes;
             hier = ring_time((double)(gp - 1) / gp, bytes / N, gp - 1, &g->intra, sl) +
                    ring_time((double)(N - 1) / N, bytes, N - 1, &g->inter, sl);
