@@ -28,14 +28,16 @@ static const char usage_baseline[] =
     "baseline set NAME FILE [--hw PRESET|FILE] [strategy flags] [--label TEXT]\n"
     "                           [--kernels fused|eager] [--math tf32|ieee]\n"
     "                           [--grad-accum-fusion on|off]\n"
-    "                           [--project NAME] (--server ADDR | --db PATH)";
+    "                           [--project NAME] (--server ADDR | --db PATH)\n"
+    CLI_STRATEGY_FLAGS_HELP;
 static const char usage_compare[] =
     "compare FILE (--baseline NAME | --against FILE) [--hw PRESET|FILE]\n"
     "                      [strategy flags] [--kernels fused|eager] [--math tf32|ieee]\n"
     "                      [--grad-accum-fusion on|off]\n"
     "                      [--project NAME] [--max-time-regression 2%|50ms]\n"
     "                      [--max-memory-regression 5%|1GiB] [--junit OUT.xml] [--json]\n"
-    "                      (--server ADDR | --db PATH)";
+    "                      (--server ADDR | --db PATH)\n"
+    CLI_STRATEGY_FLAGS_HELP;
 static const char usage_history[] =
     "history NAME [--project NAME] [--metric step_time|peak_memory] [--svg OUT.svg]\n"
     "                      [--json] (--server ADDR | --db PATH)";

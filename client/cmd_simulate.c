@@ -33,7 +33,8 @@ static const char usage[] =
     "`distir model` (--batch, --seq, --dtype, --layers, --optimizer, ...): no file needed\n"
     "--kernels fused: element-wise chains as one kernel each and, unless --grad-accum-fusion\n"
     "off, each weight gradient's cast and accumulation inside its GEMM (Megatron-LM's\n"
-    "gradient accumulation fusion, on by default there since 2022)";
+    "gradient accumulation fusion, on by default there since 2022)\n"
+    CLI_STRATEGY_FLAGS_HELP;
 
 static int
 collective_kind(const char *name)

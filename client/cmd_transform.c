@@ -18,13 +18,8 @@
 #include "xform/xform.h"
 
 static const char usage[] =
-    "transform FILE [--dp N] [--tp N] [--pp N] [--microbatches M]\n"
-    "                 [--schedule gpipe|1f1b|interleaved:V] [--recompute none|selective|full]\n"
-    "                 [--stash none|pipedream|2bw] [--zero 0-3] [--sequence-parallel]\n"
-    "                 [--overlap-grad-reduce [--bucket-mb N]] [--stages DPxTP[:L],...]\n"
-    "                 [--tp-layers A-B,...] [--order tp-dp-pp|tp-pp-dp]\n"
-    "                 [--hw PRESET|FILE.json] [--stats]\n"
-    "                 [-o OUT]";
+    "transform FILE [strategy flags] [--hw PRESET|FILE.json] [--stats] [-o OUT]\n"
+    CLI_STRATEGY_FLAGS_HELP;
 
 /* The command, with its strategy (s) owned by cmd_transform. */
 static int

@@ -1,9 +1,9 @@
 /*
  * strategy_flags.h: the strategy flags shared by `simulate` and `transform`
- * (--dp, --tp, --pp, --microbatches, --schedule, --virtual-stages,
- * --recompute, --stash, --zero, --sequence-parallel, --overlap-grad-reduce,
- * --bucket-mb, and nested parallelism: --stages DPxTP[:LAYERS],... and
- * --tp-layers A-B,C). The flags are the library's strategy options
+ * (--dp, --tp, --pp, --cp, --ep, --microbatches, --schedule,
+ * --virtual-stages, --recompute, --stash, --zero, --sequence-parallel,
+ * --overlap-grad-reduce, --bucket-mb, --order, and nested parallelism:
+ * --stages DPxTP[:LAYERS],... and --tp-layers A-B,C). The flags are the library's strategy options
  * (strategy_set): parsing, checking and their messages live there.
  */
 #ifndef DISTIR_CLIENT_STRATEGY_FLAGS_H
@@ -19,5 +19,13 @@
 int cli_strategy_flag(int argc, char **argv, int *i, strategy *s);
 /* After the last flag: strategy_normalize, reporting a refusal; 0 or -1. */
 int cli_strategy_finish(strategy *s);
+
+/* The strategy flags, for the usage texts of the commands that take them. */
+#define CLI_STRATEGY_FLAGS_HELP                                                                    \
+    "strategy flags: [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--microbatches M]\n"            \
+    "  [--schedule gpipe|1f1b|interleaved[:V]] [--virtual-stages V]\n"                             \
+    "  [--recompute none|selective|full] [--stash none|pipedream|2bw] [--zero 0-3]\n"              \
+    "  [--sequence-parallel] [--overlap-grad-reduce [--bucket-mb N]] [--order tp-dp-pp|tp-pp-dp]\n" \
+    "  [--stages DPxTP[:L],...] [--tp-layers A-B,...]"
 
 #endif
