@@ -402,43 +402,55 @@ test_communicators(void **state)
 }
 
 /*
- * The step of one all-reduce of a 1024x1024 f32 tensor held by devs[0..n)
- * (a tuple in that order) on two nodes of eight devices (test_hw), with
- * the hierarchical algorithm.
+ * The step of one collective of `kind` ("all_gather", "reduce_scatter" or
+ * "all_reduce"; along dimension 0) whose input elements are [rows, 1024] f32
+ * held by devs[0..n) (a tuple in that order), on two nodes of per_node
+ * devices (test_hw), priced hierarchically (by the nodes and the members per
+ * node).
  */
 static double
-all_reduce_step(const int *devs, uint32_t n)
+collective_step(const char *kind, const int *devs, uint32_t n, uint32_t per_node, int64_t rows,
+                int64_t out_rows)
 {
-    char tup[512], text[2048];
-    size_t w = 0;
+    char in[512], out[512], text[2048];
+    size_t wi = 0, wo = 0;
     ir_module *m = NULL;
     sim_result *r = NULL;
-    sim_options o;
-    hw_model *hw = test_hw(2, 8);
+    hw_model *hw = test_hw(2, per_node);
     di_error err;
     double t;
-    hw->algorithm = HW_ALGO_HIERARCHICAL; /* priced by the nodes and the members per node */
-    w += (size_t)snprintf(tup + w, sizeof tup - w, "tuple<");
-    for (uint32_t i = 0; i < n; i++)
-        w += (size_t)snprintf(tup + w, sizeof tup - w, "%s!dist.tensor<1024x1024xf32, %d>",
-                              i ? ", " : "", devs[i]);
-    snprintf(tup + w, sizeof tup - w, ">");
+    hw->algorithm = HW_ALGO_HIERARCHICAL;
+    wi += (size_t)snprintf(in + wi, sizeof in - wi, "tuple<");
+    wo += (size_t)snprintf(out + wo, sizeof out - wo, "tuple<");
+    for (uint32_t i = 0; i < n; i++) {
+        wi += (size_t)snprintf(in + wi, sizeof in - wi, "%s!dist.tensor<%lldx1024xf32, %d>",
+                               i ? ", " : "", (long long)rows, devs[i]);
+        wo += (size_t)snprintf(out + wo, sizeof out - wo, "%s!dist.tensor<%lldx1024xf32, %d>",
+                               i ? ", " : "", (long long)out_rows, devs[i]);
+    }
+    snprintf(in + wi, sizeof in - wi, ">");
+    snprintf(out + wo, sizeof out - wo, ">");
     snprintf(text, sizeof text,
              "func @main(%%x: %s) -> (%s) {\n"
-             "  %%y = \"dist.all_reduce\"(%%x) : (%s) -> %s\n"
+             "  %%y = \"dist.%s\"(%%x) %s : (%s) -> %s\n"
              "  return %%y : %s\n"
              "}\n",
-             tup, tup, tup, tup, tup);
+             in, out, kind, strcmp(kind, "all_reduce") ? "{dim = 0}" : "", in, out, out);
     if (ir_parse(text, strlen(text), &m, &err) != 0)
         fail_msg("ir_parse: %s\n%s", err.msg, text);
-    sim_options_default(&o);
-    if (sim_run(m, hw, &o, &r, NULL, NULL, &err) != 0)
-        fail_msg("sim_run: %s", err.msg);
+    r = run(m, hw, 0);
     t = r->step_time_s;
     sim_result_free(r);
     ir_module_free(m);
     hw_free(hw);
     return t;
+}
+
+/* The step of one all-reduce of a 1024x1024 f32 tensor held by devs[0..n) on two nodes of 8. */
+static double
+all_reduce_step(const int *devs, uint32_t n)
+{
+    return collective_step("all_reduce", devs, n, 8, 1024, 1024);
 }
 
 /*
@@ -465,48 +477,6 @@ test_group_order(void **state)
 }
 
 /*
- * The step of one collective of `kind` ("all_gather", "reduce_scatter" or
- * "all_reduce", along dimension 0) whose input elements are [rows, 1024] f32
- * on the eight devices of two nodes of four (test_hw), priced hierarchically.
- */
-static double
-collective_step(const char *kind, int64_t rows, int64_t out_rows)
-{
-    char in[512], out[512], text[2048];
-    size_t wi = 0, wo = 0;
-    ir_module *m = NULL;
-    sim_result *r = NULL;
-    hw_model *hw = test_hw(2, 4);
-    di_error err;
-    double t;
-    hw->algorithm = HW_ALGO_HIERARCHICAL;
-    wi += (size_t)snprintf(in + wi, sizeof in - wi, "tuple<");
-    wo += (size_t)snprintf(out + wo, sizeof out - wo, "tuple<");
-    for (int d = 0; d < 8; d++) {
-        wi += (size_t)snprintf(in + wi, sizeof in - wi, "%s!dist.tensor<%lldx1024xf32, %d>",
-                               d ? ", " : "", (long long)rows, d);
-        wo += (size_t)snprintf(out + wo, sizeof out - wo, "%s!dist.tensor<%lldx1024xf32, %d>",
-                               d ? ", " : "", (long long)out_rows, d);
-    }
-    snprintf(in + wi, sizeof in - wi, ">");
-    snprintf(out + wo, sizeof out - wo, ">");
-    snprintf(text, sizeof text,
-             "func @main(%%x: %s) -> (%s) {\n"
-             "  %%y = \"dist.%s\"(%%x) %s : (%s) -> %s\n"
-             "  return %%y : %s\n"
-             "}\n",
-             in, out, kind, strcmp(kind, "all_reduce") ? "{dim = 0}" : "", in, out, out);
-    if (ir_parse(text, strlen(text), &m, &err) != 0)
-        fail_msg("ir_parse: %s\n%s", err.msg, text);
-    r = run(m, hw, 0);
-    t = r->step_time_s;
-    sim_result_free(r);
-    ir_module_free(m);
-    hw_free(hw);
-    return t;
-}
-
-/*
  * Hierarchical all-gather and reduce-scatter over two nodes of four devices
  * (N = 2, gp = 4), S = 4 MiB (the gathered [1024, 1024] f32): the devices of
  * one local rank exchange their shards over their own inter-node links,
@@ -525,9 +495,10 @@ test_hierarchical_gather(void **state)
 {
     const double S = 1024.0 * 1024 * 4;
     const double want = 0.5 * S / 4 / 1e10 + 5e-6 + 0.75 * S / 1e11 + 3 * 1e-6;
-    double ag = collective_step("all_gather", 128, 1024);
-    double rs = collective_step("reduce_scatter", 1024, 128);
-    double ar = collective_step("all_reduce", 1024, 1024);
+    static const int devs[] = {0, 1, 2, 3, 4, 5, 6, 7};
+    double ag = collective_step("all_gather", devs, 8, 4, 128, 1024);
+    double rs = collective_step("reduce_scatter", devs, 8, 4, 1024, 128);
+    double ar = collective_step("all_reduce", devs, 8, 4, 1024, 1024);
     (void)state;
     assert_close(ag, want);
     assert_close(rs, want);

@@ -98,6 +98,27 @@ gpt(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch)
     return m;
 }
 
+/* A Llama of 2 layers, hidden 16, 4 query and 2 key/value heads, FFN 32, vocabulary 32. */
+static ir_module *
+llama(int64_t seq, int64_t batch)
+{
+    models_llama c;
+    ir_module *m = NULL;
+    di_error err;
+    models_llama_init(&c);
+    c.layers = 2;
+    c.hidden = 16;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.ffn = 32;
+    c.seq = seq;
+    c.vocab = 32;
+    c.batch = batch;
+    if (models_llama_build(&c, &m, &err) != 0)
+        fail_msg("llama: %s", err.msg);
+    return m;
+}
+
 static ir_module *
 apply_ok(const ir_module *m, const strategy *s)
 {
@@ -739,21 +760,9 @@ phase_ops(const ir_module *m, const char *phase, int kind, int64_t least)
 static void
 test_tp_collectives_rmsnorm(void **state)
 {
-    models_llama c;
-    ir_module *m = NULL, *out;
+    ir_module *m = llama(4, 2), *out;
     strategy s;
-    di_error err;
     (void)state;
-    models_llama_init(&c);
-    c.layers = 2;
-    c.hidden = 16;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.ffn = 32;
-    c.seq = 4;
-    c.vocab = 32;
-    c.batch = 2;
-    assert_int_equal(models_llama_build(&c, &m, &err), 0);
     xform_strategy_init(&s);
     s.tp = 2;
     out = apply_ok(m, &s);
@@ -830,34 +839,9 @@ test_head_input_sequence_split(void **state)
     for (int k = 0; k < 2; k++) {
         const char *norm = k ? "norm_f" : "ln_f";
         char flat[32];
-        ir_module *m = NULL, *out;
-        di_error err;
+        ir_module *m = k ? llama(8, 8) : gpt(2, 16, 4, 8, 8), *out;
         strategy s;
         uint32_t chunks = 0;
-        if (k) {
-            models_llama c;
-            models_llama_init(&c);
-            c.layers = 2;
-            c.hidden = 16;
-            c.heads = 4;
-            c.kv_heads = 2;
-            c.ffn = 32;
-            c.seq = 8;
-            c.vocab = 32;
-            c.batch = 8;
-            assert_int_equal(models_llama_build(&c, &m, &err), 0);
-        } else {
-            models_gpt c;
-            models_gpt_init(&c);
-            c.layers = 2;
-            c.hidden = 16;
-            c.heads = 4;
-            c.seq = 8;
-            c.vocab = 32;
-            c.batch = 8;
-            c.dropout = 0;
-            assert_int_equal(models_gpt_build(&c, &m, &err), 0);
-        }
         snprintf(flat, sizeof flat, "%s.flat", norm);
         xform_strategy_init(&s);
         s.tp = 2;
