@@ -33,6 +33,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 /* ---- constants and dtypes ---- */
@@ -575,8 +576,11 @@ operand_for_weight_grad(ad *a, ir_id v)
         xt->rank <= vt->rank || seq >= (int64_t)xt->rank)
         return v;
     xdims = ir_type_dims(m, m->values[x].type);
-    for (int64_t i = 0; i <= seq; i++)
+    for (int64_t i = 0; i <= seq; i++) {
+        if (xdims[i] <= 0 || rows > INT64_MAX / xdims[i])
+            return v;
         rows *= xdims[i];
+    }
     if (rows != ir_type_dims(m, m->values[v].type)[0])
         return v;
     return replay(a, d, x);
