@@ -891,11 +891,12 @@ xf_pl_send_needs(pl *P, const reg_ent *e0, int step)
                 return rc;
             ts = send_tuple(P, ts, lts, n->g);
             /* Registered as slices; gathered before the receiver's first reader. */
-            xf_pl_reg_put(P, e.kind, e.v, e.mb, n->g, ts, lts, &S);
-            DI_GROW(&P->pgat, &P->cpgat, P->npgat + 1);
-            P->pgat[P->npgat].ent = *xf_pl_reg_find(P, e.kind, e.v, e.mb, n->g);
-            P->pgat[P->npgat].lt = e.lt;
-            P->pgat[P->npgat++].pl = e.pl;
+            {
+                reg_ent r = {e.kind, e.v, e.mb, n->g, ts, lts, S};
+                xf_pl_reg_put(P, r.kind, r.v, r.mb, r.g, r.tv, r.lt, &r.pl);
+                DI_GROW(&P->pgat, &P->cpgat, P->npgat + 1);
+                P->pgat[P->npgat++] = (pl_gather){r, e.lt, e.pl};
+            }
             continue;
         } else {
             tv = send_tuple(P, e.tv, e.lt, n->g);
