@@ -541,6 +541,60 @@ test_zero_transient_grads(void **state)
 }
 
 /*
+ * ZeRO-2 and -3 add each reduce-scattered bucket's shards to the accumulated
+ * gradient right after the reduce-scatter, on the reduction stream (FSDP,
+ * DeepSpeed), and free it: the same MLP on dp 4 with 2 microbatches, 1 MiB
+ * buckets. A layer's reduced bucket is its f32 weight and bias gradient's
+ * shard, (1024 x 1024 + 1024) x 4 / 4 bytes; the backward pass of a
+ * microbatch launches 4 of them, one per layer. ZeRO-2's communication
+ * buffers (the reduce-scatters' results: its weight gathers are weights) hold
+ * at most 2 shards (the one being added, the next one arriving), where all
+ * 4 were held until the end of each backward pass before (the buckets split
+ * after it).
+ */
+static void
+test_zero_shard_added_early(void **state)
+{
+    ir_module *m = adam_mlp(1024);
+    hw_model *hw = preset("a100-dgx");
+    const uint64_t shard = (1024 * 1024 + 1024) * 4 / 4;
+    (void)state;
+    for (uint32_t k = 2; k <= 3; k++) {
+        sim_result *r;
+        strategy s;
+        ir_module *d = NULL;
+        di_error err;
+        uint64_t z[SIM_NMEMCLASS];
+        uint32_t side = 0;
+        xform_strategy_init(&s);
+        s.dp = 4;
+        s.microbatches = 2;
+        s.overlap_grad_reduce = 1;
+        s.bucket_mb = 1;
+        s.zero = k;
+        assert_int_equal(xform_apply(m, &s, hw, &d, &err), 0);
+        for (ir_id op = 1; op < d->nop; op++)
+            if (ir_op_int(d, op, "dist.reduction_stream", 0)) {
+                assert_true(d->ops[op].kind == IR_OP_SPLIT || d->ops[op].kind == IR_OP_ADD);
+                side++;
+            }
+        ir_module_free(d);
+        r = simulate_strategy(m, &s, hw);
+        class_max(r, z);
+        fprintf(stderr, "zero %u, 2 microbatches: %u ops on the reduction stream, "
+                "communication buffers %llu bytes at most, step %.6g s\n", k, side,
+                (unsigned long long)z[SIM_MEM_COMM], r->step_time_s);
+        /* Per microbatch, at least the first 3 layers' buckets (the last after the pass). */
+        assert_true(side >= 2 * 3);
+        if (k == 2) /* ZeRO-3's gathered weights are communication buffers too */
+            assert_true(z[SIM_MEM_COMM] <= 2 * shard);
+        sim_result_free(r);
+    }
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
  * Weight stashing shows in the memory model as stashed weights: PipeDream
  * keeps one copy of a stage's backward weights per in-flight microbatch
  * (1F1B: p - i on stage i), 2BW one copy per stage. MLP of 4 layers of
@@ -605,6 +659,7 @@ main(void)
         cmocka_unit_test(test_full_recompute_every_stage),
         cmocka_unit_test(test_zero_divides),
         cmocka_unit_test(test_zero_transient_grads),
+        cmocka_unit_test(test_zero_shard_added_early),
         cmocka_unit_test(test_stash_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -534,6 +534,9 @@ op_bits(sim *s, ir_id op)
             b |= OPB_BACKWARD;
         if (t != NULL && t->kind == IR_ATTR_INT && t->i != 0)
             b |= OPB_TRANSIENT;
+        t = ir_op_attr_key(m, op, s->key_reduction);
+        if (t != NULL && t->kind == IR_ATTR_INT && t->i != 0)
+            b |= OPB_REDUCTION;
         s->opbits[op] = (uint8_t)b;
     }
     return s->opbits[op];
@@ -618,6 +621,13 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
     int optim = (ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) != 0;
     /* A gradient accumulation (dist.accumulate) adds into its first input's storage. */
     int accum = o->ninput && (op_bits(s, op) & OPB_ACCUM);
+    /*
+     * On the reduction stream (dist.reduction_stream: ZeRO-2/3's addition of a
+     * reduce-scattered shard, as FSDP and DeepSpeed run it after the
+     * collective on its stream): it waits for its inputs and the host, not
+     * for the compute stream, and its time is counted with the communication.
+     */
+    int side = !s->opt->no_overlap && (op_bits(s, op) & OPB_REDUCTION);
     uint32_t nloc;
     int rc = op_results(s, op, c);
     if (rc)
@@ -635,7 +645,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
                 dev = input_at(s, m->refs[o->inputs], k, j)->dev;
             else
                 dev = c->devs ? c->devs[k] : 0;
-            start = stream_free(s, dev, STREAM_COMPUTE);
+            start = side ? 0 : stream_free(s, dev, STREAM_COMPUTE);
             {
                 /* The host issues kernels in program order, host_overhead apart. */
                 double h = hw_device_spec(s->hw, (uint32_t)dev)->host_overhead;
@@ -671,7 +681,7 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
             if (rc)
                 return rc;
             end = start + t;
-            occupy(s, op, dev, STREAM_COMPUTE, start, end, c->sym > 1);
+            occupy(s, op, dev, side ? STREAM_COLL : STREAM_COMPUTE, start, end, c->sym > 1);
             s->devs[dev].flops += fl;
             s->nops += c->sym;
             for (uint32_t i = 0; i < o->ninput; i++)

@@ -148,7 +148,7 @@ typedef struct sim {
      * (ir_op_attr_key; 0: no op has it, or no string is it).
      */
     ir_id key_mesh, key_devices, key_index, key_mesh_axes, key_mem, key_accumulate, key_phase,
-        key_transient;
+        key_transient, key_reduction;
     ir_id str_backward, str_optimizer;
     const hw_model *hw;
     const sim_options *opt;
@@ -227,6 +227,7 @@ typedef struct sim {
 #define OPB_ACCUM 2u    /* dist.accumulate: adds into its first input's storage */
 #define OPB_BACKWARD 4u /* dist.phase = "backward" */
 #define OPB_TRANSIENT 8u /* dist.transient: its gradient is no gradient buffer (ZeRO-2/3) */
+#define OPB_REDUCTION 16u /* dist.reduction_stream: runs on the reduction stream, not compute */
 
 /* The context an op runs in: top level, or the instances of a pmap body. */
 typedef struct ctx {

@@ -577,7 +577,8 @@ xf_body_remember(xf_body *b, ir_id src, const xf_local *l)
  * reduced bucket and reshapes the pieces back. The split is a separate step
  * so that the caller can place it after the rest of the backward pass: a
  * compute op waiting for the all-reduce would hold up the compute stream,
- * where DDP's gradients are views of the bucket.
+ * where DDP's gradients are views of the bucket; or, with `side`, right
+ * after the reduction, on the reduction stream (dist.reduction_stream).
  *
  * With `scatter` (ZeRO: each replica keeps its shard along dimension 0, as
  * DeepSpeed and Megatron-LM's distributed optimizer reduce-scatter a flat
@@ -637,7 +638,7 @@ xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_
 
 int
 xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, int scatter,
-                     ir_id red)
+                     ir_id red, int side)
 {
     ir_module *out = b->out;
     int64_t *sizes = di_xmalloc((n ? n : 1) * sizeof *sizes);
@@ -649,6 +650,8 @@ xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, in
     op = ir_op_add(out, b->region, IR_OP_SPLIT, 1, &red, n, NULL, NULL);
     ir_op_set_int(out, op, "axis", 0);
     ir_op_set_ints(out, op, "split", n, sizes);
+    if (side)
+        ir_op_set_int(out, op, "dist.reduction_stream", 1);
     rc = infer_one(b, op);
     for (uint32_t k = 0; k < n && rc == 0; k++) {
         const ir_type *t = &out->types[out->values[ls[k].v].type];

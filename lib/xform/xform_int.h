@@ -375,12 +375,12 @@ void xf_body_remember(xf_body *b, ir_id src, const xf_local *l);
  * into *red (with scatter: reduce-scatters it, replica-major, so that each
  * replica gets its dimension-0 shard of each); xf_body_bucket_split then
  * gives ls the reduced pieces (placement R, or S[0] with scatter, on the
- * data axis).
+ * data axis), its Split on the reduction stream with `side`.
  */
 int xf_body_bucket_reduce(xf_body *b, const ir_id *srcs, const xf_local *ls, uint32_t n,
                           int scatter, ir_id *red);
 int xf_body_bucket_split(xf_body *b, const ir_id *srcs, xf_local *ls, uint32_t n, int scatter,
-                         ir_id red);
+                         ir_id red, int side);
 /* Can gradient l join a reduce-scatter bucket (xf_body_bucket_reduce with scatter)? */
 int xf_body_scatter_ok(const xf_body *b, const xf_local *l);
 /* Appends x * scale (a scalar constant and a Mul) to region; the product in *res. */
