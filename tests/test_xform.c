@@ -1160,6 +1160,8 @@ test_overlap_buckets(void **state)
         sim_exposed(out, hw, &exposed[k], &step[k]);
         ir_module_free(out);
     }
+    fprintf(stderr, "exposed %g, %g, %g s; step %g, %g, %g s\n", exposed[0], exposed[1],
+            exposed[2], step[0], step[1], step[2]);
     assert_true(exposed[1] < exposed[0] && step[1] < step[0]);
     assert_true(exposed[2] < 0.5 * exposed[0] && step[2] < step[0]);
     hw_free(hw);
@@ -1200,6 +1202,78 @@ test_overlap_one_microbatch(void **state)
         ir_module_free(out);
     }
     assert_true(exposed[1] < 0.5 * exposed[0] && step[1] < step[0]);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
+ * Overlapped gradient reduction in a pipeline: a GPT of 4 layers (hidden
+ * 2,048, 16 heads, sequence 512, bf16, Adam) on dp 2, tp 2, pp 2, 1F1B with 8
+ * microbatches, on one A100 node. The buckets the last microbatch's backward
+ * chunk launches are split on the reduction stream (dist.reduction_stream:
+ * every bucket Split is marked), as Megatron-LM's gradients wait for their
+ * reduction only before the optimizer step (finish_grad_sync), so nothing on
+ * a stage's compute stream waits for them: in particular not the slicing of
+ * the gradient the last stage sends back to the first (the scatter/gather's
+ * dist.all_slice). Until 2026-12-07 they were split on the compute stream
+ * after the backward pass, the slice and its send waited for the last
+ * bucket's all-reduce, and each stage's cooldown waited for the next stage's
+ * reductions: overlapping made the step longer (here 25.92 ms against 25.65
+ * ms; gpt3-175b, dp 16, tp 8, pp 8, 1F1B, 96 microbatches: 28.70 s against
+ * 24.02 s). Now it is shorter than without overlap.
+ */
+static void
+test_overlap_pipeline(void **state)
+{
+    models_gpt c;
+    ir_module *m = NULL, *out;
+    hw_model *hw;
+    strategy s;
+    di_error err;
+    double exposed, step[2];
+    (void)state;
+    models_gpt_init(&c);
+    c.layers = 4;
+    c.hidden = 2048;
+    c.heads = 16;
+    c.seq = 512;
+    c.vocab = 1000;
+    c.batch = 16;
+    c.dtype = IR_BF16;
+    c.train.optimizer = XFORM_OPTIM_ADAM;
+    assert_int_equal(models_gpt_build(&c, &m, &err), 0);
+    assert_int_equal(hw_preset("a100-dgx:1", &hw, &err), 0);
+    xform_strategy_init(&s);
+    s.dp = 2;
+    s.tp = 2;
+    s.pp = 2;
+    s.microbatches = 8;
+    s.schedule = STRATEGY_SCHEDULE_1F1B;
+    for (int k = 0; k < 2; k++) {
+        uint32_t splits = 0, marked = 0;
+        s.overlap_grad_reduce = k;
+        out = apply_ok(m, &s);
+        for (ir_id op = 1; op < out->nop; op++) {
+            ir_id src = out->values[ir_op_input(out, op, 0)].def;
+            if (out->ops[op].kind == IR_OP_SPLIT && src != 0 &&
+                (out->ops[src].kind == IR_OP_ALLREDUCE ||
+                 out->ops[src].kind == IR_OP_REDUCESCATTER)) { /* a bucket's */
+                splits++;
+                marked += ir_op_int(out, op, "dist.reduction_stream", 0) != 0;
+            }
+        }
+        if (k) { /* every bucket's Split */
+            assert_true(splits > 0);
+            assert_int_equal(marked, splits);
+        } else { /* the step program's: the optimizer reads them, on the compute stream */
+            assert_int_equal(marked, 0);
+        }
+        sim_exposed(out, hw, &exposed, &step[k]);
+        ir_module_free(out);
+    }
+    fprintf(stderr, "1F1B, dp 2: %.4f ms without overlap, %.4f ms with\n", step[0] * 1e3,
+            step[1] * 1e3);
+    assert_true(step[1] < step[0]);
     hw_free(hw);
     ir_module_free(m);
 }
@@ -1850,6 +1924,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_overlap_buckets),
         cmocka_unit_test(test_overlap_one_microbatch),
+        cmocka_unit_test(test_overlap_pipeline),
         cmocka_unit_test(test_validate_messages),
         cmocka_unit_test(test_validate_analyzed),
         cmocka_unit_test(test_golden_seed001),

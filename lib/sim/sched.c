@@ -209,12 +209,33 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
     } else if (stream != STREAM_COLL || end > d->free[stream]) {
         d->free[stream] = end;
     }
-    if (stream == STREAM_COLL)
-        ivec_add(&d->busy[stream], start, end); /* communicators overlap one another */
+    if (stream == STREAM_COLL || stream == STREAM_COMPUTE)
+        ivec_add(&d->busy[stream], start, end); /* communicators overlap one another, and
+                                                    the reduction stream's kernels compute */
     else
         ivec_push(&d->busy[stream], start, end);
     if (stream != STREAM_SEND && stream != STREAM_RECV) /* transfers: record_transfers */
         record_event(s, op, dev, stream, start, end, sym);
+}
+
+/*
+ * An op on the reduction stream (dist.reduction_stream): it holds up no
+ * stream, but it is a kernel of the device, busy computing meanwhile (shown
+ * on the collective stream of the trace).
+ */
+static void
+occupy_side(sim *s, ir_id op, int32_t dev, double start, double end, int sym)
+{
+    sim_dev *d = &s->devs[dev];
+    assert(end >= start);
+    if (!sym && (d->rep != dev || d->class_n > 1))
+        s->broken = 1;
+    d->hist = sim_hash_combine(
+        sim_hash_combine(sim_hash_combine(d->hist, (uint64_t)op << 2 | (uint64_t)STREAM_COLL),
+                         di_double_bits(start)),
+        di_double_bits(end));
+    ivec_add(&d->busy[STREAM_COMPUTE], start, end);
+    record_event(s, op, dev, STREAM_COLL, start, end, sym);
 }
 
 static double
@@ -625,7 +646,8 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
      * On the reduction stream (dist.reduction_stream: ZeRO-2/3's addition of a
      * reduce-scattered shard, as FSDP and DeepSpeed run it after the
      * collective on its stream): it waits for its inputs and the host, not
-     * for the compute stream, and its time is counted with the communication.
+     * for the compute stream, and holds up nothing but its results' readers
+     * (occupy_side).
      */
     int side = !s->opt->no_overlap && (op_bits(s, op) & OPB_REDUCTION);
     uint32_t nloc;
@@ -681,7 +703,10 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
             if (rc)
                 return rc;
             end = start + t;
-            occupy(s, op, dev, side ? STREAM_COLL : STREAM_COMPUTE, start, end, c->sym > 1);
+            if (side)
+                occupy_side(s, op, dev, start, end, c->sym > 1);
+            else
+                occupy(s, op, dev, STREAM_COMPUTE, start, end, c->sym > 1);
             s->devs[dev].flops += fl;
             s->nops += c->sym;
             for (uint32_t i = 0; i < o->ninput; i++)

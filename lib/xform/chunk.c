@@ -287,10 +287,14 @@ bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
  * reduce-scatter). At the end of the backward pass both make the compute
  * stream wait for their reduction stream (FSDP's final callback, DeepSpeed's
  * epilogue synchronizes), which the buckets launched last, split there on the
- * compute stream, give: the communicator runs its collectives in order. An
- * all-reduced bucket (DDP's views of its gradients) is split after the
- * backward pass too. Until 2026-12-07 every bucket was split there, so all
- * of a chunk's reduced buckets were live at its end: 0.51 GiB
+ * compute stream, give: the communicator runs its collectives in order. The
+ * last microbatch's buckets below ZeRO-2 (all-reduced, or ZeRO-1's
+ * reduce-scatter) are all split on the reduction stream: Megatron-LM waits
+ * for them only before the optimizer step, which reads them (a split on the
+ * compute stream held up the slice of the gradient a pipeline stage sends
+ * back, and so the stages before it). Until 2026-12-07 every bucket was split
+ * after the backward pass on the compute stream, so all of a chunk's reduced
+ * buckets were live at its end: 0.51 GiB
  * of the 4.52 GiB peak of gpt3-175b with dp 8, tp 32, pp 4, 1F1B, 96
  * microbatches, full recomputation, ZeRO-3 (24 layers' fp32 gradient shards).
  */
@@ -299,6 +303,8 @@ buckets_split(pl *P, prog *p, uint32_t mb, leafbuf *lb, int early)
 {
     xf_body *b = &P->body;
     uint32_t nsplit = lb->nlaunched;
+    /* Below ZeRO-2 the buckets are the last microbatch's: nothing waits for them but the step. */
+    int side = early || P->c->s.zero <= 1;
     int rc = 0;
     if (early)
         for (uint32_t i = 0; i < nsplit; i++)
@@ -312,13 +318,13 @@ buckets_split(pl *P, prog *p, uint32_t mb, leafbuf *lb, int early)
         xf_local *ls;
         bucket_members(P, lb, idx, n, &srcs, &ls);
         rc = xf_body_bucket_split(b, srcs, ls, n, lb->launched[i].scatter, lb->launched[i].red,
-                                  early);
+                                  side);
         for (uint32_t k = 0; k < n && rc == 0; k++) {
             lb->fin[idx[k]] = ls[k];
             /* A ZeRO-2/3 microbatch gradient: now added to its accumulator. */
             if (lb->pending[idx[k]]) {
                 lb->pending[idx[k]] = 0;
-                rc = leaf_accumulate(P, p, mb, lb, idx[k], ls[k], early);
+                rc = leaf_accumulate(P, p, mb, lb, idx[k], ls[k], side);
             }
         }
         di_free(srcs);
