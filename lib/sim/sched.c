@@ -643,9 +643,10 @@ sim_compute_op(sim *s, ir_id op, const ctx *c)
     /* A gradient accumulation (dist.accumulate) adds into its first input's storage. */
     int accum = o->ninput && (op_bits(s, op) & OPB_ACCUM);
     /*
-     * On the reduction stream (dist.reduction_stream: ZeRO-2/3's addition of a
-     * reduce-scattered shard, as FSDP and DeepSpeed run it after the
-     * collective on its stream): it waits for its inputs and the host, not
+     * On the reduction stream (dist.reduction_stream: a reduced bucket's split
+     * and ZeRO-2/3's addition of a shard to the accumulated gradient, as FSDP
+     * and DeepSpeed run them after the collective on its stream; chunk.c's
+     * buckets_split): it waits for its inputs and the host, not
      * for the compute stream, and holds up nothing but its results' readers
      * (occupy_side).
      */

@@ -123,7 +123,6 @@ typedef struct leafbuf {
     uint32_t nflushed; /* buckets launched so far */
 } leafbuf;
 
-
 static void
 leaves_begin(pl *P, prog *p, const xf_place *accpl, const ir_id *acc_in, leafbuf *lb)
 {
@@ -294,9 +293,9 @@ bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
  * compute stream held up the slice of the gradient a pipeline stage sends
  * back, and so the stages before it). Until 2026-12-07 every bucket was split
  * after the backward pass on the compute stream, so all of a chunk's reduced
- * buckets were live at its end: 0.51 GiB
- * of the 4.52 GiB peak of gpt3-175b with dp 8, tp 32, pp 4, 1F1B, 96
- * microbatches, full recomputation, ZeRO-3 (24 layers' fp32 gradient shards).
+ * buckets were live at its end: 0.51 GiB of the 4.52 GiB peak of gpt3-175b
+ * with dp 8, tp 32, pp 4, 1F1B, 96 microbatches, full recomputation, ZeRO-3
+ * (24 layers' fp32 gradient shards).
  */
 static int
 buckets_split(pl *P, prog *p, uint32_t mb, leafbuf *lb, int early)
