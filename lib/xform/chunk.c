@@ -276,9 +276,10 @@ bucket_add(pl *P, leafbuf *lb, uint32_t j, int scatter)
 
 /*
  * Splits the launched buckets into their gradients: all of them after the
- * backward pass, or (early) the reduce-scattered ones launched first, right
- * after their launch. ZeRO-2/3 reduce-scatter every microbatch's gradients by
- * buckets and add each shard to the accumulated one (ZeRO-1 with overlap the
+ * backward pass, or (early) the reduce-scattered ones launched before the
+ * newest, as soon as a newer one is. ZeRO-2/3 reduce-scatter every
+ * microbatch's gradients by buckets and add each shard to the accumulated
+ * one (ZeRO-1 with overlap the
  * last microbatch's, its shards then the optimizer's); DeepSpeed's stage 2 and
  * FSDP do that on their reduction stream as each bucket completes, and free
  * the reduced bucket, so the split and the addition are marked to run there
@@ -305,12 +306,15 @@ buckets_split(pl *P, prog *p, uint32_t mb, leafbuf *lb, int early)
     /* Below ZeRO-2 the buckets are the last microbatch's: nothing waits for them but the step. */
     int side = early || P->c->s.zero <= 1;
     int rc = 0;
-    if (early)
+    if (early) {
+        /* The newest stays for the end, whose wait covers every earlier one (above). */
+        nsplit = nsplit ? nsplit - 1 : 0;
         for (uint32_t i = 0; i < nsplit; i++)
             if (!lb->launched[i].scatter) {
                 nsplit = i;
                 break;
             }
+    }
     for (uint32_t i = 0; i < nsplit && rc == 0; i++) {
         uint32_t n = lb->launched[i].n, *idx = lb->done_bk + lb->launched[i].first;
         ir_id *srcs;
@@ -859,7 +863,7 @@ build_body(pl *P, prog *p, uint32_t mb, uint32_t nin, uint32_t ntok, const ir_id
             for (uint32_t k = P->leafop[op]; k; k = lb.next[k - 1])
                 if (!lb.done[k - 1] && (rc = leaf_finish(P, p, mb, &lb, k - 1)) != 0)
                     goto out;
-        if (lb.nlaunched && (rc = buckets_split(P, p, mb, &lb, 1)) != 0)
+        if (lb.nlaunched > 1 && (rc = buckets_split(P, p, mb, &lb, 1)) != 0)
             goto out;
     }
     /* Results of the body: outputs, accumulators, stash copies, function results. */
