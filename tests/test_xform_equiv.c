@@ -622,7 +622,7 @@ test_moe_ep_subgroup(void **state)
  * Context parallelism: the sequence split over cp = 2 ranks (keys and values
  * all-gathered for attention, their gradients reduce-scattered, weight
  * gradients reduced over dp x cp) with every dp, tp, pp in {1, 2} and every
- * variant but sequence parallelism (not supported with cp yet), on the
+ * variant (sequence parallelism included), on the
  * GPT, the Llama (also with fused causal attention: each rank's query block
  * offsets its mask) and the mixtures of experts (with grouped-query and with
  * latent attention; with and without ep).

@@ -1114,12 +1114,14 @@ xf_propagate(xf_ctx *c)
              * residual stream between blocks is sequence-split, as Megatron-LM keeps
              * it, so what the backward saves of it is 1/tp of it and the next block's
              * reduction is not repeated for the backward's readers; without it, such
-             * an op takes them all-reduced (seq_whole). Not with context
-             * parallelism: its axis splits the sequence first, and a partial sum it
-             * holds is reduced on its own terms (lower.c's order of axes).
+             * an op takes them all-reduced (seq_whole). With context parallelism
+             * too, inside the context rank's block (until 2026-12-07 not: the
+             * Llama's embedding output, an Identity, and the residual Adds of two
+             * partial sums passed them on, and its residual stream was whole on the
+             * tensor ranks; test_sp_with_cp).
              */
             if (xf_rule_passes(&r, a, in) && !widening_step_cast(c, op) &&
-                !(a == XF_TP && c->n[XF_CP] <= 1 &&
+                !(a == XF_TP &&
                   (seq_factor(c, op, &r, n[a]) >= 0 || seq_whole(c, op, &r)))) {
                 for (uint32_t k = 0; k < o->ninput; k++)
                     c->req[o->inputs + k].a[a] = in[k].a[a];
