@@ -8,8 +8,8 @@
  *     reduce-scattered: each device receives (cp - 1) / cp of every full
  *     key and value tensor, twice;
  *   - the weight gradients are reduced over the data and context ranks by
- *     one bucket all-reduce; with one sequence per device the output layer
- *     and the loss stay on the local tokens (two sequences: gathered first);
+ *     one bucket all-reduce; the output layer and the loss stay on the local
+ *     tokens (one sequence per device or two);
  *   - load balance: every context rank does the same FLOPs;
  *   - with sequence parallelism (cp 2, tp 2): the tensor ranks split each
  *     context rank's block of the sequence, [b, s / (cp tp), h] in the
@@ -107,9 +107,15 @@ test_kv_exchange(void **state)
         }
         assert_int_equal(id[0], B);
         if (o->kind == IR_OP_ALLGATHER) {
-            if (d->types[in].rank != 4)
-                continue; /* the head's input and the labels: gathered before the loss */
-            /* Keys or values [b, s / cp, kv heads, d]: before the grouped-query repeat. */
+            /*
+             * Keys or values [b, s / cp, kv heads, d]: before the grouped-query repeat.
+             * Nothing else: with the B = 2 sequences of the microbatch on one device, the
+             * final hidden states and the labels are flattened on the local tokens (rows
+             * in local order: xform_int.h, F_INNER) and the output layer and the loss work
+             * on them; until 2026-12-07 both were gathered over the context ranks first
+             * and every context rank computed the logits of the whole microbatch.
+             */
+            assert_int_equal(d->types[in].rank, 4);
             assert_int_equal(id[1], S / cp);
             assert_int_equal(od[1], S);
             assert_int_equal(id[2], KV);

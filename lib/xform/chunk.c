@@ -454,7 +454,8 @@ leaf_accumulate(pl *P, prog *p, uint32_t mb, leafbuf *lb, uint32_t j, xf_local l
         return 0;
     lb->fin[j].pl.a[XF_MB] = XF_R;
     l = lb->fin[j];
-    if (!c->s.overlap_grad_reduce || c->s.zero >= 2 || tgt == XF_P ||
+    /* A contribution its step consumer keeps partial (a tied weight's two) waits for it. */
+    if (!c->s.overlap_grad_reduce || c->s.zero >= 2 || tgt == XF_P || P->leafcp[v] == XF_P ||
         (l.pl.a[XF_DP] == tgt && l.pl.a[XF_CP] != XF_P && l.pl.a[XF_EDP] != XF_P))
         return 0;
     /*

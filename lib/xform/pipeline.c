@@ -1028,6 +1028,8 @@ leaf_targets(pl *P)
     memset(P->leaftp, XF_P, (m->nvalue ? m->nvalue : 1) * sizeof *P->leaftp);
     P->leafedp = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *P->leafedp);
     memset(P->leafedp, XF_R, (m->nvalue ? m->nvalue : 1) * sizeof *P->leafedp);
+    P->leafcp = di_xmalloc((m->nvalue ? m->nvalue : 1) * sizeof *P->leafcp);
+    memset(P->leafcp, XF_R, (m->nvalue ? m->nvalue : 1) * sizeof *P->leafcp);
     for (uint32_t i = fr->nop; i-- > 0;) {
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
@@ -1037,6 +1039,7 @@ leaf_targets(pl *P)
             P->leaftgt[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_DP];
             P->leaftp[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_TP];
             P->leafedp[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_EDP];
+            P->leafcp[m->refs[o->inputs + k]] = c->req[o->inputs + k].a[XF_CP];
         }
     }
 }
@@ -1348,6 +1351,7 @@ pl_fini(pl *P)
     di_free(P->leaftgt);
     di_free(P->leaftp);
     di_free(P->leafedp);
+    di_free(P->leafcp);
     di_free(P->reg);
     di_free(P->devs);
     di_free(P->mesh);

@@ -102,6 +102,7 @@ typedef struct pl {
     int8_t *leaftgt;    /* per source value: see leaf_targets */
     int8_t *leaftp;     /* per source value: its first step consumer's tensor-axis placement */
     int8_t *leafedp;    /* per source value: and its outer-data-axis placement */
+    int8_t *leafcp;     /* per source value: and its context-axis placement */
     /* registry */
     reg_ent *reg;
     uint32_t creg, nreg;

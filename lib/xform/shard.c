@@ -352,10 +352,6 @@ r_reshape(const ir_module *m, ir_id op, rule *r)
                         return -1;
                     r->map[k][last] = (int8_t)g;
                     r->map2[1 - k][merged] = (int8_t)g;
-                    r->outer[g] = (int8_t)f;
-                    r->outer_size[g] = 1;
-                    for (uint32_t x = first; x < last; x++)
-                        r->outer_size[g] *= dd[x];
                 }
             }
         }
@@ -833,25 +829,6 @@ operand(const ir_module *m, ir_id op, uint32_t k, uint32_t nin)
 }
 
 /*
- * May inner factor f split axis a: the dimensions outside it (those of its
- * outer factor in input 0) are whole on no other axis, one element locally?
- */
-static int
-inner_ok(const xf_ctx *c, ir_id op, const rule *r, int f, int a, const xf_place *in)
-{
-    uint32_t nn[XF_NAXIS];
-    int d = r->outer[f] >= 0 ? xf_rule_dim(r, 0, r->outer[f]) : -1;
-    int64_t local = r->outer_size[f];
-    if (d < 0 || r->nin < 1)
-        return 0;
-    xf_group_n(c, xf_op_group(c, op), nn);
-    for (int x = 0; x < XF_NAXIS; x++)
-        if (x != a && in[0].a[x] == d && nn[x] > 1)
-            local /= nn[x];
-    return local == 1;
-}
-
-/*
  * The operand of an op with the hint (dist.seq) whose sequence dimension the
  * hint names: its first activation operand that has that dimension, or -1.
  */
@@ -949,7 +926,7 @@ choose(const xf_ctx *c, ir_id op, const rule *r, int a, uint32_t n, const xf_pla
             /* On the context axis a merged dimension's split is its inner factor's. */
             if (a == XF_CP && r->map2[k][p] >= 0)
                 f = r->map2[k][p];
-            if (!factor_ok(r, f, a, n) || (r->kind[f] == F_INNER && !inner_ok(c, op, r, f, a, in)))
+            if (!factor_ok(r, f, a, n))
                 continue;
             if (a == XF_TP && batch && (r->kind[f] == F_SUM || r->kind[f] == F_MEAN))
                 continue;

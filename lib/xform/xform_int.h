@@ -225,8 +225,16 @@ int xf_annotate_tp(xf_ctx *c);
  * F_INNER: the innermost dimension of a Reshape that merges dimensions (or
  * splits one), mapped to the merged dimension as its second factor (map2):
  * it may split only the context axis (the least significant in a block
- * index, layout.c) and only when the outer dimensions' local extent is 1,
- * so that a device's rows of the merged dimension stay one block.
+ * index, layout.c). Where the dimensions outside it hold more than one
+ * element locally (several sequences of a microbatch on a device), a
+ * device's rows of the merged dimension are not one block of the global
+ * order but its own rows in local order: a permutation of the rows, the
+ * same for every value flattened so (the final hidden states and the
+ * labels), which the ops reading them (row-wise, up to the loss's mean and
+ * the weight gradients' sums over rows) do not see. Until 2026-12-07 that
+ * case gathered the sequence over the context ranks before the Reshape, and
+ * every context rank computed the output layer and the loss of its whole
+ * microbatch.
  */
 enum { F_FREE = 0, F_SUM, F_MEAN, F_MEANG, F_WHOLE, F_VOCAB, F_INNER };
 enum { LIN_NONE = 0, LIN_ALL, LIN_FIRST, LIN_ONE };
@@ -240,8 +248,6 @@ typedef struct rule {
     const int64_t *dims[XF_MAXO];
     int8_t map[XF_MAXO][IR_MAX_RANK];
     int8_t map2[XF_MAXO][IR_MAX_RANK]; /* a second factor of a merged dimension (F_INNER) */
-    int8_t outer[XF_MAXF];             /* F_INNER: the factor of the dimensions outside it */
-    int64_t outer_size[XF_MAXF];       /* F_INNER: their product (global) */
     uint8_t sums;    /* a factor missing from an output is summed over */
     uint8_t lin;     /* LIN_*: partial sums that pass through */
     int8_t scale_in; /* for F_MEANG: the input that takes the scale */
