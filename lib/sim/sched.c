@@ -187,12 +187,13 @@ record_transfers(sim *s, ir_id op, const int32_t *src, const int32_t *dst, uint3
 }
 
 /*
- * Occupies a stream. sym is set when the device is the representative of a
- * symmetric group running that group's common work; any other use of a
- * device that stands for others (or is stood for) breaks the symmetry.
+ * Records work on a device's stream in its history. sym is set when the
+ * device is the representative of a symmetric group running that group's
+ * common work; any other use of a device that stands for others (or is
+ * stood for) breaks the symmetry.
  */
 static void
-occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int sym)
+mark_history(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int sym)
 {
     sim_dev *d = &s->devs[dev];
     assert(dev >= 0 && (uint32_t)dev < s->ndev && stream >= 0 && stream < NSTREAM);
@@ -203,6 +204,14 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
         sim_hash_combine(sim_hash_combine(d->hist, (uint64_t)op << 2 | (uint64_t)stream),
                          di_double_bits(start)),
         di_double_bits(end));
+}
+
+/* Occupies a stream (mark_history's sym). */
+static void
+occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int sym)
+{
+    sim_dev *d = &s->devs[dev];
+    mark_history(s, op, dev, stream, start, end, sym);
     if (s->opt->no_overlap) {
         for (int st = 0; st < NSTREAM; st++)
             d->free[st] = end;
@@ -226,15 +235,8 @@ occupy(sim *s, ir_id op, int32_t dev, int stream, double start, double end, int 
 static void
 occupy_side(sim *s, ir_id op, int32_t dev, double start, double end, int sym)
 {
-    sim_dev *d = &s->devs[dev];
-    assert(end >= start);
-    if (!sym && (d->rep != dev || d->class_n > 1))
-        s->broken = 1;
-    d->hist = sim_hash_combine(
-        sim_hash_combine(sim_hash_combine(d->hist, (uint64_t)op << 2 | (uint64_t)STREAM_COLL),
-                         di_double_bits(start)),
-        di_double_bits(end));
-    ivec_add(&d->busy[STREAM_COMPUTE], start, end);
+    mark_history(s, op, dev, STREAM_COLL, start, end, sym);
+    ivec_add(&s->devs[dev].busy[STREAM_COMPUTE], start, end);
     record_event(s, op, dev, STREAM_COLL, start, end, sym);
 }
 
