@@ -271,6 +271,61 @@ test_sp_with_cp(void **state)
     ir_module_free(m);
 }
 
+/*
+ * ZeRO shards over the data and the context ranks, as Megatron-LM's
+ * distributed optimizer does over its data-parallel group with context
+ * parallelism: a Llama with Adam (f32: two moments of 4 bytes a parameter,
+ * every tensor divisible by 4) holds the same optimizer state per device on
+ * dp 2 x cp 2 as on dp 4, a quarter of it without ZeRO, and on dp 1 x cp 2
+ * half of it (ZeRO with context parallelism alone). Until 2026-12-07 ZeRO
+ * sharded over the data ranks only, and a cp plan held cp times the state
+ * (the first figure was twice the second; the last, no ZeRO at all).
+ */
+static void
+test_zero_over_cp(void **state)
+{
+    models_llama c;
+    ir_module *m = NULL;
+    hw_model *hw = NULL;
+    di_error err;
+    const uint32_t conf[4][3] = {{2, 2, 1}, {4, 1, 1}, {2, 2, 0}, {1, 2, 1}}; /* dp, cp, zero */
+    uint64_t opt[4];
+    (void)state;
+    models_llama_init(&c);
+    c.layers = L;
+    c.hidden = H;
+    c.heads = A;
+    c.kv_heads = KV;
+    c.ffn = 48;
+    c.seq = S;
+    c.vocab = 64;
+    c.batch = 4;
+    c.train.optimizer = XFORM_OPTIM_ADAM;
+    assert_int_equal(models_llama_build(&c, &m, &err), 0);
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    for (int k = 0; k < 4; k++) {
+        strategy s;
+        sim_result *r;
+        uint64_t mx[SIM_NMEMCLASS];
+        xform_strategy_init(&s);
+        s.dp = conf[k][0];
+        s.cp = conf[k][1];
+        s.zero = conf[k][2];
+        r = simulate_strategy(m, &s, hw);
+        class_max(r, mx);
+        opt[k] = mx[SIM_MEM_OPTIMIZER];
+        fprintf(stderr, "dp %u cp %u zero %u: %llu bytes of optimizer state a device\n",
+                conf[k][0], conf[k][1], conf[k][2], (unsigned long long)opt[k]);
+        sim_result_free(r);
+    }
+    assert_true(opt[0] > 0);
+    assert_int_equal(opt[0], opt[1]);
+    assert_int_equal(4 * opt[0], opt[2]);
+    assert_int_equal(2 * opt[3], opt[2]);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 static void
 test_ring_attention(void **state)
 {
@@ -410,6 +465,7 @@ main(void)
         cmocka_unit_test(test_kv_exchange),
         cmocka_unit_test(test_load_balance),
         cmocka_unit_test(test_sp_with_cp),
+        cmocka_unit_test(test_zero_over_cp),
         cmocka_unit_test(test_ring_attention),
         cmocka_unit_test(test_refusals),
     };

@@ -467,12 +467,15 @@ push_options(space_builder *b, search_candidate *c)
 {
     const search_config *cfg = &b->sp->cfg;
     uint32_t multi_dp = some_dp(c) ? 1u : 0u, multi_tp = every_tp(c) ? 1u : 0u;
+    /* ZeRO shards over the data and context ranks (dp.c): with cp > 1, whatever dp. */
+    uint32_t multi_zero = multi_dp || c->cp > 1 ? 1u : 0u;
     for (uint32_t rc = 0; rc < 3; rc++) {
         if (!in_mask(cfg->recomputes, rc))
             continue;
         c->recompute = (uint8_t)rc;
-        for (uint32_t z = 0; z <= 3 * multi_dp; z++) {
-            if (!in_mask(cfg->zeros, z))
+        for (uint32_t z = 0; z <= 3 * multi_zero; z++) {
+            /* Without data parallelism ZeRO-2 reduce-scatters nothing per microbatch: ZeRO-1. */
+            if (!in_mask(cfg->zeros, z) || (z == 2 && !multi_dp))
                 continue;
             c->zero = (uint8_t)z;
             for (uint32_t sq = 0; sq <= multi_tp; sq++) {
@@ -1648,9 +1651,11 @@ static void
 zero_held(const search_candidate *c, uint64_t state, uint64_t param, uint64_t grad, double split,
           double *s, double *g)
 {
-    *s = floor((double)state / (split * (c->zero ? c->dp : 1)));
+    /* ZeRO shards over the data and context ranks at most (dp.c). */
+    double zs = (double)c->dp * (c->cp > 1 ? c->cp : 1);
+    *s = floor((double)state / (split * (c->zero ? zs : 1)));
     if ((c->zero == 1 || c->zero == 2) && param <= state)
-        *s = floor((double)(state - param) / (split * c->dp) + (double)param / split);
+        *s = floor((double)(state - param) / (split * zs) + (double)param / split);
     *g = 0;
     if (c->zero <= 1 && c->microbatches >= 2)
         *g = floor((double)grad / split);
@@ -1837,7 +1842,7 @@ search_memory_bound(const search_space *sp, const search_candidate *c)
     n = search_candidate_devices(c);
     act = layer_bound(sp, c);
     /* Saturating, and floor division keeps it a lower bound. */
-    if (di_mul_u64(sp->state_bytes, (c->zero ? 1 : c->dp) * ncp, &held) != 0 ||
+    if (di_mul_u64(sp->state_bytes, c->zero ? 1 : c->dp * ncp, &held) != 0 ||
         held + sp->data_bytes < held)
         return UINT64_MAX / n;
     /* Under ep the experts' state is held dp / ep times over the data-parallel group, not dp. */

@@ -177,6 +177,17 @@ leaf_edp(const pl *P, ir_id v)
 }
 
 /*
+ * What leaf v's step consumer wants on the context axis: whole, or ZeRO's
+ * shard over the context ranks (dp.c); a partial sum it keeps (a tied
+ * weight's contribution) is handled where the target on the data axis is.
+ */
+static int8_t
+leaf_cpw(const pl *P, ir_id v)
+{
+    return P->leafcp[v] == XF_P ? XF_R : P->leafcp[v];
+}
+
+/*
  * Converts a gradient whose microbatch sum is complete (to: on the data axis
  * where it is a partial sum; an expert gradient keeps its split there).
  */
@@ -188,7 +199,7 @@ convert_summed(pl *P, ir_id src, xf_local *l, int8_t to)
     int rc, step = b->step;
     if (l->pl.a[XF_DP] == XF_P || !XF_IS_S(l->pl.a[XF_DP]))
         want.a[XF_DP] = to;
-    want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
+    want.a[XF_CP] = leaf_cpw(P, src); /* whole on the context axis, or ZeRO's shard */
     want.a[XF_EDP] = leaf_edp(P, src);
     b->step = 1;
     rc = xf_body_convert(b, src, l, &want, l);
@@ -351,7 +362,7 @@ leaf_want(const pl *P, ir_id v, const xf_local *l, int8_t tgt)
     xf_place want = l->pl;
     want.a[XF_DP] = tgt;
     if (tgt != XF_P) {
-        want.a[XF_CP] = XF_R; /* weights are whole on the context axis */
+        want.a[XF_CP] = leaf_cpw(P, v); /* whole on the context axis, or ZeRO's shard */
         want.a[XF_EDP] = leaf_edp(P, v);
     }
     if (XF_IS_S(l->pl.a[XF_TP]) && l->pl.a[XF_TP] == tgt && P->leaftp[v] != l->pl.a[XF_TP])
@@ -601,7 +612,8 @@ sharded_weight(pl *P, ir_id op, uint32_t k)
         return 0;
     at = &b->env[v].pl;
     return (XF_IS_S(at->a[XF_DP]) && !XF_IS_S(want->a[XF_DP])) ||
-           (XF_IS_S(at->a[XF_EDP]) && !XF_IS_S(want->a[XF_EDP]));
+           (XF_IS_S(at->a[XF_EDP]) && !XF_IS_S(want->a[XF_EDP])) ||
+           (XF_IS_S(at->a[XF_CP]) && at->a[XF_CP] != want->a[XF_CP]);
 }
 
 static int
@@ -1148,8 +1160,10 @@ xf_pl_emit_gathers(pl *P, uint32_t g)
              * parallelism, on the outer data axis (dp.c).
              */
             int expert = (c->vflags[v] & XF_V_EXPERT) != 0;
-            if (!(c->vflags[v] & XF_V_WEIGHT) || xf_gdata(c, g) <= 1 ||
-                (expert ? c->place[v].a[XF_EDP] : c->place[v].a[XF_DP]) == XF_R ||
+            if (!(c->vflags[v] & XF_V_WEIGHT) ||
+                (xf_gdata(c, g) <= 1 && c->n[XF_CP] <= 1) ||
+                ((expert ? c->place[v].a[XF_EDP] : c->place[v].a[XF_DP]) == XF_R &&
+                 c->place[v].a[XF_CP] == XF_R) ||
                 P->mark[v] == P->markgen)
                 continue;
             P->mark[v] = P->markgen;
@@ -1179,6 +1193,7 @@ xf_pl_emit_gathers(pl *P, uint32_t g)
         if (!(c->vflags[v] & XF_V_EXPERT))
             want.a[XF_DP] = XF_R;
         want.a[XF_EDP] = XF_R;
+        want.a[XF_CP] = XF_R;
         if ((rc = xf_body_convert(b, v, &l, &want, &o)) != 0)
             break;
         if (P->out->values[o.v].def)

@@ -10,7 +10,8 @@
  * all-reduce, both inserted where the optimizer needs the whole gradient.
  *
  * ZeRO (Rajbhandari et al.) splits along dimension 0 on the data axis, when
- * the tensor-parallel shard's dimension 0 divides: stage 1 the optimizer
+ * the tensor-parallel shard's dimension 0 divides (and on the context axis
+ * too, zero_cp_dim): stage 1 the optimizer
  * state and the update (so the gradient reduction becomes a reduce-scatter
  * and the updated weights are gathered again), stage 2 also the gradients
  * (reduce-scattered per microbatch before accumulation, chunk.c), stage 3
@@ -105,6 +106,28 @@ annotate_ep(xf_ctx *c)
     di_free(mark);
 }
 
+/*
+ * The dimension along which ZeRO also splits v over the context ranks of
+ * group g, or -1: one the tensor axis does not split (so that no dimension is
+ * split on the tensor, data and context axes together: xform_axis_outer has
+ * no order for the three), dimension 1 rather than 0 where both qualify (the
+ * data axis splits 0), its extent there divided by the data ranks too.
+ */
+static int
+zero_cp_dim(const xf_ctx *c, ir_id v, uint32_t g)
+{
+    const ir_module *m = c->m;
+    const ir_type *t = &m->types[m->values[v].type];
+    const int64_t *d = ir_type_dims(m, m->values[v].type);
+    int64_t cp = c->n[XF_CP];
+    for (int k = t->rank >= 2 ? 1 : 0; k >= 0; k--) {
+        int64_t n = k == 0 ? xf_gdata(c, g) * cp : cp;
+        if (c->place[v].a[XF_TP] != k && d[k] % n == 0)
+            return k;
+    }
+    return -1;
+}
+
 int
 xf_annotate_dp(xf_ctx *c)
 {
@@ -127,7 +150,7 @@ xf_annotate_dp(xf_ctx *c)
     }
     if (c->s.ep > 1 && c->n[XF_DP] > 1)
         annotate_ep(c);
-    if (c->s.zero == 0 || c->n[XF_DP] <= 1)
+    if (c->s.zero == 0 || (c->n[XF_DP] <= 1 && c->n[XF_CP] <= 1))
         return 0;
     /* Candidates: optimizer state and weights (1), unless a group cannot split them (2). */
     cand = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
@@ -153,8 +176,39 @@ xf_annotate_dp(xf_ctx *c)
                 cand[v] = 2;
         }
     }
+    /*
+     * Over the context ranks too, as Megatron-LM's distributed optimizer shards
+     * over the data-parallel group with context parallelism (zero_cp_dim: the
+     * same dimension for every group that reads it, else not).
+     */
+    if (c->n[XF_CP] > 1) {
+        int8_t *cpd = di_xmalloc(m->nvalue ? m->nvalue : 1);
+        uint8_t *expert = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+        /* Not the experts' (their gradients come split over the context ranks by expert). */
+        xf_expert_state(c, expert);
+        memset(cpd, -2, m->nvalue ? m->nvalue : 1);
+        for (uint32_t i = 0; i < fr->nop; i++) {
+            ir_id op = fr->ops[i];
+            const ir_op *o = &m->ops[op];
+            for (uint32_t k = 0; k < o->ninput; k++) {
+                ir_id v = m->refs[o->inputs + k];
+                int d;
+                if (cand[v] != 1 || expert[v])
+                    continue;
+                d = zero_cp_dim(c, v, xf_op_group(c, op));
+                cpd[v] = cpd[v] == -2 || cpd[v] == d ? (int8_t)d : -1;
+            }
+        }
+        for (uint32_t a = 0; a < fr->narg; a++) {
+            ir_id v = fr->args[a];
+            if (cand[v] == 1 && cpd[v] >= 0)
+                c->place[v].a[XF_CP] = cpd[v];
+        }
+        di_free(cpd);
+        di_free(expert);
+    }
     /* Over the whole data group: outer x inner under expert parallelism over part of it. */
-    for (uint32_t a = 0; a < fr->narg; a++)
+    for (uint32_t a = 0; a < fr->narg && c->n[XF_DP] > 1; a++)
         if (cand[fr->args[a]] == 1) {
             c->place[fr->args[a]].a[XF_DP] = 0;
             if (c->n[XF_EDP] > 1)
