@@ -45,8 +45,9 @@
 
 enum { L = 2, H = 32, A = 8, KV = 2, S = 16, B = 2 };
 
+/* The test's Llama with `batch` sequences, trained with Adam where `adam` is set (else SGD). */
 static ir_module *
-llama(void)
+llama_of(int64_t batch, int adam)
 {
     models_llama c;
     ir_module *m = NULL;
@@ -59,10 +60,18 @@ llama(void)
     c.ffn = 48;
     c.seq = S;
     c.vocab = 64;
-    c.batch = B;
+    c.batch = batch;
+    if (adam)
+        c.train.optimizer = XFORM_OPTIM_ADAM;
     if (models_llama_build(&c, &m, &err) != 0)
         fail_msg("llama: %s", err.msg);
     return m;
+}
+
+static ir_module *
+llama(void)
+{
+    return llama_of(B, 0);
 }
 
 static ir_module *
@@ -284,24 +293,12 @@ test_sp_with_cp(void **state)
 static void
 test_zero_over_cp(void **state)
 {
-    models_llama c;
-    ir_module *m = NULL;
+    ir_module *m = llama_of(4, 1);
     hw_model *hw = NULL;
     di_error err;
     const uint32_t conf[4][3] = {{2, 2, 1}, {4, 1, 1}, {2, 2, 0}, {1, 2, 1}}; /* dp, cp, zero */
     uint64_t opt[4];
     (void)state;
-    models_llama_init(&c);
-    c.layers = L;
-    c.hidden = H;
-    c.heads = A;
-    c.kv_heads = KV;
-    c.ffn = 48;
-    c.seq = S;
-    c.vocab = 64;
-    c.batch = 4;
-    c.train.optimizer = XFORM_OPTIM_ADAM;
-    assert_int_equal(models_llama_build(&c, &m, &err), 0);
     assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
     for (int k = 0; k < 4; k++) {
         strategy s;
