@@ -18,8 +18,8 @@
     "model mlp [--layers L] [--hidden H] [--batch B] [--input F] [--classes C]\n"                 \
     "                    [--activation relu|gelu] [--loss sce|mse] [COMMON] [-o FILE]\n"           \
     "   or: distir model gpt [--preset NAME] [--layers L] [--hidden H] [--heads A] [--seq S]\n"   \
-    "                    [--vocab V] [--batch B] [--dropout P] [--final-ln-params] [COMMON]\n"     \
-    "                    [-o FILE]\n"                                                              \
+    "                    [--vocab V] [--batch B] [--dropout P] [--final-ln-params]\n"              \
+    "                    [--attention naive|fused] [COMMON] [-o FILE]\n"                          \
     "   or: distir model llama [--preset NAME] [--layers L] [--hidden H] [--heads A]\n"           \
     "                    [--kv-heads K] [--ffn F] [--seq S] [--vocab V] [--batch B]\n"            \
     "                    [--experts E [--top-k K] [--moe-ffn F] [--shared-experts N]\n"          \

@@ -1278,6 +1278,92 @@ test_overlap_pipeline(void **state)
     ir_module_free(m);
 }
 
+/*
+ * The GPT with fused attention (`--attention fused`): one causal
+ * FlashAttention op per layer instead of k^T, the scores, the scale, the
+ * mask, the softmax and the product with v (no dropout here: the fused op's
+ * is inside it), so no Softmax and no [s, s] tensor. In f64 its training
+ * step gives the naive model's loss and updated weights to 1e-12 in the
+ * sequential executor, and to 1e-6 (relative, as test_xform_equiv measures)
+ * distributed with tp 2 and cp 2 (ring attention over the context ranks,
+ * docs/transforms.md), as the Llama's does.
+ */
+static void
+test_gpt_fused_attention(void **state)
+{
+    ir_module *m[2];
+    ex_tensor *args, *res[2], *got;
+    uint32_t na, nr[2], ng, nflash = 0, nsoft = 0;
+    di_error err;
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        models_gpt c;
+        models_gpt_init(&c);
+        c.layers = 2;
+        c.hidden = 16;
+        c.heads = 4;
+        c.seq = 8;
+        c.vocab = 12;
+        c.batch = 4;
+        c.dropout = 0;
+        c.dtype = IR_F64;
+        c.fused_attention = k;
+        c.train.optimizer = XFORM_OPTIM_SGD; /* random moments would be negative: Adam's NaN */
+        m[k] = NULL;
+        assert_int_equal(models_gpt_build(&c, &m[k], &err), 0);
+    }
+    for (ir_id op = 1; op < m[1]->nop; op++) {
+        nflash += m[1]->ops[op].kind == IR_OP_FLASHATTN;
+        nsoft += m[1]->ops[op].kind == IR_OP_SOFTMAX;
+    }
+    assert_int_equal(nflash, 2);
+    assert_int_equal(nsoft, 0);
+    /* Token ids below the vocabulary (0 to 10 fall in both tensor ranks' halves). */
+    assert_int_equal(ex_random_args(m[0], 7, 11, &args, &na, &err), 0);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(ex_run(m[k], args, na, &res[k], &nr[k], &err), 0);
+    assert_int_equal(nr[0], nr[1]);
+    {
+        strategy s;
+        xform_layout *lay = NULL;
+        ir_module *out = NULL;
+        ex_tensor *dargs, *dres;
+        uint32_t nd, ndr;
+        xform_strategy_init(&s);
+        s.tp = 2;
+        s.cp = 2;
+        assert_int_equal(xform_apply_layout(m[1], &s, NULL, &out, &lay, &err), 0);
+        assert_int_equal(xform_shard_args(lay, args, na, &dargs, &nd, &err), 0);
+        assert_int_equal(ex_run(out, dargs, nd, &dres, &ndr, &err), 0);
+        assert_int_equal(xform_gather_results(lay, dres, ndr, &got, &ng, &err), 0);
+        assert_int_equal(ng, nr[1]);
+        free_tensors(dargs, nd);
+        free_tensors(dres, ndr);
+        xform_layout_free(lay);
+        ir_module_free(out);
+    }
+    for (uint32_t i = 0; i < nr[0]; i++) {
+        double scale = 0;
+        assert_int_equal(res[0][i].numel, res[1][i].numel);
+        for (size_t j = 0; j < res[0][i].numel; j++)
+            if (fabs(ex_get(&res[0][i], j)) > scale)
+                scale = fabs(ex_get(&res[0][i], j));
+        for (size_t j = 0; j < res[0][i].numel; j++) {
+            double want = ex_get(&res[0][i], j);
+            assert_false(isnan(want));
+            assert_true(fabs(ex_get(&res[1][i], j) - want) <= 1e-12 * (fabs(want) + scale));
+            /* The ring's blockwise softmax merges sums in another order (3e-9 here). */
+            assert_true(fabs(ex_get(&got[i], j) - want) <= 1e-6 * (fabs(want) + 1e-4 * scale));
+        }
+    }
+    free_tensors(args, na);
+    free_tensors(res[0], nr[0]);
+    free_tensors(res[1], nr[1]);
+    free_tensors(got, ng);
+    ir_module_free(m[0]);
+    ir_module_free(m[1]);
+}
+
 static void
 test_zero_and_stash(void **state)
 {
@@ -1925,6 +2011,7 @@ main(void)
         cmocka_unit_test(test_overlap_buckets),
         cmocka_unit_test(test_overlap_one_microbatch),
         cmocka_unit_test(test_overlap_pipeline),
+        cmocka_unit_test(test_gpt_fused_attention),
         cmocka_unit_test(test_validate_messages),
         cmocka_unit_test(test_validate_analyzed),
         cmocka_unit_test(test_golden_seed001),

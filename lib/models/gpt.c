@@ -131,21 +131,33 @@ block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
     m->values[k].name = ir_str(m, name);
     snprintf(name, sizeof name, "%s.v", p);
     m->values[v].name = ir_str(m, name);
-    snprintf(name, sizeof name, "%s.kt", p);
-    k = models_transpose(b, k, 4, kperm, name);
-    snprintf(name, sizeof name, "%s.scores", p);
-    s = models_op2(b, IR_OP_MATMUL, q, k, name);
-    s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
-    mask = models_causal_mask(b, g->idx, g->c->seq, g->dt, p);
-    s = models_op2(b, IR_OP_ADD, s, mask, name);
-    op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
-    if (op)
-        ir_op_set_int(m, op, "axis", -1);
-    snprintf(name, sizeof name, "%s.probs", p);
-    s = models_end(b, op);
-    s = dropout(g, s, name, 0);
-    snprintf(name, sizeof name, "%s.ctx", p);
-    ctx = models_op2(b, IR_OP_MATMUL, s, v, name);
+    if (g->c->fused_attention) {
+        /* As FlashAttention in Megatron-LM (its dropout of the probabilities is inside). */
+        ir_id in[3] = {q, k, v};
+        snprintf(name, sizeof name, "%s.ctx", p);
+        op = models_begin(b, IR_OP_FLASHATTN, 3, in, 2, name);
+        if (op) {
+            ir_op_set_int(m, op, "causal", 1);
+            ir_op_set_float(m, op, "scale", 1.0 / sqrt((double)g->d));
+        }
+        ctx = models_end(b, op);
+    } else {
+        snprintf(name, sizeof name, "%s.kt", p);
+        k = models_transpose(b, k, 4, kperm, name);
+        snprintf(name, sizeof name, "%s.scores", p);
+        s = models_op2(b, IR_OP_MATMUL, q, k, name);
+        s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
+        mask = models_causal_mask(b, g->idx, g->c->seq, g->dt, p);
+        s = models_op2(b, IR_OP_ADD, s, mask, name);
+        op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
+        if (op)
+            ir_op_set_int(m, op, "axis", -1);
+        snprintf(name, sizeof name, "%s.probs", p);
+        s = models_end(b, op);
+        s = dropout(g, s, name, 0);
+        snprintf(name, sizeof name, "%s.ctx", p);
+        ctx = models_op2(b, IR_OP_MATMUL, s, v, name);
+    }
     ctx = models_transpose(b, ctx, 4, perm, name);
     ctx = models_reshape(b, ctx, 3, merged, name);
     b->tp = "row";
@@ -296,7 +308,8 @@ models_gpt_build(const models_gpt *c, ir_module **out, di_error *err)
     b.seq = 1;
     x = models_op2(&b, IR_OP_ADD, x, wpe, "embed.out");
     x = dropout(&g, x, "embed.out", 1);
-    g.idx = models_vector_const(&b, IR_F32, c->seq, models_index, "positions");
+    if (!c->fused_attention)
+        g.idx = models_vector_const(&b, IR_F32, c->seq, models_index, "positions");
 
     for (uint32_t l = 0; l < c->layers && b.rc == 0; l++)
         x = block(&g, l, x, w + (size_t)l * W_PER_LAYER);

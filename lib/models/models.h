@@ -91,6 +91,11 @@ typedef struct models_gpt {
     ir_dtype dtype;
     double dropout;      /* ratio of every Dropout; 0: no Dropout ops */
     int final_ln_params; /* 1: the final layer norm has a learnable scale and bias (+2h) */
+    /*
+     * 1: the attention core (k^T, scores, scale, causal mask, softmax, its
+     * dropout, the product with v) is one causal FlashAttention op per layer.
+     */
+    int fused_attention;
     models_train train;
 } models_gpt;
 

@@ -47,7 +47,7 @@ static const struct spec_opt {
     {"first-dense", 1, 4},
     {"capacity-factor", 1, 4},
     {"imbalance", 1, 4},
-    {"attention", 1, 4},
+    {"attention", 1, 6},
     {"q-lora", 1, 4},
     {"kv-lora", 1, 4},
     {"qk-nope-dim", 1, 4},
@@ -217,7 +217,10 @@ models_spec_set(models_spec *sp, const char *key, const char *value, di_error *e
         static const char *const kinds[] = {"naive", "fused", NULL};
         if (parse_word(key, value, kinds, &w, err) != 0)
             return DI_EINVAL;
-        sp->llama.fused_attention = w;
+        if (gpt)
+            sp->gpt.fused_attention = w;
+        else
+            sp->llama.fused_attention = w;
     } else if (strcmp(key, "capacity-factor") == 0 || strcmp(key, "imbalance") == 0) {
         if (parse_real(key, value, &x, err) != 0)
             return DI_EINVAL;
