@@ -133,14 +133,8 @@ block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
     m->values[v].name = ir_str(m, name);
     if (g->c->fused_attention) {
         /* As FlashAttention in Megatron-LM (its dropout of the probabilities is inside). */
-        ir_id in[3] = {q, k, v};
         snprintf(name, sizeof name, "%s.ctx", p);
-        op = models_begin(b, IR_OP_FLASHATTN, 3, in, 2, name);
-        if (op) {
-            ir_op_set_int(m, op, "causal", 1);
-            ir_op_set_float(m, op, "scale", 1.0 / sqrt((double)g->d));
-        }
-        ctx = models_end(b, op);
+        ctx = models_flash_attention(b, q, k, v, 1.0 / sqrt((double)g->d), name);
     } else {
         snprintf(name, sizeof name, "%s.kt", p);
         k = models_transpose(b, k, 4, kperm, name);

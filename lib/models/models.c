@@ -401,6 +401,19 @@ models_one(int64_t i)
     return 1.0;
 }
 
+ir_id
+models_flash_attention(models_builder *b, ir_id q, ir_id k, ir_id v, double scale,
+                       const char *name)
+{
+    ir_id in[3] = {q, k, v};
+    ir_id op = models_begin(b, IR_OP_FLASHATTN, 3, in, 2, name);
+    if (op) {
+        ir_op_set_int(b->m, op, "causal", 1);
+        ir_op_set_float(b->m, op, "scale", scale);
+    }
+    return models_end(b, op);
+}
+
 /* The additive causal mask [s, s]: 0 where j <= i, -1e4 * (j - i) above the diagonal. */
 ir_id
 models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt, const char *prefix)

@@ -25,6 +25,14 @@ double models_one(int64_t i);   /* 1 */
 ir_id models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt,
                          const char *prefix);
 
+/*
+ * One causal FlashAttention op of q, k, v ([b, heads, s, d]; k and v may have
+ * fewer heads) with the given scale: the attention core of `--attention
+ * fused`. Returns its output (the log-sum-exp is its second result).
+ */
+ir_id models_flash_attention(models_builder *b, ir_id q, ir_id k, ir_id v, double scale,
+                             const char *name);
+
 /* The generators' size checks: 1 to 2^40 (what names the option), 1 to MODELS_MAX_LAYERS. */
 int models_check_size(const char *what, int64_t v, di_error *err);
 int models_check_layers(uint32_t layers, di_error *err);
