@@ -97,8 +97,8 @@ block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
     ir_module *m = b->m;
     char p[32], name[96];
     int64_t heads_shape[4] = {0, 0, -1, 3 * g->d}, perm[4] = {0, 2, 1, 3};
-    int64_t kperm[4] = {0, 1, 3, 2}, merged[3] = {0, 0, -1};
-    ir_id a, qkv, op, q, k, v, s, mask, ctx, r;
+    int64_t merged[3] = {0, 0, -1};
+    ir_id a, qkv, op, q, k, v, s, ctx, r;
     snprintf(p, sizeof p, "l%u", l);
     b->layer = l;
     b->part = "block";
@@ -136,18 +136,9 @@ block(gpt_gen *g, uint32_t l, ir_id x, const ir_id *w)
         snprintf(name, sizeof name, "%s.ctx", p);
         ctx = models_flash_attention(b, q, k, v, 1.0 / sqrt((double)g->d), name);
     } else {
-        snprintf(name, sizeof name, "%s.kt", p);
-        k = models_transpose(b, k, 4, kperm, name);
-        snprintf(name, sizeof name, "%s.scores", p);
-        s = models_op2(b, IR_OP_MATMUL, q, k, name);
-        s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->d)), name);
-        mask = models_causal_mask(b, g->idx, g->c->seq, g->dt, p);
-        s = models_op2(b, IR_OP_ADD, s, mask, name);
-        op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
-        if (op)
-            ir_op_set_int(m, op, "axis", -1);
+        s = models_attention_probs(b, q, k, 1.0 / sqrt((double)g->d), g->idx, g->c->seq, g->dt,
+                                   p);
         snprintf(name, sizeof name, "%s.probs", p);
-        s = models_end(b, op);
         s = dropout(g, s, name, 0);
         snprintf(name, sizeof name, "%s.ctx", p);
         ctx = models_op2(b, IR_OP_MATMUL, s, v, name);

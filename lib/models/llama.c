@@ -465,10 +465,9 @@ static ir_id
 lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
 {
     models_builder *b = g->b;
-    ir_module *m = b->m;
     char p[32], name[96];
-    int64_t perm[4] = {0, 2, 1, 3}, kperm[4] = {0, 1, 3, 2}, merged[3] = {0, 0, -1};
-    ir_id a, q, k, v, s, op, ctx, r;
+    int64_t perm[4] = {0, 2, 1, 3}, merged[3] = {0, 0, -1};
+    ir_id a, q, k, v, s, ctx, r;
     snprintf(p, sizeof p, "l%u", l);
     b->layer = l;
     b->part = "block";
@@ -504,17 +503,8 @@ lblock(llama_gen *g, uint32_t l, ir_id x, const ir_id *w)
         snprintf(name, sizeof name, "%s.ctx", p);
         ctx = models_flash_attention(b, q, k, v, 1.0 / sqrt((double)g->dqk), name);
     } else {
-        snprintf(name, sizeof name, "%s.kt", p);
-        k = models_transpose(b, k, 4, kperm, name);
-        snprintf(name, sizeof name, "%s.scores", p);
-        s = models_op2(b, IR_OP_MATMUL, q, k, name);
-        s = models_op2(b, IR_OP_MUL, s, models_scalar(b, g->dt, 1.0 / sqrt((double)g->dqk)), name);
-        s = models_op2(b, IR_OP_ADD, s, models_causal_mask(b, g->idx, g->c->seq, g->dt, p), name);
-        op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
-        if (op)
-            ir_op_set_int(m, op, "axis", -1);
-        snprintf(name, sizeof name, "%s.probs", p);
-        s = models_end(b, op);
+        s = models_attention_probs(b, q, k, 1.0 / sqrt((double)g->dqk), g->idx, g->c->seq,
+                                   g->dt, p);
         snprintf(name, sizeof name, "%s.ctx", p);
         ctx = models_op2(b, IR_OP_MATMUL, s, v, name);
     }

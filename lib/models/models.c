@@ -414,6 +414,26 @@ models_flash_attention(models_builder *b, ir_id q, ir_id k, ir_id v, double scal
     return models_end(b, op);
 }
 
+ir_id
+models_attention_probs(models_builder *b, ir_id q, ir_id k, double scale, ir_id idx,
+                       int64_t seq, ir_dtype dt, const char *prefix)
+{
+    static const int64_t kperm[4] = {0, 1, 3, 2};
+    char name[96];
+    ir_id s, op;
+    snprintf(name, sizeof name, "%s.kt", prefix);
+    k = models_transpose(b, k, 4, kperm, name);
+    snprintf(name, sizeof name, "%s.scores", prefix);
+    s = models_op2(b, IR_OP_MATMUL, q, k, name);
+    s = models_op2(b, IR_OP_MUL, s, models_scalar(b, dt, scale), name);
+    s = models_op2(b, IR_OP_ADD, s, models_causal_mask(b, idx, seq, dt, prefix), name);
+    op = models_begin(b, IR_OP_SOFTMAX, 1, &s, 1, name);
+    if (op)
+        ir_op_set_int(b->m, op, "axis", -1);
+    snprintf(name, sizeof name, "%s.probs", prefix);
+    return models_end(b, op);
+}
+
 /* The additive causal mask [s, s]: 0 where j <= i, -1e4 * (j - i) above the diagonal. */
 ir_id
 models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt, const char *prefix)

@@ -33,6 +33,14 @@ ir_id models_causal_mask(models_builder *b, ir_id idx, int64_t seq, ir_dtype dt,
 ir_id models_flash_attention(models_builder *b, ir_id q, ir_id k, ir_id v, double scale,
                              const char *name);
 
+/*
+ * The unfused attention's probabilities of q and k ([b, heads, s, d]): k^T,
+ * the scores q k^T times scale, the causal mask (models_causal_mask of idx)
+ * added, the softmax over the keys; names prefix.kt, .scores, .probs.
+ */
+ir_id models_attention_probs(models_builder *b, ir_id q, ir_id k, double scale, ir_id idx,
+                             int64_t seq, ir_dtype dt, const char *prefix);
+
 /* The generators' size checks: 1 to 2^40 (what names the option), 1 to MODELS_MAX_LAYERS. */
 int models_check_size(const char *what, int64_t v, di_error *err);
 int models_check_layers(uint32_t layers, di_error *err);
