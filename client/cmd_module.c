@@ -92,23 +92,26 @@ print_stats(const ir_module *m, int json)
     sim_model_stats_of(m, &st);
     params = st.parameters;
     /*
-     * Per token: 6N (forward 2N, backward 4N; N the active parameters) and the model
+     * Per token: 6N (forward 2N, backward 4N; N the active matmul weights) and the model
      * FLOPs with attention (what MFU counts, docs/simulator.md).
      */
     double per6n = st.tokens > 0 ? st.flops_6n / st.tokens : 0;
     double permodel = st.tokens > 0 ? st.model_flops / st.tokens : 0;
     if (json)
         printf("{\"ops\":%llu,\"values\":%u,\"parameters\":%llu,\"active_parameters\":%llu,"
-               "\"flops\":%.17g,\"tokens\":%.17g,\"flops_per_token_6n\":%.17g,"
-               "\"model_flops_per_token\":%.17g}\n",
+               "\"matmul_parameters\":%llu,\"flops\":%.17g,\"tokens\":%.17g,"
+               "\"flops_per_token_6n\":%.17g,\"model_flops_per_token\":%.17g}\n",
                (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params,
-               (unsigned long long)st.active_parameters, flops, st.tokens, per6n, permodel);
+               (unsigned long long)st.active_parameters, (unsigned long long)st.matmul_parameters,
+               flops, st.tokens, per6n, permodel);
     else
         printf("ops         %llu\nvalues      %u\nparameters  %llu\nactive      %llu\n"
+               "matmul      %llu (active weights a matmul reads: N of 6N)\n"
                "flops       %.6g\ntokens      %.6g per step\n"
                "per token   %.6g FLOPs by 6N, %.6g with attention (model FLOPs)\n",
                (unsigned long long)ops, m->nvalue - 1, (unsigned long long)params,
-               (unsigned long long)st.active_parameters, flops, st.tokens, per6n, permodel);
+               (unsigned long long)st.active_parameters, (unsigned long long)st.matmul_parameters,
+               flops, st.tokens, per6n, permodel);
 }
 
 int

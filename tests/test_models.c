@@ -218,9 +218,12 @@ test_gpt_flops(void **state)
 /*
  * sim_model_stats_of: parameters as counted above, tokens = batch x seq, and
  * model FLOPs = 6 N T plus attention 12 l h s T (PaLM's 12 L H Q T), found in
- * the module as the forward matmuls between two activations; an MLP has no
- * attention and counts samples; a module without an optimizer has no
- * parameters, hence no model FLOPs.
+ * the module as the forward matmuls between two activations, N the weights a
+ * matmul reads: Megatron-LM's 72 l h^2 + 6 V h per token, the tied token
+ * embedding once (the output layer reads it), not the position embedding
+ * (only looked up), the biases or the layer norms; an MLP has no attention,
+ * counts samples, and its N is its weight matrices, without the biases; a
+ * module without an optimizer has no parameters, hence no model FLOPs.
  */
 static void
 test_model_stats(void **state)
@@ -234,7 +237,8 @@ test_model_stats(void **state)
     sim_model_stats_of(m, &st);
     assert_int_equal(st.parameters, formula(3, 64, 100, 32));
     assert_true(st.tokens == T);
-    assert_true(st.flops_6n == 6.0 * (double)st.parameters * T);
+    assert_int_equal(st.matmul_parameters, 12 * 3 * 64 * 64 + 100 * 64);
+    assert_true(st.flops_6n == 6.0 * (12 * l * h * h + 100 * h) * T);
     assert_true(fabs(st.attention_flops - 12 * l * h * s * T) <= 1e-9 * st.attention_flops);
     assert_true(st.model_flops == st.flops_6n + st.attention_flops);
     ir_module_free(m);
@@ -246,7 +250,8 @@ test_model_stats(void **state)
     assert_int_equal(st.parameters, models_mlp_parameters(&mc));
     assert_true(st.tokens == 7);
     assert_true(st.attention_flops == 0);
-    assert_true(st.model_flops == 6.0 * (double)st.parameters * 7);
+    assert_int_equal(st.matmul_parameters, 2 * 16 * 16); /* two 16 x 16 layers */
+    assert_true(st.model_flops == 6.0 * 2 * 16 * 16 * 7);
     ir_module_free(m);
 
     mc.train.forward_only = 1;

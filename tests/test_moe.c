@@ -120,6 +120,12 @@ test_module_counts(void **state)
     assert_int_equal(st.active_parameters, models_llama_active_parameters(&c));
     /* Per MoE layer: 8 experts of 3 x 32 x 16, 2 of them active. */
     assert_int_equal(st.parameters - st.active_parameters, 2 * 6 * 3 * 32 * 16);
+    /*
+     * 6N's N: the active weights a matmul reads, the router and the active experts
+     * included; not the token embedding (64 x 32, untied, only looked up) nor the 7 norms.
+     */
+    assert_int_equal(st.matmul_parameters, st.active_parameters - 64 * 32 - 7 * 32);
+    assert_true(st.flops_6n == 6.0 * (double)st.matmul_parameters * st.tokens);
     /* Balanced capacity: ceil(seq k / E) = 2 slots per expert and sequence. */
     assert_int_equal(models_llama_capacity(&c), 2);
     c.imbalance = 2.5;

@@ -3,10 +3,13 @@
  * parameters, tokens and model FLOPs of a sequential module, and the MFU and
  * tokens/s a result earns with them (docs/simulator.md, "MFU and HFU").
  *
- * Model FLOPs follow Megatron-LM and PaLM: 6 N per token for the weights
- * (forward 2N, backward 4N; N the active parameters: of a mixture of
- * experts' expert weights a token uses top_k of E) plus attention, the matmuls between two
- * activations (QK^T and AV), counted three times their forward FLOPs. The
+ * Model FLOPs follow Megatron-LM: 6 N per token for the weights (forward 2N,
+ * backward 4N; N the active matmul weights: the parameters a MatMul or Gemm
+ * reads, through views and casts, of a mixture of experts' expert weights
+ * the top_k of E a token uses; an embedding table only looked up, biases and
+ * norm scales cost no matmul and do not count) plus attention, the matmuls
+ * between two activations (QK^T and AV), counted three times their forward
+ * FLOPs. The
  * attention term comes from the module, not from a formula: a forward
  * MatMul whose operands both derive from no parameter. Recomputation and
  * work replicated by the strategy do not count (that is HFU's business).
@@ -31,7 +34,8 @@ void
 sim_model_stats_of(const ir_module *m, sim_model_stats *out)
 {
     ir_id entry = ir_module_entry(m);
-    uint8_t *weight;
+    uint8_t *weight, *matmul;
+    uint32_t *root; /* a weight-derived value's entry argument, by index */
     int annotated = 0;
 
     memset(out, 0, sizeof *out);
@@ -39,6 +43,8 @@ sim_model_stats_of(const ir_module *m, sim_model_stats *out)
         return;
     const ir_region *f = &m->regions[entry];
     weight = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    root = di_xcalloc(m->nvalue ? m->nvalue : 1, sizeof *root);
+    matmul = di_xcalloc(f->narg ? f->narg : 1, 1);
     /* Parameters: the entry arguments an optimizer updates. */
     for (ir_id op = 1; op < m->nop; op++) {
         const ir_op *o = &m->ops[op];
@@ -49,8 +55,10 @@ sim_model_stats_of(const ir_module *m, sim_model_stats *out)
     }
     for (uint32_t a = 0; a < f->narg; a++) {
         const ir_value *v = &m->values[f->args[a]];
-        if (weight[f->args[a]])
+        if (weight[f->args[a]]) {
             out->parameters += (uint64_t)ir_type_numel(m, v->type);
+            root[f->args[a]] = a;
+        }
         if (strcmp(ir_str_get(m, v->name), "tokens") == 0)
             out->tokens = (double)ir_type_numel(m, v->type);
     }
@@ -64,10 +72,17 @@ sim_model_stats_of(const ir_module *m, sim_model_stats *out)
         ir_id op = f->ops[k];
         const ir_op *o = &m->ops[op];
         if (passes_weight(o->kind) && o->ninput && weight[m->refs[o->inputs]]) {
-            for (uint32_t r = 0; r < o->noutput; r++)
+            for (uint32_t r = 0; r < o->noutput; r++) {
                 weight[o->outputs + r] = 1;
+                root[o->outputs + r] = root[m->refs[o->inputs]];
+            }
             continue;
         }
+        /* A weight a matmul reads (an opaque op's: it may be one) costs 2 FLOPs per element. */
+        if (o->kind == IR_OP_MATMUL || o->kind == IR_OP_GEMM || o->kind == IR_OP_OPAQUE)
+            for (uint32_t i = 0; i < o->ninput; i++)
+                if (weight[m->refs[o->inputs + i]])
+                    matmul[root[m->refs[o->inputs + i]]] = 1;
         if (o->kind == IR_OP_FLASHATTN && o->ninput == 3 &&
             (!annotated || strcmp(ir_op_string(m, op, "dist.phase", ""), "forward") == 0)) {
             /* Fused attention: its two products counted dense, as the unfused form's are. */
@@ -118,9 +133,16 @@ sim_model_stats_of(const ir_module *m, sim_model_stats *out)
         }
         di_free(seen);
         out->active_parameters = out->parameters - (uint64_t)(inactive + 0.5);
+        for (uint32_t a = 0; a < f->narg; a++)
+            if (matmul[a])
+                out->matmul_parameters +=
+                    (uint64_t)ir_type_numel(m, m->values[f->args[a]].type);
+        out->matmul_parameters -= (uint64_t)(inactive + 0.5);
     }
+    di_free(matmul);
+    di_free(root);
     di_free(weight);
-    out->flops_6n = 6.0 * (double)out->active_parameters * out->tokens;
+    out->flops_6n = 6.0 * (double)out->matmul_parameters * out->tokens;
     out->model_flops = out->parameters ? out->flops_6n + out->attention_flops : 0;
 }
 

@@ -22,7 +22,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 
-#define SIM_VERSION "distir-sim-26"
+#define SIM_VERSION "distir-sim-27"
 
 /* Memory classes; the order is the proto enum MemoryClass. */
 #define SIM_MEMCLASS_LIST(X)                                                                       \
@@ -138,9 +138,10 @@ void sim_result_set_inputs(sim_result *r, const char *strategy, const di_hash *h
  * What a sequential training step is worth (modelstats.c): parameters (the
  * entry arguments an optimizer updates), tokens per step (elements of the
  * "tokens" argument, else dimension 0 of the first argument), and model
- * FLOPs as Megatron-LM and PaLM count them: 6 N per token plus attention
- * (3x the forward matmuls between two activations). model_flops is 0 when
- * the module has no optimizer (no parameters).
+ * FLOPs as Megatron-LM counts them: 6 N per token, N the active matmul
+ * weights, plus attention (3x the forward matmuls between two
+ * activations). model_flops is 0 when the module has no optimizer (no
+ * parameters).
  */
 typedef struct sim_model_stats {
     uint64_t parameters;
@@ -150,6 +151,13 @@ typedef struct sim_model_stats {
      * from the module's TopK; the same as parameters without experts.
      */
     uint64_t active_parameters;
+    /*
+     * Of the active parameters, those a MatMul or Gemm (or an opaque op)
+     * reads, through views and casts: N of 6N. Not an embedding table only
+     * looked up (a tied one the output layer reads counts once), a bias or a
+     * norm's scale.
+     */
+    uint64_t matmul_parameters;
     double tokens;
     double flops_6n;
     double attention_flops;
