@@ -89,37 +89,12 @@ typedef struct sim_inputs {
     int devices; /* --devices: the per-device table instead of the per-stage one */
 } sim_inputs;
 
-/*
- * The pipeline stage of each device id under s (rank order of strategy.h:
- * group after group, each dp x tp ranks, mapped by device_order), or
- * UINT32_MAX for a device no stage uses. stage has ndevice entries. Returns
- * the number of stages.
- */
-static uint32_t
-device_stages(const strategy *s, uint32_t ndevice, uint32_t *stage)
-{
-    uint32_t pp = s->pp ? s->pp : 1, rank = 0;
-    for (uint32_t d = 0; d < ndevice; d++)
-        stage[d] = UINT32_MAX;
-    for (uint32_t g = 0; g < pp; g++) {
-        uint32_t size = s->nstages ? (s->stages[g].dp ? s->stages[g].dp : 1) *
-                                         (s->stages[g].tp ? s->stages[g].tp : 1)
-                                   : (s->dp ? s->dp : 1) * (s->tp ? s->tp : 1);
-        for (uint32_t k = 0; k < size; k++, rank++) {
-            uint32_t dev = rank < s->ndevice_order ? s->device_order[rank] : rank;
-            if (dev < ndevice)
-                stage[dev] = g;
-        }
-    }
-    return pp;
-}
-
 /* The stage of each device of r (r->ndevice entries), UINT32_MAX if none. */
 static uint32_t
 stage_map(const sim_result *r, const strategy *s, uint32_t ndevice, uint32_t *stage_of)
 {
     uint32_t *stage = di_xmalloc((ndevice ? ndevice : 1) * sizeof *stage);
-    uint32_t pp = device_stages(s, ndevice, stage);
+    uint32_t pp = strategy_device_groups(s, ndevice, stage);
     for (uint32_t i = 0; i < r->ndevice; i++) {
         uint32_t id = (uint32_t)r->devices[i].id;
         stage_of[i] = id < ndevice ? stage[id] : UINT32_MAX;
@@ -431,7 +406,7 @@ trace_open(const char *path, const char *spec, int detail, const ir_module *sm,
     uint32_t *stage = di_xmalloc((n ? n : 1) * sizeof *stage);
     di_error err;
     int rc = CLI_OK;
-    device_stages(s, n, stage);
+    strategy_device_groups(s, n, stage);
     if (trace_select(spec, s, n, stage, sel) != 0) {
         rc = CLI_USAGE;
     } else {

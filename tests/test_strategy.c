@@ -447,6 +447,50 @@ test_rank_order(void **state)
     }
 }
 
+/* groups_of: strategy_device_groups of opts (normalized) on n devices, into g. */
+static uint32_t
+groups_of(const char *const *opts, uint32_t n, uint32_t *g)
+{
+    strategy s;
+    di_error err;
+    uint32_t pp;
+    strategy_init(&s);
+    set_all(&s, opts);
+    assert_int_equal(strategy_normalize(&s, &err), 0);
+    pp = strategy_device_groups(&s, n, g);
+    strategy_fini(&s);
+    return pp;
+}
+
+/*
+ * The stage of each device, as the transforms place ranks (xf_device): dp x
+ * cp x tp devices a stage, context between tensor and data; under
+ * tp-pp-dp a replica's stages together; per-stage degrees each their own
+ * count, the devices beyond them in no stage. By hand.
+ */
+static void
+test_device_groups(void **state)
+{
+    uint32_t g[16];
+    static const uint32_t tp_pp_dp[16] = {0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1};
+    static const uint32_t stages[5] = {0, 0, 1, 1, UINT32_MAX};
+    (void)state;
+    assert_int_equal(groups_of((const char *const[]){"dp=2", "tp=2", "pp=2", "cp=2", NULL}, 16, g),
+                     2);
+    for (uint32_t d = 0; d < 16; d++)
+        assert_int_equal(g[d], d < 8 ? 0 : 1);
+    assert_int_equal(groups_of((const char *const[]){"dp=2", "tp=2", "pp=2", "cp=2",
+                                                     "order=tp-pp-dp", NULL},
+                               16, g),
+                     2);
+    assert_memory_equal(g, tp_pp_dp, sizeof tp_pp_dp);
+    assert_int_equal(groups_of((const char *const[]){"pp=2", "stages=2x1,1x2", NULL}, 5, g), 2);
+    assert_memory_equal(g, stages, sizeof stages);
+    assert_int_equal(groups_of((const char *const[]){"dp=4", NULL}, 4, g), 1);
+    for (uint32_t d = 0; d < 4; d++)
+        assert_int_equal(g[d], 0);
+}
+
 int
 main(void)
 {
@@ -457,6 +501,7 @@ main(void)
         cmocka_unit_test(test_proto),
         cmocka_unit_test(test_key_pinned),
         cmocka_unit_test(test_rank_order),
+        cmocka_unit_test(test_device_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

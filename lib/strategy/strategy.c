@@ -117,6 +117,32 @@ strategy_stages_alike(const strategy *s)
     return 1;
 }
 
+uint32_t
+strategy_device_groups(const strategy *s, uint32_t ndevice, uint32_t *group)
+{
+    uint32_t pp = s->pp ? s->pp : 1, cp = s->cp ? s->cp : 1;
+    uint64_t rank = 0;
+    for (uint32_t d = 0; d < ndevice; d++)
+        group[d] = UINT32_MAX;
+    for (uint32_t g = 0; g < pp; g++) {
+        uint64_t dp = s->dp ? s->dp : 1, tp = s->tp ? s->tp : 1;
+        if (g < s->nstages) {
+            dp = s->stages[g].dp ? s->stages[g].dp : 1;
+            tp = s->stages[g].tp ? s->stages[g].tp : 1;
+        }
+        for (uint64_t k = 0; k < dp * cp * tp; k++, rank++) {
+            uint64_t dev = rank;
+            if (s->ndevice_order)
+                dev = rank < s->ndevice_order ? s->device_order[rank] : rank;
+            else if (s->order == STRATEGY_ORDER_TP_PP_DP)
+                dev = ((k / tp) * pp + g) * tp + k % tp; /* replica x context k / tp */
+            if (dev < ndevice)
+                group[dev] = g;
+        }
+    }
+    return pp;
+}
+
 static int
 cmp_u32(const void *a, const void *b)
 {

@@ -203,6 +203,16 @@ int strategy_check_values(const strategy *s, di_error *err);
 int strategy_check_stages(const strategy *s, uint32_t pp, di_error *err);
 int strategy_stages_alike(const strategy *s);
 
+/*
+ * The pipeline group (stage) of each device id under s, in the transforms'
+ * rank order (xf_device: tensor rank innermost, then context, then data,
+ * group after group, each of dp x cp x tp ranks or its own degrees; under
+ * STRATEGY_ORDER_TP_PP_DP a replica's groups together; device_order when
+ * given), UINT32_MAX for a device no group uses. group has ndevice
+ * entries. Returns the number of groups (pp, 1 when unset).
+ */
+uint32_t strategy_device_groups(const strategy *s, uint32_t ndevice, uint32_t *group);
+
 /* True when the normalized strategy asks for nothing (simulate the module as given). */
 int strategy_is_trivial(const strategy *s);
 /* Writes "dp=2 tp=2 pp=2 m=8 schedule=1f1b ..." into buf (always terminated). */

@@ -7,9 +7,11 @@
 #     per-device ones, and the stages add up to the devices (devices, compute,
 #     exposed communication, idle time, FLOPs, layers; the largest stage peak
 #     is the result's peak);
+#   - the stages are their own devices under context parallelism and the
+#     tp-pp-dp rank order;
 #   - MFU of GPT-3 175B on 1,024 A100s equals the hand computation
-#     (6 N + 12 l h s) T / (step x 1024 x 312 TFLOP/s) within 0.5%, N by
-#     Megatron-LM's formula;
+#     (72 l h^2 + 12 l h s + 6 V h) T / (step x 1024 x 312 TFLOP/s),
+#     Megatron-LM's model FLOPs;
 #   - --model with the generator's defaults warns about f32, SGD and
 #     unfused element-wise kernels, and does not once --dtype, --optimizer
 #     and --kernels are given.
@@ -58,6 +60,31 @@ assert math.isclose(sum(d["flops"] for d in dev), r["flops"], rel_tol=1e-12)
 assert 0 < r["mfu"] < 1 and 0 < r["hfu"] < 1, r
 assert math.isclose(r["tokens_per_s"], 16 * 32 / r["step_time_s"], rel_tol=1e-12)
 EOF
+
+# The stages' devices as the transforms place the ranks: dp x cp x tp a stage (context between
+# tensor and data), and under tp-pp-dp a replica's stages together (rank ((d cp + k) pp + g) tp
+# + t on device). Until 2026-12-07 the table took dp x tp devices a stage in the default order.
+for opts in "--dp 1 --tp 2 --pp 2 --cp 2:0 1 2 3|4 5 6 7" \
+    "--dp 2 --tp 2 --pp 2 --order tp-pp-dp:0 1 4 5|2 3 6 7"; do
+    # shellcheck disable=SC2086
+    $T "$DISTIR" simulate $SMALL --hw a100-dgx:1 ${opts%%:*} --microbatches 4 --json \
+        >"$TMP/o.json" || fail "simulate ${opts%%:*}"
+    if $PY - "$TMP/o.json" "${opts#*:}" <<'EOF'; then ok "stages of ${opts%%:*}: their own devices"; else fail "stages of ${opts%%:*}"; fi
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+want = [[int(x) for x in g.split()] for g in sys.argv[2].split("|")]
+st, dev = r["stages"], {d["id"]: d for d in r["devices"]}
+assert [s["devices"] for s in st] == [len(g) for g in want], st
+for s, g in zip(st, want):
+    for k in ("compute_s", "exposed_comm_s", "idle_s", "flops"):
+        mean = sum(dev[i][k] for i in g) / len(g)
+        assert math.isclose(s[k], mean, rel_tol=1e-12, abs_tol=1e-15), (k, s, g)
+    assert s["peak_device"] in g and s["peak_memory_bytes"] == max(
+        dev[i]["peak_memory_bytes"] for i in g), (s, g)
+# The two stages differ (the head is on the last), so the check above tells them apart.
+assert st[0]["compute_s"] != st[1]["compute_s"], st
+EOF
+done
 
 # GPT-3 175B, global batch 1,536 of 2,048 tokens, bf16, Adam, 1,024 A100s.
 $T "$DISTIR" simulate --model gpt3-175b --batch 1536 --dtype bf16 --optimizer adam \
