@@ -2055,18 +2055,21 @@ test_time_bound_zero_concat(void **state)
  * 6 of which a backward op reads (the norms' scales and the four GEMMs'
  * weights; not the biases). Over two nodes the 16 ZeRO-3 candidates of
  * test_time_bound_zero_reduce's space are bounded at ZERO3_GATHER_MEAN of
- * their simulated steps on average (0.801 measured, 0.782 before the bucket
- * copies of test_time_bound_zero_concat; without the latency
+ * their simulated steps on average (0.781 measured; 0.801 before the
+ * vocabulary's 13 x 1024 embedding, whose dimension 0 dp does not divide, came
+ * to be sharded along dimension 1, 2026-12-07: its ZeRO-3 gathers lengthen
+ * the steps, and the bound counts the layers' gathers only; 0.782 before the
+ * bucket copies of test_time_bound_zero_concat; without the latency
  * ZERO3_GATHER_BEFORE), none above. Under full recomputation the backward
  * chunk also reads the weights of the forward ops it repeats: all 12; the 32
  * candidates of that space are bounded at ZERO3_GATHER_FULL_MEAN on average
- * (0.789 measured; 0.784 when it repeated only what the backward reads, 11
- * weights; 0.767 before the bucket copies, 0.759 counting only the weights
- * a backward op reads).
+ * (0.755 measured; 0.789 with the embedding whole; 0.784 when it repeated
+ * only what the backward reads, 11 weights; 0.767 before the bucket copies,
+ * 0.759 counting only the weights a backward op reads).
  */
 #define ZERO3_GATHER_MEAN 0.75
 #define ZERO3_GATHER_BEFORE 0.712
-#define ZERO3_GATHER_FULL_MEAN 0.763
+#define ZERO3_GATHER_FULL_MEAN 0.74
 static void
 test_time_bound_zero3_gathers(void **state)
 {

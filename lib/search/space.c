@@ -951,7 +951,8 @@ zero_analysis(search_space *sp, struct search_layer_mem *e, const xform_layer_pa
         /* Per layer (rows of L): bytes, gradient bytes, count, read backward, under full. */
         memset(per, 0, 5 * (size_t)L * sizeof *per);
         for (uint32_t i = 0; i < np; i++)
-            if (p[i].layer < L && p[i].dim0 > 0 && p[i].dim0 % sp->dps[k] == 0) {
+            if (p[i].layer < L && p[i].rank > 0 &&
+                xform_zero_dim(p[i].dims, p[i].rank, p[i].tp_dim, sp->dps[k]) >= 0) {
                 uint64_t *c = per + p[i].layer;
                 c[0] += p[i].bytes;
                 c[L] += p[i].grad_bytes;

@@ -10,8 +10,9 @@
  * all-reduce, both inserted where the optimizer needs the whole gradient.
  *
  * ZeRO (Rajbhandari et al.) splits along dimension 0 on the data axis, when
- * the tensor-parallel shard's dimension 0 divides (and on the context axis
- * too, zero_cp_dim): stage 1 the optimizer
+ * the tensor-parallel shard's dimension 0 divides, else along another
+ * dimension that divides (xform_zero_dim; and on the context axis too,
+ * zero_cp_dim): stage 1 the optimizer
  * state and the update (so the gradient reduction becomes a reduce-scatter
  * and the updated weights are gathered again), stage 2 also the gradients
  * (reduce-scattered per microbatch before accumulation, chunk.c), stage 3
@@ -24,18 +25,37 @@
 
 #include <string.h>
 
-/* Can v be split along dimension 0 on the data axis of group g (its tensor shard's dimension 0)? */
+int
+xform_zero_dim(const int64_t *dims, uint32_t rank, int tp_dim, int64_t n)
+{
+    if (rank == 0 || n <= 0)
+        return -1;
+    if (dims[0] % n == 0)
+        return 0;
+    for (uint32_t k = 1; k < rank; k++)
+        if ((int)k != tp_dim && dims[k] % n == 0)
+            return (int)k;
+    return -1;
+}
+
+/*
+ * The dimension along which ZeRO splits v over the data axis of group g
+ * (xform_zero_dim of its tensor shard), or -1.
+ */
 static int
-zero_divides(const xf_ctx *c, ir_id v, uint32_t g)
+zero_dim(const xf_ctx *c, ir_id v, uint32_t g)
 {
     const ir_module *m = c->m;
-    int64_t d0 = ir_type_dims(m, m->values[v].type)[0];
-    if (c->place[v].a[XF_TP] == 0) {
-        if (d0 % c->gtp[g] != 0)
-            return 0;
-        d0 /= c->gtp[g];
+    const ir_type *t = &m->types[m->values[v].type];
+    int64_t dims[IR_MAX_RANK];
+    int tp = c->place[v].a[XF_TP];
+    memcpy(dims, ir_type_dims(m, m->values[v].type), t->rank * sizeof *dims);
+    if (XF_IS_S(tp)) {
+        if (dims[tp] % c->gtp[g] != 0)
+            return -1;
+        dims[tp] /= c->gtp[g];
     }
-    return d0 % xf_gdata(c, g) == 0;
+    return xform_zero_dim(dims, t->rank, XF_IS_S(tp) ? tp : -1, xf_gdata(c, g));
 }
 
 /*
@@ -108,21 +128,24 @@ annotate_ep(xf_ctx *c)
 
 /*
  * The dimension along which ZeRO also splits v over the context ranks of
- * group g, or -1: one the tensor axis does not split (so that no dimension is
- * split on the tensor, data and context axes together: xform_axis_outer has
- * no order for the three), dimension 1 rather than 0 where both qualify (the
- * data axis splits 0), its extent there divided by the data ranks too.
+ * group g, or -1, the data axis splitting dimension dd: one the tensor axis
+ * does not split (so that no dimension is split on the tensor, data and
+ * context axes together: xform_axis_outer has no order for the three),
+ * dimension 0 or 1 other than dd where one qualifies, else dd with its extent
+ * divided by the data ranks too.
  */
 static int
-zero_cp_dim(const xf_ctx *c, ir_id v, uint32_t g)
+zero_cp_dim(const xf_ctx *c, ir_id v, uint32_t g, int dd)
 {
     const ir_module *m = c->m;
     const ir_type *t = &m->types[m->values[v].type];
     const int64_t *d = ir_type_dims(m, m->values[v].type);
     int64_t cp = c->n[XF_CP];
-    for (int k = t->rank >= 2 ? 1 : 0; k >= 0; k--) {
-        int64_t n = k == 0 ? xf_gdata(c, g) * cp : cp;
-        if (c->place[v].a[XF_TP] != k && d[k] % n == 0)
+    int order[3] = {dd == 1 ? 0 : 1, dd == 1 ? 1 : 0, dd};
+    for (int i = 0; i < 3; i++) {
+        int k = order[i];
+        int64_t n = k == dd ? xf_gdata(c, g) * cp : cp;
+        if ((uint32_t)k < t->rank && c->place[v].a[XF_TP] != k && d[k] % n == 0)
             return k;
     }
     return -1;
@@ -134,6 +157,7 @@ xf_annotate_dp(xf_ctx *c)
     const ir_module *m = c->m;
     const ir_region *fr = &m->regions[c->func];
     uint8_t *cand;
+    int8_t *zd;
     for (uint32_t a = 0; a < fr->narg; a++) {
         ir_id v = fr->args[a];
         if (!(c->vflags[v] & XF_V_DATA))
@@ -167,15 +191,24 @@ xf_annotate_dp(xf_ctx *c)
             cand[v] = 1;
         }
     }
+    /* The dimension each splits along (zero_dim): the same for every group that reads it. */
+    zd = di_xmalloc(m->nvalue ? m->nvalue : 1);
+    memset(zd, -2, m->nvalue ? m->nvalue : 1);
     for (uint32_t i = 0; i < fr->nop; i++) {
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
         for (uint32_t k = 0; k < o->ninput; k++) {
             ir_id v = m->refs[o->inputs + k];
-            if (cand[v] == 1 && !zero_divides(c, v, xf_op_group(c, op)))
-                cand[v] = 2;
+            int d;
+            if (cand[v] != 1)
+                continue;
+            d = zero_dim(c, v, xf_op_group(c, op));
+            zd[v] = zd[v] == -2 || zd[v] == d ? (int8_t)d : -1;
         }
     }
+    for (uint32_t a = 0; a < fr->narg; a++)
+        if (cand[fr->args[a]] == 1 && zd[fr->args[a]] < 0)
+            cand[fr->args[a]] = 2;
     /*
      * Over the context ranks too, as Megatron-LM's distributed optimizer shards
      * over the data-parallel group with context parallelism (zero_cp_dim: the
@@ -195,7 +228,7 @@ xf_annotate_dp(xf_ctx *c)
                 int d;
                 if (cand[v] != 1 || expert[v])
                     continue;
-                d = zero_cp_dim(c, v, xf_op_group(c, op));
+                d = zero_cp_dim(c, v, xf_op_group(c, op), zd[v]);
                 cpd[v] = cpd[v] == -2 || cpd[v] == d ? (int8_t)d : -1;
             }
         }
@@ -210,10 +243,11 @@ xf_annotate_dp(xf_ctx *c)
     /* Over the whole data group: outer x inner under expert parallelism over part of it. */
     for (uint32_t a = 0; a < fr->narg && c->n[XF_DP] > 1; a++)
         if (cand[fr->args[a]] == 1) {
-            c->place[fr->args[a]].a[XF_DP] = 0;
+            c->place[fr->args[a]].a[XF_DP] = zd[fr->args[a]];
             if (c->n[XF_EDP] > 1)
-                c->place[fr->args[a]].a[XF_EDP] = 0;
+                c->place[fr->args[a]].a[XF_EDP] = zd[fr->args[a]];
         }
+    di_free(zd);
     if (c->s.ep > 1 && c->n[XF_EDP] > 1) {
         /*
          * The experts' state over the ranks that hold the same experts (the

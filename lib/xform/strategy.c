@@ -1190,10 +1190,12 @@ layer_params(const xf_ctx *c, const uint8_t *full, xform_layer_param **out, uint
             p->grad_bytes = grad[v];
             p->bwd = bwd[v] & 1;
             p->full = (bwd[v] & 2) != 0;
-            p->dim0 = c->m->types[c->m->values[v].type].rank > 0 &&
-                              xf_local_dims(c, v, &c->place[v], c->n, dims) == 0
-                          ? dims[0]
-                          : 0;
+            p->rank = 0;
+            p->tp_dim = XF_IS_S(c->place[v].a[XF_TP]) ? c->place[v].a[XF_TP] : -1;
+            if (xf_local_dims(c, v, &c->place[v], c->n, dims) == 0) {
+                p->rank = c->m->types[c->m->values[v].type].rank;
+                memcpy(p->dims, dims, p->rank * sizeof *dims);
+            }
         }
     }
     di_free(seen);

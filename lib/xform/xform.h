@@ -153,15 +153,29 @@ typedef struct xform_model_facts {
 int xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err);
 void xform_model_facts_fini(xform_model_facts *f);
 /*
+ * The dimension along which ZeRO splits a tensor over n data ranks, from its
+ * dims per device under tensor parallelism (rank of them; tp_dim the one the
+ * tensor axis splits, -1 if none): 0 when n divides it (inside the tensor
+ * split there, if any), else the first other dimension that n divides and
+ * the tensor axis does not split; -1 when none does (the tensor stays whole
+ * on the data ranks). DeepSpeed and Megatron-LM shard a flat buffer, so any
+ * tensor; a split along a whole dimension is the nearest a placement gets.
+ */
+int xform_zero_dim(const int64_t *dims, uint32_t rank, int tp_dim, int64_t n);
+
+/*
  * A parameter of a layer (xform_layer_facts.params: a weight argument a
  * layer's forward ops read; each once, with the first layer that reads it):
- * its layer index, its bytes per device and its dimension 0 per device (0
- * for a scalar) under the tensor parallelism of the analysis. ZeRO shards a
- * parameter over the data axis when dp divides that dimension 0 (dp.c).
+ * its layer index, its bytes per device and its dims per device (rank 0
+ * for a scalar) under the tensor parallelism of the analysis, tp_dim the
+ * one the tensor axis splits (-1 if none). ZeRO shards a parameter over the
+ * data axis when xform_zero_dim finds a dimension for dp (dp.c).
  */
 typedef struct xform_layer_param {
     uint32_t layer;
-    int64_t dim0;
+    uint32_t rank;
+    int tp_dim;
+    int64_t dims[IR_MAX_RANK];
     uint64_t bytes;
     uint64_t grad_bytes; /* its gradient's as accumulated (grad_min; 0: no update) */
     uint8_t bwd;         /* a backward op reads it (a GEMM's input gradient, a norm's) */
