@@ -151,6 +151,22 @@ test_module_counts(void **state)
     c.rope_dim = 0;
     assert_int_equal(models_llama_build(&c, &m, NULL), DI_EINVAL);
     c.kv_lora = 0;
+    /* --moe-ffn unset: the experts are the dense MLP's size (Mixtral), the same module. */
+    {
+        ir_module *a, *b;
+        di_hash ha, hb;
+        c.moe_ffn = 0;
+        assert_int_equal(models_llama_moe_ffn(&c), c.ffn);
+        assert_int_equal(models_llama_build(&c, &a, NULL), 0);
+        c.moe_ffn = c.ffn;
+        assert_int_equal(models_llama_build(&c, &b, NULL), 0);
+        ir_hash(a, &ha);
+        ir_hash(b, &hb);
+        assert_memory_equal(ha.b, hb.b, sizeof ha.b);
+        ir_module_free(a);
+        ir_module_free(b);
+        c.moe_ffn = 16;
+    }
     /* Bad shapes are refused by name. */
     c.top_k = 9;
     assert_int_equal(models_llama_build(&c, &m, NULL), DI_EINVAL);

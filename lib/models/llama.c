@@ -178,7 +178,7 @@ llama_params(const models_llama *c, int active)
         if (models_llama_is_moe(c, l)) {
             uint64_t e = (uint64_t)(active ? c->top_k : c->experts);
             n += h * (uint64_t)c->experts +
-                 (e + (uint64_t)c->shared_experts) * 3 * h * (uint64_t)c->moe_ffn;
+                 (e + (uint64_t)c->shared_experts) * 3 * h * (uint64_t)models_llama_moe_ffn(c);
         } else {
             n += 3 * h * f;
         }
@@ -190,6 +190,12 @@ uint64_t
 models_llama_parameters(const models_llama *c)
 {
     return llama_params(c, 0);
+}
+
+int64_t
+models_llama_moe_ffn(const models_llama *c)
+{
+    return c->moe_ffn ? c->moe_ffn : c->ffn;
 }
 
 uint64_t
@@ -567,7 +573,7 @@ check_llama(const models_llama *c, di_error *err)
         if (c->top_k < 1 || c->top_k > c->experts)
             return di_error_set(err, DI_EINVAL, "model: --top-k %lld must be 1 to --experts %lld",
                                 (long long)c->top_k, (long long)c->experts);
-        if ((rc = models_check_size("--moe-ffn", c->moe_ffn, err)) != 0)
+        if ((rc = models_check_size("--moe-ffn", models_llama_moe_ffn(c), err)) != 0)
             return rc;
         if (c->shared_experts < 0 || c->shared_experts > 64)
             return di_error_set(err, DI_EINVAL, "model: --shared-experts must be 0 to 64");
@@ -579,7 +585,7 @@ check_llama(const models_llama *c, di_error *err)
                                 "model: --imbalance must be at least 1 and --capacity-factor 0 "
                                 "(none) or positive");
         if ((uint64_t)c->batch * (uint64_t)c->experts * (uint64_t)c->seq >
-            ((uint64_t)1 << 62) / (uint64_t)(c->hidden > c->moe_ffn ? c->hidden : c->moe_ffn))
+            ((uint64_t)1 << 62) / (uint64_t)(c->hidden > models_llama_moe_ffn(c) ? c->hidden : models_llama_moe_ffn(c)))
             return di_error_set(err, DI_EINVAL, "model: batch x experts x seq x hidden overflows");
     }
     if (c->heads / c->kv_heads > 256)
@@ -639,7 +645,7 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
     w = di_xcalloc((size_t)c->layers * L_PER_LAYER, sizeof *w);
     for (uint32_t l = 0; l < c->layers; l++) {
         int is_moe = models_llama_is_moe(c, l);
-        int64_t sf = c->shared_experts * c->moe_ffn;
+        int64_t sf = c->shared_experts * models_llama_moe_ffn(c);
         for (uint32_t j = 0; j < L_PER_LAYER; j++) {
             int64_t wd[3] = {h, h, 0};
             uint32_t rank = 2;
@@ -665,9 +671,9 @@ models_llama_build(const models_llama *c, ir_module **out, di_error *err)
             else if (j == L_S2)
                 wd[0] = sf;
             else if (j == L_E1 || j == L_E3)
-                rank = 3, wd[0] = c->experts, wd[1] = h, wd[2] = c->moe_ffn;
+                rank = 3, wd[0] = c->experts, wd[1] = h, wd[2] = models_llama_moe_ffn(c);
             else if (j == L_E2)
-                rank = 3, wd[0] = c->experts, wd[1] = c->moe_ffn, wd[2] = h;
+                rank = 3, wd[0] = c->experts, wd[1] = models_llama_moe_ffn(c), wd[2] = h;
             else if (j == L_QNORM)
                 rank = 1, wd[0] = c->q_lora;
             else if (j == L_KVNORM)

@@ -113,7 +113,8 @@ typedef struct models_llama {
      * Mixture of experts (experts > 0): layer l is an MoE layer when
      * l >= first_dense and (l - first_dense) % moe_every == 0; its MLP is a
      * router ([h, experts], softmax, top_k, the k gates renormalized), experts
-     * SwiGLU MLPs of moe_ffn units and shared_experts more that every token
+     * SwiGLU MLPs of moe_ffn units (0: ffn, as Mixtral's experts are the dense
+     * MLP's size; models_llama_moe_ffn) and shared_experts more that every token
      * uses (one SwiGLU of shared_experts * moe_ffn units). Tokens go to their
      * experts in slots of `capacity` per expert and sequence (moe.slots):
      * capacity = min(seq, ceil(seq * top_k / experts * f)), f the capacity
@@ -146,6 +147,8 @@ const char *models_llama_preset_name(uint32_t i);
 /* 2 V h + L (2 h + h (h + 2 KV d) + h h + 3 h ffn) + h; an MoE layer's MLP is
  * h E + (E + shared) 3 h moe_ffn. */
 uint64_t models_llama_parameters(const models_llama *c);
+/* An expert's units: moe_ffn, or ffn when it is 0. */
+int64_t models_llama_moe_ffn(const models_llama *c);
 /* The parameters one token uses: an MoE layer counts top_k + shared experts, and its router. */
 uint64_t models_llama_active_parameters(const models_llama *c);
 /* Is layer l an MoE layer; the per-sequence expert capacity. */
