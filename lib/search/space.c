@@ -2124,12 +2124,19 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      * With fused kernels the analyses count what every fused kernel costs at least
      * (XFORM_ANALYSIS_FUSED).
      */
-    if (e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->cp > 1 ||
-        c->ep > 1 || sp->batch <= 0 || c->dp == 0 || c->microbatches == 0 ||
-        sp->hw->noverride > 0 || c->nstages > 0)
+    if (e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->ep > 1 || sp->batch <= 0 ||
+        c->dp == 0 || c->microbatches == 0 || sp->hw->noverride > 0 || c->nstages > 0)
         return 0;
     t = &e->time;
-    if ((split = find_split(e, (uint64_t)c->dp * c->microbatches)) != NULL) {
+    /*
+     * Context parallelism splits every token-wise op's work and bytes over the cp ranks
+     * (the busiest device has at least the average: attention's too, each rank's queries
+     * against the keys they see), so q below counts cp too; its GEMMs are priced
+     * unquantized (a smaller split never quantizes better: split_analyses's are per dp m),
+     * and no data-parallel term counts (gradients reduced and ZeRO sharded over dp x cp,
+     * which the dp groups' analyses do not price).
+     */
+    if (c->cp <= 1 && (split = find_split(e, (uint64_t)c->dp * c->microbatches)) != NULL) {
         /* The GEMMs quantized at this microbatch's shape (split_analyses). */
         lt = *t;
         lt.fwd.gemm_flop_s = split->gemm_flop_s[0];
@@ -2138,7 +2145,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         lt.re[2].gemm_flop_s = split->gemm_flop_s[3];
         t = &lt;
     }
-    q = 1.0 / ((double)c->dp * c->microbatches);
+    q = 1.0 / ((double)c->dp * c->microbatches * (c->cp > 1 ? c->cp : 1));
     w = xform_work_time(&t->fwd, q) + xform_work_time(&t->bwd, q);
     wg = xform_gemm_time(&t->fwd, q) + xform_gemm_time(&t->bwd, q);
     /*
@@ -2184,7 +2191,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     bwork = xform_work_time(&t->bwd, q) + rb;
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
         bwork += xform_work_time(&t->re[r], q) + rre;
-    if (!zero_layer_bytes(sp, c, e, &zg, zb))
+    if (c->cp > 1 || !zero_layer_bytes(sp, c, e, &zg, zb))
         zg = NULL;
     if (c->zero >= 2 && zg != NULL) {
         rs_layer = zb[3] * zg->reduce_scatter;
