@@ -2124,8 +2124,8 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      * With fused kernels the analyses count what every fused kernel costs at least
      * (XFORM_ANALYSIS_FUSED).
      */
-    if (e == NULL || !e->ok || st == NULL || st->nstage == 0 || c->ep > 1 || sp->batch <= 0 ||
-        c->dp == 0 || c->microbatches == 0 || sp->hw->noverride > 0 || c->nstages > 0)
+    if (e == NULL || !e->ok || st == NULL || st->nstage == 0 || sp->batch <= 0 || c->dp == 0 ||
+        c->microbatches == 0 || sp->hw->noverride > 0 || c->nstages > 0)
         return 0;
     t = &e->time;
     /*
@@ -2134,9 +2134,14 @@ search_time_bound(const search_space *sp, const search_candidate *c)
      * against the keys they see), so q below counts cp too; its GEMMs are priced
      * unquantized (a smaller split never quantizes better: split_analyses's are per dp m),
      * and no data-parallel term counts (gradients reduced and ZeRO sharded over dp x cp,
-     * which the dp groups' analyses do not price).
+     * which the dp groups' analyses do not price). Expert parallelism leaves each device
+     * the work it has without (E / ep experts on the tokens of ep data ranks, at the same
+     * capacity, where each rank had every expert on its own tokens), in GEMMs of other
+     * shapes, so unquantized too; the experts' gradients are reduced over dp / ep ranks
+     * and their state sharded so: no data-parallel term either.
      */
-    if (c->cp <= 1 && (split = find_split(e, (uint64_t)c->dp * c->microbatches)) != NULL) {
+    if (c->cp <= 1 && c->ep <= 1 &&
+        (split = find_split(e, (uint64_t)c->dp * c->microbatches)) != NULL) {
         /* The GEMMs quantized at this microbatch's shape (split_analyses). */
         lt = *t;
         lt.fwd.gemm_flop_s = split->gemm_flop_s[0];
@@ -2177,8 +2182,12 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     w += red;
     for (int k = 0; k < 4; k++)
         edge[k] = xform_work_time(&t->edge[k], q);
-    /* Without ZeRO and under ZeRO-1 each later microbatch adds its gradients into the buffers. */
-    acc = c->zero <= 1 && c->microbatches >= 2 ? e->accumulate_s : 0;
+    /*
+     * Without ZeRO and under ZeRO-1 each later microbatch adds its gradients into the
+     * buffers; under expert parallelism a device adds only its experts' (a share the
+     * analysis at ep 1 does not separate), so none counts.
+     */
+    acc = c->zero <= 1 && c->microbatches >= 2 && c->ep <= 1 ? e->accumulate_s : 0;
     if (c->pp > 1) {
         /* The same terms split by pass, for the bubble (pipe_bound). */
         double fw = xform_work_time(&t->fwd, q) + rf, fc = xform_gemm_time(&t->fwd, q) + rf;
@@ -2191,7 +2200,7 @@ search_time_bound(const search_space *sp, const search_candidate *c)
     bwork = xform_work_time(&t->bwd, q) + rb;
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
         bwork += xform_work_time(&t->re[r], q) + rre;
-    if (c->cp > 1 || !zero_layer_bytes(sp, c, e, &zg, zb))
+    if (c->cp > 1 || c->ep > 1 || !zero_layer_bytes(sp, c, e, &zg, zb))
         zg = NULL;
     if (c->zero >= 2 && zg != NULL) {
         rs_layer = zb[3] * zg->reduce_scatter;
