@@ -128,8 +128,8 @@ model_presets(void)
         if (c.experts)
             printf("%-11s experts %lld of ffn %lld, top %lld, %lld shared, MoE from layer %u: "
                    "%.4g B active\n",
-                   "", (long long)c.experts, (long long)models_llama_moe_ffn(&c), (long long)c.top_k,
-                   (long long)c.shared_experts, c.first_dense,
+                   "", (long long)c.experts, (long long)models_llama_moe_ffn(&c),
+                   (long long)c.top_k, (long long)c.shared_experts, c.first_dense,
                    (double)models_llama_active_parameters(&c) / 1e9);
     }
     return CLI_OK;

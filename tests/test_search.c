@@ -1746,11 +1746,14 @@ test_memory_bound_tight(void **state)
  * Every candidate of m's space under cfg on hw simulated in full against
  * its time bound (memory 0) or memory bound (1): none above; returns the
  * mean ratio after printing it with the least, over at least `min` simulated.
+ * bound_ratio_axis: only the candidates with cp > 1 (axis 0) or ep > 1 (1);
+ * -1 every one.
  */
 static double bound_ratio_least; /* the least ratio of the last bound_ratio */
 
 static double
-bound_ratio(ir_module *m, hw_model *hw, const search_config *cfg, int memory, uint32_t min)
+bound_ratio_axis(ir_module *m, hw_model *hw, const search_config *cfg, int memory, uint32_t min,
+                 int axis)
 {
     search_space sp;
     search_evaluator ev;
@@ -1762,6 +1765,8 @@ bound_ratio(ir_module *m, hw_model *hw, const search_config *cfg, int memory, ui
         const search_candidate *c = &sp.candidates[i];
         search_point p;
         double bound, sim, r;
+        if ((axis == 0 && c->cp <= 1) || (axis == 1 && c->ep <= 1))
+            continue;
         search_eval_full(&ev, c, &p);
         if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
             continue;
@@ -1787,6 +1792,12 @@ bound_ratio(ir_module *m, hw_model *hw, const search_config *cfg, int memory, ui
     hw_free(hw);
     ir_module_free(m);
     return sum / n;
+}
+
+static double
+bound_ratio(ir_module *m, hw_model *hw, const search_config *cfg, int memory, uint32_t min)
+{
+    return bound_ratio_axis(m, hw, cfg, memory, min, -1);
 }
 
 /*
@@ -1991,52 +2002,13 @@ test_bounds_fused(void **state)
  */
 #define CP_BOUND_MEAN 0.4
 
-/*
- * search_eval_full of every candidate of m's space under cfg on hw with cp > 1
- * (axis 0) or ep > 1 (axis 1): none bounded above its simulated step; returns the
- * mean bound / step (and at least 8 such candidates).
- */
+/* bound_ratio_axis of m's time bounds with cp > 1 (axis 0) or ep > 1 (1), named. */
 static double
 axis_bound_mean(ir_module *m, const char *hwname, const search_config *cfg, int axis,
                 const char *what)
 {
-    hw_model *hw = preset(hwname);
-    search_space sp;
-    search_evaluator ev;
-    double sum = 0, least = 2;
-    uint32_t n = 0;
-    space_ok(&sp, m, hw, cfg);
-    search_evaluator_init(&ev, &sp);
-    for (uint64_t k = 0; k < sp.ncandidate; k++) {
-        const search_candidate *c = &sp.candidates[k];
-        search_point p;
-        double bound, r;
-        if ((axis == 0 ? c->cp : c->ep) <= 1)
-            continue;
-        search_eval_full(&ev, c, &p);
-        if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
-            continue;
-        bound = search_time_bound(&sp, c);
-        r = bound / p.step_time_s;
-        if (r > 1) {
-            char name[256];
-            search_candidate_format(c, name, sizeof name);
-            fail_msg("time bound %.9g above the simulated %.9g of %s", bound, p.step_time_s,
-                     name);
-        }
-        least = r < least ? r : least;
-        sum += r;
-        n++;
-    }
-    print_message("%s, %s: %u %s candidates, time bound %.3f of the step on average, %.3f at "
-                  "least\n",
-                  hwname, what, n, axis == 0 ? "cp" : "ep", n ? sum / n : 0, least);
-    assert_true(n >= 8);
-    search_evaluator_fini(&ev);
-    search_space_fini(&sp);
-    hw_free(hw);
-    ir_module_free(m);
-    return sum / n;
+    print_message("%s, %s, %s > 1:\n", hwname, what, axis == 0 ? "cp" : "ep");
+    return bound_ratio_axis(m, preset(hwname), cfg, 0, 8, axis);
 }
 
 static void

@@ -584,8 +584,9 @@ check_llama(const models_llama *c, di_error *err)
             return di_error_set(err, DI_EINVAL,
                                 "model: --imbalance must be at least 1 and --capacity-factor 0 "
                                 "(none) or positive");
+        int64_t wide = c->hidden > models_llama_moe_ffn(c) ? c->hidden : models_llama_moe_ffn(c);
         if ((uint64_t)c->batch * (uint64_t)c->experts * (uint64_t)c->seq >
-            ((uint64_t)1 << 62) / (uint64_t)(c->hidden > models_llama_moe_ffn(c) ? c->hidden : models_llama_moe_ffn(c)))
+            ((uint64_t)1 << 62) / (uint64_t)wide)
             return di_error_set(err, DI_EINVAL, "model: batch x experts x seq x hidden overflows");
     }
     if (c->heads / c->kv_heads > 256)

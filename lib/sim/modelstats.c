@@ -9,9 +9,8 @@
  * the top_k of E a token uses; an embedding table only looked up, biases and
  * norm scales cost no matmul and do not count) plus attention, the matmuls
  * between two activations (QK^T and AV), counted three times their forward
- * FLOPs. The
- * attention term comes from the module, not from a formula: a forward
- * MatMul whose operands both derive from no parameter. Recomputation and
+ * FLOPs. The attention term comes from the module, not from a formula: a
+ * forward MatMul whose operands both derive from no parameter. Recomputation and
  * work replicated by the strategy do not count (that is HFU's business).
  */
 #include "sim/sim.h"
@@ -135,9 +134,11 @@ sim_model_stats_of(const ir_module *m, sim_model_stats *out)
         out->active_parameters = out->parameters - (uint64_t)(inactive + 0.5);
         for (uint32_t a = 0; a < f->narg; a++)
             if (matmul[a])
-                out->matmul_parameters +=
-                    (uint64_t)ir_type_numel(m, m->values[f->args[a]].type);
-        out->matmul_parameters -= (uint64_t)(inactive + 0.5);
+                out->matmul_parameters += (uint64_t)ir_type_numel(m, m->values[f->args[a]].type);
+        /* The inactive experts' share: of weights a MatMul reads, so counted above. */
+        out->matmul_parameters -= out->matmul_parameters > (uint64_t)(inactive + 0.5)
+                                      ? (uint64_t)(inactive + 0.5)
+                                      : out->matmul_parameters;
     }
     di_free(matmul);
     di_free(root);
