@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-39"
+#define SEARCH_VERSION "distir-search-40"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -660,12 +660,10 @@ void search_evaluator_fini(search_evaluator *ev);
 int search_eval(search_evaluator *ev, const search_candidate *c, search_point *out);
 /*
  * Whether c simulates exactly as an earlier candidate of the space, its
- * twin (into *twin, whose index is unset): with one microbatch, 1F1B runs
- * GPipe's order, and without overlap ZeRO-2's reduce-scatter of the
- * gradients is ZeRO-1's (there is one reduction either way; with overlap the
- * buckets differ); with several, ZeRO-2/3 with overlap is ZeRO-2/3 without
- * (each microbatch's gradients are reduce-scattered as they are made either
- * way). Only when the twin's schedule, ZeRO stage and overlap are allowed,
+ * twin (into *twin, whose index is unset): ZeRO-2/3 with overlap is
+ * ZeRO-2/3 without (each microbatch's gradients are reduce-scattered as they
+ * are made either way), and with one microbatch 1F1B runs GPipe's order.
+ * Only when the twin's schedule, ZeRO stage and overlap are allowed,
  * so the twin is in the space. The tests check every pruned duplicate's full
  * simulation against its twin's.
  */

@@ -2560,23 +2560,21 @@ int
 search_twin(const search_space *sp, const search_candidate *c, search_candidate *twin)
 {
     *twin = *c;
-    if (c->microbatches != 1) {
-        /*
-         * ZeRO-2/3 reduce-scatter each microbatch's gradients as the backward
-         * makes them whether or not the reduction overlaps (chunk.c): with
-         * several microbatches overlap_grad_reduce changes nothing.
-         */
-        if (c->zero >= 2 && c->overlap && in_mask(sp->cfg.overlap, 0)) {
-            twin->overlap = 0;
-            return 1;
-        }
-        return 0;
+    /*
+     * ZeRO-2/3 reduce-scatter each microbatch's gradients as the backward makes
+     * them whether or not the reduction overlaps (chunk.c, pipeline.c): overlap_grad_reduce
+     * changes nothing. (Until SEARCH_VERSION distir-search-40 one microbatch without
+     * overlap reduced after the backward pass, ZeRO-1's twin under ZeRO-2.)
+     */
+    if (c->zero >= 2 && c->overlap && in_mask(sp->cfg.overlap, 0)) {
+        twin->overlap = 0;
+        return 1;
     }
+    if (c->microbatches != 1)
+        return 0;
     if (c->schedule == STRATEGY_SCHEDULE_1F1B &&
         in_mask(sp->cfg.schedules, STRATEGY_SCHEDULE_GPIPE))
         twin->schedule = STRATEGY_SCHEDULE_GPIPE;
-    else if (c->zero == 2 && !c->overlap && in_mask(sp->cfg.zeros, 1))
-        twin->zero = 1;
     else
         return 0;
     return 1;

@@ -316,11 +316,15 @@ build_programs(pl *P)
              * A gradient contribution the step program reads: accumulated across
              * microbatches, or, with one microbatch and overlap_grad_reduce, a
              * data-parallel partial sum that the backward chunk reduces by
-             * buckets as it goes (PyTorch DDP without gradient accumulation).
+             * buckets as it goes (PyTorch DDP without gradient accumulation);
+             * under ZeRO-2/3 always, as FSDP and DeepSpeed reduce-scatter each
+             * module's or bucket's gradients during the backward pass whether
+             * or not the reduction overlaps it, so the whole gradient is never
+             * held.
              */
             if (p->kind == PROG_S && h->kind != PROG_S &&
                 (c->place[v].a[XF_MB] == XF_P ||
-                 (c->n[XF_MB] == 1 && c->s.overlap_grad_reduce &&
+                 (c->n[XF_MB] == 1 && (c->s.overlap_grad_reduce || c->s.zero >= 2) &&
                   (c->place[v].a[XF_DP] == XF_P || c->place[v].a[XF_EDP] == XF_P)))) {
                 if (!P->isleaf[v]) {
                     P->isleaf[v] = 1;
