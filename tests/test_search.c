@@ -521,6 +521,33 @@ llama(uint32_t layers, int64_t hidden, int64_t heads, int64_t kv, int64_t seq, i
     return m;
 }
 
+/* A 4-layer bf16 Llama with Adam: 8 heads, 4 key/value heads, ffn 2 hidden, vocabulary 64. */
+static void
+llama_conf(models_llama *c, int64_t hidden, int64_t seq, int64_t batch)
+{
+    models_llama_init(c);
+    c->layers = 4;
+    c->hidden = hidden;
+    c->heads = 8;
+    c->kv_heads = 4;
+    c->ffn = 2 * hidden;
+    c->seq = seq;
+    c->vocab = 64;
+    c->batch = batch;
+    c->dtype = IR_BF16;
+    c->train.optimizer = XFORM_OPTIM_ADAM;
+}
+
+static ir_module *
+llama_of(const models_llama *c)
+{
+    ir_module *m = NULL;
+    di_error err;
+    if (models_llama_build(c, &m, &err) != 0)
+        fail_msg("llama: %s", err.msg);
+    return m;
+}
+
 /* A small mixture of experts (bf16, Adam): a dense layer, then 3 MoE layers of 4 experts, top 2. */
 static ir_module *
 moe_llama(void)
@@ -2022,23 +2049,12 @@ test_time_bound_cp(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         models_llama lc;
-        ir_module *m = NULL;
+        ir_module *m;
         search_config cfg;
         di_error err;
-        models_llama_init(&lc);
-        lc.layers = 4;
-        lc.hidden = 256;
-        lc.heads = 8;
-        lc.kv_heads = 4;
-        lc.ffn = 512;
-        lc.seq = 1024;
-        lc.vocab = 64;
-        lc.batch = 8;
-        lc.dtype = IR_BF16;
+        llama_conf(&lc, 256, 1024, 8);
         lc.fused_attention = cases[i].fused;
-        lc.train.optimizer = XFORM_OPTIM_ADAM;
-        if (models_llama_build(&lc, &m, &err) != 0)
-            fail_msg("llama: %s", err.msg);
+        m = llama_of(&lc);
         small_config(&cfg, cases[i].devices);
         assert_int_equal(search_config_set(&cfg, "cp", "1,2,4", &err), 0);
         assert_int_equal(search_config_set(&cfg, "zero", "0,1,3", &err), 0);
@@ -2087,41 +2103,19 @@ test_time_bound_ep(void **state)
              * Large experts, few tokens: the gradients' accumulation over the
              * microbatches weighs (each device adds its experts' only).
              */
-            models_llama_init(&lc);
-            lc.layers = 4;
-            lc.hidden = 1024;
-            lc.heads = 8;
-            lc.kv_heads = 4;
-            lc.ffn = 2048;
+            llama_conf(&lc, 1024, 64, 64);
             lc.experts = 8;
             lc.top_k = 1;
             lc.moe_ffn = 4096;
-            lc.seq = 64;
-            lc.vocab = 64;
-            lc.batch = 64;
-            lc.dtype = IR_BF16;
-            lc.train.optimizer = XFORM_OPTIM_ADAM;
-            if (models_llama_build(&lc, &m, &err) != 0)
-                fail_msg("moe: %s", err.msg);
+            m = llama_of(&lc);
         } else {
-            models_llama_init(&lc);
-            lc.layers = 4;
-            lc.hidden = 256;
-            lc.heads = 8;
-            lc.kv_heads = 4;
-            lc.ffn = 512;
+            llama_conf(&lc, 256, 256, 16);
             lc.experts = 8;
             lc.top_k = 2;
             lc.moe_ffn = 256;
             lc.shared_experts = 1;
-            lc.seq = 256;
-            lc.vocab = 64;
-            lc.batch = 16;
-            lc.dtype = IR_BF16;
             lc.fused_attention = 1;
-            lc.train.optimizer = XFORM_OPTIM_ADAM;
-            if (models_llama_build(&lc, &m, &err) != 0)
-                fail_msg("moe: %s", err.msg);
+            m = llama_of(&lc);
         }
         small_config(&cfg, cases[i].devices);
         assert_int_equal(search_config_set(&cfg, "zero", "0,1,3", &err), 0);
