@@ -131,16 +131,22 @@ strategy_device_groups(const strategy *s, uint32_t ndevice, uint32_t *group)
             tp = s->stages[g].tp ? s->stages[g].tp : 1;
         }
         for (uint64_t k = 0; k < dp * cp * tp; k++, rank++) {
-            uint64_t dev = rank;
-            if (s->ndevice_order)
-                dev = rank < s->ndevice_order ? s->device_order[rank] : rank;
-            else if (s->order == STRATEGY_ORDER_TP_PP_DP)
-                dev = ((k / tp) * pp + g) * tp + k % tp; /* replica x context k / tp */
+            uint64_t dev = strategy_rank_device(s, rank, g, k, tp);
             if (dev < ndevice)
                 group[dev] = g;
         }
     }
     return pp;
+}
+
+uint64_t
+strategy_rank_device(const strategy *s, uint64_t rank, uint32_t g, uint64_t inner, uint64_t tp)
+{
+    if (s->ndevice_order)
+        return rank < s->ndevice_order ? s->device_order[rank] : rank;
+    if (s->order == STRATEGY_ORDER_TP_PP_DP) /* a replica's stages together */
+        return ((inner / tp) * (s->pp ? s->pp : 1) + g) * tp + inner % tp;
+    return rank;
 }
 
 static int

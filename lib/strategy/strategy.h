@@ -212,6 +212,15 @@ int strategy_stages_alike(const strategy *s);
  * entries. Returns the number of groups (pp, 1 when unset).
  */
 uint32_t strategy_device_groups(const strategy *s, uint32_t ndevice, uint32_t *group);
+/*
+ * The device of a rank: the inner-th of pipeline group g's ranks (data x
+ * context x tensor, tp tensor ranks innermost), rank the ranks before it in
+ * group order: device_order[rank] when given, else under
+ * STRATEGY_ORDER_TP_PP_DP ((inner / tp) pp + g) tp + inner % tp, else rank.
+ * The one rank order of the transforms (xf_device) and strategy_device_groups.
+ */
+uint64_t strategy_rank_device(const strategy *s, uint64_t rank, uint32_t g, uint64_t inner,
+                              uint64_t tp);
 
 /* True when the normalized strategy asks for nothing (simulate the module as given). */
 int strategy_is_trivial(const strategy *s);

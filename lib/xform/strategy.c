@@ -45,13 +45,10 @@ xf_op_str(const ir_module *m, ir_id op, const char *key)
 int32_t
 xf_device(const xf_ctx *c, uint32_t group, uint32_t d, uint32_t k, uint32_t t)
 {
-    uint32_t r = c->goff[group] + (d * c->n[XF_CP] + k) * c->gtp[group] + t; /* d: outer x inner */
-    if (c->s.ndevice_order)
-        return (int32_t)c->s.device_order[r];
-    /* A replica's stages together (every stage has the same degrees: strategy_normalize). */
-    if (c->s.order == STRATEGY_ORDER_TP_PP_DP)
-        return (int32_t)(((d * c->n[XF_CP] + k) * c->pp + group) * c->gtp[group] + t);
-    return (int32_t)r;
+    /* d: outer x inner; under tp-pp-dp every stage has the same degrees (strategy_normalize). */
+    uint32_t inner = (d * c->n[XF_CP] + k) * c->gtp[group] + t;
+    return (int32_t)strategy_rank_device(&c->s, c->goff[group] + inner, group, inner,
+                                         c->gtp[group]);
 }
 
 /* True when the entry function computes only a forward pass (no gradient or optimizer op). */
