@@ -678,6 +678,61 @@ test_stash_memory(void **state)
     ir_module_free(m);
 }
 
+/*
+ * A tied embedding on a pipeline is held by both ends, as Megatron-LM's last
+ * stage keeps the output layer's copy of the word embeddings with its own
+ * master weights and Adam moments. GPT of 2 layers (hidden 64, vocabulary 64,
+ * sequence 64), bf16 with Adam on f32 master weights, pp 2: a layer has 12 h^2
+ * + 13 h = 49,984 parameters; stage 0 holds layer 0, the token embedding (V h
+ * = 4,096) and the position embedding (s h = 4,096); stage 1 layer 1 and
+ * the copy of the token embedding (4,096; the final layer norm has no
+ * parameters). Optimizer state is 12 bytes a parameter (master, two
+ * moments), weights 2, plus the scalar constants that the simulator counts as
+ * weights (at most 2 KiB here). With tp 2 the vocabulary splits: each rank
+ * holds half of either copy and of the layer's matrices (12 h^2 / 2 + 7 h / 2
+ * + 6 h: the column-parallel biases split, the row-parallel biases and the
+ * layer norms do not). Until SIM_VERSION distir-sim-30 stage 1 held neither
+ * optimizer state nor weights for the copy (its 16-bit weight counted as an
+ * activation).
+ */
+static void
+test_tied_copy_state(void **state)
+{
+    ir_module *m = gpt_mixed(2);
+    hw_model *hw = preset("a100-dgx");
+    strategy s;
+    (void)state;
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.microbatches = 2;
+    s.schedule = STRATEGY_SCHEDULE_1F1B;
+    for (uint32_t tp = 1; tp <= 2; tp++) {
+        const uint64_t layer = tp == 1 ? 12 * H * H + 13 * H : 12 * H * H / 2 + 7 * H / 2 + 6 * H;
+        const uint64_t stage0 = layer + V * H / tp + S * H, stage1 = layer + V * H / tp;
+        sim_result *r;
+        s.tp = tp;
+        r = simulate_strategy(m, &s, hw);
+        assert_int_equal(r->ndevice, 2 * tp);
+        for (uint32_t t = 0; t < tp; t++) {
+            uint64_t first[SIM_NMEMCLASS], last[SIM_NMEMCLASS];
+            class_max_on(r, t, first);
+            class_max_on(r, tp + t, last);
+            fprintf(stderr, "tp %u rank %u: stage 0 %llu / %llu bytes, stage 1 %llu / %llu\n", tp,
+                    t, (unsigned long long)first[SIM_MEM_WEIGHTS],
+                    (unsigned long long)first[SIM_MEM_OPTIMIZER],
+                    (unsigned long long)last[SIM_MEM_WEIGHTS],
+                    (unsigned long long)last[SIM_MEM_OPTIMIZER]);
+            assert_int_equal(first[SIM_MEM_OPTIMIZER], 12 * stage0);
+            assert_int_equal(last[SIM_MEM_OPTIMIZER], 12 * stage1);
+            assert_in_range(first[SIM_MEM_WEIGHTS], 2 * stage0, 2 * stage0 + 2048);
+            assert_in_range(last[SIM_MEM_WEIGHTS], 2 * stage1, 2 * stage1 + 2048);
+        }
+        sim_result_free(r);
+    }
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 int
 main(void)
 {
@@ -695,6 +750,7 @@ main(void)
         cmocka_unit_test(test_zero_transient_grads),
         cmocka_unit_test(test_zero_shard_added_early),
         cmocka_unit_test(test_stash_memory),
+        cmocka_unit_test(test_tied_copy_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

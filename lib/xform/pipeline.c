@@ -154,6 +154,87 @@ add_need(pl *P, ir_id v, uint32_t g, int step)
     P->needhead[v] = P->nneed;
 }
 
+/*
+ * A weight that chunks of several groups read (a tied embedding: the first
+ * stage's lookup and the last stage's logits) is held by each of them, as
+ * Megatron-LM's last stage holds the output layer's copy of the word
+ * embeddings: each copy has its own optimizer state and its own update, from
+ * the combined gradient (which Megatron-LM all-reduces over the first and
+ * last stages; here the group that combines the contributions sends the sum
+ * to the others). So the update of such a weight also runs in the step
+ * program of every other group that reads it; its results there are that
+ * group's copy, which the module does not return.
+ */
+static void
+mirror_shared_updates(pl *P)
+{
+    xf_ctx *c = P->c;
+    const ir_module *m = c->m;
+    uint32_t nv = m->nvalue ? m->nvalue : 1, n = 0, cap = 0;
+    uint32_t *first = di_xcalloc(nv, sizeof *first); /* 1 + the first group reading it */
+    uint32_t *last = di_xcalloc(nv, sizeof *last);   /* 1 + the last other group recorded */
+    uint32_t *head = di_xcalloc(nv, sizeof *head);   /* 1 + its first other group's entry */
+    struct xg {
+        uint32_t g, next;
+    } *x = NULL;
+    for (uint32_t g = 0; g < c->pp; g++)
+        for (uint32_t k = g; k < c->K; k += c->pp)
+            for (int kind = PROG_F; kind <= PROG_B; kind++) {
+                const prog *p = prog_of(P, kind, k);
+                for (uint32_t j = 0; j < p->ops.n; j++) {
+                    const ir_op *o = &m->ops[p->ops.v[j]];
+                    for (uint32_t q = 0; q < o->ninput; q++) {
+                        ir_id v = m->refs[o->inputs + q];
+                        if (m->values[v].def != 0 || (c->vflags[v] & (XF_V_DATA | XF_V_CONST)))
+                            continue;
+                        if (first[v] == 0)
+                            first[v] = g + 1;
+                        if (first[v] == g + 1 || last[v] == g + 1)
+                            continue;
+                        last[v] = g + 1;
+                        DI_GROW(&x, &cap, n + 1);
+                        x[n].g = g;
+                        x[n].next = 0;
+                        /* Appended in group order: walk to the end of v's list. */
+                        if (head[v] == 0) {
+                            head[v] = n + 1;
+                        } else {
+                            uint32_t e = head[v] - 1;
+                            while (x[e].next)
+                                e = x[e].next - 1;
+                            x[e].next = n + 1;
+                        }
+                        n++;
+                    }
+                }
+            }
+    for (uint32_t g = 0; g < c->pp && n > 0; g++) {
+        prog *s = prog_of(P, PROG_S, g);
+        uint32_t nops = s->ops.n;
+        for (uint32_t j = 0; j < nops; j++) {
+            ir_id op = s->ops.v[j];
+            const ir_op *o = &m->ops[op];
+            ir_id w;
+            if (!(ir_opkind_info(o->kind)->flags & IR_OPF_OPTIM) || o->ninput < 1 ||
+                P->home[op] != (int32_t)(s - P->prog)) /* mirrored here */
+                continue;
+            w = m->refs[o->inputs];
+            if (m->values[w].def != 0)
+                continue;
+            /* The groups reading w: the first, then the others. */
+            if (first[w] != 0 && first[w] - 1 != g)
+                idl_push(&prog_of(P, PROG_S, first[w] - 1)->ops, op);
+            for (uint32_t e = head[w]; e != 0; e = x[e - 1].next)
+                if (x[e - 1].g != g)
+                    idl_push(&prog_of(P, PROG_S, x[e - 1].g)->ops, op);
+        }
+    }
+    di_free(x);
+    di_free(head);
+    di_free(last);
+    di_free(first);
+}
+
 static int
 build_programs(pl *P)
 {
@@ -230,6 +311,7 @@ build_programs(pl *P)
         P->home[op] = (int32_t)(p - P->prog);
         idl_push(&p->ops, op);
     }
+    mirror_shared_updates(P);
 
     /* Recomputation (recompute.c): the backward chunk also runs forward ops of its stage. */
     if (c->s.recompute != STRATEGY_RECOMPUTE_NONE) {

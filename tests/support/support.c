@@ -84,7 +84,13 @@ simulate_strategy(const ir_module *m, const strategy *s, const hw_model *hw)
 void
 class_max(const sim_result *r, uint64_t *mx)
 {
-    const sim_device_result *d = &r->devices[0];
+    class_max_on(r, 0, mx);
+}
+
+void
+class_max_on(const sim_result *r, uint32_t device, uint64_t *mx)
+{
+    const sim_device_result *d = &r->devices[device];
     memset(mx, 0, SIM_NMEMCLASS * sizeof *mx);
     for (uint32_t i = 0; i < d->ntimeline; i++)
         for (int k = 0; k < SIM_NMEMCLASS; k++)

@@ -38,5 +38,7 @@ sim_result *simulate_strategy(const ir_module *m, const strategy *s, const hw_mo
 
 /* The largest live bytes of each memory class on device 0 over the step (mx[SIM_NMEMCLASS]). */
 void class_max(const sim_result *r, uint64_t *mx);
+/* The same on the given device. */
+void class_max_on(const sim_result *r, uint32_t device, uint64_t *mx);
 
 #endif
