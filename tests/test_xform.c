@@ -289,6 +289,20 @@ test_validate_messages(void **state)
     xform_strategy_init(&s);
     s.tp = 8;
     expect_reject(g, &s, NULL, "tp=8 does not divide the 12 heads");
+    {
+        /*
+         * Grouped-query attention (4 query heads, 2 key/value heads): tp 4
+         * divides the query heads, not the key/value ones (Megatron-LM refuses
+         * it; until 2026-12-07 the transforms split a head's dimension).
+         */
+        ir_module *gqa = llama(4, 2);
+        xform_strategy_init(&s);
+        s.tp = 2;
+        assert_int_equal(xform_validate(gqa, &s, NULL, &err), 0);
+        s.tp = 4;
+        expect_reject(gqa, &s, NULL, "tp=4 does not divide the 2 key/value heads");
+        ir_module_free(gqa);
+    }
     xform_strategy_init(&s);
     s.dp = 2;
     s.microbatches = 2;

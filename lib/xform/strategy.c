@@ -326,10 +326,35 @@ validate_tp(xf_ctx *c, uint32_t g)
                                 xf_stage_prefix(c, g, pre, sizeof pre), tp, (long long)hidden);
     }
     if (heads) {
+        const ir_region *r = &m->regions[c->func];
         int64_t a = ir_type_dims(m, m->values[m->ops[heads].outputs].type)[2];
         if (a % tp != 0)
             return di_error_set(c->err, DI_ESTRATEGY, "%stp=%u does not divide the %lld heads",
                                 xf_stage_prefix(c, g, pre, sizeof pre), tp, (long long)a);
+        /*
+         * Grouped-query attention: the key/value heads split too (Megatron-LM
+         * and torchtitan give each rank whole key/value heads and refuse a tp
+         * that does not divide them). Every [b, s, heads, d] view of a
+         * column-parallel projection: the query's, the keys' and values' (not
+         * a replicated one, such as MLA's one rotary key all heads share).
+         */
+        for (uint32_t i = 0; i < r->nop; i++) {
+            ir_id o = r->ops[i], in, d;
+            int64_t k;
+            if (m->ops[o].kind != IR_OP_RESHAPE || c->op[o].tp != XF_TP_HEADS ||
+                c->op[o].phase != XF_PH_FORWARD || m->ops[o].ninput < 1 ||
+                m->types[m->values[m->ops[o].outputs].type].rank != 4)
+                continue;
+            in = ir_op_input(m, o, 0);
+            d = m->values[in].def;
+            if (m->types[m->values[in].type].rank != 3 || d == 0 || c->op[d].tp != XF_TP_COLUMN)
+                continue;
+            k = ir_type_dims(m, m->values[m->ops[o].outputs].type)[2];
+            if (k % tp != 0)
+                return di_error_set(c->err, DI_ESTRATEGY,
+                                    "%stp=%u does not divide the %lld key/value heads",
+                                    xf_stage_prefix(c, g, pre, sizeof pre), tp, (long long)k);
+        }
     }
     if (c->s.sequence_parallel) {
         const ir_region *r = &m->regions[c->func];
