@@ -2103,6 +2103,36 @@ search_time_bound_refused(const search_space *sp, const search_candidate *c)
            (st == NULL ? (uint64_t)c->pp * virtual_of(c) > 1 : st->nstage == 0);
 }
 
+/*
+ * Ring attention under context parallelism (xform_layer_time.ring_bytes): on
+ * each layer and microbatch of group 0 (N layers) the ring shifts every block
+ * of keys and values cp - 1 times forward and again backward, and their
+ * gradients cp times (lower.c), one dist.shift per tensor. All of them run on
+ * the context group's communicator, whose stream runs one collective at a
+ * time (sched.c, run_group), each at least its latency terms plus its slope
+ * times its block, a (dp m cp)-th of the whole batch's (sim_collective_latency
+ * and _slope over the group: 0 where a measured table prices it). Device 0's
+ * context group: the ranks tp apart, tp pp apart under tp-pp-dp
+ * (strategy_rank_device).
+ */
+static double
+ring_bound(const search_space *sp, const search_candidate *c, const xform_layer_time *t,
+           uint32_t N)
+{
+    uint32_t cp = c->cp, stride;
+    double q, lat, slope, per;
+    if (cp <= 1 || t->ring_count[0] <= 0)
+        return 0;
+    stride = c->tp * (c->order == STRATEGY_ORDER_TP_PP_DP ? c->pp : 1);
+    lat = group_latency(sp->hw, IR_OP_SHIFT, cp, stride);
+    slope = group_slope(sp->hw, IR_OP_SHIFT, cp, stride);
+    q = 1.0 / ((double)c->dp * c->microbatches * cp);
+    per = (cp - 1) * (t->ring_count[0] * lat + slope * q * t->ring_bytes[0]) +
+          (cp - 1) * (t->ring_count[1] * lat + slope * q * t->ring_bytes[1]) +
+          cp * (t->ring_count[2] * lat + slope * q * t->ring_bytes[2]);
+    return (double)c->microbatches * N * per;
+}
+
 double
 search_time_bound(const search_space *sp, const search_candidate *c)
 {
@@ -2263,8 +2293,10 @@ search_time_bound(const search_space *sp, const search_candidate *c)
              * work) and the pipeline's bound (pipe_bound: its last backward chunk), so
              * bound is now at most when its compute stream runs its step program.
              */
+            double ring = ring_bound(sp, c, t, N);
             bound += N * zs;
             bound = comm > bound ? comm : bound;
+            bound = ring > bound ? ring : bound;
         } else if (zs > 0 && zs_aligned) {
             /*
              * Group d's chunks end no earlier than its first op's input has crossed

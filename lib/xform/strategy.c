@@ -2347,6 +2347,32 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
         chunk_reductions(c, seq, nseq, set, rep, leaf, wo, mode, red, late, between, redn, laten);
         ws[mode] = work_set_min(c, wo, mb, seq, nseq, set, &wsw[mode], &wsf[mode], &wsm[mode]);
     }
+    {
+        /* Fused attention's blocks per layer (xform_layer_time.ring_bytes). */
+        double *ring = di_xcalloc((size_t)6 * L, sizeof *ring);
+        for (uint32_t i = 0; i < r->nop; i++) {
+            ir_id op = r->ops[i];
+            const ir_op *o = &c->m->ops[op];
+            int32_t l = c->op[op].layer >= 0 ? xf_layer_index(c, c->op[op].layer) : -1;
+            int grad = o->kind == IR_OP_FLASHATTNGRAD;
+            if (l < 0 || o->ninput < 3 || (o->kind != IR_OP_FLASHATTN && !grad) ||
+                c->op[op].phase != (grad ? XF_PH_BACKWARD : XF_PH_FORWARD))
+                continue;
+            ring[(size_t)grad * L + (uint32_t)l] += (double)device_bytes(c, ir_op_input(c->m, op, 1)) +
+                                                   (double)device_bytes(c, ir_op_input(c->m, op, 2));
+            ring[(size_t)(3 + grad) * L + (uint32_t)l] += 2;
+            if (grad && o->noutput >= 3) {
+                ring[(size_t)2 * L + (uint32_t)l] +=
+                    (double)device_bytes(c, o->outputs + 1) + (double)device_bytes(c, o->outputs + 2);
+                ring[(size_t)5 * L + (uint32_t)l] += 2;
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            out->ring_bytes[k] = least_row(ring, (size_t)k * L, L);
+            out->ring_count[k] = least_row(ring, (size_t)(3 + k) * L, L);
+        }
+        di_free(ring);
+    }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
     least_work(per, L, 2, &out->re[STRATEGY_RECOMPUTE_SELECTIVE]);

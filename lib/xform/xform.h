@@ -329,6 +329,17 @@ typedef struct xform_layer_time {
     double re_tp_late_ar_bytes[3], re_tp_late_ar_count[3];
     xform_work_bound re_tp_late_between[3];
     double re_tp_late_leaf_bytes[3], re_tp_late_leaf_count[3];
+    /*
+     * Fused attention's blocks: [0] the keys and values the forward's
+     * FlashAttention ops read (inputs 1 and 2), [1] those the backward's
+     * gradient ops read, [2] the key and value gradients those make (outputs
+     * 1 and 2); bytes per device (whole batch and sequence) and how many
+     * tensors, the least over the layers. Under context parallelism ring
+     * attention (lower.c) shifts each [0] and [1] block cp - 1 times and each
+     * [2] block cp times, one dist.shift per tensor, all on the context
+     * group's communicator (search_time_bound).
+     */
+    double ring_bytes[3], ring_count[3];
 } xform_layer_time;
 
 /*
