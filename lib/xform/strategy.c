@@ -2358,12 +2358,13 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
             if (l < 0 || o->ninput < 3 || (o->kind != IR_OP_FLASHATTN && !grad) ||
                 c->op[op].phase != (grad ? XF_PH_BACKWARD : XF_PH_FORWARD))
                 continue;
-            ring[(size_t)grad * L + (uint32_t)l] += (double)device_bytes(c, ir_op_input(c->m, op, 1)) +
-                                                   (double)device_bytes(c, ir_op_input(c->m, op, 2));
+            uint64_t kv = device_bytes(c, ir_op_input(c->m, op, 1)) +
+                          device_bytes(c, ir_op_input(c->m, op, 2));
+            ring[(size_t)grad * L + (uint32_t)l] += (double)kv;
             ring[(size_t)(3 + grad) * L + (uint32_t)l] += 2;
             if (grad && o->noutput >= 3) {
-                ring[(size_t)2 * L + (uint32_t)l] +=
-                    (double)device_bytes(c, o->outputs + 1) + (double)device_bytes(c, o->outputs + 2);
+                kv = device_bytes(c, o->outputs + 1) + device_bytes(c, o->outputs + 2);
+                ring[(size_t)2 * L + (uint32_t)l] += (double)kv;
                 ring[(size_t)5 * L + (uint32_t)l] += 2;
             }
         }
