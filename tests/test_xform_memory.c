@@ -691,41 +691,51 @@ test_stash_memory(void **state)
  * weights (at most 2 KiB here). With tp 2 the vocabulary splits: each rank
  * holds half of either copy and of the layer's matrices (12 h^2 / 2 + 7 h / 2
  * + 6 h: the column-parallel biases split, the row-parallel biases and the
- * layer norms do not). Until SIM_VERSION distir-sim-30 stage 1 held neither
- * optimizer state nor weights for the copy (its 16-bit weight counted as an
- * activation).
+ * layer norms do not). With dp 2 and ZeRO-1 the copy's state is sharded as
+ * the rest: each device holds half. Until SIM_VERSION distir-sim-30 stage 1
+ * held neither optimizer state nor weights for the copy (its 16-bit weight
+ * counted as an activation).
  */
 static void
 test_tied_copy_state(void **state)
 {
-    ir_module *m = gpt_mixed(2);
+    /* (tp, dp, ZeRO stage) */
+    static const uint32_t cases[][3] = {{1, 1, 0}, {2, 1, 0}, {1, 2, 1}};
+    ir_module *m = gpt_as(2, 4, IR_BF16, XFORM_OPTIM_ADAM);
     hw_model *hw = preset("a100-dgx");
-    strategy s;
     (void)state;
-    xform_strategy_init(&s);
-    s.pp = 2;
-    s.microbatches = 2;
-    s.schedule = STRATEGY_SCHEDULE_1F1B;
-    for (uint32_t tp = 1; tp <= 2; tp++) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const uint32_t tp = cases[i][0], dp = cases[i][1];
         const uint64_t layer = tp == 1 ? 12 * H * H + 13 * H : 12 * H * H / 2 + 7 * H / 2 + 6 * H;
         const uint64_t stage0 = layer + V * H / tp + S * H, stage1 = layer + V * H / tp;
+        strategy s;
         sim_result *r;
+        xform_strategy_init(&s);
+        s.pp = 2;
+        s.microbatches = 2;
+        s.schedule = STRATEGY_SCHEDULE_1F1B;
         s.tp = tp;
+        s.dp = dp;
+        s.zero = cases[i][2];
         r = simulate_strategy(m, &s, hw);
-        assert_int_equal(r->ndevice, 2 * tp);
-        for (uint32_t t = 0; t < tp; t++) {
+        assert_int_equal(r->ndevice, 2 * tp * dp);
+        for (uint32_t t = 0; t < tp * dp; t++) {
             uint64_t first[SIM_NMEMCLASS], last[SIM_NMEMCLASS];
             class_max_on(r, t, first);
-            class_max_on(r, tp + t, last);
-            fprintf(stderr, "tp %u rank %u: stage 0 %llu / %llu bytes, stage 1 %llu / %llu\n", tp,
-                    t, (unsigned long long)first[SIM_MEM_WEIGHTS],
+            class_max_on(r, tp * dp + t, last);
+            fprintf(stderr,
+                    "tp %u dp %u zero %u device %u: stage 0 %llu / %llu bytes, stage 1 %llu / %llu\n",
+                    tp, dp, s.zero, t, (unsigned long long)first[SIM_MEM_WEIGHTS],
                     (unsigned long long)first[SIM_MEM_OPTIMIZER],
                     (unsigned long long)last[SIM_MEM_WEIGHTS],
                     (unsigned long long)last[SIM_MEM_OPTIMIZER]);
-            assert_int_equal(first[SIM_MEM_OPTIMIZER], 12 * stage0);
-            assert_int_equal(last[SIM_MEM_OPTIMIZER], 12 * stage1);
-            assert_in_range(first[SIM_MEM_WEIGHTS], 2 * stage0, 2 * stage0 + 2048);
-            assert_in_range(last[SIM_MEM_WEIGHTS], 2 * stage1, 2 * stage1 + 2048);
+            /* ZeRO-1 divides the optimizer state by dp exactly (every tensor splits). */
+            assert_int_equal(first[SIM_MEM_OPTIMIZER], 12 * stage0 / dp);
+            assert_int_equal(last[SIM_MEM_OPTIMIZER], 12 * stage1 / dp);
+            if (s.zero == 0) {
+                assert_in_range(first[SIM_MEM_WEIGHTS], 2 * stage0, 2 * stage0 + 2048);
+                assert_in_range(last[SIM_MEM_WEIGHTS], 2 * stage1, 2 * stage1 + 2048);
+            }
         }
         sim_result_free(r);
     }
