@@ -883,15 +883,24 @@ dp_index(const search_space *sp, uint32_t dp)
 }
 
 /*
+ * The distance between the devices of two ranks of the first stage that are
+ * `ranks` apart in its rank order (strategy_rank_device): with the order
+ * tp-pp-dp the pipeline stages lie between them too.
+ */
+static uint32_t
+rank_stride(const search_candidate *c, uint32_t ranks)
+{
+    return c->order == STRATEGY_ORDER_TP_PP_DP ? ranks * c->pp : ranks;
+}
+
+/*
  * The distance between the devices of the first stage's data-parallel group
- * (over the data axis alone): the tensor and context ranks between them, and
- * with the order tp-pp-dp the pipeline stages too.
+ * (over the data axis alone): the tensor and context ranks between them.
  */
 static uint32_t
 dp_stride(const search_candidate *c)
 {
-    uint32_t stride = c->tp * (c->cp > 1 ? c->cp : 1);
-    return c->order == STRATEGY_ORDER_TP_PP_DP ? stride * c->pp : stride;
+    return rank_stride(c, c->tp * (c->cp > 1 ? c->cp : 1));
 }
 
 /* The dp group entry of (dp, stride), or NULL. */
@@ -2112,8 +2121,7 @@ search_time_bound_refused(const search_space *sp, const search_candidate *c)
  * time (sched.c, run_group), each at least its latency terms plus its slope
  * times its block, a (dp m cp)-th of the whole batch's (sim_collective_latency
  * and _slope over the group: 0 where a measured table prices it). Device 0's
- * context group: the ranks tp apart, tp pp apart under tp-pp-dp
- * (strategy_rank_device).
+ * context group: its ranks tp apart (rank_stride).
  */
 static double
 ring_bound(const search_space *sp, const search_candidate *c, const xform_layer_time *t,
@@ -2123,7 +2131,7 @@ ring_bound(const search_space *sp, const search_candidate *c, const xform_layer_
     double q, lat, slope, per;
     if (cp <= 1 || t->ring_count[0] <= 0)
         return 0;
-    stride = c->tp * (c->order == STRATEGY_ORDER_TP_PP_DP ? c->pp : 1);
+    stride = rank_stride(c, c->tp);
     lat = group_latency(sp->hw, IR_OP_SHIFT, cp, stride);
     slope = group_slope(sp->hw, IR_OP_SHIFT, cp, stride);
     q = 1.0 / ((double)c->dp * c->microbatches * cp);

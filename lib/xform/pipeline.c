@@ -171,12 +171,12 @@ mirror_shared_updates(pl *P)
     xf_ctx *c = P->c;
     const ir_module *m = c->m;
     uint32_t nv = m->nvalue ? m->nvalue : 1, n = 0, cap = 0;
-    uint32_t *first = di_xcalloc(nv, sizeof *first); /* 1 + the first group reading it */
-    uint32_t *last = di_xcalloc(nv, sizeof *last);   /* 1 + the last other group recorded */
-    uint32_t *head = di_xcalloc(nv, sizeof *head);   /* 1 + its first other group's entry */
+    uint32_t *last = di_xcalloc(nv, sizeof *last); /* 1 + the last group recorded reading it */
+    uint32_t *head = di_xcalloc(nv, sizeof *head); /* 1 + its latest (group, next) entry */
     struct xg {
         uint32_t g, next;
     } *x = NULL;
+    /* The groups whose chunks read each weight, in group order (so each once). */
     for (uint32_t g = 0; g < c->pp; g++)
         for (uint32_t k = g; k < c->K; k += c->pp)
             for (int kind = PROG_F; kind <= PROG_B; kind++) {
@@ -185,30 +185,18 @@ mirror_shared_updates(pl *P)
                     const ir_op *o = &m->ops[p->ops.v[j]];
                     for (uint32_t q = 0; q < o->ninput; q++) {
                         ir_id v = m->refs[o->inputs + q];
-                        if (m->values[v].def != 0 || (c->vflags[v] & (XF_V_DATA | XF_V_CONST)))
-                            continue;
-                        if (first[v] == 0)
-                            first[v] = g + 1;
-                        if (first[v] == g + 1 || last[v] == g + 1)
+                        if (m->values[v].def != 0 || (c->vflags[v] & (XF_V_DATA | XF_V_CONST)) ||
+                            last[v] == g + 1)
                             continue;
                         last[v] = g + 1;
                         DI_GROW(&x, &cap, n + 1);
                         x[n].g = g;
-                        x[n].next = 0;
-                        /* Appended in group order: walk to the end of v's list. */
-                        if (head[v] == 0) {
-                            head[v] = n + 1;
-                        } else {
-                            uint32_t e = head[v] - 1;
-                            while (x[e].next)
-                                e = x[e].next - 1;
-                            x[e].next = n + 1;
-                        }
-                        n++;
+                        x[n].next = head[v];
+                        head[v] = ++n;
                     }
                 }
             }
-    for (uint32_t g = 0; g < c->pp && n > 0; g++) {
+    for (uint32_t g = 0; g < c->pp; g++) {
         prog *s = prog_of(P, PROG_S, g);
         uint32_t nops = s->ops.n;
         for (uint32_t j = 0; j < nops; j++) {
@@ -221,9 +209,6 @@ mirror_shared_updates(pl *P)
             w = m->refs[o->inputs];
             if (m->values[w].def != 0)
                 continue;
-            /* The groups reading w: the first, then the others. */
-            if (first[w] != 0 && first[w] - 1 != g)
-                idl_push(&prog_of(P, PROG_S, first[w] - 1)->ops, op);
             for (uint32_t e = head[w]; e != 0; e = x[e - 1].next)
                 if (x[e - 1].g != g)
                     idl_push(&prog_of(P, PROG_S, x[e - 1].g)->ops, op);
@@ -232,7 +217,6 @@ mirror_shared_updates(pl *P)
     di_free(x);
     di_free(head);
     di_free(last);
-    di_free(first);
 }
 
 static int
