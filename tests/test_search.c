@@ -548,6 +548,18 @@ llama_of(const models_llama *c)
     return m;
 }
 
+/* A 4-layer bf16 Llama (Adam) whose attention is one FlashAttention op: 4 heads, 2 kv heads. */
+static ir_module *
+flash_llama(void)
+{
+    models_llama c;
+    llama_conf(&c, 48, 8, 8);
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.fused_attention = 1;
+    return llama_of(&c);
+}
+
 /* A small mixture of experts (bf16, Adam): a dense layer, then 3 MoE layers of 4 experts, top 2. */
 static ir_module *
 moe_llama(void)
@@ -737,13 +749,14 @@ test_brute_force(void **state)
                       sequences on two nodes, whose tensor-parallel collectives (across the
                       nodes from tp 16) weigh in the step, with selective recomputation;
                       8 a GPT of 7 layers: pp 2 and 4 and interleaving over pp 2 x V 2 cut
-                      them unevenly */
+                      them unevenly; 9 a Llama with FlashAttention, where selective
+                      recomputation is none's twin */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
         {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
         {"a100-dgx", 4, 4}, {"a100-dgx", 4, 5}, {"a100-dgx:2", 16, 6},
-        {"a100-dgx:2", 16, 7}, {"a100-dgx", 4, 8},
+        {"a100-dgx:2", 16, 7}, {"a100-dgx", 4, 8}, {"a100-dgx", 4, 9},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -754,6 +767,7 @@ test_brute_force(void **state)
                        : cases[i].model == 6 ? gpt_as(4, 1920, 6, 8, 24, 1)
                        : cases[i].model == 7 ? gpt_as(2, 512, 16, 1024, 8, 1)
                        : cases[i].model == 8 ? gpt(7, 48, 6, 8, 24)
+                       : cases[i].model == 9 ? flash_llama()
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
@@ -804,6 +818,9 @@ test_brute_force(void **state)
             assert_int_equal(search_config_set(&cfg, "microbatches", "2,4,8", &err), 0);
             assert_int_equal(search_config_set(&cfg, "schedule", "1f1b,interleaved", &err), 0);
         }
+        if (cases[i].model == 9)
+            assert_int_equal(search_config_set(&cfg, "recompute", "none,selective,full", &err),
+                             0);
         if (cases[i].model == 3) {
             assert_int_equal(search_config_set(&cfg, "zero", "1,2", &err), 0);
             assert_int_equal(search_config_set(&cfg, "microbatches", "1,2", &err), 0);
@@ -837,6 +854,31 @@ test_brute_force(void **state)
          */
         if (cases[i].model == 0 || cases[i].model == 2 || cases[i].model == 3)
             assert_true(nduplicate > 0);
+        if (cases[i].model == 9) {
+            /*
+             * No selective candidate is simulated: each is its none twin's duplicate (checked
+             * bit for bit above) unless pruned before.
+             */
+            search_space sp;
+            search_evaluator ev;
+            uint32_t nselective = 0;
+            space_ok(&sp, m, hw, &cfg);
+            assert_int_equal(sp.selective_ops, 0);
+            search_evaluator_init(&ev, &sp);
+            for (uint64_t k = 0; k < sp.ncandidate; k++) {
+                search_point p;
+                int st;
+                if (sp.candidates[k].recompute != STRATEGY_RECOMPUTE_SELECTIVE)
+                    continue;
+                st = search_eval(&ev, &sp.candidates[k], &p);
+                assert_true(st == SEARCH_DUPLICATE || st == SEARCH_INDIVISIBLE ||
+                            st == SEARCH_MEMORY_BOUND);
+                nselective += st == SEARCH_DUPLICATE;
+            }
+            assert_true(nselective > 0);
+            search_evaluator_fini(&ev);
+            search_space_fini(&sp);
+        }
         hw_free(hw);
         ir_module_free(m);
     }
@@ -3216,6 +3258,11 @@ test_model_facts(void **state)
      */
     assert_int_equal(f.param_min, 28272 * 4);
     assert_int_equal(f.grad_min, 28272 * 4);
+    /*
+     * Selective recomputation repeats each layer's scores MatMul, scale (and causal mask),
+     * softmax and dropout: 4 ops a layer; an MLP has no attention (below).
+     */
+    assert_int_equal(f.selective_ops, 4 * 4);
     xform_model_facts_fini(&f);
     assert_null(f.arg_kind);
     {
@@ -3254,6 +3301,7 @@ test_model_facts(void **state)
     assert_int_equal(f.batch, 8);
     assert_int_equal(f.layers, 3);
     assert_int_equal(f.heads, 0);
+    assert_int_equal(f.selective_ops, 0);
     assert_true(f.weight_bytes > 0 && f.data_bytes > 0);
     xform_model_facts_fini(&f);
     ir_module_free(p);

@@ -1455,6 +1455,7 @@ search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw
     sp->param_min = facts.param_min;
     sp->grad_min = facts.grad_min;
     sp->state_bytes = facts.weight_bytes;
+    sp->selective_ops = facts.selective_ops;
     sp->experts = facts.experts;
     sp->seq = facts.seq;
     sp->expert_bytes = facts.expert_bytes;
@@ -2608,6 +2609,17 @@ search_twin(const search_space *sp, const search_candidate *c, search_candidate 
      */
     if (c->zero >= 2 && c->overlap && in_mask(sp->cfg.overlap, 0)) {
         twin->overlap = 0;
+        return 1;
+    }
+    /*
+     * Selective recomputation repeats the attention core (xf_recompute_mark): with
+     * FlashAttention, which keeps no scores, or without attention, it repeats nothing and
+     * the transforms build none's program. (Before SEARCH_VERSION distir-search-43 both
+     * were simulated, and a fused-attention model's top K listed each plan twice.)
+     */
+    if (c->recompute == STRATEGY_RECOMPUTE_SELECTIVE && sp->selective_ops == 0 &&
+        in_mask(sp->cfg.recomputes, STRATEGY_RECOMPUTE_NONE)) {
+        twin->recompute = STRATEGY_RECOMPUTE_NONE;
         return 1;
     }
     if (c->microbatches != 1)

@@ -1108,6 +1108,8 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     }
     r = &c.m->regions[c.func];
     saved_min(&c, f->saved_min, NULL, NULL);
+    for (uint32_t i = 0; i < c.m->nop; i++) /* saved_min set the selective marks */
+        f->selective_ops += c.op[i].recompute;
     f->state_min = state_min(&c, &f->param_min, &f->grad_min, NULL);
     f->nargs = r->narg;
     f->arg_kind = di_xcalloc(r->narg ? r->narg : 1, sizeof *f->arg_kind);

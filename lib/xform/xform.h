@@ -119,6 +119,13 @@ typedef struct xform_model_facts {
      */
     uint64_t saved_min[3];
     /*
+     * The forward ops selective recomputation repeats (the attention core's: the scores'
+     * MatMul, scale and mask, softmax and dropout, xf_recompute_mark); 0 when the attention
+     * is fused (FlashAttention keeps no scores) or there is none, and then selective
+     * recomputation builds the same program as none.
+     */
+    uint32_t selective_ops;
+    /*
      * The least over the layers of a layer's weights and optimizer state
      * (the weight arguments its forward ops read, and the arguments an
      * optimizer update of one of them reads), bytes; 0 without layers.
