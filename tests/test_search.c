@@ -736,6 +736,37 @@ test_compose_agreement(void **state)
            checked, unsteady, worst_t * 100, worst_name, worst_m * 100);
 }
 
+/*
+ * Every candidate with selective recomputation (selective 1) or with sequence parallelism
+ * (0) is a duplicate (check_brute_force compares it with its twin bit for bit) or pruned
+ * before, and some are duplicates: the option changes nothing on m.
+ */
+static void
+check_no_op_twins(const ir_module *m, const hw_model *hw, const search_config *cfg,
+                  int selective)
+{
+    search_space sp;
+    search_evaluator ev;
+    uint32_t nduplicate = 0;
+    space_ok(&sp, m, hw, cfg);
+    assert_int_equal(selective ? sp.selective_ops : sp.sequence_ops, 0);
+    search_evaluator_init(&ev, &sp);
+    for (uint64_t k = 0; k < sp.ncandidate; k++) {
+        const search_candidate *c = &sp.candidates[k];
+        search_point p;
+        int st;
+        if (selective ? c->recompute != STRATEGY_RECOMPUTE_SELECTIVE : !c->sequence_parallel)
+            continue;
+        st = search_eval(&ev, c, &p);
+        assert_true(st == SEARCH_DUPLICATE || st == SEARCH_INDIVISIBLE ||
+                    st == SEARCH_MEMORY_BOUND);
+        nduplicate += st == SEARCH_DUPLICATE;
+    }
+    assert_true(nduplicate > 0);
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+}
+
 static void
 test_brute_force(void **state)
 {
@@ -854,31 +885,15 @@ test_brute_force(void **state)
          */
         if (cases[i].model == 0 || cases[i].model == 2 || cases[i].model == 3)
             assert_true(nduplicate > 0);
-        if (cases[i].model == 9) {
-            /*
-             * No selective candidate is simulated: each is its none twin's duplicate (checked
-             * bit for bit above) unless pruned before.
-             */
-            search_space sp;
-            search_evaluator ev;
-            uint32_t nselective = 0;
-            space_ok(&sp, m, hw, &cfg);
-            assert_int_equal(sp.selective_ops, 0);
-            search_evaluator_init(&ev, &sp);
-            for (uint64_t k = 0; k < sp.ncandidate; k++) {
-                search_point p;
-                int st;
-                if (sp.candidates[k].recompute != STRATEGY_RECOMPUTE_SELECTIVE)
-                    continue;
-                st = search_eval(&ev, &sp.candidates[k], &p);
-                assert_true(st == SEARCH_DUPLICATE || st == SEARCH_INDIVISIBLE ||
-                            st == SEARCH_MEMORY_BOUND);
-                nselective += st == SEARCH_DUPLICATE;
-            }
-            assert_true(nselective > 0);
-            search_evaluator_fini(&ev);
-            search_space_fini(&sp);
-        }
+        /*
+         * Options that change nothing on these models are duplicates, never simulated: the
+         * Llama's selective recomputation (its attention is one FlashAttention op) and the
+         * MLP's sequence parallelism (it has no sequence).
+         */
+        if (cases[i].model == 9)
+            check_no_op_twins(m, hw, &cfg, 1);
+        if (cases[i].model == 1 && cases[i].devices > 2)
+            check_no_op_twins(m, hw, &cfg, 0);
         hw_free(hw);
         ir_module_free(m);
     }
@@ -3263,6 +3278,8 @@ test_model_facts(void **state)
      * softmax and dropout: 4 ops a layer; an MLP has no attention (below).
      */
     assert_int_equal(f.selective_ops, 4 * 4);
+    /* Sequence parallelism splits its norms, dropouts and residual adds (dist.seq). */
+    assert_true(f.sequence_ops > 0);
     xform_model_facts_fini(&f);
     assert_null(f.arg_kind);
     {
@@ -3302,6 +3319,7 @@ test_model_facts(void **state)
     assert_int_equal(f.layers, 3);
     assert_int_equal(f.heads, 0);
     assert_int_equal(f.selective_ops, 0);
+    assert_int_equal(f.sequence_ops, 0);
     assert_true(f.weight_bytes > 0 && f.data_bytes > 0);
     xform_model_facts_fini(&f);
     ir_module_free(p);

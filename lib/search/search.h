@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-43"
+#define SEARCH_VERSION "distir-search-44"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -241,6 +241,8 @@ typedef struct search_space {
     uint64_t grad_min;       /* a layer's gradients as accumulated (xform_model_facts), the least */
     uint32_t selective_ops;  /* the ops selective recomputation repeats (xform_model_facts):
                                 0, and selective is none's twin */
+    uint32_t sequence_ops;   /* the ops sequence parallelism splits (xform_model_facts): 0,
+                                and sequence parallelism is its absence's twin */
     int64_t experts; /* the MoE layers' experts (0: none): ep in {1, dp} where they divide */
     int64_t seq;             /* the sequence cp must divide (0: no cp) */
     uint64_t expert_bytes;   /* the part of state_bytes that expert parallelism splits */
@@ -664,10 +666,12 @@ int search_eval(search_evaluator *ev, const search_candidate *c, search_point *o
  * Whether c simulates exactly as an earlier candidate of the space, its
  * twin (into *twin, whose index is unset): ZeRO-2/3 with overlap is
  * ZeRO-2/3 without (each microbatch's gradients are reduce-scattered as they
- * are made either way), with one microbatch 1F1B runs GPipe's order, and
+ * are made either way), with one microbatch 1F1B runs GPipe's order,
  * selective recomputation is none where it repeats no op (fused attention,
- * or none: search_space.selective_ops).
- * Only when the twin's schedule, ZeRO stage, overlap and recomputation are allowed,
+ * or none: search_space.selective_ops), and sequence parallelism is its
+ * absence where it splits no op (an MLP: search_space.sequence_ops).
+ * Only when the twin's schedule, ZeRO stage, overlap, recomputation and sequence
+ * parallelism are allowed,
  * so the twin is in the space. The tests check every pruned duplicate's full
  * simulation against its twin's.
  */

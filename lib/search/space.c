@@ -1456,6 +1456,7 @@ search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw
     sp->grad_min = facts.grad_min;
     sp->state_bytes = facts.weight_bytes;
     sp->selective_ops = facts.selective_ops;
+    sp->sequence_ops = facts.sequence_ops;
     sp->experts = facts.experts;
     sp->seq = facts.seq;
     sp->expert_bytes = facts.expert_bytes;
@@ -2620,6 +2621,11 @@ search_twin(const search_space *sp, const search_candidate *c, search_candidate 
     if (c->recompute == STRATEGY_RECOMPUTE_SELECTIVE && sp->selective_ops == 0 &&
         in_mask(sp->cfg.recomputes, STRATEGY_RECOMPUTE_NONE)) {
         twin->recompute = STRATEGY_RECOMPUTE_NONE;
+        return 1;
+    }
+    /* Sequence parallelism splits the ops with a sequence (xform_model_facts.sequence_ops). */
+    if (c->sequence_parallel && sp->sequence_ops == 0 && in_mask(sp->cfg.sequence_parallel, 0)) {
+        twin->sequence_parallel = 0;
         return 1;
     }
     if (c->microbatches != 1)

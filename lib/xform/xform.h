@@ -126,6 +126,13 @@ typedef struct xform_model_facts {
      */
     uint32_t selective_ops;
     /*
+     * The ops sequence parallelism splits along the sequence: those with a dist.seq hint, and
+     * the forward Gathers whose indices are batch data of rank 2 or more (an embedding's
+     * lookup of tokens); 0 (an MLP) when sequence parallelism builds the same program as
+     * tensor parallelism alone.
+     */
+    uint32_t sequence_ops;
+    /*
      * The least over the layers of a layer's weights and optimizer state
      * (the weight arguments its forward ops read, and the arguments an
      * optimizer update of one of them reads), bytes; 0 without layers.
