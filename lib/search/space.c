@@ -1658,17 +1658,29 @@ held(const search_space *sp, const search_candidate *c, uint32_t k, double a, do
  * and -3 the buffers that accumulate the reduce-scattered shards (the
  * simulator's gradient buffer is the first microbatch's shard, which later
  * microbatches add to: sched.c), each gradient at least 1 / dp of it.
+ *
+ * ep: the expert parallelism of the layers' weights (1 for the embedding's
+ * and the head's). Under ep > 1 a layer's experts are split over ep ranks and
+ * the rest is not, in a share that is not known: each part is at least its
+ * whole divided by ep. Under ZeRO the experts' optimizer state (and under
+ * ZeRO-3 their parameters) is sharded over the dp / ep ranks of their
+ * expert-data group, dp ways in all as the rest's: those divide by dp (and cp
+ * at most) as without ep. No gradient buffer counts under ep: a device's
+ * experts' gradients are not all held whole when its last backward chunk
+ * starts (test_memory_bound_ep).
  */
 static void
-zero_held(const search_candidate *c, uint64_t state, uint64_t param, uint64_t grad, double split,
-          double *s, double *g)
+zero_held(const search_candidate *c, uint32_t ep, uint64_t state, uint64_t param, uint64_t grad,
+          double split, double *s, double *g)
 {
     /* ZeRO shards over the data and context ranks at most (dp.c). */
-    double zs = (double)c->dp * (c->cp > 1 ? c->cp : 1);
-    *s = floor((double)state / (split * (c->zero ? zs : 1)));
+    double zs = (double)c->dp * (c->cp > 1 ? c->cp : 1), x = ep > 1 ? (double)ep : 1;
+    *s = floor((double)state / (split * (c->zero ? zs : x)));
     if ((c->zero == 1 || c->zero == 2) && param <= state)
-        *s = floor((double)(state - param) / (split * zs) + (double)param / split);
+        *s = floor((double)(state - param) / (split * zs) + (double)param / (split * x));
     *g = 0;
+    if (ep > 1)
+        return;
     if (c->zero <= 1 && c->microbatches >= 2)
         *g = floor((double)grad / split);
     else if (c->microbatches >= 2)
@@ -1716,13 +1728,11 @@ layer_bound(const search_space *sp, const search_candidate *c)
         grad = e->grad_min;
         split = 1;
     }
-    if (c->ep > 1)
-        state = param = grad = 0; /* a layer's experts are split over ep: the least is not known */
     if (sp->layers == 0 || (kept == 0 && state == 0))
         return 0;
     /* Context parallelism splits the activations further (all but the gathered keys, values). */
     a = floor((double)kept / ((double)c->dp * c->microbatches * split * (c->cp > 1 ? c->cp : 1)));
-    zero_held(c, state, param, grad, split, &s, &g);
+    zero_held(c, c->ep, state, param, grad, split, &s, &g);
     /*
      * The backward's working set: when the group's first backward chunk
      * runs its top layer, that layer's backward and repeated ops hold at
@@ -1781,10 +1791,11 @@ layer_bound(const search_space *sp, const search_candidate *c)
          * device): the embedding's on the first group, the head's on the last.
          */
         double most = 0, edge[2] = {0, 0}, ea = 0, eb = 0;
-        if (e != NULL && e->ok && c->ep <= 1) {
+        /* Not experts: expert parallelism leaves them as they are. */
+        if (e != NULL && e->ok) {
             for (int x = 0; x < 2; x++) {
                 double es, eg;
-                zero_held(c, e->edge_state[x], e->edge_param[x], e->edge_grad[x], 1, &es, &eg);
+                zero_held(c, 1, e->edge_state[x], e->edge_param[x], e->edge_grad[x], 1, &es, &eg);
                 /*
                  * Under ZeRO-2 and -3 a summed gradient (a tied weight's) is not
                  * reduce-scattered per microbatch: its contributions are
