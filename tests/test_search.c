@@ -2212,18 +2212,24 @@ ep_config(const struct ep_case *k, search_config *cfg)
         assert_int_equal(search_config_set(cfg, "microbatches", "4,8,16", &err), 0);
 }
 
+/* bound_ratio_axis of ep case i's time (memory 0) or memory (1) bounds, named. */
+static double
+ep_case_mean(size_t i, int memory)
+{
+    static const char *const names[] = {"8 experts", "small MoE", "large experts"};
+    search_config cfg;
+    ep_config(&ep_cases[i], &cfg);
+    print_message("%s, %s, ep > 1:\n", ep_cases[i].hw, names[ep_cases[i].small]);
+    return bound_ratio_axis(ep_model(ep_cases[i].small), preset(ep_cases[i].hw), &cfg, memory, 8,
+                            1);
+}
+
 static void
 test_time_bound_ep(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof ep_cases / sizeof ep_cases[0]; i++) {
-        search_config cfg;
-        ep_config(&ep_cases[i], &cfg);
-        assert_true(axis_bound_mean(ep_model(ep_cases[i].small), ep_cases[i].hw, &cfg, 1,
-                                    ep_cases[i].small == 1   ? "small MoE"
-                                    : ep_cases[i].small == 2 ? "large experts"
-                                                             : "8 experts") >= EP_BOUND_MEAN);
-    }
+    for (size_t i = 0; i < sizeof ep_cases / sizeof ep_cases[0]; i++)
+        assert_true(ep_case_mean(i, 0) >= EP_BOUND_MEAN);
 }
 
 /*
@@ -2250,13 +2256,8 @@ static void
 test_memory_bound_ep(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof ep_cases / sizeof ep_cases[0]; i++) {
-        search_config cfg;
-        ep_config(&ep_cases[i], &cfg);
-        print_message("%s, %d, ep > 1:\n", ep_cases[i].hw, ep_cases[i].small);
-        assert_true(bound_ratio_axis(ep_model(ep_cases[i].small), preset(ep_cases[i].hw), &cfg, 1,
-                                     8, 1) >= ep_memory_mean[i]);
-    }
+    for (size_t i = 0; i < sizeof ep_cases / sizeof ep_cases[0]; i++)
+        assert_true(ep_case_mean(i, 1) >= ep_memory_mean[i]);
 }
 
 /*

@@ -670,10 +670,9 @@ int search_eval(search_evaluator *ev, const search_candidate *c, search_point *o
  * selective recomputation is none where it repeats no op (fused attention,
  * or none: search_space.selective_ops), and sequence parallelism is its
  * absence where it splits no op (an MLP: search_space.sequence_ops).
- * Only when the twin's schedule, ZeRO stage, overlap, recomputation and sequence
- * parallelism are allowed,
- * so the twin is in the space. The tests check every pruned duplicate's full
- * simulation against its twin's.
+ * Only when the twin's schedule, ZeRO stage, overlap, recomputation and
+ * sequence parallelism are allowed, so the twin is in the space. The tests
+ * check every pruned duplicate's full simulation against its twin's.
  */
 int search_twin(const search_space *sp, const search_candidate *c, search_candidate *twin);
 /*
