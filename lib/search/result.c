@@ -978,7 +978,10 @@ table(di_buf *b, const search_result *r, const char *title, const search_point *
         di_buf_printf(b, "  %s\n", name);
     }
     if (n == 0)
-        di_buf_puts(b, "  (no candidate fits)\n");
+        di_buf_puts(b, r->enumerated == 0
+                           ? "  (no candidate: no strategy the constraints allow uses these "
+                             "devices)\n"
+                           : "  (no candidate fits)\n");
 }
 
 char *

@@ -5,7 +5,7 @@
 # print exactly the unsharded JSON; the allowed-degree and --fix constraints
 # hold in every reported strategy; bad constraints are usage errors (exit 2)
 # and too many devices a failure (exit 1), as is a merge of different
-# searches; --help documents --server; --log-candidates writes a line per
+# searches; an empty space says so; --help documents --server; --log-candidates writes a line per
 # evaluated candidate whose bounds hold, marks one whose composition check
 # failed (simulated in full: `distir simulate`'s figures), and
 # bench/search_anatomy.py reads it; on a terminal the settled top K is announced before the end (in process and
@@ -258,6 +258,12 @@ check "... and the tables follow" grep -aq '^top 3 by step time on 8 devices' "$
 $T "$DISTIR" search --model gpt3-1.3b --batch 64 --dtype bf16 --optimizer adam --hw a100-dgx:1 \
     --jobs 2 --top 3 --kernels eager >/dev/null 2>"$TMP/notty.err"
 check "... not when standard error is not a terminal" sh -c "! grep -q settled '$TMP/notty.err'"
+# An empty space (pp 3 does not divide 8 devices) says so, rather than "no candidate fits".
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --fix pp=3 >"$TMP/empty.out" || fail "search --fix pp=3"
+check "an empty space: the tables say that no strategy uses the devices" \
+    sh -c 'grep -q "^candidates 0:" "$1" && [ "$(grep -c "$2" "$1")" = 2 ]' \
+    sh "$TMP/empty.out" "(no candidate: no strategy the constraints allow uses these devices)"
 start_daemon tty --workers 2 --test-delay-ms 4 || fail "daemon start"
 # shellcheck disable=SC2086
 tty_search "$TMP/ttyd.out" timeout 120 "$DISTIR" search "$TMP/gpt.pb" $LIMITS --top 3 \
