@@ -742,8 +742,7 @@ test_compose_agreement(void **state)
  * before, and some are duplicates: the option changes nothing on m.
  */
 static void
-check_no_op_twins(const ir_module *m, const hw_model *hw, const search_config *cfg,
-                  int selective)
+check_no_op_twins(const ir_module *m, const hw_model *hw, const search_config *cfg, int selective)
 {
     search_space sp;
     search_evaluator ev;
@@ -2171,6 +2170,7 @@ test_time_bound_ring(void **state)
  * pruned). Until 2026-12-07 they had no time bound (0).
  */
 #define EP_BOUND_MEAN 0.3
+
 /* The mixtures of experts of the ep bounds' tests (small: 0, 1 or 2, as above). */
 static ir_module *
 ep_model(int small)
