@@ -1375,7 +1375,8 @@ bound_analyses(search_space *sp)
             dp_group_analysis(sp, g);
         }
     }
-    qsort(sp->dps, sp->ndp, sizeof *sp->dps, cmp_u32);
+    if (sp->ndp > 1) /* none in an empty space: qsort takes no null array */
+        qsort(sp->dps, sp->ndp, sizeof *sp->dps, cmp_u32);
     for (uint64_t i = 0; i < sp->ncandidate; i++) {
         const search_candidate *c = &sp->candidates[i];
         uint32_t V = virtual_of(c);

@@ -270,6 +270,13 @@ tty_search "$TMP/ttyd.out" timeout 120 "$DISTIR" search "$TMP/gpt.pb" $LIMITS --
     --server "$ADDR"
 check "... from a daemon too" \
     grep -aq '^.*search: the top 3 is settled after [0-9.]* s, best dp=' "$TMP/ttyd.out"
+# shellcheck disable=SC2086
+$T "$DISTIR" search "$TMP/gpt.pb" $LIMITS --fix pp=3 --server "$ADDR" >"$TMP/emptyd.out" ||
+    fail "search --fix pp=3 --server"
+check "an empty space on the daemon: the same tables and counts" \
+    sh -c 'grep -v "^space: \|^searched in" "$1" >"$1.t" &&
+           grep -v "^space: \|^searched in" "$2" >"$2.t" && cmp -s "$1.t" "$2.t"' \
+    sh "$TMP/empty.out" "$TMP/emptyd.out"
 stop_daemon >/dev/null 2>&1
 
 exit "$failures"
