@@ -1110,13 +1110,8 @@ xform_model_facts_init(xform_model_facts *f, const ir_module *m, di_error *err)
     saved_min(&c, f->saved_min, NULL, NULL);
     for (uint32_t i = 0; i < r->nop; i++) {
         ir_id o = r->ops[i];
-        const ir_op *op = &c.m->ops[o];
-        ir_id idx = op->ninput > 1 ? c.m->refs[op->inputs + 1] : 0;
         f->selective_ops += c.op[o].recompute; /* saved_min set the selective marks */
-        f->sequence_ops += c.op[o].seq >= 0 ||
-                           (op->kind == IR_OP_GATHER && c.op[o].phase == XF_PH_FORWARD &&
-                            idx != 0 && (c.vflags[idx] & XF_V_DATA) &&
-                            c.m->types[c.m->values[idx].type].rank >= 2);
+        f->sequence_ops += c.op[o].seq >= 0 || xf_token_gather(&c, o);
     }
     f->state_min = state_min(&c, &f->param_min, &f->grad_min, NULL);
     f->nargs = r->narg;

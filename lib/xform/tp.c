@@ -93,6 +93,18 @@ wanted(const xf_ctx *c, ir_id op, uint32_t k, ir_id v)
 }
 
 int
+xf_token_gather(const xf_ctx *c, ir_id op)
+{
+    const ir_module *m = c->m;
+    const ir_op *o = &m->ops[op];
+    ir_id idx;
+    if (o->kind != IR_OP_GATHER || o->ninput < 2 || c->op[op].phase != XF_PH_FORWARD)
+        return 0;
+    idx = m->refs[o->inputs + 1];
+    return (c->vflags[idx] & XF_V_DATA) && m->types[m->values[idx].type].rank >= 2;
+}
+
+int
 xf_annotate_tp(xf_ctx *c)
 {
     const ir_module *m = c->m;
@@ -118,10 +130,8 @@ xf_annotate_tp(xf_ctx *c)
                 else if (want[v] != w)
                     want[v] = XF_R;
                 seen[v] = 1;
-            } else if ((c->vflags[v] & XF_V_DATA) && c->s.sequence_parallel &&
-                       o->kind == IR_OP_GATHER && k == 1 &&
+            } else if (k == 1 && c->s.sequence_parallel && xf_token_gather(c, op) &&
                        wanted(c, op, 0, m->refs[o->inputs]) == XF_R &&
-                       m->types[m->values[v].type].rank >= 2 &&
                        ir_type_dims(m, m->values[v].type)[1] % c->gtp[xf_op_group(c, op)] == 0) {
                 c->place[v].a[XF_TP] = 1;
             }

@@ -208,6 +208,12 @@ int xf_annotate_dp(xf_ctx *c);
 int64_t xf_expert_weights(const xf_ctx *c, uint8_t *mark);
 int64_t xf_expert_state(const xf_ctx *c, uint8_t *mark);
 int xf_annotate_tp(xf_ctx *c);
+/*
+ * Whether op is a forward Gather whose indices (input 1) are batch data of rank 2 or more:
+ * an embedding's lookup of tokens, whose indices sequence parallelism splits along the
+ * sequence (xf_annotate_tp; xform_model_facts.sequence_ops counts such ops).
+ */
+int xf_token_gather(const xf_ctx *c, ir_id op);
 
 /* shard.c */
 #define XF_MAXF 40
