@@ -986,6 +986,63 @@ test_memory_classes(void **state)
  * naming it. ONNX Runtime's SoftmaxCrossEntropy is priced like
  * SoftmaxCrossEntropyLoss: 5 FLOPs per logit plus its bytes.
  */
+/*
+ * Fused attention's exponentials: one per score each way, on the special
+ * function units after the products (cost.c): the op's time is its
+ * products' plus its exponentials' at the device's special_rate, its
+ * products' alone without one; causal halves both (plus the diagonal).
+ */
+static void
+test_flashattn_exponentials(void **state)
+{
+    (void)state;
+    hw_model *hw = test_hw(1, 1);
+    ir_module *m = ir_module_new();
+    ir_id f = ir_func_new(m, "main");
+    int64_t dims[3] = {2, 64, 16}; /* heads, sequence, head size */
+    ir_id ty = ir_type_tensor(m, IR_BF16, 3, dims, 0), in[3], out[2];
+    ir_id lse_ty, op, causal;
+    ir_cost c;
+    double scores = 2.0 * 64 * 64, products = 2.0 * scores * (16 + 16), t0, t1, t2v;
+    for (int i = 0; i < 3; i++)
+        in[i] = ir_region_add_arg(m, f, ty, NULL);
+    lse_ty = ir_type_tensor(m, IR_F32, 2, dims, 0);
+    out[0] = ty;
+    out[1] = lse_ty;
+    op = ir_op_add(m, f, IR_OP_FLASHATTN, 3, in, 2, out, NULL);
+    causal = ir_op_add(m, f, IR_OP_FLASHATTN, 3, in, 2, out, NULL);
+    ir_op_set_int(m, causal, "causal", 1);
+    ir_region_add_result(m, f, ir_op_output(m, op, 0));
+    ir_region_add_result(m, f, ir_op_output(m, causal, 0));
+    ir_op_cost(m, op, &c);
+    assert_true(c.flops == products && c.special == scores);
+    ir_op_cost(m, causal, &c);
+    assert_true(c.special == scores * 0.5 * (1 + 1.0 / 64) &&
+                c.flops == products * 0.5 * (1 + 1.0 / 64));
+    /* 1 TFLOP/s: the products' time; the operands at 100 GB/s take less. */
+    t0 = sim_op_time(m, op, hw, 0);
+    assert_close(t0, hw->device.launch_overhead + products / 1e12);
+    hw->device.special_rate = 1e9;
+    t1 = sim_op_time(m, op, hw, 0);
+    assert_close(t1, t0 + scores / 1e9);
+    t2v = sim_op_time(m, causal, hw, 0);
+    assert_close(t2v, hw->device.launch_overhead +
+                          (products + 1e3 * scores) * 0.5 * (1 + 1.0 / 64) / 1e12);
+    /* The presets price them: A100's 16 units per SM at 1.41 GHz, H100's at 1.83 GHz. */
+    {
+        hw_model *a100, *h100;
+        di_error err;
+        assert_int_equal(hw_preset("a100-dgx", &a100, &err), 0);
+        assert_int_equal(hw_preset("h100-dgx", &h100, &err), 0);
+        assert_close(a100->device.special_rate, 16 * 108 * (312e12 / (108 * 2048.0)));
+        assert_true(h100->device.special_rate > 3.8e12 && h100->device.special_rate < 3.9e12);
+        hw_free(a100);
+        hw_free(h100);
+    }
+    ir_module_free(m);
+    hw_free(hw);
+}
+
 static void
 test_opaque_needs_profile(void **state)
 {
@@ -2015,6 +2072,7 @@ main(void)
         cmocka_unit_test(test_shared_timelines),
         cmocka_unit_test(test_single_clock_1f1b),
         cmocka_unit_test(test_compare_settings),
+        cmocka_unit_test(test_flashattn_exponentials),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3231,7 +3231,9 @@ cost_reduce(const ir_module *m, ir_id op, ir_cost *c)
  * Fused attention: 2 sq sk (d + dv) FLOPs per head forward (QK^T and PV), 2.5
  * times that backward (FlashAttention-2: five products, the scores
  * recomputed); causal: the unmasked half, as a load-balanced split gives every
- * rank (docs/ops.md). The bytes are the operands' only.
+ * rank (docs/ops.md). One exponential per score each way (the softmax's, and
+ * the backward's recomputed probabilities), in special. The bytes are the
+ * operands' only.
  */
 static void
 cost_flashattn(const ir_module *m, ir_id op, ir_cost *c)
@@ -3248,8 +3250,11 @@ cost_flashattn(const ir_module *m, ir_id op, ir_cost *c)
     dv = (double)ir_type_dims(m, m->values[v].type)[tq->rank - 1];
     heads = value_numel(m, q) / (sq * d);
     c->flops = 2.0 * heads * sq * sk * (d + dv);
-    if (ir_op_int(m, op, "causal", 0))
+    c->special = heads * sq * sk;
+    if (ir_op_int(m, op, "causal", 0)) {
         c->flops *= 0.5 * (1.0 + 1.0 / sk);
+        c->special *= 0.5 * (1.0 + 1.0 / sk);
+    }
     if (m->ops[op].kind == IR_OP_FLASHATTNGRAD)
         c->flops *= 2.5;
 }

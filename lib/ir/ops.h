@@ -168,6 +168,7 @@ typedef struct ir_cost {
     double bytes_read;  /* bytes read from device memory */
     double bytes_write; /* bytes written to device memory */
     double bytes_comm;  /* communication ops: payload bytes per participant */
+    double special;     /* special-function evaluations (exponentials): fused attention's */
 } ir_cost;
 
 typedef struct ir_opinfo {

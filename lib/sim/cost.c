@@ -181,12 +181,16 @@ sim_op_gemm_efficiency(const sim *s, ir_id op, int32_t dev)
 }
 
 /*
- * Roofline: max((f / q + half_flops) / (peak(dtype) max_efficiency),
- * bytes / (bandwidth elementwise_efficiency)) + launch, where q is a GEMM's
- * tile and wave quantization (1 for other ops and on devices without an SM
- * count) and half_flops applies to GEMMs only: a GEMM of f FLOPs reaches
- * max_efficiency f / (f + half_flops) of peak before quantization. A
- * measured time for the op's signature replaces the formula. An opaque op
+ * Roofline: max((f / q + half_flops) / (peak(dtype) max_efficiency) +
+ * special / special_rate, bytes / (bandwidth elementwise_efficiency)) +
+ * launch, where q is a GEMM's tile and wave quantization (1 for other ops and
+ * on devices without an SM count) and half_flops applies to GEMMs only: a GEMM
+ * of f FLOPs reaches max_efficiency f / (f + half_flops) of peak before
+ * quantization. Fused attention's exponentials (special) run on the special
+ * function units after the products whose scores they read, in each warp
+ * (FlashAttention-2's kernels: its softmax does not overlap its GEMMs), so
+ * their time adds to the products'. A measured time for the op's signature
+ * replaces the formula. An opaque op
  * with no cost rule costs its bytes at the memory bandwidth (ir_op_cost
  * gives no FLOPs): an estimate, refused under sim_options.strict.
  */
@@ -219,6 +223,7 @@ compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flo
     }
     ir_op_cost(m, op, &c);
     c.flops /= scale;
+    c.special /= scale;
     c.bytes_read /= scale;
     c.bytes_write /= scale;
     *flops = c.flops;
@@ -244,6 +249,8 @@ sim_cost_roofline(sim *s, int32_t dev, int kind, ir_dtype dt, double q, ir_cost 
     if (c->flops > 0)
         tc = (c->flops / q + (is_gemm(kind) && d->half_flops > 0 ? d->half_flops : 0)) /
              (peak * eff);
+    if (c->special > 0 && d->special_rate > 0)
+        tc += c->special / d->special_rate;
     tm = 0;
     if (c->bytes_read + c->bytes_write > 0) {
         double ew = d->elementwise_efficiency > 0 ? d->elementwise_efficiency : 1.0;

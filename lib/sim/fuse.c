@@ -411,6 +411,7 @@ sim_fuse_cost(const sim *s, uint32_t group, ir_cost *c)
         ir_cost oc;
         ir_op_cost(m, op, &oc);
         c->flops += oc.flops;
+        c->special += oc.special;
         for (uint32_t i = 0; i < o->ninput; i++) {
             ir_id v = m->refs[o->inputs + i], d = m->values[v].def;
             int seen = d && s->fgrp[d] == group + 1;

@@ -422,6 +422,7 @@ typedef struct preset {
     double memory_reserved; /* bytes */
     double host_overhead;   /* seconds per kernel issued */
     double sms;             /* streaming multiprocessors */
+    double special;         /* special-function evaluations per second */
 } preset;
 
 /*
@@ -450,6 +451,15 @@ typedef struct preset {
 #define VTRAIN_NVLINK_BW 221.85e9
 #define VTRAIN_NVLINK_LAT 4.3055e-6
 
+/*
+ * Special-function units: 16 per SM, one evaluation per clock each (the V100,
+ * A100 and H100 whitepapers), at the clock the f16 tensor peak implies: SMs x
+ * clock = peak / (tensor FLOPs per SM per clock: 1,024 on V100, 2,048 on A100,
+ * 4,096 on H100), 1.53, 1.41 and 1.83 GHz. H100: 3.86e12 a second, the 3.9
+ * TFLOPS of special functions FlashAttention-3's paper gives (Shah et al. 2024).
+ */
+#define SFU(peak, per_clock) (16.0 * (peak) / (per_clock))
+
 /* clang-format off */
 static const preset presets[] = {
     /* DGX-1: NVLink 2 300 GB/s bidirectional; 4 x 100 Gb/s EDR per node over 8 GPUs. */
@@ -458,20 +468,20 @@ static const preset presets[] = {
      32 * GIB, 900e9, 4e-6,
      0.8, 2e8, 0.8,
      150e9, 3e-6, 6.25e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6, RESERVE(32 * GIB), 0, 80},
+     HW_ALGO_AUTO, 3e-6, RESERVE(32 * GIB), 0, 80, SFU(125e12, 1024)},
     /* DGX A100: NVSwitch 300 GB/s per direction; one 200 Gb/s HDR port per GPU. */
     {"a100-dgx", "A100-SXM4-80GB", 8, 1,
      19.5e12, 312e12, 312e12, 0, 0, 156e12,
      80 * GIB, 2039e9, 4e-6,
      0.8, 5e8, 0.8,
      300e9, 3e-6, 25e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB), 0, 108},
+     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB), 0, 108, SFU(312e12, 2048)},
     {"a100-40g-dgx", "A100-SXM4-40GB", 8, 1,
      19.5e12, 312e12, 312e12, 0, 0, 156e12,
      40 * GIB, 1555e9, 4e-6,
      0.8, 5e8, 0.8,
      300e9, 3e-6, 25e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6, RESERVE(40 * GIB), 0, 108},
+     HW_ALGO_AUTO, 3e-6, RESERVE(40 * GIB), 0, 108, SFU(312e12, 2048)},
     /*
      * vTrain's measurement cluster (../shared/data/vtrain): DGX A100 80 GB
      * nodes with 800 Gb/s per node between nodes, 100 Gb/s per GPU.
@@ -481,20 +491,20 @@ static const preset presets[] = {
      80 * GIB, 2039e9, 4e-6,
      0.8, 5e8, 0.8,
      VTRAIN_NVLINK_BW, VTRAIN_NVLINK_LAT, 12.5e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB), HOST_VTRAIN, 108},
+     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB), HOST_VTRAIN, 108, SFU(312e12, 2048)},
     /* DGX H100: NVSwitch 450 GB/s per direction; one 400 Gb/s NDR port per GPU. */
     {"h100-dgx", "H100-SXM5-80GB", 8, 1,
      67e12, 989e12, 989e12, 0, 1979e12, 495e12,
      80 * GIB, 3350e9, 4e-6,
      0.8, 1.6e9, 0.8,
      450e9, 3e-6, 50e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB), 0, 132},
+     HW_ALGO_AUTO, 3e-6, RESERVE(80 * GIB), 0, 132, SFU(989e12, 4096)},
     {"h200-dgx", "H200-SXM-141GB", 8, 1,
      67e12, 989e12, 989e12, 0, 1979e12, 495e12,
      141 * GIB, 4800e9, 4e-6,
      0.8, 1.6e9, 0.8,
      450e9, 3e-6, 50e9, 5e-6,
-     HW_ALGO_AUTO, 3e-6, RESERVE(141 * GIB), 0, 132},
+     HW_ALGO_AUTO, 3e-6, RESERVE(141 * GIB), 0, 132, SFU(989e12, 4096)},
     /*
      * The original DistIR simulator: one roofline for every float dtype, no
      * efficiency curve, 25 Gbit/s between every pair of devices, no
@@ -505,7 +515,7 @@ static const preset presets[] = {
      16 * GIB, 9e11, 1e-5,
      1.0, 0, 1.0,
      3.125e9, 0, 3.125e9, 0,
-     HW_ALGO_RING, 0, 0, 0, 0},
+     HW_ALGO_RING, 0, 0, 0, 0, 0},
 };
 /* clang-format on */
 #define NPRESET (sizeof presets / sizeof presets[0])
@@ -592,6 +602,7 @@ hw_preset(const char *name, hw_model **out, di_error *err)
     hw->device.memory_reserved = p->memory_reserved;
     hw->device.host_overhead = p->host_overhead;
     hw->device.sms = p->sms;
+    hw->device.special_rate = p->special;
     hw->intra_node.bandwidth = p->intra_bw;
     hw->intra_node.latency = p->intra_lat;
     hw->inter_node.bandwidth = p->inter_bw;

@@ -79,6 +79,13 @@ typedef struct hw_device {
      * partly. 0: the efficiency curve alone.
      */
     double sms;
+    /*
+     * Special-function evaluations per second (exp, ...: the SMs' special
+     * function units, 16 per SM per clock on V100, A100 and H100). Fused
+     * attention spends one exponential per score on them besides its
+     * tensor-core products (cost.c). 0: not priced.
+     */
+    double special_rate;
 } hw_device;
 
 /*
@@ -99,7 +106,8 @@ typedef struct hw_device {
     X(elementwise_efficiency, HW_RULE_FRACTION)                                                    \
     X(memory_reserved, HW_RULE_NONNEG)                                                             \
     X(host_overhead, HW_RULE_NONNEG)                                                               \
-    X(sms, HW_RULE_NONNEG)
+    X(sms, HW_RULE_NONNEG)                                                                         \
+    X(special_rate, HW_RULE_NONNEG)
 
 typedef struct hw_link {
     double bandwidth; /* bytes/s per direction */
