@@ -190,9 +190,9 @@ sim_op_gemm_efficiency(const sim *s, ir_id op, int32_t dev)
  * function units after the products whose scores they read, in each warp
  * (FlashAttention-2's kernels: its softmax does not overlap its GEMMs), so
  * their time adds to the products'. A measured time for the op's signature
- * replaces the formula. An opaque op
- * with no cost rule costs its bytes at the memory bandwidth (ir_op_cost
- * gives no FLOPs): an estimate, refused under sim_options.strict.
+ * replaces the formula. An opaque op with no cost rule costs its bytes at the
+ * memory bandwidth (ir_op_cost gives no FLOPs): an estimate, refused under
+ * sim_options.strict.
  */
 static int
 compute_time(sim *s, ir_id op, int32_t dev, double scale, double *t, double *flops)
