@@ -515,6 +515,8 @@ sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype dt, i
     if (d->memory_bandwidth > 0)
         b->per_byte = 1.0 / (d->memory_bandwidth * ew);
     b->launch = d->launch_overhead;
+    if (d->special_rate > 0)
+        b->per_special = 1.0 / d->special_rate;
     b->gemm = is_gemm(kind);
     return 1;
 }

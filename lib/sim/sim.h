@@ -233,15 +233,16 @@ double sim_op_time(const ir_module *m, ir_id op, const hw_model *hw, uint32_t de
 ir_dtype sim_op_dtype(const ir_module *m, ir_id op);
 /*
  * The terms of a lower bound on the time of a compute op of `kind` in dtype
- * dt on `device` (tf32: f32 GEMMs as TF32): the simulator prices f FLOPs
- * and B bytes of it at no less than max(f per_flop + flop_fixed, B
- * per_byte) + launch seconds (its roofline; flop_fixed, a GEMM's
- * half_flops at the peak, makes small GEMMs slow). Returns 1 with the
+ * dt on `device` (tf32: f32 GEMMs as TF32): the simulator prices f FLOPs,
+ * E special-function evaluations (ir_cost.special: fused attention's
+ * exponentials) and B bytes of it at no less than max(f per_flop +
+ * flop_fixed + E per_special, B per_byte) + launch seconds (its roofline;
+ * flop_fixed, a GEMM's half_flops at the peak, makes small GEMMs slow). Returns 1 with the
  * terms, or 0 with all 0 when the op costs nothing (views, plumbing,
  * communication, regions) or may cost anything (measured op times).
  */
 typedef struct sim_op_bound {
-    double per_flop, flop_fixed, per_byte, launch;
+    double per_flop, flop_fixed, per_byte, launch, per_special;
     int gemm; /* GEMM-class (MatMul, Gemm, MatMulGrad, FlashAttention, its gradient) */
 } sim_op_bound;
 int sim_op_bound_terms(const hw_model *hw, uint32_t device, int kind, ir_dtype dt, int tf32,

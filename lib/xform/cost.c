@@ -28,6 +28,7 @@ simulated_op_bound(const void *ctx, const ir_module *m, ir_id op, int tf32, xfor
     b->flop_fixed = t.flop_fixed;
     b->per_byte = t.per_byte;
     b->launch = t.launch;
+    b->per_special = t.per_special;
     b->gemm = t.gemm;
     switch (sim_fuse_kind(m->ops[op].kind)) {
     case SIM_FUSE_ELEM:

@@ -20,6 +20,7 @@ enum { XFORM_FUSE_NONE, XFORM_FUSE_ELEM, XFORM_FUSE_ROW };
 /* See xform_cost.op_bound. */
 typedef struct xform_op_bound {
     double per_flop, flop_fixed, per_byte, launch;
+    double per_special; /* seconds per special-function evaluation (ir_cost.special) */
     int gemm; /* GEMM-class: its flop_fixed makes small ones slow */
     int fuse;     /* XFORM_FUSE_*: a fused kernel may take it in, ending there (ROW) or not */
     int own_kernel; /* by its attributes a kernel of its own whatever fuse says

@@ -1247,7 +1247,7 @@ tp_divides(const xf_ctx *c, ir_id op)
 }
 
 /* The number of work terms per (slot, layer): xform_work_bound's fields. */
-#define WORK_TERMS 10
+#define WORK_TERMS 11
 /*
  * Per (kind, mode, layer) of the ops between a late reduction and its reader:
  * their WORK_TERMS, then the bytes (per device, whole batch) and the number
@@ -1476,7 +1476,7 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit
 {
     xform_op_bound t;
     ir_cost cost;
-    double split, f, bytes;
+    double split, f, bytes, special;
     if (!c->cost.op_bound(c->cost.ctx, c->m, op, wo->tf32, &t))
         return -1;
     *flop_s = 0;
@@ -1509,14 +1509,18 @@ add_terms(const xf_ctx *c, ir_id op, const work_opts *wo, int slot, unsigned bit
             w[5] += t.launch;
         return 2;
     }
+    /* Fused attention's exponentials (unquantized: w[10], not in flop_s). */
+    special = cost.special / split * t.per_special;
     if (t.gemm) {
         w[0] += f * t.per_flop;
         w[1] += t.flop_fixed;
         w[2] += bytes * t.per_byte;
         w[3] += t.launch;
+        w[10] += special;
         return 1;
     }
-    w[4] += f * t.per_flop > bytes * t.per_byte ? f * t.per_flop : bytes * t.per_byte;
+    w[4] += f * t.per_flop + special > bytes * t.per_byte ? f * t.per_flop + special
+                                                          : bytes * t.per_byte;
     w[5] += t.launch;
     return 0;
 }
@@ -1716,6 +1720,7 @@ work_bound_of(const double *w, xform_work_bound *out)
     out->tp_reduce_count = w[7];
     out->tp_ar_bytes = w[8];
     out->tp_ar_count = w[9];
+    out->gemm_special_s = w[10];
 }
 
 /* The least over the layers of each term of slot k into *out. */

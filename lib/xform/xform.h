@@ -208,9 +208,10 @@ typedef struct xform_layer_param {
  * one kind (forward, backward, or the forward ops the backward repeats
  * under a recomputation mode) take at least
  *   max(gemm_flop_s q + gemm_fixed_s, gemm_byte_s q) + gemm_launch_s
- * for their GEMMs (xform_gemm_time) and other_s q + other_launch_s more for
- * the other ops (xform_work_time: both) on one microbatch. Each term is the
- * least over the layers.
+ * for their GEMMs (xform_gemm_time; gemm_flop_s q plus gemm_special_s q, fused
+ * attention's exponentials, which tile and wave quantization do not touch)
+ * and other_s q + other_launch_s more for the other ops (xform_work_time:
+ * both) on one microbatch. Each term is the least over the layers.
  */
 typedef struct xform_work_bound {
     double gemm_flop_s, gemm_fixed_s, gemm_byte_s, gemm_launch_s;
@@ -242,12 +243,13 @@ typedef struct xform_work_bound {
      * can be below an all-gather's; within a node it is about twice).
      */
     double tp_ar_bytes, tp_ar_count;
+    double gemm_special_s; /* the GEMMs' special-function evaluations' seconds (whole batch) */
 } xform_work_bound;
 
 static inline double
 xform_gemm_time(const xform_work_bound *w, double q)
 {
-    double g = w->gemm_flop_s * q + w->gemm_fixed_s, b = w->gemm_byte_s * q;
+    double g = (w->gemm_flop_s + w->gemm_special_s) * q + w->gemm_fixed_s, b = w->gemm_byte_s * q;
     return (g > b ? g : b) + w->gemm_launch_s;
 }
 
