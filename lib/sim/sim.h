@@ -237,9 +237,9 @@ ir_dtype sim_op_dtype(const ir_module *m, ir_id op);
  * E special-function evaluations (ir_cost.special: fused attention's
  * exponentials) and B bytes of it at no less than max(f per_flop +
  * flop_fixed + E per_special, B per_byte) + launch seconds (its roofline;
- * flop_fixed, a GEMM's half_flops at the peak, makes small GEMMs slow). Returns 1 with the
- * terms, or 0 with all 0 when the op costs nothing (views, plumbing,
- * communication, regions) or may cost anything (measured op times).
+ * flop_fixed, a GEMM's half_flops at the peak, makes small GEMMs slow).
+ * Returns 1 with the terms, or 0 with all 0 when the op costs nothing (views,
+ * plumbing, communication, regions) or may cost anything (measured op times).
  */
 typedef struct sim_op_bound {
     double per_flop, flop_fixed, per_byte, launch, per_special;
