@@ -3240,7 +3240,7 @@ cost_flashattn(const ir_module *m, ir_id op, ir_cost *c)
 {
     ir_id q = ir_op_input(m, op, 0), k = ir_op_input(m, op, 1), v = ir_op_input(m, op, 2);
     const ir_type *tq = &m->types[m->values[q].type];
-    double sq, sk, d, dv, heads;
+    double sq, sk, d, dv, heads, share;
     cost_base(m, op, c);
     if (tq->kind != IR_TYPE_TENSOR || tq->rank < 2)
         return;
@@ -3249,12 +3249,9 @@ cost_flashattn(const ir_module *m, ir_id op, ir_cost *c)
     sk = (double)ir_type_dims(m, m->values[k].type)[tq->rank - 2];
     dv = (double)ir_type_dims(m, m->values[v].type)[tq->rank - 1];
     heads = value_numel(m, q) / (sq * d);
-    c->flops = 2.0 * heads * sq * sk * (d + dv);
-    c->special = heads * sq * sk;
-    if (ir_op_int(m, op, "causal", 0)) {
-        c->flops *= 0.5 * (1.0 + 1.0 / sk);
-        c->special *= 0.5 * (1.0 + 1.0 / sk);
-    }
+    share = ir_op_int(m, op, "causal", 0) ? 0.5 * (1.0 + 1.0 / sk) : 1.0; /* of the scores */
+    c->flops = 2.0 * heads * sq * sk * (d + dv) * share;
+    c->special = heads * sq * sk * share;
     if (m->ops[op].kind == IR_OP_FLASHATTNGRAD)
         c->flops *= 2.5;
 }
