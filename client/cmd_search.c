@@ -218,7 +218,7 @@ log_refined(FILE *f, uint32_t n, double seconds, unsigned worker)
  * --log-candidates: one JSON line per candidate the search evaluated (not
  * those pruned unevaluated), in the order the workers finish them: its
  * figures (the composed estimate when composed), the lower bounds branch and
- * bound used (search_time_bound, search_memory_bound: 0 where there is none)
+ * bound used (search_time_bound_schedule, search_memory_bound: 0 where there is none)
  * and the seconds its evaluation took on its worker; then a line per worker
  * for the re-simulation of its composed points (search_planner_refine). The
  * figures and bounds are the search's own, whatever the thread count; the
@@ -231,7 +231,7 @@ log_point(const local_search *ls, unsigned worker, const search_point *p, double
     char strat[256];
     search_candidate_format(&p->cand, strat, sizeof strat);
     log_line(ls->log, p->cand.index, strat, search_status_name(p->status), p->step_time_s,
-             p->peak_memory_bytes, p->composed, p->unsteady, search_time_bound(ls->sp, &p->cand),
+             p->peak_memory_bytes, p->composed, p->unsteady, search_time_bound_schedule(ls->sp, &p->cand),
              search_memory_bound(ls->sp, &p->cand), seconds, worker);
 }
 

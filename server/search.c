@@ -380,7 +380,7 @@ log_point(srv_search *s, unsigned part, const search_point *p, double seconds)
         return;
     memset(&l, 0, sizeof l);
     l.p = *p;
-    l.time_bound_s = search_time_bound(&s->space, &p->cand);
+    l.time_bound_s = search_time_bound_schedule(&s->space, &p->cand);
     l.memory_bound = search_memory_bound(&s->space, &p->cand);
     l.eval_s = seconds;
     l.worker = part;

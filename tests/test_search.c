@@ -321,6 +321,7 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
         sim_options o;
         di_error err;
         search_point p;
+        double tb;
         int fits = 1, st;
 
         assert_int_equal(c->index, i);
@@ -385,16 +386,21 @@ check_brute_force(const ir_module *m, const hw_model *hw, const search_config *c
                      (unsigned long long)search_memory_bound(&sp, c),
                      (unsigned long long)res->peak_memory_bytes, (unsigned long long)i, name);
         }
-        /* The time bound is a lower bound of the step, and (with its slack) of an estimate. */
-        if (search_time_bound(&sp, c) > res->step_time_s) {
+        /*
+         * The time bounds are lower bounds of the step, and (with their slack) of an estimate:
+         * the schedule's, at least search_time_bound's.
+         */
+        tb = search_time_bound_schedule(&sp, c);
+        assert_true(tb >= search_time_bound(&sp, c));
+        if (tb > res->step_time_s) {
             char name[256];
             search_candidate_format(c, name, sizeof name);
-            fail_msg("time bound %.9g s above the step %.9g s of %s (%s)",
-                     search_time_bound(&sp, c), res->step_time_s, name, hw->name);
+            fail_msg("time bound %.9g s above the step %.9g s of %s (%s)", tb, res->step_time_s,
+                     name, hw->name);
         }
-        if (p.composed && search_time_bound(&sp, c) * (1 - SEARCH_COMPOSE_SLACK) > p.step_time_s)
-            fail_msg("time bound %.9g s above the composed estimate %.9g s of candidate %llu",
-                     search_time_bound(&sp, c), p.step_time_s, (unsigned long long)i);
+        if (p.composed && tb * (1 - SEARCH_COMPOSE_SLACK) > p.step_time_s)
+            fail_msg("time bound %.9g s above the composed estimate %.9g s of candidate %llu", tb,
+                     p.step_time_s, (unsigned long long)i);
         if (st == SEARCH_MEMORY_BOUND) {
             assert_false(fits);
             (*nbound)++;
@@ -2183,6 +2189,95 @@ test_time_bound_exponentials(void **state)
 }
 
 /*
+ * The pipeline schedule's bound (search_time_bound_schedule): at least search_time_bound's
+ * and at most the simulated step of every pipelined candidate (simulated in full) of
+ * schedule_space's spaces; returns how many, with the mean ratio of each bound to the step
+ * in *cheap and *sched and how many the schedule's makes strictly tighter in *tighter.
+ */
+static uint32_t
+schedule_ratios(ir_module *m, hw_model *hw, const search_config *cfg, double *cheap,
+                double *sched, uint32_t *tighter)
+{
+    search_space sp;
+    search_evaluator ev;
+    uint32_t n = 0;
+    *cheap = *sched = 0;
+    *tighter = 0;
+    space_ok(&sp, m, hw, cfg);
+    search_evaluator_init(&ev, &sp);
+    for (uint64_t i = 0; i < sp.ncandidate; i++) {
+        const search_candidate *c = &sp.candidates[i];
+        search_point p;
+        double a, b;
+        if (c->pp < 2)
+            continue;
+        search_eval_full(&ev, c, &p);
+        if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
+            continue;
+        a = search_time_bound(&sp, c);
+        b = search_time_bound_schedule(&sp, c);
+        if (b > p.step_time_s || b < a) {
+            char name[256];
+            search_candidate_format(c, name, sizeof name);
+            fail_msg("schedule bound %.9g (closed form %.9g) against the simulated %.9g of %s", b,
+                     a, p.step_time_s, name);
+        }
+        *cheap += a / p.step_time_s;
+        *sched += b / p.step_time_s;
+        *tighter += b > a;
+        n++;
+    }
+    if (n > 0) {
+        *cheap /= n;
+        *sched /= n;
+    }
+    print_message("%u pipelined candidates: time bound %.3f of the step on average, %.3f with the "
+                  "schedule's (tighter on %u)\n",
+                  n, *cheap, *sched, *tighter);
+    search_evaluator_fini(&ev);
+    search_space_fini(&sp);
+    hw_free(hw);
+    ir_module_free(m);
+    return n;
+}
+
+/*
+ * On a bf16 GPT of 8 layers (hidden 256, sequence 256, batch 32) on one DGX A100, pp 2 and
+ * 4 with 1F1B and interleaving over 4 to 32 microbatches, recomputation none or full,
+ * ZeRO 0 or 1; and on a bf16 Llama of 4 layers on one DGX H100, pp 2 and 4 (pp 4 with
+ * one layer per stage: interleaving only at pp 2). Every pipelined candidate's schedule
+ * bound lies between the closed form's and its simulated step (schedule_ratios), and it
+ * is tighter on average by SCHEDULE_GAIN at least, and on half the candidates at least.
+ * Measured (2026-12-07): the GPT's 908 candidates 0.827 of the step on average against
+ * 0.786, tighter on 794; the Llama's 704 0.729 against 0.698, tighter on 592.
+ */
+#define SCHEDULE_GAIN 0.02
+
+static void
+test_time_bound_schedule(void **state)
+{
+    search_config cfg;
+    di_error err;
+    double cheap, sched;
+    uint32_t tighter, n;
+    (void)state;
+    small_config(&cfg, 8);
+    assert_int_equal(search_config_set(&cfg, "pp", "2,4", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "zero", "0,1", &err), 0);
+    assert_int_equal(search_config_set(&cfg, "microbatches", "4,8,16,32", &err), 0);
+    n = schedule_ratios(gpt_as(8, 256, 8, 256, 32, 1), preset("a100-dgx"), &cfg, &cheap, &sched,
+                        &tighter);
+    assert_true(n >= 100);
+    assert_true(sched >= cheap + SCHEDULE_GAIN);
+    assert_true(2 * tighter >= n);
+    n = schedule_ratios(llama(4, 256, 8, 4, 512, 32), preset("h100-dgx"), &cfg, &cheap, &sched,
+                        &tighter);
+    assert_true(n >= 50);
+    assert_true(sched >= cheap + SCHEDULE_GAIN);
+    assert_true(2 * tighter >= n);
+}
+
+/*
  * Expert parallelism: the time bound of ep > 1 is its ep = 1 twin's without the
  * data-parallel term, the GEMMs' quantization and the gradients' accumulation
  * (search_time_bound). On a bf16 mixture of 8 experts (top 2, a shared one,
@@ -3703,6 +3798,7 @@ main(void)
         cmocka_unit_test(test_time_bound_cp),
         cmocka_unit_test(test_time_bound_ring),
         cmocka_unit_test(test_time_bound_exponentials),
+        cmocka_unit_test(test_time_bound_schedule),
         cmocka_unit_test(test_time_bound_ep),
         cmocka_unit_test(test_memory_bound_ep),
         cmocka_unit_test(test_memory_bound_tight),

@@ -3,11 +3,11 @@
  * and bound"). A seed of candidates with small bounds (choose_seed) is
  * evaluated first; its points decide, once and for all, which other
  * candidates cannot enter the answer: a candidate whose time bound
- * (search_time_bound) and memory bound (search_memory_bound), taken as its
- * figures, would still rank below K seed points and be dominated by a seed
- * point, cannot enter the top K or the Pareto set whatever it simulates to,
- * and is pruned (SEARCH_TIME_BOUND) without being validated, transformed or
- * simulated.
+ * (search_time_bound, or the schedule's: search_time_bound_schedule) and
+ * memory bound (search_memory_bound), taken as its figures, would still rank
+ * below K seed points and be dominated by a seed point, cannot enter the top
+ * K or the Pareto set whatever it simulates to, and is pruned
+ * (SEARCH_TIME_BOUND) without being validated, transformed or simulated.
  *
  * The seed grows in rounds (extend): once a round is evaluated, the next
  * takes the candidates of the whole space that could still enter the top K
@@ -224,26 +224,53 @@ may_top(const search_result *r, const search_point *opt)
 }
 
 /*
- * Whether candidate c cannot enter the answer, by the seed's result r: with
- * its time bound as its step time and its memory bound as its peak, K seed
- * points would still rank before it, and a seed point would be faster and
- * need no more memory, or (under pareto_within) its step would be more than
- * that many times the fastest seed point's.
+ * Whether a point as good as opt can enter neither r's top K nor its Pareto
+ * set: K points of r rank before it, and one of them is faster and needs no
+ * more memory, or (under pareto_within) its step is more than that many times
+ * the fastest point's.
+ */
+static int
+beyond(const search_result *r, const search_point *opt)
+{
+    int dominated = 0;
+    if (may_top(r, opt))
+        return 0;
+    /* Under pareto_within: slower than the Pareto set may be (the fastest only gets faster). */
+    if (r->pareto_within > 0 && opt->step_time_s > r->pareto_within * r->pareto[0].step_time_s)
+        return 1;
+    for (uint32_t i = 0; i < r->npareto && !dominated; i++)
+        dominated = r->pareto[i].step_time_s < opt->step_time_s &&
+                    r->pareto[i].peak_memory_bytes <= opt->peak_memory_bytes;
+    return dominated;
+}
+
+/*
+ * Whether candidate c cannot enter the answer, by the seed's result r: its
+ * optimistic point (its time bound as its step time and its memory bound as
+ * its peak) is beyond r. Where search_time_bound's point is not, the pipeline
+ * schedule's bound (search_time_bound_schedule) may be: dearer, so only then
+ * (the candidates a search evaluates and those it prunes: about a thousand on
+ * gpt3-175b with 1,024 GPUs).
  */
 static int
 pruned_by_bound(const search_space *sp, const search_result *r, const search_candidate *c)
 {
     search_point opt;
-    int dominated = 0;
-    if (r->npareto == 0 || !optimistic(sp, c, &opt, NULL) || may_top(r, &opt))
+    uint32_t m1, m2;
+    double t;
+    if (r->npareto == 0 || !optimistic(sp, c, &opt, NULL))
         return 0;
-    /* Under pareto_within: slower than the Pareto set may be (the fastest only gets faster). */
-    if (r->pareto_within > 0 && opt.step_time_s > r->pareto_within * r->pareto[0].step_time_s)
+    if (beyond(r, &opt))
         return 1;
-    for (uint32_t i = 0; i < r->npareto && !dominated; i++)
-        dominated = r->pareto[i].step_time_s < opt.step_time_s &&
-                    r->pareto[i].peak_memory_bytes <= opt.peak_memory_bytes;
-    return dominated;
+    if (c->pp < 2)
+        return 0;
+    t = search_time_bound_schedule(sp, c);
+    if (search_compose_counts(sp, c, &m1, &m2))
+        t *= 1 - SEARCH_COMPOSE_SLACK;
+    if (!(t > opt.step_time_s))
+        return 0;
+    point_of(sp, c, t, opt.peak_memory_bytes, &opt);
+    return beyond(r, &opt);
 }
 
 /* Orders candidates i and j by their optimistic times ti, tj as the objective ranks points. */

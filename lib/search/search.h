@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-46"
+#define SEARCH_VERSION "distir-search-47"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
@@ -458,6 +458,18 @@ int search_memory_pruned(const search_space *sp, uint64_t bound);
  * (SEARCH_TIME_BOUND); the tests check it against full simulations.
  */
 double search_time_bound(const search_space *sp, const search_candidate *c);
+/*
+ * search_time_bound, or more where the pipeline's schedule says so: its chunks played out
+ * in program order at search_time_bound's least times per layer, each waiting for its
+ * input's chunk on another pipeline group (schedule_bound in space.c). It sees what the
+ * closed form does not: the stalls of an interleaved schedule whose microbatches come
+ * round again before the other groups have passed them on, a last stage the head makes
+ * slower, the drain. It costs a walk over the 2 V m chunks of every group (a millisecond on
+ * the largest of gpt3-175b's), so search_plan takes it only for the candidates that
+ * search_time_bound does not prune. Still a lower bound; the tests check it against full
+ * simulations.
+ */
+double search_time_bound_schedule(const search_space *sp, const search_candidate *c);
 /*
  * Whether c has no time bound because the transforms' analyses refuse its
  * degrees (its tensor parallelism, or its pipeline's stages over the

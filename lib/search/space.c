@@ -2155,8 +2155,20 @@ ring_bound(const search_space *sp, const search_candidate *c, const xform_layer_
     return (double)c->microbatches * N * per;
 }
 
-double
-search_time_bound(const search_space *sp, const search_candidate *c)
+/*
+ * What search_time_bound prices per layer and microbatch on the compute stream, by pass
+ * (pipe_bound's fw, fc, bw, bc, edges and accumulation; zcat, the bucket copies of a
+ * backward chunk's layer under ZeRO-2/3), and the step program's reduce-scatters per
+ * layer (zs, zs_aligned: zero1_step_scatter), for the schedule bound. ok once filled
+ * (pipelined candidates with a bound only).
+ */
+struct pass_terms {
+    double fw, fc, bw, bc, edge[4], acc, zcat, zs;
+    int zs_aligned, ok;
+};
+
+static double
+time_bound(const search_space *sp, const search_candidate *c, struct pass_terms *pt)
 {
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
@@ -2247,6 +2259,15 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL)
             bw += xform_work_time(&t->re[r], q) + rre;
         bound = pipe_bound(find_pipe(sp, c), fw, fc, bw + rb, bc + rb, edge, acc);
+        if (pt != NULL) {
+            pt->fw = fw;
+            pt->fc = fc;
+            pt->bw = bw + rb;
+            pt->bc = bc + rb;
+            memcpy(pt->edge, edge, sizeof pt->edge);
+            pt->acc = acc;
+            pt->ok = 1;
+        }
     }
     /* A layer's backward work as counted in w, and its shards' reduce-scatter under ZeRO-2/3. */
     bwork = xform_work_time(&t->bwd, q) + rb;
@@ -2265,6 +2286,11 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         zcat = 2 * zb[3] * e->concat_per_byte;
     }
     zs = zero1_step_scatter(sp, c, zg, zb, &zs_aligned);
+    if (pt != NULL) {
+        pt->zcat = zcat;
+        pt->zs = zs;
+        pt->zs_aligned = zs_aligned;
+    }
     for (uint32_t d = 0; d < c->pp && d < st->nstage; d++) {
         uint32_t N = 0; /* group d's layers: model stages d, d + pp, ... */
         double busy, head;
@@ -2331,6 +2357,143 @@ search_time_bound(const search_space *sp, const search_candidate *c)
         S += st->layers[d];
     }
     return bound;
+}
+
+double
+search_time_bound(const search_space *sp, const search_candidate *c)
+{
+    return time_bound(sp, c, NULL);
+}
+
+/*
+ * The pipeline schedule played out at least times (search_time_bound_schedule): every
+ * group's chunks in program order (xform_group_sequence), each chunk of model stage k
+ * (N_k layers) holding its group's compute stream for at least its work W (a forward:
+ * N_k fw; a backward: N_k bw, its bucket copies under ZeRO-2/3 and, from the second
+ * microbatch, its gradient accumulation; the embedding's, the head's and the loss's where
+ * its stage holds them: pipe_bound's terms) after the chunk before it, and making its
+ * output (the activation or the gradient the next chunk of that microbatch reads) no
+ * earlier than C after both its input's arrival and the chunk before it: a forward chunk's
+ * input is the previous model stage's output for that microbatch (model stage 0's, the
+ * data, at 0), a backward chunk's the next model stage's gradient (the last stage's, its
+ * own forward's output, through the loss), and C is fc + (N_k - 1) fw (bc + (N_k - 1)
+ * bw), as pipe_bound counts it, with the embedding's and the head's terms on the chain. A
+ * transfer counts 0. Each time is a maximum of sums of least times over the same
+ * precedences as the simulation's, whose times are each at least these, so each is at
+ * most the simulated one, and the step at least the latest chunk's end; plus, per group,
+ * the step program's reduce-scatters after its chunks where search_time_bound counts them
+ * (zero1_step_scatter: group 0, or every group when their data-parallel groups are alike).
+ * 0 when the schedule does not run to its end (which xform_group_sequence's orders do).
+ */
+static double
+schedule_bound(const search_space *sp, const search_candidate *c, const struct pass_terms *pt)
+{
+    const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
+    uint32_t p = c->pp, V = virtual_of(c), m = c->microbatches, S, per, *pos, *stack, nstack = 0;
+    uint8_t *queued;
+    xform_chunk *seq;
+    double *out_f, *out_b, *end, bound = 0;
+    uint64_t done = 0, total;
+    if (st == NULL || st->nstage != p * V || p < 2 || m == 0 ||
+        (uint64_t)2 * V * m * p > (1u << 24))
+        return 0;
+    S = st->nstage;
+    per = 2 * V * m;
+    total = (uint64_t)per * p;
+    seq = di_xmalloc(total * sizeof *seq);
+    for (uint32_t g = 0; g < p; g++)
+        if (xform_group_sequence(c->schedule, p, V, m, g, seq + (size_t)g * per, per) != per) {
+            di_free(seq);
+            return 0;
+        }
+    out_f = di_xmalloc((size_t)S * m * sizeof *out_f);
+    out_b = di_xmalloc((size_t)S * m * sizeof *out_b);
+    for (size_t i = 0; i < (size_t)S * m; i++)
+        out_f[i] = out_b[i] = -1;
+    end = di_xcalloc(p, sizeof *end);
+    pos = di_xcalloc(p, sizeof *pos);
+    stack = di_xmalloc(p * sizeof *stack);
+    queued = di_xmalloc(p);
+    for (uint32_t g = 0; g < p; g++) {
+        stack[nstack++] = p - 1 - g;
+        queued[g] = 1;
+    }
+    while (nstack > 0) {
+        uint32_t g = stack[--nstack];
+        queued[g] = 0;
+        while (pos[g] < per) {
+            const xform_chunk *ch = &seq[(size_t)g * per + pos[g]];
+            uint32_t k = ch->stage, j = ch->mb, wake;
+            double N = st->layers[k], arrive, W, C, out;
+            if (ch->kind == XFORM_CHUNK_F) {
+                arrive = k == 0 ? 0 : out_f[(size_t)(k - 1) * m + j];
+                W = N * pt->fw;
+                C = k == 0 ? pt->edge[0] + N * pt->fw : N > 0 ? pt->fc + (N - 1) * pt->fw : 0;
+                if (k == 0)
+                    W += pt->edge[0];
+                if (k + 1 == S) {
+                    W += pt->edge[2];
+                    C += pt->edge[2];
+                }
+                wake = k + 1 == S ? g : (k + 1) % p;
+            } else {
+                arrive = k + 1 == S ? out_f[(size_t)k * m + j] : out_b[(size_t)(k + 1) * m + j];
+                W = N * (pt->bw + pt->zcat) + (j > 0 ? N * pt->acc : 0);
+                C = N > 0 ? pt->bc + (N - 1) * pt->bw : 0;
+                if (k + 1 == S) {
+                    W += pt->edge[3];
+                    C += pt->edge[3];
+                }
+                if (k == 0)
+                    W += pt->edge[1];
+                wake = k == 0 ? g : (k - 1) % p;
+            }
+            if (arrive < 0)
+                break; /* woken when its input is made */
+            out = (arrive > end[g] ? arrive : end[g]) + C;
+            end[g] = end[g] + W > out ? end[g] + W : out;
+            (ch->kind == XFORM_CHUNK_F ? out_f : out_b)[(size_t)k * m + j] = out;
+            pos[g]++;
+            done++;
+            if (wake != g && !queued[wake]) {
+                stack[nstack++] = wake;
+                queued[wake] = 1;
+            }
+        }
+    }
+    if (done == total) {
+        for (uint32_t g = 0; g < p; g++) {
+            double t = end[g];
+            if (g == 0 || pt->zs_aligned) {
+                uint32_t N = 0;
+                for (uint32_t k = g; k < S; k += p)
+                    N += st->layers[k];
+                t += N * pt->zs;
+            }
+            bound = t > bound ? t : bound;
+        }
+    }
+    di_free(queued);
+    di_free(stack);
+    di_free(pos);
+    di_free(end);
+    di_free(out_b);
+    di_free(out_f);
+    di_free(seq);
+    return bound;
+}
+
+double
+search_time_bound_schedule(const search_space *sp, const search_candidate *c)
+{
+    struct pass_terms pt;
+    double t, s;
+    memset(&pt, 0, sizeof pt);
+    t = time_bound(sp, c, &pt);
+    if (!(t > 0) || !pt.ok)
+        return t;
+    s = schedule_bound(sp, c, &pt);
+    return s > t ? s : t;
 }
 
 void
