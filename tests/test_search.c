@@ -2585,8 +2585,18 @@ test_time_bound_zero1_step(void **state)
  * more), whose bound subtracts the Adds of those two contributions only (it
  * subtracted the layer's whole accumulation before: on gpt3-175b's layers
  * more than the late collectives take, where the contributions made between
- * are biases).
+ * are biases). Each pair has a place of its own (xform_layer_time's
+ * XFORM_LATE_POS), whose time the bound adds when positive.
  */
+static double
+places(const double *a)
+{
+    double sum = 0;
+    for (int k = 0; k < XFORM_LATE_POS; k++)
+        sum += a[k];
+    return sum;
+}
+
 static void
 test_time_bound_late(void **state)
 {
@@ -2641,21 +2651,38 @@ test_time_bound_late(void **state)
          * each read by the next op emitted. (Until 2026-12-06 it repeated only what the
          * backward reads, not the second MLP GEMM: 3 and 1.)
          */
-        print_message("sp %d: late bytes %.0f %.0f %.0f\n", sq, t->bwd_tp_late_bytes[0],
-                      t->bwd_tp_late_bytes[1], t->bwd_tp_late_bytes[2]);
+        print_message("sp %d: late bytes %.0f %.0f %.0f\n", sq, places(t->bwd_tp_late_bytes[0]),
+                      places(t->bwd_tp_late_bytes[1]), places(t->bwd_tp_late_bytes[2]));
+        for (int k = 0; k < XFORM_LATE_POS; k++)
+            print_message("  place %d: bytes %.0f count %.0f, all-reduce %.0f count %.0f, "
+                          "gradients between %.0f bytes, %.0f\n",
+                          k, t->bwd_tp_late_bytes[0][k], t->bwd_tp_late_count[0][k],
+                          t->bwd_tp_late_ar_bytes[0][k], t->bwd_tp_late_ar_count[0][k],
+                          t->bwd_tp_late_leaf_bytes[0][k], t->bwd_tp_late_leaf_count[0][k]);
 
         assert_true(t->fwd.tp_reduce_bytes == (sq ? 4 : 0) * 524288.0);
         assert_true(t->fwd.tp_reduce_count == (sq ? 4 : 0));
         assert_true(t->fwd.tp_ar_bytes == (sq ? 0 : 2) * 524288.0);
         assert_true(t->fwd.tp_ar_count == (sq ? 0 : 2));
         for (int r = 0; r < 3; r++) {
-            assert_true(t->bwd_tp_late_leaf_bytes[r] == (sq ? 118272.0 : 114688.0));
-            assert_true(t->bwd_tp_late_leaf_count[r] == (sq ? 6 : 2));
-            assert_true(t->re_tp_late_leaf_bytes[r] == 0 && t->re_tp_late_leaf_count[r] == 0);
-            assert_true(t->bwd_tp_late_bytes[r] == (sq ? 3 * 524288.0 : 0));
-            assert_true(t->bwd_tp_late_count[r] == (sq ? 3 : 0));
-            assert_true(t->bwd_tp_late_ar_bytes[r] == (sq ? 0 : 1048576.0));
-            assert_true(t->bwd_tp_late_ar_count[r] == (sq ? 0 : 2));
+            assert_true(places(t->bwd_tp_late_leaf_bytes[r]) == (sq ? 118272.0 : 114688.0));
+            assert_true(places(t->bwd_tp_late_leaf_count[r]) == (sq ? 6 : 2));
+            assert_true(places(t->re_tp_late_leaf_bytes[r]) == 0 &&
+                        places(t->re_tp_late_leaf_count[r]) == 0);
+            assert_true(places(t->bwd_tp_late_bytes[r]) == (sq ? 3 * 524288.0 : 0));
+            assert_true(places(t->bwd_tp_late_count[r]) == (sq ? 3 : 0));
+            assert_true(places(t->bwd_tp_late_ar_bytes[r]) == (sq ? 0 : 1048576.0));
+            assert_true(places(t->bwd_tp_late_ar_count[r]) == (sq ? 0 : 2));
+            /*
+             * One pair a place, in emitted order: with sp the gather, whose ops between make
+             * the four small gradients, apart from the two casts' (second).
+             */
+            for (int k = 0; k < XFORM_LATE_POS; k++)
+                assert_true(t->bwd_tp_late_count[r][k] + t->bwd_tp_late_ar_count[r][k] ==
+                            (k < (sq ? 3 : 2)));
+            if (sq)
+                assert_true(t->bwd_tp_late_leaf_bytes[r][1] == 3584.0 &&
+                            t->bwd_tp_late_leaf_count[r][1] == 4);
             assert_true(t->bwd_tp_reduce_count[r] == 0 && t->bwd_tp_ar_count[r] == 0);
             assert_true(t->bwd_tp_reduce_bytes[r] == 0 && t->bwd_tp_ar_bytes[r] == 0);
         }
@@ -2665,8 +2692,8 @@ test_time_bound_late(void **state)
         assert_true(t->re[STRATEGY_RECOMPUTE_FULL].tp_reduce_count == (sq ? 4 : 0));
         assert_true(t->re[STRATEGY_RECOMPUTE_FULL].tp_ar_bytes == (sq ? 0 : 2) * 524288.0);
         assert_true(t->re[STRATEGY_RECOMPUTE_FULL].tp_ar_count == (sq ? 0 : 2));
-        assert_true(t->re_tp_late_count[STRATEGY_RECOMPUTE_FULL] == 0 &&
-                    t->re_tp_late_ar_count[STRATEGY_RECOMPUTE_FULL] == 0);
+        assert_true(places(t->re_tp_late_count[STRATEGY_RECOMPUTE_FULL]) == 0 &&
+                    places(t->re_tp_late_ar_count[STRATEGY_RECOMPUTE_FULL]) == 0);
         /*
          * Each kind at its own least terms over 2 nodes of 8 (a100-dgx: 3 us per link
          * inside a node and 5 us across, 3 us per step; 300 and 25 GB/s). Reduce-scatter
@@ -2697,7 +2724,7 @@ test_time_bound_late(void **state)
     for (uint64_t i = 0; i < sp.ncandidate; i++) {
         const search_candidate *c = &sp.candidates[i];
         search_point p;
-        double with, without = 0, keep[8][3][4];
+        double with, without = 0, keep[8][3][4][XFORM_LATE_POS];
         search_eval_full(&ev, c, &p);
         if (p.status != SEARCH_OK && p.status != SEARCH_OOM)
             continue;
@@ -2710,13 +2737,14 @@ test_time_bound_late(void **state)
             for (uint32_t k = 0; k < sp.nlayer_mem; k++)
                 for (int r = 0; r < 3; r++) {
                     xform_layer_time *t = &sp.layer_mem[k].time;
-                    double *f[4] = {&t->bwd_tp_late_bytes[r], &t->bwd_tp_late_count[r],
-                                    &t->bwd_tp_late_ar_bytes[r], &t->bwd_tp_late_ar_count[r]};
-                    for (int j = 0; j < 4; j++) {
-                        if (pass == 0)
-                            keep[k][r][j] = *f[j];
-                        *f[j] = pass == 0 ? 0 : keep[k][r][j];
-                    }
+                    double *f[4] = {t->bwd_tp_late_bytes[r], t->bwd_tp_late_count[r],
+                                    t->bwd_tp_late_ar_bytes[r], t->bwd_tp_late_ar_count[r]};
+                    for (int j = 0; j < 4; j++)
+                        for (int x = 0; x < XFORM_LATE_POS; x++) {
+                            if (pass == 0)
+                                keep[k][r][j][x] = f[j][x];
+                            f[j][x] = pass == 0 ? 0 : keep[k][r][j][x];
+                        }
                 }
         }
         if (with > p.step_time_s) {

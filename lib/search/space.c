@@ -2103,6 +2103,29 @@ late_reductions(const struct search_layer_mem *e, const search_candidate *c, dou
     return late > 0 ? late : 0;
 }
 
+/*
+ * late_reductions per place of the layer's late pairs (xform_layer_time.bwd_tp_late_bytes[r]
+ * and the rest, XFORM_LATE_POS of each), summed: their intervals are disjoint, so each adds
+ * its own idle time, and a pair whose ops between accumulate a large gradient (a weight's)
+ * does not take from another's (a bias's). Until SEARCH_VERSION distir-search-48 the pairs
+ * were summed first: on gpt3-175b at tp 8 with sequence parallelism, selective
+ * recomputation and ZeRO-1, the all-gathers of the two output gradients (0.19 ms each,
+ * exposed: only a bias's sum and cast between them and their GEMM) were cancelled by the
+ * reduce-scatters that a weight gradient's cast and accumulation hide.
+ */
+static double
+late_places(const struct search_layer_mem *e, const search_candidate *c, const double *bytes,
+            const double *count, const double *ar_bytes, const double *ar_count,
+            const xform_work_bound *between, const double *leaf_bytes, const double *leaf_count,
+            double q)
+{
+    double sum = 0;
+    for (int k = 0; k < XFORM_LATE_POS; k++)
+        sum += late_reductions(e, c, bytes[k], count[k], ar_bytes[k], ar_count[k], &between[k],
+                               leaf_bytes[k], leaf_count[k], q);
+    return sum;
+}
+
 /* A pass's tensor-axis collectives on the compute path (xform_work_bound's), as tp_time. */
 static double
 tp_reductions(const struct search_layer_mem *e, const xform_work_bound *w, double q)
@@ -2228,20 +2251,20 @@ time_bound(const search_space *sp, const search_candidate *c, struct pass_terms 
         w += xform_work_time(&t->re[r], q);
         wg += xform_gemm_time(&t->re[r], q);
         rre = tp_reductions(e, &t->re[r], q) +
-              late_reductions(e, c, t->re_tp_late_bytes[r], t->re_tp_late_count[r],
-                              t->re_tp_late_ar_bytes[r], t->re_tp_late_ar_count[r],
-                              &t->re_tp_late_between[r], t->re_tp_late_leaf_bytes[r],
-                              t->re_tp_late_leaf_count[r], q);
+              late_places(e, c, t->re_tp_late_bytes[r], t->re_tp_late_count[r],
+                          t->re_tp_late_ar_bytes[r], t->re_tp_late_ar_count[r],
+                          t->re_tp_late_between[r], t->re_tp_late_leaf_bytes[r],
+                          t->re_tp_late_leaf_count[r], q);
         red += rre;
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
         rb = tp_time(e, t->bwd_tp_reduce_bytes[r], t->bwd_tp_reduce_count[r], t->bwd_tp_ar_bytes[r],
                      t->bwd_tp_ar_count[r], q) +
-             late_reductions(e, c, t->bwd_tp_late_bytes[r], t->bwd_tp_late_count[r],
-                             t->bwd_tp_late_ar_bytes[r], t->bwd_tp_late_ar_count[r],
-                             &t->bwd_tp_late_between[r], t->bwd_tp_late_leaf_bytes[r],
-                             t->bwd_tp_late_leaf_count[r], q);
+             late_places(e, c, t->bwd_tp_late_bytes[r], t->bwd_tp_late_count[r],
+                         t->bwd_tp_late_ar_bytes[r], t->bwd_tp_late_ar_count[r],
+                         t->bwd_tp_late_between[r], t->bwd_tp_late_leaf_bytes[r],
+                         t->bwd_tp_late_leaf_count[r], q);
     red += rb;
     w += red;
     for (int k = 0; k < 4; k++)

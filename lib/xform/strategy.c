@@ -1877,11 +1877,14 @@ static void
 emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_t *set,
                    const uint8_t *leaf, const work_opts *wo, double *red, double *late,
                    double *between, double *rred, double *rlate, double *rbetween, double *redn,
-                   double *laten, double *rredn, double *rlaten, size_t ar)
+                   double *laten, double *rredn, double *rlaten, size_t ar, size_t plane,
+                   size_t bplane)
 {
     const ir_module *m = c->m;
     uint32_t busy = 0; /* the place after the last counted pair's reader */
     uint32_t *pos = NULL;
+    /* Per layer, the late pairs so far (the backward's, then the repeated forward's). */
+    uint32_t *npair = di_xcalloc(2 * (size_t)c->nlayer + 1, sizeof *npair);
     if (wo->fusable != NULL) {
         pos = di_xcalloc(m->nop ? m->nop : 1, sizeof *pos);
         for (uint32_t p = 0; p < n; p++)
@@ -1937,11 +1940,14 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
                     (re ? rred : red)[li + at] += bytes;
                     (re ? rredn : redn)[li + at] += 1;
                 } else {
-                    double *b = &(re ? rbetween : between)[(size_t)li * BETWEEN_TERMS];
-                    (re ? rlate : late)[li + at] += bytes;
-                    (re ? rlaten : laten)[li + at] += 1;
+                    uint32_t *np = &npair[(size_t)re * c->nlayer + (uint32_t)li];
+                    size_t k = *np < XFORM_LATE_POS - 1 ? *np : XFORM_LATE_POS - 1;
+                    double *b = &(re ? rbetween : between)[k * bplane + (size_t)li * BETWEEN_TERMS];
+                    (re ? rlate : late)[k * plane + li + at] += bytes;
+                    (re ? rlaten : laten)[k * plane + li + at] += 1;
                     for (int j = 0; j < BETWEEN_TERMS; j++)
                         b[j] += terms[j];
+                    (*np)++;
                 }
                 busy = q + 1;
                 break;
@@ -1958,6 +1964,7 @@ emitted_reductions(const xf_ctx *c, const ir_id *order, uint32_t n, const uint8_
             leaf_terms(c, y, leaf, terms);
         }
     }
+    di_free(npair);
     di_free(pos);
 }
 
@@ -1996,8 +2003,10 @@ leaf_marks(const xf_ctx *c, const ir_region *r)
  * emitted_reductions of the backward chunk of recomputation mode `mode`
  * (bops[0..nb) its ops in program order but the ones emitted where first
  * used, marked in set; every repeated op marked in rep) into the mode's rows
- * of red, late and between: [kind][mode][layer] (x WORK_TERMS for between),
- * kind 0 the backward ops' reductions, 1 the repeated forward's.
+ * of red, late and between: [kind][mode][layer] (x BETWEEN_TERMS for between),
+ * kind 0 the backward ops' reductions, 1 the repeated forward's; late, laten
+ * and between per place of the late pair too (XFORM_LATE_POS planes of 12 L,
+ * and of 6 L BETWEEN_TERMS).
  */
 static void
 chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t *set,
@@ -2013,7 +2022,8 @@ chunk_reductions(const xf_ctx *c, const ir_id *bops, uint32_t nb, const uint8_t 
     uint32_t n = emitted_order(c, bops, nb, set, epos, order, stack, kin);
     emitted_reductions(c, order, n, rep, leaf, wo, red + b, late + b,
                        between + b * BETWEEN_TERMS, red + r, late + r, between + r * BETWEEN_TERMS,
-                       redn + b, laten + b, redn + r, laten + r, 6 * L);
+                       redn + b, laten + b, redn + r, laten + r, 6 * L, 12 * L,
+                       6 * L * BETWEEN_TERMS);
     di_free(stack);
     di_free(order);
     di_free(kin);
@@ -2251,10 +2261,10 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
     home = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *home);
     per = di_xcalloc((size_t)4 * L * WORK_TERMS, sizeof *per);
     red = di_xcalloc((size_t)12 * L, sizeof *red);
-    late = di_xcalloc((size_t)12 * L, sizeof *late);
-    between = di_xcalloc((size_t)6 * L * BETWEEN_TERMS, sizeof *between);
+    late = di_xcalloc((size_t)12 * L * XFORM_LATE_POS, sizeof *late);
+    between = di_xcalloc((size_t)6 * L * BETWEEN_TERMS * XFORM_LATE_POS, sizeof *between);
     redn = di_xcalloc((size_t)12 * L, sizeof *redn);
-    laten = di_xcalloc((size_t)12 * L, sizeof *laten);
+    laten = di_xcalloc((size_t)12 * L * XFORM_LATE_POS, sizeof *laten);
     pos = di_xcalloc(c->m->nop ? c->m->nop : 1, sizeof *pos);
     set = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
     inl = di_xmalloc((r->nop + 1) * sizeof *inl);
@@ -2395,40 +2405,47 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
              * at ar), and the most of each term of the ops between (subtracted).
              */
             size_t row = (size_t)(3 * kind + mode) * L, ar = row + (size_t)6 * L;
-            double most[BETWEEN_TERMS] = {0}; /* 0 when there are no layers (L = 0) */
             double rb = least_row(red, row, L), rn = least_row(redn, row, L);
-            double lb = least_row(late, row, L), ln = least_row(laten, row, L);
             double arb = least_row(red, ar, L), arn = least_row(redn, ar, L);
-            double alb = least_row(late, ar, L), aln = least_row(laten, ar, L);
-            for (uint32_t l = 0; l < L; l++)
-                for (int j = 0; j < BETWEEN_TERMS; j++) {
-                    double b = between[(row + l) * BETWEEN_TERMS + j];
-                    most[j] = l == 0 || b > most[j] ? b : most[j];
-                }
             if (kind == 0) {
                 out->bwd_tp_reduce_bytes[mode] = rb;
                 out->bwd_tp_reduce_count[mode] = rn;
                 out->bwd_tp_ar_bytes[mode] = arb;
                 out->bwd_tp_ar_count[mode] = arn;
-                out->bwd_tp_late_bytes[mode] = lb;
-                out->bwd_tp_late_count[mode] = ln;
-                out->bwd_tp_late_ar_bytes[mode] = alb;
-                out->bwd_tp_late_ar_count[mode] = aln;
-                work_bound_of(most, &out->bwd_tp_late_between[mode]);
-                out->bwd_tp_late_leaf_bytes[mode] = most[WORK_TERMS];
-                out->bwd_tp_late_leaf_count[mode] = most[WORK_TERMS + 1];
             } else {
                 out->re[mode].tp_reduce_bytes = rb;
                 out->re[mode].tp_reduce_count = rn;
                 out->re[mode].tp_ar_bytes = arb;
                 out->re[mode].tp_ar_count = arn;
-                out->re_tp_late_bytes[mode] = lb;
-                out->re_tp_late_count[mode] = ln;
-                out->re_tp_late_ar_bytes[mode] = alb;
-                out->re_tp_late_ar_count[mode] = aln;
-                work_bound_of(most, &out->re_tp_late_between[mode]);
-                out->re_tp_late_leaf_bytes[mode] = most[WORK_TERMS];
-                out->re_tp_late_leaf_count[mode] = most[WORK_TERMS + 1];
+            }
+            for (size_t k = 0; k < XFORM_LATE_POS; k++) {
+                const double *lt = late + k * 12 * L, *ltn = laten + k * 12 * L;
+                const double *bt = between + k * 6 * L * BETWEEN_TERMS;
+                double most[BETWEEN_TERMS] = {0}; /* 0 when there are no layers (L = 0) */
+                double lb = least_row(lt, row, L), ln = least_row(ltn, row, L);
+                double alb = least_row(lt, ar, L), aln = least_row(ltn, ar, L);
+                for (uint32_t l = 0; l < L; l++)
+                    for (int j = 0; j < BETWEEN_TERMS; j++) {
+                        double b = bt[(row + l) * BETWEEN_TERMS + j];
+                        most[j] = l == 0 || b > most[j] ? b : most[j];
+                    }
+                if (kind == 0) {
+                    out->bwd_tp_late_bytes[mode][k] = lb;
+                    out->bwd_tp_late_count[mode][k] = ln;
+                    out->bwd_tp_late_ar_bytes[mode][k] = alb;
+                    out->bwd_tp_late_ar_count[mode][k] = aln;
+                    work_bound_of(most, &out->bwd_tp_late_between[mode][k]);
+                    out->bwd_tp_late_leaf_bytes[mode][k] = most[WORK_TERMS];
+                    out->bwd_tp_late_leaf_count[mode][k] = most[WORK_TERMS + 1];
+                } else {
+                    out->re_tp_late_bytes[mode][k] = lb;
+                    out->re_tp_late_count[mode][k] = ln;
+                    out->re_tp_late_ar_bytes[mode][k] = alb;
+                    out->re_tp_late_ar_count[mode][k] = aln;
+                    work_bound_of(most, &out->re_tp_late_between[mode][k]);
+                    out->re_tp_late_leaf_bytes[mode][k] = most[WORK_TERMS];
+                    out->re_tp_late_leaf_count[mode][k] = most[WORK_TERMS + 1];
+                }
             }
         }
     if (g.ok) {
