@@ -231,8 +231,9 @@ log_point(const local_search *ls, unsigned worker, const search_point *p, double
     char strat[256];
     search_candidate_format(&p->cand, strat, sizeof strat);
     log_line(ls->log, p->cand.index, strat, search_status_name(p->status), p->step_time_s,
-             p->peak_memory_bytes, p->composed, p->unsteady, search_time_bound_schedule(ls->sp, &p->cand),
-             search_memory_bound(ls->sp, &p->cand), seconds, worker);
+             p->peak_memory_bytes, p->composed, p->unsteady,
+             search_time_bound_schedule(ls->sp, &p->cand), search_memory_bound(ls->sp, &p->cand),
+             seconds, worker);
 }
 
 static void *

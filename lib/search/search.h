@@ -464,10 +464,10 @@ double search_time_bound(const search_space *sp, const search_candidate *c);
  * input's chunk on another pipeline group (schedule_bound in space.c). It sees what the
  * closed form does not: the stalls of an interleaved schedule whose microbatches come
  * round again before the other groups have passed them on, a last stage the head makes
- * slower, the drain. It costs a walk over the 2 V m chunks of every group (a millisecond on
- * the largest of gpt3-175b's), so search_plan takes it only for the candidates that
- * search_time_bound does not prune. Still a lower bound; the tests check it against full
- * simulations.
+ * slower, the drain. It costs a walk over the 2 V m chunks of every group (0.2 ms on average
+ * over the 954 candidates gpt3-175b's search on 1,024 GPUs evaluates, 7 ms at most), so
+ * search_plan takes it only for the candidates that search_time_bound does not prune. Still
+ * a lower bound; the tests check it against full simulations.
  */
 double search_time_bound_schedule(const search_space *sp, const search_candidate *c);
 /*
