@@ -1785,12 +1785,16 @@ test_memory_bound_zero_grads_whole(void **state)
  * backward's working set: on a GPT whose Adam state and f32 gradient
  * buffers make most of its memory, every such candidate of 8 devices (276
  * simulated) is bounded at MEMORY_BOUND_TIGHT of its simulated peak at least
- * (0.781 measured; 0.778 when the working set did not follow a value's
- * readers through its views, 0.721 without the working set), never above it. Taking
+ * (0.723 measured; 0.781 until SIM_VERSION distir-sim-32, since when
+ * ZeRO-1 keeps its working copy of the weights for the whole step: the
+ * loosest, ZeRO-1 at dp 4, tp 2, peak at the optimizer step, beside the
+ * gradient buffers and the reduction's copy of them, a moment the bound does
+ * not count; 0.778 when the working set did not follow a value's readers
+ * through its views, 0.721 without the working set), never above it. Taking
  * the larger of the warm-up without the buffers and the last backward chunk
  * with them, as before, left one at 0.500.
  */
-#define MEMORY_BOUND_TIGHT 0.78
+#define MEMORY_BOUND_TIGHT 0.72
 static void
 test_memory_bound_tight(void **state)
 {

@@ -602,7 +602,8 @@ add_events(sim *s, uint32_t i, double step)
 {
     const sim_inst *in = &s->inst[i];
     sim_dev *d = &s->devs[in->dev];
-    uint64_t bytes = s->tlocs[in->loc].bytes;
+    /* A view (INST_VIEW) is counted in the buffer that holds it: an event of no bytes. */
+    uint64_t bytes = in->flags & INST_VIEW ? 0 : s->tlocs[in->loc].bytes;
     /*
      * Gradient buffers (a gradient the backward pass makes, accumulated in
      * place) exist for the whole step, as Megatron-LM's contiguous gradient

@@ -560,6 +560,9 @@ op_bits(sim *s, ir_id op)
         t = ir_op_attr_key(m, op, s->key_reduction);
         if (t != NULL && t->kind == IR_ATTR_INT && t->i != 0)
             b |= OPB_REDUCTION;
+        t = ir_op_attr_key(m, op, s->key_in_place);
+        if (t != NULL && t->kind == IR_ATTR_INT && t->i != 0)
+            b |= OPB_IN_PLACE;
         s->opbits[op] = (uint8_t)b;
     }
     return s->opbits[op];
@@ -768,6 +771,28 @@ grp_slot(const sim *s, ir_id op, int32_t dev)
 }
 
 static unsigned group_levels(const sim *s, const group_info *g);
+
+/*
+ * Instance out of a gather into the buffer that holds its input shard in
+ * (dist.in_place: ZeRO-1 and -2's working copy of the weights, of which the
+ * optimizer updates each device's shard in place, as Megatron-LM's
+ * distributed optimizer and DeepSpeed keep the shard as a view of the full
+ * parameter buffer and gather into that buffer): the buffer exists for the
+ * whole step, and the shard, a function argument, takes no bytes of its own.
+ * Anything else (an input that is no argument of this device, or larger than
+ * the result) stays as it is: two buffers.
+ */
+static void
+gather_in_place(sim *s, sim_inst *out, const sim_inst *in)
+{
+    sim_inst *ow = &s->inst[in->owner];
+    if (in->owner == 0 || in->owner >= s->arg_end || ow->dev != out->dev ||
+        s->tlocs[ow->loc].bytes > s->tlocs[out->loc].bytes)
+        return;
+    ow->flags |= INST_VIEW;
+    out->flags |= INST_PERSISTENT;
+    out->alloc = 0;
+}
 
 /*
  * The group of a mesh-form collective op for member device dev, its time
@@ -1141,6 +1166,7 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     int rc = sim_type_locs(s, m->values[out].type, &locs, &nout);
     if (rc)
         return rc;
+    int in_place = (op_bits(s, op) & OPB_IN_PLACE) != 0; /* mesh form only */
     /* The mesh form always, the tuple form unless it turns out symmetric, makes instances now. */
     if (meshattr && (rc = op_results(s, op, c)) != 0)
         return rc;
@@ -1215,6 +1241,8 @@ sim_collective(sim *s, ir_id op, const ctx *c)
                     /* A collective over received data (the all-gather of a pipeline
                        transfer's tensor-parallel slices) passes the receive on. */
                     s->inst[oi].flags |= s->inst[x->owner].flags & INST_RECV;
+                    if (in_place)
+                        gather_in_place(s, &s->inst[oi], x);
                 }
             }
         }

@@ -306,6 +306,7 @@ sim_once(sim *sp, sim_workspace *ws, const ir_module *m, const hw_model *hw,
     s.key_phase = str_id(m, "dist.phase");
     s.key_transient = str_id(m, "dist.transient");
     s.key_reduction = str_id(m, "dist.reduction_stream");
+    s.key_in_place = str_id(m, "dist.in_place");
     s.str_backward = str_id(m, "backward");
     s.str_optimizer = str_id(m, "optimizer");
     s.hw = hw;

@@ -35,6 +35,8 @@
 #define INST_FUSED 4u   /* internal to a fused kernel: takes no memory */
 #define INST_RECV 8u    /* made by a point-to-point transfer (the host syncs on it) */
 #define INST_REPALLOC 16u /* sim_build_memory: an allocation of a representative (rep_alloc) */
+/* An argument held inside another instance's storage (a dist.in_place gather's): no bytes. */
+#define INST_VIEW 32u
 
 #define LOC_DEVVAR (-2) /* location is the device of the current pmap instance */
 
@@ -148,7 +150,7 @@ typedef struct sim {
      * (ir_op_attr_key; 0: no op has it, or no string is it).
      */
     ir_id key_mesh, key_devices, key_index, key_mesh_axes, key_mem, key_accumulate, key_phase,
-        key_transient, key_reduction;
+        key_transient, key_reduction, key_in_place;
     ir_id str_backward, str_optimizer;
     const hw_model *hw;
     const sim_options *opt;
@@ -228,6 +230,7 @@ typedef struct sim {
 #define OPB_BACKWARD 4u /* dist.phase = "backward" */
 #define OPB_TRANSIENT 8u /* dist.transient: its gradient is no gradient buffer (ZeRO-2/3) */
 #define OPB_REDUCTION 16u /* dist.reduction_stream: runs on the reduction stream, not compute */
+#define OPB_IN_PLACE 32u /* dist.in_place: gathers into the buffer that holds its input shard */
 
 /* The context an op runs in: top level, or the instances of a pmap body. */
 typedef struct ctx {

@@ -1196,8 +1196,18 @@ xf_pl_emit_gathers(pl *P, uint32_t g)
         want.a[XF_CP] = XF_R;
         if ((rc = xf_body_convert(b, v, &l, &want, &o)) != 0)
             break;
-        if (P->out->values[o.v].def)
-            ir_op_set_string(P->out, P->out->values[o.v].def, "dist.mem", "weights");
+        if (P->out->values[o.v].def) {
+            ir_id def = P->out->values[o.v].def;
+            const ir_op *d = &P->out->ops[def];
+            ir_op_set_string(P->out, def, "dist.mem", "weights");
+            /*
+             * One gather of the shard: into the buffer that holds it (the
+             * simulator counts the shard there), as Megatron-LM's
+             * distributed optimizer and DeepSpeed gather in place.
+             */
+            if (d->kind == IR_OP_ALLGATHER && d->ninput == 1 && P->out->refs[d->inputs] == a)
+                ir_op_set_int(P->out, def, "dist.in_place", 1);
+        }
         ir_region_add_result(P->out, b->region, o.v);
         pls[j] = o.pl;
     }
