@@ -55,8 +55,10 @@
  *    so the ratio is at least dp. Parameters at ZeRO-1/2: the sharded
  *    argument is the optimizer's copy of the weights (in mixed precision the
  *    fp32 master copy, which ZeRO counts with the optimizer state) and the
- *    full working copy is gathered at the start of the step, so the
- *    parameter bytes grow by 1/dp; at ZeRO-3 only the shard stays resident.
+ *    full working copy is gathered at the start of the step into the
+ *    buffer that holds that shard (dist.in_place), so the parameter bytes
+ *    are the working copy's, as without ZeRO; at ZeRO-3 only the shard
+ *    stays resident.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -679,6 +681,50 @@ test_stash_memory(void **state)
 }
 
 /*
+ * ZeRO-1 and -2 gather the working copy of the weights into the buffer that
+ * holds the shard the optimizer updates (dist.in_place), as Megatron-LM's
+ * distributed optimizer and DeepSpeed do: a device's weights are the 16-bit
+ * working copy, 2 bytes a parameter, as without ZeRO (up to the scalar
+ * constants the simulator counts as weights), also when the shard is split
+ * over the context ranks too and gathered over both axes, one gather each.
+ * GPT of 2 layers, bf16 with Adam. Until SIM_VERSION distir-sim-32 the shard
+ * was held beside the copy: (1 + 1 / (dp cp)) times the copy's bytes, and
+ * with cp the first gather's result too while the second ran.
+ */
+static void
+test_zero_copy_in_place(void **state)
+{
+    /* (dp, cp, ZeRO stage) */
+    static const uint32_t cases[][3] = {{2, 1, 1}, {4, 1, 1}, {2, 1, 2}, {2, 2, 1}};
+    ir_module *m = gpt_as(2, 8, IR_BF16, XFORM_OPTIM_ADAM);
+    hw_model *hw = preset("a100-dgx");
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t w[2];
+        for (uint32_t z = 0; z < 2; z++) {
+            uint64_t mx[SIM_NMEMCLASS];
+            strategy s;
+            sim_result *r;
+            xform_strategy_init(&s);
+            s.dp = cases[i][0];
+            s.cp = cases[i][1];
+            s.zero = z ? cases[i][2] : 0;
+            s.microbatches = 2;
+            r = simulate_strategy(m, &s, hw);
+            class_max(r, mx);
+            w[z] = mx[SIM_MEM_WEIGHTS];
+            sim_result_free(r);
+        }
+        fprintf(stderr, "dp %u cp %u zero %u: weights %llu bytes at most, %llu without ZeRO\n",
+                cases[i][0], cases[i][1], cases[i][2], (unsigned long long)w[1],
+                (unsigned long long)w[0]);
+        assert_true(llabs((long long)w[1] - (long long)w[0]) <= 256);
+    }
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
  * A tied embedding on a pipeline is held by both ends, as Megatron-LM's last
  * stage keeps the output layer's copy of the word embeddings with its own
  * master weights and Adam moments. GPT of 2 layers (hidden 64, vocabulary 64,
@@ -761,6 +807,7 @@ main(void)
         cmocka_unit_test(test_full_recompute_every_stage),
         cmocka_unit_test(test_zero_divides),
         cmocka_unit_test(test_zero_transient_grads),
+        cmocka_unit_test(test_zero_copy_in_place),
         cmocka_unit_test(test_zero_shard_added_early),
         cmocka_unit_test(test_stash_memory),
         cmocka_unit_test(test_tied_copy_state),

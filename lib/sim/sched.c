@@ -779,18 +779,20 @@ static unsigned group_levels(const sim *s, const group_info *g);
  * distributed optimizer and DeepSpeed keep the shard as a view of the full
  * parameter buffer and gather into that buffer): the buffer exists for the
  * whole step, and the shard, a function argument, takes no bytes of its own.
- * Anything else (an input that is no argument of this device, or larger than
- * the result) stays as it is: two buffers.
+ * A chain of such gathers (one per axis the shard is split on: the data and
+ * the context axes) fills one buffer, every input a view of it. Anything
+ * else (an input that is neither an argument of this device nor such a
+ * gather's result, or larger than the result) stays as it is: two buffers.
  */
 static void
 gather_in_place(sim *s, sim_inst *out, const sim_inst *in)
 {
     sim_inst *ow = &s->inst[in->owner];
-    if (in->owner == 0 || in->owner >= s->arg_end || ow->dev != out->dev ||
-        s->tlocs[ow->loc].bytes > s->tlocs[out->loc].bytes)
+    if (in->owner == 0 || !(in->owner < s->arg_end || (ow->flags & INST_GATHERED)) ||
+        ow->dev != out->dev || s->tlocs[ow->loc].bytes > s->tlocs[out->loc].bytes)
         return;
     ow->flags |= INST_VIEW;
-    out->flags |= INST_PERSISTENT;
+    out->flags |= INST_PERSISTENT | INST_GATHERED;
     out->alloc = 0;
 }
 

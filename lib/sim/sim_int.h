@@ -35,8 +35,9 @@
 #define INST_FUSED 4u   /* internal to a fused kernel: takes no memory */
 #define INST_RECV 8u    /* made by a point-to-point transfer (the host syncs on it) */
 #define INST_REPALLOC 16u /* sim_build_memory: an allocation of a representative (rep_alloc) */
-/* An argument held inside another instance's storage (a dist.in_place gather's): no bytes. */
+/* Held inside another instance's storage (a dist.in_place gather's): no bytes of its own. */
 #define INST_VIEW 32u
+#define INST_GATHERED 64u /* the result of a dist.in_place gather: its input may be a view */
 
 #define LOC_DEVVAR (-2) /* location is the device of the current pmap instance */
 

@@ -1138,6 +1138,27 @@ done:
     return rc;
 }
 
+/*
+ * Marks dist.in_place the all-gathers that make v from the shard a, when they
+ * are all it takes (one per axis the shard is split on, each reading the one
+ * before): they fill the buffer of which a and each gather's input are views
+ * (the simulator counts the buffer for the whole step, the views not), as
+ * Megatron-LM's distributed optimizer and DeepSpeed gather in place.
+ */
+static void
+gathers_in_place(ir_module *m, ir_id a, ir_id v)
+{
+    ir_id x = v;
+    while (x != a) {
+        ir_id def = m->values[x].def;
+        if (def == 0 || m->ops[def].kind != IR_OP_ALLGATHER || m->ops[def].ninput != 1)
+            return;
+        x = m->refs[m->ops[def].inputs];
+    }
+    for (x = v; x != a; x = m->refs[m->ops[m->values[x].def].inputs])
+        ir_op_set_int(m, m->values[x].def, "dist.in_place", 1);
+}
+
 /* ZeRO-1/2: one pmap per group gathering the sharded weights the chunks use. */
 int
 xf_pl_emit_gathers(pl *P, uint32_t g)
@@ -1197,16 +1218,8 @@ xf_pl_emit_gathers(pl *P, uint32_t g)
         if ((rc = xf_body_convert(b, v, &l, &want, &o)) != 0)
             break;
         if (P->out->values[o.v].def) {
-            ir_id def = P->out->values[o.v].def;
-            const ir_op *d = &P->out->ops[def];
-            ir_op_set_string(P->out, def, "dist.mem", "weights");
-            /*
-             * One gather of the shard: into the buffer that holds it (the
-             * simulator counts the shard there), as Megatron-LM's
-             * distributed optimizer and DeepSpeed gather in place.
-             */
-            if (d->kind == IR_OP_ALLGATHER && d->ninput == 1 && P->out->refs[d->inputs] == a)
-                ir_op_set_int(P->out, def, "dist.in_place", 1);
+            ir_op_set_string(P->out, P->out->values[o.v].def, "dist.mem", "weights");
+            gathers_in_place(P->out, a, o.v);
         }
         ir_region_add_result(P->out, b->region, o.v);
         pls[j] = o.pl;
