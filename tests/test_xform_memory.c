@@ -738,14 +738,13 @@ test_zero_copy_in_place(void **state)
  * holds half of either copy and of the layer's matrices (12 h^2 / 2 + 7 h / 2
  * + 6 h: the column-parallel biases split, the row-parallel biases and the
  * layer norms do not). With dp 2 and ZeRO-1 the copy's state is sharded as
- * the rest: each device holds half (and under ZeRO-2). Until SIM_VERSION distir-sim-30 stage 1
- * held neither optimizer state nor weights for the copy (its 16-bit weight
- * counted as an activation). The weights are the 16-bit working copy, whole
+ * the rest: each device holds half (and under ZeRO-2). Until SIM_VERSION
+ * distir-sim-30 stage 1 held neither optimizer state nor weights for the
+ * copy (its 16-bit weight counted as an activation). The weights are the 16-bit working copy, whole
  * under ZeRO-1 too, for the whole step: its shard, which the optimizer
  * updates, is a view of it (dist.in_place). Until SIM_VERSION distir-sim-32
- * ZeRO-1 held the shard beside the copy and freed the copy after its last
- * reader (the peak's weights here were the shard alone: 2 / dp bytes a
- * parameter; on larger models, peaking in the backward pass, 2 + 2 / dp).
+ * ZeRO-1 held the shard beside the copy, 2 + 2 / dp bytes a parameter at
+ * most, and freed the copy after its last reader.
  */
 static void
 test_tied_copy_state(void **state)

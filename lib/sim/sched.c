@@ -1165,10 +1165,10 @@ sim_collective(sim *s, ir_id op, const ctx *c)
     const tloc *locs;
     int32_t *group;
     const sim_grp *ge;
+    int in_place = (op_bits(s, op) & OPB_IN_PLACE) != 0; /* mesh form only */
     int rc = sim_type_locs(s, m->values[out].type, &locs, &nout);
     if (rc)
         return rc;
-    int in_place = (op_bits(s, op) & OPB_IN_PLACE) != 0; /* mesh form only */
     /* The mesh form always, the tuple form unless it turns out symmetric, makes instances now. */
     if (meshattr && (rc = op_results(s, op, c)) != 0)
         return rc;
