@@ -1478,13 +1478,15 @@ test_memory_bound_edges(void **state)
     assert_int_equal(e->edge_grad[1], 0);
     /*
      * The tied embedding (13 x 256 of the 5,376: the rest is the positions'
-     * 8 x 256) sums two contributions, the gather's and the head's, each bf16
-     * and whole: its f32 gradient's 4 bytes per parameter, and 2 x 2 bytes.
+     * 8 x 256) sums two contributions, the gather's and the head's, each cast
+     * to f32 as made and whole: its f32 gradient's 4 bytes per parameter, and
+     * 2 x 4 bytes (2 x 2 until SIM_VERSION distir-sim-34, when the parts were
+     * summed in bf16 before the cast).
      */
     print_message("summed %llu, parts %llu\n", (unsigned long long)e->edge_grad_summed[0],
                   (unsigned long long)e->edge_grad_parts[0]);
     assert_int_equal(e->edge_grad_summed[0], 13 * 256 * 4);
-    assert_int_equal(e->edge_grad_parts[0], 13 * 256 * 2 * 2);
+    assert_int_equal(e->edge_grad_parts[0], 13 * 256 * 2 * 4);
     assert_int_equal(e->edge_grad_summed[1], 0);
     /*
      * What the head keeps for its backward, for the batch's 768 tokens in bf16:

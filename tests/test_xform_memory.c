@@ -725,6 +725,49 @@ test_zero_copy_in_place(void **state)
 }
 
 /*
+ * Mixed precision with f32 accumulation (Megatron-LM's main_grad) adds every
+ * gradient over the microbatches in f32, a tied embedding's too: on a
+ * pipeline the first stage accumulates the lookup's part and the last the
+ * output layer's, each cast to f32 as made, and the step adds the two in f32
+ * (autodiff.c, sums_in_f32). GPT of 2 layers, bf16 with Adam, pp 2, 2
+ * microbatches: every accumulation (dist.accumulate) makes f32, and two of
+ * them are the token embedding's. Until SIM_VERSION distir-sim-34 each stage
+ * accumulated its part of that gradient in bf16 and the step added them in
+ * bf16 before the cast.
+ */
+static void
+test_tied_grad_f32(void **state)
+{
+    ir_module *m = gpt_as(2, 4, IR_BF16, XFORM_OPTIM_ADAM), *d = NULL;
+    hw_model *hw = preset("a100-dgx");
+    uint32_t nacc = 0, ntied = 0;
+    strategy s;
+    di_error err;
+    (void)state;
+    xform_strategy_init(&s);
+    s.pp = 2;
+    s.microbatches = 2;
+    s.schedule = STRATEGY_SCHEDULE_1F1B;
+    assert_int_equal(xform_apply(m, &s, hw, &d, &err), 0);
+    for (ir_id op = 1; op < d->nop; op++) {
+        const ir_op *o = &d->ops[op];
+        const char *name;
+        if (o->noutput == 0 || ir_op_attr(d, op, "dist.accumulate") == NULL)
+            continue;
+        name = ir_str_get(d, d->values[o->outputs].name);
+        assert_int_equal(d->types[d->values[o->outputs].type].dtype, IR_F32);
+        nacc++;
+        ntied += name != NULL && strncmp(name, "embed.wte.", 10) == 0;
+    }
+    print_message("%u accumulations, %u of the tied embedding's gradient\n", nacc, ntied);
+    assert_true(nacc > 0);
+    assert_int_equal(ntied, 2);
+    ir_module_free(d);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
+/*
  * A tied embedding on a pipeline is held by both ends, as Megatron-LM's last
  * stage keeps the output layer's copy of the word embeddings with its own
  * master weights and Adam moments. GPT of 2 layers (hidden 64, vocabulary 64,
@@ -810,6 +853,7 @@ main(void)
         cmocka_unit_test(test_zero_shard_added_early),
         cmocka_unit_test(test_stash_memory),
         cmocka_unit_test(test_tied_copy_state),
+        cmocka_unit_test(test_tied_grad_f32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

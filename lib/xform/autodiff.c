@@ -186,6 +186,7 @@ typedef struct ad {
     uint8_t *useful;     /* per forward value */
     ir_id *first_use;    /* per forward value: its first consumer op, 0 none */
     ir_id *grad32;       /* per weight: its gradient cast to f32 in the backward pass, 0 none */
+    uint8_t *shared;     /* per forward value: read by more than one op */
     ir_id src;           /* the forward op whose dist.* attributes new ops copy, 0 none */
     const char *phase;   /* dist.phase of new ops */
     int optimizer_phase; /* update ops take no dist.seq: a weight has no sequence dimension */
@@ -409,6 +410,22 @@ zeros_like(ad *a, ir_id v)
     return mul_const(a, u, 0.0, derived_name(a->m, v, ".zeros", nb, sizeof nb));
 }
 
+static ir_id grad_f32(ad *a, ir_id w, ir_id g);
+static int is_16bit(const ir_module *m, ir_id ty);
+
+/*
+ * Whether the gradient contributions of v are summed in f32: v is a 16-bit
+ * weight (an argument) that more than one op reads, in mixed precision with
+ * f32 master weights and accumulation (cast_complete_grads).
+ */
+static int
+sums_in_f32(const ad *a, ir_id v)
+{
+    const xform_autodiff_opts *o = a->o;
+    return o->optimizer == XFORM_OPTIM_ADAM && o->master_weights && !o->grad_accum_16 &&
+           a->shared[v] && a->m->values[v].def == 0 && is_16bit(a->m, a->m->values[v].type);
+}
+
 /*
  * Adds contribution g to the gradient of forward value v, reducing a
  * broadcast contribution to v's shape first. Inactive values take nothing.
@@ -431,6 +448,26 @@ accum(ad *a, ir_id v, ir_id g)
     }
     if (g == 0)
         return;
+    if (sums_in_f32(a, v)) {
+        /*
+         * A 16-bit weight more than one op reads (a tied embedding: the
+         * lookup and the output layer) under f32 accumulation: each
+         * contribution cast to f32 as made and the sum taken in f32, as
+         * Megatron-LM adds each into the weight's f32 main_grad (and, on a
+         * pipeline, all-reduces the first and last stages' f32 gradients).
+         * Summed in 16 bits, a pipeline accumulated each stage's part over
+         * the microbatches in 16 bits and sent it in 16 bits.
+         */
+        ir_id g32;
+        a->optimizer_phase = 1; /* as cast_complete_grads' casts: no sequence dimension */
+        g32 = grad_f32(a, v, g);
+        a->grad32[v] = a->grad32[v] ? emit2(a, IR_OP_ADD, a->grad32[v], g32,
+                                            derived_name(m, v, ".grad.f32", nb, sizeof nb))
+                                    : g32;
+        a->optimizer_phase = 0;
+        a->grad[v] = g; /* the weight has a gradient; its update reads grad32 */
+        return;
+    }
     if (a->grad[v] == 0)
         a->grad[v] = g;
     else
@@ -1336,6 +1373,8 @@ analyze(ad *a, ir_id loss, uint32_t nop)
             any |= a->active[v];
             if (a->first_use[v] == 0)
                 a->first_use[v] = op;
+            else if (a->first_use[v] != op)
+                a->shared[v] = 1;
         }
         for (uint32_t i = 0; i < o->noutput; i++) {
             ir_id v = o->outputs + i;
@@ -1647,6 +1686,7 @@ xform_autodiff(ir_module *m, ir_id func, ir_id loss, const xform_autodiff_opts *
     a.useful = di_xcalloc(m->nvalue, 1);
     a.first_use = di_xcalloc(m->nvalue, sizeof *a.first_use);
     a.grad32 = di_xcalloc(m->nvalue, sizeof *a.grad32);
+    a.shared = di_xcalloc(m->nvalue, 1);
     nop = m->regions[func].nop;
     rc = mark_trainable(&a, &ntrain);
     if (rc == 0)
@@ -1665,6 +1705,7 @@ xform_autodiff(ir_module *m, ir_id func, ir_id loss, const xform_autodiff_opts *
     di_free(a.active);
     di_free(a.useful);
     di_free(a.first_use);
+    di_free(a.shared);
     di_free(a.grad32);
     return rc;
 }
