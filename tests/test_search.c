@@ -2594,14 +2594,16 @@ test_time_bound_zero1_step(void **state)
  * are biases). Each pair has a place of its own (xform_layer_time's
  * XFORM_LATE_POS), whose time the bound adds when positive.
  */
+/* The field of a[k] at offset off (a double of xform_late_pair), summed over the places k. */
 static double
-places(const double *a)
+places_at(const xform_late_pair *a, size_t off)
 {
     double sum = 0;
     for (int k = 0; k < XFORM_LATE_POS; k++)
-        sum += a[k];
+        sum += *(const double *)((const char *)&a[k] + off);
     return sum;
 }
+#define places(a, field) places_at(a, offsetof(xform_late_pair, field))
 
 static void
 test_time_bound_late(void **state)
@@ -2657,38 +2659,38 @@ test_time_bound_late(void **state)
          * each read by the next op emitted. (Until 2026-12-06 it repeated only what the
          * backward reads, not the second MLP GEMM: 3 and 1.)
          */
-        print_message("sp %d: late bytes %.0f %.0f %.0f\n", sq, places(t->bwd_tp_late_bytes[0]),
-                      places(t->bwd_tp_late_bytes[1]), places(t->bwd_tp_late_bytes[2]));
+        print_message("sp %d: late bytes %.0f %.0f %.0f\n", sq, places(t->bwd_tp_late[0], bytes),
+                      places(t->bwd_tp_late[1], bytes), places(t->bwd_tp_late[2], bytes));
         for (int k = 0; k < XFORM_LATE_POS; k++)
             print_message("  place %d: bytes %.0f count %.0f, all-reduce %.0f count %.0f, "
                           "gradients between %.0f bytes, %.0f\n",
-                          k, t->bwd_tp_late_bytes[0][k], t->bwd_tp_late_count[0][k],
-                          t->bwd_tp_late_ar_bytes[0][k], t->bwd_tp_late_ar_count[0][k],
-                          t->bwd_tp_late_leaf_bytes[0][k], t->bwd_tp_late_leaf_count[0][k]);
+                          k, t->bwd_tp_late[0][k].bytes, t->bwd_tp_late[0][k].count,
+                          t->bwd_tp_late[0][k].ar_bytes, t->bwd_tp_late[0][k].ar_count,
+                          t->bwd_tp_late[0][k].leaf_bytes, t->bwd_tp_late[0][k].leaf_count);
 
         assert_true(t->fwd.tp_reduce_bytes == (sq ? 4 : 0) * 524288.0);
         assert_true(t->fwd.tp_reduce_count == (sq ? 4 : 0));
         assert_true(t->fwd.tp_ar_bytes == (sq ? 0 : 2) * 524288.0);
         assert_true(t->fwd.tp_ar_count == (sq ? 0 : 2));
         for (int r = 0; r < 3; r++) {
-            assert_true(places(t->bwd_tp_late_leaf_bytes[r]) == (sq ? 118272.0 : 114688.0));
-            assert_true(places(t->bwd_tp_late_leaf_count[r]) == (sq ? 6 : 2));
-            assert_true(places(t->re_tp_late_leaf_bytes[r]) == 0 &&
-                        places(t->re_tp_late_leaf_count[r]) == 0);
-            assert_true(places(t->bwd_tp_late_bytes[r]) == (sq ? 3 * 524288.0 : 0));
-            assert_true(places(t->bwd_tp_late_count[r]) == (sq ? 3 : 0));
-            assert_true(places(t->bwd_tp_late_ar_bytes[r]) == (sq ? 0 : 1048576.0));
-            assert_true(places(t->bwd_tp_late_ar_count[r]) == (sq ? 0 : 2));
+            assert_true(places(t->bwd_tp_late[r], leaf_bytes) == (sq ? 118272.0 : 114688.0));
+            assert_true(places(t->bwd_tp_late[r], leaf_count) == (sq ? 6 : 2));
+            assert_true(places(t->re_tp_late[r], leaf_bytes) == 0 &&
+                        places(t->re_tp_late[r], leaf_count) == 0);
+            assert_true(places(t->bwd_tp_late[r], bytes) == (sq ? 3 * 524288.0 : 0));
+            assert_true(places(t->bwd_tp_late[r], count) == (sq ? 3 : 0));
+            assert_true(places(t->bwd_tp_late[r], ar_bytes) == (sq ? 0 : 1048576.0));
+            assert_true(places(t->bwd_tp_late[r], ar_count) == (sq ? 0 : 2));
             /*
              * One pair a place, in emitted order: with sp the gather, whose ops between make
              * the four small gradients, apart from the two casts' (second).
              */
             for (int k = 0; k < XFORM_LATE_POS; k++)
-                assert_true(t->bwd_tp_late_count[r][k] + t->bwd_tp_late_ar_count[r][k] ==
+                assert_true(t->bwd_tp_late[r][k].count + t->bwd_tp_late[r][k].ar_count ==
                             (k < (sq ? 3 : 2)));
             if (sq)
-                assert_true(t->bwd_tp_late_leaf_bytes[r][1] == 3584.0 &&
-                            t->bwd_tp_late_leaf_count[r][1] == 4);
+                assert_true(t->bwd_tp_late[r][1].leaf_bytes == 3584.0 &&
+                            t->bwd_tp_late[r][1].leaf_count == 4);
             assert_true(t->bwd_tp_reduce_count[r] == 0 && t->bwd_tp_ar_count[r] == 0);
             assert_true(t->bwd_tp_reduce_bytes[r] == 0 && t->bwd_tp_ar_bytes[r] == 0);
         }
@@ -2698,8 +2700,8 @@ test_time_bound_late(void **state)
         assert_true(t->re[STRATEGY_RECOMPUTE_FULL].tp_reduce_count == (sq ? 4 : 0));
         assert_true(t->re[STRATEGY_RECOMPUTE_FULL].tp_ar_bytes == (sq ? 0 : 2) * 524288.0);
         assert_true(t->re[STRATEGY_RECOMPUTE_FULL].tp_ar_count == (sq ? 0 : 2));
-        assert_true(places(t->re_tp_late_count[STRATEGY_RECOMPUTE_FULL]) == 0 &&
-                    places(t->re_tp_late_ar_count[STRATEGY_RECOMPUTE_FULL]) == 0);
+        assert_true(places(t->re_tp_late[STRATEGY_RECOMPUTE_FULL], count) == 0 &&
+                    places(t->re_tp_late[STRATEGY_RECOMPUTE_FULL], ar_count) == 0);
         /*
          * Each kind at its own least terms over 2 nodes of 8 (a100-dgx: 3 us per link
          * inside a node and 5 us across, 3 us per step; 300 and 25 GB/s). Reduce-scatter
@@ -2743,14 +2745,15 @@ test_time_bound_late(void **state)
             for (uint32_t k = 0; k < sp.nlayer_mem; k++)
                 for (int r = 0; r < 3; r++) {
                     xform_layer_time *t = &sp.layer_mem[k].time;
-                    double *f[4] = {t->bwd_tp_late_bytes[r], t->bwd_tp_late_count[r],
-                                    t->bwd_tp_late_ar_bytes[r], t->bwd_tp_late_ar_count[r]};
-                    for (int j = 0; j < 4; j++)
-                        for (int x = 0; x < XFORM_LATE_POS; x++) {
+                    for (int x = 0; x < XFORM_LATE_POS; x++) {
+                        xform_late_pair *lp = &t->bwd_tp_late[r][x];
+                        double *f[4] = {&lp->bytes, &lp->count, &lp->ar_bytes, &lp->ar_count};
+                        for (int j = 0; j < 4; j++) {
                             if (pass == 0)
-                                keep[k][r][j][x] = f[j][x];
-                            f[j][x] = pass == 0 ? 0 : keep[k][r][j][x];
+                                keep[k][r][j][x] = *f[j];
+                            *f[j] = pass == 0 ? 0 : keep[k][r][j][x];
                         }
+                    }
                 }
         }
         if (with > p.step_time_s) {

@@ -2076,14 +2076,14 @@ tp_time(const struct search_layer_mem *e, double bytes, double count, double ar_
 
 /*
  * The backward chunk's reductions with compute ops between them and their
- * reader (xform_layer_time.bwd_tp_late_bytes, and re_tp_late_bytes for the
+ * reader (xform_layer_time.bwd_tp_late[].bytes, and re_tp_late for the
  * repeated forward's: bytes, between): the compute stream spends at least
  * the collective's time from the reduced op's end to the reader's start,
  * running meanwhile only those ops (counted in the work at their terms,
- * bwd_tp_late_between) and what the chunk emits after an op that makes a
+ * bwd_tp_late[].between) and what the chunk emits after an op that makes a
  * gradient: the accumulation's Add, where the bound counts it (ZeRO 0 and 1,
  * from two microbatches: accumulate_s, at these terms), of the gradients
- * those ops make (bwd_tp_late_leaf_bytes and _count, per device, whatever
+ * those ops make (bwd_tp_late[].leaf_bytes and leaf_count, per device, whatever
  * the batch; a layer's accumulation counted in the work is at most its own
  * Adds' terms, so subtracting those of the Adds between keeps the rest of the
  * layer's count below the Adds outside), and bucket copies and ZeRO-2/3
@@ -2093,18 +2093,18 @@ tp_time(const struct search_layer_mem *e, double bytes, double count, double ar_
  * gpt3-175b's layers, 1.7 ms at tp 8, more than the late collectives take.)
  */
 static double
-late_reductions(const struct search_layer_mem *e, const search_candidate *c, double bytes,
-                double count, double ar_bytes, double ar_count, const xform_work_bound *between,
-                double leaf_bytes, double leaf_count, double q)
+late_reductions(const struct search_layer_mem *e, const search_candidate *c,
+                const xform_late_pair *p, double q)
 {
-    double late = tp_time(e, bytes, count, ar_bytes, ar_count, q) - xform_work_time(between, q);
+    double late = tp_time(e, p->bytes, p->count, p->ar_bytes, p->ar_count, q) -
+                  xform_work_time(&p->between, q);
     if (c->zero <= 1 && c->microbatches >= 2)
-        late -= 3.0 * leaf_bytes * e->add_per_byte + leaf_count * e->add_launch;
+        late -= 3.0 * p->leaf_bytes * e->add_per_byte + p->leaf_count * e->add_launch;
     return late > 0 ? late : 0;
 }
 
 /*
- * late_reductions per place of the layer's late pairs (xform_layer_time.bwd_tp_late_bytes[r]
+ * late_reductions per place of the layer's late pairs (xform_layer_time.bwd_tp_late[r]
  * and the rest, XFORM_LATE_POS of each), summed: their intervals are disjoint, so each adds
  * its own idle time, and a pair whose ops between accumulate a large gradient (a weight's)
  * does not take from another's (a bias's). Until SEARCH_VERSION distir-search-48 the pairs
@@ -2114,15 +2114,12 @@ late_reductions(const struct search_layer_mem *e, const search_candidate *c, dou
  * reduce-scatters that a weight gradient's cast and accumulation hide.
  */
 static double
-late_places(const struct search_layer_mem *e, const search_candidate *c, const double *bytes,
-            const double *count, const double *ar_bytes, const double *ar_count,
-            const xform_work_bound *between, const double *leaf_bytes, const double *leaf_count,
+late_places(const struct search_layer_mem *e, const search_candidate *c, const xform_late_pair *pl,
             double q)
 {
     double sum = 0;
     for (int k = 0; k < XFORM_LATE_POS; k++)
-        sum += late_reductions(e, c, bytes[k], count[k], ar_bytes[k], ar_count[k], &between[k],
-                               leaf_bytes[k], leaf_count[k], q);
+        sum += late_reductions(e, c, &pl[k], q);
     return sum;
 }
 
@@ -2251,20 +2248,14 @@ time_bound(const search_space *sp, const search_candidate *c, struct pass_terms 
         w += xform_work_time(&t->re[r], q);
         wg += xform_gemm_time(&t->re[r], q);
         rre = tp_reductions(e, &t->re[r], q) +
-              late_places(e, c, t->re_tp_late_bytes[r], t->re_tp_late_count[r],
-                          t->re_tp_late_ar_bytes[r], t->re_tp_late_ar_count[r],
-                          t->re_tp_late_between[r], t->re_tp_late_leaf_bytes[r],
-                          t->re_tp_late_leaf_count[r], q);
+              late_places(e, c, t->re_tp_late[r], q);
         red += rre;
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
     if (r >= 0 && r < 3)
         rb = tp_time(e, t->bwd_tp_reduce_bytes[r], t->bwd_tp_reduce_count[r], t->bwd_tp_ar_bytes[r],
                      t->bwd_tp_ar_count[r], q) +
-             late_places(e, c, t->bwd_tp_late_bytes[r], t->bwd_tp_late_count[r],
-                         t->bwd_tp_late_ar_bytes[r], t->bwd_tp_late_ar_count[r],
-                         t->bwd_tp_late_between[r], t->bwd_tp_late_leaf_bytes[r],
-                         t->bwd_tp_late_leaf_count[r], q);
+             late_places(e, c, t->bwd_tp_late[r], q);
     red += rb;
     w += red;
     for (int k = 0; k < 4; k++)

@@ -2429,23 +2429,15 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
                         double b = bt[(row + l) * BETWEEN_TERMS + j];
                         most[j] = l == 0 || b > most[j] ? b : most[j];
                     }
-                if (kind == 0) {
-                    out->bwd_tp_late_bytes[mode][k] = lb;
-                    out->bwd_tp_late_count[mode][k] = ln;
-                    out->bwd_tp_late_ar_bytes[mode][k] = alb;
-                    out->bwd_tp_late_ar_count[mode][k] = aln;
-                    work_bound_of(most, &out->bwd_tp_late_between[mode][k]);
-                    out->bwd_tp_late_leaf_bytes[mode][k] = most[WORK_TERMS];
-                    out->bwd_tp_late_leaf_count[mode][k] = most[WORK_TERMS + 1];
-                } else {
-                    out->re_tp_late_bytes[mode][k] = lb;
-                    out->re_tp_late_count[mode][k] = ln;
-                    out->re_tp_late_ar_bytes[mode][k] = alb;
-                    out->re_tp_late_ar_count[mode][k] = aln;
-                    work_bound_of(most, &out->re_tp_late_between[mode][k]);
-                    out->re_tp_late_leaf_bytes[mode][k] = most[WORK_TERMS];
-                    out->re_tp_late_leaf_count[mode][k] = most[WORK_TERMS + 1];
-                }
+                xform_late_pair *lp =
+                    kind == 0 ? &out->bwd_tp_late[mode][k] : &out->re_tp_late[mode][k];
+                lp->bytes = lb;
+                lp->count = ln;
+                lp->ar_bytes = alb;
+                lp->ar_count = aln;
+                work_bound_of(most, &lp->between);
+                lp->leaf_bytes = most[WORK_TERMS];
+                lp->leaf_count = most[WORK_TERMS + 1];
             }
         }
     if (g.ok) {

@@ -283,6 +283,14 @@ typedef struct xform_gemm {
 /* The places of a layer's late tensor-axis reductions kept apart (xform_layer_time). */
 #define XFORM_LATE_POS 4
 
+/* One place of a pass's late tensor-axis reductions (xform_layer_time.bwd_tp_late). */
+typedef struct xform_late_pair {
+    double bytes, count;       /* reduce-scatters and all-gathers; collectives per microbatch */
+    double ar_bytes, ar_count; /* the all-reduces, apart */
+    xform_work_bound between;  /* the ops between the collective and its reader */
+    double leaf_bytes, leaf_count; /* the gradient contributions those ops make */
+} xform_late_pair;
+
 /*
  * fwd, bwd and re[r], r a strategy_recompute (selective, full: what the
  * backward repeats, found as the pipeline assembly finds it); all 0 without
@@ -326,33 +334,25 @@ typedef struct xform_layer_time {
      * emitted order (its last place, XFORM_LATE_POS - 1, sums the pairs from
      * there on); the least over the layers. Those ops run while the
      * collective does, so the bound adds the collective's time less
-     * bwd_tp_late_between's (their terms, the most over the layers, as the
+     * between's (their terms, the most over the layers, as the
      * work counts them) and less what else may run there (the accumulation of
      * the gradients they make, below), when positive: per place, as the pairs'
      * intervals are disjoint (a pair whose ops between accumulate a large weight
      * gradient hides its collective, and another's is exposed all the same).
      */
-    double bwd_tp_late_bytes[3][XFORM_LATE_POS];
-    double bwd_tp_late_count[3][XFORM_LATE_POS]; /* how many collectives, per microbatch */
-    double bwd_tp_late_ar_bytes[3][XFORM_LATE_POS]; /* the all-reduces, apart */
-    double bwd_tp_late_ar_count[3][XFORM_LATE_POS];
-    xform_work_bound bwd_tp_late_between[3][XFORM_LATE_POS];
     /*
-     * The gradient contributions those ops make (bytes per device, whole batch,
-     * at their dtype, and how many; the most over the layers): with several
-     * microbatches the chunk accumulates each with an Add right after the op
-     * that makes it, which runs there too. A superset (leaf_marks).
+     * leaf_bytes and leaf_count: the gradient contributions those ops make
+     * (bytes per device, whole batch, at their dtype, and how many; the most
+     * over the layers): with several microbatches the chunk accumulates each
+     * with an Add right after the op that makes it, which runs there too. A
+     * superset (leaf_marks).
      */
-    double bwd_tp_late_leaf_bytes[3][XFORM_LATE_POS], bwd_tp_late_leaf_count[3][XFORM_LATE_POS];
+    xform_late_pair bwd_tp_late[3][XFORM_LATE_POS];
     /*
      * The same of the repeated forward (re[r].tp_reduce_bytes those with no
      * op between), on the order in which the pipeline assembly emits it.
      */
-    double re_tp_late_bytes[3][XFORM_LATE_POS];
-    double re_tp_late_count[3][XFORM_LATE_POS];
-    double re_tp_late_ar_bytes[3][XFORM_LATE_POS], re_tp_late_ar_count[3][XFORM_LATE_POS];
-    xform_work_bound re_tp_late_between[3][XFORM_LATE_POS];
-    double re_tp_late_leaf_bytes[3][XFORM_LATE_POS], re_tp_late_leaf_count[3][XFORM_LATE_POS];
+    xform_late_pair re_tp_late[3][XFORM_LATE_POS];
     /*
      * Fused attention's blocks: [0] the keys and values the forward's
      * FlashAttention ops read (inputs 1 and 2), [1] those the backward's
