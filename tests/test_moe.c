@@ -436,6 +436,51 @@ test_ep_model_state(void **state)
     ir_module_free(m);
 }
 
+/*
+ * Under context parallelism ZeRO shards the experts' state over the context
+ * ranks too, as Megatron-LM folds them into the expert-data-parallel group:
+ * with dp x cp = 4 and 8 (ep 2), ZeRO-1 holds 8 (N_d + N_e) / (dp cp) bytes
+ * of moments a device, as dp 4 (8) without cp does, and ZeRO-3 4 (N_d + N_e)
+ * / (dp cp) bytes of weight shards beside its gathered copies. Until
+ * 2026-12-08 the experts' state was whole on the context axis: cp times
+ * N_e / dp.
+ */
+static void
+test_ep_state_over_cp(void **state)
+{
+    models_llama c;
+    ir_module *m = small_moe(8, 2, 1, IR_F32, XFORM_OPTIM_ADAM, &c);
+    hw_model *hw = NULL;
+    di_error err;
+    const uint64_t ne = 2 * 8 * 3 * 32 * 16, nd = models_llama_parameters(&c) - ne;
+    const uint32_t conf[3][2] = {{2, 2}, {4, 2}, {4, 1}}; /* dp, cp (ep 2) */
+    uint64_t opt[3];
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    for (int k = 0; k < 3; k++) {
+        uint64_t mx[SIM_NMEMCLASS], n = (uint64_t)conf[k][0] * conf[k][1];
+        sim_result *r;
+        strategy s;
+        xform_strategy_init(&s);
+        s.dp = conf[k][0];
+        s.cp = conf[k][1];
+        s.ep = 2;
+        s.zero = 1;
+        r = simulate_strategy(m, &s, hw);
+        class_max(r, mx);
+        opt[k] = mx[SIM_MEM_OPTIMIZER];
+        fprintf(stderr, "dp %u cp %u ep 2, ZeRO-1: optimizer %llu bytes (formula %llu)\n",
+                conf[k][0], conf[k][1], (unsigned long long)opt[k],
+                (unsigned long long)(8 * (nd / n + ne / n)));
+        assert_int_equal(opt[k], 8 * (nd / n + ne / n));
+        sim_result_free(r);
+    }
+    /* dp 2 x cp 2 holds what dp 4 holds. */
+    assert_int_equal(opt[0], opt[2]);
+    hw_free(hw);
+    ir_module_free(m);
+}
+
 int
 main(void)
 {
@@ -445,6 +490,7 @@ main(void)
         cmocka_unit_test(test_routing_ops),
         cmocka_unit_test(test_ep_all_to_all),
         cmocka_unit_test(test_ep_model_state),
+        cmocka_unit_test(test_ep_state_over_cp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

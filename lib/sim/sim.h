@@ -22,7 +22,7 @@
 #include "ir/ir.h"
 #include "sim/hw.h"
 
-#define SIM_VERSION "distir-sim-34"
+#define SIM_VERSION "distir-sim-35"
 
 /* Memory classes; the order is the proto enum MemoryClass. */
 #define SIM_MEMCLASS_LIST(X)                                                                       \

@@ -151,6 +151,29 @@ zero_cp_dim(const xf_ctx *c, ir_id v, uint32_t g, int dd)
     return -1;
 }
 
+/*
+ * The dimension along which ZeRO splits expert state v over the context
+ * ranks, or -1: one no other axis splits (the tensor axis, the outer data
+ * axis), else dimension 0 beside the experts' split, where each device's
+ * experts divide by cp.
+ */
+static int
+expert_cp_dim(const xf_ctx *c, ir_id v)
+{
+    const ir_module *m = c->m;
+    const ir_type *t = &m->types[m->values[v].type];
+    const int64_t *d = ir_type_dims(m, m->values[v].type);
+    int64_t cp = c->n[XF_CP];
+    for (uint32_t k = 1; k < t->rank; k++)
+        if (c->place[v].a[XF_TP] != (int8_t)k && c->place[v].a[XF_EDP] != (int8_t)k &&
+            d[k] % cp == 0)
+            return (int)k;
+    if (c->place[v].a[XF_TP] != 0 && c->place[v].a[XF_EDP] != 0 &&
+        d[0] % ((int64_t)c->n[XF_DP] * cp) == 0)
+        return 0;
+    return -1;
+}
+
 int
 xf_annotate_dp(xf_ctx *c)
 {
@@ -248,12 +271,15 @@ xf_annotate_dp(xf_ctx *c)
                 c->place[fr->args[a]].a[XF_EDP] = zd[fr->args[a]];
         }
     di_free(zd);
-    if (c->s.ep > 1 && c->n[XF_EDP] > 1) {
+    if (c->s.ep > 1 && (c->n[XF_EDP] > 1 || c->n[XF_CP] > 1)) {
         /*
          * The experts' state over the ranks that hold the same experts (the
          * outer data axis), as Megatron-LM's distributed optimizer shards it
          * over the expert-data-parallel group: along dimension 1, as
-         * dimension 0 (the experts) is split by expert parallelism.
+         * dimension 0 (the experts) is split by expert parallelism. That group
+         * holds the context ranks too (Megatron-LM folds context parallelism
+         * into the experts' data parallelism): over them along another
+         * dimension (expert_cp_dim).
          */
         memset(cand, 0, m->nvalue ? m->nvalue : 1);
         xf_expert_state(c, cand);
@@ -266,8 +292,13 @@ xf_annotate_dp(xf_ctx *c)
             d1 = ir_type_dims(m, m->values[v].type)[1];
             if (c->place[v].a[XF_TP] == 1)
                 d1 = d1 % c->gtp[0] == 0 ? d1 / c->gtp[0] : 1;
-            if (d1 % c->n[XF_EDP] == 0)
+            if (c->n[XF_EDP] > 1 && d1 % c->n[XF_EDP] == 0)
                 c->place[v].a[XF_EDP] = 1;
+            if (c->n[XF_CP] > 1) {
+                int d = expert_cp_dim(c, v);
+                if (d >= 0)
+                    c->place[v].a[XF_CP] = (int8_t)d;
+            }
         }
     }
     di_free(cand);

@@ -1012,6 +1012,16 @@ input_place(const xf_ctx *c, ir_id op, uint32_t k)
 {
     const ir_module *m = c->m;
     ir_id v = m->refs[m->ops[op].inputs + k], d = m->values[v].def;
+    if ((c->vflags[v] & XF_V_EXPERT) &&
+        !(ir_opkind_info(m->ops[op].kind)->flags & IR_OPF_OPTIM)) {
+        /*
+         * ZeRO's split of the experts' state over the context ranks (dp.c) is
+         * storage: their updates work on it, the passes on gathered weights.
+         */
+        xf_place p = c->place[v];
+        p.a[XF_CP] = XF_R;
+        return p;
+    }
     if (!c->hetero || d == 0 || (c->vflags[v] & XF_V_CONST))
         return c->place[v];
     return xf_xfer_place(c, v, &c->place[v], xf_op_group(c, d), xf_op_group(c, op));
