@@ -105,6 +105,16 @@ test_options(void **state)
     strategy_fini(&s);
     assert_null(s.tp_layers);
 
+    /* torchtitan's op-level selective checkpointing, by name both ways. */
+    strategy_init(&s);
+    set_all(&s, (const char *const[]){"recompute=selective-op", NULL});
+    assert_int_equal(strategy_normalize(&s, &err), 0);
+    assert_int_equal(s.recompute, STRATEGY_RECOMPUTE_SELECTIVE_OP);
+    strategy_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "recompute=selective-op"));
+    assert_int_equal(strategy_set(&s, "recompute", "selective-ops", &err), DI_ESTRATEGY);
+    strategy_fini(&s);
+
     /* Defaults: microbatches pp, the 1F1B schedule, pp from the stage count. */
     strategy_init(&s);
     set_all(&s, (const char *const[]){"stages=4x1:10,2x2:14", NULL});

@@ -836,6 +836,71 @@ test_tp_collectives_rmsnorm(void **state)
 }
 
 /*
+ * torchtitan's op-level selective checkpointing (--recompute selective-op) on
+ * a 2-layer Llama: of a layer's 7 weight GEMMs (Q, K, V, output, gate, up,
+ * down, in that order) every second one is recomputed, K, output and up; the
+ * batched products of naive attention (the scores, the context: aten.bmm, not
+ * on torchtitan's list) are recomputed, fused attention is kept. So the
+ * backward chunk repeats 5 MatMuls per layer with naive attention (K, the
+ * scores, the context, output, up: each a value the backward reads or needs
+ * to remake one: the norm before the MLP reads the residual the output
+ * projection makes), 3 and no attention with fused attention, where full
+ * recomputation repeats 9 and 7 with the attention; the forward is the same.
+ * Its saved activations lie between none's and full's.
+ */
+static ir_module *
+llama_fused(void)
+{
+    models_llama c;
+    ir_module *m = NULL;
+    di_error err;
+    models_llama_init(&c);
+    c.layers = 2;
+    c.hidden = 16;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.ffn = 32;
+    c.seq = 4;
+    c.vocab = 32;
+    c.batch = 2;
+    c.fused_attention = 1;
+    if (models_llama_build(&c, &m, &err) != 0)
+        fail_msg("llama: %s", err.msg);
+    return m;
+}
+
+static void
+test_recompute_selective_op(void **state)
+{
+    ir_module *m = llama(4, 2), *f = llama_fused(), *out;
+    strategy s;
+    (void)state;
+    xform_strategy_init(&s);
+    s.recompute = STRATEGY_RECOMPUTE_SELECTIVE_OP;
+    out = apply_ok(m, &s);
+    assert_int_equal(phase_ops(out, "forward", IR_OP_MATMUL, 1), 9 * 2 + 1);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 5 * 2);
+    ir_module_free(out);
+    out = apply_ok(f, &s);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 3 * 2);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_FLASHATTN, 1), 0);
+    ir_module_free(out);
+    s.recompute = STRATEGY_RECOMPUTE_FULL;
+    out = apply_ok(f, &s);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 7 * 2);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_FLASHATTN, 1), 2);
+    ir_module_free(out);
+    /* Under tensor parallelism too (the GEMMs split, the same ones repeated). */
+    s.recompute = STRATEGY_RECOMPUTE_SELECTIVE_OP;
+    s.tp = 2;
+    out = apply_ok(f, &s);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 3 * 2);
+    ir_module_free(out);
+    ir_module_free(f);
+    ir_module_free(m);
+}
+
+/*
  * The output layer's input under sequence parallelism (a tied GPT, whose logits
  * are a Gemm, and a Llama, whose head is a MatMul): the last stage's backward
  * chunks take the final norm's output as each rank holds it, its slice of the
@@ -2042,6 +2107,7 @@ main(void)
         cmocka_unit_test(test_dp_tuple_many_inputs),
         cmocka_unit_test(test_golden_general),
         cmocka_unit_test(test_recompute_full_keeps_head),
+        cmocka_unit_test(test_recompute_selective_op),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_forward_only),
         cmocka_unit_test(test_tp_collectives),

@@ -151,6 +151,11 @@ add_recompute(search_config *cfg, const char *name, const char *item, di_error *
             cfg->recomputes |= 1u << i;
             return 0;
         }
+    if (strcmp(item, "selective-op") == 0)
+        return di_error_set(err, DI_EINVAL,
+                            "%s: selective-op is not in the search's space (its bounds have no "
+                            "analysis of it): distir simulate takes it",
+                            name);
     return di_error_set(err, DI_EINVAL, "%s: unknown value '%s' (none, selective, full)", name,
                         item);
 }

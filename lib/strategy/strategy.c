@@ -15,7 +15,7 @@
 #include "distir.pb-c.h"
 
 static const char *const schedule_names[] = {"default", "gpipe", "1f1b", "interleaved"};
-static const char *const recompute_names[] = {"none", "selective", "full"};
+static const char *const recompute_names[] = {"none", "selective", "full", "selective-op"};
 static const char *const stash_names[] = {"none", "pipedream", "2bw"};
 static const char *const order_names[] = {"tp-dp-pp", "tp-pp-dp"};
 
@@ -172,9 +172,9 @@ strategy_check_values(const strategy *s, di_error *err)
     if ((unsigned)s->schedule > STRATEGY_SCHEDULE_INTERLEAVED)
         return di_error_set(err, DI_ESTRATEGY, "schedule %u is not a schedule (%s)",
                             (unsigned)s->schedule, "gpipe, 1f1b, interleaved:V");
-    if ((unsigned)s->recompute > STRATEGY_RECOMPUTE_FULL)
+    if ((unsigned)s->recompute > STRATEGY_RECOMPUTE_SELECTIVE_OP)
         return di_error_set(err, DI_ESTRATEGY, "recompute %u is not a recompute mode (%s)",
-                            (unsigned)s->recompute, "none, selective, full");
+                            (unsigned)s->recompute, "none, selective, full, selective-op");
     if ((unsigned)s->stash > STRATEGY_STASH_2BW)
         return di_error_set(err, DI_ESTRATEGY, "stash %u is not a stash mode (%s)",
                             (unsigned)s->stash, "none, pipedream, 2bw");
@@ -534,9 +534,10 @@ strategy_set(strategy *s, const char *name, const char *value, di_error *err)
         return 0;
     }
     case OPT_RECOMPUTE:
-        if ((k = name_index(value, recompute_names, 0, 3)) < 0)
+        if ((k = name_index(value, recompute_names, 0, 4)) < 0)
             return di_error_set(err, DI_ESTRATEGY,
-                                "unknown recompute mode '%s' (none, selective, full)", value);
+                                "unknown recompute mode '%s' (none, selective, full, selective-op)",
+                                value);
         s->recompute = (strategy_recompute)k;
         return 0;
     case OPT_STASH:
@@ -686,7 +687,7 @@ strategy_format(const strategy *s, char *buf, size_t size)
              degrees, s->pp, s->microbatches, schedule_names[s->schedule & 3],
              s->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? ":" : "",
              s->schedule == STRATEGY_SCHEDULE_INTERLEAVED ? s->virtual_stages : 0u,
-             recompute_names[s->recompute % 3], stash_names[s->stash % 3], s->zero,
+             recompute_names[s->recompute % 4], stash_names[s->stash % 3], s->zero,
              s->sequence_parallel ? " sp" : "", overlap);
     /* Degrees added later, only when set, so that the text of older strategies stays. */
     for (int i = 0; i < 2; i++) {

@@ -46,6 +46,12 @@ typedef enum strategy_recompute {
     STRATEGY_RECOMPUTE_NONE = 0,
     STRATEGY_RECOMPUTE_SELECTIVE = 1, /* attention scores, softmax and its dropout */
     STRATEGY_RECOMPUTE_FULL = 2,      /* keep only stage inputs */
+    /*
+     * torchtitan's op-level selective checkpointing: keep every other weight
+     * GEMM's result (the first, third, ...) and fused attention's, recompute
+     * the rest of the layer (recompute.c)
+     */
+    STRATEGY_RECOMPUTE_SELECTIVE_OP = 3,
 } strategy_recompute;
 
 typedef enum strategy_stash {

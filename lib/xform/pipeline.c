@@ -301,6 +301,8 @@ build_programs(pl *P)
     if (c->s.recompute != STRATEGY_RECOMPUTE_NONE) {
         if (c->s.recompute == STRATEGY_RECOMPUTE_SELECTIVE)
             xf_recompute_mark(c);
+        else if (c->s.recompute == STRATEGY_RECOMPUTE_SELECTIVE_OP)
+            xf_recompute_mark_ops(c);
         for (uint32_t k = 0; k < K; k++) {
             prog *b = prog_of(P, PROG_B, k), *f = prog_of(P, PROG_F, k);
             ir_id *re = di_xmalloc((f->ops.n + 1) * sizeof *re);

@@ -20,7 +20,18 @@
  *     and little compute: Q K^T, its scale and mask, the softmax and the
  *     dropout of the probabilities. Their inputs (Q, K^T, the mask, which
  *     is a constant) stay saved; chunk.c emits each recomputed op right
- *     before its first use, so one layer's scores are live at a time.
+ *     before its first use, so one layer's scores are live at a time;
+ *   - selective-op: torchtitan's op-level selective checkpointing (its
+ *     `selective_ac_option = "op"` policy for each transformer block): the
+ *     results of the layer's weight GEMMs (PyTorch's aten.mm: an activation
+ *     times a matrix weight) are kept but every second one's (the first,
+ *     third, ... kept; on a Llama layer the K and output projections and the
+ *     MLP's up projection recomputed), fused attention's are kept, and every
+ *     other op of the layer is recomputed where the backward needs it, the
+ *     batched products of naive attention included (aten.bmm is not on
+ *     torchtitan's list). The layer checkpoints are kept as under full.
+ *     PyTorch reruns the block's forward up to the last value the backward
+ *     needs; here only what it needs is rerun.
  */
 #include "xform/xform_int.h"
 
@@ -61,6 +72,59 @@ xf_recompute_mark(xf_ctx *c)
     }
 }
 
+/* A GEMM of an activation and a matrix weight (PyTorch's aten.mm under nn.Linear). */
+static int
+weight_gemm(const xf_ctx *c, ir_id op)
+{
+    const ir_module *m = c->m;
+    const ir_op *o = &m->ops[op];
+    ir_id w;
+    if (o->kind != IR_OP_MATMUL || o->ninput < 2)
+        return 0;
+    w = m->refs[o->inputs + 1];
+    return (c->vflags[w] & XF_V_WEIGHT) && m->values[w].def == 0 &&
+           m->types[m->values[w].type].rank == 2;
+}
+
+void
+xf_recompute_mark_ops(xf_ctx *c)
+{
+    const ir_module *m = c->m;
+    const ir_region *fr = &m->regions[c->func];
+    int32_t layer = INT32_MIN;
+    uint32_t ngemm = 0;
+    uint8_t *out_layer = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    /* Results another layer's forward op reads: the layer checkpoints, kept. */
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        if (c->op[op].phase != XF_PH_FORWARD)
+            continue;
+        for (uint32_t k = 0; k < o->ninput; k++) {
+            ir_id d = m->values[m->refs[o->inputs + k]].def;
+            if (d && c->op[d].layer >= 0 && c->op[d].layer != c->op[op].layer)
+                out_layer[d] = 1;
+        }
+    }
+    for (uint32_t i = 0; i < fr->nop; i++) {
+        ir_id op = fr->ops[i];
+        const ir_op *o = &m->ops[op];
+        int32_t L = c->op[op].layer;
+        /* Views too: what they view is remade, not kept through them. */
+        if (c->op[op].phase != XF_PH_FORWARD || L < 0 || o->noutput == 0 || out_layer[op] ||
+            (ir_opkind_info(o->kind)->flags & IR_OPF_COMM) ||
+            (c->vflags[o->outputs] & XF_V_CONST) || o->kind == IR_OP_FLASHATTN)
+            continue;
+        if (L != layer) {
+            layer = L;
+            ngemm = 0;
+        }
+        if (weight_gemm(c, op) && ++ngemm % 2 == 1)
+            continue;
+        c->op[op].recompute = 1;
+    }
+    di_free(out_layer);
+}
 
 /*
  * Does full recomputation redo op d? Transformer layers' ops (dist.layer >=

@@ -427,6 +427,7 @@ int xf_stash_copy(xf_body *b, ir_id v, xf_local *copy);
 
 /* Selective recomputation: flags the attention-score ops (xf_opinfo.recompute). */
 void xf_recompute_mark(xf_ctx *c);
+void xf_recompute_mark_ops(xf_ctx *c);
 /*
  * The forward ops (of fops[0..nf), in order) that a backward chunk running
  * bops[0..nb) recomputes under the strategy's mode; home[op] == fhome marks

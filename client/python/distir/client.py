@@ -16,7 +16,7 @@ _SERVICE = "/distir.v1.CostModel/"
 _SCHEDULES = {"default": pb.SCHEDULE_DEFAULT, "gpipe": pb.SCHEDULE_GPIPE,
               "1f1b": pb.SCHEDULE_1F1B, "interleaved": pb.SCHEDULE_INTERLEAVED}
 _RECOMPUTE = {"none": pb.RECOMPUTE_NONE, "selective": pb.RECOMPUTE_SELECTIVE,
-              "full": pb.RECOMPUTE_FULL}
+              "full": pb.RECOMPUTE_FULL, "selective-op": pb.RECOMPUTE_SELECTIVE_OP}
 
 
 class DistirError(Exception):
