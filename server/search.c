@@ -258,7 +258,7 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
                               1u << DISTIR__V1__SCHEDULE__SCHEDULE_1F1B |
                               1u << DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED,
                           "schedules", err)) != 0 ||
-        (rc = config_mask(&cfg->recomputes, c->recomputes, 0x7, "recomputes", err)) != 0 ||
+        (rc = config_mask(&cfg->recomputes, c->recomputes, 0xf, "recomputes", err)) != 0 ||
         (rc = config_mask(&cfg->zeros, c->zero, 0xf, "zero", err)) != 0 ||
         (rc = config_mask(&cfg->sequence_parallel, c->sequence_parallel, 0x3, "sequence_parallel",
                           err)) != 0 ||

@@ -786,13 +786,16 @@ test_brute_force(void **state)
                       nodes from tp 16) weigh in the step, with selective recomputation;
                       8 a GPT of 7 layers: pp 2 and 4 and interleaving over pp 2 x V 2 cut
                       them unevenly; 9 a Llama with FlashAttention, where selective
-                      recomputation is none's twin */
+                      recomputation is none's twin; 10 that Llama and 11 a GPT with
+                      torchtitan's op-level selective recomputation (selective-op), whose
+                      memory bound counts full recomputation's kept bytes */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
         {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
         {"a100-dgx", 4, 4}, {"a100-dgx", 4, 5}, {"a100-dgx:2", 16, 6},
         {"a100-dgx:2", 16, 7}, {"a100-dgx", 4, 8}, {"a100-dgx", 4, 9},
+        {"a100-dgx", 4, 10}, {"a100-dgx", 8, 11},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -803,7 +806,7 @@ test_brute_force(void **state)
                        : cases[i].model == 6 ? gpt_as(4, 1920, 6, 8, 24, 1)
                        : cases[i].model == 7 ? gpt_as(2, 512, 16, 1024, 8, 1)
                        : cases[i].model == 8 ? gpt(7, 48, 6, 8, 24)
-                       : cases[i].model == 9 ? flash_llama()
+                       : cases[i].model == 9 || cases[i].model == 10 ? flash_llama()
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
         search_config cfg;
@@ -857,6 +860,19 @@ test_brute_force(void **state)
         if (cases[i].model == 9)
             assert_int_equal(search_config_set(&cfg, "recompute", "none,selective,full", &err),
                              0);
+        if (cases[i].model == 10 || cases[i].model == 11) {
+            search_space sp;
+            uint64_t nop = 0;
+            assert_int_equal(search_config_set(&cfg, "recompute", "none,full,selective-op", &err),
+                             0);
+            if (cases[i].model == 11)
+                assert_int_equal(search_config_set(&cfg, "zero", "0,1,2,3", &err), 0);
+            space_ok(&sp, m, hw, &cfg);
+            for (uint64_t k = 0; k < sp.ncandidate; k++)
+                nop += sp.candidates[k].recompute == STRATEGY_RECOMPUTE_SELECTIVE_OP;
+            assert_true(nop > 0 && 3 * nop == sp.ncandidate);
+            search_space_fini(&sp);
+        }
         if (cases[i].model == 3) {
             assert_int_equal(search_config_set(&cfg, "zero", "1,2", &err), 0);
             assert_int_equal(search_config_set(&cfg, "microbatches", "1,2", &err), 0);
@@ -3222,6 +3238,10 @@ test_config(void **state)
     assert_int_equal(search_config_set(&cfg, "schedule", "zigzag", &err), DI_EINVAL);
     assert_int_equal(search_config_set(&cfg, "recompute", "selective", &err), 0);
     assert_int_equal(cfg.recomputes, 1u << STRATEGY_RECOMPUTE_SELECTIVE);
+    assert_int_equal(search_config_set(&cfg, "recompute", "selective-op", &err), 0);
+    assert_int_equal(cfg.recomputes,
+                     1u << STRATEGY_RECOMPUTE_SELECTIVE | 1u << STRATEGY_RECOMPUTE_SELECTIVE_OP);
+    assert_int_equal(search_config_set(&cfg, "recompute", "op", &err), DI_EINVAL);
     assert_int_equal(search_config_set(&cfg, "zero", "4", &err), DI_EINVAL);
     assert_int_equal(search_config_fix(&cfg, "sp=on", &err), 0);
     assert_int_equal(cfg.sequence_parallel, 2);
@@ -3272,6 +3292,22 @@ test_key(void **state)
     assert_int_equal(search_config_set(&b, "pp", "1,2,4", &err), 0);
     space_ok(&sb, m, hw, &b);
     assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    search_space_fini(&sb);
+    /*
+     * selective-op is not in the default space: asked for, another search (the
+     * default's key is what it was before selective-op existed: every recompute
+     * mask of bits 0-2 hashes as before).
+     */
+    b = a;
+    assert_int_equal(search_config_set(&b, "recompute", "none,selective,full", &err), 0);
+    space_ok(&sb, m, hw, &b);
+    assert_memory_equal(&sa.key, &sb.key, sizeof sa.key);
+    assert_int_equal(sb.ncandidate, sa.ncandidate);
+    search_space_fini(&sb);
+    assert_int_equal(search_config_set(&b, "recompute", "selective-op", &err), 0);
+    space_ok(&sb, m, hw, &b);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    assert_int_equal(3 * sb.ncandidate, 4 * sa.ncandidate);
     search_space_fini(&sb);
     space_ok(&sb, m2, hw, &a);
     assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);

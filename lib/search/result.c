@@ -649,7 +649,7 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
         {"microbatches", STRATEGY_MAX_MICROBATCHES},
         {"schedule", STRATEGY_SCHEDULE_INTERLEAVED},
         {"virtual_stages", STRATEGY_MAX_VIRTUAL_STAGES},
-        {"recompute", STRATEGY_RECOMPUTE_FULL},
+        {"recompute", STRATEGY_RECOMPUTE_SELECTIVE_OP},
         {"zero", 3},
         {"sequence_parallel", 1},
         {"overlap_grad_reduce", 1},

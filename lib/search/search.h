@@ -209,7 +209,8 @@ void search_candidate_format(const search_candidate *c, char *buf, size_t size);
  *   m     the divisors of batch / dp, ascending (1 for a module without batch data)
  *   schedule  none when pp = 1 (whatever the allowed schedules); else GPipe,
  *         1F1B, then interleaved with V = each divisor >= 2 of the layer count
- *   recompute none, selective, full
+ *   recompute none, selective, full; selective-op after them only when the
+ *         allowed set names it (recomputes bit 3: not in the default space)
  *   zero  0..3 when dp > 1, else 0 (ZeRO shards over the data axis)
  *   sp    off, then on when tp > 1 (sequence parallelism splits the tensor axis)
  *   overlap off, then on when dp > 1 (it overlaps the data-parallel reduction)

@@ -145,19 +145,14 @@ add_schedule(search_config *cfg, const char *name, const char *item, di_error *e
 static int
 add_recompute(search_config *cfg, const char *name, const char *item, di_error *err)
 {
-    static const char *const names[] = {"none", "selective", "full"};
-    for (uint32_t i = 0; i < 3; i++)
+    static const char *const names[] = {"none", "selective", "full", "selective-op"};
+    for (uint32_t i = 0; i < 4; i++)
         if (strcmp(item, names[i]) == 0) {
             cfg->recomputes |= 1u << i;
             return 0;
         }
-    if (strcmp(item, "selective-op") == 0)
-        return di_error_set(err, DI_EINVAL,
-                            "%s: selective-op is not in the search's space (its bounds have no "
-                            "analysis of it): distir simulate takes it",
-                            name);
-    return di_error_set(err, DI_EINVAL, "%s: unknown value '%s' (none, selective, full)", name,
-                        item);
+    return di_error_set(err, DI_EINVAL,
+                        "%s: unknown value '%s' (none, selective, full, selective-op)", name, item);
 }
 
 static int
@@ -474,8 +469,10 @@ push_options(space_builder *b, search_candidate *c)
     uint32_t multi_dp = some_dp(c) ? 1u : 0u, multi_tp = every_tp(c) ? 1u : 0u;
     /* ZeRO shards over the data and context ranks (dp.c): with cp > 1, whatever dp. */
     uint32_t multi_zero = multi_dp || c->cp > 1 ? 1u : 0u;
-    for (uint32_t rc = 0; rc < 3; rc++) {
-        if (!in_mask(cfg->recomputes, rc))
+    for (uint32_t rc = 0; rc < 4; rc++) {
+        /* selective-op only when asked for: the default space is Megatron-LM's three. */
+        if (!in_mask(cfg->recomputes, rc) ||
+            (rc == STRATEGY_RECOMPUTE_SELECTIVE_OP && !(cfg->recomputes & 1u << rc)))
             continue;
         c->recompute = (uint8_t)rc;
         for (uint32_t z = 0; z <= 3 * multi_zero; z++) {
@@ -779,6 +776,8 @@ space_key(search_space *sp)
               (1u << STRATEGY_SCHEDULE_GPIPE) | (1u << STRATEGY_SCHEDULE_1F1B) |
                   (1u << STRATEGY_SCHEDULE_INTERLEAVED));
     hash_mask(&h, cfg->recomputes, 7u);
+    if (cfg->recomputes & 1u << STRATEGY_RECOMPUTE_SELECTIVE_OP) /* keys without it stay */
+        di_sha256_update(&h, "selective-op", 12);
     hash_mask(&h, cfg->zeros, 15u);
     hash_mask(&h, cfg->sequence_parallel, 3u);
     hash_mask(&h, cfg->overlap, 3u);
@@ -1722,7 +1721,13 @@ layer_bound(const search_space *sp, const search_candidate *c)
 {
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
-    int r = c->recompute < 3 ? c->recompute : 2;
+    /*
+     * Op-level selective recomputation (selective-op) keeps at least what full
+     * recomputation keeps (the layer checkpoints), and the analyses have no
+     * working set of it: full's kept bytes, and no working set.
+     */
+    int op = c->recompute == STRATEGY_RECOMPUTE_SELECTIVE_OP;
+    int r = c->recompute < 3 ? c->recompute : STRATEGY_RECOMPUTE_FULL;
     double a, s, g, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
     double ws = 0;
     uint64_t kept = sp->saved_min[r], state = sp->state_min, param = sp->param_min,
@@ -1746,7 +1751,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
      * that layer's kept activations of the microbatch, which may be freed
      * by then (at most a of the least layer's: the others still hold theirs).
      */
-    if (e != NULL && e->ok && c->cp <= 1 && c->ep <= 1)
+    if (!op && e != NULL && e->ok && c->cp <= 1 && c->ep <= 1)
         ws = floor((double)e->work_set_min[r] / ((double)c->dp * c->microbatches));
     /*
      * ZeRO-3 gathers a layer's weights whole before their first reader (an
@@ -1762,7 +1767,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
          * And at the working set's moment, the weights the layer's ops read
          * before and after it (work_set_weights) are held gathered beside it.
          */
-        double wsz = ws + floor((double)e->work_set_weights[r] * (1 - 1.0 / c->dp));
+        double wsz = op ? 0 : ws + floor((double)e->work_set_weights[r] * (1 - 1.0 / c->dp));
         if (wz > ws)
             ws = wz;
         if (wsz > ws)
@@ -1777,7 +1782,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
      * batch-divided bytes, the gathered weights under ZeRO-3, and those values
      * whole, all at once.
      */
-    if (e != NULL && e->ok && c->zero >= 2 && c->dp > 1 && c->cp <= 1 && c->ep <= 1) {
+    if (!op && e != NULL && e->ok && c->zero >= 2 && c->dp > 1 && c->cp <= 1 && c->ep <= 1) {
         const struct xform_ws_moment *fm = &e->work_set_fixed_most[r];
         double x = (double)c->dp * c->microbatches, y = c->zero == 3 ? 1 - 1.0 / c->dp : 0;
         double at = floor((double)e->work_set_min[r] / x) +
