@@ -481,6 +481,53 @@ test_ep_state_over_cp(void **state)
     ir_module_free(m);
 }
 
+/*
+ * The search's analysis of expert parallelism's all_to_alls
+ * (xform_layer_time.a2a_bytes, which search_time_bound puts on each MoE
+ * layer's chain): per layer the forward moves the dispatched tokens and the
+ * experts' output, each [B, E, C, h] (the 8 sequences of the batch at ep 1,
+ * where a device holds them all; 8 experts, capacity C, hidden 32), and the
+ * backward the output's gradient, the same; f32. The least over the layers: 0 with a
+ * dense first layer.
+ */
+static void
+test_a2a_analysis(void **state)
+{
+    models_llama c;
+    ir_module *m = small_moe(8, 2, 1, IR_F32, XFORM_OPTIM_ADAM, &c), *all = NULL;
+    hw_model *hw = NULL;
+    di_error err;
+    strategy s;
+    xform_layer_facts f;
+    double per;
+    (void)state;
+    assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
+    strategy_init(&s);
+    assert_int_equal(strategy_normalize(&s, &err), 0);
+    assert_int_equal(xform_layer_analysis(m, &s, hw, 0, &f, &err), 0);
+    assert_true(f.time.a2a_bytes[0] == 0 && f.time.a2a_count[0] == 0); /* layer 0 is dense */
+    xform_layer_facts_fini(&f);
+    c.first_dense = 0;
+    if (models_llama_build(&c, &all, &err) != 0)
+        fail_msg("build: %s", err.msg);
+    /* The capacity C: seq x top-k / experts tokens an expert per sequence (factor 1), 2. */
+    assert_int_equal(models_llama_capacity(&c), 8 * 2 / 8);
+    per = (double)c.batch * c.experts * models_llama_capacity(&c) * c.hidden * 4;
+    assert_int_equal(xform_layer_analysis(all, &s, hw, 0, &f, &err), 0);
+    fprintf(stderr, "a2a per layer: forward %.0f bytes in %.0f, backward %.0f in %.0f (%.0f a "
+            "tensor)\n", f.time.a2a_bytes[0], f.time.a2a_count[0], f.time.a2a_bytes[1],
+            f.time.a2a_count[1], per);
+    assert_true(f.time.a2a_bytes[0] == 2 * per);
+    assert_true(f.time.a2a_count[0] == 2);
+    assert_true(f.time.a2a_bytes[1] == per);
+    assert_true(f.time.a2a_count[1] == 1);
+    xform_layer_facts_fini(&f);
+    strategy_fini(&s);
+    hw_free(hw);
+    ir_module_free(all);
+    ir_module_free(m);
+}
+
 int
 main(void)
 {
@@ -491,6 +538,7 @@ main(void)
         cmocka_unit_test(test_ep_all_to_all),
         cmocka_unit_test(test_ep_model_state),
         cmocka_unit_test(test_ep_state_over_cp),
+        cmocka_unit_test(test_a2a_analysis),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2186,6 +2186,57 @@ ring_bound(const search_space *sp, const search_candidate *c, const xform_layer_
 }
 
 /*
+ * Expert parallelism's all_to_alls on a layer's dependency chain, per
+ * microbatch (xform_layer_time.a2a_bytes, q the microbatch's share of the
+ * batch): in the forward chunk the dispatched tokens go to their experts'
+ * ranks right after moe.dispatch makes them and the experts' GEMM, the next
+ * compute op in program order, reads them; the experts' output goes back
+ * right after their last GEMM and moe.combine, the next, reads it; in the
+ * backward chunk the output's gradient goes to the experts' ranks after the
+ * backward moe.dispatch and their first backward GEMM, the next, reads it.
+ * The compute stream runs its ops in program order, so it waits that long,
+ * each at least the ep group's all-to-all latency terms plus its slope times
+ * the bytes (sharing a link only slows it). The backward's other all_to_all
+ * (the dispatched tokens' gradient) is not counted: the weight gradients'
+ * casts, emitted before it, may run meanwhile. The group of each pipeline
+ * stage: ep consecutive data ranks (dp_stride apart), their costs the least
+ * over the stages (groups of the same devices per node cost the same).
+ * *f the forward's, *b the backward's, seconds.
+ */
+static void
+a2a_bound(const search_space *sp, const search_candidate *c, const xform_layer_time *t, double q,
+          double *f, double *b)
+{
+    uint32_t ep = c->ep, stride = dp_stride(c), per_node = sp->hw->devices_per_node;
+    uint32_t cp = c->cp > 1 ? c->cp : 1;
+    uint64_t stage = c->order == STRATEGY_ORDER_TP_PP_DP ? (uint64_t)c->tp * cp
+                                                          : (uint64_t)c->tp * cp * c->dp;
+    int32_t *devs;
+    *f = *b = 0;
+    if (ep <= 1 || (t->a2a_count[0] <= 0 && t->a2a_count[1] <= 0))
+        return;
+    devs = di_xmalloc(ep * sizeof *devs);
+    for (uint32_t d = 0; d < c->pp; d++) {
+        uint64_t off = d * stage;
+        double lat, slope, tf, tb;
+        /* Offsets alike modulo the node size give groups alike. */
+        if (per_node > 0 && d >= per_node)
+            break;
+        for (uint32_t k = 0; k < ep; k++)
+            devs[k] = (int32_t)(off + (uint64_t)k * stride);
+        lat = sim_collective_latency(sp->hw, IR_OP_ALLTOALL, devs, ep);
+        slope = sim_collective_slope(sp->hw, IR_OP_ALLTOALL, devs, ep);
+        tf = t->a2a_count[0] * lat + slope * q * t->a2a_bytes[0];
+        tb = t->a2a_count[1] * lat + slope * q * t->a2a_bytes[1];
+        if (d == 0 || tf < *f)
+            *f = tf;
+        if (d == 0 || tb < *b)
+            *b = tb;
+    }
+    di_free(devs);
+}
+
+/*
  * What search_time_bound prices per layer and microbatch on the compute stream, by pass
  * (pipe_bound's fw, fc, bw, bc, edges and accumulation; zcat, the bucket copies of a
  * backward chunk's layer under ZeRO-2/3), and the step program's reduce-scatters per
@@ -2207,6 +2258,7 @@ time_bound(const search_space *sp, const search_candidate *c, struct pass_terms 
     xform_layer_time lt;
     double q, w, wg, red, rb = 0, rre = 0, chain, chain_f, bound = 0,
                           m = (double)c->microbatches, edge[4], acc, bwork, rf, rs_layer = 0, zs;
+    double af, ab; /* a2a_bound's */
     double zb[6] = {0}; /* zero_layer_bytes */
     const struct search_dp_group *zg = NULL;
     double zcat = 0; /* a layer's bucket copies per microbatch under ZeRO-2/3 */
@@ -2252,6 +2304,10 @@ time_bound(const search_space *sp, const search_candidate *c, struct pass_terms 
      * dependency chain, and time the compute stream cannot fill.
      */
     rf = red = tp_reductions(e, &t->fwd, q);
+    /* Expert parallelism's forward all_to_alls, on the chain too (a2a_bound). */
+    a2a_bound(sp, c, t, q, &af, &ab);
+    rf += af;
+    red += af;
     chain = wg + red;
     chain_f = xform_gemm_time(&t->fwd, q) + rf; /* the forward's part of it */
     if (r == STRATEGY_RECOMPUTE_SELECTIVE || r == STRATEGY_RECOMPUTE_FULL) {
@@ -2266,6 +2322,7 @@ time_bound(const search_space *sp, const search_candidate *c, struct pass_terms 
         rb = tp_time(e, t->bwd_tp_reduce_bytes[r], t->bwd_tp_reduce_count[r], t->bwd_tp_ar_bytes[r],
                      t->bwd_tp_ar_count[r], q) +
              late_places(e, c, t->bwd_tp_late[r], q);
+    rb += ab; /* the backward's all_to_all the experts' backward GEMM waits for */
     red += rb;
     w += red;
     for (int k = 0; k < 4; k++)

@@ -2394,6 +2394,33 @@ layer_work(xf_ctx *c, const work_opts *wo, const xf_place *mb, xform_layer_time 
         }
         di_free(ring);
     }
+    {
+        /* The experts' tokens per layer (xform_layer_time.a2a_bytes). */
+        double *a2a = di_xcalloc((size_t)4 * L, sizeof *a2a);
+        for (uint32_t i = 0; i < r->nop; i++) {
+            ir_id op = r->ops[i];
+            const ir_op *o = &c->m->ops[op];
+            int32_t l = c->op[op].layer >= 0 ? xf_layer_index(c, c->op[op].layer) : -1;
+            int bwd = c->op[op].phase == XF_PH_BACKWARD;
+            ir_id v;
+            if (l < 0 || o->noutput < 1 || o->ninput < 1 ||
+                (c->op[op].phase != XF_PH_FORWARD && !bwd))
+                continue;
+            if (o->kind == IR_OP_MOEDISPATCH)
+                v = o->outputs;
+            else if (o->kind == IR_OP_MOECOMBINE && !bwd)
+                v = ir_op_input(c->m, op, 0);
+            else
+                continue;
+            a2a[(size_t)bwd * 2 * L + (uint32_t)l] += (double)device_bytes(c, v);
+            a2a[((size_t)bwd * 2 + 1) * L + (uint32_t)l] += 1;
+        }
+        for (int k = 0; k < 2; k++) {
+            out->a2a_bytes[k] = least_row(a2a, (size_t)2 * k * L, L);
+            out->a2a_count[k] = least_row(a2a, ((size_t)2 * k + 1) * L, L);
+        }
+        di_free(a2a);
+    }
     least_work(per, L, 0, &out->fwd);
     least_work(per, L, 1, &out->bwd);
     least_work(per, L, 2, &out->re[STRATEGY_RECOMPUTE_SELECTIVE]);

@@ -364,6 +364,17 @@ typedef struct xform_layer_time {
      * group's communicator (search_time_bound).
      */
     double ring_bytes[3], ring_count[3];
+    /*
+     * Mixtures of experts: the tokens expert parallelism moves by all_to_all
+     * (lower.c), bytes per device (whole batch: at ep 1, where each device
+     * holds every expert, the bytes each rank would send) and how many
+     * tensors, the least over the layers (0 where a layer has no experts):
+     * [0] the forward's, the dispatched tokens (moe.dispatch's result) and the
+     * experts' output (moe.combine's input 0); [1] the backward's gradient of
+     * that output (the backward moe.dispatch's result), which the experts'
+     * backward GEMMs read.
+     */
+    double a2a_bytes[2], a2a_count[2];
 } xform_layer_time;
 
 /*
