@@ -2196,9 +2196,11 @@ ring_bound(const search_space *sp, const search_candidate *c, const xform_layer_
  * backward moe.dispatch and their first backward GEMM, the next, reads it.
  * The compute stream runs its ops in program order, so it waits that long,
  * each at least the ep group's all-to-all latency terms plus its slope times
- * the bytes (sharing a link only slows it). The backward's other all_to_all
- * (the dispatched tokens' gradient) is not counted: the weight gradients'
- * casts, emitted before it, may run meanwhile. The group of each pipeline
+ * the bytes (sharing a link only slows it). Full recomputation repeats the
+ * forward's two in the backward chunk, alike (search_time_bound adds *f
+ * there). The backward's other all_to_all (the dispatched tokens' gradient)
+ * is not counted: the weight gradients' casts, emitted before it, may run
+ * meanwhile. The group of each pipeline
  * stage: ep consecutive data ranks (dp_stride apart), their costs the least
  * over the stages (groups of the same devices per node cost the same).
  * *f the forward's, *b the backward's, seconds.
@@ -2315,6 +2317,9 @@ time_bound(const search_space *sp, const search_candidate *c, struct pass_terms 
         wg += xform_gemm_time(&t->re[r], q);
         rre = tp_reductions(e, &t->re[r], q) +
               late_places(e, c, t->re_tp_late[r], q);
+        /* Full recomputation repeats the forward's all_to_alls, each before its reader. */
+        if (r == STRATEGY_RECOMPUTE_FULL)
+            rre += af;
         red += rre;
     }
     /* And the backward's (not on the chain counted above: the forward's GEMMs). */
