@@ -47,7 +47,7 @@
  * plan change which candidates are counted under which status (the answer's
  * counts), so that a stored search of an older version is not served.
  */
-#define SEARCH_VERSION "distir-search-50"
+#define SEARCH_VERSION "distir-search-51"
 
 /* The sequence length from which the space has context parallelism unless told (cp). */
 #define SEARCH_LONG_SEQUENCE 32768
