@@ -24,8 +24,9 @@ int cli_strategy_finish(strategy *s);
 #define CLI_STRATEGY_FLAGS_HELP                                                                    \
     "strategy flags: [--dp N] [--tp N] [--pp N] [--cp N] [--ep N] [--microbatches M]\n"            \
     "  [--schedule gpipe|1f1b|interleaved[:V]] [--virtual-stages V]\n"                             \
-    "  [--recompute none|selective|full|selective-op] [--stash none|pipedream|2bw]\n"             \
-    "  [--zero 0-3] [--sequence-parallel] [--overlap-grad-reduce [--bucket-mb N]]\n"                            \
+    "  [--recompute none|selective|full|selective-op [--recompute-layers N]]\n"                    \
+    "  [--stash none|pipedream|2bw] [--zero 0-3] [--sequence-parallel]\n"                         \
+    "  [--overlap-grad-reduce [--bucket-mb N]]\n"                                                 \
     "  [--order tp-dp-pp|tp-pp-dp] [--stages DPxTP[:L],...] [--tp-layers A-B,...]"
 
 #endif

@@ -64,6 +64,8 @@ expect_refused(const char *const *opts, const char *want)
     strategy_fini(&s);
 }
 
+static di_hash hash_of(const strategy *s);
+
 static void
 test_options(void **state)
 {
@@ -113,6 +115,28 @@ test_options(void **state)
     strategy_format(&s, buf, sizeof buf);
     assert_non_null(strstr(buf, "recompute=selective-op"));
     assert_int_equal(strategy_set(&s, "recompute", "selective-ops", &err), DI_ESTRATEGY);
+    strategy_fini(&s);
+
+    /*
+     * Megatron-LM's block recomputation: full, the first N layers of each model stage;
+     * in the text and the key only when set; refused with another mode or at 0.
+     */
+    strategy_init(&s);
+    set_all(&s, (const char *const[]){"recompute=full", NULL});
+    assert_int_equal(strategy_normalize(&s, &err), 0);
+    {
+        di_hash a = hash_of(&s), b;
+        s.recompute_layers = 2;
+        assert_int_equal(strategy_normalize(&s, &err), 0);
+        b = hash_of(&s);
+        assert_memory_not_equal(a.b, b.b, sizeof a.b);
+    }
+    strategy_format(&s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "recompute=full stash=none zero=0 recompute_layers=2"));
+    assert_int_equal(strategy_set(&s, "recompute-layers", "0", &err), DI_ESTRATEGY);
+    s.recompute = STRATEGY_RECOMPUTE_SELECTIVE;
+    assert_int_equal(strategy_normalize(&s, &err), DI_ESTRATEGY);
+    assert_non_null(strstr(err.msg, "recompute_layers 2 needs recompute full"));
     strategy_fini(&s);
 
     /* Defaults: microbatches pp, the 1F1B schedule, pp from the stage count. */
@@ -244,7 +268,8 @@ test_proto(void **state)
     p.pp = 2;
     p.schedule = DISTIR__V1__SCHEDULE__SCHEDULE_INTERLEAVED;
     p.virtual_stages = 2;
-    p.recompute = DISTIR__V1__RECOMPUTE__RECOMPUTE_SELECTIVE;
+    p.recompute = DISTIR__V1__RECOMPUTE__RECOMPUTE_FULL;
+    p.recompute_layers = 3;
     p.stash = DISTIR__V1__STASH__STASH_2BW;
     p.zero = 2;
     p.sequence_parallel = 1;
@@ -252,6 +277,7 @@ test_proto(void **state)
     p.device_order = order;
     assert_int_equal(strategy_from_proto(&p, &s, &err), 0);
     assert_int_equal(s.microbatches, 2);
+    assert_int_equal(s.recompute_layers, 3);
     assert_int_equal(s.ndevice_order, 4);
     assert_int_equal(s.device_order[0], 3);
     assert_ptr_not_equal(s.device_order, order);

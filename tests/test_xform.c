@@ -896,6 +896,22 @@ test_recompute_selective_op(void **state)
     out = apply_ok(f, &s);
     assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 3 * 2);
     ir_module_free(out);
+    /*
+     * Megatron-LM's block recomputation (recompute_layers 1): full recomputation of
+     * each model stage's first layer only: one stage, layer 0's 7 GEMMs (with its
+     * attention) and none of layer 1's; on 2 stages of one layer each, both.
+     */
+    s.tp = 1;
+    s.recompute = STRATEGY_RECOMPUTE_FULL;
+    s.recompute_layers = 1;
+    out = apply_ok(f, &s);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 7);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_FLASHATTN, 1), 1);
+    ir_module_free(out);
+    s.pp = 2;
+    out = apply_ok(f, &s);
+    assert_int_equal(phase_ops(out, "backward", IR_OP_MATMUL, 1), 7 * 2);
+    ir_module_free(out);
     ir_module_free(f);
     ir_module_free(m);
 }

@@ -48,45 +48,48 @@ typedef struct variant {
     int overlap;
     int adam;
     int max_mb; /* 1: no microbatches */
+    uint32_t recompute_layers;
 } variant;
 
 static const variant variants[] = {
     {"1f1b", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0, 0, 0,
-     4},
+     4, 0},
     {"single microbatch", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE,
-     0, 0, 0, 0, 1},
+     0, 0, 0, 0, 1, 0},
     {"gpipe", STRATEGY_SCHEDULE_GPIPE, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 0, 0, 0, 0,
-     4},
+     4, 0},
     {"interleaved:2", STRATEGY_SCHEDULE_INTERLEAVED, 2, STRATEGY_RECOMPUTE_NONE,
-     STRATEGY_STASH_NONE, 0, 0, 0, 0, 4},
+     STRATEGY_STASH_NONE, 0, 0, 0, 0, 4, 0},
     {"recompute selective", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE,
-     STRATEGY_STASH_NONE, 0, 0, 0, 0, 2},
+     STRATEGY_STASH_NONE, 0, 0, 0, 0, 2, 0},
     {"recompute full", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 0,
-     0, 0, 0, 2},
+     0, 0, 0, 2, 0},
     {"recompute selective-op sp adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE_OP,
-     STRATEGY_STASH_NONE, 0, 1, 0, 1, 2},
+     STRATEGY_STASH_NONE, 0, 1, 0, 1, 2, 0},
+    {"recompute full, a stage's first layer", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_FULL,
+     STRATEGY_STASH_NONE, 0, 0, 0, 1, 2, 1},
     {"zero 1 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 1, 0,
-     0, 1, 2},
+     0, 1, 2, 0},
     {"zero 2", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 2, 0, 0, 0,
-     2},
+     2, 0},
     {"zero 3 adam", STRATEGY_SCHEDULE_GPIPE, 1, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 3, 0,
-     0, 1, 2},
+     0, 1, 2, 0},
     {"stash pipedream", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
-     STRATEGY_STASH_PIPEDREAM, 0, 0, 0, 0, 4},
+     STRATEGY_STASH_PIPEDREAM, 0, 0, 0, 0, 4, 0},
     {"stash 2bw zero 1", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_2BW, 1,
-     0, 0, 0, 2},
+     0, 0, 0, 2, 0},
     {"sequence parallel", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_SELECTIVE,
-     STRATEGY_STASH_NONE, 0, 1, 0, 0, 2},
+     STRATEGY_STASH_NONE, 0, 1, 0, 0, 2, 0},
     {"overlap grad reduce", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE,
-     0, 0, 1, 0, 4},
+     0, 0, 1, 0, 4, 0},
     {"overlap zero 2 sp adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
-     STRATEGY_STASH_NONE, 2, 1, 1, 1, 2},
+     STRATEGY_STASH_NONE, 2, 1, 1, 1, 2, 0},
     {"overlap zero 1 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE,
-     1, 0, 1, 1, 2},
+     1, 0, 1, 1, 2, 0},
     {"overlap single microbatch", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
-     STRATEGY_STASH_NONE, 0, 0, 1, 0, 1},
+     STRATEGY_STASH_NONE, 0, 0, 1, 0, 1, 0},
     {"overlap single microbatch zero 2 adam", STRATEGY_SCHEDULE_1F1B, 1, STRATEGY_RECOMPUTE_NONE,
-     STRATEGY_STASH_NONE, 2, 0, 1, 1, 1},
+     STRATEGY_STASH_NONE, 2, 0, 1, 1, 1, 0},
 };
 
 typedef struct model_case {
@@ -314,6 +317,7 @@ strategy_of(const variant *v, uint32_t pp, strategy *s)
     s->schedule = v->schedule;
     s->virtual_stages = v->virtual_stages;
     s->recompute = v->recompute;
+    s->recompute_layers = v->recompute_layers;
     s->stash = v->stash;
     s->zero = v->zero;
     s->sequence_parallel = v->sp;
@@ -529,15 +533,17 @@ test_uneven_interleaved(void **state)
 {
     static const variant iv[] = {
         {"interleaved:2", STRATEGY_SCHEDULE_INTERLEAVED, 2, STRATEGY_RECOMPUTE_NONE,
-         STRATEGY_STASH_NONE, 0, 0, 0, 0, 4},
+         STRATEGY_STASH_NONE, 0, 0, 0, 0, 4, 0},
         {"interleaved:2 recompute full", STRATEGY_SCHEDULE_INTERLEAVED, 2,
-         STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 0, 0, 0, 0, 4},
+         STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 0, 0, 0, 0, 4, 0},
         {"interleaved:2 recompute selective sp", STRATEGY_SCHEDULE_INTERLEAVED, 2,
-         STRATEGY_RECOMPUTE_SELECTIVE, STRATEGY_STASH_NONE, 0, 1, 0, 0, 2},
+         STRATEGY_RECOMPUTE_SELECTIVE, STRATEGY_STASH_NONE, 0, 1, 0, 0, 2, 0},
         {"interleaved:2 zero 1 overlap adam", STRATEGY_SCHEDULE_INTERLEAVED, 2,
-         STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 1, 0, 1, 1, 4},
+         STRATEGY_RECOMPUTE_NONE, STRATEGY_STASH_NONE, 1, 0, 1, 1, 4, 0},
         {"interleaved:2 zero 3 adam", STRATEGY_SCHEDULE_INTERLEAVED, 2, STRATEGY_RECOMPUTE_FULL,
-         STRATEGY_STASH_NONE, 3, 0, 0, 1, 2},
+         STRATEGY_STASH_NONE, 3, 0, 0, 1, 2, 0},
+        {"interleaved:2 recompute full, a chunk's first layer adam", STRATEGY_SCHEDULE_INTERLEAVED,
+         2, STRATEGY_RECOMPUTE_FULL, STRATEGY_STASH_NONE, 0, 0, 0, 1, 2, 1},
     };
     uint32_t runs[2];
     (void)state;

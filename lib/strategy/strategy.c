@@ -197,8 +197,14 @@ strategy_check_values(const strategy *s, di_error *err)
         (rc = check_max(err, "microbatches", s->microbatches, STRATEGY_MAX_MICROBATCHES)) != 0 ||
         (rc = check_max(err, "virtual_stages", s->virtual_stages, STRATEGY_MAX_VIRTUAL_STAGES)) !=
             0 ||
-        (rc = check_max(err, "bucket_mb", s->bucket_mb, STRATEGY_MAX_DEGREE)) != 0)
+        (rc = check_max(err, "bucket_mb", s->bucket_mb, STRATEGY_MAX_DEGREE)) != 0 ||
+        (rc = check_max(err, "recompute_layers", s->recompute_layers, STRATEGY_MAX_DEGREE)) != 0)
         return rc;
+    if (s->recompute_layers > 0 && s->recompute != STRATEGY_RECOMPUTE_FULL)
+        return di_error_set(err, DI_ESTRATEGY,
+                            "recompute_layers %u needs recompute full (the layers it recomputes "
+                            "in full)",
+                            s->recompute_layers);
     return 0;
 }
 
@@ -348,6 +354,8 @@ static const option options[] = {
     {"virtual-stages", "virtual_stages", OPT_UINT, FIELD(virtual_stages), 0,
      STRATEGY_MAX_VIRTUAL_STAGES},
     {"recompute", "recompute", OPT_RECOMPUTE, 0, 0, 0},
+    {"recompute-layers", "recompute_layers", OPT_UINT, FIELD(recompute_layers), 1,
+     STRATEGY_MAX_DEGREE},
     {"stash", "stash", OPT_STASH, 0, 0, 0},
     {"zero", "zero", OPT_UINT, FIELD(zero), 0, 3},
     {"sequence-parallel", "sequence_parallel", OPT_SWITCH, FIELD(sequence_parallel), 0, 0},
@@ -593,6 +601,7 @@ strategy_from_proto(const Distir__V1__Strategy *p, strategy *s, di_error *err)
     s->ep = p->ep;
     s->cp = p->cp;
     s->order = (strategy_order)p->order;
+    s->recompute_layers = p->recompute_layers;
     s->ndevice_order = (uint32_t)p->n_device_order;
     s->device_order = dup_array(p->device_order, p->n_device_order, sizeof(uint32_t));
     s->ntp_layers = (uint32_t)p->n_tp_layers;
@@ -628,6 +637,7 @@ strategy_to_proto(const strategy *s, Distir__V1__Strategy *p)
     p->bucket_mb = s->bucket_mb;
     p->ep = s->ep;
     p->cp = s->cp;
+    p->recompute_layers = s->recompute_layers;
     p->order = (Distir__V1__RankOrder)s->order;
     p->n_device_order = s->ndevice_order;
     p->device_order = dup_array(s->device_order, s->ndevice_order, sizeof(uint32_t));
@@ -701,6 +711,11 @@ strategy_format(const strategy *s, char *buf, size_t size)
         if (w + 1 < size)
             snprintf(buf + w, size - w, " order=%s", order_names[s->order & 1]);
     }
+    if (s->recompute_layers > 0) {
+        size_t w = strlen(buf);
+        if (w + 1 < size)
+            snprintf(buf + w, size - w, " recompute_layers=%u", s->recompute_layers);
+    }
     /* Nested parallelism: " stages=4x1:10,2x2:14 tp_layers=0-11,16". */
     for (uint32_t g = 0; g < s->nstages; g++) {
         size_t w = strlen(buf);
@@ -766,5 +781,9 @@ strategy_hash(const strategy *s, di_sha256 *h)
     if (s->order != STRATEGY_ORDER_TP_DP_PP) {
         di_sha256_update(h, "order", 5);
         di_sha256_u64(h, (uint64_t)s->order);
+    }
+    if (s->recompute_layers > 0) {
+        di_sha256_update(h, "recompute_layers", 16);
+        di_sha256_u64(h, s->recompute_layers);
     }
 }

@@ -155,6 +155,14 @@ typedef struct strategy {
      * gradients are reduced over dp x cp. 0 reads as 1.
      */
     uint32_t cp;
+    /*
+     * Full recomputation of only the first recompute_layers transformer
+     * layers of each model stage (a device's pipeline chunk), the others
+     * keeping their activations: Megatron-LM's --recompute-method block
+     * --recompute-num-layers N. 0: every layer (its uniform method, one
+     * layer a checkpoint). Needs recompute full.
+     */
+    uint32_t recompute_layers;
 } strategy;
 
 /*

@@ -139,16 +139,51 @@ in_layers(const xf_ctx *c, ir_id d)
     return c->op[d].layer == INT32_MIN || c->op[d].layer >= 0;
 }
 
+/*
+ * The ops full recomputation redoes among the program's forward ops (fops):
+ * those in_layers, and with recompute_layers N > 0 (Megatron-LM's block
+ * method) only those of the program's first N transformer layers (the
+ * smallest dist.layer values), the others' activations kept. Per op id;
+ * the caller frees it.
+ */
+static uint8_t *
+full_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf)
+{
+    uint8_t *full = di_xcalloc(c->m->nop ? c->m->nop : 1, 1);
+    uint32_t n = c->s.recompute_layers;
+    int32_t last = INT32_MIN; /* the N-th smallest layer of the program (n > 0) */
+    if (n > 0) {
+        /* The N-th smallest distinct layer: N passes over the program, N small. */
+        int32_t below = -1;
+        for (uint32_t k = 0; k < n; k++) {
+            int32_t next = INT32_MAX;
+            for (uint32_t j = 0; j < nf; j++) {
+                int32_t L = c->op[fops[j]].layer;
+                if (L > below && L < next)
+                    next = L;
+            }
+            if (next == INT32_MAX)
+                break;
+            last = below = next;
+        }
+    }
+    for (uint32_t j = 0; j < nf; j++) {
+        int32_t L = c->op[fops[j]].layer;
+        full[fops[j]] = (uint8_t)(in_layers(c, fops[j]) && (n == 0 || L == INT32_MIN || L <= last));
+    }
+    return full;
+}
+
 /* Marks forward op d of program fhome as needed when the mode recomputes it. */
 static void
 need_inputs(const xf_ctx *c, const ir_op *o, const int32_t *home, int32_t fhome,
-            const uint8_t *ckpt, uint8_t *needed)
+            const uint8_t *ckpt, const uint8_t *full, uint8_t *needed)
 {
     const ir_module *m = c->m;
     for (uint32_t q = 0; q < o->ninput; q++) {
         ir_id d = m->values[m->refs[o->inputs + q]].def;
         if (d && home[d] == fhome &&
-            ((c->s.recompute == STRATEGY_RECOMPUTE_FULL && !ckpt[d] && in_layers(c, d)) ||
+            ((c->s.recompute == STRATEGY_RECOMPUTE_FULL && !ckpt[d] && full[d]) ||
              c->op[d].recompute))
             needed[d] = 1;
     }
@@ -180,14 +215,14 @@ checkpoints(const xf_ctx *c, const ir_id *fops, uint32_t nf, const int32_t *home
  */
 static uint32_t
 rest_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const int32_t *home, int32_t fhome,
-         const uint8_t *ckpt, uint8_t *needed, ir_id *out, uint32_t *readref)
+         const uint8_t *ckpt, const uint8_t *full, uint8_t *needed, ir_id *out, uint32_t *readref)
 {
     const ir_module *m = c->m;
     uint32_t n = 0;
     for (uint32_t j = 0; j < nf; j++) {
         ir_id d = fops[j];
         const ir_op *o = &m->ops[d];
-        if (home[d] != fhome || needed[d] || ckpt[d] || c->op[d].layer < 0 ||
+        if (home[d] != fhome || needed[d] || ckpt[d] || c->op[d].layer < 0 || !full[d] ||
             c->op[d].phase != XF_PH_FORWARD || o->noutput == 0 ||
             (ir_opkind_info(o->kind)->flags & (IR_OPF_FREE | IR_OPF_COMM)) ||
             (c->vflags[o->outputs] & XF_V_CONST))
@@ -217,20 +252,22 @@ xf_recompute_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf, const ir_id *b
     const ir_module *m = c->m;
     uint8_t *needed = di_xcalloc(m->nop ? m->nop : 1, 1);
     uint8_t *ckpt = checkpoints(c, fops, nf, home, fhome);
+    uint8_t *full = full_ops(c, fops, nf);
     uint32_t n = 0;
     for (uint32_t j = nb; j-- > 0;)
-        need_inputs(c, &m->ops[bops[j]], home, fhome, ckpt, needed);
+        need_inputs(c, &m->ops[bops[j]], home, fhome, ckpt, full, needed);
     /* Backward through the forward program: what the needed ops need. */
     for (uint32_t j = nf; j-- > 0;)
         if (needed[fops[j]])
-            need_inputs(c, &m->ops[fops[j]], home, fhome, ckpt, needed);
+            need_inputs(c, &m->ops[fops[j]], home, fhome, ckpt, full, needed);
     for (uint32_t j = 0; j < nf; j++)
         if (needed[fops[j]])
             out[n++] = fops[j];
     if (nrest != NULL)
         *nrest = rest != NULL && c->s.recompute == STRATEGY_RECOMPUTE_FULL
-                     ? rest_ops(c, fops, nf, home, fhome, ckpt, needed, rest, readref)
+                     ? rest_ops(c, fops, nf, home, fhome, ckpt, full, needed, rest, readref)
                      : 0;
+    di_free(full);
     di_free(ckpt);
     di_free(needed);
     return n;
