@@ -165,8 +165,8 @@ search_memo_entry_unpack(const uint8_t in[SEARCH_MEMO_BYTES], search_memo_entry 
     e->f.mfu = di_bits_double(di_load_le(in + 80, 8));
     if (!c->dp || !c->tp || !c->pp || !c->microbatches || !c->virtual_stages || !c->ep || !c->cp)
         return di_error_set(err, DI_EINVAL, "search memo: a degree or count is 0");
-    if (c->schedule > STRATEGY_SCHEDULE_INTERLEAVED || c->recompute > STRATEGY_RECOMPUTE_SELECTIVE_OP || c->zero > 3 ||
-        c->sequence_parallel > 1 || c->overlap > 1 || c->order > STRATEGY_ORDER_TP_PP_DP ||
+    if (c->schedule > STRATEGY_SCHEDULE_INTERLEAVED ||
+        c->recompute > STRATEGY_RECOMPUTE_SELECTIVE_OP || c->zero > 3 || c->sequence_parallel > 1 || c->overlap > 1 || c->order > STRATEGY_ORDER_TP_PP_DP ||
         e->composed > 1 ||
         e->unsteady > e->composed)
         return di_error_set(err, DI_EINVAL, "search memo: an option out of its range");

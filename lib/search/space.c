@@ -2200,10 +2200,10 @@ ring_bound(const search_space *sp, const search_candidate *c, const xform_layer_
  * forward's two in the backward chunk, alike (search_time_bound adds *f
  * there). The backward's other all_to_all (the dispatched tokens' gradient)
  * is not counted: the weight gradients' casts, emitted before it, may run
- * meanwhile. The group of each pipeline
- * stage: ep consecutive data ranks (dp_stride apart), their costs the least
- * over the stages (groups of the same devices per node cost the same).
- * *f the forward's, *b the backward's, seconds.
+ * meanwhile. The group of each pipeline stage: ep consecutive data ranks
+ * (dp_stride apart), their costs the least over the stages (groups of the
+ * same devices per node cost the same). *f the forward's, *b the
+ * backward's, seconds.
  */
 static void
 a2a_bound(const search_space *sp, const search_candidate *c, const xform_layer_time *t, double q,

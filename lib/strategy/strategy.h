@@ -49,7 +49,7 @@ typedef enum strategy_recompute {
     /*
      * torchtitan's op-level selective checkpointing: keep every other weight
      * GEMM's result (the first, third, ...) and fused attention's, recompute
-     * the rest of the layer (recompute.c)
+     * the rest of the layer (recompute.c).
      */
     STRATEGY_RECOMPUTE_SELECTIVE_OP = 3,
 } strategy_recompute;

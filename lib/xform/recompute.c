@@ -29,9 +29,10 @@
  *     MLP's up projection recomputed), fused attention's are kept, and every
  *     other op of the layer is recomputed where the backward needs it, the
  *     batched products of naive attention included (aten.bmm is not on
- *     torchtitan's list). The layer checkpoints are kept as under full.
- *     PyTorch reruns the block's forward up to the last value the backward
- *     needs; here only what it needs is rerun.
+ *     torchtitan's list). The layer checkpoints are kept as under full; a
+ *     module without layer annotations is one block. PyTorch reruns the
+ *     block's forward up to the last value the backward needs; here only
+ *     what it needs is rerun.
  */
 #include "xform/xform_int.h"
 
@@ -93,7 +94,7 @@ xf_recompute_mark_ops(xf_ctx *c)
     const ir_region *fr = &m->regions[c->func];
     int32_t layer = INT32_MIN;
     uint32_t ngemm = 0;
-    uint8_t *out_layer = di_xcalloc(m->nvalue ? m->nvalue : 1, 1);
+    uint8_t *out_layer = di_xcalloc(m->nop ? m->nop : 1, 1);
     /* Results another layer's forward op reads: the layer checkpoints, kept. */
     for (uint32_t i = 0; i < fr->nop; i++) {
         ir_id op = fr->ops[i];
@@ -110,8 +111,12 @@ xf_recompute_mark_ops(xf_ctx *c)
         ir_id op = fr->ops[i];
         const ir_op *o = &m->ops[op];
         int32_t L = c->op[op].layer;
-        /* Views too: what they view is remade, not kept through them. */
-        if (c->op[op].phase != XF_PH_FORWARD || L < 0 || o->noutput == 0 || out_layer[op] ||
+        /*
+         * Views too: what they view is remade, not kept through them. Without
+         * layer annotations (INT32_MIN) the function is one block.
+         */
+        if (c->op[op].phase != XF_PH_FORWARD || (L < 0 && L != INT32_MIN) || o->noutput == 0 ||
+            out_layer[op] ||
             (ir_opkind_info(o->kind)->flags & IR_OPF_COMM) ||
             (c->vflags[o->outputs] & XF_V_CONST) || o->kind == IR_OP_FLASHATTN)
             continue;
@@ -153,7 +158,7 @@ full_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf)
     uint32_t n = c->s.recompute_layers;
     int32_t last = INT32_MIN; /* the N-th smallest layer of the program (n > 0) */
     if (n > 0) {
-        /* The N-th smallest distinct layer: N passes over the program, N small. */
+        /* The N-th smallest distinct layer: a pass a layer, at most N and the layers + 1. */
         int32_t below = -1;
         for (uint32_t k = 0; k < n; k++) {
             int32_t next = INT32_MAX;
@@ -169,7 +174,8 @@ full_ops(const xf_ctx *c, const ir_id *fops, uint32_t nf)
     }
     for (uint32_t j = 0; j < nf; j++) {
         int32_t L = c->op[fops[j]].layer;
-        full[fops[j]] = (uint8_t)(in_layers(c, fops[j]) && (n == 0 || L == INT32_MIN || L <= last));
+        full[fops[j]] =
+            (uint8_t)(in_layers(c, fops[j]) && (n == 0 || L == INT32_MIN || L <= last));
     }
     return full;
 }
