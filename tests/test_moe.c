@@ -75,6 +75,12 @@ test_presets(void **state)
     }
 }
 
+/*
+ * The expert parameters of small_moe(8, ...): 2 MoE layers of 8 experts, each
+ * 3 matrices of 32 x 16.
+ */
+#define SMALL_MOE_EXPERT_PARAMS ((uint64_t)2 * 8 * 3 * 32 * 16)
+
 /* A small MoE: layer 0 dense, layers 1.. MoE with E experts, top k, one shared expert. */
 static ir_module *
 small_moe(int64_t experts, int64_t k, double imbalance, ir_dtype dt, xform_optim opt,
@@ -389,7 +395,7 @@ test_ep_model_state(void **state)
     hw_model *hw = NULL;
     di_error err;
     strategy s;
-    const uint64_t ne = 2 * 8 * 3 * 32 * 16, nd = models_llama_parameters(&c) - ne;
+    const uint64_t ne = SMALL_MOE_EXPERT_PARAMS, nd = models_llama_parameters(&c) - ne;
     (void)state;
     assert_int_equal(hw_preset("a100-dgx", &hw, &err), 0);
     for (uint32_t ep = 1; ep <= 4; ep *= 2) {
@@ -440,10 +446,8 @@ test_ep_model_state(void **state)
  * Under context parallelism ZeRO shards the experts' state over the context
  * ranks too, as Megatron-LM folds them into the expert-data-parallel group:
  * with dp x cp = 4 and 8 (ep 2), ZeRO-1 holds 8 (N_d + N_e) / (dp cp) bytes
- * of moments a device, as dp 4 (8) without cp does, and ZeRO-3 4 (N_d + N_e)
- * / (dp cp) bytes of weight shards beside its gathered copies. Until
- * 2026-12-08 the experts' state was whole on the context axis: cp times
- * N_e / dp.
+ * of Adam moments a device, as dp 4 without cp does. Until 2026-12-08 the
+ * experts' state was whole on the context axis: cp times N_e / dp.
  */
 static void
 test_ep_state_over_cp(void **state)
@@ -452,7 +456,7 @@ test_ep_state_over_cp(void **state)
     ir_module *m = small_moe(8, 2, 1, IR_F32, XFORM_OPTIM_ADAM, &c);
     hw_model *hw = NULL;
     di_error err;
-    const uint64_t ne = 2 * 8 * 3 * 32 * 16, nd = models_llama_parameters(&c) - ne;
+    const uint64_t ne = SMALL_MOE_EXPERT_PARAMS, nd = models_llama_parameters(&c) - ne;
     const uint32_t conf[3][2] = {{2, 2}, {4, 2}, {4, 1}}; /* dp, cp (ep 2) */
     uint64_t opt[3];
     (void)state;

@@ -99,8 +99,9 @@ gpt(uint32_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t batch)
 }
 
 /* A Llama of 2 layers, hidden 16, 4 query and 2 key/value heads, FFN 32, vocabulary 32. */
+/* A 2-layer Llama (hidden 16, 4 heads, 2 key/value heads), FlashAttention if fused. */
 static ir_module *
-llama(int64_t seq, int64_t batch)
+llama_as(int64_t seq, int64_t batch, int fused)
 {
     models_llama c;
     ir_module *m = NULL;
@@ -114,9 +115,16 @@ llama(int64_t seq, int64_t batch)
     c.seq = seq;
     c.vocab = 32;
     c.batch = batch;
+    c.fused_attention = fused;
     if (models_llama_build(&c, &m, &err) != 0)
         fail_msg("llama: %s", err.msg);
     return m;
+}
+
+static ir_module *
+llama(int64_t seq, int64_t batch)
+{
+    return llama_as(seq, batch, 0);
 }
 
 static ir_module *
@@ -848,31 +856,10 @@ test_tp_collectives_rmsnorm(void **state)
  * recomputation repeats 9 and 7 with the attention; the forward is the same.
  * Its saved activations lie between none's and full's.
  */
-static ir_module *
-llama_fused(void)
-{
-    models_llama c;
-    ir_module *m = NULL;
-    di_error err;
-    models_llama_init(&c);
-    c.layers = 2;
-    c.hidden = 16;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.ffn = 32;
-    c.seq = 4;
-    c.vocab = 32;
-    c.batch = 2;
-    c.fused_attention = 1;
-    if (models_llama_build(&c, &m, &err) != 0)
-        fail_msg("llama: %s", err.msg);
-    return m;
-}
-
 static void
 test_recompute_selective_op(void **state)
 {
-    ir_module *m = llama(4, 2), *f = llama_fused(), *out;
+    ir_module *m = llama(4, 2), *f = llama_as(4, 2, 1), *out;
     strategy s;
     (void)state;
     xform_strategy_init(&s);
