@@ -226,6 +226,27 @@ def main():
     check("Simulate: a stage list that does not match pp is INVALID_ARGUMENT",
           c == grpc.StatusCode.INVALID_ARGUMENT and "pipeline stages" in msg, (c, msg))
 
+    # Recomputation by op (torchtitan's selective-op) and by block (Megatron-LM's first N
+    # layers of each stage) from an independent client equal the CLI's flags.
+    for rs, flags in ((pb.Strategy(pp=2, microbatches=2, recompute=pb.RECOMPUTE_SELECTIVE_OP),
+                       ["--recompute", "selective-op"]),
+                      (pb.Strategy(pp=2, microbatches=2, recompute=pb.RECOMPUTE_FULL,
+                                   recompute_layers=1),
+                       ["--recompute", "full", "--recompute-layers", "1"])):
+        rr = d.unary("Simulate", request(gpt, strategy=rs), pb.SimulateReply)
+        cli = json.loads(subprocess.run(
+            [DISTIR, "simulate", gpt_pb, "--hw", "a100-dgx", "--pp", "2", "--microbatches", "2",
+             "--json"] + flags, check=True, capture_output=True).stdout)
+        check("Simulate: %s equals the CLI's in-process run" % " ".join(flags),
+              rr.result.step_time_s == cli["step_time_s"] and
+              rr.result.peak_memory_bytes == cli["peak_memory_bytes"],
+              (rr.result.step_time_s, cli["step_time_s"]))
+    c, msg = code_of(lambda: d.unary(
+        "Simulate", request(gpt, strategy=pb.Strategy(recompute=pb.RECOMPUTE_SELECTIVE,
+                                                      recompute_layers=2)), pb.SimulateReply))
+    check("Simulate: recompute_layers without full recomputation is INVALID_ARGUMENT",
+          c == grpc.StatusCode.INVALID_ARGUMENT and "recompute_layers" in msg, (c, msg))
+
     g = d.unary("GetResult", pb.GetResultRequest(cache_key=r1.cache_key), pb.SimulateReply)
     check("GetResult returns the stored result",
           g.cache == pb.CACHE_HIT and g.result.SerializeToString() == r1.result.SerializeToString())

@@ -205,6 +205,28 @@ def main():
           j["pareto"][-1]["step_time_s"] > 1.2 * j["pareto"][0]["step_time_s"]
           and len(cj["pareto"]) < len(j["pareto"]), (len(cj["pareto"]), len(j["pareto"])))
 
+    # ---------------------------------------------------------------- recomputation by op
+    # torchtitan's selective-op is in the space only when asked (bit 3 of recomputes): the
+    # daemon's answer equals the CLI's, and its points carry the mode.
+    sflags = ["--devices", "8", "--recompute", "none,selective-op", "--zero", "0",
+              "--microbatches", "2", "--top", "3"]
+    slocal = subprocess.run([DISTIR, "search", gpt, "--json"] + sflags, check=True,
+                            capture_output=True, text=True).stdout
+    sreq = request()
+    sreq.constraints.ClearField("microbatches")
+    sreq.constraints.microbatches.append(2)
+    sreq.constraints.recomputes = (1 << pb.RECOMPUTE_NONE) | (1 << pb.RECOMPUTE_SELECTIVE_OP)
+    sreq.constraints.zero = 1 << 0
+    sres = list(d.search(sreq))[-1].result
+    sj = json.loads(sres.json)
+    check("selective-op: the daemon's JSON equals `distir search --json` byte for byte",
+          sres.json + "\n" == slocal, (sres.json[:200], slocal[:200]))
+    check("... the Pareto set holds selective-op plans, lighter than recomputing nothing",
+          any(p.spec.recompute == pb.RECOMPUTE_SELECTIVE_OP for p in sres.pareto)
+          and min(p["peak_memory_bytes"] for p in sj["pareto"] if p["recompute"] == 3)
+          < min(p["peak_memory_bytes"] for p in sj["pareto"] if p["recompute"] == 0),
+          [p["strategy"] for p in sj["pareto"]])
+
     # ---------------------------------------------------------------- objectives, composition
     # The fewest devices among 2, 4 and 8 that reach a target step time, with the cost and
     # the time to train, and candidates with many microbatches composed: the daemon's JSON
