@@ -43,7 +43,7 @@ static const char usage[] =
     "              [--math tf32|ieee] [--kernels fused|eager] [--grad-accum-fusion on|off]\n"
     "              [--dp L] [--tp L] [--pp L] [--cp L] [--microbatches L] [--virtual-stages L]\n"
     "              [--schedule gpipe,1f1b,interleaved[:V]]\n"
-    "              [--recompute none,selective,full[,selective-op]]\n"
+    "              [--recompute none,selective,full[,selective-op]] [--recompute-layers L]\n"
     "              [--zero L] [--sequence-parallel 0,1] [--overlap-grad-reduce 0,1]\n"
     "              [--order tp-dp-pp,tp-pp-dp] [--nested]\n"
     "              [--fix NAME=VALUE ...] [--log-candidates FILE]\n"
@@ -78,7 +78,7 @@ static const char *const list_options[] = {
     "recompute", "zero",      "headroom", "sequence-parallel", "overlap-grad-reduce", "devices",
     "top",       "objective", "shard",    "compose",           "target-step",         "price",
     "train-tokens", "math", "cp", "time-bound", "kernels", "pareto-within", "refine",
-    "grad-accum-fusion", "order",
+    "grad-accum-fusion", "order", "recompute-layers",
 };
 
 static int
@@ -521,6 +521,8 @@ request_from_config(const search_config *cfg, Distir__V1__SearchRequest *req,
     c->n_cp = cfg->ncp, c->cp = (uint32_t *)cfg->cp;
     c->n_microbatches = cfg->nmicrobatches, c->microbatches = (uint32_t *)cfg->microbatches;
     c->n_virtual_stages = cfg->nvirtual, c->virtual_stages = (uint32_t *)cfg->virtual_stages;
+    c->n_recompute_layers = cfg->nrecompute_layers;
+    c->recompute_layers = (uint32_t *)cfg->recompute_layers;
     c->schedules = cfg->schedules;
     c->recomputes = cfg->recomputes;
     c->zero = cfg->zeros;

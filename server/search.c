@@ -251,7 +251,10 @@ config_from_proto(const Distir__V1__SearchRequest *req, search_config *cfg, di_e
         (rc = config_list(cfg, "pp", c->n_pp, c->pp, err)) != 0 ||
         (rc = config_list(cfg, "cp", c->n_cp, c->cp, err)) != 0 ||
         (rc = config_list(cfg, "microbatches", c->n_microbatches, c->microbatches, err)) != 0 ||
-        (rc = config_list(cfg, "virtual-stages", c->n_virtual_stages, c->virtual_stages, err)) != 0)
+        (rc = config_list(cfg, "virtual-stages", c->n_virtual_stages, c->virtual_stages, err)) !=
+            0 ||
+        (rc = config_list(cfg, "recompute-layers", c->n_recompute_layers, c->recompute_layers,
+                          err)) != 0)
         return rc;
     if ((rc = config_mask(&cfg->schedules, c->schedules,
                           1u << DISTIR__V1__SCHEDULE__SCHEDULE_GPIPE |

@@ -788,14 +788,17 @@ test_brute_force(void **state)
                       them unevenly; 9 a Llama with FlashAttention, where selective
                       recomputation is none's twin; 10 that Llama and 11 a GPT with
                       torchtitan's op-level selective recomputation (selective-op), whose
-                      memory bound counts full recomputation's kept bytes */
+                      memory bound counts full recomputation's kept bytes; 12 the GPT of 7
+                      layers with full recomputation of each stage's first 1 to 3 layers
+                      (recompute_layers: stages of 4 and 3 layers, 4 and 3 in one, whose
+                      N = 3 or 4 recomputes every layer, N = 0's twin) */
     } cases[] = {
         {"a100-dgx", 4, 0}, {"a100-dgx", 8, 0}, {"distir-classic:6", 6, 0},
         {"a100-dgx", 8, 1}, {"distir-classic:6", 6, 1}, {"a100-40g-dgx", 2, 1},
         {"a100-dgx", 4, 2}, {"distir-classic:6", 6, 2}, {"a100-dgx", 4, 3},
         {"a100-dgx", 4, 4}, {"a100-dgx", 4, 5}, {"a100-dgx:2", 16, 6},
         {"a100-dgx:2", 16, 7}, {"a100-dgx", 4, 8}, {"a100-dgx", 4, 9},
-        {"a100-dgx", 4, 10}, {"a100-dgx", 8, 11},
+        {"a100-dgx", 4, 10}, {"a100-dgx", 8, 11}, {"a100-dgx", 4, 12},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -805,7 +808,7 @@ test_brute_force(void **state)
                        : cases[i].model == 5 ? llama(4, 64, 4, 2, 16, 8)
                        : cases[i].model == 6 ? gpt_as(4, 1920, 6, 8, 24, 1)
                        : cases[i].model == 7 ? gpt_as(2, 512, 16, 1024, 8, 1)
-                       : cases[i].model == 8 ? gpt(7, 48, 6, 8, 24)
+                       : cases[i].model == 8 || cases[i].model == 12 ? gpt(7, 48, 6, 8, 24)
                        : cases[i].model == 9 || cases[i].model == 10 ? flash_llama()
                                              : gpt(4, 48, 6, 8, 24);
         hw_model *hw = preset(cases[i].hw);
@@ -873,6 +876,20 @@ test_brute_force(void **state)
             assert_true(nop > 0 && 3 * nop == sp.ncandidate);
             search_space_fini(&sp);
         }
+        if (cases[i].model == 12) {
+            search_space sp;
+            uint64_t npart = 0;
+            assert_int_equal(search_config_set(&cfg, "recompute-layers", "3,0,2,1", &err), 0);
+            assert_int_equal(search_config_set(&cfg, "microbatches", "2", &err), 0);
+            space_ok(&sp, m, hw, &cfg);
+            for (uint64_t k = 0; k < sp.ncandidate; k++) {
+                const search_candidate *c = &sp.candidates[k];
+                assert_true(c->recompute_layers == 0 || c->recompute == STRATEGY_RECOMPUTE_FULL);
+                npart += c->recompute_layers > 0;
+            }
+            assert_true(npart > 0);
+            search_space_fini(&sp);
+        }
         if (cases[i].model == 3) {
             assert_int_equal(search_config_set(&cfg, "zero", "1,2", &err), 0);
             assert_int_equal(search_config_set(&cfg, "microbatches", "1,2", &err), 0);
@@ -892,8 +909,9 @@ test_brute_force(void **state)
                 nuneven += sp.layers % K != 0;
                 ninterleaved += sp.layers % K != 0 && c->virtual_stages > 1;
             }
-            assert_true((nuneven > 0) == (cases[i].devices == 6 || cases[i].model == 8));
-            assert_true((ninterleaved > 0) == (cases[i].model == 8));
+            assert_true((nuneven > 0) ==
+                        (cases[i].devices == 6 || cases[i].model == 8 || cases[i].model == 12));
+            assert_true((ninterleaved > 0) == (cases[i].model == 8 || cases[i].model == 12));
             search_space_fini(&sp);
         }
         check_brute_force(m, hw, &cfg, &nfeasible, &nbound, &ncomposed, &nduplicate);
@@ -904,7 +922,8 @@ test_brute_force(void **state)
          * microbatch, but ZeRO-2/3 with overlap and several (each checked against its twin
          * above, bit for bit).
          */
-        if (cases[i].model == 0 || cases[i].model == 2 || cases[i].model == 3)
+        if (cases[i].model == 0 || cases[i].model == 2 || cases[i].model == 3 ||
+            cases[i].model == 12)
             assert_true(nduplicate > 0);
         /*
          * Options that change nothing on these models are duplicates, never simulated: the
@@ -3308,6 +3327,23 @@ test_key(void **state)
     space_ok(&sb, m, hw, &b);
     assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
     assert_int_equal(3 * sb.ncandidate, 4 * sa.ncandidate);
+    search_space_fini(&sb);
+    /* recompute_layers: a set (its spelling does not matter), another search. */
+    b = a;
+    assert_int_equal(search_config_set(&b, "recompute-layers", "0,2,1", &err), 0);
+    space_ok(&sb, m, hw, &b);
+    assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);
+    {
+        search_config b2 = a;
+        search_space sc;
+        assert_int_equal(search_config_set(&b2, "recompute-layers", "1,2,0", &err), 0);
+        space_ok(&sc, m, hw, &b2);
+        assert_memory_equal(&sb.key, &sc.key, sizeof sb.key);
+        assert_int_equal(sb.ncandidate, sc.ncandidate);
+        for (uint64_t k = 0; k < sb.ncandidate; k++)
+            assert_int_equal(sb.candidates[k].recompute_layers, sc.candidates[k].recompute_layers);
+        search_space_fini(&sc);
+    }
     search_space_fini(&sb);
     space_ok(&sb, m2, hw, &a);
     assert_memory_not_equal(&sa.key, &sb.key, sizeof sa.key);

@@ -26,7 +26,7 @@ search_memo_fini(search_memo *m)
 
 /* The candidate's fields that decide its simulation (not its index). */
 static void
-cand_words(const search_candidate *c, int composed, uint32_t w[14])
+cand_words(const search_candidate *c, int composed, uint32_t w[15])
 {
     w[0] = c->dp, w[1] = c->tp, w[2] = c->pp, w[3] = c->microbatches;
     w[4] = c->virtual_stages, w[5] = c->schedule, w[6] = c->recompute, w[7] = c->zero;
@@ -35,15 +35,16 @@ cand_words(const search_candidate *c, int composed, uint32_t w[14])
     w[11] = c->cp > 1 ? c->cp : 1;
     w[12] = composed != 0;
     w[13] = c->order;
+    w[14] = c->recompute_layers;
 }
 
 static uint32_t
 cand_hash(const search_candidate *c, int composed)
 {
-    uint32_t w[14];
+    uint32_t w[15];
     uint64_t h = 0x9e3779b97f4a7c15ull;
     cand_words(c, composed, w);
-    for (int i = 0; i < 14; i++)
+    for (int i = 0; i < 15; i++)
         h = di_mix64(h ^ w[i]);
     return (uint32_t)(h ^ (h >> 32));
 }
@@ -51,7 +52,7 @@ cand_hash(const search_candidate *c, int composed)
 static int
 same(const search_memo_entry *e, const search_candidate *c, int composed)
 {
-    uint32_t a[14], b[14];
+    uint32_t a[15], b[15];
     cand_words(&e->cand, e->composed, a);
     cand_words(c, composed, b);
     return memcmp(a, b, sizeof a) == 0;
@@ -111,14 +112,15 @@ search_memo_add(search_memo *m, const search_memo_entry *e)
  * Layout (88 bytes): the first 12 candidate words (cand_words) as 32-bit
  * values at 0..47; composed at 48, the status at 49, unsteady at 50 and the
  * rank order at 51 (bytes; entries older than the order have 0 there, the
- * default), 52..55 zero;
+ * default), recompute_layers at 52..53 (16 bits; 0 in older entries, every
+ * layer), 54..55 zero;
  * step time, peak memory, tokens/s and MFU as 64-bit values at 56, 64, 72
  * and 80 (doubles as their bits, so a round trip is exact).
  */
 void
 search_memo_entry_pack(const search_memo_entry *e, uint8_t out[SEARCH_MEMO_BYTES])
 {
-    uint32_t w[14];
+    uint32_t w[15];
     cand_words(&e->cand, e->composed, w);
     memset(out, 0, SEARCH_MEMO_BYTES);
     for (int i = 0; i < 12; i++)
@@ -127,6 +129,7 @@ search_memo_entry_pack(const search_memo_entry *e, uint8_t out[SEARCH_MEMO_BYTES
     out[49] = (uint8_t)e->f.status;
     out[50] = e->composed && e->unsteady;
     out[51] = (uint8_t)w[13];
+    di_store_le(out + 52, w[14], 2);
     di_store_le(out + 56, di_double_bits(e->f.step_time_s), 8);
     di_store_le(out + 64, e->f.peak_memory_bytes, 8);
     di_store_le(out + 72, di_double_bits(e->f.tokens_per_s), 8);
@@ -159,6 +162,7 @@ search_memo_entry_unpack(const uint8_t in[SEARCH_MEMO_BYTES], search_memo_entry 
     e->f.status = in[49];
     e->unsteady = in[50];
     c->order = in[51];
+    c->recompute_layers = (uint16_t)di_load_le(in + 52, 2);
     e->f.step_time_s = di_bits_double(di_load_le(in + 56, 8));
     e->f.peak_memory_bytes = di_load_le(in + 64, 8);
     e->f.tokens_per_s = di_bits_double(di_load_le(in + 72, 8));
@@ -166,11 +170,12 @@ search_memo_entry_unpack(const uint8_t in[SEARCH_MEMO_BYTES], search_memo_entry 
     if (!c->dp || !c->tp || !c->pp || !c->microbatches || !c->virtual_stages || !c->ep || !c->cp)
         return di_error_set(err, DI_EINVAL, "search memo: a degree or count is 0");
     if (c->schedule > STRATEGY_SCHEDULE_INTERLEAVED ||
-        c->recompute > STRATEGY_RECOMPUTE_SELECTIVE_OP || c->zero > 3 || c->sequence_parallel > 1 || c->overlap > 1 || c->order > STRATEGY_ORDER_TP_PP_DP ||
-        e->composed > 1 ||
-        e->unsteady > e->composed)
+        c->recompute > STRATEGY_RECOMPUTE_SELECTIVE_OP || c->zero > 3 ||
+        c->sequence_parallel > 1 || c->overlap > 1 || c->order > STRATEGY_ORDER_TP_PP_DP ||
+        e->composed > 1 || e->unsteady > e->composed ||
+        (c->recompute_layers > 0 && c->recompute != STRATEGY_RECOMPUTE_FULL))
         return di_error_set(err, DI_EINVAL, "search memo: an option out of its range");
-    for (int i = 52; i < 56; i++)
+    for (int i = 54; i < 56; i++)
         if (in[i] != 0)
             return di_error_set(err, DI_EINVAL, "search memo: reserved byte %d is not 0", i);
     if (e->f.status != SEARCH_OK && e->f.status != SEARCH_OOM)

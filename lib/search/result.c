@@ -388,6 +388,7 @@ search_point_equal(const search_point *a, const search_point *b)
            x->schedule == y->schedule && x->recompute == y->recompute && x->zero == y->zero &&
            x->sequence_parallel == y->sequence_parallel && x->overlap == y->overlap &&
            x->ep == y->ep && x->cp == y->cp && x->order == y->order &&
+           x->recompute_layers == y->recompute_layers &&
            x->nstages == y->nstages && memcmp(x->sdp, y->sdp, sizeof x->sdp) == 0 &&
            memcmp(x->stp, y->stp, sizeof x->stp) == 0 && a->status == b->status &&
            a->step_time_s == b->step_time_s && a->peak_memory_bytes == b->peak_memory_bytes &&
@@ -449,6 +450,8 @@ point_to_json(const search_result *r, const search_point *p)
         json_object_set_new(o, "cp", json_integer((json_int_t)c->cp));
     if (c->order == STRATEGY_ORDER_TP_PP_DP)
         json_object_set_new(o, "order", json_string("tp-pp-dp"));
+    if (c->recompute_layers > 0)
+        json_object_set_new(o, "recompute_layers", json_integer((json_int_t)c->recompute_layers));
     if (c->nstages > 0) {
         /* Nested: each stage's [dp, tp] (dp and tp above are then 1). */
         json_t *a = json_array();
@@ -680,6 +683,17 @@ point_from_json(const json_t *o, search_point *p, di_error *err)
     if ((rc = opt_degree(o, "ep", &p->cand.ep, err)) != 0 ||
         (rc = opt_degree(o, "cp", &p->cand.cp, err)) != 0)
         return rc;
+    if (json_object_get(o, "recompute_layers") != NULL) {
+        uint64_t n;
+        if ((rc = get_uint(o, "recompute_layers", UINT16_MAX, &n, err)) != 0)
+            return rc;
+        if (n > 0 && p->cand.recompute != STRATEGY_RECOMPUTE_FULL)
+            return di_error_set(err, DI_EINVAL,
+                                "search result: point %llu: recompute_layers without full "
+                                "recomputation",
+                                (unsigned long long)p->cand.index);
+        p->cand.recompute_layers = (uint16_t)n;
+    }
     {
         const json_t *ord = json_object_get(o, "order");
         const char *name = json_string_value(ord);

@@ -91,6 +91,12 @@ typedef struct search_config {
     uint32_t nvirtual, virtual_stages[SEARCH_MAX_SET]; /* interleaved schedule's V */
     uint32_t schedules;         /* mask of strategy_schedule (GPIPE, 1F1B, INTERLEAVED) */
     uint32_t recomputes;        /* mask of strategy_recompute */
+    /*
+     * Under full recomputation, the allowed recompute_layers (Megatron-LM's
+     * block method: the first N layers of each model stage, 0 every layer);
+     * none given: 0 only.
+     */
+    uint32_t nrecompute_layers, recompute_layers[SEARCH_MAX_SET];
     uint32_t zeros;             /* mask of ZeRO stages 0..3 */
     uint32_t sequence_parallel; /* mask: bit 0 off, bit 1 on */
     uint32_t overlap;           /* mask: bit 0 off, bit 1 on (overlap_grad_reduce) */
@@ -173,6 +179,7 @@ typedef struct search_candidate {
     uint32_t ep; /* expert parallelism: 1, or dp when the model's experts divide by it */
     uint32_t cp; /* context parallelism (0 reads as 1) */
     uint8_t order; /* strategy_order: TP_PP_DP only where it places ranks apart (search.md) */
+    uint16_t recompute_layers; /* full recomputation of each model stage's first N layers; 0 all */
     /*
      * Nested (search_config.nested): pp stages of their own degrees,
      * stage g data parallel over sdp[g] and tensor parallel over stp[g]
@@ -210,7 +217,9 @@ void search_candidate_format(const search_candidate *c, char *buf, size_t size);
  *   schedule  none when pp = 1 (whatever the allowed schedules); else GPipe,
  *         1F1B, then interleaved with V = each divisor >= 2 of the layer count
  *   recompute none, selective, full; selective-op after them only when the
- *         allowed set names it (recomputes bit 3: not in the default space)
+ *         allowed set names it (recomputes bit 3: not in the default space);
+ *         with full, each allowed recompute_layers below the model's layers
+ *         (0 only unless given)
  *   zero  0..3 when dp > 1, else 0 (ZeRO shards over the data axis)
  *   sp    off, then on when tp > 1 (sequence parallelism splits the tensor axis)
  *   overlap off, then on when dp > 1 (it overlaps the data-parallel reduction)

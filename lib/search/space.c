@@ -103,6 +103,11 @@ add_degree(search_config *cfg, const char *name, const char *item, di_error *err
         set = cfg->cp, n = &cfg->ncp;
     } else if (strcmp(name, "microbatches") == 0) {
         set = cfg->microbatches, n = &cfg->nmicrobatches;
+    } else if (strcmp(name, "recompute-layers") == 0) {
+        /* 0: every layer; at most what a candidate's field holds. */
+        if ((rc = parse_u32(name, item, 0, UINT16_MAX, &v, err)) != 0)
+            return rc;
+        return set_add(cfg->recompute_layers, &cfg->nrecompute_layers, name, v, err);
     } else {
         set = cfg->virtual_stages, n = &cfg->nvirtual;
     }
@@ -212,6 +217,8 @@ search_config_set(search_config *cfg, const char *name, const char *value, di_er
         return parse_list(cfg, name, value, add_degree, err);
     if (strcmp(name, "m") == 0)
         return parse_list(cfg, "microbatches", value, add_degree, err);
+    if (strcmp(name, "recompute-layers") == 0)
+        return parse_list(cfg, name, value, add_degree, err);
     if (strcmp(name, "schedule") == 0)
         return parse_list(cfg, name, value, add_schedule, err);
     if (strcmp(name, "recompute") == 0)
@@ -461,47 +468,76 @@ every_tp(const search_candidate *c)
     return all;
 }
 
-/* The options after the schedule: recompute, ZeRO, sequence parallelism, overlap. */
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The options after the recomputation: ZeRO, sequence parallelism, overlap, ep, order. */
 static void
-push_options(space_builder *b, search_candidate *c)
+push_zero(space_builder *b, search_candidate *c)
 {
     const search_config *cfg = &b->sp->cfg;
     uint32_t multi_dp = some_dp(c) ? 1u : 0u, multi_tp = every_tp(c) ? 1u : 0u;
     /* ZeRO shards over the data and context ranks (dp.c): with cp > 1, whatever dp. */
     uint32_t multi_zero = multi_dp || c->cp > 1 ? 1u : 0u;
+    for (uint32_t z = 0; z <= 3 * multi_zero; z++) {
+        /* Without data parallelism ZeRO-2 reduce-scatters nothing per microbatch: ZeRO-1. */
+        if (!in_mask(cfg->zeros, z) || (z == 2 && !multi_dp))
+            continue;
+        c->zero = (uint8_t)z;
+        for (uint32_t sq = 0; sq <= multi_tp; sq++) {
+            if (!in_mask(cfg->sequence_parallel, sq))
+                continue;
+            c->sequence_parallel = (uint8_t)sq;
+            for (uint32_t ov = 0; ov <= multi_dp; ov++) {
+                if (!in_mask(cfg->overlap, ov))
+                    continue;
+                c->overlap = (uint8_t)ov;
+                /*
+                 * Expert parallelism over the data-parallel group or part of it
+                 * (ep consecutive data ranks): every ep > 1 dividing dp and the experts.
+                 */
+                c->ep = 1;
+                push_orders(b, c);
+                for (uint32_t ep = 2; ep <= c->dp && b->sp->experts > 0; ep++) {
+                    if (c->dp % ep != 0 || b->sp->experts % ep != 0)
+                        continue;
+                    c->ep = ep;
+                    push_orders(b, c);
+                }
+            }
+        }
+    }
+}
+
+/*
+ * The options after the schedule: recompute (under full, each allowed
+ * recompute_layers below the model's layers: one at least as large
+ * recomputes every layer, as 0 does), then push_zero's.
+ */
+static void
+push_options(space_builder *b, search_candidate *c)
+{
+    const search_config *cfg = &b->sp->cfg;
+    uint32_t layers[SEARCH_MAX_SET] = {0}, nl = cfg->nrecompute_layers ? cfg->nrecompute_layers : 1;
+    /* Ascending, whatever the spelling of the set. */
+    memcpy(layers, cfg->recompute_layers, cfg->nrecompute_layers * sizeof *layers);
+    qsort(layers, nl, sizeof *layers, cmp_u32);
     for (uint32_t rc = 0; rc < 4; rc++) {
         /* selective-op only when asked for: the default space is Megatron-LM's three. */
         if (!in_mask(cfg->recomputes, rc) ||
             (rc == STRATEGY_RECOMPUTE_SELECTIVE_OP && !(cfg->recomputes & 1u << rc)))
             continue;
         c->recompute = (uint8_t)rc;
-        for (uint32_t z = 0; z <= 3 * multi_zero; z++) {
-            /* Without data parallelism ZeRO-2 reduce-scatters nothing per microbatch: ZeRO-1. */
-            if (!in_mask(cfg->zeros, z) || (z == 2 && !multi_dp))
+        for (uint32_t k = 0; k < (rc == STRATEGY_RECOMPUTE_FULL ? nl : 1); k++) {
+            uint32_t n = rc == STRATEGY_RECOMPUTE_FULL ? layers[k] : 0;
+            if (n > 0 && n >= b->sp->layers)
                 continue;
-            c->zero = (uint8_t)z;
-            for (uint32_t sq = 0; sq <= multi_tp; sq++) {
-                if (!in_mask(cfg->sequence_parallel, sq))
-                    continue;
-                c->sequence_parallel = (uint8_t)sq;
-                for (uint32_t ov = 0; ov <= multi_dp; ov++) {
-                    if (!in_mask(cfg->overlap, ov))
-                        continue;
-                    c->overlap = (uint8_t)ov;
-                    /*
-                     * Expert parallelism over the data-parallel group or part of it
-                     * (ep consecutive data ranks): every ep > 1 dividing dp and the experts.
-                     */
-                    c->ep = 1;
-                    push_orders(b, c);
-                    for (uint32_t ep = 2; ep <= c->dp && b->sp->experts > 0; ep++) {
-                        if (c->dp % ep != 0 || b->sp->experts % ep != 0)
-                            continue;
-                        c->ep = ep;
-                        push_orders(b, c);
-                    }
-                }
-            }
+            c->recompute_layers = (uint16_t)n;
+            push_zero(b, c);
         }
     }
 }
@@ -723,13 +759,6 @@ enumerate(space_builder *b, di_error *err)
     return rc;
 }
 
-static int
-cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* An allowed list as a set: its count, then its values ascending. */
 static void
 hash_set(di_sha256 *h, const uint32_t *set, uint32_t n)
@@ -778,6 +807,10 @@ space_key(search_space *sp)
     hash_mask(&h, cfg->recomputes, 7u);
     if (cfg->recomputes & 1u << STRATEGY_RECOMPUTE_SELECTIVE_OP) /* keys without it stay */
         di_sha256_update(&h, "selective-op", 12);
+    if (cfg->nrecompute_layers > 0) { /* keys without them stay */
+        di_sha256_update(&h, "recompute-layers", 16);
+        hash_set(&h, cfg->recompute_layers, cfg->nrecompute_layers);
+    }
     hash_mask(&h, cfg->zeros, 15u);
     hash_mask(&h, cfg->sequence_parallel, 3u);
     hash_mask(&h, cfg->overlap, 3u);
@@ -1578,6 +1611,7 @@ search_candidate_strategy(const search_candidate *c, strategy *s)
     s->ep = c->ep > 1 ? c->ep : 1;
     s->cp = c->cp > 1 ? c->cp : 1;
     s->order = (strategy_order)c->order;
+    s->recompute_layers = c->recompute_layers;
     if (c->nstages > 0) {
         s->dp = s->tp = 1;
         s->nstages = c->nstages;
@@ -1722,11 +1756,12 @@ layer_bound(const search_space *sp, const search_candidate *c)
     const struct search_layer_mem *e = find_layer_mem(sp, c->tp, c->sequence_parallel);
     const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
     /*
-     * Op-level selective recomputation (selective-op) keeps at least what full
-     * recomputation keeps (the layer checkpoints), and the analyses have no
-     * working set of it: full's kept bytes, and no working set.
+     * Op-level selective recomputation (selective-op), and full recomputation of
+     * some layers only (recompute_layers), keep at least what full recomputation
+     * keeps (the layer checkpoints), and the analyses have no working set of
+     * them: full's kept bytes, and no working set.
      */
-    int op = c->recompute == STRATEGY_RECOMPUTE_SELECTIVE_OP;
+    int op = c->recompute == STRATEGY_RECOMPUTE_SELECTIVE_OP || c->recompute_layers > 0;
     int r = c->recompute < 3 ? c->recompute : STRATEGY_RECOMPUTE_FULL;
     double a, s, g, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
     double ws = 0;
@@ -1912,7 +1947,8 @@ zero_layer_bytes(const search_space *sp, const search_candidate *c,
         b[3] = b[2];
     b[4] = e->zero_count_min != NULL ? (double)e->zero_count_min[k] : 0;
     b[5] = e->zero_bwd_count_min != NULL ? (double)e->zero_bwd_count_min[k] : 0;
-    if (c->recompute == STRATEGY_RECOMPUTE_FULL && e->zero_full_count_min != NULL)
+    if (c->recompute == STRATEGY_RECOMPUTE_FULL && c->recompute_layers == 0 &&
+        e->zero_full_count_min != NULL)
         b[5] = (double)e->zero_full_count_min[k];
     return 1;
 }
@@ -2266,7 +2302,8 @@ time_bound(const search_space *sp, const search_candidate *c, struct pass_terms 
     double zcat = 0; /* a layer's bucket copies per microbatch under ZeRO-2/3 */
     int zs_aligned;
     uint32_t S = 0; /* layers of the model stages before group d's first */
-    int r = c->recompute;
+    /* Full recomputation of some layers only: at least no recomputation's work. */
+    int r = c->recompute_layers > 0 ? STRATEGY_RECOMPUTE_NONE : c->recompute;
     /*
      * Devices of other kinds (overrides) may be faster than device 0, which the analyses price.
      * With fused kernels the analyses count what every fused kernel costs at least
@@ -2884,6 +2921,21 @@ search_twin(const search_space *sp, const search_candidate *c, search_candidate 
         twin->recompute = STRATEGY_RECOMPUTE_NONE;
         return 1;
     }
+    /*
+     * Full recomputation of the first N layers of each model stage, N at least
+     * every stage's layers (stage_layout, as the transforms cut them): every
+     * layer, as N = 0.
+     */
+    if (c->recompute_layers > 0 && in_set(sp->cfg.recompute_layers, sp->cfg.nrecompute_layers, 0)) {
+        const struct search_stage_layout *st = find_stage_layout(sp, c->pp, virtual_of(c));
+        uint32_t most = 0;
+        for (uint32_t k = 0; st != NULL && k < st->nstage; k++)
+            most = st->layers[k] > most ? st->layers[k] : most;
+        if (st != NULL && st->nstage > 0 && c->nstages == 0 && c->recompute_layers >= most) {
+            twin->recompute_layers = 0;
+            return 1;
+        }
+    }
     /* Sequence parallelism splits the ops with a sequence (xform_model_facts.sequence_ops). */
     if (c->sequence_parallel && sp->sequence_ops == 0 && in_mask(sp->cfg.sequence_parallel, 0)) {
         twin->sequence_parallel = 0;
@@ -2919,6 +2971,7 @@ eval(search_evaluator *ev, const search_candidate *c, search_point *out, int sea
     if (!ev->have_base || !same_base(&ev->base, c)) {
         ev->base = *c;
         ev->base.recompute = ev->base.zero = 0;
+        ev->base.recompute_layers = 0;
         ev->base.sequence_parallel = ev->base.overlap = ev->base.order = 0;
         search_candidate_strategy(&ev->base, &s);
         ev->base_rc = search_space_validate(sp, &s, &err);

@@ -227,6 +227,30 @@ def main():
           < min(p["peak_memory_bytes"] for p in sj["pareto"] if p["recompute"] == 0),
           [p["strategy"] for p in sj["pareto"]])
 
+    # Megatron-LM's block recomputation in the space (recompute_layers under full): the
+    # daemon's answer equals the CLI's, and its points carry N in their strategy message.
+    bflags = ["--devices", "8", "--recompute", "full", "--recompute-layers", "0,1,2", "--zero",
+              "0", "--microbatches", "2", "--pp", "1", "--top", "3"]
+    blocal = subprocess.run([DISTIR, "search", gpt, "--json"] + bflags, check=True,
+                            capture_output=True, text=True).stdout
+    breq = request()
+    breq.constraints.ClearField("microbatches")
+    breq.constraints.microbatches.append(2)
+    breq.constraints.recomputes = 1 << pb.RECOMPUTE_FULL
+    breq.constraints.recompute_layers.extend([0, 1, 2])
+    breq.constraints.pp.append(1)
+    breq.constraints.zero = 1 << 0
+    bres = list(d.search(breq))[-1].result
+    bj = json.loads(bres.json)
+    check("recompute_layers: the daemon's JSON equals `distir search --json` byte for byte",
+          bres.json + "\n" == blocal, (bres.json[:200], blocal[:200]))
+    part = [p for p in list(bres.pareto) + list(bres.top) if p.spec.recompute_layers > 0]
+    check("... its points carry recompute_layers in their strategy and their JSON",
+          part and all("recompute_layers=%d" % p.spec.recompute_layers in p.strategy
+                       for p in part)
+          and any(p.get("recompute_layers", 0) > 0 for p in bj["pareto"] + bj["top"]),
+          [p["strategy"] for p in bj["pareto"]])
+
     # ---------------------------------------------------------------- objectives, composition
     # The fewest devices among 2, 4 and 8 that reach a target step time, with the cost and
     # the time to train, and candidates with many microbatches composed: the daemon's JSON
