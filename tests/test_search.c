@@ -1080,7 +1080,22 @@ test_memo(void **state)
         one[51] = 2; /* not a rank order */
         assert_int_equal(search_memo_entry_unpack(one, &e, &err), DI_EINVAL);
         one[51] = 0;
-        one[52] = 1; /* reserved */
+        one[54] = 1; /* reserved */
+        assert_int_equal(search_memo_entry_unpack(one, &e, &err), DI_EINVAL);
+        /* recompute_layers at bytes 52..53: under full recomputation only, apart from N = 0. */
+        memcpy(one, data, SEARCH_MEMO_BYTES);
+        memset(one + 24, 0, 4);
+        one[24] = STRATEGY_RECOMPUTE_FULL; /* the recompute word */
+        one[52] = 3;
+        assert_int_equal(search_memo_entry_unpack(one, &e, &err), 0);
+        assert_int_equal(e.cand.recompute_layers, 3);
+        assert_null(search_memo_find(&back, &e.cand, e.composed));
+        {
+            uint8_t again[SEARCH_MEMO_BYTES];
+            search_memo_entry_pack(&e, again);
+            assert_memory_equal(again, one, SEARCH_MEMO_BYTES);
+        }
+        one[24] = STRATEGY_RECOMPUTE_SELECTIVE;
         assert_int_equal(search_memo_entry_unpack(one, &e, &err), DI_EINVAL);
         /* The rank order at byte 51, apart from the default's entry. */
         memcpy(one, data, SEARCH_MEMO_BYTES);
