@@ -521,11 +521,8 @@ push_zero(space_builder *b, search_candidate *c)
 static void
 push_options(space_builder *b, search_candidate *c)
 {
-    const search_config *cfg = &b->sp->cfg;
-    uint32_t layers[SEARCH_MAX_SET] = {0}, nl = cfg->nrecompute_layers ? cfg->nrecompute_layers : 1;
-    /* Ascending, whatever the spelling of the set. */
-    memcpy(layers, cfg->recompute_layers, cfg->nrecompute_layers * sizeof *layers);
-    qsort(layers, nl, sizeof *layers, cmp_u32);
+    const search_config *cfg = &b->sp->cfg; /* recompute_layers ascending (search_space_init) */
+    uint32_t nl = cfg->nrecompute_layers ? cfg->nrecompute_layers : 1;
     for (uint32_t rc = 0; rc < 4; rc++) {
         /* selective-op only when asked for: the default space is Megatron-LM's three. */
         if (!in_mask(cfg->recomputes, rc) ||
@@ -533,7 +530,9 @@ push_options(space_builder *b, search_candidate *c)
             continue;
         c->recompute = (uint8_t)rc;
         for (uint32_t k = 0; k < (rc == STRATEGY_RECOMPUTE_FULL ? nl : 1); k++) {
-            uint32_t n = rc == STRATEGY_RECOMPUTE_FULL ? layers[k] : 0;
+            uint32_t n = rc == STRATEGY_RECOMPUTE_FULL && cfg->nrecompute_layers > 0
+                             ? cfg->recompute_layers[k]
+                             : 0;
             if (n > 0 && n >= b->sp->layers)
                 continue;
             c->recompute_layers = (uint16_t)n;
@@ -1470,6 +1469,9 @@ search_space_init_keyed(search_space *sp, const ir_module *m, const hw_model *hw
         return rc;
     }
     sp->cfg = *cfg;
+    /* Ascending, whatever the spelling of the set: the enumeration's order (push_options). */
+    qsort(sp->cfg.recompute_layers, sp->cfg.nrecompute_layers, sizeof *sp->cfg.recompute_layers,
+          cmp_u32);
     if (sp->cfg.ndevice_counts > 0) { /* ascending, the largest is the space's N */
         qsort(sp->cfg.device_counts, sp->cfg.ndevice_counts, sizeof *sp->cfg.device_counts,
               cmp_u32);
@@ -1761,7 +1763,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
      * keeps (the layer checkpoints), and the analyses have no working set of
      * them: full's kept bytes, and no working set.
      */
-    int op = c->recompute == STRATEGY_RECOMPUTE_SELECTIVE_OP || c->recompute_layers > 0;
+    int no_ws = c->recompute == STRATEGY_RECOMPUTE_SELECTIVE_OP || c->recompute_layers > 0;
     int r = c->recompute < 3 ? c->recompute : STRATEGY_RECOMPUTE_FULL;
     double a, s, g, inv = 0, split = c->tp; /* without the analysis: everything split over tp */
     double ws = 0;
@@ -1786,7 +1788,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
      * that layer's kept activations of the microbatch, which may be freed
      * by then (at most a of the least layer's: the others still hold theirs).
      */
-    if (!op && e != NULL && e->ok && c->cp <= 1 && c->ep <= 1)
+    if (!no_ws && e != NULL && e->ok && c->cp <= 1 && c->ep <= 1)
         ws = floor((double)e->work_set_min[r] / ((double)c->dp * c->microbatches));
     /*
      * ZeRO-3 gathers a layer's weights whole before their first reader (an
@@ -1802,7 +1804,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
          * And at the working set's moment, the weights the layer's ops read
          * before and after it (work_set_weights) are held gathered beside it.
          */
-        double wsz = op ? 0 : ws + floor((double)e->work_set_weights[r] * (1 - 1.0 / c->dp));
+        double wsz = no_ws ? 0 : ws + floor((double)e->work_set_weights[r] * (1 - 1.0 / c->dp));
         if (wz > ws)
             ws = wz;
         if (wsz > ws)
@@ -1817,7 +1819,7 @@ layer_bound(const search_space *sp, const search_candidate *c)
      * batch-divided bytes, the gathered weights under ZeRO-3, and those values
      * whole, all at once.
      */
-    if (!op && e != NULL && e->ok && c->zero >= 2 && c->dp > 1 && c->cp <= 1 && c->ep <= 1) {
+    if (!no_ws && e != NULL && e->ok && c->zero >= 2 && c->dp > 1 && c->cp <= 1 && c->ep <= 1) {
         const struct xform_ws_moment *fm = &e->work_set_fixed_most[r];
         double x = (double)c->dp * c->microbatches, y = c->zero == 3 ? 1 - 1.0 / c->dp : 0;
         double at = floor((double)e->work_set_min[r] / x) +
